@@ -31,6 +31,7 @@ Command: ``.venv/bin/python -m calibrate.fit_workload --data ../shared/data/spec
 from __future__ import annotations
 
 import argparse
+import sys
 import datetime as _dt
 from pathlib import Path
 from typing import Literal
@@ -260,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         trace = import_specreason(args.data)
         profile = fit_workload_from_trace(trace, args.finish_rule, args.date)
     except InputError as e:
-        print(f"error: {e.one_line()}")
+        print(f"error: {e.one_line()}", file=sys.stderr)
         return 2
     print(write_workload_yaml(profile, args.out))
     return 0

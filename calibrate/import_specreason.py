@@ -56,6 +56,7 @@ Command: ``.venv/bin/python -m calibrate.import_specreason --summary [--data DIR
 from __future__ import annotations
 
 import argparse
+import sys
 import json
 from collections import Counter
 from dataclasses import dataclass, field
@@ -370,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         trace = import_specreason(args.data, args.threshold)
     except InputError as e:
-        print(f"error: {e.one_line()}")
+        print(f"error: {e.one_line()}", file=sys.stderr)
         return 2
     print(summary_text(trace) if args.summary else f"{len(trace.requests)} runs, {len(trace.steps)} steps")
     return 0
