@@ -1,0 +1,242 @@
+"""Engine 1 -- closed-form expected latency with a per-component breakdown.
+
+E[latency] = sum over call kinds of <occupancy, cost vector>: the chain DP
+(``simulator.chain``) gives, for every kind of engine call, the expected mass at each
+thinking-token count t; the cost vectors give the expected cost of that call at t, already
+averaged over the step length K (independent of t by assumption):
+
+    decode part:   sum_{i>=1} P(K > i) T_dec(P + t + i)                         (a correlation)
+    speculative:   sum_{g>=0} u(g) P(K > g + 1) [sum_{i<gamma} T_dec^draft(x_g + i) + T_ver(x_g)],
+                   x_g = P + t + 1 + g, u the renewal occupancy of ``speculative.iteration_occupancy``
+    scoring:       sum_k P(K_s = k) T_fwd^base(k + J, P + t)
+    small catch-up after a regenerated step of K_b tokens (charged to the base step):
+                   sum_k P(K_b = k) 1[t + k < B] (T_pre^small(k, P + t) - T_pre^small(1, P + t + k))
+
+P: prompt tokens, J: judge template tokens, B: token budget. The whole grid shares the DP per
+(threshold, first_n) and the cost vectors per (hardware, TP) and per gamma, so a grid of
+gamma x threshold x TP x hardware costs a few dot products per point.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+from scipy.signal import correlate
+
+from simulator.chain import ChainOccupancy, run_chain
+from simulator.cost_tables import COMPONENTS, CostTables
+from simulator.speculative import expected_tokens_per_iteration, iteration_occupancy
+from simulator.systems import SystemConfig
+
+
+def _corr(values: np.ndarray, start: int, weights: np.ndarray, n: int) -> np.ndarray:
+    """out[t] = sum_i weights[i] values[start + t + i], t = 0..n-1."""
+    seg = values[start : start + n + len(weights) - 1]
+    if len(seg) < n + len(weights) - 1:
+        seg = np.concatenate([seg, np.full(n + len(weights) - 1 - len(seg), values[-1])])
+    return correlate(seg, weights, mode="valid", method="auto")
+
+
+@dataclass
+class CostVectors:
+    """Expected cost of each call kind as a function of thinking tokens t (one hardware/TP/gamma)."""
+
+    tables: CostTables
+
+    def __post_init__(self):
+        w = self.tables.workload
+        self.P, self.J, self.B, self.A = w.prompt_tokens, w.judge_template_tokens, w.token_budget, w.answer_tokens
+        self.t = np.arange(self.B)
+        self.t_end = np.arange(self.B + w.max_step_tokens)
+        self.ps, self.pb = w.step_pmf_small, w.step_pmf_base
+        self.sf_s = self.ps.survival(w.max_step_tokens + 2)
+        self.sf_b = self.pb.survival(w.max_step_tokens + 2)
+
+    # ---- gamma-independent vectors -------------------------------------------------------------
+    @cached_property
+    def small_decode(self):
+        return _corr(self.tables.dec_small, self.P + 1, self.sf_s[1:], self.B)
+
+    @cached_property
+    def base_decode(self):
+        return _corr(self.tables.dec_base, self.P + 1, self.sf_b[1:], self.B)
+
+    @cached_property
+    def small_prefill_first(self):
+        return self.tables.prefill("small", self.P + self.t, 0)
+
+    @cached_property
+    def small_prefill_rest(self):
+        return self.tables.prefill("small", 1, self.P + self.t)
+
+    @cached_property
+    def small_catchup_charge(self):
+        out = np.zeros(self.B)
+        for k, p in zip(self.pb.support, self.pb.probs):
+            ok = self.t + k < self.B
+            extra = self.tables.prefill("small", k, self.P + self.t) - self.tables.prefill("small", 1, self.P + self.t + k)
+            out += p * np.where(ok, extra, 0.0)
+        return out
+
+    def _score(self, who: str):
+        rest, prompt = np.zeros(self.B), 0.0
+        for k, p in zip(self.ps.support, self.ps.probs):
+            rest += p * self.tables.prefill(who, k + self.J, self.P + self.t)
+            prompt += p * float(self.tables.prefill(who, self.P + k + self.J, 0))
+        return rest, prompt
+
+    @cached_property
+    def score(self):
+        return self._score("base")
+
+    @cached_property
+    def draft_score(self):
+        """In SpecReason+Decode the draft inside the base engine prefills the scoring prompt too."""
+        return self._score("draft")
+
+    @cached_property
+    def base_prefill(self):
+        return self.tables.prefill("base", 1, self.P + self.t)
+
+    @cached_property
+    def base_prompt_prefill(self) -> float:
+        return float(self.tables.prefill("base", self.P, 0))
+
+    @cached_property
+    def answer_prefill(self):
+        return self.tables.prefill("base", 1, self.P + self.t_end) if self.A > 0 else np.zeros(len(self.t_end))
+
+    @cached_property
+    def answer_decode(self):
+        cum, x = self.tables.cum_base, self.P + self.t_end
+        return cum[x + self.A] - cum[x + 1] if self.A > 1 else np.zeros(len(self.t_end))
+
+    # ---- gamma-dependent vectors ----------------------------------------------------------------
+    @cached_property
+    def occupancy_u(self):
+        w = self.tables.workload
+        a = w.acceptance_per_position(self.tables.gamma)
+        return iteration_occupancy(a, w.max_step_tokens + w.answer_tokens + w.token_budget + 2)
+
+    def _spec(self, weights: np.ndarray, start: int, n: int):
+        """(draft, verify) sums of iterations with occupancy weights over offsets g."""
+        return (_corr(self.tables.draft_iter, start, weights, n), _corr(self.tables.verify_iter, start, weights, n))
+
+    @cached_property
+    def base_spec(self):
+        k = len(self.sf_b) - 1
+        return self._spec(self.occupancy_u[:k] * self.sf_b[1:], self.P + 1, self.B)
+
+    @cached_property
+    def answer_spec(self):
+        if self.A <= 1:
+            z = np.zeros(len(self.t_end))
+            return z, z
+        return self._spec(self.occupancy_u[: self.A - 1], self.P + 1, len(self.t_end))
+
+    @cached_property
+    def draft_prefill(self):
+        return self.tables.prefill("draft", 1, self.P + self.t)
+
+    @cached_property
+    def draft_prefill_end(self):
+        return self.tables.prefill("draft", 1, self.P + self.t_end)
+
+    @cached_property
+    def draft_prompt_prefill(self) -> float:
+        return float(self.tables.prefill("draft", self.P, 0))
+
+
+def chain_for(cfg: SystemConfig, workload, cache: dict) -> ChainOccupancy:
+    """The DP for a system's step policy, memoised on (q, first_n)."""
+    if cfg.system in ("vanilla-base", "specdecode"):
+        key = (0.0, np.inf)
+    elif cfg.system == "vanilla-small":
+        key = (1.0, 0)
+    else:
+        key = (workload.acceptance_probability(cfg.threshold), cfg.first_n)
+    if key not in cache:
+        cache[key] = run_chain(workload, *key)
+    return cache[key]
+
+
+def _vanilla_tokens_survival(occ: ChainOccupancy, answer_tokens: int) -> np.ndarray:
+    """P(T_total > i) with T_total = min(T_think, B) + A (a single call stops at max_tokens)."""
+    B = occ.budget
+    pmf = occ.end_pmf.copy()
+    pmf[B] += pmf[B + 1 :].sum()
+    pmf = pmf[: B + 1]
+    total = np.zeros(B + 1 + answer_tokens)
+    total[answer_tokens:] = pmf
+    return np.clip(1.0 - np.cumsum(total), 0.0, 1.0)
+
+
+def predict_point(cfg: SystemConfig, occ: ChainOccupancy, vec: CostVectors) -> dict:
+    """Expected latency and its breakdown for one configuration."""
+    tb = vec.tables
+    comp = dict.fromkeys(COMPONENTS, 0.0)
+    gamma = cfg.gamma
+    if cfg.system in ("vanilla-base", "vanilla-small", "specdecode"):
+        sf_total = _vanilla_tokens_survival(occ, vec.A)
+        P = vec.P
+        comp["call_overhead_s"] = tb.call_s
+        if cfg.system == "specdecode":
+            n = len(sf_total) - 1
+            u = vec.occupancy_u[:n]
+            comp["base_prefill_s"] = vec.base_prompt_prefill
+            comp["draft_s"] = vec.draft_prompt_prefill + float(np.dot(u * sf_total[1:], tb.draft_iter[P + 1 : P + 1 + n]))
+            comp["verify_s"] = float(np.dot(u * sf_total[1:], tb.verify_iter[P + 1 : P + 1 + n]))
+        else:
+            who = "base" if cfg.system == "vanilla-base" else "small"
+            dec = tb.dec_base if who == "base" else tb.dec_small
+            n = len(sf_total) - 1
+            comp[f"{who}_prefill_s"] = float(tb.prefill(who, P, 0))
+            comp[f"{who}_decode_s"] = float(np.dot(sf_total[1:], dec[P + 1 : P + 1 + n]))
+        pmf = np.diff(np.concatenate([[0.0], 1.0 - sf_total]))
+        thinking = float(np.dot(np.arange(len(pmf)), pmf)) - vec.A
+        small_frac = 1.0 if cfg.system == "vanilla-small" else 0.0
+    else:
+        spec = cfg.system == "specreason-decode"
+        calls = 2 * occ.small_proposals + occ.base_steps + (1.0 if vec.A > 0 else 0.0)
+        comp["call_overhead_s"] = tb.call_s * calls
+        comp["small_decode_s"] = float(np.dot(occ.small_first + occ.small_rest, vec.small_decode))
+        comp["small_prefill_s"] = float(
+            np.dot(occ.small_first, vec.small_prefill_first)
+            + np.dot(occ.small_rest, vec.small_prefill_rest)
+            + np.dot(occ.regen_continue, vec.small_catchup_charge)
+        )
+        score_rest, score_prompt = vec.score
+        comp["scoring_s"] = float(np.dot(occ.score_rest, score_rest) + occ.score_prompt * score_prompt)
+        base_mass = occ.base_gen.copy()
+        base_mass[0] += occ.base_prompt
+        comp["base_prefill_s"] = float(
+            np.dot(occ.base_gen, vec.base_prefill) + occ.base_prompt * vec.base_prompt_prefill
+            + np.dot(occ.end_pmf, vec.answer_prefill)
+        )
+        if spec:
+            d_rest, d_prompt = vec.draft_score
+            sd_draft, sd_verify = vec.base_spec
+            ans_draft, ans_verify = vec.answer_spec
+            comp["draft_s"] = float(
+                np.dot(base_mass, sd_draft) + np.dot(occ.base_gen, vec.draft_prefill)
+                + occ.base_prompt * vec.draft_prompt_prefill
+                + np.dot(occ.score_rest, d_rest) + occ.score_prompt * d_prompt
+                + np.dot(occ.end_pmf, ans_draft) + (np.dot(occ.end_pmf, vec.draft_prefill_end) if vec.A > 0 else 0.0)
+            )
+            comp["verify_s"] = float(np.dot(base_mass, sd_verify) + np.dot(occ.end_pmf, ans_verify))
+        else:
+            comp["base_decode_s"] = float(np.dot(base_mass, vec.base_decode) + np.dot(occ.end_pmf, vec.answer_decode))
+        thinking = occ.mean_thinking_tokens
+        small_frac = occ.small_kept / occ.steps
+    latency = float(sum(comp.values()))
+    acc_len = expected_tokens_per_iteration(tb.workload.acceptance_per_position(gamma)) if gamma else np.nan
+    return {
+        "latency_s": latency,
+        "small_step_fraction": small_frac,
+        "acceptance_length": acc_len,
+        "thinking_tokens": thinking,
+        "steps": occ.steps,
+        **comp,
+    }

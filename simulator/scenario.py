@@ -1,0 +1,242 @@
+"""Scenario: the validated what-if input (``scenarios/*.yaml``), resolved once.
+
+Defaults live here and nowhere else. Profile references are either a path ending in
+``.yaml`` (relative to the scenario file) or the name of a profile shipped in
+``simulator/profiles/`` (``workload_<name>.yaml`` / ``cost_<name>.yaml``); the cost
+profile ``prior`` means the datasheet prior of each hardware in the grid.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from simulator.catalog import get_hardware, get_model
+from simulator.cost_model import CostProfile, Deployment, prior_profile
+from simulator.errors import InputError
+from simulator.loading import load_yaml_model, read_yaml, validate_model
+from simulator.systems import SYSTEMS, SystemName, SystemConfig, expand_systems
+from simulator.workload import WorkloadProfile
+
+PROFILES_DIR = Path(__file__).with_name("profiles")
+SCENARIOS_DIR = Path(__file__).resolve().parent.parent / "scenarios"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class HardwareChoice(_Strict):
+    gpu: str
+    count: int = Field(default=1, ge=1, le=64)
+
+
+class ModelChoice(_Strict):
+    model: str
+    tp: int = Field(default=1, ge=1, le=64)
+
+
+class MemoryFraction(_Strict):
+    """Static KV/weights memory split of colocated engines (vLLM gpu-memory-utilization)."""
+
+    base: float = Field(default=0.8, gt=0, le=1)
+    small: float = Field(default=0.1, gt=0, le=1)
+
+
+class Grid(_Strict):
+    gamma: list[int] = Field(default=[5], min_length=1)
+    threshold: list[int] = Field(default=[7], min_length=1)
+    first_n: list[int] = Field(default=[0], min_length=1)
+    tp: list[int] | None = None
+    hardware: list[str] | None = None
+
+    @field_validator("gamma")
+    @classmethod
+    def _gamma(cls, v):
+        for g in v:
+            if not 1 <= g <= 16:
+                raise ValueError(f"gamma must be in 1..16 (got {g})")
+        return v
+
+    @field_validator("threshold")
+    @classmethod
+    def _threshold(cls, v):
+        for t in v:
+            if not 0 <= t <= 9:
+                raise ValueError(f"threshold must be in 0..9 (got {t})")
+        return v
+
+    @field_validator("first_n")
+    @classmethod
+    def _first_n(cls, v):
+        if any(n < 0 for n in v):
+            raise ValueError("first_n must be >= 0")
+        return v
+
+    @field_validator("tp")
+    @classmethod
+    def _tp(cls, v):
+        if v is not None and any(t < 1 for t in v):
+            raise ValueError("tp must be >= 1")
+        return v
+
+
+class Scenario(_Strict):
+    name: str
+    description: str = ""
+    hardware: HardwareChoice
+    base: ModelChoice
+    small: ModelChoice
+    draft: ModelChoice | None = None  # default: the small model drafts
+    workload: str
+    workload_overrides: dict = Field(default_factory=dict)
+    cost_profiles: list[str] = Field(default=["prior"])
+    memory_fraction: MemoryFraction = Field(default_factory=MemoryFraction)
+    systems: list[SystemName] = Field(default=list(SYSTEMS), min_length=1)
+    grid: Grid = Field(default_factory=Grid)
+    engine: Literal["analytic", "des"] = "analytic"
+    requests: int = Field(default=1000, ge=2, le=10_000_000)
+    seed: int = 0
+
+
+class ResolvedScenario:
+    """A scenario with its profiles loaded and every grid point checked."""
+
+    def __init__(self, scenario: Scenario, path: Path | None):
+        self.scenario = scenario
+        self.path = path
+        self.file = str(path) if path else None
+        self.workload = self._load_workload()
+        self.cost_profiles = self._load_cost_profiles()
+        self.base_model = get_model(scenario.base.model, self.file, "base.model")
+        self.small_model = get_model(scenario.small.model, self.file, "small.model")
+        draft = scenario.draft or scenario.small
+        self.draft_model = get_model(draft.model, self.file, "draft.model")
+        self.hardware_names = scenario.grid.hardware or [scenario.hardware.gpu]
+        for i, h in enumerate(self.hardware_names):
+            get_hardware(h, self.file, "hardware.gpu" if scenario.grid.hardware is None else f"grid.hardware[{i}]")
+        self.tps = scenario.grid.tp or [scenario.base.tp]
+        for hw in self.hardware_names:
+            for tp in self.tps:
+                self.check_placement(hw, tp)
+
+    # ---- resolution ------------------------------------------------------------------------
+    def _ref(self, ref: str, prefix: str) -> Path:
+        if ref.endswith((".yaml", ".yml")):
+            p = Path(ref)
+            if not p.is_absolute() and self.path is not None:
+                p = self.path.parent / p
+            return p
+        return PROFILES_DIR / f"{prefix}_{ref}.yaml"
+
+    def _load_workload(self) -> WorkloadProfile:
+        p = self._ref(self.scenario.workload, "workload")
+        if not p.is_file():
+            raise InputError(self.file, "workload", f"workload profile {self.scenario.workload!r} not found ({p})")
+        data = read_yaml(p)
+        if not isinstance(data, dict):
+            raise InputError(str(p), None, "expected a mapping")
+        over = self.scenario.workload_overrides
+        if over:
+            try:
+                return WorkloadProfile.model_validate({**data, **over})
+            except Exception as e:  # noqa: BLE001 - re-raised as InputError naming the field
+                from pydantic import ValidationError
+
+                if isinstance(e, ValidationError):
+                    first = e.errors()[0]
+                    loc = ".".join(str(x) for x in first["loc"])
+                    raise InputError(self.file, f"workload_overrides.{loc}", first["msg"]) from None
+                raise
+        return validate_model(data, WorkloadProfile, p)
+
+    def _load_cost_profiles(self) -> dict[str, CostProfile]:
+        out: dict[str, CostProfile] = {}
+        for i, ref in enumerate(self.scenario.cost_profiles):
+            if ref == "prior":
+                continue
+            p = self._ref(ref, "cost")
+            if not p.is_file():
+                raise InputError(self.file, f"cost_profiles[{i}]", f"cost profile {ref!r} not found ({p})")
+            prof = load_yaml_model(p, CostProfile)
+            get_hardware(prof.hardware, str(p), "hardware")
+            out[prof.hardware] = prof
+        return out
+
+    def cost_profile(self, hardware: str) -> CostProfile:
+        return self.cost_profiles.get(hardware) or prior_profile(get_hardware(hardware))
+
+    def check_placement(self, hw_name: str, tp: int) -> None:
+        """TP divides the heads, fits the GPU count, and each model fits its memory share."""
+        sc, f = self.scenario, self.file
+        hw = get_hardware(hw_name, f)
+        tp_field = "grid.tp" if sc.grid.tp else "base.tp"
+        if tp > sc.hardware.count:
+            raise InputError(f, tp_field, f"tp={tp} exceeds hardware.count={sc.hardware.count}")
+        for role, m in (("base", self.base_model), ("small", self.small_model), ("draft", self.draft_model)):
+            if m.heads % tp:
+                raise InputError(f, tp_field, f"tp={tp} does not divide {role} model {m.name}'s {m.heads} attention heads")
+        budget_ctx = self.workload.prompt_tokens + self.workload.token_budget + self.workload.max_step_tokens + self.workload.answer_tokens
+        shares = {"base": sc.memory_fraction.base, "small": sc.memory_fraction.small}
+        models = {"base": self.base_model, "small": self.small_model}
+        if sc.draft is not None and sc.draft.model != sc.small.model:
+            models["base"] = self.base_model  # the draft lives in the base engine
+        for role, m in models.items():
+            need = m.weight_bytes_resident / tp + budget_ctx * m.kv_bytes_per_token(tp)
+            have = shares[role] * hw.memory_bytes
+            if need > have:
+                raise InputError(
+                    f, f"memory_fraction.{role}",
+                    f"{m.name} needs {need / 1e9:.1f} GB per GPU at tp={tp} (weights + one request's KV) "
+                    f"but gets {have / 1e9:.1f} GB of {hw.name}'s {hw.memory_bytes / 1e9:.0f} GB",
+                )
+        if sc.memory_fraction.base + sc.memory_fraction.small > 1.0:
+            raise InputError(f, "memory_fraction", "base + small must not exceed 1")
+
+    # ---- views -----------------------------------------------------------------------------
+    def system_configs(self) -> list[SystemConfig]:
+        g = self.scenario.grid
+        return expand_systems(self.scenario.systems, g.gamma, g.threshold, g.first_n)
+
+    def deployments(self, hw_name: str, tp: int) -> dict[str, Deployment]:
+        hw = get_hardware(hw_name)
+        params = self.cost_profile(hw_name).params(hw)
+        return {
+            "base": Deployment(self.base_model, hw, tp, params),
+            "small": Deployment(self.small_model, hw, tp, params),
+            "draft": Deployment(self.draft_model, hw, tp, params),
+        }
+
+    def to_dict(self) -> dict:
+        """The scenario with every default filled in (``specsim show``)."""
+        d = self.scenario.model_dump(mode="json")
+        d["resolved"] = {
+            "workload": self.workload.model_dump(mode="json"),
+            "cost_profiles": {h: self.cost_profile(h).model_dump(mode="json") for h in self.hardware_names},
+            "models": {r: m.model_dump(mode="json") | {"params_computed": m.params}
+                       for r, m in (("base", self.base_model), ("small", self.small_model), ("draft", self.draft_model))},
+            "hardware": {h: get_hardware(h).model_dump(mode="json") for h in self.hardware_names},
+        }
+        return d
+
+
+def find_scenario(ref: str) -> Path:
+    p = Path(ref)
+    if p.is_file():
+        return p
+    cand = SCENARIOS_DIR / (ref if ref.endswith(".yaml") else f"{ref}.yaml")
+    if cand.is_file():
+        return cand
+    raise InputError(ref, None, "scenario file not found")
+
+
+def load_scenario(ref: str | Path) -> ResolvedScenario:
+    path = find_scenario(str(ref))
+    sc = validate_model(read_yaml(path), Scenario, path)
+    return ResolvedScenario(sc, path)
+
+
+def list_scenarios() -> list[Path]:
+    return sorted(SCENARIOS_DIR.glob("*.yaml"))

@@ -1,0 +1,57 @@
+"""Speculative-decoding math core (Leviathan et al. 2023; Chen et al. 2023).
+
+Symbols: gamma = drafted tokens per iteration, alpha = i.i.d. per-token acceptance,
+a_i = P(first i drafts accepted) (per-position form, a_0 = 1), c = T_draft / T_target.
+
+One iteration yields M = 1 + (accepted drafts) tokens, M in 1..gamma+1, with
+    P(M = m) = a_{m-1} - a_m   (m <= gamma),   P(M = gamma + 1) = a_gamma,
+so E[M] = 1 + sum_{i=1..gamma} a_i; with a_i = alpha^i this is (1 - alpha^(gamma+1)) / (1 - alpha).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.signal import lfilter
+
+
+def iid_acceptance(alpha: float, gamma: int) -> np.ndarray:
+    """a_i = alpha^i, i = 1..gamma."""
+    return alpha ** np.arange(1, gamma + 1, dtype=float)
+
+
+def tokens_per_iteration_pmf(a: np.ndarray) -> np.ndarray:
+    """pmf over M = 1..gamma+1 (index m-1) from a_1..a_gamma."""
+    a_full = np.concatenate([[1.0], np.asarray(a, dtype=float), [0.0]])
+    p = a_full[:-1] - a_full[1:]
+    return np.clip(p, 0.0, 1.0) / max(p.clip(0).sum(), 1e-300)
+
+
+def expected_tokens_per_iteration(a: np.ndarray) -> float:
+    """E[M] = 1 + sum a_i (the acceptance length vLLM reports)."""
+    return 1.0 + float(np.sum(a))
+
+
+def leviathan_expected_tokens(alpha: float, gamma: int) -> float:
+    """(1 - alpha^(gamma+1)) / (1 - alpha), the i.i.d. closed form."""
+    if alpha >= 1.0:
+        return gamma + 1.0
+    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
+
+
+def leviathan_speedup(alpha: float, gamma: int, c: float) -> float:
+    """Walltime speedup S = (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1))."""
+    return leviathan_expected_tokens(alpha, gamma) / (gamma * c + 1.0)
+
+
+def iteration_occupancy(a: np.ndarray, length: int) -> np.ndarray:
+    """u[g] = P(an iteration starts after exactly g generated tokens), g = 0..length-1.
+
+    Renewal recursion u[0] = 1, u[g] = sum_m P(M = m) u[g - m]. A segment needing r tokens
+    runs an iteration at offset g iff g < r, so E[#iterations] = sum_{g<r} u[g].
+    """
+    p = tokens_per_iteration_pmf(a)
+    impulse = np.zeros(length)
+    if length:
+        impulse[0] = 1.0
+    # u - sum_m p_m u[. - m] = delta: an all-pole IIR filter
+    return lfilter([1.0], np.concatenate([[1.0], -p]), impulse)
