@@ -7,12 +7,87 @@ here; their modules import heavy engines lazily, inside the commands.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
+from typing import Optional
 
 import typer
 
 from simulator.errors import InputError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__.splitlines()[0])
+
+
+def _int_range(text: str | None, field: str, lo: int, hi: int) -> list[int] | None:
+    """'1-8', '3,5,7' or '4' -> a list of ints within [lo, hi]; errors name the option."""
+    if text is None:
+        return None
+    out: list[int] = []
+    try:
+        for part in text.split(","):
+            part = part.strip()
+            if "-" in part[1:]:
+                a, b = part.split("-", 1)
+                out.extend(range(int(a), int(b) + 1))
+            else:
+                out.append(int(part))
+    except ValueError:
+        raise InputError(None, field, f"expected a number, a range like 1-8 or a list like 3,5,7 (got {text!r})") from None
+    bad = [v for v in out if not lo <= v <= hi]
+    if bad or not out:
+        raise InputError(None, field, f"values must lie in {lo}..{hi} (got {text!r})")
+    return out
+
+
+@app.command()
+def whatif(
+    scenario: str = typer.Argument(..., help="scenario YAML (path or name in scenarios/)"),
+    system: Optional[list[str]] = typer.Option(None, "--system", help="restrict to these systems (repeatable)"),
+    gamma: Optional[str] = typer.Option(None, help="gamma values, e.g. 1-8 or 2,4"),
+    threshold: Optional[str] = typer.Option(None, help="thresholds, e.g. 0-9 or 5,7"),
+    first_n: Optional[str] = typer.Option(None, "--first-n", help="first-n-base-steps values"),
+    engine: Optional[str] = typer.Option(None, help="analytic | des (default: the scenario's)"),
+    requests: Optional[int] = typer.Option(None, help="DES requests per grid point"),
+    seed: Optional[int] = typer.Option(None, help="DES seed"),
+    fmt: str = typer.Option("table", "--format", help="table | csv | json"),
+    out: Optional[Path] = typer.Option(None, help="write the results here (CSV for table format)"),
+):
+    """Predict latency, speedup, small-step fraction, acceptance length and breakdown over the grid."""
+    from simulator.whatif import whatif_from_cli
+
+    if fmt not in ("table", "csv", "json"):
+        raise InputError(None, "--format", f"expected table, csv or json (got {fmt!r})")
+    if engine is not None and engine not in ("analytic", "des"):
+        raise InputError(None, "--engine", f"expected analytic or des (got {engine!r})")
+    if requests is not None and requests < 2:
+        raise InputError(None, "--requests", "must be >= 2")
+    df, title, meta = whatif_from_cli(
+        scenario, systems=system, gammas=_int_range(gamma, "--gamma", 1, 16),
+        thresholds=_int_range(threshold, "--threshold", 0, 9), first_ns=_int_range(first_n, "--first-n", 0, 100000),
+        engine=engine, requests=requests, seed=seed,
+    )
+    from simulator.report_table import write_output
+
+    write_output(df, fmt, out, title, meta)
+
+
+@app.command("list")
+def list_cmd(what: str = typer.Argument(..., help="hardware | models | scenarios")):
+    """List the hardware catalog, the model catalog or the shipped scenarios."""
+    from simulator.listing import listing
+
+    if what not in ("hardware", "models", "scenarios"):
+        raise InputError(None, "what", f"expected hardware, models or scenarios (got {what!r})")
+    listing(what)
+
+
+@app.command()
+def show(scenario: str = typer.Argument(..., help="scenario YAML (path or name)")):
+    """Print the resolved scenario with every default filled in (YAML)."""
+    import yaml
+
+    from simulator.scenario import load_scenario
+
+    print(yaml.safe_dump(load_scenario(scenario).to_dict(), sort_keys=False, width=120), end="")
 
 
 def _register_subapps() -> None:

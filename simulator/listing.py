@@ -1,0 +1,32 @@
+"""``specsim list``: the catalogs and the shipped scenarios as tables."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from simulator.catalog import hardware_catalog, model_catalog
+
+
+def listing(what: str) -> None:
+    con = Console(width=160)
+    if what == "hardware":
+        t = Table("name", "device", "BF16 TFLOP/s", "HBM GB/s", "memory GB", "link", "link GB/s", "source")
+        for h in hardware_catalog().values():
+            t.add_row(h.name, h.display, f"{h.dense_bf16_flops_per_s / 1e12:.1f}", f"{h.memory_bandwidth_bytes_per_s / 1e9:.0f}",
+                      f"{h.memory_bytes / 1e9:.0f}", h.interconnect, f"{h.link_bandwidth_bytes_per_s / 1e9:.0f}", h.source)
+    elif what == "models":
+        t = Table("name", "arch", "layers", "hidden", "heads/kv", "head_dim", "inter", "vocab", "params (computed)", "published")
+        for m in model_catalog().values():
+            pub = f"{m.published_params / 1e9:.3f}B" if m.published_params else "-"
+            t.add_row(m.name, m.arch, str(m.layers), str(m.hidden), f"{m.heads}/{m.kv_heads}", str(m.head_dim),
+                      str(m.intermediate), str(m.vocab), f"{m.params / 1e9:.3f}B", pub)
+    else:
+        from simulator.loading import read_yaml
+        from simulator.scenario import list_scenarios
+
+        t = Table("scenario", "description")
+        for p in list_scenarios():
+            d = read_yaml(p)
+            t.add_row(p.stem, d.get("description", "") if isinstance(d, dict) else "")
+    con.print(t)
