@@ -1,0 +1,59 @@
+"""Shared fixtures: small workload profiles and deployments for fast, exact tests."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.catalog import get_hardware, get_model
+from simulator.cost_model import CostParams, Deployment, prior_profile
+from simulator.workload import WorkloadProfile
+
+SMALL_WORKLOAD = {
+    "name": "test-small",
+    "dataset": "synthetic",
+    "base_model": "qwq-32b",
+    "small_model": "r1-distill-qwen-1.5b",
+    "provenance": {"kind": "prior", "source": "tests/conftest.py"},
+    "prompt_tokens": 100,
+    "answer_tokens": 20,
+    "judge_template_tokens": 70,
+    "token_budget": 600,
+    "max_step_tokens": 64,
+    "steps_per_request": {"base": {"kind": "geometric", "mean": 8, "min": 1, "max": 60}},
+    "verbosity": 1.3,
+    "step_tokens": {
+        "small": {"kind": "lognormal", "median": 20, "sigma": 0.6, "min": 1, "max": 64},
+        "base": {"kind": "lognormal", "median": 25, "sigma": 0.5, "min": 1, "max": 64},
+    },
+    "scores": [0.2, 0.05, 0.05, 0.05, 0.05, 0.1, 0.1, 0.2, 0.1, 0.1],
+    "token_acceptance": [0.8, 0.6, 0.45, 0.3, 0.2, 0.12, 0.08, 0.05],
+}
+
+
+def make_workload(**over) -> WorkloadProfile:
+    return WorkloadProfile.model_validate({**SMALL_WORKLOAD, **over})
+
+
+@pytest.fixture
+def workload() -> WorkloadProfile:
+    return make_workload()
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(12345)
+
+
+def deployments(hw_name: str = "rtx-a6000", tp: int = 2, base="qwq-32b", small="r1-distill-qwen-1.5b", params=None):
+    hw = get_hardware(hw_name)
+    p = params or prior_profile(hw).params(hw)
+    b = Deployment(get_model(base), hw, tp, p)
+    s = Deployment(get_model(small), hw, tp, p)
+    return b, s
+
+
+def flat_params(call=0.0) -> CostParams:
+    """No overheads, ideal efficiencies: the pure roofline."""
+    return CostParams(mem_efficiency=1.0, compute_efficiency=1.0, step_overhead_s=0.0, layer_overhead_s=0.0,
+                      call_overhead_s=call, allreduce_latency_s=0.0)

@@ -1,0 +1,69 @@
+"""Hand-computed cost-model cases and physical laws."""
+
+import numpy as np
+import pytest
+
+from simulator.catalog import get_hardware, get_model
+from simulator.cost_model import CostParams, Deployment
+from tests.conftest import flat_params
+
+
+def test_decode_time_by_hand_single_gpu():
+    # R1-1.5B on one H100, ideal roofline: bytes = (28 layers x 46.8M + LM head 151936x1536) x 2 B
+    # + context 1000 x KV (2 x 28 x 2 x 128 x 2 B = 28672 B)
+    m, h = get_model("r1-distill-qwen-1.5b"), get_hardware("h100-sxm")
+    d = Deployment(m, h, 1, flat_params())
+    weight_bytes = (28 * m.params_per_layer + 151936 * 1536) * 2
+    kv = 1001 * 28672
+    expected = (weight_bytes + kv) / 3350e9
+    assert d.decode_time(1000) == pytest.approx(expected, rel=1e-12)
+
+
+def test_overheads_and_allreduce_by_hand():
+    m, h = get_model("qwq-32b"), get_hardware("rtx-a6000")
+    p = CostParams(mem_efficiency=1.0, compute_efficiency=1.0, step_overhead_s=1e-3, layer_overhead_s=1e-5,
+                   call_overhead_s=0.0, allreduce_latency_s=20e-6)
+    d1 = Deployment(m, h, 2, p)
+    d0 = Deployment(m, h, 2, flat_params())
+    # 2 all-reduces per layer: 2 x 64 x (20 us + 2*(1/2) * 5120*2 B / 25 GB/s)
+    assert d0.allreduce_time(1) == pytest.approx(2 * 64 * (1.0 * 5120 * 2 / 25e9), rel=1e-12)
+    assert d1.allreduce_time(1) == pytest.approx(2 * 64 * (20e-6 + 1.0 * 5120 * 2 / 25e9), rel=1e-12)
+    assert d1.decode_time(0) - d0.decode_time(0) == pytest.approx(1e-3 + 64 * 1e-5 + 2 * 64 * 20e-6, rel=1e-9)
+
+
+def test_tp1_has_no_allreduce_and_pcie_costs_more_than_nvlink():
+    m = get_model("qwen2.5-7b")
+    p = flat_params()
+    assert Deployment(m, get_hardware("h100-sxm"), 1, p).allreduce_time(1) == 0
+    pcie = Deployment(m, get_hardware("l40s"), 2, p).allreduce_time(1)
+    nvl = Deployment(m, get_hardware("h100-sxm"), 2, p).allreduce_time(1)
+    assert pcie > 2 * nvl
+
+
+def test_prefill_becomes_compute_bound():
+    m, h = get_model("qwq-32b"), get_hardware("h100-sxm")
+    d = Deployment(m, h, 2, flat_params())
+    n = 8192
+    flops = (2 * m.matmul_params_per_token * n + 2 * m.embedding_params + 4 * m.layers * m.heads * m.head_dim * n * (n + 1) / 2) / 2
+    assert d.prefill_time(n) == pytest.approx(flops / 989e12 + d.allreduce_time(n), rel=1e-9)
+    # a ~70-token scoring prefill is memory bound: about one decode pass
+    assert d.prefill_time(70, 2000) < 1.3 * d.decode_time(2000)
+
+
+def test_verify_costs_about_one_decode_below_ridge():
+    d = Deployment(get_model("qwq-32b"), get_hardware("rtx-a6000"), 2, flat_params())
+    for gamma in (1, 4, 8):
+        assert d.verify_time(gamma, 3000) == pytest.approx(d.decode_time(3000), rel=0.05)
+
+
+def test_decode_time_grows_with_context_and_batch():
+    d = Deployment(get_model("qwq-32b"), get_hardware("h100-sxm"), 2, flat_params())
+    c = np.array([0, 1000, 4000, 16000])
+    t = d.decode_time(c)
+    assert np.all(np.diff(t) > 0)
+    assert d.batch_forward_time([1] * 8, [1000] * 8) > d.batch_forward_time([1], [1000])
+
+
+def test_batch_of_one_equals_single_sequence():
+    d = Deployment(get_model("qwen3-8b"), get_hardware("h200"), 1, flat_params())
+    assert d.batch_forward_time([70], [500]) == pytest.approx(float(d.forward_time(70, 500)))
