@@ -31,6 +31,7 @@ class _Request:
     comp: dict = field(default_factory=lambda: dict.fromkeys(COMPONENTS, 0.0))
     iterations: int = 0
     spec_tokens: int = 0
+    answer_s: float = 0.0
 
     def add(self, key: str, seconds: float) -> float:
         self.comp[key] += float(seconds)
@@ -177,6 +178,7 @@ class RequestSimulator:
                 s += r.add("draft_s", d) + r.add("verify_s", v)
             else:
                 s += r.add("base_decode_s", self.tb.decode_sum("base", P + t, w.answer_tokens))
+            r.answer_s = s
             yield from gpu_hold(s)
         return r, steps, stop, t
 
@@ -205,7 +207,7 @@ def simulate(cfg: SystemConfig, tables: CostTables, n_requests: int, seed: int) 
         req_rows.append({
             "request": rid, "latency_s": env.now - start, "steps": len(steps), "small_steps": small_kept,
             "thinking_tokens": think, "stop_reason": stop, "iterations": r.iterations,
-            "spec_tokens": r.spec_tokens, **r.comp,
+            "spec_tokens": r.spec_tokens, "answer_s": r.answer_s, **r.comp,
         })
         step_rows.extend(steps)
 
