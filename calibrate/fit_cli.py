@@ -1,0 +1,80 @@
+"""``specsim calibrate fit``: thin entry point over :mod:`calibrate.fit_cost`.
+
+Registered on the ``calibrate`` sub-app by :func:`register` (called from ``simulator.cli``).
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from simulator.errors import InputError
+
+
+def _setup_from(ms, hardware, tp, base_model, small_model, draft_model):
+    from calibrate.fit_cost import Setup
+
+    h = ms.hint
+    pick = {"hardware": hardware or h.get("hardware"), "base": base_model or h.get("base_model"),
+            "small": small_model or h.get("small_model")}
+    for k, v in pick.items():
+        if not v:
+            opt = "--hardware" if k == "hardware" else f"--{k}-model"
+            raise InputError(None, opt, f"cannot tell the {k} from the inputs; give {opt} (a catalog name, see specsim list)")
+    return Setup.from_names(pick["hardware"], tp or h.get("tp") or 1, pick["base"], pick["small"],
+                            draft_model or h.get("draft_model"))
+
+
+def fit(
+    inputs: list[Path] = typer.Argument(..., help="run directories or SpecReason trace files/directories"),
+    out: Path = typer.Option(..., "--out", help="cost profile YAML to write"),
+    runs: Optional[str] = typer.Option(None, "--runs", help="fit only these runs, e.g. 0-3 (default: all)"),
+    hardware: Optional[str] = typer.Option(None, help="catalog hardware (default: from the inputs)"),
+    tp: Optional[int] = typer.Option(None, help="tensor-parallel degree (default: from the inputs)"),
+    base_model: Optional[str] = typer.Option(None, "--base-model"),
+    small_model: Optional[str] = typer.Option(None, "--small-model"),
+    draft_model: Optional[str] = typer.Option(None, "--draft-model"),
+    alternative: Optional[list[str]] = typer.Option(None, "--alternative-hardware",
+                                                    help="also fit on this hardware and record the implied efficiencies"),
+    name: Optional[str] = typer.Option(None, help="profile name"),
+    date: Optional[str] = typer.Option(None, help="provenance date (default: today)"),
+):
+    """Fit the cost-model parameters to measured call times (robust least squares, stderrs, identifiability)."""
+    from calibrate.fit_cost import fit_measured, load_measured, parse_run_rule, profile_to_yaml, write_atomic
+
+    ms = load_measured([str(p) for p in inputs])
+    if runs:
+        ms = ms.select_runs(parse_run_rule(runs, ms.run_keys))
+    setup = _setup_from(ms, hardware, tp, base_model, small_model, draft_model)
+    if tp is not None and tp < 1:
+        raise InputError(None, "--tp", "must be >= 1")
+    command = "specsim calibrate fit " + " ".join(shlex.quote(a) for a in sys.argv[3:]) if len(sys.argv) > 3 else ""
+    prof = fit_measured(ms, setup, engine=ms.hint.get("engine", "vllm"), hardware_note=ms.hint.get("hardware_note", ""),
+                        command=command, name=name, alternatives=alternative or [], date=date)
+    write_atomic(out, profile_to_yaml(prof, command))
+    f = prof.fit
+    print(f"wrote {out}: {f['calls']} calls of runs {', '.join(f['runs'])} on {setup.hardware.name} TP={setup.tp}")
+    for n in ("mem_efficiency", "compute_efficiency", "step_overhead_s", "layer_overhead_s", "call_overhead_s",
+              "allreduce_latency_s"):
+        p = getattr(prof, n)
+        se = f" ± {p.stderr:.3g}" if p.stderr is not None else ""
+        why = "" if p.kind == "calibrated" else f"  ({f['kept_at_prior'].get(n, '')})"
+        print(f"  {n:20s} {p.value:.4g}{se}  [{p.kind}]{why}")
+    print("  per op: " + "; ".join(f"{op} median APE {v['median_ape']:.3f} bias {v['bias']:+.3f} (n={v['calls']})"
+                                   for op, v in f["per_op"].items()))
+    if not f["physically_plausible"]:
+        print("  WARNING: an efficiency > 1 — impossible on this hardware; the assumed hardware is wrong")
+    for hw, a in f.get("hardware_alternatives", {}).items():
+        print(f"  on {hw}: mem_efficiency {a['values']['mem_efficiency']:.3g}, compute_efficiency "
+              f"{a['values']['compute_efficiency']:.3g} -> {'plausible' if a['physically_plausible'] else 'IMPOSSIBLE (> 1)'}")
+
+
+def register(calibrate_app: typer.Typer) -> None:
+    """Add ``fit`` to the calibrate sub-app unless it already has one."""
+    names = {c.name or (c.callback.__name__ if c.callback else None) for c in calibrate_app.registered_commands}
+    if "fit" not in names:
+        calibrate_app.command("fit")(fit)

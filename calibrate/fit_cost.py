@@ -1,0 +1,641 @@
+"""Fit a :class:`~simulator.cost_model.CostProfile` to measured engine calls.
+
+Input contract: a *call table* (``CALL_COLUMNS``, one row per measured engine call). Loaders
+turn each measured source into it:
+
+- :func:`calls_from_specreason`: the shared SpecReason per-step traces (``calibrate.import_specreason``);
+- :func:`calls_from_run_dir`: the runner's run directories (``calibrate.trace_schema``).
+
+Model of one call (the cost model's own equations, ``simulator.cost_model``; only its
+parameters are fitted)::
+
+    T_call = t_call + T_fwd(n, c) + sum_{j=0}^{k-2} T_dec(c + n + j)           (generate / score)
+    T_call = t_call + T_fwd^base(n, c) + T_fwd^draft(n, c)
+             + sum_iterations [sum_{i<gamma} T_dec^draft(x + i) + T_ver(gamma, x)]   (speculative generate)
+
+n new (uncached) prompt tokens, c cached tokens, k output tokens (a score is k = 1).
+
+Fit: residual r = log T_pred - log T_meas (multiplicative noise; a 12 s base call and a
+0.15 s scoring call weigh the same), ``scipy.optimize.least_squares`` with a soft-L1 loss
+(f_scale ``F_SCALE`` = 5 %) over the logs of the free parameters, bounded. Standard errors:
+cov = s^2 (J^T J)^-1 with J the Jacobian of the raw residuals at the optimum (central
+differences in log-parameter space) and s = 1.4826 MAD(r) (robust scale), so the stderr of
+a parameter p is p * sqrt(cov_pp) (delta method).
+
+Identifiability: a parameter is fitted only if the data pins it. After each fit the
+parameters whose relative stderr exceeds ``MAX_REL_STDERR`` (a ~0 Jacobian column gives an
+infinite one), that run to a bound, or whose estimate correlates beyond ``MAX_ABS_CORR`` with
+another are put back to their prior (``kind: prior``), one at a time in ``FIX_ORDER``, and the
+fit is repeated. E.g. ``allreduce_latency_s`` and ``layer_overhead_s`` both multiply the layer
+count at a single TP degree and are exactly collinear; ``compute_efficiency`` has no
+signal in decode-only data.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from simulator.catalog import HardwareSpec, ModelSpec, get_hardware, get_model
+from simulator.cost_model import CostParams, CostProfile, Deployment, Param, prior_profile
+from simulator.errors import InputError
+from simulator.provenance import Provenance
+
+CALL_COLUMNS = [
+    "source",          # file or run directory the call came from
+    "run_id",          # independent run (held-out unit)
+    "request_id",      # request within the run
+    "config",          # configuration label (system and knobs)
+    "system", "threshold", "gamma",
+    "step_index",
+    "role",            # model that served the call: base | small
+    "op",              # small_generate | score | base_generate | spec_generate
+    "new_tokens",      # prompt tokens not in the prefix cache
+    "cached_tokens",   # prompt tokens served from the prefix cache
+    "output_tokens",   # generated tokens (score: 1)
+    "spec_gamma",      # speculative tokens per iteration (spec_generate only, else 0)
+    "spec_iterations",  # verification iterations (spec_generate only, else 0)
+    "wall_s",          # measured wall time of the call
+]
+PARAM_NAMES = ("mem_efficiency", "compute_efficiency", "step_overhead_s", "layer_overhead_s",
+               "call_overhead_s", "allreduce_latency_s")
+# When parameters are not separable, the first of these among them goes back to its prior.
+FIX_ORDER = ("allreduce_latency_s", "layer_overhead_s", "compute_efficiency", "step_overhead_s",
+             "call_overhead_s", "mem_efficiency")
+BOUNDS = {"mem_efficiency": (1e-3, 10.0), "compute_efficiency": (1e-3, 10.0), "step_overhead_s": (1e-7, 1.0),
+          "layer_overhead_s": (1e-9, 1e-2), "call_overhead_s": (1e-6, 10.0), "allreduce_latency_s": (1e-9, 1e-2)}
+F_SCALE = 0.05
+MAX_REL_STDERR = 0.5
+MAX_ABS_CORR = 0.98
+RESIDUAL_QUANTILES = 101  # stored per op in the profile, for prediction intervals
+
+
+# ---- loaders -------------------------------------------------------------------------------------
+def _label(system: str, threshold, gamma) -> str:
+    parts = [system]
+    if gamma:
+        parts.append(f"g={int(gamma)}")
+    if threshold is not None and threshold == threshold:
+        parts.append(f"t={threshold:g}")
+    return " ".join(parts)
+
+
+def calls_from_specreason(steps: pd.DataFrame, prompt_tokens: int, judge_template_tokens: int,
+                          threshold: float = 7.0, source: str = "") -> pd.DataFrame:
+    """Calls of the SpecReason per-step traces (importer's canonical step table).
+
+    Token accounting (not recorded by the source; prefix caching on, one request at a time):
+    small call: new = the previous kept step (the prompt on step 0), cached = the rest of the
+    CoT; scoring call: new = small step + judge template, cached = prompt + CoT; base call:
+    new = 1 (the CoT is cached by the scoring call), cached = prompt + CoT. Skipped scoring
+    calls (time 0) are dropped.
+    """
+    rows = []
+    label = _label("specreason", threshold, None)
+    for run, d in steps.groupby("run_id", sort=False):
+        prev_kept = None
+        for s in d.itertuples(index=False):
+            ctx = prompt_tokens + int(s.context_tokens_before)
+            common = {"source": source, "run_id": str(run), "request_id": str(run), "config": label,
+                      "system": "specreason", "threshold": threshold, "gamma": 0, "step_index": int(s.step_index),
+                      "spec_gamma": 0, "spec_iterations": 0}
+            new_small = ctx if prev_kept is None else max(int(prev_kept), 1)
+            rows.append({**common, "role": "small", "op": "small_generate", "new_tokens": new_small,
+                         "cached_tokens": ctx - new_small, "output_tokens": max(int(s.small_tokens), 1),
+                         "wall_s": float(s.small_call_s)})
+            if not s.scoring_skipped:
+                rows.append({**common, "role": "base", "op": "score",
+                             "new_tokens": int(s.small_tokens) + judge_template_tokens, "cached_tokens": ctx,
+                             "output_tokens": 1, "wall_s": float(s.scoring_call_s)})
+            if s.base_tokens is not pd.NA and not pd.isna(s.base_tokens):
+                rows.append({**common, "role": "base", "op": "base_generate", "new_tokens": 1, "cached_tokens": ctx,
+                             "output_tokens": max(int(s.base_tokens), 1), "wall_s": float(s.base_call_s)})
+            prev_kept = s.kept_tokens
+    return pd.DataFrame(rows, columns=CALL_COLUMNS)
+
+
+def calls_from_run_dir(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
+    """Calls of one runner run directory (``run.json`` + ``steps.jsonl``), validated by the schema."""
+    from calibrate.trace_schema import check_run_dir
+
+    run_dir = Path(run_dir)
+    recs = check_run_dir(run_dir)
+    meta = recs["run"][0]
+    steps = recs.get("step", [])
+    if not steps:
+        raise InputError(str(run_dir / "steps.jsonl"), None, "no step records")
+    system, thr, gamma = meta["system"], meta["threshold"], meta["gamma"]
+    label = _label(system, thr if "specreason" in system else None, gamma)
+    rows = []
+    prev: dict[int, int] = {}
+    for s in sorted(steps, key=lambda r: (r["request_id"], r["step_index"])):
+        rid = s["request_id"]
+        common = {"source": str(run_dir), "run_id": f"{run_dir.name}", "request_id": f"{run_dir.name}/{rid}",
+                  "config": label, "system": system, "threshold": thr if "specreason" in system else np.nan,
+                  "gamma": gamma, "step_index": s["step_index"], "spec_gamma": 0, "spec_iterations": 0}
+        ctx = s["context_tokens"]
+        if s["small_tokens"] > 0 and s["small_time_s"] > 0:
+            new = ctx if rid not in prev else max(prev[rid], 1)
+            rows.append({**common, "role": "small", "op": "small_generate", "new_tokens": min(new, ctx) or 1,
+                         "cached_tokens": max(ctx - new, 0), "output_tokens": s["small_tokens"], "wall_s": s["small_time_s"]})
+        if s["score_time_s"] > 0:
+            rows.append({**common, "role": "base", "op": "score", "new_tokens": max(s["score_new_tokens"], 1),
+                         "cached_tokens": s["score_cached_tokens"], "output_tokens": 1, "wall_s": s["score_time_s"]})
+        if s["base_tokens"] > 0 and s["base_time_s"] > 0:
+            new = max(s["base_prompt_tokens"] - s["base_cached_tokens"], 1)
+            row = {**common, "role": "base", "op": "base_generate", "new_tokens": new,
+                   "cached_tokens": s["base_cached_tokens"], "output_tokens": s["base_tokens"], "wall_s": s["base_time_s"]}
+            if s["spec_gamma"] > 0 and s["spec_drafted_per_pos"]:
+                row.update(op="spec_generate", spec_gamma=s["spec_gamma"],
+                           spec_iterations=max(int(s["spec_drafted_per_pos"][0]), 1))
+            rows.append(row)
+        prev[rid] = s["kept_tokens"]
+    return pd.DataFrame(rows, columns=CALL_COLUMNS), meta
+
+
+# ---- the predictor -------------------------------------------------------------------------------
+@dataclass
+class Setup:
+    """What the calls ran on: catalog hardware, TP degree, catalog models per role."""
+
+    hardware: HardwareSpec
+    tp: int
+    models: dict[str, ModelSpec]  # base, small (and draft for speculative calls)
+
+    @classmethod
+    def from_names(cls, hardware: str, tp: int, base: str, small: str, draft: str | None = None) -> "Setup":
+        models = {"base": get_model(base, None, "--base-model"), "small": get_model(small, None, "--small-model")}
+        models["draft"] = get_model(draft, None, "--draft-model") if draft else models["small"]
+        return cls(get_hardware(hardware, None, "--hardware"), tp, models)
+
+    def describe(self) -> dict:
+        return {"hardware": self.hardware.name, "tp": self.tp, **{f"{r}_model": m.name for r, m in self.models.items()}}
+
+
+class CallPredictor:
+    """Vectorised T_call for a fixed call table; ``predict(params)`` is cheap (flat arrays, no loops)."""
+
+    def __init__(self, calls: pd.DataFrame, setup: Setup):
+        self.setup = setup
+        self.n_calls = len(calls)
+        self.role = calls["role"].to_numpy()
+        self.new = calls["new_tokens"].to_numpy(float)
+        self.cached = calls["cached_tokens"].to_numpy(float)
+        out = np.maximum(calls["output_tokens"].to_numpy(int), 1)
+        spec = (calls["op"] == "spec_generate").to_numpy()
+        self.spec = spec
+        # plain decodes: contexts c + n + j, j = 0..k-2, flattened with the owning call's index
+        n_dec = np.where(spec, 0, out - 1)
+        self.dec_owner = np.repeat(np.arange(self.n_calls), n_dec)
+        starts = np.repeat(self.cached + self.new, n_dec)
+        offs = np.arange(n_dec.sum()) - np.repeat(np.cumsum(n_dec) - n_dec, n_dec)
+        self.dec_ctx = starts + offs
+        self.dec_role = self.role[self.dec_owner]
+        # speculative iterations: contexts spread evenly over the call's output
+        it = np.where(spec, calls["spec_iterations"].to_numpy(int), 0)
+        self.it_owner = np.repeat(np.arange(self.n_calls), it)
+        it_offs = np.arange(it.sum()) - np.repeat(np.cumsum(it) - it, it)
+        frac = it_offs / np.maximum(np.repeat(it, it), 1)
+        self.it_ctx = np.repeat(self.cached + self.new, it) + np.floor(frac * np.repeat(out, it))
+        self.it_gamma = np.repeat(calls["spec_gamma"].to_numpy(int), it)
+
+    def deployments(self, params: CostParams) -> dict[str, Deployment]:
+        s = self.setup
+        return {r: Deployment(m, s.hardware, s.tp, params) for r, m in s.models.items()}
+
+    def predict(self, params: CostParams) -> np.ndarray:
+        dep = self.deployments(params)
+        t = np.full(self.n_calls, params.call_overhead_s)
+        for role in ("base", "small"):
+            m = self.role == role
+            if m.any():
+                t[m] += dep[role].prefill_time(self.new[m], self.cached[m])
+            d = self.dec_role == role
+            if d.any():
+                t += np.bincount(self.dec_owner[d], weights=dep[role].decode_time(self.dec_ctx[d]), minlength=self.n_calls)
+        if self.spec.any():
+            t[self.spec] += dep["draft"].prefill_time(self.new[self.spec], self.cached[self.spec])
+            for g in np.unique(self.it_gamma):
+                m = self.it_gamma == g
+                x = self.it_ctx[m]
+                per = dep["draft"].draft_time(int(g), x) + dep["base"].verify_time(int(g), x)
+                t += np.bincount(self.it_owner[m], weights=per, minlength=self.n_calls)
+        return t
+
+
+# ---- the fit -------------------------------------------------------------------------------------
+def _values(profile: CostProfile, hardware: HardwareSpec) -> dict[str, float]:
+    p = profile.params(hardware)
+    return {n: float(getattr(p, n)) for n in PARAM_NAMES}
+
+
+def _params(values: dict[str, float]) -> CostParams:
+    return CostParams(**values)
+
+
+@dataclass
+class CostFit:
+    """Result of :func:`fit_cost`: values, stderrs, which parameters were fitted, residuals."""
+
+    values: dict[str, float]
+    stderr: dict[str, float]
+    fitted: list[str]
+    fixed: dict[str, str]  # name -> why it stayed at its prior
+    prior: dict[str, float]
+    residuals: pd.DataFrame  # calls + predicted_s + log_residual
+    correlation: dict = field(default_factory=dict)
+    n_iterations: int = 0
+
+
+def _jacobian(fun, x: np.ndarray, h: float = 1e-4) -> np.ndarray:
+    cols = []
+    for k in range(len(x)):
+        e = np.zeros_like(x)
+        e[k] = h
+        cols.append((fun(x + e) - fun(x - e)) / (2 * h))
+    return np.stack(cols, axis=1)
+
+
+def _robust_scale(r: np.ndarray) -> float:
+    return float(1.4826 * np.median(np.abs(r - np.median(r)))) or float(np.std(r)) or 1e-12
+
+
+def fit_cost(calls: pd.DataFrame, setup: Setup, prior: CostProfile | None = None,
+             candidates: tuple[str, ...] = PARAM_NAMES) -> CostFit:
+    """Robust least squares of log call times over the identifiable subset of ``candidates``."""
+    from scipy.optimize import least_squares
+
+    calls = calls[calls["wall_s"] > 0].reset_index(drop=True)
+    if len(calls) < 3:
+        raise InputError(None, "calls", f"need at least 3 measured calls with a positive time (got {len(calls)})")
+    prior = prior or prior_profile(setup.hardware)
+    prior_vals = _values(prior, setup.hardware)
+    pred = CallPredictor(calls, setup)
+    y = np.log(calls["wall_s"].to_numpy(float))
+    free = [n for n in PARAM_NAMES if n in candidates]
+    fixed: dict[str, str] = {n: "not a fit candidate" for n in PARAM_NAMES if n not in candidates}
+    vals = dict(prior_vals)
+    for _ in range(len(PARAM_NAMES) + 1):
+        base_vals = dict(prior_vals)
+
+        def resid(logx, free=free, base_vals=base_vals):
+            v = dict(base_vals)
+            v.update({n: float(np.exp(lx)) for n, lx in zip(free, logx)})
+            return np.log(pred.predict(_params(v))) - y
+
+        if not free:
+            vals, cov, rel = dict(prior_vals), np.zeros((0, 0)), np.zeros(0)
+            break
+        lo = np.log([BOUNDS[n][0] for n in free])
+        hi = np.log([BOUNDS[n][1] for n in free])
+        x0 = np.clip(np.log([prior_vals[n] for n in free]), lo + 1e-9, hi - 1e-9)
+        res = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=F_SCALE, x_scale=1.0)
+        r = resid(res.x)
+        J = _jacobian(resid, res.x)
+        s = _robust_scale(r)
+        col = np.linalg.norm(J, axis=0) / np.sqrt(len(r))
+        # invert on unit-norm columns so a weak but real direction is not truncated away
+        norm = np.where(col > 0, col, 1.0) * np.sqrt(len(r))
+        jn = J / norm
+        try:
+            cov = s**2 * np.linalg.inv(jn.T @ jn) / np.outer(norm, norm)
+        except np.linalg.LinAlgError:
+            cov = np.full((len(free), len(free)), np.inf)
+        rel = np.where(col > 1e-8, np.sqrt(np.abs(np.diag(cov))), np.inf)
+        d = np.sqrt(np.clip(np.abs(np.diag(cov)), 1e-300, None))
+        corr = cov / np.outer(d, d)
+        vals = dict(prior_vals)
+        vals.update({n: float(np.exp(lx)) for n, lx in zip(free, res.x)})
+        # identifiability: worst offender back to its prior, refit
+        bad = {}
+        for k, n in enumerate(free):
+            if min(res.x[k] - lo[k], hi[k] - res.x[k]) < 1e-3:
+                bad[n] = (np.inf, f"ran to its bound {BOUNDS[n]} (the data pushes it outside the physical range)")
+            elif not np.isfinite(rel[k]) or col[k] <= 1e-8:
+                bad[n] = (np.inf, f"no signal in the data (Jacobian column ~0, mean |d log T / d log p| = {col[k]:.1e})")
+            elif rel[k] > MAX_REL_STDERR:
+                bad[n] = (rel[k], f"not pinned by the data (relative stderr {rel[k]:.2f} > {MAX_REL_STDERR})")
+        if not bad and len(free) > 1:
+            off = np.abs(corr - np.eye(len(free)))
+            i, j = np.unravel_index(np.argmax(off), off.shape)
+            if off[i, j] > MAX_ABS_CORR:
+                pair = (free[i], free[j])
+                n = min(pair, key=FIX_ORDER.index)
+                other = pair[1] if n == pair[0] else pair[0]
+                bad[n] = (off[i, j], f"collinear with {other} (|corr| {off[i, j]:.3f} > {MAX_ABS_CORR})")
+        if not bad:
+            break
+        worst = min(bad, key=FIX_ORDER.index)  # one at a time; the least physical first
+        fixed[worst] = bad[worst][1]
+        free = [n for n in free if n != worst]
+    stderr = {n: float(vals[n] * rel[k]) for k, n in enumerate(free)}
+    predicted = pred.predict(_params(vals))
+    out = calls.copy()
+    out["predicted_s"] = predicted
+    out["log_residual"] = np.log(predicted) - y
+    corr_out = {}
+    if len(free) > 1:
+        d = np.sqrt(np.diag(cov))
+        c = cov / np.outer(d, d)
+        corr_out = {f"{free[i]}~{free[j]}": round(float(c[i, j]), 4)
+                    for i in range(len(free)) for j in range(i + 1, len(free))}
+    for n in PARAM_NAMES:
+        if n not in free and n not in fixed:
+            fixed[n] = "not a fit candidate"
+    return CostFit(values=vals, stderr=stderr, fitted=free, fixed=fixed, prior=prior_vals, residuals=out,
+                   correlation=corr_out)
+
+
+# ---- goodness of fit and the profile ---------------------------------------------------------------
+def ape(predicted, measured) -> np.ndarray:
+    p, m = np.asarray(predicted, float), np.asarray(measured, float)
+    return np.abs(p - m) / m
+
+
+def goodness_of_fit(res: pd.DataFrame) -> dict:
+    """Per op: calls, median APE, mean APE, p90 APE, bias (median signed relative error), residual quantiles."""
+    out = {}
+    q = np.linspace(0, 1, RESIDUAL_QUANTILES)
+    for op, d in [("all", res), *res.groupby("op", sort=True)]:
+        rel = d["predicted_s"] / d["wall_s"] - 1.0
+        a = np.abs(rel)
+        entry = {"calls": int(len(d)), "median_ape": round(float(np.median(a)), 5), "mean_ape": round(float(a.mean()), 5),
+                 "p90_ape": round(float(np.quantile(a, 0.9)), 5), "bias": round(float(np.median(rel)), 5),
+                 "mean_measured_s": round(float(d["wall_s"].mean()), 5)}
+        if op != "all":
+            # log residual measured/predicted quantiles (prediction intervals) and per-run offsets
+            # log(measured/predicted): per-run offsets (median per run) and the within-run spread around them
+            lr = -d["log_residual"]
+            offsets = lr.groupby(d["run_id"]).median()
+            within = (lr - d["run_id"].map(offsets)).to_numpy()
+            entry["log_ratio_quantiles"] = [round(float(v), 5) for v in np.quantile(lr.to_numpy(), q)]
+            entry["within_run_log_ratio_quantiles"] = [round(float(v), 5) for v in np.quantile(within, q)]
+            entry["run_offsets"] = {str(k): round(float(v), 5) for k, v in offsets.items()}
+        out[str(op)] = entry
+    return out
+
+
+def build_profile(fit: CostFit, setup: Setup, *, name: str, engine: str, inputs: list[str], runs: list[str],
+                  hardware_note: str, date: str | None = None, command: str = "") -> CostProfile:
+    """The fitted :class:`CostProfile`: calibrated Params carry their stderr and source; the rest stay priors."""
+    date = date or _dt.date.today().isoformat()
+    src = f"calibrated on {len(fit.residuals)} calls of runs {', '.join(runs)} ({'; '.join(inputs)})"
+    prior = prior_profile(setup.hardware, engine)
+
+    def param(n: str) -> Param:
+        if n in fit.fitted:
+            return Param(value=float(f"{fit.values[n]:.6g}"), kind="calibrated", source=src,
+                         stderr=float(f"{fit.stderr[n]:.3g}"))
+        if n == "allreduce_latency_s":
+            return Param(value=fit.values[n], kind="prior",
+                         source=f"hardware catalog prior ({setup.hardware.name}); {fit.fixed.get(n, '')}")
+        old = getattr(prior, n)
+        return Param(value=old.value, kind="prior", source=f"{old.source}; kept: {fit.fixed.get(n, '')}")
+
+    fit_block = {
+        "method": f"scipy least_squares on log call time, loss soft_l1 (f_scale {F_SCALE}), log-parameter space; "
+                  f"stderr = p * sqrt(diag(s^2 (J^T J)^-1)), s = 1.4826 MAD of residuals; parameters with relative "
+                  f"stderr > {MAX_REL_STDERR} or |corr| > {MAX_ABS_CORR} kept at their prior",
+        "inputs": inputs, "runs": sorted(runs), "calls": int(len(fit.residuals)), "date": date,
+        "setup": setup.describe(), "hardware_note": hardware_note, "command": command,
+        "fitted": fit.fitted, "kept_at_prior": fit.fixed, "prior_values": fit.prior,
+        "physically_plausible": bool(fit.values["mem_efficiency"] <= 1.0 and fit.values["compute_efficiency"] <= 1.0),
+        "correlation": fit.correlation,
+        "per_op": goodness_of_fit(fit.residuals),
+    }
+    return CostProfile(
+        name=name, hardware=setup.hardware.name, engine=engine,
+        provenance=Provenance(kind="fitted", source=src, method="calibrate.fit_cost (see fit.method)", date=date,
+                              hardware=f"{setup.hardware.display} x{setup.tp} (TP={setup.tp}); {hardware_note}",
+                              engine=engine, models=[m.name for m in setup.models.values()]),
+        **{n: param(n) for n in PARAM_NAMES},
+        fit=fit_block,
+    )
+
+
+def write_atomic(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` via a temporary file in the same directory and os.replace."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def profile_to_yaml(profile: CostProfile, command: str) -> str:
+    header = ("# Cost profile fitted by calibrate.fit_cost (see fit: for inputs, method, residuals per op).\n"
+              f"# Regenerate (do not edit by hand):\n#   {command}\n")
+    data = json.loads(profile.model_dump_json(exclude_none=True))
+    return header + yaml.safe_dump(data, sort_keys=False, width=120, default_flow_style=None)
+
+
+def load_profile(path: str | Path) -> CostProfile:
+    from simulator.loading import load_yaml_model
+
+    return load_yaml_model(path, CostProfile)
+
+
+# ---- measured sets: calls + per-request measurements from any supported input --------------------
+REQUEST_COLUMNS = [
+    "source", "run_id", "run_key", "request_id", "config", "system", "threshold", "gamma",
+    "measured_s",            # sum of the modelled engine calls (what replay predicts)
+    "measured_e2e_s",        # end-to-end wall time as recorded (incl. calls the model does not know)
+    "to_answer_s",           # modelled calls up to the end rule of the workload model (distribution mode)
+    "to_answer_censored",    # the request never reached that end inside the recording
+    "steps", "small_step_fraction", "acceptance_length",
+]
+
+
+@dataclass
+class MeasuredSet:
+    """Everything validation and fitting read from measured inputs (one documented contract)."""
+
+    calls: pd.DataFrame      # CALL_COLUMNS
+    requests: pd.DataFrame   # REQUEST_COLUMNS
+    inputs: list[str]
+    kind: str                # "specreason" | "run_dir"
+    hint: dict               # hardware / tp / models / engine suggested by the inputs
+    steps: pd.DataFrame | None = None  # SpecReason canonical steps (for the workload fit)
+    trace: object = None     # SpecReasonTrace when kind == "specreason"
+
+    def select_runs(self, keys: set[str]) -> "MeasuredSet":
+        c = self.calls[self.calls["run_id"].map(run_key).isin(keys)].reset_index(drop=True)
+        r = self.requests[self.requests["run_key"].isin(keys)].reset_index(drop=True)
+        s = None if self.steps is None else self.steps[self.steps["run_id"].map(run_key).isin(keys)].reset_index(drop=True)
+        return MeasuredSet(c, r, self.inputs, self.kind, self.hint, s, self.trace)
+
+    @property
+    def run_keys(self) -> list[str]:
+        return list(dict.fromkeys(self.requests["run_key"]))
+
+
+def run_key(run_id: str) -> str:
+    """Short name of a run: the last path component (``results/60/3`` -> ``3``)."""
+    return str(run_id).rstrip("/").rsplit("/", 1)[-1]
+
+
+SPECREASON_HINT = {"hardware": "a100-80gb", "tp": 2, "base_model": "qwq-32b", "small_model": "r1-distill-qwen-1.5b",
+                   "engine": "vllm-0.8.2",
+                   "hardware_note": "hardware not stated by the source; the recipe says 2x RTX A6000 but the measured "
+                                    "per-token times are below that roofline (docs/workload-fit.md), so the fit assumes "
+                                    "2x A100-80GB SXM (TP=2); the A6000 alternative is reported in fit.hardware_alternatives"}
+
+
+def _specreason_set(path: Path, prompt_tokens: int, judge_tokens: int) -> MeasuredSet:
+    from calibrate.import_specreason import import_specreason, steps_upto_answer
+
+    trace = import_specreason(path)
+    calls = calls_from_specreason(trace.steps, prompt_tokens, judge_tokens, trace.threshold, source=str(path))
+    st = trace.steps
+    upto = steps_upto_answer(trace)
+    call_s = st["small_call_s"] + st["scoring_call_s"] + st["base_call_s"].fillna(0.0)
+    per = pd.DataFrame({"run_id": st["run_id"], "call_s": call_s, "step_s": st["step_s"],
+                        "small": st["kept_by"] == "small"}).groupby("run_id", sort=False)
+    ua = (upto["small_call_s"] + upto["scoring_call_s"] + upto["base_call_s"].fillna(0.0)).groupby(upto["run_id"]).sum()
+    cens = trace.requests.set_index("run_id")["censored"]
+    rows = []
+    for run, d in per:
+        rows.append({"source": str(path), "run_id": run, "run_key": run_key(run), "request_id": run,
+                     "config": _label("specreason", trace.threshold, None), "system": "specreason",
+                     "threshold": trace.threshold, "gamma": 0, "measured_s": float(d["call_s"].sum()),
+                     "measured_e2e_s": float(d["step_s"].sum()), "to_answer_s": float(ua.get(run, np.nan)),
+                     "to_answer_censored": bool(cens[run]), "steps": len(d),
+                     "small_step_fraction": float(d["small"].mean()), "acceptance_length": np.nan})
+    return MeasuredSet(calls, pd.DataFrame(rows, columns=REQUEST_COLUMNS), [str(path)], "specreason",
+                       dict(SPECREASON_HINT), steps=upto, trace=trace)
+
+
+_GPU_NAMES = (("a100", "80", "a100-80gb"), ("a100", "", "a100-40gb"), ("h100", "", "h100-sxm"), ("h200", "", "h200"),
+              ("a6000", "", "rtx-a6000"), ("l40s", "", "l40s"))
+
+
+def _hint_from_manifest(meta: dict) -> dict:
+    hw = meta.get("hardware", {})
+    name = str(hw.get("gpu_name") or "").lower()
+    hardware = "cpu" if not name or str(hw.get("device", "")).startswith("cpu") else None
+    for a, b, cat in _GPU_NAMES:
+        if hardware is None and a in name and b in name:
+            hardware = cat
+    hint = {"hardware": hardware, "tp": int(meta.get("tensor_parallel", 1)), "engine":
+            f"{meta.get('engine')}-{meta.get('engine_version')}", "hardware_note": f"run.json hardware: {hw}"}
+    from simulator.catalog import model_catalog
+
+    cat = model_catalog()
+    for role, info in (meta.get("models") or {}).items():
+        tail = Path(str(info.get("path", ""))).name.lower()
+        match = [n for n, m in cat.items() if n == tail or (m.hf_id or "").split("/")[-1].lower() == tail]
+        hint[f"{role}_model"] = info.get("catalog_name") or (match[0] if match else None)
+    return hint
+
+
+def _run_dir_set(path: Path) -> MeasuredSet:
+    from calibrate.trace_schema import check_run_dir
+
+    calls, meta = calls_from_run_dir(path)
+    recs = check_run_dir(path)
+    steps = pd.DataFrame(recs.get("step", []))
+    rows = []
+    for r in recs.get("request", []):
+        d = steps[steps["request_id"] == r["request_id"]]
+        iters = sum(int(p[0]) for p in d["spec_drafted_per_pos"] if p) if len(d) else 0
+        calls_s = r["small_time_s"] + r["score_time_s"] + r["base_time_s"]
+        rows.append({"source": str(path), "run_id": path.name, "run_key": path.name,
+                     "request_id": f"{path.name}/{r['request_id']}",
+                     "config": calls["config"].iloc[0] if len(calls) else meta["system"], "system": r["system"],
+                     "threshold": meta["threshold"] if "specreason" in r["system"] else np.nan, "gamma": meta["gamma"],
+                     "measured_s": calls_s, "measured_e2e_s": r["latency_s"], "to_answer_s": calls_s,
+                     "to_answer_censored": r["stop_reason"] == "max_steps", "steps": r["num_steps"],
+                     "small_step_fraction": r["num_small_steps"] / max(r["num_steps"], 1),
+                     "acceptance_length": 1.0 + r["spec_accepted_tokens"] / iters if iters else np.nan})
+    if not rows:
+        raise InputError(str(path / "requests.jsonl"), None, "no finished requests")
+    return MeasuredSet(calls, pd.DataFrame(rows, columns=REQUEST_COLUMNS), [str(path)], "run_dir",
+                       _hint_from_manifest(meta))
+
+
+def load_measured(paths: list[str | Path], prompt_tokens: int | None = None,
+                  judge_tokens: int | None = None) -> MeasuredSet:
+    """Runner run directories (``run.json`` inside) or SpecReason JSONL (file or directory)."""
+    if not paths:
+        raise InputError(None, "inputs", "give at least one run directory or trace file")
+    if prompt_tokens is None or judge_tokens is None:
+        from simulator.workload import load_workload
+        from simulator.scenario import PROFILES_DIR
+
+        w = load_workload(PROFILES_DIR / "workload_aime_qwq32b_r1-1.5b.yaml")
+        prompt_tokens = w.prompt_tokens if prompt_tokens is None else prompt_tokens
+        judge_tokens = w.judge_template_tokens if judge_tokens is None else judge_tokens
+    sets = []
+    for p in map(Path, paths):
+        if not p.exists():
+            raise InputError(str(p), None, "not found")
+        sets.append(_run_dir_set(p) if (p / "run.json").is_file() else _specreason_set(p, prompt_tokens, judge_tokens))
+    kinds = {s.kind for s in sets}
+    if len(kinds) > 1:
+        raise InputError(None, "inputs", "mixing SpecReason traces and runner run directories in one call is not supported")
+    calls = pd.concat([s.calls for s in sets], ignore_index=True)
+    req = pd.concat([s.requests for s in sets], ignore_index=True)
+    if req["run_key"].duplicated().any() and sets[0].kind == "run_dir":
+        dup = req.loc[req["run_key"].duplicated(), "run_key"].iloc[0]
+        raise InputError(None, "inputs", f"two run directories share the name {dup!r}")
+    steps = pd.concat([s.steps for s in sets], ignore_index=True) if sets[0].steps is not None else None
+    return MeasuredSet(calls, req, [i for s in sets for i in s.inputs], sets[0].kind, sets[0].hint, steps,
+                       sets[0].trace if len(sets) == 1 else None)
+
+
+def parse_run_rule(text: str, known: list[str]) -> set[str]:
+    """'0-3', '4,6,7' or names -> run keys; every key must exist."""
+    out: set[str] = set()
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        if "-" in part[1:] and all(x.strip().isdigit() for x in part.split("-", 1)):
+            a, b = (int(x) for x in part.split("-", 1))
+            out |= {str(i) for i in range(a, b + 1)}
+        else:
+            out.add(part)
+    missing = sorted(out - set(known))
+    if missing or not out:
+        raise InputError(None, "runs", f"unknown run(s) {missing or text!r}; known: {', '.join(known)}")
+    return out
+
+
+def fit_measured(ms: MeasuredSet, setup: Setup, *, engine: str, hardware_note: str, command: str,
+                 name: str | None = None, alternatives: list[str] = (), date: str | None = None) -> CostProfile:
+    """Fit on every call of ``ms``; the profile names its runs. ``alternatives``: other catalog
+    hardware the same calls are fitted on, for the record (efficiency > 1 = impossible)."""
+    fit = fit_cost(ms.calls, setup)
+    runs = ms.run_keys
+    prof = build_profile(fit, setup, name=name or f"{setup.hardware.name}-{engine}-fitted", engine=engine,
+                         inputs=[_rel(i) for i in ms.inputs], runs=runs, hardware_note=hardware_note, date=date,
+                         command=command)
+    alts = {}
+    for hw in alternatives:
+        alt = Setup(get_hardware(hw, None, "--alternative-hardware"), setup.tp, setup.models)
+        f = fit_cost(ms.calls, alt)
+        alts[hw] = {"values": {k: float(f"{v:.4g}") for k, v in f.values.items()}, "fitted": f.fitted,
+                    "physically_plausible": bool(f.values["mem_efficiency"] <= 1 and f.values["compute_efficiency"] <= 1),
+                    "median_ape": round(float(np.median(ape(f.residuals["predicted_s"], f.residuals["wall_s"]))), 5)}
+    if alts:
+        prof = prof.model_copy(update={"fit": {**prof.fit, "hardware_alternatives": alts}})
+    return prof
+
+
+def _rel(p: str) -> str:
+    repo = Path(__file__).resolve().parents[1]
+    try:
+        return Path(os.path.relpath(Path(p).resolve(), repo)).as_posix()
+    except ValueError:
+        return str(p)

@@ -1,0 +1,61 @@
+"""Error figures of predictions against measurements.
+
+For predictions p_i of measurements m_i (m_i > 0):
+
+    relative error e_i = p_i / m_i - 1        (signed: > 0 means over-prediction)
+    APE_i = |e_i|
+    median / mean / p90 APE over i; bias = median e_i (mean e_i alongside)
+    coverage = fraction of m_i inside their prediction interval [lo_i, hi_i]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def relative_error(predicted, measured) -> np.ndarray:
+    p, m = np.asarray(predicted, dtype=float), np.asarray(measured, dtype=float)
+    return p / m - 1.0
+
+
+def ape(predicted, measured) -> np.ndarray:
+    return np.abs(relative_error(predicted, measured))
+
+
+def coverage(measured, low, high) -> float:
+    m, lo, hi = (np.asarray(x, dtype=float) for x in (measured, low, high))
+    ok = ~(np.isnan(lo) | np.isnan(hi) | np.isnan(m))
+    return float(np.mean((m[ok] >= lo[ok]) & (m[ok] <= hi[ok]))) if ok.any() else float("nan")
+
+
+def summarize(predicted, measured, low=None, high=None) -> dict:
+    """n, median/mean/p90 APE, bias (median and mean signed relative error), interval coverage."""
+    p, m = np.asarray(predicted, dtype=float), np.asarray(measured, dtype=float)
+    ok = ~(np.isnan(p) | np.isnan(m)) & (m > 0)
+    e = relative_error(p[ok], m[ok])
+    a = np.abs(e)
+    out = {"n": int(ok.sum()),
+           "median_ape": float(np.median(a)) if len(a) else np.nan,
+           "mean_ape": float(a.mean()) if len(a) else np.nan,
+           "p90_ape": float(np.quantile(a, 0.9)) if len(a) else np.nan,
+           "bias": float(np.median(e)) if len(e) else np.nan,
+           "mean_bias": float(e.mean()) if len(e) else np.nan,
+           "coverage": np.nan}
+    if low is not None and high is not None:
+        out["coverage"] = coverage(m[ok], np.asarray(low, dtype=float)[ok], np.asarray(high, dtype=float)[ok])
+    return out
+
+
+def summarize_frame(df: pd.DataFrame, pred: str, meas: str, low: str | None = None, high: str | None = None,
+                    by: list[str] | None = None) -> pd.DataFrame:
+    """:func:`summarize` over all rows and, with ``by``, per group (first row: ``all``)."""
+    def one(d: pd.DataFrame) -> dict:
+        return summarize(d[pred], d[meas], d[low] if low else None, d[high] if high else None)
+
+    rows = [{"group": "all", **one(df)}]
+    if by:
+        for key, d in df.groupby(by, sort=True, dropna=False):
+            key = key if isinstance(key, tuple) else (key,)
+            rows.append({"group": " ".join(f"{k}={v}" for k, v in zip(by, key)), **one(d)})
+    return pd.DataFrame(rows)
