@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.signal import fftconvolve
+from scipy.fft import irfft, next_fast_len, rfft
 
 from simulator.workload import WorkloadProfile, answer_hazard
 
@@ -50,52 +50,71 @@ class ChainOccupancy:
 
 def run_chain(workload: WorkloadProfile, q: float, first_n: int | float, max_steps: int | None = None) -> ChainOccupancy:
     """Occupancies of the step chain for keep-probability ``q`` and ``first_n`` base steps."""
+    return run_chains(workload, [q], first_n, max_steps)[0]
+
+
+def run_chains(workload: WorkloadProfile, qs, first_n: int | float, max_steps: int | None = None) -> list[ChainOccupancy]:
+    """The DP for several keep-probabilities at once (rows), one FFT per step for all of them.
+
+    With M = FFT(m_j) and S, Bk the FFTs of the step-length pmfs, per step:
+        all moved mass  = IFFT(M [w_s S + w_b Bk])
+        continuing mass = IFFT(M [w_s (1 - h_s) S + w_b (1 - h_b) Bk]) below B
+        ending mass     = the difference below B, all moved mass from B on.
+    """
+    qs = np.asarray(qs, dtype=float)
+    R = len(qs)
     B = workload.token_budget
-    ps = workload.step_pmf_small.dense(workload.max_step_tokens + 1)
-    pb = workload.step_pmf_base.dense(workload.max_step_tokens + 1)
+    K = workload.max_step_tokens
+    L = B + K  # t + k <= B - 1 + K
+    nfft = next_fast_len(L)
+    S = rfft(workload.step_pmf_small.dense(K + 1), nfft)
+    Bk = rfft(workload.step_pmf_base.dense(K + 1), nfft)
     n_max = max_steps or (workload.max_steps() + 1)
     hs = answer_hazard(workload.steps_pmf_small, n_max)
     hb = answer_hazard(workload.steps_pmf_base, n_max)
-    L = B + workload.max_step_tokens  # t + k <= B - 1 + max_step
-    z = lambda: np.zeros(B)  # noqa: E731
-    occ = ChainOccupancy(B, z(), z(), z(), 0.0, z(), 0.0, z(), np.zeros(L), 0.0, 0.0, 0.0, 0.0)
-    beyond = np.arange(L) >= B  # mass landing here ends on the budget
+    z = lambda: np.zeros((R, B))  # noqa: E731
+    small_first, small_rest, score_rest, base_gen, regen_continue = z(), z(), z(), z(), z()
+    score_prompt, base_prompt = np.zeros(R), np.zeros(R)
+    steps, small_prop, small_kept, base_steps = np.zeros(R), np.zeros(R), np.zeros(R), np.zeros(R)
+    end_pmf = np.zeros((R, L))
 
     m = z()
-    m[0] = 1.0
+    m[:, 0] = 1.0
     for j in range(n_max):
-        alive = m.sum()
-        if alive < EPS_MASS:
+        alive = m.sum(axis=1)
+        if alive.max() < EPS_MASS:
             break
         small_phase = j >= first_n
-        w_s = q if small_phase else 0.0
+        w_s = qs if small_phase else np.zeros(R)
         w_b = 1.0 - w_s
-        occ.steps += alive
+        steps += alive
         if small_phase:
-            occ.small_proposals += alive
-            (occ.small_first if j == first_n else occ.small_rest)[:] += m
+            small_prop += alive
+            (small_first if j == first_n else small_rest)[:] += m
             if j == 0:
-                occ.score_prompt += alive
+                score_prompt += alive
             else:
-                occ.score_rest[:] += m
-            occ.regen_continue[:] += w_b * (1.0 - hb[j]) * m
-            occ.small_kept += w_s * alive
-        if w_b > 0:
-            if j == 0 and not small_phase:
-                occ.base_prompt += w_b * alive
-            else:
-                occ.base_gen[:] += w_b * m
-            occ.base_steps += w_b * alive
-        nxt = np.zeros(L)
-        if w_s > 0:
-            cs = np.clip(fftconvolve(m, ps)[:L], 0.0, None)
-            occ.end_pmf += w_s * cs * np.where(beyond, 1.0, hs[j])
-            nxt += w_s * (1.0 - hs[j]) * cs
-        if w_b > 0:
-            cb = np.clip(fftconvolve(m, pb)[:L], 0.0, None)
-            occ.end_pmf += w_b * cb * np.where(beyond, 1.0, hb[j])
-            nxt += w_b * (1.0 - hb[j]) * cb
-        m = nxt[:B]
+                score_rest += m
+            regen_continue += (w_b * (1.0 - hb[j]))[:, None] * m
+            small_kept += w_s * alive
+        if j == 0 and not small_phase:
+            base_prompt += w_b * alive
+        else:
+            base_gen += w_b[:, None] * m
+        base_steps += w_b * alive
+        M = rfft(m, nfft, axis=1)
+        ws, wb = w_s[:, None], w_b[:, None]
+        total = irfft(M * (ws * S + wb * Bk), nfft, axis=1)[:, :L]
+        cont = np.clip(irfft(M * (ws * (1.0 - hs[j]) * S + wb * (1.0 - hb[j]) * Bk), nfft, axis=1)[:, :B], 0.0, None)
+        end_pmf[:, :B] += np.clip(total[:, :B] - cont, 0.0, None)
+        end_pmf[:, B:] += np.clip(total[:, B:], 0.0, None)
+        m = cont
+        m[m < 1e-300] = 0.0
     else:
-        occ.end_pmf[:B] += m  # hazard 1 at the last index: cannot happen, kept for conservation
-    return occ
+        end_pmf[:, :B] += m  # not reached: the hazard is 1 past the step-count support
+    return [
+        ChainOccupancy(B, small_first[r], small_rest[r], score_rest[r], float(score_prompt[r]), base_gen[r],
+                       float(base_prompt[r]), regen_continue[r], end_pmf[r], float(steps[r]), float(small_prop[r]),
+                       float(small_kept[r]), float(base_steps[r]))
+        for r in range(R)
+    ]

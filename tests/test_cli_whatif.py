@@ -1,0 +1,123 @@
+"""The main job through the CLI: every shipped scenario, both engines, and bad input -> one line, exit 2."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from simulator.cli import main
+from simulator.scenario import list_scenarios
+
+REF = "scenarios/reference-a6000-qwq32b.yaml"
+
+
+def run_cli(args, capsys):
+    code = main(args)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize("path", list_scenarios(), ids=lambda p: p.stem)
+def test_every_shipped_scenario_runs_analytic(path, capsys):
+    code, out, err = run_cli(["whatif", str(path), "--format", "json"], capsys)
+    assert code == 0, err
+    res = json.loads(out)["results"]
+    assert res and all(r["latency_s"] > 0 for r in res)
+    assert {r["system"] for r in res} >= {"vanilla-base"}
+
+
+def test_reference_grid_has_all_five_systems_gamma_by_threshold(capsys):
+    code, out, err = run_cli(["whatif", REF, "--format", "json"], capsys)
+    assert code == 0, err
+    res = json.loads(out)["results"]
+    systems = {r["system"] for r in res}
+    assert systems == {"vanilla-base", "vanilla-small", "specdecode", "specreason", "specreason-decode"}
+    srd = [r for r in res if r["system"] == "specreason-decode"]
+    assert len(srd) == 8 * 4  # gamma 1-8 x thresholds 3,5,7,9
+    base = next(r for r in res if r["system"] == "vanilla-base")
+    assert base["speedup"] == pytest.approx(1.0)
+
+
+def test_des_engine_through_cli_agrees_with_analytic(capsys):
+    args = ["whatif", "cpu-smollm2", "--system", "specreason", "--threshold", "5", "--format", "json"]
+    code, out_a, _ = run_cli(args, capsys)
+    code_d, out_d, err = run_cli(args + ["--engine", "des", "--requests", "600", "--seed", "3"], capsys)
+    assert code == code_d == 0, err
+    a = json.loads(out_a)["results"][0]
+    d = json.loads(out_d)["results"][0]
+    assert d["ci_low_s"] <= a["latency_s"] <= d["ci_high_s"]
+    assert d["latency_p99_s"] >= d["latency_p90_s"] >= d["latency_p50_s"]
+
+
+def test_csv_out_file(tmp_path, capsys):
+    out = tmp_path / "grid.csv"
+    code, _, err = run_cli(["whatif", "cpu-smollm2", "--format", "csv", "--out", str(out)], capsys)
+    assert code == 0, err
+    head = out.read_text().splitlines()[0].split(",")
+    assert head[:6] == ["hardware", "tp", "system", "gamma", "threshold", "first_n"]
+
+
+def _write(tmp_path, text, name="s.yaml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+BASE_SCENARIO = Path(REF).read_text()
+
+
+@pytest.mark.parametrize("edit, field", [
+    (("gpu: rtx-a6000", "gpu: rtx-9090"), "hardware.gpu"),
+    (("gamma: [1, 2, 3, 4, 5, 6, 7, 8]", "gamma: [0, 2]"), "grid.gamma"),
+    (("threshold: [3, 5, 7, 9]", "threshold: [3, 10]"), "grid.threshold"),
+    (("base: {model: qwq-32b, tp: 2}", "base: {model: qwq-32b, tp: 3}"), "base.tp"),
+    (("hardware: {gpu: rtx-a6000, count: 2}", "hardware: {gpu: rtx-a6000, count: 2}\ngrid_typo: 1"), "grid_typo"),
+    (("base: {model: qwq-32b, tp: 2}\nsmall: {model: r1-distill-qwen-1.5b, tp: 2}",
+      "base: {model: qwq-32b, tp: 1}\nsmall: {model: r1-distill-qwen-1.5b, tp: 1}"), "memory_fraction.base"),
+    (("model: qwq-32b", "model: qwq-33b"), "base.model"),
+    (("workload: aime_qwq32b_r1-1.5b", "workload: nope"), "workload"),
+])
+def test_bad_scenarios_give_one_line_exit_2(tmp_path, capsys, edit, field):
+    old, new = edit
+    assert old in BASE_SCENARIO
+    p = _write(tmp_path, BASE_SCENARIO.replace(old, new, 1))
+    code, out, err = run_cli(["whatif", str(p)], capsys)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and str(p) in lines[0] and field in lines[0], err
+
+
+def test_malformed_yaml(tmp_path, capsys):
+    p = _write(tmp_path, "name: x\nhardware: {gpu: [\n")
+    code, _, err = run_cli(["whatif", str(p)], capsys)
+    assert code == 2 and str(p) in err and "malformed YAML" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args, field", [
+    (["--gamma", "0-3"], "--gamma"), (["--threshold", "12"], "--threshold"), (["--gamma", "x"], "--gamma"),
+    (["--engine", "magic"], "--engine"), (["--system", "turbo"], "--system"), (["--format", "xml"], "--format"),
+])
+def test_bad_options(capsys, args, field):
+    code, _, err = run_cli(["whatif", REF, *args], capsys)
+    assert code == 2 and field in err and len(err.strip().splitlines()) == 1
+
+
+def test_missing_scenario_file(capsys):
+    code, _, err = run_cli(["whatif", "no/such/file.yaml"], capsys)
+    assert code == 2 and "not found" in err
+
+
+def test_console_script_exit_code_and_no_traceback(tmp_path):
+    p = _write(tmp_path, BASE_SCENARIO.replace("gamma: [1, 2, 3, 4, 5, 6, 7, 8]", "gamma: [-1]"))
+    r = subprocess.run([sys.executable, "-m", "simulator.cli", "whatif", str(p)], capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "grid.gamma" in r.stderr
+
+
+def test_list_and_show(capsys):
+    for what in ("hardware", "models", "scenarios"):
+        code, out, _ = run_cli(["list", what], capsys)
+        assert code == 0 and out
+    code, out, _ = run_cli(["show", "reference-a6000-qwq32b"], capsys)
+    assert code == 0 and "resolved:" in out and "token_budget: 8192" in out
