@@ -15,6 +15,7 @@ import typer
 from simulator.errors import InputError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__.splitlines()[0])
+_registered = False
 
 
 def _int_range(text: str | None, field: str, lo: int, hi: int) -> list[int] | None:
@@ -94,11 +95,20 @@ def _register_subapps() -> None:
     from calibrate.cli import app as calibrate_app
 
     app.add_typer(calibrate_app, name="calibrate", help="Run the real systems, microbenchmark, fit profiles.")
+    # calibrate fit + validate (calibrate/fit_cli.py, validate/cli.py); both import heavy parts lazily
+    from calibrate.fit_cli import register as _register_fit
+    from validate.cli import register as _register_validate
+
+    _register_fit(calibrate_app)
+    _register_validate(app)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: InputError -> one line on stderr, exit code 2."""
-    _register_subapps()
+    global _registered
+    if not _registered:
+        _register_subapps()
+        _registered = True
     try:
         app(args=argv, standalone_mode=False)
     except InputError as e:

@@ -1,0 +1,61 @@
+"""``specsim validate``: thin entry point over :mod:`validate.validation` and :mod:`validate.report`.
+
+Exit codes: 0 ok, 1 the median APE is above ``--max-median-ape``, 2 bad input (one line).
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from simulator.errors import InputError
+
+
+def validate(
+    inputs: list[Path] = typer.Argument(..., help="run directories or SpecReason trace files/directories"),
+    profile: Path = typer.Option(..., "--profile", help="fitted cost profile (specsim calibrate fit)"),
+    report: Path = typer.Option(..., "--report", help="directory for report.md, PNGs and CSVs"),
+    holdout: Optional[str] = typer.Option(None, "--holdout", help="profile (default) | runs:4-7 | config:KEY=VALUE | loro"),
+    workload: Optional[Path] = typer.Option(None, "--workload", help="workload profile for distribution mode "
+                                            "(default: refitted per fold from SpecReason traces)"),
+    max_median_ape: Optional[float] = typer.Option(None, "--max-median-ape", help="fail (exit 1) above this, e.g. 0.05"),
+    bar_target: str = typer.Option("e2e", "--bar-target", help="e2e | calls | distribution"),
+    no_distribution: bool = typer.Option(False, "--no-distribution", help="replay only"),
+    des_requests: int = typer.Option(1000, "--des-requests", help="DES requests per configuration"),
+    seed: int = typer.Option(0, help="seed of the DES and the interval bootstrap"),
+):
+    """Predict measured held-out runs (trace replay and distribution mode) and report the errors."""
+    from validate.report import write_report
+    from validate.validation import headline, run_validation
+
+    if bar_target not in ("e2e", "calls", "distribution"):
+        raise InputError(None, "--bar-target", f"expected e2e, calls or distribution (got {bar_target!r})")
+    if max_median_ape is not None and not max_median_ape > 0:
+        raise InputError(None, "--max-median-ape", "must be > 0 (a fraction, e.g. 0.05)")
+    if des_requests < 2:
+        raise InputError(None, "--des-requests", "must be >= 2")
+    res = run_validation([str(p) for p in inputs], str(profile), holdout, str(workload) if workload else None,
+                         distribution=not no_distribution, des_requests=des_requests, seed=seed)
+    command = "specsim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    path = write_report(res, report, command, max_median_ape, bar_target)
+    f = res.figures
+    print(f"wrote {path}")
+    for key, label in (("replay_e2e", "replay e2e"), ("replay_calls", "replay calls"), ("distribution", "distribution")):
+        if key in f:
+            a = f[key].iloc[0]
+            print(f"  {label:13s} n={a['n']:3d} median APE {100 * a['median_ape']:.1f}% p90 {100 * a['p90_ape']:.1f}% "
+                  f"bias {100 * a['bias']:+.1f}% coverage {100 * a['coverage']:.0f}%")
+    value = headline(res, bar_target)
+    if max_median_ape is not None and value > max_median_ape:
+        print(f"FAIL: median APE ({bar_target}) {100 * value:.2f}% > {100 * max_median_ape:.2f}%", file=sys.stderr)
+        sys.exit(1)  # not typer.Exit: simulator.cli.main drops click's returned exit code
+
+
+def register(app: typer.Typer) -> None:
+    names = {c.name or (c.callback.__name__ if c.callback else None) for c in app.registered_commands}
+    if "validate" not in names:
+        app.command("validate")(validate)

@@ -1,0 +1,182 @@
+"""The validation report: ``report.md``, PNG figures (matplotlib Agg) and the prediction tables
+as CSV, every file written atomically (temporary file + rename)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from calibrate.fit_cost import PARAM_NAMES, write_atomic
+from validate.validation import ValidationResult
+
+
+def _save_png(fig, path: Path) -> None:
+    import os
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _scatter(ax, d: pd.DataFrame, meas: str, title: str) -> None:
+    m, p = d[meas].to_numpy(float), d["predicted_s"].to_numpy(float)
+    lo, hi = d["pi_low_s"].to_numpy(float), d["pi_high_s"].to_numpy(float)
+    ax.errorbar(m, p, yerr=[np.clip(p - lo, 0, None), np.clip(hi - p, 0, None)], fmt="o", ms=4, capsize=2, alpha=0.8,
+                label=f"prediction, {int(round(100 * d['pi_level'].iloc[0]))}% interval")
+    top = float(np.nanmax([m.max(), hi.max() if np.isfinite(hi).any() else p.max()])) * 1.05
+    ax.plot([0, top], [0, top], "k--", lw=1, label="y = x")
+    ax.set_xlabel(f"measured {meas} (s)")
+    ax.set_ylabel("predicted (s)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+
+
+def plots(res: ValidationResult, out: Path) -> list[str]:
+    plt = _plt()
+    names = []
+    # predicted vs measured
+    panels = [(res.replay, "measured_e2e_s", "replay: end-to-end")]
+    if res.distribution is not None:
+        ok = res.distribution[~res.distribution["to_answer_censored"].astype(bool)]
+        panels.append((ok, "to_answer_s", "distribution mode: to first answer"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.5), squeeze=False)
+    for ax, (d, meas, title) in zip(axes[0], panels):
+        _scatter(ax, d, meas, title)
+    _save_png(fig, out / "predicted_vs_measured.png")
+    plt.close(fig)
+    names.append("predicted_vs_measured.png")
+    # error CDFs
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    series = [("replay, requests e2e", res.replay["predicted_s"] / res.replay["measured_e2e_s"] - 1),
+              ("replay, requests calls", res.replay["predicted_s"] / res.replay["measured_s"] - 1),
+              ("replay, single calls", res.calls["predicted_s"] / res.calls["wall_s"] - 1)]
+    if res.distribution is not None:
+        ok = res.distribution[~res.distribution["to_answer_censored"].astype(bool)]
+        series.append(("distribution, requests", ok["predicted_s"] / ok["to_answer_s"] - 1))
+    for label, e in series:
+        a = np.sort(np.abs(e.to_numpy(float)))
+        ax.step(a * 100, np.arange(1, len(a) + 1) / len(a), where="post", label=f"{label} (n={len(a)})")
+    ax.set_xscale("symlog", linthresh=1)
+    ax.set_xlabel("absolute percentage error (%)")
+    ax.set_ylabel("fraction ≤ x")
+    ax.axvline(5, color="grey", lw=0.8, ls=":")
+    ax.legend(fontsize=8)
+    ax.set_title("error CDF (held-out)")
+    _save_png(fig, out / "error_cdf.png")
+    plt.close(fig)
+    names.append("error_cdf.png")
+    # knob sweeps where the data has them
+    cfg = res.figures["configs"]
+    for knob, ycol, fname in (("threshold", "s", "latency_vs_threshold.png"), ("gamma", "speedup", "speedup_vs_gamma.png")):
+        d = cfg[cfg[knob].notna() & (cfg[knob] != 0)]
+        if d[knob].nunique() < 2 or (ycol == "speedup" and d["measured_speedup"].isna().all()):
+            continue
+        fig, ax = plt.subplots(figsize=(5.5, 4))
+        for system, g in d.groupby("system"):
+            g = g.sort_values(knob)
+            if ycol == "s":
+                ax.plot(g[knob], g["measured_s"], "o", label=f"{system} measured")
+                ax.plot(g[knob], g["predicted_s"], "-", label=f"{system} predicted")
+                ax.fill_between(g[knob].astype(float), g["pi_low_s"], g["pi_high_s"], alpha=0.2)
+                ax.set_ylabel("mean request latency (s)")
+            else:
+                ax.plot(g[knob], g["measured_speedup"], "o", label=f"{system} measured")
+                ax.plot(g[knob], g["predicted_speedup"], "-", label=f"{system} predicted")
+                ax.set_ylabel("speedup over vanilla-base")
+        ax.set_xlabel(knob)
+        ax.legend(fontsize=8)
+        _save_png(fig, out / fname)
+        plt.close(fig)
+        names.append(fname)
+    return names
+
+
+def _table(df: pd.DataFrame, pct: tuple[str, ...] = ("median_ape", "mean_ape", "p90_ape", "bias", "mean_bias", "coverage")) -> str:
+    d = df.copy()
+    for c in d.columns:
+        if c in pct:
+            d[c] = [f"{100 * v:+.1f}%" if c in ("bias", "mean_bias") and v == v else (f"{100 * v:.1f}%" if v == v else "—")
+                    for v in d[c]]
+        elif d[c].dtype.kind == "f":
+            d[c] = [f"{v:.4g}" if v == v else "—" for v in d[c]]
+    buf = io.StringIO()
+    cols = list(d.columns)
+    buf.write("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n")
+    for _, row in d.iterrows():
+        buf.write("| " + " | ".join(str(row[c]) for c in cols) + " |\n")
+    return buf.getvalue()
+
+
+def markdown(res: ValidationResult, images: list[str], command: str, bar: float | None, target: str,
+             value: float) -> str:
+    f = res.figures
+    lines = ["# Validation report", "", f"Command: `{command}`", "",
+             f"Inputs: {', '.join(res.inputs)}  ", f"Cost profile: `{res.profile_path}` "
+             f"({res.setup.hardware.name}, TP={res.setup.tp}, models {', '.join(m.name for m in res.setup.models.values())})  ",
+             f"Hold-out rule: `{res.rule}`", "", "## What was fitted on what", "",
+             "| fold | cost profile fitted on runs | predicted runs | " + " | ".join(PARAM_NAMES) + " |",
+             "|---|---|---|" + "---|" * len(PARAM_NAMES)]
+    for fold in res.folds:
+        vals = []
+        for n in PARAM_NAMES:
+            p = getattr(fold.profile, n)
+            if p is None:
+                vals.append("catalog prior")
+                continue
+            se = f" ± {p.stderr:.2g}" if p.stderr else ""
+            vals.append(f"{p.value:.4g}{se} ({p.kind})")
+        lines.append(f"| {fold.name} | {', '.join(fold.fit_runs)} | {', '.join(fold.test_runs)} | " + " | ".join(vals) + " |")
+    lines += ["", f"Distribution mode workload: {res.workload_source or 'not run'}", ""]
+    if bar is not None:
+        verdict = "PASS" if value <= bar else "FAIL"
+        lines += [f"**Bar**: median APE ({target}) {100 * value:.2f}% vs max {100 * bar:.2f}% → **{verdict}**", ""]
+    lines += ["## Trace replay (cost model alone, the runs' own steps)", "",
+              "Per request, end-to-end (measured = recorded request time, incl. calls the model does not know):", "",
+              _table(f["replay_e2e"]), "", "Per request, modelled calls only (measured = sum of the same calls' times):", "",
+              _table(f["replay_calls"]), "", "Per call kind:", "", _table(f["replay_per_op"].drop(columns=["coverage"])), "",
+              "Per run (end-to-end):", "", _table(f["replay_per_run"]), ""]
+    if "distribution" in f:
+        lines += ["## Distribution mode (workload distributions + cost model, analytic mean, DES interval)", "",
+                  "Per request (measured = modelled calls up to the first answer; censored requests left out):", "",
+                  _table(f["distribution"]), "", "Means per configuration:", "", _table(f["distribution_means"]), ""]
+    lines += ["## Per configuration (replay)", "", _table(f["configs"]), ""]
+    r = res.replay
+    extra = (r["measured_e2e_s"] - r["measured_s"]).sum() / r["measured_e2e_s"].sum()
+    lines += ["## Not explained by the model", "",
+              f"- {100 * extra:.1f}% of the measured end-to-end time lies outside the modelled engine calls "
+              "(SpecReason traces: the fork's answer-verification calls; runner: orchestration).", ""]
+    lines += [f"- {n}" for n in res.notes]
+    lines += ["", "## Figures", ""] + [f"![{n}]({n})" for n in images] + [""]
+    return "\n".join(lines)
+
+
+def write_report(res: ValidationResult, out: str | Path, command: str, bar: float | None, target: str) -> Path:
+    from validate.validation import headline
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    images = plots(res, out)
+    write_atomic(out / "replay_requests.csv", res.replay.to_csv(index=False))
+    write_atomic(out / "replay_calls.csv", res.calls.to_csv(index=False))
+    if res.distribution is not None:
+        write_atomic(out / "distribution_requests.csv", res.distribution.to_csv(index=False))
+    value = headline(res, target)
+    write_atomic(out / "report.md", markdown(res, images, command, bar, target, value))
+    return out / "report.md"

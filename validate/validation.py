@@ -1,0 +1,143 @@
+"""One validation: measured inputs + a cost profile + a hold-out rule -> predictions and figures.
+
+Phases: load the measured set; build the folds (``validate.holdout``); per fold, replay the
+test runs' calls (``validate.replay``) and, when a workload profile for the fold exists,
+predict them from distributions (``validate.distribution``); then summarise
+(``validate.metrics``). Plotting and files are ``validate.report``'s job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from calibrate.fit_cost import MeasuredSet, Setup, load_measured, load_profile, run_key
+from simulator.cost_model import CostProfile
+from simulator.errors import InputError
+from validate.distribution import predict_distribution
+from validate.holdout import Fold, make_folds
+from validate.metrics import summarize_frame
+from validate.replay import replay, setup_from_profile
+
+
+@dataclass
+class ValidationResult:
+    inputs: list[str]
+    profile_path: str
+    rule: str
+    setup: Setup
+    folds: list[Fold]
+    replay: pd.DataFrame                 # per test request
+    calls: pd.DataFrame                  # per test call (replay)
+    distribution: pd.DataFrame | None    # per test request (distribution mode)
+    figures: dict[str, pd.DataFrame] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    workload_source: str = ""
+
+
+def _fold_workload(ms: MeasuredSet, fold: Fold, workload_path: str | None):
+    """The fold's workload profile: ``--workload`` as given, else refitted on the fold's fit runs."""
+    from simulator.workload import load_workload
+
+    if workload_path:
+        return load_workload(workload_path), f"--workload {workload_path} (as given; the user vouches it is out of sample)"
+    if ms.kind != "specreason" or ms.trace is None:
+        return None, "no workload profile for these inputs: give --workload (a profile fitted on other runs)"
+    train = [k for k in fold.fit_runs if k in set(ms.run_keys)]
+    if not train:
+        return None, f"fit runs of fold {fold.name} are not among the inputs: cannot refit the workload out of sample"
+    from calibrate.fit_workload import fit_workload_from_steps
+
+    req = ms.trace.requests[ms.trace.requests["run_id"].map(run_key).isin(train)]
+    steps = ms.steps[ms.steps["run_id"].map(run_key).isin(train)]
+    w = fit_workload_from_steps(steps, req, source=", ".join(ms.inputs), date=(fold.profile.fit or {}).get("date"))
+    return w, f"workload refitted per fold on its fit runs (calibrate.fit_workload, finish rule first_answer)"
+
+
+def run_validation(inputs: list[str], profile_path: str, rule: str | None = None, workload_path: str | None = None,
+                   distribution: bool = True, des_requests: int = 1000, n_boot: int = 1000, seed: int = 0) -> ValidationResult:
+    profile = load_profile(profile_path)
+    ms = load_measured(inputs)
+    setup = setup_from_profile(profile)
+    folds = make_folds(ms, profile, setup, rule)
+    reps, calls, dists, notes, wsrc = [], [], [], [], ""
+    for fold in folds:
+        test = ms.select_runs(set(fold.test_runs))
+        r, c = replay(test, fold.profile, setup, n_boot=n_boot, seed=seed)
+        r["fold"], c["fold"] = fold.name, fold.name
+        reps.append(r)
+        calls.append(c)
+        if distribution:
+            w, wsrc = _fold_workload(ms, fold, workload_path)
+            if w is None:
+                notes.append(f"distribution mode skipped: {wsrc}")
+                continue
+            d = predict_distribution(test, w, fold.profile, setup, n_requests=des_requests, seed=seed)
+            d["fold"] = fold.name
+            dists.append(d)
+    res = ValidationResult(inputs=ms.inputs, profile_path=str(profile_path), rule=rule or "profile", setup=setup,
+                           folds=folds, replay=pd.concat(reps, ignore_index=True), calls=pd.concat(calls, ignore_index=True),
+                           distribution=pd.concat(dists, ignore_index=True) if dists else None, notes=sorted(set(notes)),
+                           workload_source=wsrc)
+    res.figures = figures(res)
+    return res
+
+
+def figures(res: ValidationResult) -> dict[str, pd.DataFrame]:
+    """Every table the report prints (and the bar checks)."""
+    out: dict[str, pd.DataFrame] = {}
+    r = res.replay
+    by = ["config"] if r["config"].nunique() > 1 else None
+    out["replay_calls"] = summarize_frame(r, "predicted_s", "measured_s", "pi_low_s", "pi_high_s", by=by)
+    out["replay_e2e"] = summarize_frame(r, "predicted_s", "measured_e2e_s", "pi_low_s", "pi_high_s", by=by)
+    out["replay_per_op"] = summarize_frame(res.calls, "predicted_s", "wall_s", by=["op"])
+    out["replay_per_run"] = summarize_frame(r, "predicted_s", "measured_e2e_s", "pi_low_s", "pi_high_s", by=["run_key"])
+    d = res.distribution
+    if d is not None:
+        ok = d[~d["to_answer_censored"].astype(bool)]
+        out["distribution"] = summarize_frame(ok, "predicted_s", "to_answer_s", "pi_low_s", "pi_high_s", by=by)
+        means = ok.groupby("config").agg(measured_mean_s=("to_answer_s", "mean"), predicted_s=("predicted_s", "first"),
+                                         des_mean_s=("des_mean_s", "first"), n=("to_answer_s", "size"),
+                                         measured_small_frac=("small_step_fraction", "mean"),
+                                         predicted_small_frac=("pred_small_step_fraction", "first"),
+                                         measured_acc_len=("acceptance_length", "mean"),
+                                         predicted_acc_len=("pred_acceptance_length", "first")).reset_index()
+        out["distribution_means"] = means
+    out["configs"] = _config_table(res)
+    return out
+
+
+def _config_table(res: ValidationResult) -> pd.DataFrame:
+    """Per configuration: mean measured vs replayed latency, and speedup over vanilla-base when it was run."""
+    r = res.replay
+    g = r.groupby("config").agg(system=("system", "first"), threshold=("threshold", "first"), gamma=("gamma", "first"),
+                                requests=("request_id", "size"), measured_s=("measured_e2e_s", "mean"),
+                                predicted_s=("predicted_s", "mean"), pi_low_s=("pi_low_s", "mean"),
+                                pi_high_s=("pi_high_s", "mean"),
+                                measured_small_frac=("small_step_fraction", "mean")).reset_index()
+    van = g[g["system"] == "vanilla-base"]
+    if len(van):
+        g["measured_speedup"] = float(van["measured_s"].iloc[0]) / g["measured_s"]
+        g["predicted_speedup"] = float(van["predicted_s"].iloc[0]) / g["predicted_s"]
+    else:
+        g["measured_speedup"] = np.nan
+        g["predicted_speedup"] = np.nan
+    return g
+
+
+def headline(res: ValidationResult, target: str) -> float:
+    """The median APE the bar is checked against: replay end-to-end (``e2e``), replay of the
+    modelled calls (``calls``) or distribution mode (``distribution``)."""
+    key = {"e2e": "replay_e2e", "calls": "replay_calls", "distribution": "distribution"}[target]
+    if key not in res.figures:
+        raise InputError(None, "--bar-target", f"no {target} figures (distribution mode did not run)")
+    return float(res.figures[key].iloc[0]["median_ape"])
+
+
+def load_inputs_exist(paths: list[Path]) -> None:
+    for p in paths:
+        if not Path(p).exists():
+            raise InputError(str(p), None, "not found")
