@@ -1,0 +1,14 @@
+"""Serving-level simulation: many requests at once on continuous-batching engines.
+
+One concept per module: ``arrivals`` (when requests come), ``request_plan`` (what each
+request computes, sampled with des.py's step semantics), ``kv_cache`` (static memory split),
+``engine`` (one continuous-batching engine), ``replica`` (colocated engines on shared GPUs,
+the SimPy process), ``metrics`` (summaries, goodput, Little's law), ``slo`` (SLO strings).
+"""
+
+from simulator.serving.arrivals import (BurstyArrivals, ClosedLoopUsers, PoissonArrivals, ReplayArrivals,
+                                        load_arrival_times)
+from simulator.serving.replica import ServingResult, simulate_serving
+
+__all__ = ["BurstyArrivals", "ClosedLoopUsers", "PoissonArrivals", "ReplayArrivals", "ServingResult",
+           "load_arrival_times", "simulate_serving"]

@@ -1,0 +1,123 @@
+"""Arrival processes: when requests reach the deployment.
+
+- :class:`PoissonArrivals` (rate λ): gaps ~ Exponential(mean 1/λ).
+- :class:`BurstyArrivals` (rate λ, coefficient of variation cv): gaps ~ Gamma(shape k = 1/cv²,
+  scale 1/(k λ)), mean 1/λ and CV cv (cv = 1 is Poisson, cv > 1 bursty).
+- :class:`ClosedLoopUsers` (N users, think time): each user sends a request, waits for its
+  answer, thinks (Exponential, mean ``think_time_s``; 0 = none) and sends the next one.
+- :class:`ReplayArrivals`: arrival instants read from a file (:func:`load_arrival_times`).
+
+Open-loop gaps are drawn as *standard* variates and scaled by 1/λ, so with a fixed seed the
+arrival instants at rate 2λ are exactly half those at rate λ (common random numbers: latency
+vs load curves are smooth and monotone comparisons are paired).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from simulator.errors import InputError
+
+
+@dataclass(frozen=True)
+class PoissonArrivals:
+    rate_per_s: float
+
+    def times(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return np.cumsum(rng.standard_exponential(n)) / self.rate_per_s
+
+    @property
+    def label(self) -> str:
+        return f"poisson({self.rate_per_s:.4g}/s)"
+
+
+@dataclass(frozen=True)
+class BurstyArrivals:
+    rate_per_s: float
+    cv: float
+
+    def times(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        k = 1.0 / self.cv**2
+        return np.cumsum(rng.standard_gamma(k, n) / k) / self.rate_per_s
+
+    @property
+    def label(self) -> str:
+        return f"gamma({self.rate_per_s:.4g}/s, cv={self.cv:g})"
+
+
+@dataclass(frozen=True)
+class ReplayArrivals:
+    arrival_times_s: tuple[float, ...]
+    source: str = "replay"
+
+    def times(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        t = np.asarray(self.arrival_times_s[:n], dtype=float)
+        return t - t[0] if len(t) else t
+
+    @property
+    def rate_per_s(self) -> float:
+        t = self.arrival_times_s
+        return (len(t) - 1) / (t[-1] - t[0]) if len(t) > 1 and t[-1] > t[0] else float("nan")
+
+    @property
+    def label(self) -> str:
+        return f"replay({self.source}, {len(self.arrival_times_s)} arrivals)"
+
+
+@dataclass(frozen=True)
+class ClosedLoopUsers:
+    users: int
+    think_time_s: float = 0.0
+
+    @property
+    def label(self) -> str:
+        return f"closed({self.users} users, think {self.think_time_s:g}s)"
+
+
+ArrivalProcess = PoissonArrivals | BurstyArrivals | ReplayArrivals | ClosedLoopUsers
+
+
+def load_arrival_times(path: str | Path) -> ReplayArrivals:
+    """Arrival instants (seconds), one per line: CSV (a number, optional header
+    ``arrival_s``/``arrival_time_s``/``t``; extra columns ignored: the first is used) or JSONL
+    (a number or an object with one of those keys). Non-decreasing; errors name the line."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(str(p), None, "arrival file not found")
+    jsonl = p.suffix.lower() in (".jsonl", ".ndjson")
+    keys = ("arrival_s", "arrival_time_s", "arrival_at", "t")
+    out: list[float] = []
+    for lineno, raw in enumerate(p.read_text().splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            if jsonl:
+                obj = json.loads(line)
+                if isinstance(obj, dict):
+                    key = next((k for k in keys if k in obj), None)
+                    if key is None:
+                        raise ValueError(f"object needs one of {', '.join(keys)}")
+                    obj = obj[key]
+                if isinstance(obj, bool) or not isinstance(obj, (int, float)):
+                    raise ValueError("expected a number")
+                v = float(obj)
+            else:
+                cell = line.split(",")[0].strip()
+                if not out and cell.strip('"') in keys:
+                    continue  # header
+                v = float(cell)
+        except (ValueError, json.JSONDecodeError) as e:
+            raise InputError(str(p), f"line {lineno}", f"expected an arrival time in seconds ({e}; got {raw[:60]!r})") from None
+        if not np.isfinite(v) or v < 0:
+            raise InputError(str(p), f"line {lineno}", f"arrival time must be a finite number >= 0 (got {v})")
+        if out and v < out[-1]:
+            raise InputError(str(p), f"line {lineno}", f"arrival times must be non-decreasing ({v} < {out[-1]})")
+        out.append(v)
+    if len(out) < 2:
+        raise InputError(str(p), None, "need at least 2 arrival times")
+    return ReplayArrivals(tuple(out), p.name)

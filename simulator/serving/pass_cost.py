@@ -1,0 +1,51 @@
+"""The cost model's pass time, pre-multiplied for the serving loop's hot path.
+
+``Deployment.pass_time(N, KV, A, L)`` (see :mod:`simulator.cost_model`) is affine in the
+batch aggregates inside each roofline branch:
+
+    T = max(m0 + m1 KV, c_n N + c_l L + c_a A) + r0 + r1 N + o
+
+with m0 = (W/TP)/(eta_mem BW), m1 = kv_bytes/(eta_mem BW), c_n = 2 P_layers/(TP eta_comp F),
+c_l = 2 V H/(TP eta_comp F), c_a = 4 L heads head_dim/(TP eta_comp F), r0 = 2 L t_ar and
+r1 = 2 L * 2 (TP-1)/TP * H b / B_link (both 0 at TP = 1), o = t_step + L t_layer. The serving
+loop evaluates it millions of times, so the coefficients are computed once here; a test
+checks it equals ``Deployment.batch_forward_time`` exactly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.cost_model import ACTIVATION_BYTES, Deployment
+
+
+class PassCost:
+    def __init__(self, dep: Deployment):
+        m, h, c = dep.model, dep.hardware, dep.cost
+        bw = c.mem_efficiency * h.memory_bandwidth_bytes_per_s
+        fl = c.compute_efficiency * h.dense_bf16_flops_per_s
+        self.m0 = dep.weight_bytes_per_gpu / bw
+        self.m1 = dep.kv_bytes_per_token_per_gpu / bw
+        self.c_n = 2.0 * m.matmul_params_per_token / dep.tp / fl
+        self.c_l = 2.0 * m.embedding_params / dep.tp / fl
+        self.c_a = 4.0 * m.layers * m.heads * m.head_dim / dep.tp / fl
+        if dep.tp == 1:
+            self.r0 = self.r1 = 0.0
+        else:
+            self.r0 = 2.0 * m.layers * c.allreduce_latency_s
+            self.r1 = 2.0 * m.layers * 2.0 * (dep.tp - 1) / dep.tp * m.hidden * ACTIVATION_BYTES / h.link_bandwidth_bytes_per_s
+        self.o = dep.overhead_time + self.r0
+
+    def time(self, n: float, kv: float, attn: float, logits: float) -> float:
+        """Scalar T_pass from aggregates: sum n_i, sum (c_i+n_i), sum n_i (c_i+(n_i+1)/2), sum l_i."""
+        return max(self.m0 + self.m1 * kv, self.c_n * n + self.c_l * logits + self.c_a * attn) + self.r1 * n + self.o
+
+    def times(self, n, kv, attn, logits) -> np.ndarray:
+        """Vectorised :meth:`time` over arrays of aggregates."""
+        return np.maximum(self.m0 + self.m1 * kv, self.c_n * n + self.c_l * logits + self.c_a * attn) + self.r1 * n + self.o
+
+    def batch(self, n: np.ndarray, c: np.ndarray, logits: np.ndarray | float | None = None) -> float:
+        """= ``Deployment.batch_forward_time(n, c, logits)`` (one pass over explicit per-sequence arrays)."""
+        L = float(np.sum(logits)) if logits is not None and np.ndim(logits) else (
+            float(len(n)) * (1.0 if logits is None else float(logits)))
+        return self.time(float(n.sum()), float((c + n).sum()), float((n * (c + (n + 1.0) / 2.0)).sum()), L)

@@ -1,0 +1,251 @@
+"""A serving replica: colocated small and base engines sharing one set of GPUs (SimPy).
+
+What it models: requests of one system configuration arrive (open loop at a rate, bursty,
+replayed from a file, or closed loop with N users); each request executes its
+:class:`~simulator.serving.request_plan.RequestPlan` call by call. The two engines share
+the GPUs: their iterations never overlap. The GPU process runs *rounds*: one iteration of
+every engine that has work, in a fixed order (small, then base) -- i.e. the engines
+alternate, and an engine alone gets back-to-back iterations. Several identical rounds (no
+prefill, no call finishing, no event due) are advanced in one SimPy timeout.
+
+Every engine call first pays the engine's per-call overhead ``t_call`` outside the GPU
+(API, tokenisation, scheduling on the host), then queues at its engine.
+
+Scenario: one replica of ``hardware.count`` GPUs, memory split ``memory_fraction``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from simulator.cost_model import Deployment
+from simulator.serving.arrivals import ArrivalProcess, ClosedLoopUsers
+from simulator.serving.engine import Engine
+from simulator.serving.kv_cache import kv_capacity_tokens
+from simulator.serving.request_plan import BASE, SMALL, RequestPlan, RequestPlanner
+from simulator.systems import SystemConfig
+from simulator.workload import WorkloadProfile
+
+MAX_ROUNDS_PER_EVENT = 512
+REQUEST_COLUMNS = ["request", "arrival_at", "first_admit_at", "first_token_at", "done_at", "queue_delay_s",
+                   "ttft_s", "latency_s", "calls", "output_tokens", "thinking_tokens", "steps", "small_steps",
+                   "stop_reason"]
+ENGINE_COLUMNS = ["engine", "at", "duration_s", "rounds", "batch", "kv_used_tokens", "kv_capacity_tokens", "waiting"]
+
+
+@dataclass
+class ServingResult:
+    """Per-request rows (``REQUEST_COLUMNS``), per-engine timeline (``ENGINE_COLUMNS``), facts."""
+
+    requests: pd.DataFrame
+    timeline: pd.DataFrame
+    info: dict = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Req:
+    plan: RequestPlan
+    arrival_at: float
+    next_call: int = 0
+    first_admit_at: float = np.nan
+    first_token_at: float = np.nan
+    done_at: float = np.nan
+
+
+class Replica:
+    """Colocated small + base engines of one replica and their shared-GPU scheduler."""
+
+    def __init__(self, env: simpy.Environment, cfg: SystemConfig, deps: dict[str, Deployment],
+                 workload: WorkloadProfile, memory_fraction: tuple[float, float], max_batch: int = 256):
+        self.env, self.cfg = env, cfg
+        spec = cfg.system in ("specdecode", "specreason-decode")
+        base_models = [deps["base"], deps["draft"]] if spec else [deps["base"]]
+        max_out = workload.token_budget + workload.max_step_tokens + workload.answer_tokens + 2
+        self.engines = [
+            Engine("small", deps["small"], kv_capacity_tokens(memory_fraction[0], [deps["small"]]), max_batch),
+            Engine("base", deps["base"], kv_capacity_tokens(memory_fraction[1], base_models), max_batch,
+                   draft=deps["draft"] if spec else None, gamma=cfg.gamma, max_spec_iters=max_out),
+        ]
+        self.t_call = deps["base"].cost.call_overhead_s
+        self.reqs: dict[int, _Req] = {}
+        self.ready: list[tuple[float, int, int]] = []  # (ready_at, seq, rid): next call becomes queueable
+        self._seq = 0
+        self.done_events: dict[int, simpy.Event] = {}
+        self.completed = 0
+        self.timeline: list[tuple] = []
+        self.wake = env.event()
+        self.all_done = env.event()
+        self.n_target = 0
+
+    # ---- requests -------------------------------------------------------------------------
+    def submit(self, rid: int, plan: RequestPlan) -> None:
+        self.reqs[rid] = _Req(plan, self.env.now)
+        self._schedule_call(rid, self.env.now)
+
+    def _schedule_call(self, rid: int, at: float) -> None:
+        heapq.heappush(self.ready, (at + self.t_call, self._seq, rid))
+        self._seq += 1
+        if not self.wake.triggered:
+            self.wake.succeed()
+
+    def _release_ready(self) -> None:
+        now = self.env.now
+        while self.ready and self.ready[0][0] <= now + 1e-12:
+            _, _, rid = heapq.heappop(self.ready)
+            r = self.reqs[rid]
+            call = r.plan.calls[r.next_call]
+            self.engines[call.engine].submit(rid, call)
+
+    def _call_done(self, rid: int, at: float) -> None:
+        r = self.reqs[rid]
+        r.next_call += 1
+        if r.next_call < len(r.plan.calls):
+            self._schedule_call(rid, at)
+            return
+        r.done_at = at
+        for e in self.engines:
+            e.drop_cache(rid)
+        self.completed += 1
+        if self.completed == self.n_target:
+            self.all_done.succeed()
+        ev = self.done_events.pop(rid, None)
+        if ev is not None:
+            ev.succeed()
+
+    # ---- the shared GPU -------------------------------------------------------------------
+    def gpu(self):
+        env = self.env
+        while True:
+            self._release_ready()
+            for e in self.engines:
+                e.admit()
+                for rid in e.admitted_rids:
+                    r = self.reqs[rid]
+                    if np.isnan(r.first_admit_at):
+                        r.first_admit_at = env.now
+                e.admitted_rids.clear()
+            active = [e for e in self.engines if e.n_active]
+            if not active:
+                self.wake = env.event()
+                if self.ready:
+                    yield env.timeout(max(self.ready[0][0] - env.now, 0.0)) | self.wake
+                else:
+                    yield self.wake
+                continue
+            plan = self._plan_rounds(active)
+            if plan is None:
+                continue  # preempted: re-plan
+            k, times, start = plan
+            duration = float(start[k - 1] + times[:, k - 1].sum())
+            t0 = env.now
+            for e, row in zip(active, times):
+                e.busy_s += float(row[:k].sum())
+                self.timeline.append((e.name, t0, float(row[:k].sum()), k, e.n_active, e.kv_used, e.capacity, len(e.waiting)))
+            yield env.timeout(duration)
+            offset = 0.0
+            for e, row in zip(active, times):
+                offset += row[k - 1]
+                at = t0 + start[k - 1] + offset  # end of this engine's last iteration
+                first, done = e.advance(k)
+                for s in first:
+                    r = self.reqs[e.jobs[s].rid]
+                    if np.isnan(r.first_token_at):
+                        r.first_token_at = at
+                for s in done:
+                    self._call_done(e.finish(s).rid, at)
+
+    def _plan_rounds(self, active: list[Engine]):
+        """How many rounds to advance at once: until a call ends, the KV fills or an event is due."""
+        k = 1 if any(e.has_prefill() for e in active) else min(
+            MAX_ROUNDS_PER_EVENT, *(e.rounds_left() for e in active))
+        rows = []
+        for e in active:
+            t, grow = e.round_times(k)
+            cum = np.cumsum(grow)
+            if not e._evict_until(int(cum[0])) and e.n_active > 1:
+                e.preempt_youngest()
+                return None
+            k_kv = int(np.searchsorted(cum, e.capacity - e.kv_used, side="right"))
+            k = min(k, max(k_kv, 1))
+            rows.append(t)
+        times = np.vstack([t[:k] for t in rows])
+        round_s = times.sum(axis=0)
+        start = np.concatenate([[0.0], np.cumsum(round_s)[:-1]])
+        t_next = min(self.env.peek(), self.ready[0][0] if self.ready else np.inf) - self.env.now
+        k = min(k, max(int(np.searchsorted(start, t_next, side="left")), 1))
+        return k, times, start
+
+
+def simulate_serving(cfg: SystemConfig, deps: dict[str, Deployment], workload: WorkloadProfile,
+                     arrivals: ArrivalProcess, n_requests: int, seed: int,
+                     memory_fraction: tuple[float, float] = (0.1, 0.8), max_batch: int = 256) -> ServingResult:
+    """Serve ``n_requests`` requests of ``cfg`` on one replica; per-request and per-engine results.
+
+    Streams: requests (plans) and arrivals come from two independent children of ``seed``,
+    so the same seed gives the same requests at every load (common random numbers).
+    """
+    plan_ss, arr_ss = np.random.SeedSequence(seed).spawn(2)
+    plan_rng, arr_rng = np.random.default_rng(plan_ss), np.random.default_rng(arr_ss)
+    planner = RequestPlanner(cfg, workload)
+    plans = [planner.sample(plan_rng) for _ in range(n_requests)]
+    env = simpy.Environment()
+    rep = Replica(env, cfg, deps, workload, memory_fraction, max_batch)
+
+    def open_loop(times: np.ndarray):
+        for rid, t in enumerate(times):
+            if t > env.now:
+                yield env.timeout(t - env.now)
+            rep.submit(rid, plans[rid])
+
+    def user(next_rid: list[int], think_s: float):
+        while next_rid[0] < n_requests:
+            rid = next_rid[0]
+            next_rid[0] += 1
+            ev = env.event()
+            rep.done_events[rid] = ev
+            rep.submit(rid, plans[rid])
+            yield ev
+            if think_s > 0:
+                yield env.timeout(arr_rng.exponential(think_s))
+
+    if isinstance(arrivals, ClosedLoopUsers):
+        counter = [0]
+        for _ in range(arrivals.users):
+            env.process(user(counter, arrivals.think_time_s))
+    else:
+        times = arrivals.times(n_requests, arr_rng)
+        n_requests = len(times)
+        env.process(open_loop(times))
+
+    rep.n_target = n_requests
+    env.process(rep.gpu())
+    env.run(until=rep.all_done)
+    return _result(rep, arrivals, n_requests)
+
+
+def _result(rep: Replica, arrivals, n_requests: int) -> ServingResult:
+    rows = []
+    for rid in range(n_requests):
+        r = rep.reqs[rid]
+        p = r.plan
+        rows.append((rid, r.arrival_at, r.first_admit_at, r.first_token_at, r.done_at,
+                     r.first_admit_at - r.arrival_at - rep.t_call, r.first_token_at - r.arrival_at,
+                     r.done_at - r.arrival_at, len(p.calls), p.output_tokens, p.thinking_tokens, p.steps,
+                     p.small_steps, p.stop_reason))
+    req = pd.DataFrame(rows, columns=REQUEST_COLUMNS)
+    tl = pd.DataFrame(rep.timeline, columns=ENGINE_COLUMNS)
+    makespan = float(req.done_at.max() - req.arrival_at.min()) if len(req) else 0.0
+    info = {
+        "system": rep.cfg.label, "arrivals": arrivals.label, "requests": n_requests, "makespan_s": makespan,
+        "kv_capacity_tokens": {e.name: e.capacity for e in rep.engines},
+        "utilization": {e.name: e.busy_s / makespan if makespan else 0.0 for e in rep.engines},
+        "preemptions": {e.name: e.preemptions for e in rep.engines},
+        "evictions": {e.name: e.evictions for e in rep.engines},
+        "call_overhead_s": rep.t_call,
+    }
+    return ServingResult(req, tl, info)
