@@ -91,6 +91,87 @@ def show(scenario: str = typer.Argument(..., help="scenario YAML (path or name)"
     print(yaml.safe_dump(load_scenario(scenario).to_dict(), sort_keys=False, width=120), end="")
 
 
+def _float_list(text: str | None, field: str) -> list[float] | None:
+    """'0.5,1,2' -> positive floats; errors name the option."""
+    if text is None:
+        return None
+    try:
+        vals = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(None, field, f"expected positive numbers like 0.5,1,2 (got {text!r})") from None
+    if not vals or any(not (v > 0 and v < float("inf")) for v in vals):
+        raise InputError(None, field, f"expected positive numbers like 0.5,1,2 (got {text!r})")
+    return vals
+
+
+@app.command()
+def capacity(
+    scenario: str = typer.Argument(..., help="scenario YAML (path or name in scenarios/)"),
+    slo: str = typer.Option(..., help="SLO, e.g. 'p99_latency<=300s' or 'p90_latency<=60s,mean_ttft<=2s'"),
+    qps: Optional[str] = typer.Option(None, help="check the SLO at these request rates (e.g. 0.5,1,2) instead of searching"),
+    users: Optional[str] = typer.Option(None, help="check the SLO with these closed-loop user counts (e.g. 4,16)"),
+    system: Optional[list[str]] = typer.Option(None, "--system", help="restrict to these systems (repeatable)"),
+    gamma: Optional[str] = typer.Option(None, help="gamma values, e.g. 1-8 or 2,4"),
+    threshold: Optional[str] = typer.Option(None, help="thresholds, e.g. 3,5,7"),
+    arrival: str = typer.Option("poisson", help="poisson | bursty"),
+    cv: float = typer.Option(1.0, help="coefficient of variation of inter-arrival gaps (bursty)"),
+    requests: Optional[int] = typer.Option(None, help="requests simulated per load level"),
+    seed: Optional[int] = typer.Option(None, help="base seed (default: the scenario's)"),
+    gpu_hour_cost: Optional[float] = typer.Option(None, "--gpu-hour-cost", help="price of one GPU-hour"),
+    target_qps: Optional[float] = typer.Option(None, "--target-qps", help="request rate to provision for"),
+    workers: Optional[int] = typer.Option(None, help="local worker processes (default: all cores; 1 = serial)"),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="run the sweep on this Ray cluster"),
+    fmt: str = typer.Option("table", "--format", help="table | csv | json"),
+    out: Optional[Path] = typer.Option(None, help="write the results here"),
+):
+    """Highest request rate one replica sustains under an SLO, per configuration; replicas and cost."""
+    from simulator.capacity import capacity_from_cli
+    from simulator.report_table import write_output
+
+    if fmt not in ("table", "csv", "json"):
+        raise InputError(None, "--format", f"expected table, csv or json (got {fmt!r})")
+    if workers is not None and workers < 1:
+        raise InputError(None, "--workers", "must be >= 1")
+    user_counts = [int(u) for u in _float_list(users, "--users")] if users else None
+    df, meta = capacity_from_cli(
+        scenario, slo, qps=_float_list(qps, "--qps"), users=user_counts, systems=system,
+        gammas=_int_range(gamma, "--gamma", 1, 16), thresholds=_int_range(threshold, "--threshold", 0, 9),
+        arrival=arrival, cv=cv, requests=requests, seed=seed, gpu_hour_cost=gpu_hour_cost, target_qps=target_qps,
+        workers=workers, ray_address=ray_address,
+    )
+    from simulator.capacity import render_capacity_table
+
+    title = f"capacity — {meta['scenario']} — SLO {meta['slo']}"
+    if fmt == "table":
+        render_capacity_table(df, title)
+    if fmt != "table" or out is not None:
+        write_output(df, "csv" if fmt == "table" else fmt, out, title, meta)
+
+
+@app.command()
+def report(
+    scenario: str = typer.Argument(..., help="scenario YAML (path or name in scenarios/)"),
+    out: Path = typer.Option(..., help="output folder (created)"),
+    slo: Optional[str] = typer.Option(None, help="SLO (default: p99 latency <= 3x vanilla-base's single-request latency)"),
+    requests: Optional[int] = typer.Option(None, help="requests simulated per load level"),
+    seed: Optional[int] = typer.Option(None, help="base seed (default: the scenario's)"),
+    gpu_hour_cost: Optional[float] = typer.Option(None, "--gpu-hour-cost", help="price of one GPU-hour"),
+    target_qps: Optional[float] = typer.Option(None, "--target-qps", help="request rate to provision for"),
+    workers: Optional[int] = typer.Option(None, help="local worker processes (default: all cores)"),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="run the sweep on this Ray cluster"),
+):
+    """Capacity-planning report (markdown + PNGs): latency vs load, SLO frontier, cost, assumptions."""
+    from simulator.capacity_report import build_report
+
+    for name, v in (("--gpu-hour-cost", gpu_hour_cost), ("--target-qps", target_qps)):
+        if v is not None and not v > 0:
+            raise InputError(None, name, f"must be a positive number (got {v})")
+    if requests is not None and requests < 20:
+        raise InputError(None, "--requests", "must be >= 20")
+    path = build_report(scenario, out, slo, requests, seed, gpu_hour_cost, target_qps, workers, ray_address)
+    print(f"wrote {path}")
+
+
 def _register_subapps() -> None:
     from calibrate.cli import app as calibrate_app
 

@@ -1,0 +1,87 @@
+"""Summaries of a served trace: latency/TTFT/queueing statistics, goodput, engine load,
+and the Little's-law check.
+
+Warm-up: the first ``warmup_fraction`` of arrivals meet an empty system, so latency
+statistics use the later requests only (all requests still load the system).
+
+Little's law on the trace: over a window [t0, t1] of the stationary part,
+    L = (1 / (t1 - t0)) * integral N(t) dt      (N: requests in system)
+must equal lambda * W (lambda: arrival rate, W: mean time in system of the window's arrivals).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from simulator.serving.replica import ServingResult
+from simulator.serving.slo import Slo
+
+WARMUP_FRACTION = 0.1
+
+
+def steady(requests: pd.DataFrame, warmup_fraction: float = WARMUP_FRACTION) -> pd.DataFrame:
+    r = requests.sort_values("arrival_at")
+    return r.iloc[int(len(r) * warmup_fraction):]
+
+
+def summarize_serving(res: ServingResult, slo: Slo | None = None, warmup_fraction: float = WARMUP_FRACTION) -> dict:
+    """One row of numbers for a served trace (documented keys)."""
+    req = res.requests
+    st = steady(req, warmup_fraction)
+    lat, ttft, q = st.latency_s.to_numpy(), st.ttft_s.to_numpy(), st.queue_delay_s.to_numpy()
+    span = float(req.done_at.max() - req.arrival_at.min())
+    out = {
+        "requests": len(req),
+        "offered_qps": float((len(req) - 1) / (req.arrival_at.max() - req.arrival_at.min()))
+        if req.arrival_at.max() > req.arrival_at.min() else np.nan,
+        "throughput_qps": len(req) / span if span > 0 else np.nan,
+        "latency_mean_s": float(lat.mean()),
+        "latency_p50_s": float(np.percentile(lat, 50)),
+        "latency_p90_s": float(np.percentile(lat, 90)),
+        "latency_p99_s": float(np.percentile(lat, 99)),
+        "ttft_mean_s": float(ttft.mean()),
+        "ttft_p99_s": float(np.percentile(ttft, 99)),
+        "queue_delay_mean_s": float(q.mean()),
+        "output_tokens_per_s": float(req.output_tokens.sum() / span) if span > 0 else np.nan,
+    }
+    tl = res.timeline
+    for name in ("small", "base"):
+        e = tl[tl.engine == name]
+        dur = e.duration_s.to_numpy()
+        busy = dur.sum()
+        out[f"{name}_utilization"] = float(busy / span) if span > 0 else 0.0
+        out[f"{name}_batch_mean"] = float((e.batch * dur).sum() / busy) if busy > 0 else 0.0
+        out[f"{name}_batch_max"] = int(e.batch.max()) if len(e) else 0
+        cap = res.info["kv_capacity_tokens"][name]
+        out[f"{name}_kv_occupancy_mean"] = float((e.kv_used_tokens * dur).sum() / busy / cap) if busy > 0 and cap else 0.0
+        out[f"{name}_kv_occupancy_max"] = float(e.kv_used_tokens.max() / cap) if len(e) and cap else 0.0
+        out[f"{name}_preemptions"] = res.info["preemptions"][name]
+    if slo is not None:
+        ok = slo.per_request_ok(st)
+        # requests within the SLO per second of arrivals (the drain after the last arrival not counted)
+        sspan = float(st.arrival_at.max() - st.arrival_at.min()) if len(st) > 1 else np.nan
+        out["goodput_qps"] = float((ok.sum() - 1) / sspan) if sspan and sspan > 0 and ok.sum() else 0.0
+        out["slo_attainment"] = float(ok.mean()) if len(ok) else np.nan
+        out["slo_met"] = slo.met(st)
+        for t in slo.terms:
+            out[t.name] = t.value(st[t.metric].to_numpy())
+    return out
+
+
+def number_in_system(requests: pd.DataFrame, at: np.ndarray) -> np.ndarray:
+    """N(t): requests arrived by t and not yet done."""
+    a = np.sort(requests.arrival_at.to_numpy())
+    d = np.sort(requests.done_at.to_numpy())
+    return np.searchsorted(a, at, side="right") - np.searchsorted(d, at, side="right")
+
+
+def littles_law(requests: pd.DataFrame, rate_per_s: float, lo: float = 0.2, hi: float = 0.8) -> tuple[float, float]:
+    """(L, lambda W) over the window between the lo- and hi-quantiles of arrival times."""
+    a = requests.arrival_at.to_numpy()
+    t0, t1 = np.quantile(a, lo), np.quantile(a, hi)
+    grid = np.linspace(t0, t1, 20001)
+    L = float(number_in_system(requests, grid).mean())
+    inside = (a >= t0) & (a <= t1)
+    W = float(requests.latency_s.to_numpy()[inside].mean())
+    return L, rate_per_s * W
