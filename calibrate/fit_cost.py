@@ -17,7 +17,8 @@ n new (uncached) prompt tokens, c cached tokens, k output tokens (a score is k =
 
 Fit: residual r = log T_pred - log T_meas (multiplicative noise; a 12 s base call and a
 0.15 s scoring call weigh the same), ``scipy.optimize.least_squares`` with a soft-L1 loss
-(f_scale ``F_SCALE`` = 5 %) over the logs of the free parameters, bounded. Standard errors:
+(f_scale ``F_SCALE`` = 5 %) over the logs of the free parameters, bounded, from a few
+starting points (the roofline max() makes the cost non-smooth; the best optimum is kept). Standard errors:
 cov = s^2 (J^T J)^-1 with J the Jacobian of the raw residuals at the optimum (central
 differences in log-parameter space) and s = 1.4826 MAD(r) (robust scale), so the stderr of
 a parameter p is p * sqrt(cov_pp) (delta method).
@@ -75,6 +76,7 @@ BOUNDS = {"mem_efficiency": (1e-3, 10.0), "compute_efficiency": (1e-3, 10.0), "s
 F_SCALE = 0.05
 MAX_REL_STDERR = 0.5
 MAX_ABS_CORR = 0.98
+START_SCALES = (1.0, 0.5, 1.6)  # efficiency starts: prior x scale
 RESIDUAL_QUANTILES = 101  # stored per op in the profile, for prediction intervals
 
 
@@ -297,7 +299,14 @@ def fit_cost(calls: pd.DataFrame, setup: Setup, prior: CostProfile | None = None
         lo = np.log([BOUNDS[n][0] for n in free])
         hi = np.log([BOUNDS[n][1] for n in free])
         x0 = np.clip(np.log([prior_vals[n] for n in free]), lo + 1e-9, hi - 1e-9)
-        res = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=F_SCALE, x_scale=1.0)
+        # the roofline max() makes the cost non-smooth: a few starts, keep the best
+        res = None
+        for scale in START_SCALES:
+            xs = x0 + np.array([np.log(scale) if n in ("mem_efficiency", "compute_efficiency") else 0.0 for n in free])
+            xs = np.clip(xs, lo + 1e-9, hi - 1e-9)
+            cand = least_squares(resid, xs, bounds=(lo, hi), loss="soft_l1", f_scale=F_SCALE, x_scale=1.0)
+            if res is None or cand.cost < res.cost - 1e-12:
+                res = cand
         r = resid(res.x)
         J = _jacobian(resid, res.x)
         s = _robust_scale(r)
@@ -311,7 +320,8 @@ def fit_cost(calls: pd.DataFrame, setup: Setup, prior: CostProfile | None = None
             cov = np.full((len(free), len(free)), np.inf)
         rel = np.where(col > 1e-8, np.sqrt(np.abs(np.diag(cov))), np.inf)
         d = np.sqrt(np.clip(np.abs(np.diag(cov)), 1e-300, None))
-        corr = cov / np.outer(d, d)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            corr = np.nan_to_num(cov / np.outer(d, d))
         vals = dict(prior_vals)
         vals.update({n: float(np.exp(lx)) for n, lx in zip(free, res.x)})
         # identifiability: worst offender back to its prior, refit

@@ -1,0 +1,97 @@
+"""calibrate.fit_cost: recovery of known parameters, stderr scaling, identifiability, profile round trip."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from calibrate.fit_cost import (CALL_COLUMNS, CallPredictor, Setup, build_profile, fit_cost, load_profile,
+                                profile_to_yaml, write_atomic)
+from simulator.cost_model import CostParams, prior_profile
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "specreason-aime-traces"
+TRUE = {"mem_efficiency": 0.7, "compute_efficiency": 0.45, "step_overhead_s": 3e-3, "layer_overhead_s": 15e-6,
+        "call_overhead_s": 0.05, "allreduce_latency_s": 8e-6}
+
+
+def _setup() -> Setup:
+    return Setup.from_names("a100-80gb", 2, "qwq-32b", "r1-distill-qwen-1.5b")
+
+
+def synthetic_calls(n: int, rng: np.random.Generator, sigma: float = 0.03, prefill: bool = True) -> pd.DataFrame:
+    """Calls with times from the cost model at TRUE, times lognormal noise (sigma in log units)."""
+    role = rng.choice(["base", "small"], size=n)
+    kind = rng.choice(["gen", "score"] if prefill else ["gen"], size=n)
+    new = np.where(kind == "score", rng.integers(20, 2000, size=n), 1)
+    out = np.where(kind == "score", 1, rng.integers(1, 80, size=n))
+    calls = pd.DataFrame({
+        "source": "synthetic", "run_id": [f"r{i % 4}" for i in range(n)], "request_id": [f"r{i % 4}" for i in range(n)],
+        "config": "specreason t=7", "system": "specreason", "threshold": 7.0, "gamma": 0, "step_index": np.arange(n),
+        "role": role, "op": np.where(kind == "score", "score", role + "_generate"), "new_tokens": new,
+        "cached_tokens": rng.integers(0, 6000, size=n), "output_tokens": out, "spec_gamma": 0, "spec_iterations": 0,
+        "wall_s": 1.0,
+    })[CALL_COLUMNS]
+    t = CallPredictor(calls, _setup()).predict(CostParams(**TRUE))
+    calls["wall_s"] = t * np.exp(rng.normal(0.0, sigma, size=n))
+    return calls
+
+
+def test_recovers_known_parameters_within_stderr():
+    f = fit_cost(synthetic_calls(1500, np.random.default_rng(1)), _setup())
+    assert {"mem_efficiency", "compute_efficiency", "step_overhead_s", "call_overhead_s"} <= set(f.fitted)
+    for n in f.fitted:
+        assert abs(f.values[n] - TRUE[n]) < 4.5 * f.stderr[n] + 1e-12, (n, f.values[n], f.stderr[n])
+        assert f.stderr[n] < 0.2 * f.values[n]
+    # layer overhead and all-reduce latency multiply the same layer count at one TP degree
+    assert "allreduce_latency_s" in f.fixed
+
+
+def test_stderr_shrinks_with_more_data():
+    small = fit_cost(synthetic_calls(300, np.random.default_rng(2)), _setup(),
+                     candidates=("mem_efficiency", "compute_efficiency", "call_overhead_s", "step_overhead_s"))
+    large = fit_cost(synthetic_calls(3000, np.random.default_rng(3)), _setup(),
+                     candidates=("mem_efficiency", "compute_efficiency", "call_overhead_s", "step_overhead_s"))
+    for n in ("mem_efficiency", "call_overhead_s"):
+        ratio = small.stderr[n] / large.stderr[n]
+        assert 2.0 < ratio < 5.0, (n, ratio)  # sqrt(10) = 3.16 expected
+
+
+def test_decode_only_data_keeps_compute_efficiency_at_prior():
+    calls = synthetic_calls(800, np.random.default_rng(4), prefill=False)
+    setup = _setup()
+    f = fit_cost(calls, setup)
+    assert "compute_efficiency" not in f.fitted
+    assert f.values["compute_efficiency"] == prior_profile(setup.hardware).compute_efficiency.value
+    prof = build_profile(f, setup, name="t", engine="vllm", inputs=["synthetic"], runs=["r0"], hardware_note="test")
+    assert prof.compute_efficiency.kind == "prior"
+    assert prof.mem_efficiency.kind == "calibrated" and prof.mem_efficiency.stderr > 0
+    assert "compute_efficiency" in prof.fit["kept_at_prior"]
+
+
+def test_profile_yaml_round_trip(tmp_path):
+    setup = _setup()
+    f = fit_cost(synthetic_calls(400, np.random.default_rng(5)), setup)
+    prof = build_profile(f, setup, name="t", engine="vllm", inputs=["synthetic"], runs=["r0", "r1"],
+                         hardware_note="test", date="2026-01-01", command="pytest")
+    path = write_atomic(tmp_path / "cost_t.yaml", profile_to_yaml(prof, "pytest"))
+    back = load_profile(path)
+    assert back.mem_efficiency == prof.mem_efficiency
+    assert back.fit["runs"] == ["r0", "r1"]
+    assert back.fit["per_op"]["all"]["median_ape"] < 0.05
+    assert not list(tmp_path.glob(".*tmp"))
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
+def test_real_traces_a100_plausible_a6000_impossible():
+    from calibrate.fit_cost import fit_measured, load_measured
+
+    ms = load_measured([str(DATA)]).select_runs({"0", "1", "2", "3"})
+    prof = fit_measured(ms, _setup(), engine="vllm-0.8.2", hardware_note="test", command="pytest",
+                        alternatives=["rtx-a6000"])
+    assert 0.5 < prof.mem_efficiency.value <= 1.0 and prof.mem_efficiency.kind == "calibrated"
+    assert prof.allreduce_latency_s.kind == "prior"
+    assert prof.fit["per_op"]["all"]["median_ape"] < 0.08
+    assert not prof.fit["hardware_alternatives"]["rtx-a6000"]["physically_plausible"]
