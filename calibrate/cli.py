@@ -13,7 +13,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False)
 def prepare_models_cmd(
     cache: Path = typer.Option(Path(".cache/models"), help="model cache folder"),
     gemma: bool = typer.Option(False, help="also convert Gemma-3-270M (different vocab: not a SmolLM2 draft)"),
-    draft_layers: int = typer.Option(4, help="layers of the draft cut from SmolLM2-135M"),
+    draft_layers: int = typer.Option(6, help="layers of the draft cut from SmolLM2-135M"),
 ) -> None:
     """Convert the PyPI GGUF models into HF folders in the model cache (once) and cut the default draft."""
     from calibrate.model_cache import GEMMA3, SMOLLM2, prepare_models

@@ -16,7 +16,7 @@ from simulator.errors import InputError
 
 DEFAULT_MODEL_CACHE = Path(".cache") / "models"
 SMOLLM2 = "smollm2-135m-instruct"
-SMOLLM2_DRAFT_LAYERS = 4
+SMOLLM2_DRAFT_LAYERS = 6  # the catalog's smollm2-135m-cut6
 GEMMA3 = "gemma3-270m"
 
 
@@ -133,4 +133,42 @@ def prepare_models(cache: str | Path = DEFAULT_MODEL_CACHE, models: tuple[str, .
             log(f"cutting draft ({draft_layers} layers) -> {draft}")
             cut_draft(out[SMOLLM2], draft_layers, draft)
         out[draft.name] = draft
+    return out
+
+
+_HF_ARCH = {"llama": ("llama", "LlamaForCausalLM"), "qwen2": ("qwen2", "Qwen2ForCausalLM"),
+            "qwen3": ("qwen3", "Qwen3ForCausalLM")}
+
+
+def dummy_model_dir(name: str, cache: str | Path = DEFAULT_MODEL_CACHE, layers: int | None = None) -> Path:
+    """An HF config-only folder for catalog architecture ``name`` (random weights; no tokenizer).
+
+    Reads ``simulator/catalog/models.yaml`` as data; ``layers`` overrides the depth (CPU-sized runs).
+    """
+    import yaml
+
+    catalog = Path(__file__).resolve().parent.parent / "simulator" / "catalog" / "models.yaml"
+    entries = {e["name"]: e for e in yaml.safe_load(catalog.read_text(encoding="utf-8"))}
+    if name not in entries:
+        raise InputError(str(catalog), "arch", f"unknown architecture {name!r} ({', '.join(entries)})")
+    e = dict(entries[name])
+    if "same_as" in e:
+        e = {**entries[e["same_as"]], **e}
+    if e["arch"] not in _HF_ARCH:
+        raise InputError(str(catalog), "arch", f"{e['arch']!r} dummy configs are not supported ({', '.join(_HF_ARCH)})")
+    model_type, hf_cls = _HF_ARCH[e["arch"]]
+    n = int(layers or e["layers"])
+    cfg = {
+        "architectures": [hf_cls], "model_type": model_type, "num_hidden_layers": n,
+        "hidden_size": e["hidden"], "num_attention_heads": e["heads"], "num_key_value_heads": e["kv_heads"],
+        "head_dim": e["head_dim"], "intermediate_size": e["intermediate"], "vocab_size": e["vocab"],
+        "tie_word_embeddings": bool(e.get("tie_embeddings", False)), "max_position_embeddings": 32768,
+        "rms_norm_eps": 1e-6, "hidden_act": "silu", "torch_dtype": "bfloat16", "bos_token_id": 1,
+        "eos_token_id": 2, "rope_theta": 1e6,
+    }
+    if model_type == "qwen2":
+        cfg["use_sliding_window"] = False
+    out = Path(cache) / f"dummy-{name}-{n}l"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))
     return out
