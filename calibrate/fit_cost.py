@@ -599,9 +599,10 @@ def load_measured(paths: list[str | Path], prompt_tokens: int | None = None,
         raise InputError(None, "inputs", "mixing SpecReason traces and runner run directories in one call is not supported")
     calls = pd.concat([s.calls for s in sets], ignore_index=True)
     req = pd.concat([s.requests for s in sets], ignore_index=True)
-    if req["run_key"].duplicated().any() and sets[0].kind == "run_dir":
-        dup = req.loc[req["run_key"].duplicated(), "run_key"].iloc[0]
-        raise InputError(None, "inputs", f"two run directories share the name {dup!r}")
+    keys = [k for s in sets for k in s.run_keys]
+    if len(set(keys)) != len(keys):
+        dup = next(k for k in keys if keys.count(k) > 1)
+        raise InputError(None, "inputs", f"two inputs hold a run named {dup!r}; rename one")
     steps = pd.concat([s.steps for s in sets], ignore_index=True) if sets[0].steps is not None else None
     return MeasuredSet(calls, req, [i for s in sets for i in s.inputs], sets[0].kind, sets[0].hint, steps,
                        sets[0].trace if len(sets) == 1 else None)
