@@ -99,10 +99,10 @@ def figures(res: ValidationResult) -> dict[str, pd.DataFrame]:
     if d is not None:
         ok = d[~d["to_answer_censored"].astype(bool)]
         out["distribution"] = summarize_frame(ok, "predicted_s", "to_answer_s", "pi_low_s", "pi_high_s", by=by)
-        means = ok.groupby("config").agg(measured_mean_s=("to_answer_s", "mean"), predicted_s=("predicted_s", "first"),
-                                         des_mean_s=("des_mean_s", "first"), n=("to_answer_s", "size"),
+        means = ok.groupby("config").agg(measured_mean_s=("to_answer_s", "mean"), predicted_s=("predicted_s", "mean"),
+                                         des_mean_s=("des_mean_s", "mean"), n=("to_answer_s", "size"),
                                          measured_small_frac=("small_step_fraction", "mean"),
-                                         predicted_small_frac=("pred_small_step_fraction", "first"),
+                                         predicted_small_frac=("pred_small_step_fraction", "mean"),
                                          measured_acc_len=("acceptance_length", "mean"),
                                          predicted_acc_len=("pred_acceptance_length", "first")).reset_index()
         out["distribution_means"] = means
