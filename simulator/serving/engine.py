@@ -116,7 +116,8 @@ class Engine:
                     job.pending = c.cached_tokens + c.new_tokens  # prefix evicted: recompute it
                 else:
                     job.kv, job.pending = c.cached_tokens, c.new_tokens
-            need = job.kv + job.pending
+            # room for the prefill plus one round of growth of the batch it joins (no admit/preempt ping-pong)
+            need = job.kv + job.pending + (self.n_active + 1) * ((self.gamma or 0) + 1 if self.spec else 1)
             if not self._evict_until(need) and self.n_active > 0:
                 return  # wait for room (head-of-line, FIFO)
             self.waiting.popleft()

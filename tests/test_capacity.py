@@ -1,0 +1,145 @@
+"""Capacity search, SLO parsing, serial == parallel, costs, CLI errors, the report."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+
+from simulator.capacity import LoadSpec, Point, capacity_table, evaluate, run_points, search_capacity
+from simulator.cli import main
+from simulator.errors import InputError
+from simulator.serving.slo import parse_slo
+from simulator.systems import SystemConfig
+
+SC = "scenarios/cpu-smollm2.yaml"
+LOAD = LoadSpec(requests=80, seed=3)
+
+
+def point(cfg=SystemConfig(system="vanilla-base"), slo="p99_latency<=40s", **kw) -> Point:
+    return Point(SC, "cpu", 1, cfg, LOAD, slo, **kw)
+
+
+# ---- SLO strings ------------------------------------------------------------------------------
+@pytest.mark.parametrize("text,stat,metric,limit", [
+    ("p99_latency<=300s", "p99", "latency_s", 300.0), ("P90_TTFT <= 500ms", "p90", "ttft_s", 0.5),
+    ("mean_latency<2min", "mean", "latency_s", 120.0), ("median_queue_delay<=1.5", "p50", "queue_delay_s", 1.5),
+    ("p50_latency<=1e2s", "p50", "latency_s", 100.0),
+])
+def test_parse_slo(text, stat, metric, limit):
+    (t,) = parse_slo(text).terms
+    assert (t.stat, t.metric) == (stat, metric) and t.limit_s == pytest.approx(limit)
+
+
+def test_parse_slo_several_terms():
+    s = parse_slo("p99_latency<=300s, mean_ttft<=2 and p90_queue_delay<=1")
+    assert [t.name for t in s.terms] == ["p99_latency_s", "mean_ttft_s", "p90_queue_delay_s"]
+
+
+@pytest.mark.parametrize("bad", ["", "p99latency<=3", "p98_latency<=3", "p99_tpot<=3", "p99_latency>=3",
+                                 "p99_latency<=0", "p99_latency<=3h", "p99_latency<=", "latency<=3"])
+def test_parse_slo_errors(bad):
+    with pytest.raises(InputError, match="--slo"):
+        parse_slo(bad)
+
+
+@given(st.sampled_from(["mean", "p50", "p90", "p95", "p99"]), st.sampled_from(["latency", "ttft"]),
+       st.floats(1e-3, 1e5), st.sampled_from(["", "s", "ms", " s"]))
+def test_parse_slo_roundtrip(stat, metric, value, unit):
+    (t,) = parse_slo(f"{stat}_{metric} <= {value!r}{unit}").terms
+    assert t.limit_s == pytest.approx(value * (1e-3 if unit == "ms" else 1.0), rel=1e-9)
+
+
+# ---- the search ---------------------------------------------------------------------------------
+def test_search_brackets_the_capacity():
+    p = point()
+    row = search_capacity(p, rel_tol=0.1)
+    q = row["max_qps"]
+    assert q > 0 and row["slo_met"]
+    assert evaluate(p, q)["slo_met"]
+    assert not evaluate(p, q * 1.1 * 1.001)["slo_met"] or row["evaluations"] >= 14
+
+
+def test_looser_slo_more_capacity():
+    tight = search_capacity(point(slo="p99_latency<=25s"), rel_tol=0.1)["max_qps"]
+    loose = search_capacity(point(slo="p99_latency<=60s"), rel_tol=0.1)["max_qps"]
+    assert loose >= tight
+
+
+def test_impossible_slo_gives_zero():
+    row = search_capacity(point(slo="p99_latency<=0.01s"))
+    assert row["max_qps"] == 0.0 and not row["slo_met"]
+
+
+def test_serial_and_parallel_give_identical_numbers():
+    pts = [point(rate=0.5), point(SystemConfig(system="specdecode", gamma=2), rate=0.5),
+           point(SystemConfig(system="specreason", threshold=5), rate=0.3), point(users=3)]
+    serial = pd.DataFrame(run_points(pts, workers=1))
+    parallel = pd.DataFrame(run_points(pts, workers=2))
+    pd.testing.assert_frame_equal(serial, parallel)
+
+
+def test_point_seed_is_stable():
+    # CRC-32 based, independent of PYTHONHASHSEED and of the rate
+    assert point().seed == point(rate=2.0).seed == replace(point(), slo_text="mean_latency<=1").seed
+    assert point().seed != point(SystemConfig(system="specdecode", gamma=2)).seed
+
+
+def test_capacity_table_costs():
+    rows = [{"hardware": "h", "tp": 2, "system": "vanilla-base", "gamma": None, "threshold": None, "first_n": 0,
+             "label": "vanilla-base", "max_qps": 0.5},
+            {"hardware": "h", "tp": 2, "system": "specdecode", "gamma": 4, "threshold": None, "first_n": 0,
+             "label": "specdecode g=4", "max_qps": 0.8}]
+    df = capacity_table(rows, gpu_hour_cost=2.0, target_qps=3.0)
+    best = df.iloc[0]
+    assert best.label == "specdecode g=4"
+    assert best.cost_per_1000_requests == pytest.approx(1000 * 2 * 2.0 / (3600 * 0.8))
+    assert best.replicas == math.ceil(3.0 / 0.8) and best.gpus == 2 * 4
+    assert df.iloc[1].replicas == 6
+
+
+# ---- CLI --------------------------------------------------------------------------------------
+def test_cli_errors_are_one_line(capsys):
+    assert main(["capacity", SC, "--slo", "p99_lat<=3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --slo") and "\n" not in err
+    assert main(["capacity", SC, "--slo", "p99_latency<=3", "--qps", "1,x"]) == 2
+    assert main(["capacity", SC, "--slo", "p99_latency<=3", "--arrival", "weibull"]) == 2
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        assert main(["capacity", SC, "--slo", "p99_latency<=3", "--ray-address", "auto", "--system", "vanilla-base",
+                     "--requests", "20"]) == 2
+        assert "ray is not installed" in capsys.readouterr().err
+
+
+def test_cli_capacity_at_given_loads(capsys):
+    assert main(["capacity", SC, "--slo", "p99_latency<=40s", "--qps", "0.5", "--users", "2", "--system", "vanilla-base",
+                 "--requests", "40", "--format", "csv", "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    df = pd.read_csv(__import__("io").StringIO(out))
+    assert len(df) == 2 and set(df.slo_met) <= {True, False}
+
+
+def test_report_writes_complete_files(tmp_path):
+    sc = yaml.safe_load(open(SC))
+    sc.update(systems=["vanilla-base", "specdecode"], grid={"gamma": [2]}, name="tiny")
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(sc))
+    out = tmp_path / "rep"
+    assert main(["report", str(path), "--out", str(out), "--requests", "40", "--gpu-hour-cost", "1",
+                 "--target-qps", "2", "--workers", "1", "--slo", "p99_latency<=40s"]) == 0
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["capacity.csv", "latency_vs_load.csv", "latency_vs_load.png", "report.md", "resolved.json",
+                     "slo_frontier.png"]
+    md = (out / "report.md").read_text()
+    for s in ("## Answer", "Best configuration", "## Assumptions", "## Provenance", "cpu_gsm_smollm2", "per 1000 requests"):
+        assert s in md
+    assert (out / "latency_vs_load.png").read_bytes()[:4] == b"\x89PNG"
+    assert np.isfinite(pd.read_csv(out / "capacity.csv").max_qps).all()
