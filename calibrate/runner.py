@@ -66,8 +66,10 @@ def build_engines(cfg: SystemConfig, spec: EngineSpec, seed: int) -> tuple[Engin
     for p in {spec.base if cfg.uses_base else None, spec.small if cfg.uses_small else None,
               draft if needs_draft else None} - {None}:
         read_model_config(p)
-    base = build_engine(spec, spec.base, draft if needs_draft else None, "base", seed) if cfg.uses_base else None
+    # The small engine first: vLLM keeps only the newest engine's Prometheus collectors, and the
+    # base's spec-decode counters are read from them (see VllmEngine._spec_counters).
     small = build_engine(spec, spec.small, None, "small", seed) if cfg.uses_small else None
+    base = build_engine(spec, spec.base, draft if needs_draft else None, "base", seed) if cfg.uses_base else None
     return base, small
 
 

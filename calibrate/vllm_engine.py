@@ -134,6 +134,9 @@ class VllmEngine(Engine):
 
     def _spec_counters(self) -> tuple[int, list[int]]:
         m = self.spec_metrics()
+        if "vllm:spec_decode_num_drafts" not in m:
+            raise RuntimeError("vLLM spec-decode counters are not registered: create the speculative engine "
+                               "last (vLLM keeps only the newest engine's Prometheus collectors)")
         per_pos = m.get("vllm:spec_decode_num_accepted_tokens_per_pos") or [0] * self.gamma
         return int(m.get("vllm:spec_decode_num_drafts", 0)), [int(x) for x in per_pos]
 

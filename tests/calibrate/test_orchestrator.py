@@ -139,3 +139,13 @@ def test_run_directory_refuses_incompatible_resume(tmp_path):
     RunDirectory.open(tmp_path, _manifest()).close()
     with pytest.raises(InputError, match="threshold"):
         RunDirectory.open(tmp_path, {**_manifest(), "threshold": 3.0})
+
+
+def test_trace_format_doc_has_every_field_table():
+    from pathlib import Path
+
+    from calibrate.trace_schema import MICROBENCH_FIELDS, RUN_FIELDS, markdown_table
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "trace-format.md").read_text()
+    for fields in (STEP_FIELDS, REQUEST_FIELDS, RUN_FIELDS, MICROBENCH_FIELDS):
+        assert markdown_table(fields) in doc
