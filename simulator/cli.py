@@ -182,6 +182,10 @@ def _register_subapps() -> None:
 
     _register_fit(calibrate_app)
     _register_validate(app)
+    # study (calibrate/study/cli.py): torch and the models are imported only when a study runs
+    from calibrate.study.cli import app as study_app
+
+    app.add_typer(study_app, name="study", help="Studies on real small models + the simulator (issue 6).")
 
 
 def main(argv: list[str] | None = None) -> int:

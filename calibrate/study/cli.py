@@ -15,12 +15,12 @@ app = typer.Typer(help="Studies on real small models + the simulator.", no_args_
 def specdecode(
     out: Path = typer.Option(..., "--out", help="report directory"),
     problems: int = typer.Option(10, "--problems", help="held-out GSM8K problems"),
-    max_new_tokens: int = typer.Option(128, "--max-new-tokens"),
+    max_new_tokens: int = typer.Option(96, "--max-new-tokens"),
     gammas: str = typer.Option("1-8", "--gammas", help="'LO-HI' or comma list"),
-    drafts: str = typer.Option("cut4,cut8,cut15,ngram", "--drafts", help="comma list of cut<k> | ngram"),
+    drafts: str = typer.Option("cut4,cut8,cut15,ngram,bf16copy", "--drafts", help="comma list of cut<k> | ngram | bf16copy"),
     timed_problems: int = typer.Option(2, "--timed-problems", help="problems with timed runs"),
     timed_gammas: str = typer.Option("1,2,4,8", "--timed-gammas"),
-    train_steps: int = typer.Option(40, "--train-steps", help="distillation steps (0 = skip)"),
+    train_steps: int = typer.Option(60, "--train-steps", help="distillation steps (0 = skip)"),
     train_problems: int = typer.Option(32, "--train-problems"),
     seed: int = typer.Option(0, "--seed"),
 ) -> None:

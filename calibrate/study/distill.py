@@ -14,7 +14,7 @@ from pathlib import Path
 
 
 def distill_draft(draft_dir: Path, out_dir: Path, sequences: list[tuple[list[int], list[int]]], steps: int,
-                  batch: int = 4, lr: float = 3e-4, seed: int = 0, log=print) -> dict:
+                  batch: int = 4, lr: float = 5e-4, seed: int = 0, log=print) -> dict:
     """Train a copy of ``draft_dir`` on (prompt, target_greedy_tokens) pairs; save to ``out_dir``."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -37,11 +37,11 @@ def distill_draft(draft_dir: Path, out_dir: Path, sequences: list[tuple[list[int
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trained, 1.0)
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         if step % 10 == 0 or step == steps - 1:
             log(f"  distill step {step + 1}/{steps}: loss {losses[-1]:.3f}")
     model.eval()
-    model.to(torch.bfloat16).save_pretrained(out_dir, safe_serialization=True)
+    model.save_pretrained(out_dir, safe_serialization=True)
     return {"steps": steps, "batch": batch, "lr": lr, "sequences": len(sequences), "loss_first": losses[0] if losses else None,
             "loss_last": sum(losses[-5:]) / max(1, len(losses[-5:])), "train_s": time.perf_counter() - t0,
             "trained_params": int(sum(p.numel() for p in trained))}

@@ -13,7 +13,7 @@ import numpy as np
 
 from simulator.errors import InputError
 
-DRAFT_CHOICES = ("cut4", "cut6", "cut8", "cut15", "ngram")
+DRAFT_CHOICES = ("cut4", "cut6", "cut8", "cut15", "ngram", "bf16copy")
 
 
 def parse_gammas(spec: str) -> list[int]:
@@ -34,13 +34,14 @@ def parse_gammas(spec: str) -> list[int]:
 @dataclass
 class StudyConfig:
     problems: int = 10
-    max_new_tokens: int = 128
+    max_new_tokens: int = 96
+    dtype: str = "float32"  # target and cut drafts; bf16copy is the target in bfloat16
     gammas: list[int] = field(default_factory=lambda: list(range(1, 9)))
-    drafts: list[str] = field(default_factory=lambda: ["cut4", "cut8", "cut15", "ngram"])
+    drafts: list[str] = field(default_factory=lambda: ["cut4", "cut8", "cut15", "ngram", "bf16copy"])
     timed_problems: int = 2
     timed_gammas: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
     train_problems: int = 32
-    train_steps: int = 40
+    train_steps: int = 60
     distill_layers: int = 4
     seed: int = 0
     model_cache: str = ".cache/models"
@@ -67,6 +68,11 @@ class StudyConfig:
 
 def _layers(draft: str) -> int | None:
     return int(draft[3:]) if draft.startswith("cut") else None
+
+
+def _sim_layers(draft: str) -> int | None:
+    """Draft depth for the simulator: the cut's layers; the full 30 for the bf16 copy."""
+    return 30 if draft == "bf16copy" else _layers(draft.removesuffix("-distilled"))
 
 
 def _ensure_models(cfg: StudyConfig, log) -> tuple[Path, dict[str, Path]]:
@@ -110,13 +116,15 @@ def run_study(cfg: StudyConfig, out: Path, command: str, log=print) -> dict:
                                                         add_generation_prompt=True, tokenize=False), add_special_tokens=False)
     eval_probs = load_problems("gsm8k", cfg.problems, cfg.seed)
     prompts = [chat(p.question) for p in eval_probs]
-    target = measure.load_causal_lm(target_dir)
+    target = measure.load_causal_lm(target_dir, cfg.dtype)
     eos = {tok.eos_token_id}
     # -- 1. target greedy outputs on the held-out (GSM8K) problems
     log(f"greedy target outputs: {len(prompts)} problems x {cfg.max_new_tokens} tokens")
     ys = measure.batched_greedy(target, tok, prompts, cfg.max_new_tokens)
     # -- 2. distil the smallest cut on target outputs for training (gsm_symbolic) problems
-    distill_info, drafts = None, {d: measure.load_causal_lm(p) for d, p in draft_dirs.items()}
+    distill_info, drafts = None, {d: measure.load_causal_lm(p, cfg.dtype) for d, p in draft_dirs.items()}
+    if "bf16copy" in cfg.drafts:
+        drafts["bf16copy"] = measure.load_causal_lm(target_dir, "bfloat16")
     if cfg.train_steps:
         train = load_problems("gsm_symbolic", cfg.train_problems, cfg.seed + 1000)
         tp = [chat(p.question) for p in train]
@@ -127,7 +135,7 @@ def run_study(cfg: StudyConfig, out: Path, command: str, log=print) -> dict:
         distill_info = distill_draft(draft_dirs[dname], ddir, list(zip(tp, ty)), cfg.train_steps, seed=cfg.seed, log=log)
         distill_info.update({"base_draft": dname, "saved_to": str(ddir), "train_dataset": f"gsm_symbolic seed {cfg.seed + 1000}",
                              "eval_dataset": "gsm8k (held out)"})
-        drafts[f"{dname}-distilled"] = measure.load_causal_lm(ddir)
+        drafts[f"{dname}-distilled"] = measure.load_causal_lm(ddir, cfg.dtype)
     model_drafts = {d: m for d, m in drafts.items() if d in cfg.drafts or d.endswith("-distilled")}
     ngram = {"ngram": NgramDrafter()} if "ngram" in cfg.drafts else {}
     names = list(model_drafts) + list(ngram)
@@ -160,7 +168,7 @@ def run_study(cfg: StudyConfig, out: Path, command: str, log=print) -> dict:
         if d in ngram:  # a lookup per iteration, not per token
             c = c / max(1, statistics.median(cfg.timed_gammas))
         a_max = np.array(acc[d]["per_gamma"][max(cfg.gammas)]["a"])
-        sim = simulate.simulate_cpu_speedups(a_max, _layers(d.removesuffix("-distilled")), cfg.timed_gammas) \
+        sim = simulate.simulate_cpu_speedups(a_max, _sim_layers(d), cfg.timed_gammas) \
             if d in model_drafts else {}
         for g in cfg.timed_gammas:
             rg = [r for r in rs if r["gamma"] == g]
@@ -194,7 +202,7 @@ def run_study(cfg: StudyConfig, out: Path, command: str, log=print) -> dict:
     prov = {"command": command, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "hardware": f"{platform.processor() or platform.machine()}, {__import__('os').cpu_count()} CPU cores",
             "cpu_model": _cpu_model(), "torch": torch.__version__, "transformers": transformers.__version__,
-            "threads": cfg.threads, "dtype": "bfloat16", "target": str(target_dir),
+            "threads": cfg.threads, "dtype": cfg.dtype, "target": str(target_dir),
             "drafts": {d: str(p) for d, p in draft_dirs.items()}, "seed": cfg.seed, "config": asdict(cfg),
             "eval_problems": [p.problem_id for p in eval_probs], "runtime_s": None,
             "simulator_cost_profile": sim_source, "decode_pass_s": t_dec,

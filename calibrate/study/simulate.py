@@ -74,8 +74,8 @@ def transfer_acceptance(a_ref, a_before, a_after) -> list[float]:
 
     n = len(a_ref)
     rho_ref = conditional_acceptance(np.asarray(a_ref, dtype=float))
-    rb = conditional_acceptance(np.asarray(a_before[:n], dtype=float))
-    ra = conditional_acceptance(np.asarray(a_after[:n], dtype=float))
+    pad = lambda a: np.concatenate([np.asarray(a, dtype=float)[:n], np.full(max(0, n - len(a)), np.nan)])
+    rb, ra = conditional_acceptance(pad(a_before)), conditional_acceptance(pad(a_after))
     with np.errstate(invalid="ignore", divide="ignore"):
         keep = np.nan_to_num((1 - ra) / (1 - rb), nan=1.0, posinf=1.0)
     rho = np.clip(1 - (1 - rho_ref) * keep, 0.0, 1.0)
