@@ -146,7 +146,7 @@ def _markdown(res, df, main) -> str:
          f"Target `{p['target']}`; drafts {', '.join(f'`{k}`' for k in p['drafts'])} (cut-draft folders), n-gram = prompt lookup (n 4..2).  ",
          f"Held-out problems: {len(p['eval_problems'])} GSM8K items ({p['eval_problems'][0]} ...), "
          f"{p['generated_tokens']} greedy target tokens. Target per-token decode pass: {p['decode_pass_s'] * 1e3:.0f} ms (median).  ",
-         f"Teacher-forced target argmax agrees with the incremental greedy output on {100 * p["tf_agreement"]:.1f}% of tokens (numerics check; 100% means the replay is exact).", "",
+         f"Teacher-forced target argmax agrees with the incremental greedy output on {100 * p['tf_agreement']:.1f}% of tokens (numerics check; 100% means the replay is exact).", "",
          "## Acceptance per draft (replayed for every gamma from teacher-forced matches; exact for greedy)", "",
          "![acceptance](acceptance.png)", ""]
     rows = []
