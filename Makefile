@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.specsim-installed
 ENGINES_STAMP := $(VENV)/.engines-installed
 SCENARIO ?= scenarios/reference-a6000-qwq32b.yaml
 
-.PHONY: setup engines demo test test-fast test-real bench clean
+.PHONY: setup engines demo test test-fast test-real bench clean validate-traces
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -43,3 +43,8 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .hypothesis
+
+# Held-out validation on the shared third-party SpecReason traces (docs/validation.md).
+TRACES ?= ../shared/data/specreason-aime-traces
+validate-traces: $(STAMP)
+	$(SPECSIM) validate $(TRACES) --profile simulator/profiles/cost_a100-80gb-vllm082-specreason-traces.yaml --holdout loro --report out/validation-loro

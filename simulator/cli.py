@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         _register_subapps()
         _registered = True
     try:
-        app(args=argv, standalone_mode=False)
+        rc = app(args=argv, standalone_mode=False)
     except InputError as e:
         print(f"error: {e.one_line()}", file=sys.stderr)
         return 2
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
             e.show()
             return 2
         raise
-    return 0
+    return rc if isinstance(rc, int) else 0
 
 
 if __name__ == "__main__":
