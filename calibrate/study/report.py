@@ -120,11 +120,11 @@ def write_report(res: dict, out: Path) -> Path:
     p = res["provenance"]
     drafts = list(res["acceptance"])
     main = next((d for d in drafts if d.startswith("cut") and not d.endswith("distilled")), drafts[0])
+    (out / "figures.json").write_text(json.dumps(_summary(res, df), indent=1, default=float))  # first: survives a plot failure
     _fig_acceptance(res, out)
     _fig_speedup(df, out)
     _fig_rejections(res["token_breakdowns"][main], res["step_breakdowns"], out, main)
     _fig_distill(res, df, out)
-    (out / "figures.json").write_text(json.dumps(_summary(res, df), indent=1, default=float))
     (out / "README.md").write_text(_markdown(res, df, main))
     return out
 

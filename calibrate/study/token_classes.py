@@ -22,6 +22,8 @@ def token_class(text: str) -> str:
     """Class of one decoded token (``tokenizer.decode([id])``)."""
     if text.strip() == "":
         return "whitespace"
+    if set(text.strip()) <= {"*", "#", "-"} and len(text.strip()) >= 2:  # markdown bold / heading / rule
+        return "format/punct"
     if _ARITH.search(text):
         return "digit/arith"
     word = text.strip().strip(".,:;!?*#").lower()
