@@ -13,7 +13,7 @@ from calibrate.orchestrator import SystemConfig, run_request
 pytestmark = pytest.mark.real_engine
 
 PROBLEM = Problem("t0", "Tom has 3 boxes with 4 apples each. He eats 2 apples. How many apples are left?", "10")
-BUDGET, STEP_MAX = 40, 16
+BUDGET, STEP_MAX = 24, 8
 
 
 def _run(system, base, small, threshold=7.0):
