@@ -80,6 +80,7 @@ class Engine:
         self.evictions = 0
         self.busy_s = 0.0
         self.admitted_rids: list[int] = []  # first admissions since the replica last looked
+        self._act: np.ndarray | None = None  # cached flatnonzero(active)
 
     # ---- queue and KV ---------------------------------------------------------------------
     @property
@@ -129,6 +130,7 @@ class Engine:
         self.kv[s], self.pending[s], self.remaining[s], self.it[s] = job.kv, job.pending, job.remaining, job.it
         self.started[s] = job.started
         self.active[s] = True
+        self._act = None
         self.order[s] = self.admitted
         self.admitted += 1
         self.pinned += job.kv + job.pending
@@ -149,13 +151,14 @@ class Engine:
         job = self.jobs[s]
         self.jobs[s] = None
         self.active[s] = False
+        self._act = None
         self.free_slots.append(s)
         self.pinned -= int(self.kv[s] + self.pending[s])
         return job
 
     def preempt_youngest(self) -> None:
         """Recompute-style preemption: free the youngest sequence's KV, re-queue it first."""
-        act = np.flatnonzero(self.active)
+        act = self.act
         s = int(act[np.argmax(self.order[act])])
         kv, pend = int(self.kv[s]), int(self.pending[s])
         job = self._release(s)
@@ -165,12 +168,18 @@ class Engine:
         self.preemptions += 1
 
     # ---- iterations -----------------------------------------------------------------------
+    @property
+    def act(self) -> np.ndarray:
+        if self._act is None:
+            self._act = np.flatnonzero(self.active)
+        return self._act
+
     def has_prefill(self) -> bool:
-        return bool((self.pending[self.active] > 0).any())
+        return bool((self.pending[self.act] > 0).any())
 
     def rounds_left(self) -> int:
         """Decode-only iterations until the first running call finishes."""
-        act = self.active
+        act = self.act
         if not self.spec:
             return int(self.remaining[act].min())
         n_iter = np.argmax(self.cum[act] >= self.cum[act, -1:], axis=1)  # iterations to the end
@@ -178,7 +187,7 @@ class Engine:
 
     def round_times(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(time, KV growth) of each of the next k iterations; k > 1 only without prefills."""
-        act = np.flatnonzero(self.active)
+        act = self.act
         if k == 1 and (self.pending[act] > 0).any():
             return self._mixed_round(act)
         B = float(len(act))
@@ -219,7 +228,7 @@ class Engine:
 
     def advance(self, k: int) -> tuple[list[int], list[int]]:
         """Apply k iterations. Returns (slots whose first prefill just ended, finished jobs' slots)."""
-        act = np.flatnonzero(self.active)
+        act = self.act
         pre = self.pending[act] > 0
         first = [int(s) for s in act[pre & ~self.started[act]]]
         if pre.any():  # k == 1 here
@@ -240,8 +249,9 @@ class Engine:
             self.kv[act] += prod
             self.remaining[act] -= prod
             self.pinned += int(np.sum(prod)) if self.spec else k * len(act)
-        done = np.flatnonzero(self.active & (self.pending == 0) & (self.remaining <= 0))
-        return first, [int(s) for s in done]
+        a = self.act
+        done = a[(self.pending[a] == 0) & (self.remaining[a] <= 0)]
+        return first, done.tolist()
 
     def finish(self, s: int) -> Job:
         """Release a finished call's slot; its context stays cached for the request's next call."""
