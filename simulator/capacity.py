@@ -69,6 +69,7 @@ class Point:
     slo_text: str
     rate: float | None = None  # None: search the capacity
     users: int | None = None  # closed loop instead of a rate
+    replay: str | None = None  # arrival-times file instead of a rate
 
     @property
     def key(self) -> str:
@@ -94,11 +95,16 @@ def single_request_latency(rs: ResolvedScenario, hw: str, tp: int, cfg: SystemCo
     return float(predict_point(cfg, chain_for(cfg, rs.workload, {}), CostVectors(tb))["latency_s"])
 
 
-def evaluate(point: Point, rate: float | None = None, users: int | None = None) -> dict:
+def evaluate(point: Point, rate: float | None = None, users: int | None = None, replay: str | None = None) -> dict:
     """Serve the point's configuration at one load level; the summary row."""
+    from simulator.serving.arrivals import load_arrival_times
+
     rs = _scenario(point.scenario)
     mf = rs.scenario.memory_fraction
-    arrivals = ClosedLoopUsers(users) if users else point.load.arrivals(rate)
+    if replay:
+        arrivals = load_arrival_times(replay)
+    else:
+        arrivals = ClosedLoopUsers(users) if users else point.load.arrivals(rate)
     res = simulate_serving(point.cfg, rs.deployments(point.hardware, point.tp), rs.workload, arrivals,
                            point.load.requests, point.seed, (mf.small, mf.base), point.load.max_batch)
     return summarize_serving(res, parse_slo(point.slo_text))
@@ -142,12 +148,13 @@ def search_capacity(point: Point, rel_tol: float = DEFAULT_REL_TOL) -> dict:
 
 def run_point(point: Point) -> dict:
     """Worker entry point (top level so processes and Ray can import it)."""
-    if point.rate is None and point.users is None:
+    if point.rate is None and point.users is None and point.replay is None:
         out = search_capacity(point)
     else:
-        out = evaluate(point, point.rate, point.users)
+        out = evaluate(point, point.rate, point.users, point.replay)
         out["rate_qps"] = point.rate
         out["users"] = point.users
+        out["replay"] = point.replay
     return {"hardware": point.hardware, "tp": point.tp, "system": point.cfg.system, "gamma": point.cfg.gamma,
             "threshold": point.cfg.threshold, "first_n": point.cfg.first_n, "label": point.cfg.label, **out}
 
@@ -206,8 +213,12 @@ def capacity_from_cli(scenario: str, slo_text: str, qps: list[float] | None = No
                       systems: list[str] | None = None, gammas=None, thresholds=None, arrival: str = "poisson",
                       cv: float = 1.0, requests: int | None = None, seed: int | None = None,
                       gpu_hour_cost: float | None = None, target_qps: float | None = None,
-                      workers: int | None = None, ray_address: str | None = None) -> tuple[pd.DataFrame, dict]:
-    """Resolve, validate, run. With --qps/--users: the SLO check at those loads; else the search."""
+                      workers: int | None = None, ray_address: str | None = None,
+                      arrivals_file: str | None = None) -> tuple[pd.DataFrame, dict]:
+    """Resolve, validate, run. With --qps/--users/--arrivals-file: the SLO check at those loads;
+    else the capacity search."""
+    from simulator.serving.arrivals import load_arrival_times
+
     from simulator.systems import SYSTEMS, expand_systems
 
     rs = load_scenario(scenario)
@@ -230,8 +241,11 @@ def capacity_from_cli(scenario: str, slo_text: str, qps: list[float] | None = No
     points = capacity_points(rs, slo, load, configs)
     meta = {"scenario": str(rs.path), "slo": slo.text, "arrivals": arrival if arrival == "poisson" else f"bursty cv={cv}",
             "requests_per_point": load.requests, "seed": load.seed}
-    if qps or users:
+    if arrivals_file:
+        load_arrival_times(arrivals_file)  # validate once, here: errors name the file and line
+    if qps or users or arrivals_file:
         levels = [dict(rate=q) for q in qps or []] + [dict(users=u) for u in users or []]
+        levels += [dict(replay=str(arrivals_file))] if arrivals_file else []
         pts = [replace(p, **lv) for p in points for lv in levels]
         df = pd.DataFrame(run_points(pts, workers, ray_address))
         return df, meta
@@ -245,7 +259,7 @@ DISPLAY = {
     "ttft_mean_s": "TTFT s", "queue_delay_mean_s": "queue s", "goodput_qps": "goodput/s", "slo_met": "SLO",
     "base_batch_mean": "base batch", "small_batch_mean": "small batch", "base_utilization": "base util",
     "small_utilization": "small util", "base_kv_occupancy_max": "base KV max", "cost_per_1000_requests": "$/1000 req",
-    "replicas": "replicas", "gpus": "GPUs", "evaluations": "sims",
+    "replicas": "replicas", "gpus": "GPUs", "evaluations": "sims", "latency_drift": "drift",
 }
 
 

@@ -110,6 +110,8 @@ def capacity(
     slo: str = typer.Option(..., help="SLO, e.g. 'p99_latency<=300s' or 'p90_latency<=60s,mean_ttft<=2s'"),
     qps: Optional[str] = typer.Option(None, help="check the SLO at these request rates (e.g. 0.5,1,2) instead of searching"),
     users: Optional[str] = typer.Option(None, help="check the SLO with these closed-loop user counts (e.g. 4,16)"),
+    arrivals_file: Optional[Path] = typer.Option(None, "--arrivals-file",
+                                                 help="check the SLO on arrival times replayed from a CSV/JSONL file"),
     system: Optional[list[str]] = typer.Option(None, "--system", help="restrict to these systems (repeatable)"),
     gamma: Optional[str] = typer.Option(None, help="gamma values, e.g. 1-8 or 2,4"),
     threshold: Optional[str] = typer.Option(None, help="thresholds, e.g. 3,5,7"),
@@ -137,7 +139,7 @@ def capacity(
         scenario, slo, qps=_float_list(qps, "--qps"), users=user_counts, systems=system,
         gammas=_int_range(gamma, "--gamma", 1, 16), thresholds=_int_range(threshold, "--threshold", 0, 9),
         arrival=arrival, cv=cv, requests=requests, seed=seed, gpu_hour_cost=gpu_hour_cost, target_qps=target_qps,
-        workers=workers, ray_address=ray_address,
+        workers=workers, ray_address=ray_address, arrivals_file=str(arrivals_file) if arrivals_file else None,
     )
     from simulator.capacity import render_capacity_table
 

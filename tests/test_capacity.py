@@ -143,3 +143,28 @@ def test_report_writes_complete_files(tmp_path):
         assert s in md
     assert (out / "latency_vs_load.png").read_bytes()[:4] == b"\x89PNG"
     assert np.isfinite(pd.read_csv(out / "capacity.csv").max_qps).all()
+
+
+def test_cli_replayed_arrivals(tmp_path, capsys):
+    f = tmp_path / "arrivals.jsonl"
+    f.write_text("\n".join(f'{{"arrival_s": {0.7 * i}}}' for i in range(30)))
+    assert main(["capacity", SC, "--slo", "p99_latency<=60s", "--arrivals-file", str(f), "--system", "vanilla-base",
+                 "--format", "json", "--workers", "1"]) == 0
+    import json
+
+    (row,) = json.loads(capsys.readouterr().out)["results"]
+    assert row["requests"] == 30 and row["replay"] == str(f)
+    f.write_text("0\n1\n-3\n")
+    assert main(["capacity", SC, "--slo", "p99_latency<=60s", "--arrivals-file", str(f)]) == 2
+    assert "line 3" in capsys.readouterr().err
+
+
+def test_overload_is_caught_by_the_drift_check():
+    from simulator.serving.metrics import DRIFT_LIMIT
+
+    # at most 4 sequences per engine: ~0.6 requests/s of capacity, offered 5/s
+    p = replace(point(slo="p99_latency<=100000s"), load=LoadSpec(requests=200, seed=3, max_batch=4))
+    row = evaluate(p, rate=5.0)
+    assert row["latency_drift"] > DRIFT_LIMIT and not row["slo_met"]
+    calm = evaluate(p, rate=0.1)
+    assert calm["latency_drift"] < DRIFT_LIMIT and calm["slo_met"]

@@ -1,6 +1,9 @@
 """Summaries of a served trace: latency/TTFT/queueing statistics, goodput, engine load,
 and the Little's-law check.
 
+A rate meets an SLO when the steady requests meet every term *and* the latency does not drift
+upward over the run (:func:`latency_drift` <= ``DRIFT_LIMIT``).
+
 Warm-up: the first ``warmup_fraction`` of arrivals meet an empty system, so latency
 statistics use the later requests only (all requests still load the system).
 
@@ -18,6 +21,21 @@ from simulator.serving.replica import ServingResult
 from simulator.serving.slo import Slo
 
 WARMUP_FRACTION = 0.1
+DRIFT_LIMIT = 1.5  # unstable if the last quarter's mean latency exceeds 1.5x the second quarter's
+
+
+def latency_drift(requests: pd.DataFrame) -> float:
+    """Mean latency of the last quarter of arrivals / that of the second quarter.
+
+    About 1 when the load is sustained; an overloaded queue grows linearly with time, which
+    gives ~2.3. A finite run at an unsustainable rate can still meet a percentile SLO (the
+    queue has not grown enough yet): this ratio catches it."""
+    lat = requests.sort_values("arrival_at").latency_s.to_numpy()
+    n = len(lat)
+    if n < 8:
+        return 1.0
+    q2, q4 = lat[n // 4 : n // 2].mean(), lat[3 * n // 4 :].mean()
+    return float(q4 / q2) if q2 > 0 else 1.0
 
 
 def steady(requests: pd.DataFrame, warmup_fraction: float = WARMUP_FRACTION) -> pd.DataFrame:
@@ -63,7 +81,8 @@ def summarize_serving(res: ServingResult, slo: Slo | None = None, warmup_fractio
         sspan = float(st.arrival_at.max() - st.arrival_at.min()) if len(st) > 1 else np.nan
         out["goodput_qps"] = float((ok.sum() - 1) / sspan) if sspan and sspan > 0 and ok.sum() else 0.0
         out["slo_attainment"] = float(ok.mean()) if len(ok) else np.nan
-        out["slo_met"] = slo.met(st)
+        out["latency_drift"] = latency_drift(req)
+        out["slo_met"] = slo.met(st) and out["latency_drift"] <= DRIFT_LIMIT
         for t in slo.terms:
             out[t.name] = t.value(st[t.metric].to_numpy())
     return out
