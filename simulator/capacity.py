@@ -6,6 +6,10 @@ r0 = 1 / (single-request latency), double while the SLO holds, then bisect betwe
 last rate that met it and the first that did not until hi/lo - 1 <= ``rel_tol``. A rate
 "meets" the SLO when the steady-state requests (after the warm-up fraction) do.
 
+Finite runs: at rate r a run uses max(requests, r * 4 * single-request latency) requests (at most
+20x ``requests``), so the arrival window always spans several request lifetimes; a rate that
+would need more is reported as not sustained (the capacity is then a lower bound).
+
 Costs: a replica occupies TP GPUs (both models are colocated on them), so at its capacity
 R_max (requests/s)
 
@@ -40,6 +44,8 @@ from simulator.systems import SystemConfig
 DEFAULT_REQUESTS = 300
 DEFAULT_REL_TOL = 0.05
 MAX_DOUBLINGS = 14
+HORIZON_LATENCIES = 4.0  # the arrival window must span >= this many single-request latencies
+MAX_REQUEST_FACTOR = 20  # ... using at most this many times the requested number of requests
 DEFAULT_SLO_FACTOR = 3.0  # report default: p99 latency <= 3x vanilla-base's single-request latency
 
 
@@ -86,7 +92,15 @@ def _scenario(path: str) -> ResolvedScenario:
     return load_scenario(path)
 
 
-def single_request_latency(rs: ResolvedScenario, hw: str, tp: int, cfg: SystemConfig) -> float:
+@lru_cache(maxsize=256)
+def _single_latency_cached(path: str, hw: str, tp: int, cfg: SystemConfig) -> float:
+    return single_request_latency(_scenario(path), hw, tp, cfg, cached=False)
+
+
+def single_request_latency(rs: ResolvedScenario, hw: str, tp: int, cfg: SystemConfig, cached: bool = True) -> float:
+    """Analytic mean latency of one request on an idle replica."""
+    if cached and rs.path is not None and _scenario(str(rs.path)) is rs:
+        return _single_latency_cached(str(rs.path), hw, tp, cfg)
     from simulator.analytic import CostVectors, chain_for, predict_point
     from simulator.cost_tables import CostTables
 
@@ -101,13 +115,25 @@ def evaluate(point: Point, rate: float | None = None, users: int | None = None, 
 
     rs = _scenario(point.scenario)
     mf = rs.scenario.memory_fraction
+    n = point.load.requests
+    too_short = False
     if replay:
         arrivals = load_arrival_times(replay)
+    elif users:
+        arrivals = ClosedLoopUsers(users)
     else:
-        arrivals = ClosedLoopUsers(users) if users else point.load.arrivals(rate)
+        arrivals = point.load.arrivals(rate)
+        # a finite run must last long enough for a queue to build: n >= rate * H * single latency
+        need = math.ceil(rate * HORIZON_LATENCIES * single_request_latency(rs, point.hardware, point.tp, point.cfg))
+        n = max(n, min(need, MAX_REQUEST_FACTOR * n))
+        too_short = need > n
     res = simulate_serving(point.cfg, rs.deployments(point.hardware, point.tp), rs.workload, arrivals,
-                           point.load.requests, point.seed, (mf.small, mf.base), point.load.max_batch)
-    return summarize_serving(res, parse_slo(point.slo_text))
+                           n, point.seed, (mf.small, mf.base), point.load.max_batch)
+    out = summarize_serving(res, parse_slo(point.slo_text))
+    if too_short:  # beyond what the request cap can judge: not claimed as sustainable
+        out["slo_met"] = False
+    out["horizon_capped"] = too_short
+    return out
 
 
 def search_capacity(point: Point, rel_tol: float = DEFAULT_REL_TOL) -> dict:

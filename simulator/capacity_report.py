@@ -25,7 +25,7 @@ from simulator.capacity import (DEFAULT_REQUESTS, LoadSpec, capacity_points, cap
 from simulator.scenario import load_scenario
 from simulator.serving.slo import parse_slo
 
-CURVE_FRACTIONS = (0.1, 0.25, 0.4, 0.55, 0.7, 0.85, 1.0, 1.15, 1.3)
+CURVE_POINTS = 12
 ASSUMPTIONS = [
     "One replica = the scenario's GPUs at the given TP; the small and base engines are colocated on them and "
     "take turns (their iterations never overlap): one iteration of each engine with work per round.",
@@ -65,19 +65,32 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
     slo = parse_slo(slo_text or default_slo(rs), "--slo")
     load = LoadSpec(requests=requests or DEFAULT_REQUESTS, seed=rs.scenario.seed if seed is None else seed)
     cap = capacity_table(run_points(capacity_points(rs, slo, load), workers, ray_address), gpu_hour_cost, target_qps)
-    # latency vs load: each system's best configuration on a shared rate grid
-    best = cap[cap.max_qps > 0].drop_duplicates("system") if (cap.max_qps > 0).any() else cap.drop_duplicates("system")
-    top = float(best.max_qps.max()) if (best.max_qps > 0).any() else 1.0 / float(cap.single_request_latency_s.min())
-    rates = [top * f for f in CURVE_FRACTIONS]
+    # latency vs load: each system's best configuration on one log-spaced grid of rates spanning every
+    # system's knee (from 10% of the lowest capacity to 130% of the highest); a system stops at 140% of its own
+    best = cap[cap.max_qps > 0].drop_duplicates("system")
     by_label = {p.cfg.label + f"|{p.hardware}|{p.tp}": p for p in capacity_points(rs, slo, load)}
-    pts = [replace(by_label[f"{r.label}|{r.hardware}|{r.tp}"], rate=q) for r in best.itertuples() for q in rates]
-    curves = pd.DataFrame(run_points(pts, workers, ray_address))
+    pts = []
+    if len(best):
+        rates = np.geomspace(0.1 * best.max_qps.min(), 1.3 * best.max_qps.max(), CURVE_POINTS)
+        pts = [replace(by_label[f"{r.label}|{r.hardware}|{r.tp}"], rate=float(q))
+               for r in best.itertuples() for q in rates if q <= 1.4 * r.max_qps]
+    curves = pd.DataFrame(run_points(pts, workers, ray_address)) if pts else pd.DataFrame(
+        columns=["label", "rate_qps", "latency_p50_s", "latency_p99_s", "goodput_qps"])
 
     out.mkdir(parents=True, exist_ok=True)
     _atomic_write(out / "capacity.csv", lambda p: cap.to_csv(p, index=False))
     _atomic_write(out / "latency_vs_load.csv", lambda p: curves.to_csv(p, index=False))
     _atomic_write(out / "latency_vs_load.png", lambda p: _plot_curves(curves, slo, p))
     _atomic_write(out / "slo_frontier.png", lambda p: _plot_frontier(cap, slo, p))
+    b = cap.iloc[0]
+    if b.max_qps > 0:  # engine load over time for the best configuration at its capacity
+        from simulator.serving.replica import simulate_serving
+
+        bp = by_label[f"{b.label}|{b.hardware}|{b.tp}"]
+        mf = rs.scenario.memory_fraction
+        trace = simulate_serving(bp.cfg, rs.deployments(bp.hardware, bp.tp), rs.workload, load.arrivals(float(b.max_qps)),
+                                 load.requests, bp.seed, (mf.small, mf.base), load.max_batch)
+        _atomic_write(out / "engine_load.png", lambda p: _plot_engine_load(trace, f"{b.label} at {b.max_qps:.3g} req/s", p))
     meta = {"scenario": str(rs.path), "slo": slo.text, "requests_per_point": load.requests, "seed": load.seed,
             "gpu_hour_cost": gpu_hour_cost, "target_qps": target_qps,
             "resolved_scenario": rs.to_dict()}
@@ -102,10 +115,36 @@ def _plot_curves(curves: pd.DataFrame, slo, path: str) -> None:
     for t in slo.terms:
         if t.metric == "latency_s":
             axes[0].axhline(t.limit_s, color="k", lw=1, ls=":", label=f"SLO {t.name} <= {t.limit_s:g}s")
-    axes[0].set(xlabel="offered load (requests/s)", ylabel="latency (s): p99 solid, p50 dashed", yscale="log",
+    axes[0].set(xlabel="offered load (requests/s)", ylabel="latency (s): p99 solid, p50 dashed", yscale="log", xscale="log",
                 title="Latency vs load (best configuration per system)")
-    axes[1].plot([0, curves.rate_qps.max()], [0, curves.rate_qps.max()], color="0.7", lw=1, ls=":")
-    axes[1].set(xlabel="offered load (requests/s)", ylabel="goodput (requests/s within SLO)", title="Goodput")
+    if len(curves):
+        lim = [curves.rate_qps.min(), curves.rate_qps.max()]
+        axes[1].plot(lim, lim, color="0.7", lw=1, ls=":")
+    axes[1].set(xlabel="offered load (requests/s)", ylabel="goodput (requests/s within SLO)", title="Goodput",
+                xscale="log", yscale="log")
+    axes[0].legend(fontsize=7)
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, format="png")
+    plt.close(fig)
+
+
+def _plot_engine_load(trace, title: str, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    for name, e in trace.timeline.groupby("engine", sort=False):
+        if not len(e):
+            continue
+        axes[0].step(e["at"], e["batch"], where="post", label=name, lw=0.8)
+        cap = trace.info["kv_capacity_tokens"][name]
+        if cap:
+            axes[1].step(e["at"], e["kv_used_tokens"] / cap, where="post", label=name, lw=0.8)
+    axes[0].set(xlabel="time (s)", ylabel="running sequences", title=f"Batch size: {title}")
+    axes[1].set(xlabel="time (s)", ylabel="KV cache occupancy", ylim=(0, 1.05), title="KV cache occupancy")
     axes[0].legend(fontsize=7)
     axes[1].legend(fontsize=7)
     fig.tight_layout()
@@ -170,13 +209,18 @@ def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_ar
     L += ["", "Single-request latency (analytic engine) of each configuration is in `capacity.csv` "
           "(`single_request_latency_s`), with every metric at the capacity point.", "",
           "## Latency vs load", "", "![latency vs load](latency_vs_load.png)", "",
-          "Each system's best configuration on a shared grid of offered loads. Speculation's benefit shrinks under "
-          "load: its extra passes (drafts, scoring, regenerations) compete for the same GPUs as the batch grows.", "",
+          "Each system's best configuration on one grid of offered loads (log scale). Speculation's benefit shrinks "
+          "under load: its extra passes (drafts, scoring, regenerations) compete for the same GPUs as the batch grows.", "",
+          "p99 latency (s) by offered load (requests/s); blank: beyond 140% of that configuration's capacity.", "",
           "| configuration | " + " | ".join(f"{q:.3g}/s" for q in sorted(curves.rate_qps.unique())) + " |",
           "|---|" + "---|" * curves.rate_qps.nunique()]
+    grid = sorted(curves.rate_qps.unique())
     for label, g in curves.groupby("label", sort=False):
-        g = g.sort_values("rate_qps")
-        L.append(f"| {label} p99 (s) | " + " | ".join(_fmt(v) for v in g.latency_p99_s) + " |")
+        at = dict(zip(g.rate_qps, g.latency_p99_s))
+        L.append(f"| {label} | " + " | ".join(_fmt(at[q]) if q in at else "" for q in grid) + " |")
+    if b.max_qps > 0:
+        L += ["", "## Engine load at capacity", "", "![engine load](engine_load.png)", "",
+              f"Batch size and KV-cache occupancy of each engine over one simulated run of {b.label} at its capacity."]
     L += ["", "## SLO frontier", "", "![SLO frontier](slo_frontier.png)", "",
           "## Assumptions", ""] + [f"- {a}" for a in ASSUMPTIONS]
     L += ["", "## Provenance", "",

@@ -136,8 +136,8 @@ def test_report_writes_complete_files(tmp_path):
     assert main(["report", str(path), "--out", str(out), "--requests", "40", "--gpu-hour-cost", "1",
                  "--target-qps", "2", "--workers", "1", "--slo", "p99_latency<=40s"]) == 0
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["capacity.csv", "latency_vs_load.csv", "latency_vs_load.png", "report.md", "resolved.json",
-                     "slo_frontier.png"]
+    assert names == ["capacity.csv", "engine_load.png", "latency_vs_load.csv", "latency_vs_load.png", "report.md",
+                     "resolved.json", "slo_frontier.png"]
     md = (out / "report.md").read_text()
     for s in ("## Answer", "Best configuration", "## Assumptions", "## Provenance", "cpu_gsm_smollm2", "per 1000 requests"):
         assert s in md
