@@ -18,10 +18,10 @@ def specdecode(
     max_new_tokens: int = typer.Option(96, "--max-new-tokens"),
     gammas: str = typer.Option("1-8", "--gammas", help="'LO-HI' or comma list"),
     drafts: str = typer.Option("cut4,cut8,cut15,ngram,bf16copy", "--drafts", help="comma list of cut<k> | ngram | bf16copy"),
-    timed_problems: int = typer.Option(2, "--timed-problems", help="problems with timed runs"),
-    timed_gammas: str = typer.Option("1,2,4,8", "--timed-gammas"),
+    timed_problems: int = typer.Option(1, "--timed-problems", help="problems with timed runs"),
+    timed_gammas: str = typer.Option("1,2,4", "--timed-gammas"),
     train_steps: int = typer.Option(60, "--train-steps", help="distillation steps (0 = skip)"),
-    train_problems: int = typer.Option(32, "--train-problems"),
+    train_problems: int = typer.Option(24, "--train-problems"),
     seed: int = typer.Option(0, "--seed"),
 ) -> None:
     """Acceptance vs gamma, measured vs predicted speedup, rejections, a distilled draft, what-if."""

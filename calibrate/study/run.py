@@ -38,9 +38,9 @@ class StudyConfig:
     dtype: str = "float32"  # target and cut drafts; bf16copy is the target in bfloat16
     gammas: list[int] = field(default_factory=lambda: list(range(1, 9)))
     drafts: list[str] = field(default_factory=lambda: ["cut4", "cut8", "cut15", "ngram", "bf16copy"])
-    timed_problems: int = 2
-    timed_gammas: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
-    train_problems: int = 32
+    timed_problems: int = 1
+    timed_gammas: list[int] = field(default_factory=lambda: [1, 2, 4])
+    train_problems: int = 24
     train_steps: int = 60
     distill_layers: int = 4
     seed: int = 0
