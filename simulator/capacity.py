@@ -109,6 +109,16 @@ def single_request_latency(rs: ResolvedScenario, hw: str, tp: int, cfg: SystemCo
     return float(predict_point(cfg, chain_for(cfg, rs.workload, {}), CostVectors(tb))["latency_s"])
 
 
+def requests_for(point: Point, rate: float) -> tuple[int, bool]:
+    """Requests of an open-loop run at ``rate``: long enough for a queue to build
+    (n >= rate * HORIZON_LATENCIES * single latency), capped; and whether the cap bit."""
+    rs = _scenario(point.scenario)
+    n = point.load.requests
+    need = math.ceil(rate * HORIZON_LATENCIES * single_request_latency(rs, point.hardware, point.tp, point.cfg))
+    n = max(n, min(need, MAX_REQUEST_FACTOR * n))
+    return n, need > n
+
+
 def evaluate(point: Point, rate: float | None = None, users: int | None = None, replay: str | None = None) -> dict:
     """Serve the point's configuration at one load level; the summary row."""
     from simulator.serving.arrivals import load_arrival_times
@@ -123,10 +133,7 @@ def evaluate(point: Point, rate: float | None = None, users: int | None = None, 
         arrivals = ClosedLoopUsers(users)
     else:
         arrivals = point.load.arrivals(rate)
-        # a finite run must last long enough for a queue to build: n >= rate * H * single latency
-        need = math.ceil(rate * HORIZON_LATENCIES * single_request_latency(rs, point.hardware, point.tp, point.cfg))
-        n = max(n, min(need, MAX_REQUEST_FACTOR * n))
-        too_short = need > n
+        n, too_short = requests_for(point, rate)
     res = simulate_serving(point.cfg, rs.deployments(point.hardware, point.tp), rs.workload, arrivals,
                            n, point.seed, (mf.small, mf.base), point.load.max_batch)
     out = summarize_serving(res, parse_slo(point.slo_text))

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.capacity import (DEFAULT_REQUESTS, LoadSpec, capacity_points, capacity_table, default_slo,
-                                run_points)
+                                requests_for, run_points)
 from simulator.scenario import load_scenario
 from simulator.serving.slo import parse_slo
 
@@ -40,7 +40,11 @@ ASSUMPTIONS = [
     "(recompute).",
     "Requests follow the single-request engines' step semantics (simulator/des.py), sampled at arrival: the same "
     "seed gives the same requests at every load (common random numbers).",
-    "Latency statistics skip the first 10% of arrivals (warm-up from an empty system).",
+    "Latency statistics skip the first 10% of arrivals (warm-up from an empty system). A rate is sustained when "
+    "the SLO holds and the latency does not drift upward over the run (last quarter of arrivals <= 1.5x the "
+    "second quarter); each run spans at least 4 single-request latencies of arrivals.",
+    "Capacity is per replica; replicas are independent (no router model). Costs assume the replica's GPUs are "
+    "billed whether busy or not.",
 ]
 
 
@@ -88,8 +92,9 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
 
         bp = by_label[f"{b.label}|{b.hardware}|{b.tp}"]
         mf = rs.scenario.memory_fraction
+        n, _ = requests_for(bp, float(b.max_qps))
         trace = simulate_serving(bp.cfg, rs.deployments(bp.hardware, bp.tp), rs.workload, load.arrivals(float(b.max_qps)),
-                                 load.requests, bp.seed, (mf.small, mf.base), load.max_batch)
+                                 n, bp.seed, (mf.small, mf.base), load.max_batch)
         _atomic_write(out / "engine_load.png", lambda p: _plot_engine_load(trace, f"{b.label} at {b.max_qps:.3g} req/s", p))
     meta = {"scenario": str(rs.path), "slo": slo.text, "requests_per_point": load.requests, "seed": load.seed,
             "gpu_hour_cost": gpu_hour_cost, "target_qps": target_qps,
@@ -189,7 +194,7 @@ def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_ar
         if gpu_hour_cost:
             L.append(f"- Cost at capacity: **{b.cost_per_1000_requests:.3g} per 1000 requests** at {gpu_hour_cost:g} per GPU-hour.")
         if target_qps:
-            L.append(f"- For {target_qps:g} requests/s: **{int(b.replicas)} replicas = {int(b.gpus)} GPUs**.")
+            L.append(f"- For {target_qps:g} requests/s: **{int(b.replicas)} replica(s) = {int(b.gpus)} GPU(s)**.")
         van = cap[cap.system == "vanilla-base"]
         if len(van) and van.max_qps.iloc[0] > 0 and b.system != "vanilla-base":
             L.append(f"- That is {b.max_qps / van.max_qps.iloc[0]:.2f}x the capacity of vanilla-base.")
@@ -220,7 +225,8 @@ def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_ar
         L.append(f"| {label} | " + " | ".join(_fmt(at[q]) if q in at else "" for q in grid) + " |")
     if b.max_qps > 0:
         L += ["", "## Engine load at capacity", "", "![engine load](engine_load.png)", "",
-              f"Batch size and KV-cache occupancy of each engine over one simulated run of {b.label} at its capacity."]
+              f"Batch size and KV-cache occupancy of each engine over one simulated run of {b.label} at its capacity "
+              "(arrivals stop after the run's requests, hence the final drain)."]
     L += ["", "## SLO frontier", "", "![SLO frontier](slo_frontier.png)", "",
           "## Assumptions", ""] + [f"- {a}" for a in ASSUMPTIONS]
     L += ["", "## Provenance", "",
