@@ -191,6 +191,9 @@ class Engine:
         if k == 1 and (self.pending[act] > 0).any():
             return self._mixed_round(act)
         B = float(len(act))
+        if not self.spec and k == 1:
+            kv = float(self.kv[act].sum()) + B
+            return np.array([self.pc.time(B, kv, kv, B)]), np.array([len(act)])
         if not self.spec:
             kv = float(self.kv[act].sum()) + B * np.arange(1.0, k + 1.0)  # sum (c_i + 1), c_i growing by 1
             return self.pc.times(B, kv, kv, B), np.full(k, len(act), np.int64)

@@ -163,6 +163,16 @@ class Replica:
         """How many rounds to advance at once: until a call ends, the KV fills or an event is due."""
         k = 1 if any(e.has_prefill() for e in active) else min(
             MAX_ROUNDS_PER_EVENT, *(e.rounds_left() for e in active))
+        if k == 1:  # fast path: one round, no cumulative bookkeeping
+            one = []
+            for e in active:
+                t, grow = e.round_times(1)
+                g0 = int(grow[0])
+                if e.capacity - e.kv_used < g0 and not e._evict_until(g0) and e.n_active > 1:
+                    e.preempt_youngest()
+                    return None
+                one.append(float(t[0]))
+            return 1, np.array(one)[:, None], np.zeros(1)
         rows = []
         for e in active:
             t, grow = e.round_times(k)
