@@ -237,12 +237,15 @@ def capacity_points(rs: ResolvedScenario, slo: Slo, load: LoadSpec, configs: lis
 
 
 def default_slo(rs: ResolvedScenario) -> str:
-    """p99 latency <= DEFAULT_SLO_FACTOR x vanilla-base's single-request latency (first hardware/TP)."""
+    """The scenario's ``slo`` if set, else p99 latency <= DEFAULT_SLO_FACTOR x vanilla-base's
+    single-request latency (first hardware/TP)."""
+    if rs.scenario.slo:
+        return rs.scenario.slo
     lat = single_request_latency(rs, rs.hardware_names[0], rs.tps[0], SystemConfig(system="vanilla-base"))
     return f"p99_latency<={DEFAULT_SLO_FACTOR * lat:.4g}s"
 
 
-def capacity_from_cli(scenario: str, slo_text: str, qps: list[float] | None = None, users: list[int] | None = None,
+def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | None = None, users: list[int] | None = None,
                       systems: list[str] | None = None, gammas=None, thresholds=None, arrival: str = "poisson",
                       cv: float = 1.0, requests: int | None = None, seed: int | None = None,
                       gpu_hour_cost: float | None = None, target_qps: float | None = None,
@@ -256,7 +259,7 @@ def capacity_from_cli(scenario: str, slo_text: str, qps: list[float] | None = No
 
     rs = load_scenario(scenario)
     sc = rs.scenario
-    slo = parse_slo(slo_text)
+    slo = parse_slo(slo_text or default_slo(rs))
     for s in systems or []:
         if s not in SYSTEMS:
             raise InputError(None, "--system", f"unknown system {s!r}; known: {', '.join(SYSTEMS)}")

@@ -107,7 +107,8 @@ def _float_list(text: str | None, field: str) -> list[float] | None:
 @app.command()
 def capacity(
     scenario: str = typer.Argument(..., help="scenario YAML (path or name in scenarios/)"),
-    slo: str = typer.Option(..., help="SLO, e.g. 'p99_latency<=300s' or 'p90_latency<=60s,mean_ttft<=2s'"),
+    slo: Optional[str] = typer.Option(None, help="SLO, e.g. 'p99_latency<=300s' or 'p90_latency<=60s,mean_ttft<=2s' "
+                                      "(default: the scenario's slo, else p99 <= 3x vanilla-base's single-request latency)"),
     qps: Optional[str] = typer.Option(None, help="check the SLO at these request rates (e.g. 0.5,1,2) instead of searching"),
     users: Optional[str] = typer.Option(None, help="check the SLO with these closed-loop user counts (e.g. 4,16)"),
     arrivals_file: Optional[Path] = typer.Option(None, "--arrivals-file",

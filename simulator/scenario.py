@@ -17,7 +17,7 @@ from simulator.catalog import get_hardware, get_model
 from simulator.cost_model import CostProfile, Deployment, prior_profile
 from simulator.errors import InputError
 from simulator.loading import load_yaml_model, read_yaml, validate_model
-from simulator.systems import SYSTEMS, SystemName, SystemConfig, expand_systems
+from simulator.systems import SYSTEMS, USES_GAMMA, SystemName, SystemConfig, expand_systems
 from simulator.workload import WorkloadProfile
 
 PROFILES_DIR = Path(__file__).with_name("profiles")
@@ -97,6 +97,7 @@ class Scenario(_Strict):
     systems: list[SystemName] = Field(default=list(SYSTEMS), min_length=1)
     grid: Grid = Field(default_factory=Grid)
     engine: Literal["analytic", "des"] = "analytic"
+    slo: str | None = None  # capacity planning, e.g. "p99_latency<=300s" (specsim capacity / report)
     requests: int = Field(default=1000, ge=2, le=10_000_000)
     seed: int = 0
 
@@ -117,6 +118,13 @@ class ResolvedScenario:
         self.hardware_names = scenario.grid.hardware or [scenario.hardware.gpu]
         for i, h in enumerate(self.hardware_names):
             get_hardware(h, self.file, "hardware.gpu" if scenario.grid.hardware is None else f"grid.hardware[{i}]")
+        if scenario.slo is not None:
+            from simulator.serving.slo import parse_slo
+
+            try:
+                parse_slo(scenario.slo, "slo")
+            except InputError as e:
+                raise InputError(self.file, "slo", e.message) from None
         self.tps = scenario.grid.tp or [scenario.base.tp]
         for hw in self.hardware_names:
             for tp in self.tps:
@@ -179,17 +187,23 @@ class ResolvedScenario:
             if m.heads % tp:
                 raise InputError(f, tp_field, f"tp={tp} does not divide {role} model {m.name}'s {m.heads} attention heads")
         budget_ctx = self.workload.prompt_tokens + self.workload.token_budget + self.workload.max_step_tokens + self.workload.answer_tokens
-        shares = {"base": sc.memory_fraction.base, "small": sc.memory_fraction.small}
-        models = {"base": self.base_model, "small": self.small_model}
-        if sc.draft is not None and sc.draft.model != sc.small.model:
-            models["base"] = self.base_model  # the draft lives in the base engine
-        for role, m in models.items():
-            need = m.weight_bytes_resident / tp + budget_ctx * m.kv_bytes_per_token(tp)
-            have = shares[role] * hw.memory_bytes
+        speculative = any(s in USES_GAMMA for s in sc.systems)
+        # (role, resident weights per GPU, KV bytes per token per GPU, what is placed there)
+        placements = [
+            ("base", self.base_model.weight_bytes_resident / tp, self.base_model.kv_bytes_per_token(tp), self.base_model.name),
+            ("small", self.small_model.weight_bytes_resident / tp, self.small_model.kv_bytes_per_token(tp), self.small_model.name),
+        ]
+        if speculative:  # the draft lives inside the base engine, with its own KV cache
+            d = self.draft_model
+            role, w, kv, what = placements[0]
+            placements[0] = (role, w + d.weight_bytes_resident / tp, kv + d.kv_bytes_per_token(tp), f"{what} + draft {d.name}")
+        for role, weights, kv, what in placements:
+            need = weights + budget_ctx * kv
+            have = getattr(sc.memory_fraction, role) * hw.memory_bytes
             if need > have:
                 raise InputError(
                     f, f"memory_fraction.{role}",
-                    f"{m.name} needs {need / 1e9:.1f} GB per GPU at tp={tp} (weights + one request's KV) "
+                    f"{what} needs {need / 1e9:.1f} GB per GPU at tp={tp} (weights + one request's KV) "
                     f"but gets {have / 1e9:.1f} GB of {hw.name}'s {hw.memory_bytes / 1e9:.0f} GB",
                 )
         if sc.memory_fraction.base + sc.memory_fraction.small > 1.0:

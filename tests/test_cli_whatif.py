@@ -121,3 +121,19 @@ def test_list_and_show(capsys):
         assert code == 0 and out
     code, out, _ = run_cli(["show", "reference-a6000-qwq32b"], capsys)
     assert code == 0 and "resolved:" in out and "token_budget: 8192" in out
+
+
+def test_draft_weights_count_in_the_base_memory_share(tmp_path, capsys):
+    text = Path("scenarios/modern-h100-h200-qwen3.yaml").read_text().replace("tp: [2, 4]", "tp: [1]")
+    code, _, err = run_cli(["whatif", str(_write(tmp_path, text))], capsys)
+    assert code == 2 and "memory_fraction.base" in err and "draft qwen3-1.7b" in err
+    # without a speculative system the draft is not placed, and the same TP=1 fits
+    text = text.replace("systems: [vanilla-base, specdecode, specreason, specreason-decode]", "systems: [vanilla-base, specreason]")
+    code, _, err = run_cli(["whatif", str(_write(tmp_path, text, "t.yaml")), "--format", "csv"], capsys)
+    assert code == 0, err
+
+
+def test_bad_slo_in_scenario(tmp_path, capsys):
+    p = _write(tmp_path, BASE_SCENARIO.replace('slo: "p99_latency<=900s"', 'slo: "p99_latency<=soon"'))
+    code, _, err = run_cli(["whatif", str(p)], capsys)
+    assert code == 2 and f"{p}: slo:" in err
