@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.specsim-installed
 ENGINES_STAMP := $(VENV)/.engines-installed
 SCENARIO ?= scenarios/reference-a6000-qwq32b.yaml
 
-.PHONY: setup engines demo test test-fast test-real bench clean validate-traces
+.PHONY: setup engines demo test test-fast test-real bench clean validate-traces report-cpu bench-serving
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -48,3 +48,10 @@ clean:
 TRACES ?= ../shared/data/specreason-aime-traces
 validate-traces: $(STAMP)
 	$(SPECSIM) validate $(TRACES) --profile simulator/profiles/cost_a100-80gb-vllm082-specreason-traces.yaml --holdout loro --report out/validation-loro
+
+# Capacity planning (docs/serving-model.md).
+report-cpu: $(STAMP)
+	$(SPECSIM) report scenarios/cpu-smollm2.yaml --out out/report-cpu --slo "p99_latency<=40s" --gpu-hour-cost 0.05 --target-qps 2
+
+bench-serving: $(STAMP)
+	$(PY) bench/bench_serving.py --repeats 3 --requests 1000
