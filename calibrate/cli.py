@@ -81,6 +81,7 @@ def microbench_cmd(
     engine: str = typer.Option("vllm", help="vllm | torch"),
     model: str = typer.Option(None, help="model folder"),
     arch: str = typer.Option(None, help="catalog architecture name (dummy weights) instead of --model"),
+    layers: int = typer.Option(None, help="with --arch: override the number of layers (CPU-sized)"),
     draft: str = typer.Option(None, help="draft model folder for draft/verify ops"),
     contexts: str = typer.Option("128,512", help="context lengths (decode)"),
     batches: str = typer.Option("1,2", help="batch sizes (decode)"),
@@ -100,7 +101,7 @@ def microbench_cmd(
     plan = MicrobenchPlan(contexts=ints(contexts), batches=ints(batches), new_tokens=ints(new_tokens),
                           cached_tokens=ints(cached_tokens), gammas=ints(gammas), decode_tokens=decode_tokens,
                           repeats=repeats)
-    n = run_microbench(engine, model, arch, draft, plan, dtype, device, out, log=typer.echo)
+    n = run_microbench(engine, model, arch, draft, plan, dtype, device, out, log=typer.echo, layers=layers)
     typer.echo(f"wrote {n} records to {out}/microbench.jsonl")
 
 

