@@ -77,3 +77,18 @@ def test_scoring_reuses_the_cached_cot_prefix_torch(torch_pair):
     base, _, small = torch_pair
     steps, _ = _run("specreason", base, small, threshold=10)
     assert all(s["score_cached_tokens"] >= s["context_tokens"] - 1 for s in steps)
+
+
+def test_microbench_torch_writes_valid_records(model_cache, tmp_path):
+    from calibrate.microbench import MicrobenchPlan, run_microbench
+    from calibrate.trace_schema import check_run_dir
+
+    plan = MicrobenchPlan(contexts=[32], batches=[1, 2], new_tokens=[8], cached_tokens=[0, 32], gammas=[2],
+                          decode_tokens=2, repeats=1)
+    n = run_microbench("torch", str(model_cache["base"]), None, str(model_cache["draft"]), plan, "float32", "cpu",
+                       tmp_path, log=lambda *a: None)
+    recs = check_run_dir(tmp_path)["microbench"]
+    assert n == len(recs) == 7
+    assert {r["op"] for r in recs} == {"decode", "prefill", "score", "verify", "draft"}
+    assert all(r["wall_time_s"] > 0 for r in recs)
+    assert [r["cached_tokens"] for r in recs if r["op"] == "prefill"] == [0, 32]
