@@ -24,6 +24,7 @@ when decoding growth does not fit, the youngest running sequence is preempted
 
 from __future__ import annotations
 
+from bisect import insort
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 
@@ -49,7 +50,14 @@ class Job:
 
 
 class Engine:
-    """Continuous-batching engine: admission, iteration times, state advance."""
+    """Continuous-batching engine: admission, iteration times, state advance.
+
+    Per-slot state lives in Python lists and the running slots in a sorted list: batches are
+    mostly small (1-30 sequences), where scalar Python beats numpy's per-call overhead by an
+    order of magnitude. All batch aggregates are integer sums (exact in any order), so the
+    times are bit-identical to evaluating ``PassCost.batch`` over numpy arrays. Only the
+    k-round vectors (``round_times(k)``, k > 1) use numpy.
+    """
 
     def __init__(self, name: str, dep: Deployment, kv_capacity_tokens: int, max_batch: int = 256,
                  draft: Deployment | None = None, gamma: int | None = None, max_spec_iters: int = 0):
@@ -60,17 +68,20 @@ class Engine:
         self.capacity = int(kv_capacity_tokens)
         self.max_batch = max_batch
         M = max_batch
-        self.kv = np.zeros(M, np.int64)
-        self.pending = np.zeros(M, np.int64)
-        self.remaining = np.zeros(M, np.int64)
-        self.it = np.zeros(M, np.int64)
-        self.order = np.zeros(M, np.int64)
-        self.active = np.zeros(M, bool)
-        self.started = np.zeros(M, bool)
+        self.kv = [0] * M
+        self.pending = [0] * M
+        self.remaining = [0] * M
+        self.it = [0] * M
+        self.order = [0] * M
+        self.started = [False] * M
         self.jobs: list[Job | None] = [None] * M
         self.free_slots = list(range(M - 1, -1, -1))
+        self.act: list[int] = []  # running slots, ascending
+        self.n_prefill = 0  # running slots with a pending prefill
         # cum[s, j] = tokens produced by the first j speculative iterations of slot s's call
         self.cum = np.zeros((M, max_spec_iters + 2), np.int64) if self.spec else None
+        self.cum_list: list[list[int]] = [[0]] * M  # the same, row s up to its last iteration
+        self.n_iter = [0] * M  # speculative iterations of slot s's call
         self.waiting: deque[Job] = deque()
         self.cache: OrderedDict[int, int] = OrderedDict()  # rid -> cached prefix tokens (evictable)
         self.cache_tokens = 0
@@ -80,12 +91,11 @@ class Engine:
         self.evictions = 0
         self.busy_s = 0.0
         self.admitted_rids: list[int] = []  # first admissions since the replica last looked
-        self._act: np.ndarray | None = None  # cached flatnonzero(active)
 
     # ---- queue and KV ---------------------------------------------------------------------
     @property
     def n_active(self) -> int:
-        return self.max_batch - len(self.free_slots)
+        return len(self.act)
 
     @property
     def kv_used(self) -> int:
@@ -95,20 +105,23 @@ class Engine:
         self.waiting.append(Job(rid, call, remaining=call.out_tokens))
 
     def drop_cache(self, rid: int) -> None:
-        self.cache_tokens -= self.cache.pop(rid, 0)
+        if self.cache:
+            self.cache_tokens -= self.cache.pop(rid, 0)
 
     def _evict_until(self, need: int) -> bool:
         """Evict cached prefixes (LRU) until ``need`` tokens are free; True if they are."""
-        while self.capacity - self.kv_used < need and self.cache:
+        while self.capacity - self.pinned - self.cache_tokens < need and self.cache:
             _, tok = self.cache.popitem(last=False)
             self.cache_tokens -= tok
             self.evictions += 1
-        return self.capacity - self.kv_used >= need
+        return self.capacity - self.pinned - self.cache_tokens >= need
 
     def admit(self) -> None:
         """Move waiting jobs into the batch, FIFO, while their prefill fits in the KV cache."""
-        while self.waiting and self.free_slots:
-            job = self.waiting[0]
+        waiting = self.waiting
+        grow = (self.gamma or 0) + 1 if self.spec else 1
+        while waiting and self.free_slots:
+            job = waiting[0]
             if not job.started and job.kv == 0 and job.pending == 0:
                 have = self.cache.pop(job.rid, 0)
                 self.cache_tokens -= have
@@ -118,10 +131,11 @@ class Engine:
                 else:
                     job.kv, job.pending = c.cached_tokens, c.new_tokens
             # room for the prefill plus one round of growth of the batch it joins (no admit/preempt ping-pong)
-            need = job.kv + job.pending + (self.n_active + 1) * ((self.gamma or 0) + 1 if self.spec else 1)
-            if not self._evict_until(need) and self.n_active > 0:
+            n_act = len(self.act)
+            need = job.kv + job.pending + (n_act + 1) * grow
+            if not self._evict_until(need) and n_act > 0:
                 return  # wait for room (head-of-line, FIFO)
-            self.waiting.popleft()
+            waiting.popleft()
             self._place(job)
 
     def _place(self, job: Job) -> None:
@@ -129,8 +143,9 @@ class Engine:
         self.jobs[s] = job
         self.kv[s], self.pending[s], self.remaining[s], self.it[s] = job.kv, job.pending, job.remaining, job.it
         self.started[s] = job.started
-        self.active[s] = True
-        self._act = None
+        if job.pending > 0:
+            self.n_prefill += 1
+        insort(self.act, s)
         self.order[s] = self.admitted
         self.admitted += 1
         self.pinned += job.kv + job.pending
@@ -144,62 +159,83 @@ class Engine:
             if n:
                 row[1 : n + 1] = sc
                 row[n + 1 :] = sc[-1]
+                self.cum_list[s] = [0, *sc.tolist()]
             else:
                 row[1:] = 0
+                self.cum_list[s] = [0]
+            self.n_iter[s] = n
 
     def _release(self, s: int) -> Job:
         job = self.jobs[s]
         self.jobs[s] = None
-        self.active[s] = False
-        self._act = None
+        self.act.remove(s)
+        if self.pending[s] > 0:
+            self.n_prefill -= 1
         self.free_slots.append(s)
-        self.pinned -= int(self.kv[s] + self.pending[s])
+        self.pinned -= self.kv[s] + self.pending[s]
         return job
 
     def preempt_youngest(self) -> None:
         """Recompute-style preemption: free the youngest sequence's KV, re-queue it first."""
-        act = self.act
-        s = int(act[np.argmax(self.order[act])])
-        kv, pend = int(self.kv[s]), int(self.pending[s])
+        s = max(self.act, key=self.order.__getitem__)
+        kv, pend = self.kv[s], self.pending[s]
         job = self._release(s)
         job.kv, job.pending = 0, kv + pend
-        job.remaining, job.it, job.started = int(self.remaining[s]), int(self.it[s]), True
+        job.remaining, job.it, job.started = self.remaining[s], self.it[s], True
         self.waiting.appendleft(job)
         self.preemptions += 1
 
     # ---- iterations -----------------------------------------------------------------------
-    @property
-    def act(self) -> np.ndarray:
-        if self._act is None:
-            self._act = np.flatnonzero(self.active)
-        return self._act
-
     def has_prefill(self) -> bool:
-        return bool((self.pending[self.act] > 0).any())
+        return self.n_prefill > 0
 
     def rounds_left(self) -> int:
         """Decode-only iterations until the first running call finishes."""
-        act = self.act
         if not self.spec:
-            return int(self.remaining[act].min())
-        n_iter = np.argmax(self.cum[act] >= self.cum[act, -1:], axis=1)  # iterations to the end
-        return max(int((n_iter - self.it[act]).min()), 1)
+            rem = self.remaining
+            return min([rem[s] for s in self.act])
+        n_iter, it = self.n_iter, self.it
+        return max(min([n_iter[s] - it[s] for s in self.act]), 1)
+
+    def _cum_at(self, s: int, j: int) -> int:
+        row = self.cum_list[s]
+        return row[j] if j < len(row) else row[-1]
+
+    def round_time(self) -> tuple[float, int]:
+        """(time, KV growth) of the next iteration (scalar)."""
+        if self.n_prefill:
+            return self._mixed_round()
+        act, kvl = self.act, self.kv
+        B = float(len(act))
+        kvs = float(sum([kvl[s] for s in act]))
+        if not self.spec:
+            kv = kvs + B
+            return self.pc.time(B, kv, kv, B), len(act)
+        it, cum_at = self.it, self._cum_at
+        grow = sum([cum_at(s, it[s] + 1) - cum_at(s, it[s]) for s in act])
+        ctx = kvs + 0.0
+        g, d = self.gamma, self.pc_draft
+        t = 0
+        for i in range(g):
+            kv = ctx + B * (i + 1.0)
+            t = t + d.time(B, kv, kv, B)
+        n = B * (g + 1)
+        t = t + self.pc.time(n, ctx + n, (g + 1) * ctx + B * (g + 1) * (g + 2) / 2.0, n)
+        return t, grow
 
     def round_times(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """(time, KV growth) of each of the next k iterations; k > 1 only without prefills."""
+        """(time, KV growth) of each of the next k > 1 decode-only iterations (no prefill pending)."""
         act = self.act
-        if k == 1 and (self.pending[act] > 0).any():
-            return self._mixed_round(act)
         B = float(len(act))
-        if not self.spec and k == 1:
-            kv = float(self.kv[act].sum()) + B
-            return np.array([self.pc.time(B, kv, kv, B)]), np.array([len(act)])
+        kvs = float(sum([self.kv[s] for s in act]))
         if not self.spec:
-            kv = float(self.kv[act].sum()) + B * np.arange(1.0, k + 1.0)  # sum (c_i + 1), c_i growing by 1
+            kv = kvs + B * np.arange(1.0, k + 1.0)  # sum (c_i + 1), c_i growing by 1
             return self.pc.times(B, kv, kv, B), np.full(k, len(act), np.int64)
-        G = self.cum[act[:, None], self.it[act][:, None] + np.arange(k + 1)]  # produced before round r
+        a = np.array(act)
+        it = np.array([self.it[s] for s in act])
+        G = self.cum[a[:, None], it[:, None] + np.arange(k + 1)]  # produced before round r
         Gs = G.sum(axis=0)
-        ctx = float(self.kv[act].sum()) + (Gs[:k] - Gs[0]).astype(float)
+        ctx = kvs + (Gs[:k] - Gs[0]).astype(float)
         g = self.gamma
         d = self.pc_draft
         # gamma draft passes at context + i (one token each), summed per round
@@ -208,57 +244,96 @@ class Engine:
         t = t + self.pc.times(n, ctx + n, (g + 1) * ctx + B * (g + 1) * (g + 2) / 2.0, n)
         return t, np.diff(Gs)
 
-    def _mixed_round(self, act: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        pre = self.pending[act] > 0
-        c = self.kv[act].astype(float)
-        pend = self.pending[act].astype(float)
+    def _mixed_round(self) -> tuple[float, int]:
+        # PassCost.batch over (n_i, c_i): every aggregate is an integer sum, exact in any order
+        act, kvl, pend = self.act, self.kv, self.pending
+        N = KV = A = nd = cd = 0
+        dec: list[int] = []
+        dn = self.gamma + 1 if self.spec else 1  # tokens a decoding slot feeds the base model
+        for s in act:
+            c, p = kvl[s], pend[s]
+            if p > 0:
+                N += p
+                KV += c + p
+                A += p * c + p * (p + 1) // 2
+            else:
+                dec.append(s)
+                cd += c
+        nd = len(dec)
+        B = float(len(act))
         if not self.spec:
-            t = self.pc.batch(np.where(pre, pend, 1.0), c)
-            return np.array([t]), np.array([int((~pre).sum())])
-        dec = ~pre
+            N1, KV1, A1 = N + nd, KV + cd + nd, A + cd + nd
+            return self.pc.time(float(N1), float(KV1), float(A1), B * 1.0), nd
         g = self.gamma
-        t = self.pc_draft.batch(np.where(pre, pend, 1.0), c)
-        nd = float(dec.sum())
+        # draft pass 0: decoding slots one token each
+        t = self.pc_draft.time(float(N + nd), float(KV + cd + nd), float(A + cd + nd), B * 1.0)
         if nd:
-            cd = float(c[dec].sum())
+            fnd, fcd = float(nd), float(cd)
             for i in range(1, g):
-                kv = cd + nd * (i + 1.0)
-                t += self.pc_draft.time(nd, kv, kv, nd)
-        t += self.pc.batch(np.where(pre, pend, g + 1.0), c, np.where(pre, 1.0, g + 1.0))
-        a = act[dec]
-        grow = (self.cum[a, self.it[a] + 1] - self.cum[a, self.it[a]]).sum()
-        return np.array([t]), np.array([int(grow)])
+                kv = fcd + fnd * (i + 1.0)
+                t += self.pc_draft.time(fnd, kv, kv, fnd)
+        # verification: gamma+1 tokens and logit rows per decoding slot
+        t += self.pc.time(float(N + nd * dn), float(KV + cd + nd * dn),
+                          float(A + dn * cd + nd * (dn * (dn + 1) // 2)), float((len(act) - nd) + nd * dn))
+        it, cum_at = self.it, self._cum_at
+        grow = sum([cum_at(s, it[s] + 1) - cum_at(s, it[s]) for s in dec])
+        return t, grow
 
     def advance(self, k: int) -> tuple[list[int], list[int]]:
         """Apply k iterations. Returns (slots whose first prefill just ended, finished jobs' slots)."""
-        act = self.act
-        pre = self.pending[act] > 0
-        first = [int(s) for s in act[pre & ~self.started[act]]]
-        if pre.any():  # k == 1 here
-            p = act[pre]
-            self.kv[p] += self.pending[p]
-            self.pending[p] = 0
-            fresh = p[~self.started[p]]
-            self.remaining[fresh] -= 1  # the prefill produces the first token
-            self.started[p] = True
-            act = act[~pre]
-        if len(act):
-            if self.spec:
-                before = self.cum[act, self.it[act]]
-                self.it[act] += k
-                prod = self.cum[act, self.it[act]] - before
-            else:
-                prod = k
-            self.kv[act] += prod
-            self.remaining[act] -= prod
-            self.pinned += int(np.sum(prod)) if self.spec else k * len(act)
-        a = self.act
-        done = a[(self.pending[a] == 0) & (self.remaining[a] <= 0)]
-        return first, done.tolist()
+        act, kvl, pend, rem, started = self.act, self.kv, self.pending, self.remaining, self.started
+        first: list[int] = []
+        done: list[int] = []
+        spec = self.spec
+        grown = 0
+        if self.n_prefill:  # k == 1 here
+            for s in act:
+                p = pend[s]
+                if p > 0:
+                    kvl[s] += p
+                    pend[s] = 0
+                    if not started[s]:
+                        first.append(s)
+                        rem[s] -= 1  # the prefill produces the first token
+                        started[s] = True
+                elif spec:
+                    j = self.it[s]
+                    prod = self._cum_at(s, j + k) - self._cum_at(s, j)
+                    self.it[s] = j + k
+                    kvl[s] += prod
+                    rem[s] -= prod
+                    grown += prod
+                else:
+                    kvl[s] += k
+                    rem[s] -= k
+                    grown += k
+                if rem[s] <= 0:
+                    done.append(s)
+            self.n_prefill = 0
+        elif spec:
+            it, cum_at = self.it, self._cum_at
+            for s in act:
+                j = it[s]
+                prod = cum_at(s, j + k) - cum_at(s, j)
+                it[s] = j + k
+                kvl[s] += prod
+                rem[s] -= prod
+                grown += prod
+                if rem[s] <= 0:
+                    done.append(s)
+        else:
+            for s in act:
+                kvl[s] += k
+                rem[s] -= k
+                if rem[s] <= 0:
+                    done.append(s)
+            grown = k * len(act)
+        self.pinned += grown
+        return first, done
 
     def finish(self, s: int) -> Job:
         """Release a finished call's slot; its context stays cached for the request's next call."""
-        kv = int(self.kv[s])
+        kv = self.kv[s]
         job = self._release(s)
         self.cache[job.rid] = kv
         self.cache_tokens += kv

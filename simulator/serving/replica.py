@@ -17,6 +17,7 @@ Scenario: one replica of ``hardware.count`` GPUs, memory split ``memory_fraction
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -120,16 +121,22 @@ class Replica:
     # ---- the shared GPU -------------------------------------------------------------------
     def gpu(self):
         env = self.env
+        engines = self.engines
+        isnan = math.isnan
+        timeline = self.timeline
         while True:
-            self._release_ready()
-            for e in self.engines:
-                e.admit()
-                for rid in e.admitted_rids:
-                    r = self.reqs[rid]
-                    if np.isnan(r.first_admit_at):
-                        r.first_admit_at = env.now
-                e.admitted_rids.clear()
-            active = [e for e in self.engines if e.n_active]
+            if self.ready and self.ready[0][0] <= env.now + 1e-12:
+                self._release_ready()
+            for e in engines:
+                if e.waiting:
+                    e.admit()
+                    if e.admitted_rids:
+                        for rid in e.admitted_rids:
+                            r = self.reqs[rid]
+                            if isnan(r.first_admit_at):
+                                r.first_admit_at = env.now
+                        e.admitted_rids.clear()
+            active = [e for e in engines if e.act]
             if not active:
                 self.wake = env.event()
                 if self.ready:
@@ -137,7 +144,26 @@ class Replica:
                 else:
                     yield self.wake
                 continue
-            plan = self._plan_rounds(active)
+            k = 1 if any(e.n_prefill for e in active) else min(MAX_ROUNDS_PER_EVENT, *(e.rounds_left() for e in active))
+            if k == 1:
+                # one round (scalar path): the common case of SpecReason's many short calls
+                one = self._one_round(active)
+                if one is None:
+                    continue  # preempted: re-plan
+                t0 = env.now
+                duration = one[0] if len(one) == 1 else one[0] + one[1]
+                for e, t in zip(active, one):
+                    e.busy_s += t
+                    timeline.append((e.name, t0, t, 1, len(e.act), e.pinned + e.cache_tokens, e.capacity,
+                                     len(e.waiting)))
+                yield env.timeout(duration)
+                offset = 0.0
+                for e, t in zip(active, one):
+                    offset += t
+                    at = t0 + offset  # end of this engine's iteration
+                    self._advanced(e, 1, at)
+                continue
+            plan = self._plan_rounds(active, k)
             if plan is None:
                 continue  # preempted: re-plan
             k, times, start = plan
@@ -145,34 +171,37 @@ class Replica:
             t0 = env.now
             for e, row in zip(active, times):
                 e.busy_s += float(row[:k].sum())
-                self.timeline.append((e.name, t0, float(row[:k].sum()), k, e.n_active, e.kv_used, e.capacity, len(e.waiting)))
+                timeline.append((e.name, t0, float(row[:k].sum()), k, e.n_active, e.kv_used, e.capacity, len(e.waiting)))
             yield env.timeout(duration)
             offset = 0.0
             for e, row in zip(active, times):
                 offset += row[k - 1]
                 at = t0 + start[k - 1] + offset  # end of this engine's last iteration
-                first, done = e.advance(k)
-                for s in first:
-                    r = self.reqs[e.jobs[s].rid]
-                    if np.isnan(r.first_token_at):
-                        r.first_token_at = at
-                for s in done:
-                    self._call_done(e.finish(s).rid, at)
+                self._advanced(e, k, at)
 
-    def _plan_rounds(self, active: list[Engine]):
-        """How many rounds to advance at once: until a call ends, the KV fills or an event is due."""
-        k = 1 if any(e.has_prefill() for e in active) else min(
-            MAX_ROUNDS_PER_EVENT, *(e.rounds_left() for e in active))
-        if k == 1:  # fast path: one round, no cumulative bookkeeping
-            one = []
-            for e in active:
-                t, grow = e.round_times(1)
-                g0 = int(grow[0])
-                if e.capacity - e.kv_used < g0 and not e._evict_until(g0) and e.n_active > 1:
-                    e.preempt_youngest()
-                    return None
-                one.append(float(t[0]))
-            return 1, np.array(one)[:, None], np.zeros(1)
+    def _advanced(self, e: Engine, k: int, at: float) -> None:
+        first, done = e.advance(k)
+        for s in first:
+            r = self.reqs[e.jobs[s].rid]
+            if math.isnan(r.first_token_at):
+                r.first_token_at = at
+        for s in done:
+            self._call_done(e.finish(s).rid, at)
+
+    def _one_round(self, active: list[Engine]) -> list[float] | None:
+        """Times of one round of every active engine; None if a preemption was needed."""
+        one = []
+        for e in active:
+            t, g0 = e.round_time()
+            if e.capacity - e.kv_used < g0 and not e._evict_until(g0) and e.n_active > 1:
+                e.preempt_youngest()
+                return None
+            one.append(t)
+        return one
+
+    def _plan_rounds(self, active: list[Engine], k: int):
+        """How many of the next k > 1 decode-only rounds to advance at once: until a call ends,
+        the KV fills or an event is due."""
         rows = []
         for e in active:
             t, grow = e.round_times(k)
