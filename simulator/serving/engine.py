@@ -224,13 +224,14 @@ class Engine:
         return t, grow
 
     def round_times(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """(time, KV growth) of each of the next k > 1 decode-only iterations (no prefill pending)."""
+        """(time, KV growth) of each of the next k > 1 decode-only iterations (no prefill pending);
+        growth None on a plain engine (one token per sequence per round)."""
         act = self.act
         B = float(len(act))
         kvs = float(sum([self.kv[s] for s in act]))
         if not self.spec:
             kv = kvs + B * np.arange(1.0, k + 1.0)  # sum (c_i + 1), c_i growing by 1
-            return self.pc.times(B, kv, kv, B), np.full(k, len(act), np.int64)
+            return self.pc.times(B, kv, kv, B), None  # growth: len(act) tokens every round
         a = np.array(act)
         it = np.array([self.it[s] for s in act])
         G = self.cum[a[:, None], it[:, None] + np.arange(k + 1)]  # produced before round r

@@ -166,17 +166,20 @@ class Replica:
             plan = self._plan_rounds(active, k)
             if plan is None:
                 continue  # preempted: re-plan
-            k, times, start = plan
-            duration = float(start[k - 1] + times[:, k - 1].sum())
+            k, rows, cs = plan
+            # cs = cumulative round times (sequential, numpy cumsum): the k rounds end at cs[k-1]
+            duration = float(cs[k - 1])
+            start = float(cs[k - 2]) if k > 1 else 0.0
             t0 = env.now
-            for e, row in zip(active, times):
-                e.busy_s += float(row[:k].sum())
-                timeline.append((e.name, t0, float(row[:k].sum()), k, e.n_active, e.kv_used, e.capacity, len(e.waiting)))
+            for e, row in zip(active, rows):
+                busy = float(row[:k].sum())
+                e.busy_s += busy
+                timeline.append((e.name, t0, busy, k, len(e.act), e.pinned + e.cache_tokens, e.capacity, len(e.waiting)))
             yield env.timeout(duration)
             offset = 0.0
-            for e, row in zip(active, times):
-                offset += row[k - 1]
-                at = t0 + start[k - 1] + offset  # end of this engine's last iteration
+            for e, row in zip(active, rows):
+                offset += float(row[k - 1])
+                at = t0 + start + offset  # end of this engine's last iteration
                 self._advanced(e, k, at)
 
     def _advanced(self, e: Engine, k: int, at: float) -> None:
@@ -201,23 +204,35 @@ class Replica:
 
     def _plan_rounds(self, active: list[Engine], k: int):
         """How many of the next k > 1 decode-only rounds to advance at once: until a call ends,
-        the KV fills or an event is due."""
+        the KV fills or an event is due. Returns (k, per-engine round times, cumulative round
+        times) or None after a preemption."""
         rows = []
         for e in active:
             t, grow = e.round_times(k)
-            cum = np.cumsum(grow)
-            if not e._evict_until(int(cum[0])) and e.n_active > 1:
+            if e.spec:
+                cum = np.cumsum(grow)
+                g0 = int(cum[0])
+            else:  # constant growth: B tokens per round
+                g0 = len(e.act)
+            if not e._evict_until(g0) and len(e.act) > 1:
                 e.preempt_youngest()
                 return None
-            k_kv = int(np.searchsorted(cum, e.capacity - e.kv_used, side="right"))
+            free = e.capacity - e.pinned - e.cache_tokens
+            if e.spec:
+                k_kv = int(np.searchsorted(cum, free, side="right"))
+            else:
+                k_kv = min(k, free // g0) if free >= 0 else 0
             k = min(k, max(k_kv, 1))
             rows.append(t)
-        times = np.vstack([t[:k] for t in rows])
-        round_s = times.sum(axis=0)
-        start = np.concatenate([[0.0], np.cumsum(round_s)[:-1]])
-        t_next = min(self.env.peek(), self.ready[0][0] if self.ready else np.inf) - self.env.now
-        k = min(k, max(int(np.searchsorted(start, t_next, side="left")), 1))
-        return k, times, start
+        round_s = rows[0][:k] if len(rows) == 1 else rows[0][:k] + rows[1][:k]
+        cs = np.cumsum(round_s)
+        # next external event (arrival, call becoming ready): stop at the round that starts after it
+        t_next = min(self.env.peek(), self.ready[0][0] if self.ready else math.inf) - self.env.now
+        if t_next <= 0:
+            k = 1
+        else:
+            k = min(k, 1 + int(np.searchsorted(cs[: k - 1], t_next, side="left")))
+        return k, rows, cs
 
 
 def simulate_serving(cfg: SystemConfig, deps: dict[str, Deployment], workload: WorkloadProfile,
