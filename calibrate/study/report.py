@@ -119,7 +119,8 @@ def write_report(res: dict, out: Path) -> Path:
     df = pd.DataFrame(res["speedup"])
     p = res["provenance"]
     drafts = list(res["acceptance"])
-    main = next((d for d in drafts if d.startswith("cut") and not d.endswith("distilled")), drafts[0])
+    # the distilled cut (if any) is the most informative: an untrained cut rejects nearly everything
+    main = next((d for d in drafts if d.endswith("distilled")), next((d for d in drafts if d.startswith("cut")), drafts[0]))
     (out / "figures.json").write_text(json.dumps(_summary(res, df), indent=1, default=float))  # first: survives a plot failure
     _fig_acceptance(res, out)
     _fig_speedup(df, out)
@@ -166,8 +167,11 @@ def _markdown(res, df, main) -> str:
     L += [_md_table(df[cols]), ""]
     errs = {k: float(np.nanmedian(np.abs(df[f"err_{k}"]))) for k in ("iid", "per_position", "per_position_v", "simulator")}
     L += ["Median |error|: " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in errs.items()), ""]
-    L += ["## Why drafts are rejected", "", f"Token level ({main}; per-token acceptance given a correct prefix):", "",
-          "![rejections](rejections.png)", ""]
+    L += ["## Why drafts are rejected", "", "Per-token acceptance given a correct prefix, by class of the target's token, every draft:", ""]
+    xs = {d: pd.DataFrame(bd["token_class"]).set_index("token_class").accept_rate for d, bd in res["token_breakdowns"].items()}
+    n = pd.DataFrame(res["token_breakdowns"][main]["token_class"]).set_index("token_class").tokens
+    L += [_md_table(pd.DataFrame(xs).assign(tokens=n).reset_index()), "",
+          f"Details for {main}:", "", "![rejections](rejections.png)", ""]
     for k, bd in res["token_breakdowns"][main].items():
         L += [f"By {k}:", "", _md_table(pd.DataFrame(bd)), ""]
     L += ["Step level (SpecReason, shared third-party traces, threshold 7):", ""]

@@ -214,6 +214,9 @@ def run_study(cfg: StudyConfig, out: Path, command: str, log=print) -> dict:
     prov["runtime_s"] = time.perf_counter() - t_start
     from calibrate.study.report import write_report
 
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "result.json").write_text(__import__("json").dumps(result, default=float))  # raw; re-render with write_report
+
     write_report(result, out)
     return result
 
