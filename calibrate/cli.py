@@ -112,3 +112,42 @@ def check_trace_cmd(run_dir: Path = typer.Argument(..., help="run directory")) -
 
     out = check_run_dir(run_dir)
     typer.echo(", ".join(f"{len(v)} {k}" for k, v in out.items()) + " record(s): ok")
+
+
+def _ints(text: str, field: str, minimum: int = 1) -> list[int]:
+    from simulator.errors import InputError
+
+    try:
+        vals = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise InputError(None, field, f"expected comma-separated integers (got {text!r})") from None
+    if not vals or any(v < minimum for v in vals):
+        raise InputError(None, field, f"expected integers >= {minimum} (got {text!r})")
+    return vals
+
+
+@app.command("static-bench")
+def static_bench_cmd(
+    arch: str = typer.Option(..., help="catalog architecture (random weights), e.g. qwq-32b"),
+    out: Path = typer.Option(..., help="run directory"),
+    layers: int = typer.Option(0, help="override the depth (0: the catalog's); CPU-sized smoke runs"),
+    contexts: str = typer.Option("512,2048,8192,16384", help="decode contexts"),
+    batches: str = typer.Option("1,4,16", help="decode batch sizes"),
+    new_tokens: str = typer.Option("512,2048", help="prefill lengths (a 70-token score is always added)"),
+    cached_tokens: str = typer.Option("0,4096", help="cached prefix for prefills"),
+    gammas: str = typer.Option("1,2,4,8", help="verification widths"),
+    decode_tokens: int = typer.Option(32, help="timed decode steps per point"),
+    repeats: int = typer.Option(3, help="repeats of prefill/verify points"),
+    dtype: str = typer.Option("bfloat16", help="torch dtype"),
+    device: str = typer.Option("auto", help="auto | cuda | cpu"),
+    compile: str = typer.Option("auto", help="auto (CUDA graphs on GPU, eager on CPU) | none | reduce-overhead"),
+) -> None:
+    """Static-KV-cache (+ CUDA-graph) torch microbenchmark, with achieved bandwidth per decode point."""
+    from calibrate.static_bench import StaticPlan, run_static_bench
+
+    plan = StaticPlan(contexts=_ints(contexts, "--contexts"), batches=_ints(batches, "--batches"),
+                      new_tokens=_ints(new_tokens, "--new-tokens"),
+                      cached_tokens=_ints(cached_tokens, "--cached-tokens", minimum=0),
+                      gammas=_ints(gammas, "--gammas"), decode_tokens=decode_tokens, repeats=repeats)
+    run_static_bench(arch, plan, out, layers=layers or None, dtype=dtype, device=device, compile_mode=compile,
+                     log=typer.echo)
