@@ -224,11 +224,12 @@ def fit_workload_from_trace(trace: SpecReasonTrace, finish_rule: Literal["first_
 
 
 def _repo_relative(path: Path) -> str:
-    """Data paths as seen from the repository root, so the profile does not depend on the caller's cwd."""
+    """Data paths as seen from the repository root, so the profile does not depend on the caller's cwd
+    (symlinks are not resolved: ``../shared`` stays ``../shared`` when it is a link)."""
     import os
 
-    repo = Path(__file__).resolve().parents[1]
-    return Path(os.path.relpath(Path(path).resolve(), repo)).as_posix()
+    repo = Path(os.path.abspath(Path(__file__).parents[1]))
+    return Path(os.path.relpath(os.path.abspath(path), repo)).as_posix()
 
 
 def profile_to_yaml(profile: WorkloadProfile, command: str = REGENERATE) -> str:
