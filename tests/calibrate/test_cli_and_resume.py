@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.calibrate.conftest import REPO
+from tests.conftest import REPO
 
 
 def _cli(*args, timeout=600):
