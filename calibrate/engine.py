@@ -8,6 +8,7 @@ for an engine that shares the tokenizer that produced it.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -73,17 +74,27 @@ class Engine(ABC):
 
     name: str = "abstract"
     gamma: int = 0
+    tok = None  # an HF-compatible tokenizer, or None with dummy weights
+    model_dir: Path
 
-    @abstractmethod
+    # -- tokenizer (shared by the real engines; test doubles may override) ---------------------
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` with no special tokens."""
+        if self.tok is None:  # dummy weights: deterministic pseudo-ids, ~4 characters per token
+            h = hashlib.sha256(text.encode()).digest()
+            return [100 + (h[i % 32] * 7 + i) % 1000 for i in range(max(1, len(text) // 4))]
+        return list(self.tok.encode(text, add_special_tokens=False))
 
-    @abstractmethod
-    def decode(self, ids: list[int]) -> str: ...
+    def decode(self, ids: list[int]) -> str:
+        return "" if self.tok is None else self.tok.decode(ids)
 
-    @abstractmethod
     def chat_prompt(self, question: str) -> list[int]:
         """Token ids of the request prompt (chat template if the tokenizer has one)."""
+        if self.tok is not None and getattr(self.tok, "chat_template", None):
+            text = self.tok.apply_chat_template([{"role": "user", "content": question}],
+                                                add_generation_prompt=True, tokenize=False)
+            return self.encode(text)
+        return self.encode(question)
 
     @abstractmethod
     def generate(self, prompt_ids: list[int], max_tokens: int, stop: list[str], sampling: Sampling,
@@ -95,9 +106,12 @@ class Engine(ABC):
         """Greedy next-token top-k logprobs after ``prompt_ids``."""
 
     @property
-    @abstractmethod
     def tokenizer_key(self) -> str:
         """Equal keys mean equal token ids for equal text (a step's ids can be shared)."""
+        if self.tok is None:
+            return "dummy"
+        tj = Path(self.model_dir) / "tokenizer.json"
+        return hashlib.sha256(tj.read_bytes()).hexdigest()[:16] if tj.exists() else str(self.model_dir)
 
     @abstractmethod
     def describe(self) -> dict:

@@ -8,7 +8,6 @@ q = draft distribution, p = target distribution, gamma = drafted tokens per iter
 
 from __future__ import annotations
 
-import hashlib
 import time
 from pathlib import Path
 
@@ -114,29 +113,6 @@ class TorchEngine(Engine):
         cfg = self.target.model.generation_config
         eos = cfg.eos_token_id if cfg is not None and cfg.eos_token_id is not None else self.tok.eos_token_id
         return set(eos if isinstance(eos, list) else [eos]) - {None}
-
-    # -- tokenizer ---------------------------------------------------------------------------
-    def encode(self, text: str) -> list[int]:
-        if self.tok is None:
-            h = hashlib.sha256(text.encode()).digest()
-            return [100 + (h[i % 32] * 7 + i) % 1000 for i in range(max(1, len(text) // 4))]
-        return list(self.tok.encode(text, add_special_tokens=False))
-
-    def decode(self, ids: list[int]) -> str:
-        return "" if self.tok is None else self.tok.decode(ids)
-
-    def chat_prompt(self, question: str) -> list[int]:
-        if self.tok is not None and getattr(self.tok, "chat_template", None):
-            return self.encode(self.tok.apply_chat_template([{"role": "user", "content": question}],
-                                                            add_generation_prompt=True, tokenize=False))
-        return self.encode(question)
-
-    @property
-    def tokenizer_key(self) -> str:
-        if self.tok is None:
-            return "dummy"
-        tj = self.model_dir / "tokenizer.json"
-        return hashlib.sha256(tj.read_bytes()).hexdigest()[:16] if tj.exists() else str(self.model_dir)
 
     # -- generation ---------------------------------------------------------------------------
     def _finished(self, gen_ids: list[int], stop: list[str], max_tokens: int) -> str | None:

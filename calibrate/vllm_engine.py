@@ -8,7 +8,6 @@ least i tokens (drafted) and accepted at least i (accepted).
 
 from __future__ import annotations
 
-import hashlib
 import time
 from pathlib import Path
 
@@ -61,30 +60,6 @@ class VllmEngine(Engine):
             kwargs["per_request_spec_decode_metrics"] = "detailed"
         self.llm = LLM(**kwargs)
         self.tok = None if dummy else self.llm.get_tokenizer()
-
-    # -- tokenizer ---------------------------------------------------------------------------
-    def encode(self, text: str) -> list[int]:
-        if self.tok is None:  # dummy weights: deterministic pseudo-ids, ~4 characters per token
-            h = hashlib.sha256(text.encode()).digest()
-            return [100 + (h[i % 32] * 7 + i) % 1000 for i in range(max(1, len(text) // 4))]
-        return list(self.tok.encode(text, add_special_tokens=False))
-
-    def decode(self, ids: list[int]) -> str:
-        return "" if self.tok is None else self.tok.decode(ids)
-
-    def chat_prompt(self, question: str) -> list[int]:
-        if self.tok is not None and getattr(self.tok, "chat_template", None):
-            text = self.tok.apply_chat_template([{"role": "user", "content": question}],
-                                                add_generation_prompt=True, tokenize=False)
-            return self.encode(text)
-        return self.encode(question)
-
-    @property
-    def tokenizer_key(self) -> str:
-        if self.tok is None:
-            return "dummy"
-        tj = self.model_dir / "tokenizer.json"
-        return hashlib.sha256(tj.read_bytes()).hexdigest()[:16] if tj.exists() else str(self.model_dir)
 
     # -- calls --------------------------------------------------------------------------------
     def _run(self, prompt_ids: list[int], params):
