@@ -84,21 +84,25 @@ class RequestSimulator:
         ends = self.rng.random() < (h[j] if j < len(h) else 1.0)
         return k, ends
 
+    def stop_reason(self, answer_found: bool, thinking_tokens: int) -> str | None:
+        """Checked between steps: the answer ends the request first, then the token budget."""
+        if answer_found:
+            return "answer"
+        return "budget" if thinking_tokens >= self.w.token_budget else None
+
     # ---- whole requests ---------------------------------------------------------------------
     def vanilla(self, rid: int):
         """vanilla-base, vanilla-small, specdecode: one call over the whole chain."""
         cfg, w, P = self.cfg, self.w, self.w.prompt_tokens
         who = "small" if cfg.system == "vanilla-small" else "base"
-        t, j, steps, stop = 0, 0, [], "answer"
+        t, j, steps = 0, 0, []
         while True:
             k, ends = self.sample_chain_step(j, t, who)
             steps.append({"request": rid, "step": j, "proposer": who, "kept_tokens": k, "context_tokens": P + t})
             t += k
             j += 1
-            if ends:
-                break
-            if t >= w.token_budget:
-                stop = "budget"
+            stop = self.stop_reason(ends, t)
+            if stop:
                 break
         total = min(t, w.token_budget) + w.answer_tokens
         r = _Request()
@@ -119,7 +123,7 @@ class RequestSimulator:
         cfg, w, P, J = self.cfg, self.w, self.w.prompt_tokens, self.w.judge_template_tokens
         spec = cfg.system == "specreason-decode"
         r, steps = _Request(), []
-        t, j, prev_regen, stop = 0, 0, 0, "answer"
+        t, j, prev_regen = 0, 0, 0
         while True:
             rec = {"request": rid, "step": j, "context_tokens": P + t, "small_tokens": 0, "score": np.nan,
                    "accepted": False, "base_tokens": 0, "small_s": 0.0, "scoring_s": 0.0, "base_s": 0.0}
@@ -165,10 +169,8 @@ class RequestSimulator:
             steps.append(rec)
             t += k
             j += 1
-            if ends:
-                break
-            if t >= w.token_budget:
-                stop = "budget"
+            stop = self.stop_reason(ends, t)
+            if stop:
                 break
         if w.answer_tokens > 0:
             s = r.add("call_overhead_s", self.tb.call_s) + r.add("base_prefill_s", self.tb.prefill("base", 1, P + t))
