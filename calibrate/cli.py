@@ -58,6 +58,7 @@ def run_cmd(
     max_model_len: int = typer.Option(4096),
     dummy: bool = typer.Option(False, help="random weights from the model's config"),
     device: str = typer.Option("auto", help="torch engine device"),
+    warmup: int = typer.Option(0, help="extra problems run first and discarded (one-off engine warm-up)"),
     out: Path = typer.Option(..., help="run directory (resumed if it exists)"),
 ) -> None:
     """Run one system over a dataset slice, writing a resumable trace directory."""
@@ -65,14 +66,18 @@ def run_cmd(
     from calibrate.orchestrator import SystemConfig
     from calibrate.progress import RunProgress
     from calibrate.runner import EngineSpec, run_system
+    from simulator.errors import InputError
 
+    if warmup < 0:
+        raise InputError(None, "--warmup", f"must be >= 0 (got {warmup})")
     cfg = SystemConfig(system=system, threshold=threshold, first_n=first_n, budget_tokens=budget,
                        step_max_tokens=step_max_tokens, score_mode=score_mode,
                        sampling=Sampling(temperature=temperature, top_p=top_p))
     spec = EngineSpec(engine=engine, base=base, small=small, draft=draft, gamma=gamma, dtype=dtype,
                       tensor_parallel=tp, max_model_len=max_model_len, dummy=dummy, device=device)
     with RunProgress(requests) as prog:
-        run_system(cfg, spec, dataset, requests, seed, out, on_step=prog.step, on_request=prog.request)
+        run_system(cfg, spec, dataset, requests, seed, out, on_step=prog.step, on_request=prog.request,
+                   warmup=warmup)
     typer.echo(f"wrote {out} ({prog.summary()})")
 
 

@@ -53,6 +53,31 @@ def test_missing_model_folder_is_one_line_error_exit_2(tmp_path):
     assert "nope" in r.stderr and "does not exist" in r.stderr
 
 
+def test_negative_warmup_is_one_line_error_exit_2(tmp_path):
+    r = _cli("run", "--engine", "torch", "--base", tmp_path, "--system", "vanilla-base", "--warmup", "-1",
+             "--out", tmp_path / "run")
+    assert r.returncode == 2 and r.stderr.startswith("error: ") and "--warmup" in r.stderr
+
+
+@pytest.mark.real_engine
+def test_warmup_requests_are_discarded_and_recorded(model_cache, tmp_path):
+    """Greedy: the measured request is the same with or without a discarded warm-up problem before it."""
+    pytest.importorskip("torch")
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"What is {i} + 3?", "answer": str(i + 3)})
+                               + "\n" for i in range(2)))
+    args = ["run", "--engine", "torch", "--base", model_cache["base"], "--system", "vanilla-base",
+            "--budget", "12", "--step-max-tokens", "6", "--temperature", "0", "--dtype", "float32",
+            "--dataset", f"jsonl:{prompts}", "--requests", "1"]
+    for name, extra in (("cold", []), ("warm", ["--warmup", "1"])):
+        r = _cli(*args, *extra, "--out", tmp_path / name)
+        assert r.returncode == 0, r.stderr[-2000:]
+    warm = json.loads((tmp_path / "warm" / "run.json").read_text())
+    assert warm["options"]["warmup_requests"] == 1
+    assert "warmup_requests" not in json.loads((tmp_path / "cold" / "run.json").read_text())["options"]
+    assert _records(tmp_path / "warm") == _records(tmp_path / "cold")
+
+
 def _records(run_dir: Path) -> list[tuple]:
     steps = [json.loads(x) for x in (run_dir / "steps.jsonl").read_text().splitlines()]
     reqs = [json.loads(x) for x in (run_dir / "requests.jsonl").read_text().splitlines()]
