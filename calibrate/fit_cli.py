@@ -73,8 +73,35 @@ def fit(
               f"{a['values']['compute_efficiency']:.3g} -> {'plausible' if a['physically_plausible'] else 'IMPOSSIBLE (> 1)'}")
 
 
+def fit_workload(
+    inputs: list[Path] = typer.Argument(..., help="runner run directories (specsim calibrate run)"),
+    out: Path = typer.Option(..., "--out", help="workload profile YAML to write"),
+    prior: Optional[Path] = typer.Option(None, "--prior", help="workload profile supplying what the runs cannot identify"),
+    form: str = typer.Option("empirical", "--form", help="empirical | parametric (lognormal step lengths, geometric N)"),
+    name: Optional[str] = typer.Option(None, help="profile name"),
+    date: Optional[str] = typer.Option(None, help="provenance date (default: today)"),
+):
+    """Fit the workload (step counts and lengths, scores, per-position acceptance) from run directories."""
+    from calibrate.fit_cost import write_atomic
+    from calibrate.fit_workload_runs import fit_workload_from_runs, workload_yaml
+    from simulator.workload import load_workload
+
+    w0 = load_workload(prior) if prior else None
+    res = fit_workload_from_runs([str(p) for p in inputs], prior=w0, form=form, name=name, date=date)
+    command = "specsim calibrate fit-workload " + " ".join(shlex.quote(a) for a in sys.argv[3:])
+    write_atomic(out, workload_yaml(res.profile, command))
+    w = res.profile
+    print(f"wrote {out}: {w.name} (budget {w.token_budget}, step cap {w.max_step_tokens})")
+    for key, part in res.parts.items():
+        print(f"  {'fitted' if part.fitted else 'PRIOR ':6s} {part.how}")
+    print(f"  mean steps N_base {w.steps_pmf_base.mean:.2f}, step tokens small {w.step_pmf_small.mean:.1f} / base "
+          f"{w.step_pmf_base.mean:.1f}, P(score>=7) {w.acceptance_probability(7):.3f}, a_1 {w.token_acceptance[0]:.3f}")
+
+
 def register(calibrate_app: typer.Typer) -> None:
-    """Add ``fit`` to the calibrate sub-app unless it already has one."""
+    """Add ``fit`` and ``fit-workload`` to the calibrate sub-app unless it already has them."""
     names = {c.name or (c.callback.__name__ if c.callback else None) for c in calibrate_app.registered_commands}
     if "fit" not in names:
         calibrate_app.command("fit")(fit)
+    if "fit-workload" not in names:
+        calibrate_app.command("fit-workload")(fit_workload)

@@ -6,7 +6,8 @@ Systems (REFERENCE.md section 1):
 - ``specreason``: the small model proposes a step (stop "\\n\\n", <= step_max_tokens); the base
   model scores it in one prefill over the CoT + a judge template (max_tokens 1, top-10 logprobs);
   keep if score >= threshold, else the base model regenerates the step. The first ``first_n``
-  steps come from the base model. Only kept steps count toward the thinking budget.
+  steps come from the base model. Only kept steps count toward the thinking budget, which is
+  checked between steps (a step is never cut short by it; the last one may overshoot).
 - ``specreason-decode``: as ``specreason``, but the base engine uses speculative decoding.
 
 All systems generate step by step so every system yields per-step records; with prefix caching
@@ -166,7 +167,9 @@ def run_request(cfg: SystemConfig, problem: Problem, request_id: int, base: Engi
     steps: list[dict] = []
     thinking, stop_reason = 0, "max_steps"
     for step_index in range(cfg.max_steps):
-        max_tokens = min(cfg.step_max_tokens, cfg.budget_tokens - thinking)
+        # Every step may run to step_max_tokens; the budget is checked between steps, so the last
+        # step may overshoot it (the reference code's rule, and the simulator's: simulator/chain.py).
+        max_tokens = cfg.step_max_tokens
         rec, producer, gen = run_step(cfg, cot, base, small, request_id, step_index, max_tokens,
                                       seed * 100_003 + 2 * step_index)
         cot.append(producer, gen)

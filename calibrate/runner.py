@@ -16,6 +16,10 @@ from calibrate.run_directory import RunDirectory
 from calibrate.trace_schema import SCHEMA_VERSION
 from simulator.errors import InputError
 
+# How the thinking budget bounds a request (recorded in run.json options.budget_rule). Runs
+# without the field (before 2026-11-21) capped each step at the remaining budget instead.
+BUDGET_RULE = "checked_between_steps"
+
 
 @dataclass
 class EngineSpec:
@@ -90,7 +94,7 @@ def make_manifest(cfg: SystemConfig, spec: EngineSpec, base: Engine | None, smal
         "first_n": cfg.first_n, "budget_tokens": cfg.budget_tokens, "score_mode": cfg.score_mode,
         "sampling": {**asdict(cfg.sampling), "step_max_tokens": cfg.step_max_tokens, "stop": list(STEP_STOP)},
         "seed": seed, "dataset": dataset, "num_requests": n, "command": " ".join(sys.argv),
-        "options": {"max_model_len": spec.max_model_len, "dummy_weights": spec.dummy,
+        "options": {"max_model_len": spec.max_model_len, "dummy_weights": spec.dummy, "budget_rule": BUDGET_RULE,
                     "env": getattr(lead, "env", {}), **spec.options},
     }
 

@@ -44,7 +44,7 @@ def whatif(
     scenario: str = typer.Argument(..., help="scenario YAML (path or name in scenarios/)"),
     system: Optional[list[str]] = typer.Option(None, "--system", help="restrict to these systems (repeatable)"),
     gamma: Optional[str] = typer.Option(None, help="gamma values, e.g. 1-8 or 2,4"),
-    threshold: Optional[str] = typer.Option(None, help="thresholds, e.g. 0-9 or 5,7"),
+    threshold: Optional[str] = typer.Option(None, help="thresholds 0-10 (10: never keep), e.g. 0-9 or 5,7"),
     first_n: Optional[str] = typer.Option(None, "--first-n", help="first-n-base-steps values"),
     engine: Optional[str] = typer.Option(None, help="analytic | des (default: the scenario's)"),
     requests: Optional[int] = typer.Option(None, help="DES requests per grid point"),
@@ -63,7 +63,7 @@ def whatif(
         raise InputError(None, "--requests", "must be >= 2")
     df, title, meta = whatif_from_cli(
         scenario, systems=system, gammas=_int_range(gamma, "--gamma", 1, 16),
-        thresholds=_int_range(threshold, "--threshold", 0, 9), first_ns=_int_range(first_n, "--first-n", 0, 100000),
+        thresholds=_int_range(threshold, "--threshold", 0, 10), first_ns=_int_range(first_n, "--first-n", 0, 100000),
         engine=engine, requests=requests, seed=seed,
     )
     from simulator.report_table import write_output
@@ -138,7 +138,7 @@ def capacity(
     user_counts = [int(u) for u in _float_list(users, "--users")] if users else None
     df, meta = capacity_from_cli(
         scenario, slo, qps=_float_list(qps, "--qps"), users=user_counts, systems=system,
-        gammas=_int_range(gamma, "--gamma", 1, 16), thresholds=_int_range(threshold, "--threshold", 0, 9),
+        gammas=_int_range(gamma, "--gamma", 1, 16), thresholds=_int_range(threshold, "--threshold", 0, 10),
         arrival=arrival, cv=cv, requests=requests, seed=seed, gpu_hour_cost=gpu_hour_cost, target_qps=target_qps,
         workers=workers, ray_address=ray_address, arrivals_file=str(arrivals_file) if arrivals_file else None,
     )
@@ -189,6 +189,12 @@ def _register_subapps() -> None:
     from calibrate.study.cli import app as study_app
 
     app.add_typer(study_app, name="study", help="Studies on real small models + the simulator (issue 6).")
+    # calibrate serve-run + validate-serving (calibrate/serving_run.py, validate/serving.py): concurrent requests
+    from calibrate.serving_run import register as _register_serve_run
+    from validate.serving import register as _register_validate_serving
+
+    _register_serve_run(calibrate_app)
+    _register_validate_serving(app)
 
 
 def main(argv: list[str] | None = None) -> int:

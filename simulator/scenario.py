@@ -64,8 +64,8 @@ class Grid(_Strict):
     @classmethod
     def _threshold(cls, v):
         for t in v:
-            if not 0 <= t <= 9:
-                raise ValueError(f"threshold must be in 0..9 (got {t})")
+            if not 0 <= t <= 10:
+                raise ValueError(f"threshold must be in 0..10 (10: never keep a small step; got {t})")
         return v
 
     @field_validator("first_n")

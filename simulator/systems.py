@@ -29,7 +29,7 @@ class SystemConfig(BaseModel):
 
     system: SystemName
     gamma: int | None = Field(default=None, ge=1, le=16)
-    threshold: int | None = Field(default=None, ge=0, le=9)
+    threshold: int | None = Field(default=None, ge=0, le=10)  # 10: never keep (every step scored, then regenerated)
     first_n: int = Field(default=0, ge=0)
 
     @property

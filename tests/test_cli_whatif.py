@@ -71,7 +71,7 @@ BASE_SCENARIO = Path(REF).read_text()
 @pytest.mark.parametrize("edit, field", [
     (("gpu: rtx-a6000", "gpu: rtx-9090"), "hardware.gpu"),
     (("gamma: [1, 2, 3, 4, 5, 6, 7, 8]", "gamma: [0, 2]"), "grid.gamma"),
-    (("threshold: [3, 5, 7, 9]", "threshold: [3, 10]"), "grid.threshold"),
+    (("threshold: [3, 5, 7, 9]", "threshold: [3, 11]"), "grid.threshold"),
     (("base: {model: qwq-32b, tp: 2}", "base: {model: qwq-32b, tp: 3}"), "base.tp"),
     (("hardware: {gpu: rtx-a6000, count: 2}", "hardware: {gpu: rtx-a6000, count: 2}\ngrid_typo: 1"), "grid_typo"),
     (("base: {model: qwq-32b, tp: 2}\nsmall: {model: r1-distill-qwen-1.5b, tp: 2}",

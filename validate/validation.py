@@ -44,11 +44,17 @@ def _fold_workload(ms: MeasuredSet, fold: Fold, workload_path: str | None):
 
     if workload_path:
         return load_workload(workload_path), f"--workload {workload_path} (as given; the user vouches it is out of sample)"
-    if ms.kind != "specreason" or ms.trace is None:
-        return None, "no workload profile for these inputs: give --workload (a profile fitted on other runs)"
     train = [k for k in fold.fit_runs if k in set(ms.run_keys)]
     if not train:
         return None, f"fit runs of fold {fold.name} are not among the inputs: cannot refit the workload out of sample"
+    if ms.kind == "run_dir":
+        from calibrate.fit_workload_runs import fit_workload_from_runs
+
+        src = ms.requests.drop_duplicates("run_key").set_index("run_key")["source"]
+        w = fit_workload_from_runs([src[k] for k in train], date=(fold.profile.fit or {}).get("date")).profile
+        return w, "workload refitted per fold on its fit runs (calibrate.fit_workload_runs, empirical)"
+    if ms.trace is None:
+        return None, "no workload profile for these inputs: give --workload (a profile fitted on other runs)"
     from calibrate.fit_workload import fit_workload_from_steps
 
     req = ms.trace.requests[ms.trace.requests["run_id"].map(run_key).isin(train)]

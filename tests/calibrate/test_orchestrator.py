@@ -72,9 +72,11 @@ def test_first_n_steps_come_from_base_without_scoring():
     assert steps[0]["score"] is None and steps[0]["small_tokens"] == 0 and steps[0]["score_time_s"] == 0.0
 
 
-def test_budget_counts_only_kept_steps_and_caps_step_length():
+def test_budget_counts_only_kept_steps_and_is_checked_between_steps():
     steps, req, _, _ = run("specreason", threshold=10, budget=20)
-    assert req["thinking_tokens"] == 20 and req["stop_reason"] == "budget"
+    # two whole 14-token base steps: the second overshoots the budget, as in the reference code
+    assert [s["kept_tokens"] for s in steps] == [14, 14]
+    assert req["thinking_tokens"] == 28 and req["stop_reason"] == "budget"
     assert req["small_tokens"] > 0  # rejected proposals do not count toward the budget
 
 
