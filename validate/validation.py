@@ -17,7 +17,7 @@ import pandas as pd
 from calibrate.fit_cost import MeasuredSet, Setup, load_measured, load_profile, run_key
 from simulator.cost_model import CostProfile
 from simulator.errors import InputError
-from validate.distribution import predict_distribution
+from validate.distribution import predict_config, predict_distribution
 from validate.holdout import Fold, make_folds
 from validate.metrics import summarize_frame
 from validate.replay import replay, setup_from_profile
@@ -63,6 +63,21 @@ def _fold_workload(ms: MeasuredSet, fold: Fold, workload_path: str | None):
     return w, f"workload refitted per fold on its fit runs (calibrate.fit_workload, finish rule first_answer)"
 
 
+def _attach_vanilla(d: pd.DataFrame, ms: MeasuredSet, w, profile, setup, des_requests: int, seed: int) -> None:
+    """Speedup over vanilla: the measured vanilla-base mean (any input run of the same problems, fit
+    or test: it is the measured denominator) and the model's vanilla-base prediction from the fold's
+    profiles (the predicted denominator, never a measurement)."""
+    van = ms.requests[(ms.requests["system"] == "vanilla-base") & ~ms.requests["to_answer_censored"].astype(bool)]
+    if van.empty:
+        d["measured_vanilla_s"], d["pred_vanilla_s"] = np.nan, np.nan
+        return
+    from simulator.systems import SystemConfig
+
+    d["measured_vanilla_s"] = float(van["to_answer_s"].mean())
+    d["pred_vanilla_s"] = predict_config(SystemConfig(system="vanilla-base"), w, profile, setup, des_requests,
+                                         seed)["predicted_s"]
+
+
 def run_validation(inputs: list[str], profile_path: str, rule: str | None = None, workload_path: str | None = None,
                    distribution: bool = True, des_requests: int = 1000, n_boot: int = 1000, seed: int = 0) -> ValidationResult:
     profile = load_profile(profile_path)
@@ -83,6 +98,7 @@ def run_validation(inputs: list[str], profile_path: str, rule: str | None = None
                 continue
             d = predict_distribution(test, w, fold.profile, setup, n_requests=des_requests, seed=seed)
             d["fold"] = fold.name
+            _attach_vanilla(d, ms, w, fold.profile, setup, des_requests, seed)
             dists.append(d)
     res = ValidationResult(inputs=ms.inputs, profile_path=str(profile_path), rule=rule or "profile", setup=setup,
                            folds=folds, replay=pd.concat(reps, ignore_index=True), calls=pd.concat(calls, ignore_index=True),
@@ -110,7 +126,11 @@ def figures(res: ValidationResult) -> dict[str, pd.DataFrame]:
                                          measured_small_frac=("small_step_fraction", "mean"),
                                          predicted_small_frac=("pred_small_step_fraction", "mean"),
                                          measured_acc_len=("acceptance_length", "mean"),
-                                         predicted_acc_len=("pred_acceptance_length", "first")).reset_index()
+                                         predicted_acc_len=("pred_acceptance_length", "first"),
+                                         measured_vanilla_s=("measured_vanilla_s", "first"),
+                                         pred_vanilla_s=("pred_vanilla_s", "first")).reset_index()
+        means["measured_speedup"] = means.pop("measured_vanilla_s") / means["measured_mean_s"]
+        means["predicted_speedup"] = means.pop("pred_vanilla_s") / means["predicted_s"]
         out["distribution_means"] = means
     out["configs"] = _config_table(res)
     return out
