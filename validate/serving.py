@@ -1,0 +1,436 @@
+"""Serving-model validation: measured concurrent runs (``specsim calibrate serve-run``) against
+the serving simulator (``simulator.serving``), request by request and run by run.
+
+Prediction = trace replay through the serving simulator: the same arrivals (open loop: the
+measured arrival instants via ``ReplayArrivals``; closed loop: the same N users with no think
+time, so the simulator decides when each request is sent, as the real users did) and each
+request's plan built from its measured token counts (one base-engine call: prompt tokens not
+served from the prefix cache as new tokens, generated tokens as output). Only time is predicted.
+
+Compared per request: latency and TTFT (median / p90 APE, bias = median signed error); per
+run: throughput (requests/s over first arrival -> last completion, output tokens/s) and the
+time-weighted batch size (engine steps weighted by their duration; the simulator's engine
+timeline likewise).
+
+Held-out discipline: two predictions are made for every run,
+
+- ``profile``: the cost profile as given (fitted on single-request runs only), so every run is
+  out of sample;
+- ``profile+step-fit`` (with ``fit_levels``): ``mem_efficiency``, ``compute_efficiency`` and
+  ``step_overhead_s`` re-fitted by robust least squares on the *engine steps* of the fit levels
+  only (each step's measured wall time against ``T_pass`` of its batch aggregates); the runs of
+  those levels are in-sample and reported as such, never as validation.
+
+The headline (and ``--max-median-ape``) is the held-out median APE of request latency.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from simulator.errors import InputError
+
+FIT_PARAMS = ("mem_efficiency", "compute_efficiency", "step_overhead_s")
+F_SCALE = 0.05
+MEMORY_FRACTION = (0.3, 0.5)  # scenarios/cpu-smollm2.yaml's split; KV never binds at these batch sizes
+
+
+@dataclass
+class ServingRun:
+    path: Path
+    label: str
+    mode: str  # closed | poisson
+    users: int  # closed loop: N; open loop: 0
+    rate_per_s: float  # open loop: offered rate; closed: nan
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+    meta: dict
+
+
+def load_run(path: str | Path) -> ServingRun:
+    from calibrate.serving_run import load_serving_run
+
+    d = load_serving_run(path)
+    meta = d["run"][0]
+    arr = meta["options"].get("arrivals")
+    where = str(Path(path) / "run.json")
+    if not isinstance(arr, dict) or arr.get("mode") not in ("closed", "poisson"):
+        raise InputError(where, "options.arrivals", "expected {mode: closed|poisson, ...}")
+    req = pd.DataFrame(d["serve_request"]).sort_values("request_id").reset_index(drop=True)
+    if list(req.request_id) != list(range(len(req))):
+        raise InputError(str(Path(path) / "serve_requests.jsonl"), "request_id", "expected request ids 0..n-1, once each")
+    st = pd.DataFrame(d["serve_step"])
+    mode = arr["mode"]
+    users = int(arr.get("users", 0)) if mode == "closed" else 0
+    rate = float(arr.get("rate_per_s", np.nan)) if mode == "poisson" else np.nan
+    return ServingRun(Path(path), meta["options"].get("label", Path(path).name), mode, users, rate, req, st, meta)
+
+
+# ---- prediction -----------------------------------------------------------------------------------
+def replay_plans(req: pd.DataFrame):
+    """One base-engine call per measured request (its own token counts)."""
+    from simulator.serving.request_plan import BASE, Call, RequestPlan
+
+    plans = []
+    for r in req.itertuples():
+        new = int(r.prompt_tokens - r.cached_tokens)
+        # a cross-request prefix hit cannot be represented (the simulator caches per request): count it as new
+        call = Call(BASE, int(r.prompt_tokens) if r.cached_tokens else new, 0, int(r.output_tokens))
+        plans.append(RequestPlan([call], int(r.output_tokens), int(r.output_tokens), 1, 0, "length"))
+    return plans
+
+
+def _workload():
+    from simulator.workload import WorkloadProfile
+
+    # only the token bounds matter to a replica serving replayed plans
+    return WorkloadProfile.model_validate({
+        "name": "serving-replay", "dataset": "replay", "base_model": "smollm2-135m", "small_model": "smollm2-135m-cut6",
+        "provenance": {"kind": "prior", "source": "validate/serving.py (replayed plans)"},
+        "prompt_tokens": 1, "answer_tokens": 0, "judge_template_tokens": 1, "token_budget": 4096, "max_step_tokens": 4096,
+        "steps_per_request": {"base": {"kind": "geometric", "mean": 1, "min": 1, "max": 1}}, "verbosity": 1.0,
+        "step_tokens": {"small": {"kind": "lognormal", "median": 8, "sigma": 0.5, "min": 1, "max": 64},
+                        "base": {"kind": "lognormal", "median": 8, "sigma": 0.5, "min": 1, "max": 64}},
+        "scores": [0.1] * 10, "token_acceptance": [0.5]})
+
+
+def deployments(params, setup) -> dict:
+    from simulator.cost_model import Deployment
+
+    return {role: Deployment(m, setup.hardware, setup.tp, params) for role, m in setup.models.items()}
+
+
+def predict_run(run: ServingRun, params, setup):
+    """(per-request table: measured and predicted, serving result of the simulator)."""
+    from simulator.serving.arrivals import ClosedLoopUsers, ReplayArrivals
+    from simulator.serving.replica import simulate_serving
+    from simulator.systems import SystemConfig
+
+    plans = replay_plans(run.requests)
+    if run.mode == "closed":
+        arrivals = ClosedLoopUsers(run.users, 0.0)
+    else:
+        arrivals = ReplayArrivals(tuple(float(t) for t in run.requests.arrival_s), run.label)
+    res = simulate_serving(SystemConfig(system="vanilla-base"), deployments(params, setup), _workload(), arrivals,
+                           len(plans), seed=0, memory_fraction=MEMORY_FRACTION, plans=plans)
+    sim = res.requests.set_index("request")
+    t = run.requests[["request_id", "prompt_tokens", "output_tokens", "latency_s", "ttft_s"]].copy()
+    t["pred_latency_s"] = sim.loc[t.request_id, "latency_s"].to_numpy()
+    t["pred_ttft_s"] = sim.loc[t.request_id, "ttft_s"].to_numpy()
+    return t, res
+
+
+def measured_run_figures(run: ServingRun) -> dict:
+    r, s = run.requests, run.steps
+    span = float(r.done_s.max() - r.arrival_s.min())
+    return {"throughput_rps": len(r) / span, "output_tok_per_s": float(r.output_tokens.sum()) / span,
+            "batch_mean": float(np.average(s.running, weights=s.duration_s)), "span_s": span,
+            "latency_p50_s": float(r.latency_s.median()), "ttft_p50_s": float(r.ttft_s.median())}
+
+
+def predicted_run_figures(res) -> dict:
+    r = res.requests
+    span = float(r.done_at.max() - r.arrival_at.min())
+    tl = res.timeline[res.timeline.engine == "base"]
+    return {"throughput_rps": len(r) / span, "output_tok_per_s": float(r.output_tokens.sum()) / span,
+            "batch_mean": float(np.average(tl.batch, weights=tl.duration_s)), "span_s": span,
+            "latency_p50_s": float(r.latency_s.median()), "ttft_p50_s": float(r.ttft_s.median())}
+
+
+# ---- the step fit (held-out levels only) -----------------------------------------------------------
+def step_aggregates(steps: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Per step: N = sum n, KV = sum (c+n), A = sum n (c+(n+1)/2), L = requests (one logit row each)."""
+    n = [np.asarray(x, float) for x in steps.new_tokens]
+    c = [np.asarray(x, float) for x in steps.context_tokens]
+    return {"N": np.array([a.sum() for a in n]), "KV": np.array([(a + b).sum() for a, b in zip(n, c)]),
+            "A": np.array([(a * (b + (a + 1.0) / 2.0)).sum() for a, b in zip(n, c)]),
+            "L": steps.running.to_numpy(float), "t": steps.duration_s.to_numpy(float)}
+
+
+def _step_times(params, setup, agg) -> np.ndarray:
+    from simulator.serving.pass_cost import PassCost
+
+    return PassCost(deployments(params, setup)["base"]).times(agg["N"], agg["KV"], agg["A"], agg["L"])
+
+
+def fit_step_params(steps: pd.DataFrame, params, setup) -> tuple[object, dict]:
+    """Re-fit ``FIT_PARAMS`` on measured step times (soft-L1 on log time, log-parameter space).
+
+    Returns (new CostParams, fit facts: values, relative stderrs, residual figures)."""
+    from scipy.optimize import least_squares
+
+    agg = step_aggregates(steps)
+    y = np.log(agg["t"])
+    x0 = np.log([getattr(params, k) for k in FIT_PARAMS])
+    lo, hi = np.log([1e-3, 1e-4, 1e-5]), np.log([50.0, 10.0, 1.0])
+
+    def resid(x):
+        p = replace(params, **{k: float(v) for k, v in zip(FIT_PARAMS, np.exp(x))})
+        return np.log(_step_times(p, setup, agg)) - y
+
+    best = None
+    for shift in (0.0, 1.5, -1.5):  # the roofline max() is non-smooth: a few starts, keep the best
+        xs = np.clip(x0 + np.array([shift, 0.0, 0.0]), lo + 1e-9, hi - 1e-9)
+        r = least_squares(resid, xs, bounds=(lo, hi), loss="soft_l1", f_scale=F_SCALE)
+        if best is None or r.cost < best.cost:
+            best = r
+    r = resid(best.x)
+    s = 1.4826 * float(np.median(np.abs(r - np.median(r))))
+    J = best.jac
+    try:
+        rel_se = np.sqrt(np.diag(s**2 * np.linalg.inv(J.T @ J)))  # stderr of log p = relative stderr of p
+    except np.linalg.LinAlgError:
+        rel_se = np.full(len(FIT_PARAMS), np.inf)
+    vals = np.exp(best.x)
+    at_bound = [k for k, v, a, b in zip(FIT_PARAMS, best.x, lo, hi) if v <= a + 1e-6 or v >= b - 1e-6]
+    new = replace(params, **{k: float(v) for k, v in zip(FIT_PARAMS, vals)})
+    facts = {"steps": len(y), "values": {k: float(f"{v:.4g}") for k, v in zip(FIT_PARAMS, vals)},
+             "rel_stderr": {k: float(f"{v:.3g}") for k, v in zip(FIT_PARAMS, rel_se)}, "at_bound": at_bound,
+             "median_abs_log_residual": float(np.median(np.abs(r)))}
+    return new, facts
+
+
+# ---- the whole validation ---------------------------------------------------------------------------
+@dataclass
+class ServingValidation:
+    per_request: pd.DataFrame  # run, label, model, role, request rows
+    per_run: pd.DataFrame
+    steps: pd.DataFrame  # decode-only step times by batch size, measured vs predicted
+    fit: dict | None
+    headline: dict
+    runs: list[ServingRun]
+
+
+def _errors(d: pd.DataFrame, pred: str, meas: str) -> dict:
+    from validate.metrics import summarize
+
+    s = summarize(d[pred], d[meas])
+    return {"n": s["n"], "median_ape": s["median_ape"], "p90_ape": s["p90_ape"], "bias": s["bias"]}
+
+
+def validate_serving(run_dirs: list[str | Path], profile_path: str | Path, fit_levels: list[str] | None = None) -> ServingValidation:
+    from simulator.cost_model import CostProfile
+    from simulator.loading import load_yaml_model
+    from validate.replay import setup_from_profile
+
+    if not run_dirs:
+        raise InputError(None, "RUNDIR", "give at least one serve-run directory")
+    profile = load_yaml_model(profile_path, CostProfile)
+    setup = setup_from_profile(profile)
+    runs = [load_run(p) for p in run_dirs]
+    params = profile.params(setup.hardware)
+    labels = {r.label for r in runs}
+    models = {"profile": (params, set())}
+    fit = None
+    if fit_levels:
+        unknown = [f for f in fit_levels if f not in labels]
+        if unknown:
+            raise InputError(None, "--fit-levels", f"no run labelled {unknown[0]!r} (have: {', '.join(sorted(labels))})")
+        if all(r.label in fit_levels for r in runs):
+            raise InputError(None, "--fit-levels", "every run is a fit run: nothing held out to validate on "
+                                                   "(in-sample error is not validation)")
+        fit_steps = pd.concat([r.steps for r in runs if r.label in fit_levels], ignore_index=True)
+        p2, fit = fit_step_params(fit_steps, params, setup)
+        fit["levels"] = list(fit_levels)
+        fit["runs"] = [str(r.path) for r in runs if r.label in fit_levels]
+        models["profile+step-fit"] = (p2, set(fit_levels))
+    rows, runrows, steprows = [], [], []
+    for r in runs:
+        meas = measured_run_figures(r)
+        runrows.append({"run": str(r.path), "label": r.label, "mode": r.mode, "users": r.users, "rate_per_s": r.rate_per_s,
+                        "model": "measured", "role": "measured", "n": len(r.requests), **meas})
+        dec = r.steps[r.steps.prefill_requests == 0]
+        for name, (p, fitted) in models.items():
+            role = "fit (in-sample)" if r.label in fitted else "held out"
+            t, res = predict_run(r, p, setup)
+            t.insert(0, "run", str(r.path))
+            t.insert(1, "label", r.label)
+            t.insert(2, "model", name)
+            t.insert(3, "role", role)
+            rows.append(t)
+            runrows.append({"run": str(r.path), "label": r.label, "mode": r.mode, "users": r.users,
+                            "rate_per_s": r.rate_per_s, "model": name, "role": role, "n": len(t),
+                            **predicted_run_figures(res),
+                            **{f"latency_{k}": v for k, v in _errors(t, "pred_latency_s", "latency_s").items() if k != "n"},
+                            **{f"ttft_{k}": v for k, v in _errors(t, "pred_ttft_s", "ttft_s").items() if k != "n"}})
+            if len(dec):
+                pt = _step_times(p, setup, step_aggregates(dec))
+                steprows.append(pd.DataFrame({"run": str(r.path), "label": r.label, "model": name, "role": role,
+                                              "batch": dec.running.to_numpy(), "measured_s": dec.duration_s.to_numpy(),
+                                              "predicted_s": pt}))
+    per_request = pd.concat(rows, ignore_index=True)
+    best = "profile+step-fit" if fit else "profile"
+    held = per_request[(per_request.model == best) & (per_request.role == "held out")]
+    headline = {"model": best, **{f"latency_{k}": v for k, v in _errors(held, "pred_latency_s", "latency_s").items()},
+                **{f"ttft_{k}": v for k, v in _errors(held, "pred_ttft_s", "ttft_s").items() if k != "n"}}
+    return ServingValidation(per_request, pd.DataFrame(runrows), pd.concat(steprows, ignore_index=True) if steprows
+                             else pd.DataFrame(), fit, headline, runs)
+
+
+# ---- report -------------------------------------------------------------------------------------------
+def _pct(x: float) -> str:
+    return "n/a" if x is None or not np.isfinite(x) else f"{100 * x:.1f}%"
+
+
+def _spct(x: float) -> str:
+    return "n/a" if x is None or not np.isfinite(x) else f"{100 * x:+.1f}%"
+
+
+def _level_key(label: str) -> tuple:
+    kind, _, v = label.partition("-")
+    return (kind != "closed", float(v) if v.replace(".", "", 1).isdigit() else 0.0)
+
+
+def plots(v: ServingValidation, out: Path) -> list[str]:
+    from validate.report import _plt, _save_png
+
+    plt = _plt()
+    pr = v.per_run
+    names = []
+    models = [m for m in pr.model.unique() if m != "measured"]
+    style = {"measured": dict(marker="o", color="k", ls="none", ms=7), "profile": dict(marker="s", ls="--", color="tab:blue"),
+             "profile+step-fit": dict(marker="^", ls="-", color="tab:orange")}
+    closed, pois = pr[pr["mode"] == "closed"], pr[pr["mode"] == "poisson"]
+    for fname, cols, ylabels in (
+        ("latency_vs_concurrency.png", ("latency_p50_s", "ttft_p50_s"), ("median latency (s)", "median TTFT (s)")),
+        ("throughput_vs_concurrency.png", ("throughput_rps", "output_tok_per_s"), ("throughput (requests/s)", "output tokens/s")),
+    ):
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+        for ax, col, yl in zip(axes, cols, ylabels):
+            for m in ["measured", *models]:
+                d = closed[closed.model == m].groupby("users")[col].median()
+                if len(d):
+                    ax.plot(d.index, d.values, label=f"{m} (closed loop)", **style.get(m, {}))
+                dp = pois[pois.model == m]
+                if len(dp):
+                    g = dp.groupby("rate_per_s")
+                    # open loop: placed at the measured time-weighted batch size of the run
+                    xb = pois[pois.model == "measured"].groupby("rate_per_s")["batch_mean"].median()
+                    ax.plot(xb.loc[list(g.groups)].values, g[col].median().values, ls="none", mfc="none",
+                            marker=style.get(m, {}).get("marker", "x"), color=style.get(m, {}).get("color", "grey"),
+                            ms=9, label=f"{m} (Poisson, at measured mean batch)")
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("closed-loop users (= batch size) / Poisson: measured mean batch")
+            ax.set_ylabel(yl)
+            ax.grid(alpha=0.3)
+        axes[0].legend(fontsize=7)
+        _save_png(fig, out / fname)
+        plt.close(fig)
+        names.append(fname)
+    if len(v.steps):
+        fig, ax = plt.subplots(figsize=(5.5, 4.2))
+        for m in ["measured", *models]:
+            d = v.steps[v.steps.model == (models[0] if m == "measured" else m)]
+            g = d.groupby("batch")["measured_s" if m == "measured" else "predicted_s"].median() * 1000
+            ax.plot(g.index, g.values, label=m, **style.get(m, {}))
+        ax.set_xlabel("batch size (decode-only steps)")
+        ax.set_ylabel("median step time (ms)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        _save_png(fig, out / "step_time_vs_batch.png")
+        plt.close(fig)
+        names.append("step_time_vs_batch.png")
+    return names
+
+
+def write_report(v: ServingValidation, out: str | Path, command: str, profile_path: str | Path, bar: float | None) -> Path:
+    from calibrate.fit_cost import write_atomic
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    figs = plots(v, out)
+    write_atomic(out / "per_request.csv", v.per_request.to_csv(index=False))
+    write_atomic(out / "per_run.csv", v.per_run.to_csv(index=False))
+    h = v.headline
+    L = ["# Serving-model validation against real vLLM (concurrent requests)", "",
+         f"Command: `{command}`", "", f"Cost profile: `{profile_path}`", ""]
+    L += [f"**Headline** ({h['model']}, held-out requests only, n={h['latency_n']}): latency median APE "
+          f"{_pct(h['latency_median_ape'])}, p90 {_pct(h['latency_p90_ape'])}, bias {_spct(h['latency_bias'])}; "
+          f"TTFT median APE {_pct(h['ttft_median_ape'])}, p90 {_pct(h['ttft_p90_ape'])}, bias {_spct(h['ttft_bias'])}."
+          + (f" Bar: {_pct(bar)}." if bar is not None else ""), ""]
+    if v.fit:
+        f = v.fit
+        L += ["## Step fit (batch scaling)", "",
+              f"Fitted on the {f['steps']} engine steps of levels {', '.join(f['levels'])} only; those runs are "
+              "marked *fit (in-sample)* below and excluded from the headline.", "",
+              "| parameter | value | relative stderr |", "|---|---|---|"]
+        L += [f"| `{k}` | {f['values'][k]:.4g} | {f['rel_stderr'][k]:.3g} |" for k in FIT_PARAMS]
+        L += ["", f"Median |log residual| of the fit steps: {f['median_abs_log_residual']:.3f}."
+              + (f" At a bound: {', '.join(f['at_bound'])}." if f["at_bound"] else ""), ""]
+    L += ["## Per run", "",
+          "| run | model | role | n | median latency meas/pred (s) | latency median APE | p90 APE | bias | "
+          "TTFT median APE | TTFT bias | req/s meas/pred | out tok/s meas/pred | mean batch meas/pred |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    pr = v.per_run
+    for run in sorted(pr.run.unique(), key=lambda r: (_level_key(pr[pr.run == r].label.iloc[0]), r)):
+        d = pr[pr.run == run]
+        m = d[d.model == "measured"].iloc[0]
+        for _, p in d[d.model != "measured"].iterrows():
+            L.append(f"| {Path(run).parent.name}/{p.label} | {p.model} | {p.role} | {p.n} | "
+                     f"{m.latency_p50_s:.2f} / {p.latency_p50_s:.2f} | {_pct(p.latency_median_ape)} | "
+                     f"{_pct(p.latency_p90_ape)} | {_spct(p.latency_bias)} | {_pct(p.ttft_median_ape)} | "
+                     f"{_spct(p.ttft_bias)} | {m.throughput_rps:.3f} / {p.throughput_rps:.3f} | "
+                     f"{m.output_tok_per_s:.1f} / {p.output_tok_per_s:.1f} | {m.batch_mean:.2f} / {p.batch_mean:.2f} |")
+    # per level, held out, all repeats pooled
+    L += ["", "## Per concurrency level (held-out requests, repeats pooled)", "",
+          "| level | model | n | latency median APE | p90 APE | bias | TTFT median APE | TTFT bias |", "|---|---|---|---|---|---|---|---|"]
+    q = v.per_request
+    for (label, model), d in sorted(q[q.role == "held out"].groupby(["label", "model"]), key=lambda kv: (_level_key(kv[0][0]), kv[0][1])):
+        e, t = _errors(d, "pred_latency_s", "latency_s"), _errors(d, "pred_ttft_s", "ttft_s")
+        L.append(f"| {label} | {model} | {e['n']} | {_pct(e['median_ape'])} | {_pct(e['p90_ape'])} | {_spct(e['bias'])} | "
+                 f"{_pct(t['median_ape'])} | {_spct(t['bias'])} |")
+    L += ["", "## Figures", ""] + [f"![{n}]({n})" for n in figs]
+    L += ["", "## Provenance", "", "| run | created | engine | hardware | loadavg before → after | wall s | run command |",
+          "|---|---|---|---|---|---|---|"]
+    for r in v.runs:
+        o = r.meta["options"]
+        L.append(f"| {r.path} | {r.meta['created_at']} | {r.meta['engine']} {r.meta['engine_version']} | "
+                 f"{r.meta['hardware'].get('cpu_model')} x{r.meta['hardware'].get('cpu_count')} | "
+                 f"{o.get('loadavg_before', [None])[:1]} → {o.get('loadavg_after', [None])[:1]} | {o.get('wall_s')} | "
+                 f"`{r.meta['command']}` |")
+    L += ["", "Model: base SmolLM2-135M-Instruct "
+          f"({v.runs[0].meta['models']['base'].get('num_layers')} layers), dtype {v.runs[0].meta['dtype']}, seed "
+          f"{v.runs[0].meta['seed']}, greedy, EOS ignored, output length per request fixed by the seed.", ""]
+    write_atomic(out / "report.md", "\n".join(L) + "\n")
+    write_atomic(out / "summary.json", json.dumps({"command": command, "headline": h, "fit": v.fit,
+                                                   "per_run": json.loads(v.per_run.to_json(orient="records"))}, indent=1))
+    return out / "report.md"
+
+
+# ---- CLI -----------------------------------------------------------------------------------------------
+def register(app) -> None:
+    """Add ``specsim validate-serving`` to the main app."""
+    from typing import Optional
+
+    import typer
+
+    @app.command("validate-serving")
+    def validate_serving_cmd(
+        run_dirs: list[Path] = typer.Argument(..., help="serve-run directories (specsim calibrate serve-run)"),
+        profile: Path = typer.Option(..., "--profile", help="cost profile YAML (fitted; its fit.setup names the models)"),
+        report: Path = typer.Option(..., "--report", help="report folder"),
+        fit_levels: Optional[str] = typer.Option(None, "--fit-levels",
+                                                 help="re-fit the step-time parameters on these levels only, e.g. closed-1,closed-2"),
+        max_median_ape: Optional[float] = typer.Option(None, "--max-median-ape", help="exit 1 above this held-out latency median APE"),
+    ) -> None:
+        """Predict measured concurrent runs with the serving simulator (trace replay); report errors and figures."""
+        if max_median_ape is not None and not max_median_ape > 0:
+            raise InputError(None, "--max-median-ape", f"must be > 0 (got {max_median_ape})")
+        levels = [x.strip() for x in fit_levels.split(",") if x.strip()] if fit_levels else None
+        v = validate_serving(run_dirs, profile, levels)
+        command = "specsim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+        path = write_report(v, report, command, profile, max_median_ape)
+        h = v.headline
+        typer.echo(f"held out ({h['model']}, n={h['latency_n']}): latency median APE {_pct(h['latency_median_ape'])} "
+                   f"p90 {_pct(h['latency_p90_ape'])} bias {_spct(h['latency_bias'])}; TTFT median APE "
+                   f"{_pct(h['ttft_median_ape'])}; report {path}")
+        if max_median_ape is not None and h["latency_median_ape"] > max_median_ape:
+            typer.echo(f"FAIL: held-out latency median APE {_pct(h['latency_median_ape'])} > {_pct(max_median_ape)}", err=True)
+            raise typer.Exit(1)
