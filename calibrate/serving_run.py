@@ -152,7 +152,7 @@ def drive(engine: SteppingEngine, requests: list[ServeRequest], arrivals: Arriva
     done = 0
     while done < n:
         if times is not None:
-            while nxt < n and times[nxt] <= now():
+            while nxt < n and times[nxt] <= now() + 1e-9:  # tolerance: a sleep may end a rounding error early
                 submit(nxt, -1, float(times[nxt]))
                 nxt += 1
         if not engine.has_unfinished():

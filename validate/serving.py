@@ -31,6 +31,7 @@ import shlex
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import pandas as pd
@@ -176,8 +177,9 @@ def fit_step_params(steps: pd.DataFrame, params, setup) -> tuple[object, dict]:
         return np.log(_step_times(p, setup, agg)) - y
 
     best = None
-    for shift in (0.0, 1.5, -1.5):  # the roofline max() is non-smooth: a few starts, keep the best
-        xs = np.clip(x0 + np.array([shift, 0.0, 0.0]), lo + 1e-9, hi - 1e-9)
+    # the roofline max() is non-smooth: a few starts (memory- and compute-governed), keep the best
+    for shift in ((0.0, 0.0, 0.0), (1.5, 0.0, 0.0), (-1.5, 0.0, 0.0), (3.0, 0.0, 2.5), (3.0, -0.7, 2.5)):
+        xs = np.clip(x0 + np.array(shift), lo + 1e-9, hi - 1e-9)
         r = least_squares(resid, xs, bounds=(lo, hi), loss="soft_l1", f_scale=F_SCALE)
         if best is None or r.cost < best.cost:
             best = r
@@ -407,8 +409,6 @@ def write_report(v: ServingValidation, out: str | Path, command: str, profile_pa
 # ---- CLI -----------------------------------------------------------------------------------------------
 def register(app) -> None:
     """Add ``specsim validate-serving`` to the main app."""
-    from typing import Optional
-
     import typer
 
     @app.command("validate-serving")
