@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.specsim-installed
 ENGINES_STAMP := $(VENV)/.engines-installed
 SCENARIO ?= scenarios/reference-a6000-qwq32b.yaml
 
-.PHONY: setup engines demo test test-fast test-real bench clean validate-traces report-cpu bench-serving
+.PHONY: setup engines demo test test-fast test-real bench clean validate-traces report-cpu bench-serving validate-serving
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -55,3 +55,12 @@ report-cpu: $(STAMP)
 
 bench-serving: $(STAMP)
 	$(PY) bench/bench_serving.py --repeats 3 --requests 1000
+
+# Serving model against real vLLM on this CPU (docs/serving-model.md): 3 repeats of closed loops with
+# 1/2/4/8 users and Poisson at 1.5 and 3 req/s (24 requests each; complete levels are kept, ~4 min per
+# repeat), then trace replay through the serving simulator, step-time parameters fitted on 1-2 users only.
+SERVE_OUT ?= out/serving-cpu
+SERVE_ARGS ?= --users 1,2,4,8 --poisson-rate 1.5 --poisson-rate 3 --requests 24
+validate-serving: $(ENGINES_STAMP)
+	for r in 1 2 3; do $(SPECSIM) calibrate serve-run $(SERVE_ARGS) --out $(SERVE_OUT)/rep$$r || exit 1; done
+	$(SPECSIM) validate-serving $(SERVE_OUT)/rep[0-9]*/* --profile simulator/profiles/cost_cpu-vllm032.yaml --fit-levels closed-1,closed-2 --report $(SERVE_OUT)/report

@@ -185,11 +185,16 @@ def fit_step_params(steps: pd.DataFrame, params, setup) -> tuple[object, dict]:
             best = r
     r = resid(best.x)
     s = 1.4826 * float(np.median(np.abs(r - np.median(r))))
-    J = best.jac
-    try:
-        rel_se = np.sqrt(np.diag(s**2 * np.linalg.inv(J.T @ J)))  # stderr of log p = relative stderr of p
-    except np.linalg.LinAlgError:
-        rel_se = np.full(len(FIT_PARAMS), np.inf)
+    # stderr of log p = relative stderr of p; a zero Jacobian column (the inactive roofline branch
+    # or a parameter at its bound) is not pinned: inf, the others from the remaining columns
+    J = _num_jac(resid, best.x)
+    live = np.linalg.norm(J, axis=0) > 1e-9
+    rel_se = np.full(len(FIT_PARAMS), np.inf)
+    if live.any():
+        try:
+            rel_se[live] = np.sqrt(np.diag(s**2 * np.linalg.inv(J[:, live].T @ J[:, live])))
+        except np.linalg.LinAlgError:
+            pass
     vals = np.exp(best.x)
     at_bound = [k for k, v, a, b in zip(FIT_PARAMS, best.x, lo, hi) if v <= a + 1e-6 or v >= b - 1e-6]
     new = replace(params, **{k: float(v) for k, v in zip(FIT_PARAMS, vals)})
@@ -197,6 +202,16 @@ def fit_step_params(steps: pd.DataFrame, params, setup) -> tuple[object, dict]:
              "rel_stderr": {k: float(f"{v:.3g}") for k, v in zip(FIT_PARAMS, rel_se)}, "at_bound": at_bound,
              "median_abs_log_residual": float(np.median(np.abs(r)))}
     return new, facts
+
+
+def _num_jac(f, x: np.ndarray, h: float = 1e-4) -> np.ndarray:
+    """Central differences of the raw residuals (the solver's Jacobian is of the soft-L1 loss)."""
+    cols = []
+    for i in range(len(x)):
+        e = np.zeros_like(x)
+        e[i] = h
+        cols.append((f(x + e) - f(x - e)) / (2 * h))
+    return np.stack(cols, axis=1)
 
 
 # ---- the whole validation ---------------------------------------------------------------------------
@@ -363,7 +378,10 @@ def write_report(v: ServingValidation, out: str | Path, command: str, profile_pa
               f"Fitted on the {f['steps']} engine steps of levels {', '.join(f['levels'])} only; those runs are "
               "marked *fit (in-sample)* below and excluded from the headline.", "",
               "| parameter | value | relative stderr |", "|---|---|---|"]
-        L += [f"| `{k}` | {f['values'][k]:.4g} | {f['rel_stderr'][k]:.3g} |" for k in FIT_PARAMS]
+        L += [f"| `{k}` | {f['values'][k]:.4g} | "
+              + (f"{f['rel_stderr'][k]:.3g} |" if np.isfinite(f["rel_stderr"][k]) else
+                 "not pinned (no gradient at the optimum: an inactive roofline branch, or collinear) |")
+              for k in FIT_PARAMS]
         L += ["", f"Median |log residual| of the fit steps: {f['median_abs_log_residual']:.3f}."
               + (f" At a bound: {', '.join(f['at_bound'])}." if f["at_bound"] else ""), ""]
     L += ["## Per run", "",
