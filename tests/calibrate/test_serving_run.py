@@ -212,3 +212,11 @@ def test_real_vllm_tiny_concurrent_campaign(model_cache, tmp_path):
     assert max(s["running"] for s in check_run_dir(dirs[0])["serve_step"]) == 1
     v = validate_serving(dirs, "simulator/profiles/cost_cpu-vllm032.yaml")
     assert v.headline["latency_n"] == 12 and np.isfinite(v.headline["latency_median_ape"])
+
+
+def test_trace_format_doc_has_serving_tables():
+    from calibrate.trace_schema import SERVE_REQUEST_FIELDS, SERVE_STEP_FIELDS, markdown_table
+
+    doc = (ROOT / "docs" / "trace-format.md").read_text()
+    for fields in (SERVE_REQUEST_FIELDS, SERVE_STEP_FIELDS):
+        assert markdown_table(fields) in doc
