@@ -67,12 +67,13 @@ CALL_COLUMNS = [
     "wall_s",          # measured wall time of the call
 ]
 PARAM_NAMES = ("mem_efficiency", "compute_efficiency", "step_overhead_s", "layer_overhead_s",
-               "call_overhead_s", "allreduce_latency_s")
+               "call_overhead_s", "allreduce_latency_s", "seq_overhead_s")
 # When parameters are not separable, the first of these among them goes back to its prior.
-FIX_ORDER = ("allreduce_latency_s", "layer_overhead_s", "compute_efficiency", "step_overhead_s",
+FIX_ORDER = ("allreduce_latency_s", "seq_overhead_s", "layer_overhead_s", "compute_efficiency", "step_overhead_s",
              "call_overhead_s", "mem_efficiency")
 BOUNDS = {"mem_efficiency": (1e-3, 10.0), "compute_efficiency": (1e-3, 10.0), "step_overhead_s": (1e-7, 1.0),
-          "layer_overhead_s": (1e-9, 1e-2), "call_overhead_s": (1e-6, 10.0), "allreduce_latency_s": (1e-9, 1e-2)}
+          "layer_overhead_s": (1e-9, 1e-2), "call_overhead_s": (1e-6, 10.0), "allreduce_latency_s": (1e-9, 1e-2),
+          "seq_overhead_s": (1e-9, 0.1)}
 F_SCALE = 0.05
 MAX_REL_STDERR = 0.5
 MAX_ABS_CORR = 0.98

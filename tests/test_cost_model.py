@@ -67,3 +67,31 @@ def test_decode_time_grows_with_context_and_batch():
 def test_batch_of_one_equals_single_sequence():
     d = Deployment(get_model("qwen3-8b"), get_hardware("h200"), 1, flat_params())
     assert d.batch_forward_time([70], [500]) == pytest.approx(float(d.forward_time(70, 500)))
+
+
+@pytest.mark.parametrize("arch,hw", [("smollm2-135m", "cpu"), ("qwq-32b", "h100-sxm")])
+def test_seq_overhead_is_paid_once_per_logit_row(arch, hw):
+    """Law: t_seq adds exactly t_seq x (logit rows) to a pass: B for a decode batch, gamma+1 for a verify."""
+    import dataclasses
+
+    m, h = get_model(arch), get_hardware(hw)
+    p0 = CostParams(mem_efficiency=0.5, compute_efficiency=0.3, step_overhead_s=2e-3, layer_overhead_s=1e-5,
+                    call_overhead_s=0.0, allreduce_latency_s=0.0)
+    p1 = dataclasses.replace(p0, seq_overhead_s=3e-3)
+    d0, d1 = Deployment(m, h, 1, p0), Deployment(m, h, 1, p1)
+    for b in (1, 2, 8):
+        n, c = np.ones(b), np.full(b, 300.0)
+        assert d1.batch_forward_time(n, c) - d0.batch_forward_time(n, c) == pytest.approx(3e-3 * b, rel=1e-9)
+    for g in (1, 4):
+        assert d1.verify_time(g, 500) - d0.verify_time(g, 500) == pytest.approx(3e-3 * (g + 1), rel=1e-9)
+
+
+def test_profiles_without_seq_overhead_load_with_zero():
+    from simulator.cost_model import prior_profile
+    from simulator.loading import load_yaml_model
+    from simulator.cost_model import CostProfile
+    from tests.conftest import REPO
+
+    old = load_yaml_model(REPO / "simulator/profiles/cost_a100-80gb-vllm082-specreason-traces.yaml", CostProfile)
+    assert old.seq_overhead_s is None and old.params(get_hardware("a100-80gb")).seq_overhead_s == 0.0
+    assert prior_profile(get_hardware("cpu")).seq_overhead_s.value > 0

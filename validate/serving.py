@@ -38,7 +38,8 @@ import pandas as pd
 
 from simulator.errors import InputError
 
-FIT_PARAMS = ("mem_efficiency", "compute_efficiency", "step_overhead_s")
+FIT_PARAMS = ("mem_efficiency", "compute_efficiency", "step_overhead_s", "seq_overhead_s")
+SEQ_OVERHEAD_START = 1e-3  # start for a profile fitted before seq_overhead_s existed (value 0)
 F_SCALE = 0.05
 MEMORY_FRACTION = (0.3, 0.5)  # scenarios/cpu-smollm2.yaml's split; KV never binds at these batch sizes
 
@@ -169,8 +170,8 @@ def fit_step_params(steps: pd.DataFrame, params, setup) -> tuple[object, dict]:
 
     agg = step_aggregates(steps)
     y = np.log(agg["t"])
-    x0 = np.log([getattr(params, k) for k in FIT_PARAMS])
-    lo, hi = np.log([1e-3, 1e-4, 1e-5]), np.log([50.0, 10.0, 1.0])
+    x0 = np.log([getattr(params, k) or SEQ_OVERHEAD_START for k in FIT_PARAMS])
+    lo, hi = np.log([1e-3, 1e-4, 1e-5, 1e-7]), np.log([50.0, 10.0, 1.0, 0.1])
 
     def resid(x):
         p = replace(params, **{k: float(v) for k, v in zip(FIT_PARAMS, np.exp(x))})
@@ -178,7 +179,8 @@ def fit_step_params(steps: pd.DataFrame, params, setup) -> tuple[object, dict]:
 
     best = None
     # the roofline max() is non-smooth: a few starts (memory- and compute-governed), keep the best
-    for shift in ((0.0, 0.0, 0.0), (1.5, 0.0, 0.0), (-1.5, 0.0, 0.0), (3.0, 0.0, 2.5), (3.0, -0.7, 2.5)):
+    for shift in ((0.0, 0.0, 0.0, 0.0), (1.5, 0.0, 0.0, 0.0), (-1.5, 0.0, 0.0, 0.0), (3.0, 0.0, 2.5, 0.0),
+                  (3.0, -0.7, 2.5, 0.0), (0.0, 0.0, 0.0, 1.0)):
         xs = np.clip(x0 + np.array(shift), lo + 1e-9, hi - 1e-9)
         r = least_squares(resid, xs, bounds=(lo, hi), loss="soft_l1", f_scale=F_SCALE)
         if best is None or r.cost < best.cost:

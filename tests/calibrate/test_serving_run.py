@@ -220,3 +220,35 @@ def test_trace_format_doc_has_serving_tables():
     doc = (ROOT / "docs" / "trace-format.md").read_text()
     for fields in (SERVE_REQUEST_FIELDS, SERVE_STEP_FIELDS):
         assert markdown_table(fields) in doc
+
+
+def test_step_fit_recovers_a_known_per_sequence_overhead():
+    """Synthetic decode/prefill steps from known parameters (+3% lognormal noise): the step fit
+    recovers t_seq and reproduces the step times."""
+    import dataclasses
+
+    import numpy as np
+    import pandas as pd
+
+    from simulator.cost_model import CostParams
+    from validate.serving import _step_times, fit_step_params, step_aggregates
+
+    from calibrate.fit_cost import Setup
+
+    setup = Setup.from_names("cpu", 1, "smollm2-135m", "smollm2-135m-cut6", "smollm2-135m-cut6")
+    truth = CostParams(mem_efficiency=0.5, compute_efficiency=0.05, step_overhead_s=0.02, layer_overhead_s=4e-4,
+                       call_overhead_s=0.02, allreduce_latency_s=0.0, seq_overhead_s=3e-3)
+    rng = np.random.default_rng(0)
+    rows = []
+    for _ in range(600):
+        b = int(rng.integers(1, 12))
+        prefill = rng.random() < 0.1
+        new = [int(rng.integers(100, 250)) if prefill else 1 for _ in range(b)]
+        ctx = [0 if prefill else int(rng.integers(150, 300)) for _ in range(b)]
+        rows.append({"new_tokens": new, "context_tokens": ctx, "running": b, "duration_s": 1.0})
+    steps = pd.DataFrame(rows)
+    steps["duration_s"] = _step_times(truth, setup, step_aggregates(steps)) * rng.lognormal(0, 0.03, len(steps))
+    start = dataclasses.replace(truth, seq_overhead_s=0.0, step_overhead_s=0.004, compute_efficiency=0.1)
+    fitted, facts = fit_step_params(steps, start, setup)
+    assert fitted.seq_overhead_s == pytest.approx(3e-3, rel=0.1)
+    assert facts["median_abs_log_residual"] < 0.05
