@@ -59,7 +59,7 @@ def fit(
     f = prof.fit
     print(f"wrote {out}: {f['calls']} calls of runs {', '.join(f['runs'])} on {setup.hardware.name} TP={setup.tp}")
     for n in ("mem_efficiency", "compute_efficiency", "step_overhead_s", "layer_overhead_s", "call_overhead_s",
-              "allreduce_latency_s"):
+              "allreduce_latency_s", "seq_overhead_s"):
         p = getattr(prof, n)
         se = f" ± {p.stderr:.3g}" if p.stderr is not None else ""
         why = "" if p.kind == "calibrated" else f"  ({f['kept_at_prior'].get(n, '')})"

@@ -299,7 +299,7 @@ def fit_cost(calls: pd.DataFrame, setup: Setup, prior: CostProfile | None = None
             break
         lo = np.log([BOUNDS[n][0] for n in free])
         hi = np.log([BOUNDS[n][1] for n in free])
-        x0 = np.clip(np.log([prior_vals[n] for n in free]), lo + 1e-9, hi - 1e-9)
+        x0 = np.clip(np.log(np.maximum([prior_vals[n] for n in free], 1e-300)), lo + 1e-9, hi - 1e-9)
         # the roofline max() makes the cost non-smooth: a few starts, keep the best
         res = None
         for scale in START_SCALES:

@@ -238,8 +238,8 @@ def fit_workload_from_runs(paths: list[str | Path], *, prior: WorkloadProfile | 
                                              f"step_tokens.{w}: {len(lengths[w])} steps, {form}")
         else:
             parts[f"step_tokens.{w}"] = from_prior(f"step_tokens.{w}", f"no {w}-model steps in the runs")
-    observed = np.concatenate([v for v in lengths.values() if len(v)]) if any(len(v) for v in lengths.values()) else None
-    shortest = int(max(observed.min(), 1)) if observed is not None else 1
+    # shortest step of each model's chains: the most steps the budget allows is ceil(B / shortest)
+    shortest = {w: int(max(v.min(), 1)) if len(v) else 1 for w, v in lengths.items()}
 
     base_chains = _chains(runs, BASE_CHAIN_SYSTEMS)
     mixed = False
@@ -250,14 +250,15 @@ def fit_workload_from_runs(paths: list[str | Path], *, prior: WorkloadProfile | 
         parts["steps_per_request.base"] = from_prior("steps_per_request.base", "no base or SpecReason chains")
         means["base"] = None
     else:
-        d, how, means["base"] = _step_count_dist(base_chains, form, budget, shortest)
+        d, how, means["base"] = _step_count_dist(base_chains, form, budget,
+                                                 min(shortest.values()) if mixed else shortest["base"])
         src = "mixed SpecReason chains (no vanilla base runs)" if mixed else "vanilla base chains"
         parts["steps_per_request.base"] = Part(d, True, f"steps_per_request.base from {len(base_chains)} {src}: {how}")
     small_chains = _chains(runs, ("vanilla-small",))
     if small_chains.empty or mixed:
         means["small"] = None
     else:
-        d, how, means["small"] = _step_count_dist(small_chains, form, budget, shortest)
+        d, how, means["small"] = _step_count_dist(small_chains, form, budget, shortest["small"])
         parts["steps_per_request.small"] = Part(d, True, f"steps_per_request.small from {len(small_chains)} vanilla "
                                                          f"small chains: {how}")
     if means.get("base") and means.get("small"):

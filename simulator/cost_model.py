@@ -8,7 +8,7 @@ rows: 1 for generation, gamma+1 for verification), per GPU:
               + 4 L (heads*head_dim) sum_i n_i (c_i + (n_i + 1)/2)] / TP   (matmuls + LM head + attention)
     T_gpu  = max(bytes / (eta_mem BW), flops / (eta_comp F))            (roofline)
     T_ar   = 2 L [t_ar + 2 (TP-1)/TP * (sum_i n_i) H b / B_link]          (Megatron: 2 all-reduces per layer)
-    T_pass = T_gpu + T_ar + t_step + L t_layer + t_seq sum_i l_i           (t_seq: host work per sequence/row)
+    T_pass = T_gpu + T_ar + t_step + L t_layer + t_seq S               (S sequences; t_seq: host work per sequence)
 
 and an engine call (one request to the engine: generate, score) adds t_call once.
 W: weight bytes streamed per pass (layers + LM head), P_layers: per-token matmul weights,
@@ -62,8 +62,8 @@ class CostProfile(BaseModel):
     layer_overhead_s: Param
     call_overhead_s: Param
     allreduce_latency_s: Param | None = None  # None: the hardware catalog's prior
-    # Host-side cost per sequence (logit row) per engine pass: input preparation, logits processing,
-    # sampling, per-request scheduling. None: 0 (profiles fitted before the term existed).
+    # Host-side cost per sequence per engine pass: input preparation, logits processing, sampling,
+    # per-request scheduling (a verification of gamma+1 tokens is one sequence). None: 0 (profiles fitted before the term existed).
     seq_overhead_s: Param | None = None
     fit: dict | None = None  # goodness of fit written by calibration (residuals per op)
 
@@ -139,8 +139,9 @@ class Deployment:
         return self.model.kv_bytes_per_token(self.tp)
 
     # ---- one forward pass over aggregates -----------------------------------------------
-    def pass_time(self, new_tokens, kv_tokens, attn_pairs, logit_rows):
-        """T_pass from batch aggregates: sum n_i, sum (c_i + n_i), sum n_i (c_i + (n_i+1)/2), sum l_i."""
+    def pass_time(self, new_tokens, kv_tokens, attn_pairs, logit_rows, seqs=1.0):
+        """T_pass from batch aggregates: sum n_i, sum (c_i + n_i), sum n_i (c_i + (n_i+1)/2), sum l_i,
+        and the number of sequences in the pass."""
         m, h, c = self.model, self.hardware, self.cost
         new_tokens = np.asarray(new_tokens, dtype=float)
         bytes_ = self.weight_bytes_per_gpu + np.asarray(kv_tokens, dtype=float) * self.kv_bytes_per_token_per_gpu
@@ -152,7 +153,7 @@ class Deployment:
         t_mem = bytes_ / (c.mem_efficiency * h.memory_bandwidth_bytes_per_s)
         t_comp = flops / (c.compute_efficiency * h.dense_bf16_flops_per_s)
         return (np.maximum(t_mem, t_comp) + self.allreduce_time(new_tokens) + self.overhead_time
-                + np.asarray(logit_rows, dtype=float) * c.seq_overhead_s)
+                + np.asarray(seqs, dtype=float) * c.seq_overhead_s)
 
     def allreduce_time(self, new_tokens):
         """Two ring all-reduces per layer of (tokens x hidden) activations; zero at TP=1."""
@@ -177,7 +178,7 @@ class Deployment:
         n = np.asarray(new_tokens, dtype=float)
         c = np.asarray(cached_tokens, dtype=float)
         l = np.ones_like(n) if logit_rows is None else np.asarray(logit_rows, dtype=float)
-        return float(self.pass_time(n.sum(), (c + n).sum(), (n * (c + (n + 1.0) / 2.0)).sum(), l.sum()))
+        return float(self.pass_time(n.sum(), (c + n).sum(), (n * (c + (n + 1.0) / 2.0)).sum(), l.sum(), len(n)))
 
     # ---- derived operations ---------------------------------------------------------------
     def decode_time(self, context_tokens):

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "specreason-aime-traces"
 SPECSIM = [sys.executable, "-m", "simulator.cli"]
 TRUE = {"mem_efficiency": 0.7, "compute_efficiency": 0.45, "step_overhead_s": 3e-3, "layer_overhead_s": 15e-6,
-        "call_overhead_s": 0.05, "allreduce_latency_s": 8e-6}
+        "call_overhead_s": 0.05, "allreduce_latency_s": 8e-6, "seq_overhead_s": 2e-5}
 
 
 # ---- metrics ----------------------------------------------------------------------------------------

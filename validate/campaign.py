@@ -143,7 +143,7 @@ def _params(prof) -> dict:
     return {n: {"value": float(f"{getattr(prof, n).value:.4g}"), "kind": getattr(prof, n).kind,
                 "stderr": None if getattr(prof, n).stderr is None else float(f"{getattr(prof, n).stderr:.3g}")}
             for n in ("mem_efficiency", "compute_efficiency", "step_overhead_s", "layer_overhead_s", "call_overhead_s",
-                      "allreduce_latency_s")}
+                      "allreduce_latency_s", "seq_overhead_s") if getattr(prof, n) is not None}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -220,7 +220,7 @@ class Engine:
             kv = ctx + B * (i + 1.0)
             t = t + d.time(B, kv, kv, B)
         n = B * (g + 1)
-        t = t + self.pc.time(n, ctx + n, (g + 1) * ctx + B * (g + 1) * (g + 2) / 2.0, n)
+        t = t + self.pc.time(n, ctx + n, (g + 1) * ctx + B * (g + 1) * (g + 2) / 2.0, n, B)
         return t, grow
 
     def round_times(self, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -242,7 +242,7 @@ class Engine:
         # gamma draft passes at context + i (one token each), summed per round
         t = sum(d.times(B, ctx + B * (i + 1.0), ctx + B * (i + 1.0), B) for i in range(g))
         n = B * (g + 1)
-        t = t + self.pc.times(n, ctx + n, (g + 1) * ctx + B * (g + 1) * (g + 2) / 2.0, n)
+        t = t + self.pc.times(n, ctx + n, (g + 1) * ctx + B * (g + 1) * (g + 2) / 2.0, n, B)
         return t, np.diff(Gs)
 
     def _mixed_round(self) -> tuple[float, int]:
@@ -275,7 +275,7 @@ class Engine:
                 t += self.pc_draft.time(fnd, kv, kv, fnd)
         # verification: gamma+1 tokens and logit rows per decoding slot
         t += self.pc.time(float(N + nd * dn), float(KV + cd + nd * dn),
-                          float(A + dn * cd + nd * (dn * (dn + 1) // 2)), float((len(act) - nd) + nd * dn))
+                          float(A + dn * cd + nd * (dn * (dn + 1) // 2)), float((len(act) - nd) + nd * dn), B)
         it, cum_at = self.it, self._cum_at
         grow = sum([cum_at(s, it[s] + 1) - cum_at(s, it[s]) for s in dec])
         return t, grow

@@ -3,11 +3,11 @@
 ``Deployment.pass_time(N, KV, A, L)`` (see :mod:`simulator.cost_model`) is affine in the
 batch aggregates inside each roofline branch:
 
-    T = max(m0 + m1 KV, c_n N + c_l L + c_a A) + r0 + r1 N + s L + o
+    T = max(m0 + m1 KV, c_n N + c_l L + c_a A) + r0 + r1 N + s S + o
 
 with m0 = (W/TP)/(eta_mem BW), m1 = kv_bytes/(eta_mem BW), c_n = 2 P_layers/(TP eta_comp F),
 c_l = 2 V H/(TP eta_comp F), c_a = 4 L heads head_dim/(TP eta_comp F), r0 = 2 L t_ar and
-r1 = 2 L * 2 (TP-1)/TP * H b / B_link (both 0 at TP = 1), s = t_seq (host cost per sequence/logit row), o = t_step + L t_layer. The serving
+r1 = 2 L * 2 (TP-1)/TP * H b / B_link (both 0 at TP = 1), s = t_seq (host cost per sequence; S sequences), o = t_step + L t_layer. The serving
 loop evaluates it millions of times, so the coefficients are computed once here; a test
 checks it equals ``Deployment.batch_forward_time`` exactly.
 """
@@ -37,18 +37,19 @@ class PassCost:
         self.o = dep.overhead_time + self.r0
         self.s = c.seq_overhead_s
 
-    def time(self, n: float, kv: float, attn: float, logits: float) -> float:
-        """Scalar T_pass from aggregates: sum n_i, sum (c_i+n_i), sum n_i (c_i+(n_i+1)/2), sum l_i."""
+    def time(self, n: float, kv: float, attn: float, logits: float, seqs: float | None = None) -> float:
+        """Scalar T_pass from aggregates: sum n_i, sum (c_i+n_i), sum n_i (c_i+(n_i+1)/2), sum l_i and the
+        number of sequences (default: one per logit row, i.e. no verification in the pass)."""
         return (max(self.m0 + self.m1 * kv, self.c_n * n + self.c_l * logits + self.c_a * attn) + self.r1 * n
-                + self.s * logits + self.o)
+                + self.s * (logits if seqs is None else seqs) + self.o)
 
-    def times(self, n, kv, attn, logits) -> np.ndarray:
+    def times(self, n, kv, attn, logits, seqs=None) -> np.ndarray:
         """Vectorised :meth:`time` over arrays of aggregates."""
         return (np.maximum(self.m0 + self.m1 * kv, self.c_n * n + self.c_l * logits + self.c_a * attn) + self.r1 * n
-                + self.s * logits + self.o)
+                + self.s * (logits if seqs is None else seqs) + self.o)
 
     def batch(self, n: np.ndarray, c: np.ndarray, logits: np.ndarray | float | None = None) -> float:
         """= ``Deployment.batch_forward_time(n, c, logits)`` (one pass over explicit per-sequence arrays)."""
         L = float(np.sum(logits)) if logits is not None and np.ndim(logits) else (
             float(len(n)) * (1.0 if logits is None else float(logits)))
-        return self.time(float(n.sum()), float((c + n).sum()), float((n * (c + (n + 1.0) / 2.0)).sum()), L)
+        return self.time(float(n.sum()), float((c + n).sum()), float((n * (c + (n + 1.0) / 2.0)).sum()), L, float(len(n)))
