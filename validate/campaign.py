@@ -1,7 +1,7 @@
 """A small real campaign on CPU -> cost-profile fit -> held-out validation (issue 4, end to end).
 
     python -m validate.campaign --out DIR [--requests 3] [--budget 48] [--step-max 24] [--engine vllm]
-                                [--max-median-ape 0.15] [--fit-all-out PROFILE.yaml]
+                                [--max-median-ape 0.20] [--fit-all-out PROFILE.yaml]
 
 1. **Campaign** (``calibrate.runner.run_system``, the library behind ``specsim calibrate run``):
    SmolLM2-135M-Instruct (base) + its 6-layer cut (small model and draft), greedy (temperature 0:
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # The CI bar on the held-out median APE of end-to-end latency (docs/cpu-campaign.md: how it was set).
-DEFAULT_BAR = 0.15
+DEFAULT_BAR = 0.20
 
 HARDWARE, BASE_MODEL, SMALL_MODEL = "cpu", "smollm2-135m", "smollm2-135m-cut6"
 
