@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import tomllib
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from simulator.errors import InputError
+from simulator.loading import iter_jsonl
 
 DEFAULT_DATA_CACHE = Path(".cache") / "data"
 INSTRUCTION = "Solve the problem step by step. Separate steps with a blank line. End with 'Answer: <number>'."
@@ -66,13 +66,7 @@ def _jsonl(path: Path) -> list[Problem]:
     if not path.is_file():
         raise InputError(str(path), None, "file does not exist")
     out = []
-    for i, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            rec = json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise InputError(f"{path}:{i}", None, f"not valid JSON ({e.msg})") from None
+    for i, rec in iter_jsonl(path.read_text(encoding="utf-8").splitlines(), str(path)):
         if not isinstance(rec, dict) or not isinstance(rec.get("prompt", rec.get("question")), str):
             raise InputError(f"{path}:{i}", "prompt", "missing string field 'prompt' (or 'question')")
         q = rec.get("prompt", rec.get("question"))

@@ -23,6 +23,7 @@ from calibrate.trace_schema import (
     check_record,
 )
 from simulator.errors import InputError
+from simulator.loading import iter_jsonl
 
 _FILES = {"step": ("steps.jsonl", STEP_FIELDS), "request": ("requests.jsonl", REQUEST_FIELDS),
           "microbench": ("microbench.jsonl", MICROBENCH_FIELDS),
@@ -42,14 +43,7 @@ def _read_lines_dropping_torn_tail(path: Path) -> list[dict]:
     if good_end != len(data):
         with path.open("r+b") as fh:
             fh.truncate(good_end)
-    out = []
-    for i, raw in enumerate(data[:good_end].decode("utf-8").splitlines(), start=1):
-        if raw.strip():
-            try:
-                out.append(json.loads(raw))
-            except json.JSONDecodeError as e:
-                raise InputError(f"{path}:{i}", None, f"not valid JSON ({e.msg})") from None
-    return out
+    return [rec for _, rec in iter_jsonl(data[:good_end].decode("utf-8").splitlines(), str(path))]
 
 
 class RunDirectory:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.errors import InputError
+from simulator.loading import iter_jsonl
 
 SCHEMA_VERSION = 1
 
@@ -221,13 +222,7 @@ def check_jsonl(path: str | Path, kind: str) -> list[dict]:
     fields = _RECORD_FIELDS[kind]
     out = []
     with path.open(encoding="utf-8") as fh:
-        for i, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            try:
-                rec = json.loads(raw)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{path}:{i}", None, f"not valid JSON ({e.msg})") from None
+        for i, rec in iter_jsonl(fh, str(path)):
             check_record(rec, fields, str(path), i)
             if rec["kind"] != kind:
                 raise InputError(f"{path}:{i}", "kind", f"expected {kind!r}, got {rec['kind']!r}")

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, Iterable, Iterator, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -39,3 +40,15 @@ def validate_model(data: object, model: type[M], file: str | Path | None) -> M:
 
 def load_yaml_model(path: str | Path, model: type[M]) -> M:
     return validate_model(read_yaml(path), model, path)
+
+
+def iter_jsonl(lines: Iterable[str], where: str) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed value) of every non-blank JSONL line; a bad line is an
+    :class:`InputError` located ``where:N`` ("not valid JSON (...)")."""
+    for i, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            yield i, json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise InputError(f"{where}:{i}", None, f"not valid JSON ({e.msg})") from None
