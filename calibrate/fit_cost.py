@@ -258,7 +258,9 @@ class CostFit:
     n_iterations: int = 0
 
 
-def _jacobian(fun, x: np.ndarray, h: float = 1e-4) -> np.ndarray:
+def central_jacobian(fun, x: np.ndarray, h: float = 1e-4) -> np.ndarray:
+    """Central differences of the raw residuals ``fun`` at ``x`` (the solver's own Jacobian is of the
+    robust loss, not of the residuals the standard errors need)."""
     cols = []
     for k in range(len(x)):
         e = np.zeros_like(x)
@@ -309,7 +311,7 @@ def fit_cost(calls: pd.DataFrame, setup: Setup, prior: CostProfile | None = None
             if res is None or cand.cost < res.cost - 1e-12:
                 res = cand
         r = resid(res.x)
-        J = _jacobian(resid, res.x)
+        J = central_jacobian(resid, res.x)
         s = _robust_scale(r)
         col = np.linalg.norm(J, axis=0) / np.sqrt(len(r))
         # invert on unit-norm columns so a weak but real direction is not truncated away

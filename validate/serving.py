@@ -168,6 +168,8 @@ def fit_step_params(steps: pd.DataFrame, params, setup) -> tuple[object, dict]:
     Returns (new CostParams, fit facts: values, relative stderrs, residual figures)."""
     from scipy.optimize import least_squares
 
+    from calibrate.fit_cost import central_jacobian
+
     agg = step_aggregates(steps)
     y = np.log(agg["t"])
     x0 = np.log([getattr(params, k) or SEQ_OVERHEAD_START for k in FIT_PARAMS])
@@ -189,7 +191,7 @@ def fit_step_params(steps: pd.DataFrame, params, setup) -> tuple[object, dict]:
     s = 1.4826 * float(np.median(np.abs(r - np.median(r))))
     # stderr of log p = relative stderr of p; a zero Jacobian column (the inactive roofline branch
     # or a parameter at its bound) is not pinned: inf, the others from the remaining columns
-    J = _num_jac(resid, best.x)
+    J = central_jacobian(resid, best.x)
     live = np.linalg.norm(J, axis=0) > 1e-9
     rel_se = np.full(len(FIT_PARAMS), np.inf)
     if live.any():
@@ -204,16 +206,6 @@ def fit_step_params(steps: pd.DataFrame, params, setup) -> tuple[object, dict]:
              "rel_stderr": {k: float(f"{v:.3g}") for k, v in zip(FIT_PARAMS, rel_se)}, "at_bound": at_bound,
              "median_abs_log_residual": float(np.median(np.abs(r)))}
     return new, facts
-
-
-def _num_jac(f, x: np.ndarray, h: float = 1e-4) -> np.ndarray:
-    """Central differences of the raw residuals (the solver's Jacobian is of the soft-L1 loss)."""
-    cols = []
-    for i in range(len(x)):
-        e = np.zeros_like(x)
-        e[i] = h
-        cols.append((f(x + e) - f(x - e)) / (2 * h))
-    return np.stack(cols, axis=1)
 
 
 # ---- the whole validation ---------------------------------------------------------------------------
