@@ -142,6 +142,20 @@ def read_model_config(model_dir: str | Path) -> dict:
         raise InputError(str(cfg), None, f"not valid JSON ({e.msg})") from None
 
 
+def check_draft(target_info: dict, draft_dir: str | Path, gamma: int, dummy: bool) -> dict:
+    """The draft model's facts after checking it can draft for the target: equal vocabularies
+    (speculative decoding compares token ids) and gamma >= 1."""
+    from simulator.errors import InputError
+
+    info = describe_model_dir(draft_dir, dummy)
+    if info["vocab_size"] != target_info["vocab_size"]:
+        raise InputError(str(draft_dir), "vocab_size", f"draft vocab {info['vocab_size']} != target vocab "
+                         f"{target_info['vocab_size']} (speculative decoding needs equal vocabs)")
+    if gamma < 1:
+        raise InputError(None, "gamma", "must be >= 1 with a draft model")
+    return info
+
+
 def describe_model_dir(model_dir: str | Path, dummy: bool) -> dict:
     cfg = read_model_config(model_dir)
     text_cfg = cfg.get("text_config", cfg)

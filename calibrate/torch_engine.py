@@ -11,8 +11,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from calibrate.engine import Engine, Generation, Sampling, ScoreResult, apply_env_defaults, describe_model_dir
-from simulator.errors import InputError
+from calibrate.engine import Engine, Generation, Sampling, ScoreResult, apply_env_defaults, check_draft, describe_model_dir
 
 
 class KVState:
@@ -90,12 +89,7 @@ class TorchEngine(Engine):
         self.draft = None
         self.gamma = 0
         if draft_dir is not None:
-            self.draft_info = describe_model_dir(draft_dir, dummy)
-            if self.draft_info["vocab_size"] != self.info["vocab_size"]:
-                raise InputError(str(draft_dir), "vocab_size", f"draft vocab {self.draft_info['vocab_size']} != "
-                                 f"target vocab {self.info['vocab_size']}")
-            if gamma < 1:
-                raise InputError(None, "gamma", "must be >= 1 with a draft model")
+            self.draft_info = check_draft(self.info, draft_dir, gamma, dummy)
             self.draft, self.gamma = KVState(self._load(Path(draft_dir))), gamma
 
     def _load(self, path: Path):

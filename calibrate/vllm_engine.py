@@ -11,8 +11,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from calibrate.engine import Engine, Generation, Sampling, ScoreResult, apply_env_defaults, describe_model_dir
-from simulator.errors import InputError
+from calibrate.engine import Engine, Generation, Sampling, ScoreResult, apply_env_defaults, check_draft, describe_model_dir
 
 
 def per_position_counts(per_step_drafted: list[int], per_step_accepted: list[int], gamma: int) -> tuple[list[int], list[int]]:
@@ -37,12 +36,7 @@ class VllmEngine(Engine):
         self.model_dir = Path(model_dir)
         self.info = describe_model_dir(self.model_dir, dummy)
         if draft_dir is not None:
-            self.draft_info = describe_model_dir(draft_dir, dummy)
-            if self.draft_info["vocab_size"] != self.info["vocab_size"]:
-                raise InputError(str(draft_dir), "vocab_size", f"draft vocab {self.draft_info['vocab_size']} != target "
-                                 f"vocab {self.info['vocab_size']} (draft_model speculative decoding needs equal vocabs)")
-            if gamma < 1:
-                raise InputError(None, "gamma", "must be >= 1 with a draft model")
+            self.draft_info = check_draft(self.info, draft_dir, gamma, dummy)
         self.gamma = gamma if draft_dir is not None else 0
         self.dummy = dummy
         from vllm import LLM
