@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field

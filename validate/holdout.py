@@ -58,7 +58,7 @@ def make_folds(ms: MeasuredSet, profile: CostProfile, setup: Setup, rule: str | 
     if rule.startswith("config:"):
         key, _, value = rule[7:].partition("=")
         if key not in ms.requests.columns or not value:
-            raise InputError(None, "--holdout", f"expected config:KEY=VALUE with KEY one of system, threshold, gamma, config")
+            raise InputError(None, "--holdout", "expected config:KEY=VALUE with KEY one of system, threshold, gamma, config")
         col = ms.requests[key].astype(str).str.replace(r"\.0$", "", regex=True)
         test = set(ms.requests.loc[col == value, "run_key"])
         if not test:

@@ -15,7 +15,6 @@ import numpy as np
 import pandas as pd
 
 from calibrate.fit_cost import MeasuredSet, Setup, load_measured, load_profile, run_key
-from simulator.cost_model import CostProfile
 from simulator.errors import InputError
 from validate.distribution import predict_config, predict_distribution
 from validate.holdout import Fold, make_folds
@@ -60,7 +59,7 @@ def _fold_workload(ms: MeasuredSet, fold: Fold, workload_path: str | None):
     req = ms.trace.requests[ms.trace.requests["run_id"].map(run_key).isin(train)]
     steps = ms.steps[ms.steps["run_id"].map(run_key).isin(train)]
     w = fit_workload_from_steps(steps, req, source=", ".join(ms.inputs), date=(fold.profile.fit or {}).get("date"))
-    return w, f"workload refitted per fold on its fit runs (calibrate.fit_workload, finish rule first_answer)"
+    return w, "workload refitted per fold on its fit runs (calibrate.fit_workload, finish rule first_answer)"
 
 
 def _attach_vanilla(d: pd.DataFrame, ms: MeasuredSet, w, profile, setup, des_requests: int, seed: int) -> None:

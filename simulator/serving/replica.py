@@ -28,7 +28,7 @@ from simulator.cost_model import Deployment
 from simulator.serving.arrivals import ArrivalProcess, ClosedLoopUsers
 from simulator.serving.engine import Engine
 from simulator.serving.kv_cache import kv_capacity_tokens
-from simulator.serving.request_plan import BASE, SMALL, RequestPlan, RequestPlanner
+from simulator.serving.request_plan import RequestPlan, RequestPlanner
 from simulator.systems import SystemConfig
 from simulator.workload import WorkloadProfile
 
