@@ -17,6 +17,7 @@ from calibrate.trace_schema import (
     MICROBENCH_FIELDS,
     REQUEST_FIELDS,
     RUN_FIELDS,
+    SERVE_CALL_FIELDS,
     SERVE_REQUEST_FIELDS,
     SERVE_STEP_FIELDS,
     STEP_FIELDS,
@@ -28,7 +29,9 @@ from simulator.loading import iter_jsonl
 _FILES = {"step": ("steps.jsonl", STEP_FIELDS), "request": ("requests.jsonl", REQUEST_FIELDS),
           "microbench": ("microbench.jsonl", MICROBENCH_FIELDS),
           "serve_request": ("serve_requests.jsonl", SERVE_REQUEST_FIELDS),
-          "serve_step": ("serve_steps.jsonl", SERVE_STEP_FIELDS)}
+          "serve_step": ("serve_steps.jsonl", SERVE_STEP_FIELDS),
+          "serve_small_step": ("serve_small_steps.jsonl", SERVE_STEP_FIELDS),
+          "serve_call": ("serve_calls.jsonl", SERVE_CALL_FIELDS)}
 # Manifest keys that must agree for a resume to be valid (the rest is provenance).
 _RESUME_KEYS = ("engine", "system", "gamma", "threshold", "first_n", "budget_tokens", "score_mode",
                 "sampling", "seed", "dataset", "num_requests", "dtype")

@@ -65,6 +65,7 @@ class StepReport:
     waiting: int
     # (request_id, output tokens so far, finished, prompt tokens served from the prefix cache)
     outputs: list[tuple[int, int, bool, int]] = field(default_factory=list)
+    raw: list = field(default_factory=list)  # the engine's own outputs of the step (vLLM ``RequestOutput``)
 
 
 class SteppingEngine(Protocol):
@@ -243,10 +244,15 @@ class VllmSteppingEngine:
 
     def add(self, req: ServeRequest) -> None:
         from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
 
         params = SamplingParams(max_tokens=req.max_tokens, temperature=0.0, ignore_eos=True, detokenize=False)
-        self.eng.add_request(str(req.request_id), TokensPrompt(prompt_token_ids=list(req.prompt_ids)), params)
+        self.add_raw(str(req.request_id), req.prompt_ids, params)
+
+    def add_raw(self, req_id: str, prompt_ids, params) -> None:
+        """Any call: ``req_id`` is "<request>" or "<request>-<call>" (the request index comes first)."""
+        from vllm.inputs import TokensPrompt
+
+        self.eng.add_request(req_id, TokensPrompt(prompt_token_ids=list(prompt_ids)), params)
 
     def step(self) -> StepReport:
         self._last = None
@@ -261,9 +267,9 @@ class VllmSteppingEngine:
                 rids.append(int(rid.split("-")[0]))
                 new.append(int(k))
                 ctx.append(int(computed.get(rid, 0)))
-        outputs = [(int(o.request_id), len(o.outputs[0].token_ids), bool(o.finished), int(o.num_cached_tokens or 0))
-                   for o in outs]
-        return StepReport(rids, new, ctx, len(self.sched.waiting), outputs)
+        outputs = [(int(str(o.request_id).split("-")[0]), len(o.outputs[0].token_ids), bool(o.finished),
+                    int(o.num_cached_tokens or 0)) for o in outs]
+        return StepReport(rids, new, ctx, len(self.sched.waiting), outputs, list(outs))
 
     def has_unfinished(self) -> bool:
         return self.eng.has_unfinished_requests()

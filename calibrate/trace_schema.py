@@ -10,7 +10,10 @@ A run directory holds:
 - ``requests.jsonl`` one :data:`REQUEST_FIELDS` object per finished request,
 - ``microbench.jsonl`` (microbenchmark runs) one :data:`MICROBENCH_FIELDS` object per measurement,
 - ``serve_requests.jsonl`` / ``serve_steps.jsonl`` (concurrent serving runs, ``specsim calibrate serve-run``)
-  one :data:`SERVE_REQUEST_FIELDS` object per request and one :data:`SERVE_STEP_FIELDS` object per engine step.
+  one :data:`SERVE_REQUEST_FIELDS` object per request and one :data:`SERVE_STEP_FIELDS` object per engine step,
+- ``serve_calls.jsonl`` / ``serve_small_steps.jsonl`` (concurrent runs of whole systems, ``specsim calibrate
+  serve-systems``) one :data:`SERVE_CALL_FIELDS` object per engine call and one :data:`SERVE_STEP_FIELDS` object
+  per step of the small engine (``serve_steps.jsonl`` then holds the base engine's steps).
 """
 
 from __future__ import annotations
@@ -143,6 +146,22 @@ SERVE_STEP_FIELDS = _fields(
     ("context_tokens", "list[int]", "tokens", "tokens already in the KV cache per scheduled request before the step"),
 )
 
+SERVE_CALL_FIELDS = _fields(
+    ("schema_version", "int", "", "trace schema version"),
+    ("kind", "str", "", "always 'serve_call'"),
+    ("request_id", "int", "", "the request that made the call"),
+    ("call_index", "int", "", "0-based index of the call within its request (calls of a request are sequential)"),
+    ("engine", "str", "", "'small' or 'base': the engine that served the call"),
+    ("op", "str", "", "'generate' (a step, stop at a blank line) or 'score' (one token with logprobs)"),
+    ("prompt_tokens", "int", "tokens", "prompt tokens sent (the request's chain so far, plus step and judge template for a score)"),
+    ("cached_tokens", "int", "tokens", "prompt tokens served from the engine's prefix cache (whole blocks)"),
+    ("output_tokens", "int", "tokens", "tokens generated"),
+    ("max_tokens", "int", "tokens", "the call's max_tokens"),
+    ("submitted_s", "float", "s", "when the request handed the call to the driver, relative to the run start"),
+    ("first_token_s", "float", "s", "end of the engine step that produced the call's first token"),
+    ("done_s", "float", "s", "end of the engine step that finished the call"),
+)
+
 RUN_FIELDS = _fields(
     ("schema_version", "int", "", "trace schema version"),
     ("kind", "str", "", "'run', 'microbench' or 'serve'"),
@@ -168,7 +187,8 @@ RUN_FIELDS = _fields(
 )
 
 _RECORD_FIELDS = {"step": STEP_FIELDS, "request": REQUEST_FIELDS, "microbench": MICROBENCH_FIELDS,
-                  "serve_request": SERVE_REQUEST_FIELDS, "serve_step": SERVE_STEP_FIELDS}
+                  "serve_request": SERVE_REQUEST_FIELDS, "serve_step": SERVE_STEP_FIELDS,
+                  "serve_call": SERVE_CALL_FIELDS}
 
 _PY_TYPES: dict[str, tuple] = {
     "int": (int,),
@@ -243,9 +263,12 @@ def check_run_dir(run_dir: str | Path) -> dict[str, list[dict]]:
     check_record(meta, RUN_FIELDS, str(manifest))
     out: dict[str, list[dict]] = {"run": [meta]}
     for kind, name in (("step", "steps.jsonl"), ("request", "requests.jsonl"), ("microbench", "microbench.jsonl"),
-                       ("serve_request", "serve_requests.jsonl"), ("serve_step", "serve_steps.jsonl")):
+                       ("serve_request", "serve_requests.jsonl"), ("serve_step", "serve_steps.jsonl"),
+                       ("serve_call", "serve_calls.jsonl")):
         if (run_dir / name).exists():
             out[kind] = check_jsonl(run_dir / name, kind)
+    if (run_dir / "serve_small_steps.jsonl").exists():
+        out["serve_small_step"] = check_jsonl(run_dir / "serve_small_steps.jsonl", "serve_step")
     return out
 
 

@@ -64,19 +64,12 @@ class VllmEngine(Engine):
         return out, time.perf_counter() - t0
 
     def generate(self, prompt_ids, max_tokens, stop, sampling: Sampling, seed) -> Generation:
-        from vllm import SamplingParams
-
-        params = SamplingParams(max_tokens=max_tokens, temperature=sampling.temperature, top_p=sampling.top_p,
-                                seed=seed, stop=None if self.dummy else list(stop),
-                                include_stop_str_in_output=True, ignore_eos=self.dummy,
-                                detokenize=not self.dummy)
+        params = generation_params(max_tokens, stop, sampling, seed, self.dummy)
         before = self._spec_counters() if self.gamma else None
         out, dt = self._run(prompt_ids, params)
-        c = out.outputs[0]
-        finish = "length" if c.finish_reason == "length" else ("stop" if c.stop_reason is not None else "eos")
-        drafted, accepted = [], []
+        gen = generation_result(out, dt, prompt_ids)
         if self.gamma:
-            m = c.spec_decode_metrics
+            m = out.outputs[0].spec_decode_metrics
             if m is not None and m.per_step_drafted:
                 drafted, accepted = per_position_counts(m.per_step_drafted, m.per_step_accepted, self.gamma)
             else:
@@ -86,22 +79,12 @@ class VllmEngine(Engine):
                 drafts = after[0] - before[0]
                 drafted = [drafts] * self.gamma
                 accepted = [a - b for a, b in zip(after[1], before[1])]
-        return Generation(token_ids=list(c.token_ids), text=c.text, finish_reason=finish, time_s=dt,
-                          prompt_tokens=len(prompt_ids), cached_tokens=int(out.num_cached_tokens or 0),
-                          spec_drafted_per_pos=drafted, spec_accepted_per_pos=accepted)
+            gen.spec_drafted_per_pos, gen.spec_accepted_per_pos = drafted, accepted
+        return gen
 
     def score(self, prompt_ids, top_k: int = 10) -> ScoreResult:
-        from vllm import SamplingParams
-
-        params = SamplingParams(max_tokens=1, temperature=0.0, logprobs=top_k, detokenize=not self.dummy)
-        out, dt = self._run(prompt_ids, params)
-        lps = out.outputs[0].logprobs[0] if out.outputs[0].logprobs else {}
-        top = {}
-        for tid, lp in lps.items():
-            key = lp.decoded_token if lp.decoded_token is not None else str(tid)
-            top[key] = max(top.get(key, float("-inf")), float(lp.logprob))
-        return ScoreResult(top_logprobs=top, time_s=dt, prompt_tokens=len(prompt_ids),
-                           cached_tokens=int(out.num_cached_tokens or 0))
+        out, dt = self._run(prompt_ids, score_params(top_k, self.dummy))
+        return score_result(out, dt, prompt_ids)
 
     def _spec_counters(self) -> tuple[int, list[int]]:
         m = self.spec_metrics()
@@ -139,3 +122,38 @@ class VllmEngine(Engine):
             pass
         del self.llm
         gc.collect()
+
+
+# ---- one call's sampling parameters and result (shared with calibrate.serving_systems) ------------
+def generation_params(max_tokens: int, stop, sampling: Sampling, seed, dummy: bool):
+    """A step's generation: stop string included in the output; dummy weights ignore EOS and text."""
+    from vllm import SamplingParams
+
+    return SamplingParams(max_tokens=max_tokens, temperature=sampling.temperature, top_p=sampling.top_p, seed=seed,
+                          stop=None if dummy else list(stop), include_stop_str_in_output=True, ignore_eos=dummy,
+                          detokenize=not dummy)
+
+
+def generation_result(out, dt: float, prompt_ids) -> Generation:
+    """:class:`Generation` of a finished ``RequestOutput`` (no speculative counts)."""
+    c = out.outputs[0]
+    finish = "length" if c.finish_reason == "length" else ("stop" if c.stop_reason is not None else "eos")
+    return Generation(token_ids=list(c.token_ids), text=c.text, finish_reason=finish, time_s=dt,
+                      prompt_tokens=len(prompt_ids), cached_tokens=int(out.num_cached_tokens or 0))
+
+
+def score_params(top_k: int, dummy: bool):
+    """The scoring call: one greedy token with the top-k logprobs."""
+    from vllm import SamplingParams
+
+    return SamplingParams(max_tokens=1, temperature=0.0, logprobs=top_k, detokenize=not dummy)
+
+
+def score_result(out, dt: float, prompt_ids) -> ScoreResult:
+    lps = out.outputs[0].logprobs[0] if out.outputs[0].logprobs else {}
+    top = {}
+    for tid, lp in lps.items():
+        key = lp.decoded_token if lp.decoded_token is not None else str(tid)
+        top[key] = max(top.get(key, float("-inf")), float(lp.logprob))
+    return ScoreResult(top_logprobs=top, time_s=dt, prompt_tokens=len(prompt_ids),
+                       cached_tokens=int(out.num_cached_tokens or 0))

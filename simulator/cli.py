@@ -195,6 +195,9 @@ def _register_subapps() -> None:
 
     _register_serve_run(calibrate_app)
     _register_validate_serving(app)
+    from calibrate.serving_systems import register as _register_serve_systems
+
+    _register_serve_systems(calibrate_app)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -47,13 +47,20 @@ MEMORY_FRACTION = (0.3, 0.5)  # scenarios/cpu-smollm2.yaml's split; KV never bin
 @dataclass
 class ServingRun:
     path: Path
-    label: str
+    label: str  # the arrival level (closed-N | poisson-R), prefixed "SYSTEM/" for whole-system runs
     mode: str  # closed | poisson
     users: int  # closed loop: N; open loop: 0
     rate_per_s: float  # open loop: offered rate; closed: nan
     requests: pd.DataFrame
-    steps: pd.DataFrame
+    steps: pd.DataFrame  # engine steps; column ``engine``: base (serve_steps.jsonl) or small (serve_small_steps.jsonl)
     meta: dict
+    level: str = ""  # the arrival level alone
+    system: str = "vanilla-base"
+    calls: pd.DataFrame | None = None  # whole-system runs (serve-systems): every engine call, in order
+
+    def matches(self, name: str) -> bool:
+        """``--fit-levels`` names a level (every system's run at it) or one system's run (SYSTEM/LEVEL)."""
+        return name in (self.label, self.level)
 
 
 def load_run(path: str | Path) -> ServingRun:
@@ -68,11 +75,22 @@ def load_run(path: str | Path) -> ServingRun:
     req = pd.DataFrame(d["serve_request"]).sort_values("request_id").reset_index(drop=True)
     if list(req.request_id) != list(range(len(req))):
         raise InputError(str(Path(path) / "serve_requests.jsonl"), "request_id", "expected request ids 0..n-1, once each")
-    st = pd.DataFrame(d["serve_step"])
+    st = pd.DataFrame(d["serve_step"]).assign(engine="base")
+    if d.get("serve_small_step"):
+        st = pd.concat([st, pd.DataFrame(d["serve_small_step"]).assign(engine="small")], ignore_index=True)
     mode = arr["mode"]
     users = int(arr.get("users", 0)) if mode == "closed" else 0
     rate = float(arr.get("rate_per_s", np.nan)) if mode == "poisson" else np.nan
-    return ServingRun(Path(path), meta["options"].get("label", Path(path).name), mode, users, rate, req, st, meta)
+    level = meta["options"].get("label", Path(path).name)
+    calls = None
+    if d.get("serve_call"):
+        calls = pd.DataFrame(d["serve_call"]).sort_values(["request_id", "call_index"]).reset_index(drop=True)
+        missing = sorted(set(req.request_id) - set(calls.request_id))
+        if missing:
+            raise InputError(str(Path(path) / "serve_calls.jsonl"), "request_id", f"request {missing[0]} has no calls")
+    system = meta.get("system") or "vanilla-base"
+    label = f"{system}/{level}" if calls is not None else level
+    return ServingRun(Path(path), label, mode, users, rate, req, st, meta, level, system, calls)
 
 
 # ---- prediction -----------------------------------------------------------------------------------
@@ -86,6 +104,23 @@ def replay_plans(req: pd.DataFrame):
         # a cross-request prefix hit cannot be represented (the simulator caches per request): count it as new
         call = Call(BASE, int(r.prompt_tokens) if r.cached_tokens else new, 0, int(r.output_tokens))
         plans.append(RequestPlan([call], int(r.output_tokens), int(r.output_tokens), 1, 0, "length"))
+    return plans
+
+
+def replay_system_plans(calls: pd.DataFrame, requests: pd.DataFrame):
+    """Whole-system runs: each request's measured calls in order, on their engines, with the measured
+    prompt / cached / output tokens (block-granular prefix-cache hits included: they are measured)."""
+    from simulator.serving.request_plan import BASE, SMALL, Call, RequestPlan
+
+    plans = []
+    by_req = {rid: d for rid, d in calls.groupby("request_id", sort=True)}
+    for r in requests.itertuples():
+        d = by_req[r.request_id]
+        cs = [Call(SMALL if c.engine == "small" else BASE, int(c.prompt_tokens - c.cached_tokens), int(c.cached_tokens),
+                   int(c.output_tokens)) for c in d.itertuples()]
+        gen = d[d.op == "generate"]
+        plans.append(RequestPlan(cs, int(gen.output_tokens.sum()), int(d.output_tokens.sum()), len(gen),
+                                 int((gen.engine == "small").sum()), "replay"))
     return plans
 
 
@@ -115,12 +150,17 @@ def predict_run(run: ServingRun, params, setup):
     from simulator.serving.replica import simulate_serving
     from simulator.systems import SystemConfig
 
-    plans = replay_plans(run.requests)
+    if run.calls is not None:
+        plans = replay_system_plans(run.calls, run.requests)
+        cfg = SystemConfig(system="specreason", threshold=min(10, int(round(run.meta.get("threshold") or 0)))) \
+            if run.system == "specreason" else SystemConfig(system=run.system)
+    else:
+        plans, cfg = replay_plans(run.requests), SystemConfig(system="vanilla-base")
     if run.mode == "closed":
         arrivals = ClosedLoopUsers(run.users, 0.0)
     else:
         arrivals = ReplayArrivals(tuple(float(t) for t in run.requests.arrival_s), run.label)
-    res = simulate_serving(SystemConfig(system="vanilla-base"), deployments(params, setup), _workload(), arrivals,
+    res = simulate_serving(cfg, deployments(params, setup), _workload(), arrivals,
                            len(plans), seed=0, memory_fraction=MEMORY_FRACTION, plans=plans)
     sim = res.requests.set_index("request")
     t = run.requests[["request_id", "prompt_tokens", "output_tokens", "latency_s", "ttft_s"]].copy()
@@ -130,7 +170,7 @@ def predict_run(run: ServingRun, params, setup):
 
 
 def measured_run_figures(run: ServingRun) -> dict:
-    r, s = run.requests, run.steps
+    r, s = run.requests, run.steps[run.steps.engine == "base"]
     span = float(r.done_s.max() - r.arrival_s.min())
     return {"throughput_rps": len(r) / span, "output_tok_per_s": float(r.output_tokens.sum()) / span,
             "batch_mean": float(np.average(s.running, weights=s.duration_s)), "span_s": span,
@@ -151,15 +191,22 @@ def step_aggregates(steps: pd.DataFrame) -> dict[str, np.ndarray]:
     """Per step: N = sum n, KV = sum (c+n), A = sum n (c+(n+1)/2), L = requests (one logit row each)."""
     n = [np.asarray(x, float) for x in steps.new_tokens]
     c = [np.asarray(x, float) for x in steps.context_tokens]
+    eng = steps["engine"].to_numpy() if "engine" in steps else np.full(len(steps), "base")
     return {"N": np.array([a.sum() for a in n]), "KV": np.array([(a + b).sum() for a, b in zip(n, c)]),
             "A": np.array([(a * (b + (a + 1.0) / 2.0)).sum() for a, b in zip(n, c)]),
-            "L": steps.running.to_numpy(float), "t": steps.duration_s.to_numpy(float)}
+            "L": steps.running.to_numpy(float), "t": steps.duration_s.to_numpy(float), "engine": eng}
 
 
 def _step_times(params, setup, agg) -> np.ndarray:
+    """Each step's pass time on its own engine's deployment (base or small model)."""
     from simulator.serving.pass_cost import PassCost
 
-    return PassCost(deployments(params, setup)["base"]).times(agg["N"], agg["KV"], agg["A"], agg["L"])
+    deps = deployments(params, setup)
+    out = np.empty(len(agg["N"]))
+    for role in np.unique(agg["engine"]):
+        m = agg["engine"] == role
+        out[m] = PassCost(deps[role]).times(agg["N"][m], agg["KV"][m], agg["A"][m], agg["L"][m])
+    return out
 
 
 def fit_step_params(steps: pd.DataFrame, params, setup) -> tuple[object, dict]:
@@ -237,27 +284,30 @@ def validate_serving(run_dirs: list[str | Path], profile_path: str | Path, fit_l
     setup = setup_from_profile(profile)
     runs = [load_run(p) for p in run_dirs]
     params = profile.params(setup.hardware)
-    labels = {r.label for r in runs}
+    labels = {r.label for r in runs} | {r.level for r in runs}
     models = {"profile": (params, set())}
     fit = None
     if fit_levels:
         unknown = [f for f in fit_levels if f not in labels]
         if unknown:
             raise InputError(None, "--fit-levels", f"no run labelled {unknown[0]!r} (have: {', '.join(sorted(labels))})")
-        if all(r.label in fit_levels for r in runs):
+        fitted = {r.label for r in runs if any(r.matches(f) for f in fit_levels)}
+        if len(fitted) == len({r.label for r in runs}):
             raise InputError(None, "--fit-levels", "every run is a fit run: nothing held out to validate on "
                                                    "(in-sample error is not validation)")
-        fit_steps = pd.concat([r.steps for r in runs if r.label in fit_levels], ignore_index=True)
+        fit_steps = pd.concat([r.steps for r in runs if r.label in fitted], ignore_index=True)
         p2, fit = fit_step_params(fit_steps, params, setup)
         fit["levels"] = list(fit_levels)
-        fit["runs"] = [str(r.path) for r in runs if r.label in fit_levels]
-        models["profile+step-fit"] = (p2, set(fit_levels))
+        fit["runs"] = [str(r.path) for r in runs if r.label in fitted]
+        fit["engines"] = sorted(set(fit_steps.engine))
+        models["profile+step-fit"] = (p2, fitted)
     rows, runrows, steprows = [], [], []
     for r in runs:
         meas = measured_run_figures(r)
-        runrows.append({"run": str(r.path), "label": r.label, "mode": r.mode, "users": r.users, "rate_per_s": r.rate_per_s,
-                        "model": "measured", "role": "measured", "n": len(r.requests), **meas})
-        dec = r.steps[r.steps.prefill_requests == 0]
+        runrows.append({"run": str(r.path), "label": r.label, "system": r.system, "level": r.level, "mode": r.mode,
+                        "users": r.users, "rate_per_s": r.rate_per_s, "model": "measured", "role": "measured",
+                        "n": len(r.requests), "latency_mean_s": float(r.requests.latency_s.mean()), **meas})
+        dec = r.steps[(r.steps.prefill_requests == 0) & (r.steps.engine == "base")]
         for name, (p, fitted) in models.items():
             role = "fit (in-sample)" if r.label in fitted else "held out"
             t, res = predict_run(r, p, setup)
@@ -266,9 +316,9 @@ def validate_serving(run_dirs: list[str | Path], profile_path: str | Path, fit_l
             t.insert(2, "model", name)
             t.insert(3, "role", role)
             rows.append(t)
-            runrows.append({"run": str(r.path), "label": r.label, "mode": r.mode, "users": r.users,
-                            "rate_per_s": r.rate_per_s, "model": name, "role": role, "n": len(t),
-                            **predicted_run_figures(res),
+            runrows.append({"run": str(r.path), "label": r.label, "system": r.system, "level": r.level, "mode": r.mode,
+                            "users": r.users, "rate_per_s": r.rate_per_s, "model": name, "role": role, "n": len(t),
+                            "latency_mean_s": float(t.pred_latency_s.mean()), **predicted_run_figures(res),
                             **{f"latency_{k}": v for k, v in _errors(t, "pred_latency_s", "latency_s").items() if k != "n"},
                             **{f"ttft_{k}": v for k, v in _errors(t, "pred_ttft_s", "ttft_s").items() if k != "n"}})
             if len(dec):
@@ -295,8 +345,9 @@ def _spct(x: float) -> str:
 
 
 def _level_key(label: str) -> tuple:
-    kind, _, v = label.partition("-")
-    return (kind != "closed", float(v) if v.replace(".", "", 1).isdigit() else 0.0)
+    system, _, level = label.rpartition("/")
+    kind, _, v = level.partition("-")
+    return (system, kind != "closed", float(v) if v.replace(".", "", 1).isdigit() else 0.0)
 
 
 def plots(v: ServingValidation, out: Path) -> list[str]:
@@ -308,33 +359,60 @@ def plots(v: ServingValidation, out: Path) -> list[str]:
     models = [m for m in pr.model.unique() if m != "measured"]
     style = {"measured": dict(marker="o", color="k", ls="none", ms=7), "profile": dict(marker="s", ls="--", color="tab:blue"),
              "profile+step-fit": dict(marker="^", ls="-", color="tab:orange")}
-    closed, pois = pr[pr["mode"] == "closed"], pr[pr["mode"] == "poisson"]
+    systems = list(dict.fromkeys(pr.system))
+    colors = dict(zip(systems, ("tab:blue", "tab:green", "tab:red", "tab:purple")))
     for fname, cols, ylabels in (
         ("latency_vs_concurrency.png", ("latency_p50_s", "ttft_p50_s"), ("median latency (s)", "median TTFT (s)")),
         ("throughput_vs_concurrency.png", ("throughput_rps", "output_tok_per_s"), ("throughput (requests/s)", "output tokens/s")),
     ):
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
         for ax, col, yl in zip(axes, cols, ylabels):
-            for m in ["measured", *models]:
-                d = closed[closed.model == m].groupby("users")[col].median()
-                if len(d):
-                    ax.plot(d.index, d.values, label=f"{m} (closed loop)", **style.get(m, {}))
-                dp = pois[pois.model == m]
-                if len(dp):
-                    g = dp.groupby("rate_per_s")
-                    # open loop: placed at the measured time-weighted batch size of the run
-                    xb = pois[pois.model == "measured"].groupby("rate_per_s")["batch_mean"].median()
-                    ax.plot(xb.loc[list(g.groups)].values, g[col].median().values, ls="none", mfc="none",
-                            marker=style.get(m, {}).get("marker", "x"), color=style.get(m, {}).get("color", "grey"),
-                            ms=9, label=f"{m} (Poisson, at measured mean batch)")
+            for sysname in systems:
+                ps = pr[pr.system == sysname]
+                closed, pois = ps[ps["mode"] == "closed"], ps[ps["mode"] == "poisson"]
+                tag = f"{sysname} " if len(systems) > 1 else ""
+                for m in ["measured", *models]:
+                    st = dict(style.get(m, {}))
+                    if len(systems) > 1:
+                        st["color"] = colors[sysname] if m != "measured" else st.get("color", "k")
+                        if m == "measured":
+                            st.update(mfc=colors[sysname], color=colors[sysname])
+                    d = closed[closed.model == m].groupby("users")[col].median()
+                    if len(d):
+                        ax.plot(d.index, d.values, label=f"{tag}{m} (closed loop)", **st)
+                    dp = pois[pois.model == m]
+                    if len(dp):
+                        g = dp.groupby("rate_per_s")
+                        # open loop: placed at the measured time-weighted batch size of the run
+                        xb = pois[pois.model == "measured"].groupby("rate_per_s")["batch_mean"].median()
+                        ax.plot(xb.loc[list(g.groups)].values, g[col].median().values, ls="none", mfc="none",
+                                marker=st.get("marker", "x"), color=st.get("color", "grey"),
+                                ms=9, label=f"{tag}{m} (Poisson, at measured mean batch)")
             ax.set_xscale("log", base=2)
-            ax.set_xlabel("closed-loop users (= batch size) / Poisson: measured mean batch")
+            ax.set_xlabel("closed-loop users / Poisson: measured mean batch")
             ax.set_ylabel(yl)
             ax.grid(alpha=0.3)
-        axes[0].legend(fontsize=7)
+        axes[0].legend(fontsize=6)
         _save_png(fig, out / fname)
         plt.close(fig)
         names.append(fname)
+    sp = speedup_table(v)
+    if len(sp):
+        fig, ax = plt.subplots(figsize=(5.5, 4.2))
+        for m in ["measured", *models]:
+            d = sp[(sp.model == m) & (sp["mode"] == "closed")].groupby("users")["speedup"].median()
+            if len(d):
+                ax.plot(d.index, d.values, label=m, **style.get(m, {}))
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("closed-loop users")
+        ax.set_ylabel(f"speedup over {sp.baseline.iloc[0]} (mean latency ratio)")
+        ax.set_title(f"{sp.system.iloc[0]} under load")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        _save_png(fig, out / "speedup_vs_concurrency.png")
+        plt.close(fig)
+        names.append("speedup_vs_concurrency.png")
     if len(v.steps):
         fig, ax = plt.subplots(figsize=(5.5, 4.2))
         for m in ["measured", *models]:
@@ -349,6 +427,20 @@ def plots(v: ServingValidation, out: Path) -> list[str]:
         plt.close(fig)
         names.append("step_time_vs_batch.png")
     return names
+
+
+def speedup_table(v: ServingValidation, baseline: str = "vanilla-base") -> pd.DataFrame:
+    """Per (system, level, model, repeat): mean latency of ``baseline`` at the same level and repeat
+    folder over the system's (measured, and predicted by each model); empty without both."""
+    pr = v.per_run.assign(rep=[str(Path(r).parent.parent) for r in v.per_run.run])
+    base = pr[pr.system == baseline].set_index(["rep", "level", "model"])["latency_mean_s"]
+    rows = []
+    for _, r in pr[pr.system != baseline].iterrows():
+        key = (r.rep, r.level, r.model)
+        if key in base.index:
+            rows.append({"system": r.system, "baseline": baseline, "level": r.level, "mode": r["mode"], "users": r.users,
+                         "model": r.model, "rep": r.rep, "speedup": float(base.loc[key]) / r.latency_mean_s})
+    return pd.DataFrame(rows)
 
 
 def write_report(v: ServingValidation, out: str | Path, command: str, profile_path: str | Path, bar: float | None) -> Path:
@@ -387,7 +479,8 @@ def write_report(v: ServingValidation, out: str | Path, command: str, profile_pa
         d = pr[pr.run == run]
         m = d[d.model == "measured"].iloc[0]
         for _, p in d[d.model != "measured"].iterrows():
-            L.append(f"| {Path(run).parent.name}/{p.label} | {p.model} | {p.role} | {p.n} | "
+            folder = Path(run).parents[1].name if "/" in p.label else Path(run).parent.name
+            L.append(f"| {folder}/{p.label} | {p.model} | {p.role} | {p.n} | "
                      f"{m.latency_p50_s:.2f} / {p.latency_p50_s:.2f} | {_pct(p.latency_median_ape)} | "
                      f"{_pct(p.latency_p90_ape)} | {_spct(p.latency_bias)} | {_pct(p.ttft_median_ape)} | "
                      f"{_spct(p.ttft_bias)} | {m.throughput_rps:.3f} / {p.throughput_rps:.3f} | "
@@ -400,6 +493,18 @@ def write_report(v: ServingValidation, out: str | Path, command: str, profile_pa
         e, t = _errors(d, "pred_latency_s", "latency_s"), _errors(d, "pred_ttft_s", "ttft_s")
         L.append(f"| {label} | {model} | {e['n']} | {_pct(e['median_ape'])} | {_pct(e['p90_ape'])} | {_spct(e['bias'])} | "
                  f"{_pct(t['median_ape'])} | {_spct(t['bias'])} |")
+    sp = speedup_table(v)
+    if len(sp):
+        L += ["", f"## Speedup of {sp.system.iloc[0]} over {sp.baseline.iloc[0]} under load (mean latency ratio, "
+              "median over repeats)", "", "| level | measured | " + " | ".join(m for m in v.per_run.model.unique()
+                                                                     if m != "measured") + " |",
+              "|---|---|" + "---|" * (v.per_run.model.nunique() - 1)]
+        piv = sp.groupby(["level", "model"])["speedup"].median().unstack("model")
+        for lv in sorted(piv.index, key=_level_key):
+            L.append(f"| {lv} | " + " | ".join(f"{piv.loc[lv, m]:.3f}" if m in piv and np.isfinite(piv.loc[lv, m]) else "n/a"
+                                               for m in ["measured", *[m for m in v.per_run.model.unique() if m != "measured"]])
+                     + " |")
+        write_atomic(out / "speedup.csv", sp.to_csv(index=False))
     L += ["", "## Figures", ""] + [f"![{n}]({n})" for n in figs]
     L += ["", "## Provenance", "", "| run | created | engine | hardware | loadavg before → after | wall s | run command |",
           "|---|---|---|---|---|---|---|"]
@@ -409,9 +514,16 @@ def write_report(v: ServingValidation, out: str | Path, command: str, profile_pa
                  f"{r.meta['hardware'].get('cpu_model')} x{r.meta['hardware'].get('cpu_count')} | "
                  f"{o.get('loadavg_before', [None])[:1]} → {o.get('loadavg_after', [None])[:1]} | {o.get('wall_s')} | "
                  f"`{r.meta['command']}` |")
-    L += ["", "Model: base SmolLM2-135M-Instruct "
-          f"({v.runs[0].meta['models']['base'].get('num_layers')} layers), dtype {v.runs[0].meta['dtype']}, seed "
-          f"{v.runs[0].meta['seed']}, greedy, EOS ignored, output length per request fixed by the seed.", ""]
+    r0 = v.runs[0]
+    models = ", ".join(f"{role} {Path(m.get('path', '?')).name} ({m.get('num_layers')} layers)" for role, m in r0.meta["models"].items())
+    if any(r.calls is not None for r in v.runs):
+        L += ["", f"Models: {models}; dtype {r0.meta['dtype']}, seed {r0.meta['seed']}, greedy. Whole-system runs "
+              "(`specsim calibrate serve-systems`): every request runs the runner's orchestrator (steps up to a blank "
+              "line, scoring, acceptance, budget checked between steps) with the small and base engines colocated; "
+              "each request's measured calls are replayed through the serving simulator.", ""]
+    else:
+        L += ["", f"Models: {models}; dtype {r0.meta['dtype']}, seed {r0.meta['seed']}, greedy, EOS ignored, output "
+              "length per request fixed by the seed.", ""]
     write_atomic(out / "report.md", "\n".join(L) + "\n")
     write_atomic(out / "summary.json", json.dumps({"command": command, "headline": h, "fit": v.fit,
                                                    "per_run": json.loads(v.per_run.to_json(orient="records"))}, indent=1))
