@@ -243,7 +243,8 @@ def fit_step_params(steps: pd.DataFrame, params, setup) -> tuple[object, dict]:
     rel_se = np.full(len(FIT_PARAMS), np.inf)
     if live.any():
         try:
-            rel_se[live] = np.sqrt(np.diag(s**2 * np.linalg.inv(J[:, live].T @ J[:, live])))
+            var = np.diag(s**2 * np.linalg.inv(J[:, live].T @ J[:, live]))
+            rel_se[live] = np.where(var >= 0, np.sqrt(np.clip(var, 0, None)), np.inf)  # < 0: numerically singular
         except np.linalg.LinAlgError:
             pass
     vals = np.exp(best.x)
