@@ -215,13 +215,45 @@ class WorkloadFit:
     parts: dict[str, Part] = field(default_factory=dict)
 
 
+def select_run_requests(run: RunData, ids) -> RunData:
+    """``run`` with only the requests whose ``request_id`` (compared as text) is in ``ids``, and their steps.
+    An id the run does not hold is an error (a typo would silently fit on less)."""
+    want = {str(i) for i in ids}
+    have = set(run.requests["request_id"].astype(str))
+    missing = sorted(want - have)
+    if missing:
+        raise InputError(str(run.path / "requests.jsonl"), None,
+                         f"request id(s) {', '.join(missing[:5])} not among the run's finished requests")
+    reqs = run.requests[run.requests["request_id"].astype(str).isin(want)].reset_index(drop=True)
+    steps = run.steps
+    if not steps.empty:
+        steps = steps[steps["request_id"].astype(str).isin(want)].reset_index(drop=True)
+    return RunData(run.path, run.meta, steps, reqs)
+
+
 def fit_workload_from_runs(paths: list[str | Path], *, prior: WorkloadProfile | None = None, form: str = "empirical",
-                           name: str | None = None, date: str | None = None) -> WorkloadFit:
+                           name: str | None = None, date: str | None = None,
+                           requests: dict | None = None) -> WorkloadFit:
+    """Fit the workload on the run directories ``paths``. ``requests`` (optional) restricts the fit to
+    some requests: ``{run_path: ids}`` keeps, for each run listed, only the requests whose
+    ``request_id`` is in ``ids`` (the runs not listed keep all theirs; a run left with no request is
+    dropped). Held-out validation uses it to fit on one fold's requests only."""
     if form not in ("empirical", "parametric"):
         raise InputError(None, "--form", f"expected empirical or parametric (got {form!r})")
     if not paths:
         raise InputError(None, "inputs", "give at least one run directory")
     runs = [read_run(p) for p in paths]
+    filtered = ""
+    if requests is not None:
+        keep = {Path(k).resolve(): v for k, v in requests.items()}
+        unknown = sorted(str(k) for k in keep if k not in {r.path.resolve() for r in runs})
+        if unknown:
+            raise InputError(None, "requests", f"request filter names run(s) not among the inputs: {', '.join(unknown)}")
+        runs = [select_run_requests(r, keep[r.path.resolve()]) if r.path.resolve() in keep else r for r in runs]
+        runs = [r for r in runs if len(r.requests)]
+        if not runs:
+            raise InputError(None, "requests", "the request filter leaves no request to fit on")
+        filtered = f" (request filter: {len(keep)} run(s) restricted)"
     budget = _common(runs, "budget_tokens", lambda m: m["budget_tokens"])
     cap = _common(runs, "step_max_tokens", lambda m: m["sampling"]["step_max_tokens"])
     parts: dict[str, Part] = {}
@@ -318,7 +350,7 @@ def fit_workload_from_runs(paths: list[str | Path], *, prior: WorkloadProfile | 
     fitted = sorted(k for k, v in parts.items() if v.fitted)
     from_prior_keys = sorted(k for k, v in parts.items() if not v.fitted)
     method = (f"calibrate.fit_workload_runs ({form}) on {len(runs)} run(s) ({', '.join(sorted({r.system for r in runs}))}), "
-              f"{sum(len(r.requests) for r in runs)} requests. FITTED: " + "; ".join(parts[k].how for k in fitted)
+              f"{sum(len(r.requests) for r in runs)} requests{filtered}. FITTED: " + "; ".join(parts[k].how for k in fitted)
               + ". PRIOR: " + ("; ".join(parts[k].how for k in from_prior_keys) if from_prior_keys else "none")
               + ". answer_tokens 0 (no separate answer phase in the runner).")
     steps = {"base": value("steps_per_request.base")}

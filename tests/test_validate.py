@@ -184,3 +184,119 @@ def test_real_traces_held_out_replay(tmp_path):
     fig = res.figures["replay_e2e"].iloc[0]
     assert res.folds[0].test_runs == ["4", "5", "6", "7"] and fig["n"] == 4
     assert 0.0 < fig["median_ape"] < 0.5
+
+
+# ---- request-level hold-out (requests:SPEC) ----------------------------------------------------------
+def _fake_set(sizes: list[int]):
+    """A MeasuredSet with only its request table: run r{i} holds sizes[i] requests r{i}/0.."""
+    import pandas as pd
+
+    from calibrate.fit_cost import MeasuredSet
+
+    rows = [{"run_key": f"r{i}", "run_id": f"r{i}", "request_id": f"r{i}/{j}"} for i, n in enumerate(sizes)
+            for j in range(n)]
+    return MeasuredSet(pd.DataFrame(columns=["request_id"]), pd.DataFrame(rows), ["x"], "run_dir", {})
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(sizes=st.lists(st.integers(1, 9), min_size=1, max_size=6), k=st.integers(2, 6), seed=st.integers(0, 2**16))
+def test_request_kfold_partitions_stratified_and_deterministic(sizes, k, seed):
+    from simulator.errors import InputError
+    from validate.holdout import request_splits
+
+    ms = _fake_set(sizes)
+    keys = [(r, q) for r, q in zip(ms.requests["run_key"], ms.requests["request_id"])]
+    spec = f"kfold={k},seed={seed}"
+    if k > len(keys):
+        with pytest.raises(InputError, match="folds but only"):
+            request_splits(ms, spec)
+        return
+    folds = request_splits(ms, spec)
+    assert len(folds) == k
+    tests = [t for _, _, t in folds]
+    assert sorted(x for t in tests for x in t) == sorted(keys)           # the test sets partition the requests
+    for _, fit, test in folds:
+        assert test and fit and not set(fit) & set(test)                 # disjoint, never in-sample
+        assert sorted(fit + test) == sorted(keys)                        # fit = everything else
+    sizes_of = [len(t) for t in tests]
+    assert max(sizes_of) - min(sizes_of) <= 1                            # balanced folds
+    for run in set(ms.requests["run_key"]):                              # stratified per run
+        per = [sum(r == run for r, _ in t) for t in tests]
+        assert max(per) - min(per) <= 1
+    assert request_splits(ms, spec) == folds                             # same seed, same folds
+
+
+def test_request_kfold_seed_changes_the_assignment_and_parity_rules():
+    from simulator.errors import InputError
+    from validate.holdout import request_splits
+
+    ms = _fake_set([6, 6, 6])
+    assert request_splits(ms, "kfold=3,seed=1") != request_splits(ms, "kfold=3,seed=2")
+    (_, fit, test), = request_splits(ms, "odd")
+    assert {q for _, q in test} == {f"r{i}/{j}" for i in range(3) for j in (1, 3, 5)}
+    assert {q for _, q in fit} == {f"r{i}/{j}" for i in range(3) for j in (0, 2, 4)}
+    (_, fit_e, test_e), = request_splits(ms, "even")
+    assert fit_e == test and test_e == fit
+    # one request per run (the SpecReason traces): parity leaves nothing to fit -> a clear error;
+    # kfold is then K-fold over runs
+    one = _fake_set([1] * 5)
+    with pytest.raises(InputError, match="single request"):
+        request_splits(one, "odd")
+    with pytest.raises(InputError, match="single request"):
+        request_splits(one, "even")
+    assert sorted(len(t) for _, _, t in request_splits(one, "kfold=2")) == [2, 3]
+    for bad in ("", "odd,seed=1", "kfold=1", "kfold=x", "kfold=3,seed=-1", "kfold=3,seed=1,seed=2", "folds=3", "kfold"):
+        with pytest.raises(InputError, match="requests:"):
+            request_splits(ms, bad)
+
+
+def test_in_sample_fold_is_refused():
+    from simulator.errors import InputError
+    from validate.holdout import Fold, check_out_of_sample
+
+    fold = Fold("f", ["a", "b"], ["a", "b"], None, unit="requests", fit_requests=[("a", "a/0"), ("b", "b/1")],
+                test_requests=[("a", "a/1"), ("b", "b/1")])
+    with pytest.raises(InputError, match="in-sample"):
+        check_out_of_sample(fold)
+    fold.test_requests = [("a", "a/1")]
+    check_out_of_sample(fold)  # same runs, different requests: fine for a request fold
+    with pytest.raises(InputError, match="in-sample"):
+        check_out_of_sample(Fold("g", ["a", "b"], ["b"], None))
+    with pytest.raises(InputError, match="predicts nothing"):
+        check_out_of_sample(Fold("h", ["a"], [], None))
+
+
+def test_requests_holdout_end_to_end(tmp_path):
+    """requests:odd on synthetic runs: every fold refitted on its fit requests' calls, predicts exactly
+    its test requests, and the report prints both key lists."""
+    from validate.report import write_report
+    from validate.validation import run_validation
+
+    rng = np.random.default_rng(5)
+    for name in ("runA", "runB"):
+        make_run_dir(tmp_path / name, rng, sigma=0.03, n_requests=4, steps=12)
+    prof = _true_profile(tmp_path / "true.yaml", runs=[])
+    res = run_validation([str(tmp_path / "runA"), str(tmp_path / "runB")], str(prof), "requests:odd",
+                         distribution=False, n_boot=100)
+    (fold,) = res.folds
+    assert fold.unit == "requests" and fold.fit_runs == fold.test_runs == ["runA", "runB"]
+    assert sorted(fold.test_requests) == [(r, f"{r}/{j}") for r in ("runA", "runB") for j in (1, 3)]
+    assert sorted(res.replay["request_id"]) == sorted(q for _, q in fold.test_requests)
+    assert set(fold.profile.fit["runs"]) == {"runA", "runB"} and fold.profile.fit["calls"] < len(
+        load_measured([str(tmp_path / "runA"), str(tmp_path / "runB")]).calls)
+    text = write_report(res, tmp_path / "rep", "test", None, "e2e").read_text()
+    assert "runA[1, 3]; runB[1, 3]" in text and "runA[0, 2]; runB[0, 2]" in text
+    assert res.figures["replay_e2e"].iloc[0]["median_ape"] < 0.1
+
+
+def test_cli_bad_requests_spec_exits_2_one_line(tmp_path):
+    d = make_run_dir(tmp_path / "runA", np.random.default_rng(6), n_requests=2, steps=5)
+    prof = _true_profile(tmp_path / "p.yaml", runs=[])
+    r = _run(["validate", str(d), "--profile", str(prof), "--report", str(tmp_path / "rep"), "--holdout",
+              "requests:kfold=two"])
+    assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "requests:kfold=two" in r.stderr

@@ -19,7 +19,8 @@ def validate(
     inputs: list[Path] = typer.Argument(..., help="run directories or SpecReason trace files/directories"),
     profile: Path = typer.Option(..., "--profile", help="fitted cost profile (specsim calibrate fit)"),
     report: Path = typer.Option(..., "--report", help="directory for report.md, PNGs and CSVs"),
-    holdout: Optional[str] = typer.Option(None, "--holdout", help="profile (default) | runs:4-7 | config:KEY=VALUE | loro"),
+    holdout: Optional[str] = typer.Option(None, "--holdout", help="profile (default) | runs:4-7 | config:KEY=VALUE | loro | "
+                                           "requests:odd|even|kfold=K[,seed=S]"),
     workload: Optional[Path] = typer.Option(None, "--workload", help="workload profile for distribution mode "
                                             "(default: refitted per fold from SpecReason traces)"),
     max_median_ape: Optional[float] = typer.Option(None, "--max-median-ape", help="fail (exit 1) above this, e.g. 0.05"),

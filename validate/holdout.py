@@ -1,4 +1,4 @@
-"""Held-out discipline: which runs are predicted, and by a profile fitted on which runs.
+"""Held-out discipline: which runs (or requests) are predicted, and by a profile fitted on which.
 
 Rules (``--holdout``):
 
@@ -9,17 +9,33 @@ Rules (``--holdout``):
   whose configuration matches; each must be outside ``fit.runs``.
 - ``loro``: leave one run out: for every input run, refit the cost profile (same hardware,
   models and priors as ``--profile``) on all the other input runs and predict that run.
+- ``requests:SPEC``: hold out *requests*, not runs. ``requests:odd`` / ``requests:even`` predict
+  the requests at odd / even index (0-based position in its run's request order) of every run
+  and fit on the others; ``requests:kfold=K[,seed=S]`` splits all (run, request) pairs into K
+  folds, stratified per run (each run's requests are shuffled with ``numpy.random.default_rng(S)``,
+  default S = 0, and dealt round-robin over the folds, continuing the deal from run to run, so
+  every run's requests spread evenly over the folds and the fold sizes differ by at most one) and
+  predicts each fold from a fit on the other K-1. Per fold the cost profile is refitted from the
+  datasheet prior (as ``loro``) on the fit requests' calls of all runs. The SpecReason traces
+  hold one request per run, so there ``requests:kfold=K`` is K-fold over runs and
+  ``requests:odd|even`` is an error (the other parity would be empty).
 
-In-sample error is never reported as validation: every fold records its fit and test runs.
+In-sample error is never reported as validation: every fold records its fit and test runs and
+(run, request) keys, and :func:`check_out_of_sample` refuses a fold whose test set meets its fit
+set.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from calibrate.fit_cost import MeasuredSet, Setup, build_profile, fit_cost, parse_run_rule
 from simulator.cost_model import CostProfile, prior_profile
 from simulator.errors import InputError
+
+RequestKey = tuple[str, str]  # (run key, request id as in MeasuredSet.requests)
 
 
 @dataclass
@@ -28,6 +44,9 @@ class Fold:
     fit_runs: list[str]
     test_runs: list[str]
     profile: CostProfile
+    unit: str = "runs"                                # "runs" or "requests": what is held out
+    fit_requests: list[RequestKey] | None = None       # None: the given profile's fit runs, not among the inputs
+    test_requests: list[RequestKey] | None = None
 
 
 def _profile_runs(profile: CostProfile) -> list[str]:
@@ -41,20 +60,155 @@ def _disjoint(test: set[str], fit_runs: list[str], rule: str) -> None:
                                             "in-sample error is not validation")
 
 
+def request_keys(ms: MeasuredSet, runs: set[str] | None = None) -> list[RequestKey]:
+    """(run key, request id) of every request of ``ms`` (of ``runs`` only, when given), in input order."""
+    r = ms.requests if runs is None else ms.requests[ms.requests["run_key"].isin(runs)]
+    return list(zip(r["run_key"].astype(str), r["request_id"].astype(str)))
+
+
+def select_requests(ms: MeasuredSet, keys) -> MeasuredSet:
+    """The measured set restricted to the requests ``keys`` ((run key, request id) pairs)."""
+    ids = {str(rid) for _, rid in keys}
+    c = ms.calls[ms.calls["request_id"].astype(str).isin(ids)].reset_index(drop=True)
+    r = ms.requests[ms.requests["request_id"].astype(str).isin(ids)].reset_index(drop=True)
+    s = None
+    if ms.steps is not None:  # SpecReason traces: one request per run, steps keyed by run id
+        s = ms.steps[ms.steps["run_id"].astype(str).isin(set(r["run_id"].astype(str)))].reset_index(drop=True)
+    return MeasuredSet(c, r, ms.inputs, ms.kind, ms.hint, s, ms.trace)
+
+
+def fold_test_set(ms: MeasuredSet, fold: Fold) -> MeasuredSet:
+    """What ``fold`` predicts: its test requests (request folds) or its test runs."""
+    if fold.unit == "requests":
+        return select_requests(ms, fold.test_requests or [])
+    return ms.select_runs(set(fold.test_runs))
+
+
+def check_out_of_sample(fold: Fold) -> None:
+    """Refuse (InputError) a fold whose test runs/requests were used to fit it: in-sample is not validation."""
+    if fold.unit == "requests":
+        if fold.fit_requests is None or fold.test_requests is None:
+            raise InputError(None, "--holdout", f"fold {fold.name}: a request fold must record its fit and test requests")
+        overlap = sorted(set(fold.test_requests) & set(fold.fit_requests))
+        what = [f"{k}:{r}" for k, r in overlap]
+    else:
+        overlap = sorted(set(fold.test_runs) & set(fold.fit_runs))
+        what = list(overlap)
+    if overlap:
+        raise InputError(None, "--holdout", f"fold {fold.name}: {', '.join(what[:5])}{' ...' if len(what) > 5 else ''} "
+                                            "used to fit the profile that predicts it; in-sample error is not validation")
+    if not (fold.test_requests if fold.unit == "requests" else fold.test_runs):
+        raise InputError(None, "--holdout", f"fold {fold.name} predicts nothing")
+
+
+def _refit(ms: MeasuredSet, profile: CostProfile, setup: Setup, name: str, runs: list[str], command: str) -> CostProfile:
+    """The cost profile refitted on ``ms``'s calls from the datasheet prior (not from --profile's values:
+    those may have seen the held-out data)."""
+    f = fit_cost(ms.calls, setup, prior=prior_profile(setup.hardware, profile.engine))
+    return build_profile(f, setup, name=name, engine=profile.engine, inputs=ms.inputs, runs=runs,
+                         hardware_note=(profile.fit or {}).get("hardware_note", ""),
+                         date=(profile.fit or {}).get("date"), command=command)
+
+
+REQUESTS_USAGE = "expected requests:odd, requests:even or requests:kfold=K[,seed=S] (K >= 2 integer, S integer)"
+
+
+def parse_requests_spec(spec: str) -> tuple[str, int, int]:
+    """``odd`` | ``even`` | ``kfold=K[,seed=S]`` -> (kind, K, seed); InputError otherwise."""
+    spec = spec.strip()
+    if spec in ("odd", "even"):
+        return spec, 2, 0
+    parts = [p.strip() for p in spec.split(",")]
+    kv: dict[str, str] = {}
+    for p in parts:
+        k, eq, v = p.partition("=")
+        if not eq or k.strip() not in ("kfold", "seed") or k.strip() in kv:
+            raise InputError(None, "--holdout", f"requests:{spec}: {REQUESTS_USAGE}")
+        kv[k.strip()] = v.strip()
+    if "kfold" not in kv:
+        raise InputError(None, "--holdout", f"requests:{spec}: {REQUESTS_USAGE}")
+    try:
+        k, seed = int(kv["kfold"]), int(kv.get("seed", "0"))
+    except ValueError:
+        raise InputError(None, "--holdout", f"requests:{spec}: {REQUESTS_USAGE}") from None
+    if k < 2 or seed < 0:
+        raise InputError(None, "--holdout", f"requests:{spec}: {REQUESTS_USAGE}")
+    return "kfold", k, seed
+
+
+def assign_request_folds(keys: list[RequestKey], k: int, seed: int = 0) -> dict[RequestKey, int]:
+    """Fold (0..k-1) of every (run, request) key: per run (in order of first appearance) the run's
+    requests are shuffled with one ``default_rng(seed)`` and dealt round-robin, the deal continuing
+    from run to run. Every run's requests spread over the folds evenly (counts differ by <= 1) and
+    so do the fold sizes."""
+    rng = np.random.default_rng(seed)
+    by_run: dict[str, list[RequestKey]] = {}
+    for key in keys:
+        by_run.setdefault(key[0], []).append(key)
+    out: dict[RequestKey, int] = {}
+    deal = 0
+    for run, ks in by_run.items():
+        for j, i in enumerate(rng.permutation(len(ks))):
+            out[ks[i]] = (deal + j) % k
+        deal += len(ks)
+    return out
+
+
+def request_splits(ms: MeasuredSet, spec: str) -> list[tuple[str, list[RequestKey], list[RequestKey]]]:
+    """(fold name, fit keys, test keys) per fold of ``requests:SPEC``; fit and test partition the
+    input requests in every fold."""
+    kind, k, seed = parse_requests_spec(spec)
+    keys = request_keys(ms)
+    if kind in ("odd", "even"):
+        pos: dict[str, int] = {}
+        test, fit = [], []
+        for key in keys:
+            i = pos.get(key[0], 0)
+            pos[key[0]] = i + 1
+            (test if (i % 2 == 1) == (kind == "odd") else fit).append(key)
+        if not test or not fit:
+            one = all(n == 1 for n in pos.values())
+            why = ("every run holds a single request (the SpecReason traces: one request per run); "
+                   "use requests:kfold=K (K-fold over runs there) or loro" if one else
+                   f"no request left to {'predict' if not test else 'fit on'}")
+            raise InputError(None, "--holdout", f"requests:{kind}: {why}")
+        return [(f"requests-{kind}", fit, test)]
+    if k > len(keys):
+        raise InputError(None, "--holdout", f"requests:{spec}: {k} folds but only {len(keys)} requests")
+    fold_of = assign_request_folds(keys, k, seed)
+    return [(f"kfold{k}-{i}", [x for x in keys if fold_of[x] != i], [x for x in keys if fold_of[x] == i])
+            for i in range(k)]
+
+
+def _runs_of(keys: list[RequestKey]) -> list[str]:
+    return list(dict.fromkeys(r for r, _ in keys))
+
+
 def make_folds(ms: MeasuredSet, profile: CostProfile, setup: Setup, rule: str | None) -> list[Fold]:
+    folds = _make_folds(ms, profile, setup, rule)
+    for f in folds:
+        check_out_of_sample(f)
+    return folds
+
+
+def _make_folds(ms: MeasuredSet, profile: CostProfile, setup: Setup, rule: str | None) -> list[Fold]:
     known = ms.run_keys
     fit_runs = _profile_runs(profile)
     rule = rule or "profile"
+
+    def given(name: str, test: list[str]) -> Fold:
+        return Fold(name, fit_runs, test, profile, test_requests=request_keys(ms, set(test)))
+
     if rule == "profile":
         test = [k for k in known if k not in set(fit_runs)]
         if not test:
             raise InputError(None, "--holdout", "every input run was used to fit the profile; give held-out runs "
-                                                "(or --holdout loro)")
-        return [Fold("held-out", fit_runs, test, profile)]
+                                                "(or --holdout loro / requests:kfold=K)")
+        return [given("held-out", test)]
     if rule.startswith("runs:"):
         test = parse_run_rule(rule[5:], known)
         _disjoint(test, fit_runs, rule)
-        return [Fold(rule, fit_runs, [k for k in known if k in test], profile)]
+        return [given(rule, [k for k in known if k in test])]
     if rule.startswith("config:"):
         key, _, value = rule[7:].partition("=")
         if key not in ms.requests.columns or not value:
@@ -64,19 +218,27 @@ def make_folds(ms: MeasuredSet, profile: CostProfile, setup: Setup, rule: str | 
         if not test:
             raise InputError(None, "--holdout", f"no run has {key}={value}")
         _disjoint(test, fit_runs, rule)
-        return [Fold(rule, fit_runs, [k for k in known if k in test], profile)]
+        return [given(rule, [k for k in known if k in test])]
     if rule == "loro":
         if len(known) < 2:
             raise InputError(None, "--holdout", "loro needs at least 2 runs")
         folds = []
         for k in known:
             train = [x for x in known if x != k]
-            sub = ms.select_runs(set(train))
-            # the datasheet prior, not --profile's values: those may have seen run k
-            f = fit_cost(sub.calls, setup, prior=prior_profile(setup.hardware, profile.engine))
-            p = build_profile(f, setup, name=f"{profile.name}-loro-{k}", engine=profile.engine, inputs=ms.inputs,
-                              runs=train, hardware_note=(profile.fit or {}).get("hardware_note", ""),
-                              date=(profile.fit or {}).get("date"), command=f"leave-one-run-out fold {k}")
-            folds.append(Fold(f"loro-{k}", train, [k], p))
+            p = _refit(ms.select_runs(set(train)), profile, setup, f"{profile.name}-loro-{k}", train,
+                       f"leave-one-run-out fold {k}")
+            folds.append(Fold(f"loro-{k}", train, [k], p, fit_requests=request_keys(ms, set(train)),
+                              test_requests=request_keys(ms, {k})))
         return folds
-    raise InputError(None, "--holdout", f"unknown rule {rule!r}; expected profile, runs:SPEC, config:KEY=VALUE or loro")
+    if rule.startswith("requests:"):
+        folds = []
+        for name, fit, test in request_splits(ms, rule[len("requests:"):]):
+            fit_set = set(fit)
+            assert not fit_set & set(test), "request folds must not overlap"  # also checked by check_out_of_sample
+            p = _refit(select_requests(ms, fit), profile, setup, f"{profile.name}-{name}", _runs_of(fit),
+                       f"{rule} fold {name} ({len(fit)} fit requests)")
+            folds.append(Fold(name, _runs_of(fit), _runs_of(test), p, unit="requests", fit_requests=fit,
+                              test_requests=test))
+        return folds
+    raise InputError(None, "--holdout", f"unknown rule {rule!r}; expected profile, runs:SPEC, config:KEY=VALUE, loro "
+                                        "or requests:odd|even|kfold=K[,seed=S]")

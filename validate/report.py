@@ -124,6 +124,20 @@ def _table(df: pd.DataFrame, pct: tuple[str, ...] = ("median_ape", "mean_ape", "
     return buf.getvalue()
 
 
+def _keys_text(keys) -> str:
+    """(run, request) keys grouped by run: ``runA[0, 2]; runB[1]`` (request ids without the run prefix;
+    ``(whole run)`` where the request is the run, as in the SpecReason traces)."""
+    if keys is None:
+        return "the profile's fit runs (not among the inputs)"
+    by: dict[str, list[str]] = {}
+    for run, req in keys:
+        req = str(req)
+        local = req[len(run) + 1:] if req.startswith(f"{run}/") else ("(whole run)" if req.rsplit("/", 1)[-1] == run
+                                                                       else req)
+        by.setdefault(str(run), []).append(local)
+    return "; ".join(f"{r}[{', '.join(v)}]" for r, v in by.items()) or "none"
+
+
 def markdown(res: ValidationResult, images: list[str], command: str, bar: float | None, target: str,
              value: float) -> str:
     f = res.figures
@@ -142,7 +156,16 @@ def markdown(res: ValidationResult, images: list[str], command: str, bar: float 
                 continue
             se = f" ± {p.stderr:.2g}" if p.stderr else ""
             vals.append(f"{p.value:.4g}{se} ({p.kind})")
-        lines.append(f"| {fold.name} | {', '.join(fold.fit_runs)} | {', '.join(fold.test_runs)} | " + " | ".join(vals) + " |")
+        fit = ", ".join(fold.fit_runs) + (" (their fit requests only, below)" if fold.unit == "requests" else "")
+        test = ", ".join(fold.test_runs) + (" (held-out requests only, below)" if fold.unit == "requests" else "")
+        lines.append(f"| {fold.name} | {fit} | {test} | " + " | ".join(vals) + " |")
+    lines += ["", "Requests per fold, as (run, request) keys (a fold never predicts a request it was fitted on):", "",
+              "| fold | held out | fit requests | predicted requests |", "|---|---|---|---|"]
+    for fold in res.folds:
+        n_fit = "" if fold.fit_requests is None else f"{len(fold.fit_requests)}: "
+        n_test = "" if fold.test_requests is None else f"{len(fold.test_requests)}: "
+        lines.append(f"| {fold.name} | {fold.unit} | {n_fit}{_keys_text(fold.fit_requests)} | "
+                     f"{n_test}{_keys_text(fold.test_requests)} |")
     lines += ["", f"Distribution mode workload: {res.workload_source or 'not run'}", ""]
     if bar is not None:
         verdict = "PASS" if value <= bar else "FAIL"

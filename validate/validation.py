@@ -17,7 +17,7 @@ import pandas as pd
 from calibrate.fit_cost import MeasuredSet, Setup, load_measured, load_profile, run_key
 from simulator.errors import InputError
 from validate.distribution import predict_config, predict_distribution
-from validate.holdout import Fold, make_folds
+from validate.holdout import Fold, check_out_of_sample, fold_test_set, make_folds
 from validate.metrics import summarize_frame
 from validate.replay import replay, setup_from_profile
 
@@ -50,12 +50,21 @@ def _fold_workload(ms: MeasuredSet, fold: Fold, workload_path: str | None):
         from calibrate.fit_workload_runs import fit_workload_from_runs
 
         src = ms.requests.drop_duplicates("run_key").set_index("run_key")["source"]
-        w = fit_workload_from_runs([src[k] for k in train], date=(fold.profile.fit or {}).get("date")).profile
-        return w, "workload refitted per fold on its fit runs (calibrate.fit_workload_runs, empirical)"
+        flt = None
+        if fold.unit == "requests":  # only the fold's fit requests: {run dir: runner request ids}
+            flt = {}
+            for run, req in fold.fit_requests or []:  # request ids are "<run dir name>/<runner request_id>"
+                flt.setdefault(src[run], set()).add(str(req).rsplit("/", 1)[-1])
+        w = fit_workload_from_runs([src[k] for k in train], date=(fold.profile.fit or {}).get("date"),
+                                   requests=flt).profile
+        return w, ("workload refitted per fold on its fit requests (calibrate.fit_workload_runs, empirical, "
+                   "request filter)" if flt is not None else
+                   "workload refitted per fold on its fit runs (calibrate.fit_workload_runs, empirical)")
     if ms.trace is None:
         return None, "no workload profile for these inputs: give --workload (a profile fitted on other runs)"
     from calibrate.fit_workload import fit_workload_from_steps
 
+    # SpecReason traces: one request per run, so a fold's fit requests are exactly its fit runs
     req = ms.trace.requests[ms.trace.requests["run_id"].map(run_key).isin(train)]
     steps = ms.steps[ms.steps["run_id"].map(run_key).isin(train)]
     w = fit_workload_from_steps(steps, req, source=", ".join(ms.inputs), date=(fold.profile.fit or {}).get("date"))
@@ -85,7 +94,8 @@ def run_validation(inputs: list[str], profile_path: str, rule: str | None = None
     folds = make_folds(ms, profile, setup, rule)
     reps, calls, dists, notes, wsrc = [], [], [], [], ""
     for fold in folds:
-        test = ms.select_runs(set(fold.test_runs))
+        check_out_of_sample(fold)  # never report in-sample error as validation
+        test = fold_test_set(ms, fold)
         r, c = replay(test, fold.profile, setup, n_boot=n_boot, seed=seed)
         r["fold"], c["fold"] = fold.name, fold.name
         reps.append(r)

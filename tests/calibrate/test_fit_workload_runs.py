@@ -174,3 +174,33 @@ def test_km_without_censoring_is_the_empirical_distribution(counts):
     assert dist["values"] == vals.tolist()
     assert np.allclose(dist["weights"], cnt / cnt.sum())
     assert mean == pytest.approx(np.mean(counts))
+
+
+def test_request_filter_fits_only_the_named_requests(tmp_path):
+    """requests={run: ids}: the fit equals a fit on a run holding only those requests; other runs keep all."""
+    import shutil
+
+    b = write_run(tmp_path / "vb", "vanilla-base", 40, hazard=0.25)
+    s = write_run(tmp_path / "sr", "specreason", 12, seed=3, hazard=0.2)
+    keep = {0, 3, 5, 8, 13, 21, 34}
+    fit = fit_workload_from_runs([b, s], requests={b: keep}).profile
+    # the same run with only those requests on disk
+    sub = tmp_path / "vb_sub"
+    shutil.copytree(b, sub)
+    for name in ("requests.jsonl", "steps.jsonl"):
+        lines = [x for x in (b / name).read_text().splitlines() if json.loads(x)["request_id"] in keep]
+        (sub / name).write_text("".join(x + "\n" for x in lines))
+    ref = fit_workload_from_runs([sub, s]).profile
+    assert fit.steps_per_request.base == ref.steps_per_request.base
+    assert fit.step_tokens == ref.step_tokens and fit.scores == ref.scores
+    assert fit.steps_per_request.base != fit_workload_from_runs([b, s]).profile.steps_per_request.base
+    assert "request filter" in fit.provenance.method
+    # a run whose every request is filtered out is dropped; nothing left, an unknown id or run: errors
+    only_sr = fit_workload_from_runs([b, s], requests={b: set(), s: {"1", "2"}}).profile
+    assert "1 run(s)" in only_sr.provenance.method
+    with pytest.raises(InputError, match="no request"):
+        fit_workload_from_runs([b, s], requests={b: set(), s: set()})
+    with pytest.raises(InputError, match="999"):
+        fit_workload_from_runs([b], requests={b: {999}})
+    with pytest.raises(InputError, match="not among the inputs"):
+        fit_workload_from_runs([b], requests={s: {0}})
