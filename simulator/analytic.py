@@ -12,7 +12,10 @@ averaged over the step length K (independent of t by assumption):
     small catch-up after a regenerated step of K_b tokens (charged to the base step):
                    sum_k P(K_b = k) 1[t + k < B] (T_pre^small(k, P + t) - T_pre^small(1, P + t + k))
 
-P: prompt tokens, J: judge template tokens, B: token budget. The whole grid shares the DP per
+P: prompt tokens, J: judge template tokens, B: token budget. Vanilla systems and specdecode are
+one call over the whole chain, or (``execution.step_calls``) the chain with q = 0, first_n = inf
+(base steps) / q = 1 without scoring (vanilla-small), one call per step plus the answer call.
+Every prefill cost comes from ``CostTables.prefill`` (block prefix caching included). The whole grid shares the DP per
 (threshold, first_n) and the cost vectors per (hardware, TP) and per gamma, so a grid of
 gamma x threshold x TP x hardware costs a few dot products per point.
 """
@@ -28,7 +31,7 @@ from scipy.signal import correlate
 from simulator.chain import ChainOccupancy, run_chain
 from simulator.cost_tables import COMPONENTS, CostTables
 from simulator.speculative import expected_tokens_per_iteration, iteration_occupancy
-from simulator.systems import SystemConfig
+from simulator.systems import USES_GAMMA, SystemConfig
 
 
 def _corr(values: np.ndarray, start: int, weights: np.ndarray, n: int) -> np.ndarray:
@@ -104,14 +107,29 @@ class CostVectors:
     def base_prompt_prefill(self) -> float:
         return float(self.tables.prefill("base", self.P, 0))
 
+    def _answer_prefill(self, who: str):
+        return self.tables.prefill(who, 1, self.P + self.t_end) if self.A > 0 else np.zeros(len(self.t_end))
+
+    def _answer_decode(self, cum: np.ndarray):
+        x = self.P + self.t_end
+        return cum[x + self.A] - cum[x + 1] if self.A > 1 else np.zeros(len(self.t_end))
+
     @cached_property
     def answer_prefill(self):
-        return self.tables.prefill("base", 1, self.P + self.t_end) if self.A > 0 else np.zeros(len(self.t_end))
+        return self._answer_prefill("base")
 
     @cached_property
     def answer_decode(self):
-        cum, x = self.tables.cum_base, self.P + self.t_end
-        return cum[x + self.A] - cum[x + 1] if self.A > 1 else np.zeros(len(self.t_end))
+        return self._answer_decode(self.tables.cum_base)
+
+    @cached_property
+    def small_answer_prefill(self):
+        """vanilla-small step by step: the small model writes the answer."""
+        return self._answer_prefill("small")
+
+    @cached_property
+    def small_answer_decode(self):
+        return self._answer_decode(self.tables.cum_small)
 
     # ---- gamma-dependent vectors ----------------------------------------------------------------
     @cached_property
@@ -178,7 +196,18 @@ def predict_point(cfg: SystemConfig, occ: ChainOccupancy, vec: CostVectors) -> d
     tb = vec.tables
     comp = dict.fromkeys(COMPONENTS, 0.0)
     gamma = cfg.gamma
-    if cfg.system in ("vanilla-base", "vanilla-small", "specdecode"):
+    vanilla = cfg.system in ("vanilla-base", "vanilla-small", "specdecode")
+    if vanilla and tb.execution.step_calls and cfg.system == "vanilla-small":
+        # step by step with the small model: the chain with q = 1 and no scoring, then the answer call
+        answer = np.dot(occ.end_pmf, vec.small_answer_prefill) if vec.A > 0 else 0.0
+        comp["call_overhead_s"] = tb.call_s * (occ.small_proposals + (1.0 if vec.A > 0 else 0.0))
+        comp["small_decode_s"] = float(np.dot(occ.small_first + occ.small_rest, vec.small_decode)
+                                       + np.dot(occ.end_pmf, vec.small_answer_decode))
+        comp["small_prefill_s"] = float(np.dot(occ.small_first, vec.small_prefill_first)
+                                        + np.dot(occ.small_rest, vec.small_prefill_rest) + answer)
+        thinking = occ.mean_thinking_tokens
+        small_frac = 1.0
+    elif vanilla and not tb.execution.step_calls:
         sf_total = _vanilla_tokens_survival(occ, vec.A)
         P = vec.P
         comp["call_overhead_s"] = tb.call_s
@@ -198,17 +227,21 @@ def predict_point(cfg: SystemConfig, occ: ChainOccupancy, vec: CostVectors) -> d
         thinking = float(np.dot(np.arange(len(pmf)), pmf)) - vec.A
         small_frac = 1.0 if cfg.system == "vanilla-small" else 0.0
     else:
-        spec = cfg.system == "specreason-decode"
+        # specreason(-decode); vanilla-base / specdecode step by step are its base-only chain
+        # (q = 0, first_n = inf: no small proposals, no scoring)
+        spec = cfg.system in USES_GAMMA
+        reason = not vanilla
         calls = 2 * occ.small_proposals + occ.base_steps + (1.0 if vec.A > 0 else 0.0)
         comp["call_overhead_s"] = tb.call_s * calls
-        comp["small_decode_s"] = float(np.dot(occ.small_first + occ.small_rest, vec.small_decode))
-        comp["small_prefill_s"] = float(
-            np.dot(occ.small_first, vec.small_prefill_first)
-            + np.dot(occ.small_rest, vec.small_prefill_rest)
-            + np.dot(occ.regen_continue, vec.small_catchup_charge)
-        )
-        score_rest, score_prompt = vec.score
-        comp["scoring_s"] = float(np.dot(occ.score_rest, score_rest) + occ.score_prompt * score_prompt)
+        if reason:
+            comp["small_decode_s"] = float(np.dot(occ.small_first + occ.small_rest, vec.small_decode))
+            comp["small_prefill_s"] = float(
+                np.dot(occ.small_first, vec.small_prefill_first)
+                + np.dot(occ.small_rest, vec.small_prefill_rest)
+                + np.dot(occ.regen_continue, vec.small_catchup_charge)
+            )
+            score_rest, score_prompt = vec.score
+            comp["scoring_s"] = float(np.dot(occ.score_rest, score_rest) + occ.score_prompt * score_prompt)
         base_mass = occ.base_gen.copy()
         base_mass[0] += occ.base_prompt
         comp["base_prefill_s"] = float(
@@ -216,7 +249,7 @@ def predict_point(cfg: SystemConfig, occ: ChainOccupancy, vec: CostVectors) -> d
             + np.dot(occ.end_pmf, vec.answer_prefill)
         )
         if spec:
-            d_rest, d_prompt = vec.draft_score
+            d_rest, d_prompt = vec.draft_score if reason else (np.zeros(vec.B), 0.0)
             sd_draft, sd_verify = vec.base_spec
             ans_draft, ans_verify = vec.answer_spec
             comp["draft_s"] = float(
@@ -229,7 +262,7 @@ def predict_point(cfg: SystemConfig, occ: ChainOccupancy, vec: CostVectors) -> d
         else:
             comp["base_decode_s"] = float(np.dot(base_mass, vec.base_decode) + np.dot(occ.end_pmf, vec.answer_decode))
         thinking = occ.mean_thinking_tokens
-        small_frac = occ.small_kept / occ.steps
+        small_frac = occ.small_kept / occ.steps if reason else 0.0
     latency = float(sum(comp.values()))
     acc_len = expected_tokens_per_iteration(tb.workload.acceptance_per_position(gamma)) if gamma else np.nan
     return {

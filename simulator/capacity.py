@@ -105,7 +105,7 @@ def single_request_latency(rs: ResolvedScenario, hw: str, tp: int, cfg: SystemCo
     from simulator.cost_tables import CostTables
 
     d = rs.deployments(hw, tp)
-    tb = CostTables(d["base"], d["small"], d["draft"], rs.workload, cfg.gamma)
+    tb = CostTables(d["base"], d["small"], d["draft"], rs.workload, cfg.gamma, execution=rs.scenario.execution)
     return float(predict_point(cfg, chain_for(cfg, rs.workload, {}), CostVectors(tb))["latency_s"])
 
 
@@ -135,7 +135,8 @@ def evaluate(point: Point, rate: float | None = None, users: int | None = None, 
         arrivals = point.load.arrivals(rate)
         n, too_short = requests_for(point, rate)
     res = simulate_serving(point.cfg, rs.deployments(point.hardware, point.tp), rs.workload, arrivals,
-                           n, point.seed, (mf.small, mf.base), point.load.max_batch)
+                           n, point.seed, (mf.small, mf.base), point.load.max_batch,
+                           execution=rs.scenario.execution)
     out = summarize_serving(res, parse_slo(point.slo_text))
     if too_short:  # beyond what the request cap can judge: not claimed as sustainable
         out["slo_met"] = False

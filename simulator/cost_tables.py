@@ -5,6 +5,10 @@ a call prefills ``n`` new tokens on ``c`` cached ones (producing the first outpu
 then the i-th decode (i = 1..k-1) runs with ``c + n + i - 1`` ... approximated as context
 ``x + i`` where x is the context before the step; a speculative iteration at offset g
 (tokens produced after the first) costs gamma draft decodes + one verification at x+1+g.
+
+Every prefill goes through :meth:`CostTables.prefill`, which applies the execution's
+whole-block prefix caching (``simulator.execution.cache_split``), so the engines cannot
+disagree about what a cached prefix saves either.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from simulator.cost_model import Deployment
+from simulator.execution import Execution, cache_split
 from simulator.workload import WorkloadProfile
 
 COMPONENTS = (
@@ -29,6 +34,7 @@ class CostTables:
     draft: Deployment
     workload: WorkloadProfile
     gamma: int | None
+    execution: Execution = field(default_factory=Execution)
     max_context: int = field(init=False)
 
     def __post_init__(self):
@@ -56,5 +62,10 @@ class CostTables:
         return float(cum[context + tokens] - cum[context + 1])
 
     def prefill(self, who: str, new_tokens, cached_tokens):
+        """Prefill ``new_tokens`` on ``cached_tokens`` nominally cached ones (broadcasts over arrays);
+        with block prefix caching the uncached tail of the last partial block is prefilled again."""
         dep = {"small": self.small, "base": self.base, "draft": self.draft}[who]
+        b = self.execution.prefix_cache_block
+        if b > 1:
+            new_tokens, cached_tokens = cache_split(new_tokens, cached_tokens, b)
         return dep.prefill_time(new_tokens, cached_tokens)

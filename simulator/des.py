@@ -22,8 +22,10 @@ from scipy import stats
 
 from simulator.cost_tables import COMPONENTS, CostTables
 from simulator.speculative import tokens_per_iteration_pmf
-from simulator.systems import SystemConfig
+from simulator.systems import USES_GAMMA, SystemConfig
 from simulator.workload import answer_hazard
+
+VANILLA = ("vanilla-base", "vanilla-small", "specdecode")
 
 
 @dataclass
@@ -65,17 +67,38 @@ class RequestSimulator:
         return float(self.tb.draft_iter[x0 + g].sum()), float(self.tb.verify_iter[x0 + g].sum())
 
     def base_generate(self, r: _Request, t: int, k: int, first_call: bool) -> float:
-        """One base-model call writing k tokens at thinking tokens t."""
+        """One base-model call writing k tokens at thinking tokens t (speculatively with a draft)."""
         P = self.w.prompt_tokens
         s = r.add("call_overhead_s", self.tb.call_s)
         new, cached = (P, 0) if first_call else (1, P + t)
         s += r.add("base_prefill_s", self.tb.prefill("base", new, cached))
-        if self.cfg.system == "specreason-decode":
+        if self.cfg.system in USES_GAMMA:
             s += r.add("draft_s", self.tb.prefill("draft", new, cached))
             d, v = self.spec_segment(r, P + t + 1, k - 1)
             s += r.add("draft_s", d) + r.add("verify_s", v)
         else:
             s += r.add("base_decode_s", self.tb.decode_sum("base", P + t, k))
+        return s
+
+    def small_generate(self, r: _Request, t: int, k: int, first_call: bool) -> float:
+        """One small-model call writing k tokens at thinking tokens t (vanilla-small step by step)."""
+        P = self.w.prompt_tokens
+        new, cached = (P + t, 0) if first_call else (1, P + t)
+        s = r.add("call_overhead_s", self.tb.call_s) + r.add("small_prefill_s", self.tb.prefill("small", new, cached))
+        return s + r.add("small_decode_s", self.tb.decode_sum("small", P + t, k))
+
+    def answer_call(self, r: _Request, t: int, who: str = "base") -> float:
+        """The answer call after the chain: 1 new token on the cached chain, then the answer."""
+        w, P = self.w, self.w.prompt_tokens
+        if who == "small":
+            return self.small_generate(r, t, w.answer_tokens, first_call=False)
+        s = r.add("call_overhead_s", self.tb.call_s) + r.add("base_prefill_s", self.tb.prefill("base", 1, P + t))
+        if self.cfg.system in USES_GAMMA:
+            s += r.add("draft_s", self.tb.prefill("draft", 1, P + t))
+            d, v = self.spec_segment(r, P + t + 1, w.answer_tokens - 1)
+            s += r.add("draft_s", d) + r.add("verify_s", v)
+        else:
+            s += r.add("base_decode_s", self.tb.decode_sum("base", P + t, w.answer_tokens))
         return s
 
     def sample_chain_step(self, j: int, t: int, who: str) -> tuple[int, bool]:
@@ -92,7 +115,7 @@ class RequestSimulator:
 
     # ---- whole requests ---------------------------------------------------------------------
     def vanilla(self, rid: int):
-        """vanilla-base, vanilla-small, specdecode: one call over the whole chain."""
+        """vanilla-base, vanilla-small, specdecode: one call over the whole chain (the default execution)."""
         cfg, w, P = self.cfg, self.w, self.w.prompt_tokens
         who = "small" if cfg.system == "vanilla-small" else "base"
         t, j, steps = 0, 0, []
@@ -173,15 +196,34 @@ class RequestSimulator:
             if stop:
                 break
         if w.answer_tokens > 0:
-            s = r.add("call_overhead_s", self.tb.call_s) + r.add("base_prefill_s", self.tb.prefill("base", 1, P + t))
-            if spec:
-                s += r.add("draft_s", self.tb.prefill("draft", 1, P + t))
-                d, v = self.spec_segment(r, P + t + 1, w.answer_tokens - 1)
-                s += r.add("draft_s", d) + r.add("verify_s", v)
-            else:
-                s += r.add("base_decode_s", self.tb.decode_sum("base", P + t, w.answer_tokens))
-            r.answer_s = s
+            r.answer_s = self.answer_call(r, t)
+            yield from gpu_hold(r.answer_s)
+        return r, steps, stop, t
+
+    def stepwise(self, rid: int, gpu_hold):
+        """vanilla-base, vanilla-small, specdecode step by step (``execution.step_calls``): one call
+        per step on the cached chain, then the answer call; a generator like :meth:`specreason`."""
+        w, P = self.w, self.w.prompt_tokens
+        who = "small" if self.cfg.system == "vanilla-small" else "base"
+        gen = self.small_generate if who == "small" else self.base_generate
+        r, steps = _Request(), []
+        t, j = 0, 0
+        while True:
+            k, ends = self.sample_chain_step(j, t, who)
+            s = gen(r, t, k, first_call=(j == 0))
             yield from gpu_hold(s)
+            steps.append({"request": rid, "step": j, "context_tokens": P + t, "proposer": who, "kept_tokens": k,
+                          "small_tokens": k if who == "small" else 0, "score": np.nan, "accepted": who == "small",
+                          "base_tokens": k if who == "base" else 0, "small_s": s if who == "small" else 0.0,
+                          "scoring_s": 0.0, "base_s": s if who == "base" else 0.0, "step_s": s})
+            t += k
+            j += 1
+            stop = self.stop_reason(ends, t)
+            if stop:
+                break
+        if w.answer_tokens > 0:
+            r.answer_s = self.answer_call(r, t, who)
+            yield from gpu_hold(r.answer_s)
         return r, steps, stop, t
 
 
@@ -200,7 +242,9 @@ def simulate(cfg: SystemConfig, tables: CostTables, n_requests: int, seed: int) 
 
     def one_request(rid: int):
         start = env.now
-        if cfg.system in ("vanilla-base", "vanilla-small", "specdecode"):
+        if cfg.system in VANILLA and tables.execution.step_calls:
+            r, steps, stop, think = yield from sim.stepwise(rid, gpu_hold)
+        elif cfg.system in VANILLA:
             r, steps, stop, think = sim.vanilla(rid)
             yield from gpu_hold(sum(r.comp.values()))
         else:

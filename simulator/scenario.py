@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from simulator.catalog import get_hardware, get_model
 from simulator.cost_model import CostProfile, Deployment, prior_profile
 from simulator.errors import InputError
+from simulator.execution import Execution
 from simulator.loading import load_yaml_model, read_yaml, validate_model
 from simulator.systems import SYSTEMS, USES_GAMMA, SystemName, SystemConfig, expand_systems
 from simulator.workload import WorkloadProfile
@@ -97,6 +98,8 @@ class Scenario(_Strict):
     systems: list[SystemName] = Field(default=list(SYSTEMS), min_length=1)
     grid: Grid = Field(default_factory=Grid)
     engine: Literal["analytic", "des"] = "analytic"
+    # how the engine runs calls: prefix-cache block size, vanilla/specdecode step by step (simulator/execution.py)
+    execution: Execution = Field(default_factory=Execution)
     slo: str | None = None  # capacity planning, e.g. "p99_latency<=300s" (specsim capacity / report)
     requests: int = Field(default=1000, ge=2, le=10_000_000)
     seed: int = 0

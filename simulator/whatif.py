@@ -43,12 +43,13 @@ def run_grid(rs: ResolvedScenario, engine: Literal["analytic", "des"] | None = N
     for hw in rs.hardware_names:
         for tp in rs.tps:
             dep = rs.deployments(hw, tp)
-            tables = {None: CostTables(dep["base"], dep["small"], dep["draft"], w, None)}
+            ex = rs.scenario.execution
+            tables = {None: CostTables(dep["base"], dep["small"], dep["draft"], w, None, execution=ex)}
             vectors = {None: CostVectors(tables[None])}
             for cfg in todo:
                 g = cfg.gamma
                 if g not in tables:
-                    tables[g] = CostTables(dep["base"], dep["small"], dep["draft"], w, g)
+                    tables[g] = CostTables(dep["base"], dep["small"], dep["draft"], w, g, execution=ex)
                     vectors[g] = CostVectors(tables[g])
                     _share(vectors[None], vectors[g], cfg.system)
                 if engine == "analytic":

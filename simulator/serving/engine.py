@@ -16,8 +16,9 @@ over the k iterations, so a long generation costs one event per change of the ba
 per token.
 
 KV cache (tokens): running sequences pin their KV; a request's prefix stays cached in the
-engine between its calls (prefix caching) and is evicted LRU when room is needed (its next
-call then recomputes the prefix). A call waits in FIFO order while its prefill does not fit;
+engine between its calls (prefix caching, in whole blocks of ``prefix_cache_block`` tokens: a
+call re-prefills the uncached tail of the last partial block, ``simulator.execution.cache_split``)
+and is evicted LRU when room is needed (its next call then recomputes the prefix). A call waits in FIFO order while its prefill does not fit;
 when decoding growth does not fit, the youngest running sequence is preempted
 (recompute-style: it re-queues at the head and re-prefills its whole context).
 """
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.cost_model import Deployment
+from simulator.execution import cache_split
 from simulator.serving.pass_cost import PassCost
 from simulator.serving.request_plan import Call
 
@@ -60,8 +62,10 @@ class Engine:
     """
 
     def __init__(self, name: str, dep: Deployment, kv_capacity_tokens: int, max_batch: int = 256,
-                 draft: Deployment | None = None, gamma: int | None = None, max_spec_iters: int = 0):
+                 draft: Deployment | None = None, gamma: int | None = None, max_spec_iters: int = 0,
+                 prefix_cache_block: int = 1):
         self.name, self.dep, self.draft, self.gamma = name, dep, draft, gamma
+        self.block = prefix_cache_block
         self.spec = draft is not None and bool(gamma)
         self.pc = PassCost(dep)
         self.pc_draft = PassCost(draft) if self.spec else None
@@ -128,6 +132,9 @@ class Engine:
                 c = job.call
                 if c.cached_tokens > 0 and have == 0:
                     job.pending = c.cached_tokens + c.new_tokens  # prefix evicted: recompute it
+                elif self.block > 1:
+                    new, kept = cache_split(c.new_tokens, c.cached_tokens, self.block)
+                    job.kv, job.pending = int(kept), int(new)
                 else:
                     job.kv, job.pending = c.cached_tokens, c.new_tokens
             # room for the prefill plus one round of growth of the batch it joins (no admit/preempt ping-pong)

@@ -25,6 +25,7 @@ import pandas as pd
 import simpy
 
 from simulator.cost_model import Deployment
+from simulator.execution import Execution
 from simulator.serving.arrivals import ArrivalProcess, ClosedLoopUsers
 from simulator.serving.engine import Engine
 from simulator.serving.kv_cache import kv_capacity_tokens
@@ -62,15 +63,19 @@ class Replica:
     """Colocated small + base engines of one replica and their shared-GPU scheduler."""
 
     def __init__(self, env: simpy.Environment, cfg: SystemConfig, deps: dict[str, Deployment],
-                 workload: WorkloadProfile, memory_fraction: tuple[float, float], max_batch: int = 256):
+                 workload: WorkloadProfile, memory_fraction: tuple[float, float], max_batch: int = 256,
+                 execution: Execution | None = None):
         self.env, self.cfg = env, cfg
+        block = (execution or Execution()).prefix_cache_block
         spec = cfg.system in ("specdecode", "specreason-decode")
         base_models = [deps["base"], deps["draft"]] if spec else [deps["base"]]
         max_out = workload.token_budget + workload.max_step_tokens + workload.answer_tokens + 2
         self.engines = [
-            Engine("small", deps["small"], kv_capacity_tokens(memory_fraction[0], [deps["small"]]), max_batch),
+            Engine("small", deps["small"], kv_capacity_tokens(memory_fraction[0], [deps["small"]]), max_batch,
+                   prefix_cache_block=block),
             Engine("base", deps["base"], kv_capacity_tokens(memory_fraction[1], base_models), max_batch,
-                   draft=deps["draft"] if spec else None, gamma=cfg.gamma, max_spec_iters=max_out),
+                   draft=deps["draft"] if spec else None, gamma=cfg.gamma, max_spec_iters=max_out,
+                   prefix_cache_block=block),
         ]
         self.t_call = deps["base"].cost.call_overhead_s
         self.reqs: dict[int, _Req] = {}
@@ -238,23 +243,26 @@ class Replica:
 def simulate_serving(cfg: SystemConfig, deps: dict[str, Deployment], workload: WorkloadProfile,
                      arrivals: ArrivalProcess, n_requests: int, seed: int,
                      memory_fraction: tuple[float, float] = (0.1, 0.8), max_batch: int = 256,
-                     plans: list[RequestPlan] | None = None) -> ServingResult:
+                     plans: list[RequestPlan] | None = None, execution: Execution | None = None) -> ServingResult:
     """Serve ``n_requests`` requests of ``cfg`` on one replica; per-request and per-engine results.
 
     Streams: requests (plans) and arrivals come from two independent children of ``seed``,
     so the same seed gives the same requests at every load (common random numbers).
     ``plans`` (trace replay: each measured request's own calls) replaces the sampled plans;
     request i then gets ``plans[i]`` and ``n_requests`` is ``len(plans)``.
+    ``execution`` (default: token-exact caching, one-call vanilla systems): block prefix caching in
+    both engines and, with ``step_calls``, vanilla systems and specdecode planned step by step.
     """
+    execution = execution or Execution()
     plan_ss, arr_ss = np.random.SeedSequence(seed).spawn(2)
     plan_rng, arr_rng = np.random.default_rng(plan_ss), np.random.default_rng(arr_ss)
     if plans is None:
-        planner = RequestPlanner(cfg, workload)
+        planner = RequestPlanner(cfg, workload, step_calls=execution.step_calls)
         plans = [planner.sample(plan_rng) for _ in range(n_requests)]
     else:
         plans, n_requests = list(plans), len(plans)
     env = simpy.Environment()
-    rep = Replica(env, cfg, deps, workload, memory_fraction, max_batch)
+    rep = Replica(env, cfg, deps, workload, memory_fraction, max_batch, execution)
 
     def open_loop(times: np.ndarray):
         for rid, t in enumerate(times):

@@ -3,7 +3,8 @@
 The plan follows exactly the step semantics of :mod:`simulator.des` (and
 :mod:`simulator.chain`): the small model proposes a step, the base model scores it in one
 prefill pass, regenerates it on reject; the first ``first_n`` steps come from the base model;
-vanilla systems and specdecode are one long generation. Only *what* is computed is sampled
+vanilla systems and specdecode are one long generation, or with ``step_calls``
+(``simulator.execution``) one call per step on the cached chain plus the answer call. Only *what* is computed is sampled
 here (step lengths, scores, answer events, speculative acceptances); *when* it runs is the
 serving simulation's business. Sampling everything at arrival gives common random numbers:
 the same seed yields the same requests at every load.
@@ -50,8 +51,8 @@ class RequestPlan:
 class RequestPlanner:
     """Samples :class:`RequestPlan` s of one system configuration (des.py's semantics)."""
 
-    def __init__(self, cfg: SystemConfig, workload: WorkloadProfile):
-        self.cfg, self.w = cfg, workload
+    def __init__(self, cfg: SystemConfig, workload: WorkloadProfile, step_calls: bool = False):
+        self.cfg, self.w, self.step_calls = cfg, workload, step_calls
         n_max = workload.max_steps() + 1
         self.h = {SMALL: answer_hazard(workload.steps_pmf_small, n_max), BASE: answer_hazard(workload.steps_pmf_base, n_max)}
         self.step_cdf = {SMALL: _cdf(workload.step_pmf_small.probs), BASE: _cdf(workload.step_pmf_base.probs)}
@@ -84,7 +85,7 @@ class RequestPlanner:
     # ---- whole requests ---------------------------------------------------------------------
     def sample(self, rng: np.random.Generator) -> RequestPlan:
         if self.cfg.system in ("vanilla-base", "vanilla-small", "specdecode"):
-            return self._vanilla(rng)
+            return self._stepwise(rng) if self.step_calls else self._vanilla(rng)
         return self._specreason(rng)
 
     def _vanilla(self, rng) -> RequestPlan:
@@ -103,6 +104,25 @@ class RequestPlanner:
         total = think + w.answer_tokens
         return RequestPlan([self._gen(rng, who, w.prompt_tokens, 0, total)], think, total, j,
                            j if who == SMALL else 0, stop)
+
+    def _stepwise(self, rng) -> RequestPlan:
+        """Vanilla / specdecode step by step: one call per step on the cached chain, then the answer."""
+        w, P = self.w, self.w.prompt_tokens
+        who = SMALL if self.cfg.system == "vanilla-small" else BASE
+        calls: list[Call] = []
+        t, j, stop = 0, 0, "answer"
+        while True:
+            k, ends = self._step(rng, j, who)
+            calls.append(self._gen(rng, who, P if j == 0 else 1, 0 if j == 0 else P + t, k))
+            t, j = t + k, j + 1
+            if ends:
+                break
+            if t >= w.token_budget:
+                stop = "budget"
+                break
+        if w.answer_tokens > 0:
+            calls.append(self._gen(rng, who, 1, P + t, w.answer_tokens))
+        return RequestPlan(calls, t, t + w.answer_tokens, j, j if who == SMALL else 0, stop)
 
     def _specreason(self, rng) -> RequestPlan:
         cfg, w, P, J = self.cfg, self.w, self.w.prompt_tokens, self.w.judge_template_tokens
