@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.specsim-installed
 ENGINES_STAMP := $(VENV)/.engines-installed
 SCENARIO ?= scenarios/reference-a6000-qwq32b.yaml
 
-.PHONY: setup engines demo test test-fast test-real bench clean validate-traces report-cpu bench-serving validate-serving
+.PHONY: setup engines demo test test-fast test-real bench clean validate-traces report-cpu bench-serving validate-serving validate-serving-systems
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -64,3 +64,12 @@ SERVE_ARGS ?= --users 1,2,4,8 --poisson-rate 1.5 --poisson-rate 3 --requests 24
 validate-serving: $(ENGINES_STAMP)
 	for r in 1 2 3; do $(SPECSIM) calibrate serve-run $(SERVE_ARGS) --out $(SERVE_OUT)/rep$$r || exit 1; done
 	$(SPECSIM) validate-serving $(SERVE_OUT)/rep[0-9]*/* --profile simulator/profiles/cost_cpu-vllm032.yaml --fit-levels poisson-1.5 --report $(SERVE_OUT)/report
+
+# SpecReason under load against real vLLM on this CPU (docs/serving-model.md): whole systems (vanilla-base and
+# SpecReason with the small + base engines colocated) at 1/2/4/8 closed-loop users and Poisson arrivals, 3 repeats,
+# then call-by-call replay through the serving simulator, step-time parameters fitted on 1 user only.
+SYS_OUT ?= out/serving-systems-cpu
+SYS_ARGS ?= --system vanilla-base --system specreason --score-mode mean --threshold 6 --users 1,2,4,8 --poisson-rate 0.6 --requests 16 --budget 64 --step-max-tokens 24
+validate-serving-systems: $(ENGINES_STAMP)
+	for r in 1 2 3; do $(SPECSIM) calibrate serve-systems $(SYS_ARGS) --out $(SYS_OUT)/rep$$r || exit 1; done
+	$(SPECSIM) validate-serving $(SYS_OUT)/rep[0-9]*/*/* --profile simulator/profiles/cost_cpu-vllm032.yaml --fit-levels closed-1 --report $(SYS_OUT)/report

