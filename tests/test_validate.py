@@ -9,11 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from calibrate.fit_cost import (CallPredictor, Setup, build_profile, calls_from_run_dir, fit_cost, load_measured,
                                 profile_to_yaml, write_atomic)
 from calibrate.trace_schema import SCHEMA_VERSION
 from simulator.cost_model import CostParams
+from simulator.systems import SystemConfig
 from validate.metrics import ape, coverage, summarize
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -198,10 +201,6 @@ def _fake_set(sizes: list[int]):
     return MeasuredSet(pd.DataFrame(columns=["request_id"]), pd.DataFrame(rows), ["x"], "run_dir", {})
 
 
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-
 @settings(max_examples=60, deadline=None)
 @given(sizes=st.lists(st.integers(1, 9), min_size=1, max_size=6), k=st.integers(2, 6), seed=st.integers(0, 2**16))
 def test_request_kfold_partitions_stratified_and_deterministic(sizes, k, seed):
@@ -300,3 +299,101 @@ def test_cli_bad_requests_spec_exits_2_one_line(tmp_path):
               "requests:kfold=two"])
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert "requests:kfold=two" in r.stderr
+
+
+# ---- prediction intervals ---------------------------------------------------------------------------
+@settings(max_examples=40, deadline=None)
+@given(sd=st.floats(0.01, 1.0), n=st.integers(3, 30), mean=st.floats(-1, 1))
+def test_t_predictive_widens_as_fit_runs_shrink(sd, n, mean):
+    """Same sample mean and sd, fewer fit runs -> a wider interval for the next run's offset; many runs ->
+    the normal interval mean ± 1.645 sd."""
+    from validate.replay import t_predictive
+
+    def width(k):
+        z = np.linspace(-1, 1, k)
+        o = mean + sd * (z - z.mean()) / z.std(ddof=1)
+        p = t_predictive(o)
+        assert p.loc == pytest.approx(mean) and p.dof == k - 1
+        lo, hi = p.interval(0.9)
+        return hi - lo
+
+    assert width(n) > width(n + 1) > 2 * 1.6448 * sd
+    assert width(2000) == pytest.approx(2 * 1.6449 * sd, rel=2e-3)
+
+
+def test_offset_fallbacks_pool_then_resample():
+    from validate.replay import offset_predictives
+
+    pred, notes = offset_predictives({"a": [0.1, -0.1, 0.2, 0.0], "b": [0.3]})
+    assert pred["a"].dof == 3 and pred["b"].dof == 3 and pred["b"].loc == pytest.approx(0.3)
+    assert pred["b"].scale == pytest.approx(np.std([0.1, -0.1, 0.2, 0.0], ddof=1) * np.sqrt(2))
+    assert len(notes) == 1 and notes[0].startswith("b: 1 fit run") and "pooled" in notes[0]
+    pred, notes = offset_predictives({"a": [0.1, -0.1], "b": [0.3]})  # 1 pooled dof: not enough
+    assert pred["a"].dof is None and pred["b"].dof is None and len(notes) == 2 and "not estimable" in notes[0]
+
+
+def _coverage_of_new_runs(method: str, reps: int = 300, n_fit: int = 5, tau: float = 0.15, sigma: float = 0.1,
+                          calls: int = 20, seed: int = 7) -> float:
+    """Fit runs with known log offsets u_r ~ N(0, tau), within-run noise N(0, sigma); how often does
+    the 90% interval of a request of a *new* run (20 calls, predicted 1 s each) hold its time?"""
+    from scipy import stats as sst
+
+    from validate.replay import CallNoise, OffsetPredictive, offset_predictives, request_totals
+
+    rng = np.random.default_rng(seed)
+    within = sst.norm.ppf(np.clip(np.linspace(0, 1, 101), 1e-3, 1 - 1e-3), scale=sigma)
+    hit = 0
+    for _ in range(reps):
+        offsets = rng.normal(0, tau, n_fit)
+        if method == "t":
+            off = offset_predictives({"op": offsets})[0]["op"]
+        else:  # the old rule: resample the fit runs' own offsets
+            off = OffsetPredictive(n_fit, 0.0, 0.0, None, offsets, "observed")
+        noise = {"op": CallNoise(off, within)}
+        totals = request_totals(np.ones(calls), np.zeros(calls, dtype=int), np.full(calls, "op"), 1, noise, 400, rng)
+        lo, hi = np.quantile(totals[0], [0.05, 0.95])
+        measured = np.exp(rng.normal(0, tau) + rng.normal(0, sigma, calls)).sum()
+        hit += lo <= measured <= hi
+    return hit / reps
+
+
+def test_interval_coverage_near_nominal_with_known_run_offsets():
+    """The t-predictive covers ~90% of new runs; resampling 5 observed offsets covers far fewer
+    (a test that fails for the old intervals)."""
+    assert 0.85 <= _coverage_of_new_runs("t") <= 0.95
+    assert _coverage_of_new_runs("observed") < 0.8
+
+
+def test_distribution_interval_adds_cost_uncertainty(workload):
+    """Every simulated second is assigned to one call; with no cost noise the widened latencies are the
+    DES's own; with a known offset they scale by exp(offset); with real noise the interval widens."""
+    from simulator.cost_tables import CostTables
+    from simulator.des import simulate
+    from validate.distribution import simulated_calls
+    from validate.replay import CallNoise, OffsetPredictive, request_totals
+    from tests.conftest import deployments
+
+    b, s = deployments()
+    for cfg in (SystemConfig(system="specreason", threshold=7), SystemConfig(system="vanilla-base")):
+        req, steps = simulate(cfg, CostTables(b, s, s, workload, cfg.gamma), 200, 3)
+        rows, ops, secs = simulated_calls(cfg, req, steps)
+        lat = req["latency_s"].to_numpy()
+        assert np.allclose(np.bincount(rows, weights=secs, minlength=len(req)), lat)
+        assert ("score" in ops) == (cfg.system == "specreason")
+
+        def noise(loc, scale, dof, sigma):
+            q = np.linspace(-1, 1, 101) * sigma
+            return {op: CallNoise(OffsetPredictive(5, loc, scale, dof, np.zeros(5), "x"), q) for op in set(ops)}
+
+        rng = np.random.default_rng(0)
+        assert np.allclose(request_totals(secs, rows, ops, len(req), noise(0, 0, 4.0, 0), 1, rng)[:, 0], lat)
+        assert np.allclose(request_totals(secs, rows, ops, len(req), noise(np.log(2), 0, 4.0, 0), 1, rng)[:, 0], 2 * lat)
+        wide = request_totals(secs, rows, ops, len(req), noise(0, 0.2, 4.0, 0.1), 1, rng)[:, 0]
+        w = np.quantile(wide, 0.95) - np.quantile(wide, 0.05)
+        assert w > np.quantile(lat, 0.95) - np.quantile(lat, 0.05)
+
+
+def test_pi_rel_width_in_summary():
+    s = summarize([100.0, 200.0, 50.0], [100.0, 200.0, 50.0], low=[90, 150, 45], high=[110, 250, 60])
+    assert s["pi_rel_width"] == pytest.approx(0.3)  # median of 0.2, 0.5, 0.3
+    assert np.isnan(summarize([1.0], [1.0])["pi_rel_width"])

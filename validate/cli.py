@@ -49,7 +49,8 @@ def validate(
         if key in f:
             a = f[key].iloc[0]
             print(f"  {label:13s} n={a['n']:3d} median APE {100 * a['median_ape']:.1f}% p90 {100 * a['p90_ape']:.1f}% "
-                  f"bias {100 * a['bias']:+.1f}% coverage {100 * a['coverage']:.0f}%")
+                  f"bias {100 * a['bias']:+.1f}% coverage {100 * a['coverage']:.0f}% "
+                  f"(median 90% interval width {100 * a['pi_rel_width']:.0f}% of the prediction)")
     value = headline(res, bar_target)
     if max_median_ape is not None and value > max_median_ape:
         print(f"FAIL: median APE ({bar_target}) {100 * value:.2f}% > {100 * max_median_ape:.2f}%", file=sys.stderr)

@@ -2,12 +2,30 @@
 simulator's engines, compared with held-out measured requests. Tests the whole model.
 
 Per configuration: the analytic engine's expected latency (``simulator.analytic``) is the
-point prediction for every request of that configuration; the DES (``simulator.des``) gives
-the request-latency distribution, whose central ``LEVEL`` interval is the prediction
-interval for one request. Measured: each request's modelled call time up to the workload
-model's end rule (``to_answer_s``; for the SpecReason traces the first answer step, the rule
-the workload profile was fitted with). Censored requests (no answer inside the recording)
-are left out and counted.
+point prediction for every request of that configuration. Measured: each request's modelled
+call time up to the workload model's end rule (``to_answer_s``; for the SpecReason traces the
+first answer step, the rule the workload profile was fitted with). Censored requests (no answer
+inside the recording) are left out and counted.
+
+Prediction interval (level ``LEVEL``) for one request. The DES (``simulator.des``) samples
+``n_requests`` requests from the workload distributions, timed by the fitted cost model: that is
+the workload's spread alone, as if the cost model were exact. The measured calls are not: the
+same cost-model uncertainty as trace replay (``validate.replay``) is put on every simulated call,
+
+    L_j* = Σ_o exp(u_{j,o}) Σ_{c ∈ calls of kind o in request j} t_c exp(ε_c)
+
+t_c the DES's time of call c, u_{j,o} one draw per simulated request and call kind from the
+predictive of a new run's log offset (Student-t, ``replay.offset_predictives``), ε_c iid from
+the kind's within-run residual quantiles. The interval is the central ``LEVEL`` range of
+L_1*..L_n*; the workload-only range stays in ``des_pi_low_s`` / ``des_pi_high_s``.
+
+Calls of a simulated request, by kind: SpecReason(-Decode) steps carry their small, scoring and
+base call times (kinds small_generate, score, base_generate; spec_generate for SpecReason-Decode's
+base calls, as the runner labels them); a vanilla-base / vanilla-small / specdecode request the
+DES times as one call is split evenly over its chain steps (the runner calls the engine once per
+step) of kind base_generate / small_generate / spec_generate. What the step records do not hold
+(the answer call) counts as one more call of the base (vanilla-small: small) kind. Kinds the
+fold's cost profile has no residuals for keep their DES times (noted).
 """
 
 from __future__ import annotations
@@ -22,8 +40,10 @@ from simulator.cost_tables import CostTables
 from simulator.des import simulate
 from simulator.systems import SystemConfig
 from simulator.workload import WorkloadProfile
+from validate.replay import CallNoise, noise_model, request_totals
 
 LEVEL = 0.90
+STEP_TIME_COLUMNS = (("small_s", "small_generate"), ("scoring_s", "score"), ("base_s", None))
 
 
 def config_of(row) -> SystemConfig:
@@ -34,30 +54,84 @@ def config_of(row) -> SystemConfig:
                         threshold=int(thr) if system.startswith("specreason") and thr == thr else None)
 
 
+def main_op(cfg: SystemConfig) -> str:
+    """The call kind of the configuration's base-model (vanilla-small: small-model) generation calls."""
+    if cfg.system == "vanilla-small":
+        return "small_generate"
+    return "spec_generate" if cfg.system in ("specdecode", "specreason-decode") else "base_generate"
+
+
+def simulated_calls(cfg: SystemConfig, req: pd.DataFrame, steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(request row, call kind, seconds) of every call of the DES's requests (module docstring)."""
+    rid = {r: i for i, r in enumerate(req["request"])}
+    lat = req["latency_s"].to_numpy(float)
+    rows, ops, secs = [], [], []
+    accounted = np.zeros(len(req))
+    base = main_op(cfg)
+    timed = len(steps) and all(c in steps.columns for c, _ in STEP_TIME_COLUMNS)
+    if timed:
+        r = steps["request"].map(rid).to_numpy()
+        for col, op in STEP_TIME_COLUMNS:
+            t = steps[col].fillna(0.0).to_numpy(float)
+            m = t > 0
+            rows.append(r[m])
+            ops.append(np.full(m.sum(), op or base, dtype=object))
+            secs.append(t[m])
+            accounted += np.bincount(r[m], weights=t[m], minlength=len(req))
+    elif len(steps):  # one call over the whole chain: split evenly over its steps
+        k = steps.groupby("request").size().reindex(req["request"]).fillna(1).to_numpy(int)
+        k = np.maximum(k, 1)
+        r = np.repeat(np.arange(len(req)), k)
+        t = np.repeat(lat / k, k)
+        rows.append(r)
+        ops.append(np.full(len(r), base, dtype=object))
+        secs.append(t)
+        accounted = lat.copy()
+    rest = lat - accounted
+    m = rest > 1e-9 * np.maximum(lat, 1e-12)
+    rows.append(np.flatnonzero(m))
+    ops.append(np.full(m.sum(), base, dtype=object))
+    secs.append(rest[m])
+    return np.concatenate(rows).astype(int), np.concatenate(ops).astype(str), np.concatenate(secs)
+
+
 def predict_config(cfg: SystemConfig, workload: WorkloadProfile, profile: CostProfile, setup: Setup,
-                   n_requests: int = 1000, seed: int = 0, level: float = LEVEL) -> dict:
-    """Analytic mean and DES interval of one configuration's request latency."""
+                   n_requests: int = 1000, seed: int = 0, level: float = LEVEL,
+                   noise: dict[str, CallNoise] | None = None) -> dict:
+    """Analytic mean and DES interval of one configuration's request latency; with ``noise`` (the
+    fold's cost-model interval model) the interval also holds the cost model's uncertainty."""
     params = profile.params(setup.hardware)
     dep = {r: Deployment(m, setup.hardware, setup.tp, params) for r, m in setup.models.items()}
     tables = CostTables(dep["base"], dep["small"], dep["draft"], workload, cfg.gamma)
     point = predict_point(cfg, chain_for(cfg, workload, {}), CostVectors(tables))
-    req, _ = simulate(cfg, tables, n_requests, seed)
+    req, steps = simulate(cfg, tables, n_requests, seed)
     lat = req["latency_s"].to_numpy()
     a = (1.0 - level) / 2.0
-    return {"predicted_s": point["latency_s"], "des_mean_s": float(lat.mean()),
-            "pi_low_s": float(np.quantile(lat, a)), "pi_high_s": float(np.quantile(lat, 1.0 - a)),
-            "pred_small_step_fraction": point["small_step_fraction"], "pred_steps": point["steps"],
-            "pred_acceptance_length": point["acceptance_length"], "des_requests": n_requests}
+    out = {"predicted_s": point["latency_s"], "des_mean_s": float(lat.mean()),
+           "des_pi_low_s": float(np.quantile(lat, a)), "des_pi_high_s": float(np.quantile(lat, 1.0 - a)),
+           "pred_small_step_fraction": point["small_step_fraction"], "pred_steps": point["steps"],
+           "pred_acceptance_length": point["acceptance_length"], "des_requests": n_requests}
+    if noise:
+        rows, ops, secs = simulated_calls(cfg, req, steps)
+        wide = request_totals(secs, rows, ops, len(req), noise, 1, np.random.default_rng([seed, 1]))[:, 0]
+        out["pi_low_s"], out["pi_high_s"] = float(np.quantile(wide, a)), float(np.quantile(wide, 1.0 - a))
+        out["unmodelled_ops"] = ",".join(sorted(set(ops) - set(noise)))
+    else:
+        out["pi_low_s"], out["pi_high_s"] = out["des_pi_low_s"], out["des_pi_high_s"]
+        out["unmodelled_ops"] = "all (workload spread only)"
+    return out
 
 
 def predict_distribution(ms: MeasuredSet, workload: WorkloadProfile, profile: CostProfile, setup: Setup,
-                         n_requests: int = 1000, seed: int = 0, level: float = LEVEL) -> pd.DataFrame:
+                         n_requests: int = 1000, seed: int = 0, level: float = LEVEL,
+                         cost_uncertainty: bool = True) -> pd.DataFrame:
     """One row per measured request with the configuration's predictions."""
     rows = []
     cache: dict = {}
+    noise = noise_model(profile)[0] if cost_uncertainty else None
     for _, r in ms.requests.iterrows():
         cfg = config_of(r)
         if cfg not in cache:
-            cache[cfg] = predict_config(cfg, workload, profile, setup, n_requests, seed, level)
+            cache[cfg] = predict_config(cfg, workload, profile, setup, n_requests, seed, level, noise=noise)
         rows.append({**r.to_dict(), **cache[cfg], "pi_level": level})
     return pd.DataFrame(rows)

@@ -6,6 +6,8 @@ For predictions p_i of measurements m_i (m_i > 0):
     APE_i = |e_i|
     median / mean / p90 APE over i; bias = median e_i (mean e_i alongside)
     coverage = fraction of m_i inside their prediction interval [lo_i, hi_i]
+    pi_rel_width = median_i (hi_i - lo_i) / p_i   (how wide the intervals are, relative to the
+                   prediction: coverage bought with absurd width shows here)
 """
 
 from __future__ import annotations
@@ -29,8 +31,16 @@ def coverage(measured, low, high) -> float:
     return float(np.mean((m[ok] >= lo[ok]) & (m[ok] <= hi[ok]))) if ok.any() else float("nan")
 
 
+def rel_width(predicted, low, high) -> float:
+    """Median (hi - lo) / p over the rows that have an interval."""
+    p, lo, hi = (np.asarray(x, dtype=float) for x in (predicted, low, high))
+    ok = ~(np.isnan(lo) | np.isnan(hi) | np.isnan(p)) & (p > 0)
+    return float(np.median((hi[ok] - lo[ok]) / p[ok])) if ok.any() else float("nan")
+
+
 def summarize(predicted, measured, low=None, high=None) -> dict:
-    """n, median/mean/p90 APE, bias (median and mean signed relative error), interval coverage."""
+    """n, median/mean/p90 APE, bias (median and mean signed relative error), interval coverage and
+    median relative interval width."""
     p, m = np.asarray(predicted, dtype=float), np.asarray(measured, dtype=float)
     ok = ~(np.isnan(p) | np.isnan(m)) & (m > 0)
     e = relative_error(p[ok], m[ok])
@@ -41,9 +51,11 @@ def summarize(predicted, measured, low=None, high=None) -> dict:
            "p90_ape": float(np.quantile(a, 0.9)) if len(a) else np.nan,
            "bias": float(np.median(e)) if len(e) else np.nan,
            "mean_bias": float(e.mean()) if len(e) else np.nan,
-           "coverage": np.nan}
+           "coverage": np.nan, "pi_rel_width": np.nan}
     if low is not None and high is not None:
-        out["coverage"] = coverage(m[ok], np.asarray(low, dtype=float)[ok], np.asarray(high, dtype=float)[ok])
+        lo, hi = np.asarray(low, dtype=float)[ok], np.asarray(high, dtype=float)[ok]
+        out["coverage"] = coverage(m[ok], lo, hi)
+        out["pi_rel_width"] = rel_width(p[ok], lo, hi)
     return out
 
 

@@ -6,24 +6,49 @@ its calls' predictions; the measured value is the sum of the same calls' times
 (``measured_s``) and, for the end-to-end figure, the recorded request time
 (``measured_e2e_s``, which also holds what the model does not know about).
 
-Prediction interval (level ``LEVEL``): the fit's residuals, resampled. For call i of kind o,
-T_i = T̂_i · exp(u_{r,o} + ε_i) with u_{r,o} a run-level offset drawn from the fit runs'
-per-run median log ratios for kind o, and ε_i drawn from the within-run residual quantiles of
-kind o (inverse-CDF sampling); the request total's central ``LEVEL`` interval over ``n_boot``
-draws. Run-level offsets matter: iid call errors average out over a few hundred calls and
-would give far too narrow intervals if the runs differ systematically.
+Prediction interval (level ``LEVEL``) for a request of a *new* run. Call i of kind o takes
+
+    T_i = T̂_i · exp(u_o + ε_i)
+
+u_o: the run's log offset for kind o (how much slower/faster than the fitted model the whole run
+is), ε_i: the call's within-run residual. The fit stores, per kind, the fit runs' offsets
+o_1..o_n (per-run median of log measured/predicted) and the quantiles of the within-run
+residuals (``fit.per_op`` of the profile).
+
+- u_o is drawn from the *predictive* distribution of a new run's offset, not from the n observed
+  ones (which, with 4-8 fit runs, rarely include a run as slow as the next one):
+
+      u_o ~ m + s·sqrt(1 + 1/n)·t_{n-1},   m = mean(o_1..o_n),  s = sd(o_1..o_n) (ddof 1)
+
+  (the normal model's predictive for a new draw with unknown mean and variance). When a kind has
+  fewer than 3 fit runs (t with 1 dof has no mean; with 0 there is no spread at all) its scale is
+  borrowed from the other kinds, pooled: s_p² = Σ_o (n_o-1) s_o² / Σ_o (n_o-1) with
+  Σ_o (n_o-1) dof, location its own mean (0 without any offset); when that pool has fewer than 2
+  dof either, the observed offsets are resampled (too narrow, and the report's notes say so).
+- Kinds are drawn independently (a run slow in one kind need not be slow in another: on the
+  SpecReason traces runs 6-7 are +28-51 % on base calls and -2..-12 % on the others).
+- ε_i: iid draws from the within-run residual quantiles of kind o (inverse-CDF sampling).
+
+One u_o per request and draw, so call-level noise averages out over a request's calls while the
+run offset does not. The request total's central ``LEVEL`` interval over ``n_boot`` draws.
+Requests with a call kind the profile holds no residuals for get no interval (noted).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from calibrate.fit_cost import CallPredictor, MeasuredSet, Setup
 from simulator.cost_model import CostProfile
 from simulator.errors import InputError
 
 LEVEL = 0.90
+MIN_RUNS_T = 3   # fewer fit runs than this for a kind: its scale is pooled over kinds
+MIN_POOLED_DOF = 2
 
 
 def setup_from_profile(profile: CostProfile, fallback: Setup | None = None) -> Setup:
@@ -37,14 +62,108 @@ def setup_from_profile(profile: CostProfile, fallback: Setup | None = None) -> S
     return Setup.from_names(s["hardware"], int(s["tp"]), s["base_model"], s["small_model"], s.get("draft_model"))
 
 
-def _sampler(profile: CostProfile, op: str):
-    per = (profile.fit or {}).get("per_op", {}).get(op)
-    if not per or "within_run_log_ratio_quantiles" not in per:
-        return None
-    q = np.asarray(per["within_run_log_ratio_quantiles"], dtype=float)
-    offsets = np.asarray(list(per.get("run_offsets", {}).values()) or [0.0], dtype=float)
-    grid = np.linspace(0.0, 1.0, len(q))
-    return lambda rng, size: np.interp(rng.random(size), grid, q), offsets
+# ---- the predictive distribution of a new run's offset ----------------------------------------------
+@dataclass
+class OffsetPredictive:
+    """Predictive distribution of a new run's log offset for one call kind (see the module docstring)."""
+
+    n: int                    # fit runs with this kind
+    loc: float
+    scale: float
+    dof: float | None         # None: resample ``offsets`` (no spread estimable)
+    offsets: np.ndarray
+    method: str
+
+    def draw(self, rng: np.random.Generator, size) -> np.ndarray:
+        if self.dof is None:
+            return rng.choice(self.offsets if len(self.offsets) else np.zeros(1), size=size)
+        return self.loc + self.scale * rng.standard_t(self.dof, size=size)
+
+    def interval(self, level: float = LEVEL) -> tuple[float, float]:
+        """Central ``level`` interval of the offset."""
+        a = (1.0 - level) / 2.0
+        if self.dof is None:
+            o = self.offsets if len(self.offsets) else np.zeros(1)
+            return float(np.quantile(o, a)), float(np.quantile(o, 1 - a))
+        h = self.scale * stats.t.ppf(1 - a, self.dof)
+        return self.loc - h, self.loc + h
+
+
+def t_predictive(offsets) -> OffsetPredictive:
+    """Student-t predictive of one more draw from the population the ``offsets`` came from
+    (n >= 2; n - 1 dof, location the mean, scale sd·sqrt(1 + 1/n))."""
+    o = np.asarray(offsets, dtype=float)
+    n = len(o)
+    if n < 2:
+        raise ValueError("t_predictive needs at least 2 offsets")
+    return OffsetPredictive(n, float(o.mean()), float(o.std(ddof=1) * np.sqrt(1 + 1 / n)), float(n - 1), o,
+                            f"t, {n - 1} dof")
+
+
+def offset_predictives(per_op: dict[str, np.ndarray]) -> tuple[dict[str, OffsetPredictive], list[str]]:
+    """Per call kind, the predictive for a new run's offset from the fit runs' offsets; notes for the
+    kinds that fall back (fewer than ``MIN_RUNS_T`` fit runs)."""
+    per_op = {op: np.asarray(v, dtype=float) for op, v in per_op.items()}
+    dof_pool = sum(len(v) - 1 for v in per_op.values() if len(v) >= 2)
+    var_pool = (sum((len(v) - 1) * v.var(ddof=1) for v in per_op.values() if len(v) >= 2) / dof_pool
+                if dof_pool else np.nan)
+    out, notes = {}, []
+    for op, v in per_op.items():
+        n = len(v)
+        if n >= MIN_RUNS_T:
+            out[op] = t_predictive(v)
+        elif dof_pool >= MIN_POOLED_DOF:
+            loc = float(v.mean()) if n else 0.0
+            out[op] = OffsetPredictive(n, loc, float(np.sqrt(var_pool * (1 + 1 / max(n, 1)))), float(dof_pool), v,
+                                       f"t, scale pooled over call kinds ({dof_pool} dof)")
+            notes.append(f"{op}: {n} fit run(s), fewer than {MIN_RUNS_T}: run-offset scale pooled over call kinds "
+                         f"(t, {dof_pool} dof)")
+        else:
+            out[op] = OffsetPredictive(n, float(v.mean()) if n else 0.0, 0.0, None, v, "observed offsets resampled")
+            notes.append(f"{op}: {n} fit run(s) and no other kind to pool from: between-run spread not estimable, "
+                         "the observed offsets are resampled (intervals likely too narrow)")
+    return out, notes
+
+
+@dataclass
+class CallNoise:
+    """Per call kind: the run-offset predictive and the within-run residual quantiles."""
+
+    offset: OffsetPredictive
+    within_quantiles: np.ndarray
+
+    def within(self, rng: np.random.Generator, size) -> np.ndarray:
+        q = self.within_quantiles
+        return np.interp(rng.random(size), np.linspace(0.0, 1.0, len(q)), q)
+
+
+def noise_model(profile: CostProfile) -> tuple[dict[str, CallNoise], list[str]]:
+    """Per call kind of the profile's fit, the interval model; notes on fallbacks."""
+    per = {op: e for op, e in (profile.fit or {}).get("per_op", {}).items()
+           if op != "all" and "within_run_log_ratio_quantiles" in e}
+    preds, notes = offset_predictives({op: list((e.get("run_offsets") or {}).values()) for op, e in per.items()})
+    return ({op: CallNoise(preds[op], np.asarray(e["within_run_log_ratio_quantiles"], dtype=float))
+             for op, e in per.items()}, notes)
+
+
+def request_totals(pred_s: np.ndarray, rows: np.ndarray, ops: np.ndarray, n_requests: int,
+                   noise: dict[str, CallNoise], n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """(n_requests, n_boot) draws of the request totals Σ_i T̂_i exp(u_{r,o} + ε_i), one u per
+    request, kind and draw. Calls of a kind without a noise model count at T̂_i (callers flag them)."""
+    totals = np.zeros((n_requests, n_boot))
+    for op in np.unique(ops):
+        m = ops == op
+        r, p = rows[m], pred_s[m]
+        if op not in noise:
+            np.add.at(totals, r, np.repeat(p[:, None], n_boot, axis=1))
+            continue
+        nm = noise[op]
+        off = nm.offset.draw(rng, (n_requests, n_boot))
+        for start in range(0, len(p), 256):  # bounded memory
+            sl = slice(start, start + 256)
+            eps = nm.within(rng, (len(p[sl]), n_boot))
+            np.add.at(totals, r[sl], p[sl, None] * np.exp(off[r[sl]] + eps))
+    return totals
 
 
 def replay_calls(ms: MeasuredSet, profile: CostProfile, setup: Setup) -> pd.DataFrame:
@@ -63,25 +182,30 @@ def replay(ms: MeasuredSet, profile: CostProfile, setup: Setup, n_boot: int = 10
     req = ms.requests.copy()
     pred = calls.groupby("request_id")["predicted_s"].sum()
     req["predicted_s"] = req["request_id"].map(pred).fillna(0.0).to_numpy()
-    # the measured calls the model knows about, minus those it dropped (time 0)
     lo, hi = np.full(len(req), np.nan), np.full(len(req), np.nan)
-    samplers = {op: _sampler(profile, op) for op in calls["op"].unique()}
-    if all(s is not None for s in samplers.values()):
+    noise, _ = noise_model(profile)
+    if noise and len(calls):
         idx = {r: i for i, r in enumerate(req["request_id"])}
-        totals = np.zeros((len(req), n_boot))
-        for op, d in calls.groupby("op"):
-            draw, offsets = samplers[op]
-            rows = d["request_id"].map(idx).to_numpy()
-            p = d["predicted_s"].to_numpy()
-            # one run offset per request and draw, then iid within-run draws per call
-            off = rng.choice(offsets, size=(len(req), n_boot))
-            for start in range(0, len(d), 256):  # bounded memory
-                sl = slice(start, start + 256)
-                eps = draw(rng, (len(p[sl]), n_boot))
-                contrib = p[sl, None] * np.exp(off[rows[sl]] + eps)
-                np.add.at(totals, rows[sl], contrib)
+        rows = calls["request_id"].map(idx).to_numpy()
+        ops = calls["op"].to_numpy().astype(str)
+        totals = request_totals(calls["predicted_s"].to_numpy(float), rows, ops, len(req), noise, n_boot, rng)
         a = (1.0 - level) / 2.0
         lo, hi = np.quantile(totals, a, axis=1), np.quantile(totals, 1.0 - a, axis=1)
+        unmodelled = np.zeros(len(req), dtype=bool)
+        unmodelled[np.unique(rows[~np.isin(ops, list(noise))])] = True
+        lo[unmodelled], hi[unmodelled] = np.nan, np.nan
     req["pi_low_s"], req["pi_high_s"] = lo, hi
     req["pi_level"] = level
     return req, calls
+
+
+def interval_notes(profile: CostProfile, ops) -> list[str]:
+    """What the report should say about this profile's intervals for calls of kinds ``ops``."""
+    ops = set(map(str, ops))
+    noise, notes = noise_model(profile)
+    notes = [n for n in notes if n.split(":", 1)[0] in ops]
+    missing = sorted(ops - set(noise))
+    if missing:
+        notes.append(f"no residuals for call kind(s) {', '.join(missing)} in the fit: requests with such calls "
+                     "get no replay interval")
+    return notes

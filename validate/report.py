@@ -108,7 +108,8 @@ def plots(res: ValidationResult, out: Path) -> list[str]:
     return names
 
 
-def _table(df: pd.DataFrame, pct: tuple[str, ...] = ("median_ape", "mean_ape", "p90_ape", "bias", "mean_bias", "coverage")) -> str:
+def _table(df: pd.DataFrame, pct: tuple[str, ...] = ("median_ape", "mean_ape", "p90_ape", "bias", "mean_bias", "coverage",
+                                                     "pi_rel_width")) -> str:
     d = df.copy()
     for c in d.columns:
         if c in pct:
@@ -173,7 +174,7 @@ def markdown(res: ValidationResult, images: list[str], command: str, bar: float 
     lines += ["## Trace replay (cost model alone, the runs' own steps)", "",
               "Per request, end-to-end (measured = recorded request time, incl. calls the model does not know):", "",
               _table(f["replay_e2e"]), "", "Per request, modelled calls only (measured = sum of the same calls' times):", "",
-              _table(f["replay_calls"]), "", "Per call kind:", "", _table(f["replay_per_op"].drop(columns=["coverage"])), "",
+              _table(f["replay_calls"]), "", "Per call kind:", "", _table(f["replay_per_op"].drop(columns=["coverage", "pi_rel_width"])), "",
               "Per run (end-to-end):", "", _table(f["replay_per_run"]), ""]
     if "distribution" in f:
         lines += ["## Distribution mode (workload distributions + cost model, analytic mean, DES interval)", "",

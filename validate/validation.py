@@ -19,7 +19,7 @@ from simulator.errors import InputError
 from validate.distribution import predict_config, predict_distribution
 from validate.holdout import Fold, check_out_of_sample, fold_test_set, make_folds
 from validate.metrics import summarize_frame
-from validate.replay import replay, setup_from_profile
+from validate.replay import interval_notes, replay, setup_from_profile
 
 
 @dataclass
@@ -100,6 +100,7 @@ def run_validation(inputs: list[str], profile_path: str, rule: str | None = None
         r["fold"], c["fold"] = fold.name, fold.name
         reps.append(r)
         calls.append(c)
+        notes += [f"intervals, fold {fold.name}: {n}" for n in interval_notes(fold.profile, c["op"].unique())]
         if distribution:
             w, wsrc = _fold_workload(ms, fold, workload_path)
             if w is None:
@@ -107,6 +108,10 @@ def run_validation(inputs: list[str], profile_path: str, rule: str | None = None
                 continue
             d = predict_distribution(test, w, fold.profile, setup, n_requests=des_requests, seed=seed)
             d["fold"] = fold.name
+            unmod = sorted({x for v in d["unmodelled_ops"].astype(str) for x in v.split(",") if x})
+            if unmod:
+                notes.append(f"distribution intervals, fold {fold.name}: no cost-model residuals for "
+                             f"{', '.join(unmod)}: those simulated calls keep their DES times")
             _attach_vanilla(d, ms, w, fold.profile, setup, des_requests, seed)
             dists.append(d)
     res = ValidationResult(inputs=ms.inputs, profile_path=str(profile_path), rule=rule or "profile", setup=setup,
