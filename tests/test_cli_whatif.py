@@ -78,6 +78,14 @@ BASE_SCENARIO = Path(REF).read_text()
       "base: {model: qwq-32b, tp: 1}\nsmall: {model: r1-distill-qwen-1.5b, tp: 1}"), "memory_fraction.base"),
     (("model: qwq-32b", "model: qwq-33b"), "base.model"),
     (("workload: aime_qwq32b_r1-1.5b", "workload: nope"), "workload"),
+    (("hardware: {gpu: rtx-a6000, count: 2}", "hardware: {gpu: rtx-a6000, count: 2}\nexecution: {prefix_cache_block: 0}"),
+     "execution.prefix_cache_block"),
+    (("hardware: {gpu: rtx-a6000, count: 2}", "hardware: {gpu: rtx-a6000, count: 2}\nexecution: {prefix_cache_block: 16.5}"),
+     "execution.prefix_cache_block"),
+    (("hardware: {gpu: rtx-a6000, count: 2}", "hardware: {gpu: rtx-a6000, count: 2}\nexecution: {step_calls: sometimes}"),
+     "execution.step_calls"),
+    (("hardware: {gpu: rtx-a6000, count: 2}", "hardware: {gpu: rtx-a6000, count: 2}\nexecution: {block: 16}"),
+     "execution.block"),
 ])
 def test_bad_scenarios_give_one_line_exit_2(tmp_path, capsys, edit, field):
     old, new = edit
@@ -121,6 +129,23 @@ def test_list_and_show(capsys):
         assert code == 0 and out
     code, out, _ = run_cli(["show", "reference-a6000-qwq32b"], capsys)
     assert code == 0 and "resolved:" in out and "token_budget: 8192" in out
+    assert "execution:\n  prefix_cache_block: 1\n  step_calls: false" in out
+
+
+def test_execution_field_reaches_the_engines(tmp_path, capsys):
+    """Block caching costs specreason more and leaves one-call vanilla alone; step calls cost vanilla more."""
+    cpu = Path("scenarios/cpu-smollm2.yaml").read_text()
+    args = ["--system", "vanilla-base", "--system", "specreason", "--threshold", "5", "--format", "json"]
+    lat = {}
+    for name, ex in (("exact", ""), ("block", "execution: {prefix_cache_block: 128}\n"),
+                     ("both", "execution: {prefix_cache_block: 128, step_calls: true}\n")):
+        code, out, err = run_cli(["whatif", str(_write(tmp_path, cpu + ex, f"{name}.yaml")), *args], capsys)
+        assert code == 0, err
+        lat[name] = {r["system"]: r["latency_s"] for r in json.loads(out)["results"]}
+    assert lat["block"]["vanilla-base"] == lat["exact"]["vanilla-base"]
+    assert lat["block"]["specreason"] > lat["exact"]["specreason"]
+    assert lat["both"]["specreason"] == lat["block"]["specreason"]
+    assert lat["both"]["vanilla-base"] > lat["block"]["vanilla-base"]
 
 
 def test_draft_weights_count_in_the_base_memory_share(tmp_path, capsys):

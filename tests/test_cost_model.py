@@ -95,3 +95,39 @@ def test_profiles_without_seq_overhead_load_with_zero():
     old = load_yaml_model(REPO / "simulator/profiles/cost_a100-80gb-vllm082-specreason-traces.yaml", CostProfile)
     assert old.seq_overhead_s is None and old.params(get_hardware("a100-80gb")).seq_overhead_s == 0.0
     assert prior_profile(get_hardware("cpu")).seq_overhead_s.value > 0
+
+
+# ---- prefix caching in whole blocks (simulator.execution) ---------------------------------------
+@pytest.mark.parametrize("new, cached, block, want_new, want_cached", [
+    (1, 100, 16, 5, 96),  # the tail of the last partial block (4 tokens) is prefilled again
+    (1, 128, 128, 1, 128),  # a full block is reused; the new token is computed
+    (70, 130, 128, 72, 128),  # scoring: step + template on a chain ending 2 tokens into a block
+    (5, 0, 16, 5, 0),  # nothing cached
+    (1, 127, 128, 128, 0),  # under one block: everything is prefilled
+    (16, 16, 16, 16, 16),
+    (3, 100, 1, 3, 100),  # block 1: token-exact caching
+])
+def test_cache_split_by_hand(new, cached, block, want_new, want_cached):
+    from simulator.execution import cache_split
+
+    n, c = cache_split(new, cached, block)
+    assert (int(n), int(c)) == (want_new, want_cached)
+
+
+def test_cost_tables_prefill_applies_block_caching_vectorised(workload):
+    from simulator.cost_tables import CostTables
+    from simulator.execution import Execution, cache_split
+    from tests.conftest import deployments
+
+    b, s = deployments()
+    c = np.arange(0, 700)
+    exact = CostTables(b, s, s, workload, 3)
+    assert np.array_equal(exact.prefill("base", 7, c), b.prefill_time(7, c))  # default: today's caching, exactly
+    for block in (16, 128):
+        tb = CostTables(b, s, s, workload, 3, execution=Execution(prefix_cache_block=block))
+        vec = tb.prefill("small", 7, c)
+        n_eff, c_eff = cache_split(7, c, block)
+        assert np.array_equal(vec, s.prefill_time(n_eff, c_eff))
+        assert [float(tb.prefill("small", 7, int(x))) for x in c[:50]] == list(vec[:50])
+        assert np.all(vec >= exact.prefill("small", 7, c) * (1 - 1e-12))  # never cheaper than exact caching
+        assert np.array_equal(c_eff % block, np.zeros_like(c)) and np.all(n_eff + c_eff == c + 7)
