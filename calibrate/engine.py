@@ -75,6 +75,8 @@ class Engine(ABC):
     name: str = "abstract"
     gamma: int = 0
     tok = None  # an HF-compatible tokenizer, or None with dummy weights
+    # prefix-cache granularity in tokens: 1 = token-exact (the torch engine), vLLM = its KV block size
+    prefix_cache_block: int = 1
     model_dir: Path
 
     # -- tokenizer (shared by the real engines; test doubles may override) ---------------------

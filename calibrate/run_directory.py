@@ -112,3 +112,34 @@ class RunDirectory:
         for fh in self._handles.values():
             fh.close()
         self._handles.clear()
+
+
+def execution_of_run(run_dir: str | Path) -> dict:
+    """How a runner run executed, in the simulator's terms (``simulator.execution.Execution`` fields):
+
+    - ``step_calls``: the runner runs every system one engine call per step (``options.call_granularity``;
+      runs recorded before that field existed ran step by step too);
+    - ``prefix_cache_block``: ``options.prefix_cache_block`` (vLLM's KV block size; 0 = prefix caching off,
+      mapped to the largest block: every call re-prefills its prompt); for older runs without it, the
+      greatest common divisor of the engine-reported cached counts in ``steps.jsonl`` (vLLM caches whole
+      blocks, so every count is a multiple of the block), 1 when nothing was cached.
+
+    Returns those two fields plus ``source`` (where the block came from)."""
+    import math
+
+    run_dir = Path(run_dir)
+    meta = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    opts = meta.get("options") or {}
+    step_calls = opts.get("call_granularity", "step") == "step"
+    block, source = opts.get("prefix_cache_block"), "run.json options.prefix_cache_block"
+    if block is None:
+        g = 0
+        for _, rec in iter_jsonl((run_dir / "steps.jsonl").read_text(encoding="utf-8").splitlines()
+                                 if (run_dir / "steps.jsonl").exists() else [], str(run_dir / "steps.jsonl")):
+            for k in ("score_cached_tokens", "base_cached_tokens"):
+                g = math.gcd(g, int(rec.get(k) or 0))
+        block, source = (g or 1), "inferred: gcd of the cached-token counts in steps.jsonl"
+    block = int(block)
+    if block == 0:
+        block, source = 65536, source + " (0: prefix caching off)"
+    return {"prefix_cache_block": block, "step_calls": step_calls, "source": source}

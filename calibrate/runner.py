@@ -95,7 +95,11 @@ def make_manifest(cfg: SystemConfig, spec: EngineSpec, base: Engine | None, smal
         "sampling": {**asdict(cfg.sampling), "step_max_tokens": cfg.step_max_tokens, "stop": list(STEP_STOP)},
         "seed": seed, "dataset": dataset, "num_requests": n, "command": " ".join(sys.argv),
         "options": {"max_model_len": spec.max_model_len, "dummy_weights": spec.dummy, "budget_rule": BUDGET_RULE,
-                    "env": getattr(lead, "env", {}), **spec.options},
+                    "env": getattr(lead, "env", {}),
+                    # execution semantics the simulator needs to predict these runs (simulator.execution):
+                    # every system runs one engine call per step; 0 = no prefix caching
+                    "call_granularity": "step", "prefix_cache_block": int(getattr(lead, "prefix_cache_block", 1)),
+                    **spec.options},
     }
 
 

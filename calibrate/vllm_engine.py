@@ -54,6 +54,8 @@ class VllmEngine(Engine):
             kwargs["per_request_spec_decode_metrics"] = "detailed"
         self.llm = LLM(**kwargs)
         self.tok = None if dummy else self.llm.get_tokenizer()
+        # vLLM caches whole KV blocks: a call re-prefills the uncached tail of its last partial block
+        self.prefix_cache_block = int(self.llm.llm_engine.vllm_config.cache_config.block_size) if enable_prefix_caching else 0
 
     # -- calls --------------------------------------------------------------------------------
     def _run(self, prompt_ids: list[int], params):
