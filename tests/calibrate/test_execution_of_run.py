@@ -26,5 +26,6 @@ def test_manifest_field_wins_and_zero_means_no_caching(tmp_path):
         (d / "run.json").write_text(json.dumps(meta))
         assert execution_of_run(d)["prefix_cache_block"] == want
     meta["options"].pop("prefix_cache_block")
+    (d / "run.json").write_text(json.dumps(meta))
     (d / "steps.jsonl").write_text("")
     assert execution_of_run(d)["prefix_cache_block"] == 1  # nothing cached: token-exact is all we can say
