@@ -448,8 +448,8 @@ def run_system_serving(cfg: SystemServeConfig, out: str | Path, *, command: str 
 
         warm = {"requests": 0, "seconds": 0.0}
         if cfg.warmup:
-            # one-off kernel warm-up (new GEMM shapes on CPU): other problems, discarded, at 2x the largest level
-            users = 2 * max([a.users for a in cfg.arrivals if isinstance(a, ClosedLoop)] or [4])
+            # one-off kernel warm-up (new GEMM shapes on CPU): other problems, discarded, at the largest level
+            users = max([a.users for a in cfg.arrivals if isinstance(a, ClosedLoop)] or [4])
             t = time.perf_counter()
             for s in dict.fromkeys(s for s, _ in todo):
                 campaign(s, spare[: max(cfg.warmup, users)], ClosedLoop(users), lambda k, r: None)
@@ -499,7 +499,7 @@ def register(calibrate_app) -> None:
         budget: int = typer.Option(48, help="thinking-token budget (checked between steps)"),
         step_max_tokens: int = typer.Option(24, help="largest step"),
         seed: int = typer.Option(0),
-        warmup: int = typer.Option(4, help="discarded warm-up requests per system (closed loop at 2x the largest level)"),
+        warmup: int = typer.Option(4, help="discarded warm-up requests per system (closed loop at the largest level)"),
         dtype: str = typer.Option("float32"),
         out: Path = typer.Option(..., help="campaign folder: OUT/SYSTEM/LEVEL run directories (complete ones kept)"),
     ) -> None:
