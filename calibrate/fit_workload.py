@@ -95,8 +95,12 @@ def _empirical(lengths) -> dict:
 
 
 def score_pmf(scores, pseudo_count: float = SCORE_PSEUDO_COUNT) -> list[float]:
-    """p_k = (n_k + c) / (n + 10c), k = 0..9 (scores rounded to the nearest integer)."""
-    s = np.rint(np.asarray(scores, dtype=float)).astype(int)
+    """p_k = (n_k + c) / (n + 10c), k = 0..9, a score s counted in bin floor(s).
+
+    Floor, not rounding: a step is kept when s >= threshold, so for an integer threshold τ the
+    acceptance P(s >= τ) is exactly P(floor(s) >= τ) = sum_{k>=τ} p_k also for the logprob-weighted
+    (real-valued) score; greedy digit scores are integers either way."""
+    s = np.clip(np.floor(np.asarray(scores, dtype=float) + 1e-9), 0, 9).astype(int)
     counts = np.bincount(s, minlength=10)[:10].astype(float) + pseudo_count
     p = counts / counts.sum()
     return [round(float(x), 10) for x in p]

@@ -84,3 +84,15 @@ def test_committed_profile_equals_a_fresh_fit(trace, tmp_path):
 def test_committed_profile_loads():
     prof = load_workload(PROFILE)
     assert prof.token_budget == 8192 and prof.answer_tokens == 0 and prof.verbosity == 1.0
+
+
+def test_score_pmf_bins_real_scores_so_that_integer_thresholds_are_exact():
+    """Logprob-weighted scores are real: q(τ) = sum_{k>=τ} p_k must equal the fraction with s >= τ."""
+    import numpy as np
+
+    from calibrate.fit_workload import score_pmf
+
+    s = np.array([5.2, 5.96, 6.0, 6.4, 6.99, 7.0, 8.5, 9.0, 0.3, 9.0])
+    p = np.asarray(score_pmf(s, pseudo_count=0.0))
+    for tau in range(10):
+        assert p[tau:].sum() == pytest.approx(np.mean(s >= tau))

