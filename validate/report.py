@@ -172,12 +172,18 @@ def markdown(res: ValidationResult, images: list[str], command: str, bar: float 
         verdict = "PASS" if value <= bar else "FAIL"
         lines += [f"**Bar**: median APE ({target}) {100 * value:.2f}% vs max {100 * bar:.2f}% → **{verdict}**", ""]
     lines += ["## Trace replay (cost model alone, the runs' own steps)", "",
+              "90% intervals: a new run's log offset per call kind from the Student-t predictive of the fit runs' "
+              "offsets (mean, sd·sqrt(1+1/n), n-1 dof) plus iid within-run residuals per call; `pi_rel_width` = "
+              "median (high - low) / prediction.", "",
               "Per request, end-to-end (measured = recorded request time, incl. calls the model does not know):", "",
               _table(f["replay_e2e"]), "", "Per request, modelled calls only (measured = sum of the same calls' times):", "",
               _table(f["replay_calls"]), "", "Per call kind:", "", _table(f["replay_per_op"].drop(columns=["coverage", "pi_rel_width"])), "",
               "Per run (end-to-end):", "", _table(f["replay_per_run"]), ""]
     if "distribution" in f:
         lines += ["## Distribution mode (workload distributions + cost model, analytic mean, DES interval)", "",
+                  "90% intervals: the DES's simulated requests, every simulated call times exp(run offset + "
+                  "within-run residual) drawn as in replay (one offset per simulated request and call kind), so "
+                  "they hold the workload's spread and the cost model's uncertainty.", "",
                   "Per request (measured = modelled calls up to the first answer; censored requests left out):", "",
                   _table(f["distribution"]), "", "Means per configuration:", "", _table(f["distribution_means"]), ""]
     lines += ["## Per configuration (replay)", "", _table(f["configs"]), ""]
