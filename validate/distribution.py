@@ -30,6 +30,8 @@ fold's cost profile has no residuals for keep their DES times (noted).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 import pandas as pd
 
@@ -37,6 +39,7 @@ from calibrate.fit_cost import MeasuredSet, Setup
 from simulator.analytic import CostVectors, chain_for, predict_point
 from simulator.cost_model import CostProfile, Deployment
 from simulator.cost_tables import CostTables
+from simulator.execution import Execution
 from simulator.des import simulate
 from simulator.systems import SystemConfig
 from simulator.workload import WorkloadProfile
@@ -97,12 +100,14 @@ def simulated_calls(cfg: SystemConfig, req: pd.DataFrame, steps: pd.DataFrame) -
 
 def predict_config(cfg: SystemConfig, workload: WorkloadProfile, profile: CostProfile, setup: Setup,
                    n_requests: int = 1000, seed: int = 0, level: float = LEVEL,
-                   noise: dict[str, CallNoise] | None = None) -> dict:
+                   noise: dict[str, CallNoise] | None = None, execution: Execution | None = None) -> dict:
     """Analytic mean and DES interval of one configuration's request latency; with ``noise`` (the
-    fold's cost-model interval model) the interval also holds the cost model's uncertainty."""
+    fold's cost-model interval model) the interval also holds the cost model's uncertainty.
+    ``execution``: how the measured runs executed (calls per step, prefix-cache block), default the
+    simulator's one-call, token-exact caching."""
     params = profile.params(setup.hardware)
     dep = {r: Deployment(m, setup.hardware, setup.tp, params) for r, m in setup.models.items()}
-    tables = CostTables(dep["base"], dep["small"], dep["draft"], workload, cfg.gamma)
+    tables = CostTables(dep["base"], dep["small"], dep["draft"], workload, cfg.gamma, execution=execution or Execution())
     point = predict_point(cfg, chain_for(cfg, workload, {}), CostVectors(tables))
     req, steps = simulate(cfg, tables, n_requests, seed)
     lat = req["latency_s"].to_numpy()
@@ -130,8 +135,31 @@ def predict_distribution(ms: MeasuredSet, workload: WorkloadProfile, profile: Co
     cache: dict = {}
     noise = noise_model(profile)[0] if cost_uncertainty else None
     for _, r in ms.requests.iterrows():
-        cfg = config_of(r)
-        if cfg not in cache:
-            cache[cfg] = predict_config(cfg, workload, profile, setup, n_requests, seed, level, noise=noise)
-        rows.append({**r.to_dict(), **cache[cfg], "pi_level": level})
+        cfg, ex = config_of(r), execution_of(ms, r)
+        if (cfg, ex) not in cache:
+            cache[cfg, ex] = predict_config(cfg, workload, profile, setup, n_requests, seed, level, noise=noise,
+                                            execution=ex)
+        rows.append({**r.to_dict(), **cache[cfg, ex], "pi_level": level, "execution": _describe(ex)})
     return pd.DataFrame(rows)
+
+
+def execution_of(ms: MeasuredSet, request_row) -> Execution:
+    """The measured run's execution semantics: the runner's run directories record (or reveal) them
+    (``calibrate.run_directory.execution_of_run``: a call per step, vLLM's prefix-cache block); other
+    inputs (the SpecReason reference traces) get the simulator's default."""
+    src = request_row.get("source") if hasattr(request_row, "get") else None
+    if ms.kind != "run_dir" or not src:
+        return Execution()
+    return _run_execution(str(src))
+
+
+@lru_cache(maxsize=256)
+def _run_execution(run_dir: str) -> Execution:
+    from calibrate.run_directory import execution_of_run
+
+    e = execution_of_run(run_dir)
+    return Execution(prefix_cache_block=e["prefix_cache_block"], step_calls=e["step_calls"])
+
+
+def _describe(ex: Execution) -> str:
+    return f"block={ex.prefix_cache_block},step_calls={ex.step_calls}"

@@ -81,9 +81,11 @@ def _attach_vanilla(d: pd.DataFrame, ms: MeasuredSet, w, profile, setup, des_req
         return
     from simulator.systems import SystemConfig
 
+    from validate.distribution import execution_of
+
     d["measured_vanilla_s"] = float(van["to_answer_s"].mean())
     d["pred_vanilla_s"] = predict_config(SystemConfig(system="vanilla-base"), w, profile, setup, des_requests,
-                                         seed)["predicted_s"]
+                                         seed, execution=execution_of(ms, van.iloc[0]))["predicted_s"]
 
 
 def run_validation(inputs: list[str], profile_path: str, rule: str | None = None, workload_path: str | None = None,
