@@ -462,6 +462,8 @@ def run_system_serving(cfg: SystemServeConfig, out: str | Path, *, command: str 
                 for name in SYSTEM_FILES:
                     (d / name).unlink(missing_ok=True)
             used = {r: e for r, e in engines.items() if r == "base" or system != "vanilla-base"}
+            for e in engines.values():  # every level starts with a cold prefix cache (no hits on earlier levels' prompts)
+                e.llm.reset_prefix_cache()
             manifest = _manifest(cfg, system, used, arr, warm, command)
             records: list[tuple[str, dict]] = []  # kept in memory while timing: no fsync inside the measured loop
             facts = campaign(system, problems, arr, lambda kind, rec: records.append((kind, rec)))

@@ -116,6 +116,8 @@ def replay_system_plans(calls: pd.DataFrame, requests: pd.DataFrame):
     by_req = {rid: d for rid, d in calls.groupby("request_id", sort=True)}
     for r in requests.itertuples():
         d = by_req[r.request_id]
+        # a hit on a request's first call of an engine (another request's prompt blocks) cannot be held by the
+        # simulator, which caches a request's prefix for its own calls only: that call prefills its whole prompt
         cs = [Call(SMALL if c.engine == "small" else BASE, int(c.prompt_tokens - c.cached_tokens), int(c.cached_tokens),
                    int(c.output_tokens)) for c in d.itertuples()]
         gen = d[d.op == "generate"]
