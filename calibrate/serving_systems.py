@@ -348,8 +348,6 @@ class SystemServeConfig:
     dataset: str = "gsm_symbolic"
 
     def check(self) -> None:
-        from calibrate.orchestrator import SystemConfig
-
         for s in self.systems:
             if s not in SERVE_SYSTEMS:
                 raise InputError(None, "--system", f"{s!r} cannot be served concurrently here (one of: {', '.join(SERVE_SYSTEMS)}; "
