@@ -345,18 +345,24 @@ class ServeConfig:
             raise InputError(None, "--requests", f"must be >= 1 (got {self.requests})")
         if not 1 <= self.min_tokens <= self.max_tokens:
             raise InputError(None, "--min-tokens", f"need 1 <= min-tokens <= max-tokens (got {self.min_tokens}, {self.max_tokens})")
-        if self.warmup < 0:
-            raise InputError(None, "--warmup", f"must be >= 0 (got {self.warmup})")
-        if not self.arrivals:
-            raise InputError(None, "--users", "give at least one --users level or --poisson-rate")
-        for a in self.arrivals:
-            if isinstance(a, ClosedLoop) and a.users < 1:
-                raise InputError(None, "--users", f"must be >= 1 (got {a.users})")
-            if isinstance(a, PoissonLoop) and not a.rate_per_s > 0:
-                raise InputError(None, "--poisson-rate", f"must be > 0 (got {a.rate_per_s})")
+        check_levels(self.warmup, self.arrivals)
 
 
-def _complete(run_dir: Path, n: int) -> bool:
+def check_levels(warmup: int, arrivals: tuple) -> None:
+    """The warm-up count and arrival levels of a concurrent campaign (serve-run and serve-systems)."""
+    if warmup < 0:
+        raise InputError(None, "--warmup", f"must be >= 0 (got {warmup})")
+    if not arrivals:
+        raise InputError(None, "--users", "give at least one --users level or --poisson-rate")
+    for a in arrivals:
+        if isinstance(a, ClosedLoop) and a.users < 1:
+            raise InputError(None, "--users", f"must be >= 1 (got {a.users})")
+        if isinstance(a, PoissonLoop) and not a.rate_per_s > 0:
+            raise InputError(None, "--poisson-rate", f"must be > 0 (got {a.rate_per_s})")
+
+
+def level_complete(run_dir: Path, n: int) -> bool:
+    """A level's run directory holds all ``n`` request records (a timing run is redone otherwise)."""
     p = run_dir / "serve_requests.jsonl"
     return (run_dir / "run.json").is_file() and p.is_file() and sum(1 for ln in p.open() if ln.strip()) == n
 
@@ -386,7 +392,7 @@ def run_serving(cfg: ServeConfig, out: str | Path, *, command: str = "", log=pri
 
     cfg.check()
     out = Path(out)
-    todo = [a for a in cfg.arrivals if not _complete(out / a.label, cfg.requests)]
+    todo = [a for a in cfg.arrivals if not level_complete(out / a.label, cfg.requests)]
     dirs = [out / a.label for a in cfg.arrivals]
     if not todo:
         return dirs

@@ -44,7 +44,8 @@ from pathlib import Path
 from typing import Callable
 
 from calibrate.engine import Engine, Generation, Sampling, ScoreResult
-from calibrate.serving_run import Arrivals, ClosedLoop, PoissonLoop, _finish_manifest, _step_record, loadavg
+from calibrate.serving_run import (Arrivals, ClosedLoop, PoissonLoop, _finish_manifest, _step_record, check_levels,
+                                  level_complete, loadavg)
 from calibrate.trace_schema import SCHEMA_VERSION
 from simulator.errors import InputError
 
@@ -356,15 +357,7 @@ class SystemServeConfig:
             raise InputError(None, "--system", "give at least one system")
         if self.requests < 1:
             raise InputError(None, "--requests", f"must be >= 1 (got {self.requests})")
-        if self.warmup < 0:
-            raise InputError(None, "--warmup", f"must be >= 0 (got {self.warmup})")
-        if not self.arrivals:
-            raise InputError(None, "--users", "give at least one --users level or --poisson-rate")
-        for a in self.arrivals:
-            if isinstance(a, ClosedLoop) and a.users < 1:
-                raise InputError(None, "--users", f"must be >= 1 (got {a.users})")
-            if isinstance(a, PoissonLoop) and not a.rate_per_s > 0:
-                raise InputError(None, "--poisson-rate", f"must be > 0 (got {a.rate_per_s})")
+        check_levels(self.warmup, self.arrivals)
         for s in self.systems:
             self.system_config(s)  # threshold, budget, score mode: the orchestrator's checks
 
@@ -374,11 +367,6 @@ class SystemServeConfig:
         return SystemConfig(system=system, threshold=self.threshold, budget_tokens=self.budget_tokens,
                             step_max_tokens=self.step_max_tokens, score_mode=self.score_mode,
                             sampling=Sampling(temperature=0.0))
-
-
-def _complete(run_dir: Path, n: int) -> bool:
-    p = run_dir / "serve_requests.jsonl"
-    return (run_dir / "run.json").is_file() and p.is_file() and sum(1 for ln in p.open() if ln.strip()) == n
 
 
 def _manifest(cfg: SystemServeConfig, system: str, engines: dict, arr: Arrivals, warm: dict, command: str) -> dict:
@@ -411,7 +399,7 @@ def run_system_serving(cfg: SystemServeConfig, out: str | Path, *, command: str 
 
     cfg.check()
     out = Path(out)
-    todo = [(s, a) for s in cfg.systems for a in cfg.arrivals if not _complete(out / s / a.label, cfg.requests)]
+    todo = [(s, a) for s in cfg.systems for a in cfg.arrivals if not level_complete(out / s / a.label, cfg.requests)]
     dirs = [out / s / a.label for s in cfg.systems for a in cfg.arrivals]
     if not todo:
         return dirs
