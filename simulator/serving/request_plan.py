@@ -69,6 +69,12 @@ class RequestPlanner:
         h = self.h[who]
         return k, bool(u[1] < (h[j] if j < len(h) else 1.0))
 
+    def _stop(self, ends: bool, t: int) -> str | None:
+        """Checked between steps, as ``des.RequestSimulator.stop_reason``: the answer first, then the budget."""
+        if ends:
+            return "answer"
+        return "budget" if t >= self.w.token_budget else None
+
     def _spec_cum(self, rng: np.random.Generator, tokens: int) -> np.ndarray:
         """Cumulative tokens after each verification iteration producing ``tokens`` tokens."""
         if tokens <= 0:
@@ -91,14 +97,12 @@ class RequestPlanner:
     def _vanilla(self, rng) -> RequestPlan:
         w = self.w
         who = SMALL if self.cfg.system == "vanilla-small" else BASE
-        t, j, stop = 0, 0, "answer"
+        t, j = 0, 0
         while True:
             k, ends = self._step(rng, j, who)
             t, j = t + k, j + 1
-            if ends:
-                break
-            if t >= w.token_budget:
-                stop = "budget"
+            stop = self._stop(ends, t)
+            if stop:
                 break
         think = min(t, w.token_budget)
         total = think + w.answer_tokens
@@ -110,15 +114,13 @@ class RequestPlanner:
         w, P = self.w, self.w.prompt_tokens
         who = SMALL if self.cfg.system == "vanilla-small" else BASE
         calls: list[Call] = []
-        t, j, stop = 0, 0, "answer"
+        t, j = 0, 0
         while True:
             k, ends = self._step(rng, j, who)
             calls.append(self._gen(rng, who, P if j == 0 else 1, 0 if j == 0 else P + t, k))
             t, j = t + k, j + 1
-            if ends:
-                break
-            if t >= w.token_budget:
-                stop = "budget"
+            stop = self._stop(ends, t)
+            if stop:
                 break
         if w.answer_tokens > 0:
             calls.append(self._gen(rng, who, 1, P + t, w.answer_tokens))
@@ -127,7 +129,7 @@ class RequestPlanner:
     def _specreason(self, rng) -> RequestPlan:
         cfg, w, P, J = self.cfg, self.w, self.w.prompt_tokens, self.w.judge_template_tokens
         calls: list[Call] = []
-        t, j, prev_regen, out, small_kept, stop = 0, 0, 0, 0, 0, "answer"
+        t, j, prev_regen, out, small_kept = 0, 0, 0, 0, 0
         while True:
             if j < cfg.first_n:
                 k, ends = self._step(rng, j, BASE)
@@ -158,10 +160,8 @@ class RequestPlanner:
                     out += k
                     prev_regen = k
             t, j = t + k, j + 1
-            if ends:
-                break
-            if t >= w.token_budget:
-                stop = "budget"
+            stop = self._stop(ends, t)
+            if stop:
                 break
         if w.answer_tokens > 0:
             calls.append(self._gen(rng, BASE, 1, P + t, w.answer_tokens))
