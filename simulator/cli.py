@@ -2,6 +2,10 @@
 
 Sub-command groups living in other packages (``calibrate``, ``validate``) are registered
 here; their modules import heavy engines lazily, inside the commands.
+
+Error contract (:func:`run_app`): exit 0 success, 1 a quality bar failed (``validate``), 2 bad
+input, a usage mistake or a case the tool cannot judge -- always one line ``error: ...`` on
+stderr, never a traceback (``SPECSIM_DEBUG=1`` re-raises unexpected errors).
 """
 
 from __future__ import annotations
@@ -14,8 +18,37 @@ import typer
 
 from simulator.errors import InputError
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__.splitlines()[0])
+APP_HELP = ("Simulate, fit and validate speculative reasoning (SpecReason) and speculative decoding on "
+            "reasoning models: what-if grids, capacity planning, real runs, validation.")
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=APP_HELP)
 _registered = False
+
+
+def package_version() -> str:
+    """The installed distribution's version (package metadata), ``unknown`` when not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("specreason-sim")
+    except PackageNotFoundError:
+        return "unknown (not installed: pip install -e .)"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"specsim {package_version()}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="print the version and exit")) -> None:
+    """Simulate, fit and validate speculative reasoning and speculative decoding on reasoning models."""
+
+
+def _check_seed(seed: int | None) -> None:
+    if seed is not None and not 0 <= seed < 2**63:
+        raise InputError(None, "--seed", f"must be an integer >= 0 (got {seed})")
 
 
 def _int_range(text: str | None, field: str, lo: int, hi: int) -> list[int] | None:
@@ -61,6 +94,7 @@ def whatif(
         raise InputError(None, "--engine", f"expected analytic or des (got {engine!r})")
     if requests is not None and requests < 2:
         raise InputError(None, "--requests", "must be >= 2")
+    _check_seed(seed)
     df, title, meta = whatif_from_cli(
         scenario, systems=system, gammas=_int_range(gamma, "--gamma", 1, 16),
         thresholds=_int_range(threshold, "--threshold", 0, 10), first_ns=_int_range(first_n, "--first-n", 0, 100000),
@@ -135,6 +169,7 @@ def capacity(
         raise InputError(None, "--format", f"expected table, csv or json (got {fmt!r})")
     if workers is not None and workers < 1:
         raise InputError(None, "--workers", "must be >= 1")
+    _check_seed(seed)
     user_counts = [int(u) for u in _float_list(users, "--users")] if users else None
     df, meta = capacity_from_cli(
         scenario, slo, qps=_float_list(qps, "--qps"), users=user_counts, systems=system,
@@ -171,6 +206,7 @@ def report(
             raise InputError(None, name, f"must be a positive number (got {v})")
     if requests is not None and requests < 20:
         raise InputError(None, "--requests", "must be >= 20")
+    _check_seed(seed)
     path = build_report(scenario, out, slo, requests, seed, gpu_hour_cost, target_qps, workers, ray_address)
     print(f"wrote {path}")
 
@@ -200,30 +236,50 @@ def _register_subapps() -> None:
     _register_serve_systems(calibrate_app)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Console-script entry point: InputError -> one line on stderr, exit code 2."""
-    global _registered
-    if not _registered:
-        _register_subapps()
-        _registered = True
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def run_app(typer_app: typer.Typer, argv: list[str] | None, prog_name: str) -> int:
+    """Run ``typer_app`` under the error contract (module docstring): InputError and every usage
+    mistake (unknown command or option -- with typer's "did you mean" --, missing argument, bad
+    value) -> one line ``error: ...`` and 2; an unexpected exception -> one line and 2 as well
+    (the tool cannot judge this input), re-raised with ``SPECSIM_DEBUG=1``."""
+    import os
+
     try:
-        rc = app(args=argv, standalone_mode=False)
+        rc = typer_app(args=argv, standalone_mode=False, prog_name=prog_name)
     except InputError as e:
-        print(f"error: {e.one_line()}", file=sys.stderr)
+        print(f"error: {_one_line(e.one_line())}", file=sys.stderr)
         return 2
     except typer.Exit as e:
         return e.exit_code
     except (typer.Abort, KeyboardInterrupt):
         print("aborted", file=sys.stderr)
         return 130
-    except Exception as e:  # click usage errors
-        import click
-
-        if isinstance(e, click.exceptions.ClickException):
-            e.show()
-            return 2
-        raise
+    except typer.TyperException as e:  # typer's (vendored click) usage errors
+        if type(e).__name__ == "NoArgsIsHelpError":  # a bare group: its help was printed; not a mistake
+            return 0
+        ctx = getattr(e, "ctx", None)
+        where = f"{ctx.command_path}: " if ctx is not None and ctx.command_path else ""
+        print(f"error: {where}{_one_line(e.format_message())}", file=sys.stderr)
+        return 2 if getattr(e, "exit_code", 1) in (1, 2) else e.exit_code
+    except Exception as e:  # noqa: BLE001 - the contract: no traceback for any input
+        if os.environ.get("SPECSIM_DEBUG"):
+            raise
+        print(f"error: cannot handle this input ({type(e).__name__}: {_one_line(e) or 'no message'}); "
+              "rerun with SPECSIM_DEBUG=1 for the traceback", file=sys.stderr)
+        return 2
     return rc if isinstance(rc, int) else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console-script entry point (:func:`run_app` over the whole ``specsim`` command tree)."""
+    global _registered
+    if not _registered:
+        _register_subapps()
+        _registered = True
+    return run_app(app, argv, "specsim")
 
 
 if __name__ == "__main__":
