@@ -141,7 +141,8 @@ def calls_from_run_dir(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
     prev: dict[int, int] = {}
     for s in sorted(steps, key=lambda r: (r["request_id"], r["step_index"])):
         rid = s["request_id"]
-        common = {"source": str(run_dir), "run_id": f"{run_dir.name}", "request_id": f"{run_dir.name}/{rid}",
+        key = run_dir_key(run_dir)
+        common = {"source": str(run_dir), "run_id": key, "request_id": f"{key}/{rid}",
                   "config": label, "system": system, "threshold": thr if "specreason" in system else np.nan,
                   "gamma": gamma, "step_index": s["step_index"], "spec_gamma": 0, "spec_iterations": 0}
         ctx = s["context_tokens"]
@@ -486,6 +487,8 @@ class MeasuredSet:
     trace: object = None     # SpecReasonTrace when kind == "specreason"
 
     def select_runs(self, keys: set[str]) -> "MeasuredSet":
+        """The runs ``keys`` (full keys, or unique tails of them: ``resolve_run_names``)."""
+        keys = {k or n for n, k in resolve_run_names(keys, self.run_keys).items()}
         c = self.calls[self.calls["run_id"].map(run_key).isin(keys)].reset_index(drop=True)
         r = self.requests[self.requests["run_key"].isin(keys)].reset_index(drop=True)
         s = None if self.steps is None else self.steps[self.steps["run_id"].map(run_key).isin(keys)].reset_index(drop=True)
@@ -497,8 +500,40 @@ class MeasuredSet:
 
 
 def run_key(run_id: str) -> str:
-    """Short name of a run: the last path component (``results/60/3`` -> ``3``)."""
-    return str(run_id).rstrip("/").rsplit("/", 1)[-1]
+    """A run's key: its full id (SpecReason traces: the ``run`` field, ``results/60/3``; run
+    directories: :func:`run_dir_key`). Never shortened: ``a/7/0`` and ``b/3/0`` are two runs."""
+    return str(run_id).strip().rstrip("/")
+
+
+def run_dir_key(path: str | Path) -> str:
+    """A run directory's key: its path relative to the working directory (absolute when outside it), POSIX."""
+    p = Path(os.path.abspath(path))
+    try:
+        return p.relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        return p.as_posix()
+
+
+def _suffix_match(name: str, key: str) -> bool:
+    """``name`` and ``key`` name the same run up to a leading path: equal, or one ends with ``/`` + the other."""
+    return name == key or key.endswith("/" + name) or name.endswith("/" + key)
+
+
+def resolve_run_names(names, known: list[str], what: str = "runs") -> dict[str, str | None]:
+    """Each run name -> the input key it names (exact, else the unique key matching it up to a leading
+    path: ``0`` -> ``results/60/0``), or None when no input run matches. A name matching several input
+    runs is an InputError: which run it meant cannot be told."""
+    out: dict[str, str | None] = {}
+    for name in (str(n).strip().rstrip("/") for n in names):
+        if name in known:
+            out[name] = name
+            continue
+        hits = [k for k in known if _suffix_match(name, k)]
+        if len(hits) > 1:
+            raise InputError(None, what, f"run {name!r} is ambiguous: it matches input runs {', '.join(hits[:4])}"
+                                         f"{' ...' if len(hits) > 4 else ''}; name runs by their full key")
+        out[name] = hits[0] if hits else None
+    return out
 
 
 SPECREASON_HINT = {"hardware": "a100-80gb", "tp": 2, "base_model": "qwq-32b", "small_model": "r1-distill-qwen-1.5b",
@@ -560,14 +595,15 @@ def _run_dir_set(path: Path) -> MeasuredSet:
 
     calls, meta = calls_from_run_dir(path)
     recs = check_run_dir(path)
+    key = run_dir_key(path)
     steps = pd.DataFrame(recs.get("step", []))
     rows = []
     for r in recs.get("request", []):
         d = steps[steps["request_id"] == r["request_id"]]
         iters = sum(int(p[0]) for p in d["spec_drafted_per_pos"] if p) if len(d) else 0
         calls_s = r["small_time_s"] + r["score_time_s"] + r["base_time_s"]
-        rows.append({"source": str(path), "run_id": path.name, "run_key": path.name,
-                     "request_id": f"{path.name}/{r['request_id']}",
+        rows.append({"source": str(path), "run_id": key, "run_key": key,
+                     "request_id": f"{key}/{r['request_id']}",
                      "config": calls["config"].iloc[0] if len(calls) else meta["system"], "system": r["system"],
                      "threshold": meta["threshold"] if "specreason" in r["system"] else np.nan, "gamma": meta["gamma"],
                      "measured_s": calls_s, "measured_e2e_s": r["latency_s"], "to_answer_s": calls_s,
@@ -602,28 +638,33 @@ def load_measured(paths: list[str | Path], prompt_tokens: int | None = None,
         raise InputError(None, "inputs", "mixing SpecReason traces and runner run directories in one call is not supported")
     calls = pd.concat([s.calls for s in sets], ignore_index=True)
     req = pd.concat([s.requests for s in sets], ignore_index=True)
-    keys = [k for s in sets for k in s.run_keys]
-    if len(set(keys)) != len(keys):
-        dup = next(k for k in keys if keys.count(k) > 1)
-        raise InputError(None, "inputs", f"two inputs hold a run named {dup!r}; rename one")
+    seen: dict[str, str] = {}
+    for s in sets:
+        for k in s.run_keys:
+            if k in seen:
+                raise InputError(None, "inputs", f"run key {k!r} occurs twice: in {seen[k]} and in {s.inputs[0]}; "
+                                                 "a run's key must be unique")
+            seen[k] = s.inputs[0]
     steps = pd.concat([s.steps for s in sets], ignore_index=True) if sets[0].steps is not None else None
     return MeasuredSet(calls, req, [i for s in sets for i in s.inputs], sets[0].kind, sets[0].hint, steps,
                        sets[0].trace if len(sets) == 1 else None)
 
 
 def parse_run_rule(text: str, known: list[str]) -> set[str]:
-    """'0-3', '4,6,7' or names -> run keys; every key must exist."""
-    out: set[str] = set()
+    """'0-3', '4,6,7' or names -> run keys; every name must name exactly one input run (a full key, or
+    a unique tail of one: ``3`` for ``results/60/3``, see :func:`resolve_run_names`)."""
+    names: list[str] = []
     for part in (p.strip() for p in text.split(",") if p.strip()):
         if "-" in part[1:] and all(x.strip().isdigit() for x in part.split("-", 1)):
             a, b = (int(x) for x in part.split("-", 1))
-            out |= {str(i) for i in range(a, b + 1)}
+            names += [str(i) for i in range(a, b + 1)]
         else:
-            out.add(part)
-    missing = sorted(out - set(known))
-    if missing or not out:
+            names.append(part)
+    res = resolve_run_names(names, known)
+    missing = sorted(n for n, k in res.items() if k is None)
+    if missing or not names:
         raise InputError(None, "runs", f"unknown run(s) {missing or text!r}; known: {', '.join(known)}")
-    return out
+    return {k for k in res.values() if k is not None}
 
 
 def fit_measured(ms: MeasuredSet, setup: Setup, *, engine: str, hardware_note: str, command: str,

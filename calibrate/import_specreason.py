@@ -285,9 +285,14 @@ def import_specreason(data: str | Path = DEFAULT_DATA_DIR, threshold: float = 7.
     """Read SpecReason per-step JSONL (a file, or every ``*.jsonl`` in a directory)."""
     files = trace_files(data)
     records = []
+    run_file: dict[str, tuple[str, int]] = {}
     for f in files:
         for r in read_records(f):
             r["_file"] = str(f)
+            first = run_file.setdefault(str(r["run"]), (str(f), r["_line"]))
+            if first[0] != str(f):  # a run's key is its ``run`` id: it must be unique over the inputs
+                raise InputError(str(f), f"line {r['_line']}: run", f"run id {r['run']!r} also occurs in {first[0]} "
+                                 f"(line {first[1]}); a run's id must be unique")
             records.append(r)
     df = _steps_frame(records, threshold)
     _check_runs(df)

@@ -120,7 +120,7 @@ def _true_profile(path: Path, runs: list[str]) -> Path:
 def test_run_dir_loader_and_hints(tmp_path):
     make_run_dir(tmp_path / "runA", np.random.default_rng(0))
     ms = load_measured([str(tmp_path / "runA")])
-    assert ms.kind == "run_dir" and ms.run_keys == ["runA"]
+    assert ms.kind == "run_dir" and ms.run_keys == [(tmp_path / "runA").as_posix()]  # full path: the run's key
     assert ms.hint["hardware"] == "a100-80gb" and ms.hint["base_model"] == "qwq-32b" and ms.hint["tp"] == 2
     assert set(ms.calls["op"]) <= {"small_generate", "score", "base_generate"}
     assert len(ms.requests) == 2
@@ -135,7 +135,7 @@ def test_replay_with_true_profile_has_zero_error(tmp_path):
     res = run_validation([str(tmp_path / "runB")], str(prof), distribution=False, n_boot=200)
     fig = res.figures["replay_calls"].iloc[0]
     assert fig["n"] == 2 and fig["median_ape"] < 1e-9 and abs(fig["bias"]) < 1e-9
-    assert res.folds[0].test_runs == ["runB"]
+    assert res.folds[0].test_runs == [(tmp_path / "runB").as_posix()]
 
 
 def _run(args, **kw):
@@ -155,11 +155,12 @@ def test_cli_fit_validate_exit_codes(tmp_path):
     ok = _run([*common, "--report", str(tmp_path / "rep"), "--max-median-ape", "0.5"])
     assert ok.returncode == 0, ok.stderr
     text = (tmp_path / "rep" / "report.md").read_text()
-    assert "| held-out | runA, runB | runC |" in text
+    a, b, c = ((tmp_path / n).as_posix() for n in ("runA", "runB", "runC"))
+    assert f"| held-out | {a}, {b} | {c} |" in text
     assert (tmp_path / "rep" / "predicted_vs_measured.png").stat().st_size > 1000
     bad = _run([*common, "--report", str(tmp_path / "rep2"), "--max-median-ape", "1e-9"])
     assert bad.returncode == 1 and "FAIL" in bad.stderr
-    insample = _run([*common, "--report", str(tmp_path / "rep3"), "--holdout", "runs:runA"])
+    insample = _run([*common, "--report", str(tmp_path / "rep3"), "--holdout", f"runs:{a}"])
     assert insample.returncode == 2 and "in-sample" in insample.stderr and "Traceback" not in insample.stderr
 
 
@@ -180,12 +181,15 @@ def test_real_traces_held_out_replay(tmp_path):
     from calibrate.fit_cost import fit_measured
     from validate.validation import run_validation
 
-    ms = load_measured([str(DATA)]).select_runs({"0", "1", "2", "3"})
+    from calibrate.fit_cost import parse_run_rule
+
+    ms = load_measured([str(DATA)])
+    ms = ms.select_runs(parse_run_rule("0-3", ms.run_keys))  # "0" names results/60/0 (a unique tail)
     prof = fit_measured(ms, _setup(), engine="vllm-0.8.2", hardware_note="test", command="pytest")
     path = write_atomic(tmp_path / "cost.yaml", profile_to_yaml(prof, "pytest"))
     res = run_validation([str(DATA)], str(path), distribution=False, n_boot=200)
     fig = res.figures["replay_e2e"].iloc[0]
-    assert res.folds[0].test_runs == ["4", "5", "6", "7"] and fig["n"] == 4
+    assert res.folds[0].test_runs == [f"results/60/{i}" for i in (4, 5, 6, 7)] and fig["n"] == 4
     assert 0.0 < fig["median_ape"] < 0.5
 
 
@@ -272,6 +276,13 @@ def test_in_sample_fold_is_refused():
 def test_requests_holdout_end_to_end(tmp_path):
     """requests:odd on synthetic runs: every fold refitted on its fit requests' calls, predicts exactly
     its test requests, and the report prints both key lists."""
+    monkeypatch_chdir = pytest.MonkeyPatch.context()
+    with monkeypatch_chdir as mp:
+        mp.chdir(tmp_path)  # run keys are paths relative to the working directory: runA, runB
+        _requests_holdout_end_to_end(tmp_path)
+
+
+def _requests_holdout_end_to_end(tmp_path):
     from validate.report import write_report
     from validate.validation import run_validation
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from calibrate.fit_cost import MeasuredSet, Setup, build_profile, fit_cost, parse_run_rule
+from calibrate.fit_cost import MeasuredSet, Setup, build_profile, fit_cost, parse_run_rule, resolve_run_names
 from simulator.cost_model import CostProfile, prior_profile
 from simulator.errors import InputError
 
@@ -51,6 +51,15 @@ class Fold:
 
 def _profile_runs(profile: CostProfile) -> list[str]:
     return [str(r) for r in (profile.fit or {}).get("runs", [])]
+
+
+def profile_fit_keys(ms: MeasuredSet, profile: CostProfile) -> tuple[list[str], list[str]]:
+    """(the profile's fit runs, each as the input run key it names where it is among the inputs --
+    also when the profile recorded a shorter or longer path, ``calibrate.fit_cost.resolve_run_names`` --
+    else as recorded; the ones among the inputs). A recorded run matching several inputs is an error."""
+    res = resolve_run_names(_profile_runs(profile), ms.run_keys, "--profile fit.runs")
+    keys = [k or n for n, k in res.items()]
+    return keys, [k for k in res.values() if k is not None]
 
 
 def _disjoint(test: set[str], fit_runs: list[str], rule: str) -> None:
@@ -93,6 +102,8 @@ def check_out_of_sample(fold: Fold) -> None:
         what = [f"{k}:{r}" for k, r in overlap]
     else:
         overlap = sorted(set(fold.test_runs) & set(fold.fit_runs))
+        if not overlap and fold.fit_requests is not None and fold.test_requests is not None:
+            overlap = sorted(f"{k}:{r}" for k, r in set(fold.test_requests) & set(fold.fit_requests))
         what = list(overlap)
     if overlap:
         raise InputError(None, "--holdout", f"fold {fold.name}: {', '.join(what[:5])}{' ...' if len(what) > 5 else ''} "
@@ -193,11 +204,12 @@ def make_folds(ms: MeasuredSet, profile: CostProfile, setup: Setup, rule: str | 
 
 def _make_folds(ms: MeasuredSet, profile: CostProfile, setup: Setup, rule: str | None) -> list[Fold]:
     known = ms.run_keys
-    fit_runs = _profile_runs(profile)
+    fit_runs, fit_in_inputs = profile_fit_keys(ms, profile)
     rule = rule or "profile"
 
     def given(name: str, test: list[str]) -> Fold:
-        return Fold(name, fit_runs, test, profile, test_requests=request_keys(ms, set(test)))
+        return Fold(name, fit_runs, test, profile, test_requests=request_keys(ms, set(test)),
+                    fit_requests=request_keys(ms, set(fit_in_inputs)) if fit_in_inputs else None)
 
     if rule == "profile":
         test = [k for k in known if k not in set(fit_runs)]

@@ -46,6 +46,10 @@ def _fold_workload(ms: MeasuredSet, fold: Fold, workload_path: str | None):
     train = [k for k in fold.fit_runs if k in set(ms.run_keys)]
     if not train:
         return None, f"fit runs of fold {fold.name} are not among the inputs: cannot refit the workload out of sample"
+    leak = sorted(set(train) & set(fold.test_runs)) if fold.unit == "runs" else []
+    if leak:  # never refit on held-out runs (check_out_of_sample refuses this first; belt and braces)
+        raise InputError(None, "--holdout", f"fold {fold.name}: held-out run(s) {', '.join(leak)} would be used to "
+                                            "refit the workload; in-sample error is not validation")
     if ms.kind == "run_dir":
         from calibrate.fit_workload_runs import fit_workload_from_runs
 
@@ -116,12 +120,26 @@ def run_validation(inputs: list[str], profile_path: str, rule: str | None = None
                              f"{', '.join(unmod)}: those simulated calls keep their DES times")
             _attach_vanilla(d, ms, w, fold.profile, setup, des_requests, seed)
             dists.append(d)
+    if distribution and dists:
+        _check_judgeable(pd.concat(dists, ignore_index=True))
     res = ValidationResult(inputs=ms.inputs, profile_path=str(profile_path), rule=rule or "profile", setup=setup,
                            folds=folds, replay=pd.concat(reps, ignore_index=True), calls=pd.concat(calls, ignore_index=True),
                            distribution=pd.concat(dists, ignore_index=True) if dists else None, notes=sorted(set(notes)),
                            workload_source=wsrc)
     res.figures = figures(res)
     return res
+
+
+def _check_judgeable(d: pd.DataFrame) -> None:
+    """Distribution mode compares time to the first answer; a held-out set where every request is
+    censored (no answer inside the recording: the token budget or the context guard ended it) has
+    nothing to compare -- an InputError (exit 2), not a crash and not a pass."""
+    cens = d["to_answer_censored"].astype(bool)
+    if cens.all():
+        runs = ", ".join(dict.fromkeys(d["run_key"].astype(str)))
+        raise InputError(None, "--holdout", f"distribution mode: no uncensored held-out run to judge (held-out "
+                                            f"run(s) {runs} never reached an answer inside the recording: token "
+                                            "budget or context limit); hold out other runs or give --no-distribution")
 
 
 def figures(res: ValidationResult) -> dict[str, pd.DataFrame]:
