@@ -156,3 +156,9 @@ def static_bench_cmd(
                       gammas=_ints(gammas, "--gammas"), decode_tokens=decode_tokens, repeats=repeats)
     run_static_bench(arch, plan, out, layers=layers or None, dtype=dtype, device=device, compile_mode=compile,
                      log=typer.echo)
+
+
+# GPU kernel profiles (issue 13): import-vidur, import-aiconfigurator, fit-gpu, validate-gpu
+from calibrate.gpu_profiles.cli import register as _register_gpu_profiles  # noqa: E402
+
+_register_gpu_profiles(app)

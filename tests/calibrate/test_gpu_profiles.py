@@ -1,0 +1,147 @@
+"""GPU kernel profiles (issue 13): importers, the kernel cost model, fits and transfer.
+
+Real third-party data (../shared/data) is read where present; those tests skip cleanly without it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from calibrate.gpu_profiles.import_vidur import OP_KIND, SHAPE_COLUMNS, STATS, gemm_shape, import_vidur
+from calibrate.gpu_profiles.records import RECORD_COLUMNS, read_records, sidecar_path, write_records
+from simulator.errors import InputError
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = REPO.parent / "shared" / "data"
+
+
+def _specsim(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", "import sys; from simulator.cli import main; sys.exit(main())", *map(str, args)],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+def write_vidur_mlp(root: Path, gpu="a100", model="meta-llama/tiny", tp=(1, 2), tokens=(1, 8, 64)) -> Path:
+    """A tiny Vidur-layout mlp.csv: hidden 256, 4 heads, 2 KV heads, ffn 512, gated."""
+    rows = []
+    for t in tp:
+        for m in tokens:
+            r = {}
+            for op in OP_KIND:
+                for s in STATS:
+                    r[f"time_stats.{op}.{s}"] = 0.01 + 1e-4 * m / t
+            r.update(n_head=4, n_kv_head=2, n_embd=256, n_expanded_embd=512, vocab_size=1000, use_gated_mlp=True,
+                     num_tokens=m, num_tensor_parallel_workers=t)
+            rows.append(r)
+    p = root / "compute" / gpu / model / "mlp.csv"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(p, index=False)
+    return p
+
+
+# ---- importers -------------------------------------------------------------------------------------
+def test_gemm_shard_shapes_by_hand():
+    # Llama-2-70B: H 8192, 64 heads / 8 KV, d 128, F 28672, gated; TP=4
+    assert gemm_shape("attn_pre_proj", 8192, 64, 8, 28672, True, 4) == ((16 + 2 * 2) * 128, 8192)
+    assert gemm_shape("attn_post_proj", 8192, 64, 8, 28672, True, 4) == (8192, 16 * 128)
+    assert gemm_shape("mlp_up_proj", 8192, 64, 8, 28672, True, 4) == (2 * 7168, 8192)
+    assert gemm_shape("mlp_down_proj", 8192, 64, 8, 28672, True, 4) == (8192, 7168)
+    # more TP than KV heads: one KV head per GPU, never zero
+    assert gemm_shape("attn_pre_proj", 4096, 32, 4, 11008, True, 8) == ((4 + 2) * 128, 4096)
+
+
+def test_import_vidur_tiny_folder_roundtrip(tmp_path):
+    write_vidur_mlp(tmp_path / "in")
+    df, prov = import_vidur(tmp_path / "in")
+    assert len(df) == 6 * len(OP_KIND)
+    g = df[(df.source_op == "attn_pre_proj") & (df.tp == 2)].iloc[0]
+    assert (g.op, g.n, g.k, g.gpu, g.model) == ("gemm", (2 + 2 * 1) * 64, 256, "a100-80gb", "meta-llama/tiny")
+    t = df[(df.source_op == "add") & (df.tp == 2) & (df.tokens == 64)].time_s.iloc[0]
+    assert t == pytest.approx((0.01 + 1e-4 * 64 / 2) * 1e-3)
+    out = write_records(df, tmp_path / "r.csv", prov)
+    back = read_records(out)
+    assert list(back.columns) == list(RECORD_COLUMNS) and len(back) == len(df)
+    assert np.allclose(back.time_s, df.time_s)
+    assert sidecar_path(out).is_file()
+
+
+@pytest.mark.parametrize("edit,field", [
+    (lambda d: d.assign(extra_col=1), "header: column extra_col: unknown column"),
+    (lambda d: d.drop(columns=[f"time_stats.attn_pre_proj.{s}" for s in STATS]), "missing op 'attn_pre_proj'"),
+    (lambda d: d.assign(**{"time_stats.mlp_act.median": ["x"] + [0.1] * (len(d) - 1)}),
+     "row 1: column time_stats.mlp_act.median: not a number"),
+])
+def test_bad_vidur_csv_exits_2_one_line_nothing_written(tmp_path, edit, field):
+    p = write_vidur_mlp(tmp_path / "in")
+    edit(pd.read_csv(p)).to_csv(p, index=False)
+    out = tmp_path / "o.csv"
+    r = _specsim("calibrate", "import-vidur", tmp_path / "in", "--out", out)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {p}: ") and field in lines[0]
+    assert "Traceback" not in r.stderr
+    assert not out.exists() and not sidecar_path(out).exists()
+
+
+def test_read_records_rejects_bad_rows(tmp_path):
+    write_vidur_mlp(tmp_path / "in")
+    df, prov = import_vidur(tmp_path / "in")
+    p = write_records(df, tmp_path / "r.csv", prov)
+    raw = pd.read_csv(p, dtype=str, keep_default_na=False)
+    raw.loc[4, "time_s"] = "fast"
+    raw.to_csv(p, index=False)
+    with pytest.raises(InputError, match=r"row 5: column time_s: not a number"):
+        read_records(p)
+    raw.loc[4, "time_s"] = "1e-3"
+    raw.loc[2, "op"] = "conv"
+    raw.to_csv(p, index=False)
+    with pytest.raises(InputError, match=r"row 3: column op: unknown op 'conv'"):
+        read_records(p)
+
+
+def test_import_aiconfigurator_tiny_tables(tmp_path):
+    pytest.importorskip("pyarrow")
+    from calibrate.gpu_profiles.import_aiconfigurator import import_aiconfigurator
+
+    common = dict(framework="VLLM", version="0.14.0", device="NVIDIA L40S", kernel_source="k")
+    g = tmp_path / "l40s" / "gemm" / "vllm" / "0.14.0"
+    g.mkdir(parents=True)
+    pd.DataFrame([{**common, "op_name": "gemm", "gemm_dtype": "bfloat16", "m": 8, "n": 1024, "k": 512, "latency": 0.01}]
+                 ).to_parquet(g / "gemm_perf.parquet")
+    c = tmp_path / "l40s" / "comm" / "vllm" / "0.14.0"
+    c.mkdir(parents=True)
+    pd.DataFrame([{**common, "op_name": "all_reduce", "allreduce_dtype": "bfloat16", "num_gpus": 2, "message_size": 1024,
+                   "latency": 0.02, "backend": "vllm_graph"}]).to_parquet(c / "custom_allreduce_perf.parquet")
+    df, prov = import_aiconfigurator(tmp_path)
+    ar = df[df.op == "allreduce"].iloc[0]
+    assert (ar.message_bytes, ar.link, ar.gpu, ar.time_s) == (2048.0, "pcie", "l40s", pytest.approx(2e-5))
+    assert df[df.op == "gemm"].iloc[0].tokens == 8
+    # a non-numeric latency names file, row and column; exit 2
+    pd.DataFrame([{**common, "op_name": "gemm", "gemm_dtype": "bfloat16", "m": 8, "n": 1024, "k": 512, "latency": "slow"}]
+                 ).to_parquet(g / "gemm_perf.parquet")
+    r = _specsim("calibrate", "import-aiconfigurator", tmp_path, "--out", tmp_path / "o.csv")
+    assert r.returncode == 2 and r.stderr.strip() == f"error: {g / 'gemm_perf.parquet'}: row 1: column latency: not a number ('slow')"
+
+
+@pytest.mark.skipif(not (SHARED / "vidur-gpu-profiles").is_dir(), reason="../shared/data/vidur-gpu-profiles absent")
+def test_import_vidur_real_shared_data():
+    df, prov = import_vidur(SHARED / "vidur-gpu-profiles")
+    assert set(df.gpu) == {"a100-80gb", "a40"}
+    assert prov["source_repo"] == "microsoft/vidur" and len(prov.get("source_commit", "")) == 40
+    assert (df.time_s > 0).all() and set(df.tp.dropna().unique()) >= {1, 2, 4, 8}
+
+
+@pytest.mark.skipif(not (SHARED / "aiconfigurator-vllm-kernels").is_dir(), reason="../shared/data/aiconfigurator-vllm-kernels absent")
+def test_import_aiconfigurator_real_shared_data():
+    pytest.importorskip("pyarrow")
+    from calibrate.gpu_profiles.import_aiconfigurator import import_aiconfigurator
+
+    df, prov = import_aiconfigurator(SHARED / "aiconfigurator-vllm-kernels")
+    assert set(df.gpu) == {"a100-80gb", "l40s"}
+    assert {"gemm", "attn_decode", "attn_prefill", "allreduce"} <= set(df.op)
+    assert set(df[df.gpu == "l40s"].link.replace("", np.nan).dropna()) == {"pcie"}
