@@ -11,8 +11,9 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     from calibrate.cli import app
-    from simulator.cli import run_app
+    from simulator.cli import ensure_registered, run_app
 
+    ensure_registered()  # fit, fit-workload, serve-run, ... are added to this app there
     return run_app(app, argv, "specsim calibrate")
 
 

@@ -273,12 +273,17 @@ def run_app(typer_app: typer.Typer, argv: list[str] | None, prog_name: str) -> i
     return rc if isinstance(rc, int) else 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Console-script entry point (:func:`run_app` over the whole ``specsim`` command tree)."""
+def ensure_registered() -> None:
+    """Register the sub-command groups once (also for ``python -m calibrate``)."""
     global _registered
     if not _registered:
         _register_subapps()
         _registered = True
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console-script entry point (:func:`run_app` over the whole ``specsim`` command tree)."""
+    ensure_registered()
     return run_app(app, argv, "specsim")
 
 

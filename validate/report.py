@@ -133,7 +133,7 @@ def _keys_text(keys) -> str:
     by: dict[str, list[str]] = {}
     for run, req in keys:
         req = str(req)
-        local = req[len(run) + 1:] if req.startswith(f"{run}/") else ("(whole run)" if req.rsplit("/", 1)[-1] == run
+        local = req[len(run) + 1:] if req.startswith(f"{run}/") else ("(whole run)" if req == run or req.rsplit("/", 1)[-1] == run
                                                                        else req)
         by.setdefault(str(run), []).append(local)
     return "; ".join(f"{r}[{', '.join(v)}]" for r, v in by.items()) or "none"

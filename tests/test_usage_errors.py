@@ -1,0 +1,111 @@
+"""Issue 19: every usage mistake -- unknown command, misspelled option, missing argument, bad option
+value -- is one line ``error: ...`` (typer's "did you mean" kept) and exit 2, for every subcommand of
+the tree, with or without the real engines; ``specsim --version``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import typer.main
+
+from simulator import cli
+
+# subcommands whose parameters are all optional: no arguments is a valid call (and would run the job)
+VALID_WITHOUT_ARGS = {("calibrate", "prepare-models")}
+
+
+def _tree() -> list[tuple[tuple[str, ...], object]]:
+    cli.main(["--help"])  # registers the sub-apps once
+    out = []
+
+    def walk(cmd, path):
+        sub = getattr(cmd, "commands", None)
+        out.append((path, cmd))
+        for name, c in (sub or {}).items():
+            walk(c, (*path, name))
+
+    walk(typer.main.get_command(cli.app), ())
+    return out
+
+
+TREE = _tree()
+COMMANDS = [p for p, c in TREE if not getattr(c, "commands", None)]
+GROUPS = [p for p, c in TREE if getattr(c, "commands", None)]
+
+
+def _run(args, capsys) -> tuple[int, str, str]:
+    rc = cli.main(list(args))
+    cap = capsys.readouterr()
+    assert "Traceback" not in cap.err + cap.out
+    return rc, cap.out, cap.err
+
+
+def _one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+def test_the_tree_is_walked():
+    assert ("whatif",) in COMMANDS and ("calibrate", "fit") in COMMANDS and ("validate",) in COMMANDS
+    assert ("calibrate",) in GROUPS and len(COMMANDS) >= 15
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=" ".join)
+def test_misspelled_option_is_one_line_exit_2(path, capsys):
+    rc, _, err = _run([*path, "--no-such-optoin", "1"], capsys)
+    assert rc == 2
+    assert "--no-such-optoin" in _one_error_line(err)
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=" ".join)
+def test_no_arguments_is_one_line_exit_2_or_valid(path, capsys):
+    if path in VALID_WITHOUT_ARGS:
+        pytest.skip("all parameters optional: a bare call runs the job")
+    rc, _, err = _run(path, capsys)
+    assert rc == 2
+    assert "Missing" in _one_error_line(err)
+
+
+@pytest.mark.parametrize("path", GROUPS, ids=lambda p: " ".join(p) or "specsim")
+def test_bare_group_prints_help_exit_0_and_unknown_subcommand_exit_2(path, capsys):
+    rc, out, err = _run(path, capsys)
+    assert rc == 0 and "Usage" in out and not err.strip()
+    rc, _, err = _run([*path, "no-such-command"], capsys)
+    assert rc == 2 and "No such command" in _one_error_line(err)
+
+
+@pytest.mark.parametrize("args, expect", [
+    (["whatf", "x"], "Did you mean 'whatif'?"),
+    (["whatif", "reference-a6000-qwq32b", "--gama", "3"], "--gamma"),
+    (["list"], "Missing argument"),
+    (["whatif", "reference-a6000-qwq32b", "--requests", "abc"], "Invalid value for '--requests'"),
+    (["calibrate", "fitt"], "Did you mean 'fit'?"),
+    (["validate", "x", "--profile"], "requires an argument"),
+])
+def test_issue_examples(args, expect, capsys):
+    rc, _, err = _run(args, capsys)
+    assert rc == 2 and expect in _one_error_line(err)
+
+
+def test_version(capsys):
+    from importlib.metadata import version
+
+    rc, out, _ = _run(["--version"], capsys)
+    assert rc == 0 and out.strip() == f"specsim {version('specreason-sim')}"
+
+
+def test_without_engines_or_click_in_a_subprocess():
+    """The console script's path with click, torch and vllm unimportable (a venv made from the
+    declared dependencies only) and through ``python -m calibrate``."""
+    block = "import sys; [sys.modules.__setitem__(m, None) for m in ('click', 'torch', 'vllm', 'transformers')]; "
+    for code, expect in (
+        (block + "from simulator.cli import main; sys.exit(main(['whatf', 'x']))", "Did you mean 'whatif'?"),
+        (block + "from simulator.cli import main; sys.exit(main(['calibrate', 'run', '--sytem', 'x']))", "--sytem"),
+        (block + "from calibrate.__main__ import main; sys.exit(main(['fit', '--outt', 'x']))", "--outt"),
+    ):
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert expect in _one_error_line(r.stderr)
