@@ -7,6 +7,8 @@ Datasheet facts per GPU: BW (memory bandwidth), F (dense BF16 tensor FLOP/s). Pa
     eta_comp    achieved fraction of F by large GEMMs
     m_tile      GEMM token tile: m is padded to a multiple of m_tile (wave / tile quantisation),
                 so the compute term of a GEMM is flat from 1 to m_tile tokens, then steps
+    eta_row     achieved fraction of BW by the small row kernels (norms, RoPE, activation, residual add):
+                they move little data per launch and stay below the streaming kernels' bandwidth
     eta_attn    achieved fraction of F by prefill attention (flash attention)
     t_kernel    fixed cost per kernel (launch, prologue/epilogue, tail wave): what makes small
                 shards launch-bound (7B at TP=4 far below the bandwidth roofline)
@@ -15,7 +17,7 @@ Datasheet facts per GPU: BW (memory bandwidth), F (dense BF16 tensor FLOP/s). Pa
 Times (b = 2 bytes per bf16 element)::
 
     gemm(m, n, k)      = t_kernel + max(b (m k + k n + m n) / (eta_mem BW), 2 ceil(m/m_tile) m_tile n k / (eta_comp F))
-    row op(bytes)      = t_kernel + bytes / (eta_mem BW)                         norm, rope, act, add, embedding
+    row op(bytes)      = t_kernel + bytes / (eta_row BW)                         norm, rope, act, add, embedding
     attn_decode        = t_kernel + max(B (c 2 h_kv d s_kv + 4 h d) / (eta_mem BW), 4 B h d c / (eta_attn F))
     attn_prefill       = t_kernel + max(B ((c+n) 2 h_kv d b + 2 n h d b) / (eta_mem BW),
                                         4 B h d n (c + (n+1)/2) / (eta_attn F))
@@ -43,6 +45,7 @@ class KernelParams:
     compute_efficiency: float = 0.6
     gemm_tile_tokens: float = 64.0
     attn_compute_efficiency: float = 0.4
+    row_mem_efficiency: float = 0.5
     kernel_overhead_s: float = 4e-6
     allreduce_latency_s: float = 10e-6
     allreduce_bandwidth_bytes_per_s: float = 100e9
@@ -109,7 +112,7 @@ class OpArrays:
         m_pad = np.ceil(self.m[s] / p.gemm_tile_tokens) * p.gemm_tile_tokens
         out[s] = p.kernel_overhead_s + np.maximum(self.gemm_bytes[s] / bw, 2.0 * m_pad * self.nk[s] / fl)
         s = self.is_row
-        out[s] = p.kernel_overhead_s + self.row_bytes[s] / bw
+        out[s] = p.kernel_overhead_s + self.row_bytes[s] / (p.row_mem_efficiency * hw.bandwidth)
         s = self.is_attn
         out[s] = p.kernel_overhead_s + np.maximum(self.attn_bytes[s] / bw,
                                                   self.attn_flops[s] / (p.attn_compute_efficiency * hw.flops))
