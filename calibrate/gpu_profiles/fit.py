@@ -40,12 +40,22 @@ def fit_rows(df: pd.DataFrame) -> pd.DataFrame:
     return df[(df["op"] != "allreduce") & df["dtype"].isin(FIT_DTYPES)]
 
 
+CUSTOM_AR_MAX_BYTES = 8 * 2**20  # vLLM's custom all-reduce handles messages up to 8 MiB; NCCL above
+
+
 def allreduce_rows(df: pd.DataFrame) -> pd.DataFrame:
-    """Single-node all-reduce rows of the backend decode runs: vLLM's custom all-reduce in CUDA graphs
-    where measured, else NCCL (Vidur)."""
+    """Single-node all-reduce rows of the path vLLM takes: its custom all-reduce inside CUDA graphs up to
+    ``CUSTOM_AR_MAX_BYTES``, NCCL above (and everywhere when only NCCL was measured: Vidur)."""
     ar = df[(df["op"] == "allreduce") & df["link"].isin(["nvlink", "pcie"])]
-    graph = ar[ar["backend"] == "vllm_graph"]
-    return graph if len(graph) else ar[ar["backend"] == "nccl"]
+    graph = ar[(ar["backend"] == "vllm_graph") & (ar["message_bytes"] <= CUSTOM_AR_MAX_BYTES)]
+    nccl = ar[ar["backend"] == "nccl"]
+    if graph.empty:
+        return nccl
+    parts = [graph]
+    for key, g in graph.groupby(["gpu", "link"]):
+        big = nccl[(nccl["gpu"] == key[0]) & (nccl["link"] == key[1]) & (nccl["message_bytes"] > CUSTOM_AR_MAX_BYTES)]
+        parts.append(big)
+    return pd.concat(parts)
 
 
 def subsample(df: pd.DataFrame, n: int = MAX_PER_GROUP, seed: int = SEED) -> pd.DataFrame:

@@ -142,10 +142,9 @@ def run(records: pd.DataFrame, log=print) -> pd.DataFrame:
         p, prior = Predictor(d)(fit.params), _prior_predict(d)
         for tp, idx in d.groupby("num_gpus").indices.items():
             y = d["time_s"].to_numpy()[idx]
-            rows.append({"split": "allreduce", "fold": f"{gpu} {link} ({d['backend'].iloc[0]}), {tp} GPUs", "level": "op",
-                         "model": "fitted", **metrics(p[idx], y)})
-            rows.append({"split": "allreduce", "fold": f"{gpu} {link} ({d['backend'].iloc[0]}), {tp} GPUs", "level": "op",
-                         "model": "prior", **metrics(prior[idx], y)})
+            fold = f"{gpu} {link} ({'+'.join(sorted(set(d['backend'])))}), {tp} GPUs"
+            rows.append({"split": "allreduce", "fold": fold, "level": "op", "model": "fitted", **metrics(p[idx], y)})
+            rows.append({"split": "allreduce", "fold": fold, "level": "op", "model": "prior", **metrics(prior[idx], y)})
     log("all-reduce: done")
     return pd.DataFrame(rows)
 

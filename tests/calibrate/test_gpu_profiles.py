@@ -145,3 +145,87 @@ def test_import_aiconfigurator_real_shared_data():
     assert set(df.gpu) == {"a100-80gb", "l40s"}
     assert {"gemm", "attn_decode", "attn_prefill", "allreduce"} <= set(df.op)
     assert set(df[df.gpu == "l40s"].link.replace("", np.nan).dropna()) == {"pcie"}
+
+
+# ---- the kernel model: hand-computed cases, recovery from synthetic data ------------------------------
+def _records(rows: list[dict]) -> pd.DataFrame:
+    from calibrate.gpu_profiles.records import empty_row, frame
+
+    return frame([{**empty_row(), "source": "synthetic", "dtype": "bfloat16", "model": "m", **r} for r in rows])
+
+
+def test_kernel_model_hand_computed():
+    from calibrate.gpu_profiles.kernel_model import Datasheet, KernelParams, OpArrays
+
+    hw = Datasheet(bandwidth=1e12, flops=100e12)
+    p = KernelParams(mem_efficiency=0.5, compute_efficiency=0.5, gemm_tile_tokens=64, attn_compute_efficiency=0.25,
+                     row_mem_efficiency=0.25, kernel_overhead_s=5e-6, allreduce_latency_s=10e-6,
+                     allreduce_bandwidth_bytes_per_s=100e9)
+    df = _records([
+        {"op": "gemm", "gpu": "x", "tokens": 1, "n": 4096, "k": 4096},        # memory bound
+        {"op": "gemm", "gpu": "x", "tokens": 65, "n": 4096, "k": 4096},       # compute bound, padded to 128
+        {"op": "norm", "gpu": "x", "tokens": 10, "hidden": 1000, "tp": 1},
+        {"op": "attn_decode", "gpu": "x", "batch": 2, "kv_tokens": 1000, "heads": 8, "kv_heads": 2, "head_dim": 128},
+        {"op": "allreduce", "gpu": "x", "message_bytes": 1e6, "num_gpus": 4},
+    ])
+    t = OpArrays(df).time(p, hw)
+    assert t[0] == pytest.approx(5e-6 + 2 * (4096 + 4096 * 4096 + 4096) / 0.5e12)
+    assert t[1] == pytest.approx(5e-6 + 2 * 128 * 4096 * 4096 / 50e12)
+    assert t[2] == pytest.approx(5e-6 + 10 * 2 * 1000 * 2 / 0.25e12)
+    kv_bytes = 2 * (1001 * 2 * 2 * 128 * 2 + 2 * 1 * 8 * 128 * 2)
+    assert t[3] == pytest.approx(5e-6 + max(kv_bytes / 0.5e12, 4 * 2 * 8 * 128 * 1001 / 25e12))
+    assert t[4] == pytest.approx(10e-6 + 2 * 3 / 4 * 1e6 / 100e9)
+
+
+def test_fit_recovers_known_parameters_from_synthetic_data():
+    from calibrate.gpu_profiles.fit import COMPUTE_PARAMS, Predictor, fit_params
+    from calibrate.gpu_profiles.kernel_model import KernelParams
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for gpu in ("a100-80gb", "l40s"):  # two datasheets, one set of fractions
+        for m in (1, 4, 16, 48, 64, 100, 200, 512, 1024, 4096):
+            for n, k in ((4096, 4096), (11008, 4096), (4096, 11008), (1536, 512)):
+                rows.append({"op": "gemm", "gpu": gpu, "tokens": m, "n": n, "k": k})
+            rows.append({"op": "norm", "gpu": gpu, "tokens": m, "hidden": 4096, "tp": 1})
+            rows.append({"op": "add", "gpu": gpu, "tokens": m * 8, "hidden": 4096, "tp": 1})
+        for b in (1, 8, 64):
+            for c in (128, 2048, 16384):
+                rows.append({"op": "attn_decode", "gpu": gpu, "batch": b, "kv_tokens": c, "heads": 32, "kv_heads": 8, "head_dim": 128})
+                rows.append({"op": "attn_prefill", "gpu": gpu, "batch": b, "tokens": 512, "kv_tokens": c, "heads": 32,
+                             "kv_heads": 8, "head_dim": 128})
+    df = _records(rows)
+    truth = KernelParams(mem_efficiency=0.7, compute_efficiency=0.65, gemm_tile_tokens=64.0, attn_compute_efficiency=0.35,
+                         row_mem_efficiency=0.45, kernel_overhead_s=6e-6)
+    df["time_s"] = Predictor(df)(truth) * np.exp(rng.normal(0, 0.01, len(df)))
+    fit = fit_params(df, COMPUTE_PARAMS, start=KernelParams())
+    # the tile is a step function of m: only pinned to the gaps of the token grid (here 48 < m_tile <= 64)
+    assert 48 <= fit.params.gemm_tile_tokens <= 64.5
+    for name in set(COMPUTE_PARAMS) - {"gemm_tile_tokens"}:
+        assert getattr(fit.params, name) == pytest.approx(getattr(truth, name), rel=0.05), name
+    assert np.median(np.abs(Predictor(df)(fit.params) / df["time_s"].to_numpy() - 1)) < 0.02
+
+
+def test_allreduce_fit_recovers_latency_and_bandwidth():
+    from calibrate.gpu_profiles.fit import AR_PARAMS, Predictor, fit_params
+    from calibrate.gpu_profiles.kernel_model import KernelParams
+
+    rows = [{"op": "allreduce", "gpu": "a100-80gb", "message_bytes": float(s), "num_gpus": g, "link": "nvlink",
+             "backend": "vllm_graph"} for g in (2, 4, 8) for s in 2.0 ** np.arange(10, 28)]
+    df = _records(rows)
+    truth = KernelParams(allreduce_latency_s=7e-6, allreduce_bandwidth_bytes_per_s=150e9)
+    df["time_s"] = Predictor(df)(truth)
+    fit = fit_params(df, AR_PARAMS)
+    assert fit.params.allreduce_latency_s == pytest.approx(7e-6, rel=1e-3)
+    assert fit.params.allreduce_bandwidth_bytes_per_s == pytest.approx(150e9, rel=1e-3)
+
+
+def test_shipped_gpu_profiles_have_provenance():
+    import yaml
+
+    for gpu in ("a100-80gb", "a40", "l40s"):
+        prof = yaml.safe_load((REPO / "simulator" / "profiles" / f"gpu_{gpu}.yaml").read_text())
+        assert prof["hardware"] == gpu and prof["provenance"]["kind"] == "fitted" and prof["provenance"]["sources"]
+        for name, p in prof["params"].items():
+            assert p["kind"] in ("calibrated", "prior") and p["source"], name
+            assert (p["kind"] == "calibrated") == ("stderr" in p), name
