@@ -254,6 +254,8 @@ def run_app(typer_app: typer.Typer, argv: list[str] | None, prog_name: str) -> i
         return 2
     except typer.Exit as e:
         return e.exit_code
+    except SystemExit as e:  # a command's sys.exit(code) (validate: 1 above the bar, 2 cannot judge)
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     except (typer.Abort, KeyboardInterrupt):
         print("aborted", file=sys.stderr)
         return 130

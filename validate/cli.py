@@ -1,6 +1,9 @@
 """``specsim validate``: thin entry point over :mod:`validate.validation` and :mod:`validate.report`.
 
-Exit codes: 0 ok, 1 the median APE is above ``--max-median-ape``, 2 bad input (one line).
+Exit codes: 0 ok, 1 the median APE is above ``--max-median-ape``, 2 bad input (one line) or a case the
+tool cannot judge: no uncensored held-out run for distribution mode, or (``--drift flag``, the
+default) a held-out run outside the fit runs' speed range -- the report is written, the bar is not
+judged; ``--drift exclude`` judges the remaining runs.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ def validate(
     no_distribution: bool = typer.Option(False, "--no-distribution", help="replay only"),
     des_requests: int = typer.Option(1000, "--des-requests", help="DES requests per configuration"),
     seed: int = typer.Option(0, help="seed of the DES and the interval bootstrap"),
+    drift: str = typer.Option("flag", "--drift", help="flag: report runs outside the fit runs' speed range and exit 2; "
+                              "exclude: leave them out of the figures and the bar"),
 ):
     """Predict measured held-out runs (trace replay and distribution mode) and report the errors."""
     from validate.report import write_report
@@ -39,8 +44,10 @@ def validate(
         raise InputError(None, "--max-median-ape", "must be > 0 (a fraction, e.g. 0.05)")
     if des_requests < 2:
         raise InputError(None, "--des-requests", "must be >= 2")
+    if seed < 0:
+        raise InputError(None, "--seed", f"must be >= 0 (got {seed})")
     res = run_validation([str(p) for p in inputs], str(profile), holdout, str(workload) if workload else None,
-                         distribution=not no_distribution, des_requests=des_requests, seed=seed)
+                         distribution=not no_distribution, des_requests=des_requests, seed=seed, drift=drift)
     command = "specsim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     path = write_report(res, report, command, max_median_ape, bar_target)
     f = res.figures
@@ -51,6 +58,16 @@ def validate(
             print(f"  {label:13s} n={a['n']:3d} median APE {100 * a['median_ape']:.1f}% p90 {100 * a['p90_ape']:.1f}% "
                   f"bias {100 * a['bias']:+.1f}% coverage {100 * a['coverage']:.0f}% "
                   f"(median 90% interval width {100 * a['pi_rel_width']:.0f}% of the prediction)")
+    flagged = res.flagged_runs
+    if flagged:
+        d = res.drift_runs.set_index("run_key")
+        print(f"  drift: {len(flagged)} held-out run(s) outside the fit runs' speed range: "
+              + "; ".join(f"{k} ({d.loc[k, 'drift_scope']})" for k in flagged[:6]) + (" ..." if len(flagged) > 6 else ""))
+    if flagged and drift == "flag":
+        print(f"error: --drift: {len(flagged)} held-out run(s) unlike the fit runs (another machine, period or load): "
+              f"{', '.join(flagged[:4])}{' ...' if len(flagged) > 4 else ''}; the bar was not judged (see {path}; "
+              "--drift exclude judges the other runs)", file=sys.stderr)
+        sys.exit(2)
     value = headline(res, bar_target)
     if max_median_ape is not None and value > max_median_ape:
         print(f"FAIL: median APE ({bar_target}) {100 * value:.2f}% > {100 * max_median_ape:.2f}%", file=sys.stderr)

@@ -139,6 +139,35 @@ def _keys_text(keys) -> str:
     return "; ".join(f"{r}[{', '.join(v)}]" for r, v in by.items()) or "none"
 
 
+def _drift_section(res: ValidationResult) -> list[str]:
+    """Speed factors of the held-out runs against the fit runs' range, the policy, coverage by flag."""
+    d, f = res.drift_runs, res.figures
+    if d is None or d.empty:
+        return []
+    flagged = res.flagged_runs
+    policy = {"flag": "`--drift flag`: flagged runs stay in every figure above, and the command exits 2 (the bar "
+                      "is not judged on runs unlike the fit runs)",
+              "exclude": "`--drift exclude`: flagged runs are left out of every figure above and of the bar: "
+                         + (", ".join(res.drift_excluded) or "none")}[res.drift_policy]
+    lines = ["## Drift: held-out runs against the fit runs' speed", "",
+             "Speed factor per call kind = median measured / predicted over the run's calls, with its 90% interval; "
+             "`*`: the interval lies outside the range the fit runs span (widened to the 90% predictive of a new "
+             "run's offset). Explained by: catalog hardware and TP whose memory bandwidth gives the run's decode "
+             "factor at a plausible efficiency (first-order roofline, docs/validation.md).", "",
+             f"**{len(flagged)} of {len(d)} held-out runs flagged**" + (f": {', '.join(flagged)}" if flagged else "")
+             + f". Policy {policy}.", "", f"Intervals: {res.interval_statement}", "",
+             "| fold | run | flagged | scope | speed factors per kind [90%] | explained by |", "|---|---|---|---|---|---|"]
+    for r in d.itertuples():
+        lines.append(f"| {r.fold} | {r.run_key} | {'**yes**' if r.drift_flag else 'no'} | {r.drift_scope} | "
+                     f"{r.factors} | {r.explained_by or '—'} |")
+    lines.append("")
+    for key, label in (("replay_by_drift", "Replay end-to-end"), ("distribution_by_drift", "Distribution mode")):
+        if key in f:
+            lines += [f"{label}, unflagged (like the fit runs) and flagged (other batch) runs apart:", "",
+                      _table(f[key]), ""]
+    return lines
+
+
 def markdown(res: ValidationResult, images: list[str], command: str, bar: float | None, target: str,
              value: float) -> str:
     f = res.figures
@@ -186,6 +215,7 @@ def markdown(res: ValidationResult, images: list[str], command: str, bar: float 
                   "they hold the workload's spread and the cost model's uncertainty.", "",
                   "Per request (measured = modelled calls up to the first answer; censored requests left out):", "",
                   _table(f["distribution"]), "", "Means per configuration:", "", _table(f["distribution_means"]), ""]
+    lines += _drift_section(res)
     lines += ["## Per configuration (replay)", "", _table(f["configs"]), ""]
     r = res.replay
     extra = (r["measured_e2e_s"] - r["measured_s"]).sum() / r["measured_e2e_s"].sum()

@@ -35,6 +35,16 @@ class ValidationResult:
     figures: dict[str, pd.DataFrame] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     workload_source: str = ""
+    drift_kinds: pd.DataFrame | None = None   # per held-out run and call kind: speed factor, fit range, outside
+    drift_runs: pd.DataFrame | None = None    # per held-out run: flagged, scope, hardware that would explain it
+    drift_policy: str = "flag"
+    drift_excluded: list[str] = field(default_factory=list)
+    interval_statement: str = ""
+
+    @property
+    def flagged_runs(self) -> list[str]:
+        d = self.drift_runs
+        return [] if d is None or d.empty else list(d.loc[d["drift_flag"].astype(bool), "run_key"])
 
 
 def _fold_workload(ms: MeasuredSet, fold: Fold, workload_path: str | None):
@@ -92,18 +102,56 @@ def _attach_vanilla(d: pd.DataFrame, ms: MeasuredSet, w, profile, setup, des_req
                                          seed, execution=execution_of(ms, van.iloc[0]))["predicted_s"]
 
 
+def _fold_drift(fold: Fold, calls: pd.DataFrame, setup: Setup) -> tuple[pd.DataFrame, pd.DataFrame]:
+    from validate.drift import fit_ranges, flag_runs, speed_factors, summarize_runs
+
+    kinds = flag_runs(speed_factors(calls), fit_ranges(fold.profile))
+    kinds["fold"] = fold.name
+    runs = summarize_runs(kinds, setup, fold.profile)
+    runs["fold"] = fold.name
+    return kinds, runs
+
+
+def _fit_batches(ms: MeasuredSet, folds: list[Fold]) -> set[str]:
+    from validate.drift import batch_of
+
+    known = set(ms.run_keys)
+    out: set[str] = set()
+    for fold in folds:
+        for k in fold.fit_runs:
+            out.add(batch_of(ms, k) if k in known else
+                    " + ".join(map(str, (fold.profile.fit or {}).get("inputs", []))) or "the profile's fit inputs")
+    return out
+
+
+def _drop_runs(df: pd.DataFrame | None, runs: list[str], col: str) -> pd.DataFrame | None:
+    if df is None:
+        return None
+    return df[~df[col].astype(str).isin(runs)].reset_index(drop=True)
+
+
 def run_validation(inputs: list[str], profile_path: str, rule: str | None = None, workload_path: str | None = None,
-                   distribution: bool = True, des_requests: int = 1000, n_boot: int = 1000, seed: int = 0) -> ValidationResult:
+                   distribution: bool = True, des_requests: int = 1000, n_boot: int = 1000, seed: int = 0,
+                   drift: str = "flag") -> ValidationResult:
+    """``drift``: ``flag`` keeps runs outside the fit runs' speed range in the figures (marked);
+    ``exclude`` leaves them out of every figure (listed in the report); see ``validate.drift``."""
+    from validate.drift import POLICIES, interval_statement
+
+    if drift not in POLICIES:
+        raise InputError(None, "--drift", f"expected {' or '.join(POLICIES)} (got {drift!r})")
     profile = load_profile(profile_path)
     ms = load_measured(inputs)
     setup = setup_from_profile(profile)
     folds = make_folds(ms, profile, setup, rule)
-    reps, calls, dists, notes, wsrc = [], [], [], [], ""
+    reps, calls, dists, notes, wsrc, dk, dr = [], [], [], [], "", [], []
     for fold in folds:
         check_out_of_sample(fold)  # never report in-sample error as validation
         test = fold_test_set(ms, fold)
         r, c = replay(test, fold.profile, setup, n_boot=n_boot, seed=seed)
         r["fold"], c["fold"] = fold.name, fold.name
+        kinds, runs = _fold_drift(fold, c, setup)
+        dk.append(kinds)
+        dr.append(runs)
         reps.append(r)
         calls.append(c)
         notes += [f"intervals, fold {fold.name}: {n}" for n in interval_notes(fold.profile, c["op"].unique())]
@@ -120,12 +168,28 @@ def run_validation(inputs: list[str], profile_path: str, rule: str | None = None
                              f"{', '.join(unmod)}: those simulated calls keep their DES times")
             _attach_vanilla(d, ms, w, fold.profile, setup, des_requests, seed)
             dists.append(d)
-    if distribution and dists:
-        _check_judgeable(pd.concat(dists, ignore_index=True))
+    drift_runs = pd.concat(dr, ignore_index=True)
+    flagged = list(drift_runs.loc[drift_runs["drift_flag"].astype(bool), "run_key"])
+    rep_df, call_df = pd.concat(reps, ignore_index=True), pd.concat(calls, ignore_index=True)
+    dist_df = pd.concat(dists, ignore_index=True) if dists else None
+    for df in (rep_df, dist_df):
+        if df is not None:
+            df["drift_flag"] = df["run_key"].astype(str).isin(flagged)
+    excluded: list[str] = []
+    if drift == "exclude" and flagged:
+        excluded = flagged
+        rep_df, dist_df = _drop_runs(rep_df, excluded, "run_key"), _drop_runs(dist_df, excluded, "run_key")
+        call_df = _drop_runs(call_df, excluded, "run_id")
+        if rep_df.empty:
+            raise InputError(None, "--drift", f"exclude: every held-out run ({', '.join(excluded)}) is outside the fit "
+                                              "runs' speed range; nothing left to judge")
+    if distribution and dist_df is not None:
+        _check_judgeable(dist_df)
     res = ValidationResult(inputs=ms.inputs, profile_path=str(profile_path), rule=rule or "profile", setup=setup,
-                           folds=folds, replay=pd.concat(reps, ignore_index=True), calls=pd.concat(calls, ignore_index=True),
-                           distribution=pd.concat(dists, ignore_index=True) if dists else None, notes=sorted(set(notes)),
-                           workload_source=wsrc)
+                           folds=folds, replay=rep_df, calls=call_df, distribution=dist_df, notes=sorted(set(notes)),
+                           workload_source=wsrc, drift_kinds=pd.concat(dk, ignore_index=True), drift_runs=drift_runs,
+                           drift_policy=drift, drift_excluded=excluded,
+                           interval_statement=interval_statement(_fit_batches(ms, folds)))
     res.figures = figures(res)
     return res
 
@@ -151,10 +215,16 @@ def figures(res: ValidationResult) -> dict[str, pd.DataFrame]:
     out["replay_e2e"] = summarize_frame(r, "predicted_s", "measured_e2e_s", "pi_low_s", "pi_high_s", by=by)
     out["replay_per_op"] = summarize_frame(res.calls, "predicted_s", "wall_s", by=["op"])
     out["replay_per_run"] = summarize_frame(r, "predicted_s", "measured_e2e_s", "pi_low_s", "pi_high_s", by=["run_key"])
+    if "drift_flag" in r.columns:  # coverage for runs like the fit runs and for flagged (other-batch) runs, apart
+        out["replay_by_drift"] = summarize_frame(r, "predicted_s", "measured_e2e_s", "pi_low_s", "pi_high_s",
+                                                 by=["drift_flag"])
     d = res.distribution
     if d is not None:
         ok = d[~d["to_answer_censored"].astype(bool)]
         out["distribution"] = summarize_frame(ok, "predicted_s", "to_answer_s", "pi_low_s", "pi_high_s", by=by)
+        if "drift_flag" in ok.columns:
+            out["distribution_by_drift"] = summarize_frame(ok, "predicted_s", "to_answer_s", "pi_low_s", "pi_high_s",
+                                                           by=["drift_flag"])
         means = ok.groupby("config").agg(measured_mean_s=("to_answer_s", "mean"), predicted_s=("predicted_s", "mean"),
                                          des_mean_s=("des_mean_s", "mean"), n=("to_answer_s", "size"),
                                          measured_small_frac=("small_step_fraction", "mean"),
