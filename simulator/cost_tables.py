@@ -39,7 +39,7 @@ class CostTables:
 
     def __post_init__(self):
         w = self.workload
-        self.max_context = w.prompt_tokens + w.token_budget + w.max_step_tokens + w.answer_tokens + 4 * (self.gamma or 1) + 8
+        self.max_context = w.max_prompt_tokens + w.token_budget + w.max_step_tokens + w.answer_tokens + 4 * (self.gamma or 1) + 8
         x = np.arange(self.max_context + 1, dtype=float)
         self.dec_small = np.asarray(self.small.decode_time(x), dtype=float)
         self.dec_base = np.asarray(self.base.decode_time(x), dtype=float)

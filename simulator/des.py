@@ -1,19 +1,19 @@
-"""Engine 2 -- discrete-event simulation (SimPy) of requests, step by step.
+"""Engine 2 -- discrete-event simulation (SimPy) of requests, one at a time.
 
-Models one request at a time on a set of GPUs shared by the colocated base and small
-engines: every engine call holds the GPU resource for its duration, so the models take
-turns (as in the reference system). Each request follows the chain of ``simulator.chain``:
-step lengths, scores, answer events and speculative-decoding acceptances are sampled with
-an explicit ``numpy.random.Generator``; every duration comes from the same
-:class:`~simulator.cost_tables.CostTables` the analytic engine sums, so the two engines
-agree in expectation (tested).
+Requests are sampled by the one request model (:mod:`simulator.request_model`: the same
+sampler, seeds and call conventions as the serving simulator); every call's duration comes
+from the same :class:`~simulator.cost_tables.CostTables` the analytic engine sums, so the two
+engines agree in expectation (tested). The colocated base and small engines share one GPU
+resource: a request holds it for its calls back to back (requests run one at a time here, so
+no call ever waits; concurrent requests, batching and queueing are ``simulator.serving``).
+
+Costs are evaluated for all requests' calls at once (table look-ups and bincounts), so the
+engine runs at a few hundred thousand simulated steps per second.
 
 Returns per-request and per-step pandas DataFrames.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -21,249 +21,119 @@ import simpy
 from scipy import stats
 
 from simulator.cost_tables import COMPONENTS, CostTables
-from simulator.speculative import tokens_per_iteration_pmf
-from simulator.systems import USES_GAMMA, SystemConfig
-from simulator.workload import answer_hazard
+from simulator.request_model import ANSWER, BASE, SCORE, SMALL, RequestSampler, SampledRequest
+from simulator.systems import SystemConfig
 
-VANILLA = ("vanilla-base", "vanilla-small", "specdecode")
-
-
-@dataclass
-class _Request:
-    comp: dict = field(default_factory=lambda: dict.fromkeys(COMPONENTS, 0.0))
-    iterations: int = 0
-    spec_tokens: int = 0
-    answer_s: float = 0.0
-
-    def add(self, key: str, seconds: float) -> float:
-        self.comp[key] += float(seconds)
-        return float(seconds)
+STEP_COLUMNS = ("request", "step", "problem", "context_tokens", "proposer", "small_tokens", "score", "accepted",
+                "base_tokens", "kept_tokens", "small_s", "scoring_s", "base_s", "step_s")
 
 
-class RequestSimulator:
-    """Samples one request of a system configuration; durations from the cost tables."""
-
-    def __init__(self, cfg: SystemConfig, tables: CostTables, rng: np.random.Generator):
-        self.cfg, self.tb, self.rng = cfg, tables, rng
-        w = tables.workload
-        self.w = w
-        self.n_max = w.max_steps() + 1
-        self.h_small = answer_hazard(w.steps_pmf_small, self.n_max)
-        self.h_base = answer_hazard(w.steps_pmf_base, self.n_max)
-        self.q_scores = np.asarray(w.scores)
-        if cfg.gamma:
-            self.m_pmf = tokens_per_iteration_pmf(w.acceptance_per_position(cfg.gamma))
-
-    # ---- building blocks ------------------------------------------------------------------
-    def spec_segment(self, r: _Request, x0: int, tokens: int) -> tuple[float, float]:
-        """Speculative iterations producing ``tokens`` tokens from context x0: (draft_s, verify_s)."""
-        if tokens <= 0:
-            return 0.0, 0.0
-        inc = self.rng.choice(len(self.m_pmf), size=tokens, p=self.m_pmf) + 1
-        offsets = np.concatenate([[0], np.cumsum(inc)[:-1]])
-        g = offsets[offsets < tokens]
-        r.iterations += len(g)
-        r.spec_tokens += int(np.minimum(inc[: len(g)], tokens - g).sum())
-        return float(self.tb.draft_iter[x0 + g].sum()), float(self.tb.verify_iter[x0 + g].sum())
-
-    def base_generate(self, r: _Request, t: int, k: int, first_call: bool) -> float:
-        """One base-model call writing k tokens at thinking tokens t (speculatively with a draft)."""
-        P = self.w.prompt_tokens
-        s = r.add("call_overhead_s", self.tb.call_s)
-        new, cached = (P, 0) if first_call else (1, P + t)
-        s += r.add("base_prefill_s", self.tb.prefill("base", new, cached))
-        if self.cfg.system in USES_GAMMA:
-            s += r.add("draft_s", self.tb.prefill("draft", new, cached))
-            d, v = self.spec_segment(r, P + t + 1, k - 1)
-            s += r.add("draft_s", d) + r.add("verify_s", v)
-        else:
-            s += r.add("base_decode_s", self.tb.decode_sum("base", P + t, k))
-        return s
-
-    def small_generate(self, r: _Request, t: int, k: int, first_call: bool) -> float:
-        """One small-model call writing k tokens at thinking tokens t (vanilla-small step by step)."""
-        P = self.w.prompt_tokens
-        new, cached = (P + t, 0) if first_call else (1, P + t)
-        s = r.add("call_overhead_s", self.tb.call_s) + r.add("small_prefill_s", self.tb.prefill("small", new, cached))
-        return s + r.add("small_decode_s", self.tb.decode_sum("small", P + t, k))
-
-    def answer_call(self, r: _Request, t: int, who: str = "base") -> float:
-        """The answer call after the chain: 1 new token on the cached chain, then the answer."""
-        w, P = self.w, self.w.prompt_tokens
-        if who == "small":
-            return self.small_generate(r, t, w.answer_tokens, first_call=False)
-        s = r.add("call_overhead_s", self.tb.call_s) + r.add("base_prefill_s", self.tb.prefill("base", 1, P + t))
-        if self.cfg.system in USES_GAMMA:
-            s += r.add("draft_s", self.tb.prefill("draft", 1, P + t))
-            d, v = self.spec_segment(r, P + t + 1, w.answer_tokens - 1)
-            s += r.add("draft_s", d) + r.add("verify_s", v)
-        else:
-            s += r.add("base_decode_s", self.tb.decode_sum("base", P + t, w.answer_tokens))
-        return s
-
-    def sample_chain_step(self, j: int, t: int, who: str) -> tuple[int, bool]:
-        k = int((self.w.step_pmf_small if who == "small" else self.w.step_pmf_base).sample(self.rng))
-        h = (self.h_small if who == "small" else self.h_base)
-        ends = self.rng.random() < (h[j] if j < len(h) else 1.0)
-        return k, ends
-
-    def stop_reason(self, answer_found: bool, thinking_tokens: int) -> str | None:
-        """Checked between steps: the answer ends the request first, then the token budget."""
-        if answer_found:
-            return "answer"
-        return "budget" if thinking_tokens >= self.w.token_budget else None
-
-    # ---- whole requests ---------------------------------------------------------------------
-    def vanilla(self, rid: int):
-        """vanilla-base, vanilla-small, specdecode: one call over the whole chain (the default execution)."""
-        cfg, w, P = self.cfg, self.w, self.w.prompt_tokens
-        who = "small" if cfg.system == "vanilla-small" else "base"
-        t, j, steps = 0, 0, []
-        while True:
-            k, ends = self.sample_chain_step(j, t, who)
-            steps.append({"request": rid, "step": j, "proposer": who, "kept_tokens": k, "context_tokens": P + t})
-            t += k
-            j += 1
-            stop = self.stop_reason(ends, t)
-            if stop:
-                break
-        total = min(t, w.token_budget) + w.answer_tokens
-        r = _Request()
-        r.add("call_overhead_s", self.tb.call_s)
-        if cfg.system == "specdecode":
-            r.add("base_prefill_s", self.tb.prefill("base", P, 0))
-            r.add("draft_s", self.tb.prefill("draft", P, 0))
-            d, v = self.spec_segment(r, P + 1, total - 1)
-            r.add("draft_s", d)
-            r.add("verify_s", v)
-        else:
-            r.add(f"{who}_prefill_s", self.tb.prefill(who, P, 0))
-            r.add(f"{who}_decode_s", self.tb.decode_sum(who, P, total))
-        return r, steps, stop, min(t, w.token_budget)
-
-    def specreason(self, rid: int, gpu_hold):
-        """SpecReason(+Decode): generator yielding the duration of each engine call."""
-        cfg, w, P, J = self.cfg, self.w, self.w.prompt_tokens, self.w.judge_template_tokens
-        spec = cfg.system == "specreason-decode"
-        r, steps = _Request(), []
-        t, j, prev_regen = 0, 0, 0
-        while True:
-            rec = {"request": rid, "step": j, "context_tokens": P + t, "small_tokens": 0, "score": np.nan,
-                   "accepted": False, "base_tokens": 0, "small_s": 0.0, "scoring_s": 0.0, "base_s": 0.0}
-            if j < cfg.first_n:
-                k, ends = self.sample_chain_step(j, t, "base")
-                rec["base_s"] = self.base_generate(r, t, k, first_call=(j == 0))
-                yield from gpu_hold(rec["base_s"])
-                rec.update(proposer="base", base_tokens=k, kept_tokens=k)
-                prev_regen = 0
-            else:
-                # small model proposes (prefill: first call / catch-up on a regenerated step / 1 token)
-                ks, ends_s = self.sample_chain_step(j, t, "small")
-                if j == cfg.first_n:
-                    pre = self.tb.prefill("small", P + t, 0)
-                elif prev_regen:
-                    pre = self.tb.prefill("small", prev_regen, P + t - prev_regen)
-                else:
-                    pre = self.tb.prefill("small", 1, P + t)
-                s = r.add("call_overhead_s", self.tb.call_s) + r.add("small_prefill_s", pre)
-                s += r.add("small_decode_s", self.tb.decode_sum("small", P + t, ks))
-                rec["small_s"] = s
-                yield from gpu_hold(s)
-                # base model scores the step in one prefill pass
-                new, cached = (P + ks + J, 0) if j == 0 else (ks + J, P + t)
-                s = r.add("call_overhead_s", self.tb.call_s) + r.add("scoring_s", self.tb.prefill("base", new, cached))
-                if spec:
-                    s += r.add("draft_s", self.tb.prefill("draft", new, cached))
-                rec["scoring_s"] = s
-                yield from gpu_hold(s)
-                score = int(self.rng.choice(10, p=self.q_scores))
-                accepted = score >= cfg.threshold
-                rec.update(small_tokens=ks, score=score, accepted=accepted)
-                if accepted:
-                    k, ends, prev_regen = ks, ends_s, 0
-                    rec.update(proposer="small", kept_tokens=ks)
-                else:
-                    k, ends = self.sample_chain_step(j, t, "base")
-                    rec["base_s"] = self.base_generate(r, t, k, first_call=False)
-                    yield from gpu_hold(rec["base_s"])
-                    rec.update(proposer="base", base_tokens=k, kept_tokens=k)
-                    prev_regen = k
-            rec["step_s"] = rec["small_s"] + rec["scoring_s"] + rec["base_s"]
-            steps.append(rec)
-            t += k
-            j += 1
-            stop = self.stop_reason(ends, t)
-            if stop:
-                break
-        if w.answer_tokens > 0:
-            r.answer_s = self.answer_call(r, t)
-            yield from gpu_hold(r.answer_s)
-        return r, steps, stop, t
-
-    def stepwise(self, rid: int, gpu_hold):
-        """vanilla-base, vanilla-small, specdecode step by step (``execution.step_calls``): one call
-        per step on the cached chain, then the answer call; a generator like :meth:`specreason`."""
-        w, P = self.w, self.w.prompt_tokens
-        who = "small" if self.cfg.system == "vanilla-small" else "base"
-        gen = self.small_generate if who == "small" else self.base_generate
-        r, steps = _Request(), []
-        t, j = 0, 0
-        while True:
-            k, ends = self.sample_chain_step(j, t, who)
-            s = gen(r, t, k, first_call=(j == 0))
-            yield from gpu_hold(s)
-            steps.append({"request": rid, "step": j, "context_tokens": P + t, "proposer": who, "kept_tokens": k,
-                          "small_tokens": k if who == "small" else 0, "score": np.nan, "accepted": who == "small",
-                          "base_tokens": k if who == "base" else 0, "small_s": s if who == "small" else 0.0,
-                          "scoring_s": 0.0, "base_s": s if who == "base" else 0.0, "step_s": s})
-            t += k
-            j += 1
-            stop = self.stop_reason(ends, t)
-            if stop:
-                break
-        if w.answer_tokens > 0:
-            r.answer_s = self.answer_call(r, t, who)
-            yield from gpu_hold(r.answer_s)
-        return r, steps, stop, t
+def call_costs(reqs: list[SampledRequest], tables: CostTables, draft: bool) -> dict[str, np.ndarray]:
+    """Per call of all requests (concatenated in order): its seconds by component (``COMPONENTS``)."""
+    cat = lambda name: np.concatenate([getattr(r, name) for r in reqs])  # noqa: E731
+    engine, kind, new, cached = cat("call_engine"), cat("call_kind"), cat("call_new"), cat("call_cached")
+    out, ctx, spec = cat("call_out"), cat("call_ctx"), cat("call_spec")
+    n = len(out)
+    comp = {c: np.zeros(n) for c in COMPONENTS}
+    comp["call_overhead_s"][:] = tables.call_s
+    small, base = engine == SMALL, engine == BASE
+    score, gen = kind == SCORE, kind != SCORE
+    if small.any():
+        comp["small_prefill_s"][small] = tables.prefill("small", new[small], cached[small])
+        idx = small & (out > 1)
+        comp["small_decode_s"][idx] = tables.cum_small[ctx[idx] + out[idx]] - tables.cum_small[ctx[idx] + 1]
+    if base.any():
+        pre = np.zeros(n)
+        pre[base] = tables.prefill("base", new[base], cached[base])
+        comp["scoring_s"][score] = pre[score]
+        bg = base & gen
+        comp["base_prefill_s"][bg] = pre[bg]
+        plain = bg & ~spec & (out > 1)
+        comp["base_decode_s"][plain] = tables.cum_base[ctx[plain] + out[plain]] - tables.cum_base[ctx[plain] + 1]
+        if draft:
+            comp["draft_s"][base] = tables.prefill("draft", new[base], cached[base])
+    if draft:
+        offsets = np.cumsum([0] + [len(r.call_out) for r in reqs[:-1]])
+        it_call = np.concatenate([r.it_call + o for r, o in zip(reqs, offsets)])
+        x = ctx[it_call] + 1 + np.concatenate([r.it_offset for r in reqs])
+        comp["draft_s"] += np.bincount(it_call, weights=tables.draft_iter[x], minlength=n)
+        comp["verify_s"] += np.bincount(it_call, weights=tables.verify_iter[x], minlength=n)
+    return comp
 
 
-def simulate(cfg: SystemConfig, tables: CostTables, n_requests: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Run ``n_requests`` sequential requests; returns (requests, steps) DataFrames."""
-    rng = np.random.default_rng(seed)
+def simulate(cfg: SystemConfig, tables: CostTables, n_requests: int, seed,
+             requests: list[SampledRequest] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Run ``n_requests`` sequential requests of ``seed`` (or the given sampled ``requests``);
+    returns (requests, steps) DataFrames."""
+    if requests is None:
+        sampler = RequestSampler(cfg, tables.workload, step_calls=tables.execution.step_calls)
+        requests = sampler.sample(n_requests, seed)
+    reqs = requests
+    n_req = len(reqs)
+    comp = call_costs(reqs, tables, cfg.spec.draft)
+    n_calls = np.array([len(r.call_out) for r in reqs])
+    call_req = np.repeat(np.arange(n_req), n_calls)
+    call_total = sum(comp.values())
+    req_comp = {c: np.bincount(call_req, weights=v, minlength=n_req) for c, v in comp.items()}
+    kind = np.concatenate([r.call_kind for r in reqs])
+    engine = np.concatenate([r.call_engine for r in reqs])
+    answer_s = np.bincount(call_req, weights=np.where(kind == ANSWER, call_total, 0.0), minlength=n_req)
+    # per-step seconds by role: the small model's call, the scoring call, the base model's call
+    n_steps = np.array([r.steps for r in reqs])
+    step_off = np.concatenate([[0], np.cumsum(n_steps)[:-1]])
+    cstep = np.concatenate([r.call_step for r in reqs])
+    on_step = cstep >= 0
+    gstep = (step_off[call_req] + cstep)[on_step]
+    tot = int(n_steps.sum())
+    ct = call_total[on_step]
+    role = np.where(kind[on_step] == SCORE, 1, np.where(engine[on_step] == SMALL, 0, 2))
+    small_s, scoring_s, base_s = (np.bincount(gstep, weights=np.where(role == k, ct, 0.0), minlength=tot) for k in range(3))
+
+    # the discrete-event run: one process per request, holding the shared GPUs for its calls
     env = simpy.Environment()
-    gpus = simpy.Resource(env, capacity=1)  # colocated engines take turns on the same GPUs
-    sim = RequestSimulator(cfg, tables, rng)
-    req_rows, step_rows = [], []
+    gpus = simpy.Resource(env, capacity=1)
+    latency = np.zeros(n_req)
+    per_req = np.bincount(call_req, weights=call_total, minlength=n_req)
 
-    def gpu_hold(seconds: float):
-        with gpus.request() as req:
-            yield req
-            yield env.timeout(seconds)
-
-    def one_request(rid: int):
+    def one_request(i: int):
         start = env.now
-        if cfg.system in VANILLA and tables.execution.step_calls:
-            r, steps, stop, think = yield from sim.stepwise(rid, gpu_hold)
-        elif cfg.system in VANILLA:
-            r, steps, stop, think = sim.vanilla(rid)
-            yield from gpu_hold(sum(r.comp.values()))
-        else:
-            r, steps, stop, think = yield from sim.specreason(rid, gpu_hold)
-        small_kept = sum(1 for s in steps if s.get("proposer") == "small")
-        req_rows.append({
-            "request": rid, "latency_s": env.now - start, "steps": len(steps), "small_steps": small_kept,
-            "thinking_tokens": think, "stop_reason": stop, "iterations": r.iterations,
-            "spec_tokens": r.spec_tokens, "answer_s": r.answer_s, **r.comp,
-        })
-        step_rows.extend(steps)
+        with gpus.request() as hold:
+            yield hold
+            yield env.timeout(per_req[i])
+        latency[i] = env.now - start
 
     def driver():
-        for rid in range(n_requests):
-            yield env.process(one_request(rid))
+        for i in range(n_req):
+            yield env.process(one_request(i))
 
     env.process(driver())
     env.run()
-    return pd.DataFrame(req_rows), pd.DataFrame(step_rows)
+
+    iters = np.array([len(r.it_call) for r in reqs])
+    spec_tokens = np.array([int(r.it_tokens.sum()) for r in reqs])
+    req_df = pd.DataFrame({
+        "request": np.arange(n_req), "problem": [r.problem for r in reqs], "latency_s": latency,
+        "steps": n_steps, "small_steps": [r.small_steps for r in reqs],
+        "thinking_tokens": [r.thinking_tokens for r in reqs], "stop_reason": [r.stop_reason for r in reqs],
+        "iterations": iters, "spec_tokens": spec_tokens, "answer_s": answer_s, **req_comp,
+    })
+    cat = lambda name: np.concatenate([getattr(r, name) for r in reqs])  # noqa: E731
+    producer, score = cat("step_producer"), cat("step_score")
+    steps_df = pd.DataFrame({
+        "request": np.repeat(np.arange(n_req), n_steps),
+        "step": np.concatenate([np.arange(k) for k in n_steps]),
+        "problem": np.repeat([r.problem for r in reqs], n_steps),
+        "context_tokens": cat("step_context"),
+        "proposer": np.where(producer == SMALL, "small", "base"),
+        "small_tokens": cat("step_small_tokens"),
+        "score": np.where(score >= 0, score, np.nan),
+        "accepted": producer == SMALL,
+        "base_tokens": cat("step_base_tokens"),
+        "kept_tokens": cat("step_kept"),
+        "small_s": small_s, "scoring_s": scoring_s, "base_s": base_s,
+        "step_s": small_s + scoring_s + base_s,
+    }, columns=list(STEP_COLUMNS))
+    return req_df, steps_df
 
 
 def summarize(requests: pd.DataFrame, level: float = 0.99) -> dict:

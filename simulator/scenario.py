@@ -18,7 +18,7 @@ from simulator.cost_model import CostProfile, Deployment, prior_profile
 from simulator.errors import InputError
 from simulator.execution import Execution
 from simulator.loading import load_yaml_model, read_yaml, validate_model
-from simulator.systems import SYSTEMS, USES_GAMMA, SystemName, SystemConfig, expand_systems
+from simulator.systems import REGISTRY, SYSTEMS, USES_GAMMA, SystemConfig, expand_systems
 from simulator.workload import WorkloadProfile
 
 PROFILES_DIR = Path(__file__).with_name("profiles")
@@ -95,7 +95,7 @@ class Scenario(_Strict):
     workload_overrides: dict = Field(default_factory=dict)
     cost_profiles: list[str] = Field(default=["prior"])
     memory_fraction: MemoryFraction = Field(default_factory=MemoryFraction)
-    systems: list[SystemName] = Field(default=list(SYSTEMS), min_length=1)
+    systems: list[str] = Field(default=list(SYSTEMS), min_length=1)
     grid: Grid = Field(default_factory=Grid)
     engine: Literal["analytic", "des"] = "analytic"
     # how the engine runs calls: prefix-cache block size, vanilla/specdecode step by step (simulator/execution.py)
@@ -103,6 +103,14 @@ class Scenario(_Strict):
     slo: str | None = None  # capacity planning, e.g. "p99_latency<=300s" (specsim capacity / report)
     requests: int = Field(default=1000, ge=2, le=10_000_000)
     seed: int = 0
+
+    @field_validator("systems")
+    @classmethod
+    def _known_systems(cls, v: list[str]) -> list[str]:
+        for s in v:
+            if s not in REGISTRY:
+                raise ValueError(f"unknown system {s!r}; known: {', '.join(SYSTEMS)}")
+        return v
 
 
 class ResolvedScenario:

@@ -1,4 +1,4 @@
-"""The five systems and their knobs.
+"""The systems, declared once (a registry), and their knobs.
 
 - ``vanilla-base`` / ``vanilla-small``: one model generates the whole chain.
 - ``specdecode`` (gamma): the base model generates, the small model drafts gamma tokens
@@ -8,18 +8,79 @@
   else regenerates it; the first ``first_n`` steps come from the base model.
 - ``specreason-decode`` (threshold, gamma, first_n): SpecReason whose base-model
   generations use speculative decoding with the small model as draft.
+
+Every rule that depends on *which* system runs reads a :class:`SystemSpec` from ``REGISTRY``
+(simulator, calibrate and validate alike), never the system's name. Adding a system that reuses
+the existing call kinds is one ``SystemSpec`` here (see docs/extending.md).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-SystemName = Literal["vanilla-base", "vanilla-small", "specdecode", "specreason", "specreason-decode"]
-SYSTEMS: tuple[str, ...] = ("vanilla-base", "vanilla-small", "specdecode", "specreason", "specreason-decode")
-USES_GAMMA = {"specdecode", "specreason-decode"}
-USES_THRESHOLD = {"specreason", "specreason-decode"}
+
+@dataclass(frozen=True)
+class SystemSpec:
+    """What a system does, as data.
+
+    ``chain``: who writes the reasoning steps -- ``"base"`` (every step by the base model),
+    ``"small"`` (every step by the small model) or ``"speculative"`` (the small model proposes,
+    the base model scores, keeps or regenerates; the first ``first_n`` steps by the base model).
+    ``draft``: the base engine decodes speculatively with the small model as draft (uses gamma).
+    ``scores_steps``: steps are scored against a threshold (uses threshold and first_n).
+    ``one_call``: the whole chain is one engine call by default (vanilla and specdecode);
+    ``execution.step_calls`` turns such a system into one call per step.
+    """
+
+    name: str
+    chain: Literal["base", "small", "speculative"]
+    draft: bool = False
+    description: str = ""
+
+    @property
+    def scores_steps(self) -> bool:
+        return self.chain == "speculative"
+
+    @property
+    def one_call(self) -> bool:
+        return self.chain != "speculative"
+
+    @property
+    def uses_small(self) -> bool:
+        """The small model runs (as a step writer or as a draft)."""
+        return self.chain in ("small", "speculative") or self.draft
+
+    @property
+    def uses_base(self) -> bool:
+        return self.chain != "small"
+
+    @property
+    def small_writes_steps(self) -> bool:
+        return self.chain in ("small", "speculative")
+
+
+REGISTRY: dict[str, SystemSpec] = {s.name: s for s in (
+    SystemSpec("vanilla-base", "base", description="the base model alone"),
+    SystemSpec("vanilla-small", "small", description="the small model alone"),
+    SystemSpec("specdecode", "base", draft=True, description="speculative decoding, small model as draft (exact)"),
+    SystemSpec("specreason", "speculative", description="small model proposes steps, base model scores them"),
+    SystemSpec("specreason-decode", "speculative", draft=True,
+               description="SpecReason with speculative decoding for the base model's regenerations"),
+)}
+SYSTEMS: tuple[str, ...] = tuple(REGISTRY)
+USES_GAMMA = frozenset(n for n, s in REGISTRY.items() if s.draft)
+USES_THRESHOLD = frozenset(n for n, s in REGISTRY.items() if s.scores_steps)
+
+
+def spec_of(system: str) -> SystemSpec:
+    """The registry entry of a system name (KeyError names the known ones)."""
+    try:
+        return REGISTRY[system]
+    except KeyError:
+        raise KeyError(f"unknown system {system!r}; known: {', '.join(SYSTEMS)}") from None
 
 
 class SystemConfig(BaseModel):
@@ -27,10 +88,21 @@ class SystemConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    system: SystemName
+    system: str
     gamma: int | None = Field(default=None, ge=1, le=16)
     threshold: int | None = Field(default=None, ge=0, le=10)  # 10: never keep (every step scored, then regenerated)
     first_n: int = Field(default=0, ge=0)
+
+    @field_validator("system")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in REGISTRY:
+            raise ValueError(f"unknown system {v!r}; known: {', '.join(SYSTEMS)}")
+        return v
+
+    @property
+    def spec(self) -> SystemSpec:
+        return REGISTRY[self.system]
 
     @property
     def label(self) -> str:
@@ -48,9 +120,10 @@ def expand_systems(systems, gammas, thresholds, first_ns) -> list[SystemConfig]:
     """The grid: each system crossed with only the knobs it uses."""
     out: list[SystemConfig] = []
     for s in systems:
-        gs = gammas if s in USES_GAMMA else [None]
-        ts = thresholds if s in USES_THRESHOLD else [None]
-        ns = first_ns if s in USES_THRESHOLD else [0]
+        spec = spec_of(s)
+        gs = gammas if spec.draft else [None]
+        ts = thresholds if spec.scores_steps else [None]
+        ns = first_ns if spec.scores_steps else [0]
         for g in gs:
             for t in ts:
                 for n in ns:

@@ -47,6 +47,22 @@ class StepCounts(_Strict):
     small: IntDistribution | None = None
 
 
+class Problem(_Strict):
+    """One problem of a workload mixture: its weight and the fields in which it differs.
+
+    A field left out is the workload's own (shared across problems); see ``WorkloadProfile.components``.
+    """
+
+    name: str
+    weight: float = Field(default=1.0, gt=0)
+    prompt_tokens: int | None = Field(default=None, ge=1)
+    steps_per_request: StepCounts | None = None
+    verbosity: float | None = Field(default=None, gt=0)
+    step_tokens: PerModel | None = None
+    scores: list[float] | None = Field(default=None, min_length=10, max_length=10)
+    source: str = ""  # what this problem's fields were fitted from (or "prior")
+
+
 class WorkloadProfile(_Strict):
     """Hardware-independent description of the requests (see module docstring)."""
 
@@ -67,6 +83,8 @@ class WorkloadProfile(_Strict):
     step_tokens: PerModel
     scores: list[float] = Field(min_length=10, max_length=10)
     token_acceptance: list[float] = Field(min_length=1, max_length=16)
+    # a mixture over problems (requests): each request draws a problem with probability weight / sum
+    problems: list[Problem] | None = Field(default=None, min_length=1)
 
     @field_validator("scores")
     @classmethod
@@ -95,6 +113,30 @@ class WorkloadProfile(_Strict):
             if d is not None and d.compile().min < 1:
                 raise ValueError(f"steps_per_request.{who} must be >= 1")
         return self
+
+    # ---- the mixture ------------------------------------------------------------------------------
+    def components(self) -> list[tuple[float, "WorkloadProfile"]]:
+        """(probability, one problem's workload) for every problem; a workload without ``problems``
+        is its own single component (so every engine reproduces the one-problem numbers exactly)."""
+        return self.mixture_components
+
+    @cached_property
+    def mixture_components(self) -> list[tuple[float, "WorkloadProfile"]]:
+        if not self.problems:
+            out = [(1.0, self)]
+        else:
+            total = sum(p.weight for p in self.problems)
+            base = self.model_dump(exclude={"problems"})
+            out = []
+            for p in self.problems:
+                upd = {k: v for k, v in p.model_dump(exclude={"name", "weight", "source"}).items() if v is not None}
+                out.append((p.weight / total, WorkloadProfile.model_validate(
+                    {**base, **upd, "name": f"{self.name}/{p.name}"})))
+        return out
+
+    @property
+    def is_mixture(self) -> bool:
+        return bool(self.problems) and len(self.problems) > 1
 
     # ---- compiled views, shared by both engines -------------------------------------------
     @cached_property
@@ -131,7 +173,14 @@ class WorkloadProfile(_Strict):
         return np.asarray(a[:gamma])
 
     def max_steps(self) -> int:
+        if self.problems:
+            return max(c.max_steps() for _, c in self.components())
         return max(self.steps_pmf_base.max, self.steps_pmf_small.max)
+
+    @property
+    def max_prompt_tokens(self) -> int:
+        """The longest prompt of any problem (cost tables must reach it)."""
+        return max(c.prompt_tokens for _, c in self.components())
 
 
 def answer_hazard(steps: IntPMF, n_steps: int) -> np.ndarray:

@@ -18,7 +18,7 @@ from simulator.serving import (BurstyArrivals, ClosedLoopUsers, PoissonArrivals,
 from simulator.serving.kv_cache import kv_capacity_tokens
 from simulator.serving.metrics import littles_law, number_in_system, summarize_serving
 from simulator.serving.pass_cost import PassCost
-from simulator.serving.request_plan import BASE, SMALL, RequestPlanner
+from simulator.request_model import BASE, SMALL, RequestSampler
 from simulator.systems import SystemConfig
 
 VANILLA = SystemConfig(system="vanilla-base")
@@ -63,9 +63,8 @@ def test_kv_capacity_formula(cpu):
 # ---- request plans follow the chain -----------------------------------------------------------
 def test_plans_match_chain_thinking_tokens(cpu):
     rs, _, _ = cpu
-    rng = np.random.default_rng(0)
     for cfg in (VANILLA, SPECREASON):
-        plans = [RequestPlanner(cfg, rs.workload).sample(rng) for _ in range(3000)]
+        plans = RequestSampler(cfg, rs.workload).plans(3000, 0)
         think = np.array([p.thinking_tokens for p in plans])
         occ = chain_for(cfg, rs.workload, {})
         se = think.std() / np.sqrt(len(think))
@@ -75,13 +74,13 @@ def test_plans_match_chain_thinking_tokens(cpu):
 
 def test_plan_shapes(cpu):
     rs, _, _ = cpu
-    w, rng = rs.workload, np.random.default_rng(1)
-    p = RequestPlanner(VANILLA, w).sample(rng)
+    w = rs.workload
+    p = RequestSampler(VANILLA, w).plans(1, 1)[0]
     assert len(p.calls) == 1 and p.calls[0].out_tokens == p.thinking_tokens + w.answer_tokens
-    p = RequestPlanner(SPECDECODE, w).sample(rng)
+    p = RequestSampler(SPECDECODE, w).plans(1, 1)[0]
     c = p.calls[0]
     assert c.spec_cum[-1] == c.out_tokens - 1 and np.all(np.diff(c.spec_cum) >= 1)
-    p = RequestPlanner(SPECREASON, w).sample(rng)
+    p = RequestSampler(SPECREASON, w).plans(1, 1)[0]
     assert p.calls[0].engine == SMALL and p.calls[1].engine == BASE and p.calls[1].out_tokens == 1
 
 
@@ -116,9 +115,9 @@ def test_low_load_reproduces_single_request_engines_with_execution(cpu, cfg):
 
 def test_step_call_plans(cpu):
     rs, _, _ = cpu
-    w, rng = rs.workload, np.random.default_rng(2)
+    w = rs.workload
     for cfg, engine in ((VANILLA, BASE), (SystemConfig(system="vanilla-small"), SMALL), (SPECDECODE, BASE)):
-        p = RequestPlanner(cfg, w, step_calls=True).sample(rng)
+        p = RequestSampler(cfg, w, step_calls=True).plans(1, 2)[0]
         assert len(p.calls) == p.steps + (w.answer_tokens > 0) and all(c.engine == engine for c in p.calls)
         assert (p.calls[0].new_tokens, p.calls[0].cached_tokens) == (w.prompt_tokens, 0)
         assert sum(c.out_tokens for c in p.calls) == p.thinking_tokens + w.answer_tokens == p.output_tokens

@@ -399,7 +399,7 @@ def test_distribution_interval_adds_cost_uncertainty(workload):
         rng = np.random.default_rng(0)
         assert np.allclose(request_totals(secs, rows, ops, len(req), noise(0, 0, 4.0, 0), 1, rng)[:, 0], lat)
         assert np.allclose(request_totals(secs, rows, ops, len(req), noise(np.log(2), 0, 4.0, 0), 1, rng)[:, 0], 2 * lat)
-        wide = request_totals(secs, rows, ops, len(req), noise(0, 0.2, 4.0, 0.1), 1, rng)[:, 0]
+        wide = request_totals(secs, rows, ops, len(req), noise(0, 0.2, 4.0, 0.1), 50, rng).ravel()  # 50 draws per request
         w = np.quantile(wide, 0.95) - np.quantile(wide, 0.05)
         assert w > np.quantile(lat, 0.95) - np.quantile(lat, 0.05)
 

@@ -96,7 +96,7 @@ def load_run(path: str | Path) -> ServingRun:
 # ---- prediction -----------------------------------------------------------------------------------
 def replay_plans(req: pd.DataFrame):
     """One base-engine call per measured request (its own token counts)."""
-    from simulator.serving.request_plan import BASE, Call, RequestPlan
+    from simulator.request_model import BASE, Call, RequestPlan
 
     plans = []
     for r in req.itertuples():
@@ -110,7 +110,7 @@ def replay_plans(req: pd.DataFrame):
 def replay_system_plans(calls: pd.DataFrame, requests: pd.DataFrame):
     """Whole-system runs: each request's measured calls in order, on their engines, with the measured
     prompt / cached / output tokens (block-granular prefix-cache hits included: they are measured)."""
-    from simulator.serving.request_plan import BASE, SMALL, Call, RequestPlan
+    from simulator.request_model import BASE, SMALL, Call, RequestPlan
 
     plans = []
     by_req = {rid: d for rid, d in calls.groupby("request_id", sort=True)}

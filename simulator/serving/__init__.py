@@ -1,9 +1,9 @@
 """Serving-level simulation: many requests at once on continuous-batching engines.
 
-One concept per module: ``arrivals`` (when requests come), ``request_plan`` (what each
-request computes, sampled with des.py's step semantics), ``kv_cache`` (static memory split),
+One concept per module: ``arrivals`` (when requests come), ``kv_cache`` (static memory split),
 ``engine`` (one continuous-batching engine), ``replica`` (colocated engines on shared GPUs,
-the SimPy process), ``metrics`` (summaries, goodput, Little's law), ``slo`` (SLO strings).
+the SimPy process; requests come from ``simulator.request_model``, the sampler of the
+single-request DES), ``metrics`` (summaries, goodput, Little's law), ``slo`` (SLO strings).
 """
 
 from simulator.serving.arrivals import (BurstyArrivals, ClosedLoopUsers, PoissonArrivals, ReplayArrivals,

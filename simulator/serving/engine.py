@@ -34,7 +34,7 @@ import numpy as np
 from simulator.cost_model import Deployment
 from simulator.execution import cache_split
 from simulator.serving.pass_cost import PassCost
-from simulator.serving.request_plan import Call
+from simulator.request_model import Call
 
 
 @dataclass(slots=True)

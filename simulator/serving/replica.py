@@ -2,7 +2,7 @@
 
 What it models: requests of one system configuration arrive (open loop at a rate, bursty,
 replayed from a file, or closed loop with N users); each request executes its
-:class:`~simulator.serving.request_plan.RequestPlan` call by call. The two engines share
+:class:`~simulator.request_model.RequestPlan` call by call. The two engines share
 the GPUs: their iterations never overlap. The GPU process runs *rounds*: one iteration of
 every engine that has work, in a fixed order (small, then base) -- i.e. the engines
 alternate, and an engine alone gets back-to-back iterations. Several identical rounds (no
@@ -29,7 +29,7 @@ from simulator.execution import Execution
 from simulator.serving.arrivals import ArrivalProcess, ClosedLoopUsers
 from simulator.serving.engine import Engine
 from simulator.serving.kv_cache import kv_capacity_tokens
-from simulator.serving.request_plan import RequestPlan, RequestPlanner
+from simulator.request_model import RequestPlan, RequestSampler
 from simulator.systems import SystemConfig
 from simulator.workload import WorkloadProfile
 
@@ -67,7 +67,7 @@ class Replica:
                  execution: Execution | None = None):
         self.env, self.cfg = env, cfg
         block = (execution or Execution()).prefix_cache_block
-        spec = cfg.system in ("specdecode", "specreason-decode")
+        spec = cfg.spec.draft
         base_models = [deps["base"], deps["draft"]] if spec else [deps["base"]]
         max_out = workload.token_budget + workload.max_step_tokens + workload.answer_tokens + 2
         self.engines = [
@@ -254,11 +254,10 @@ def simulate_serving(cfg: SystemConfig, deps: dict[str, Deployment], workload: W
     both engines and, with ``step_calls``, vanilla systems and specdecode planned step by step.
     """
     execution = execution or Execution()
-    plan_ss, arr_ss = np.random.SeedSequence(seed).spawn(2)
-    plan_rng, arr_rng = np.random.default_rng(plan_ss), np.random.default_rng(arr_ss)
+    arr_ss = np.random.SeedSequence(seed).spawn(2)[1]  # child 0: the requests (simulator.request_model.request_seed)
+    arr_rng = np.random.default_rng(arr_ss)
     if plans is None:
-        planner = RequestPlanner(cfg, workload, step_calls=execution.step_calls)
-        plans = [planner.sample(plan_rng) for _ in range(n_requests)]
+        plans = RequestSampler(cfg, workload, step_calls=execution.step_calls).plans(n_requests, seed)
     else:
         plans, n_requests = list(plans), len(plans)
     env = simpy.Environment()

@@ -120,11 +120,11 @@ def test_all_censored_gives_a_point_mass_beyond_the_budget(tmp_path):
     assert w.steps_pmf_base.min == w.steps_pmf_base.max == int(np.ceil(60 / shortest)) + 1
     assert "censored" in fit.parts["steps_per_request.base"].how
     # the budget binds before N: every simulated request ends on the budget, as every measured one did
-    from simulator.serving.request_plan import RequestPlanner
+    from simulator.request_model import RequestSampler
     from simulator.systems import SystemConfig as SimConfig
 
-    planner, rng = RequestPlanner(SimConfig(system="vanilla-base"), w), np.random.default_rng(0)
-    assert {planner.sample(rng).stop_reason for _ in range(200)} == {"budget"}
+    plans = RequestSampler(SimConfig(system="vanilla-base"), w).plans(200, 0)
+    assert {p.stop_reason for p in plans} == {"budget"}
 
 
 def test_prior_fills_what_the_runs_cannot_identify(tmp_path):
