@@ -625,7 +625,7 @@ def load_measured(paths: list[str | Path], prompt_tokens: int | None = None,
         from simulator.workload import load_workload
         from simulator.scenario import PROFILES_DIR
 
-        w = load_workload(PROFILES_DIR / "workload_aime_qwq32b_r1-1.5b.yaml")
+        w = load_workload(PROFILES_DIR / "workload_aime60_qwq32b_r1-1.5b.yaml")
         prompt_tokens = w.prompt_tokens if prompt_tokens is None else prompt_tokens
         judge_tokens = w.judge_template_tokens if judge_tokens is None else judge_tokens
     sets = []

@@ -25,7 +25,7 @@ What is fitted from the data and what is a prior (details and figures: docs/work
   request ends at that step; no separate answer phase runs.
 
 Command: ``.venv/bin/python -m calibrate.fit_workload --data ../shared/data/specreason-aime-traces
---out simulator/profiles/workload_aime_qwq32b_r1-1.5b.yaml``.
+--out simulator/profiles/workload_aime60_qwq32b_r1-1.5b.yaml``.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ SCORE_PSEUDO_COUNT = 0.5
 MAX_STEP_TOKENS = 512
 TAIL_COVERAGE = 0.999
 UPSTREAM_REPO = "RuthvikAtte/specreason (fork of ruipeterpan/specreason), results/60 runs 0-7"
-REGENERATE = ".venv/bin/python -m calibrate.fit_workload --data ../shared/data/specreason-aime-traces --out simulator/profiles/workload_aime_qwq32b_r1-1.5b.yaml"
+REGENERATE = ".venv/bin/python -m calibrate.fit_workload --data ../shared/data/specreason-aime-traces --out simulator/profiles/workload_aime60_qwq32b_r1-1.5b.yaml"
 
 # Prior for a_i = P(first i drafted tokens accepted), R1-Distill-Qwen-1.5B drafting for QwQ-32B.
 # No published figure for this pair was found. Conditional per-position rate starts at 0.70
@@ -192,7 +192,7 @@ def fit_workload_from_steps(
     )
     prompt = _USER_TEMPLATE.replace("{problem}", _AIME_PROBLEM_60)
     data = {
-        "name": "aime_qwq32b_r1-1.5b",
+        "name": "aime60_qwq32b_r1-1.5b",
         "dataset": "AIME 2024 problem 60 (HuggingFaceH4/aime_2024 row 0), 8 SpecReason runs",
         "base_model": "Qwen/QwQ-32B",
         "small_model": "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B",

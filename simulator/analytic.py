@@ -28,10 +28,10 @@ from functools import cached_property
 import numpy as np
 from scipy.signal import correlate
 
-from simulator.chain import ChainOccupancy, run_chain
+from simulator.chain import ChainOccupancy, run_chain, run_chains
 from simulator.cost_tables import COMPONENTS, CostTables
 from simulator.speculative import expected_tokens_per_iteration, iteration_occupancy
-from simulator.systems import USES_GAMMA, SystemConfig
+from simulator.systems import SystemConfig
 
 
 def _corr(values: np.ndarray, start: int, weights: np.ndarray, n: int) -> np.ndarray:
@@ -44,12 +44,14 @@ def _corr(values: np.ndarray, start: int, weights: np.ndarray, n: int) -> np.nda
 
 @dataclass
 class CostVectors:
-    """Expected cost of each call kind as a function of thinking tokens t (one hardware/TP/gamma)."""
+    """Expected cost of each call kind as a function of thinking tokens t (one hardware/TP/gamma, one
+    problem of the workload: ``workload`` defaults to the tables' own)."""
 
     tables: CostTables
+    workload: object = None
 
     def __post_init__(self):
-        w = self.tables.workload
+        w = self.workload = self.workload if self.workload is not None else self.tables.workload
         self.P, self.J, self.B, self.A = w.prompt_tokens, w.judge_template_tokens, w.token_budget, w.answer_tokens
         self.t = np.arange(self.B)
         self.t_end = np.arange(self.B + w.max_step_tokens)
@@ -134,7 +136,7 @@ class CostVectors:
     # ---- gamma-dependent vectors ----------------------------------------------------------------
     @cached_property
     def occupancy_u(self):
-        w = self.tables.workload
+        w = self.workload
         a = w.acceptance_per_position(self.tables.gamma)
         return iteration_occupancy(a, w.max_step_tokens + w.answer_tokens + w.token_budget + 2)
 
@@ -167,17 +169,71 @@ class CostVectors:
         return float(self.tables.prefill("draft", self.P, 0))
 
 
+def chain_key(cfg: SystemConfig, workload) -> tuple[float, float]:
+    """(keep-probability q, first_n) of a system's step policy on one problem."""
+    spec = cfg.spec
+    if spec.chain == "base":
+        return (0.0, np.inf)
+    if spec.chain == "small":
+        return (1.0, 0)
+    return (workload.acceptance_probability(cfg.threshold), cfg.first_n)
+
+
 def chain_for(cfg: SystemConfig, workload, cache: dict) -> ChainOccupancy:
-    """The DP for a system's step policy, memoised on (q, first_n)."""
-    if cfg.system in ("vanilla-base", "specdecode"):
-        key = (0.0, np.inf)
-    elif cfg.system == "vanilla-small":
-        key = (1.0, 0)
-    else:
-        key = (workload.acceptance_probability(cfg.threshold), cfg.first_n)
+    """The DP for a system's step policy on one problem, memoised on (q, first_n)."""
+    key = chain_key(cfg, workload)
     if key not in cache:
         cache[key] = run_chain(workload, *key)
     return cache[key]
+
+
+class MixturePredictor:
+    """The analytic engine over a workload mixture: per problem its chains (all configurations' chains
+    in one DP pass per problem) and cost vectors; a configuration's prediction is the expectation over
+    the problems (ratios such as the kept-step share are ratios of expectations, as the DES reports)."""
+
+    def __init__(self, workload):
+        self.workload = workload
+        self.components = workload.components()
+        self.chains: list[dict] = [{} for _ in self.components]
+
+    def prepare(self, configs) -> None:
+        """Run the DP once per problem for every (q, first_n) the configurations need."""
+        for (_, w), cache in zip(self.components, self.chains):
+            keys = sorted({chain_key(c, w) for c in configs} - set(cache))
+            if keys:
+                for k, occ in zip(keys, run_chains(w, [k[0] for k in keys], [k[1] for k in keys])):
+                    cache[k] = occ
+
+    def vectors(self, tables: CostTables) -> list[CostVectors]:
+        return [CostVectors(tables, w) for _, w in self.components]
+
+    def per_problem(self, cfg: SystemConfig, vectors: list[CostVectors]) -> list[dict]:
+        return [predict_point(cfg, chain_for(cfg, w, cache), v)
+                for (_, w), cache, v in zip(self.components, self.chains, vectors)]
+
+    def predict(self, cfg: SystemConfig, vectors: list[CostVectors]) -> dict:
+        parts = self.per_problem(cfg, vectors)
+        return combine(parts, [p for p, _ in self.components])
+
+
+def combine(parts: list[dict], weights) -> dict:
+    """Expectation over problems: means of additive quantities, ratio of expectations for shares."""
+    if len(parts) == 1:
+        return dict(parts[0])
+    wts = np.asarray(weights, dtype=float)
+    out = {k: float(np.dot(wts, [p[k] for p in parts])) for k in parts[0]}
+    steps = out["steps"]
+    out["small_step_fraction"] = float(np.dot(wts, [p["small_step_fraction"] * p["steps"] for p in parts]) / steps)
+    out["acceptance_length"] = parts[0]["acceptance_length"]
+    return out
+
+
+def predict(cfg: SystemConfig, tables: CostTables) -> dict:
+    """Expected latency and breakdown of one configuration on the tables' workload (mixture or not)."""
+    mp = MixturePredictor(tables.workload)
+    mp.prepare([cfg])
+    return mp.predict(cfg, mp.vectors(tables))
 
 
 def _vanilla_tokens_survival(occ: ChainOccupancy, answer_tokens: int) -> np.ndarray:
@@ -196,8 +252,9 @@ def predict_point(cfg: SystemConfig, occ: ChainOccupancy, vec: CostVectors) -> d
     tb = vec.tables
     comp = dict.fromkeys(COMPONENTS, 0.0)
     gamma = cfg.gamma
-    vanilla = cfg.system in ("vanilla-base", "vanilla-small", "specdecode")
-    if vanilla and tb.execution.step_calls and cfg.system == "vanilla-small":
+    spec_ = cfg.spec
+    vanilla = spec_.one_call
+    if vanilla and tb.execution.step_calls and spec_.chain == "small":
         # step by step with the small model: the chain with q = 1 and no scoring, then the answer call
         answer = np.dot(occ.end_pmf, vec.small_answer_prefill) if vec.A > 0 else 0.0
         comp["call_overhead_s"] = tb.call_s * (occ.small_proposals + (1.0 if vec.A > 0 else 0.0))
@@ -211,25 +268,25 @@ def predict_point(cfg: SystemConfig, occ: ChainOccupancy, vec: CostVectors) -> d
         sf_total = _vanilla_tokens_survival(occ, vec.A)
         P = vec.P
         comp["call_overhead_s"] = tb.call_s
-        if cfg.system == "specdecode":
+        if spec_.draft:
             n = len(sf_total) - 1
             u = vec.occupancy_u[:n]
             comp["base_prefill_s"] = vec.base_prompt_prefill
             comp["draft_s"] = vec.draft_prompt_prefill + float(np.dot(u * sf_total[1:], tb.draft_iter[P + 1 : P + 1 + n]))
             comp["verify_s"] = float(np.dot(u * sf_total[1:], tb.verify_iter[P + 1 : P + 1 + n]))
         else:
-            who = "base" if cfg.system == "vanilla-base" else "small"
+            who = "base" if spec_.chain == "base" else "small"
             dec = tb.dec_base if who == "base" else tb.dec_small
             n = len(sf_total) - 1
             comp[f"{who}_prefill_s"] = float(tb.prefill(who, P, 0))
             comp[f"{who}_decode_s"] = float(np.dot(sf_total[1:], dec[P + 1 : P + 1 + n]))
         pmf = np.diff(np.concatenate([[0.0], 1.0 - sf_total]))
         thinking = float(np.dot(np.arange(len(pmf)), pmf)) - vec.A
-        small_frac = 1.0 if cfg.system == "vanilla-small" else 0.0
+        small_frac = 1.0 if spec_.chain == "small" else 0.0
     else:
         # specreason(-decode); vanilla-base / specdecode step by step are its base-only chain
         # (q = 0, first_n = inf: no small proposals, no scoring)
-        spec = cfg.system in USES_GAMMA
+        spec = spec_.draft
         reason = not vanilla
         calls = 2 * occ.small_proposals + occ.base_steps + (1.0 if vec.A > 0 else 0.0)
         comp["call_overhead_s"] = tb.call_s * calls
@@ -264,7 +321,7 @@ def predict_point(cfg: SystemConfig, occ: ChainOccupancy, vec: CostVectors) -> d
         thinking = occ.mean_thinking_tokens
         small_frac = occ.small_kept / occ.steps if reason else 0.0
     latency = float(sum(comp.values()))
-    acc_len = expected_tokens_per_iteration(tb.workload.acceptance_per_position(gamma)) if gamma else np.nan
+    acc_len = expected_tokens_per_iteration(vec.workload.acceptance_per_position(gamma)) if gamma else np.nan
     return {
         "latency_s": latency,
         "small_step_fraction": small_frac,

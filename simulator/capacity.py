@@ -101,12 +101,12 @@ def single_request_latency(rs: ResolvedScenario, hw: str, tp: int, cfg: SystemCo
     """Analytic mean latency of one request on an idle replica."""
     if cached and rs.path is not None and _scenario(str(rs.path)) is rs:
         return _single_latency_cached(str(rs.path), hw, tp, cfg)
-    from simulator.analytic import CostVectors, chain_for, predict_point
+    from simulator.analytic import predict
     from simulator.cost_tables import CostTables
 
     d = rs.deployments(hw, tp)
     tb = CostTables(d["base"], d["small"], d["draft"], rs.workload, cfg.gamma, execution=rs.scenario.execution)
-    return float(predict_point(cfg, chain_for(cfg, rs.workload, {}), CostVectors(tb))["latency_s"])
+    return float(predict(cfg, tb)["latency_s"])
 
 
 def requests_for(point: Point, rate: float) -> tuple[int, bool]:

@@ -53,8 +53,9 @@ def run_chain(workload: WorkloadProfile, q: float, first_n: int | float, max_ste
     return run_chains(workload, [q], first_n, max_steps)[0]
 
 
-def run_chains(workload: WorkloadProfile, qs, first_n: int | float, max_steps: int | None = None) -> list[ChainOccupancy]:
-    """The DP for several keep-probabilities at once (rows), one FFT per step for all of them.
+def run_chains(workload: WorkloadProfile, qs, first_n, max_steps: int | None = None) -> list[ChainOccupancy]:
+    """The DP for several (keep-probability, first_n) chains at once (rows), one FFT per step for all of
+    them; ``first_n`` is one value for every row or one per row.
 
     With M = FFT(m_j) and S, Bk the FFTs of the step-length pmfs, per step:
         all moved mass  = IFFT(M [w_s S + w_b Bk])
@@ -63,6 +64,7 @@ def run_chains(workload: WorkloadProfile, qs, first_n: int | float, max_steps: i
     """
     qs = np.asarray(qs, dtype=float)
     R = len(qs)
+    first_ns = np.broadcast_to(np.asarray(first_n, dtype=float), (R,))
     B = workload.token_budget
     K = workload.max_step_tokens
     L = B + K  # t + k <= B - 1 + K
@@ -84,21 +86,25 @@ def run_chains(workload: WorkloadProfile, qs, first_n: int | float, max_steps: i
         alive = m.sum(axis=1)
         if alive.max() < EPS_MASS:
             break
-        small_phase = j >= first_n
-        w_s = qs if small_phase else np.zeros(R)
+        phase = j >= first_ns  # rows in the small-proposal phase
+        w_s = np.where(phase, qs, 0.0)
         w_b = 1.0 - w_s
         steps += alive
-        if small_phase:
-            small_prop += alive
-            (small_first if j == first_n else small_rest)[:] += m
+        if phase.any():
+            ph = phase[:, None]
+            small_prop += np.where(phase, alive, 0.0)
+            first = (j == first_ns)[:, None]
+            small_first += np.where(first, m, 0.0)
+            small_rest += np.where(ph & ~first, m, 0.0)
             if j == 0:
-                score_prompt += alive
+                score_prompt += np.where(phase, alive, 0.0)
             else:
-                score_rest += m
-            regen_continue += (w_b * (1.0 - hb[j]))[:, None] * m
+                score_rest += np.where(ph, m, 0.0)
+            regen_continue += np.where(ph, (w_b * (1.0 - hb[j]))[:, None] * m, 0.0)
             small_kept += w_s * alive
-        if j == 0 and not small_phase:
-            base_prompt += w_b * alive
+        if j == 0:
+            base_prompt += np.where(phase, 0.0, w_b * alive)
+            base_gen += np.where(phase, w_b, 0.0)[:, None] * m
         else:
             base_gen += w_b[:, None] * m
         base_steps += w_b * alive

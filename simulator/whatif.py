@@ -16,7 +16,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from simulator.analytic import CostVectors, chain_for, predict_point
+from simulator.analytic import CostVectors, MixturePredictor
 from simulator.cost_tables import COMPONENTS, CostTables
 from simulator.des import simulate, summarize
 from simulator.scenario import ResolvedScenario
@@ -39,28 +39,29 @@ def run_grid(rs: ResolvedScenario, engine: Literal["analytic", "des"] | None = N
     todo = configs if reference in configs else [reference, *configs]
     w = rs.workload
     rows = []
-    chains: dict = {}
+    mix = MixturePredictor(w)  # one DP pass per problem for every chain the grid needs
+    mix.prepare(todo)
     for hw in rs.hardware_names:
         for tp in rs.tps:
             dep = rs.deployments(hw, tp)
             ex = rs.scenario.execution
             tables = {None: CostTables(dep["base"], dep["small"], dep["draft"], w, None, execution=ex)}
-            vectors = {None: CostVectors(tables[None])}
+            vectors = {None: mix.vectors(tables[None])}
             for cfg in todo:
                 g = cfg.gamma
                 if g not in tables:
                     tables[g] = CostTables(dep["base"], dep["small"], dep["draft"], w, g, execution=ex)
-                    vectors[g] = CostVectors(tables[g])
-                    _share(vectors[None], vectors[g], cfg.system)
+                    vectors[g] = mix.vectors(tables[g])
+                    for src, dst in zip(vectors[None], vectors[g]):
+                        _share(src, dst, cfg.system)
                 if engine == "analytic":
-                    out = predict_point(cfg, chain_for(cfg, w, chains), vectors[g])
+                    out = mix.predict(cfg, vectors[g])
                 else:
                     # a distinct, reproducible stream per grid point
                     point_seed = [seed, zlib.crc32(f"{hw}|{tp}|{cfg.label}".encode())]
                     req, _ = simulate(cfg, tables[g], requests, np.random.SeedSequence(point_seed).generate_state(1)[0])
                     out = summarize(req)
-                    out["acceptance_length"] = (
-                        predict_point(cfg, chain_for(cfg, w, chains), vectors[g])["acceptance_length"] if g else np.nan)
+                    out["acceptance_length"] = mix.predict(cfg, vectors[g])["acceptance_length"] if g else np.nan
                 rows.append({"hardware": hw, "tp": tp, "system": cfg.system, "gamma": cfg.gamma,
                              "threshold": cfg.threshold, "first_n": cfg.first_n, "engine": engine,
                              "in_grid": cfg in configs, **out})
