@@ -66,10 +66,12 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import InputError
+from simulator.loading import unique_json_object
 
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "specreason-aime-traces"
 ANSWER_MARKERS = ("boxed", "Answer:", "ANSWER:")
 STEP_TIME_TOLERANCE_S = 0.005
+MAX_COUNT = 2**53  # counts and ids above this lose precision as floats and overflow pandas' int64 sums
 
 STEP_COLUMNS = [
     "run_id", "problem_id", "repeat_id", "step_index", "small_tokens", "small_call_s", "score",
@@ -136,6 +138,10 @@ def _check_record(rec: object, file: Path, line: int) -> dict:
         if isinstance(v, bool) and bool not in types or not isinstance(v, types):
             want = "/".join(t.__name__ for t in types)
             raise InputError(str(file), f"{where}: {name}", f"expected {want}, got {type(v).__name__} {v!r}")
+        if isinstance(v, float) and not np.isfinite(v):
+            raise InputError(str(file), f"{where}: {name}", f"must be a finite number (got {v!r})")
+        if isinstance(v, int) and not isinstance(v, bool) and v > MAX_COUNT:
+            raise InputError(str(file), f"{where}: {name}", f"implausibly large (got {v!r}; at most {MAX_COUNT})")
         if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0:
             raise InputError(str(file), f"{where}: {name}", f"must be >= 0 (got {v!r})")
     extra = set(rec) - set(_FIELDS) - _OPTIONAL_SOURCE_FIELDS
@@ -161,9 +167,11 @@ def read_records(path: Path) -> list[dict]:
                 if not raw.strip():
                     continue
                 try:
-                    rec = json.loads(raw)
+                    rec = json.loads(raw, object_pairs_hook=unique_json_object)
                 except json.JSONDecodeError as e:
                     raise InputError(str(path), f"line {n}", f"malformed JSON ({e.msg})") from None
+                except (ValueError, RecursionError) as e:  # a repeated key (unique_json_object), deep nesting
+                    raise InputError(str(path), f"line {n}", f"malformed JSON ({e})") from None
                 rec = _check_record(rec, path, n)
                 rec["_line"] = n
                 out.append(rec)

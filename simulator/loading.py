@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Iterable, Iterator, TypeVar
 
@@ -14,19 +15,73 @@ from simulator.errors import InputError, pydantic_error_to_input_error
 M = TypeVar("M", bound=BaseModel)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml's safe loader, refusing a mapping that repeats a key (yaml keeps the last one silently)."""
+
+
+def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: set = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        try:
+            seen.add(key)
+        except TypeError:
+            pass  # unhashable keys: the mapping constructor reports them
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
+def non_finite_path(obj: object, path: tuple = ()) -> str | None:
+    """Dotted path of the first NaN or infinite number in a parsed document, or None."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return ".".join(map(str, path)) or "(top level)"
+    if isinstance(obj, dict):
+        items = obj.items()
+    elif isinstance(obj, list):
+        items = enumerate(obj)
+    else:
+        return None
+    for k, v in items:
+        found = non_finite_path(v, (*path, k))
+        if found:
+            return found
+    return None
+
+
 def read_yaml(path: str | Path) -> object:
+    """A YAML file through the safe loader; duplicate keys, NaN and infinities are input errors."""
     p = Path(path)
     if not p.is_file():
         raise InputError(str(p), None, "file not found")
     try:
         with p.open("r", encoding="utf-8") as fh:
-            return yaml.safe_load(fh)
+            data = yaml.load(fh, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else None
         raise InputError(str(p), where, f"malformed YAML ({getattr(e, 'problem', None) or e})") from None
     except UnicodeDecodeError:
         raise InputError(str(p), None, "not a UTF-8 text file") from None
+    except RecursionError:
+        raise InputError(str(p), None, "nested too deeply") from None
+    bad = non_finite_path(data)
+    if bad:
+        raise InputError(str(p), bad, "must be a finite number (got NaN or infinity)")
+    return data
+
+
+def unique_json_object(pairs: list[tuple[str, Any]]) -> dict:
+    """``json.loads(..., object_pairs_hook=unique_json_object)``: a repeated key is a ValueError."""
+    out: dict = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"duplicate key {k!r}")
+        out[k] = v
+    return out
 
 
 def validate_model(data: object, model: type[M], file: str | Path | None) -> M:
