@@ -162,3 +162,54 @@ def static_bench_cmd(
 from calibrate.gpu_profiles.cli import register as _register_gpu_profiles  # noqa: E402
 
 _register_gpu_profiles(app)
+
+
+# Workload mixtures over problems (issue 12): import-aggregates, fit-mixture, validate-mixture
+@app.command("import-aggregates")
+def import_aggregates_cmd(
+    path: Path = typer.Argument(..., help="per-problem aggregates JSON (SpecReason experiment_summary layout)"),
+) -> None:
+    """Read per-problem aggregates (validated) and print what they pin per problem and the machine speed they imply."""
+    from calibrate.fit_mixture import load_aggregates, machine_speed
+
+    aggs = load_aggregates(path)
+    speed = {r["problem"]: r for r in machine_speed(aggs)}
+    typer.echo("problem  runs  steps  kept_share  tokens/proposal  tokens/regen  thinking_tokens  base_s/token")
+    for pid, a in aggs.items():
+        v = a.averages
+        per_regen = v.base_tokens / v.rejected_steps if v.rejected_steps else float("nan")
+        typer.echo(f"{pid:>7}  {a.completed_runs:4d}  {v.total_steps:5.1f}  {v.accepted_steps / v.total_steps:10.3f}  "
+                   f"{(v.small_tokens_accepted + v.small_tokens_rejected) / v.total_steps:15.1f}  {per_regen:12.1f}  "
+                   f"{v.total_tokens:15.0f}  {speed[pid]['base_s_per_token']:12.4f}")
+
+
+@app.command("fit-mixture")
+def fit_mixture_cmd(
+    out: Path = typer.Option(..., help="output workload profile (YAML)"),
+    aggregates: Path = typer.Option(None, help="per-problem aggregates JSON (default: the shared AIME traces')"),
+    data: Path = typer.Option(None, help="per-step SpecReason traces for the shared shapes (default: the shared ones)"),
+    problems: str = typer.Option("", help="comma-separated problem ids to include (default: all)"),
+    date: str = typer.Option(None, help="provenance date (default: today)"),
+) -> None:
+    """Fit a workload mixture over problems: shapes from the per-step runs, per-problem levels from the aggregates."""
+    from calibrate.fit_mixture import AGGREGATES, DATA_DIR, fit_mixture, load_aggregates, mixture_to_yaml, shared_profile, write_atomic
+
+    aggs = load_aggregates(aggregates or AGGREGATES)
+    shared, sigma, _ = shared_profile(data or DATA_DIR)
+    names = [p.strip() for p in problems.split(",") if p.strip()] or None
+    prof = fit_mixture(aggs, shared, sigma, problems=names, date=date)
+    typer.echo(f"wrote {write_atomic(out, mixture_to_yaml(prof))} ({len(prof.problems)} problems)")
+
+
+@app.command("validate-mixture")
+def validate_mixture_cmd(
+    out: Path = typer.Option(Path("out/mixture-validation"), help="report folder (report.md, folds.csv, summary.csv)"),
+    aggregates: Path = typer.Option(None, help="per-problem aggregates JSON (default: the shared AIME traces')"),
+    data: Path = typer.Option(None, help="per-step SpecReason traces (default: the shared ones)"),
+) -> None:
+    """Leave-one-problem-out validation of the workload mixture (~3 min): tokens, kept share, latency per held-out problem."""
+    from validate.mixture import run
+
+    typer.echo(f"leave-one-problem-out: fitting one mixture per held-out problem, writing {out} ...")
+    _, _, text = run(out, aggregates, data)
+    typer.echo(text)
