@@ -54,17 +54,19 @@ def run_chain(workload: WorkloadProfile, q: float, first_n: int | float, max_ste
 
 
 def run_chains(workload: WorkloadProfile, qs, first_n, max_steps: int | None = None) -> list[ChainOccupancy]:
-    """The DP for several (keep-probability, first_n) chains at once (rows), one FFT per step for all of
-    them; ``first_n`` is one value for every row or one per row.
+    """The DP for several (keep-probability, first_n) chains at once (rows), one FFT pair per step for all
+    of them; ``first_n`` is one value for every row or one per row.
 
-    With M = FFT(m_j) and S, Bk the FFTs of the step-length pmfs, per step:
-        all moved mass  = IFFT(M [w_s S + w_b Bk])
-        continuing mass = IFFT(M [w_s (1 - h_s) S + w_b (1 - h_b) Bk]) below B
-        ending mass     = the difference below B, all moved mass from B on.
+    With M = FFT(m_j), S, Bk the FFTs of the step-length pmfs and the row's step weights (w_s, w_b) =
+    (q, 1 - q) from step first_n on, (0, 1) before: X = M w_s S, Y = M w_b Bk and
+        ending by the answer   = IFFT(h_s(j) X + h_b(j) Y)        (accumulated in the frequency domain)
+        continuing             = IFFT((1 - h_s(j)) X + (1 - h_b(j)) Y), below B; from B on it ends (budget).
+    The call occupancies are linear in the m_j with coefficients constant over the phases, so only
+    sum_j m_j, sum_j h_b(j) m_j and each row's m at j = first_n are kept per step.
     """
     qs = np.asarray(qs, dtype=float)
     R = len(qs)
-    first_ns = np.broadcast_to(np.asarray(first_n, dtype=float), (R,))
+    fns = np.broadcast_to(np.asarray(first_n, dtype=float), (R,)).copy()
     B = workload.token_budget
     K = workload.max_step_tokens
     L = B + K  # t + k <= B - 1 + K
@@ -74,53 +76,60 @@ def run_chains(workload: WorkloadProfile, qs, first_n, max_steps: int | None = N
     n_max = max_steps or (workload.max_steps() + 1)
     hs = answer_hazard(workload.steps_pmf_small, n_max)
     hb = answer_hazard(workload.steps_pmf_base, n_max)
-    z = lambda: np.zeros((R, B))  # noqa: E731
-    small_first, small_rest, score_rest, base_gen, regen_continue = z(), z(), z(), z(), z()
-    score_prompt, base_prompt = np.zeros(R), np.zeros(R)
-    steps, small_prop, small_kept, base_steps = np.zeros(R), np.zeros(R), np.zeros(R), np.zeros(R)
-    end_pmf = np.zeros((R, L))
-
-    m = z()
+    in_phase = fns <= 0
+    w_s = np.where(in_phase, qs, 0.0)
+    QS, QB = w_s[:, None] * S, (1.0 - w_s)[:, None] * Bk
+    A, Hb = np.zeros((R, B)), np.zeros((R, B))  # sum_j m_j, sum_j h_b(j) m_j
+    A_pre, Hb_pre, first = np.zeros((R, B)), np.zeros((R, B)), np.zeros((R, B))  # at j = first_n
+    E = np.zeros((R, nfft // 2 + 1), dtype=complex)
+    end_B = np.zeros((R, K))
+    steps, small_prop = np.zeros(R), np.zeros(R)
+    m = np.zeros((R, B))
     m[:, 0] = 1.0
     for j in range(n_max):
         alive = m.sum(axis=1)
         if alive.max() < EPS_MASS:
             break
-        phase = j >= first_ns  # rows in the small-proposal phase
-        w_s = np.where(phase, qs, 0.0)
-        w_b = 1.0 - w_s
+        switch = fns == j
+        if switch.any():  # rows entering the small-proposal phase
+            A_pre[switch], Hb_pre[switch], first[switch] = A[switch], Hb[switch], m[switch]
+            in_phase = in_phase | switch
+            w_s = np.where(in_phase, qs, 0.0)
+            QS, QB = w_s[:, None] * S, (1.0 - w_s)[:, None] * Bk
         steps += alive
-        if phase.any():
-            ph = phase[:, None]
-            small_prop += np.where(phase, alive, 0.0)
-            first = (j == first_ns)[:, None]
-            small_first += np.where(first, m, 0.0)
-            small_rest += np.where(ph & ~first, m, 0.0)
-            if j == 0:
-                score_prompt += np.where(phase, alive, 0.0)
-            else:
-                score_rest += np.where(ph, m, 0.0)
-            regen_continue += np.where(ph, (w_b * (1.0 - hb[j]))[:, None] * m, 0.0)
-            small_kept += w_s * alive
-        if j == 0:
-            base_prompt += np.where(phase, 0.0, w_b * alive)
-            base_gen += np.where(phase, w_b, 0.0)[:, None] * m
-        else:
-            base_gen += w_b[:, None] * m
-        base_steps += w_b * alive
+        small_prop += np.where(in_phase, alive, 0.0)
+        A += m
+        Hb += hb[j] * m
         M = rfft(m, nfft, axis=1)
-        ws, wb = w_s[:, None], w_b[:, None]
-        total = irfft(M * (ws * S + wb * Bk), nfft, axis=1)[:, :L]
-        cont = np.clip(irfft(M * (ws * (1.0 - hs[j]) * S + wb * (1.0 - hb[j]) * Bk), nfft, axis=1)[:, :B], 0.0, None)
-        end_pmf[:, :B] += np.clip(total[:, :B] - cont, 0.0, None)
-        end_pmf[:, B:] += np.clip(total[:, B:], 0.0, None)
-        m = cont
-        m[m < 1e-300] = 0.0
-    else:
-        end_pmf[:, :B] += m  # not reached: the hazard is 1 past the step-count support
-    return [
-        ChainOccupancy(B, small_first[r], small_rest[r], score_rest[r], float(score_prompt[r]), base_gen[r],
-                       float(base_prompt[r]), regen_continue[r], end_pmf[r], float(steps[r]), float(small_prop[r]),
-                       float(small_kept[r]), float(base_steps[r]))
-        for r in range(R)
-    ]
+        X, Y = M * QS, M * QB
+        Z = hs[j] * X + hb[j] * Y
+        E += Z
+        C = irfft(X + Y - Z, nfft, axis=1)
+        end_B += np.clip(C[:, B:L], 0.0, None)
+        m = np.where(C[:, :B] > 1e-300, C[:, :B], 0.0)
+    end_pmf = np.clip(irfft(E, nfft, axis=1)[:, :L], 0.0, None)
+    end_pmf[:, B:] += end_B
+    if alive.max() >= EPS_MASS:  # ran out of steps (the hazard is 1 past the step-count support: not reached)
+        end_pmf[:, :B] += m
+    e0 = np.zeros(B)
+    e0[0] = 1.0
+    out = []
+    for r in range(R):
+        q, f = qs[r], fns[r]
+        if np.isfinite(f):
+            occ_ph = A[r] - A_pre[r]
+            small_first, small_rest = first[r], occ_ph - first[r]
+            score_prompt = 1.0 if f <= 0 else 0.0
+            score_rest = occ_ph - score_prompt * e0
+            regen = (1.0 - q) * (occ_ph - (Hb[r] - Hb_pre[r]))
+            base_prompt = 0.0 if f <= 0 else 1.0
+            base_gen = (A_pre[r] - e0 if f > 0 else 0.0) + (1.0 - q) * occ_ph
+        else:
+            z = np.zeros(B)
+            small_first, small_rest, score_rest, regen, score_prompt = z, z, z, z, 0.0
+            base_prompt, base_gen = 1.0, A[r] - e0
+        kept = q * small_prop[r] if np.isfinite(f) else 0.0
+        out.append(ChainOccupancy(B, small_first, small_rest, score_rest, float(score_prompt), np.asarray(base_gen, float),
+                                  float(base_prompt), regen, end_pmf[r], float(steps[r]), float(small_prop[r]),
+                                  float(kept), float(steps[r] - kept)))
+    return out
