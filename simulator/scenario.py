@@ -18,7 +18,7 @@ from simulator.cost_model import CostProfile, Deployment, prior_profile
 from simulator.errors import InputError
 from simulator.execution import Execution
 from simulator.loading import load_yaml_model, read_yaml, validate_model
-from simulator.systems import REGISTRY, SYSTEMS, USES_GAMMA, SystemConfig, expand_systems
+from simulator.systems import REGISTRY, SYSTEMS, SystemConfig, expand_systems
 from simulator.workload import WorkloadProfile
 
 PROFILES_DIR = Path(__file__).with_name("profiles")
@@ -198,7 +198,7 @@ class ResolvedScenario:
             if m.heads % tp:
                 raise InputError(f, tp_field, f"tp={tp} does not divide {role} model {m.name}'s {m.heads} attention heads")
         budget_ctx = self.workload.prompt_tokens + self.workload.token_budget + self.workload.max_step_tokens + self.workload.answer_tokens
-        speculative = any(s in USES_GAMMA for s in sc.systems)
+        speculative = any(REGISTRY[s].draft for s in sc.systems)
         # (role, resident weights per GPU, KV bytes per token per GPU, what is placed there)
         placements = [
             ("base", self.base_model.weight_bytes_resident / tp, self.base_model.kv_bytes_per_token(tp), self.base_model.name),
