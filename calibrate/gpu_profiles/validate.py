@@ -39,7 +39,7 @@ KERNELS_PER_LAYER = 10  # Vidur's per-layer ops (9-10) + attention: how today's 
 def catalog_prior(gpu: str) -> KernelParams:
     """Today's catalog prior in kernel form: eta_mem 0.8, eta_comp 0.6 for every op, no tiles, t_layer
     spread over the layer's kernels, NCCL latency + datasheet link bandwidth."""
-    h = get_hardware(gpu)
+    h = get_hardware(gpu).datasheet_era()  # the priors before issue 13's derived ones (gpu_priors.yaml)
     c = prior_profile(h).params(h)
     return KernelParams(mem_efficiency=c.mem_efficiency, compute_efficiency=c.compute_efficiency, gemm_tile_tokens=1.0,
                         attn_compute_efficiency=c.compute_efficiency, row_mem_efficiency=c.mem_efficiency,
@@ -66,7 +66,7 @@ def _roofline_predict(train: pd.DataFrame, test: pd.DataFrame) -> np.ndarray:
             idx = np.flatnonzero((d["gpu"] == g).to_numpy())
             a = OpArrays(d.iloc[idx])
             if a.is_ar.any():
-                h = get_hardware(g)
+                h = get_hardware(g).datasheet_era()
                 out[idx] = a.ar_bytes / (eta * h.link_bandwidth_bytes_per_s)
             else:
                 out[idx] = constant_roofline_time(a, eta, datasheet(g))
