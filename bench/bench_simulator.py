@@ -38,6 +38,15 @@ def main() -> None:
     t = _median_time(lambda: run_grid(rs, engine="analytic"), args.repeats)
     print(f"analytic, reference grid ({n_points} points, budget 8192): {t:.3f} s per grid -> {n_points / t:.1f} predictions/s")
 
+    from simulator.scenario import PROFILES_DIR
+    from simulator.workload import load_workload
+
+    rs1 = load_scenario("scenarios/reference-a6000-qwq32b.yaml")
+    rs1.workload = load_workload(PROFILES_DIR / "workload_aime60_qwq32b_r1-1.5b.yaml")
+    t1 = _median_time(lambda: run_grid(rs1, engine="analytic"), args.repeats)
+    print(f"analytic, reference grid on the single-problem workload (aime60, the default before the mixture): "
+          f"{t1:.3f} s per grid -> {n_points / t1:.1f} predictions/s")
+
     rs2 = load_scenario("scenarios/modern-h100-h200-qwen3.yaml")
     n2 = len(run_grid(rs2, engine="analytic"))
     t2 = _median_time(lambda: run_grid(rs2, engine="analytic"), args.repeats)

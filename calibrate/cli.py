@@ -203,7 +203,7 @@ def fit_mixture_cmd(
 
 @app.command("validate-mixture")
 def validate_mixture_cmd(
-    out: Path = typer.Option(Path("out/mixture-validation"), help="report folder (report.md, folds.csv, summary.csv)"),
+    out: Path = typer.Option(..., help="report folder (report.md, folds.csv, summary.csv), e.g. out/mixture-validation"),
     aggregates: Path = typer.Option(None, help="per-problem aggregates JSON (default: the shared AIME traces')"),
     data: Path = typer.Option(None, help="per-step SpecReason traces (default: the shared ones)"),
 ) -> None:
