@@ -60,3 +60,28 @@ def test_shape_mismatch_is_detected():
     bad = ModelSpec(name="x", arch="llama", layers=2, hidden=64, heads=4, kv_heads=4, head_dim=16, intermediate=128,
                     vocab=100, tie_embeddings=True, published_params=1e9)
     assert abs(bad.params / bad.published_params - 1) > 0.03  # the loader would reject it
+
+
+def test_derived_gpu_priors_have_provenance_and_datasheet_era_reproduces_old_priors():
+    """Issue 13: gpu_priors.yaml gives every GPU's cost priors a kind and source; the CPU keeps its own;
+    datasheet_era() is the catalog as it was (0.8 / 0.6 / 15 us / NCCL latency / datasheet link)."""
+    for name in ("rtx-a6000", "h100-sxm", "h200", "a100-80gb", "a40", "l40s"):
+        h = get_hardware(name)
+        prof = prior_profile(h)
+        assert h.cost_prior and {"mem_efficiency", "compute_efficiency", "layer_overhead_s",
+                                 "allreduce_latency_s", "allreduce_bandwidth_bytes_per_s"} <= set(h.cost_prior)
+        assert prof.mem_efficiency.kind in ("calibrated", "transferred") and prof.mem_efficiency.source
+        assert h.link_bandwidth_bytes_per_s == h.cost_prior["allreduce_bandwidth_bytes_per_s"].value
+        assert h.allreduce_latency_s == h.cost_prior["allreduce_latency_s"].value
+    assert get_hardware("h100-sxm").cost_prior["mem_efficiency"].kind == "transferred"
+    assert get_hardware("a100-80gb").cost_prior["mem_efficiency"].kind == "calibrated"
+    # PCIe all-reduce of the A6000 is the L40S's; NVLink of H100 scaled from the A100's
+    assert get_hardware("rtx-a6000").allreduce_latency_s == get_hardware("l40s").allreduce_latency_s
+    assert get_hardware("h100-sxm").link_bandwidth_bytes_per_s == pytest.approx(
+        get_hardware("a100-80gb").link_bandwidth_bytes_per_s * 450 / 300, rel=1e-3)
+    old = get_hardware("rtx-a6000").datasheet_era()
+    p = prior_profile(old).params(old)
+    assert (p.mem_efficiency, p.compute_efficiency, p.layer_overhead_s, p.allreduce_latency_s) == (0.8, 0.6, 15e-6, 25e-6)
+    assert old.link_bandwidth_bytes_per_s == 25e9 and old.cost_prior is None
+    cpu = get_hardware("cpu")
+    assert cpu.cost_prior is None and prior_profile(cpu).params(cpu).mem_efficiency == 0.5
