@@ -265,17 +265,12 @@ def fit_mixture(aggregates: dict[str, ProblemAggregate], shared: WorkloadProfile
 
 
 def mixture_to_yaml(profile: WorkloadProfile, command: str = REGENERATE) -> str:
-    import yaml
+    from calibrate.fit_workload import profile_to_yaml
 
-    header = (
+    return profile_to_yaml(profile, command, about=(
         "# Workload mixture over AIME 2024 problems (QwQ-32B + R1-Distill-Qwen-1.5B, threshold-7 SpecReason runs):\n"
         "# shapes from problem 60's per-step runs, per-problem levels from the per-problem aggregates;\n"
-        "# what is shared / fitted / prior: provenance.method and each problem's source; docs/workload-fit.md.\n"
-        f"# Regenerate (do not edit by hand):\n#   {command}\n"
-    )
-    body = yaml.safe_dump(profile.model_dump(mode="json", exclude_none=True), sort_keys=False,
-                          default_flow_style=None, width=120, allow_unicode=True)
-    return header + body
+        "# what is shared / fitted / prior: provenance.method and each problem's source; docs/workload-fit.md.\n"))
 
 
 def write_atomic(path: str | Path, text: str) -> Path:

@@ -236,13 +236,11 @@ def _repo_relative(path: Path) -> str:
     return Path(os.path.relpath(os.path.abspath(path), repo)).as_posix()
 
 
-def profile_to_yaml(profile: WorkloadProfile, command: str = REGENERATE) -> str:
-    """YAML text with a header comment (what it is, how to regenerate, where the figures are)."""
-    header = (
-        "# Workload profile fitted from real SpecReason per-step traces (QwQ-32B + R1-Distill-Qwen-1.5B,\n"
-        "# AIME 2024 problem 60, threshold 7). Priors are named in provenance.method; see docs/workload-fit.md.\n"
-        f"# Regenerate (do not edit by hand):\n#   {command}\n"
-    )
+def profile_to_yaml(profile: WorkloadProfile, command: str = REGENERATE, about: str | None = None) -> str:
+    """YAML text with a header comment (``about``: what it is; how to regenerate; where the figures are)."""
+    about = about or ("# Workload profile fitted from real SpecReason per-step traces (QwQ-32B + R1-Distill-Qwen-1.5B,\n"
+                      "# AIME 2024 problem 60, threshold 7). Priors are named in provenance.method; see docs/workload-fit.md.\n")
+    header = about + f"# Regenerate (do not edit by hand):\n#   {command}\n"
     body = yaml.safe_dump(profile.model_dump(mode="json", exclude_none=True), sort_keys=False,
                           default_flow_style=None, width=120, allow_unicode=True)
     return header + body
