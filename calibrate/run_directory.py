@@ -134,8 +134,10 @@ def execution_of_run(run_dir: str | Path) -> dict:
     block, source = opts.get("prefix_cache_block"), "run.json options.prefix_cache_block"
     if block is None:
         g = 0
-        for _, rec in iter_jsonl((run_dir / "steps.jsonl").read_text(encoding="utf-8").splitlines()
-                                 if (run_dir / "steps.jsonl").exists() else [], str(run_dir / "steps.jsonl")):
+        from calibrate.trace_schema import jsonl_lines, record_file
+
+        f = record_file(run_dir, "steps.jsonl")
+        for _, rec in iter_jsonl(jsonl_lines(f) if f is not None else [], str(f or run_dir / "steps.jsonl")):
             for k in ("score_cached_tokens", "base_cached_tokens"):
                 g = math.gcd(g, int(rec.get(k) or 0))
         block, source = (g or 1), "inferred: gcd of the cached-token counts in steps.jsonl"

@@ -236,17 +236,42 @@ def check_record(rec: Any, fields: dict[str, Field], file: str, line: int | None
     return rec
 
 
+def record_file(run_dir: str | Path, name: str) -> Path | None:
+    """``run_dir/name`` or, for committed (compressed) runs, ``run_dir/name.gz``; None when neither exists."""
+    p = Path(run_dir) / name
+    if p.exists():
+        return p
+    gz = p.with_name(p.name + ".gz")
+    return gz if gz.exists() else None
+
+
+def jsonl_lines(path: str | Path) -> list[str]:
+    """The lines of a JSONL file, read transparently from gzip when the name ends in ``.gz``;
+    a corrupt or truncated archive is an :class:`InputError` naming the file."""
+    import gzip
+    import zlib
+
+    path = Path(path)
+    try:
+        if path.suffix == ".gz":
+            with gzip.open(path, "rt", encoding="utf-8") as fh:
+                return fh.read().splitlines()
+        return path.read_text(encoding="utf-8").splitlines()
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError) as e:
+        raise InputError(str(path), None, f"cannot read ({type(e).__name__}: {e})") from None
+
+
 def check_jsonl(path: str | Path, kind: str) -> list[dict]:
-    """Load and validate a JSONL trace file; every bad line is an :class:`InputError` with file:line."""
+    """Load and validate a JSONL trace file (``.jsonl`` or ``.jsonl.gz``); every bad line is an
+    :class:`InputError` with file:line."""
     path = Path(path)
     fields = _RECORD_FIELDS[kind]
     out = []
-    with path.open(encoding="utf-8") as fh:
-        for i, rec in iter_jsonl(fh, str(path)):
-            check_record(rec, fields, str(path), i)
-            if rec["kind"] != kind:
-                raise InputError(f"{path}:{i}", "kind", f"expected {kind!r}, got {rec['kind']!r}")
-            out.append(rec)
+    for i, rec in iter_jsonl(jsonl_lines(path), str(path)):
+        check_record(rec, fields, str(path), i)
+        if rec["kind"] != kind:
+            raise InputError(f"{path}:{i}", "kind", f"expected {kind!r}, got {rec['kind']!r}")
+        out.append(rec)
     return out
 
 
@@ -265,10 +290,10 @@ def check_run_dir(run_dir: str | Path) -> dict[str, list[dict]]:
     for kind, name in (("step", "steps.jsonl"), ("request", "requests.jsonl"), ("microbench", "microbench.jsonl"),
                        ("serve_request", "serve_requests.jsonl"), ("serve_step", "serve_steps.jsonl"),
                        ("serve_call", "serve_calls.jsonl")):
-        if (run_dir / name).exists():
-            out[kind] = check_jsonl(run_dir / name, kind)
-    if (run_dir / "serve_small_steps.jsonl").exists():
-        out["serve_small_step"] = check_jsonl(run_dir / "serve_small_steps.jsonl", "serve_step")
+        if (f := record_file(run_dir, name)) is not None:
+            out[kind] = check_jsonl(f, kind)
+    if (f := record_file(run_dir, "serve_small_steps.jsonl")) is not None:
+        out["serve_small_step"] = check_jsonl(f, "serve_step")
     return out
 
 
