@@ -256,7 +256,6 @@ class CostFit:
     prior: dict[str, float]
     residuals: pd.DataFrame  # calls + predicted_s + log_residual
     correlation: dict = field(default_factory=dict)
-    n_iterations: int = 0
 
 
 def central_jacobian(fun, x: np.ndarray, h: float = 1e-4) -> np.ndarray:
@@ -274,28 +273,40 @@ def _robust_scale(r: np.ndarray) -> float:
     return float(1.4826 * np.median(np.abs(r - np.median(r)))) or float(np.std(r)) or 1e-12
 
 
-def fit_cost(calls: pd.DataFrame, setup: Setup, prior: CostProfile | None = None,
-             candidates: tuple[str, ...] = PARAM_NAMES) -> CostFit:
-    """Robust least squares of log call times over the identifiable subset of ``candidates``."""
+@dataclass
+class LogFit:
+    """What :func:`fit_log_times` returns: all parameter values (fitted or prior), the fitted ones with their
+    stderrs, why the others stayed at their prior, and the log residuals at the solution."""
+
+    values: dict[str, float]
+    stderr: dict[str, float]
+    fitted: list[str]
+    fixed: dict[str, str]
+    correlation: dict
+    log_residual: np.ndarray
+
+
+def fit_log_times(predict, y: np.ndarray, prior_vals: dict[str, float], candidates: tuple[str, ...] = PARAM_NAMES) -> LogFit:
+    """The one fitter of the cost model's named parameters: robust least squares (soft-L1) of log times
+    ``predict(CostParams) -> seconds`` against ``y`` (log seconds), in log-parameter space within ``BOUNDS``,
+    a few efficiency starts (the roofline max() is non-smooth), standard errors from the central-difference
+    Jacobian of the raw residuals, and an identifiability loop: a parameter that runs to its bound, has no
+    signal, is not pinned (relative stderr > MAX_REL_STDERR) or is collinear with another (|corr| >
+    MAX_ABS_CORR) goes back to its prior, the least physical first (``FIX_ORDER``), and the rest is refitted.
+    Used for engine calls (:func:`fit_cost`) and engine steps (``validate.serving.fit_step_params``)."""
     from scipy.optimize import least_squares
 
-    calls = calls[calls["wall_s"] > 0].reset_index(drop=True)
-    if len(calls) < 3:
-        raise InputError(None, "calls", f"need at least 3 measured calls with a positive time (got {len(calls)})")
-    prior = prior or prior_profile(setup.hardware)
-    prior_vals = _values(prior, setup.hardware)
-    pred = CallPredictor(calls, setup)
-    y = np.log(calls["wall_s"].to_numpy(float))
     free = [n for n in PARAM_NAMES if n in candidates]
     fixed: dict[str, str] = {n: "not a fit candidate" for n in PARAM_NAMES if n not in candidates}
     vals = dict(prior_vals)
+    cov, rel = np.zeros((0, 0)), np.zeros(0)
     for _ in range(len(PARAM_NAMES) + 1):
         base_vals = dict(prior_vals)
 
         def resid(logx, free=free, base_vals=base_vals):
             v = dict(base_vals)
             v.update({n: float(np.exp(lx)) for n, lx in zip(free, logx)})
-            return np.log(pred.predict(_params(v))) - y
+            return np.log(predict(_params(v))) - y
 
         if not free:
             vals, cov, rel = dict(prior_vals), np.zeros((0, 0)), np.zeros(0)
@@ -303,7 +314,6 @@ def fit_cost(calls: pd.DataFrame, setup: Setup, prior: CostProfile | None = None
         lo = np.log([BOUNDS[n][0] for n in free])
         hi = np.log([BOUNDS[n][1] for n in free])
         x0 = np.clip(np.log(np.maximum([prior_vals[n] for n in free], 1e-300)), lo + 1e-9, hi - 1e-9)
-        # the roofline max() makes the cost non-smooth: a few starts, keep the best
         res = None
         for scale in START_SCALES:
             xs = x0 + np.array([np.log(scale) if n in ("mem_efficiency", "compute_efficiency") else 0.0 for n in free])
@@ -313,13 +323,13 @@ def fit_cost(calls: pd.DataFrame, setup: Setup, prior: CostProfile | None = None
                 res = cand
         r = resid(res.x)
         J = central_jacobian(resid, res.x)
-        s = _robust_scale(r)
+        sc = _robust_scale(r)
         col = np.linalg.norm(J, axis=0) / np.sqrt(len(r))
         # invert on unit-norm columns so a weak but real direction is not truncated away
         norm = np.where(col > 0, col, 1.0) * np.sqrt(len(r))
         jn = J / norm
         try:
-            cov = s**2 * np.linalg.inv(jn.T @ jn) / np.outer(norm, norm)
+            cov = sc**2 * np.linalg.inv(jn.T @ jn) / np.outer(norm, norm)
         except np.linalg.LinAlgError:
             cov = np.full((len(free), len(free)), np.inf)
         rel = np.where(col > 1e-8, np.sqrt(np.abs(np.diag(cov))), np.inf)
@@ -328,7 +338,6 @@ def fit_cost(calls: pd.DataFrame, setup: Setup, prior: CostProfile | None = None
             corr = np.nan_to_num(cov / np.outer(d, d))
         vals = dict(prior_vals)
         vals.update({n: float(np.exp(lx)) for n, lx in zip(free, res.x)})
-        # identifiability: worst offender back to its prior, refit
         bad = {}
         for k, n in enumerate(free):
             if min(res.x[k] - lo[k], hi[k] - res.x[k]) < 1e-3:
@@ -351,10 +360,6 @@ def fit_cost(calls: pd.DataFrame, setup: Setup, prior: CostProfile | None = None
         fixed[worst] = bad[worst][1]
         free = [n for n in free if n != worst]
     stderr = {n: float(vals[n] * rel[k]) for k, n in enumerate(free)}
-    predicted = pred.predict(_params(vals))
-    out = calls.copy()
-    out["predicted_s"] = predicted
-    out["log_residual"] = np.log(predicted) - y
     corr_out = {}
     if len(free) > 1:
         d = np.sqrt(np.diag(cov))
@@ -364,8 +369,25 @@ def fit_cost(calls: pd.DataFrame, setup: Setup, prior: CostProfile | None = None
     for n in PARAM_NAMES:
         if n not in free and n not in fixed:
             fixed[n] = "not a fit candidate"
-    return CostFit(values=vals, stderr=stderr, fitted=free, fixed=fixed, prior=prior_vals, residuals=out,
-                   correlation=corr_out)
+    return LogFit(vals, stderr, free, fixed, corr_out, np.log(predict(_params(vals))) - y)
+
+
+def fit_cost(calls: pd.DataFrame, setup: Setup, prior: CostProfile | None = None,
+             candidates: tuple[str, ...] = PARAM_NAMES) -> CostFit:
+    """Robust least squares of log call times over the identifiable subset of ``candidates`` (:func:`fit_log_times`)."""
+    calls = calls[calls["wall_s"] > 0].reset_index(drop=True)
+    if len(calls) < 3:
+        raise InputError(None, "calls", f"need at least 3 measured calls with a positive time (got {len(calls)})")
+    prior = prior or prior_profile(setup.hardware)
+    prior_vals = _values(prior, setup.hardware)
+    pred = CallPredictor(calls, setup)
+    y = np.log(calls["wall_s"].to_numpy(float))
+    f = fit_log_times(pred.predict, y, prior_vals, candidates)
+    out = calls.copy()
+    out["predicted_s"] = np.exp(f.log_residual + y)
+    out["log_residual"] = f.log_residual
+    return CostFit(values=f.values, stderr=f.stderr, fitted=f.fitted, fixed=f.fixed, prior=prior_vals, residuals=out,
+                   correlation=f.correlation)
 
 
 # ---- goodness of fit and the profile ---------------------------------------------------------------

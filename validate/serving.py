@@ -40,7 +40,6 @@ from simulator.errors import InputError
 
 FIT_PARAMS = ("mem_efficiency", "compute_efficiency", "step_overhead_s", "seq_overhead_s")
 SEQ_OVERHEAD_START = 1e-3  # start for a profile fitted before seq_overhead_s existed (value 0)
-F_SCALE = 0.05
 MEMORY_FRACTION = (0.3, 0.5)  # scenarios/cpu-smollm2.yaml's split; KV never binds at these batch sizes
 
 
@@ -212,49 +211,23 @@ def _step_times(params, setup, agg) -> np.ndarray:
 
 
 def fit_step_params(steps: pd.DataFrame, params, setup) -> tuple[object, dict]:
-    """Re-fit ``FIT_PARAMS`` on measured step times (soft-L1 on log time, log-parameter space).
+    """Re-fit ``FIT_PARAMS`` on measured engine-step times with the cost model's one fitter
+    (``calibrate.fit_cost.fit_log_times``: soft-L1 on log time, bounds, identifiability; a parameter the
+    steps cannot pin stays at the profile's value, with the reason).
 
-    Returns (new CostParams, fit facts: values, relative stderrs, residual figures)."""
-    from scipy.optimize import least_squares
-
-    from calibrate.fit_cost import central_jacobian
+    Returns (new CostParams, fit facts: values, relative stderrs, kept-at-prior reasons, residual figures)."""
+    from calibrate.fit_cost import PARAM_NAMES, fit_log_times
 
     agg = step_aggregates(steps)
     y = np.log(agg["t"])
-    x0 = np.log([getattr(params, k) or SEQ_OVERHEAD_START for k in FIT_PARAMS])
-    lo, hi = np.log([1e-3, 1e-4, 1e-5, 1e-7]), np.log([50.0, 10.0, 1.0, 0.1])
-
-    def resid(x):
-        p = replace(params, **{k: float(v) for k, v in zip(FIT_PARAMS, np.exp(x))})
-        return np.log(_step_times(p, setup, agg)) - y
-
-    best = None
-    # the roofline max() is non-smooth: a few starts (memory- and compute-governed), keep the best
-    for shift in ((0.0, 0.0, 0.0, 0.0), (1.5, 0.0, 0.0, 0.0), (-1.5, 0.0, 0.0, 0.0), (3.0, 0.0, 2.5, 0.0),
-                  (3.0, -0.7, 2.5, 0.0), (0.0, 0.0, 0.0, 1.0)):
-        xs = np.clip(x0 + np.array(shift), lo + 1e-9, hi - 1e-9)
-        r = least_squares(resid, xs, bounds=(lo, hi), loss="soft_l1", f_scale=F_SCALE)
-        if best is None or r.cost < best.cost:
-            best = r
-    r = resid(best.x)
-    s = 1.4826 * float(np.median(np.abs(r - np.median(r))))
-    # stderr of log p = relative stderr of p; a zero Jacobian column (the inactive roofline branch
-    # or a parameter at its bound) is not pinned: inf, the others from the remaining columns
-    J = central_jacobian(resid, best.x)
-    live = np.linalg.norm(J, axis=0) > 1e-9
-    rel_se = np.full(len(FIT_PARAMS), np.inf)
-    if live.any():
-        try:
-            var = np.diag(s**2 * np.linalg.inv(J[:, live].T @ J[:, live]))
-            rel_se[live] = np.where(var >= 0, np.sqrt(np.clip(var, 0, None)), np.inf)  # < 0: numerically singular
-        except np.linalg.LinAlgError:
-            pass
-    vals = np.exp(best.x)
-    at_bound = [k for k, v, a, b in zip(FIT_PARAMS, best.x, lo, hi) if v <= a + 1e-6 or v >= b - 1e-6]
-    new = replace(params, **{k: float(v) for k, v in zip(FIT_PARAMS, vals)})
-    facts = {"steps": len(y), "values": {k: float(f"{v:.4g}") for k, v in zip(FIT_PARAMS, vals)},
-             "rel_stderr": {k: float(f"{v:.3g}") for k, v in zip(FIT_PARAMS, rel_se)}, "at_bound": at_bound,
-             "median_abs_log_residual": float(np.median(np.abs(r)))}
+    start = {n: float(getattr(params, n)) for n in PARAM_NAMES}
+    start["seq_overhead_s"] = start["seq_overhead_s"] or SEQ_OVERHEAD_START
+    f = fit_log_times(lambda p: _step_times(p, setup, agg), y, start, FIT_PARAMS)
+    new = replace(params, **{k: float(f.values[k]) for k in FIT_PARAMS})
+    facts = {"steps": len(y), "values": {k: float(f"{f.values[k]:.4g}") for k in FIT_PARAMS},
+             "rel_stderr": {k: float(f"{f.stderr[k] / f.values[k]:.3g}") if k in f.stderr else float("inf") for k in FIT_PARAMS},
+             "kept_at_prior": {k: f.fixed[k] for k in FIT_PARAMS if k in f.fixed},
+             "median_abs_log_residual": float(np.median(np.abs(f.log_residual)))}
     return new, facts
 
 
@@ -469,10 +442,9 @@ def write_report(v: ServingValidation, out: str | Path, command: str, profile_pa
               "| parameter | value | relative stderr |", "|---|---|---|"]
         L += [f"| `{k}` | {f['values'][k]:.4g} | "
               + (f"{f['rel_stderr'][k]:.3g} |" if np.isfinite(f["rel_stderr"][k]) else
-                 "not pinned (no gradient at the optimum: an inactive roofline branch, or collinear) |")
+                 f"kept at the profile's value: {f['kept_at_prior'].get(k, 'not pinned')} |")
               for k in FIT_PARAMS]
-        L += ["", f"Median |log residual| of the fit steps: {f['median_abs_log_residual']:.3f}."
-              + (f" At a bound: {', '.join(f['at_bound'])}." if f["at_bound"] else ""), ""]
+        L += ["", f"Median |log residual| of the fit steps: {f['median_abs_log_residual']:.3f}.", ""]
     L += ["## Per run", "",
           "| run | model | role | n | median latency meas/pred (s) | latency median APE | p90 APE | bias | "
           "TTFT median APE | TTFT bias | req/s meas/pred | out tok/s meas/pred | mean batch meas/pred |",
