@@ -185,54 +185,49 @@ class Setup:
 
 
 class CallPredictor:
-    """Vectorised T_call for a fixed call table; ``predict(params)`` is cheap (flat arrays, no loops)."""
+    """T_call of a fixed table of measured calls through the one call-time function
+    (:func:`simulator.call_time.call_costs`); ``predict(params)`` rebuilds the cost tables (cheap) and
+    looks every call up. Measured calls carry no per-iteration acceptances: a speculative call's
+    ``spec_iterations`` are spread evenly over its output."""
 
     def __init__(self, calls: pd.DataFrame, setup: Setup):
+        from simulator.call_time import BASE, GEN, SCORE, SMALL, CallArrays
+
         self.setup = setup
         self.n_calls = len(calls)
-        self.role = calls["role"].to_numpy()
-        self.new = calls["new_tokens"].to_numpy(float)
-        self.cached = calls["cached_tokens"].to_numpy(float)
-        out = np.maximum(calls["output_tokens"].to_numpy(int), 1)
+        new = calls["new_tokens"].to_numpy(np.int64)
+        cached = calls["cached_tokens"].to_numpy(np.int64)
+        out = np.maximum(calls["output_tokens"].to_numpy(np.int64), 1)
         spec = (calls["op"] == "spec_generate").to_numpy()
-        self.spec = spec
-        # plain decodes: contexts c + n + j, j = 0..k-2, flattened with the owning call's index
-        n_dec = np.where(spec, 0, out - 1)
-        self.dec_owner = np.repeat(np.arange(self.n_calls), n_dec)
-        starts = np.repeat(self.cached + self.new, n_dec)
-        offs = np.arange(n_dec.sum()) - np.repeat(np.cumsum(n_dec) - n_dec, n_dec)
-        self.dec_ctx = starts + offs
-        self.dec_role = self.role[self.dec_owner]
-        # speculative iterations: contexts spread evenly over the call's output
-        it = np.where(spec, calls["spec_iterations"].to_numpy(int), 0)
-        self.it_owner = np.repeat(np.arange(self.n_calls), it)
-        it_offs = np.arange(it.sum()) - np.repeat(np.cumsum(it) - it, it)
-        frac = it_offs / np.maximum(np.repeat(it, it), 1)
-        self.it_ctx = np.repeat(self.cached + self.new, it) + np.floor(frac * np.repeat(out, it))
-        self.it_gamma = np.repeat(calls["spec_gamma"].to_numpy(int), it)
+        it = np.where(spec, calls["spec_iterations"].to_numpy(np.int64), 0)
+        it_call = np.repeat(np.arange(self.n_calls), it)
+        k = np.arange(it.sum()) - np.repeat(np.cumsum(it) - it, it)
+        offset = np.floor(k / np.maximum(np.repeat(it, it), 1) * np.repeat(out, it)).astype(np.int64)
+        gamma = np.repeat(calls["spec_gamma"].to_numpy(np.int64), it)
+        self.calls = CallArrays(
+            engine=np.where(calls["role"].to_numpy() == "small", SMALL, BASE),
+            kind=np.where((calls["op"] == "score").to_numpy(), SCORE, GEN),
+            new=new, cached=cached, out=out, ctx=np.maximum(cached + new - 1, 0), spec=spec, draft_prefill=spec,
+            it_call=it_call, it_offset=offset, it_gamma=gamma)
+        self.gammas = sorted({int(g) for g in np.unique(gamma)})
+        self.max_context = int((cached + new + out).max(initial=1)) + 8
 
     def deployments(self, params: CostParams) -> dict[str, Deployment]:
         s = self.setup
         return {r: Deployment(m, s.hardware, s.tp, params) for r, m in s.models.items()}
 
+    def components(self, params: CostParams) -> dict[str, np.ndarray]:
+        """Seconds of every call by component (``simulator.cost_tables.COMPONENTS``)."""
+        from simulator.call_time import call_costs
+        from simulator.cost_tables import CostTables
+
+        d = self.deployments(params)
+        tables = {g: CostTables(d["base"], d["small"], d["draft"], None, g or None, max_context=self.max_context + g)
+                  for g in [0, *self.gammas]}
+        return call_costs(self.calls, tables[0], tables.__getitem__)
+
     def predict(self, params: CostParams) -> np.ndarray:
-        dep = self.deployments(params)
-        t = np.full(self.n_calls, params.call_overhead_s)
-        for role in ("base", "small"):
-            m = self.role == role
-            if m.any():
-                t[m] += dep[role].prefill_time(self.new[m], self.cached[m])
-            d = self.dec_role == role
-            if d.any():
-                t += np.bincount(self.dec_owner[d], weights=dep[role].decode_time(self.dec_ctx[d]), minlength=self.n_calls)
-        if self.spec.any():
-            t[self.spec] += dep["draft"].prefill_time(self.new[self.spec], self.cached[self.spec])
-            for g in np.unique(self.it_gamma):
-                m = self.it_gamma == g
-                x = self.it_ctx[m]
-                per = dep["draft"].draft_time(int(g), x) + dep["base"].verify_time(int(g), x)
-                t += np.bincount(self.it_owner[m], weights=per, minlength=self.n_calls)
-        return t
+        return sum(self.components(params).values())
 
 
 # ---- the fit -------------------------------------------------------------------------------------

@@ -32,14 +32,15 @@ class CostTables:
     base: Deployment
     small: Deployment
     draft: Deployment
-    workload: WorkloadProfile
+    workload: WorkloadProfile | None
     gamma: int | None
     execution: Execution = field(default_factory=Execution)
-    max_context: int = field(init=False)
+    max_context: int | None = None  # default: the longest context a request of the workload can reach
 
     def __post_init__(self):
         w = self.workload
-        self.max_context = w.max_prompt_tokens + w.token_budget + w.max_step_tokens + w.answer_tokens + 4 * (self.gamma or 1) + 8
+        if self.max_context is None:
+            self.max_context = w.max_prompt_tokens + w.token_budget + w.max_step_tokens + w.answer_tokens + 4 * (self.gamma or 1) + 8
         x = np.arange(self.max_context + 1, dtype=float)
         self.dec_small = np.asarray(self.small.decode_time(x), dtype=float)
         self.dec_base = np.asarray(self.base.decode_time(x), dtype=float)

@@ -7,8 +7,9 @@ engines agree in expectation (tested). The colocated base and small engines shar
 resource: a request holds it for its calls back to back (requests run one at a time here, so
 no call ever waits; concurrent requests, batching and queueing are ``simulator.serving``).
 
-Costs are evaluated for all requests' calls at once (table look-ups and bincounts), so the
-engine runs at a few hundred thousand simulated steps per second.
+Costs are evaluated for all requests' calls at once by the one call-time function
+(:func:`simulator.call_time.call_costs`: table look-ups and bincounts), so the engine runs at a few
+hundred thousand simulated steps per second.
 
 Returns per-request and per-step pandas DataFrames.
 """
@@ -21,44 +22,24 @@ import simpy
 from scipy import stats
 
 from simulator.cost_tables import COMPONENTS, CostTables
-from simulator.request_model import ANSWER, BASE, SCORE, SMALL, RequestSampler, SampledRequest
+from simulator.call_time import ANSWER, BASE, SCORE, SMALL, CallArrays, call_costs
+from simulator.request_model import RequestSampler, SampledRequest
 from simulator.systems import SystemConfig
 
 STEP_COLUMNS = ("request", "step", "problem", "context_tokens", "proposer", "small_tokens", "score", "accepted",
                 "base_tokens", "kept_tokens", "small_s", "scoring_s", "base_s", "step_s")
 
 
-def call_costs(reqs: list[SampledRequest], tables: CostTables, draft: bool) -> dict[str, np.ndarray]:
-    """Per call of all requests (concatenated in order): its seconds by component (``COMPONENTS``)."""
+def _calls(reqs: list[SampledRequest], draft: bool) -> CallArrays:
+    """All requests' calls, concatenated in order (iterations re-indexed to the concatenation)."""
     cat = lambda name: np.concatenate([getattr(r, name) for r in reqs])  # noqa: E731
-    engine, kind, new, cached = cat("call_engine"), cat("call_kind"), cat("call_new"), cat("call_cached")
-    out, ctx, spec = cat("call_out"), cat("call_ctx"), cat("call_spec")
-    n = len(out)
-    comp = {c: np.zeros(n) for c in COMPONENTS}
-    comp["call_overhead_s"][:] = tables.call_s
-    small, base = engine == SMALL, engine == BASE
-    score, gen = kind == SCORE, kind != SCORE
-    if small.any():
-        comp["small_prefill_s"][small] = tables.prefill("small", new[small], cached[small])
-        idx = small & (out > 1)
-        comp["small_decode_s"][idx] = tables.cum_small[ctx[idx] + out[idx]] - tables.cum_small[ctx[idx] + 1]
-    if base.any():
-        pre = np.zeros(n)
-        pre[base] = tables.prefill("base", new[base], cached[base])
-        comp["scoring_s"][score] = pre[score]
-        bg = base & gen
-        comp["base_prefill_s"][bg] = pre[bg]
-        plain = bg & ~spec & (out > 1)
-        comp["base_decode_s"][plain] = tables.cum_base[ctx[plain] + out[plain]] - tables.cum_base[ctx[plain] + 1]
-        if draft:
-            comp["draft_s"][base] = tables.prefill("draft", new[base], cached[base])
-    if draft:
-        offsets = np.cumsum([0] + [len(r.call_out) for r in reqs[:-1]])
-        it_call = np.concatenate([r.it_call + o for r, o in zip(reqs, offsets)])
-        x = ctx[it_call] + 1 + np.concatenate([r.it_offset for r in reqs])
-        comp["draft_s"] += np.bincount(it_call, weights=tables.draft_iter[x], minlength=n)
-        comp["verify_s"] += np.bincount(it_call, weights=tables.verify_iter[x], minlength=n)
-    return comp
+    offsets = np.cumsum([0] + [len(r.call_out) for r in reqs[:-1]])
+    engine = cat("call_engine")
+    return CallArrays(engine=engine, kind=cat("call_kind"), new=cat("call_new"), cached=cat("call_cached"),
+                      out=cat("call_out"), ctx=cat("call_ctx"), spec=cat("call_spec"),
+                      draft_prefill=(engine == BASE) if draft else np.zeros(len(engine), bool),
+                      it_call=np.concatenate([r.it_call + o for r, o in zip(reqs, offsets)]),
+                      it_offset=np.concatenate([r.it_offset for r in reqs]))
 
 
 def simulate(cfg: SystemConfig, tables: CostTables, n_requests: int, seed,
@@ -70,7 +51,7 @@ def simulate(cfg: SystemConfig, tables: CostTables, n_requests: int, seed,
         requests = sampler.sample(n_requests, seed)
     reqs = requests
     n_req = len(reqs)
-    comp = call_costs(reqs, tables, cfg.spec.draft)
+    comp = call_costs(_calls(reqs, cfg.spec.draft), tables)
     n_calls = np.array([len(r.call_out) for r in reqs])
     call_req = np.repeat(np.arange(n_req), n_calls)
     call_total = sum(comp.values())

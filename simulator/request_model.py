@@ -34,12 +34,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from simulator.call_time import ANSWER, BASE, GEN, SCORE, SMALL  # noqa: F401  engine indices and call kinds
 from simulator.speculative import tokens_per_iteration_pmf
 from simulator.systems import SystemConfig
 from simulator.workload import WorkloadProfile, answer_hazard
 
-SMALL, BASE = 0, 1  # engine indices
-GEN, SCORE, ANSWER = 0, 1, 2  # call kinds
 STOP_REASONS = ("answer", "budget")
 _BLOCK = 128  # steps drawn per block of uniforms
 
