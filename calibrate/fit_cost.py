@@ -584,17 +584,11 @@ def _specreason_set(path: Path, prompt_tokens: int, judge_tokens: int) -> Measur
                        dict(SPECREASON_HINT), steps=upto, trace=trace)
 
 
-_GPU_NAMES = (("a100", "80", "a100-80gb"), ("a100", "", "a100-40gb"), ("h100", "", "h100-sxm"), ("h200", "", "h200"),
-              ("a6000", "", "rtx-a6000"), ("l40s", "", "l40s"))
-
-
 def _hint_from_manifest(meta: dict) -> dict:
+    from calibrate.hardware import catalog_hardware
+
     hw = meta.get("hardware", {})
-    name = str(hw.get("gpu_name") or "").lower()
-    hardware = "cpu" if not name or str(hw.get("device", "")).startswith("cpu") else None
-    for a, b, cat in _GPU_NAMES:
-        if hardware is None and a in name and b in name:
-            hardware = cat
+    hardware = catalog_hardware(hw.get("gpu_name"), hw.get("device"))
     hint = {"hardware": hardware, "tp": int(meta.get("tensor_parallel", 1)), "engine":
             f"{meta.get('engine')}-{meta.get('engine_version')}", "hardware_note": f"run.json hardware: {hw}"}
     from simulator.catalog import model_catalog

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from calibrate.datasets import load_problems
-from calibrate.engine import Engine, Sampling
+from calibrate.engine import Engine
 from calibrate.hardware import detect_hardware
 from calibrate.orchestrator import STEP_STOP, SystemConfig, run_request
 from calibrate.run_directory import RunDirectory
@@ -44,7 +44,7 @@ def build_engine(spec: EngineSpec, model: str, draft: str | None, role: str, see
             from calibrate.vllm_engine import VllmEngine
         except ImportError as e:
             raise InputError(None, "engine", f"vllm is not importable ({e}); run scripts/install_engines.sh") from None
-        frac = {"base": 0.6, "small": 0.2}[role]  # GPU only: static split like the reference (0.8 / 0.1)
+        frac = {"base": 0.6, "small": 0.2}[role]  # GPU memory share per engine (the reference splits 0.8 / 0.1; ours leaves headroom for a draft)
         return VllmEngine(model, draft_dir=draft, gamma=spec.gamma if draft else 0, dtype=spec.dtype,
                           tensor_parallel=spec.tensor_parallel, max_model_len=spec.max_model_len, seed=seed,
                           dummy=spec.dummy, gpu_memory_utilization=frac)
@@ -144,6 +144,3 @@ def run_system(cfg: SystemConfig, spec: EngineSpec, dataset: str, n: int, seed: 
                 e.close()
     return rd
 
-
-def default_sampling(temperature: float, top_p: float) -> Sampling:
-    return Sampling(temperature=temperature, top_p=top_p)

@@ -31,7 +31,6 @@ from calibrate.run_directory import RunDirectory
 from calibrate.trace_schema import SCHEMA_VERSION
 from simulator.errors import InputError
 
-GPU_NAMES = {"H100": "h100-sxm", "H200": "h200", "A100": "a100-80gb", "A6000": "rtx-a6000", "L40S": "l40s"}
 SCORE_NEW_TOKENS = 70
 
 
@@ -48,11 +47,13 @@ class StaticPlan:
 
 def catalog_hardware_for(hw: dict) -> str:
     """The catalog hardware whose datasheet figures apply to the detected device."""
+    from calibrate.hardware import catalog_hardware
+
     if hw.get("device") != "cuda":
         return "cpu"
-    for key, name in GPU_NAMES.items():
-        if key in hw.get("gpu_name", ""):
-            return name
+    name = catalog_hardware(hw.get("gpu_name"), hw.get("device"))
+    if name is not None:
+        return name
     raise InputError(None, "hardware", f"no catalog entry for GPU {hw.get('gpu_name')!r}; add it to simulator/catalog/hardware.yaml")
 
 

@@ -203,21 +203,7 @@ class Deployment:
         """Prefill ``new_tokens`` on top of a cached prefix (produces the first output token)."""
         return self.forward_time(new_tokens, cached_tokens)
 
-    def score_time(self, step_tokens, context_tokens, template_tokens=70):
-        """A scoring call: one engine call prefilling the step + judge template, 1 output token."""
-        return self.cost.call_overhead_s + self.forward_time(np.asarray(step_tokens) + template_tokens, context_tokens)
-
     def verify_time(self, gamma, context_tokens):
         """Target pass over gamma drafted tokens + the last accepted one (gamma+1 logit rows)."""
         return self.forward_time(gamma + 1, context_tokens, logit_rows=gamma + 1)
 
-    def draft_time(self, gamma, context_tokens):
-        """gamma sequential decode passes of this (draft) deployment."""
-        c = np.asarray(context_tokens, dtype=float)
-        return sum(self.decode_time(c + i) for i in range(int(gamma)))
-
-    def generate_time(self, prompt_new_tokens, cached_tokens, output_tokens) -> float:
-        """One call: prefill (first token) + output_tokens-1 decodes on a growing context."""
-        ctx0 = cached_tokens + prompt_new_tokens
-        dec = self.decode_time(ctx0 + np.arange(max(output_tokens - 1, 0))).sum() if output_tokens > 1 else 0.0
-        return float(self.cost.call_overhead_s + self.prefill_time(prompt_new_tokens, cached_tokens) + dec)

@@ -35,10 +35,6 @@ class IntPMF:
         return float(np.dot(self.support, self.probs))
 
     @property
-    def second_moment(self) -> float:
-        return float(np.dot(self.support.astype(float) ** 2, self.probs))
-
-    @property
     def max(self) -> int:
         return int(self.support[-1])
 

@@ -56,11 +56,6 @@ class HardwareSpec(BaseModel):
                                        "allreduce_latency_s": self.datasheet_allreduce_latency_s,
                                        "datasheet_link_bandwidth_bytes_per_s": None, "datasheet_allreduce_latency_s": None})
 
-    @property
-    def ridge_tokens(self) -> float:
-        """Arithmetic intensity (FLOP/byte) at the roofline ridge; ~tokens per pass for bf16."""
-        return self.dense_bf16_flops_per_s / self.memory_bandwidth_bytes_per_s
-
 
 @lru_cache(maxsize=None)
 def hardware_catalog() -> dict[str, HardwareSpec]:

@@ -48,7 +48,6 @@ class Job:
     remaining: int = 0  # output tokens still to produce
     it: int = 0  # speculative iterations done
     started: bool = False  # prefill done once (a re-prefill after preemption produces no token)
-    ready_at: float = 0.0
 
 
 class Engine:
@@ -193,9 +192,6 @@ class Engine:
         self.preemptions += 1
 
     # ---- iterations -----------------------------------------------------------------------
-    def has_prefill(self) -> bool:
-        return self.n_prefill > 0
-
     def rounds_left(self) -> int:
         """Decode-only iterations until the first running call finishes."""
         if not self.spec:
