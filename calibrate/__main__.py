@@ -11,8 +11,10 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     from calibrate.cli import app
-    from simulator.cli import ensure_registered, run_app
+    from simulator.cli import _hide_flag_types, ensure_registered, quiet_engines, run_app
 
+    argv = quiet_engines(argv)
+    _hide_flag_types()
     ensure_registered()  # fit, fit-workload, serve-run, ... are added to this app there
     return run_app(app, argv, "specsim calibrate")
 

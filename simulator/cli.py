@@ -1,4 +1,4 @@
-"""The ``specsim`` command line: thin entry points that parse, call one library function, print.
+"""The ``specsim`` command line (`specsim --help`): each command parses, calls one library function, prints.
 
 Sub-command groups living in other packages (``calibrate``, ``validate``) are registered
 here; their modules import heavy engines lazily, inside the commands.
@@ -17,6 +17,7 @@ from typing import Optional
 import typer
 
 from simulator.errors import InputError
+from simulator.report_table import COLUMNS_HELP
 
 APP_HELP = ("Simulate, fit and validate speculative reasoning (SpecReason) and speculative decoding on "
             "reasoning models: what-if grids, capacity planning, real runs, validation.")
@@ -42,7 +43,9 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
-                                       help="print the version and exit")) -> None:
+                                       help="print the version and exit"),
+          verbose: bool = typer.Option(False, "--verbose", help="show the engines' own logs (vLLM INFO lines, "
+                                       "weight loading); accepted anywhere on the line; also SPECSIM_VERBOSE=1")) -> None:
     """Simulate, fit and validate speculative reasoning and speculative decoding on reasoning models."""
 
 
@@ -83,9 +86,14 @@ def whatif(
     requests: Optional[int] = typer.Option(None, help="DES requests per grid point"),
     seed: Optional[int] = typer.Option(None, help="DES seed"),
     fmt: str = typer.Option("table", "--format", help="table | csv | json"),
-    out: Optional[Path] = typer.Option(None, help="write the results here (CSV for table format)"),
+    out: Optional[Path] = typer.Option(None, help="write the results here (every column; CSV for table format)"),
+    columns: Optional[str] = typer.Option(None, "--columns", help=COLUMNS_HELP),
 ):
-    """Predict latency, speedup, small-step fraction, acceptance length and breakdown over the grid."""
+    """Predict latency, speedup, small-step fraction, acceptance length and breakdown over the grid.
+
+    The breakdown (--columns breakdown) splits each latency into small and base decode, prefill, scoring,
+    drafting, verification and call overhead, all in seconds per request; they sum to the latency.
+    """
     from simulator.whatif import whatif_from_cli
 
     if fmt not in ("table", "csv", "json"):
@@ -95,19 +103,19 @@ def whatif(
     if requests is not None and requests < 2:
         raise InputError(None, "--requests", "must be >= 2")
     _check_seed(seed)
-    df, title, meta = whatif_from_cli(
-        scenario, systems=system, gammas=_int_range(gamma, "--gamma", 1, 16),
-        thresholds=_int_range(threshold, "--threshold", 0, 10), first_ns=_int_range(first_n, "--first-n", 0, 100000),
-        engine=engine, requests=requests, seed=seed,
-    )
-    from simulator.report_table import write_output
+    from simulator.report_table import job, write_output
 
-    write_output(df, fmt, out, title, meta)
+    kwargs = dict(systems=system, gammas=_int_range(gamma, "--gamma", 1, 16),
+                  thresholds=_int_range(threshold, "--threshold", 0, 10),
+                  first_ns=_int_range(first_n, "--first-n", 0, 100000), engine=engine, requests=requests, seed=seed)
+    with job(f"whatif {scenario}" + (f": {engine} engine" if engine else "") + (f", {requests} requests per point" if requests else "")):
+        df, title, meta = whatif_from_cli(scenario, **kwargs)
+    write_output(df, fmt, out, title, meta, columns)
 
 
 @app.command("list")
 def list_cmd(what: str = typer.Argument(..., help="hardware | models | scenarios")):
-    """List the hardware catalog, the model catalog or the shipped scenarios."""
+    """List the hardware catalog, the model catalog or the shipped scenarios: `specsim list hardware`."""
     from simulator.listing import listing
 
     if what not in ("hardware", "models", "scenarios"):
@@ -116,13 +124,23 @@ def list_cmd(what: str = typer.Argument(..., help="hardware | models | scenarios
 
 
 @app.command()
-def show(scenario: str = typer.Argument(..., help="scenario YAML (path or name)")):
+def show(scenario: str = typer.Argument(..., help="scenario YAML (path or name)"),
+         section: Optional[str] = typer.Option(None, "--section",
+                                               help="print only this top-level section (e.g. hardware, workload); "
+                                               "without it, the whole scenario and a list of its sections")):
     """Print the resolved scenario with every default filled in (YAML)."""
     import yaml
 
     from simulator.scenario import load_scenario
 
-    print(yaml.safe_dump(load_scenario(scenario).to_dict(), sort_keys=False, width=120), end="")
+    d = load_scenario(scenario).to_dict()
+    if section is not None:
+        if section not in d:
+            raise InputError(None, "--section", f"unknown section {section!r}; choose from {', '.join(d)}")
+        d = {section: d[section]}
+    print(yaml.safe_dump(d, sort_keys=False, width=120), end="")
+    if section is None:
+        print(f"# sections: {', '.join(d)} (specsim show {scenario} --section NAME prints one)", file=sys.stderr)
 
 
 def _float_list(text: str | None, field: str) -> list[float] | None:
@@ -159,11 +177,21 @@ def capacity(
     workers: Optional[int] = typer.Option(None, help="local worker processes (default: all cores; 1 = serial)"),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="run the sweep on this Ray cluster"),
     fmt: str = typer.Option("table", "--format", help="table | csv | json"),
-    out: Optional[Path] = typer.Option(None, help="write the results here"),
+    out: Optional[Path] = typer.Option(None, help="write the results here (every column)"),
+    columns: Optional[str] = typer.Option(None, "--columns", help="table columns: summary (default) | all | a comma "
+                                          "list of result columns, e.g. label,max_req_s"),
 ):
-    """Highest request rate one replica sustains under an SLO, per configuration; replicas and cost."""
+    """Highest request rate one replica sustains under an SLO, per configuration; replicas and cost.
+
+    Columns: max req/s = the highest Poisson rate one replica sustains (SLO met and no upward latency
+    drift); drift x = mean latency of the last quarter of arrivals / the second quarter (a rate counts as
+    sustained only at <= 1.5, so SLO met can be "no" while p99 is under the bound: the queue was still
+    growing); sims = serving simulations the search ran for that configuration; goodput req/s = requests
+    per second finishing within the SLO; cost at --gpu-hour-cost; replicas and GPUs (CPUs for a CPU
+    scenario) for --target-qps. --out files get every column.
+    """
     from simulator.capacity import capacity_from_cli
-    from simulator.report_table import write_output
+    from simulator.report_table import job, write_output
 
     if fmt not in ("table", "csv", "json"):
         raise InputError(None, "--format", f"expected table, csv or json (got {fmt!r})")
@@ -171,17 +199,19 @@ def capacity(
         raise InputError(None, "--workers", "must be >= 1")
     _check_seed(seed)
     user_counts = [int(u) for u in _float_list(users, "--users")] if users else None
-    df, meta = capacity_from_cli(
-        scenario, slo, qps=_float_list(qps, "--qps"), users=user_counts, systems=system,
-        gammas=_int_range(gamma, "--gamma", 1, 16), thresholds=_int_range(threshold, "--threshold", 0, 10),
-        arrival=arrival, cv=cv, requests=requests, seed=seed, gpu_hour_cost=gpu_hour_cost, target_qps=target_qps,
-        workers=workers, ray_address=ray_address, arrivals_file=str(arrivals_file) if arrivals_file else None,
-    )
-    from simulator.capacity import render_capacity_table
+    what = "checking the SLO at the given load" if qps or users or arrivals_file else "searching each configuration's capacity"
+    with job(f"capacity {scenario}: {what} (serving simulations on {workers or 'all'} local worker(s))"):
+        df, meta = capacity_from_cli(
+            scenario, slo, qps=_float_list(qps, "--qps"), users=user_counts, systems=system,
+            gammas=_int_range(gamma, "--gamma", 1, 16), thresholds=_int_range(threshold, "--threshold", 0, 10),
+            arrival=arrival, cv=cv, requests=requests, seed=seed, gpu_hour_cost=gpu_hour_cost, target_qps=target_qps,
+            workers=workers, ray_address=ray_address, arrivals_file=str(arrivals_file) if arrivals_file else None,
+        )
+    from simulator.report_table import render_capacity
 
     title = f"capacity — {meta['scenario']} — SLO {meta['slo']}"
     if fmt == "table":
-        render_capacity_table(df, title)
+        render_capacity(df, title, columns)
     if fmt != "table" or out is not None:
         write_output(df, "csv" if fmt == "table" else fmt, out, title, meta)
 
@@ -207,8 +237,11 @@ def report(
     if requests is not None and requests < 20:
         raise InputError(None, "--requests", "must be >= 20")
     _check_seed(seed)
-    path = build_report(scenario, out, slo, requests, seed, gpu_hour_cost, target_qps, workers, ray_address)
-    print(f"wrote {path}")
+    from simulator.report_table import job, wrote
+
+    with job(f"report {scenario}: capacity search, then latency-vs-load curves (serving simulations)"):
+        path = build_report(scenario, out, slo, requests, seed, gpu_hour_cost, target_qps, workers, ray_address)
+    wrote(path, f"markdown; PNGs and CSVs beside it in {out}")
 
 
 def _register_subapps() -> None:
@@ -224,7 +257,8 @@ def _register_subapps() -> None:
     # study (calibrate/study/cli.py): torch and the models are imported only when a study runs
     from calibrate.study.cli import app as study_app
 
-    app.add_typer(study_app, name="study", help="Studies on real small models + the simulator (issue 6).")
+    app.add_typer(study_app, name="study", help="Speculative decoding study on real small models (torch, CPU) "
+                  "against the simulator's predictions.")
     # calibrate serve-run + validate-serving (calibrate/serving_run.py, validate/serving.py): concurrent requests
     from calibrate.serving_run import register as _register_serve_run
     from validate.serving import register as _register_validate_serving
@@ -283,8 +317,44 @@ def ensure_registered() -> None:
         _registered = True
 
 
+def quiet_engines(argv: list[str] | None) -> list[str]:
+    """Engine logs (vLLM INFO lines, config dumps, weight-loading bars) off unless ``--verbose`` (anywhere
+    on the command line; taken out of it here) or ``SPECSIM_VERBOSE=1``; set before any engine is imported
+    (engine subprocesses inherit it). Returns the arguments without ``--verbose``."""
+    import os
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--verbose" in args:
+        os.environ["SPECSIM_VERBOSE"] = "1"
+        args = [a for a in args if a != "--verbose"]
+    if os.environ.get("SPECSIM_VERBOSE"):
+        return args
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    return args
+
+
+def _hide_flag_types() -> None:
+    """Help lists a flag as ``--gemma / --no-gemma``, without typer's ``<bool>`` type column."""
+    from typer.core import TyperOption
+
+    if getattr(TyperOption, "_specsim_flags_plain", False):
+        return
+    orig = TyperOption.display_type_rich
+
+    def display_type_rich(self, ctx):
+        return None if getattr(self, "is_flag", False) else orig(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich
+    TyperOption._specsim_flags_plain = True
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point (:func:`run_app` over the whole ``specsim`` command tree)."""
+    argv = quiet_engines(argv)
+    _hide_flag_types()
     ensure_registered()
     return run_app(app, argv, "specsim")
 

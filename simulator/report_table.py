@@ -1,4 +1,8 @@
-"""Rendering of results DataFrames: rich table, CSV, JSON (the CLI's only output paths)."""
+"""Rendering of results DataFrames: rich table, CSV, JSON (the CLI's only output paths).
+
+Terminal tables take rich's own width (the terminal's, 80 when piped) and show a chosen set of
+columns (``--columns``: a preset or a comma list); files always get every column.
+"""
 
 from __future__ import annotations
 
@@ -8,41 +12,124 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from simulator.errors import InputError
+
+# result column -> terminal header (units in the header; "s" = seconds per request)
 TABLE_COLUMNS = {
-    "hardware": "hw", "tp": "tp", "system": "system", "gamma": "γ", "threshold": "thr", "first_n": "n0",
-    "latency_s": "latency s", "speedup": "speedup", "small_step_fraction": "small frac",
-    "acceptance_length": "acc len", "thinking_tokens": "think tok", "small_decode_s": "small dec",
-    "scoring_s": "scoring", "base_decode_s": "base dec", "draft_s": "draft", "verify_s": "verify",
-    "call_overhead_s": "calls", "latency_p90_s": "p90 s", "latency_p99_s": "p99 s", "ci_low_s": "ci lo", "ci_high_s": "ci hi",
+    "hardware": "hw", "tp": "tp", "system": "system", "gamma": "γ", "threshold": "thr", "first_n": "first n",
+    "latency_s": "latency s", "speedup": "speedup x", "small_step_fraction": "small step share",
+    "acceptance_length": "tok per verify", "thinking_tokens": "think tok",
+    "small_decode_s": "small dec s", "small_prefill_s": "small pre s", "scoring_s": "scoring s",
+    "base_decode_s": "base dec s", "base_prefill_s": "base pre s", "draft_s": "draft s", "verify_s": "verify s",
+    "call_overhead_s": "call overhead s", "other_s": "other s",
+    "latency_p50_s": "p50 s", "latency_p90_s": "p90 s", "latency_p99_s": "p99 s", "ci_low_s": "ci lo s", "ci_high_s": "ci hi s",
 }
+BREAKDOWN = ["small_decode_s", "small_prefill_s", "scoring_s", "base_decode_s", "base_prefill_s", "draft_s", "verify_s",
+             "call_overhead_s"]
+_CONFIG = ["hardware", "tp", "system", "gamma", "threshold", "first_n", "label"]
+PRESETS = {
+    "summary": [*_CONFIG, "latency_s", "speedup", "small_step_fraction", "acceptance_length", "thinking_tokens",
+                "latency_p99_s", "ci_low_s", "ci_high_s"],
+    "breakdown": [*_CONFIG, "latency_s", *BREAKDOWN, "other_s"],
+    "all": list(TABLE_COLUMNS),
+}
+COLUMNS_HELP = ("table columns: summary (default) | breakdown (latency split into its parts, which sum to it) | all | "
+                "a comma list of result columns, e.g. system,gamma,latency_s,speedup (files get every column)")
+
+
+def with_remainder(df: pd.DataFrame) -> pd.DataFrame:
+    """Add ``other_s`` = latency − Σ breakdown when it is not ~0 anywhere (the breakdown then visibly sums up)."""
+    parts = [c for c in BREAKDOWN if c in df.columns]
+    if "latency_s" not in df.columns or not parts:
+        return df
+    rest = df["latency_s"] - df[parts].sum(axis=1)
+    if (rest.abs() > 1e-6 * df["latency_s"].abs().clip(lower=1e-9)).any():
+        df = df.assign(other_s=rest)
+    return df
+
+
+def choose_columns(df: pd.DataFrame, columns: str | None, names: dict[str, str], default: list[str]) -> list[str]:
+    """``columns`` (preset name or comma list of result columns or headers) -> the df columns to show."""
+    spec = (columns or "").strip()
+    if not spec:
+        wanted = default
+    elif spec in PRESETS and names is TABLE_COLUMNS:
+        wanted = PRESETS[spec]
+    elif spec == "all":
+        wanted = list(names)
+    else:
+        by_header = {v: k for k, v in names.items()}
+        wanted = []
+        for part in (p.strip() for p in spec.split(",") if p.strip()):
+            key = part if part in df.columns else by_header.get(part)
+            if key is None:
+                raise InputError(None, "--columns", f"unknown column {part!r}; choose from "
+                                 f"{', '.join(c for c in df.columns)} or a preset ({', '.join(PRESETS)})")
+            wanted.append(key)
+    cols = [c for c in wanted if c in df.columns and not df[c].isna().all()]
+    return cols or [c for c in default if c in df.columns]
 
 
 def _fmt(v) -> str:
     if v is None or (isinstance(v, float) and np.isnan(v)) or v is pd.NA:
         return "-"
+    if isinstance(v, (bool, np.bool_)):
+        return "yes" if v else "no"
     if isinstance(v, (float, np.floating)):
         return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
     return str(v)
 
 
-def render_table(df: pd.DataFrame, title: str) -> None:
+def fold_constant(df: pd.DataFrame, cols: list[str], names: dict[str, str], title: str) -> tuple[list[str], str]:
+    """Configuration columns with one value in every row go to the title (narrower tables)."""
+    keep, fixed = [], []
+    for c in cols:
+        if c in _CONFIG and c != "system" and len(df) and df[c].astype(str).nunique() == 1:
+            v = _fmt(df[c].iloc[0])
+            if v != "-":
+                fixed.append(f"{names.get(c, c)} {v}")
+        else:
+            keep.append(c)
+    return keep, title + (f" — {', '.join(fixed)}" if fixed else "")
+
+
+def print_table(df: pd.DataFrame, title: str, cols: list[str], names: dict[str, str], caption: str | None = None) -> None:
+    """A rich table at the console's own width (rich shrinks and wraps columns to fit)."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=title, show_lines=False)
-    cols = [c for c in TABLE_COLUMNS if c in df.columns]
-    for c in cols:
-        t.add_column(TABLE_COLUMNS[c], justify="left" if c in ("hardware", "system") else "right")
+    cols, title = fold_constant(df, cols, names, title)
+    t = Table(title=title, caption=caption, show_lines=False, box=box.SIMPLE_HEAD, pad_edge=False)
+    console = Console()
+    for c in cols:  # headers on two lines (what / unit): narrow columns without wrapping values
+        head = names.get(c, c)
+        if " " in head and len(head) > 6:
+            head = "\n".join(head.rsplit(" ", 1))
+        t.add_column(head, justify="left" if c in ("hardware", "system", "label") else "right", overflow="fold")
     for row in df[cols].itertuples(index=False):
         t.add_row(*(_fmt(v) for v in row))
-    Console(width=max(160, 12 * len(cols))).print(t)
+    console.print(t)
 
 
-def write_output(df: pd.DataFrame, fmt: str, out: Path | None, title: str, meta: dict) -> None:
+def render_table(df: pd.DataFrame, title: str, columns: str | None = None) -> None:
+    df = with_remainder(df)
+    cols = choose_columns(df, columns, TABLE_COLUMNS, PRESETS["summary"])
+    if (columns or "").strip() == "breakdown":  # parts that are zero in every row say nothing here
+        cols = [c for c in cols if c not in BREAKDOWN or (df[c].abs() > 0).any()]
+    caption = None
+    if all(c in cols for c in BREAKDOWN if c in df.columns and (df[c].abs() > 0).any()):
+        caption = ("breakdown, seconds per request: the parts shown" + (" + other s" if "other_s" in cols else "")
+                   + " sum to latency s (parts zero in every row left out)")
+    print_table(df, title, cols, TABLE_COLUMNS, caption)
+
+
+def write_output(df: pd.DataFrame, fmt: str, out: Path | None, title: str, meta: dict, columns: str | None = None) -> None:
     if fmt == "table":
-        render_table(df, title)
+        render_table(df, title, columns)
         if out is not None:
             _atomic_write(out, df.to_csv(index=False))
+            wrote(out, f"{len(df)} rows, all {len(df.columns)} columns, CSV")
         return
     if fmt == "csv":
         text = df.to_csv(index=False)
@@ -52,6 +139,14 @@ def write_output(df: pd.DataFrame, fmt: str, out: Path | None, title: str, meta:
         print(text, end="" if text.endswith("\n") else "\n")
     else:
         _atomic_write(out, text)
+        wrote(out, f"{len(df)} rows, {fmt.upper()}")
+
+
+def wrote(path: Path | str, what: str = "") -> None:
+    """The final line of a job: what was written where (stderr, so stdout stays the data)."""
+    import sys
+
+    print(f"wrote {path}" + (f" ({what})" if what else ""), file=sys.stderr)
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -60,3 +155,81 @@ def _atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
+
+
+# capacity result column -> terminal header; "GPU" becomes the device kind for CPU replicas
+CAPACITY_COLUMNS = {
+    "label": "configuration", "hardware": "hw", "tp": "tp", "rate_qps": "offered req/s", "users": "users",
+    "max_qps": "max req/s", "qps_per_gpu": "req/s per GPU", "latency_mean_s": "mean s", "latency_p99_s": "p99 s",
+    "ttft_mean_s": "TTFT s", "queue_delay_mean_s": "queue s", "goodput_qps": "goodput req/s", "slo_met": "SLO met",
+    "base_batch_mean": "base batch", "small_batch_mean": "small batch", "base_utilization": "base util",
+    "small_utilization": "small util", "base_kv_occupancy_max": "base KV max", "cost_per_1000_requests": "cost/1000 req",
+    "replicas": "replicas", "gpus": "GPUs", "latency_drift": "drift x", "evaluations": "sims",
+}
+CAPACITY_PRESETS = {
+    "summary": ["label", "hardware", "tp", "rate_qps", "users", "max_qps", "qps_per_gpu", "latency_p99_s", "ttft_mean_s",
+                "goodput_qps", "slo_met", "cost_per_1000_requests", "replicas", "gpus", "latency_drift", "evaluations"],
+    "all": list(CAPACITY_COLUMNS),
+}
+CAPACITY_HELP = (
+    "Columns: max req/s = highest Poisson rate one replica sustains (SLO met and no upward latency drift); "
+    "drift x = mean latency of the last quarter of arrivals / the second quarter (a rate counts as sustained only "
+    "at <= 1.5: above it the queue is still growing, so SLO met = no even when p99 is under the bound); "
+    "sims = serving simulations run by the search for that configuration; goodput req/s = requests per second "
+    "finishing within the SLO; cost/1000 req at --gpu-hour-cost; replicas and GPUs (CPUs for a CPU scenario) "
+    "for --target-qps.")
+
+
+def render_capacity(df: pd.DataFrame, title: str, columns: str | None = None) -> None:
+    names = dict(CAPACITY_COLUMNS)
+    if "hardware" in df.columns and len(df) and (df["hardware"].astype(str) == "cpu").all():
+        names.update(qps_per_gpu="req/s per CPU", gpus="CPUs")
+    spec = (columns or "").strip()
+    default = CAPACITY_PRESETS["summary"]
+    cols = choose_columns(df, None if spec in ("", "summary") else ("all" if spec == "all" else spec), names, default)
+    print_table(df, title, cols, names, caption="drift x: last / second quarter of arrivals' latency (<= 1.5 to "
+                "count as sustained); sims: simulations the search ran. See specsim capacity --help.")
+
+
+class job:
+    """Say what a long job is doing while it runs (stderr): after ``after_s`` seconds a line saying what runs
+    (a spinner with the elapsed time on a terminal), and ``done in N s`` at the end -- so no job is silent for
+    minutes, and a quick job or an input error prints nothing extra."""
+
+    def __init__(self, what: str, after_s: float = 2.0):
+        self.what, self.after_s = what, after_s
+
+    def _announce(self) -> None:
+        import sys
+
+        self.announced = True
+        if self.console.is_terminal:
+            self.status = self.console.status(f"{self.what} ...")
+            self.status.__enter__()
+        else:
+            print(f"{self.what} ...", file=sys.stderr, flush=True)
+
+    def __enter__(self):
+        import threading
+        import time
+
+        from rich.console import Console
+
+        self.t0 = time.perf_counter()
+        self.console = Console(stderr=True)
+        self.status, self.announced = None, False
+        self.timer = threading.Timer(self.after_s, self._announce)
+        self.timer.daemon = True
+        self.timer.start()
+        return self
+
+    def __exit__(self, et, ev, tb):
+        import sys
+        import time
+
+        self.timer.cancel()
+        if self.status is not None:
+            self.status.__exit__(et, ev, tb)
+        if et is None and self.announced:
+            print(f"{self.what}: done in {time.perf_counter() - self.t0:.1f} s", file=sys.stderr, flush=True)
+        return False
