@@ -192,7 +192,8 @@ def fit_mixture_cmd(
     date: str = typer.Option(None, help="provenance date (default: today)"),
 ) -> None:
     """Fit a workload mixture over problems: shapes from the per-step runs, per-problem levels from the aggregates."""
-    from calibrate.fit_mixture import AGGREGATES, DATA_DIR, fit_mixture, load_aggregates, mixture_to_yaml, shared_profile, write_atomic
+    from calibrate.fit_mixture import AGGREGATES, DATA_DIR, fit_mixture, load_aggregates, mixture_to_yaml, shared_profile
+    from simulator.loading import write_atomic
 
     aggs = load_aggregates(aggregates or AGGREGATES)
     shared, sigma, _ = shared_profile(data or DATA_DIR)

@@ -44,7 +44,9 @@ def fit(
     date: Optional[str] = typer.Option(None, help="provenance date (default: today)"),
 ):
     """Fit the cost-model parameters to measured call times (robust least squares, stderrs, identifiability)."""
-    from calibrate.fit_cost import fit_measured, load_measured, parse_run_rule, profile_to_yaml, write_atomic
+    from calibrate.fit_cost import fit_measured, profile_to_yaml
+    from calibrate.measured import load_measured, parse_run_rule
+    from simulator.loading import write_atomic
 
     ms = load_measured([str(p) for p in inputs])
     if runs:
@@ -82,7 +84,7 @@ def fit_workload(
     date: Optional[str] = typer.Option(None, help="provenance date (default: today)"),
 ):
     """Fit the workload (step counts and lengths, scores, per-position acceptance) from run directories."""
-    from calibrate.fit_cost import write_atomic
+    from simulator.loading import write_atomic
     from calibrate.fit_workload_runs import fit_workload_from_runs, workload_yaml
     from simulator.workload import load_workload
 

@@ -1,10 +1,7 @@
 """Fit a :class:`~simulator.cost_model.CostProfile` to measured engine calls.
 
-Input contract: a *call table* (``CALL_COLUMNS``, one row per measured engine call). Loaders
-turn each measured source into it:
-
-- :func:`calls_from_specreason`: the shared SpecReason per-step traces (``calibrate.import_specreason``);
-- :func:`calls_from_run_dir`: the runner's run directories (``calibrate.trace_schema``).
+Input contract: a *call table* (``calibrate.measured.CALL_COLUMNS``, one row per measured engine
+call) and its measured set (``calibrate.measured``: loaders, run keys, hold-out rules).
 
 Model of one call (the cost model's own equations, ``simulator.cost_model``; only its
 parameters are fitted)::
@@ -37,7 +34,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,25 +43,10 @@ import yaml
 
 from simulator.catalog import HardwareSpec, ModelSpec, get_hardware, get_model
 from simulator.cost_model import CostParams, CostProfile, Deployment, Param, prior_profile
+from calibrate.measured import MeasuredSet
 from simulator.errors import InputError
 from simulator.provenance import Provenance
 
-CALL_COLUMNS = [
-    "source",          # file or run directory the call came from
-    "run_id",          # independent run (held-out unit)
-    "request_id",      # request within the run
-    "config",          # configuration label (system and knobs)
-    "system", "threshold", "gamma",
-    "step_index",
-    "role",            # model that served the call: base | small
-    "op",              # small_generate | score | base_generate | spec_generate
-    "new_tokens",      # prompt tokens not in the prefix cache
-    "cached_tokens",   # prompt tokens served from the prefix cache
-    "output_tokens",   # generated tokens (score: 1)
-    "spec_gamma",      # speculative tokens per iteration (spec_generate only, else 0)
-    "spec_iterations",  # verification iterations (spec_generate only, else 0)
-    "wall_s",          # measured wall time of the call
-]
 PARAM_NAMES = ("mem_efficiency", "compute_efficiency", "step_overhead_s", "layer_overhead_s",
                "call_overhead_s", "allreduce_latency_s", "seq_overhead_s")
 # When parameters are not separable, the first of these among them goes back to its prior.
@@ -79,90 +60,6 @@ MAX_REL_STDERR = 0.5
 MAX_ABS_CORR = 0.98
 START_SCALES = (1.0, 0.5, 1.6)  # efficiency starts: prior x scale
 RESIDUAL_QUANTILES = 101  # stored per op in the profile, for prediction intervals
-
-
-# ---- loaders -------------------------------------------------------------------------------------
-def _label(system: str, threshold, gamma) -> str:
-    parts = [system]
-    if gamma:
-        parts.append(f"g={int(gamma)}")
-    if threshold is not None and threshold == threshold:
-        parts.append(f"t={threshold:g}")
-    return " ".join(parts)
-
-
-def calls_from_specreason(steps: pd.DataFrame, prompt_tokens: int, judge_template_tokens: int,
-                          threshold: float = 7.0, source: str = "") -> pd.DataFrame:
-    """Calls of the SpecReason per-step traces (importer's canonical step table).
-
-    Token accounting (not recorded by the source; prefix caching on, one request at a time):
-    small call: new = the previous kept step (the prompt on step 0), cached = the rest of the
-    CoT; scoring call: new = small step + judge template, cached = prompt + CoT; base call:
-    new = 1 (the CoT is cached by the scoring call), cached = prompt + CoT. Skipped scoring
-    calls (time 0) are dropped.
-    """
-    rows = []
-    label = _label("specreason", threshold, None)
-    for run, d in steps.groupby("run_id", sort=False):
-        prev_kept = None
-        for s in d.itertuples(index=False):
-            ctx = prompt_tokens + int(s.context_tokens_before)
-            common = {"source": source, "run_id": str(run), "request_id": str(run), "config": label,
-                      "system": "specreason", "threshold": threshold, "gamma": 0, "step_index": int(s.step_index),
-                      "spec_gamma": 0, "spec_iterations": 0}
-            new_small = ctx if prev_kept is None else max(int(prev_kept), 1)
-            rows.append({**common, "role": "small", "op": "small_generate", "new_tokens": new_small,
-                         "cached_tokens": ctx - new_small, "output_tokens": max(int(s.small_tokens), 1),
-                         "wall_s": float(s.small_call_s)})
-            if not s.scoring_skipped:
-                rows.append({**common, "role": "base", "op": "score",
-                             "new_tokens": int(s.small_tokens) + judge_template_tokens, "cached_tokens": ctx,
-                             "output_tokens": 1, "wall_s": float(s.scoring_call_s)})
-            if s.base_tokens is not pd.NA and not pd.isna(s.base_tokens):
-                rows.append({**common, "role": "base", "op": "base_generate", "new_tokens": 1, "cached_tokens": ctx,
-                             "output_tokens": max(int(s.base_tokens), 1), "wall_s": float(s.base_call_s)})
-            prev_kept = s.kept_tokens
-    return pd.DataFrame(rows, columns=CALL_COLUMNS)
-
-
-def calls_from_run_dir(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
-    """Calls of one runner run directory (``run.json`` + ``steps.jsonl``), validated by the schema."""
-    from calibrate.trace_schema import check_run_dir
-
-    run_dir = Path(run_dir)
-    recs = check_run_dir(run_dir)
-    meta = recs["run"][0]
-    steps = recs.get("step", [])
-    if not steps:
-        raise InputError(str(run_dir / "steps.jsonl"), None, "no step records")
-    system, thr, gamma = meta["system"], meta["threshold"], meta["gamma"]
-    label = _label(system, thr if "specreason" in system else None, gamma)
-    rows = []
-    prev: dict[int, int] = {}
-    for s in sorted(steps, key=lambda r: (r["request_id"], r["step_index"])):
-        rid = s["request_id"]
-        key = run_dir_key(run_dir)
-        common = {"source": str(run_dir), "run_id": key, "request_id": f"{key}/{rid}",
-                  "config": label, "system": system, "threshold": thr if "specreason" in system else np.nan,
-                  "gamma": gamma, "step_index": s["step_index"], "spec_gamma": 0, "spec_iterations": 0}
-        ctx = s["context_tokens"]
-        if s["small_tokens"] > 0 and s["small_time_s"] > 0:
-            new = ctx if rid not in prev else max(prev[rid], 1)
-            rows.append({**common, "role": "small", "op": "small_generate", "new_tokens": min(new, ctx) or 1,
-                         "cached_tokens": max(ctx - new, 0), "output_tokens": s["small_tokens"], "wall_s": s["small_time_s"]})
-        if s["score_time_s"] > 0:
-            rows.append({**common, "role": "base", "op": "score", "new_tokens": max(s["score_new_tokens"], 1),
-                         "cached_tokens": s["score_cached_tokens"], "output_tokens": 1, "wall_s": s["score_time_s"]})
-        if s["base_tokens"] > 0 and s["base_time_s"] > 0:
-            new = max(s["base_prompt_tokens"] - s["base_cached_tokens"], 1)
-            row = {**common, "role": "base", "op": "base_generate", "new_tokens": new,
-                   "cached_tokens": s["base_cached_tokens"], "output_tokens": s["base_tokens"], "wall_s": s["base_time_s"]}
-            if s["spec_gamma"] > 0 and s["spec_drafted_per_pos"]:
-                row.update(op="spec_generate", spec_gamma=s["spec_gamma"],
-                           spec_iterations=max(int(s["spec_drafted_per_pos"][0]), 1))
-            rows.append(row)
-        prev[rid] = s["kept_tokens"]
-    return pd.DataFrame(rows, columns=CALL_COLUMNS), meta
 
 
 # ---- the predictor -------------------------------------------------------------------------------
@@ -452,21 +349,6 @@ def build_profile(fit: CostFit, setup: Setup, *, name: str, engine: str, inputs:
     )
 
 
-def write_atomic(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` via a temporary file in the same directory and os.replace."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
 def profile_to_yaml(profile: CostProfile, command: str) -> str:
     header = ("# Cost profile fitted by calibrate.fit_cost (see fit: for inputs, method, residuals per op).\n"
               f"# Regenerate (do not edit by hand):\n#   {command}\n")
@@ -478,204 +360,6 @@ def load_profile(path: str | Path) -> CostProfile:
     from simulator.loading import load_yaml_model
 
     return load_yaml_model(path, CostProfile)
-
-
-# ---- measured sets: calls + per-request measurements from any supported input --------------------
-REQUEST_COLUMNS = [
-    "source", "run_id", "run_key", "request_id", "config", "system", "threshold", "gamma",
-    "measured_s",            # sum of the modelled engine calls (what replay predicts)
-    "measured_e2e_s",        # end-to-end wall time as recorded (incl. calls the model does not know)
-    "to_answer_s",           # modelled calls up to the end rule of the workload model (distribution mode)
-    "to_answer_censored",    # the request never reached that end inside the recording
-    "steps", "small_step_fraction", "acceptance_length",
-]
-
-
-@dataclass
-class MeasuredSet:
-    """Everything validation and fitting read from measured inputs (one documented contract)."""
-
-    calls: pd.DataFrame      # CALL_COLUMNS
-    requests: pd.DataFrame   # REQUEST_COLUMNS
-    inputs: list[str]
-    kind: str                # "specreason" | "run_dir"
-    hint: dict               # hardware / tp / models / engine suggested by the inputs
-    steps: pd.DataFrame | None = None  # SpecReason canonical steps (for the workload fit)
-    trace: object = None     # SpecReasonTrace when kind == "specreason"
-
-    def select_runs(self, keys: set[str]) -> "MeasuredSet":
-        """The runs ``keys`` (full keys, or unique tails of them: ``resolve_run_names``)."""
-        keys = {k or n for n, k in resolve_run_names(keys, self.run_keys).items()}
-        c = self.calls[self.calls["run_id"].map(run_key).isin(keys)].reset_index(drop=True)
-        r = self.requests[self.requests["run_key"].isin(keys)].reset_index(drop=True)
-        s = None if self.steps is None else self.steps[self.steps["run_id"].map(run_key).isin(keys)].reset_index(drop=True)
-        return MeasuredSet(c, r, self.inputs, self.kind, self.hint, s, self.trace)
-
-    @property
-    def run_keys(self) -> list[str]:
-        return list(dict.fromkeys(self.requests["run_key"]))
-
-
-def run_key(run_id: str) -> str:
-    """A run's key: its full id (SpecReason traces: the ``run`` field, ``results/60/3``; run
-    directories: :func:`run_dir_key`). Never shortened: ``a/7/0`` and ``b/3/0`` are two runs."""
-    return str(run_id).strip().rstrip("/")
-
-
-def run_dir_key(path: str | Path) -> str:
-    """A run directory's key: its path relative to the working directory (absolute when outside it), POSIX."""
-    p = Path(os.path.abspath(path))
-    try:
-        return p.relative_to(Path.cwd()).as_posix()
-    except ValueError:
-        return p.as_posix()
-
-
-def _suffix_match(name: str, key: str) -> bool:
-    """``name`` and ``key`` name the same run up to a leading path: equal, or one ends with ``/`` + the other."""
-    return name == key or key.endswith("/" + name) or name.endswith("/" + key)
-
-
-def resolve_run_names(names, known: list[str], what: str = "runs") -> dict[str, str | None]:
-    """Each run name -> the input key it names (exact, else the unique key matching it up to a leading
-    path: ``0`` -> ``results/60/0``), or None when no input run matches. A name matching several input
-    runs is an InputError: which run it meant cannot be told."""
-    out: dict[str, str | None] = {}
-    for name in (str(n).strip().rstrip("/") for n in names):
-        if name in known:
-            out[name] = name
-            continue
-        hits = [k for k in known if _suffix_match(name, k)]
-        if len(hits) > 1:
-            raise InputError(None, what, f"run {name!r} is ambiguous: it matches input runs {', '.join(hits[:4])}"
-                                         f"{' ...' if len(hits) > 4 else ''}; name runs by their full key")
-        out[name] = hits[0] if hits else None
-    return out
-
-
-SPECREASON_HINT = {"hardware": "a100-80gb", "tp": 2, "base_model": "qwq-32b", "small_model": "r1-distill-qwen-1.5b",
-                   "engine": "vllm-0.8.2",
-                   "hardware_note": "hardware not stated by the source; the recipe says 2x RTX A6000 but the measured "
-                                    "per-token times are below that roofline (docs/workload-fit.md), so the fit assumes "
-                                    "2x A100-80GB SXM (TP=2); the A6000 alternative is reported in fit.hardware_alternatives"}
-
-
-def _specreason_set(path: Path, prompt_tokens: int, judge_tokens: int) -> MeasuredSet:
-    from calibrate.import_specreason import import_specreason, steps_upto_answer
-
-    trace = import_specreason(path)
-    calls = calls_from_specreason(trace.steps, prompt_tokens, judge_tokens, trace.threshold, source=str(path))
-    st = trace.steps
-    upto = steps_upto_answer(trace)
-    call_s = st["small_call_s"] + st["scoring_call_s"] + st["base_call_s"].fillna(0.0)
-    per = pd.DataFrame({"run_id": st["run_id"], "call_s": call_s, "step_s": st["step_s"],
-                        "small": st["kept_by"] == "small"}).groupby("run_id", sort=False)
-    ua = (upto["small_call_s"] + upto["scoring_call_s"] + upto["base_call_s"].fillna(0.0)).groupby(upto["run_id"]).sum()
-    cens = trace.requests.set_index("run_id")["censored"]
-    rows = []
-    for run, d in per:
-        rows.append({"source": str(path), "run_id": run, "run_key": run_key(run), "request_id": run,
-                     "config": _label("specreason", trace.threshold, None), "system": "specreason",
-                     "threshold": trace.threshold, "gamma": 0, "measured_s": float(d["call_s"].sum()),
-                     "measured_e2e_s": float(d["step_s"].sum()), "to_answer_s": float(ua.get(run, np.nan)),
-                     "to_answer_censored": bool(cens[run]), "steps": len(d),
-                     "small_step_fraction": float(d["small"].mean()), "acceptance_length": np.nan})
-    return MeasuredSet(calls, pd.DataFrame(rows, columns=REQUEST_COLUMNS), [str(path)], "specreason",
-                       dict(SPECREASON_HINT), steps=upto, trace=trace)
-
-
-def _hint_from_manifest(meta: dict) -> dict:
-    from calibrate.hardware import catalog_hardware
-
-    hw = meta.get("hardware", {})
-    hardware = catalog_hardware(hw.get("gpu_name"), hw.get("device"))
-    hint = {"hardware": hardware, "tp": int(meta.get("tensor_parallel", 1)), "engine":
-            f"{meta.get('engine')}-{meta.get('engine_version')}", "hardware_note": f"run.json hardware: {hw}"}
-    from simulator.catalog import model_catalog
-
-    cat = model_catalog()
-    for role, info in (meta.get("models") or {}).items():
-        tail = Path(str(info.get("path", ""))).name.lower()
-        match = [n for n, m in cat.items() if n == tail or (m.hf_id or "").split("/")[-1].lower() == tail]
-        hint[f"{role}_model"] = info.get("catalog_name") or (match[0] if match else None)
-    return hint
-
-
-def _run_dir_set(path: Path) -> MeasuredSet:
-    from calibrate.trace_schema import check_run_dir
-
-    calls, meta = calls_from_run_dir(path)
-    recs = check_run_dir(path)
-    key = run_dir_key(path)
-    steps = pd.DataFrame(recs.get("step", []))
-    rows = []
-    for r in recs.get("request", []):
-        d = steps[steps["request_id"] == r["request_id"]]
-        iters = sum(int(p[0]) for p in d["spec_drafted_per_pos"] if p) if len(d) else 0
-        calls_s = r["small_time_s"] + r["score_time_s"] + r["base_time_s"]
-        rows.append({"source": str(path), "run_id": key, "run_key": key,
-                     "request_id": f"{key}/{r['request_id']}",
-                     "config": calls["config"].iloc[0] if len(calls) else meta["system"], "system": r["system"],
-                     "threshold": meta["threshold"] if "specreason" in r["system"] else np.nan, "gamma": meta["gamma"],
-                     "measured_s": calls_s, "measured_e2e_s": r["latency_s"], "to_answer_s": calls_s,
-                     "to_answer_censored": r["stop_reason"] == "max_steps", "steps": r["num_steps"],
-                     "small_step_fraction": r["num_small_steps"] / max(r["num_steps"], 1),
-                     "acceptance_length": 1.0 + r["spec_accepted_tokens"] / iters if iters else np.nan})
-    if not rows:
-        raise InputError(str(path / "requests.jsonl"), None, "no finished requests")
-    return MeasuredSet(calls, pd.DataFrame(rows, columns=REQUEST_COLUMNS), [str(path)], "run_dir",
-                       _hint_from_manifest(meta))
-
-
-def load_measured(paths: list[str | Path], prompt_tokens: int | None = None,
-                  judge_tokens: int | None = None) -> MeasuredSet:
-    """Runner run directories (``run.json`` inside) or SpecReason JSONL (file or directory)."""
-    if not paths:
-        raise InputError(None, "inputs", "give at least one run directory or trace file")
-    if prompt_tokens is None or judge_tokens is None:
-        from simulator.workload import load_workload
-        from simulator.scenario import PROFILES_DIR
-
-        w = load_workload(PROFILES_DIR / "workload_aime60_qwq32b_r1-1.5b.yaml")
-        prompt_tokens = w.prompt_tokens if prompt_tokens is None else prompt_tokens
-        judge_tokens = w.judge_template_tokens if judge_tokens is None else judge_tokens
-    sets = []
-    for p in map(Path, paths):
-        if not p.exists():
-            raise InputError(str(p), None, "not found")
-        sets.append(_run_dir_set(p) if (p / "run.json").is_file() else _specreason_set(p, prompt_tokens, judge_tokens))
-    kinds = {s.kind for s in sets}
-    if len(kinds) > 1:
-        raise InputError(None, "inputs", "mixing SpecReason traces and runner run directories in one call is not supported")
-    calls = pd.concat([s.calls for s in sets], ignore_index=True)
-    req = pd.concat([s.requests for s in sets], ignore_index=True)
-    seen: dict[str, str] = {}
-    for s in sets:
-        for k in s.run_keys:
-            if k in seen:
-                raise InputError(None, "inputs", f"run key {k!r} occurs twice: in {seen[k]} and in {s.inputs[0]}; "
-                                                 "a run's key must be unique")
-            seen[k] = s.inputs[0]
-    steps = pd.concat([s.steps for s in sets], ignore_index=True) if sets[0].steps is not None else None
-    return MeasuredSet(calls, req, [i for s in sets for i in s.inputs], sets[0].kind, sets[0].hint, steps,
-                       sets[0].trace if len(sets) == 1 else None)
-
-
-def parse_run_rule(text: str, known: list[str]) -> set[str]:
-    """'0-3', '4,6,7' or names -> run keys; every name must name exactly one input run (a full key, or
-    a unique tail of one: ``3`` for ``results/60/3``, see :func:`resolve_run_names`)."""
-    names: list[str] = []
-    for part in (p.strip() for p in text.split(",") if p.strip()):
-        if "-" in part[1:] and all(x.strip().isdigit() for x in part.split("-", 1)):
-            a, b = (int(x) for x in part.split("-", 1))
-            names += [str(i) for i in range(a, b + 1)]
-        else:
-            names.append(part)
-    res = resolve_run_names(names, known)
-    missing = sorted(n for n, k in res.items() if k is None)
-    if missing or not names:
-        raise InputError(None, "runs", f"unknown run(s) {missing or text!r}; known: {', '.join(known)}")
-    return {k for k in res.values() if k is not None}
 
 
 def fit_measured(ms: MeasuredSet, setup: Setup, *, engine: str, hardware_note: str, command: str,

@@ -271,16 +271,3 @@ def mixture_to_yaml(profile: WorkloadProfile, command: str = REGENERATE) -> str:
         "# Workload mixture over AIME 2024 problems (QwQ-32B + R1-Distill-Qwen-1.5B, threshold-7 SpecReason runs):\n"
         "# shapes from problem 60's per-step runs, per-problem levels from the per-problem aggregates;\n"
         "# what is shared / fitted / prior: provenance.method and each problem's source; docs/workload-fit.md.\n"))
-
-
-def write_atomic(path: str | Path, text: str) -> Path:
-    import os
-    import tempfile
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
-    return path

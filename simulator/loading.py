@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator, TypeVar
 
@@ -107,3 +109,18 @@ def iter_jsonl(lines: Iterable[str], where: str) -> Iterator[tuple[int, Any]]:
             yield i, json.loads(raw)
         except json.JSONDecodeError as e:
             raise InputError(f"{where}:{i}", None, f"not valid JSON ({e.msg})") from None
+
+
+def write_atomic(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` via a temporary file in the same directory and os.replace."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

@@ -8,8 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibrate.fit_cost import (CALL_COLUMNS, CallPredictor, Setup, build_profile, fit_cost, load_profile,
-                                profile_to_yaml, write_atomic)
+from calibrate.fit_cost import CallPredictor, Setup, build_profile, fit_cost, load_profile, profile_to_yaml
+from calibrate.measured import CALL_COLUMNS
+from simulator.loading import write_atomic
 from simulator.cost_model import CostParams, prior_profile
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "specreason-aime-traces"
@@ -91,7 +92,8 @@ def test_profile_yaml_round_trip(tmp_path):
 
 @pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
 def test_real_traces_a100_plausible_a6000_impossible():
-    from calibrate.fit_cost import fit_measured, load_measured
+    from calibrate.fit_cost import fit_measured
+    from calibrate.measured import load_measured
 
     ms = load_measured([str(DATA)]).select_runs({"0", "1", "2", "3"})
     prof = fit_measured(ms, _setup(), engine="vllm-0.8.2", hardware_note="test", command="pytest",

@@ -48,7 +48,7 @@ def _cli(args, capsys) -> tuple[int, str]:
 
 @needs_data
 def test_runs_with_the_same_last_component_stay_distinct(tmp_path):
-    from calibrate.fit_cost import load_measured
+    from calibrate.measured import load_measured
 
     d = write_traces(tmp_path / "t", {f"results/60/{i}": k for i, k in
                                       enumerate(["results/60/0", "a/7/0", "b/3/0"])})

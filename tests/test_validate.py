@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from calibrate.fit_cost import (CallPredictor, Setup, build_profile, calls_from_run_dir, fit_cost, load_measured,
-                                profile_to_yaml, write_atomic)
+from calibrate.fit_cost import CallPredictor, Setup, build_profile, fit_cost, profile_to_yaml
+from calibrate.measured import calls_from_run_dir, load_measured
+from simulator.loading import write_atomic
 from calibrate.trace_schema import SCHEMA_VERSION
 from simulator.cost_model import CostParams
 from simulator.systems import SystemConfig
@@ -181,7 +182,7 @@ def test_real_traces_held_out_replay(tmp_path):
     from calibrate.fit_cost import fit_measured
     from validate.validation import run_validation
 
-    from calibrate.fit_cost import parse_run_rule
+    from calibrate.measured import parse_run_rule
 
     ms = load_measured([str(DATA)])
     ms = ms.select_runs(parse_run_rule("0-3", ms.run_keys))  # "0" names results/60/0 (a unique tail)
@@ -198,7 +199,7 @@ def _fake_set(sizes: list[int]):
     """A MeasuredSet with only its request table: run r{i} holds sizes[i] requests r{i}/0.."""
     import pandas as pd
 
-    from calibrate.fit_cost import MeasuredSet
+    from calibrate.measured import MeasuredSet
 
     rows = [{"run_key": f"r{i}", "run_id": f"r{i}", "request_id": f"r{i}/{j}"} for i, n in enumerate(sizes)
             for j in range(n)]

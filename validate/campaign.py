@@ -125,7 +125,9 @@ def _setup():
 
 def fit_profile(run_dirs: list[Path], out: Path, *, name: str, date: str | None = None, command: str = ""):
     """Fit the cost profile on these run directories (all their calls) and write it."""
-    from calibrate.fit_cost import fit_measured, load_measured, profile_to_yaml, write_atomic
+    from calibrate.fit_cost import fit_measured, profile_to_yaml
+    from calibrate.measured import load_measured
+    from simulator.loading import write_atomic
 
     ms = load_measured([str(p) for p in run_dirs])
     prof = fit_measured(ms, _setup(), engine=ms.hint.get("engine", "vllm"),

@@ -35,7 +35,8 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from calibrate.fit_cost import MeasuredSet, Setup
+from calibrate.fit_cost import Setup
+from calibrate.measured import MeasuredSet
 from simulator.analytic import CostVectors, chain_for, predict_point
 from simulator.cost_model import CostProfile, Deployment
 from simulator.cost_tables import CostTables

@@ -226,7 +226,8 @@ def aggregate_speed_factors(aggregates: str | Path | dict, profile, setup, promp
     scoring calls and ``rejected_steps`` base calls of the mean base step, each at the mean context
     (half the run's tokens), and predicted with the profile; factor = measured / predicted time per kind.
     No interval: the aggregates hold no spread."""
-    from calibrate.fit_cost import CALL_COLUMNS, CallPredictor
+    from calibrate.fit_cost import CallPredictor
+    from calibrate.measured import CALL_COLUMNS
 
     data = aggregates if isinstance(aggregates, dict) else json.loads(Path(aggregates).read_text(encoding="utf-8"))
     params = profile.params(setup.hardware)
@@ -257,7 +258,7 @@ def aggregate_speed_factors(aggregates: str | Path | dict, profile, setup, promp
 def method_check(traces: str, profile, setup) -> pd.DataFrame:
     """Per run of the per-step ``traces`` and call kind: the aggregate method's factor (the run reduced to
     its totals) against the per-call factor (median over its calls); ``error`` = their ratio - 1."""
-    from calibrate.fit_cost import load_measured
+    from calibrate.measured import load_measured
     from calibrate.import_specreason import import_specreason
     from validate.replay import replay_calls
 

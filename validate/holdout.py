@@ -31,7 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from calibrate.fit_cost import MeasuredSet, Setup, build_profile, fit_cost, parse_run_rule, resolve_run_names
+from calibrate.fit_cost import Setup, build_profile, fit_cost
+from calibrate.measured import MeasuredSet, parse_run_rule, resolve_run_names
 from simulator.cost_model import CostProfile, prior_profile
 from simulator.errors import InputError
 

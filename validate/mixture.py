@@ -130,7 +130,8 @@ def paper_ratios(workload) -> dict:
 
 
 def run(out: str | Path, aggregates_path=None, data_dir=None) -> tuple[pd.DataFrame, pd.DataFrame, str]:
-    from calibrate.fit_mixture import AGGREGATES, DATA_DIR, write_atomic
+    from calibrate.fit_mixture import AGGREGATES, DATA_DIR
+    from simulator.loading import write_atomic
     from simulator.scenario import PROFILES_DIR
     from simulator.workload import load_workload
 

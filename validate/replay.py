@@ -42,7 +42,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from calibrate.fit_cost import CallPredictor, MeasuredSet, Setup
+from calibrate.fit_cost import CallPredictor, Setup
+from calibrate.measured import MeasuredSet
 from simulator.cost_model import CostProfile
 from simulator.errors import InputError
 

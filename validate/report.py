@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibrate.fit_cost import PARAM_NAMES, write_atomic
+from calibrate.fit_cost import PARAM_NAMES
+from simulator.loading import write_atomic
 from validate.validation import ValidationResult
 
 

@@ -420,7 +420,7 @@ def speedup_table(v: ServingValidation, baseline: str = "vanilla-base") -> pd.Da
 
 
 def write_report(v: ServingValidation, out: str | Path, command: str, profile_path: str | Path, bar: float | None) -> Path:
-    from calibrate.fit_cost import write_atomic
+    from simulator.loading import write_atomic
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

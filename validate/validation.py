@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibrate.fit_cost import MeasuredSet, Setup, load_measured, load_profile, run_key
+from calibrate.fit_cost import Setup, load_profile
+from calibrate.measured import MeasuredSet, load_measured, run_key
 from simulator.errors import InputError
 from validate.distribution import predict_config, predict_distribution
 from validate.holdout import Fold, check_out_of_sample, fold_test_set, make_folds

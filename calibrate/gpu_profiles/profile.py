@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from calibrate.fit_cost import write_atomic
+from simulator.loading import write_atomic
 from calibrate.gpu_profiles.fit import COMPUTE_PARAMS, fit_gpu, today
 from calibrate.gpu_profiles.kernel_model import KernelParams
 from calibrate.gpu_profiles.validate import KERNELS_PER_LAYER

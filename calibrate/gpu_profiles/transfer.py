@@ -203,7 +203,7 @@ def _round(x):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from calibrate.fit_cost import write_atomic
+    from simulator.loading import write_atomic
     from calibrate.gpu_profiles.records import read_records
     from simulator.errors import InputError
 
