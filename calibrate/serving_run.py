@@ -415,17 +415,16 @@ def run_serving(cfg: ServeConfig, out: str | Path, *, command: str = "", log=pri
             log(f"warm-up: {warm['requests']} requests in {warm['seconds']:.1f} s")
         for arr in todo:
             d = out / arr.label
-            if d.exists():  # incomplete earlier attempt: a timing run cannot be resumed
-                for name in SERVE_FILES:
-                    (d / name).unlink(missing_ok=True)
-            rd = RunDirectory.open(d, _manifest(cfg, eng, arr, warm, loadavg(), command))
+            tmp = partial_dir(d)
+            rd = RunDirectory.open(tmp, _manifest(cfg, eng, arr, warm, loadavg(), command))
             t = time.perf_counter()
             try:
                 got, st = drive(eng, reqs, arr, on_step=lambda r: rd.write("serve_step", r),
                                 on_request=lambda r: rd.write("serve_request", r))
             finally:
                 rd.close()
-            _finish_manifest(d, loadavg(), time.perf_counter() - t)
+            _finish_manifest(tmp, loadavg(), time.perf_counter() - t)
+            publish_level(tmp, d)
             bmean = np.average([s["running"] for s in st], weights=[s["duration_s"] for s in st]) if st else 0.0
             log(f"{arr.label}: {len(got)} requests in {time.perf_counter() - t:.1f} s, "
                 f"time-weighted batch {bmean:.2f}, loadavg {loadavg()[:1]}")
@@ -433,6 +432,28 @@ def run_serving(cfg: ServeConfig, out: str | Path, *, command: str = "", log=pri
         if own:
             eng.close()
     return dirs
+
+
+def partial_dir(d: Path) -> Path:
+    """Where a level is written until it is complete: ``.LABEL.partial`` beside it (a dot name, so shell
+    globs such as ``rep*/*`` never pick it up), emptied first (a timing run cannot be resumed)."""
+    import shutil
+
+    tmp = d.with_name(f".{d.name}.partial")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    return tmp
+
+
+def publish_level(tmp: Path, d: Path) -> None:
+    """A complete level takes its final name in one rename: a killed command leaves no half-written
+    level under the name readers look for, only ``.LABEL.partial`` (redone by the next run)."""
+    import os
+    import shutil
+
+    if d.exists():  # an incomplete level from an earlier attempt (or an older layout)
+        shutil.rmtree(d)
+    os.replace(tmp, d)
 
 
 def _finish_manifest(d: Path, load_after: list[float], wall_s: float) -> None:

@@ -45,7 +45,7 @@ from typing import Callable
 
 from calibrate.engine import Engine, Generation, Sampling, ScoreResult
 from calibrate.serving_run import (Arrivals, ClosedLoop, PoissonLoop, _finish_manifest, _step_record, check_levels,
-                                  level_complete, loadavg)
+                                  level_complete, loadavg, partial_dir, publish_level)
 from calibrate.trace_schema import SCHEMA_VERSION
 from simulator.errors import InputError
 
@@ -444,22 +444,22 @@ def run_system_serving(cfg: SystemServeConfig, out: str | Path, *, command: str 
             log(f"warm-up: {warm['requests_per_system']} requests per system in {warm['seconds']:.1f} s")
         for system, arr in todo:
             d = out / system / arr.label
-            if d.exists():  # incomplete earlier attempt: a timing run cannot be resumed
-                for name in SYSTEM_FILES:
-                    (d / name).unlink(missing_ok=True)
             used = {r: e for r, e in engines.items() if r == "base" or system != "vanilla-base"}
             for e in engines.values():  # every level starts with a cold prefix cache (no hits on earlier levels' prompts)
                 e.llm.reset_prefix_cache()
             manifest = _manifest(cfg, system, used, arr, warm, command)
             records: list[tuple[str, dict]] = []  # kept in memory while timing: no fsync inside the measured loop
             facts = campaign(system, problems, arr, lambda kind, rec: records.append((kind, rec)))
-            rd = RunDirectory.open(d, manifest)
+            d.parent.mkdir(parents=True, exist_ok=True)
+            tmp = partial_dir(d)  # written beside, renamed when complete: a kill leaves no half-written level
+            rd = RunDirectory.open(tmp, manifest)
             try:
                 for kind, rec in records:
                     rd.write(kind, rec)
             finally:
                 rd.close()
-            _finish_manifest(d, loadavg(), facts["wall_s"])
+            _finish_manifest(tmp, loadavg(), facts["wall_s"])
+            publish_level(tmp, d)
             log(f"{system} {arr.label}: {cfg.requests} requests in {facts['wall_s']:.1f} s, {facts['rounds']} rounds, "
                 f"host {facts['host_s']:.1f} s, loadavg {loadavg()[:1]}")
     finally:
