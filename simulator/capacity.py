@@ -1,14 +1,25 @@
 """Capacity planning: the highest request rate one replica sustains under an SLO, per
 configuration (system, gamma, threshold, TP, hardware), and what a target rate costs.
 
-Search (per configuration, fixed seed = common random numbers across rates): start at
-r0 = 1 / (single-request latency), double while the SLO holds, then bisect between the
-last rate that met it and the first that did not until hi/lo - 1 <= ``rel_tol``. A rate
-"meets" the SLO when the steady-state requests (after the warm-up fraction) do.
+Capacity with a confidence interval (:func:`capacity_interval`). Replication k of every
+configuration uses the seed SeedSequence([base seed, k]): the *same* requests (request i is the
+same problem, the same uniforms) and the same standard arrival gaps in every configuration and at
+every rate (common random numbers across rates and across configurations). Per replication, the
+search (:func:`search_capacity`) starts at r0 = 1 / (single-request latency) -- or, from the second
+replication on, at the mean of the replications so far (factor 1.25 steps) -- expands until one
+rate meets the SLO and one does not, then bisects until hi/lo - 1 <= ``rel_tol``. A rate "meets"
+the SLO when the steady-state requests (after the warm-up fraction) do *and* the run is stationary
+(``serving.metrics.stationarity``: no significant latency growth over the run, no drift).
 
-Finite runs: at rate r a run uses max(requests, r * 4 * single-request latency) requests (at most
-20x ``requests``), so the arrival window always spans several request lifetimes; a rate that
-would need more is reported as not sustained (the capacity is then a lower bound).
+Replications are added (at least ``min_reps``) until the t-interval of the mean capacity has a
+half-width <= ``target`` x the mean; if ``max_reps`` replications do not get there, the run length
+(requests per simulation) is doubled up to ``max_request_doublings`` times and the replications
+restart; if it still does not converge the row says so (``converged`` False, the interval as it is).
+
+Ranking (:func:`capacity_table`): configuration A is *better* than B when the paired t-interval
+(95%) of their per-GPU capacity differences over common replications excludes 0 (pairs share the
+seed: CRN makes the pairing tight). ``rank`` = 1 + the number of configurations better than it;
+configurations that nothing beats share rank 1 (ties, reported as ties).
 
 Costs: a replica occupies TP GPUs (both models are colocated on them), so at its capacity
 R_max (requests/s)
@@ -26,7 +37,6 @@ from __future__ import annotations
 
 import math
 import os
-import zlib
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -42,7 +52,13 @@ from simulator.serving.slo import Slo, parse_slo
 from simulator.systems import SystemConfig
 
 DEFAULT_REQUESTS = 300
-DEFAULT_REL_TOL = 0.05
+DEFAULT_REL_TOL = 0.04
+DEFAULT_CI_TARGET = 0.10  # half-width of the capacity interval, relative to the mean capacity
+DEFAULT_MIN_REPS = 3
+DEFAULT_MAX_REPS = 8
+DEFAULT_REQUEST_DOUBLINGS = 1
+CONFIDENCE = 0.95
+WARM_STEP = 1.25  # bracket factor of a warm-started search
 MAX_DOUBLINGS = 14
 HORIZON_LATENCIES = 4.0  # the arrival window must span >= this many single-request latencies
 MAX_REQUEST_FACTOR = 20  # ... using at most this many times the requested number of requests
@@ -76,6 +92,8 @@ class Point:
     rate: float | None = None  # None: search the capacity
     users: int | None = None  # closed loop instead of a rate
     replay: str | None = None  # arrival-times file instead of a rate
+    replication: int = 0
+    interval: "IntervalSpec | None" = None  # with rate None: replicate the search to a confidence interval
 
     @property
     def key(self) -> str:
@@ -83,8 +101,20 @@ class Point:
 
     @property
     def seed(self) -> int:
-        """Per-configuration stream (the same for every rate: common random numbers)."""
-        return int(np.random.SeedSequence([self.load.seed, zlib.crc32(self.key.encode())]).generate_state(1)[0])
+        """Replication k's stream: the same for every rate *and every configuration* (common random
+        numbers); never derived from the configuration or from Python's ``hash``."""
+        return int(np.random.SeedSequence([self.load.seed, self.replication]).generate_state(1)[0])
+
+
+@dataclass(frozen=True)
+class IntervalSpec:
+    """How far to replicate a capacity search (see the module docstring)."""
+
+    target: float = DEFAULT_CI_TARGET
+    min_reps: int = DEFAULT_MIN_REPS
+    max_reps: int = DEFAULT_MAX_REPS
+    max_request_doublings: int = DEFAULT_REQUEST_DOUBLINGS
+    rel_tol: float = DEFAULT_REL_TOL
 
 
 @lru_cache(maxsize=8)
@@ -144,46 +174,119 @@ def evaluate(point: Point, rate: float | None = None, users: int | None = None, 
     return out
 
 
-def search_capacity(point: Point, rel_tol: float = DEFAULT_REL_TOL) -> dict:
-    """Highest rate meeting the SLO (doubling, then bisection); its summary row."""
+def search_capacity(point: Point, rel_tol: float = DEFAULT_REL_TOL, start: float | None = None) -> dict:
+    """Highest rate meeting the SLO for the point's replication: expand (x2 from r0, or x/÷1.25
+    from ``start``) until a met and a failed rate bracket it, then bisect; its summary row."""
     rs = _scenario(point.scenario)
     r0 = 1.0 / single_request_latency(rs, point.hardware, point.tp, point.cfg)
-    lo, hi, best, evals = 0.0, None, None, 0
-    rate = r0
-    floor = evaluate(point, r0 * 0.05)
-    evals += 1
-    if not floor["slo_met"]:
-        return {**floor, "max_qps": 0.0, "evaluations": evals, "single_request_latency_s": 1.0 / r0}
-    lo, best = r0 * 0.05, floor
-    for _ in range(MAX_DOUBLINGS):
-        row = evaluate(point, rate)
+    floor_rate = r0 * 0.05
+    evals = 0
+
+    def ev(rate: float) -> dict:
+        nonlocal evals
         evals += 1
+        return evaluate(point, rate)
+
+    def zero(row: dict) -> dict:
+        return {**row, "max_qps": 0.0, "evaluations": evals, "single_request_latency_s": 1.0 / r0, "bracketed": True}
+
+    lo = hi = best = None
+    if start is None or not start > floor_rate:
+        row = ev(floor_rate)
+        if not row["slo_met"]:
+            return zero(row)
+        lo, best, rate, step = floor_rate, row, r0, 2.0
+    else:
+        rate, step = start, WARM_STEP
+    for _ in range(MAX_DOUBLINGS):
+        row = ev(rate)
         if row["slo_met"]:
-            lo, best, rate = rate, row, rate * 2.0
+            lo, best = rate, row
+            if hi is not None:
+                break
+            rate *= step
         else:
             hi = rate
-            break
+            if lo is not None:
+                break
+            rate /= step
+            if rate <= floor_rate:
+                row = ev(floor_rate)
+                if not row["slo_met"]:
+                    return zero(row)
+                lo, best = floor_rate, row
+                break
+    if lo is None:  # warm start never met the SLO within the steps: fall back to the floor
+        row = ev(floor_rate)
+        if not row["slo_met"]:
+            return zero(row)
+        lo, best = floor_rate, row
     if hi is not None:
-        if lo == r0 * 0.05:  # r0 itself failed: bracket from below
-            lo_b = lo
-        else:
-            lo_b = lo
-        while hi / lo_b - 1.0 > rel_tol:
-            mid = math.sqrt(lo_b * hi)
-            row = evaluate(point, mid)
-            evals += 1
+        while hi / lo - 1.0 > rel_tol:
+            mid = math.sqrt(lo * hi)
+            row = ev(mid)
             if row["slo_met"]:
-                lo_b, best = mid, row
+                lo, best = mid, row
             else:
                 hi = mid
-        lo = lo_b
-    return {**best, "max_qps": lo, "evaluations": evals, "single_request_latency_s": 1.0 / r0}
+    return {**best, "max_qps": lo, "evaluations": evals, "single_request_latency_s": 1.0 / r0,
+            "bracketed": hi is not None}
+
+
+def t_interval(x, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """(mean, half-width) of the Student-t interval of the mean of ``x`` (half-width inf if n < 2)."""
+    from scipy import stats
+
+    x = np.asarray(x, float)
+    n = len(x)
+    m = float(x.mean()) if n else float("nan")
+    if n < 2:
+        return m, float("inf")
+    s = float(x.std(ddof=1))
+    return m, float(stats.t.ppf(0.5 + confidence / 2, n - 1) * s / math.sqrt(n))
+
+
+def capacity_interval(point: Point, spec: IntervalSpec | None = None) -> dict:
+    """Replicate the capacity search (common random numbers: replication k = seed k everywhere) until
+    the interval's half-width <= spec.target x mean, doubling the requests per simulation when
+    ``max_reps`` replications do not suffice; the row of the replication nearest the mean, with
+    ``max_qps`` = the mean, ``max_qps_lo/hi``, ``capacities`` (per replication), ``converged``."""
+    spec = spec or IntervalSpec()
+    load = point.load
+    evals = 0
+    caps: list[float] = []
+    rows: list[dict] = []
+    for doubling in range(spec.max_request_doublings + 1):
+        p_load = replace(load, requests=load.requests * 2 ** doubling)
+        caps, rows = [], []
+        start = None
+        for k in range(spec.max_reps):
+            row = search_capacity(replace(point, load=p_load, replication=k), spec.rel_tol, start)
+            evals += row["evaluations"]
+            caps.append(row["max_qps"])
+            rows.append(row)
+            m = float(np.mean(caps))
+            start = m if m > 0 else None
+            if k + 1 >= spec.min_reps:
+                m, half = t_interval(caps)
+                if m == 0.0 or half <= spec.target * m:
+                    break
+        m, half = t_interval(caps)
+        if m == 0.0 or half <= spec.target * m:
+            break
+    m, half = t_interval(caps)
+    rep = rows[int(np.argmin([abs(c - m) for c in caps]))]
+    return {**rep, "max_qps": m, "max_qps_lo": max(m - half, 0.0), "max_qps_hi": m + half,
+            "half_width_rel": half / m if m > 0 else 0.0, "replications": len(caps),
+            "requests_per_run": p_load.requests, "converged": bool(m == 0.0 or half <= spec.target * m),
+            "capacities": tuple(float(c) for c in caps), "evaluations": evals,
+            "bracketed": all(r.get("bracketed", True) for r in rows)}
 
 
 def run_point(point: Point) -> dict:
     """Worker entry point (top level so processes and Ray can import it)."""
     if point.rate is None and point.users is None and point.replay is None:
-        out = search_capacity(point)
+        out = capacity_interval(point, point.interval) if point.interval is not None else search_capacity(point)
     else:
         out = evaluate(point, point.rate, point.users, point.replay)
         out["rate_qps"] = point.rate

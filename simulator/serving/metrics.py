@@ -1,8 +1,17 @@
 """Summaries of a served trace: latency/TTFT/queueing statistics, goodput, engine load,
 and the Little's-law check.
 
-A rate meets an SLO when the steady requests meet every term *and* the latency does not drift
-upward over the run (:func:`latency_drift` <= ``DRIFT_LIMIT``).
+A rate meets an SLO when the steady requests meet every term *and* the run is stationary
+(:func:`stationarity`): the backlog does not grow. Two checks, both must pass:
+
+- trend: the steady requests (after the warm-up) are cut into ``TREND_BATCHES`` consecutive batches
+  by arrival; the least-squares slope of the batch-mean latency over the batch index, times the
+  window (batches - 1), relative to the mean latency, is the *growth* of latency over the steady
+  window. A growing backlog makes latency grow linearly with arrival time. The run fails when
+  growth > ``GROWTH_LIMIT`` and the slope is significant (one-sided t on the batch means, t >
+  ``TREND_T``; batch means absorb the autocorrelation of neighbouring requests' latencies);
+- drift: :func:`latency_drift` (mean latency of the last quarter of arrivals / second quarter)
+  <= ``DRIFT_LIMIT``.
 
 Warm-up: the first ``warmup_fraction`` of arrivals meet an empty system, so latency
 statistics use the later requests only (all requests still load the system).
@@ -21,7 +30,10 @@ from simulator.serving.replica import ServingResult
 from simulator.serving.slo import Slo
 
 WARMUP_FRACTION = 0.1
-DRIFT_LIMIT = 1.5  # unstable if the last quarter's mean latency exceeds 1.5x the second quarter's
+DRIFT_LIMIT = 1.25  # unstable if the last quarter's mean latency exceeds 1.25x the second quarter's
+TREND_BATCHES = 10
+GROWTH_LIMIT = 0.2  # latency may rise by at most 20% of its mean over the steady window ...
+TREND_T = 1.86  # ... unless the rise is not significant (one-sided 95%, t with TREND_BATCHES - 2 = 8 df)
 
 
 def latency_drift(requests: pd.DataFrame) -> float:
@@ -36,6 +48,32 @@ def latency_drift(requests: pd.DataFrame) -> float:
         return 1.0
     q2, q4 = lat[n // 4 : n // 2].mean(), lat[3 * n // 4 :].mean()
     return float(q4 / q2) if q2 > 0 else 1.0
+
+
+def latency_trend(requests: pd.DataFrame, warmup_fraction: float = WARMUP_FRACTION,
+                  batches: int = TREND_BATCHES) -> tuple[float, float]:
+    """(growth, t): relative rise of latency over the steady window and its t statistic, from the
+    least-squares slope of ``batches`` batch-mean latencies (consecutive arrivals) on the batch index."""
+    lat = steady(requests, warmup_fraction).latency_s.to_numpy()
+    if len(lat) < 2 * batches:
+        return 0.0, 0.0
+    m = np.array([b.mean() for b in np.array_split(lat, batches)])
+    x = np.arange(batches, dtype=float) - (batches - 1) / 2
+    slope = float((x * (m - m.mean())).sum() / (x * x).sum())
+    resid = m - m.mean() - slope * x
+    se = float(np.sqrt((resid ** 2).sum() / (batches - 2) / (x * x).sum()))
+    mean = float(m.mean())
+    growth = slope * (batches - 1) / mean if mean > 0 else 0.0
+    t = slope / se if se > 0 else (np.inf if slope > 0 else 0.0)
+    return float(growth), float(t)
+
+
+def stationarity(requests: pd.DataFrame, warmup_fraction: float = WARMUP_FRACTION) -> dict:
+    """The backlog checks of the module docstring: growth, its t, drift and the verdict."""
+    growth, t = latency_trend(requests, warmup_fraction)
+    drift = latency_drift(requests)
+    ok = not (growth > GROWTH_LIMIT and t > TREND_T) and drift <= DRIFT_LIMIT
+    return {"latency_growth": growth, "latency_growth_t": t, "latency_drift": drift, "stationary": bool(ok)}
 
 
 def steady(requests: pd.DataFrame, warmup_fraction: float = WARMUP_FRACTION) -> pd.DataFrame:
@@ -81,8 +119,8 @@ def summarize_serving(res: ServingResult, slo: Slo | None = None, warmup_fractio
         sspan = float(st.arrival_at.max() - st.arrival_at.min()) if len(st) > 1 else np.nan
         out["goodput_qps"] = float((ok.sum() - 1) / sspan) if sspan and sspan > 0 and ok.sum() else 0.0
         out["slo_attainment"] = float(ok.mean()) if len(ok) else np.nan
-        out["latency_drift"] = latency_drift(req)
-        out["slo_met"] = slo.met(st) and out["latency_drift"] <= DRIFT_LIMIT
+        out.update(stationarity(req, warmup_fraction))
+        out["slo_met"] = slo.met(st) and out["stationary"]
         for t in slo.terms:
             out[t.name] = t.value(st[t.metric].to_numpy())
     return out
