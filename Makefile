@@ -47,6 +47,7 @@ clean:
 # Held-out validation on the shared third-party SpecReason traces (docs/validation.md).
 TRACES ?= ../shared/data/specreason-aime-traces
 validate-traces: $(STAMP)
+	@echo "validate-traces: leave-one-run-out replay + distribution mode over $(TRACES) (~2 min on 2 cores) -> out/validation-loro" >&2
 	$(SPECSIM) validate $(TRACES) --profile simulator/profiles/cost_a100-80gb-vllm082-specreason-traces.yaml --holdout loro --report out/validation-loro
 
 # Capacity planning (docs/serving-model.md).
@@ -62,6 +63,7 @@ bench-serving: $(STAMP)
 SERVE_OUT ?= out/serving-cpu
 SERVE_ARGS ?= --users 1,2,4,8 --poisson-rate 1.5 --poisson-rate 3 --requests 24
 validate-serving: $(ENGINES_STAMP)
+	@echo "validate-serving: 3 repeats of serve-run (~4 min each), then replay -> $(SERVE_OUT)/report" >&2
 	for r in 1 2 3; do $(SPECSIM) calibrate serve-run $(SERVE_ARGS) --out $(SERVE_OUT)/rep$$r || exit 1; done
 	$(SPECSIM) validate-serving $(SERVE_OUT)/rep[0-9]*/* --profile simulator/profiles/cost_cpu-vllm032.yaml --fit-levels poisson-1.5 --report $(SERVE_OUT)/report
 
@@ -71,5 +73,6 @@ validate-serving: $(ENGINES_STAMP)
 SYS_OUT ?= out/serving-systems-cpu
 SYS_ARGS ?= --system vanilla-base --system specreason --score-mode mean --threshold 6 --users 1,2,4,8 --poisson-rate 0.6 --requests 16 --budget 64 --step-max-tokens 24
 validate-serving-systems: $(ENGINES_STAMP)
+	@echo "validate-serving-systems: 3 repeats of serve-systems (~7 min each), then replay -> $(SYS_OUT)/report" >&2
 	for r in 1 2 3; do $(SPECSIM) calibrate serve-systems $(SYS_ARGS) --out $(SYS_OUT)/rep$$r || exit 1; done
 	$(SPECSIM) validate-serving $(SYS_OUT)/rep[0-9]*/*/* --profile simulator/profiles/cost_cpu-vllm032.yaml --fit-levels closed-1 --report $(SYS_OUT)/report

@@ -268,6 +268,33 @@ def _register_subapps() -> None:
     from calibrate.serving_systems import register as _register_serve_systems
 
     _register_serve_systems(calibrate_app)
+    for typer_app, name, what in (
+            (app, "validate", "validate: fitting and predicting the held-out runs (trace replay, then distribution mode)"),
+            (app, "validate-serving", "validate-serving: fitting step times and replaying the measured levels"),
+            (calibrate_app, "fit", "calibrate fit: robust least squares over the measured calls"),
+            (calibrate_app, "fit-workload", "calibrate fit-workload: fitting the workload distributions")):
+        _announce_when_long(typer_app, name, what)
+
+
+def _announce_when_long(typer_app: typer.Typer, name: str, what: str) -> None:
+    """Wrap a registered command so that, past a few seconds, it says what it is doing and when it is done
+    (``report_table.job``); the command's own code (in other packages) stays as it is."""
+    import functools
+
+    from simulator.report_table import job
+
+    for info in typer_app.registered_commands:
+        if (info.name or getattr(info.callback, "__name__", None)) == name and info.callback is not None \
+                and not getattr(info.callback, "_announced", False):
+            inner = info.callback
+
+            @functools.wraps(inner)
+            def wrapper(*args, __inner=inner, **kwargs):
+                with job(what, after_s=3.0):
+                    return __inner(*args, **kwargs)
+
+            wrapper._announced = True
+            info.callback = wrapper
 
 
 def _one_line(text: str) -> str:
