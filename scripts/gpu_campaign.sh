@@ -7,6 +7,7 @@
 #   # device run, carry [".cache/gpu-carry"]:
 #   #   bash scripts/gpu_campaign.sh setup && bash scripts/gpu_campaign.sh static "$OUT"
 #   scripts/gpu_campaign.sh static OUT [--tiny]          # static-KV-cache + CUDA-graph bench of three architectures
+#   scripts/gpu_campaign.sh ops OUT [--tiny]             # per-layer op timings in Vidur's layout (two Vidur shapes)
 #
 # Each architecture's run directory (microbench.jsonl, bandwidth.json, run.json) is written as produced under
 # OUT/work/ and packed into OUT/static-ARCH.tar.gz when done (the device returns at most 8 files).
@@ -20,7 +21,8 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 CARRY="$ROOT/.cache/gpu-carry"
 PY="${PY:-python3}"
 ARCHS="${ARCHS:-r1-distill-qwen-1.5b qwen2.5-7b qwq-32b}"
-cmd="${1:?usage: $0 prepare | setup | static OUT [--tiny]}"
+OP_MODELS="${OP_MODELS:-meta-llama/Llama-2-7b-hf meta-llama/Meta-Llama-3-8B}"
+cmd="${1:?usage: $0 prepare | setup | static OUT [--tiny] | ops OUT [--tiny]}"
 shift
 
 case "$cmd" in
@@ -54,8 +56,26 @@ case "$cmd" in
     done
     ls -la "$OUT"
     ;;
+  ops)
+    # one TP shard of one layer per (tokens, TP) on this one GPU, as Vidur's profiler; read back with
+    # `specsim calibrate import-vidur OUT/vidur-ours` next to the public A100/A40 profiles
+    OUT="${1:?usage: $0 ops OUT [--tiny]}"
+    TINY="${2:-}"
+    mkdir -p "$OUT/work"
+    models="$OP_MODELS"
+    opts=(--tp 1,2,4 --repeats 20 --dtype bfloat16)
+    if [ "$TINY" = "--tiny" ]; then
+      models="tiny/test-2l"
+      opts=(--tokens 1,16 --tp 1,2 --repeats 3 --dtype float32 --device cpu)
+    fi
+    for m in $models; do
+      (cd "$ROOT" && PYTHONPATH="$ROOT" "$PY" -m calibrate.op_bench --model "$m" --out "$OUT/work/vidur-ours" "${opts[@]}")
+    done
+    tar -czf "$OUT/ops.tar.gz" -C "$OUT/work" vidur-ours
+    ls -la "$OUT"
+    ;;
   *)
-    echo "error: $0: unknown stage '$cmd' (prepare | setup | static)" >&2
+    echo "error: $0: unknown stage '$cmd' (prepare | setup | static | ops)" >&2
     exit 2
     ;;
 esac

@@ -31,6 +31,21 @@ def test_static_stage_dry_run_packs_valid_records(tmp_path):
     assert len(check_run_dir(tmp_path / "out" / "work" / "static-r1-distill-qwen-1.5b")["microbench"]) > 0
 
 
+@pytest.mark.real_engine
+def test_ops_stage_dry_run_reads_back_through_the_vidur_importer(tmp_path):
+    pytest.importorskip("torch")
+    env = {**os.environ, "PY": sys.executable}
+    r = subprocess.run(["bash", str(SCRIPT), "ops", str(tmp_path / "out"), "--tiny"], capture_output=True, text=True,
+                       env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (tmp_path / "out" / "ops.tar.gz").is_file()
+    from calibrate.gpu_profiles.import_vidur import import_vidur
+
+    records, _ = import_vidur(tmp_path / "out" / "work" / "vidur-ours")
+    assert set(records["source_op"]) >= {"attn_pre_proj", "mlp_up_proj", "mlp_down_proj", "attn_post_proj"}
+    assert (records["time_s"] > 0).all() and set(records["tp"]) == {1, 2}
+
+
 def test_unknown_stage_exits_2():
     r = subprocess.run(["bash", str(SCRIPT), "nope"], capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.strip().startswith("error:")
