@@ -182,7 +182,8 @@ class AccuracyModel:
         mean = float((w * np.array([g.correct / g.total for g in e.groups])).sum() / w.sum())
         a = (1 - CONFIDENCE) / 2
         lo, hi = np.quantile(d, [a, 1 - a])
-        return Estimate(mean, float(lo), float(hi), key, e.source, sum(g.total for g in e.groups))
+        # Jeffreys' interval excludes 0 at 0 correct (and 1 at all correct): the usual fix extends it to the estimate
+        return Estimate(mean, float(min(lo, mean)), float(max(hi, mean)), key, e.source, sum(g.total for g in e.groups))
 
     def reason(self, cfg: SystemConfig) -> str:
         if self.profile is None:

@@ -316,8 +316,42 @@ def run_points(points: list[Point], workers: int | None = None, ray_address: str
 
 
 # ---- the planning table ----------------------------------------------------------------------
+def paired_better(a: tuple, b: tuple, tp_a: int = 1, tp_b: int = 1, confidence: float = CONFIDENCE) -> bool:
+    """A's per-GPU capacity exceeds B's: the paired t-interval of the differences over their common
+    replications (same seeds: common random numbers) lies above 0."""
+    k = min(len(a), len(b))
+    if k < 2:
+        return False
+    d = np.asarray(a[:k], float) / tp_a - np.asarray(b[:k], float) / tp_b
+    m, half = t_interval(d, confidence)
+    if half == 0.0:
+        return m > 0
+    return m - half > 0
+
+
+def rank_configurations(df: pd.DataFrame) -> pd.DataFrame:
+    """``rank`` = 1 + configurations significantly better (paired, :func:`paired_better`), and ``ties``:
+    the configurations neither better nor worse than it (intervals that do not separate)."""
+    caps = [tuple(c) if isinstance(c, (tuple, list)) else (float(q),) for c, q in zip(df.get("capacities", df.max_qps), df.max_qps)]
+    tps = df.tp.tolist()
+    n = len(df)
+    better = np.zeros((n, n), bool)  # better[i, j]: i beats j
+    for i in range(n):
+        for j in range(n):
+            if i != j:
+                better[i, j] = paired_better(caps[i], caps[j], tps[i], tps[j])
+    df = df.copy()
+    df["rank"] = 1 + better.sum(0)
+    labels = [f"{l} [{h} tp={t}]" if df.hardware.nunique() > 1 or df.tp.nunique() > 1 else l
+              for l, h, t in zip(df.label, df.hardware, df.tp)]
+    df["ties"] = ["; ".join(labels[j] for j in range(n) if j != i and not better[i, j] and not better[j, i]
+                            and df["rank"].iloc[j] == df["rank"].iloc[i]) for i in range(n)]
+    return df
+
+
 def capacity_table(rows: list[dict], gpu_hour_cost: float | None, target_qps: float | None) -> pd.DataFrame:
-    """Rows of ``search_capacity`` -> one line per configuration with costs; best first."""
+    """Rows of ``capacity_interval`` (or ``search_capacity``) -> one line per configuration with costs,
+    ranks and ties; best (rank, then mean capacity per GPU) first."""
     df = pd.DataFrame(rows)
     df["gpus_per_replica"] = df.tp
     df["qps_per_gpu"] = df.max_qps / df.tp
@@ -329,10 +363,46 @@ def capacity_table(rows: list[dict], gpu_hour_cost: float | None, target_qps: fl
         df["gpus"] = df.replicas * df.tp
         if gpu_hour_cost:
             df["fleet_cost_per_hour"] = df.gpus * gpu_hour_cost
-    df = df.sort_values(["qps_per_gpu", "max_qps"], ascending=False, kind="stable").reset_index(drop=True)
+    df = rank_configurations(df)
+    df = df.sort_values(["rank", "qps_per_gpu", "max_qps"], ascending=[True, False, False], kind="stable").reset_index(drop=True)
     for c in ("gamma", "threshold"):
         df[c] = pd.array([None if v is None or v != v else int(v) for v in df[c]], dtype="Int64")
     return df
+
+
+def add_accuracy(df: pd.DataFrame, model, floor) -> pd.DataFrame:
+    """Accuracy columns (``accuracy``, ``accuracy_lo``, ``accuracy_hi``: NaN = unknown) and the floor's
+    verdict (``accuracy_floor``: meets | fails | unknown, ``accuracy_why``) per configuration."""
+    from simulator.accuracy import floor_status
+
+    df = df.copy()
+    est, stat, why = [], [], []
+    for r in df.itertuples():
+        cfg = SystemConfig(system=r.system, gamma=None if pd.isna(r.gamma) else int(r.gamma),
+                           threshold=None if pd.isna(r.threshold) else int(r.threshold), first_n=int(r.first_n))
+        est.append(model.estimate(cfg))
+        s, w = floor_status(model, cfg, floor)
+        stat.append(s)
+        why.append(w)
+    df["accuracy"] = [e.mean if e else np.nan for e in est]
+    df["accuracy_lo"] = [e.low if e else np.nan for e in est]
+    df["accuracy_hi"] = [e.high if e else np.nan for e in est]
+    df["accuracy_floor"] = stat
+    df["accuracy_why"] = why
+    return df
+
+
+def recommend(df: pd.DataFrame) -> dict:
+    """The recommendation among configurations that meet the accuracy floor: the best by rank (ties
+    listed), or None. Configurations with capacity 0 are never recommended."""
+    ok = df[(df.accuracy_floor == "meets") & (df.max_qps > 0)] if "accuracy_floor" in df else df[df.max_qps > 0]
+    if not len(ok):
+        return {"best": None, "ties": [], "capacity": 0.0}
+    ok = rank_configurations(ok.drop(columns=["rank", "ties"], errors="ignore"))
+    ok = ok.sort_values(["rank", "qps_per_gpu"], ascending=[True, False], kind="stable")
+    b = ok.iloc[0]
+    tied = [r.label for r in ok.iloc[1:].itertuples() if r.rank == 1]
+    return {"best": b, "ties": tied, "capacity": float(b.max_qps), "eligible": ok}
 
 
 def capacity_points(rs: ResolvedScenario, slo: Slo, load: LoadSpec, configs: list[SystemConfig] | None = None) -> list[Point]:
@@ -354,7 +424,8 @@ def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | No
                       cv: float = 1.0, requests: int | None = None, seed: int | None = None,
                       gpu_hour_cost: float | None = None, target_qps: float | None = None,
                       workers: int | None = None, ray_address: str | None = None,
-                      arrivals_file: str | None = None) -> tuple[pd.DataFrame, dict]:
+                      arrivals_file: str | None = None, interval: IntervalSpec | None = None,
+                      accuracy_floor: str | None = None, accuracy_margin: float | None = None) -> tuple[pd.DataFrame, dict]:
     """Resolve, validate, run. With --qps/--users/--arrivals-file: the SLO check at those loads;
     else the capacity search."""
     from simulator.serving.arrivals import load_arrival_times
@@ -376,9 +447,13 @@ def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | No
             raise InputError(None, name, f"must be a positive number (got {v})")
     if requests is not None and requests < 20:
         raise InputError(None, "--requests", "must be >= 20 (percentiles need a few requests)")
+    from simulator.accuracy import parse_floor, scenario_accuracy
+
+    floor = parse_floor(accuracy_floor, accuracy_margin)
+    acc_model = scenario_accuracy(rs)
     configs = expand_systems(systems or sc.systems, gammas or sc.grid.gamma, thresholds or sc.grid.threshold, sc.grid.first_n)
     load = LoadSpec(arrival, cv, requests or DEFAULT_REQUESTS, sc.seed if seed is None else seed)
-    points = capacity_points(rs, slo, load, configs)
+    points = [replace(p, interval=interval or IntervalSpec()) for p in capacity_points(rs, slo, load, configs)]
     meta = {"scenario": str(rs.path), "slo": slo.text, "arrivals": arrival if arrival == "poisson" else f"bursty cv={cv}",
             "requests_per_point": load.requests, "seed": load.seed}
     if arrivals_file:
@@ -389,17 +464,25 @@ def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | No
         pts = [replace(p, **lv) for p in points for lv in levels]
         df = pd.DataFrame(run_points(pts, workers, ray_address))
         return df, meta
-    df = capacity_table(run_points(points, workers, ray_address), gpu_hour_cost, target_qps)
+    df = add_accuracy(capacity_table(run_points(points, workers, ray_address), gpu_hour_cost, target_qps), acc_model, floor)
+    rec = recommend(df)
+    meta["accuracy_floor"] = floor.describe()
+    meta["recommended"] = None if rec["best"] is None else rec["best"].label
+    meta["recommended_ties"] = rec["ties"]
+    df["recommended"] = [rec["best"] is not None and (l == rec["best"].label or l in rec["ties"])
+                         and f == "meets" for l, f in zip(df.label, df.accuracy_floor)]
     return df, meta
 
 
 DISPLAY = {
     "label": "configuration", "hardware": "hw", "tp": "tp", "rate_qps": "offered/s", "users": "users",
-    "max_qps": "max req/s", "qps_per_gpu": "req/s/GPU", "latency_mean_s": "mean s", "latency_p99_s": "p99 s",
+    "rank": "rank", "max_qps": "max req/s", "max_qps_lo": "lo", "max_qps_hi": "hi", "qps_per_gpu": "req/s/GPU",
+    "replications": "reps", "converged": "±10%", "accuracy": "accuracy", "accuracy_lo": "acc lo", "accuracy_hi": "acc hi",
+    "accuracy_floor": "acc floor", "recommended": "pick", "latency_mean_s": "mean s", "latency_p99_s": "p99 s",
     "ttft_mean_s": "TTFT s", "queue_delay_mean_s": "queue s", "goodput_qps": "goodput/s", "slo_met": "SLO",
     "base_batch_mean": "base batch", "small_batch_mean": "small batch", "base_utilization": "base util",
     "small_utilization": "small util", "base_kv_occupancy_max": "base KV max", "cost_per_1000_requests": "$/1000 req",
-    "replicas": "replicas", "gpus": "GPUs", "evaluations": "sims", "latency_drift": "drift",
+    "replicas": "replicas", "gpus": "GPUs", "evaluations": "sims", "latency_drift": "drift", "latency_growth": "growth",
 }
 
 
@@ -407,11 +490,12 @@ def render_capacity_table(df: pd.DataFrame, title: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    cols = [c for c in DISPLAY if c in df.columns and not df[c].isna().all()]
+    keep = {"accuracy", "accuracy_floor"}
+    cols = [c for c in DISPLAY if c in df.columns and (c in keep or not df[c].isna().all())]
     t = Table(title=title)
     for c in cols:
         t.add_column(DISPLAY[c], justify="left" if c in ("label", "hardware") else "right")
     for row in df[cols].itertuples(index=False):
-        t.add_row(*("-" if v is None or v is pd.NA or (isinstance(v, float) and v != v)
-                    else f"{v:.3g}" if isinstance(v, (float, np.floating)) else str(v) for v in row))
+        t.add_row(*(("unknown" if c.startswith("accuracy") else "-") if v is None or v is pd.NA or (isinstance(v, float) and v != v)
+                    else f"{v:.3g}" if isinstance(v, (float, np.floating)) else str(v) for c, v in zip(cols, row)))
     Console(width=max(120, 11 * len(cols))).print(t)

@@ -20,12 +20,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simulator.capacity import (DEFAULT_REQUESTS, LoadSpec, capacity_points, capacity_table, default_slo,
-                                requests_for, run_points)
+from simulator.capacity import (DEFAULT_REQUESTS, IntervalSpec, LoadSpec, add_accuracy, capacity_points,
+                                capacity_table, default_slo, recommend, requests_for, run_points)
 from simulator.scenario import load_scenario
 from simulator.serving.slo import parse_slo
 
 CURVE_POINTS = 12
+SCREEN_REQUESTS = 100  # requests per simulation of a screening search (configurations that cannot be recommended)
 ASSUMPTIONS = [
     "One replica = the scenario's GPUs at the given TP; the small and base engines are colocated on them and "
     "take turns (their iterations never overlap): one iteration of each engine with work per round.",
@@ -41,8 +42,10 @@ ASSUMPTIONS = [
     "Requests follow the single-request engines' step semantics (simulator/des.py), sampled at arrival: the same "
     "seed gives the same requests at every load (common random numbers).",
     "Latency statistics skip the first 10% of arrivals (warm-up from an empty system). A rate is sustained when "
-    "the SLO holds and the latency does not drift upward over the run (last quarter of arrivals <= 1.5x the "
-    "second quarter); each run spans at least 4 single-request latencies of arrivals.",
+    "the SLO holds and the run is stationary: the latency of the steady requests (10 batch means by arrival) does "
+    "not rise by more than 20% of its mean over the run with a significant slope (one-sided t > 1.86), and the last "
+    "quarter of arrivals' mean latency is <= 1.25x the second quarter's; each run spans at least 4 single-request "
+    "latencies of arrivals.",
     "Capacity is per replica; replicas are independent (no router model). Costs assume the replica's GPUs are "
     "billed whether busy or not.",
 ]
@@ -63,12 +66,31 @@ def _atomic_write(path: Path, write) -> None:
 
 def build_report(scenario: str, out: Path, slo_text: str | None = None, requests: int | None = None,
                  seed: int | None = None, gpu_hour_cost: float | None = None, target_qps: float | None = None,
-                 workers: int | None = None, ray_address: str | None = None) -> Path:
-    """Run the capacity search and the load curves; write report.md, PNGs, CSVs. Returns report.md."""
+                 workers: int | None = None, ray_address: str | None = None, accuracy_floor: str | None = None,
+                 accuracy_margin: float | None = None, interval: IntervalSpec | None = None) -> Path:
+    """Accuracy first, then capacity: configurations that meet the accuracy floor get the replicated
+    capacity search with a confidence interval; the others (fail / unknown: never recommended) get one
+    screening search (one replication, ``SCREEN_REQUESTS`` requests per simulation, no interval).
+    Then the load curves; write report.md, PNGs, CSVs. Returns report.md."""
+    from simulator.accuracy import floor_status, parse_floor, scenario_accuracy
+
     rs = load_scenario(scenario)
     slo = parse_slo(slo_text or default_slo(rs), "--slo")
+    floor = parse_floor(accuracy_floor, accuracy_margin)
+    acc_model = scenario_accuracy(rs)
     load = LoadSpec(requests=requests or DEFAULT_REQUESTS, seed=rs.scenario.seed if seed is None else seed)
-    cap = capacity_table(run_points(capacity_points(rs, slo, load), workers, ray_address), gpu_hour_cost, target_qps)
+    spec = interval or IntervalSpec()
+    screen = IntervalSpec(min_reps=1, max_reps=1, max_request_doublings=0, rel_tol=spec.rel_tol)
+    pts = []
+    for p in capacity_points(rs, slo, load):
+        if floor_status(acc_model, p.cfg, floor)[0] == "meets":
+            pts.append(replace(p, interval=spec))
+        else:
+            pts.append(replace(p, interval=screen, load=replace(load, requests=min(load.requests, SCREEN_REQUESTS))))
+    cap = add_accuracy(capacity_table(run_points(pts, workers, ray_address), gpu_hour_cost, target_qps), acc_model, floor)
+    cap["interval"] = ["screening (1 replication)" if f != "meets" else ("converged" if c else "not converged")
+                       for f, c in zip(cap.accuracy_floor, cap.converged)]
+    rec = recommend(cap)
     # latency vs load: each system's best configuration on one log-spaced grid of rates spanning every
     # system's knee (from 10% of the lowest capacity to 130% of the highest); a system stops at 140% of its own
     best = cap[cap.max_qps > 0].drop_duplicates("system")
@@ -86,7 +108,8 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
     _atomic_write(out / "latency_vs_load.csv", lambda p: curves.to_csv(p, index=False))
     _atomic_write(out / "latency_vs_load.png", lambda p: _plot_curves(curves, slo, p))
     _atomic_write(out / "slo_frontier.png", lambda p: _plot_frontier(cap, slo, p))
-    b = cap.iloc[0]
+    _atomic_write(out / "pareto.png", lambda p: _plot_pareto(cap, p))
+    b = rec["best"] if rec["best"] is not None else cap.iloc[0]
     if b.max_qps > 0:  # engine load over time for the best configuration at its capacity
         from simulator.serving.replica import simulate_serving
 
@@ -98,10 +121,11 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
                                  execution=rs.scenario.execution)
         _atomic_write(out / "engine_load.png", lambda p: _plot_engine_load(trace, f"{b.label} at {b.max_qps:.3g} req/s", p))
     meta = {"scenario": str(rs.path), "slo": slo.text, "requests_per_point": load.requests, "seed": load.seed,
-            "gpu_hour_cost": gpu_hour_cost, "target_qps": target_qps,
+            "gpu_hour_cost": gpu_hour_cost, "target_qps": target_qps, "accuracy_floor": floor.describe(),
+            "recommended": None if rec["best"] is None else rec["best"].label, "recommended_ties": rec["ties"],
             "resolved_scenario": rs.to_dict()}
     _atomic_write(out / "resolved.json", lambda p: Path(p).write_text(json.dumps(meta, indent=1, default=str)))
-    md = _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario)
+    md = _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario, rec, floor, acc_model, spec)
     _atomic_write(out / "report.md", lambda p: Path(p).write_text(md))
     return out / "report.md"
 
@@ -177,41 +201,143 @@ def _plot_frontier(cap: pd.DataFrame, slo, path: str) -> None:
     plt.close(fig)
 
 
+def pareto_front(cap: pd.DataFrame) -> pd.Series:
+    """Configurations with known accuracy that no other known one dominates in (capacity per GPU up,
+    accuracy up, single-request latency down), one at least strictly better."""
+    k = cap[cap.accuracy.notna()]
+    front = pd.Series(False, index=cap.index)
+    for i, r in k.iterrows():
+        dom = ((k.qps_per_gpu >= r.qps_per_gpu) & (k.accuracy >= r.accuracy) & (k.single_request_latency_s <= r.single_request_latency_s)
+               & ((k.qps_per_gpu > r.qps_per_gpu) | (k.accuracy > r.accuracy) | (k.single_request_latency_s < r.single_request_latency_s)))
+        front[i] = not dom.any()
+    return front
+
+
+def _plot_pareto(cap: pd.DataFrame, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    systems = list(dict.fromkeys(cap.system))
+    colors = {s: plt.cm.tab10(i) for i, s in enumerate(systems)}
+    front = pareto_front(cap)
+    fig, ax = plt.subplots(figsize=(8.5, 5))
+    known = cap[cap.accuracy.notna()]
+    unknown = cap[cap.accuracy.isna()]
+    lat = cap.single_request_latency_s
+    size = 20 + 200 * (lat - lat.min()) / (lat.max() - lat.min() + 1e-12)
+    for s in systems:
+        k = known[known.system == s]
+        if len(k):
+            ax.errorbar(k.qps_per_gpu, k.accuracy, yerr=[(k.accuracy - k.accuracy_lo).clip(lower=0), (k.accuracy_hi - k.accuracy).clip(lower=0)],
+                        xerr=[((k.max_qps - k.max_qps_lo.fillna(k.max_qps)) / k.tp).clip(lower=0),
+                              ((k.max_qps_hi.fillna(k.max_qps) - k.max_qps) / k.tp).clip(lower=0)],
+                        fmt="none", ecolor=colors[s], alpha=0.4, lw=0.8)
+            ax.scatter(k.qps_per_gpu, k.accuracy, s=size[k.index], color=colors[s], label=s, alpha=0.8)
+        u = unknown[unknown.system == s]
+        if len(u):
+            ax.scatter(u.qps_per_gpu, [-0.08] * len(u), s=size[u.index], color=colors[s], marker="x",
+                       label=f"{s} (accuracy unknown)" if not len(k) else None)
+    f = known[front[known.index]].sort_values("qps_per_gpu")
+    if len(f):
+        ax.plot(f.qps_per_gpu, f.accuracy, color="k", lw=1, ls="--", label="Pareto frontier")
+        for r in f.itertuples():
+            ax.annotate(r.label, (r.qps_per_gpu, r.accuracy), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    ax.axhline(-0.04, color="0.7", lw=0.5)
+    ax.text(ax.get_xlim()[0], -0.075, " accuracy unknown", fontsize=7, va="center")
+    ax.set(xscale="log", xlabel="max requests/s per GPU under the SLO (bars: 95% interval)",
+           ylabel="accuracy (bars: 95% interval)", ylim=(-0.12, 1.02),
+           title="Latency-accuracy-capacity: marker size = single-request latency")
+    ax.legend(fontsize=6, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, format="png")
+    plt.close(fig)
+
+
 def _fmt(v, nd=3) -> str:
     if v is None or (isinstance(v, float) and not np.isfinite(v)) or v is pd.NA:
         return "—"
     return f"{v:.{nd}g}" if isinstance(v, (float, np.floating)) else str(v)
 
 
-def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_arg) -> str:
+def _ci(r) -> str:
+    lo, hi = getattr(r, "max_qps_lo", np.nan), getattr(r, "max_qps_hi", np.nan)
+    if r.interval.startswith("screening") or not np.isfinite(hi):
+        return "—"
+    return f"[{lo:.3g}, {hi:.3g}]"
+
+
+def _acc(r) -> str:
+    return "unknown" if not np.isfinite(r.accuracy) else f"{r.accuracy:.3f} [{r.accuracy_lo:.3f}, {r.accuracy_hi:.3f}]"
+
+
+def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_arg, rec, floor, acc_model, spec) -> str:
     sc, w = rs.scenario, rs.workload
-    b = cap.iloc[0]
+    b = rec["best"]
     L = [f"# Capacity plan: {sc.name}", "",
          f"_{sc.description}_  ", f"Generated {_dt.datetime.now().isoformat(timespec='seconds')} by `specsim report`.", "",
-         "## Answer", ""]
-    if b.max_qps > 0:
-        L.append(f"- **Best configuration: {b.label}** on {b.hardware} (TP={b.tp}): one replica sustains "
-                 f"**{b.max_qps:.3g} requests/s** under `{slo.text}` ({b.qps_per_gpu:.3g} requests/s per GPU).")
+         "## Answer", "", f"Accuracy floor: {floor.describe()}.", ""]
+    if b is not None:
+        L.append(f"- **Recommended: {b.label}** on {b.hardware} (TP={b.tp}): one replica sustains "
+                 f"**{b.max_qps:.3g} requests/s** ({_ci(b)} 95% interval, {int(b.replications)} replications) under "
+                 f"`{slo.text}` ({b.qps_per_gpu:.3g} requests/s per GPU); accuracy {_acc(b)} ({b.accuracy_why}).")
+        if rec["ties"]:
+            L.append(f"- **Tied with** (capacity intervals do not separate, paired over common seeds): {', '.join(rec['ties'])}.")
         if gpu_hour_cost:
             L.append(f"- Cost at capacity: **{b.cost_per_1000_requests:.3g} per 1000 requests** at {gpu_hour_cost:g} per GPU-hour.")
         if target_qps:
             L.append(f"- For {target_qps:g} requests/s: **{int(b.replicas)} replica(s) = {int(b.gpus)} GPU(s)**.")
-        van = cap[cap.system == "vanilla-base"]
-        if len(van) and van.max_qps.iloc[0] > 0 and b.system != "vanilla-base":
-            L.append(f"- That is {b.max_qps / van.max_qps.iloc[0]:.2f}x the capacity of vanilla-base.")
+        if not b.converged:
+            L.append(f"- The interval did not reach ±{spec.target:.0%} of the rate within {spec.max_reps} replications "
+                     f"(half-width {b.half_width_rel:.0%}); raise `--requests` for a final plan.")
     else:
-        L.append(f"- **No configuration meets `{slo.text}` even at 5% of its single-request throughput.** Relax the SLO.")
-    L += ["", f"SLO: `{slo.text}` (a rate meets it when the requests after the warm-up do). Load: Poisson arrivals; "
-          f"{load.requests} requests per simulated point, seed {load.seed}.", "",
-          "## Capacity and cost per configuration", "",
-          "| configuration | hardware | TP | max req/s | req/s per GPU | p99 latency at max (s) | mean TTFT at max (s) | "
-          "base batch | small batch | cost / 1000 req | replicas | GPUs |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        L.append("- **No configuration can be recommended**: none is shown to meet the accuracy floor with a capacity "
+                 f"above 0 under `{slo.text}`. See the excluded configurations below.")
+    fast = cap[cap.max_qps > 0].sort_values("qps_per_gpu", ascending=False)
+    if len(fast) and (b is None or fast.iloc[0].label != b.label):
+        f = fast.iloc[0]
+        L.append(f"- The highest raw capacity, {f.label} ({f.max_qps:.3g} requests/s, screening), is not recommended: "
+                 f"accuracy {f.accuracy_floor} ({f.accuracy_why}).")
+    L += ["", f"SLO: `{slo.text}` (a rate meets it when the requests after the warm-up do and the run is stationary: "
+          "no significant latency growth, no drift). Load: Poisson arrivals; seed {0}.".format(load.seed), "",
+          f"Capacity intervals: configurations that meet the accuracy floor get replications with common random numbers "
+          f"(replication k = the same requests and arrival gaps in every configuration), at least {spec.min_reps}, until the "
+          f"95% t-interval's half-width is <= {spec.target:.0%} of the rate (at most {spec.max_reps}, then the run length is "
+          f"doubled up to {spec.max_request_doublings}x), {load.requests} requests per simulation. The others (accuracy "
+          f"fails or unknown: never recommended) get one screening search at {min(load.requests, SCREEN_REQUESTS)} requests, "
+          "no interval. Rank = 1 + the number of configurations whose per-GPU capacity is higher with a paired 95% interval "
+          "of the difference above 0; equal ranks are ties.", "",
+          "## Capacity, accuracy and cost per configuration", "",
+          "| rank | configuration | hardware | TP | max req/s | 95% interval | reps | req/s per GPU | accuracy [95%] | floor | "
+          "p99 latency at max (s) | cost / 1000 req | replicas | GPUs |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in cap.itertuples():
-        L.append(f"| {r.label} | {r.hardware} | {r.tp} | {_fmt(r.max_qps)} | {_fmt(r.qps_per_gpu)} | {_fmt(r.latency_p99_s)} | "
-                 f"{_fmt(r.ttft_mean_s)} | {_fmt(r.base_batch_mean, 2)} | {_fmt(r.small_batch_mean, 2)} | "
+        L.append(f"| {r.rank} | {r.label} | {r.hardware} | {r.tp} | {_fmt(r.max_qps)} | {_ci(r)} | {int(r.replications)} | "
+                 f"{_fmt(r.qps_per_gpu)} | {_acc(r)} | {r.accuracy_floor} | {_fmt(r.latency_p99_s)} | "
                  f"{_fmt(getattr(r, 'cost_per_1000_requests', np.nan))} | {_fmt(getattr(r, 'replicas', np.nan))} | "
                  f"{_fmt(getattr(r, 'gpus', np.nan))} |")
+    ex = cap[cap.accuracy_floor != "meets"]
+    L += ["", "## Excluded configurations and why", ""]
+    if len(ex):
+        for why, g in ex.groupby("accuracy_why", sort=False):
+            L.append(f"- {', '.join(g.label)}: accuracy {g.accuracy_floor.iloc[0]} ({why}).")
+    else:
+        L.append("- none: every configuration meets the accuracy floor.")
+    zero = cap[(cap.accuracy_floor == "meets") & (cap.max_qps <= 0)]
+    if len(zero):
+        L.append(f"- {', '.join(zero.label)}: meet the floor but no rate meets `{slo.text}`.")
+    L += ["", "## Latency, accuracy and capacity", "", "![Pareto frontier](pareto.png)", "",
+          "Pareto frontier (dashed): configurations with known accuracy that no other beats on capacity per GPU, accuracy "
+          "and single-request latency at once. Crosses at the bottom: accuracy unknown (no graded answers; never guessed)."]
+    if acc_model.profile is not None:
+        pr = acc_model.profile
+        L += ["", f"Accuracy data: `{pr.name}` ({pr.provenance.kind}: {pr.provenance.source}). Speculative decoding is exact: "
+              "specdecode has vanilla-base's accuracy and specreason-decode specreason's, at every gamma."]
+        for c in pr.published:
+            L.append(f"- Published (qualitative, not used as a number): {c.text} Source: {c.source}.")
+    else:
+        L += ["", f"Accuracy data: none ({acc_model.unknown_reason})."]
     L += ["", "Single-request latency (analytic engine) of each configuration is in `capacity.csv` "
           "(`single_request_latency_s`), with every metric at the capacity point.", "",
           "## Latency vs load", "", "![latency vs load](latency_vs_load.png)", "",
@@ -224,7 +350,7 @@ def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_ar
     for label, g in curves.groupby("label", sort=False):
         at = dict(zip(g.rate_qps, g.latency_p99_s))
         L.append(f"| {label} | " + " | ".join(_fmt(at[q]) if q in at else "" for q in grid) + " |")
-    if b.max_qps > 0:
+    if b is not None and b.max_qps > 0:
         L += ["", "## Engine load at capacity", "", "![engine load](engine_load.png)", "",
               f"Batch size and KV-cache occupancy of each engine over one simulated run of {b.label} at its capacity "
               "(arrivals stop after the run's requests, hence the final drain)."]

@@ -14,7 +14,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from simulator.catalog import get_hardware, get_model
-from simulator.cost_model import CostProfile, Deployment, prior_profile
+from simulator.catalog.models import KvDtype, WeightDtype
+from simulator.cost_model import CostProfile, Deployment, Drafting, prior_profile
 from simulator.errors import InputError
 from simulator.execution import Execution
 from simulator.loading import load_yaml_model, read_yaml, validate_model
@@ -37,6 +38,49 @@ class HardwareChoice(_Strict):
 class ModelChoice(_Strict):
     model: str
     tp: int = Field(default=1, ge=1, le=64)
+    weight_dtype: WeightDtype = "bf16"  # bf16 | fp16 | fp8 (W8A8 where the GPU has FP8 tensor cores) | int4 (weight-only)
+    kv_dtype: KvDtype = "bf16"  # bf16 | fp16 | fp8 KV cache
+
+
+class AcceptancePrior(_Strict):
+    """Per-position acceptance a_i = P(first i drafts accepted) of a draft, with where it comes from."""
+
+    a: list[float] = Field(min_length=1, max_length=16)
+    kind: Literal["prior", "fitted", "measured"] = "prior"
+    source: str = Field(min_length=1)
+
+    @field_validator("a")
+    @classmethod
+    def _a(cls, v):
+        if any(not 0.0 <= x <= 1.0 for x in v):
+            raise ValueError("a_i must lie in [0, 1]")
+        if any(v[i + 1] > v[i] + 1e-12 for i in range(len(v) - 1)):
+            raise ValueError("a_i = P(first i accepted) must be non-increasing in i")
+        return v
+
+
+class DraftChoice(_Strict):
+    """What drafts for the base engine of speculative systems (README "Draft kinds").
+
+    ``kind: model`` (default) -- a separate model (``model``, default the small model) with its own KV cache,
+    acceptance from the workload's ``token_acceptance`` unless ``acceptance`` is given;
+    ``kind: head`` -- an EAGLE / MTP-style head of the base model (``layers`` decoder layers of its width,
+    fusion projection, its LM head or an own one of ``vocab`` rows), needs ``acceptance``;
+    ``kind: ngram`` -- prompt lookup (no model cost), needs ``acceptance``.
+    ``tree_width`` w > 1: tree drafting, the base verifies w*gamma + 1 tokens per iteration, at most
+    ``verify_budget``."""
+
+    kind: Literal["model", "head", "ngram"] = "model"
+    model: str | None = None
+    tp: int | None = Field(default=None, ge=1, le=64)  # accepted for old scenarios; the draft runs at the base's TP
+    weight_dtype: WeightDtype = "bf16"
+    kv_dtype: KvDtype | None = None  # default: the base model's
+    layers: int = Field(default=1, ge=1, le=16)
+    vocab: int | None = Field(default=None, ge=1)
+    fusion: bool = True
+    tree_width: int = Field(default=1, ge=1, le=64)
+    verify_budget: int = Field(default=64, ge=2, le=4096)
+    acceptance: AcceptancePrior | None = None
 
 
 class MemoryFraction(_Strict):
@@ -90,7 +134,7 @@ class Scenario(_Strict):
     hardware: HardwareChoice
     base: ModelChoice
     small: ModelChoice
-    draft: ModelChoice | None = None  # default: the small model drafts
+    draft: DraftChoice = Field(default_factory=DraftChoice)  # default: the small model drafts
     workload: str
     workload_overrides: dict = Field(default_factory=dict)
     cost_profiles: list[str] = Field(default=["prior"])
@@ -101,6 +145,7 @@ class Scenario(_Strict):
     # how the engine runs calls: prefix-cache block size, vanilla/specdecode step by step (simulator/execution.py)
     execution: Execution = Field(default_factory=Execution)
     slo: str | None = None  # capacity planning, e.g. "p99_latency<=300s" (specsim capacity / report)
+    accuracy: str | None = None  # accuracy profile (simulator/accuracy.py); default: accuracy_<workload>.yaml if shipped
     requests: int = Field(default=1000, ge=2, le=10_000_000)
     seed: int = 0
 
@@ -122,10 +167,11 @@ class ResolvedScenario:
         self.file = str(path) if path else None
         self.workload = self._load_workload()
         self.cost_profiles = self._load_cost_profiles()
-        self.base_model = get_model(scenario.base.model, self.file, "base.model")
-        self.small_model = get_model(scenario.small.model, self.file, "small.model")
-        draft = scenario.draft or scenario.small
-        self.draft_model = get_model(draft.model, self.file, "draft.model")
+        self.base_model = get_model(scenario.base.model, self.file, "base.model").with_dtypes(
+            scenario.base.weight_dtype, scenario.base.kv_dtype)
+        self.small_model = get_model(scenario.small.model, self.file, "small.model").with_dtypes(
+            scenario.small.weight_dtype, scenario.small.kv_dtype)
+        self.drafting, self.draft_model = self._resolve_draft()
         self.hardware_names = scenario.grid.hardware or [scenario.hardware.gpu]
         for i, h in enumerate(self.hardware_names):
             get_hardware(h, self.file, "hardware.gpu" if scenario.grid.hardware is None else f"grid.hardware[{i}]")
@@ -142,6 +188,48 @@ class ResolvedScenario:
                 self.check_placement(hw, tp)
 
     # ---- resolution ------------------------------------------------------------------------
+    @property
+    def speculative(self) -> bool:
+        return any(REGISTRY[s].draft for s in self.scenario.systems)
+
+    def _resolve_draft(self):
+        """(Drafting, draft ModelSpec) from ``draft``; checks it and applies its acceptance to the workload."""
+        sc, f, d = self.scenario, self.file, self.scenario.draft
+        kv = d.kv_dtype or sc.base.kv_dtype
+        if d.kind == "model":
+            if d.vocab is not None:
+                raise InputError(f, "draft.vocab", "only a head draft has its own vocabulary size (kind: head)")
+            name, fld = (d.model, "draft.model") if d.model else (sc.small.model, "small.model")
+            m = get_model(name, f, fld)
+            if self.speculative and m.tokenizer_id != self.base_model.tokenizer_id:
+                raise InputError(f, fld, f"vocabulary mismatch: draft {m.name} uses the {m.tokenizer_id} tokenizer, "
+                                 f"base {self.base_model.name} the {self.base_model.tokenizer_id} one (a separate draft "
+                                 "must share its target's vocabulary; use kind: head or ngram)")
+            m = m.with_dtypes(d.weight_dtype, kv)
+        else:
+            if d.model is not None:
+                raise InputError(f, "draft.model", f"a {d.kind} draft has no separate model (a head is built from base.model)")
+            if d.acceptance is None and self.speculative:
+                raise InputError(f, "draft.acceptance", f"a {d.kind} draft needs its per-position acceptance "
+                                 "(a: [a_1, ...], kind, source): the workload's token_acceptance is the separate model's")
+            base = get_model(sc.base.model, f, "base.model")
+            if d.kind == "head":
+                m = base.draft_head(d.layers, d.vocab, d.fusion).with_dtypes(d.weight_dtype, kv)
+            else:
+                m = self.base_model  # prompt lookup: no model runs (Drafting.free)
+        if self.speculative:
+            need = d.tree_width * max(sc.grid.gamma) + 1
+            if need > d.verify_budget:
+                raise InputError(f, "draft.tree_width", f"a tree of width {d.tree_width} at gamma={max(sc.grid.gamma)} "
+                                 f"verifies {need} tokens per iteration, over draft.verify_budget={d.verify_budget}")
+        if d.acceptance is not None:
+            try:
+                self.workload = WorkloadProfile.model_validate(
+                    {**self.workload.model_dump(), "token_acceptance": list(d.acceptance.a)})
+            except Exception as e:  # noqa: BLE001
+                raise InputError(f, "draft.acceptance.a", str(e).splitlines()[0]) from None
+        return Drafting(d.kind, d.tree_width), m
+
     def _ref(self, ref: str, prefix: str) -> Path:
         if ref.endswith((".yaml", ".yml")):
             p = Path(ref)
@@ -195,10 +283,12 @@ class ResolvedScenario:
         if tp > sc.hardware.count:
             raise InputError(f, tp_field, f"tp={tp} exceeds hardware.count={sc.hardware.count}")
         for role, m in (("base", self.base_model), ("small", self.small_model), ("draft", self.draft_model)):
+            if role == "draft" and self.drafting.free:
+                continue
             if m.heads % tp:
                 raise InputError(f, tp_field, f"tp={tp} does not divide {role} model {m.name}'s {m.heads} attention heads")
         budget_ctx = self.workload.prompt_tokens + self.workload.token_budget + self.workload.max_step_tokens + self.workload.answer_tokens
-        speculative = any(REGISTRY[s].draft for s in sc.systems)
+        speculative = self.speculative and not self.drafting.free
         # (role, resident weights per GPU, KV bytes per token per GPU, what is placed there)
         placements = [
             ("base", self.base_model.weight_bytes_resident / tp, self.base_model.kv_bytes_per_token(tp), self.base_model.name),
@@ -231,7 +321,7 @@ class ResolvedScenario:
         return {
             "base": Deployment(self.base_model, hw, tp, params),
             "small": Deployment(self.small_model, hw, tp, params),
-            "draft": Deployment(self.draft_model, hw, tp, params),
+            "draft": Deployment(self.draft_model, hw, tp, params, drafting=self.drafting),
         }
 
     def to_dict(self) -> dict:
@@ -240,6 +330,7 @@ class ResolvedScenario:
         d["resolved"] = {
             "workload": self.workload.model_dump(mode="json"),
             "cost_profiles": {h: self.cost_profile(h).model_dump(mode="json") for h in self.hardware_names},
+            "drafting": {"kind": self.drafting.kind, "tree_width": self.drafting.tree_width},
             "models": {r: m.model_dump(mode="json") | {"params_computed": m.params}
                        for r, m in (("base", self.base_model), ("small", self.small_model), ("draft", self.draft_model))},
             "hardware": {h: get_hardware(h).model_dump(mode="json") for h in self.hardware_names},

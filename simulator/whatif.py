@@ -5,7 +5,8 @@ Result columns: hardware, tp, system, gamma, threshold, first_n, engine, latency
 speedup (vanilla-base latency on the same hardware/TP divided by this one),
 small_step_fraction, acceptance_length (tokens per verification, NaN without speculative
 decoding), thinking_tokens, steps, the breakdown components (``cost_tables.COMPONENTS``),
-and for the DES: latency_p50_s, latency_p90_s, latency_p99_s, ci_low_s, ci_high_s, requests.
+for the DES: latency_p50_s, latency_p90_s, latency_p99_s, ci_low_s, ci_high_s, requests; last,
+accuracy, accuracy_lo, accuracy_hi (simulator/accuracy.py; NaN = unknown, shown as "unknown").
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from simulator.systems import SystemConfig
 KEY_COLUMNS = ["hardware", "tp", "system", "gamma", "threshold", "first_n"]
 RESULT_COLUMNS = [*KEY_COLUMNS, "engine", "latency_s", "speedup", "small_step_fraction", "acceptance_length",
                   "thinking_tokens", "steps", *COMPONENTS]
+ACCURACY_COLUMNS = ["accuracy", "accuracy_lo", "accuracy_hi"]  # NaN: unknown
 DES_COLUMNS = ["latency_p50_s", "latency_p90_s", "latency_p99_s", "ci_low_s", "ci_high_s", "requests"]
 
 
@@ -71,8 +73,17 @@ def run_grid(rs: ResolvedScenario, engine: Literal["analytic", "des"] | None = N
     df = df[df.pop("in_grid")].reset_index(drop=True)
     for c in ("gamma", "threshold"):
         df[c] = pd.array([None if v is None or v != v else int(v) for v in df[c]], dtype="Int64")
+    # predicted accuracy (simulator/accuracy.py): NaN = unknown (no graded answers), never guessed
+    from simulator.accuracy import scenario_accuracy
+
+    acc = scenario_accuracy(rs)
+    est = [acc.estimate(SystemConfig(system=s, gamma=None if pd.isna(g) else int(g), threshold=None if pd.isna(t) else int(t),
+                                     first_n=int(n))) for s, g, t, n in zip(df.system, df.gamma, df.threshold, df.first_n)]
+    df["accuracy"] = [e.mean if e else np.nan for e in est]
+    df["accuracy_lo"] = [e.low if e else np.nan for e in est]
+    df["accuracy_hi"] = [e.high if e else np.nan for e in est]
     cols = RESULT_COLUMNS + ([c for c in DES_COLUMNS if c in df.columns] if engine == "des" else [])
-    return df[cols]
+    return df[cols + ACCURACY_COLUMNS]
 
 
 _SHARED = {
