@@ -103,8 +103,9 @@ def whatif(
     if requests is not None and requests < 2:
         raise InputError(None, "--requests", "must be >= 2")
     _check_seed(seed)
-    from simulator.report_table import job, write_output
+    from simulator.report_table import check_columns, job, write_output
 
+    check_columns(columns, extra=("engine", "steps", "requests", "accuracy", "accuracy_lo", "accuracy_hi"))
     kwargs = dict(systems=system, gammas=_int_range(gamma, "--gamma", 1, 16),
                   thresholds=_int_range(threshold, "--threshold", 0, 10),
                   first_ns=_int_range(first_n, "--first-n", 0, 100000), engine=engine, requests=requests, seed=seed)
@@ -179,7 +180,7 @@ def capacity(
     fmt: str = typer.Option("table", "--format", help="table | csv | json"),
     out: Optional[Path] = typer.Option(None, help="write the results here (every column)"),
     columns: Optional[str] = typer.Option(None, "--columns", help="table columns: summary (default) | all | a comma "
-                                          "list of result columns, e.g. label,max_req_s"),
+                                          "list of result columns, e.g. label,max_qps,latency_p99_s"),
 ):
     """Highest request rate one replica sustains under an SLO, per configuration; replicas and cost.
 
@@ -198,6 +199,11 @@ def capacity(
     if workers is not None and workers < 1:
         raise InputError(None, "--workers", "must be >= 1")
     _check_seed(seed)
+    from simulator.report_table import CAPACITY_COLUMNS, CAPACITY_PRESETS, check_columns
+
+    check_columns(columns, CAPACITY_COLUMNS, extra=("offered_qps", "throughput_qps", "latency_p50_s", "latency_p90_s",
+                                                    "ttft_p99_s", "slo_attainment", "gpus_per_replica",
+                                                    "fleet_cost_per_hour", "stationary"), presets=tuple(CAPACITY_PRESETS))
     user_counts = [int(u) for u in _float_list(users, "--users")] if users else None
     what = "checking the SLO at the given load" if qps or users or arrivals_file else "searching each configuration's capacity"
     with job(f"capacity {scenario}: {what} (serving simulations on {workers or 'all'} local worker(s))"):

@@ -37,6 +37,20 @@ COLUMNS_HELP = ("table columns: summary (default) | breakdown (latency split int
                 "a comma list of result columns, e.g. system,gamma,latency_s,speedup (files get every column)")
 
 
+def check_columns(columns: str | None, names: dict[str, str] | None = None, extra: tuple[str, ...] = (),
+                  presets: tuple[str, ...] = tuple(PRESETS)) -> None:
+    """A usage check before the job runs: every ``--columns`` name is a preset, a result column or a header."""
+    names = TABLE_COLUMNS if names is None else names
+    spec = (columns or "").strip()
+    if not spec or spec in presets:
+        return
+    known = set(names) | set(names.values()) | set(extra)
+    bad = [p.strip() for p in spec.split(",") if p.strip() and p.strip() not in known]
+    if bad:
+        raise InputError(None, "--columns", f"unknown column(s) {', '.join(map(repr, bad))}; choose a preset "
+                         f"({', '.join(presets)}) or from {', '.join(names)}")
+
+
 def with_remainder(df: pd.DataFrame) -> pd.DataFrame:
     """Add ``other_s`` = latency − Σ breakdown when it is not ~0 anywhere (the breakdown then visibly sums up)."""
     parts = [c for c in BREAKDOWN if c in df.columns]
@@ -187,8 +201,10 @@ def render_capacity(df: pd.DataFrame, title: str, columns: str | None = None) ->
     spec = (columns or "").strip()
     default = CAPACITY_PRESETS["summary"]
     cols = choose_columns(df, None if spec in ("", "summary") else ("all" if spec == "all" else spec), names, default)
-    print_table(df, title, cols, names, caption="drift x: last / second quarter of arrivals' latency (<= 1.5 to "
-                "count as sustained); sims: simulations the search ran. See specsim capacity --help.")
+    notes = ["drift x: last / second quarter of arrivals' latency (<= 1.5 to count as sustained)"
+             if "latency_drift" in cols else "", "sims: simulations the search ran" if "evaluations" in cols else ""]
+    notes = [n for n in notes if n]
+    print_table(df, title, cols, names, caption="; ".join(notes) + ". See specsim capacity --help." if notes else None)
 
 
 class job:

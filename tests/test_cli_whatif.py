@@ -162,3 +162,74 @@ def test_bad_slo_in_scenario(tmp_path, capsys):
     p = _write(tmp_path, BASE_SCENARIO.replace('slo: "p99_latency<=900s"', 'slo: "p99_latency<=soon"'))
     code, _, err = run_cli(["whatif", str(p)], capsys)
     assert code == 2 and f"{p}: slo:" in err
+
+
+# ---- issue 19: tables that fit, columns with units, a breakdown that sums, show --section ------------------
+def test_breakdown_columns_sum_to_latency(capsys):
+    import pandas as pd
+
+    from simulator.report_table import BREAKDOWN, with_remainder
+
+    code, out, err = run_cli(["whatif", REF, "--format", "csv"], capsys)
+    assert code == 0, err
+    import io
+
+    df = with_remainder(pd.read_csv(io.StringIO(out)))
+    parts = df[[c for c in BREAKDOWN if c in df.columns] + (["other_s"] if "other_s" in df.columns else [])]
+    assert (parts.sum(axis=1) - df.latency_s).abs().max() < 1e-9 * df.latency_s.max()
+
+
+def test_table_fits_80_columns_and_columns_option(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, err = run_cli(["whatif", REF], capsys)
+    assert code == 0, err
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert "call overhead" not in out  # the summary preset
+    code, out, err = run_cli(["whatif", REF, "--system", "specreason", "--threshold", "7", "--columns", "breakdown"], capsys)
+    flat = " ".join(out.split())
+    assert code == 0 and "call" in flat and "sum to latency" in flat
+    code, out, err = run_cli(["whatif", REF, "--system", "specreason", "--threshold", "7", "--columns", "system,latency_s"], capsys)
+    assert code == 0 and "speedup" not in out and "latency" in out
+    code, _, err = run_cli(["whatif", REF, "--columns", "nope"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "--columns" in err
+
+
+def test_csv_file_gets_every_column_and_says_where(tmp_path, capsys):
+    out = tmp_path / "g.csv"
+    code, _, err = run_cli(["whatif", "cpu-smollm2", "--system", "specreason", "--threshold", "5", "--out", str(out)], capsys)
+    assert code == 0 and f"wrote {out}" in err
+    assert {"call_overhead_s", "small_prefill_s", "base_prefill_s"} <= set(out.read_text().splitlines()[0].split(","))
+
+
+def test_show_section(capsys):
+    code, out, err = run_cli(["show", "cpu-smollm2", "--section", "hardware"], capsys)
+    assert code == 0 and out.startswith("hardware:") and "workload" not in out
+    code, _, err = run_cli(["show", "cpu-smollm2", "--section", "nope"], capsys)
+    assert code == 2 and "--section" in err and "hardware" in err
+
+
+def test_help_is_for_users(capsys):
+    for args in (["--help"], ["study", "--help"], ["calibrate", "prepare-models", "--help"]):
+        code, out, _ = run_cli(args, capsys)
+        assert code == 0 and "<bool>" not in out and "issue" not in out and "thin entry" not in out
+
+
+def test_verbose_anywhere_is_taken_out_and_engines_quiet_by_default(monkeypatch):
+    from simulator import cli
+
+    monkeypatch.delenv("SPECSIM_VERBOSE", raising=False)
+    monkeypatch.delenv("VLLM_LOGGING_LEVEL", raising=False)
+    assert cli.quiet_engines(["whatif", "x"]) == ["whatif", "x"]
+    import os
+
+    assert os.environ["VLLM_LOGGING_LEVEL"] == "ERROR"
+    assert cli.quiet_engines(["calibrate", "run", "--verbose"]) == ["calibrate", "run"]
+    assert os.environ["SPECSIM_VERBOSE"] == "1"
+
+
+def test_capacity_cpu_replicas_are_not_gpus(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, err = run_cli(["capacity", "cpu-smollm2", "--system", "specreason", "--threshold", "5", "--qps", "0.02",
+                              "--requests", "40", "--workers", "1"], capsys)
+    assert code == 0, err
+    assert "GPU" not in out and "drift" in out and "offered" in out
