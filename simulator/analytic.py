@@ -268,7 +268,7 @@ def predict_point(cfg: SystemConfig, occ: ChainOccupancy, vec: CostVectors) -> d
         sf_total = _vanilla_tokens_survival(occ, vec.A)
         P = vec.P
         comp["call_overhead_s"] = tb.call_s
-        if spec_.draft:
+        if cfg.drafts:
             n = len(sf_total) - 1
             u = vec.occupancy_u[:n]
             comp["base_prefill_s"] = vec.base_prompt_prefill
@@ -286,7 +286,7 @@ def predict_point(cfg: SystemConfig, occ: ChainOccupancy, vec: CostVectors) -> d
     else:
         # specreason(-decode); vanilla-base / specdecode step by step are its base-only chain
         # (q = 0, first_n = inf: no small proposals, no scoring)
-        spec = spec_.draft
+        spec = cfg.drafts
         reason = not vanilla
         calls = 2 * occ.small_proposals + occ.base_steps + (1.0 if vec.A > 0 else 0.0)
         comp["call_overhead_s"] = tb.call_s * calls

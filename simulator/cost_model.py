@@ -130,14 +130,54 @@ def prior_profile(hardware: HardwareSpec, engine: str = "vllm") -> CostProfile:
     )
 
 
+DRAFT_KINDS = ("model", "head", "ngram")
+
+
+@dataclass(frozen=True)
+class Drafting:
+    """How a draft proposes tokens (a draft deployment's ``drafting``; docs in README "Draft kinds").
+
+    ``kind``: ``model`` -- a separate small model with its own full KV cache (the default);
+    ``head`` -- an EAGLE / MTP-style head (the deployment's model is ``ModelSpec.draft_head`` of the
+    target: a few layers of the target's width + LM head, fed the target's hidden states);
+    ``ngram`` -- prompt lookup: no model, no GPU cost.
+    ``tree_width``: w candidates per drafted position (1: a chain). A tree of width w drafts w tokens per
+    level (one draft pass of w tokens) and the target verifies w*gamma + 1 tokens in one pass.
+    """
+
+    kind: str = "model"
+    tree_width: int = 1
+
+    def __post_init__(self):
+        if self.kind not in DRAFT_KINDS:
+            raise ValueError(f"unknown draft kind {self.kind!r}; known: {', '.join(DRAFT_KINDS)}")
+        if self.tree_width < 1:
+            raise ValueError("tree_width must be >= 1")
+
+    @property
+    def free(self) -> bool:
+        """No model runs (prompt lookup): drafting costs no GPU time."""
+        return self.kind == "ngram"
+
+    def verify_tokens(self, gamma: int) -> int:
+        """Tokens the target verifies per iteration: the tree's w*gamma drafts + the last accepted one."""
+        return self.tree_width * gamma + 1
+
+
+CHAIN = Drafting()
+
+
 @dataclass(frozen=True)
 class Deployment:
-    """A model served on ``tp`` devices of one hardware kind with a set of cost parameters."""
+    """A model served on ``tp`` devices of one hardware kind with a set of cost parameters.
+
+    A draft deployment carries its ``drafting`` (kind, tree width); every other deployment keeps the default."""
 
     model: ModelSpec
     hardware: HardwareSpec
     tp: int
     cost: CostParams
+    drafting: Drafting = CHAIN
 
     # ---- static quantities --------------------------------------------------------------
     @property
@@ -146,11 +186,20 @@ class Deployment:
 
     @property
     def resident_bytes_per_gpu(self) -> float:
-        return self.model.weight_bytes_resident / self.tp
+        return 0.0 if self.drafting.free else self.model.weight_bytes_resident / self.tp
 
     @property
     def kv_bytes_per_token_per_gpu(self) -> float:
-        return self.model.kv_bytes_per_token(self.tp)
+        return 0.0 if self.drafting.free else self.model.kv_bytes_per_token(self.tp)
+
+    @property
+    def matmul_flops_per_s(self) -> float:
+        """Peak rate of the weight matmuls: FP8 tensor cores for FP8 weights where the GPU has them (W8A8),
+        else dense bf16 (bf16 weights; INT4 / FP8 weight-only dequantized to bf16)."""
+        h = self.hardware
+        if self.model.weight_dtype == "fp8" and h.dense_fp8_flops_per_s:
+            return h.dense_fp8_flops_per_s
+        return h.dense_bf16_flops_per_s
 
     # ---- one forward pass over aggregates -----------------------------------------------
     def pass_time(self, new_tokens, kv_tokens, attn_pairs, logit_rows, seqs=1.0):
@@ -166,6 +215,9 @@ class Deployment:
         ) / self.tp
         t_mem = bytes_ / (c.mem_efficiency * h.memory_bandwidth_bytes_per_s)
         t_comp = flops / (c.compute_efficiency * h.dense_bf16_flops_per_s)
+        fw = self.matmul_flops_per_s
+        if fw != h.dense_bf16_flops_per_s:  # the weight matmuls at their own (FP8) rate, the rest at bf16
+            t_comp = t_comp - 2.0 * m.matmul_params_per_token * new_tokens / self.tp * (1.0 / h.dense_bf16_flops_per_s - 1.0 / fw) / c.compute_efficiency
         return (np.maximum(t_mem, t_comp) + self.allreduce_time(new_tokens) + self.overhead_time
                 + np.asarray(seqs, dtype=float) * c.seq_overhead_s)
 
@@ -203,7 +255,29 @@ class Deployment:
         """Prefill ``new_tokens`` on top of a cached prefix (produces the first output token)."""
         return self.forward_time(new_tokens, cached_tokens)
 
-    def verify_time(self, gamma, context_tokens):
-        """Target pass over gamma drafted tokens + the last accepted one (gamma+1 logit rows)."""
-        return self.forward_time(gamma + 1, context_tokens, logit_rows=gamma + 1)
+    def verify_time(self, gamma, context_tokens, drafting: Drafting = CHAIN):
+        """Target pass over the drafted tokens + the last accepted one, one logit row each: gamma + 1 for a
+        chain, w*gamma + 1 for a tree of width w (``drafting`` is the draft's)."""
+        if drafting.tree_width == 1:
+            return self.forward_time(gamma + 1, context_tokens, logit_rows=gamma + 1)
+        n = drafting.verify_tokens(gamma)
+        return self.forward_time(n, context_tokens, logit_rows=n)
+
+    # ---- a draft deployment's own operations (read its ``drafting``) ------------------------
+    def draft_level_time(self, context_tokens):
+        """One drafted position at ``context_tokens``: a pass of w tokens (w logit rows) for a tree of width
+        w, one decode for a chain; zero for prompt lookup."""
+        d = self.drafting
+        if d.free:
+            return np.zeros_like(np.asarray(context_tokens, dtype=float))
+        if d.tree_width == 1:
+            return self.decode_time(context_tokens)
+        return self.forward_time(d.tree_width, context_tokens, logit_rows=d.tree_width)
+
+    def draft_prefill_time(self, new_tokens, cached_tokens=0):
+        """The draft's prefill of a call's prompt (a head runs its layers over the target's hidden states of
+        the new tokens); zero for prompt lookup."""
+        if self.drafting.free:
+            return np.zeros(np.broadcast(np.asarray(new_tokens), np.asarray(cached_tokens)).shape)
+        return self.prefill_time(new_tokens, cached_tokens)
 

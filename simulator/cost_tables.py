@@ -46,12 +46,16 @@ class CostTables:
         self.dec_base = np.asarray(self.base.decode_time(x), dtype=float)
         self.cum_small = np.concatenate([[0.0], np.cumsum(self.dec_small)])
         self.cum_base = np.concatenate([[0.0], np.cumsum(self.dec_base)])
-        if self.gamma:
+        if self.gamma is not None:
             g = self.gamma
-            dec_draft = np.asarray(self.draft.decode_time(np.arange(self.max_context + g + 1, dtype=float)))
-            # draft_iter[x] = sum_{i<gamma} T_dec_draft(x + i); verify_iter[x] = T_verify(gamma, x)
-            self.draft_iter = np.convolve(dec_draft, np.ones(g), mode="valid")[: self.max_context + 1]
-            self.verify_iter = np.asarray(self.base.verify_time(g, x), dtype=float)
+            # draft_iter[x] = sum_{i<gamma} T_level_draft(x + i) (a decode for a chain draft, a pass of w tokens
+            # for a tree of width w, 0 for prompt lookup); verify_iter[x] = T_verify(gamma, x) (w*gamma + 1 tokens)
+            if g > 0:
+                lvl = np.asarray(self.draft.draft_level_time(np.arange(self.max_context + g + 1, dtype=float)), dtype=float)
+                self.draft_iter = np.convolve(lvl, np.ones(g), mode="valid")[: self.max_context + 1]
+            else:  # gamma = 0: no draft, a verification of one token is a decode
+                self.draft_iter = np.zeros(self.max_context + 1)
+            self.verify_iter = np.asarray(self.base.verify_time(g, x, self.draft.drafting), dtype=float)
         self.call_s = self.base.cost.call_overhead_s  # one engine call (same engine kind for both models)
 
     # ---- sums of decode passes used by the DES ---------------------------------------------
@@ -69,4 +73,6 @@ class CostTables:
         b = self.execution.prefix_cache_block
         if b > 1:
             new_tokens, cached_tokens = cache_split(new_tokens, cached_tokens, b)
+        if who == "draft":
+            return dep.draft_prefill_time(new_tokens, cached_tokens)
         return dep.prefill_time(new_tokens, cached_tokens)

@@ -51,7 +51,7 @@ def simulate(cfg: SystemConfig, tables: CostTables, n_requests: int, seed,
         requests = sampler.sample(n_requests, seed)
     reqs = requests
     n_req = len(reqs)
-    comp = call_costs(_calls(reqs, cfg.spec.draft), tables)
+    comp = call_costs(_calls(reqs, cfg.drafts), tables)
     n_calls = np.array([len(r.call_out) for r in reqs])
     call_req = np.repeat(np.arange(n_req), n_calls)
     call_total = sum(comp.values())

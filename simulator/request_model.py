@@ -158,7 +158,7 @@ class RequestSampler:
         spec = cfg.spec
         self.chain = spec.chain
         self.one_call = spec.one_call and not step_calls
-        self.draft = spec.draft
+        self.draft = cfg.drafts
         self.first_n = cfg.first_n if spec.scores_steps else 0
         self.threshold = cfg.threshold if spec.scores_steps else 0
         self.B, self.A, self.J = workload.token_budget, workload.answer_tokens, workload.judge_template_tokens

@@ -89,7 +89,7 @@ class SystemConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     system: str
-    gamma: int | None = Field(default=None, ge=1, le=16)
+    gamma: int | None = Field(default=None, ge=0, le=64)  # 0: no speculation (plain decoding); scenarios take 1..16
     threshold: int | None = Field(default=None, ge=0, le=10)  # 10: never keep (every step scored, then regenerated)
     first_n: int = Field(default=0, ge=0)
 
@@ -103,6 +103,11 @@ class SystemConfig(BaseModel):
     @property
     def spec(self) -> SystemSpec:
         return REGISTRY[self.system]
+
+    @property
+    def drafts(self) -> bool:
+        """The base engine decodes speculatively: a drafting system with gamma >= 1 (gamma = 0 is plain decoding)."""
+        return self.spec.draft and bool(self.gamma)
 
     @property
     def label(self) -> str:

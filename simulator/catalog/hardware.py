@@ -35,6 +35,10 @@ class HardwareSpec(BaseModel):
     name: str
     display: str
     dense_bf16_flops_per_s: float = Field(gt=0)
+    # Dense FP8 tensor-core FLOP/s (None: no FP8 tensor cores -- FP8 weights are dequantized and multiply at
+    # the bf16 rate, W8A16); its datasheet reference in ``fp8_source``.
+    dense_fp8_flops_per_s: float | None = Field(default=None, gt=0)
+    fp8_source: str | None = None
     memory_bandwidth_bytes_per_s: float = Field(gt=0)
     memory_bytes: float = Field(gt=0)
     interconnect: Literal["pcie", "nvlink", "none"]

@@ -14,6 +14,15 @@ from simulator.loading import read_yaml
 CATALOG_PATH = Path(__file__).with_name("models.yaml")
 PARAM_TOLERANCE = 0.03
 
+# Bytes per stored element by dtype. INT4 weight-only (W4A16, GPTQ/AWQ-style) stores 4 bits per weight plus
+# one fp16 scale and one fp16 zero point per group of 128 weights: 0.5 + 4/128 bytes (assumption: group size 128).
+# FP8 weights (W8A8, per-channel or per-tensor scales: negligible bytes). The embedding and LM head stay in
+# bf16 in quantized checkpoints (assumption: the usual recipe leaves lm_head unquantized).
+WEIGHT_DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int4": 0.5 + 4.0 / 128.0}
+KV_DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
+WeightDtype = Literal["bf16", "fp16", "fp8", "int4"]
+KvDtype = Literal["bf16", "fp16", "fp8"]
+
 
 class ModelSpec(BaseModel):
     """A decoder-only transformer's shape. ``head_dim`` may differ from hidden/heads (Qwen3, Gemma 3)."""
@@ -33,7 +42,18 @@ class ModelSpec(BaseModel):
     tie_embeddings: bool
     qkv_bias: bool = False
     published_params: float | None = None
-    bytes_per_param: float = Field(default=2.0, gt=0)
+    bytes_per_param: float = Field(default=2.0, gt=0)  # bytes per layer weight (set by ``with_dtypes``)
+    # Tokenizer family: a separate draft model must share its target's (vocabulary sizes may differ by padding).
+    tokenizer: str | None = None
+    # Dtypes (labels; the bytes are ``bytes_per_param`` / ``head_bytes_per_param`` / ``kv_bytes_per_element``).
+    weight_dtype: WeightDtype = "bf16"
+    kv_dtype: KvDtype = "bf16"
+    kv_bytes_per_element: float = Field(default=2.0, gt=0)
+    head_bytes_per_param: float | None = Field(default=None, gt=0)  # embedding / LM head bytes (None: bytes_per_param)
+    # Draft heads (EAGLE / MTP): the fusion projection of [token embedding, target hidden state] (2H x H)
+    # in front of its layers, and whether it shares the target's embedding and LM head (no resident copy).
+    extra_matmul_params: int = Field(default=0, ge=0)
+    shares_target_embeddings: bool = False
 
     # ---- shape-derived quantities -------------------------------------------------------
     @property
@@ -57,28 +77,70 @@ class ModelSpec(BaseModel):
     def params(self) -> int:
         """Total parameters computed from the shape."""
         head = 0 if self.tie_embeddings else self.embedding_params
-        return self.layers * self.params_per_layer + self.embedding_params + head + self.hidden
+        return self.layers * self.params_per_layer + self.extra_matmul_params + self.embedding_params + head + self.hidden
 
     @property
     def matmul_params_per_token(self) -> int:
         """Weights every token multiplies through (the layers; the LM head is counted per logit)."""
-        return self.layers * self.params_per_layer
+        return self.layers * self.params_per_layer + self.extra_matmul_params
+
+    @property
+    def tokenizer_id(self) -> str:
+        return self.tokenizer or self.name
 
     @property
     def weight_bytes_read(self) -> float:
         """Bytes of weights streamed per forward pass: layers + LM head (the input embedding
         is a row lookup, so an untied input table is not streamed)."""
-        return (self.layers * self.params_per_layer + self.embedding_params) * self.bytes_per_param
+        if self.head_bytes_per_param is None and not self.extra_matmul_params:
+            return (self.layers * self.params_per_layer + self.embedding_params) * self.bytes_per_param
+        return self.matmul_params_per_token * self.bytes_per_param + self.embedding_params * self.head_bytes
+
+    @property
+    def head_bytes(self) -> float:
+        return self.bytes_per_param if self.head_bytes_per_param is None else self.head_bytes_per_param
 
     @property
     def weight_bytes_resident(self) -> float:
-        return self.params * self.bytes_per_param
+        if self.head_bytes_per_param is None and not self.extra_matmul_params and not self.shares_target_embeddings:
+            return self.params * self.bytes_per_param
+        emb = 0 if self.shares_target_embeddings else self.params - self.matmul_params_per_token - self.hidden
+        return (self.matmul_params_per_token + self.hidden) * self.bytes_per_param + emb * self.head_bytes
 
-    def kv_bytes_per_token(self, tp: int = 1, kv_bytes_per_element: float = 2.0) -> float:
-        """2 (K and V) x layers x KV heads on one GPU x head_dim x bytes; KV heads are
-        replicated when TP exceeds their number."""
+    def kv_bytes_per_token(self, tp: int = 1, kv_bytes_per_element: float | None = None) -> float:
+        """2 (K and V) x layers x KV heads on one GPU x head_dim x bytes (default: the model's KV dtype);
+        KV heads are replicated when TP exceeds their number."""
         kv_per_gpu = -(-self.kv_heads // tp)
-        return 2 * self.layers * kv_per_gpu * self.head_dim * kv_bytes_per_element
+        b = self.kv_bytes_per_element if kv_bytes_per_element is None else kv_bytes_per_element
+        return 2 * self.layers * kv_per_gpu * self.head_dim * b
+
+    def with_dtypes(self, weight_dtype: str = "bf16", kv_dtype: str = "bf16") -> "ModelSpec":
+        """This model served with ``weight_dtype`` layer weights (embedding / LM head stay bf16 when
+        quantized) and a ``kv_dtype`` KV cache. bf16/bf16 returns the model unchanged."""
+        if weight_dtype not in WEIGHT_DTYPE_BYTES:
+            raise ValueError(f"unknown weight dtype {weight_dtype!r}; known: {', '.join(WEIGHT_DTYPE_BYTES)}")
+        if kv_dtype not in KV_DTYPE_BYTES:
+            raise ValueError(f"unknown KV dtype {kv_dtype!r}; known: {', '.join(KV_DTYPE_BYTES)}")
+        if (weight_dtype, kv_dtype) == (self.weight_dtype, self.kv_dtype):
+            return self
+        upd: dict = {"weight_dtype": weight_dtype, "kv_dtype": kv_dtype, "kv_bytes_per_element": KV_DTYPE_BYTES[kv_dtype]}
+        if weight_dtype != self.weight_dtype:
+            upd["bytes_per_param"] = WEIGHT_DTYPE_BYTES[weight_dtype]
+            upd["head_bytes_per_param"] = None if WEIGHT_DTYPE_BYTES[weight_dtype] == 2.0 else 2.0
+        return self.model_copy(update=upd)
+
+    def draft_head(self, layers: int = 1, vocab: int | None = None, fusion: bool = True) -> "ModelSpec":
+        """An EAGLE / MTP-style draft head of this (target) model: ``layers`` decoder layers of the target's
+        shape fed the target's hidden states, a fusion projection (2H x H) of [token embedding, hidden state]
+        when ``fusion``, and the target's LM head (or its own of ``vocab`` rows, e.g. EAGLE-3's reduced draft
+        vocabulary). Its KV cache is its own layers' only; it shares the target's embedding (and LM head
+        when ``vocab`` is None): no resident copy."""
+        return self.model_copy(update={
+            "name": f"{self.name}-head{layers}", "hf_id": None, "layers": layers, "published_params": None,
+            "vocab": vocab or self.vocab, "extra_matmul_params": 2 * self.hidden * self.hidden if fusion else 0,
+            "shares_target_embeddings": vocab is None, "tie_embeddings": True,
+            "head_bytes_per_param": self.head_bytes,
+        })
 
 
 @lru_cache(maxsize=None)

@@ -4,7 +4,9 @@ Every iteration serves the whole running batch: sequences with a pending prefill
 their new tokens (producing their first output token), decoding sequences produce one token,
 and on a speculative engine decoding sequences run one speculative iteration instead: gamma
 draft passes (the draft model, one token each) then one verification pass of the base model
-over gamma+1 tokens (gamma+1 logit rows), accepting a pre-sampled number of tokens. The
+over gamma+1 tokens (gamma+1 logit rows), accepting a pre-sampled number of tokens. The draft's
+``drafting`` (``cost_model.Drafting``) generalises this: a tree of width w drafts w tokens per draft
+pass and the target verifies w*gamma + 1 per sequence; prompt lookup (``ngram``) runs no draft pass. The
 iteration time is the cost model's pass time for the batch's aggregates -- exactly
 ``Deployment.batch_forward_time`` of the batch's (new, cached, logit-row) arrays:
 
@@ -67,7 +69,11 @@ class Engine:
         self.block = prefix_cache_block
         self.spec = draft is not None and bool(gamma)
         self.pc = PassCost(dep)
-        self.pc_draft = PassCost(draft) if self.spec else None
+        # the draft's passes: none for prompt lookup; a tree of width w drafts w tokens per pass and the
+        # target verifies vt = w*gamma + 1 tokens per sequence (gamma + 1 for a chain)
+        self.pc_draft = PassCost(draft) if self.spec and not draft.drafting.free else None
+        self.width = draft.drafting.tree_width if self.spec else 1
+        self.vt = draft.drafting.verify_tokens(gamma) if self.spec else 1
         self.capacity = int(kv_capacity_tokens)
         self.max_batch = max_batch
         M = max_batch
@@ -122,7 +128,7 @@ class Engine:
     def admit(self) -> None:
         """Move waiting jobs into the batch, FIFO, while their prefill fits in the KV cache."""
         waiting = self.waiting
-        grow = (self.gamma or 0) + 1 if self.spec else 1
+        grow = self.vt
         while waiting and self.free_slots:
             job = waiting[0]
             if not job.started and job.kv == 0 and job.pending == 0:
@@ -217,13 +223,17 @@ class Engine:
         it, cum_at = self.it, self._cum_at
         grow = sum([cum_at(s, it[s] + 1) - cum_at(s, it[s]) for s in act])
         ctx = kvs + 0.0
-        g, d = self.gamma, self.pc_draft
+        g, d, w, vt = self.gamma, self.pc_draft, self.width, self.vt
         t = 0
-        for i in range(g):
-            kv = ctx + B * (i + 1.0)
-            t = t + d.time(B, kv, kv, B)
-        n = B * (g + 1)
-        t = t + self.pc.time(n, ctx + n, (g + 1) * ctx + B * (g + 1) * (g + 2) / 2.0, n, B)
+        if d is not None:
+            for i in range(g):
+                if w == 1:
+                    kv = ctx + B * (i + 1.0)
+                    t = t + d.time(B, kv, kv, B)
+                else:  # w tokens per sequence at context c + i
+                    t = t + d.time(B * w, ctx + B * (i + w), w * (ctx + B * i) + B * w * (w + 1) / 2.0, B * w, B)
+        n = B * vt
+        t = t + self.pc.time(n, ctx + n, vt * ctx + B * vt * (vt + 1) / 2.0, n, B)
         return t, grow
 
     def round_times(self, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -240,12 +250,16 @@ class Engine:
         G = self.cum[a[:, None], it[:, None] + np.arange(k + 1)]  # produced before round r
         Gs = G.sum(axis=0)
         ctx = kvs + (Gs[:k] - Gs[0]).astype(float)
-        g = self.gamma
-        d = self.pc_draft
-        # gamma draft passes at context + i (one token each), summed per round
-        t = sum(d.times(B, ctx + B * (i + 1.0), ctx + B * (i + 1.0), B) for i in range(g))
-        n = B * (g + 1)
-        t = t + self.pc.times(n, ctx + n, (g + 1) * ctx + B * (g + 1) * (g + 2) / 2.0, n, B)
+        g, d, w, vt = self.gamma, self.pc_draft, self.width, self.vt
+        # gamma draft passes at context + i (w tokens each), summed per round
+        if d is None:
+            t = np.zeros(k)
+        elif w == 1:
+            t = sum(d.times(B, ctx + B * (i + 1.0), ctx + B * (i + 1.0), B) for i in range(g))
+        else:
+            t = sum(d.times(B * w, ctx + B * (i + w), w * (ctx + B * i) + B * w * (w + 1) / 2.0, B * w, B) for i in range(g))
+        n = B * vt
+        t = t + self.pc.times(n, ctx + n, vt * ctx + B * vt * (vt + 1) / 2.0, n, B)
         return t, np.diff(Gs)
 
     def _mixed_round(self) -> tuple[float, int]:
@@ -253,7 +267,7 @@ class Engine:
         act, kvl, pend = self.act, self.kv, self.pending
         N = KV = A = nd = cd = 0
         dec: list[int] = []
-        dn = self.gamma + 1 if self.spec else 1  # tokens a decoding slot feeds the base model
+        dn = self.vt  # tokens a decoding slot feeds the base model (w*gamma + 1 speculating, else 1)
         for s in act:
             c, p = kvl[s], pend[s]
             if p > 0:
@@ -268,14 +282,23 @@ class Engine:
         if not self.spec:
             N1, KV1, A1 = N + nd, KV + cd + nd, A + cd + nd
             return self.pc.time(float(N1), float(KV1), float(A1), B * 1.0), nd
-        g = self.gamma
-        # draft pass 0: decoding slots one token each
-        t = self.pc_draft.time(float(N + nd), float(KV + cd + nd), float(A + cd + nd), B * 1.0)
-        if nd:
-            fnd, fcd = float(nd), float(cd)
-            for i in range(1, g):
-                kv = fcd + fnd * (i + 1.0)
-                t += self.pc_draft.time(fnd, kv, kv, fnd)
+        g, d, w = self.gamma, self.pc_draft, self.width
+        t = 0.0
+        if d is not None and w == 1:
+            # draft pass 0: the prefills and the decoding slots one token each
+            t = d.time(float(N + nd), float(KV + cd + nd), float(A + cd + nd), B * 1.0)
+            if nd:
+                fnd, fcd = float(nd), float(cd)
+                for i in range(1, g):
+                    kv = fcd + fnd * (i + 1.0)
+                    t += d.time(fnd, kv, kv, fnd)
+        elif d is not None:  # a tree: w tokens per decoding slot per draft pass
+            t = d.time(float(N + nd * w), float(KV + cd + nd * w), float(A + w * cd + nd * w * (w + 1) / 2.0),
+                       float((len(act) - nd) + nd * w), B)
+            if nd:
+                fnd, fcd = float(nd), float(cd)
+                for i in range(1, g):
+                    t += d.time(fnd * w, fcd + fnd * (i + w), w * (fcd + fnd * i) + fnd * w * (w + 1) / 2.0, fnd * w, fnd)
         # verification: gamma+1 tokens and logit rows per decoding slot
         t += self.pc.time(float(N + nd * dn), float(KV + cd + nd * dn),
                           float(A + dn * cd + nd * (dn * (dn + 1) // 2)), float((len(act) - nd) + nd * dn), B)

@@ -26,7 +26,7 @@ class PassCost:
         fl = c.compute_efficiency * h.dense_bf16_flops_per_s
         self.m0 = dep.weight_bytes_per_gpu / bw
         self.m1 = dep.kv_bytes_per_token_per_gpu / bw
-        self.c_n = 2.0 * m.matmul_params_per_token / dep.tp / fl
+        self.c_n = 2.0 * m.matmul_params_per_token / dep.tp / (c.compute_efficiency * dep.matmul_flops_per_s)
         self.c_l = 2.0 * m.embedding_params / dep.tp / fl
         self.c_a = 4.0 * m.layers * m.heads * m.head_dim / dep.tp / fl
         if dep.tp == 1:

@@ -67,7 +67,7 @@ class Replica:
                  execution: Execution | None = None):
         self.env, self.cfg = env, cfg
         block = (execution or Execution()).prefix_cache_block
-        spec = cfg.spec.draft
+        spec = cfg.drafts
         base_models = [deps["base"], deps["draft"]] if spec else [deps["base"]]
         max_out = workload.token_budget + workload.max_step_tokens + workload.answer_tokens + 2
         self.engines = [
