@@ -275,19 +275,20 @@ def _acc(r) -> str:
 def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_arg, rec, floor, acc_model, spec) -> str:
     sc, w = rs.scenario, rs.workload
     b = rec["best"]
+    dev = "CPU host" if len(cap) and (cap.hardware.astype(str) == "cpu").all() else "GPU"  # what a replica is made of
     L = [f"# Capacity plan: {sc.name}", "",
          f"_{sc.description}_  ", f"Generated {_dt.datetime.now().isoformat(timespec='seconds')} by `specsim report`.", "",
          "## Answer", "", f"Accuracy floor: {floor.describe()}.", ""]
     if b is not None:
         L.append(f"- **Recommended: {b.label}** on {b.hardware} (TP={b.tp}): one replica sustains "
                  f"**{b.max_qps:.3g} requests/s** ({_ci(b)} 95% interval, {int(b.replications)} replications) under "
-                 f"`{slo.text}` ({b.qps_per_gpu:.3g} requests/s per GPU); accuracy {_acc(b)} ({b.accuracy_why}).")
+                 f"`{slo.text}` ({b.qps_per_gpu:.3g} requests/s per {dev}); accuracy {_acc(b)} ({b.accuracy_why}).")
         if rec["ties"]:
             L.append(f"- **Tied with** (capacity intervals do not separate, paired over common seeds): {', '.join(rec['ties'])}.")
         if gpu_hour_cost:
-            L.append(f"- Cost at capacity: **{b.cost_per_1000_requests:.3g} per 1000 requests** at {gpu_hour_cost:g} per GPU-hour.")
+            L.append(f"- Cost at capacity: **{b.cost_per_1000_requests:.3g} per 1000 requests** at {gpu_hour_cost:g} per {dev}-hour.")
         if target_qps:
-            L.append(f"- For {target_qps:g} requests/s: **{int(b.replicas)} replica(s) = {int(b.gpus)} GPU(s)**.")
+            L.append(f"- For {target_qps:g} requests/s: **{int(b.replicas)} replica(s) = {int(b.gpus)} {dev}(s)**.")
         if not b.converged:
             L.append(f"- The interval did not reach ±{spec.target:.0%} of the rate within {spec.max_reps} replications "
                      f"(half-width {b.half_width_rel:.0%}); raise `--requests` for a final plan.")
@@ -300,7 +301,7 @@ def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_ar
         L.append(f"- The highest raw capacity, {f.label} ({f.max_qps:.3g} requests/s, screening), is not recommended: "
                  f"accuracy {f.accuracy_floor} ({f.accuracy_why}).")
     L += ["", f"SLO: `{slo.text}` (a rate meets it when the requests after the warm-up do and the run is stationary: "
-          "no significant latency growth, no drift). Load: Poisson arrivals; seed {0}.".format(load.seed), "",
+          "no significant latency growth, no drift: the last quarter of arrivals' mean latency <= 1.5x the second quarter's). Load: Poisson arrivals; seed {0}.".format(load.seed), "",
           f"Capacity intervals: configurations that meet the accuracy floor get replications with common random numbers "
           f"(replication k = the same requests and arrival gaps in every configuration), at least {spec.min_reps}, until the "
           f"95% t-interval's half-width is <= {spec.target:.0%} of the rate (at most {spec.max_reps}, then the run length is "
@@ -309,8 +310,8 @@ def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_ar
           "no interval. Rank = 1 + the number of configurations whose per-GPU capacity is higher with a paired 95% interval "
           "of the difference above 0; equal ranks are ties.", "",
           "## Capacity, accuracy and cost per configuration", "",
-          "| rank | configuration | hardware | TP | max req/s | 95% interval | reps | req/s per GPU | accuracy [95%] | floor | "
-          "p99 latency at max (s) | cost / 1000 req | replicas | GPUs |",
+          "| rank | configuration | hardware | TP | max req/s | 95% interval | reps | req/s per " + dev + " | accuracy [95%] | floor | "
+          "p99 latency at max (s) | cost / 1000 req | replicas | " + dev + "s |",
           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in cap.itertuples():
         L.append(f"| {r.rank} | {r.label} | {r.hardware} | {r.tp} | {_fmt(r.max_qps)} | {_ci(r)} | {int(r.replications)} | "

@@ -188,7 +188,7 @@ def capacity(
     drift); drift x = mean latency of the last quarter of arrivals / the second quarter (a rate counts as
     sustained only at <= 1.5, so SLO met can be "no" while p99 is under the bound: the queue was still
     growing); sims = serving simulations the search ran for that configuration; goodput req/s = requests
-    per second finishing within the SLO; cost at --gpu-hour-cost; replicas and GPUs (CPUs for a CPU
+    per second finishing within the SLO; cost at --gpu-hour-cost; replicas and GPUs (CPU hosts for a CPU
     scenario) for --target-qps. --out files get every column.
     """
     from simulator.capacity import capacity_from_cli

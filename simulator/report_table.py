@@ -190,14 +190,14 @@ CAPACITY_HELP = (
     "drift x = mean latency of the last quarter of arrivals / the second quarter (a rate counts as sustained only "
     "at <= 1.5: above it the queue is still growing, so SLO met = no even when p99 is under the bound); "
     "sims = serving simulations run by the search for that configuration; goodput req/s = requests per second "
-    "finishing within the SLO; cost/1000 req at --gpu-hour-cost; replicas and GPUs (CPUs for a CPU scenario) "
+    "finishing within the SLO; cost/1000 req at --gpu-hour-cost; replicas and GPUs (CPU hosts for a CPU scenario) "
     "for --target-qps.")
 
 
 def render_capacity(df: pd.DataFrame, title: str, columns: str | None = None) -> None:
     names = dict(CAPACITY_COLUMNS)
     if "hardware" in df.columns and len(df) and (df["hardware"].astype(str) == "cpu").all():
-        names.update(qps_per_gpu="req/s per CPU", gpus="CPUs")
+        names.update(qps_per_gpu="req/s per CPU host", gpus="CPU hosts")
     spec = (columns or "").strip()
     default = CAPACITY_PRESETS["summary"]
     cols = choose_columns(df, None if spec in ("", "summary") else ("all" if spec == "all" else spec), names, default)
