@@ -170,3 +170,17 @@ def test_overload_is_caught_by_the_drift_check():
     assert row["latency_drift"] > DRIFT_LIMIT and not row["slo_met"]
     calm = evaluate(p, rate=0.1)
     assert calm["latency_drift"] < DRIFT_LIMIT and calm["slo_met"]
+
+
+def test_stationarity_rejects_a_growing_backlog_and_keeps_a_stable_one():
+    from simulator.serving.metrics import latency_drift, stationarity
+
+    rng = np.random.default_rng(0)
+    n = 300
+    t = np.sort(rng.uniform(0, 1000, n))
+    # the case: latency drift 1.44 (last quarter vs second quarter) -- a growing queue
+    grow = pd.DataFrame({"arrival_at": t, "latency_s": 100 * (1 + 0.9 * t / 1000) * rng.lognormal(0, 0.3, n)})
+    assert 1.25 < latency_drift(grow) < 1.6
+    assert not stationarity(grow)["stationary"]
+    calm = pd.DataFrame({"arrival_at": t, "latency_s": 100 * rng.lognormal(0, 0.3, n)})
+    assert stationarity(calm)["stationary"]
