@@ -214,3 +214,47 @@ def validate_mixture_cmd(
     typer.echo(f"leave-one-problem-out: fitting one mixture per held-out problem, writing {out} ...")
     _, _, text = run(out, aggregates, data)
     typer.echo(text)
+
+
+@app.command("fit-acceptance")
+def fit_acceptance_cmd(
+    runs: list[Path] = typer.Argument(None, help="run directories with speculative calls (one gamma per run)"),
+    study: Path = typer.Option(None, help="a `specsim study specdecode` result.json instead of run directories"),
+    draft: str = typer.Option("ngram", help="the study's draft to fit (with --study)"),
+    fit_gammas: str = typer.Option("1-3", help="gammas to fit on, e.g. 1-3 or 1,2"),
+    predict_gammas: str = typer.Option("4-8", help="held-out gammas to predict"),
+    out: Path = typer.Option(None, help="write the per-position a_1..a_8 as a draft acceptance (YAML)"),
+) -> None:
+    """Per-position acceptance at small gamma -> acceptance length at larger gamma (per-position vs i.i.d. alpha)."""
+    from calibrate.fit_acceptance import acceptance_yaml, evaluate, fit, from_runs, from_study
+    from simulator.errors import InputError
+    from simulator.loading import write_atomic
+
+    def rng(s: str, name: str) -> list[int]:
+        try:
+            out_: list[int] = []
+            for part in s.split(","):
+                a, _, b = part.partition("-")
+                out_ += list(range(int(a), int(b or a) + 1))
+            return out_
+        except ValueError:
+            raise InputError(None, name, f"expected gammas like 1-3 or 1,2 (got {s!r})") from None
+
+    if (study is None) == (not runs):
+        raise InputError(None, "runs", "give run directories or --study (one of them)")
+    data = from_study(study, draft) if study else from_runs(runs)
+    model = fit(data, rng(fit_gammas, "--fit-gammas"))
+    rows = evaluate(data, model, rng(predict_gammas, "--predict-gammas"))
+    typer.echo(f"fit on gamma {model['fit_gammas']}: alpha (i.i.d.) = {model['alpha']:.4f}, conditional per position = "
+               + ", ".join(f"{c:.4f}" for c in model["conditional"]))
+    typer.echo("gamma  measured E[M]  per-position E[M] (err)  i.i.d. E[M] (err)")
+    for r in rows:
+        typer.echo(f"{r['gamma']:>5}  {r['measured_E']:>13.3f}  {r['per_position_E']:>8.3f} ({100 * r['per_position_err']:+6.1f}%)"
+                   f"       {r['iid_E']:>8.3f} ({100 * r['iid_err']:+6.1f}%)")
+    if rows:
+        pp = sorted(abs(r["per_position_err"]) for r in rows)[len(rows) // 2]
+        ii = sorted(abs(r["iid_err"]) for r in rows)[len(rows) // 2]
+        typer.echo(f"median |error| over {len(rows)} held-out gammas: per-position {100 * pp:.1f}%, i.i.d. {100 * ii:.1f}%")
+    if out:
+        src = f"{study} draft {draft}" if study else ", ".join(str(r) for r in runs)
+        typer.echo(f"wrote {write_atomic(out, acceptance_yaml(model, src))}")
