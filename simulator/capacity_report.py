@@ -301,7 +301,7 @@ def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_ar
         L.append(f"- The highest raw capacity, {f.label} ({f.max_qps:.3g} requests/s, screening), is not recommended: "
                  f"accuracy {f.accuracy_floor} ({f.accuracy_why}).")
     L += ["", f"SLO: `{slo.text}` (a rate meets it when the requests after the warm-up do and the run is stationary: "
-          "no significant latency growth, no drift: the last quarter of arrivals' mean latency <= 1.5x the second quarter's). Load: Poisson arrivals; seed {0}.".format(load.seed), "",
+          "no significant latency growth, no drift: the last quarter of arrivals' mean latency <= 1.25x the second quarter's). Load: Poisson arrivals; seed {0}.".format(load.seed), "",
           f"Capacity intervals: configurations that meet the accuracy floor get replications with common random numbers "
           f"(replication k = the same requests and arrival gaps in every configuration), at least {spec.min_reps}, until the "
           f"95% t-interval's half-width is <= {spec.target:.0%} of the rate (at most {spec.max_reps}, then the run length is "

@@ -181,12 +181,20 @@ def capacity(
     out: Optional[Path] = typer.Option(None, help="write the results here (every column)"),
     columns: Optional[str] = typer.Option(None, "--columns", help="table columns: summary (default) | all | a comma "
                                           "list of result columns, e.g. label,max_qps,latency_p99_s"),
+    accuracy_floor: Optional[str] = typer.Option(None, "--accuracy-floor", help="recommend only configurations at least "
+                                                 "this accurate: vanilla-base (default: within --accuracy-margin of it), a "
+                                                 "number in [0, 1], or none"),
+    accuracy_margin: Optional[float] = typer.Option(None, "--accuracy-margin", help="allowed accuracy loss vs the reference "
+                                                    "system, within its 95% interval (default 0.05)"),
+    ci_target: Optional[float] = typer.Option(None, "--ci-target", help="replicate until the 95% interval half-width is "
+                                              "at most this fraction of the capacity (default 0.10)"),
+    max_replications: Optional[int] = typer.Option(None, "--max-replications", help="replications per configuration at most"),
 ):
     """Highest request rate one replica sustains under an SLO, per configuration; replicas and cost.
 
     Columns: max req/s = the highest Poisson rate one replica sustains (SLO met and no upward latency
     drift); drift x = mean latency of the last quarter of arrivals / the second quarter (a rate counts as
-    sustained only at <= 1.5, so SLO met can be "no" while p99 is under the bound: the queue was still
+    sustained only at <= 1.25 and without a significant latency trend, so SLO met can be "no" while p99 is under the bound: the queue was still
     growing); sims = serving simulations the search ran for that configuration; goodput req/s = requests
     per second finishing within the SLO; cost at --gpu-hour-cost; replicas and GPUs (CPU hosts for a CPU
     scenario) for --target-qps. --out files get every column.
@@ -212,6 +220,7 @@ def capacity(
             gammas=_int_range(gamma, "--gamma", 1, 16), thresholds=_int_range(threshold, "--threshold", 0, 10),
             arrival=arrival, cv=cv, requests=requests, seed=seed, gpu_hour_cost=gpu_hour_cost, target_qps=target_qps,
             workers=workers, ray_address=ray_address, arrivals_file=str(arrivals_file) if arrivals_file else None,
+            interval=_interval(ci_target, max_replications), accuracy_floor=accuracy_floor, accuracy_margin=accuracy_margin,
         )
     from simulator.report_table import render_capacity
 
@@ -233,6 +242,14 @@ def report(
     target_qps: Optional[float] = typer.Option(None, "--target-qps", help="request rate to provision for"),
     workers: Optional[int] = typer.Option(None, help="local worker processes (default: all cores)"),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="run the sweep on this Ray cluster"),
+    accuracy_floor: Optional[str] = typer.Option(None, "--accuracy-floor", help="recommend only configurations at least "
+                                                 "this accurate: vanilla-base (default: within --accuracy-margin of it), a "
+                                                 "number in [0, 1], or none"),
+    accuracy_margin: Optional[float] = typer.Option(None, "--accuracy-margin", help="allowed accuracy loss vs the reference "
+                                                    "system, within its 95% interval (default 0.05)"),
+    ci_target: Optional[float] = typer.Option(None, "--ci-target", help="replicate until the 95% interval half-width is "
+                                              "at most this fraction of the capacity (default 0.10)"),
+    max_replications: Optional[int] = typer.Option(None, "--max-replications", help="replications per configuration at most"),
 ):
     """Capacity-planning report (markdown + PNGs): latency vs load, SLO frontier, cost, assumptions."""
     from simulator.capacity_report import build_report
@@ -246,8 +263,28 @@ def report(
     from simulator.report_table import job, wrote
 
     with job(f"report {scenario}: capacity search, then latency-vs-load curves (serving simulations)"):
-        path = build_report(scenario, out, slo, requests, seed, gpu_hour_cost, target_qps, workers, ray_address)
+        path = build_report(scenario, out, slo, requests, seed, gpu_hour_cost, target_qps, workers, ray_address,
+                            accuracy_floor=accuracy_floor, accuracy_margin=accuracy_margin,
+                            interval=_interval(ci_target, max_replications))
     wrote(path, f"markdown; PNGs and CSVs beside it in {out}")
+
+
+def _interval(ci_target: float | None, max_replications: int | None):
+    """The capacity search's replication rule from --ci-target / --max-replications (None: the defaults)."""
+    from dataclasses import replace
+
+    from simulator.capacity import IntervalSpec
+
+    spec = IntervalSpec()
+    if ci_target is not None:
+        if not 0 < ci_target < 1:
+            raise InputError(None, "--ci-target", f"must be in (0, 1) (got {ci_target})")
+        spec = replace(spec, target=ci_target)
+    if max_replications is not None:
+        if max_replications < spec.min_reps:
+            raise InputError(None, "--max-replications", f"must be >= {spec.min_reps} (got {max_replications})")
+        spec = replace(spec, max_reps=max_replications)
+    return spec
 
 
 def _register_subapps() -> None:

@@ -185,10 +185,13 @@ CAPACITY_PRESETS = {
                 "goodput_qps", "slo_met", "cost_per_1000_requests", "replicas", "gpus", "latency_drift", "evaluations"],
     "all": list(CAPACITY_COLUMNS),
 }
+from simulator.serving.metrics import DRIFT_LIMIT  # noqa: E402  (the rule lives there)
+
 CAPACITY_HELP = (
     "Columns: max req/s = highest Poisson rate one replica sustains (SLO met and no upward latency drift); "
     "drift x = mean latency of the last quarter of arrivals / the second quarter (a rate counts as sustained only "
-    "at <= 1.5: above it the queue is still growing, so SLO met = no even when p99 is under the bound); "
+    f"at <= {DRIFT_LIMIT:g} with no significant latency trend: otherwise the queue is still growing, so SLO met = no "
+    "even when p99 is under the bound); "
     "sims = serving simulations run by the search for that configuration; goodput req/s = requests per second "
     "finishing within the SLO; cost/1000 req at --gpu-hour-cost; replicas and GPUs (CPU hosts for a CPU scenario) "
     "for --target-qps.")
@@ -201,7 +204,7 @@ def render_capacity(df: pd.DataFrame, title: str, columns: str | None = None) ->
     spec = (columns or "").strip()
     default = CAPACITY_PRESETS["summary"]
     cols = choose_columns(df, None if spec in ("", "summary") else ("all" if spec == "all" else spec), names, default)
-    notes = ["drift x: last / second quarter of arrivals' latency (<= 1.5 to count as sustained)"
+    notes = [f"drift x: last / second quarter of arrivals' latency (<= {DRIFT_LIMIT:g} to count as sustained)"
              if "latency_drift" in cols else "", "sims: simulations the search ran" if "evaluations" in cols else ""]
     notes = [n for n in notes if n]
     print_table(df, title, cols, names, caption="; ".join(notes) + ". See specsim capacity --help." if notes else None)

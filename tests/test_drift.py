@@ -112,3 +112,14 @@ def test_problems_62_70_are_flagged_slower_on_the_base_model():
     assert (score["outside"] == 0).all()  # scoring (prefill) did not move: not a global change
     err = method_check(str(DATA), prof, setup)["error"].abs()
     assert err.median() < 0.03  # the aggregate method against per-call factors on runs 0-7
+
+
+def test_fingerprint_for_a_model_without_a_published_size():
+    """A catalog model with no published parameter count (a layer cut) uses its shape's count."""
+    from calibrate.fit_cost import Setup
+    from validate.drift import hardware_fingerprint
+
+    setup = Setup.from_names("cpu", 1, "smollm2-135m", "smollm2-135m-cut6")
+    assert setup.models["small"].published_params is None
+    out = hardware_fingerprint(1.5, setup, 0.5, role="small")
+    assert isinstance(out, list)

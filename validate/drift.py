@@ -132,7 +132,7 @@ def hardware_fingerprint(factor: float, setup, mem_efficiency: float, role: str 
 
     ref_bw = setup.hardware.memory_bandwidth_bytes_per_s * setup.tp
     model = setup.models[role]
-    weights = model.published_params * model.bytes_per_param
+    weights = (model.published_params or model.params) * model.bytes_per_param
     out = []
     for name, h in hardware_catalog().items():
         for tp in TP_CANDIDATES:
