@@ -17,9 +17,11 @@ half-width <= ``target`` x the mean; if ``max_reps`` replications do not get the
 restart; if it still does not converge the row says so (``converged`` False, the interval as it is).
 
 Ranking (:func:`capacity_table`): configuration A is *better* than B when the paired t-interval
-(95%) of their per-GPU capacity differences over common replications excludes 0 (pairs share the
-seed: CRN makes the pairing tight). ``rank`` = 1 + the number of configurations better than it;
-configurations that nothing beats share rank 1 (ties, reported as ties).
+(95%) of their per-GPU capacity differences over common replications lies above ``EQUIVALENCE`` (5%)
+of B's capacity (pairs share the seed: CRN makes the pairing tight, so differences of a few percent
+can separate for one seed's requests and flip for another's: below the margin they are ties).
+``rank`` = 1 + the number of configurations better than it; configurations that nothing beats share
+rank 1 (ties, reported as ties).
 
 Costs: a replica occupies TP GPUs (both models are colocated on them), so at its capacity
 R_max (requests/s)
@@ -316,17 +318,20 @@ def run_points(points: list[Point], workers: int | None = None, ray_address: str
 
 
 # ---- the planning table ----------------------------------------------------------------------
-def paired_better(a: tuple, b: tuple, tp_a: int = 1, tp_b: int = 1, confidence: float = CONFIDENCE) -> bool:
-    """A's per-GPU capacity exceeds B's: the paired t-interval of the differences over their common
-    replications (same seeds: common random numbers) lies above 0."""
+EQUIVALENCE = 0.05  # differences below 5% of the capacity are ties (seed-to-seed spread of a few percent)
+
+
+def paired_better(a: tuple, b: tuple, tp_a: int = 1, tp_b: int = 1, confidence: float = CONFIDENCE,
+                  margin: float = EQUIVALENCE) -> bool:
+    """A's per-GPU capacity exceeds B's by more than ``margin`` x B's: the paired t-interval of the
+    differences over their common replications (same seeds: common random numbers) lies above that."""
     k = min(len(a), len(b))
     if k < 2:
         return False
-    d = np.asarray(a[:k], float) / tp_a - np.asarray(b[:k], float) / tp_b
+    b_gpu = np.asarray(b[:k], float) / tp_b
+    d = np.asarray(a[:k], float) / tp_a - b_gpu
     m, half = t_interval(d, confidence)
-    if half == 0.0:
-        return m > 0
-    return m - half > 0
+    return m - half > margin * float(b_gpu.mean())
 
 
 def rank_configurations(df: pd.DataFrame) -> pd.DataFrame:
