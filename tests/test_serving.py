@@ -209,3 +209,24 @@ def test_replay_drives_the_simulation(cpu, tmp_path):
     f.write_text("\n".join(str(0.5 * i) for i in range(40)))
     res = simulate_serving(VANILLA, deps, rs.workload, load_arrival_times(f), 100, 1, mf)
     assert len(res.requests) == 40 and np.allclose(res.requests.arrival_at, 0.5 * np.arange(40))
+
+
+def test_vllm_benchmark_names_and_goodput_bounds(cpu):
+    """Serving summaries carry `vllm bench serve`'s field names (ms), TPOT from TTFT and latency, and goodput
+    never above the throughput."""
+    from simulator.serving.slo import parse_slo
+
+    rs, deps, mf = cpu
+    res = simulate_serving(SPECREASON, deps, rs.workload, PoissonArrivals(0.5), 60, 3, mf)
+    s = summarize_serving(res, parse_slo("p99_latency<=1000s", "slo"))
+    for k in ("mean_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "request_throughput", "output_throughput"):
+        assert np.isfinite(s[k]), k
+    assert s["mean_ttft_ms"] == pytest.approx(1e3 * s["ttft_mean_s"], rel=0, abs=1e-6)
+    assert s["request_throughput"] == s["throughput_qps"]
+    assert 0 <= s["goodput_qps"] <= s["throughput_qps"] + 1e-12
+    from simulator.serving.metrics import steady
+
+    st = steady(res.requests, 0.1)
+    st = st[st.output_tokens > 1]
+    by_hand = 1e3 * ((st.latency_s - st.ttft_s) / (st.output_tokens - 1)).median()
+    assert s["median_tpot_ms"] == pytest.approx(by_hand, rel=1e-9)

@@ -101,6 +101,20 @@ def summarize_serving(res: ServingResult, slo: Slo | None = None, warmup_fractio
         "queue_delay_mean_s": float(q.mean()),
         "output_tokens_per_s": float(req.output_tokens.sum() / span) if span > 0 else np.nan,
     }
+    # the same quantities under `vllm bench serve`'s names (ms, steady-state requests); TPOT is a request's mean
+    # gap between output tokens after the first, (latency - TTFT) / (output tokens - 1). vLLM's ITL (every
+    # individual gap) needs per-token times, which the simulator does not keep per request: not reported.
+    many = st.output_tokens.to_numpy() > 1
+    tpot = ((lat - ttft)[many] / (st.output_tokens.to_numpy()[many] - 1)) * 1e3
+    out.update({
+        "request_throughput": out["throughput_qps"], "output_throughput": out["output_tokens_per_s"],
+        "mean_ttft_ms": float(ttft.mean() * 1e3), "median_ttft_ms": float(np.median(ttft) * 1e3),
+        "p99_ttft_ms": float(np.percentile(ttft, 99) * 1e3),
+        "mean_tpot_ms": float(tpot.mean()) if len(tpot) else np.nan,
+        "median_tpot_ms": float(np.median(tpot)) if len(tpot) else np.nan,
+        "p99_tpot_ms": float(np.percentile(tpot, 99)) if len(tpot) else np.nan,
+        "mean_e2el_ms": float(lat.mean() * 1e3), "p99_e2el_ms": float(np.percentile(lat, 99) * 1e3),
+    })
     tl = res.timeline
     for name in ("small", "base"):
         e = tl[tl.engine == name]
@@ -115,10 +129,10 @@ def summarize_serving(res: ServingResult, slo: Slo | None = None, warmup_fractio
         out[f"{name}_preemptions"] = res.info["preemptions"][name]
     if slo is not None:
         ok = slo.per_request_ok(st)
-        # requests within the SLO per second of arrivals (the drain after the last arrival not counted)
-        sspan = float(st.arrival_at.max() - st.arrival_at.min()) if len(st) > 1 else np.nan
-        out["goodput_qps"] = float((ok.sum() - 1) / sspan) if sspan and sspan > 0 and ok.sum() else 0.0
         out["slo_attainment"] = float(ok.mean()) if len(ok) else np.nan
+        # requests finishing within the SLO per second: the share within the SLO times the completed rate,
+        # never above the throughput (and so never above the offered load once the run is stationary)
+        out["goodput_qps"] = float(out["slo_attainment"] * out["throughput_qps"]) if len(ok) else 0.0
         out.update(stationarity(req, warmup_fraction))
         out["slo_met"] = slo.met(st) and out["stationary"]
         for t in slo.terms:
