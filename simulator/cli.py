@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 
@@ -157,6 +157,17 @@ def _float_list(text: str | None, field: str) -> list[float] | None:
     return vals
 
 
+# Options shared by `capacity` and `report` (declared once).
+AccuracyFloorOpt = Annotated[Optional[str], typer.Option(
+    "--accuracy-floor", help="recommend only configurations at least this accurate: vanilla-base (default: within "
+    "--accuracy-margin of it), a number in [0, 1], or none")]
+AccuracyMarginOpt = Annotated[Optional[float], typer.Option(
+    "--accuracy-margin", help="allowed accuracy loss vs the reference system, within its 95% interval (default 0.05)")]
+CiTargetOpt = Annotated[Optional[float], typer.Option(
+    "--ci-target", help="replicate until the 95% interval half-width is at most this fraction of the capacity (default 0.10)")]
+MaxReplicationsOpt = Annotated[Optional[int], typer.Option("--max-replications", help="replications per configuration at most")]
+
+
 @app.command()
 def capacity(
     scenario: str = typer.Argument(..., help="scenario YAML (path or name in scenarios/)"),
@@ -181,14 +192,10 @@ def capacity(
     out: Optional[Path] = typer.Option(None, help="write the results here (every column)"),
     columns: Optional[str] = typer.Option(None, "--columns", help="table columns: summary (default) | all | a comma "
                                           "list of result columns, e.g. label,max_qps,latency_p99_s"),
-    accuracy_floor: Optional[str] = typer.Option(None, "--accuracy-floor", help="recommend only configurations at least "
-                                                 "this accurate: vanilla-base (default: within --accuracy-margin of it), a "
-                                                 "number in [0, 1], or none"),
-    accuracy_margin: Optional[float] = typer.Option(None, "--accuracy-margin", help="allowed accuracy loss vs the reference "
-                                                    "system, within its 95% interval (default 0.05)"),
-    ci_target: Optional[float] = typer.Option(None, "--ci-target", help="replicate until the 95% interval half-width is "
-                                              "at most this fraction of the capacity (default 0.10)"),
-    max_replications: Optional[int] = typer.Option(None, "--max-replications", help="replications per configuration at most"),
+    accuracy_floor: AccuracyFloorOpt = None,
+    accuracy_margin: AccuracyMarginOpt = None,
+    ci_target: CiTargetOpt = None,
+    max_replications: MaxReplicationsOpt = None,
 ):
     """Highest request rate one replica sustains under an SLO, per configuration; replicas and cost.
 
@@ -242,14 +249,10 @@ def report(
     target_qps: Optional[float] = typer.Option(None, "--target-qps", help="request rate to provision for"),
     workers: Optional[int] = typer.Option(None, help="local worker processes (default: all cores)"),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="run the sweep on this Ray cluster"),
-    accuracy_floor: Optional[str] = typer.Option(None, "--accuracy-floor", help="recommend only configurations at least "
-                                                 "this accurate: vanilla-base (default: within --accuracy-margin of it), a "
-                                                 "number in [0, 1], or none"),
-    accuracy_margin: Optional[float] = typer.Option(None, "--accuracy-margin", help="allowed accuracy loss vs the reference "
-                                                    "system, within its 95% interval (default 0.05)"),
-    ci_target: Optional[float] = typer.Option(None, "--ci-target", help="replicate until the 95% interval half-width is "
-                                              "at most this fraction of the capacity (default 0.10)"),
-    max_replications: Optional[int] = typer.Option(None, "--max-replications", help="replications per configuration at most"),
+    accuracy_floor: AccuracyFloorOpt = None,
+    accuracy_margin: AccuracyMarginOpt = None,
+    ci_target: CiTargetOpt = None,
+    max_replications: MaxReplicationsOpt = None,
 ):
     """Capacity-planning report (markdown + PNGs): latency vs load, SLO frontier, cost, assumptions."""
     from simulator.capacity_report import build_report

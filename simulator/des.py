@@ -30,9 +30,14 @@ STEP_COLUMNS = ("request", "step", "problem", "context_tokens", "proposer", "sma
                 "base_tokens", "kept_tokens", "small_s", "scoring_s", "base_s", "step_s")
 
 
+def _cat(reqs: list[SampledRequest], name: str) -> np.ndarray:
+    """One field of every request, concatenated in request order."""
+    return np.concatenate([getattr(r, name) for r in reqs])
+
+
 def _calls(reqs: list[SampledRequest], draft: bool) -> CallArrays:
     """All requests' calls, concatenated in order (iterations re-indexed to the concatenation)."""
-    cat = lambda name: np.concatenate([getattr(r, name) for r in reqs])  # noqa: E731
+    cat = lambda name: _cat(reqs, name)  # noqa: E731
     offsets = np.cumsum([0] + [len(r.call_out) for r in reqs[:-1]])
     engine = cat("call_engine")
     return CallArrays(engine=engine, kind=cat("call_kind"), new=cat("call_new"), cached=cat("call_cached"),
@@ -51,18 +56,18 @@ def simulate(cfg: SystemConfig, tables: CostTables, n_requests: int, seed,
         requests = sampler.sample(n_requests, seed)
     reqs = requests
     n_req = len(reqs)
-    comp = call_costs(_calls(reqs, cfg.drafts), tables)
+    calls = _calls(reqs, cfg.drafts)
+    comp = call_costs(calls, tables)
     n_calls = np.array([len(r.call_out) for r in reqs])
     call_req = np.repeat(np.arange(n_req), n_calls)
     call_total = sum(comp.values())
     req_comp = {c: np.bincount(call_req, weights=v, minlength=n_req) for c, v in comp.items()}
-    kind = np.concatenate([r.call_kind for r in reqs])
-    engine = np.concatenate([r.call_engine for r in reqs])
+    kind, engine = calls.kind, calls.engine
     answer_s = np.bincount(call_req, weights=np.where(kind == ANSWER, call_total, 0.0), minlength=n_req)
     # per-step seconds by role: the small model's call, the scoring call, the base model's call
     n_steps = np.array([r.steps for r in reqs])
     step_off = np.concatenate([[0], np.cumsum(n_steps)[:-1]])
-    cstep = np.concatenate([r.call_step for r in reqs])
+    cstep = _cat(reqs, "call_step")
     on_step = cstep >= 0
     gstep = (step_off[call_req] + cstep)[on_step]
     tot = int(n_steps.sum())
@@ -98,7 +103,7 @@ def simulate(cfg: SystemConfig, tables: CostTables, n_requests: int, seed,
         "thinking_tokens": [r.thinking_tokens for r in reqs], "stop_reason": [r.stop_reason for r in reqs],
         "iterations": iters, "spec_tokens": spec_tokens, "answer_s": answer_s, **req_comp,
     })
-    cat = lambda name: np.concatenate([getattr(r, name) for r in reqs])  # noqa: E731
+    cat = lambda name: _cat(reqs, name)  # noqa: E731
     producer, score = cat("step_producer"), cat("step_score")
     steps_df = pd.DataFrame({
         "request": np.repeat(np.arange(n_req), n_steps),

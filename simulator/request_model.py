@@ -39,7 +39,6 @@ from simulator.speculative import tokens_per_iteration_pmf
 from simulator.systems import SystemConfig
 from simulator.workload import WorkloadProfile, answer_hazard
 
-STOP_REASONS = ("answer", "budget")
 _BLOCK = 128  # steps drawn per block of uniforms
 
 

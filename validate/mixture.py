@@ -85,12 +85,13 @@ def leave_one_problem_out(aggs: dict[str, ProblemAggregate], shared, sigma: floa
         v = aggs[held].averages
         meas = {"thinking_tokens": v.total_tokens, "kept_share": v.accepted_steps / v.total_steps, "latency_s": v.total_time_s}
         row = {"held_out": held, "fit_problems": " ".join(fit)}
+        old_pred = _mixture_prediction(old_df, tm) if old_df is not None else None
         for k in ("thinking_tokens", "kept_share", "latency_s"):
             row[f"{k}_measured"] = meas[k]
             row[f"{k}_predicted"] = pred[k]
             row[f"{k}_lo"], row[f"{k}_hi"] = pred[f"{k}_lo"], pred[f"{k}_hi"]
-            if old_df is not None:
-                row[f"{k}_old"] = _mixture_prediction(old_df, tm)[k]
+            if old_pred is not None:
+                row[f"{k}_old"] = old_pred[k]
         rows.append(row)
     return pd.DataFrame(rows)
 
