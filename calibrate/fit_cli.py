@@ -64,7 +64,10 @@ def fit(
               "allreduce_latency_s", "seq_overhead_s"):
         p = getattr(prof, n)
         se = f" ± {p.stderr:.3g}" if p.stderr is not None else ""
-        why = "" if p.kind == "calibrated" else f"  ({f['kept_at_prior'].get(n, '')})"
+        pd_sd = f.get("prior_dominated", {}).get(n)
+        why = ("" if p.kind == "calibrated" else
+               f"  (prior-dominated: posterior relative sd {pd_sd:.2g})" if pd_sd is not None else
+               f"  ({f['kept_at_prior'].get(n, '')})")
         print(f"  {n:20s} {p.value:.4g}{se}  [{p.kind}]{why}")
     print("  per op: " + "; ".join(f"{op} median APE {v['median_ape']:.3f} bias {v['bias']:+.3f} (n={v['calls']})"
                                    for op, v in f["per_op"].items()))

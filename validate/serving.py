@@ -226,7 +226,9 @@ def fit_step_params(steps: pd.DataFrame, params, setup) -> tuple[object, dict]:
     new = replace(params, **{k: float(f.values[k]) for k in FIT_PARAMS})
     facts = {"steps": len(y), "values": {k: float(f"{f.values[k]:.4g}") for k in FIT_PARAMS},
              "rel_stderr": {k: float(f"{f.stderr[k] / f.values[k]:.3g}") if k in f.stderr else float("inf") for k in FIT_PARAMS},
-             "kept_at_prior": {k: f.fixed[k] for k in FIT_PARAMS if k in f.fixed},
+             "kept_at_prior": {k: f.fixed[k] for k in FIT_PARAMS if k in f.fixed and k not in f.zeroed},
+             "zeroed": {k: f.fixed[k] for k in f.zeroed},
+             "prior_dominated": {k: round(v, 3) for k, v in f.prior_dominated.items()},
              "median_abs_log_residual": float(np.median(np.abs(f.log_residual)))}
     return new, facts
 
