@@ -1,0 +1,74 @@
+"""``specsim validate-serving``."""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import sys
+from pathlib import Path
+from typing import Optional
+
+from simulator.errors import InputError
+
+from .compare import validate_serving
+from .report import _pct, _spct, write_report
+
+LOGGER = "validate.serving"
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a record is emitted (a test runner may swap it between calls)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
+def _progress_to_stderr() -> None:
+    """Show this package's progress lines (INFO) on stderr unless logging is already configured: a handler on the
+    root logger or on ours is left alone (the repo has no process-wide logging set-up to follow)."""
+    pkg = logging.getLogger(LOGGER)
+    if logging.getLogger().handlers or pkg.handlers:
+        return
+    h = _StderrHandler()
+    h.setFormatter(logging.Formatter("%(message)s"))
+    pkg.addHandler(h)
+    if pkg.level == logging.NOTSET:
+        pkg.setLevel(logging.INFO)
+
+
+def register(app) -> None:
+    """Add ``specsim validate-serving`` to the main app."""
+    import typer
+
+    @app.command("validate-serving")
+    def validate_serving_cmd(
+        run_dirs: list[Path] = typer.Argument(..., help="serve-run directories (specsim calibrate serve-run)"),
+        profile: Path = typer.Option(..., "--profile", help="cost profile YAML (fitted; its fit.setup names the models)"),
+        report: Path = typer.Option(..., "--report", help="report folder"),
+        fit_levels: Optional[str] = typer.Option(None, "--fit-levels",
+                                                 help="re-fit the step-time parameters on these levels only, e.g. closed-1,closed-2"),
+        max_median_ape: Optional[float] = typer.Option(None, "--max-median-ape", help="exit 1 above this held-out latency median APE"),
+    ) -> None:
+        """Predict measured concurrent runs with the serving simulator (trace replay); report errors and figures."""
+        if max_median_ape is not None and not max_median_ape > 0:
+            raise InputError(None, "--max-median-ape", f"must be > 0 (got {max_median_ape})")
+        levels = [x.strip() for x in fit_levels.split(",") if x.strip()] if fit_levels else None
+        _progress_to_stderr()
+        v = validate_serving(run_dirs, profile, levels)
+        command = "specsim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+        path = write_report(v, report, command, profile, max_median_ape)
+        h = v.headline
+        typer.echo(f"held out ({h['model']}, n={h['latency_n']}): latency median APE {_pct(h['latency_median_ape'])} "
+                   f"p90 {_pct(h['latency_p90_ape'])} bias {_spct(h['latency_bias'])}; TTFT median APE "
+                   f"{_pct(h['ttft_median_ape'])}; report {path}")
+        if max_median_ape is not None and h["latency_median_ape"] > max_median_ape:
+            typer.echo(f"FAIL: held-out latency median APE {_pct(h['latency_median_ape'])} > {_pct(max_median_ape)}", err=True)
+            raise typer.Exit(1)

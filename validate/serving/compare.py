@@ -1,0 +1,118 @@
+"""The whole validation: load the runs, optionally fit the step parameters on the fit levels, predict every
+run with each model, and tabulate per request, per run and per decode step against the measurements."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from simulator.errors import InputError
+
+from .fit import _step_times, fit_step_params, step_aggregates
+from .load import ServingRun, load_run
+from .predict import measured_run_figures, predict_run, predicted_run_figures
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ServingValidation:
+    per_request: pd.DataFrame  # run, label, model, role, request rows
+    per_run: pd.DataFrame
+    steps: pd.DataFrame  # decode-only step times by batch size, measured vs predicted
+    fit: dict | None
+    headline: dict
+    runs: list[ServingRun]
+
+
+def _errors(d: pd.DataFrame, pred: str, meas: str) -> dict:
+    from validate.metrics import summarize
+
+    s = summarize(d[pred], d[meas])
+    return {"n": s["n"], "median_ape": s["median_ape"], "p90_ape": s["p90_ape"], "bias": s["bias"]}
+
+
+def validate_serving(run_dirs: list[str | Path], profile_path: str | Path, fit_levels: list[str] | None = None) -> ServingValidation:
+    from simulator.cost_model import CostProfile
+    from simulator.loading import load_yaml_model
+    from validate.replay import setup_from_profile
+
+    if not run_dirs:
+        raise InputError(None, "RUNDIR", "give at least one serve-run directory")
+    profile = load_yaml_model(profile_path, CostProfile)
+    setup = setup_from_profile(profile)
+    runs = [load_run(p) for p in run_dirs]
+    params = profile.params(setup.hardware)
+    labels = {r.label for r in runs} | {r.level for r in runs}
+    models = {"profile": (params, set())}
+    fit = None
+    if fit_levels:
+        unknown = [f for f in fit_levels if f not in labels]
+        if unknown:
+            raise InputError(None, "--fit-levels", f"no run labelled {unknown[0]!r} (have: {', '.join(sorted(labels))})")
+        fitted = {r.label for r in runs if any(r.matches(f) for f in fit_levels)}
+        if len(fitted) == len({r.label for r in runs}):
+            raise InputError(None, "--fit-levels", "every run is a fit run: nothing held out to validate on "
+                                                   "(in-sample error is not validation)")
+        fit_steps = pd.concat([r.steps for r in runs if r.label in fitted], ignore_index=True)
+        p2, fit = fit_step_params(fit_steps, params, setup)
+        fit["levels"] = list(fit_levels)
+        fit["runs"] = [str(r.path) for r in runs if r.label in fitted]
+        fit["engines"] = sorted(set(fit_steps.engine))
+        models["profile+step-fit"] = (p2, fitted)
+        log.info("step fit on %d engine steps of %d runs (%s): %s%s", fit["steps"], len(fit["runs"]), ", ".join(fit_levels),
+                 ", ".join(f"{k} {v:.4g}" for k, v in fit["values"].items()),
+                 "".join(f"; {k} kept at the profile's value ({why})" for k, why in fit["kept_at_prior"].items()))
+    log.info("replaying %d runs (%d requests) with %s", len(runs), sum(len(r.requests) for r in runs), ", ".join(models))
+    rows, runrows, steprows = [], [], []
+    for r in runs:
+        meas = measured_run_figures(r)
+        runrows.append({"run": str(r.path), "label": r.label, "system": r.system, "level": r.level, "mode": r.mode,
+                        "users": r.users, "rate_per_s": r.rate_per_s, "model": "measured", "role": "measured",
+                        "n": len(r.requests), "latency_mean_s": float(r.requests.latency_s.mean()), **meas})
+        dec = r.steps[(r.steps.prefill_requests == 0) & (r.steps.engine == "base")]
+        for name, (p, fitted) in models.items():
+            role = "fit (in-sample)" if r.label in fitted else "held out"
+            log.debug("predicting %s with %s (%s)", r.path, name, role)
+            t, res = predict_run(r, p, setup)
+            t.insert(0, "run", str(r.path))
+            t.insert(1, "label", r.label)
+            t.insert(2, "model", name)
+            t.insert(3, "role", role)
+            rows.append(t)
+            runrows.append({"run": str(r.path), "label": r.label, "system": r.system, "level": r.level, "mode": r.mode,
+                            "users": r.users, "rate_per_s": r.rate_per_s, "model": name, "role": role, "n": len(t),
+                            "latency_mean_s": float(t.pred_latency_s.mean()), **predicted_run_figures(res),
+                            **{f"latency_{k}": v for k, v in _errors(t, "pred_latency_s", "latency_s").items() if k != "n"},
+                            **{f"ttft_{k}": v for k, v in _errors(t, "pred_ttft_s", "ttft_s").items() if k != "n"}})
+            if len(dec):
+                pt = _step_times(p, setup, step_aggregates(dec))
+                steprows.append(pd.DataFrame({"run": str(r.path), "label": r.label, "model": name, "role": role,
+                                              "batch": dec.running.to_numpy(), "measured_s": dec.duration_s.to_numpy(),
+                                              "predicted_s": pt}))
+    per_request = pd.concat(rows, ignore_index=True)
+    best = "profile+step-fit" if fit else "profile"
+    held = per_request[(per_request.model == best) & (per_request.role == "held out")]
+    headline = {"model": best, **{f"latency_{k}": v for k, v in _errors(held, "pred_latency_s", "latency_s").items()},
+                **{f"ttft_{k}": v for k, v in _errors(held, "pred_ttft_s", "ttft_s").items() if k != "n"}}
+    return ServingValidation(per_request, pd.DataFrame(runrows), pd.concat(steprows, ignore_index=True) if steprows
+                             else pd.DataFrame(), fit, headline, runs)
+
+
+
+def speedup_table(v: ServingValidation, baseline: str = "vanilla-base") -> pd.DataFrame:
+    """Per (system, level, model, repeat): mean latency of ``baseline`` at the same level and repeat
+    folder over the system's (measured, and predicted by each model); empty without both."""
+    pr = v.per_run.assign(rep=[str(Path(r).parent.parent) for r in v.per_run.run])
+    base = pr[pr.system == baseline].set_index(["rep", "level", "model"])["latency_mean_s"]
+    rows = []
+    for _, r in pr[pr.system != baseline].iterrows():
+        key = (r.rep, r.level, r.model)
+        if key in base.index:
+            rows.append({"system": r.system, "baseline": baseline, "level": r.level, "mode": r["mode"], "users": r.users,
+                         "model": r.model, "rep": r.rep, "speedup": float(base.loc[key]) / r.latency_mean_s})
+    return pd.DataFrame(rows)
+

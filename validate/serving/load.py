@@ -1,0 +1,61 @@
+"""Loading measured serving runs (``specsim calibrate serve-run`` / ``serve-systems`` directories)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from simulator.errors import InputError
+
+
+@dataclass
+class ServingRun:
+    path: Path
+    label: str  # the arrival level (closed-N | poisson-R), prefixed "SYSTEM/" for whole-system runs
+    mode: str  # closed | poisson
+    users: int  # closed loop: N; open loop: 0
+    rate_per_s: float  # open loop: offered rate; closed: nan
+    requests: pd.DataFrame
+    steps: pd.DataFrame  # engine steps; column ``engine``: base (serve_steps.jsonl) or small (serve_small_steps.jsonl)
+    meta: dict
+    level: str = ""  # the arrival level alone
+    system: str = "vanilla-base"
+    calls: pd.DataFrame | None = None  # whole-system runs (serve-systems): every engine call, in order
+
+    def matches(self, name: str) -> bool:
+        """``--fit-levels`` names a level (every system's run at it) or one system's run (SYSTEM/LEVEL)."""
+        return name in (self.label, self.level)
+
+
+def load_run(path: str | Path) -> ServingRun:
+    from calibrate.serving_run import load_serving_run
+
+    d = load_serving_run(path)
+    meta = d["run"][0]
+    arr = meta["options"].get("arrivals")
+    where = str(Path(path) / "run.json")
+    if not isinstance(arr, dict) or arr.get("mode") not in ("closed", "poisson"):
+        raise InputError(where, "options.arrivals", "expected {mode: closed|poisson, ...}")
+    req = pd.DataFrame(d["serve_request"]).sort_values("request_id").reset_index(drop=True)
+    if list(req.request_id) != list(range(len(req))):
+        raise InputError(str(Path(path) / "serve_requests.jsonl"), "request_id", "expected request ids 0..n-1, once each")
+    st = pd.DataFrame(d["serve_step"]).assign(engine="base")
+    if d.get("serve_small_step"):
+        st = pd.concat([st, pd.DataFrame(d["serve_small_step"]).assign(engine="small")], ignore_index=True)
+    mode = arr["mode"]
+    users = int(arr.get("users", 0)) if mode == "closed" else 0
+    rate = float(arr.get("rate_per_s", np.nan)) if mode == "poisson" else np.nan
+    level = meta["options"].get("label", Path(path).name)
+    calls = None
+    if d.get("serve_call"):
+        calls = pd.DataFrame(d["serve_call"]).sort_values(["request_id", "call_index"]).reset_index(drop=True)
+        missing = sorted(set(req.request_id) - set(calls.request_id))
+        if missing:
+            raise InputError(str(Path(path) / "serve_calls.jsonl"), "request_id", f"request {missing[0]} has no calls")
+    system = meta.get("system") or "vanilla-base"
+    label = f"{system}/{level}" if calls is not None else level
+    return ServingRun(Path(path), label, mode, users, rate, req, st, meta, level, system, calls)
+

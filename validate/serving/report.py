@@ -1,0 +1,192 @@
+"""The report folder: markdown (``report.md``), figures, ``per_request.csv`` / ``per_run.csv`` /
+``speedup.csv`` and ``summary.json``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .compare import ServingValidation, _errors, speedup_table
+from .fit import FIT_PARAMS
+
+
+def _pct(x: float) -> str:
+    return "n/a" if x is None or not np.isfinite(x) else f"{100 * x:.1f}%"
+
+
+def _spct(x: float) -> str:
+    return "n/a" if x is None or not np.isfinite(x) else f"{100 * x:+.1f}%"
+
+
+def _level_key(label: str) -> tuple:
+    system, _, level = label.rpartition("/")
+    kind, _, v = level.partition("-")
+    return (system, kind != "closed", float(v) if v.replace(".", "", 1).isdigit() else 0.0)
+
+
+def plots(v: ServingValidation, out: Path) -> list[str]:
+    from validate.report import _plt, _save_png
+
+    plt = _plt()
+    pr = v.per_run
+    names = []
+    models = [m for m in pr.model.unique() if m != "measured"]
+    style = {"measured": dict(marker="o", color="k", ls="none", ms=7), "profile": dict(marker="s", ls="--", color="tab:blue"),
+             "profile+step-fit": dict(marker="^", ls="-", color="tab:orange")}
+    systems = list(dict.fromkeys(pr.system))
+    colors = dict(zip(systems, ("tab:blue", "tab:green", "tab:red", "tab:purple")))
+    for fname, cols, ylabels in (
+        ("latency_vs_concurrency.png", ("latency_p50_s", "ttft_p50_s"), ("median latency (s)", "median TTFT (s)")),
+        ("throughput_vs_concurrency.png", ("throughput_rps", "output_tok_per_s"), ("throughput (requests/s)", "output tokens/s")),
+    ):
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+        for ax, col, yl in zip(axes, cols, ylabels):
+            for sysname in systems:
+                ps = pr[pr.system == sysname]
+                closed, pois = ps[ps["mode"] == "closed"], ps[ps["mode"] == "poisson"]
+                tag = f"{sysname} " if len(systems) > 1 else ""
+                for m in ["measured", *models]:
+                    st = dict(style.get(m, {}))
+                    if len(systems) > 1:
+                        st["color"] = colors[sysname] if m != "measured" else st.get("color", "k")
+                        if m == "measured":
+                            st.update(mfc=colors[sysname], color=colors[sysname])
+                    d = closed[closed.model == m].groupby("users")[col].median()
+                    if len(d):
+                        ax.plot(d.index, d.values, label=f"{tag}{m} (closed loop)", **st)
+                    dp = pois[pois.model == m]
+                    if len(dp):
+                        g = dp.groupby("rate_per_s")
+                        # open loop: placed at the measured time-weighted batch size of the run
+                        xb = pois[pois.model == "measured"].groupby("rate_per_s")["batch_mean"].median()
+                        ax.plot(xb.loc[list(g.groups)].values, g[col].median().values, ls="none", mfc="none",
+                                marker=st.get("marker", "x"), color=st.get("color", "grey"),
+                                ms=9, label=f"{tag}{m} (Poisson, at measured mean batch)")
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("closed-loop users / Poisson: measured mean batch")
+            ax.set_ylabel(yl)
+            ax.grid(alpha=0.3)
+        axes[0].legend(fontsize=6)
+        _save_png(fig, out / fname)
+        plt.close(fig)
+        names.append(fname)
+    sp = speedup_table(v)
+    if len(sp):
+        fig, ax = plt.subplots(figsize=(5.5, 4.2))
+        for m in ["measured", *models]:
+            d = sp[(sp.model == m) & (sp["mode"] == "closed")].groupby("users")["speedup"].median()
+            if len(d):
+                ax.plot(d.index, d.values, label=m, **style.get(m, {}))
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("closed-loop users")
+        ax.set_ylabel(f"speedup over {sp.baseline.iloc[0]} (mean latency ratio)")
+        ax.set_title(f"{sp.system.iloc[0]} under load")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        _save_png(fig, out / "speedup_vs_concurrency.png")
+        plt.close(fig)
+        names.append("speedup_vs_concurrency.png")
+    if len(v.steps):
+        fig, ax = plt.subplots(figsize=(5.5, 4.2))
+        for m in ["measured", *models]:
+            d = v.steps[v.steps.model == (models[0] if m == "measured" else m)]
+            g = d.groupby("batch")["measured_s" if m == "measured" else "predicted_s"].median() * 1000
+            ax.plot(g.index, g.values, label=m, **style.get(m, {}))
+        ax.set_xlabel("batch size (decode-only steps)")
+        ax.set_ylabel("median step time (ms)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        _save_png(fig, out / "step_time_vs_batch.png")
+        plt.close(fig)
+        names.append("step_time_vs_batch.png")
+    return names
+
+
+def write_report(v: ServingValidation, out: str | Path, command: str, profile_path: str | Path, bar: float | None) -> Path:
+    from simulator.loading import write_atomic
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    figs = plots(v, out)
+    write_atomic(out / "per_request.csv", v.per_request.to_csv(index=False))
+    write_atomic(out / "per_run.csv", v.per_run.to_csv(index=False))
+    h = v.headline
+    L = ["# Serving-model validation against real vLLM (concurrent requests)", "",
+         f"Command: `{command}`", "", f"Cost profile: `{profile_path}`", ""]
+    L += [f"**Headline** ({h['model']}, held-out requests only, n={h['latency_n']}): latency median APE "
+          f"{_pct(h['latency_median_ape'])}, p90 {_pct(h['latency_p90_ape'])}, bias {_spct(h['latency_bias'])}; "
+          f"TTFT median APE {_pct(h['ttft_median_ape'])}, p90 {_pct(h['ttft_p90_ape'])}, bias {_spct(h['ttft_bias'])}."
+          + (f" Bar: {_pct(bar)}." if bar is not None else ""), ""]
+    if v.fit:
+        f = v.fit
+        L += ["## Step fit (batch scaling)", "",
+              f"Fitted on the {f['steps']} engine steps of levels {', '.join(f['levels'])} only; those runs are "
+              "marked *fit (in-sample)* below and excluded from the headline.", "",
+              "| parameter | value | relative stderr |", "|---|---|---|"]
+        L += [f"| `{k}` | {f['values'][k]:.4g} | "
+              + (f"{f['rel_stderr'][k]:.3g} |" if np.isfinite(f["rel_stderr"][k]) else
+                 f"kept at the profile's value: {f['kept_at_prior'].get(k, 'not pinned')} |")
+              for k in FIT_PARAMS]
+        L += ["", f"Median |log residual| of the fit steps: {f['median_abs_log_residual']:.3f}.", ""]
+    L += ["## Per run", "",
+          "| run | model | role | n | median latency meas/pred (s) | latency median APE | p90 APE | bias | "
+          "TTFT median APE | TTFT bias | req/s meas/pred | out tok/s meas/pred | mean batch meas/pred |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    pr = v.per_run
+    for run in sorted(pr.run.unique(), key=lambda r: (_level_key(pr[pr.run == r].label.iloc[0]), r)):
+        d = pr[pr.run == run]
+        m = d[d.model == "measured"].iloc[0]
+        for _, p in d[d.model != "measured"].iterrows():
+            folder = Path(run).parents[1].name if "/" in p.label else Path(run).parent.name
+            L.append(f"| {folder}/{p.label} | {p.model} | {p.role} | {p.n} | "
+                     f"{m.latency_p50_s:.2f} / {p.latency_p50_s:.2f} | {_pct(p.latency_median_ape)} | "
+                     f"{_pct(p.latency_p90_ape)} | {_spct(p.latency_bias)} | {_pct(p.ttft_median_ape)} | "
+                     f"{_spct(p.ttft_bias)} | {m.throughput_rps:.3f} / {p.throughput_rps:.3f} | "
+                     f"{m.output_tok_per_s:.1f} / {p.output_tok_per_s:.1f} | {m.batch_mean:.2f} / {p.batch_mean:.2f} |")
+    # per level, held out, all repeats pooled
+    L += ["", "## Per concurrency level (held-out requests, repeats pooled)", "",
+          "| level | model | n | latency median APE | p90 APE | bias | TTFT median APE | TTFT bias |", "|---|---|---|---|---|---|---|---|"]
+    q = v.per_request
+    for (label, model), d in sorted(q[q.role == "held out"].groupby(["label", "model"]), key=lambda kv: (_level_key(kv[0][0]), kv[0][1])):
+        e, t = _errors(d, "pred_latency_s", "latency_s"), _errors(d, "pred_ttft_s", "ttft_s")
+        L.append(f"| {label} | {model} | {e['n']} | {_pct(e['median_ape'])} | {_pct(e['p90_ape'])} | {_spct(e['bias'])} | "
+                 f"{_pct(t['median_ape'])} | {_spct(t['bias'])} |")
+    sp = speedup_table(v)
+    if len(sp):
+        L += ["", f"## Speedup of {sp.system.iloc[0]} over {sp.baseline.iloc[0]} under load (mean latency ratio, "
+              "median over repeats)", "", "| level | measured | " + " | ".join(m for m in v.per_run.model.unique()
+                                                                     if m != "measured") + " |",
+              "|---|---|" + "---|" * (v.per_run.model.nunique() - 1)]
+        piv = sp.groupby(["level", "model"])["speedup"].median().unstack("model")
+        for lv in sorted(piv.index, key=_level_key):
+            L.append(f"| {lv} | " + " | ".join(f"{piv.loc[lv, m]:.3f}" if m in piv and np.isfinite(piv.loc[lv, m]) else "n/a"
+                                               for m in ["measured", *[m for m in v.per_run.model.unique() if m != "measured"]])
+                     + " |")
+        write_atomic(out / "speedup.csv", sp.to_csv(index=False))
+    L += ["", "## Figures", ""] + [f"![{n}]({n})" for n in figs]
+    L += ["", "## Provenance", "", "| run | created | engine | hardware | loadavg before → after | wall s | run command |",
+          "|---|---|---|---|---|---|---|"]
+    for r in v.runs:
+        o = r.meta["options"]
+        L.append(f"| {r.path} | {r.meta['created_at']} | {r.meta['engine']} {r.meta['engine_version']} | "
+                 f"{r.meta['hardware'].get('cpu_model')} x{r.meta['hardware'].get('cpu_count')} | "
+                 f"{o.get('loadavg_before', [None])[:1]} → {o.get('loadavg_after', [None])[:1]} | {o.get('wall_s')} | "
+                 f"`{r.meta['command']}` |")
+    r0 = v.runs[0]
+    models = ", ".join(f"{role} {Path(m.get('path', '?')).name} ({m.get('num_layers')} layers)" for role, m in r0.meta["models"].items())
+    if any(r.calls is not None for r in v.runs):
+        L += ["", f"Models: {models}; dtype {r0.meta['dtype']}, seed {r0.meta['seed']}, greedy. Whole-system runs "
+              "(`specsim calibrate serve-systems`): every request runs the runner's orchestrator (steps up to a blank "
+              "line, scoring, acceptance, budget checked between steps) with the small and base engines colocated; "
+              "each request's measured calls are replayed through the serving simulator.", ""]
+    else:
+        L += ["", f"Models: {models}; dtype {r0.meta['dtype']}, seed {r0.meta['seed']}, greedy, EOS ignored, output "
+              "length per request fixed by the seed.", ""]
+    write_atomic(out / "report.md", "\n".join(L) + "\n")
+    write_atomic(out / "summary.json", json.dumps({"command": command, "headline": h, "fit": v.fit,
+                                                   "per_run": json.loads(v.per_run.to_json(orient="records"))}, indent=1))
+    return out / "report.md"
+
