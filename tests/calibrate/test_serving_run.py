@@ -14,7 +14,7 @@ import pytest
 from calibrate.serving_run import ClosedLoop, PoissonLoop, ServeRequest, StepReport, drive
 
 ROOT = Path(__file__).resolve().parents[2]
-SPECSIM = [sys.executable, "-m", "simulator.cli"]
+SPECSIM = [sys.executable, "-m", "specsim_cli"]
 
 
 class FakeClock:
@@ -248,11 +248,11 @@ def test_step_fit_recovers_a_known_per_sequence_overhead():
         rows.append({"new_tokens": new, "context_tokens": ctx, "running": b, "duration_s": 1.0})
     steps = pd.DataFrame(rows)
     steps["duration_s"] = _step_times(truth, setup, step_aggregates(steps)) * rng.lognormal(0, 0.03, len(steps))
-    # decode steps at near-constant context cannot separate t_step from eta_mem (|corr| ~ 1): the one fitter
-    # keeps t_step at the starting profile's value and says so; with that value right, t_seq is recovered
+    # decode steps at near-constant context barely separate t_step from eta_mem: the one fitter's prior (the
+    # starting profile's t_step, right here) settles that direction; t_seq and eta_mem are recovered from a wrong start
     start = dataclasses.replace(truth, seq_overhead_s=0.0, mem_efficiency=0.3, compute_efficiency=0.1)
     fitted, facts = fit_step_params(steps, start, setup)
-    assert "step_overhead_s" in facts["kept_at_prior"] and "collinear" in facts["kept_at_prior"]["step_overhead_s"]
+    assert fitted.step_overhead_s == pytest.approx(0.02, rel=0.1) and facts["rel_stderr"]["step_overhead_s"] > 0.05
     assert fitted.seq_overhead_s == pytest.approx(3e-3, rel=0.1)
     assert fitted.mem_efficiency == pytest.approx(0.5, rel=0.1)
     assert facts["median_abs_log_residual"] < 0.05
