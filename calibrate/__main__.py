@@ -1,7 +1,8 @@
 """``python -m calibrate ...``: the ``specsim calibrate`` commands without the rest of the CLI.
 
-Same error contract as ``specsim`` (``simulator.cli.run_app``): an InputError or a usage mistake
-becomes one line on stderr and exit code 2.
+Same error contract as ``specsim`` (``specsim_cli.main.run_app``): an InputError or a usage mistake
+becomes one line on stderr and exit code 2. The group's commands are composed in ``specsim_cli.main``
+(``fit``, ``fit-workload``, ``serve-run``, ... live in their own modules), so this entry point runs it from there.
 """
 
 from __future__ import annotations
@@ -10,13 +11,9 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from calibrate.cli import app
-    from simulator.cli import _hide_flag_types, ensure_registered, quiet_engines, run_app
+    from specsim_cli.main import calibrate_main
 
-    argv = quiet_engines(argv)
-    _hide_flag_types()
-    ensure_registered()  # fit, fit-workload, serve-run, ... are added to this app there
-    return run_app(app, argv, "specsim calibrate")
+    return calibrate_main(argv)
 
 
 if __name__ == "__main__":

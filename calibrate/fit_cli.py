@@ -1,6 +1,6 @@
 """``specsim calibrate fit``: thin entry point over :mod:`calibrate.fit_cost`.
 
-Registered on the ``calibrate`` sub-app by :func:`register` (called from ``simulator.cli``).
+Registered on the ``calibrate`` sub-app by :func:`register` (called from ``specsim_cli.main``).
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ case "$cmd" in
               --gammas 1,2,4,8 --decode-tokens 32 --repeats 3 --dtype bfloat16)
       fi
       echo "static-bench $arch -> $dir" >&2
-      (cd "$ROOT" && PYTHONPATH="$ROOT" "$PY" -m simulator.cli calibrate static-bench --arch "$arch" --out "$dir" "${opts[@]}")
+      (cd "$ROOT" && PYTHONPATH="$ROOT" "$PY" -m specsim_cli calibrate static-bench --arch "$arch" --out "$dir" "${opts[@]}")
       tar -czf "$OUT/static-$arch.tar.gz" -C "$OUT/work" "static-$arch"
     done
     ls -la "$OUT"

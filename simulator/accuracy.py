@@ -23,11 +23,12 @@ minus ``margin``) or absolute. A configuration *meets* the floor when the lower 
 interval of (its accuracy - the floor) is >= 0 (shown not worse: non-inferiority), *fails* when the
 upper end is < 0 (shown worse), and is *unknown* otherwise (no data, or inconclusive).
 
-Build the shipped profiles (``python -m simulator.accuracy --help``)::
+Build the shipped profiles (``python -m calibrate.accuracy_profile --help``; the run directories are read
+there and handed here as :class:`GradedRun`)::
 
-    .venv/bin/python -m simulator.accuracy aggregates ../shared/data/specreason-aime-traces/per-problem-aggregates.json \\
+    .venv/bin/python -m calibrate.accuracy_profile aggregates ../shared/data/specreason-aime-traces/per-problem-aggregates.json \\
         --workload aime_qwq32b_r1-1.5b --out simulator/profiles/accuracy_aime_qwq32b_r1-1.5b.yaml
-    .venv/bin/python -m simulator.accuracy runs reports/cpu-workload/runs/* \\
+    .venv/bin/python -m calibrate.accuracy_profile runs reports/cpu-workload/runs/* \\
         --workload cpu_gsm_smollm2 --out simulator/profiles/accuracy_cpu_gsm_smollm2.yaml
 """
 
@@ -345,16 +346,28 @@ def from_aggregates(path: str | Path, workload) -> AccuracyProfile:
     })
 
 
-def from_runs(paths: list[str | Path], workload) -> AccuracyProfile:
+@dataclass(frozen=True)
+class GradedRun:
+    """One run's graded answers as plain data (``calibrate/accuracy_profile.py`` reads run directories
+    into these): its source (the run directory; its name names the group), system, run metadata
+    (``run.json``: ``budget_tokens``, ``threshold``, ``gamma``, ``first_n``, ``dataset``, ``sampling``) and
+    the count of correct answers among its graded requests (``graded`` 0: no graded answers)."""
+
+    source: str
+    system: str
+    meta: dict
+    correct: int
+    graded: int
+
+
+def from_graded_runs(runs: list[GradedRun], workload) -> AccuracyProfile:
     """The runner's graded answers (requests.jsonl ``correct``) of runs at the workload's budget: one entry
     per (system, threshold, first_n) of the plain chains (drafted runs count for their plain chain: exact),
-    one group per run (weight = its requests)."""
-    from calibrate.fit_workload_runs import read_run
-
+    one group per run (weight = its graded requests)."""
     entries: dict[tuple, dict] = {}
     used, skipped = [], []
-    for path in paths:
-        r = read_run(path)
+    for r in runs:
+        path = r.source
         if int(r.meta.get("budget_tokens", -1)) != workload.token_budget:
             skipped.append(f"{path} (budget {r.meta.get('budget_tokens')})")
             continue
@@ -363,16 +376,15 @@ def from_runs(paths: list[str | Path], workload) -> AccuracyProfile:
                            threshold=int(thr) if REGISTRY[r.system].scores_steps else None,
                            first_n=int(r.meta.get("first_n") or 0) if REGISTRY[r.system].scores_steps else 0)
         key = data_key(cfg)
-        graded = r.requests[r.requests["correct"].notna()] if "correct" in r.requests else r.requests.iloc[:0]
-        if not len(graded):
+        if not r.graded:
             skipped.append(f"{path} (no graded answers)")
             continue
-        c = int(graded["correct"].astype(bool).sum())
         e = entries.setdefault(key, {"system": key[0], "threshold": key[1], "first_n": key[2], "source": [], "groups": [],
                                      "conditions": f"{r.meta.get('dataset')}, budget {workload.token_budget}, "
                                                    f"temperature {r.meta.get('sampling', {}).get('temperature')}"})
         e["source"].append(str(path) + (f" ({r.system}, exact)" if REGISTRY[r.system].draft else ""))
-        e["groups"].append({"name": Path(path).name, "weight": float(len(graded)), "correct": c, "total": int(len(graded))})
+        e["groups"].append({"name": Path(path).name, "weight": float(r.graded), "correct": int(r.correct),
+                            "total": int(r.graded)})
         used.append(str(path))
     if not entries:
         raise InputError(None, "runs", f"no run at the workload's {workload.token_budget}-token budget with graded answers")
@@ -395,34 +407,3 @@ def profile_yaml(profile: AccuracyProfile, command: str) -> str:
             f"# Regenerate (do not edit by hand):\n#   {command}\n")
     return head + yaml.safe_dump(profile.model_dump(mode="json", exclude_none=True), sort_keys=False, width=120,
                                  default_flow_style=None)
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-    import sys
-
-    ap = argparse.ArgumentParser(prog="python -m simulator.accuracy", description="Build an accuracy profile from data.")
-    ap.add_argument("source", choices=["aggregates", "runs"])
-    ap.add_argument("inputs", nargs="+")
-    ap.add_argument("--workload", required=True, help="workload profile name or path (its models, budget, problems)")
-    ap.add_argument("--out", required=True)
-    a = ap.parse_args(argv)
-    try:
-        from simulator.workload import load_workload
-
-        wp = a.workload if a.workload.endswith(".yaml") else PROFILES_DIR / f"workload_{a.workload}.yaml"
-        w = load_workload(wp)
-        prof = from_aggregates(a.inputs[0], w) if a.source == "aggregates" else from_runs(a.inputs, w)
-        cmd = ".venv/bin/python -m simulator.accuracy " + " ".join(argv if argv is not None else sys.argv[1:])
-        Path(a.out).write_text(profile_yaml(prof, cmd), encoding="utf-8")
-    except InputError as e:
-        print(f"error: {' '.join(e.one_line().split())}", file=sys.stderr)
-        return 2
-    print(f"wrote {a.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    import sys
-
-    sys.exit(main())

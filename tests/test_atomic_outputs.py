@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simulator.cli import main
+from specsim_cli.main import main
 from tests.test_validate import make_run_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,7 +68,7 @@ def test_sigkill_during_fit_never_leaves_a_partial_profile(tmp_path):
     a, b, _ = _runs(tmp_path)
     prof = tmp_path / "cost.yaml"
     for delay in (0.8, 1.6, 2.4):
-        p = subprocess.Popen([sys.executable, "-m", "simulator.cli", "calibrate", "fit", a, b, "--out", str(prof)],
+        p = subprocess.Popen([sys.executable, "-m", "specsim_cli", "calibrate", "fit", a, b, "--out", str(prof)],
                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(delay)
         p.send_signal(signal.SIGKILL)

@@ -13,10 +13,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from simulator.capacity import LoadSpec, Point, capacity_table, evaluate, run_points, search_capacity
-from simulator.cli import main
 from simulator.errors import InputError
 from simulator.serving.slo import parse_slo
 from simulator.systems import SystemConfig
+from specsim_cli.main import main
 
 SC = "scenarios/cpu-smollm2.yaml"
 LOAD = LoadSpec(requests=80, seed=3)

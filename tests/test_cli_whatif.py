@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from simulator.cli import main
 from simulator.scenario import list_scenarios
+from specsim_cli.main import main
 
 REF = "scenarios/reference-a6000-qwq32b.yaml"
 
@@ -119,7 +119,7 @@ def test_missing_scenario_file(capsys):
 
 def test_console_script_exit_code_and_no_traceback(tmp_path):
     p = _write(tmp_path, BASE_SCENARIO.replace("gamma: [1, 2, 3, 4, 5, 6, 7, 8]", "gamma: [-1]"))
-    r = subprocess.run([sys.executable, "-m", "simulator.cli", "whatif", str(p)], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "specsim_cli", "whatif", str(p)], capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr and "grid.gamma" in r.stderr
 
 
@@ -215,7 +215,7 @@ def test_help_is_for_users(capsys):
 
 
 def test_verbose_anywhere_is_taken_out_and_engines_quiet_by_default(monkeypatch):
-    from simulator import cli
+    import specsim_cli.main as cli
 
     monkeypatch.delenv("SPECSIM_VERBOSE", raising=False)
     monkeypatch.delenv("VLLM_LOGGING_LEVEL", raising=False)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.cli import main
+from specsim_cli.main import main
 from tests.test_validate import _setup, make_run_dir
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from simulator.cli import main
 from simulator.errors import InputError
+from specsim_cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "specreason-aime-traces"

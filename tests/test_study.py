@@ -11,7 +11,7 @@ import pytest
 from calibrate.study.acceptance import (acceptance_length, conditional_acceptance, per_position_acceptance,
                                         replay_greedy, run_lengths, speedup_iid, speedup_per_position)
 from calibrate.study.token_classes import step_offsets, token_class
-from simulator.cli import main
+from specsim_cli.main import main
 
 MODEL_DIR = Path(".cache/models/smollm2-135m-instruct")
 

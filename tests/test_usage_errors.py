@@ -10,7 +10,7 @@ import sys
 import pytest
 import typer.main
 
-from simulator import cli
+import specsim_cli.main as cli
 
 # subcommands whose parameters are all optional: no arguments is a valid call (and would run the job)
 VALID_WITHOUT_ARGS = {("calibrate", "prepare-models")}
@@ -110,8 +110,8 @@ def test_without_engines_or_click_in_a_subprocess():
              "            raise ImportError(f'No module named {name!r}')\n"
              "sys.meta_path.insert(0, _Absent())\n")
     for code, expect in (
-        (block + "from simulator.cli import main; sys.exit(main(['whatf', 'x']))", "Did you mean 'whatif'?"),
-        (block + "from simulator.cli import main; sys.exit(main(['calibrate', 'run', '--sytem', 'x']))", "--sytem"),
+        (block + "from specsim_cli.main import main; sys.exit(main(['whatf', 'x']))", "Did you mean 'whatif'?"),
+        (block + "from specsim_cli.main import main; sys.exit(main(['calibrate', 'run', '--sytem', 'x']))", "--sytem"),
         (block + "from calibrate.__main__ import main; sys.exit(main(['fit', '--outt', 'x']))", "--outt"),
     ):
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -22,7 +22,7 @@ from validate.metrics import ape, coverage, summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "specreason-aime-traces"
-SPECSIM = [sys.executable, "-m", "simulator.cli"]
+SPECSIM = [sys.executable, "-m", "specsim_cli"]
 TRUE = {"mem_efficiency": 0.7, "compute_efficiency": 0.45, "step_overhead_s": 3e-3, "layer_overhead_s": 15e-6,
         "call_overhead_s": 0.05, "allreduce_latency_s": 8e-6, "seq_overhead_s": 2e-5}
 

@@ -71,7 +71,7 @@ def validate(
     value = headline(res, bar_target)
     if max_median_ape is not None and value > max_median_ape:
         print(f"FAIL: median APE ({bar_target}) {100 * value:.2f}% > {100 * max_median_ape:.2f}%", file=sys.stderr)
-        sys.exit(1)  # not typer.Exit: simulator.cli.main drops click's returned exit code
+        sys.exit(1)  # not typer.Exit: specsim_cli.main.main drops click's returned exit code
 
 
 def register(app: typer.Typer) -> None:

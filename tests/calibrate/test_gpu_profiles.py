@@ -22,7 +22,7 @@ SHARED = REPO.parent / "shared" / "data"
 
 
 def _specsim(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", "import sys; from simulator.cli import main; sys.exit(main())", *map(str, args)],
+    return subprocess.run([sys.executable, "-c", "import sys; from specsim_cli.main import main; sys.exit(main())", *map(str, args)],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
 
 

@@ -21,7 +21,7 @@ from simulator.errors import InputError
 from tests.calibrate.fake_engine import FakeEngine
 
 ROOT = Path(__file__).resolve().parents[2]
-SPECSIM = [sys.executable, "-m", "simulator.cli"]
+SPECSIM = [sys.executable, "-m", "specsim_cli"]
 
 
 def writer(k: int) -> str:

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from simulator.cli import main
+from specsim_cli.main import main
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")

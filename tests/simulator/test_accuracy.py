@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 from simulator.accuracy import (AccuracyModel, AccuracyProfile, Floor, floor_status, load_accuracy_profile,
                                 model_for_workload, parse_floor)
 from simulator.capacity import add_accuracy, rank_configurations, recommend
-from simulator.cli import main
 from simulator.errors import InputError
 from simulator.scenario import load_scenario
 from simulator.systems import SystemConfig
+from specsim_cli.main import main
 
 AIME = "simulator/profiles/accuracy_aime_qwq32b_r1-1.5b.yaml"
 

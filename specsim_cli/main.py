@@ -1,0 +1,218 @@
+"""The ``specsim`` console script (`specsim --help`): the whole command tree and its error contract.
+
+The tree: the simulator's own commands (``simulator/cli.py``: whatif, list, show, capacity, report),
+``validate`` and ``validate-serving`` (``validate/cli.py``, ``validate/serving``), the ``calibrate``
+group (``calibrate/cli.py`` plus ``fit``, ``fit-workload`` from ``calibrate/fit_cli.py``, ``serve-run``,
+``serve-systems``) and the ``study`` group (``calibrate/study/cli.py``). The groups from ``calibrate`` and
+``validate`` are registered on first use (:func:`ensure_registered`); their modules import heavy
+engines lazily, inside the commands.
+
+Error contract (:func:`run_app`): exit 0 success, 1 a quality bar failed (``validate``), 2 bad
+input, a usage mistake or a case the tool cannot judge -- always one line ``error: ...`` on
+stderr, never a traceback (``SPECSIM_DEBUG=1`` re-raises unexpected errors).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from simulator.cli import app as simulator_app
+from simulator.errors import InputError
+
+APP_HELP = ("Simulate, fit and validate speculative reasoning (SpecReason) and speculative decoding on "
+            "reasoning models: what-if grids, capacity planning, real runs, validation.")
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=APP_HELP)
+# Typers added without a name have their commands merged into the top level, in this order:
+# the simulator's commands first, then validate / validate-serving, then the groups (calibrate, study).
+app.add_typer(simulator_app)
+_validate_commands = typer.Typer(add_completion=False)
+app.add_typer(_validate_commands)
+_registered = False
+
+
+def package_version() -> str:
+    """The installed distribution's version (package metadata), ``unknown`` when not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("specreason-sim")
+    except PackageNotFoundError:
+        return "unknown (not installed: pip install -e .)"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"specsim {package_version()}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="print the version and exit"),
+          verbose: bool = typer.Option(False, "--verbose", help="show the engines' own logs (vLLM INFO lines, "
+                                       "weight loading); accepted anywhere on the line; also SPECSIM_VERBOSE=1")) -> None:
+    """Simulate, fit and validate speculative reasoning and speculative decoding on reasoning models."""
+
+
+def _register_subapps() -> None:
+    from calibrate.cli import app as calibrate_app
+
+    app.add_typer(calibrate_app, name="calibrate", help="Run the real systems, microbenchmark, fit profiles.")
+    # calibrate fit + validate (calibrate/fit_cli.py, validate/cli.py); both import heavy parts lazily
+    from calibrate.fit_cli import register as _register_fit
+    from validate.cli import register as _register_validate
+
+    _register_fit(calibrate_app)
+    _register_validate(_validate_commands)
+    # study (calibrate/study/cli.py): torch and the models are imported only when a study runs
+    from calibrate.study.cli import app as study_app
+
+    app.add_typer(study_app, name="study", help="Speculative decoding study on real small models (torch, CPU) "
+                  "against the simulator's predictions.")
+    # calibrate serve-run + validate-serving (calibrate/serving_run.py, validate/serving): concurrent requests
+    from calibrate.serving_run import register as _register_serve_run
+    from validate.serving import register as _register_validate_serving
+
+    _register_serve_run(calibrate_app)
+    _register_validate_serving(_validate_commands)
+    from calibrate.serving_systems import register as _register_serve_systems
+
+    _register_serve_systems(calibrate_app)
+    for typer_app, name, what in (
+            (_validate_commands, "validate", "validate: fitting and predicting the held-out runs (trace replay, then distribution mode)"),
+            (_validate_commands, "validate-serving", "validate-serving: fitting step times and replaying the measured levels"),
+            (calibrate_app, "fit", "calibrate fit: robust least squares over the measured calls"),
+            (calibrate_app, "fit-workload", "calibrate fit-workload: fitting the workload distributions")):
+        _announce_when_long(typer_app, name, what)
+
+
+def _announce_when_long(typer_app: typer.Typer, name: str, what: str) -> None:
+    """Wrap a registered command so that, past a few seconds, it says what it is doing and when it is done
+    (``report_table.job``); the command's own code (in other packages) stays as it is."""
+    import functools
+
+    from simulator.report_table import job
+
+    for info in typer_app.registered_commands:
+        if (info.name or getattr(info.callback, "__name__", None)) == name and info.callback is not None \
+                and not getattr(info.callback, "_announced", False):
+            inner = info.callback
+
+            @functools.wraps(inner)
+            def wrapper(*args, __inner=inner, **kwargs):
+                with job(what, after_s=3.0):
+                    return __inner(*args, **kwargs)
+
+            wrapper._announced = True
+            info.callback = wrapper
+
+
+def ensure_registered() -> None:
+    """Register the sub-command groups once (also for ``python -m calibrate``)."""
+    global _registered
+    if not _registered:
+        _register_subapps()
+        _registered = True
+
+
+def full_app() -> typer.Typer:
+    """The whole ``specsim`` tree, sub-command groups registered (e.g. for ``typer.testing.CliRunner``)."""
+    ensure_registered()
+    return app
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def run_app(typer_app: typer.Typer, argv: list[str] | None, prog_name: str) -> int:
+    """Run ``typer_app`` under the error contract (module docstring): InputError and every usage
+    mistake (unknown command or option -- with typer's "did you mean" --, missing argument, bad
+    value) -> one line ``error: ...`` and 2; an unexpected exception -> one line and 2 as well
+    (the tool cannot judge this input), re-raised with ``SPECSIM_DEBUG=1``."""
+    import os
+
+    try:
+        rc = typer_app(args=argv, standalone_mode=False, prog_name=prog_name)
+    except InputError as e:
+        print(f"error: {_one_line(e.one_line())}", file=sys.stderr)
+        return 2
+    except typer.Exit as e:
+        return e.exit_code
+    except SystemExit as e:  # a command's sys.exit(code) (validate: 1 above the bar, 2 cannot judge)
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    except (typer.Abort, KeyboardInterrupt):
+        print("aborted", file=sys.stderr)
+        return 130
+    except typer.TyperException as e:  # typer's (vendored click) usage errors
+        if type(e).__name__ == "NoArgsIsHelpError":  # a bare group: its help was printed; not a mistake
+            return 0
+        ctx = getattr(e, "ctx", None)
+        where = f"{ctx.command_path}: " if ctx is not None and ctx.command_path else ""
+        print(f"error: {where}{_one_line(e.format_message())}", file=sys.stderr)
+        return 2 if getattr(e, "exit_code", 1) in (1, 2) else e.exit_code
+    except Exception as e:  # noqa: BLE001 - the contract: no traceback for any input
+        if os.environ.get("SPECSIM_DEBUG"):
+            raise
+        print(f"error: cannot handle this input ({type(e).__name__}: {_one_line(e) or 'no message'}); "
+              "rerun with SPECSIM_DEBUG=1 for the traceback", file=sys.stderr)
+        return 2
+    return rc if isinstance(rc, int) else 0
+
+
+def quiet_engines(argv: list[str] | None) -> list[str]:
+    """Engine logs (vLLM INFO lines, config dumps, weight-loading bars) off unless ``--verbose`` (anywhere
+    on the command line; taken out of it here) or ``SPECSIM_VERBOSE=1``; set before any engine is imported
+    (engine subprocesses inherit it). Returns the arguments without ``--verbose``."""
+    import os
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--verbose" in args:
+        os.environ["SPECSIM_VERBOSE"] = "1"
+        args = [a for a in args if a != "--verbose"]
+    if os.environ.get("SPECSIM_VERBOSE"):
+        return args
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    return args
+
+
+def _hide_flag_types() -> None:
+    """Help lists a flag as ``--gemma / --no-gemma``, without typer's ``<bool>`` type column."""
+    from typer.core import TyperOption
+
+    if getattr(TyperOption, "_specsim_flags_plain", False):
+        return
+    orig = TyperOption.display_type_rich
+
+    def display_type_rich(self, ctx):
+        return None if getattr(self, "is_flag", False) else orig(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich
+    TyperOption._specsim_flags_plain = True
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console-script entry point (:func:`run_app` over the whole ``specsim`` command tree)."""
+    argv = quiet_engines(argv)
+    _hide_flag_types()
+    ensure_registered()
+    return run_app(app, argv, "specsim")
+
+
+def calibrate_main(argv: list[str] | None = None) -> int:
+    """``python -m calibrate``: the ``specsim calibrate`` group alone, same error contract."""
+    from calibrate.cli import app as calibrate_app
+
+    argv = quiet_engines(argv)
+    _hide_flag_types()
+    ensure_registered()  # fit, fit-workload, serve-run, ... are added to the calibrate group there
+    return run_app(calibrate_app, argv, "specsim calibrate")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
