@@ -170,6 +170,10 @@ def capacity(
     accuracy_margin: AccuracyMarginOpt = None,
     ci_target: CiTargetOpt = None,
     max_replications: MaxReplicationsOpt = None,
+    best_gamma: bool = typer.Option(False, "--best-gamma", help="with --users: per user count the gamma with the "
+                                    "highest output throughput (its TPOT and throughput, gammas within 5%% as ties) "
+                                    "and the per-iteration goodput rule's gamma at that load's mean batch; --gamma "
+                                    "may include 0 (plain decoding)"),
 ):
     """Highest request rate one replica sustains under an SLO, per configuration; replicas and cost.
 
@@ -194,17 +198,33 @@ def capacity(
                                                     "ttft_p99_s", "slo_attainment", "gpus_per_replica",
                                                     "fleet_cost_per_hour", "stationary"), presets=tuple(CAPACITY_PRESETS))
     user_counts = [int(u) for u in _float_list(users, "--users")] if users else None
+    if best_gamma and not user_counts:
+        raise InputError(None, "--best-gamma", "needs --users (the concurrency levels to compare gammas at)")
     what = "checking the SLO at the given load" if qps or users or arrivals_file else "searching each configuration's capacity"
     with job(f"capacity {scenario}: {what} (serving simulations on {workers or 'all'} local worker(s))"):
         df, meta = capacity_from_cli(
             scenario, slo, qps=_float_list(qps, "--qps"), users=user_counts, systems=system,
-            gammas=_int_range(gamma, "--gamma", 1, 16), thresholds=_int_range(threshold, "--threshold", 0, 10),
+            gammas=_int_range(gamma, "--gamma", 0 if best_gamma else 1, 16), thresholds=_int_range(threshold, "--threshold", 0, 10),
             arrival=arrival, cv=cv, requests=requests, seed=seed, gpu_hour_cost=gpu_hour_cost, target_qps=target_qps,
             workers=workers, ray_address=ray_address, arrivals_file=str(arrivals_file) if arrivals_file else None,
             interval=_interval(ci_target, max_replications), accuracy_floor=accuracy_floor, accuracy_margin=accuracy_margin,
         )
     from simulator.report_table import render_capacity
 
+    if best_gamma:
+        from simulator.gamma_choice import gamma_vs_concurrency
+        from simulator.report_table import render_best_gamma
+        from simulator.scenario import load_scenario
+
+        if not df["gamma"].notna().any():
+            raise InputError(None, "--best-gamma", "no configuration with a draft (specdecode, specreason-decode) selected")
+        df = gamma_vs_concurrency(df[df["gamma"].notna()], load_scenario(scenario))
+        title = f"best gamma vs concurrency — {meta['scenario']}"
+        if fmt == "table":
+            render_best_gamma(df, title)
+        if fmt != "table" or out is not None:
+            write_output(df, "csv" if fmt == "table" else fmt, out, title, meta)
+        return
     title = f"capacity — {meta['scenario']} — SLO {meta['slo']}"
     if fmt == "table":
         render_capacity(df, title, columns)

@@ -210,6 +210,19 @@ def render_capacity(df: pd.DataFrame, title: str, columns: str | None = None) ->
     print_table(df, title, cols, names, caption="; ".join(notes) + ". See specsim capacity --help." if notes else None)
 
 
+BEST_GAMMA_COLUMNS = {"hardware": "hw", "tp": "tp", "system": "system", "users": "users", "best_gamma": "best γ",
+                      "tied_gammas": "γ within 5%", "median_tpot_ms": "TPOT ms", "output_tok_per_s": "output tok/s",
+                      "request_per_s": "req/s", "speedup_vs_gamma0": "x vs γ=0", "rule_gamma": "rule γ"}
+
+
+def render_best_gamma(df: pd.DataFrame, title: str) -> None:
+    cols = [c for c in BEST_GAMMA_COLUMNS if c in df.columns]
+    print_table(df, title, cols, BEST_GAMMA_COLUMNS,
+                caption="best γ: highest output throughput at that closed-loop user count (same seed for every γ); "
+                        "TPOT: median time per output token; rule γ: the per-iteration expected-goodput rule at the "
+                        "level's mean batch (simulator/gamma_choice.py).")
+
+
 class job:
     """Say what a long job is doing while it runs (stderr): after ``after_s`` seconds a line saying what runs
     (a spinner with the elapsed time on a terminal), and ``done in N s`` at the end -- so no job is silent for

@@ -1,0 +1,136 @@
+"""Which γ at which load: the expected-goodput γ rule per engine iteration, and the best fixed γ per
+concurrency from serving simulations (issue 17).
+
+**Per-iteration rule** (SmartSpec, arXiv 2406.14066, adapted to this cost model): for a batch of B
+decoding sequences at context c, speculating with γ drafts per sequence gives
+
+    tokens/s(γ) = B * E[M | γ] / T_iter(B, γ),   E[M | γ] = 1 + sum_{i<=γ} a_i
+    T_iter(B, γ) = γ * T_pass^draft(B sequences, w tokens each, at c)
+                   + T_pass^target(B sequences, w*γ + 1 tokens each, at c)
+
+(γ = 0: plain decoding, T_iter = T_pass^target(B, 1 token each)); the rule picks the γ in 0..γ_max with
+the most tokens/s. While the batch is memory-bound, a larger γ costs little and pays E[M]; once the
+verification pass turns compute-bound (B*(wγ+1) tokens), every drafted token costs its FLOPs and the
+best γ falls -- to 0 when even γ = 1's extra pass is not paid back. The rule is the decision an
+adaptive engine would make per iteration; :func:`gamma_rule_table` evaluates it over batch sizes.
+
+**Best fixed γ per concurrency** (:func:`best_gamma_vs_concurrency`): the serving simulator at a
+closed loop of N users for every γ of a grid (same seed: common random numbers, so the comparison is
+paired), and per N the γ with the highest output throughput, with its TPOT (vLLM's time per output
+token) and throughput, and every γ whose throughput is within ``EQUIVALENCE`` of the best (ties).
+The serving simulator runs one γ per run (no switching inside a run); in a closed loop the batch size
+stays near N, so the best fixed γ at N is what a batch-size-keyed policy converges to there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from simulator.cost_model import Deployment
+from simulator.speculative import expected_tokens_per_iteration
+
+EQUIVALENCE = 0.05  # throughputs within 5% of the best are ties (as capacity ranking's margin)
+
+
+@dataclass(frozen=True)
+class GammaChoice:
+    gamma: int
+    tokens_per_s: float
+    per_gamma: dict[int, float]  # tokens/s for every γ considered
+
+
+def iteration_time(target: Deployment, draft: Deployment | None, batch: int, context: int, gamma: int) -> float:
+    """T_iter(B, γ) of one decoding iteration for B sequences at ``context`` (see the module docstring)."""
+    if batch < 1:
+        raise ValueError("batch must be >= 1")
+    if gamma < 0:
+        raise ValueError("gamma must be >= 0")
+    cached = np.full(batch, float(context))
+    if gamma == 0 or draft is None:
+        return float(target.batch_forward_time(np.ones(batch), cached, np.ones(batch)))
+    w = draft.drafting.tree_width
+    vt = draft.drafting.verify_tokens(gamma)
+    t = float(target.batch_forward_time(np.full(batch, float(vt)), cached, np.full(batch, float(vt))))
+    if not draft.drafting.free:
+        t += sum(float(draft.batch_forward_time(np.full(batch, float(w)), cached + i * w, np.full(batch, float(w))))
+                 for i in range(gamma))
+    return t
+
+
+def goodput_gamma(target: Deployment, draft: Deployment | None, acceptance, batch: int, context: int,
+                  gamma_max: int) -> GammaChoice:
+    """The per-iteration rule: the γ in 0..``gamma_max`` with the most expected tokens per second.
+
+    ``acceptance``: a_1..a_{gamma_max} (``WorkloadProfile.acceptance_per_position``)."""
+    a = np.asarray(acceptance, dtype=float)
+    if len(a) < gamma_max:
+        raise ValueError(f"need a_1..a_{gamma_max}, got {len(a)} positions")
+    rates = {}
+    for g in range(gamma_max + 1 if draft is not None else 1):
+        rates[g] = batch * expected_tokens_per_iteration(a[:g]) / iteration_time(target, draft, batch, context, g)
+    best = max(rates, key=lambda g: (rates[g], -g))  # ties -> the smaller γ
+    return GammaChoice(best, rates[best], rates)
+
+
+def gamma_rule_table(target: Deployment, draft: Deployment | None, acceptance, batches, context: int,
+                     gamma_max: int) -> pd.DataFrame:
+    """The rule's γ per batch size, with the tokens/s of γ = 0 and of the chosen γ."""
+    rows = []
+    for b in batches:
+        c = goodput_gamma(target, draft, acceptance, int(b), context, gamma_max)
+        rows.append({"batch": int(b), "rule_gamma": c.gamma, "rule_tokens_per_s": c.tokens_per_s,
+                     "plain_tokens_per_s": c.per_gamma[0], "rule_speedup": c.tokens_per_s / c.per_gamma[0]})
+    return pd.DataFrame(rows)
+
+
+def best_gamma_vs_concurrency(rows: pd.DataFrame, equivalence: float = EQUIVALENCE) -> pd.DataFrame:
+    """From serving rows at closed-loop levels (``users``, ``gamma``, ``output_throughput``, ``median_tpot_ms``,
+    ``request_throughput``, ...: what ``specsim capacity --users ... --gamma ...`` evaluates), per user level
+    the γ with the highest output throughput, its TPOT and throughput, and the γ values tied with it."""
+    need = {"users", "gamma", "output_throughput", "median_tpot_ms", "request_throughput"}
+    missing = need - set(rows.columns)
+    if missing:
+        raise ValueError(f"serving rows lack {sorted(missing)}")
+    out = []
+    for u, d in rows.groupby("users", sort=True):
+        d = d.sort_values("gamma")
+        i = d["output_throughput"].to_numpy().argmax()
+        best = d.iloc[i]
+        plain = d[d["gamma"] == 0]
+        tied = d[d["output_throughput"] >= (1.0 - equivalence) * best["output_throughput"]]["gamma"]
+        out.append({
+            "users": int(u), "best_gamma": int(best["gamma"]), "tied_gammas": ",".join(str(int(g)) for g in tied),
+            "output_tok_per_s": float(best["output_throughput"]), "request_per_s": float(best["request_throughput"]),
+            "median_tpot_ms": float(best["median_tpot_ms"]),
+            "speedup_vs_gamma0": (float(best["output_throughput"] / plain["output_throughput"].iloc[0])
+                                  if len(plain) else float("nan")),
+        })
+    return pd.DataFrame(out)
+
+
+def gamma_vs_concurrency(rows: pd.DataFrame, rs, equivalence: float = EQUIVALENCE) -> pd.DataFrame:
+    """:func:`best_gamma_vs_concurrency` per (hardware, TP, system) of a scenario's closed-loop serving rows,
+    with the per-iteration rule's γ (:func:`goodput_gamma`) at each level's mean base-engine batch and a
+    mid-budget context (prompt + half the token budget), over the γ range of the rows."""
+    out = []
+    for (hw, tp, system), d in rows.groupby(["hardware", "tp", "system"], sort=False):
+        d = d.assign(gamma=d["gamma"].fillna(0).astype(int))
+        gmax = int(d["gamma"].max())
+        deps = rs.deployments(hw, int(tp))
+        a = rs.workload.acceptance_per_position(max(gmax, 1))
+        ctx = int(rs.workload.max_prompt_tokens + rs.workload.token_budget // 2)
+        best = best_gamma_vs_concurrency(d, equivalence)
+        batch = d.groupby("users")["base_batch_mean"].mean() if "base_batch_mean" in d else None
+        rule = []
+        for u in best["users"]:
+            b = max(1, int(round(batch.loc[u]))) if batch is not None else int(u)
+            rule.append(goodput_gamma(deps["base"], deps["draft"], a, b, ctx, gmax).gamma)
+        best.insert(0, "system", system)
+        best.insert(0, "tp", int(tp))
+        best.insert(0, "hardware", hw)
+        best["rule_gamma"] = rule
+        out.append(best)
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
