@@ -80,9 +80,13 @@ def _register_subapps() -> None:
     from calibrate.serving_systems import register as _register_serve_systems
 
     _register_serve_systems(calibrate_app)
+    from validate.capacity import register as _register_validate_capacity
+
+    _register_validate_capacity(_validate_commands)
     for typer_app, name, what in (
             (_validate_commands, "validate", "validate: fitting and predicting the held-out runs (trace replay, then distribution mode)"),
             (_validate_commands, "validate-serving", "validate-serving: fitting step times and replaying the measured levels"),
+            (_validate_commands, "validate-capacity", "validate-capacity: judging the measured levels, searching the predicted capacity"),
             (calibrate_app, "fit", "calibrate fit: robust least squares over the measured calls"),
             (calibrate_app, "fit-workload", "calibrate fit-workload: fitting the workload distributions")):
         _announce_when_long(typer_app, name, what)

@@ -228,10 +228,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from simulator.errors import InputError
+    from simulator.errors import run_guarded
 
-    try:
-        sys.exit(main())
-    except InputError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    raise SystemExit(run_guarded(main))

@@ -2,8 +2,8 @@
 replica sustains under an SLO, measured with a short sweep, against ``specsim capacity``'s prediction
 and interval from profiles fitted on *other* loads.
 
-    python -m validate.capacity RUN_DIR... --scenario S.yaml --slo "p90_latency<=12s" --out DIR
-                                [--threshold 6] [--requests 64] [--seed 0]
+    specsim validate-capacity RUN_DIR... --scenario S.yaml --slo "p90_latency<=12s" --out DIR
+                              [--threshold 6] [--requests 300] [--seed 0]      (or python -m validate.capacity)
 
 Measured (``specsim calibrate serve-systems --users '' --poisson-rate R ...`` run directories, one per
 system and rate): per level the SLO's terms over the steady requests (after the warm-up fraction), and
@@ -36,6 +36,7 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import pandas as pd
@@ -184,40 +185,69 @@ def write_report(out: Path, levels: pd.DataFrame, sim_levels: pd.DataFrame, tabl
     return path
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m validate.capacity", description=__doc__.split("\n\n")[0])
-    ap.add_argument("runs", nargs="+", help="serve-systems Poisson run directories (SYSTEM/poisson-R)")
-    ap.add_argument("--scenario", required=True)
-    ap.add_argument("--slo", required=True)
-    ap.add_argument("--threshold", type=float, action="append", default=None, help="SpecReason threshold(s)")
-    ap.add_argument("--requests", type=int, default=64, help="simulated requests per run")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, required=True)
-    a = ap.parse_args(argv)
-    command = "python -m validate.capacity " + " ".join(argv if argv is not None else sys.argv[1:])
-    for r in a.runs:
+def run(runs: list[str], scenario: str, slo: str, thresholds: list[float] | None, requests: int, seed: int, out: Path,
+        command: str) -> pd.DataFrame:
+    """The whole comparison (what ``specsim validate-capacity`` and ``python -m validate.capacity`` run); prints
+    one verdict line per system and writes the report."""
+    for r in runs:
         if not Path(r).is_dir():
             raise InputError(r, "RUN_DIR", "not a directory")
-    levels = measured_levels(a.runs, a.slo)
+    if requests < 20:
+        raise InputError(None, "--requests", "must be >= 20 (percentiles need a few requests)")
+    levels = measured_levels(runs, slo)
     systems = sorted(levels.system.unique())
     rates = {s: sorted(levels[levels.system == s].rate_qps.tolist()) for s in systems}
-    cap, sim = predicted(a.scenario, a.slo, systems, a.threshold, rates, a.requests, a.seed)
+    cap, sim = predicted(scenario, slo, systems, thresholds, rates, requests, seed)
     table = compare(levels, cap)
-    meta = {"command": command, "scenario": a.scenario, "slo": a.slo, "requests": a.requests, "seed": a.seed,
-            "date": _dt.date.today().isoformat(), "runs": [str(r) for r in a.runs]}
-    path = write_report(a.out, levels, sim, table, meta)
+    meta = {"command": command, "scenario": scenario, "slo": slo, "requests": requests, "seed": seed,
+            "date": _dt.date.today().isoformat(), "runs": [str(r) for r in runs]}
+    path = write_report(Path(out), levels, sim, table, meta)
     for r in table.itertuples():
         hi = f"{r.measured_hi_qps:.3g}" if math.isfinite(r.measured_hi_qps) else "not reached"
         print(f"{r.label}: measured [{r.measured_lo_qps:.3g}, {hi}) req/s, predicted {r.predicted_qps:.3g} "
               f"[{_fmt(r.predicted_lo_qps)}, {_fmt(r.predicted_hi_qps)}] -> "
               f"{'consistent' if r.consistent else 'NOT consistent'} (predicted/measured {r.predicted_over_measured:.2f})")
     print(f"report {path}")
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m validate.capacity", description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="+", help="serve-systems Poisson run directories (SYSTEM/poisson-R)")
+    ap.add_argument("--scenario", required=True)
+    ap.add_argument("--slo", required=True)
+    ap.add_argument("--threshold", type=float, action="append", default=None, help="SpecReason threshold(s)")
+    ap.add_argument("--requests", type=int, default=300, help="simulated requests per run")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, required=True)
+    a = ap.parse_args(argv)
+    command = "python -m validate.capacity " + " ".join(argv if argv is not None else sys.argv[1:])
+    run(a.runs, a.scenario, a.slo, a.threshold, a.requests, a.seed, a.out, command)
     return 0
 
 
+def register(app) -> None:
+    """``specsim validate-capacity`` on the composed command tree (specsim_cli)."""
+    import shlex
+
+    import typer
+
+    @app.command("validate-capacity")
+    def validate_capacity_cmd(
+        runs: list[Path] = typer.Argument(..., help="serve-systems Poisson run directories (SYSTEM/poisson-R)"),
+        scenario: str = typer.Option(..., help="scenario YAML whose profiles come from other loads"),
+        slo: str = typer.Option(..., help="SLO, e.g. 'p90_latency<=12s'"),
+        threshold: Optional[list[float]] = typer.Option(None, "--threshold", help="SpecReason threshold (repeatable)"),
+        requests: int = typer.Option(300, help="simulated requests per run (the capacity search's run length)"),
+        seed: int = typer.Option(0, help="simulation seed"),
+        out: Path = typer.Option(..., help="report folder"),
+    ):
+        """Measured capacity (a real Poisson sweep) against specsim capacity's prediction and interval."""
+        command = "specsim validate-capacity " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+        run([str(r) for r in runs], scenario, slo, threshold, requests, seed, out, command)
+
+
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except InputError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    from simulator.errors import run_guarded
+
+    raise SystemExit(run_guarded(main))

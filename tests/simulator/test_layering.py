@@ -80,7 +80,7 @@ def _commands(app, args) -> list[str]:
 
 
 def test_specsim_help_lists_the_composed_commands(composed):
-    assert _commands(composed, []) == ["whatif", "list", "show", "capacity", "report", "validate", "validate-serving",
+    assert _commands(composed, []) == ["whatif", "list", "show", "capacity", "report", "validate", "validate-serving", "validate-capacity",
                                        "calibrate", "study"]
     assert {"run", "fit", "fit-workload", "serve-run", "serve-systems"} <= set(_commands(composed, ["calibrate"]))
 
