@@ -5,7 +5,7 @@
 - a head draft is never slower to draft than a separate model of the same width with more layers;
 - FP8 / INT4 never increase bytes (weights streamed, resident, KV) nor a decode pass;
 - a tree of width w verifies w*gamma + 1 tokens: the tables and the serving engine agree with the cost model;
-- analytic = DES for head, n-gram and tree drafts (Bonferroni-shared 1% as tests/test_engines_agree.py);
+- analytic = DES for head, n-gram and tree drafts (Bonferroni-shared 1% as tests/simulator/test_engines_agree.py);
 - bad draft configurations are one line naming the file and field, exit 2.
 """
 
@@ -33,7 +33,7 @@ from simulator.serving import PoissonArrivals, simulate_serving
 from simulator.serving.engine import Engine
 from simulator.systems import SystemConfig
 from tests.conftest import deployments, make_workload
-from tests.test_engines_agree import workloads
+from tests.simulator.test_engines_agree import workloads
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAD = Drafting("head")

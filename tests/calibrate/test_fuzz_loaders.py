@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from simulator.errors import InputError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "data" / "specreason-aime-traces"
 TRIED: dict[str, set[bytes]] = {}
 REJECTED: dict[str, int] = {}
@@ -92,7 +92,7 @@ def mutate(doc: dict, path: tuple, kind: str, text_fmt: str, draw_int: int) -> t
 
 def _docs():
     from calibrate.trace_schema import SCHEMA_VERSION  # noqa: F401  (the runner's record shapes)
-    from tests.test_validate import _manifest
+    from tests.validate.test_validate import _manifest
 
     out = {
         "scenario": ("yaml", yaml.safe_load((ROOT / "scenarios" / "cpu-smollm2.yaml").read_text())),

@@ -20,7 +20,7 @@ from simulator.cost_model import CostParams
 from simulator.systems import SystemConfig
 from validate.metrics import ape, coverage, summarize
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "data" / "specreason-aime-traces"
 SPECSIM = [sys.executable, "-m", "specsim_cli"]
 TRUE = {"mem_efficiency": 0.7, "compute_efficiency": 0.45, "step_overhead_s": 3e-3, "layer_overhead_s": 15e-6,

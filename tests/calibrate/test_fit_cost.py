@@ -13,7 +13,7 @@ from calibrate.measured import CALL_COLUMNS
 from simulator.loading import write_atomic
 from simulator.cost_model import CostParams, prior_profile
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "specreason-aime-traces"
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "specreason-aime-traces"
 TRUE = {"mem_efficiency": 0.7, "compute_efficiency": 0.45, "step_overhead_s": 3e-3, "layer_overhead_s": 15e-6,
         "call_overhead_s": 0.05, "allreduce_latency_s": 8e-6}
 # layer overhead and all-reduce latency are not identifiable from one TP degree: the fit keeps them at the

@@ -18,7 +18,7 @@ from calibrate.fit_workload import (
 from calibrate.import_specreason import DEFAULT_DATA_DIR, import_specreason, steps_upto_answer
 from simulator.workload import load_workload
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PROFILE = REPO / "simulator" / "profiles" / "workload_aime60_qwq32b_r1-1.5b.yaml"
 needs_data = pytest.mark.skipif(not (DEFAULT_DATA_DIR / "problem60-runs0-7.jsonl").is_file(),
                                 reason=f"shared trace data absent ({DEFAULT_DATA_DIR})")

@@ -11,7 +11,7 @@ import pytest
 from simulator.errors import InputError
 from specsim_cli.main import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "data" / "specreason-aime-traces"
 PROFILE = ROOT / "simulator" / "profiles" / "cost_a100-80gb-vllm082-specreason-runs0-3.yaml"  # fit.runs: 0..3 (short)
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
@@ -69,7 +69,7 @@ def test_duplicate_run_id_across_trace_files_is_one_line_exit_2(tmp_path, capsys
 def test_duplicate_run_dir_is_one_line_exit_2(tmp_path, capsys):
     import numpy as np
 
-    from tests.test_validate import make_run_dir
+    from tests.validate.test_validate import make_run_dir
 
     d = make_run_dir(tmp_path / "runA", np.random.default_rng(0), n_requests=1, steps=4)
     rc, err = _cli(["calibrate", "fit", d, d, "--out", tmp_path / "c.yaml"], capsys)

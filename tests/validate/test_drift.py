@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from specsim_cli.main import main
-from tests.test_validate import _setup, make_run_dir
+from tests.validate.test_validate import _setup, make_run_dir
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "data" / "specreason-aime-traces"
 PROFILE = ROOT / "simulator" / "profiles" / "cost_a100-80gb-vllm082-specreason-runs0-3.yaml"
 
@@ -133,7 +133,7 @@ def test_request_hold_out_never_flags_its_own_fit_runs():
 
     from validate.validation import run_validation
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     runs = sorted(glob.glob(str(repo / "reports" / "cpu-campaign" / "runs" / "*")))
     res = run_validation(runs, str(repo / "simulator" / "profiles" / "cost_cpu-vllm032.yaml"), "requests:kfold=3",
                          distribution=False)

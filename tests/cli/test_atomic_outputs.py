@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 
 from specsim_cli.main import main
-from tests.test_validate import make_run_dir
+from tests.validate.test_validate import make_run_dir
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Killed(BaseException):
