@@ -300,15 +300,21 @@ def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_ar
         f = fast.iloc[0]
         L.append(f"- The highest raw capacity, {f.label} ({f.max_qps:.3g} requests/s, screening), is not recommended: "
                  f"accuracy {f.accuracy_floor} ({f.accuracy_why}).")
+    from simulator.capacity import EQUIVALENCE
+    from simulator.serving.metrics import DRIFT_LIMIT
+
+    more = (f"then the run length is doubled up to {spec.max_request_doublings}x" if spec.max_request_doublings else
+            "one run length for every configuration; a row that does not get there says converged False")
     L += ["", f"SLO: `{slo.text}` (a rate meets it when the requests after the warm-up do and the run is stationary: "
-          "no significant latency growth, no drift: the last quarter of arrivals' mean latency <= 1.25x the second quarter's). Load: Poisson arrivals; seed {0}.".format(load.seed), "",
+          f"no significant latency growth, no drift: the last quarter of arrivals' mean latency <= {DRIFT_LIMIT:g}x the "
+          f"second quarter's). Load: Poisson arrivals; seed {load.seed}.", "",
           f"Capacity intervals: configurations that meet the accuracy floor get replications with common random numbers "
           f"(replication k = the same requests and arrival gaps in every configuration), at least {spec.min_reps}, until the "
-          f"95% t-interval's half-width is <= {spec.target:.0%} of the rate (at most {spec.max_reps}, then the run length is "
-          f"doubled up to {spec.max_request_doublings}x), {load.requests} requests per simulation. The others (accuracy "
+          f"95% t-interval's half-width is <= {spec.target:.0%} of the rate (at most {spec.max_reps}; {more}), "
+          f"{load.requests} requests per simulation. The others (accuracy "
           f"fails or unknown: never recommended) get one screening search at {min(load.requests, SCREEN_REQUESTS)} requests, "
-          "no interval. Rank = 1 + the number of configurations whose per-GPU capacity is higher with a paired 95% interval "
-          "of the difference above 0; equal ranks are ties.", "",
+          f"no interval. Rank = 1 + the number of configurations whose per-GPU capacity is higher with a paired 95% interval "
+          f"of the difference above {EQUIVALENCE:.0%} of the lower one; equal ranks are ties.", "",
           "## Capacity, accuracy and cost per configuration", "",
           "| rank | configuration | hardware | TP | max req/s | 95% interval | reps | req/s per " + dev + " | accuracy [95%] | floor | "
           "p99 latency at max (s) | cost / 1000 req | replicas | " + dev + "s |",
