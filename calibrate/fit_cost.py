@@ -212,11 +212,11 @@ def fit_log_times(predict, y: np.ndarray, prior_vals: dict[str, float], candidat
 
     free = [n for n in PARAM_NAMES if n in candidates]
     fixed: dict[str, str] = {n: "not a fit candidate" for n in PARAM_NAMES if n not in candidates}
-    zeroed: dict[str, float] = {}
-    vals = {**prior_vals}
-    cov, rel, res = np.zeros((0, 0)), np.zeros(0), None
+    zeroed: list[str] = []
+    vals = dict(prior_vals)
+    cov, rel = np.zeros((0, 0)), np.zeros(0)
     for _ in range(len(PARAM_NAMES) + 1):
-        base_vals = {**prior_vals, **zeroed}
+        base_vals = {**prior_vals, **dict.fromkeys(zeroed, 0.0)}
 
         def resid(logx, free=free, base_vals=base_vals):
             v = dict(base_vals)
@@ -249,20 +249,20 @@ def fit_log_times(predict, y: np.ndarray, prior_vals: dict[str, float], candidat
         rel = np.sqrt(np.abs(np.diag(cov)))
         vals = dict(base_vals)
         vals.update({n: float(np.exp(lx)) for n, lx in zip(free, res.x)})
-        bad = {}
+        bad: dict[str, tuple[str, bool]] = {}  # name -> (why, set to zero rather than to its prior)
         for k, n in enumerate(free):
             if col[k] <= NO_SIGNAL:
-                bad[n] = f"no signal in the data (Jacobian column ~0, mean |d log T / d log p| = {col[k]:.1e})"
+                bad[n] = (f"no signal in the data (Jacobian column ~0, mean |d log T / d log p| = {col[k]:.1e})", False)
             elif n in ZEROABLE and res.x[k] - lo[k] < 1e-3:
-                bad[n] = f"set to zero: ran to its lower bound {BOUNDS[n][0]:g} (negligible beside the other terms)"
+                bad[n] = (f"set to zero: ran to its lower bound {BOUNDS[n][0]:g} (negligible beside the other terms)", True)
             elif min(res.x[k] - lo[k], hi[k] - res.x[k]) < 1e-3:
-                bad[n] = f"ran to its bound {BOUNDS[n]} (the data pushes it outside the physical range)"
+                bad[n] = (f"ran to its bound {BOUNDS[n]} (the data pushes it outside the physical range)", False)
         if not bad:
             break
         worst = min(bad, key=FIX_ORDER.index)  # one at a time; the least physical first
-        fixed[worst] = bad[worst]
-        if bad[worst].startswith("set to zero"):
-            zeroed[worst] = 0.0
+        fixed[worst], to_zero = bad[worst]
+        if to_zero:
+            zeroed.append(worst)
         free = [n for n in free if n != worst]
     stderr = {n: float(vals[n] * rel[k]) for k, n in enumerate(free)}
     weak = {n: float(rel[k]) for k, n in enumerate(free) if rel[k] > MAX_REL_STDERR}

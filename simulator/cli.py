@@ -209,24 +209,21 @@ def capacity(
             workers=workers, ray_address=ray_address, arrivals_file=str(arrivals_file) if arrivals_file else None,
             interval=_interval(ci_target, max_replications), accuracy_floor=accuracy_floor, accuracy_margin=accuracy_margin,
         )
-    from simulator.report_table import render_capacity
+    from simulator.report_table import render_best_gamma, render_capacity
 
     if best_gamma:
         from simulator.gamma_choice import gamma_vs_concurrency
-        from simulator.report_table import render_best_gamma
         from simulator.scenario import load_scenario
 
         if not df["gamma"].notna().any():
             raise InputError(None, "--best-gamma", "no configuration with a draft (specdecode, specreason-decode) selected")
         df = gamma_vs_concurrency(df[df["gamma"].notna()], load_scenario(scenario))
         title = f"best gamma vs concurrency — {meta['scenario']}"
-        if fmt == "table":
-            render_best_gamma(df, title)
-        if fmt != "table" or out is not None:
-            write_output(df, "csv" if fmt == "table" else fmt, out, title, meta)
-        return
-    title = f"capacity — {meta['scenario']} — SLO {meta['slo']}"
-    if fmt == "table":
+    else:
+        title = f"capacity — {meta['scenario']} — SLO {meta['slo']}"
+    if fmt == "table" and best_gamma:
+        render_best_gamma(df, title)
+    elif fmt == "table":
         render_capacity(df, title, columns)
     if fmt != "table" or out is not None:
         write_output(df, "csv" if fmt == "table" else fmt, out, title, meta)

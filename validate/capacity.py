@@ -42,8 +42,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import InputError
-
-WARMUP_FRACTION = 0.1  # as simulator.serving.metrics
+from simulator.serving.metrics import WARMUP_FRACTION
 
 
 def measured_levels(run_dirs: list[str | Path], slo_text: str) -> pd.DataFrame:
@@ -104,7 +103,7 @@ def bracket(levels: pd.DataFrame) -> dict[str, dict]:
                 hi = float(r)
                 break
             lo = float(r)
-        out[s] = {"measured_lo": lo, "measured_hi": hi, "rates": [float(r) for r in d.rate_qps]}
+        out[s] = {"measured_lo": lo, "measured_hi": hi}
     return out
 
 
