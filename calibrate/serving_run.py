@@ -26,6 +26,13 @@ timing run is not resumable, so an incomplete run directory is measured again fr
 
 The driver (:func:`drive`) only sees the :class:`SteppingEngine` protocol, so its bookkeeping is
 tested with a test double (tests/calibrate/test_serving_run.py) beside the real engine.
+
+Speculative decoding under load (``--draft DIR --gamma G``): the engine runs vLLM's ``draft_model``
+method (the draft model proposes G tokens per running request after every step; the next step verifies
+them in the target's pass), so a step's wall time holds the target's verification and the draft's
+proposal passes. Each step record then also says per scheduled request how many draft tokens were
+verified (``spec_tokens``) and how many output tokens it gained (``emitted``: accepted drafts + 1), from
+which per-position acceptance and acceptance length under load follow.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable, Optional, Protocol
 
 import numpy as np
 
@@ -66,6 +73,7 @@ class StepReport:
     # (request_id, output tokens so far, finished, prompt tokens served from the prefix cache)
     outputs: list[tuple[int, int, bool, int]] = field(default_factory=list)
     raw: list = field(default_factory=list)  # the engine's own outputs of the step (vLLM ``RequestOutput``)
+    spec_tokens: list[int] | None = None  # draft tokens verified per scheduled request (speculative engines only)
 
 
 class SteppingEngine(Protocol):
@@ -137,6 +145,7 @@ def drive(engine: SteppingEngine, requests: list[ServeRequest], arrivals: Arriva
     tracks: dict[int, _Track] = {}
     reqs, steps = [], []
     prompt_len = {r.request_id: len(r.prompt_ids) for r in requests}
+    produced: dict[int, int] = {}  # output tokens so far per request (speculative steps' ``emitted``)
     nxt = 0
 
     def submit(i: int, user: int, arrival_s: float) -> None:
@@ -166,6 +175,12 @@ def drive(engine: SteppingEngine, requests: list[ServeRequest], arrivals: Arriva
         te = now()
         if rep.request_ids:
             rec = _step_record(len(steps), ts, te - ts, rep, prompt_len)
+            if rep.spec_tokens is not None:
+                now_out = {rid: ntok for rid, ntok, _f, _c in rep.outputs}
+                rec["spec_tokens"] = [int(x) for x in rep.spec_tokens]
+                rec["emitted"] = [int(now_out.get(rid, produced.get(rid, 0)) - produced.get(rid, 0))
+                                  for rid in rep.request_ids]
+                produced.update(now_out)
             steps.append(rec)
             on_step(rec)
         for rid, ntok, finished, cached in rep.outputs:
@@ -213,15 +228,22 @@ class VllmSteppingEngine:
     request its new tokens and the tokens already computed (prefix-cache hits for a new request)."""
 
     def __init__(self, model_dir: str | Path, *, dtype: str = "float32", max_model_len: int = 2048, seed: int = 0,
-                 prefix_caching: bool = False, max_num_seqs: int = 256):
-        from calibrate.engine import apply_env_defaults, describe_model_dir
+                 prefix_caching: bool = False, max_num_seqs: int = 256, draft_dir: str | Path | None = None,
+                 gamma: int = 0):
+        from calibrate.engine import apply_env_defaults, check_draft, describe_model_dir
 
         self.env = apply_env_defaults()
         self.info = describe_model_dir(model_dir, False)
+        self.draft_info = check_draft(self.info, draft_dir, gamma, False) if draft_dir else None
+        self.gamma = gamma if draft_dir else 0
+        self.speculative = {"method": "draft_model", "model": str(draft_dir), "num_speculative_tokens": gamma} \
+            if draft_dir else None
         from vllm import LLM
 
+        extra = {"speculative_config": dict(self.speculative)} if self.speculative else {}
         self.llm = LLM(model=str(model_dir), dtype=dtype, max_model_len=max_model_len, seed=seed, enforce_eager=True,
-                       enable_prefix_caching=prefix_caching, gpu_memory_utilization=0.4, max_num_seqs=max_num_seqs)
+                       enable_prefix_caching=prefix_caching, gpu_memory_utilization=0.4, max_num_seqs=max_num_seqs,
+                       **extra)
         self.tok = self.llm.get_tokenizer()
         self.eng = self.llm.llm_engine
         self.sched = self.eng.engine_core.engine_core.scheduler
@@ -258,18 +280,21 @@ class VllmSteppingEngine:
         self._last = None
         outs = self.eng.step()
         so = self._last
-        rids, new, ctx = [], [], []
+        rids, new, ctx, spec = [], [], [], []
         if so is not None and so.total_num_scheduled_tokens > 0:
             computed = {r.req_id: r.num_computed_tokens for r in so.scheduled_new_reqs}
             cr = so.scheduled_cached_reqs
             computed.update(zip(cr.req_ids, cr.num_computed_tokens))
+            drafts = so.scheduled_spec_decode_tokens or {}
             for rid, k in so.num_scheduled_tokens.items():
                 rids.append(int(rid.split("-")[0]))
                 new.append(int(k))
                 ctx.append(int(computed.get(rid, 0)))
+                spec.append(len(drafts.get(rid, ())))
         outputs = [(int(str(o.request_id).split("-")[0]), len(o.outputs[0].token_ids), bool(o.finished),
                     int(o.num_cached_tokens or 0)) for o in outs]
-        return StepReport(rids, new, ctx, len(self.sched.waiting), outputs, list(outs))
+        return StepReport(rids, new, ctx, len(self.sched.waiting), outputs, list(outs),
+                          spec if self.speculative else None)
 
     def has_unfinished(self) -> bool:
         return self.eng.has_unfinished_requests()
@@ -339,8 +364,18 @@ class ServeConfig:
     prefix_caching: bool = False
     dataset: str = "gsm_symbolic"
     min_prompt_tokens: int = 160
+    draft: str = ""  # draft model folder: speculative decoding (vLLM's draft_model method) with ``gamma`` tokens
+    gamma: int = 0
+
+    @property
+    def system(self) -> str:
+        return "specdecode" if self.draft else "vanilla-base"
 
     def check(self) -> None:
+        if self.draft and not 1 <= self.gamma <= 16:
+            raise InputError(None, "--gamma", f"a draft needs 1 <= gamma <= 16 (got {self.gamma})")
+        if self.gamma and not self.draft:
+            raise InputError(None, "--gamma", "speculative tokens need a --draft model folder")
         if self.requests < 1:
             raise InputError(None, "--requests", f"must be >= 1 (got {self.requests})")
         if not 1 <= self.min_tokens <= self.max_tokens:
@@ -375,13 +410,14 @@ def _manifest(cfg: ServeConfig, engine: VllmSteppingEngine, arr: Arrivals, warm:
         "schema_version": SCHEMA_VERSION, "kind": "serve",
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "engine": "vllm", "engine_version": engine.version(), "hardware": detect_hardware(),
-        "models": {"base": engine.info}, "dtype": cfg.dtype, "tensor_parallel": 1, "system": "vanilla-base",
-        "gamma": 0, "threshold": 0.0, "first_n": 0, "budget_tokens": cfg.max_tokens, "score_mode": "",
+        "models": {"base": engine.info, **({"draft": engine.draft_info} if engine.draft_info else {})},
+        "dtype": cfg.dtype, "tensor_parallel": 1, "system": cfg.system, "gamma": engine.gamma, "threshold": 0.0, "first_n": 0, "budget_tokens": cfg.max_tokens, "score_mode": "",
         "sampling": {"temperature": 0.0, "top_p": 1.0, "ignore_eos": True,
                      "max_tokens": {"dist": "uniform-int", "min": cfg.min_tokens, "max": cfg.max_tokens}},
         "seed": cfg.seed, "dataset": cfg.dataset, "num_requests": cfg.requests, "command": command,
         "options": {"arrivals": arr.describe(), "label": arr.label, "min_prompt_tokens": cfg.min_prompt_tokens,
-                    "engine_limits": engine.limits, "env": engine.env, "warmup": warm, "loadavg_before": load_before},
+                    "engine_limits": engine.limits, "env": engine.env, "warmup": warm, "loadavg_before": load_before,
+                    **({"speculative_config": engine.speculative} if engine.speculative else {})},
     }
 
 
@@ -393,12 +429,19 @@ def run_serving(cfg: ServeConfig, out: str | Path, *, command: str = "", log=pri
     cfg.check()
     out = Path(out)
     todo = [a for a in cfg.arrivals if not level_complete(out / a.label, cfg.requests)]
+    for a in cfg.arrivals:
+        if a not in todo:  # a complete level is kept only if it measured this same system
+            meta = json.loads((out / a.label / "run.json").read_text(encoding="utf-8"))
+            if (meta.get("system"), meta.get("gamma")) != (cfg.system, cfg.gamma):
+                raise InputError(str(out / a.label / "run.json"), "system",
+                                 f"this folder holds {meta.get('system')} (gamma {meta.get('gamma')}), not {cfg.system} "
+                                 f"(gamma {cfg.gamma}): give each system its own --out")
     dirs = [out / a.label for a in cfg.arrivals]
     if not todo:
         return dirs
     own = engine is None
     eng = engine or VllmSteppingEngine(cfg.base, dtype=cfg.dtype, max_model_len=cfg.max_model_len, seed=cfg.seed,
-                                       prefix_caching=cfg.prefix_caching)
+                                       prefix_caching=cfg.prefix_caching, draft_dir=cfg.draft or None, gamma=cfg.gamma)
     try:
         reqs = make_requests(eng.chat_prompt, cfg.requests, cfg.seed, cfg.min_tokens, cfg.max_tokens, cfg.dataset,
                              min_prompt_tokens=cfg.min_prompt_tokens)
@@ -500,6 +543,8 @@ def register(calibrate_app) -> None:
         max_model_len: int = typer.Option(2048),
         prefix_caching: bool = typer.Option(False, help="vLLM prefix caching across requests"),
         min_prompt_tokens: int = typer.Option(160, help="prepend worked examples to shorter prompts (CPU GEMM shapes)"),
+        draft: Optional[Path] = typer.Option(None, help="draft model folder: speculative decoding (vLLM draft_model)"),
+        gamma: int = typer.Option(0, help="speculative tokens per iteration (with --draft)"),
         out: Path = typer.Option(..., help="campaign folder: one run directory per level (complete ones kept)"),
     ) -> None:
         """Concurrent requests on the real vLLM engine (closed loop of N users / Poisson), per-step trace."""
@@ -510,11 +555,14 @@ def register(calibrate_app) -> None:
         arr = tuple([ClosedLoop(u) for u in levels] + [PoissonLoop(r, seed) for r in poisson_rate])
         cfg = ServeConfig(base=str(base), arrivals=arr, requests=requests, min_tokens=min_tokens, max_tokens=max_tokens,
                           seed=seed, warmup=warmup, dtype=dtype, max_model_len=max_model_len,
-                          prefix_caching=prefix_caching, min_prompt_tokens=min_prompt_tokens)
+                          prefix_caching=prefix_caching, min_prompt_tokens=min_prompt_tokens,
+                          draft=str(draft) if draft else "", gamma=gamma)
         cfg.check()
-        from calibrate.engine import read_model_config
+        from calibrate.engine import check_draft, describe_model_dir, read_model_config
 
         read_model_config(base)
+        if draft:
+            check_draft(describe_model_dir(base, False), draft, gamma, False)
         command = "specsim " + " ".join(sys.argv[1:])
         for d in run_serving(cfg, out, command=command, log=typer.echo):
             typer.echo(str(d))

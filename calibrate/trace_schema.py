@@ -2,7 +2,8 @@
 
 Every field of every record kind is declared exactly once here: name, type, unit, meaning.
 ``docs/trace-format.md`` is the prose version of the same tables; ``check_record`` enforces them:
-missing or extra fields are errors, never zero-filled.
+missing or extra fields are errors, never zero-filled. A field marked optional (present only where it applies,
+e.g. the speculative fields of a serving step) may be absent; when present it is checked like any other.
 
 A run directory holds:
 - ``run.json``      one :data:`RUN_FIELDS` object (the manifest / provenance),
@@ -36,6 +37,7 @@ class Field:
     unit: str  # "" when dimensionless
     meaning: str
     nullable: bool = False
+    optional: bool = False  # may be absent (a field that only some runs have, e.g. speculative serving runs)
 
 
 def _fields(*rows: tuple) -> dict[str, Field]:
@@ -144,6 +146,10 @@ SERVE_STEP_FIELDS = _fields(
     ("request_ids", "list[int]", "", "the scheduled requests"),
     ("new_tokens", "list[int]", "tokens", "tokens computed per scheduled request"),
     ("context_tokens", "list[int]", "tokens", "tokens already in the KV cache per scheduled request before the step"),
+    ("spec_tokens", "list[int]", "tokens", "draft tokens verified per scheduled request (included in new_tokens); "
+     "speculative runs only", False, True),
+    ("emitted", "list[int]", "tokens", "output tokens each scheduled request gained in the step (accepted drafts + 1 "
+     "when verifying); speculative runs only", False, True),
 )
 
 SERVE_CALL_FIELDS = _fields(
@@ -221,13 +227,15 @@ def check_record(rec: Any, fields: dict[str, Field], file: str, line: int | None
     where = f"{file}:{line}" if line is not None else file
     if not isinstance(rec, dict):
         raise InputError(where, None, "record is not a JSON object")
-    missing = [k for k in fields if k not in rec]
+    missing = [k for k, f in fields.items() if k not in rec and not f.optional]
     if missing:
         raise InputError(where, missing[0], "missing field")
     extra = [k for k in rec if k not in fields]
     if extra:
         raise InputError(where, extra[0], "unknown field")
     for name, f in fields.items():
+        if name not in rec:
+            continue  # an absent optional field
         err = _check_value(f, rec[name])
         if err:
             raise InputError(where, name, err)
@@ -301,6 +309,6 @@ def markdown_table(fields: dict[str, Field]) -> str:
     """The field table as Markdown (used to keep docs/trace-format.md in sync)."""
     rows = ["| field | type | unit | meaning |", "|---|---|---|---|"]
     for f in fields.values():
-        t = f.type + (" or null" if f.nullable else "")
+        t = f.type + (" or null" if f.nullable else "") + (" (optional)" if f.optional else "")
         rows.append(f"| `{f.name}` | {t} | {f.unit or '-'} | {f.meaning} |")
     return "\n".join(rows)

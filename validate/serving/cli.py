@@ -55,6 +55,9 @@ def register(app) -> None:
         report: Path = typer.Option(..., "--report", help="report folder"),
         fit_levels: Optional[str] = typer.Option(None, "--fit-levels",
                                                  help="re-fit the step-time parameters on these levels only, e.g. closed-1,closed-2"),
+        acceptance_levels: Optional[str] = typer.Option(
+            None, "--acceptance-levels", help="speculative runs whose per-position acceptance predicts every run of "
+                                               "their gamma (e.g. specdecode-g2/closed-1); default: each request's own"),
         max_median_ape: Optional[float] = typer.Option(None, "--max-median-ape", help="exit 1 above this held-out latency median APE"),
     ) -> None:
         """Predict measured concurrent runs with the serving simulator (trace replay); report errors and figures."""
@@ -62,13 +65,19 @@ def register(app) -> None:
             raise InputError(None, "--max-median-ape", f"must be > 0 (got {max_median_ape})")
         levels = [x.strip() for x in fit_levels.split(",") if x.strip()] if fit_levels else None
         _progress_to_stderr()
-        v = validate_serving(run_dirs, profile, levels)
+        acc = [x.strip() for x in acceptance_levels.split(",") if x.strip()] if acceptance_levels else None
+        v = validate_serving(run_dirs, profile, levels, acc)
         command = "specsim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
         path = write_report(v, report, command, profile, max_median_ape)
         h = v.headline
         typer.echo(f"held out ({h['model']}, n={h['latency_n']}): latency median APE {_pct(h['latency_median_ape'])} "
                    f"p90 {_pct(h['latency_p90_ape'])} bias {_spct(h['latency_bias'])}; TTFT median APE "
                    f"{_pct(h['ttft_median_ape'])}; report {path}")
+        if "speculative" in h:
+            sp = h["speculative"]
+            typer.echo(f"speculative runs held out ({sp['model']}, n={sp['latency_n']}): latency median APE "
+                       f"{_pct(sp['latency_median_ape'])}, TPOT median APE {_pct(sp['tpot_median_ape'])} bias "
+                       f"{_spct(sp['tpot_bias'])}, acceptance length median APE {_pct(sp['accept_len_median_ape'])}")
         if max_median_ape is not None and h["latency_median_ape"] > max_median_ape:
             typer.echo(f"FAIL: held-out latency median APE {_pct(h['latency_median_ape'])} > {_pct(max_median_ape)}", err=True)
             raise typer.Exit(1)

@@ -7,13 +7,14 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from simulator.errors import InputError
 
 from .fit import _step_times, fit_step_params, step_aggregates
 from .load import ServingRun, load_run
-from .predict import measured_run_figures, predict_run, predicted_run_figures
+from .predict import acceptance_from_runs, measured_run_figures, predict_run, predicted_run_figures
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,14 @@ def _errors(d: pd.DataFrame, pred: str, meas: str) -> dict:
     return {"n": s["n"], "median_ape": s["median_ape"], "p90_ape": s["p90_ape"], "bias": s["bias"]}
 
 
-def validate_serving(run_dirs: list[str | Path], profile_path: str | Path, fit_levels: list[str] | None = None) -> ServingValidation:
+ACCEPTANCE_MODEL = "+acceptance-fit"  # suffix of the model that also predicts acceptance (speculative runs)
+
+
+def validate_serving(run_dirs: list[str | Path], profile_path: str | Path, fit_levels: list[str] | None = None,
+                     acceptance_levels: list[str] | None = None) -> ServingValidation:
+    """Replay every run with the profile, the profile with its step parameters re-fitted on ``fit_levels``,
+    and -- for speculative runs, with ``acceptance_levels`` -- the best of those with per-position acceptance
+    measured on the named runs only (each gamma from its own runs) instead of each request's own."""
     from simulator.cost_model import CostProfile
     from simulator.loading import load_yaml_model
     from validate.replay import setup_from_profile
@@ -49,11 +57,17 @@ def validate_serving(run_dirs: list[str | Path], profile_path: str | Path, fit_l
     labels = {r.label for r in runs} | {r.level for r in runs}
     models = {"profile": (params, set())}
     fit = None
+    acceptance = None
     if fit_levels:
         unknown = [f for f in fit_levels if f not in labels]
         if unknown:
             raise InputError(None, "--fit-levels", f"no run labelled {unknown[0]!r} (have: {', '.join(sorted(labels))})")
-        fitted = {r.label for r in runs if any(r.matches(f) for f in fit_levels)}
+        spec_named = [r.label for r in runs if r.gamma and r.label in fit_levels]
+        if spec_named:
+            raise InputError(None, "--fit-levels", f"{spec_named[0]} is a speculative run: its steps hold the draft's "
+                                                   "proposals too, not one pass of the base model (fit on plain runs)")
+        # a level name picks the plain runs at that level (speculative steps are never step-fit data)
+        fitted = {r.label for r in runs if not r.gamma and any(r.matches(f) for f in fit_levels)}
         if len(fitted) == len({r.label for r in runs}):
             raise InputError(None, "--fit-levels", "every run is a fit run: nothing held out to validate on "
                                                    "(in-sample error is not validation)")
@@ -66,6 +80,23 @@ def validate_serving(run_dirs: list[str | Path], profile_path: str | Path, fit_l
         log.info("step fit on %d engine steps of %d runs (%s): %s%s", fit["steps"], len(fit["runs"]), ", ".join(fit_levels),
                  ", ".join(f"{k} {v:.4g}" for k, v in fit["values"].items()),
                  "".join(f"; {k} kept at the profile's value ({why})" for k, why in fit["kept_at_prior"].items()))
+    if acceptance_levels:
+        unknown = [f for f in acceptance_levels if f not in labels]
+        if unknown:
+            raise InputError(None, "--acceptance-levels", f"no run labelled {unknown[0]!r} (have: {', '.join(sorted(labels))})")
+        acc_runs = [r for r in runs if r.gamma and any(r.matches(f) for f in acceptance_levels)]
+        if not acc_runs:
+            raise InputError(None, "--acceptance-levels", "names no speculative run (serve-run --draft --gamma)")
+        acceptance = acceptance_from_runs(acc_runs)
+        missing = sorted({r.gamma for r in runs if r.gamma} - set(acceptance))
+        if missing:
+            raise InputError(None, "--acceptance-levels", f"no acceptance run for gamma {missing[0]}")
+        base_name = "profile+step-fit" if fit else "profile"
+        p_best, fitted_best = models[base_name]
+        models[base_name + ACCEPTANCE_MODEL] = (p_best, fitted_best | {r.label for r in acc_runs})
+        log.info("acceptance from %s: %s", ", ".join(acceptance_levels),
+                 "; ".join(f"gamma {g}: a = {[round(x, 3) for x in v['a']]} ({v['iterations']} iterations)"
+                           for g, v in sorted(acceptance.items())))
     log.info("replaying %d runs (%d requests) with %s", len(runs), sum(len(r.requests) for r in runs), ", ".join(models))
     rows, runrows, steprows = [], [], []
     for r in runs:
@@ -74,10 +105,16 @@ def validate_serving(run_dirs: list[str | Path], profile_path: str | Path, fit_l
                         "users": r.users, "rate_per_s": r.rate_per_s, "model": "measured", "role": "measured",
                         "n": len(r.requests), "latency_mean_s": float(r.requests.latency_s.mean()), **meas})
         dec = r.steps[(r.steps.prefill_requests == 0) & (r.steps.engine == "base")]
+        runrows[-1].update(_measured_tpot(r))
         for name, (p, fitted) in models.items():
+            acc = None
+            if name.endswith(ACCEPTANCE_MODEL):
+                if not r.gamma:
+                    continue  # the same prediction as the model it extends
+                acc = acceptance[r.gamma]["a"]
             role = "fit (in-sample)" if r.label in fitted else "held out"
             log.debug("predicting %s with %s (%s)", r.path, name, role)
-            t, res = predict_run(r, p, setup)
+            t, res = predict_run(r, p, setup, acc)
             t.insert(0, "run", str(r.path))
             t.insert(1, "label", r.label)
             t.insert(2, "model", name)
@@ -87,8 +124,10 @@ def validate_serving(run_dirs: list[str | Path], profile_path: str | Path, fit_l
                             "users": r.users, "rate_per_s": r.rate_per_s, "model": name, "role": role, "n": len(t),
                             "latency_mean_s": float(t.pred_latency_s.mean()), **predicted_run_figures(res),
                             **{f"latency_{k}": v for k, v in _errors(t, "pred_latency_s", "latency_s").items() if k != "n"},
-                            **{f"ttft_{k}": v for k, v in _errors(t, "pred_ttft_s", "ttft_s").items() if k != "n"}})
-            if len(dec):
+                            **{f"ttft_{k}": v for k, v in _errors(t, "pred_ttft_s", "ttft_s").items() if k != "n"},
+                            **_tpot_figures(t)})
+            if len(dec) and not r.gamma and not name.endswith(ACCEPTANCE_MODEL):
+                # (a speculative step also runs the draft's proposals: its time is not one pass of the base model)
                 pt = _step_times(p, setup, step_aggregates(dec))
                 steprows.append(pd.DataFrame({"run": str(r.path), "label": r.label, "model": name, "role": role,
                                               "batch": dec.running.to_numpy(), "measured_s": dec.duration_s.to_numpy(),
@@ -98,8 +137,40 @@ def validate_serving(run_dirs: list[str | Path], profile_path: str | Path, fit_l
     held = per_request[(per_request.model == best) & (per_request.role == "held out")]
     headline = {"model": best, **{f"latency_{k}": v for k, v in _errors(held, "pred_latency_s", "latency_s").items()},
                 **{f"ttft_{k}": v for k, v in _errors(held, "pred_ttft_s", "ttft_s").items() if k != "n"}}
+    spec_runs = {r.label for r in runs if r.gamma}
+    if spec_runs:
+        name = best + ACCEPTANCE_MODEL if acceptance else best
+        h = per_request[(per_request.model == name) & (per_request.role == "held out") & per_request.label.isin(spec_runs)]
+        if len(h):
+            headline["speculative"] = {"model": name, **{f"latency_{k}": v for k, v in _errors(h, "pred_latency_s", "latency_s").items()},
+                                       **{f"tpot_{k}": v for k, v in _errors(h.dropna(subset=["tpot_s"]), "pred_tpot_s", "tpot_s").items() if k != "n"},
+                                       **{f"accept_len_{k}": v for k, v in _errors(h, "pred_accept_len", "accept_len").items() if k != "n"}}
+    if acceptance:
+        headline["acceptance"] = {str(g): v for g, v in sorted(acceptance.items())}
     return ServingValidation(per_request, pd.DataFrame(runrows), pd.concat(steprows, ignore_index=True) if steprows
                              else pd.DataFrame(), fit, headline, runs)
+
+
+def _tpot_figures(t: pd.DataFrame) -> dict:
+    d = t.dropna(subset=["tpot_s"])
+    out = {"tpot_median_s": float(d.pred_tpot_s.median()) if len(d) else float("nan")}
+    out.update({f"tpot_{k}": v for k, v in _errors(d, "pred_tpot_s", "tpot_s").items() if k != "n"} if len(d) else {})
+    if "pred_accept_len" in t:
+        out["accept_len_mean"] = float(t.pred_accept_len.mean())
+    return out
+
+
+def _measured_tpot(r: ServingRun) -> dict:
+    """Measured median TPOT of a run and, speculative runs, its mean acceptance length (per_run's measured row)."""
+    from .predict import _decode_emitted
+
+    req = r.requests
+    n1 = (req.output_tokens - 1).where(req.output_tokens > 1)
+    out = {"tpot_median_s": float(((req.latency_s - req.ttft_s) / n1).median())}
+    if r.gamma:
+        it = _decode_emitted(r)
+        out["accept_len_mean"] = float(np.mean([sum(e for _k, e in v) / len(v) for v in it.values() if v]))
+    return out
 
 
 

@@ -24,6 +24,7 @@ class ServingRun:
     level: str = ""  # the arrival level alone
     system: str = "vanilla-base"
     calls: pd.DataFrame | None = None  # whole-system runs (serve-systems): every engine call, in order
+    gamma: int = 0  # speculative serve-run (``--draft --gamma``): draft tokens per iteration
 
     def matches(self, name: str) -> bool:
         """``--fit-levels`` names a level (every system's run at it) or one system's run (SYSTEM/LEVEL)."""
@@ -56,6 +57,12 @@ def load_run(path: str | Path) -> ServingRun:
         if missing:
             raise InputError(str(Path(path) / "serve_calls.jsonl"), "request_id", f"request {missing[0]} has no calls")
     system = meta.get("system") or "vanilla-base"
-    label = f"{system}/{level}" if calls is not None else level
-    return ServingRun(Path(path), label, mode, users, rate, req, st, meta, level, system, calls)
+    gamma = int(meta.get("gamma") or 0) if calls is None else 0
+    if gamma and "spec_tokens" not in st:
+        raise InputError(str(Path(path) / "serve_steps.jsonl"), "spec_tokens",
+                         f"a speculative run (gamma {gamma}) needs per-step spec_tokens/emitted (recorded since 2026-11-23)")
+    if gamma:
+        system = f"{system}-g{gamma}"  # one speculative configuration per draft length
+    label = f"{system}/{level}" if calls is not None or gamma else level
+    return ServingRun(Path(path), label, mode, users, rate, req, st, meta, level, system, calls, gamma)
 

@@ -11,17 +11,69 @@ from .load import ServingRun
 MEMORY_FRACTION = (0.3, 0.5)  # scenarios/cpu-smollm2.yaml's split; KV never binds at these batch sizes
 
 
-def replay_plans(req: pd.DataFrame):
-    """One base-engine call per measured request (its own token counts)."""
+def replay_plans(req: pd.DataFrame, spec_cum: dict[int, np.ndarray] | None = None):
+    """One base-engine call per measured request (its own token counts); on a speculative run each call's
+    iterations (``spec_cum``: tokens produced after each verification, request id -> cumulative counts)."""
     from simulator.request_model import BASE, Call, RequestPlan
 
     plans = []
     for r in req.itertuples():
         new = int(r.prompt_tokens - r.cached_tokens)
         # a cross-request prefix hit cannot be represented (the simulator caches per request): count it as new
-        call = Call(BASE, int(r.prompt_tokens) if r.cached_tokens else new, 0, int(r.output_tokens))
+        call = Call(BASE, int(r.prompt_tokens) if r.cached_tokens else new, 0, int(r.output_tokens),
+                    None if spec_cum is None else spec_cum[int(r.request_id)])
         plans.append(RequestPlan([call], int(r.output_tokens), int(r.output_tokens), 1, 0, "length"))
     return plans
+
+
+def _decode_emitted(run: ServingRun) -> dict[int, list[tuple[int, int]]]:
+    """Per request, its verification steps in order: (draft tokens verified, output tokens gained). The prefill
+    step (context below the prompt) is left out: it produces the first token, as in the simulator."""
+    prompt = dict(zip(run.requests.request_id, run.requests.prompt_tokens))
+    out: dict[int, list[tuple[int, int]]] = {int(r): [] for r in run.requests.request_id}
+    s = run.steps[run.steps.engine == "base"].sort_values("step_index")
+    for rids, ctx, spec, em in zip(s.request_ids, s.context_tokens, s.spec_tokens, s.emitted):
+        for rid, c, k, e in zip(rids, ctx, spec, em):
+            if c >= prompt[rid] and e > 0:
+                out[int(rid)].append((int(k), int(e)))
+    return out
+
+
+def measured_spec_cum(run: ServingRun) -> dict[int, np.ndarray]:
+    """The measured iterations of every request of a speculative run, as the simulator's ``spec_cum``."""
+    return {rid: np.cumsum([e for _k, e in it]).astype(np.int64) for rid, it in _decode_emitted(run).items()}
+
+
+def acceptance_from_runs(runs: list[ServingRun]) -> dict[int, dict]:
+    """Per gamma, a_i = P(at least i drafts accepted) over the verification steps that verified gamma drafts
+    (pooled over ``runs``): {gamma: {"a": [...], "iterations": n, "runs": [...]}}."""
+    acc: dict[int, list] = {}
+    for r in runs:
+        m = [e - 1 for it in _decode_emitted(r).values() for k, e in it if k == r.gamma]
+        cur = acc.setdefault(r.gamma, [[], []])
+        cur[0] += m
+        cur[1].append(str(r.path))
+    out = {}
+    for g, (m, paths) in acc.items():
+        m = np.asarray(m)
+        out[g] = {"a": [float((m >= i).mean()) if len(m) else 0.0 for i in range(1, g + 1)], "iterations": int(len(m)),
+                  "runs": paths}
+    return out
+
+
+def sampled_spec_cum(run: ServingRun, a: list[float], seed: int = 0) -> dict[int, np.ndarray]:
+    """Every request's iterations drawn from per-position acceptance ``a`` with the simulator's own rule
+    (``simulator.speculative.split_iterations``), request i from its own seeded stream."""
+    from simulator.request_model import request_seed
+    from simulator.speculative import iteration_cdf, split_iterations
+
+    cdf = iteration_cdf(np.asarray(a, float))
+    out = {}
+    for r in run.requests.itertuples():
+        need = max(int(r.output_tokens) - 1, 0)
+        _seg, _g, toks = split_iterations(cdf, np.array([need]), np.random.default_rng(request_seed(seed, int(r.request_id))))
+        out[int(r.request_id)] = np.cumsum(toks).astype(np.int64)
+    return out
 
 
 def replay_system_plans(calls: pd.DataFrame, requests: pd.DataFrame):
@@ -63,16 +115,23 @@ def deployments(params, setup) -> dict:
     return {role: Deployment(m, setup.hardware, setup.tp, params) for role, m in setup.models.items()}
 
 
-def predict_run(run: ServingRun, params, setup):
-    """(per-request table: measured and predicted, serving result of the simulator)."""
+def predict_run(run: ServingRun, params, setup, acceptance: list[float] | None = None):
+    """(per-request table: measured and predicted, serving result of the simulator).
+
+    A speculative run replays each request's measured iterations, or -- with ``acceptance`` (a_1..a_gamma) --
+    iterations drawn from it."""
     from simulator.serving.arrivals import ClosedLoopUsers, ReplayArrivals
     from simulator.serving.replica import simulate_serving
     from simulator.systems import SystemConfig
 
+    spec = None
     if run.calls is not None:
         plans = replay_system_plans(run.calls, run.requests)
         cfg = SystemConfig(system="specreason", threshold=min(10, int(round(run.meta.get("threshold") or 0)))) \
             if run.system == "specreason" else SystemConfig(system=run.system)
+    elif run.gamma:
+        spec = measured_spec_cum(run) if acceptance is None else sampled_spec_cum(run, acceptance)
+        plans, cfg = replay_plans(run.requests, spec), SystemConfig(system="specdecode", gamma=run.gamma)
     else:
         plans, cfg = replay_plans(run.requests), SystemConfig(system="vanilla-base")
     if run.mode == "closed":
@@ -85,6 +144,14 @@ def predict_run(run: ServingRun, params, setup):
     t = run.requests[["request_id", "prompt_tokens", "output_tokens", "latency_s", "ttft_s"]].copy()
     t["pred_latency_s"] = sim.loc[t.request_id, "latency_s"].to_numpy()
     t["pred_ttft_s"] = sim.loc[t.request_id, "ttft_s"].to_numpy()
+    # TPOT as vLLM's benchmark defines it: (latency - TTFT) / (output tokens - 1), requests with >= 2 tokens
+    n1 = (t.output_tokens - 1).where(t.output_tokens > 1)
+    t["tpot_s"] = (t.latency_s - t.ttft_s) / n1
+    t["pred_tpot_s"] = (t.pred_latency_s - t.pred_ttft_s) / n1
+    if run.gamma:  # acceptance length: output tokens per verification (vLLM's mean acceptance length)
+        meas = _decode_emitted(run)
+        t["accept_len"] = [sum(e for _k, e in meas[i]) / max(len(meas[i]), 1) for i in t.request_id]
+        t["pred_accept_len"] = [float(spec[i][-1]) / len(spec[i]) if len(spec[i]) else np.nan for i in t.request_id]
     return t, res
 
 

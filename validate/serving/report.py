@@ -34,7 +34,8 @@ def plots(v: ServingValidation, out: Path) -> list[str]:
     names = []
     models = [m for m in pr.model.unique() if m != "measured"]
     style = {"measured": dict(marker="o", color="k", ls="none", ms=7), "profile": dict(marker="s", ls="--", color="tab:blue"),
-             "profile+step-fit": dict(marker="^", ls="-", color="tab:orange")}
+             "profile+step-fit": dict(marker="^", ls="-", color="tab:orange"),
+             "profile+step-fit+acceptance-fit": dict(marker="v", ls=":", color="tab:red")}
     systems = list(dict.fromkeys(pr.system))
     colors = dict(zip(systems, ("tab:blue", "tab:green", "tab:red", "tab:purple")))
     for fname, cols, ylabels in (
@@ -75,15 +76,20 @@ def plots(v: ServingValidation, out: Path) -> list[str]:
     sp = speedup_table(v)
     if len(sp):
         fig, ax = plt.subplots(figsize=(5.5, 4.2))
-        for m in ["measured", *models]:
-            d = sp[(sp.model == m) & (sp["mode"] == "closed")].groupby("users")["speedup"].median()
-            if len(d):
-                ax.plot(d.index, d.values, label=m, **style.get(m, {}))
+        sps = list(dict.fromkeys(sp.system))
+        for sysname in sps:
+            for m in ["measured", *models]:
+                d = sp[(sp.system == sysname) & (sp.model == m) & (sp["mode"] == "closed")].groupby("users")["speedup"].median()
+                if len(d):
+                    st = dict(style.get(m, {}))
+                    if len(sps) > 1:
+                        st["color"] = colors.get(sysname, "grey")
+                    ax.plot(d.index, d.values, label=f"{sysname} {m}" if len(sps) > 1 else m, **st)
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("closed-loop users")
         ax.set_ylabel(f"speedup over {sp.baseline.iloc[0]} (mean latency ratio)")
-        ax.set_title(f"{sp.system.iloc[0]} under load")
+        ax.set_title(f"{', '.join(sps)} under load")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         _save_png(fig, out / "speedup_vs_concurrency.png")
@@ -103,6 +109,40 @@ def plots(v: ServingValidation, out: Path) -> list[str]:
         plt.close(fig)
         names.append("step_time_vs_batch.png")
     return names
+
+
+def _speculative_section(v: ServingValidation) -> list[str]:
+    """Speculative runs: TPOT and acceptance length per run, measured vs each model."""
+    pr = v.per_run
+    if "accept_len_mean" not in pr or not pr.accept_len_mean.notna().any():
+        return []
+    h = v.headline.get("speculative", {})
+    L = ["", "## Speculative decoding under load", ""]
+    if h:
+        L += [f"Held-out speculative requests ({h['model']}, n={h['latency_n']}): latency median APE "
+              f"{_pct(h['latency_median_ape'])} (bias {_spct(h['latency_bias'])}), TPOT median APE {_pct(h['tpot_median_ape'])} "
+              f"(bias {_spct(h['tpot_bias'])}), acceptance length median APE {_pct(h['accept_len_median_ape'])}.", ""]
+    acc = v.headline.get("acceptance")
+    if acc:
+        L += ["Acceptance used by the `…+acceptance-fit` rows (a_i = P(at least i drafts accepted), measured on "
+              "the named runs only):", ""]
+        L += [f"- gamma {g}: a = {', '.join(f'{x:.3f}' for x in a['a'])} ({a['iterations']} verifications; "
+              f"{', '.join(a['runs'])})" for g, a in acc.items()]
+        L += [""]
+    L += ["| run | model | role | TPOT meas / pred (ms, median) | TPOT median APE | TPOT bias | acceptance length meas / pred |"
+          " latency median APE |", "|---|---|---|---|---|---|---|---|"]
+    spec = pr[pr.accept_len_mean.notna() | pr.label.isin(pr[pr.accept_len_mean.notna()].label)]
+    for run in sorted(spec.run.unique(), key=lambda r: (_level_key(spec[spec.run == r].label.iloc[0]), r)):
+        d = spec[spec.run == run]
+        m = d[d.model == "measured"].iloc[0]
+        for _, p in d[d.model != "measured"].iterrows():
+            L.append(f"| {p.label} | {p.model} | {p.role} | {1e3 * m.tpot_median_s:.1f} / {1e3 * p.tpot_median_s:.1f} | "
+                     f"{_pct(p.tpot_median_ape)} | {_spct(p.tpot_bias)} | {m.accept_len_mean:.3f} / {p.accept_len_mean:.3f} | "
+                     f"{_pct(p.latency_median_ape)} |")
+    L += ["", "Acceptance length = output tokens per verification (accepted drafts + 1; vLLM's mean acceptance length). "
+          "Models without `" + "+acceptance-fit` replay each request's own measured verifications (timing alone is "
+          "predicted); `+acceptance-fit` draws them from the named runs' a_i (timing and acceptance predicted)."]
+    return L
 
 
 def write_report(v: ServingValidation, out: str | Path, command: str, profile_path: str | Path, bar: float | None) -> Path:
@@ -154,17 +194,17 @@ def write_report(v: ServingValidation, out: str | Path, command: str, profile_pa
         e, t = _errors(d, "pred_latency_s", "latency_s"), _errors(d, "pred_ttft_s", "ttft_s")
         L.append(f"| {label} | {model} | {e['n']} | {_pct(e['median_ape'])} | {_pct(e['p90_ape'])} | {_spct(e['bias'])} | "
                  f"{_pct(t['median_ape'])} | {_spct(t['bias'])} |")
+    L += _speculative_section(v)
     sp = speedup_table(v)
     if len(sp):
-        L += ["", f"## Speedup of {sp.system.iloc[0]} over {sp.baseline.iloc[0]} under load (mean latency ratio, "
-              "median over repeats)", "", "| level | measured | " + " | ".join(m for m in v.per_run.model.unique()
-                                                                     if m != "measured") + " |",
-              "|---|---|" + "---|" * (v.per_run.model.nunique() - 1)]
-        piv = sp.groupby(["level", "model"])["speedup"].median().unstack("model")
-        for lv in sorted(piv.index, key=_level_key):
-            L.append(f"| {lv} | " + " | ".join(f"{piv.loc[lv, m]:.3f}" if m in piv and np.isfinite(piv.loc[lv, m]) else "n/a"
-                                               for m in ["measured", *[m for m in v.per_run.model.unique() if m != "measured"]])
-                     + " |")
+        mods = [m for m in v.per_run.model.unique() if m != "measured"]
+        L += ["", f"## Speedup over {sp.baseline.iloc[0]} under load (mean latency ratio, median over repeats)", "",
+              "| system | level | measured | " + " | ".join(mods) + " |", "|---|---|---|" + "---|" * len(mods)]
+        piv = sp.groupby(["system", "level", "model"])["speedup"].median().unstack("model")
+        for key in sorted(piv.index, key=lambda k: (k[0], _level_key(k[1]))):
+            L.append(f"| {key[0]} | {key[1]} | " + " | ".join(
+                f"{piv.loc[key, m]:.3f}" if m in piv and np.isfinite(piv.loc[key, m]) else "n/a" for m in ["measured", *mods])
+                + " |")
         write_atomic(out / "speedup.csv", sp.to_csv(index=False))
     L += ["", "## Figures", ""] + [f"![{n}]({n})" for n in figs]
     L += ["", "## Provenance", "", "| run | created | engine | hardware | loadavg before → after | wall s | run command |",
