@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.specsim-installed
 ENGINES_STAMP := $(VENV)/.engines-installed
 SCENARIO ?= scenarios/reference-a6000-qwq32b.yaml
 
-.PHONY: setup engines demo test test-fast test-real bench clean validate-traces report-cpu bench-serving validate-serving validate-serving-systems
+.PHONY: setup engines demo test test-fast test-real bench clean validate-traces report-cpu bench-serving validate-serving validate-serving-systems validate-serving-spec
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -76,3 +76,16 @@ validate-serving-systems: $(ENGINES_STAMP)
 	@echo "validate-serving-systems: 3 repeats of serve-systems (~7 min each), then replay -> $(SYS_OUT)/report" >&2
 	for r in 1 2 3; do $(SPECSIM) calibrate serve-systems $(SYS_ARGS) --out $(SYS_OUT)/rep$$r || exit 1; done
 	$(SPECSIM) validate-serving $(SYS_OUT)/rep[0-9]*/*/* --profile simulator/profiles/cost_cpu-vllm032.yaml --fit-levels closed-1 --report $(SYS_OUT)/report
+
+# Speculative decoding under load against real vLLM on this CPU (docs/serving-model.md): vanilla and vLLM's
+# draft_model speculation (SmolLM2-135M + its 6-layer cut, gamma 2 and 4) at 1/2/4/8 closed-loop users, the
+# same 24 requests each (~9 min per repeat), then replay through the serving simulator with the single-request
+# cost profile; per-position acceptance from the 1-user runs only predicts the others.
+SPEC_OUT ?= out/serving-spec-cpu
+SPEC_ARGS ?= --users 1,2,4,8 --requests 24 --warmup 24 --min-tokens 16 --max-tokens 64 --seed 0
+SPEC_DRAFT ?= .cache/models/smollm2-135m-instruct-draft6l
+validate-serving-spec: $(ENGINES_STAMP)
+	@echo "validate-serving-spec: serve-run of vanilla, gamma 2, gamma 4 (~9 min), then replay -> $(SPEC_OUT)/report" >&2
+	$(SPECSIM) calibrate serve-run $(SPEC_ARGS) --out $(SPEC_OUT)/rep1/vanilla
+	for g in 2 4; do $(SPECSIM) calibrate serve-run $(SPEC_ARGS) --draft $(SPEC_DRAFT) --gamma $$g --out $(SPEC_OUT)/rep1/specdecode-g$$g || exit 1; done
+	$(SPECSIM) validate-serving $(SPEC_OUT)/rep1/*/closed-* --profile simulator/profiles/cost_cpu-epyc-vllm032.yaml --acceptance-levels specdecode-g2/closed-1,specdecode-g4/closed-1 --report $(SPEC_OUT)/report
