@@ -74,6 +74,7 @@ class StepReport:
     outputs: list[tuple[int, int, bool, int]] = field(default_factory=list)
     raw: list = field(default_factory=list)  # the engine's own outputs of the step (vLLM ``RequestOutput``)
     spec_tokens: list[int] | None = None  # draft tokens verified per scheduled request (speculative engines only)
+    call_ids: list[str] = field(default_factory=list)  # our id of each scheduled request ("<request>" / "<request>-<call>")
 
 
 class SteppingEngine(Protocol):
@@ -251,10 +252,15 @@ class VllmSteppingEngine:
                        "max_num_batched_tokens": int(self.sched.max_num_scheduled_tokens),
                        "prefix_caching": prefix_caching, "max_model_len": max_model_len, "enforce_eager": True}
         self._last = None
+        self._ext: dict[str, str] = {}
         orig = self.sched.schedule
 
         def schedule(*a, **k):
             self._last = orig(*a, **k)
+            # vLLM schedules internal ids ("<id>-<8 random chars>"): keep each one's external id (ours)
+            states = self.eng.output_processor.request_states
+            self._ext = {rid: getattr(states.get(rid), "external_req_id", None) or rid
+                         for rid in self._last.num_scheduled_tokens}
             return self._last
 
         self.sched.schedule = schedule
@@ -280,13 +286,14 @@ class VllmSteppingEngine:
         self._last = None
         outs = self.eng.step()
         so = self._last
-        rids, new, ctx, spec = [], [], [], []
+        rids, new, ctx, spec, cids = [], [], [], [], []
         if so is not None and so.total_num_scheduled_tokens > 0:
             computed = {r.req_id: r.num_computed_tokens for r in so.scheduled_new_reqs}
             cr = so.scheduled_cached_reqs
             computed.update(zip(cr.req_ids, cr.num_computed_tokens))
             drafts = so.scheduled_spec_decode_tokens or {}
             for rid, k in so.num_scheduled_tokens.items():
+                cids.append(str(self._ext.get(rid, rid)))
                 rids.append(int(rid.split("-")[0]))
                 new.append(int(k))
                 ctx.append(int(computed.get(rid, 0)))
@@ -294,7 +301,7 @@ class VllmSteppingEngine:
         outputs = [(int(str(o.request_id).split("-")[0]), len(o.outputs[0].token_ids), bool(o.finished),
                     int(o.num_cached_tokens or 0)) for o in outs]
         return StepReport(rids, new, ctx, len(self.sched.waiting), outputs, list(outs),
-                          spec if self.speculative else None)
+                          spec if self.speculative else None, cids)
 
     def has_unfinished(self) -> bool:
         return self.eng.has_unfinished_requests()

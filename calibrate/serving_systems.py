@@ -49,7 +49,8 @@ from calibrate.serving_run import (Arrivals, ClosedLoop, PoissonLoop, _finish_ma
 from calibrate.trace_schema import SCHEMA_VERSION
 from simulator.errors import InputError
 
-SERVE_SYSTEMS = ("vanilla-base", "vanilla-small", "specreason")
+SERVE_SYSTEMS = ("vanilla-base", "vanilla-small", "specreason", "specdecode", "specreason-decode")
+SPEC_SYSTEMS = ("specdecode", "specreason-decode")  # their base engine speculates with the small model as draft
 SYSTEM_FILES = ("run.json", "serve_requests.jsonl", "serve_calls.jsonl", "serve_steps.jsonl", "serve_small_steps.jsonl",
                 "steps.jsonl", "requests.jsonl")
 ROUND_ORDER = ("small", "base")  # the serving simulator's round order (simulator/serving/replica.py)
@@ -69,6 +70,7 @@ class CallSlot:
     done_s: float | None = None
     output: object = None
     event: threading.Event = field(default_factory=threading.Event)
+    verify: list[tuple[int, int]] = field(default_factory=list)  # speculative base engine: (drafts, tokens gained) per step
 
     @property
     def req_id(self) -> str:
@@ -167,7 +169,7 @@ class BrokeredEngine(Engine):
         self.role, self.stepping, self.broker = role, stepping, broker
         self.tok = getattr(stepping, "tok", None)
         self.model_dir = Path(model_dir)
-        self.gamma = 0
+        self.gamma = int(getattr(stepping, "gamma", 0) or 0)
 
     # overridable for a test double (no vLLM there)
     def _gen_params(self, max_tokens, stop, sampling, seed):
@@ -192,7 +194,13 @@ class BrokeredEngine(Engine):
 
     def generate(self, prompt_ids, max_tokens, stop, sampling: Sampling, seed) -> Generation:
         s = self.broker.call(self.role, "generate", prompt_ids, self._gen_params(max_tokens, stop, sampling, seed))
-        return self._gen_result(s.output, s.done_s - s.submitted_s, prompt_ids)
+        gen = self._gen_result(s.output, s.done_s - s.submitted_s, prompt_ids)
+        if self.gamma:  # per-position counts from the call's own verification steps (the engine's step records)
+            from calibrate.vllm_engine import per_position_counts
+
+            gen.spec_drafted_per_pos, gen.spec_accepted_per_pos = per_position_counts(
+                [k for k, _e in s.verify], [max(e - 1, 0) for _k, e in s.verify], self.gamma)
+        return gen
 
     def score(self, prompt_ids, top_k: int = 10) -> ScoreResult:
         s = self.broker.call(self.role, "score", prompt_ids, self._score_params(top_k))
@@ -215,8 +223,10 @@ class _Req:
     submitted_s: float
 
 
-def _call_record(s: CallSlot, out_tokens: int, cached: int) -> dict:
-    return {"schema_version": SCHEMA_VERSION, "kind": "serve_call", "request_id": s.request_id,
+def _call_record(s: CallSlot, out_tokens: int, cached: int, speculative: bool = False) -> dict:
+    spec = {"spec_drafts": [int(k) for k, _e in s.verify], "spec_emitted": [int(e) for _k, e in s.verify]} \
+        if speculative else {}
+    return {**spec, "schema_version": SCHEMA_VERSION, "kind": "serve_call", "request_id": s.request_id,
             "call_index": s.call_index, "engine": s.engine, "op": s.op, "prompt_tokens": len(s.prompt_ids),
             "cached_tokens": int(cached), "output_tokens": int(out_tokens),
             "max_tokens": int(getattr(s.params, "max_tokens", out_tokens) or out_tokens),
@@ -246,6 +256,7 @@ def serve(engines: dict, broker: Broker, start_request: Callable[[int], Callable
     facts = {"rounds": 0, "host_s": 0.0, "steps": {r: 0 for r in engines}, "busy_s": {r: 0.0 for r in engines}}
     prompt_len: dict[str, dict[int, int]] = {r: {} for r in engines}
     step_index = {r: 0 for r in engines}
+    produced: dict[str, int] = {}  # output tokens so far per call (speculative steps' ``emitted``)
     times = arrivals.times(n) if isinstance(arrivals, PoissonLoop) else None
 
     def launch(i: int, user: int, arrival_s: float) -> None:
@@ -310,6 +321,15 @@ def serve(engines: dict, broker: Broker, start_request: Callable[[int], Callable
             if rep.request_ids:
                 rec = _step_record(step_index[role], ts, te - ts, rep, prompt_len[role])
                 step_index[role] += 1
+                if rep.spec_tokens is not None:
+                    now_out = {str(o.request_id): _out_tokens(o) for o in rep.raw}
+                    gained = [now_out.get(c, produced.get(c, 0)) - produced.get(c, 0) for c in rep.call_ids]
+                    rec["spec_tokens"], rec["emitted"] = [int(k) for k in rep.spec_tokens], [int(e) for e in gained]
+                    produced.update(now_out)
+                    for c, k, e, ctx in zip(rep.call_ids, rep.spec_tokens, gained, rep.context_tokens):
+                        s = broker.in_flight.get(c)
+                        if s is not None and e > 0 and ctx >= len(s.prompt_ids):  # a verification (not the prefill)
+                            s.verify.append((int(k), int(e)))
                 write("serve_step" if role == "base" else "serve_small_step", rec)
             for o in rep.raw:
                 s = broker.in_flight.get(str(o.request_id))
@@ -323,7 +343,8 @@ def serve(engines: dict, broker: Broker, start_request: Callable[[int], Callable
                     ready.append(s)
         facts["rounds"] += 1
         for s in ready:
-            rec = _call_record(s, _out_tokens(s.output), int(s.output.num_cached_tokens or 0))
+            rec = _call_record(s, _out_tokens(s.output), int(s.output.num_cached_tokens or 0),
+                               bool(getattr(engines[s.engine], "speculative", None)))
             calls.setdefault(s.request_id, []).append(rec)
             write("serve_call", rec)
             broker.deliver(s)
@@ -347,12 +368,17 @@ class SystemServeConfig:
     dtype: str = "float32"
     max_model_len: int = 2048
     dataset: str = "gsm_symbolic"
+    gamma: int = 0  # draft tokens per iteration of the speculative systems (the small model drafts)
 
     def check(self) -> None:
         for s in self.systems:
             if s not in SERVE_SYSTEMS:
-                raise InputError(None, "--system", f"{s!r} cannot be served concurrently here (one of: {', '.join(SERVE_SYSTEMS)}; "
-                                                   "speculative decoding's per-call counts need one call at a time)")
+                raise InputError(None, "--system", f"{s!r} is not a system served here (one of: {', '.join(SERVE_SYSTEMS)})")
+        spec = [s for s in self.systems if s in SPEC_SYSTEMS]
+        if spec and not 1 <= self.gamma <= 16:
+            raise InputError(None, "--gamma", f"{spec[0]} needs 1 <= gamma <= 16 (got {self.gamma})")
+        if self.gamma and not spec:
+            raise InputError(None, "--gamma", "only specdecode / specreason-decode speculate (got gamma without them)")
         if not self.systems:
             raise InputError(None, "--system", "give at least one system")
         if self.requests < 1:
@@ -379,14 +405,15 @@ def _manifest(cfg: SystemServeConfig, system: str, engines: dict, arr: Arrivals,
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "engine": "vllm", "engine_version": base.version(), "hardware": detect_hardware(),
         "models": {role: e.info for role, e in engines.items()}, "dtype": cfg.dtype, "tensor_parallel": 1,
-        "system": system, "gamma": 0, "threshold": float(sc.threshold), "first_n": sc.first_n,
+        "system": system, "gamma": int(base.gamma), "threshold": float(sc.threshold), "first_n": sc.first_n,
         "budget_tokens": sc.budget_tokens, "score_mode": sc.score_mode,
         "sampling": {"temperature": 0.0, "top_p": 1.0, "step_max_tokens": sc.step_max_tokens, "stop": ["\n\n"]},
         "seed": cfg.seed, "dataset": cfg.dataset, "num_requests": cfg.requests, "command": command,
         "options": {"arrivals": arr.describe(), "label": arr.label, "driver": "calibrate.serving_systems",
                     "colocated_engines": list(engines), "round_order": list(ROUND_ORDER),
                     "engine_limits": {r: e.limits for r, e in engines.items()},
-                    "env": base.env, "warmup": warm, "loadavg_before": loadavg()},
+                    "env": base.env, "warmup": warm, "loadavg_before": loadavg(),
+                    **({"speculative_config": base.speculative} if base.speculative else {})},
     }
 
 
@@ -403,26 +430,39 @@ def run_system_serving(cfg: SystemServeConfig, out: str | Path, *, command: str 
     dirs = [out / s / a.label for s in cfg.systems for a in cfg.arrivals]
     if not todo:
         return dirs
-    need_small = any(s in ("vanilla-small", "specreason") for s, _ in todo)
+    need_small = any(s in ("vanilla-small", "specreason", "specreason-decode") for s, _ in todo)
     # prefix caching on: a request's chain is re-sent every step (the runner's setting)
     engines = {}
     if need_small:
         engines["small"] = VllmSteppingEngine(cfg.small, dtype=cfg.dtype, max_model_len=cfg.max_model_len, seed=cfg.seed,
                                               prefix_caching=True)
-    engines["base"] = VllmSteppingEngine(cfg.base, dtype=cfg.dtype, max_model_len=cfg.max_model_len, seed=cfg.seed,
-                                         prefix_caching=True)
+    if any(s not in SPEC_SYSTEMS for s, _ in todo):
+        engines["base"] = VllmSteppingEngine(cfg.base, dtype=cfg.dtype, max_model_len=cfg.max_model_len, seed=cfg.seed,
+                                             prefix_caching=True)
+    if any(s in SPEC_SYSTEMS for s, _ in todo):  # vLLM's speculation is per engine: a second base engine drafts
+        engines["base_spec"] = VllmSteppingEngine(cfg.base, dtype=cfg.dtype, max_model_len=cfg.max_model_len,
+                                                  seed=cfg.seed, prefix_caching=True, draft_dir=cfg.small, gamma=cfg.gamma)
     paths = {"small": cfg.small, "base": cfg.base}
+
+    def roles(system: str) -> dict:
+        """role -> stepping engine that serves it for ``system`` (the speculative base for specdecode systems)."""
+        sc = cfg.system_config(system)
+        out = {}
+        if sc.uses_small:
+            out["small"] = engines["small"]
+        if sc.uses_base:
+            out["base"] = engines["base_spec" if system in SPEC_SYSTEMS else "base"]
+        return out
     try:
         pool = load_problems(cfg.dataset, cfg.requests + max(cfg.warmup, 1) * 4, cfg.seed)
         problems, spare = pool[: cfg.requests], pool[cfg.requests:]
 
         def campaign(system: str, probs: list, arr: Arrivals, write) -> dict:
             broker = Broker()
-            eng = {r: BrokeredEngine(r, e, broker, paths[r]) for r, e in engines.items()}
+            used = roles(system)
+            eng = {r: BrokeredEngine(r, e, broker, paths[r]) for r, e in used.items()}
             sc = cfg.system_config(system)
-            base = eng["base"] if sc.uses_base else None
-            small = eng.get("small") if sc.uses_small else None
-            used = {r: e for r, e in engines.items() if (r == "base" and base) or (r == "small" and small)}
+            base, small = eng.get("base"), eng.get("small")
 
             def start(i: int):
                 return lambda: run_request(sc, probs[i], i, base, small, cfg.seed + i)
@@ -444,7 +484,7 @@ def run_system_serving(cfg: SystemServeConfig, out: str | Path, *, command: str 
             log(f"warm-up: {warm['requests_per_system']} requests per system in {warm['seconds']:.1f} s")
         for system, arr in todo:
             d = out / system / arr.label
-            used = {r: e for r, e in engines.items() if r == "base" or system != "vanilla-base"}
+            used = roles(system)
             for e in engines.values():  # every level starts with a cold prefix cache (no hits on earlier levels' prompts)
                 e.llm.reset_prefix_cache()
             manifest = _manifest(cfg, system, used, arr, warm, command)
@@ -478,7 +518,9 @@ def register(calibrate_app) -> None:
         base: Path = typer.Option(Path(".cache/models/smollm2-135m-instruct"), help="base model folder"),
         small: Path = typer.Option(Path(".cache/models/smollm2-135m-instruct-draft6l"), help="small model folder"),
         system: list[str] = typer.Option(["vanilla-base", "specreason"], "--system",
-                                         help="vanilla-base | vanilla-small | specreason (repeatable)"),
+                                         help="vanilla-base | vanilla-small | specreason | specdecode | specreason-decode "
+                                              "(repeatable)"),
+        gamma: int = typer.Option(0, help="draft tokens per iteration of specdecode / specreason-decode (small model drafts)"),
         users: str = typer.Option("1,2,4", help="closed-loop levels: comma-separated user counts ('' for none)"),
         poisson_rate: list[float] = typer.Option([], "--poisson-rate", help="open-loop Poisson rate (req/s); repeatable"),
         requests: int = typer.Option(12, help="measured requests per (system, level)"),
@@ -499,7 +541,7 @@ def register(calibrate_app) -> None:
         arr = tuple([ClosedLoop(u) for u in levels] + [PoissonLoop(r, seed) for r in poisson_rate])
         cfg = SystemServeConfig(base=str(base), small=str(small), systems=tuple(system), arrivals=arr, requests=requests,
                                 threshold=threshold, score_mode=score_mode, budget_tokens=budget,
-                                step_max_tokens=step_max_tokens, seed=seed, warmup=warmup, dtype=dtype)
+                                step_max_tokens=step_max_tokens, seed=seed, warmup=warmup, dtype=dtype, gamma=gamma)
         cfg.check()
         from calibrate.engine import read_model_config
 

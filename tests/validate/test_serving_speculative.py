@@ -138,7 +138,7 @@ def test_loader_labels_and_measured_iterations(tmp_path):
     assert (r.system, r.gamma, r.label, r.level) == ("specdecode-g2", 2, "specdecode-g2/closed-2", "closed-2")
     cum = measured_spec_cum(r)
     for q in r.requests.itertuples():
-        c = cum[q.request_id]
+        c = cum[(q.request_id, 0)]
         assert c[-1] == q.output_tokens - 1 and np.all(np.diff(np.r_[0, c]) >= 1) and np.all(np.diff(np.r_[0, c]) <= 3)
     a = acceptance_from_runs([r])[2]["a"]
     assert 0 <= a[1] <= a[0] <= 1
@@ -233,3 +233,21 @@ def test_split_iterations_conserves_tokens(a1, ratio, gamma, r, seed):
         assert np.all((toks[m] >= 1) & (toks[m] <= gamma + 1))
         if need:
             assert g[m][0] == 0 and np.all(np.diff(g[m]) == toks[m][:-1])
+
+
+def test_measured_iterations_reconcile_with_the_call_output(tmp_path):
+    """A call's replayed iterations produce exactly its tokens after the first: tokens accepted past a stop
+    string are cut from the last iteration, unseen ones are filled with one-token iterations (never a call
+    that cannot finish); the raw measurement is kept for the acceptance length."""
+    from validate.serving.load import load_run
+    from validate.serving.predict import measured_spec_cum
+
+    r = load_run(_spec_run_dir(tmp_path / "closed-2", 2, gamma=3, alpha=0.9))
+    r.requests.loc[0, "output_tokens"] -= 2  # as if a stop string had dropped 2 accepted tokens
+    r.requests.loc[1, "output_tokens"] += 3  # as if 3 tokens had not been seen
+    rec, raw = measured_spec_cum(r), measured_spec_cum(r, reconcile=False)
+    for q in r.requests.itertuples():
+        c = rec[(q.request_id, 0)]
+        assert c[-1] == q.output_tokens - 1 and np.all(np.diff(np.r_[0, c]) >= 1)
+    assert raw[(0, 0)][-1] == rec[(0, 0)][-1] + 2 and raw[(1, 0)][-1] == rec[(1, 0)][-1] - 3
+    assert len(rec[(1, 0)]) == len(raw[(1, 0)]) + 3

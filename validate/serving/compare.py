@@ -144,7 +144,7 @@ def validate_serving(run_dirs: list[str | Path], profile_path: str | Path, fit_l
         if len(h):
             headline["speculative"] = {"model": name, **{f"latency_{k}": v for k, v in _errors(h, "pred_latency_s", "latency_s").items()},
                                        **{f"tpot_{k}": v for k, v in _errors(h.dropna(subset=["tpot_s"]), "pred_tpot_s", "tpot_s").items() if k != "n"},
-                                       **{f"accept_len_{k}": v for k, v in _errors(h, "pred_accept_len", "accept_len").items() if k != "n"}}
+                                       **{f"accept_len_{k}": v for k, v in _errors(h.dropna(subset=["accept_len", "pred_accept_len"]), "pred_accept_len", "accept_len").items() if k != "n"}}
     if acceptance:
         headline["acceptance"] = {str(g): v for g, v in sorted(acceptance.items())}
     return ServingValidation(per_request, pd.DataFrame(runrows), pd.concat(steprows, ignore_index=True) if steprows
@@ -156,20 +156,19 @@ def _tpot_figures(t: pd.DataFrame) -> dict:
     out = {"tpot_median_s": float(d.pred_tpot_s.median()) if len(d) else float("nan")}
     out.update({f"tpot_{k}": v for k, v in _errors(d, "pred_tpot_s", "tpot_s").items() if k != "n"} if len(d) else {})
     if "pred_accept_len" in t:
-        out["accept_len_mean"] = float(t.pred_accept_len.mean())
+        out["accept_len_mean"] = float(t.pred_accept_len.mean())  # requests without a verification: skipped
     return out
 
 
 def _measured_tpot(r: ServingRun) -> dict:
     """Measured median TPOT of a run and, speculative runs, its mean acceptance length (per_run's measured row)."""
-    from .predict import _decode_emitted
+    from .predict import accept_lengths, measured_spec_cum
 
     req = r.requests
     n1 = (req.output_tokens - 1).where(req.output_tokens > 1)
     out = {"tpot_median_s": float(((req.latency_s - req.ttft_s) / n1).median())}
     if r.gamma:
-        it = _decode_emitted(r)
-        out["accept_len_mean"] = float(np.mean([sum(e for _k, e in v) / len(v) for v in it.values() if v]))
+        out["accept_len_mean"] = float(np.nanmean(accept_lengths(measured_spec_cum(r, reconcile=False), req.request_id)))
     return out
 
 

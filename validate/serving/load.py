@@ -57,11 +57,14 @@ def load_run(path: str | Path) -> ServingRun:
         if missing:
             raise InputError(str(Path(path) / "serve_calls.jsonl"), "request_id", f"request {missing[0]} has no calls")
     system = meta.get("system") or "vanilla-base"
-    gamma = int(meta.get("gamma") or 0) if calls is None else 0
+    gamma = int(meta.get("gamma") or 0)
     if gamma and "spec_tokens" not in st:
         raise InputError(str(Path(path) / "serve_steps.jsonl"), "spec_tokens",
                          f"a speculative run (gamma {gamma}) needs per-step spec_tokens/emitted (recorded since 2026-11-23)")
-    if gamma:
+    if gamma and calls is not None and "spec_emitted" not in calls:
+        raise InputError(str(Path(path) / "serve_calls.jsonl"), "spec_emitted",
+                         f"a speculative run (gamma {gamma}) needs per-call spec_drafts/spec_emitted")
+    if gamma and calls is None:
         system = f"{system}-g{gamma}"  # one speculative configuration per draft length
     label = f"{system}/{level}" if calls is not None or gamma else level
     return ServingRun(Path(path), label, mode, users, rate, req, st, meta, level, system, calls, gamma)

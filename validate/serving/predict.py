@@ -11,9 +11,9 @@ from .load import ServingRun
 MEMORY_FRACTION = (0.3, 0.5)  # scenarios/cpu-smollm2.yaml's split; KV never binds at these batch sizes
 
 
-def replay_plans(req: pd.DataFrame, spec_cum: dict[int, np.ndarray] | None = None):
+def replay_plans(req: pd.DataFrame, spec_cum: dict[tuple[int, int], np.ndarray] | None = None):
     """One base-engine call per measured request (its own token counts); on a speculative run each call's
-    iterations (``spec_cum``: tokens produced after each verification, request id -> cumulative counts)."""
+    iterations (``spec_cum``: tokens produced after each verification, (request, 0) -> cumulative counts)."""
     from simulator.request_model import BASE, Call, RequestPlan
 
     plans = []
@@ -21,27 +21,57 @@ def replay_plans(req: pd.DataFrame, spec_cum: dict[int, np.ndarray] | None = Non
         new = int(r.prompt_tokens - r.cached_tokens)
         # a cross-request prefix hit cannot be represented (the simulator caches per request): count it as new
         call = Call(BASE, int(r.prompt_tokens) if r.cached_tokens else new, 0, int(r.output_tokens),
-                    None if spec_cum is None else spec_cum[int(r.request_id)])
+                    None if spec_cum is None else spec_cum[(int(r.request_id), 0)])
         plans.append(RequestPlan([call], int(r.output_tokens), int(r.output_tokens), 1, 0, "length"))
     return plans
 
 
-def _decode_emitted(run: ServingRun) -> dict[int, list[tuple[int, int]]]:
-    """Per request, its verification steps in order: (draft tokens verified, output tokens gained). The prefill
-    step (context below the prompt) is left out: it produces the first token, as in the simulator."""
+def _speculative_calls(run: ServingRun) -> dict[tuple[int, int], int]:
+    """(request, call) -> output tokens of every call that speculates: a serve-run request is one call (index 0);
+    in a whole-system run, the generate calls of the speculative base engine."""
+    if run.calls is None:
+        return {(int(r), 0): int(o) for r, o in zip(run.requests.request_id, run.requests.output_tokens)}
+    c = run.calls[(run.calls.engine == "base") & (run.calls.op == "generate")]
+    return {(int(r), int(i)): int(o) for r, i, o in zip(c.request_id, c.call_index, c.output_tokens)}
+
+
+def _verifications(run: ServingRun) -> dict[tuple[int, int], list[tuple[int, int]]]:
+    """Per speculating call, its verification steps in order: (draft tokens verified, output tokens gained). A
+    call's prefill step is left out: it produces the first token, as in the simulator."""
+    out: dict[tuple[int, int], list[tuple[int, int]]] = {k: [] for k in _speculative_calls(run)}
+    if run.calls is not None:
+        c = run.calls[(run.calls.engine == "base") & (run.calls.op == "generate")]
+        for r, i, ks, es in zip(c.request_id, c.call_index, c.spec_drafts, c.spec_emitted):
+            out[(int(r), int(i))] = [(int(k), int(e)) for k, e in zip(ks, es)]
+        return out
     prompt = dict(zip(run.requests.request_id, run.requests.prompt_tokens))
-    out: dict[int, list[tuple[int, int]]] = {int(r): [] for r in run.requests.request_id}
     s = run.steps[run.steps.engine == "base"].sort_values("step_index")
     for rids, ctx, spec, em in zip(s.request_ids, s.context_tokens, s.spec_tokens, s.emitted):
         for rid, c, k, e in zip(rids, ctx, spec, em):
             if c >= prompt[rid] and e > 0:
-                out[int(rid)].append((int(k), int(e)))
+                out[(int(rid), 0)].append((int(k), int(e)))
     return out
 
 
-def measured_spec_cum(run: ServingRun) -> dict[int, np.ndarray]:
-    """The measured iterations of every request of a speculative run, as the simulator's ``spec_cum``."""
-    return {rid: np.cumsum([e for _k, e in it]).astype(np.int64) for rid, it in _decode_emitted(run).items()}
+def measured_spec_cum(run: ServingRun, reconcile: bool = True) -> dict[tuple[int, int], np.ndarray]:
+    """The measured iterations of every speculating call of a run, as the simulator's ``spec_cum``.
+
+    ``reconcile``: the iterations must produce exactly the call's output tokens after its first. A call that
+    ends on a stop string drops the tokens accepted after it (the sum can exceed that: the last iteration is
+    cut), and a call whose steps were not all seen would never finish (one-token iterations fill the rest)."""
+    out = {}
+    need = _speculative_calls(run)
+    for key, it in _verifications(run).items():
+        c = np.cumsum([e for _k, e in it]).astype(np.int64)
+        if reconcile:
+            n = max(need[key] - 1, 0)
+            c = np.minimum(c, n)
+            c = c[: int(np.searchsorted(c, n)) + 1] if len(c) and c[-1] == n else c
+            top = int(c[-1]) if len(c) else 0
+            if top < n:
+                c = np.concatenate([c, np.arange(top + 1, n + 1, dtype=np.int64)])
+        out[key] = c
+    return out
 
 
 def acceptance_from_runs(runs: list[ServingRun]) -> dict[int, dict]:
@@ -49,7 +79,7 @@ def acceptance_from_runs(runs: list[ServingRun]) -> dict[int, dict]:
     (pooled over ``runs``): {gamma: {"a": [...], "iterations": n, "runs": [...]}}."""
     acc: dict[int, list] = {}
     for r in runs:
-        m = [e - 1 for it in _decode_emitted(r).values() for k, e in it if k == r.gamma]
+        m = [e - 1 for it in _verifications(r).values() for k, e in it if k == r.gamma]
         cur = acc.setdefault(r.gamma, [[], []])
         cur[0] += m
         cur[1].append(str(r.path))
@@ -61,24 +91,34 @@ def acceptance_from_runs(runs: list[ServingRun]) -> dict[int, dict]:
     return out
 
 
-def sampled_spec_cum(run: ServingRun, a: list[float], seed: int = 0) -> dict[int, np.ndarray]:
-    """Every request's iterations drawn from per-position acceptance ``a`` with the simulator's own rule
-    (``simulator.speculative.split_iterations``), request i from its own seeded stream."""
-    from simulator.request_model import request_seed
+def sampled_spec_cum(run: ServingRun, a: list[float], seed: int = 0) -> dict[tuple[int, int], np.ndarray]:
+    """Every speculating call's iterations drawn from per-position acceptance ``a`` with the simulator's own rule
+    (``simulator.speculative.split_iterations``), each call from its own seeded stream."""
     from simulator.speculative import iteration_cdf, split_iterations
 
     cdf = iteration_cdf(np.asarray(a, float))
     out = {}
-    for r in run.requests.itertuples():
-        need = max(int(r.output_tokens) - 1, 0)
-        _seg, _g, toks = split_iterations(cdf, np.array([need]), np.random.default_rng(request_seed(seed, int(r.request_id))))
-        out[int(r.request_id)] = np.cumsum(toks).astype(np.int64)
+    for (rid, ci), n_out in _speculative_calls(run).items():
+        rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(2, rid, ci)))
+        _seg, _g, toks = split_iterations(cdf, np.array([max(n_out - 1, 0)]), rng)
+        out[(rid, ci)] = np.cumsum(toks).astype(np.int64)
     return out
 
 
-def replay_system_plans(calls: pd.DataFrame, requests: pd.DataFrame):
+def accept_lengths(spec: dict[tuple[int, int], np.ndarray], request_ids) -> list[float]:
+    """Per request: output tokens per verification over its speculating calls (nan: none verified)."""
+    tok: dict[int, float] = {}
+    its: dict[int, int] = {}
+    for (rid, _ci), c in spec.items():
+        tok[rid] = tok.get(rid, 0.0) + (float(c[-1]) if len(c) else 0.0)
+        its[rid] = its.get(rid, 0) + len(c)
+    return [tok[i] / its[i] if its.get(i) else np.nan for i in request_ids]
+
+
+def replay_system_plans(calls: pd.DataFrame, requests: pd.DataFrame, spec: dict | None = None):
     """Whole-system runs: each request's measured calls in order, on their engines, with the measured
-    prompt / cached / output tokens (block-granular prefix-cache hits included: they are measured)."""
+    prompt / cached / output tokens (block-granular prefix-cache hits included: they are measured); the
+    speculating calls with their iterations (``spec``: (request, call) -> cumulative tokens)."""
     from simulator.request_model import BASE, SMALL, Call, RequestPlan
 
     plans = []
@@ -88,7 +128,8 @@ def replay_system_plans(calls: pd.DataFrame, requests: pd.DataFrame):
         # a hit on a request's first call of an engine (another request's prompt blocks) cannot be held by the
         # simulator, which caches a request's prefix for its own calls only: that call prefills its whole prompt
         cs = [Call(SMALL if c.engine == "small" else BASE, int(c.prompt_tokens - c.cached_tokens), int(c.cached_tokens),
-                   int(c.output_tokens)) for c in d.itertuples()]
+                   int(c.output_tokens), (spec or {}).get((int(c.request_id), int(c.call_index))))
+              for c in d.itertuples()]
         gen = d[d.op == "generate"]
         plans.append(RequestPlan(cs, int(gen.output_tokens.sum()), int(d.output_tokens.sum()), len(gen),
                                  int((gen.engine == "small").sum()), "replay"))
@@ -125,12 +166,14 @@ def predict_run(run: ServingRun, params, setup, acceptance: list[float] | None =
     from simulator.systems import SystemConfig
 
     spec = None
-    if run.calls is not None:
-        plans = replay_system_plans(run.calls, run.requests)
-        cfg = SystemConfig(system="specreason", threshold=min(10, int(round(run.meta.get("threshold") or 0)))) \
-            if run.system == "specreason" else SystemConfig(system=run.system)
-    elif run.gamma:
+    if run.gamma:
         spec = measured_spec_cum(run) if acceptance is None else sampled_spec_cum(run, acceptance)
+    if run.calls is not None:
+        plans = replay_system_plans(run.calls, run.requests, spec)
+        thr = min(10, int(round(run.meta.get("threshold") or 0)))
+        cfg = SystemConfig(system=run.system, threshold=thr, gamma=run.gamma or None) \
+            if run.system in ("specreason", "specreason-decode") else SystemConfig(system=run.system, gamma=run.gamma or None)
+    elif run.gamma:
         plans, cfg = replay_plans(run.requests, spec), SystemConfig(system="specdecode", gamma=run.gamma)
     else:
         plans, cfg = replay_plans(run.requests), SystemConfig(system="vanilla-base")
@@ -149,9 +192,8 @@ def predict_run(run: ServingRun, params, setup, acceptance: list[float] | None =
     t["tpot_s"] = (t.latency_s - t.ttft_s) / n1
     t["pred_tpot_s"] = (t.pred_latency_s - t.pred_ttft_s) / n1
     if run.gamma:  # acceptance length: output tokens per verification (vLLM's mean acceptance length)
-        meas = _decode_emitted(run)
-        t["accept_len"] = [sum(e for _k, e in meas[i]) / max(len(meas[i]), 1) for i in t.request_id]
-        t["pred_accept_len"] = [float(spec[i][-1]) / len(spec[i]) if len(spec[i]) else np.nan for i in t.request_id]
+        t["accept_len"] = accept_lengths(measured_spec_cum(run, reconcile=False), t.request_id)
+        t["pred_accept_len"] = accept_lengths(spec, t.request_id)
     return t, res
 
 
