@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.specsim-installed
 ENGINES_STAMP := $(VENV)/.engines-installed
 SCENARIO ?= scenarios/reference-a6000-qwq32b.yaml
 
-.PHONY: setup engines demo test test-fast test-real bench clean validate-traces report-cpu bench-serving validate-serving validate-serving-systems validate-serving-spec
+.PHONY: setup engines demo test test-fast test-real bench clean validate-traces report-cpu bench-serving validate-serving validate-serving-systems validate-serving-spec validate-serving-spec-systems
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -89,3 +89,10 @@ validate-serving-spec: $(ENGINES_STAMP)
 	$(SPECSIM) calibrate serve-run $(SPEC_ARGS) --out $(SPEC_OUT)/rep1/vanilla
 	for g in 2 4; do $(SPECSIM) calibrate serve-run $(SPEC_ARGS) --draft $(SPEC_DRAFT) --gamma $$g --out $(SPEC_OUT)/rep1/specdecode-g$$g || exit 1; done
 	$(SPECSIM) validate-serving $(SPEC_OUT)/rep1/*/closed-* --profile simulator/profiles/cost_cpu-epyc-vllm032.yaml --acceptance-levels specdecode-g2/closed-1,specdecode-g4/closed-1 --report $(SPEC_OUT)/report
+
+# SpecReason+Decode under load (docs/serving-model.md): vanilla-base, SpecReason and SpecReason+Decode (gamma 2,
+# the small model drafts the base's regenerations) at 1/2/4/8 users (~13 min), then call-by-call replay.
+SPECSYS_ARGS ?= --system vanilla-base --system specreason --system specreason-decode --gamma 2 --score-mode mean --threshold 6 --users 1,2,4,8 --requests 16 --budget 64 --step-max-tokens 24
+validate-serving-spec-systems: $(ENGINES_STAMP)
+	$(SPECSIM) calibrate serve-systems $(SPECSYS_ARGS) --out $(SPEC_OUT)/systems-rep1
+	$(SPECSIM) validate-serving $(SPEC_OUT)/systems-rep1/*/closed-* --profile simulator/profiles/cost_cpu-epyc-vllm032.yaml --acceptance-levels specreason-decode/closed-1 --report $(SPEC_OUT)/report-systems
