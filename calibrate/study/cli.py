@@ -37,3 +37,58 @@ def specdecode(
         f"--train-problems {train_problems} --seed {seed} --out {out}"
     run_study(cfg, out, cmd, log=lambda m: print(m, file=sys.stderr, flush=True))
     print(f"wrote {out / 'README.md'}")
+
+
+@app.command("draft-head")
+def draft_head(
+    out: Path = typer.Option(..., "--out", help="report directory"),
+    problems: int = typer.Option(10, "--problems", help="held-out GSM8K problems"),
+    max_new_tokens: int = typer.Option(96, "--max-new-tokens"),
+    gammas: str = typer.Option("1-8", "--gammas", help="replayed gammas: 'LO-HI' or comma list"),
+    timed_problems: int = typer.Option(1, "--timed-problems", help="problems with timed runs"),
+    timed_gammas: str = typer.Option("1,2,3,4", "--timed-gammas"),
+    repeats: int = typer.Option(3, "--repeats", help="interleaved (plain, head, ngram) repeats per timed gamma"),
+    train_problems: int = typer.Option(24, "--train-problems", help="gsm_symbolic training problems"),
+    epochs: int = typer.Option(20, "--epochs"),
+    batch: int = typer.Option(8, "--batch"),
+    lr: float = typer.Option(2e-3, "--lr"),
+    feature_weight: float = typer.Option(1.0, "--feature-weight", help="weight of the smooth-L1 feature term"),
+    unroll: int = typer.Option(3, "--unroll", help="chain steps trained with the head's own fed-back feature (1 = EAGLE-1 only)"),
+    max_train_s: float = typer.Option(600.0, "--max-train-s", help="stop head training after this many CPU seconds (all threads)"),
+    distill_steps: int = typer.Option(60, "--distill-steps", help="distil cut4 as the study does (0 = skip)"),
+    compare_cut: bool = typer.Option(True, "--compare-cut/--no-compare-cut", help="include cut4 (and its distilled copy)"),
+    model_cache: Path = typer.Option(Path(".cache/models"), "--model-cache"),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """EAGLE-style 1-layer draft head: train on CPU, exact-replay acceptance vs the study's drafts, wall clock."""
+    from simulator.errors import InputError
+
+    from calibrate.study.draft_head import require_model_dir, run_draft_head_study
+    from calibrate.study.run import parse_gammas
+
+    g, tg = parse_gammas(gammas), parse_gammas(timed_gammas)
+    for name, val, lo in (("--problems", problems, 1), ("--timed-problems", timed_problems, 1), ("--repeats", repeats, 1),
+                          ("--train-problems", train_problems, 1), ("--epochs", epochs, 1), ("--batch", batch, 1),
+                          ("--max-new-tokens", max_new_tokens, 8), ("--distill-steps", distill_steps, 0), ("--unroll", unroll, 1)):
+        if val < lo:
+            raise InputError(None, name, f"must be >= {lo} (got {val})")
+    if timed_problems > problems:
+        raise InputError(None, "--timed-problems", f"must be <= --problems ({problems})")
+    if lr <= 0 or feature_weight < 0 or max_train_s <= 0:
+        raise InputError(None, "--lr/--feature-weight/--max-train-s", "need lr > 0, feature weight >= 0, max-train-s > 0")
+    from calibrate.model_cache import SMOLLM2
+
+    require_model_dir(model_cache / SMOLLM2)
+    cfg = {"problems": problems, "max_new_tokens": max_new_tokens, "gammas": g, "timed_problems": timed_problems,
+           "timed_gammas": tg, "repeats": repeats, "train_problems": train_problems, "epochs": epochs, "batch": batch,
+           "lr": lr, "feature_weight": feature_weight, "unroll": unroll, "max_train_s": max_train_s, "distill_steps": distill_steps,
+           "compare_cut": compare_cut, "model_cache": str(model_cache), "seed": seed, "threads": 1, "train_threads": 2}
+    cmd = "specsim " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv and "specsim" in sys.argv[0] else \
+        "specsim study draft-head " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in (
+            ("problems", problems), ("max_new_tokens", max_new_tokens), ("gammas", gammas),
+            ("timed_problems", timed_problems), ("timed_gammas", timed_gammas), ("repeats", repeats),
+            ("train_problems", train_problems), ("epochs", epochs), ("batch", batch), ("lr", lr),
+            ("feature_weight", feature_weight), ("unroll", unroll), ("max_train_s", max_train_s), ("distill_steps", distill_steps),
+            ("seed", seed), ("out", out)))
+    run_draft_head_study(cfg, out, cmd, log=lambda m: print(m, file=sys.stderr, flush=True))
+    print(f"wrote {out / 'README.md'}")
