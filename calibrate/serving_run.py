@@ -413,18 +413,21 @@ def _manifest(cfg: ServeConfig, engine: VllmSteppingEngine, arr: Arrivals, warm:
               command: str) -> dict:
     from calibrate.hardware import detect_hardware
 
+    # an injected engine (a test double) may not speculate and need not say so
+    draft_info, spec = getattr(engine, "draft_info", None), getattr(engine, "speculative", None)
     return {
         "schema_version": SCHEMA_VERSION, "kind": "serve",
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "engine": "vllm", "engine_version": engine.version(), "hardware": detect_hardware(),
-        "models": {"base": engine.info, **({"draft": engine.draft_info} if engine.draft_info else {})},
-        "dtype": cfg.dtype, "tensor_parallel": 1, "system": cfg.system, "gamma": engine.gamma, "threshold": 0.0, "first_n": 0, "budget_tokens": cfg.max_tokens, "score_mode": "",
+        "models": {"base": engine.info, **({"draft": draft_info} if draft_info else {})},
+        "dtype": cfg.dtype, "tensor_parallel": 1, "system": cfg.system, "gamma": int(getattr(engine, "gamma", 0) or 0),
+        "threshold": 0.0, "first_n": 0, "budget_tokens": cfg.max_tokens, "score_mode": "",
         "sampling": {"temperature": 0.0, "top_p": 1.0, "ignore_eos": True,
                      "max_tokens": {"dist": "uniform-int", "min": cfg.min_tokens, "max": cfg.max_tokens}},
         "seed": cfg.seed, "dataset": cfg.dataset, "num_requests": cfg.requests, "command": command,
         "options": {"arrivals": arr.describe(), "label": arr.label, "min_prompt_tokens": cfg.min_prompt_tokens,
                     "engine_limits": engine.limits, "env": engine.env, "warmup": warm, "loadavg_before": load_before,
-                    **({"speculative_config": engine.speculative} if engine.speculative else {})},
+                    **({"speculative_config": spec} if spec else {})},
     }
 
 
