@@ -13,21 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from calibrate.serving_run import ClosedLoop, ServeRequest, StepReport, drive
+from tests.calibrate.test_serving_run import FakeClock as Clock
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECSIM = [sys.executable, "-m", "specsim_cli"]
 PROFILE = "simulator/profiles/cost_cpu-epyc-vllm032.yaml"
-
-
-class Clock:
-    def __init__(self):
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-    def sleep(self, s: float) -> None:
-        self.t += s
 
 
 class SpecDouble:
@@ -35,7 +25,7 @@ class SpecDouble:
     step verifies ``gamma`` drafts per request, accepting each with probability ``alpha`` (i.i.d., seeded) up to
     the first rejection, and gains accepted + 1 tokens (capped at max_tokens). Time: 2 ms + 0.1 ms per token."""
 
-    def __init__(self, clock: Clock, gamma: int, alpha: float, seed: int = 0):
+    def __init__(self, clock, gamma: int, alpha: float, seed: int = 0):
         self.clock, self.gamma, self.alpha = clock, gamma, alpha
         self.rng = np.random.default_rng(seed)
         self.held: dict[int, list] = {}
