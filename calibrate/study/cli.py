@@ -58,6 +58,8 @@ def draft_head(
     distill_steps: int = typer.Option(60, "--distill-steps", help="distil cut4 as the study does (0 = skip)"),
     compare_cut: bool = typer.Option(True, "--compare-cut/--no-compare-cut", help="include cut4 (and its distilled copy)"),
     model_cache: Path = typer.Option(Path(".cache/models"), "--model-cache"),
+    train_threads: int = typer.Option(2, "--train-threads", help="torch threads for greedy targets, training, replay "
+                                      "(timing always uses 1); 1 is faster when other jobs load the box"),
     seed: int = typer.Option(0, "--seed"),
 ) -> None:
     """EAGLE-style 1-layer draft head: train on CPU, exact-replay acceptance vs the study's drafts, wall clock."""
@@ -82,13 +84,13 @@ def draft_head(
     cfg = {"problems": problems, "max_new_tokens": max_new_tokens, "gammas": g, "timed_problems": timed_problems,
            "timed_gammas": tg, "repeats": repeats, "train_problems": train_problems, "epochs": epochs, "batch": batch,
            "lr": lr, "feature_weight": feature_weight, "unroll": unroll, "max_train_s": max_train_s, "distill_steps": distill_steps,
-           "compare_cut": compare_cut, "model_cache": str(model_cache), "seed": seed, "threads": 1, "train_threads": 2}
+           "compare_cut": compare_cut, "model_cache": str(model_cache), "seed": seed, "threads": 1, "train_threads": train_threads}
     cmd = "specsim " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv and "specsim" in sys.argv[0] else \
         "specsim study draft-head " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in (
             ("problems", problems), ("max_new_tokens", max_new_tokens), ("gammas", gammas),
             ("timed_problems", timed_problems), ("timed_gammas", timed_gammas), ("repeats", repeats),
             ("train_problems", train_problems), ("epochs", epochs), ("batch", batch), ("lr", lr),
             ("feature_weight", feature_weight), ("unroll", unroll), ("max_train_s", max_train_s), ("distill_steps", distill_steps),
-            ("seed", seed), ("out", out)))
+            ("train_threads", train_threads), ("seed", seed), ("out", out)))
     run_draft_head_study(cfg, out, cmd, log=lambda m: print(m, file=sys.stderr, flush=True))
     print(f"wrote {out / 'README.md'}")
