@@ -130,7 +130,7 @@ def test_loader_labels_and_measured_iterations(tmp_path):
     for q in r.requests.itertuples():
         c = cum[(q.request_id, 0)]
         assert c[-1] == q.output_tokens - 1 and np.all(np.diff(np.r_[0, c]) >= 1) and np.all(np.diff(np.r_[0, c]) <= 3)
-    a = acceptance_from_runs([r])[2]["a"]
+    a = acceptance_from_runs([r])[(2, "")]["a"]
     assert 0 <= a[1] <= a[0] <= 1
 
 
@@ -140,7 +140,7 @@ def test_fitted_acceptance_recovers_the_double_alpha(tmp_path):
     from validate.serving.predict import acceptance_from_runs
 
     r = load_run(_spec_run_dir(tmp_path / "closed-4", 4, gamma=3, alpha=0.6, n=40, seed=5))
-    fit = acceptance_from_runs([r])[3]
+    fit = acceptance_from_runs([r])[(3, "")]
     n = fit["iterations"]
     for i, a in enumerate(fit["a"], 1):
         p = 0.6 ** i
@@ -241,3 +241,23 @@ def test_measured_iterations_reconcile_with_the_call_output(tmp_path):
         assert c[-1] == q.output_tokens - 1 and np.all(np.diff(np.r_[0, c]) >= 1)
     assert raw[(0, 0)][-1] == rec[(0, 0)][-1] + 2 and raw[(1, 0)][-1] == rec[(1, 0)][-1] - 3
     assert len(rec[(1, 0)]) == len(raw[(1, 0)]) + 3
+
+
+def test_runs_of_different_drafts_never_pool(tmp_path):
+    """Acceptance belongs to a (gamma, draft) pair: two drafts at the same gamma get their own labels and a_i."""
+    import json
+
+    from validate.serving.load import load_run
+    from validate.serving.predict import acceptance_from_runs
+
+    runs = []
+    for name, alpha in (("weak", 0.1), ("strong", 0.8)):
+        d = _spec_run_dir(tmp_path / name / "closed-2", 2, gamma=2, alpha=alpha, n=12)
+        m = json.loads((d / "run.json").read_text())
+        m["models"]["draft"] = {"path": f"/models/{name}-draft"}
+        (d / "run.json").write_text(json.dumps(m))
+        runs.append(load_run(d))
+    assert [r.label for r in runs] == ["specdecode-g2-weak-draft/closed-2", "specdecode-g2-strong-draft/closed-2"]
+    acc = acceptance_from_runs(runs)
+    assert set(acc) == {(2, "weak-draft"), (2, "strong-draft")}
+    assert acc[(2, "weak-draft")]["a"][0] < 0.3 < 0.6 < acc[(2, "strong-draft")]["a"][0]

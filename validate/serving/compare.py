@@ -88,15 +88,16 @@ def validate_serving(run_dirs: list[str | Path], profile_path: str | Path, fit_l
         if not acc_runs:
             raise InputError(None, "--acceptance-levels", "names no speculative run (serve-run --draft --gamma)")
         acceptance = acceptance_from_runs(acc_runs)
-        missing = sorted({r.gamma for r in runs if r.gamma} - set(acceptance))
+        missing = sorted({(r.gamma, r.draft) for r in runs if r.gamma} - set(acceptance))
         if missing:
-            raise InputError(None, "--acceptance-levels", f"no acceptance run for gamma {missing[0]}")
+            raise InputError(None, "--acceptance-levels", f"no acceptance run for gamma {missing[0][0]}"
+                                                          + (f" with draft {missing[0][1]}" if missing[0][1] else ""))
         base_name = "profile+step-fit" if fit else "profile"
         p_best, fitted_best = models[base_name]
         models[base_name + ACCEPTANCE_MODEL] = (p_best, fitted_best | {r.label for r in acc_runs})
         log.info("acceptance from %s: %s", ", ".join(acceptance_levels),
-                 "; ".join(f"gamma {g}: a = {[round(x, 3) for x in v['a']]} ({v['iterations']} iterations)"
-                           for g, v in sorted(acceptance.items())))
+                 "; ".join(f"gamma {g} {d}: a = {[round(x, 3) for x in v['a']]} ({v['iterations']} iterations)"
+                           for (g, d), v in sorted(acceptance.items())))
     log.info("replaying %d runs (%d requests) with %s", len(runs), sum(len(r.requests) for r in runs), ", ".join(models))
     rows, runrows, steprows = [], [], []
     for r in runs:
@@ -111,7 +112,7 @@ def validate_serving(run_dirs: list[str | Path], profile_path: str | Path, fit_l
             if name.endswith(ACCEPTANCE_MODEL):
                 if not r.gamma:
                     continue  # the same prediction as the model it extends
-                acc = acceptance[r.gamma]["a"]
+                acc = acceptance[(r.gamma, r.draft)]["a"]
             role = "fit (in-sample)" if r.label in fitted else "held out"
             log.debug("predicting %s with %s (%s)", r.path, name, role)
             t, res = predict_run(r, p, setup, acc)
@@ -146,7 +147,7 @@ def validate_serving(run_dirs: list[str | Path], profile_path: str | Path, fit_l
                                        **{f"tpot_{k}": v for k, v in _errors(h.dropna(subset=["tpot_s"]), "pred_tpot_s", "tpot_s").items() if k != "n"},
                                        **{f"accept_len_{k}": v for k, v in _errors(h.dropna(subset=["accept_len", "pred_accept_len"]), "pred_accept_len", "accept_len").items() if k != "n"}}
     if acceptance:
-        headline["acceptance"] = {str(g): v for g, v in sorted(acceptance.items())}
+        headline["acceptance"] = {f"{g}" + (f" {d}" if d else ""): v for (g, d), v in sorted(acceptance.items())}
     return ServingValidation(per_request, pd.DataFrame(runrows), pd.concat(steprows, ignore_index=True) if steprows
                              else pd.DataFrame(), fit, headline, runs)
 

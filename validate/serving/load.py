@@ -25,6 +25,7 @@ class ServingRun:
     system: str = "vanilla-base"
     calls: pd.DataFrame | None = None  # whole-system runs (serve-systems): every engine call, in order
     gamma: int = 0  # speculative serve-run (``--draft --gamma``): draft tokens per iteration
+    draft: str = ""  # the draft model's folder name (speculative runs; acceptance belongs to a (gamma, draft) pair)
 
     def matches(self, name: str) -> bool:
         """``--fit-levels`` names a level (every system's run at it) or one system's run (SYSTEM/LEVEL)."""
@@ -64,8 +65,10 @@ def load_run(path: str | Path) -> ServingRun:
     if gamma and calls is not None and "spec_emitted" not in calls:
         raise InputError(str(Path(path) / "serve_calls.jsonl"), "spec_emitted",
                          f"a speculative run (gamma {gamma}) needs per-call spec_drafts/spec_emitted")
+    draft = Path(str((meta.get("models") or {}).get("draft", {}).get("path", ""))).name if gamma else ""
     if gamma and calls is None:
-        system = f"{system}-g{gamma}"  # one speculative configuration per draft length
+        # one speculative configuration per (draft length, draft model): runs of different drafts never pool
+        system = f"{system}-g{gamma}" + (f"-{draft}" if draft else "")
     label = f"{system}/{level}" if calls is not None or gamma else level
-    return ServingRun(Path(path), label, mode, users, rate, req, st, meta, level, system, calls, gamma)
+    return ServingRun(Path(path), label, mode, users, rate, req, st, meta, level, system, calls, gamma, draft)
 

@@ -74,20 +74,20 @@ def measured_spec_cum(run: ServingRun, reconcile: bool = True) -> dict[tuple[int
     return out
 
 
-def acceptance_from_runs(runs: list[ServingRun]) -> dict[int, dict]:
-    """Per gamma, a_i = P(at least i drafts accepted) over the verification steps that verified gamma drafts
-    (pooled over ``runs``): {gamma: {"a": [...], "iterations": n, "runs": [...]}}."""
-    acc: dict[int, list] = {}
+def acceptance_from_runs(runs: list[ServingRun]) -> dict[tuple[int, str], dict]:
+    """Per (gamma, draft), a_i = P(at least i drafts accepted) over the verification steps that verified gamma
+    drafts (pooled over ``runs`` of that pair): {(gamma, draft): {"a": [...], "iterations": n, "runs": [...]}}."""
+    acc: dict[tuple[int, str], list] = {}
     for r in runs:
         m = [e - 1 for it in _verifications(r).values() for k, e in it if k == r.gamma]
-        cur = acc.setdefault(r.gamma, [[], []])
+        cur = acc.setdefault((r.gamma, r.draft), [[], []])
         cur[0] += m
         cur[1].append(str(r.path))
     out = {}
-    for g, (m, paths) in acc.items():
+    for (g, d), (m, paths) in acc.items():
         m = np.asarray(m)
-        out[g] = {"a": [float((m >= i).mean()) if len(m) else 0.0 for i in range(1, g + 1)], "iterations": int(len(m)),
-                  "runs": paths}
+        out[(g, d)] = {"a": [float((m >= i).mean()) if len(m) else 0.0 for i in range(1, g + 1)],
+                       "iterations": int(len(m)), "runs": paths}
     return out
 
 

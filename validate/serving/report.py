@@ -37,7 +37,7 @@ def plots(v: ServingValidation, out: Path) -> list[str]:
              "profile+step-fit": dict(marker="^", ls="-", color="tab:orange"),
              "profile+step-fit+acceptance-fit": dict(marker="v", ls=":", color="tab:red")}
     systems = list(dict.fromkeys(pr.system))
-    colors = dict(zip(systems, ("tab:blue", "tab:green", "tab:red", "tab:purple")))
+    colors = {s: f"C{i % 10}" for i, s in enumerate(systems)}  # one colour per system, cycling
     for fname, cols, ylabels in (
         ("latency_vs_concurrency.png", ("latency_p50_s", "ttft_p50_s"), ("median latency (s)", "median TTFT (s)")),
         ("throughput_vs_concurrency.png", ("throughput_rps", "output_tok_per_s"), ("throughput (requests/s)", "output tokens/s")),
