@@ -172,8 +172,9 @@ def capacity(
     max_replications: MaxReplicationsOpt = None,
     best_gamma: bool = typer.Option(False, "--best-gamma", help="with --users: per user count the gamma with the "
                                     "highest output throughput (its TPOT and throughput, gammas within 5%% as ties) "
-                                    "and the per-iteration goodput rule's gamma at that load's mean batch; --gamma "
-                                    "may include 0 (plain decoding)"),
+                                    "and the per-iteration goodput rule's gamma at that load's mean batch, and the "
+                                    "same system run with gamma chosen per engine iteration by that rule (up to the "
+                                    "largest --gamma); --gamma may include 0 (plain decoding)"),
 ):
     """Highest request rate one replica sustains under an SLO, per configuration; replicas and cost.
 
@@ -208,6 +209,7 @@ def capacity(
             arrival=arrival, cv=cv, requests=requests, seed=seed, gpu_hour_cost=gpu_hour_cost, target_qps=target_qps,
             workers=workers, ray_address=ray_address, arrivals_file=str(arrivals_file) if arrivals_file else None,
             interval=_interval(ci_target, max_replications), accuracy_floor=accuracy_floor, accuracy_margin=accuracy_margin,
+            adaptive_gamma=best_gamma,
         )
     from simulator.report_table import render_best_gamma, render_capacity
 

@@ -51,6 +51,8 @@ def simulate(cfg: SystemConfig, tables: CostTables, n_requests: int, seed,
              requests: list[SampledRequest] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Run ``n_requests`` sequential requests of ``seed`` (or the given sampled ``requests``);
     returns (requests, steps) DataFrames."""
+    if cfg.adaptive:
+        raise ValueError(f"{cfg.label}: a per-iteration gamma policy needs a batch; it runs in the serving simulator only")
     if requests is None:
         sampler = RequestSampler(cfg, tables.workload, step_calls=tables.execution.step_calls)
         requests = sampler.sample(n_requests, seed)

@@ -55,7 +55,8 @@ def iteration_time(target: Deployment, draft: Deployment | None, batch: int, con
     vt = draft.drafting.verify_tokens(gamma)
     t = float(target.batch_forward_time(np.full(batch, float(vt)), cached, np.full(batch, float(vt))))
     if not draft.drafting.free:
-        t += sum(float(draft.batch_forward_time(np.full(batch, float(w)), cached + i * w, np.full(batch, float(w))))
+        # level i at context + i (``Deployment.draft_level_time``: a tree's levels extend one path each)
+        t += sum(float(draft.batch_forward_time(np.full(batch, float(w)), cached + i, np.full(batch, float(w))))
                  for i in range(gamma))
     return t
 
@@ -68,11 +69,45 @@ def goodput_gamma(target: Deployment, draft: Deployment | None, acceptance, batc
     a = np.asarray(acceptance, dtype=float)
     if len(a) < gamma_max:
         raise ValueError(f"need a_1..a_{gamma_max}, got {len(a)} positions")
-    rates = {}
-    for g in range(gamma_max + 1 if draft is not None else 1):
-        rates[g] = batch * expected_tokens_per_iteration(a[:g]) / iteration_time(target, draft, batch, context, g)
-    best = max(rates, key=lambda g: (rates[g], -g))  # ties -> the smaller γ
-    return GammaChoice(best, rates[best], rates)
+    gs = range(gamma_max + 1 if draft is not None else 1)
+    em = [expected_tokens_per_iteration(a[:g]) for g in gs]
+    times = [iteration_time(target, draft, batch, context, g) for g in gs]
+    best = best_goodput(em, times, batch)
+    return GammaChoice(best, batch * em[best] / times[best], {g: batch * em[g] / times[g] for g in gs})
+
+
+def best_goodput(expected_tokens, times, n_decoding: int, n_first: int = 0) -> int:
+    """The rule's argmax: γ maximising (n_first + n_decoding * E[M | γ]) / T_iter(γ), ties -> the smaller γ.
+
+    ``expected_tokens[γ]`` = E[M | γ] and ``times[γ]`` = T_iter(γ) for γ = 0..γ_max (n_first: first tokens of
+    prefills in the same iteration, produced whatever γ)."""
+    rates = [(n_first + n_decoding * m) / t for m, t in zip(expected_tokens, times)]
+    return max(range(len(rates)), key=lambda g: (rates[g], -g))
+
+
+class GoodputPolicy:
+    """The rule as a serving engine's γ policy, applied to each iteration as it stands:
+    ``policy(iter_time, n_decoding, n_first) -> γ`` with ``iter_time(γ)`` the engine's own time of that
+    iteration at γ (its prefills, decoding slots and contexts: the cost model the engine runs on)."""
+
+    def __init__(self, acceptance, gamma_max: int):
+        self.gamma_max = int(gamma_max)
+        a = np.asarray(acceptance, dtype=float)[: self.gamma_max]
+        if len(a) < self.gamma_max:
+            raise ValueError(f"need a_1..a_{self.gamma_max}, got {len(a)} positions")
+        self.em = [expected_tokens_per_iteration(a[:g]) for g in range(self.gamma_max + 1)]
+
+    def __call__(self, iter_time, n_decoding: int, n_first: int = 0) -> int:
+        return best_goodput(self.em, [iter_time(g) for g in range(self.gamma_max + 1)], n_decoding, n_first)
+
+
+def gamma_policy(cfg, deps: dict, workload) -> GoodputPolicy | None:
+    """The base engine's γ policy of a configuration (None: fixed γ)."""
+    if not cfg.adaptive or not cfg.drafts:
+        return None
+    if cfg.gamma_policy == "goodput":
+        return GoodputPolicy(workload.acceptance_per_position(cfg.gamma), cfg.gamma)
+    raise ValueError(f"unknown gamma_policy {cfg.gamma_policy!r}")
 
 
 def gamma_rule_table(target: Deployment, draft: Deployment | None, acceptance, batches, context: int,
@@ -116,8 +151,14 @@ def gamma_vs_concurrency(rows: pd.DataFrame, rs, equivalence: float = EQUIVALENC
     with the per-iteration rule's γ (:func:`goodput_gamma`) at each level's mean base-engine batch and a
     mid-budget context (prompt + half the token budget), over the γ range of the rows."""
     out = []
-    for (hw, tp, system), d in rows.groupby(["hardware", "tp", "system"], sort=False):
+    if "gamma_policy" not in rows:
+        rows = rows.assign(gamma_policy="fixed")
+    if "threshold" not in rows:
+        rows = rows.assign(threshold=np.nan)
+    for (hw, tp, system, thr), d in rows.groupby(["hardware", "tp", "system", "threshold"], sort=False, dropna=False):
         d = d.assign(gamma=d["gamma"].fillna(0).astype(int))
+        adaptive = d[d["gamma_policy"] != "fixed"].set_index("users")
+        d = d[d["gamma_policy"] == "fixed"]
         gmax = int(d["gamma"].max())
         deps = rs.deployments(hw, int(tp))
         a = rs.workload.acceptance_per_position(max(gmax, 1))
@@ -128,9 +169,16 @@ def gamma_vs_concurrency(rows: pd.DataFrame, rs, equivalence: float = EQUIVALENC
         for u in best["users"]:
             b = max(1, int(round(batch.loc[u]))) if batch is not None else int(u)
             rule.append(goodput_gamma(deps["base"], deps["draft"], a, b, ctx, gmax).gamma)
+        best.insert(0, "threshold", thr)
         best.insert(0, "system", system)
         best.insert(0, "tp", int(tp))
         best.insert(0, "hardware", hw)
         best["rule_gamma"] = rule
+        if len(adaptive):  # the same system with γ chosen per iteration by the rule (serving simulator)
+            u = best["users"]
+            best["adaptive_gamma_mean"] = adaptive["base_gamma_mean"].reindex(u).to_numpy()
+            best["adaptive_tpot_ms"] = adaptive["median_tpot_ms"].reindex(u).to_numpy()
+            best["adaptive_tok_per_s"] = adaptive["output_throughput"].reindex(u).to_numpy()
+            best["adaptive_vs_best"] = best["adaptive_tok_per_s"] / best["output_tok_per_s"]
         out.append(best)
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame()

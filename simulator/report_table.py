@@ -210,9 +210,11 @@ def render_capacity(df: pd.DataFrame, title: str, columns: str | None = None) ->
     print_table(df, title, cols, names, caption="; ".join(notes) + ". See specsim capacity --help." if notes else None)
 
 
-BEST_GAMMA_COLUMNS = {"hardware": "hw", "tp": "tp", "system": "system", "users": "users", "best_gamma": "best γ",
+BEST_GAMMA_COLUMNS = {"hardware": "hw", "tp": "tp", "system": "system", "threshold": "t", "users": "users", "best_gamma": "best γ",
                       "tied_gammas": "γ within 5%", "median_tpot_ms": "TPOT ms", "output_tok_per_s": "output tok/s",
-                      "request_per_s": "req/s", "speedup_vs_gamma0": "x vs γ=0", "rule_gamma": "rule γ"}
+                      "request_per_s": "req/s", "speedup_vs_gamma0": "x vs γ=0", "rule_gamma": "rule γ",
+                      "adaptive_gamma_mean": "adaptive mean γ", "adaptive_tpot_ms": "adaptive TPOT ms",
+                      "adaptive_tok_per_s": "adaptive tok/s", "adaptive_vs_best": "adaptive / best"}
 
 
 def render_best_gamma(df: pd.DataFrame, title: str) -> None:
@@ -220,7 +222,8 @@ def render_best_gamma(df: pd.DataFrame, title: str) -> None:
     print_table(df, title, cols, BEST_GAMMA_COLUMNS,
                 caption="best γ: highest output throughput at that closed-loop user count (same seed for every γ); "
                         "TPOT: median time per output token; rule γ: the per-iteration expected-goodput rule at the "
-                        "level's mean batch (simulator/gamma_choice.py).")
+                        "level's mean batch (simulator/gamma_choice.py); adaptive: γ re-chosen by that rule at every "
+                        "engine iteration from the running batch (up to the largest γ), its throughput / the best fixed γ's.")
 
 
 class job:

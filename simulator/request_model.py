@@ -36,7 +36,7 @@ import numpy as np
 
 from simulator.call_time import ANSWER, BASE, GEN, SCORE, SMALL  # noqa: F401  engine indices and call kinds
 from simulator.distributions import closed_cdf
-from simulator.speculative import iteration_cdf, split_iterations
+from simulator.speculative import draw_iterations, iteration_cdf, split_iterations
 from simulator.systems import SystemConfig
 from simulator.workload import WorkloadProfile, answer_hazard
 
@@ -52,6 +52,8 @@ class Call:
     cached_tokens: int
     out_tokens: int
     spec_cum: np.ndarray | None = None  # tokens produced after each speculative iteration (base engine with a draft)
+    # a γ-policy engine instead: M of successive iterations drawn at γ_max, uncut (M_γ = min(M, γ + 1))
+    spec_draws: np.ndarray | None = None
 
 
 @dataclass(slots=True)
@@ -92,6 +94,10 @@ class SampledRequest:
     it_call: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     it_offset: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     it_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # an adaptive-γ system instead: per drafting call (it_draw_call) its out - 1 draws of M at γ_max (it_draws)
+    it_draw_call: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    it_draws: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
+    adaptive: bool = False  # sampled for a γ-policy engine (draws, not iterations)
 
     @property
     def steps(self) -> int:
@@ -115,8 +121,15 @@ class SampledRequest:
             for c, toks in zip(self.it_call[np.r_[0, cuts]], np.split(self.it_tokens, cuts)):
                 spec[int(c)] = np.cumsum(toks)
         empty = np.zeros(0, dtype=np.int64)
+        draws: dict[int, np.ndarray] = {}
+        if len(self.it_draw_call):
+            r = np.maximum(self.call_out[self.it_draw_call] - 1, 0)
+            for c, d in zip(self.it_draw_call, np.split(self.it_draws, np.cumsum(r)[:-1])):
+                draws[int(c)] = d
+        adaptive = self.adaptive
         calls = [Call(int(self.call_engine[c]), int(self.call_new[c]), int(self.call_cached[c]), int(self.call_out[c]),
-                      spec.get(c, empty) if self.call_spec[c] else None)
+                      None if adaptive or not self.call_spec[c] else spec.get(c, empty),
+                      draws.get(c, empty.astype(np.uint8)) if adaptive and self.call_spec[c] else None)
                  for c in range(len(self.call_out))]
         return RequestPlan(calls, self.thinking_tokens, self.output_tokens, self.steps, self.small_steps,
                            self.stop_reason, self.problem)
@@ -287,6 +300,11 @@ class RequestSampler:
         """Speculative iterations of every drafting call: offsets g and tokens m per iteration."""
         calls = np.flatnonzero(req.call_spec)
         r = np.maximum(req.call_out[calls] - 1, 0)
+        if self.cfg.adaptive:  # the γ policy cuts iterations at run time: keep the raw draws at γ_max
+            req.adaptive = True
+            req.it_draw_call = calls
+            req.it_draws = draw_iterations(self.m_cdf, int(r.sum()), rng).astype(np.uint8)
+            return
         if int(r.sum()) == 0:
             return
         seg, g, toks = split_iterations(self.m_cdf, r, rng)

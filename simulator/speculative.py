@@ -64,18 +64,28 @@ def iteration_cdf(a: np.ndarray) -> np.ndarray:
     return closed_cdf(tokens_per_iteration_pmf(a))
 
 
+def draw_iterations(m_cdf: np.ndarray, total: int, rng: np.random.Generator) -> np.ndarray:
+    """M of ``total`` successive speculative iterations (inverse-CDF draws, one uniform each): the sampler's
+    one draw rule. Segments needing r[k] tokens use ``sum(r)`` draws (enough: an iteration yields >= 1),
+    segment k the ones from position ``sum(r[:k])`` on.
+
+    Drawn with γ_max's CDF, the draws serve every γ <= γ_max: M_γ = min(M, γ + 1) has
+    P(M_γ > i) = a_i for i <= γ (the per-iteration γ policy of the serving engine uses this)."""
+    return np.searchsorted(m_cdf, rng.random(total), side="right") + 1
+
+
 def split_iterations(m_cdf: np.ndarray, r: np.ndarray, rng: np.random.Generator
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Speculative iterations of segments needing r[k] tokens each (the sampler's one rule).
+    """Speculative iterations of segments needing r[k] tokens each at a fixed γ.
 
-    One uniform per token of the segments (enough: an iteration yields >= 1), M = inverse-CDF draws,
-    iterations kept while their offset g < r; the last one of a segment is cut to what it needs.
+    ``draw_iterations`` gives one M per token of the segments; iterations are kept while their offset
+    g < r; the last one of a segment is cut to what it needs.
     Returns (segment, offset g, tokens produced) per iteration, in segment order."""
     r = np.asarray(r, np.int64)
     total = int(r.sum())
     if total == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
-    inc = np.searchsorted(m_cdf, rng.random(total), side="right") + 1
+    inc = draw_iterations(m_cdf, total, rng)
     seg = np.repeat(np.arange(len(r)), r)
     ends = np.cumsum(r)
     cs = np.cumsum(inc)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 @dataclass(frozen=True)
@@ -92,6 +92,9 @@ class SystemConfig(BaseModel):
     gamma: int | None = Field(default=None, ge=0, le=64)  # 0: no speculation (plain decoding); scenarios take 1..16
     threshold: int | None = Field(default=None, ge=0, le=10)  # 10: never keep (every step scored, then regenerated)
     first_n: int = Field(default=0, ge=0)
+    # how the base engine picks γ per iteration: ``fixed`` (gamma every iteration) or ``goodput`` (the expected-
+    # goodput rule of ``simulator.gamma_choice`` at the running batch, 0..gamma): serving simulator only
+    gamma_policy: Literal["fixed", "goodput"] = "fixed"
 
     @field_validator("system")
     @classmethod
@@ -99,6 +102,17 @@ class SystemConfig(BaseModel):
         if v not in REGISTRY:
             raise ValueError(f"unknown system {v!r}; known: {', '.join(SYSTEMS)}")
         return v
+
+    @model_validator(mode="after")
+    def _policy_needs_draft(self):
+        if self.gamma_policy != "fixed" and not (self.spec.draft and self.gamma):
+            raise ValueError(f"gamma_policy {self.gamma_policy!r} needs a drafting system with gamma >= 1 (its gamma_max)")
+        return self
+
+    @property
+    def adaptive(self) -> bool:
+        """γ is chosen per engine iteration (``gamma`` is then the largest γ the policy may pick)."""
+        return self.gamma_policy != "fixed"
 
     @property
     def spec(self) -> SystemSpec:
@@ -113,7 +127,7 @@ class SystemConfig(BaseModel):
     def label(self) -> str:
         parts = [self.system]
         if self.gamma is not None:
-            parts.append(f"g={self.gamma}")
+            parts.append(f"g=auto<={self.gamma}" if self.adaptive else f"g={self.gamma}")
         if self.threshold is not None:
             parts.append(f"t={self.threshold}")
         if self.first_n:

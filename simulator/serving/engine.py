@@ -13,6 +13,13 @@ iteration time is the cost model's pass time for the batch's aggregates -- exact
     T_iter = sum_{i<gamma} T_pass^draft(batch at context + i) + T_pass^base(batch)   (speculative)
     T_iter = T_pass^base(batch)                                                     (otherwise)
 
+A γ policy (``gamma_policy``: (iteration time at γ, decoding sequences) -> γ in 0..gamma, e.g.
+``simulator.gamma_choice.GoodputPolicy``) makes γ a per-iteration choice: it is re-decided before every
+evaluation of the next iteration(s) from the decoding sequences as they stand (number and contexts). Calls
+then carry M draws at gamma (= γ_max) instead of cut iterations; an iteration at γ produces
+min(M, γ + 1) tokens, cut to what the call still needs (constant γ reproduces the fixed-γ engine).
+At γ = 0 decoding sequences run no draft pass (the draft's catch-up of those tokens is not charged).
+
 Several identical decode-only iterations are evaluated at once (``round_times(k)``), vectorised
 over the k iterations, so a long generation costs one event per change of the batch, not one
 per token.
@@ -64,7 +71,7 @@ class Engine:
 
     def __init__(self, name: str, dep: Deployment, kv_capacity_tokens: int, max_batch: int = 256,
                  draft: Deployment | None = None, gamma: int | None = None, max_spec_iters: int = 0,
-                 prefix_cache_block: int = 1):
+                 prefix_cache_block: int = 1, gamma_policy=None):
         self.name, self.dep, self.draft, self.gamma = name, dep, draft, gamma
         self.block = prefix_cache_block
         self.spec = draft is not None and bool(gamma)
@@ -73,7 +80,10 @@ class Engine:
         # target verifies vt = w*gamma + 1 tokens per sequence (gamma + 1 for a chain)
         self.pc_draft = PassCost(draft) if self.spec and not draft.drafting.free else None
         self.width = draft.drafting.tree_width if self.spec else 1
-        self.vt = draft.drafting.verify_tokens(gamma) if self.spec else 1
+        self.vt = draft.drafting.verify_tokens(gamma) if self.spec else 1  # at gamma: admission reserves this
+        self.policy = gamma_policy if self.spec else None
+        self.g_cur, self.vt_cur = (gamma, self.vt) if self.spec else (0, 1)  # γ of the iteration(s) being evaluated
+        self.gamma_rounds: dict[int, int] = {}  # γ -> iterations run with decoding sequences at that γ
         self.capacity = int(kv_capacity_tokens)
         self.max_batch = max_batch
         M = max_batch
@@ -91,6 +101,9 @@ class Engine:
         self.cum = np.zeros((M, max_spec_iters + 2), np.int64) if self.spec else None
         self.cum_list: list[list[int]] = [[0]] * M  # the same, row s up to its last iteration
         self.n_iter = [0] * M  # speculative iterations of slot s's call
+        self.draws: list[np.ndarray | None] = [None] * M  # a policy engine: slot s's M draws at gamma (int64)
+        if self.policy is not None:
+            self._cum_at = self._cum_at_row
         self.waiting: deque[Job] = deque()
         self.cache: OrderedDict[int, int] = OrderedDict()  # rid -> cached prefix tokens (evictable)
         self.cache_tokens = 0
@@ -163,7 +176,15 @@ class Engine:
         self.pinned += job.kv + job.pending
         if not job.started:
             self.admitted_rids.append(job.rid)
-        if self.spec:
+        if self.policy is not None:
+            d = job.call.spec_draws  # None: a call that does not draft (a score: one token from its prefill)
+            if d is None and job.call.spec_cum is not None:
+                raise ValueError("a gamma-policy engine needs calls with spec_draws (a RequestSampler of an adaptive config)")
+            d = np.zeros(0, np.int64) if d is None else d.astype(np.int64)
+            self.draws[s] = d
+            self.n_iter[s] = len(d)
+            self._fill_row(s, 0)
+        elif self.spec:
             sc = job.call.spec_cum
             n = len(sc) if sc is not None else 0
             row = self.cum[s]
@@ -176,6 +197,40 @@ class Engine:
                 row[1:] = 0
                 self.cum_list[s] = [0]
             self.n_iter[s] = n
+
+    def _fill_row(self, s: int, j: int) -> None:
+        """cum[s, j:] = tokens after each iteration from iteration j on, at the current γ (uncut)."""
+        d = self.draws[s]
+        row = self.cum[s]
+        n = len(d)
+        if j < n:
+            row[j + 1 : n + 1] = row[j] + np.cumsum(np.minimum(d[j:], self.g_cur + 1))
+        row[max(n, j) + 1 :] = row[max(n, j)]
+
+    def sync_gamma(self) -> None:
+        """Re-decide γ for the next iteration(s) (a policy engine) from the decoding sequences as they stand:
+        the policy gets the time of their speculative iteration at any γ (the engine's own cost, at their
+        contexts) and their number; rows are rebuilt when γ changes. Prefills sharing the pass are left out
+        of the decision (counting them makes a myopic rule draft more while a long prefill makes the pass
+        slow anyway; SmartSpec also decides on the decoding batch). With no decoding slot γ is kept."""
+        act = self.act
+        if self.policy is None or not act:
+            return
+        kvl, pend = self.kv, self.pending
+        dec = [kvl[s] for s in act if pend[s] == 0]
+        nd = len(dec)
+        if nd == 0:
+            return
+        cd = sum(dec)
+        g = int(self.policy(lambda g: self._spec_time(g, 0, 0, 0, 0, nd, cd), nd))
+        if g != self.g_cur:
+            self.g_cur, self.vt_cur = g, self.draft.drafting.verify_tokens(g)
+            it = self.it
+            for s in act:
+                self._fill_row(s, it[s])
+
+    def _cum_at_row(self, s: int, j: int) -> int:
+        return int(self.cum[s, j])
 
     def _release(self, s: int) -> Job:
         job = self.jobs[s]
@@ -203,6 +258,11 @@ class Engine:
         if not self.spec:
             rem = self.remaining
             return min([rem[s] for s in self.act])
+        if self.policy is not None:  # iterations until a call has what it needs, at the current γ
+            self.sync_gamma()
+            cum, it, rem = self.cum, self.it, self.remaining
+            return max(min([int(np.searchsorted(cum[s], cum[s, it[s]] + rem[s], side="left")) - it[s]
+                            for s in self.act]), 1)
         n_iter, it = self.n_iter, self.it
         return max(min([n_iter[s] - it[s] for s in self.act]), 1)
 
@@ -212,6 +272,8 @@ class Engine:
 
     def round_time(self) -> tuple[float, int]:
         """(time, KV growth) of the next iteration (scalar)."""
+        if self.policy is not None:
+            self.sync_gamma()
         if self.n_prefill:
             return self._mixed_round()
         act, kvl = self.act, self.kv
@@ -220,25 +282,44 @@ class Engine:
         if not self.spec:
             kv = kvs + B
             return self.pc.time(B, kv, kv, B), len(act)
-        it, cum_at = self.it, self._cum_at
-        grow = sum([cum_at(s, it[s] + 1) - cum_at(s, it[s]) for s in act])
-        ctx = kvs + 0.0
-        g, d, w, vt = self.gamma, self.pc_draft, self.width, self.vt
-        t = 0
-        if d is not None:
-            for i in range(g):
-                if w == 1:
-                    kv = ctx + B * (i + 1.0)
-                    t = t + d.time(B, kv, kv, B)
-                else:  # w tokens per sequence at context c + i
-                    t = t + d.time(B * w, ctx + B * (i + w), w * (ctx + B * i) + B * w * (w + 1) / 2.0, B * w, B)
-        n = B * vt
-        t = t + self.pc.time(n, ctx + n, vt * ctx + B * vt * (vt + 1) / 2.0, n, B)
-        return t, grow
+        it, cum_at, rem = self.it, self._cum_at, self.remaining
+        grow = sum([min(cum_at(s, it[s] + 1) - cum_at(s, it[s]), rem[s]) for s in act])
+        return self._spec_time(self.g_cur, 0, 0, 0, 0, len(act), int(kvs)), grow
+
+    def _spec_time(self, g: int, N: int, KV: int, A: int, n_pref: int, nd: int, cd: int) -> float:
+        """One speculative-engine iteration at γ = g: n_pref prefills with aggregates (N, KV, A) and nd decoding
+        slots of total context cd (draft passes, then the verification of w*g + 1 tokens per decoding slot)."""
+        d, w = self.pc_draft, self.width
+        dn = self.draft.drafting.verify_tokens(g) if g != self.g_cur else self.vt_cur
+        B = float(n_pref + nd)
+        t = 0.0
+        if g == 0 and d is not None:  # a policy's γ = 0: the draft only ingests the prefills
+            if N:
+                t = d.time(float(N), float(KV), float(A), float(n_pref))
+        elif d is not None and w == 1:
+            # draft pass 0: the prefills and the decoding slots one token each
+            t = d.time(float(N + nd), float(KV + cd + nd), float(A + cd + nd), B * 1.0)
+            if nd:
+                fnd, fcd = float(nd), float(cd)
+                for i in range(1, g):
+                    kv = fcd + fnd * (i + 1.0)
+                    t += d.time(fnd, kv, kv, fnd)
+        elif d is not None:  # a tree: w tokens per decoding slot per draft pass
+            t = d.time(float(N + nd * w), float(KV + cd + nd * w), float(A + w * cd + nd * w * (w + 1) / 2.0),
+                       float(n_pref + nd * w), B)
+            if nd:
+                fnd, fcd = float(nd), float(cd)
+                for i in range(1, g):
+                    t += d.time(fnd * w, fcd + fnd * (i + w), w * (fcd + fnd * i) + fnd * w * (w + 1) / 2.0, fnd * w, fnd)
+        # verification: w*g + 1 tokens and logit rows per decoding slot
+        return t + self.pc.time(float(N + nd * dn), float(KV + cd + nd * dn),
+                                float(A + dn * cd + nd * (dn * (dn + 1) // 2)), float(n_pref + nd * dn), B)
 
     def round_times(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(time, KV growth) of each of the next k > 1 decode-only iterations (no prefill pending);
         growth None on a plain engine (one token per sequence per round)."""
+        if self.policy is not None:
+            self.sync_gamma()
         act = self.act
         B = float(len(act))
         kvs = float(sum([self.kv[s] for s in act]))
@@ -248,9 +329,10 @@ class Engine:
         a = np.array(act)
         it = np.array([self.it[s] for s in act])
         G = self.cum[a[:, None], it[:, None] + np.arange(k + 1)]  # produced before round r
-        Gs = G.sum(axis=0)
-        ctx = kvs + (Gs[:k] - Gs[0]).astype(float)
-        g, d, w, vt = self.gamma, self.pc_draft, self.width, self.vt
+        rem = np.array([self.remaining[s] for s in act])
+        Gs = np.minimum(G - G[:, :1], rem[:, None]).sum(axis=0)  # cut to what each call still needs
+        ctx = kvs + Gs[:k].astype(float)
+        g, d, w, vt = self.g_cur, self.pc_draft, self.width, self.vt_cur
         # gamma draft passes at context + i (w tokens each), summed per round
         if d is None:
             t = np.zeros(k)
@@ -267,7 +349,6 @@ class Engine:
         act, kvl, pend = self.act, self.kv, self.pending
         N = KV = A = nd = cd = 0
         dec: list[int] = []
-        dn = self.vt  # tokens a decoding slot feeds the base model (w*gamma + 1 speculating, else 1)
         for s in act:
             c, p = kvl[s], pend[s]
             if p > 0:
@@ -282,28 +363,9 @@ class Engine:
         if not self.spec:
             N1, KV1, A1 = N + nd, KV + cd + nd, A + cd + nd
             return self.pc.time(float(N1), float(KV1), float(A1), B * 1.0), nd
-        g, d, w = self.gamma, self.pc_draft, self.width
-        t = 0.0
-        if d is not None and w == 1:
-            # draft pass 0: the prefills and the decoding slots one token each
-            t = d.time(float(N + nd), float(KV + cd + nd), float(A + cd + nd), B * 1.0)
-            if nd:
-                fnd, fcd = float(nd), float(cd)
-                for i in range(1, g):
-                    kv = fcd + fnd * (i + 1.0)
-                    t += d.time(fnd, kv, kv, fnd)
-        elif d is not None:  # a tree: w tokens per decoding slot per draft pass
-            t = d.time(float(N + nd * w), float(KV + cd + nd * w), float(A + w * cd + nd * w * (w + 1) / 2.0),
-                       float((len(act) - nd) + nd * w), B)
-            if nd:
-                fnd, fcd = float(nd), float(cd)
-                for i in range(1, g):
-                    t += d.time(fnd * w, fcd + fnd * (i + w), w * (fcd + fnd * i) + fnd * w * (w + 1) / 2.0, fnd * w, fnd)
-        # verification: gamma+1 tokens and logit rows per decoding slot
-        t += self.pc.time(float(N + nd * dn), float(KV + cd + nd * dn),
-                          float(A + dn * cd + nd * (dn * (dn + 1) // 2)), float((len(act) - nd) + nd * dn), B)
-        it, cum_at = self.it, self._cum_at
-        grow = sum([cum_at(s, it[s] + 1) - cum_at(s, it[s]) for s in dec])
+        t = self._spec_time(self.g_cur, N, KV, A, len(act) - nd, nd, cd)
+        it, cum_at, rem = self.it, self._cum_at, self.remaining
+        grow = sum([min(cum_at(s, it[s] + 1) - cum_at(s, it[s]), rem[s]) for s in dec])
         return t, grow
 
     def advance(self, k: int) -> tuple[list[int], list[int]]:
@@ -313,6 +375,8 @@ class Engine:
         done: list[int] = []
         spec = self.spec
         grown = 0
+        if spec and len(act) > self.n_prefill:  # iterations that decoded speculatively, by γ
+            self.gamma_rounds[self.g_cur] = self.gamma_rounds.get(self.g_cur, 0) + k
         if self.n_prefill:  # k == 1 here
             for s in act:
                 p = pend[s]
@@ -325,7 +389,7 @@ class Engine:
                         started[s] = True
                 elif spec:
                     j = self.it[s]
-                    prod = self._cum_at(s, j + k) - self._cum_at(s, j)
+                    prod = min(self._cum_at(s, j + k) - self._cum_at(s, j), rem[s])
                     self.it[s] = j + k
                     kvl[s] += prod
                     rem[s] -= prod
@@ -341,7 +405,7 @@ class Engine:
             it, cum_at = self.it, self._cum_at
             for s in act:
                 j = it[s]
-                prod = cum_at(s, j + k) - cum_at(s, j)
+                prod = min(cum_at(s, j + k) - cum_at(s, j), rem[s])
                 it[s] = j + k
                 kvl[s] += prod
                 rem[s] -= prod

@@ -127,6 +127,10 @@ def summarize_serving(res: ServingResult, slo: Slo | None = None, warmup_fractio
         out[f"{name}_kv_occupancy_mean"] = float((e.kv_used_tokens * dur).sum() / busy / cap) if busy > 0 and cap else 0.0
         out[f"{name}_kv_occupancy_max"] = float(e.kv_used_tokens.max() / cap) if len(e) and cap else 0.0
         out[f"{name}_preemptions"] = res.info["preemptions"][name]
+    gr = res.info.get("gamma_rounds") or {}
+    if gr:  # speculative base engine: the mean γ over its decoding iterations (constant unless a policy picks it)
+        n = sum(gr.values())
+        out["base_gamma_mean"] = float(sum(g * c for g, c in gr.items()) / n) if n else np.nan
     if slo is not None:
         ok = slo.per_request_ok(st)
         out["slo_attainment"] = float(ok.mean()) if len(ok) else np.nan

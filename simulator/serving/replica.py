@@ -26,6 +26,7 @@ import simpy
 
 from simulator.cost_model import Deployment
 from simulator.execution import Execution
+from simulator.gamma_choice import gamma_policy
 from simulator.serving.arrivals import ArrivalProcess, ClosedLoopUsers
 from simulator.serving.engine import Engine
 from simulator.serving.kv_cache import kv_capacity_tokens
@@ -75,7 +76,7 @@ class Replica:
                    prefix_cache_block=block),
             Engine("base", deps["base"], kv_capacity_tokens(memory_fraction[1], base_models), max_batch,
                    draft=deps["draft"] if spec else None, gamma=cfg.gamma, max_spec_iters=max_out,
-                   prefix_cache_block=block),
+                   prefix_cache_block=block, gamma_policy=gamma_policy(cfg, deps, workload)),
         ]
         self.t_call = deps["base"].cost.call_overhead_s
         self.reqs: dict[int, _Req] = {}
@@ -313,6 +314,7 @@ def _result(rep: Replica, arrivals, n_requests: int) -> ServingResult:
         "utilization": {e.name: e.busy_s / makespan if makespan else 0.0 for e in rep.engines},
         "preemptions": {e.name: e.preemptions for e in rep.engines},
         "evictions": {e.name: e.evictions for e in rep.engines},
+        "gamma_rounds": dict(sorted(rep.engines[1].gamma_rounds.items())),  # base engine: iterations per γ
         "call_overhead_s": rep.t_call,
     }
     return ServingResult(req, tl, info)

@@ -109,6 +109,10 @@ def test_cli_best_gamma_rule_agrees_with_the_simulated_best(tmp_path):
     assert set(d.users) == {1, 16} and (d.best_gamma >= 1).all() and (d.speedup_vs_gamma0 > 1).all()
     for row in d.itertuples():
         assert str(row.rule_gamma) in str(row.tied_gammas).split(","), row
+    # γ chosen per engine iteration by the same rule: within the ties' 5% of the best fixed γ, γ in range
+    assert (d.adaptive_vs_best >= 0.95).all() and d.adaptive_gamma_mean.between(0, 5).all()
+    assert ((d.adaptive_tok_per_s / d.output_tok_per_s - d.adaptive_vs_best).abs() < 1e-9).all()
+
 
 def test_cli_best_gamma_without_users_exits_2(capsys):
     from specsim_cli.main import main
