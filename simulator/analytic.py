@@ -23,7 +23,7 @@ gamma x threshold x TP x hardware costs a few dot products per point.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, wraps
 
 import numpy as np
 from scipy.signal import correlate
@@ -42,16 +42,55 @@ def _corr(values: np.ndarray, start: int, weights: np.ndarray, n: int) -> np.nda
     return correlate(seg, weights, mode="valid", method="auto")
 
 
+class PrefillRows:
+    """Prefill costs ``tables.prefill(who, n, c0 + t)``, t = 0..nc-1, for sets of new-token counts n: each row is
+    computed once (one vectorised cost-model call for all the rows a request lacks) and kept, so the problems of a
+    mixture and the gammas of one hardware/TP share the rows of the step lengths they have in common."""
+
+    def __init__(self, tables: CostTables):
+        self.tables = tables
+        self._rows: dict[tuple, dict[int, np.ndarray]] = {}
+
+    def __call__(self, who: str, ns, c0: int, nc: int) -> np.ndarray:
+        """Matrix [i, t] = prefill(who, ns[i], c0 + t)."""
+        ns = [int(n) for n in ns]
+        have = self._rows.setdefault((who, int(c0), int(nc)), {})
+        todo = sorted(set(ns) - set(have))
+        if todo:
+            c = c0 + np.arange(nc)
+            mat = np.broadcast_to(self.tables.prefill(who, np.asarray(todo)[:, None], c[None, :]), (len(todo), nc))
+            have.update(zip(todo, mat))
+        return np.stack([have[n] for n in ns]) if ns else np.zeros((0, nc))
+
+
+def _gamma_free(fn):
+    """A cost vector that does not depend on gamma: read from ``shared`` (the same problem's vectors for
+    another gamma on the same deployments) when there is one, so a grid computes it once per hardware/TP."""
+    name = fn.__name__
+
+    @wraps(fn)
+    def get(self):
+        return getattr(self.shared, name) if self.shared is not None else fn(self)
+
+    return cached_property(get)
+
+
 @dataclass
 class CostVectors:
     """Expected cost of each call kind as a function of thinking tokens t (one hardware/TP/gamma, one
-    problem of the workload: ``workload`` defaults to the tables' own)."""
+    problem of the workload: ``workload`` defaults to the tables' own). ``shared``: vectors of the same
+    problem on the same deployments and execution (any gamma) whose gamma-independent vectors are reused;
+    ``rows``: a :class:`PrefillRows` of the same deployments and execution, shared across problems."""
 
     tables: CostTables
     workload: object = None
+    shared: "CostVectors | None" = None
+    rows: PrefillRows | None = None
 
     def __post_init__(self):
         w = self.workload = self.workload if self.workload is not None else self.tables.workload
+        if self.rows is None:
+            self.rows = self.shared.rows if self.shared is not None else PrefillRows(self.tables)
         self.P, self.J, self.B, self.A = w.prompt_tokens, w.judge_template_tokens, w.token_budget, w.answer_tokens
         self.t = np.arange(self.B)
         self.t_end = np.arange(self.B + w.max_step_tokens)
@@ -60,52 +99,50 @@ class CostVectors:
         self.sf_b = self.pb.survival(w.max_step_tokens + 2)
 
     # ---- gamma-independent vectors -------------------------------------------------------------
-    @cached_property
+    @_gamma_free
     def small_decode(self):
         return _corr(self.tables.dec_small, self.P + 1, self.sf_s[1:], self.B)
 
-    @cached_property
+    @_gamma_free
     def base_decode(self):
         return _corr(self.tables.dec_base, self.P + 1, self.sf_b[1:], self.B)
 
-    @cached_property
+    @_gamma_free
     def small_prefill_first(self):
         return self.tables.prefill("small", self.P + self.t, 0)
 
-    @cached_property
+    @_gamma_free
     def small_prefill_rest(self):
         return self.tables.prefill("small", 1, self.P + self.t)
 
-    @cached_property
+    @_gamma_free
     def small_catchup_charge(self):
-        out = np.zeros(self.B)
-        for k, p in zip(self.pb.support, self.pb.probs):
-            ok = self.t + k < self.B
-            extra = self.tables.prefill("small", k, self.P + self.t) - self.tables.prefill("small", 1, self.P + self.t + k)
-            out += p * np.where(ok, extra, 0.0)
-        return out
+        ks = np.asarray(self.pb.support)
+        # after[t + k] = T_pre^small(1, P + t + k): the next step's prefill that the catch-up replaces
+        after = self.rows("small", [1], self.P, self.B + int(ks.max()))[0]
+        extra = self.rows("small", ks, self.P, self.B) - after[self.t[None, :] + ks[:, None]]
+        return np.asarray(self.pb.probs) @ np.where(self.t[None, :] + ks[:, None] < self.B, extra, 0.0)
 
     def _score(self, who: str):
-        rest, prompt = np.zeros(self.B), 0.0
-        for k, p in zip(self.ps.support, self.ps.probs):
-            rest += p * self.tables.prefill(who, k + self.J, self.P + self.t)
-            prompt += p * float(self.tables.prefill(who, self.P + k + self.J, 0))
+        ks, p = np.asarray(self.ps.support), np.asarray(self.ps.probs)
+        rest = p @ self.rows(who, ks + self.J, self.P, self.B)
+        prompt = float(p @ np.broadcast_to(self.tables.prefill(who, self.P + ks + self.J, 0), ks.shape))
         return rest, prompt
 
-    @cached_property
+    @_gamma_free
     def score(self):
         return self._score("base")
 
-    @cached_property
+    @_gamma_free
     def draft_score(self):
         """In SpecReason+Decode the draft inside the base engine prefills the scoring prompt too."""
         return self._score("draft")
 
-    @cached_property
+    @_gamma_free
     def base_prefill(self):
         return self.tables.prefill("base", 1, self.P + self.t)
 
-    @cached_property
+    @_gamma_free
     def base_prompt_prefill(self) -> float:
         return float(self.tables.prefill("base", self.P, 0))
 
@@ -116,20 +153,20 @@ class CostVectors:
         x = self.P + self.t_end
         return cum[x + self.A] - cum[x + 1] if self.A > 1 else np.zeros(len(self.t_end))
 
-    @cached_property
+    @_gamma_free
     def answer_prefill(self):
         return self._answer_prefill("base")
 
-    @cached_property
+    @_gamma_free
     def answer_decode(self):
         return self._answer_decode(self.tables.cum_base)
 
-    @cached_property
+    @_gamma_free
     def small_answer_prefill(self):
         """vanilla-small step by step: the small model writes the answer."""
         return self._answer_prefill("small")
 
-    @cached_property
+    @_gamma_free
     def small_answer_decode(self):
         return self._answer_decode(self.tables.cum_small)
 
@@ -156,15 +193,15 @@ class CostVectors:
             return z, z
         return self._spec(self.occupancy_u[: self.A - 1], self.P + 1, len(self.t_end))
 
-    @cached_property
+    @_gamma_free
     def draft_prefill(self):
         return self.tables.prefill("draft", 1, self.P + self.t)
 
-    @cached_property
+    @_gamma_free
     def draft_prefill_end(self):
         return self.tables.prefill("draft", 1, self.P + self.t_end)
 
-    @cached_property
+    @_gamma_free
     def draft_prompt_prefill(self) -> float:
         return float(self.tables.prefill("draft", self.P, 0))
 
@@ -205,8 +242,13 @@ class MixturePredictor:
                 for k, occ in zip(keys, run_chains(w, [k[0] for k in keys], [k[1] for k in keys])):
                     cache[k] = occ
 
-    def vectors(self, tables: CostTables) -> list[CostVectors]:
-        return [CostVectors(tables, w) for _, w in self.components]
+    def vectors(self, tables: CostTables, shared: list[CostVectors] | None = None) -> list[CostVectors]:
+        """Cost vectors per problem; ``shared``: the problems' vectors on the same deployments and execution
+        for another gamma (their gamma-independent vectors are reused)."""
+        if shared is not None:
+            return [CostVectors(tables, w, shared=v) for (_, w), v in zip(self.components, shared)]
+        rows = PrefillRows(tables)
+        return [CostVectors(tables, w, rows=rows) for _, w in self.components]
 
     def per_problem(self, cfg: SystemConfig, vectors: list[CostVectors]) -> list[dict]:
         return [predict_point(cfg, chain_for(cfg, w, cache), v)

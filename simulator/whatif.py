@@ -17,7 +17,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from simulator.analytic import CostVectors, MixturePredictor
+from simulator.analytic import MixturePredictor
 from simulator.cost_tables import COMPONENTS, CostTables
 from simulator.des import simulate, summarize
 from simulator.scenario import ResolvedScenario
@@ -53,9 +53,7 @@ def run_grid(rs: ResolvedScenario, engine: Literal["analytic", "des"] | None = N
                 g = cfg.gamma
                 if g not in tables:
                     tables[g] = CostTables(dep["base"], dep["small"], dep["draft"], w, g, execution=ex)
-                    vectors[g] = mix.vectors(tables[g])
-                    for src, dst in zip(vectors[None], vectors[g]):
-                        _share(src, dst, cfg.system)
+                    vectors[g] = mix.vectors(tables[g], shared=vectors[None])  # gamma-free vectors once per hardware/TP
                 if engine == "analytic":
                     out = mix.predict(cfg, vectors[g])
                 else:
@@ -84,18 +82,6 @@ def run_grid(rs: ResolvedScenario, engine: Literal["analytic", "des"] | None = N
     df["accuracy_hi"] = [e.high if e else np.nan for e in est]
     cols = RESULT_COLUMNS + ([c for c in DES_COLUMNS if c in df.columns] if engine == "des" else [])
     return df[cols + ACCURACY_COLUMNS]
-
-
-_SHARED = {
-    "specreason-decode": ("small_decode", "small_prefill_first", "small_prefill_rest", "small_catchup_charge",
-                          "score", "draft_score", "base_prefill", "answer_prefill"),
-}
-
-
-def _share(src: CostVectors, dst: CostVectors, system: str) -> None:
-    """Gamma-independent cost vectors are computed once per hardware/TP and shared."""
-    for name in _SHARED.get(system, ()):
-        dst.__dict__[name] = getattr(src, name)
 
 
 def whatif_from_cli(scenario: str, systems=None, gammas=None, thresholds=None, first_ns=None, engine=None,
