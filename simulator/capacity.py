@@ -433,10 +433,11 @@ def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | No
                       workers: int | None = None, ray_address: str | None = None,
                       arrivals_file: str | None = None, interval: IntervalSpec | None = None,
                       accuracy_floor: str | None = None, accuracy_margin: float | None = None,
-                      adaptive_gamma: bool = False) -> tuple[pd.DataFrame, dict]:
+                      adaptive_gamma: bool = False, gamma_policy: str = "fixed") -> tuple[pd.DataFrame, dict]:
     """Resolve, validate, run. With --qps/--users/--arrivals-file: the SLO check at those loads;
     else the capacity search. ``adaptive_gamma``: each drafting configuration at the grid's largest γ also
-    runs with γ chosen per engine iteration (``gamma_policy="goodput"``, up to that γ)."""
+    runs with γ chosen per engine iteration (``gamma_policy="goodput"``, up to that γ); ``gamma_policy``
+    other than fixed: every drafting configuration runs with that policy, up to its γ."""
     from simulator.serving.arrivals import load_arrival_times
 
     from simulator.systems import SYSTEMS, expand_systems
@@ -461,9 +462,11 @@ def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | No
     floor = parse_floor(accuracy_floor, accuracy_margin)
     acc_model = scenario_accuracy(rs)
     configs = expand_systems(systems or sc.systems, gammas or sc.grid.gamma, thresholds or sc.grid.threshold, sc.grid.first_n)
+    if gamma_policy != "fixed":
+        configs = [SystemConfig(**{**c.model_dump(), "gamma_policy": gamma_policy}) if c.gamma else c for c in configs]
     if adaptive_gamma:
         gmax = max((c.gamma for c in configs if c.gamma), default=0)
-        configs += [c.model_copy(update={"gamma_policy": "goodput"}) for c in configs if c.gamma and c.gamma == gmax]
+        configs += [SystemConfig(**{**c.model_dump(), "gamma_policy": "goodput"}) for c in configs if c.gamma and c.gamma == gmax]
     load = LoadSpec(arrival, cv, requests or DEFAULT_REQUESTS, sc.seed if seed is None else seed)
     points = [replace(p, interval=interval or IntervalSpec()) for p in capacity_points(rs, slo, load, configs)]
     meta = {"scenario": str(rs.path), "slo": slo.text, "arrivals": arrival if arrival == "poisson" else f"bursty cv={cv}",

@@ -170,6 +170,9 @@ def capacity(
     accuracy_margin: AccuracyMarginOpt = None,
     ci_target: CiTargetOpt = None,
     max_replications: MaxReplicationsOpt = None,
+    gamma_policy: str = typer.Option("fixed", "--gamma-policy", help="fixed | goodput: with goodput every drafting "
+                                     "configuration chooses gamma per engine iteration by the expected-goodput rule, "
+                                     "up to its --gamma (serving simulator)"),
     best_gamma: bool = typer.Option(False, "--best-gamma", help="with --users: per user count the gamma with the "
                                     "highest output throughput (its TPOT and throughput, gammas within 5%% as ties) "
                                     "and the per-iteration goodput rule's gamma at that load's mean batch, and the "
@@ -198,6 +201,10 @@ def capacity(
     check_columns(columns, CAPACITY_COLUMNS, extra=("offered_qps", "throughput_qps", "latency_p50_s", "latency_p90_s",
                                                     "ttft_p99_s", "slo_attainment", "gpus_per_replica",
                                                     "fleet_cost_per_hour", "stationary"), presets=tuple(CAPACITY_PRESETS))
+    if gamma_policy not in ("fixed", "goodput"):
+        raise InputError(None, "--gamma-policy", f"expected fixed or goodput (got {gamma_policy!r})")
+    if gamma_policy != "fixed" and best_gamma:
+        raise InputError(None, "--gamma-policy", "--best-gamma already runs the goodput policy beside every fixed gamma")
     user_counts = [int(u) for u in _float_list(users, "--users")] if users else None
     if best_gamma and not user_counts:
         raise InputError(None, "--best-gamma", "needs --users (the concurrency levels to compare gammas at)")
@@ -209,7 +216,7 @@ def capacity(
             arrival=arrival, cv=cv, requests=requests, seed=seed, gpu_hour_cost=gpu_hour_cost, target_qps=target_qps,
             workers=workers, ray_address=ray_address, arrivals_file=str(arrivals_file) if arrivals_file else None,
             interval=_interval(ci_target, max_replications), accuracy_floor=accuracy_floor, accuracy_margin=accuracy_margin,
-            adaptive_gamma=best_gamma,
+            adaptive_gamma=best_gamma, gamma_policy=gamma_policy,
         )
     from simulator.report_table import render_best_gamma, render_capacity
 
