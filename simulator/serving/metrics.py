@@ -102,8 +102,10 @@ def summarize_serving(res: ServingResult, slo: Slo | None = None, warmup_fractio
         "output_tokens_per_s": float(req.output_tokens.sum() / span) if span > 0 else np.nan,
     }
     # the same quantities under `vllm bench serve`'s names (ms, steady-state requests); TPOT is a request's mean
-    # gap between output tokens after the first, (latency - TTFT) / (output tokens - 1). vLLM's ITL (every
-    # individual gap) needs per-token times, which the simulator does not keep per request: not reported.
+    # gap between output tokens after the first, (latency - TTFT) / (output tokens - 1); ITL is every gap
+    # between successive output chunks of a generating call (one per engine iteration: a speculative iteration
+    # emits its accepted tokens as one chunk, as vLLM streams them), over the rounds from the first steady-state
+    # arrival on; gaps between a multi-call request's calls are latency, not ITL.
     many = st.output_tokens.to_numpy() > 1
     tpot = ((lat - ttft)[many] / (st.output_tokens.to_numpy()[many] - 1)) * 1e3
     out.update({
@@ -115,6 +117,8 @@ def summarize_serving(res: ServingResult, slo: Slo | None = None, warmup_fractio
         "p99_tpot_ms": float(np.percentile(tpot, 99)) if len(tpot) else np.nan,
         "mean_e2el_ms": float(lat.mean() * 1e3), "p99_e2el_ms": float(np.percentile(lat, 99) * 1e3),
     })
+    if "itl" in res.info:
+        out.update(itl_summary(*res.info["itl"], since=float(st.arrival_at.min()) if len(st) else 0.0))
     tl = res.timeline
     for name in ("small", "base"):
         e = tl[tl.engine == name]
@@ -142,6 +146,24 @@ def summarize_serving(res: ServingResult, slo: Slo | None = None, warmup_fractio
         for t in slo.terms:
             out[t.name] = t.value(st[t.metric].to_numpy())
     return out
+
+
+def weighted_quantile(x: np.ndarray, w: np.ndarray, q: float) -> float:
+    """The q-quantile of samples x with integer weights w (inverse CDF: the smallest x with F(x) >= q)."""
+    o = np.argsort(x, kind="stable")
+    c = np.cumsum(w[o])
+    return float(x[o][min(int(np.searchsorted(c, q * c[-1], side="left")), len(x) - 1)])
+
+
+def itl_summary(start: np.ndarray, duration: np.ndarray, weight: np.ndarray, since: float = 0.0) -> dict:
+    """vLLM's ITL statistics (ms) from the rounds starting at or after ``since``: every decoding sequence of a
+    round contributes one gap equal to the round's duration."""
+    keep = (start >= since) & (weight > 0)
+    x, w = duration[keep] * 1e3, weight[keep]
+    if not len(x):
+        return {"mean_itl_ms": np.nan, "median_itl_ms": np.nan, "p99_itl_ms": np.nan}
+    return {"mean_itl_ms": float((x * w).sum() / w.sum()), "median_itl_ms": weighted_quantile(x, w, 0.5),
+            "p99_itl_ms": weighted_quantile(x, w, 0.99)}
 
 
 def number_in_system(requests: pd.DataFrame, at: np.ndarray) -> np.ndarray:

@@ -85,6 +85,10 @@ class Replica:
         self.done_events: dict[int, simpy.Event] = {}
         self.completed = 0
         self.timeline: list[tuple] = []
+        # inter-token latencies (vLLM bench's ITL: one gap per output chunk of a generating sequence): per round,
+        # (start, duration of the whole round on the shared GPU, decoding sequences that emitted in it)
+        self.itl_rounds: list[tuple[float, float, int]] = []
+        self.itl_stretches: list[tuple[float, np.ndarray, int]] = []  # k-round stretches: (start, round durations, sequences)
         self.wake = env.event()
         self.all_done = env.event()
         self.n_target = 0
@@ -158,6 +162,9 @@ class Replica:
                     continue  # preempted: re-plan
                 t0 = env.now
                 duration = one[0] if len(one) == 1 else one[0] + one[1]
+                n_dec = sum([len(e.act) - e.n_prefill for e in active])
+                if n_dec:
+                    self.itl_rounds.append((t0, duration, n_dec))
                 for e, t in zip(active, one):
                     e.busy_s += t
                     timeline.append((e.name, t0, t, 1, len(e.act), e.pinned + e.cache_tokens, e.capacity,
@@ -177,6 +184,7 @@ class Replica:
             duration = float(cs[k - 1])
             start = float(cs[k - 2]) if k > 1 else 0.0
             t0 = env.now
+            self.itl_stretches.append((t0, np.diff(cs[:k], prepend=0.0), sum([len(e.act) for e in active])))
             for e, row in zip(active, rows):
                 busy = float(row[:k].sum())
                 e.busy_s += busy
@@ -296,6 +304,15 @@ def simulate_serving(cfg: SystemConfig, deps: dict[str, Deployment], workload: W
     return _result(rep, arrivals, n_requests)
 
 
+def _itl_samples(rep: Replica) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(round start, round duration, weight = sequences that emitted a chunk in it), every decoding round."""
+    parts = [np.array(rep.itl_rounds, dtype=float).reshape(-1, 3)]
+    for t0, d, n in rep.itl_stretches:
+        parts.append(np.column_stack([t0 + np.concatenate([[0.0], np.cumsum(d[:-1])]), d, np.full(len(d), float(n))]))
+    a = np.concatenate(parts)
+    return a[:, 0], a[:, 1], a[:, 2]
+
+
 def _result(rep: Replica, arrivals, n_requests: int) -> ServingResult:
     rows = []
     for rid in range(n_requests):
@@ -316,5 +333,6 @@ def _result(rep: Replica, arrivals, n_requests: int) -> ServingResult:
         "evictions": {e.name: e.evictions for e in rep.engines},
         "gamma_rounds": dict(sorted(rep.engines[1].gamma_rounds.items())),  # base engine: iterations per γ
         "call_overhead_s": rep.t_call,
+        "itl": _itl_samples(rep),
     }
     return ServingResult(req, tl, info)

@@ -230,3 +230,37 @@ def test_vllm_benchmark_names_and_goodput_bounds(cpu):
     st = st[st.output_tokens > 1]
     by_hand = 1e3 * ((st.latency_s - st.ttft_s) / (st.output_tokens - 1)).median()
     assert s["median_tpot_ms"] == pytest.approx(by_hand, rel=1e-9)
+
+
+@pytest.mark.parametrize("users", [1, 8])
+@pytest.mark.parametrize("cfg", [VANILLA, SPECDECODE], ids=["vanilla", "specdecode"])
+def test_itl_conserves_chunks_and_time(cpu, cfg, users):
+    """vLLM's ITL: one gap per output chunk after a call's first token. For one-call systems every chunk gap
+    is a decoding round, so the gaps' durations add up to sum(latency - TTFT) over requests (at one user; with
+    a batch, rounds overlap between requests and only the chunk count is conserved), and there are
+    sum(output tokens - 1) chunks without speculation, one per speculative iteration with it."""
+    rs, deps, mf = cpu
+    res = simulate_serving(cfg, deps, rs.workload, ClosedLoopUsers(users), 40, 7, mf)
+    start, dur, w = res.info["itl"]
+    r = res.requests
+    chunks = (r.output_tokens - 1).sum() if not cfg.drafts else sum(res.info["gamma_rounds"].values())
+    if not cfg.drafts or users == 1:
+        assert w.sum() == chunks
+    if users == 1:
+        assert (dur * w).sum() == pytest.approx((r.latency_s - r.ttft_s).sum(), rel=1e-9)
+        assert np.all(w == 1)
+    s = summarize_serving(res)
+    assert s["median_itl_ms"] <= s["p99_itl_ms"] and s["mean_itl_ms"] > 0
+    if not cfg.drafts and users == 1:  # one token per chunk: ITL and TPOT describe the same gaps
+        assert s["mean_itl_ms"] == pytest.approx(s["mean_tpot_ms"], rel=0.02)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 100), st.integers(1, 5)), min_size=1, max_size=30), st.floats(0.01, 0.99))
+def test_weighted_quantile_is_the_quantile_of_the_repeated_samples(pairs, q):
+    from simulator.serving.metrics import weighted_quantile
+
+    x = np.array([p[0] for p in pairs])
+    w = np.array([p[1] for p in pairs])
+    rep = np.sort(np.repeat(x, w))
+    assert weighted_quantile(x, w, q) == rep[int(np.ceil(q * len(rep))) - 1]
