@@ -261,3 +261,44 @@ def test_runs_of_different_drafts_never_pool(tmp_path):
     acc = acceptance_from_runs(runs)
     assert set(acc) == {(2, "weak-draft"), (2, "strong-draft")}
     assert acc[(2, "weak-draft")]["a"][0] < 0.3 < 0.6 < acc[(2, "strong-draft")]["a"][0]
+
+
+def test_measured_itl_is_one_gap_per_emitting_step(tmp_path):
+    """vLLM's ITL measured from serve steps: at one user every verification step after the prefill is one gap of
+    that step's duration (the double's 2 ms + 0.1 ms per token); with more users one gap per (request, emitting
+    step), each at least the step's own duration."""
+    from validate.serving.load import load_run
+    from validate.serving.predict import measured_itl
+
+    r1 = load_run(_spec_run_dir(tmp_path / "u1" / "closed-1", 1, gamma=2, n=5))
+    gaps = measured_itl(r1)
+    n_verify = sum(1 for ctx, rids, p in zip(r1.steps.context_tokens, r1.steps.request_ids, r1.steps.prefill_requests) if p == 0)
+    assert len(gaps) == n_verify
+    assert np.allclose(gaps, 0.002 + 1e-4 * 3)
+    r3 = load_run(_spec_run_dir(tmp_path / "u3" / "closed-3", 3, gamma=2, n=9))
+    gaps3 = measured_itl(r3)
+    emitting = sum(sum(1 for e, c, rid in zip(em, ctx, rids) if e > 0 and c > 0)
+                   for em, ctx, rids in zip(r3.steps.emitted, r3.steps.context_tokens, r3.steps.request_ids))
+    assert len(gaps3) == emitting and gaps3.min() >= 0.002 + 1e-4 * 3 - 1e-12
+
+
+def test_replay_costs_the_run_s_own_draft_depth(tmp_path):
+    """A run whose draft recorded another depth than the profile's draft model is replayed with that depth
+    (same width); the same depth, or an unknown width, keeps the profile's model."""
+    import json
+
+    from calibrate.fit_cost import Setup
+    from validate.serving.load import load_run
+    from validate.serving.predict import run_models
+
+    setup = Setup.from_names("cpu", 1, "smollm2-135m", "smollm2-135m-cut6", "smollm2-135m-cut6")
+    got = []
+    for name, layers, hidden in (("four", 4, 576), ("six", 6, 576), ("wide", 4, 1024)):
+        d = _spec_run_dir(tmp_path / name / "closed-1", 1, gamma=2, n=3)
+        m = json.loads((d / "run.json").read_text())
+        m["models"]["draft"] = {"path": f"/models/{name}", "num_layers": layers, "hidden_size": hidden}
+        (d / "run.json").write_text(json.dumps(m))
+        got.append(run_models(load_run(d), setup)["draft"])
+    assert got[0].layers == 4 and got[0].hidden == 576 and got[0].vocab == setup.models["draft"].vocab
+    assert got[1] is setup.models["draft"] and got[2] is setup.models["draft"]
+    assert got[0].weight_bytes_read < setup.models["draft"].weight_bytes_read

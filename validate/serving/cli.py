@@ -78,6 +78,11 @@ def register(app) -> None:
             typer.echo(f"speculative runs held out ({sp['model']}, n={sp['latency_n']}): latency median APE "
                        f"{_pct(sp['latency_median_ape'])}, TPOT median APE {_pct(sp['tpot_median_ape'])} bias "
                        f"{_spct(sp['tpot_bias'])}, acceptance length median APE {_pct(sp['accept_len_median_ape'])}")
+        if "itl" in h:
+            it = h["itl"]
+            typer.echo(f"ITL of {it['runs']} held-out one-engine runs: mean median APE {_pct(it['itl_mean_median_ape'])} "
+                       f"(bias {_spct(it['itl_mean_bias'])}), p99 median APE {_pct(it['itl_p99_median_ape'])} "
+                       f"(bias {_spct(it['itl_p99_bias'])})")
         if max_median_ape is not None and h["latency_median_ape"] > max_median_ape:
             typer.echo(f"FAIL: held-out latency median APE {_pct(h['latency_median_ape'])} > {_pct(max_median_ape)}", err=True)
             raise typer.Exit(1)

@@ -123,7 +123,7 @@ def validate_serving(run_dirs: list[str | Path], profile_path: str | Path, fit_l
             rows.append(t)
             runrows.append({"run": str(r.path), "label": r.label, "system": r.system, "level": r.level, "mode": r.mode,
                             "users": r.users, "rate_per_s": r.rate_per_s, "model": name, "role": role, "n": len(t),
-                            "latency_mean_s": float(t.pred_latency_s.mean()), **predicted_run_figures(res),
+                            "latency_mean_s": float(t.pred_latency_s.mean()), **predicted_run_figures(res, r.calls is None),
                             **{f"latency_{k}": v for k, v in _errors(t, "pred_latency_s", "latency_s").items() if k != "n"},
                             **{f"ttft_{k}": v for k, v in _errors(t, "pred_ttft_s", "ttft_s").items() if k != "n"},
                             **_tpot_figures(t)})
@@ -146,10 +146,32 @@ def validate_serving(run_dirs: list[str | Path], profile_path: str | Path, fit_l
             headline["speculative"] = {"model": name, **{f"latency_{k}": v for k, v in _errors(h, "pred_latency_s", "latency_s").items()},
                                        **{f"tpot_{k}": v for k, v in _errors(h.dropna(subset=["tpot_s"]), "pred_tpot_s", "tpot_s").items() if k != "n"},
                                        **{f"accept_len_{k}": v for k, v in _errors(h.dropna(subset=["accept_len", "pred_accept_len"]), "pred_accept_len", "accept_len").items() if k != "n"}}
+    itl = _itl_errors(pd.DataFrame(runrows), spec_runs, best + ACCEPTANCE_MODEL if acceptance else best, best)
+    if itl:
+        headline["itl"] = itl
     if acceptance:
         headline["acceptance"] = {f"{g}" + (f" {d}" if d else ""): v for (g, d), v in sorted(acceptance.items())}
     return ServingValidation(per_request, pd.DataFrame(runrows), pd.concat(steprows, ignore_index=True) if steprows
                              else pd.DataFrame(), fit, headline, runs)
+
+
+def _itl_errors(per_run: pd.DataFrame, spec_labels: set, spec_model: str, plain_model: str) -> dict:
+    """Held-out one-engine runs: median over runs of |pred/meas - 1| of the run's mean and p99 ITL (speculative
+    runs with ``spec_model``, plain ones with ``plain_model``), and the runs' median bias."""
+    if "itl_mean_ms" not in per_run:
+        return {}
+    meas = per_run[per_run.model == "measured"].set_index("run")
+    pred = per_run[(per_run.role == "held out") & per_run.itl_mean_ms.notna()]
+    pred = pred[pred.model == np.where(pred.label.isin(spec_labels), spec_model, plain_model)]
+    pred = pred[pred.run.isin(meas.index[meas.itl_mean_ms.notna()])]
+    if not len(pred):
+        return {}
+    out = {"model": f"{plain_model} / {spec_model}", "runs": int(len(pred))}
+    for k in ("itl_mean_ms", "itl_p99_ms"):
+        rel = pred[k].to_numpy() / meas.loc[pred.run, k].to_numpy() - 1.0
+        out[f"{k[:-3]}_median_ape"] = float(np.median(np.abs(rel)))
+        out[f"{k[:-3]}_bias"] = float(np.median(rel))
+    return out
 
 
 def _tpot_figures(t: pd.DataFrame) -> dict:

@@ -150,10 +150,23 @@ def _workload():
         "scores": [0.1] * 10, "token_acceptance": [0.5]})
 
 
-def deployments(params, setup) -> dict:
+def run_models(run: ServingRun, setup) -> dict:
+    """The profile's models per role, with the draft's depth taken from the run when it recorded another one
+    (``run.json`` models.draft.num_layers, same width): a 4-layer draft is not costed as the profile's 6-layer one."""
+    models = dict(setup.models)
+    d = ((run.meta.get("models") or {}).get("draft") or {}) if run.gamma else {}
+    n, h = d.get("num_layers"), d.get("hidden_size")
+    m = models.get("draft")
+    if m is not None and n and int(n) != m.layers and (h is None or int(h) == m.hidden):
+        models["draft"] = m.model_copy(update={"layers": int(n), "name": f"{m.name}-as-{int(n)}-layers",
+                                               "published_params": None})
+    return models
+
+
+def deployments(params, setup, models: dict | None = None) -> dict:
     from simulator.cost_model import Deployment
 
-    return {role: Deployment(m, setup.hardware, setup.tp, params) for role, m in setup.models.items()}
+    return {role: Deployment(m, setup.hardware, setup.tp, params) for role, m in (models or setup.models).items()}
 
 
 def predict_run(run: ServingRun, params, setup, acceptance: list[float] | None = None):
@@ -181,7 +194,7 @@ def predict_run(run: ServingRun, params, setup, acceptance: list[float] | None =
         arrivals = ClosedLoopUsers(run.users, 0.0)
     else:
         arrivals = ReplayArrivals(tuple(float(t) for t in run.requests.arrival_s), run.label)
-    res = simulate_serving(cfg, deployments(params, setup), _workload(), arrivals,
+    res = simulate_serving(cfg, deployments(params, setup, run_models(run, setup)), _workload(), arrivals,
                            len(plans), seed=0, memory_fraction=MEMORY_FRACTION, plans=plans)
     sim = res.requests.set_index("request")
     t = run.requests[["request_id", "prompt_tokens", "output_tokens", "latency_s", "ttft_s"]].copy()
@@ -197,19 +210,52 @@ def predict_run(run: ServingRun, params, setup, acceptance: list[float] | None =
     return t, res
 
 
+def measured_itl(run: ServingRun) -> np.ndarray | None:
+    """vLLM's ITL measured on a one-engine run (``serve-run``): per request, the gaps between the ends of the
+    engine steps that gave it output after its first token (a verification's accepted tokens are one chunk),
+    the first gap from its first token. None for whole-system runs (a request spans several calls)."""
+    if run.calls is not None:
+        return None
+    prompt = dict(zip(run.requests.request_id, run.requests.prompt_tokens))
+    ends: dict[int, list[float]] = {int(r): [float(t)] for r, t in zip(run.requests.request_id, run.requests.first_token_s)}
+    s = run.steps[run.steps.engine == "base"].sort_values("step_index")
+    em = s.emitted if "emitted" in s and run.gamma else [None] * len(s)
+    for t0, d, rids, ctx, e in zip(s.started_s, s.duration_s, s.request_ids, s.context_tokens, em):
+        end = float(t0 + d)
+        for i, (rid, c) in enumerate(zip(rids, ctx)):
+            if c >= prompt[rid] and (e is None or e[i] > 0):
+                ends[int(rid)].append(end)
+    gaps = [np.diff(v) for v in ends.values() if len(v) > 1]
+    return np.concatenate(gaps) if gaps else np.zeros(0)
+
+
+def _itl_figures(x: np.ndarray | None) -> dict:
+    if x is None or not len(x):
+        return {"itl_mean_ms": np.nan, "itl_p99_ms": np.nan}
+    return {"itl_mean_ms": float(x.mean() * 1e3), "itl_p99_ms": float(np.percentile(x, 99) * 1e3)}
+
+
 def measured_run_figures(run: ServingRun) -> dict:
     r, s = run.requests, run.steps[run.steps.engine == "base"]
     span = float(r.done_s.max() - r.arrival_s.min())
     return {"throughput_rps": len(r) / span, "output_tok_per_s": float(r.output_tokens.sum()) / span,
             "batch_mean": float(np.average(s.running, weights=s.duration_s)), "span_s": span,
-            "latency_p50_s": float(r.latency_s.median()), "ttft_p50_s": float(r.ttft_s.median())}
+            "latency_p50_s": float(r.latency_s.median()), "ttft_p50_s": float(r.ttft_s.median()),
+            **_itl_figures(measured_itl(run))}
 
 
-def predicted_run_figures(res) -> dict:
+def predicted_run_figures(res, one_engine: bool = True) -> dict:
+    """Run-level figures of a replay; ITL over every round (as measured: the whole run), one-engine runs only."""
+    from simulator.serving.metrics import itl_summary
+
     r = res.requests
     span = float(r.done_at.max() - r.arrival_at.min())
     tl = res.timeline[res.timeline.engine == "base"]
+    itl = {"itl_mean_ms": np.nan, "itl_p99_ms": np.nan}
+    if one_engine and "itl" in res.info:
+        s = itl_summary(*res.info["itl"], since=-np.inf)
+        itl = {"itl_mean_ms": s["mean_itl_ms"], "itl_p99_ms": s["p99_itl_ms"]}
     return {"throughput_rps": len(r) / span, "output_tok_per_s": float(r.output_tokens.sum()) / span,
             "batch_mean": float(np.average(tl.batch, weights=tl.duration_s)), "span_s": span,
-            "latency_p50_s": float(r.latency_s.median()), "ttft_p50_s": float(r.ttft_s.median())}
+            "latency_p50_s": float(r.latency_s.median()), "ttft_p50_s": float(r.ttft_s.median()), **itl}
 

@@ -145,6 +145,32 @@ def _speculative_section(v: ServingValidation) -> list[str]:
     return L
 
 
+def _itl_section(v: ServingValidation) -> list[str]:
+    """vLLM's inter-token latency (one gap per output chunk) of one-engine runs, measured vs each model."""
+    pr = v.per_run
+    if "itl_mean_ms" not in pr or not pr[pr.model == "measured"].itl_mean_ms.notna().any():
+        return []
+    h = v.headline.get("itl")
+    L = ["", "## Inter-token latency (ITL, one-engine runs)", ""]
+    if h:
+        L += [f"Held-out runs ({h['model']}, {h['runs']} runs): run mean ITL median APE {_pct(h['itl_mean_median_ape'])} "
+              f"(bias {_spct(h['itl_mean_bias'])}); run p99 ITL median APE {_pct(h['itl_p99_median_ape'])} "
+              f"(bias {_spct(h['itl_p99_bias'])}).", ""]
+    L += ["| run | model | role | mean ITL meas / pred (ms) | p99 ITL meas / pred (ms) |", "|---|---|---|---|---|"]
+    runs = pr[pr.model == "measured"].dropna(subset=["itl_mean_ms"]).run
+    for run in sorted(runs.unique(), key=lambda r: (_level_key(pr[pr.run == r].label.iloc[0]), r)):
+        d = pr[pr.run == run]
+        m = d[d.model == "measured"].iloc[0]
+        folder = Path(run).parents[1].name if "/" in m.label else Path(run).parent.name
+        for _, p in d[d.model != "measured"].iterrows():
+            L.append(f"| {folder}/{p.label} | {p.model} | {p.role} | {m.itl_mean_ms:.1f} / {p.itl_mean_ms:.1f} | "
+                     f"{m.itl_p99_ms:.1f} / {p.itl_p99_ms:.1f} |")
+    L += ["", "ITL as `vllm bench serve` measures it: per request, the gaps between successive output chunks after the "
+          "first token (measured: ends of the engine steps that gave the request output; predicted: the simulator's "
+          "rounds). A verification's accepted tokens are one chunk, so a speculative run's ITL is per iteration."]
+    return L
+
+
 def write_report(v: ServingValidation, out: str | Path, command: str, profile_path: str | Path, bar: float | None) -> Path:
     from simulator.loading import write_atomic
 
@@ -195,6 +221,7 @@ def write_report(v: ServingValidation, out: str | Path, command: str, profile_pa
         L.append(f"| {label} | {model} | {e['n']} | {_pct(e['median_ape'])} | {_pct(e['p90_ape'])} | {_spct(e['bias'])} | "
                  f"{_pct(t['median_ape'])} | {_spct(t['bias'])} |")
     L += _speculative_section(v)
+    L += _itl_section(v)
     sp = speedup_table(v)
     if len(sp):
         mods = [m for m in v.per_run.model.unique() if m != "measured"]
