@@ -63,14 +63,14 @@ def run_cmd(
 ) -> None:
     """Run one system over a dataset slice, writing a resumable trace directory."""
     from calibrate.engine import Sampling
-    from calibrate.orchestrator import SystemConfig
+    from calibrate.orchestrator import RunConfig
     from calibrate.progress import RunProgress
     from calibrate.runner import EngineSpec, run_system
     from simulator.errors import InputError
 
     if warmup < 0:
         raise InputError(None, "--warmup", f"must be >= 0 (got {warmup})")
-    cfg = SystemConfig(system=system, threshold=threshold, first_n=first_n, budget_tokens=budget,
+    cfg = RunConfig(system=system, threshold=threshold, first_n=first_n, budget_tokens=budget,
                        step_max_tokens=step_max_tokens, score_mode=score_mode,
                        sampling=Sampling(temperature=temperature, top_p=top_p))
     spec = EngineSpec(engine=engine, base=base, small=small, draft=draft, gamma=gamma, dtype=dtype,

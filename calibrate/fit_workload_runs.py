@@ -47,11 +47,9 @@ import yaml
 
 from calibrate.fit_workload import SCORE_PSEUDO_COUNT, _repo_relative, acceptance_prior, score_pmf, steps_km_with_geometric_tail
 from simulator.errors import InputError
+from simulator.systems import spec_of
 from simulator.workload import WorkloadProfile
 
-BASE_CHAIN_SYSTEMS = ("vanilla-base", "specdecode")
-SPEC_SYSTEMS = ("specdecode", "specreason-decode")
-SPECREASON_SYSTEMS = ("specreason", "specreason-decode")
 EVENT_STOPS = ("answer", "eos")
 MAX_STEPS_POINT_MASS = 4096
 
@@ -116,14 +114,14 @@ def _step_lengths(runs: list[RunData], who: str) -> np.ndarray:
         keep = ~_budget_cut_last_steps(r)
         s = r.steps[keep]
         if who == "small":
-            if r.system == "vanilla-small":
+            if spec_of(r.system).chain == "small":
                 out.append(s["small_tokens"].to_numpy())
-            elif r.system in SPECREASON_SYSTEMS:
+            elif spec_of(r.system).scores_steps:
                 out.append(s.loc[s["small_tokens"] > 0, "small_tokens"].to_numpy())
         else:
-            if r.system in BASE_CHAIN_SYSTEMS:
+            if spec_of(r.system).chain == "base":
                 out.append(s["base_tokens"].to_numpy())
-            elif r.system in SPECREASON_SYSTEMS:
+            elif spec_of(r.system).scores_steps:
                 out.append(s.loc[s["proposer"] == "base", "base_tokens"].to_numpy())
     return np.concatenate(out) if out else np.array([], dtype=np.int64)
 
@@ -139,8 +137,9 @@ def _length_dist(lengths: np.ndarray, cap: int, form: str) -> dict:
     return {"kind": "empirical", "values": uniq.tolist(), "weights": counts.astype(float).tolist()}
 
 
-def _chains(runs: list[RunData], systems: tuple[str, ...]) -> pd.DataFrame:
-    rows = [r.requests[["num_steps", "stop_reason"]] for r in runs if r.system in systems]
+def _chains(runs: list[RunData], chain: str) -> pd.DataFrame:
+    """Step counts and stops of the runs whose systems write their chain as ``chain`` (``simulator.systems``)."""
+    rows = [r.requests[["num_steps", "stop_reason"]] for r in runs if spec_of(r.system).chain == chain]
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["num_steps", "stop_reason"])
 
 
@@ -171,7 +170,7 @@ def _acceptance(runs: list[RunData]) -> tuple[list[float], str] | None:
     drafted: dict[int, int] = {}
     accepted: dict[int, int] = {}
     for r in runs:
-        if r.system not in SPEC_SYSTEMS or r.steps.empty:
+        if not spec_of(r.system).draft or r.steps.empty:
             continue
         for d, a in zip(r.steps["spec_drafted_per_pos"], r.steps["spec_accepted_per_pos"]):
             for i, x in enumerate(d or []):
@@ -273,10 +272,10 @@ def fit_workload_from_runs(paths: list[str | Path], *, prior: WorkloadProfile | 
     # shortest step of each model's chains: the most steps the budget allows is ceil(B / shortest)
     shortest = {w: int(max(v.min(), 1)) if len(v) else 1 for w, v in lengths.items()}
 
-    base_chains = _chains(runs, BASE_CHAIN_SYSTEMS)
+    base_chains = _chains(runs, "base")
     mixed = False
     if base_chains.empty:
-        base_chains, mixed = _chains(runs, SPECREASON_SYSTEMS), True
+        base_chains, mixed = _chains(runs, "speculative"), True
     means: dict[str, float | None] = {}
     if base_chains.empty:
         parts["steps_per_request.base"] = from_prior("steps_per_request.base", "no base or SpecReason chains")
@@ -286,7 +285,7 @@ def fit_workload_from_runs(paths: list[str | Path], *, prior: WorkloadProfile | 
                                                  min(shortest.values()) if mixed else shortest["base"])
         src = "mixed SpecReason chains (no vanilla base runs)" if mixed else "vanilla base chains"
         parts["steps_per_request.base"] = Part(d, True, f"steps_per_request.base from {len(base_chains)} {src}: {how}")
-    small_chains = _chains(runs, ("vanilla-small",))
+    small_chains = _chains(runs, "small")
     if small_chains.empty or mixed:
         means["small"] = None
     else:
@@ -302,7 +301,7 @@ def fit_workload_from_runs(paths: list[str | Path], *, prior: WorkloadProfile | 
                                   + " (needs step counts of both models from answered vanilla chains)")
 
     scored = [r.steps.loc[r.steps["score"].notna(), "score"] for r in runs
-              if r.system in SPECREASON_SYSTEMS and not r.steps.empty]
+              if spec_of(r.system).scores_steps and not r.steps.empty]
     scores = pd.concat(scored).to_numpy(dtype=float) if scored else np.array([])
     if len(scores):
         parts["scores"] = Part(score_pmf(scores), True, f"scores: {len(scores)} scored proposals, empirical pmf "
@@ -320,7 +319,7 @@ def fit_workload_from_runs(paths: list[str | Path], *, prior: WorkloadProfile | 
                               from_prior("prompt_tokens", "no steps"))
     judge = []
     for r in runs:
-        if r.system in SPECREASON_SYSTEMS and not r.steps.empty:
+        if spec_of(r.system).scores_steps and not r.steps.empty:
             s = r.steps[r.steps["score"].notna()]
             judge.extend((s["score_new_tokens"] + s["score_cached_tokens"] - s["context_tokens"] - s["small_tokens"]).tolist())
     j = _median_int(judge)

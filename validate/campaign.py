@@ -89,13 +89,13 @@ def run_campaign(out: Path, base: Path, draft: Path, *, engine: str = "vllm", re
                  log=print) -> dict[str, float]:
     """Every configuration into ``out/runs/NAME`` (resumed if present); seconds per configuration."""
     from calibrate.engine import Sampling
-    from calibrate.orchestrator import SystemConfig
+    from calibrate.orchestrator import RunConfig
     from calibrate.runner import EngineSpec, run_system
 
     times = {}
     for c in CONFIGS:
         t0 = time.perf_counter()
-        cfg = SystemConfig(system=c.system, threshold=c.threshold, first_n=0, budget_tokens=budget,
+        cfg = RunConfig(system=c.system, threshold=c.threshold, first_n=0, budget_tokens=budget,
                            step_max_tokens=step_max, score_mode=SCORE_MODE, sampling=Sampling(temperature=0.0, top_p=1.0))
         spec = EngineSpec(engine=engine, base=str(base), small=str(draft), draft=str(draft), gamma=max(c.gamma, 1),
                           dtype="float32", max_model_len=2048, device="cpu")

@@ -42,7 +42,7 @@ from simulator.cost_model import CostProfile, Deployment
 from simulator.cost_tables import CostTables
 from simulator.execution import Execution
 from simulator.des import simulate
-from simulator.systems import SystemConfig
+from simulator.systems import SystemConfig, spec_of
 from simulator.workload import WorkloadProfile
 from validate.replay import CallNoise, noise_model, request_totals
 
@@ -54,15 +54,16 @@ def config_of(row) -> SystemConfig:
     thr = row["threshold"]
     gamma = int(row["gamma"]) if row["gamma"] and row["gamma"] == row["gamma"] else None
     system = row["system"]
-    return SystemConfig(system=system, gamma=gamma if system in ("specdecode", "specreason-decode") else None,
-                        threshold=int(thr) if system.startswith("specreason") and thr == thr else None)
+    spec = spec_of(system)
+    return SystemConfig(system=system, gamma=gamma if spec.draft else None,
+                        threshold=int(thr) if spec.scores_steps and thr == thr else None)
 
 
 def main_op(cfg: SystemConfig) -> str:
     """The call kind of the configuration's base-model (vanilla-small: small-model) generation calls."""
-    if cfg.system == "vanilla-small":
+    if cfg.spec.chain == "small":
         return "small_generate"
-    return "spec_generate" if cfg.system in ("specdecode", "specreason-decode") else "base_generate"
+    return "spec_generate" if cfg.spec.draft else "base_generate"
 
 
 def simulated_calls(cfg: SystemConfig, req: pd.DataFrame, steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from calibrate.datasets import Problem
 from calibrate.fit_workload_runs import fit_workload_from_runs
-from calibrate.orchestrator import SystemConfig, run_request
+from calibrate.orchestrator import RunConfig, run_request
 from calibrate.run_directory import RunDirectory
 from calibrate.trace_schema import SCHEMA_VERSION
 from simulator.errors import InputError
@@ -55,7 +55,7 @@ def write_run(path, system: str, n: int, *, seed: int = 0, hazard: float = 0.25,
     rng = np.random.default_rng(seed)
     score_p = np.full(10, 0.1) if score_p is None else np.asarray(score_p)
     judge = lambda _step: int(rng.choice(10, p=score_p))  # noqa: E731
-    cfg = SystemConfig(system=system, threshold=threshold, budget_tokens=budget, step_max_tokens=step_max)
+    cfg = RunConfig(system=system, threshold=threshold, budget_tokens=budget, step_max_tokens=step_max)
     rd = RunDirectory.open(path, _manifest(system, budget, step_max, gamma, threshold))
     for i in range(n):
         base = FakeEngine(_writer(rng, hazard, 5, 40), judge=judge, gamma=gamma)

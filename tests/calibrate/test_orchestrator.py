@@ -7,7 +7,7 @@ import json
 import pytest
 
 from calibrate.datasets import Problem
-from calibrate.orchestrator import SystemConfig, parse_score, run_request
+from calibrate.orchestrator import RunConfig, parse_score, run_request
 from calibrate.run_directory import RunDirectory
 from calibrate.trace_schema import REQUEST_FIELDS, STEP_FIELDS, check_record
 from simulator.errors import InputError
@@ -27,7 +27,7 @@ def small_writer(k):
 def run(system, threshold=7.0, first_n=0, budget=10_000, judge=None, gamma=0):
     base = FakeEngine(base_writer, judge=judge, gamma=gamma)
     small = FakeEngine(small_writer)
-    cfg = SystemConfig(system=system, threshold=threshold, first_n=first_n, budget_tokens=budget)
+    cfg = RunConfig(system=system, threshold=threshold, first_n=first_n, budget_tokens=budget)
     steps, req = run_request(cfg, PROBLEM, 0, None if system == "vanilla-small" else base,
                              small if cfg.uses_small else None, seed=1)
     for s in steps:
@@ -105,9 +105,9 @@ def test_parse_score(top, mode, expected):
 
 def test_bad_system_and_threshold_are_input_errors():
     with pytest.raises(InputError):
-        SystemConfig(system="nope")
+        RunConfig(system="nope")
     with pytest.raises(InputError):
-        SystemConfig(system="specreason", threshold=11)
+        RunConfig(system="specreason", threshold=11)
 
 
 def _manifest():

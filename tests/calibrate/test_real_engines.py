@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from calibrate.datasets import Problem
-from calibrate.orchestrator import SystemConfig, run_request
+from calibrate.orchestrator import RunConfig, run_request
 
 pytestmark = pytest.mark.real_engine
 
@@ -17,7 +17,7 @@ BUDGET, STEP_MAX = 24, 8
 
 
 def _run(system, base, small, threshold=7.0):
-    cfg = SystemConfig(system=system, threshold=threshold, budget_tokens=BUDGET, step_max_tokens=STEP_MAX)
+    cfg = RunConfig(system=system, threshold=threshold, budget_tokens=BUDGET, step_max_tokens=STEP_MAX)
     return run_request(cfg, PROBLEM, 0, base, small, seed=0)
 
 

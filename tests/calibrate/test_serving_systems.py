@@ -14,7 +14,7 @@ import pytest
 
 from calibrate.datasets import Problem
 from calibrate.engine import Generation, ScoreResult
-from calibrate.orchestrator import SystemConfig, run_request
+from calibrate.orchestrator import RunConfig, run_request
 from calibrate.serving_run import ClosedLoop, PoissonLoop, StepReport
 from calibrate.serving_systems import Broker, BrokeredEngine, SystemServeConfig, serve
 from simulator.errors import InputError
@@ -122,7 +122,7 @@ def run_fake(system: str, arrivals, n: int = 6, budget: int = 90):
     fake = FakeEngine(writer, judge)
     engines = {"small": EngineDouble(clock, "small", log), "base": EngineDouble(clock, "base", log)}
     eng = {r: FakeBrokered(r, e, broker, fake) for r, e in engines.items()}
-    cfg = SystemConfig(system=system, threshold=5, budget_tokens=budget, step_max_tokens=40)
+    cfg = RunConfig(system=system, threshold=5, budget_tokens=budget, step_max_tokens=40)
     probs = [Problem(f"p{i}", f"What is {i} + {i}?", str(2 * i)) for i in range(n)]
     used = engines if system != "vanilla-base" else {"base": engines["base"]}
     recs: list[tuple[str, dict]] = []

@@ -176,7 +176,7 @@ def predict_run(run: ServingRun, params, setup, acceptance: list[float] | None =
     iterations drawn from it."""
     from simulator.serving.arrivals import ClosedLoopUsers, ReplayArrivals
     from simulator.serving.replica import simulate_serving
-    from simulator.systems import SystemConfig
+    from simulator.systems import SystemConfig, spec_of
 
     spec = None
     if run.gamma:
@@ -184,8 +184,8 @@ def predict_run(run: ServingRun, params, setup, acceptance: list[float] | None =
     if run.calls is not None:
         plans = replay_system_plans(run.calls, run.requests, spec)
         thr = min(10, int(round(run.meta.get("threshold") or 0)))
-        cfg = SystemConfig(system=run.system, threshold=thr, gamma=run.gamma or None) \
-            if run.system in ("specreason", "specreason-decode") else SystemConfig(system=run.system, gamma=run.gamma or None)
+        cfg = SystemConfig(system=run.system, threshold=thr if spec_of(run.system).scores_steps else None,
+                           gamma=run.gamma or None)
     elif run.gamma:
         plans, cfg = replay_plans(run.requests, spec), SystemConfig(system="specdecode", gamma=run.gamma)
     else:
