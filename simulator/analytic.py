@@ -39,7 +39,7 @@ def _corr(values: np.ndarray, start: int, weights: np.ndarray, n: int) -> np.nda
     seg = values[start : start + n + len(weights) - 1]
     if len(seg) < n + len(weights) - 1:
         seg = np.concatenate([seg, np.full(n + len(weights) - 1 - len(seg), values[-1])])
-    return correlate(seg, weights, mode="valid", method="auto")
+    return correlate(seg, weights, mode="valid", method="fft")
 
 
 class PrefillRows:

@@ -164,7 +164,7 @@ def _composed_sums(workload: WorkloadProfile, qs: np.ndarray, fns: np.ndarray, n
     B, K = workload.token_budget, workload.max_step_tokens
     L = B + K
     finite = np.isfinite(fns)
-    if (finite & ((fns > COMPOSED_MAX_FIRST_N) | (fns != np.floor(fns)))).any() or (fns < 0).any():
+    if (finite & ((fns > COMPOSED_MAX_FIRST_N) | (fns != np.floor(fns)) | (fns >= n_max))).any() or (fns < 0).any():
         return None
     f = np.where(finite, np.maximum(fns, 0), 0).astype(int)  # first step of the Q phase
     qe = np.where(finite, qs, 0.0)  # a row that never switches steps with Bk throughout
@@ -206,16 +206,16 @@ def _composed_sums(workload: WorkloadProfile, qs: np.ndarray, fns: np.ndarray, n
     babies_f[:, 0] = 1.0
     for k in range(1, s):
         np.multiply(babies_f[:, k - 1], Qf, out=babies_f[:, k])
-    babies = irfft(babies_f, nfft, axis=2)[:, :, :B]  # Q^k mod x^B, k < s
+    babies = np.empty((R, s, B))  # Q^k mod x^B, k < s (row by row: FFTs of moderate batches run faster)
+    for r in range(R):
+        babies[r] = irfft(babies_f[r], nfft, axis=1)[:, :B]
     babies[:, 0, :] = 0.0
     babies[:, 0, 0] = 1.0
     G1_f = rfft(_mulmod(babies[:, s - 1], Qf, nfft, B), nfft, axis=1)  # Q^s mod x^B
     # projection on the mass below B: alive_(f+si+k) = c_(si+k) <G_i, V_k>, V_k[v] = (Q^k * cumsum(m_f))[B-1-v]
-    if fmax == 0:
-        V = np.cumsum(babies, axis=2)[:, :, ::-1]
-    else:
-        V = irfft(rfft(babies, nfft, axis=2) * rfft(np.cumsum(m_start, axis=1), nfft, axis=1)[:, None, :],
-                  nfft, axis=2)[:, :, :B][:, :, ::-1]
+    # (with m_f = 1, <G_i, V_k> = <Q^k, cumsum(G_i) reversed>: one cumulative sum per giant step instead)
+    V = None if fmax == 0 else irfft(rfft(babies, nfft, axis=2) * rfft(np.cumsum(m_start, axis=1), nfft, axis=1)[:, None, :],
+                                     nfft, axis=2)[:, :, :B][:, :, ::-1]
     # stop index per row: the first j with mass below B under EPS_MASS (phase-1 steps first)
     J_row = np.full(R, -1)
     for r in range(R):
@@ -228,7 +228,11 @@ def _composed_sums(workload: WorkloadProfile, qs: np.ndarray, fns: np.ndarray, n
     i = 0
     while True:
         a = c[:, i * s : (i + 1) * s] if (i + 1) * s <= n_len else np.pad(c[:, i * s :], ((0, 0), (0, (i + 1) * s - n_len)))
-        blk = a * np.einsum("rb,rkb->rk", giants[i], V)
+        if V is None:
+            proj = np.matmul(babies, np.cumsum(giants[i], axis=1)[:, ::-1, None])[:, :, 0]
+        else:
+            proj = np.matmul(V, giants[i][:, :, None])[:, :, 0]
+        blk = a * proj
         alive2.append(blk)
         for r in np.nonzero(J_row < 0)[0]:
             low = np.nonzero(blk[r] < EPS_MASS)[0]
@@ -277,7 +281,11 @@ def _composed_sums(workload: WorkloadProfile, qs: np.ndarray, fns: np.ndarray, n
             coef[r, 2, :n] = ws[r, :n] * c[r, :n]
     coef = coef.reshape(R, n_seq * n_g, s)
     combos = np.stack([coef[r] @ babies[r] for r in range(R)]).reshape(R, n_seq, n_g, B)
-    acc = np.einsum("rsgf,rgf->rsf", rfft(combos, nfft, axis=3), np.stack(giants_f[:n_g], axis=1))
+    acc = np.zeros((R, n_seq, nfft // 2 + 1), dtype=complex)
+    for r in range(R):
+        combos_f = rfft(combos[r], nfft, axis=2)  # (n_seq, n_g, nfft // 2 + 1)
+        for i in range(n_g):
+            acc[r] += combos_f[:, i] * giants_f[i][r]
     sums = irfft(acc, nfft, axis=2)[:, :, :B]
     if fmax > 0:
         sums = _mulmod(sums, rfft(m_start, nfft, axis=1)[:, None, :], nfft, B)
