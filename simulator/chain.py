@@ -136,7 +136,7 @@ def _stepwise_sums(workload: WorkloadProfile, qs: np.ndarray, fns: np.ndarray, n
 
 COMPOSED_MAX_FIRST_N = 64  # a finite first_n above this: the stepwise DP
 COMPOSED_MAX_BLOCK = 32  # baby steps Q^0..Q^(s-1) (s at most this)
-COMPOSED_HAZARD_TOL = 1e-11  # how far h_s may differ from h_b in a mixed row (relative mass, bound), else stepwise
+COMPOSED_HAZARD_TOL = 1e-11  # how far h_s may differ from h_b in a mixed row (bound on the mass moved), else stepwise
 
 
 def _mulmod(a: np.ndarray, b_f: np.ndarray, n: int, B: int) -> np.ndarray:
@@ -190,7 +190,8 @@ def _composed_sums(workload: WorkloadProfile, qs: np.ndarray, fns: np.ndarray, n
 
     # ---- the Q phase: coefficients per row over n (j = f + n) -----------------------------------------
     n_len = n_max + 1
-    one_s = (qe == 1.0)
+    one_s = qe == 1.0  # small steps only (w_b = 0)
+    mixed = ~one_s & (qe != 0.0)  # both kernels (q outside [0, 1] by rounding included)
     g = np.zeros((R, n_len))
     ws, wb = np.zeros((R, n_len)), np.zeros((R, n_len))
     for r in range(R):
@@ -224,20 +225,20 @@ def _composed_sums(workload: WorkloadProfile, qs: np.ndarray, fns: np.ndarray, n
             J_row[r] = low[0]
     giants, giants_f = [np.zeros((R, B))], [np.ones((R, Qf.shape[1]), dtype=complex)]
     giants[0][:, 0] = 1.0
-    alive2 = []
     i = 0
     while True:
-        a = c[:, i * s : (i + 1) * s] if (i + 1) * s <= n_len else np.pad(c[:, i * s :], ((0, 0), (0, (i + 1) * s - n_len)))
-        if V is None:
-            proj = np.matmul(babies, np.cumsum(giants[i], axis=1)[:, ::-1, None])[:, :, 0]
-        else:
-            proj = np.matmul(V, giants[i][:, :, None])[:, :, 0]
-        blk = a * proj
-        alive2.append(blk)
-        for r in np.nonzero(J_row < 0)[0]:
-            low = np.nonzero(blk[r] < EPS_MASS)[0]
-            if len(low):
-                J_row[r] = f[r] + i * s + low[0]
+        todo = np.nonzero(J_row < 0)[0]
+        if len(todo):
+            # the mass below B only falls with j: look inside a block only where it ends under EPS_MASS
+            a = c[todo, i * s : (i + 1) * s] if (i + 1) * s <= n_len else \
+                np.pad(c[todo, i * s :], ((0, 0), (0, (i + 1) * s - n_len)))
+            cs = np.cumsum(giants[i][todo], axis=1)[:, ::-1] if V is None else giants[i][todo]
+            basis = babies if V is None else V
+            end = a[:, -1] * np.einsum("rb,rb->r", basis[todo, s - 1], cs)
+            for t, r in enumerate(todo):
+                if end[t] < EPS_MASS:
+                    low = np.nonzero(a[t] * (basis[r] @ cs[t]) < EPS_MASS)[0]
+                    J_row[r] = f[r] + i * s + low[0]
         if (J_row >= 0).all():
             J_stop = int(J_row.max())
             if ((i + 1) * s + f >= J_stop).all():
@@ -251,9 +252,8 @@ def _composed_sums(workload: WorkloadProfile, qs: np.ndarray, fns: np.ndarray, n
     if J_stop >= n_max:
         return None
     N = np.maximum(J_stop - f, 0)  # Q-phase terms per row
-    # mixed rows with h_s != h_b: bound the dropped q (h_b - h_s) S terms (first order) against the mass
-    alive = np.concatenate(alive2, axis=1)
-    for r in np.nonzero((qe > 0.0) & (qe < 1.0))[0]:
+    # mixed rows with h_s != h_b: bound the dropped q (h_b - h_s) S terms (first order) against the unit mass
+    for r in np.nonzero(mixed)[0]:
         n = int(N[r])
         d = qe[r] * np.abs(hb[f[r] : f[r] + n] - hs[f[r] : f[r] + n])
         if n == 0 or not d.any():
@@ -262,14 +262,14 @@ def _composed_sums(workload: WorkloadProfile, qs: np.ndarray, fns: np.ndarray, n
         for k in range(n):  # e_(k+1) = e_k g_k + |delta_k| c_k  (>= the first-order coefficient)
             e = e * g[r, k] + d[k] * c[r, k]
             tot += e
-        if tot > COMPOSED_HAZARD_TOL * max(alive[r, :n].sum(), 1.0):
+        if tot > COMPOSED_HAZARD_TOL:
             return None
 
     # ---- sums over the Q phase: sum_n w(f+n) c_n Q^n for w = 1, h_b (h_s for q = 1) and, in a mixed row whose
     # hazards differ, h_s too -------------------------------------------------------------------------------
     n_g = max(1, -(-int(N.max()) // s))
     width = n_g * s
-    mixed_hs = [r for r in range(R) if 0.0 < qe[r] < 1.0 and N[r] > 0
+    mixed_hs = [r for r in range(R) if mixed[r] and N[r] > 0
                 and not np.array_equal(hs[f[r] : f[r] + N[r]], hb[f[r] : f[r] + N[r]])]
     n_seq = 3 if mixed_hs else 2
     coef = np.zeros((R, n_seq, width))

@@ -59,7 +59,8 @@ def _assert_same(a, b, rel=1e-10):
             assert np.abs(u - v).max(initial=0.0) <= rel * scale, (f, np.abs(u - v).max() / scale)
 
 
-ROWS = st.lists(st.tuples(st.one_of(st.sampled_from([0.0, 1.0]), st.floats(0.0, 1.0)),
+# keep-probabilities: sums of score pmfs can round past 1 (1 + 2^-52: both kernels, the base one at -2e-16)
+ROWS = st.lists(st.tuples(st.one_of(st.sampled_from([0.0, 1.0, 1.0000000000000002, 0.9999999999999999]), st.floats(0.0, 1.0)),
                           st.sampled_from([0, 0, 1, 3, 70, np.inf])), min_size=1, max_size=6)
 
 
