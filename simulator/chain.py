@@ -213,10 +213,10 @@ def _composed_sums(workload: WorkloadProfile, qs: np.ndarray, fns: np.ndarray, n
     babies[:, 0, :] = 0.0
     babies[:, 0, 0] = 1.0
     G1_f = rfft(_mulmod(babies[:, s - 1], Qf, nfft, B), nfft, axis=1)  # Q^s mod x^B
-    # projection on the mass below B: alive_(f+si+k) = c_(si+k) <G_i, V_k>, V_k[v] = (Q^k * cumsum(m_f))[B-1-v]
-    # (with m_f = 1, <G_i, V_k> = <Q^k, cumsum(G_i) reversed>: one cumulative sum per giant step instead)
-    V = None if fmax == 0 else irfft(rfft(babies, nfft, axis=2) * rfft(np.cumsum(m_start, axis=1), nfft, axis=1)[:, None, :],
-                                     nfft, axis=2)[:, :, :B][:, :, ::-1]
+    # the mass below B: alive_(f+si+k) = c_(si+k) sum_(t<B) (m_f G_i Q^k)[t] = c_(si+k) <Q^k, cumsum(U_i) reversed>,
+    # U_i = m_f G_i mod x^B (G_i itself where first_n = 0)
+    later = np.nonzero(f > 0)[0]
+    m_start_f = rfft(m_start[later], nfft, axis=1) if len(later) else None
     # stop index per row: the first j with mass below B under EPS_MASS (phase-1 steps first)
     J_row = np.full(R, -1)
     for r in range(R):
@@ -232,12 +232,16 @@ def _composed_sums(workload: WorkloadProfile, qs: np.ndarray, fns: np.ndarray, n
             # the mass below B only falls with j: look inside a block only where it ends under EPS_MASS
             a = c[todo, i * s : (i + 1) * s] if (i + 1) * s <= n_len else \
                 np.pad(c[todo, i * s :], ((0, 0), (0, (i + 1) * s - n_len)))
-            cs = np.cumsum(giants[i][todo], axis=1)[:, ::-1] if V is None else giants[i][todo]
-            basis = babies if V is None else V
-            end = a[:, -1] * np.einsum("rb,rb->r", basis[todo, s - 1], cs)
+            U = giants[i][todo]
+            if m_start_f is not None:
+                for t, r in enumerate(todo):
+                    if f[r] > 0:
+                        U[t] = irfft(giants_f[i][r] * m_start_f[np.searchsorted(later, r)], nfft)[:B]
+            cs = np.cumsum(U, axis=1)[:, ::-1]
+            end = a[:, -1] * np.einsum("rb,rb->r", babies[todo, s - 1], cs)
             for t, r in enumerate(todo):
                 if end[t] < EPS_MASS:
-                    low = np.nonzero(a[t] * (basis[r] @ cs[t]) < EPS_MASS)[0]
+                    low = np.nonzero(a[t] * (babies[r] @ cs[t]) < EPS_MASS)[0]
                     J_row[r] = f[r] + i * s + low[0]
         if (J_row >= 0).all():
             J_stop = int(J_row.max())
