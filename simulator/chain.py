@@ -287,10 +287,9 @@ def _composed_sums(workload: WorkloadProfile, qs: np.ndarray, fns: np.ndarray, n
         if n_seq == 3:
             coef[r, 2, :n] = ws[r, :n] * c[r, :n]
     coef = coef.reshape(R, n_seq * n_g, s)
-    combos = np.stack([coef[r] @ babies[r] for r in range(R)]).reshape(R, n_seq, n_g, B)
     acc = np.zeros((R, n_seq, nfft // 2 + 1), dtype=complex)
-    for r in range(R):
-        combos_f = rfft(combos[r], nfft, axis=2)  # (n_seq, n_g, nfft // 2 + 1)
+    for r in range(R):  # inner sums sum_k a_(s i + k) Q^k by one matrix product, then sum_i Q^(s i) (inner sum i)
+        combos_f = rfft((coef[r] @ babies[r]).reshape(n_seq, n_g, B), nfft, axis=2)
         for i in range(n_g):
             acc[r] += combos_f[:, i] * giants_f[i][r]
     sums = irfft(acc, nfft, axis=2)[:, :, :B]
