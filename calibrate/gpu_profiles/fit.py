@@ -106,8 +106,45 @@ def fit_params(df: pd.DataFrame, free: tuple[str, ...], start: KernelParams | No
         if best is None or res.cost < best.cost:
             best = res
     params = start.replace(**dict(zip(free, np.exp(best.x))))
+    if "gemm_tile_tokens" in free:
+        params, best = _polish_tile(df, pred, y, params, free, best)
     stderr = _stderr(best, params, free)
     return Fit(params, free, stderr, len(df))
+
+
+def _soft_l1_cost(r: np.ndarray) -> float:
+    """least_squares' cost for loss="soft_l1" at ``F_SCALE``."""
+    z = (r / F_SCALE) ** 2
+    return float(0.5 * F_SCALE**2 * np.sum(2.0 * (np.sqrt(1.0 + z) - 1.0)))
+
+
+def _polish_tile(df, pred, y, params: KernelParams, free, best):
+    """The GEMM tile enters as a step (m padded to a multiple of it), so only the gap of the measured token grid
+    it falls in is identifiable and a gradient fit can stop inside the wrong gap. Try the grid values within a
+    factor 4 of the fitted tile (each the top of its gap) with the other parameters held, keep the cheapest, and
+    re-fit the other parameters at that tile. Never worse than the gradient fit (it is one of the candidates)."""
+    grid = np.unique(df.loc[df["op"] == "gemm", "tokens"].to_numpy(dtype=float))
+    t0 = params.gemm_tile_tokens
+    cands = [t0, *grid[(grid >= t0 / 4) & (grid <= t0 * 4)]]
+    costs = [_soft_l1_cost(np.log(pred(params.replace(gemm_tile_tokens=float(t))) / y)) for t in cands]
+    tile = float(cands[int(np.argmin(costs))])
+    if tile == t0:
+        return params, best
+    rest = tuple(n for n in free if n != "gemm_tile_tokens")
+    fixed = params.replace(gemm_tile_tokens=tile)
+
+    def resid(x):
+        return np.log(pred(fixed.replace(**dict(zip(rest, np.exp(x))))) / y)
+
+    res = least_squares(resid, np.log([getattr(fixed, n) for n in rest]), loss="soft_l1", f_scale=F_SCALE)
+    if res.cost >= best.cost:
+        return params, best
+    new = fixed.replace(**dict(zip(rest, np.exp(res.x))))
+    # the returned result carries the tile's column (zero: a step has no derivative) for the stderr
+    full = np.zeros((res.jac.shape[0], len(free)))
+    full[:, [free.index(n) for n in rest]] = res.jac
+    res.jac = full
+    return new, res
 
 
 def _stderr(res, params: KernelParams, free) -> dict[str, float]:
@@ -117,7 +154,9 @@ def _stderr(res, params: KernelParams, free) -> dict[str, float]:
         cov = s**2 * np.linalg.pinv(J.T @ J)
     except np.linalg.LinAlgError:
         return {n: float("nan") for n in free}
-    return {n: float(getattr(params, n) * np.sqrt(max(cov[i, i], 0.0))) for i, n in enumerate(free)}
+    # a column with no derivative (the GEMM tile, a step): not identifiable beyond its gap -> nan, not 0
+    return {n: float(getattr(params, n) * np.sqrt(max(cov[i, i], 0.0))) if np.any(J[:, i]) else float("nan")
+            for i, n in enumerate(free)}
 
 
 def fit_allreduce(df: pd.DataFrame, start: KernelParams | None = None) -> Fit:

@@ -36,11 +36,16 @@ def build_gpu_profile(records: pd.DataFrame, gpu: str, inputs: dict[str, str], c
     src_text = "; ".join(f"{s}: {inputs.get(s, s)}" for s in srcs)
     out = {}
     for name, value in params.as_dict().items():
-        fitted = name in info["stderr"] and not np.isnan(info["stderr"][name]) and value != getattr(default, name)
+        # free in the fit and moved from the default; the GEMM tile is a step with no stderr (searched over the
+        # token grid's gaps: fit._polish_tile), every other parameter needs a finite stderr
+        step = name == "gemm_tile_tokens"
+        fitted = (name in info["stderr"] and (step or not np.isnan(info["stderr"][name]))
+                  and value != getattr(default, name))
         e = {"value": float(f"{value:.6g}"), "kind": "calibrated" if fitted else "prior"}
-        e["source"] = (f"fitted on {gpu} op records ({src_text})" if fitted else
+        e["source"] = (f"fitted on {gpu} op records ({src_text})" + (" (a step: the gap of the GEMM token grid it "
+                       "falls in, searched over the grid)" if step else "") if fitted else
                        "prior (kernel_model.KernelParams default): no records of the ops that pin it")
-        if fitted:
+        if fitted and not np.isnan(info["stderr"][name]):
             e["stderr"] = float(f"{info['stderr'][name]:.3g}")
         out[name] = e
     return {
