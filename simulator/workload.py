@@ -184,12 +184,14 @@ class WorkloadProfile(_Strict):
 
 
 def answer_hazard(steps: IntPMF, n_steps: int) -> np.ndarray:
-    """h[j] = P(N = j+1 | N > j), j = 0..n_steps-1 (1 beyond the support's end)."""
+    """h[j] = P(N = j+1 | N > j), j = 0..n_steps-1 (1 beyond the support's end): the chance that the request
+    ends after step j given that step j runs, so that with no budget the number of steps is distributed as N
+    (law tested: E[steps] = E[N])."""
     dense = steps.dense(n_steps + 1)
-    surv_before = 1.0 - np.concatenate([[0.0], np.cumsum(dense)[:-1]])  # P(N > j) = P(N >= j+1)
+    surv = 1.0 - np.cumsum(dense)  # surv[j] = P(N > j) = P(N >= j+1)
     p_end = dense[1 : n_steps + 1]
     with np.errstate(invalid="ignore", divide="ignore"):
-        h = np.where(surv_before[:n_steps] > 1e-15, p_end / surv_before[:n_steps], 1.0)
+        h = np.where(surv[:n_steps] > 1e-15, p_end / surv[:n_steps], 1.0)
     return np.clip(h, 0.0, 1.0)
 
 
