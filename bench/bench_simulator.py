@@ -35,7 +35,9 @@ from simulator.workload import load_workload
 from simulator.whatif import run_grid
 rs = load_scenario("scenarios/reference-a6000-qwq32b.yaml")
 rs1 = load_scenario("scenarios/reference-a6000-qwq32b.yaml")
-rs1.workload = load_workload(PROFILES_DIR / "workload_aime60_qwq32b_r1-1.5b.yaml")
+# the single-problem AIME #60 workload: its file before the mixture was workload_aime_qwq32b_r1-1.5b.yaml
+single = [p for p in ("workload_aime60_qwq32b_r1-1.5b.yaml", "workload_aime_qwq32b_r1-1.5b.yaml") if (PROFILES_DIR / p).exists()]
+rs1.workload = load_workload(PROFILES_DIR / single[0])
 n = int(sys.argv[1])
 out = []
 for r in (rs, rs1):
@@ -44,7 +46,7 @@ for r in (rs, rs1):
     for _ in range(n):
         t0 = time.perf_counter(); run_grid(r, engine="analytic"); ts.append(time.perf_counter() - t0)
     out.append(sorted(ts))
-print(" ".join(",".join(f"{t:.6f}" for t in ts) for ts in out))
+print(len(getattr(rs.workload, "problems", None) or []) or 1, " ".join(",".join(f"{t:.6f}" for t in ts) for ts in out))
 """
 
 
@@ -57,11 +59,12 @@ def _median_time(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def _grid_times(cwd: Path, repeats: int) -> tuple[list[float], list[float]]:
+def _grid_times(cwd: Path, repeats: int) -> tuple[list[float], list[float], int]:
+    """(default-scenario grid times, single-problem grid times, problems in that tree's default workload)."""
     out = subprocess.run([sys.executable, "-c", _GRID_TIMER, str(repeats)], cwd=cwd, check=True, capture_output=True,
                          text=True, env={**os.environ, "PYTHONPATH": str(cwd)}).stdout.split()
     mix, single = ([float(x) for x in s.split(",")] for s in out[-2:])
-    return mix, single
+    return mix, single, int(out[-3])
 
 
 def compare(ref: str, repeats: int, rounds: int = 3) -> None:
@@ -70,15 +73,16 @@ def compare(ref: str, repeats: int, rounds: int = 3) -> None:
         old_tree = Path(tmp) / "old"
         subprocess.run(["git", "worktree", "add", "--detach", "-q", str(old_tree), ref], cwd=ROOT, check=True)
         try:
-            old, new = ([], []), ([], [])
+            old, new, problems = ([], []), ([], []), {}
             for _ in range(rounds):
-                for acc, tree in ((old, old_tree), (new, ROOT)):
-                    m, s = _grid_times(tree, repeats)
+                for acc, tree, who in ((old, old_tree, ref), (new, ROOT, "this tree")):
+                    m, s, problems[who] = _grid_times(tree, repeats)
                     acc[0].extend(m)
                     acc[1].extend(s)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(old_tree)], cwd=ROOT, check=False)
-    for i, name in enumerate(("mixture workload (default)", "single-problem workload (aime60)")):
+    print(f"default workload of the reference scenario: {ref} {problems[ref]} problem(s), this tree {problems['this tree']}")
+    for i, name in enumerate(("default workload", "single-problem workload (aime60) in both")):
         o, n = statistics.median(old[i]), statistics.median(new[i])
         print(f"analytic reference grid, {name}: {ref} {o:.3f} s, this tree {n:.3f} s -> {o / n:.1f}x "
               f"(medians of {len(old[i])} runs each, alternating rounds)")
