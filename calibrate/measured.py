@@ -300,8 +300,27 @@ def load_measured(paths: list[str | Path], prompt_tokens: int | None = None,
                                                  "a run's key must be unique")
             seen[k] = s.inputs[0]
     steps = pd.concat([s.steps for s in sets], ignore_index=True) if sets[0].steps is not None else None
-    return MeasuredSet(calls, req, [i for s in sets for i in s.inputs], sets[0].kind, sets[0].hint, steps,
+    return MeasuredSet(calls, req, [i for s in sets for i in s.inputs], sets[0].kind, _merged_hint(sets), steps,
                        sets[0].trace if len(sets) == 1 else None)
+
+
+HINT_FACTS = ("hardware", "tp", "base_model", "small_model", "draft_model")
+
+
+def _merged_hint(sets: list[MeasuredSet]) -> dict:
+    """The inputs' setup: each fact from the first input that knows it (a vanilla-base run names no small
+    model); two inputs that state a fact differently cannot be fitted as one setup."""
+    hint = dict(sets[0].hint)
+    for key in HINT_FACTS:
+        said = [(s.inputs[0], s.hint.get(key)) for s in sets if s.hint.get(key) is not None]
+        if not said:
+            continue
+        hint[key] = said[0][1]
+        other = next(((src, v) for src, v in said if v != said[0][1]), None)
+        if other is not None:
+            raise InputError(other[0], key, f"{other[1]!r} here but {said[0][1]!r} in {said[0][0]}: "
+                                            "inputs of one fit or validation must share their setup")
+    return hint
 
 
 def parse_run_rule(text: str, known: list[str]) -> set[str]:

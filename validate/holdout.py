@@ -27,12 +27,14 @@ set.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from calibrate.fit_cost import Setup, build_profile, fit_cost
-from calibrate.measured import MeasuredSet, parse_run_rule, resolve_run_names
+from calibrate.measured import MeasuredSet, _suffix_match, parse_run_rule, resolve_run_names
 from simulator.cost_model import CostProfile, prior_profile
 from simulator.errors import InputError
 
@@ -54,11 +56,37 @@ def _profile_runs(profile: CostProfile) -> list[str]:
     return [str(r) for r in (profile.fit or {}).get("runs", [])]
 
 
+def _run_identity(path: str | Path) -> tuple | None:
+    """(created_at, command) of a run directory's run.json; None where there is none to read."""
+    try:
+        meta = json.loads((Path(path) / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return (meta.get("created_at"), meta.get("command")) if isinstance(meta, dict) else None
+
+
+def _is_recorded_run(key: str, recorded: str, inputs: list[str]) -> bool:
+    """Whether input run ``key`` is the profile's fit run ``recorded`` (``key`` already matches it by name). A
+    run recorded by its folder name alone (``specdecode-g4``) names the one recorded input path ending in it; an
+    input elsewhere with the same folder name is that run only if its run.json says so (same creation time and
+    command: a copy). Where the recorded directory cannot be read, a name match counts (never predict a run the
+    profile may have been fitted on)."""
+    full = [p for p in inputs if p == recorded or p.endswith("/" + recorded)]
+    if len(full) != 1 or key == full[0] or key.endswith("/" + full[0]) or full[0].endswith("/" + key):
+        return True
+    theirs = _run_identity(full[0])
+    return theirs is None or _run_identity(key) == theirs
+
+
 def profile_fit_keys(ms: MeasuredSet, profile: CostProfile) -> tuple[list[str], list[str]]:
     """(the profile's fit runs, each as the input run key it names where it is among the inputs --
     also when the profile recorded a shorter or longer path, ``calibrate.fit_cost.resolve_run_names`` --
-    else as recorded; the ones among the inputs). A recorded run matching several inputs is an error."""
-    res = resolve_run_names(_profile_runs(profile), ms.run_keys, "--profile fit.runs")
+    else as recorded; the ones among the inputs). A recorded run matching several inputs is an error.
+    A run recorded by folder name only is matched to its recorded input path (``_is_recorded_run``)."""
+    inputs = [str(p).strip().rstrip("/") for p in (profile.fit or {}).get("inputs", []) or []]
+    names = _profile_runs(profile)
+    known = [k for k in ms.run_keys if all(_is_recorded_run(k, n, inputs) for n in names if _suffix_match(n, k))]
+    res = resolve_run_names(names, known, "--profile fit.runs")
     keys = [k or n for n, k in res.items()]
     return keys, [k for k in res.values() if k is not None]
 

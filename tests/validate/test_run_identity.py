@@ -157,3 +157,31 @@ def test_no_module_imports_click():
 
     for p in [*ROOT.glob("simulator/**/*.py"), *ROOT.glob("calibrate/**/*.py"), *ROOT.glob("validate/**/*.py")]:
         assert not re.search(r"^\s*(import click|from click)", p.read_text(), re.M), p
+
+
+CPU_PROFILE = ROOT / "simulator" / "profiles" / "cost_cpu-vllm032.yaml"  # fit.runs by folder name: specdecode-g4, ...
+CPU_RUN = ROOT / "reports" / "cpu-campaign" / "runs" / "specdecode-g4"
+
+
+@pytest.mark.skipif(not CPU_RUN.is_dir(), reason="committed CPU campaign runs absent")
+def test_a_run_recorded_by_folder_name_is_its_recorded_directory_or_a_copy_of_it(tmp_path, monkeypatch):
+    """A profile that recorded its fit run as ``specdecode-g4`` (input reports/cpu-campaign/runs/specdecode-g4)
+    was fitted on that directory and its copies (same run.json), not on every run whose folder is so named."""
+    import shutil
+
+    from calibrate.fit_cost import load_profile
+    from calibrate.measured import load_measured
+    from validate.holdout import profile_fit_keys
+
+    monkeypatch.chdir(ROOT)  # the profile's recorded inputs are relative to the repository root
+    copy = shutil.copytree(CPU_RUN, tmp_path / "copy" / "specdecode-g4")
+    other = shutil.copytree(CPU_RUN, tmp_path / "other" / "specdecode-g4")
+    meta = json.loads((other / "run.json").read_text())
+    (other / "run.json").write_text(json.dumps(dict(meta, created_at="2026-11-25T00:00:00+00:00")))
+    profile = load_profile(CPU_PROFILE)
+    _, in_inputs = profile_fit_keys(load_measured([copy]), profile)
+    assert len(in_inputs) == 1  # a copy of the fit run is the fit run: never predicted
+    _, in_inputs = profile_fit_keys(load_measured([other]), profile)
+    assert in_inputs == []      # another run of the same name is held out
+    _, in_inputs = profile_fit_keys(load_measured([CPU_RUN]), profile)
+    assert len(in_inputs) == 1
