@@ -185,3 +185,20 @@ def test_a_run_recorded_by_folder_name_is_its_recorded_directory_or_a_copy_of_it
     assert in_inputs == []      # another run of the same name is held out
     _, in_inputs = profile_fit_keys(load_measured([CPU_RUN]), profile)
     assert len(in_inputs) == 1
+
+
+@pytest.mark.skipif(not CPU_RUN.is_dir(), reason="committed CPU campaign runs absent")
+def test_inputs_share_one_setup_each_fact_from_the_first_input_that_states_it(tmp_path):
+    import shutil
+
+    from calibrate.measured import load_measured
+
+    base_only = shutil.copytree(CPU_RUN.parent / "vanilla-base", tmp_path / "a" / "vanilla-base")
+    ms = load_measured([base_only, CPU_RUN])  # the vanilla-base run names no small model; specdecode-g4 does
+    assert ms.hint["base_model"] == "smollm2-135m" and ms.hint["hardware"] == "cpu"
+    gpu = shutil.copytree(CPU_RUN, tmp_path / "b" / "specdecode-g4")
+    meta = json.loads((gpu / "run.json").read_text())
+    meta["hardware"] = dict(meta["hardware"], device="cuda", gpu_name="NVIDIA H100 80GB HBM3")
+    (gpu / "run.json").write_text(json.dumps(meta))
+    with pytest.raises(InputError, match="hardware: 'h100-sxm' here but 'cpu'"):
+        load_measured([base_only, gpu])
