@@ -38,8 +38,8 @@ def cut_draft_cmd(
 @app.command("run")
 def run_cmd(
     engine: str = typer.Option("vllm", help="vllm | torch"),
-    base: str = typer.Option(None, help="base model folder"),
-    small: str = typer.Option(None, help="small (speculator) model folder"),
+    base: str = typer.Option(None, help="base model folder, or arch:NAME (catalog architecture, random weights)"),
+    small: str = typer.Option(None, help="small (speculator) model folder or arch:NAME"),
     draft: str = typer.Option(None, help="draft model for speculative decoding (default: --small)"),
     system: str = typer.Option(..., help="vanilla-base | vanilla-small | specdecode | specreason | specreason-decode"),
     threshold: float = typer.Option(7.0, help="SpecReason acceptance threshold 0-10 (10 = never accept)"),
@@ -70,6 +70,12 @@ def run_cmd(
 
     if warmup < 0:
         raise InputError(None, "--warmup", f"must be >= 0 (got {warmup})")
+    from calibrate.model_cache import resolve_model_arg
+
+    # arch:NAME anywhere means random weights for every engine of the run (one --dummy for all of them)
+    (base, d1), (small, d2), (draft, d3) = (resolve_model_arg(m, dummy, o) for m, o in
+                                            ((base, "--base"), (small, "--small"), (draft, "--draft")))
+    dummy = d1 or d2 or d3
     cfg = RunConfig(system=system, threshold=threshold, first_n=first_n, budget_tokens=budget,
                        step_max_tokens=step_max_tokens, score_mode=score_mode,
                        sampling=Sampling(temperature=temperature, top_p=top_p))
@@ -146,6 +152,7 @@ def static_bench_cmd(
     dtype: str = typer.Option("bfloat16", help="torch dtype"),
     device: str = typer.Option("auto", help="auto | cuda | cpu"),
     compile: str = typer.Option("auto", help="auto (CUDA graphs on GPU, eager on CPU) | none | reduce-overhead"),
+    max_seconds: float = typer.Option(0, help="skip the points left after this many seconds (0: no limit)"),
 ) -> None:
     """Static-KV-cache (+ CUDA-graph) torch microbenchmark, with achieved bandwidth per decode point."""
     from calibrate.static_bench import StaticPlan, run_static_bench
@@ -155,7 +162,7 @@ def static_bench_cmd(
                       cached_tokens=_ints(cached_tokens, "--cached-tokens", minimum=0),
                       gammas=_ints(gammas, "--gammas"), decode_tokens=decode_tokens, repeats=repeats)
     run_static_bench(arch, plan, out, layers=layers or None, dtype=dtype, device=device, compile_mode=compile,
-                     log=typer.echo)
+                     log=typer.echo, max_seconds=max_seconds or None)
 
 
 # GPU kernel profiles (issue 13): import-vidur, import-aiconfigurator, fit-gpu, validate-gpu

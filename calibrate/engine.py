@@ -168,4 +168,5 @@ def describe_model_dir(model_dir: str | Path, dummy: bool) -> dict:
         "vocab_size": int(text_cfg.get("vocab_size", 0)),
         "hidden_size": int(text_cfg.get("hidden_size", 0)),
         "dummy_weights": dummy,
+        **({"catalog_name": cfg["specsim_catalog_name"]} if cfg.get("specsim_catalog_name") else {}),
     }

@@ -170,7 +170,24 @@ def dummy_model_dir(name: str, cache: str | Path = DEFAULT_MODEL_CACHE, layers: 
     }
     if model_type == "qwen2":
         cfg["use_sliding_window"] = False
+    if n == int(e["layers"]):
+        cfg["specsim_catalog_name"] = name  # read back into run.json (models.*.catalog_name): the replay's model
     out = Path(cache) / f"dummy-{name}-{n}l"
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
     return out
+
+
+ARCH_PREFIX = "arch:"
+
+
+def resolve_model_arg(value: str | None, dummy: bool, option: str = "--base",
+                      cache: str | Path = DEFAULT_MODEL_CACHE) -> tuple[str | None, bool]:
+    """A ``--base/--small/--draft`` value: a model folder, or ``arch:NAME`` for catalog architecture NAME with
+    random weights (its config-only folder is written to the model cache). Returns (folder, dummy)."""
+    if value is None or not str(value).startswith(ARCH_PREFIX):
+        return value, dummy
+    try:
+        return str(dummy_model_dir(str(value)[len(ARCH_PREFIX):], cache)), True
+    except InputError as e:
+        raise InputError(None, option, f"{value}: {e.message}") from None

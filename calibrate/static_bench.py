@@ -32,6 +32,7 @@ from calibrate.trace_schema import SCHEMA_VERSION
 from simulator.errors import InputError
 
 SCORE_NEW_TOKENS = 70
+FILL_CHUNK = 2048  # tokens per untimed pass that fills a cache before a timed point
 
 
 @dataclass
@@ -83,10 +84,24 @@ class StaticRunner:
         self.compile_mode = compile_mode
         self._step = self._forward
         if compile_mode != "none":
+            # every (batch, cache length) point is a new shape: past dynamo's default limit of 8 recompilations
+            # the step would silently run eager, launch-bound -- the decode cost this bench exists to avoid
+            for knob in ("recompile_limit", "cache_size_limit"):
+                if hasattr(torch._dynamo.config, knob):
+                    setattr(torch._dynamo.config, knob, 256)
             self._step = torch.compile(self._forward, mode=compile_mode, fullgraph=True)
 
-    def _forward(self, ids, cache, positions):
-        return self.model(input_ids=ids, past_key_values=cache, cache_position=positions, use_cache=True).logits
+    def _forward(self, ids, cache, positions, keep: int = 0):
+        """One pass; ``keep`` > 0: logits of the last ``keep`` positions only (vLLM samples from the last)."""
+        return self.model(input_ids=ids, past_key_values=cache, cache_position=positions, use_cache=True,
+                          logits_to_keep=keep).logits
+
+    def _fill(self, cache, batch: int, upto: int, chunk: int = FILL_CHUNK) -> None:
+        """Put ``upto`` tokens per sequence into the cache, in chunks: one pass over batch x 16k tokens would
+        hold activations of tens of GB (untimed: only the cache it leaves matters)."""
+        for lo in range(0, upto, chunk):
+            hi = min(upto, lo + chunk)
+            self._forward(self._ids(batch, hi - lo), cache, self.torch.arange(lo, hi, device=self.device), keep=1)
 
     def _sync(self):
         if self.device == "cuda":
@@ -107,7 +122,7 @@ class StaticRunner:
         warm = 3
         cache = self._cache(batch, context + steps + warm + 1)
         with torch.inference_mode():
-            self._forward(self._ids(batch, context), cache, torch.arange(context, device=self.device))
+            self._fill(cache, batch, context)
             nxt = self._ids(batch, 1)
             times = []
             for i in range(warm + steps):
@@ -121,20 +136,36 @@ class StaticRunner:
                     times.append(time.perf_counter() - t0)
         return times
 
-    def prefill_time(self, new: int, cached: int) -> float:
-        """One pass over `new` tokens on `cached` tokens already in a static cache (batch 1)."""
+    def prefill_time(self, new: int, cached: int, keep: int = 1) -> float:
+        """One pass over `new` tokens on `cached` tokens already in a static cache (batch 1); the logits of the
+        last ``keep`` positions (1: a prefill or score samples one token; gamma + 1 for a verification)."""
         torch = self.torch
         cache = self._cache(1, cached + new + 1)
         with torch.inference_mode():
-            if cached:
-                self._forward(self._ids(1, cached), cache, torch.arange(cached, device=self.device))
+            self._fill(cache, 1, cached)
             ids = self._ids(1, new)
             pos = torch.arange(cached, cached + new, device=self.device)
             self._sync()
             t0 = time.perf_counter()
-            self._forward(ids, cache, pos)
+            self._forward(ids, cache, pos, keep=keep)
             self._sync()
         return time.perf_counter() - t0
+
+
+def _is_oom(e: BaseException) -> bool:
+    return type(e).__name__ == "OutOfMemoryError" or "out of memory" in str(e).lower()
+
+
+def point_bytes(arch: str, layers: int | None, batch: int, length: int, new_tokens: int, bytes_per_param: float) -> float:
+    """Device memory a point needs beyond the weights: its KV cache of ``length`` tokens per sequence (the cost
+    model's bytes per token) and the float32 logits of ``new_tokens`` per sequence, plus 25% for activations and
+    the graph pool."""
+    from simulator.catalog import get_model
+
+    m = get_model(arch)
+    if layers:
+        m = m.model_copy(update={"layers": layers, "published_params": None})
+    return 1.25 * batch * (length * m.kv_bytes_per_token(1, bytes_per_param) + 4.0 * new_tokens * m.vocab)
 
 
 def _record(op, batch, new, cached, gamma, times) -> dict:
@@ -155,8 +186,12 @@ def decode_bytes(arch: str, layers: int | None, context: int, batch: int, bytes_
 
 
 def run_static_bench(arch: str, plan: StaticPlan, out: str | Path, layers: int | None = None, dtype: str = "bfloat16",
-                     device: str = "auto", compile_mode: str = "auto", log=print) -> dict:
-    """Measure every op of ``plan``; write ``microbench.jsonl`` and ``bandwidth.json`` in ``out``."""
+                     device: str = "auto", compile_mode: str = "auto", log=print, max_seconds: float | None = None) -> dict:
+    """Measure every op of ``plan``; write ``microbench.jsonl`` and ``bandwidth.json`` in ``out``.
+
+    A point whose KV cache would not fit the device's free memory is skipped before it runs, one that runs out
+    of memory anyway is skipped when it does, and past ``max_seconds`` the remaining points are skipped: each is
+    listed in ``bandwidth.json`` (``skipped``) and the run still ends with what it measured."""
     from simulator.catalog import get_hardware
 
     if compile_mode not in ("auto", "none", "reduce-overhead", "default", "max-autotune"):
@@ -180,11 +215,39 @@ def run_static_bench(arch: str, plan: StaticPlan, out: str | Path, layers: int |
         "options": {"plan": asdict(plan), "compile": r.compile_mode, "device": r.device},
     }
     rd = RunDirectory.open(out, manifest)
-    bandwidth = []
+    bandwidth, skipped = [], []
+    t_start = time.perf_counter()
+
+    def measure(what: dict, batch: int, length: int, new: int, fn):
+        """fn() unless the point cannot fit or the time is up (then it is listed in ``skipped``)."""
+        if max_seconds is not None and time.perf_counter() - t_start > max_seconds:
+            skipped.append({**what, "reason": f"time budget of {max_seconds:.0f} s spent"})
+            return None
+        if r.device == "cuda":
+            free = torch.cuda.mem_get_info()[0]
+            need = point_bytes(arch, layers, batch, length, new, bpp)
+            if need > 0.9 * free:
+                skipped.append({**what, "reason": f"needs ~{need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free"})
+                log(f"skip {what}: {skipped[-1]['reason']}")
+                return None
+        try:
+            return fn()
+        except (RuntimeError, MemoryError) as e:
+            if not _is_oom(e):
+                raise
+            skipped.append({**what, "reason": "out of memory"})
+            log(f"skip {what}: out of memory")
+            if r.device == "cuda":
+                torch.cuda.empty_cache()
+            return None
+
     try:
         for ctx in plan.contexts:
             for b in plan.batches:
-                t = r.decode_step_times(ctx, b, plan.decode_tokens)
+                t = measure({"op": "decode", "context": ctx, "batch": b}, b, ctx + plan.decode_tokens + 4, 1,
+                            lambda: r.decode_step_times(ctx, b, plan.decode_tokens))
+                if t is None:
+                    continue
                 med = statistics.median(t)
                 rd.write("microbench", _record("decode", b, 1, ctx, 0, t))
                 moved = decode_bytes(arch, layers, ctx, b, bpp)
@@ -194,17 +257,23 @@ def run_static_bench(arch: str, plan: StaticPlan, out: str | Path, layers: int |
                 log(f"decode ctx={ctx} batch={b}: {med * 1e3:.2f} ms/step, {frac:.0%} of {hw_name} bandwidth")
         for new in plan.new_tokens + [SCORE_NEW_TOKENS]:
             for c in plan.cached_tokens:
-                t = [r.prefill_time(new, c) for _ in range(plan.repeats + 1)][1:]
+                t = measure({"op": "prefill", "new_tokens": new, "cached_tokens": c}, 1, new + c + 1, 1,
+                            lambda: [r.prefill_time(new, c) for _ in range(plan.repeats + 1)][1:])
+                if t is None:
+                    continue
                 rd.write("microbench", _record("score" if new == SCORE_NEW_TOKENS else "prefill", 1, new, c, 0, t))
                 log(f"prefill new={new} cached={c}: {statistics.median(t) * 1e3:.2f} ms")
         for ctx in plan.contexts:
             for g in plan.gammas:
-                t = [r.prefill_time(g + 1, ctx) for _ in range(plan.repeats + 1)][1:]
-                rd.write("microbench", _record("verify", 1, g + 1, ctx, g, t))
+                t = measure({"op": "verify", "context": ctx, "gamma": g}, 1, ctx + g + 2, g + 1,
+                            lambda: [r.prefill_time(g + 1, ctx, keep=g + 1) for _ in range(plan.repeats + 1)][1:])
+                if t is not None:
+                    rd.write("microbench", _record("verify", 1, g + 1, ctx, g, t))
     finally:
         rd.close()
     summary = {"arch": arch, "layers": layers or r.config.num_hidden_layers, "hardware": hw, "catalog_hardware": hw_name,
-               "datasheet_bytes_per_s": peak_bw, "compile": r.compile_mode, "dtype": dtype, "decode": bandwidth}
+               "datasheet_bytes_per_s": peak_bw, "compile": r.compile_mode, "dtype": dtype, "decode": bandwidth,
+               "skipped": skipped, "seconds": round(time.perf_counter() - t_start, 1)}
     path = Path(out) / "bandwidth.json"
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(summary, indent=1))

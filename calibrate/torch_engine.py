@@ -95,8 +95,11 @@ class TorchEngine(Engine):
     def _load(self, path: Path):
         from transformers import AutoConfig, AutoModelForCausalLM
 
-        if self.dummy:
-            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(path)), dtype=self.dtype)
+        if self.dummy:  # random weights made on the device itself (a 32B model's init on the host takes minutes)
+            import torch
+
+            with torch.device(self.device):
+                model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(path)), dtype=self.dtype)
         else:
             model = AutoModelForCausalLM.from_pretrained(str(path), dtype=self.dtype)
         return model.to(self.device).eval()

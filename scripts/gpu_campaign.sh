@@ -4,10 +4,18 @@
 # pydantic/simpy/gguf: `prepare` (here) puts their wheels in .cache/gpu-carry, which the device call carries.
 #
 #   scripts/gpu_campaign.sh prepare                      # here, once: wheels for the device (Python 3.12)
-#   # device run, carry [".cache/gpu-carry"]:
-#   #   bash scripts/gpu_campaign.sh setup && bash scripts/gpu_campaign.sh static "$OUT"
+#
+# The device calls, each well under the 10-minute limit (carry [".cache/gpu-carry"]; every call starts with
+# `bash scripts/gpu_campaign.sh setup &&`, since a machine idle for 30 s is given back bare):
+#   1. ARCHS="r1-distill-qwen-1.5b qwen2.5-7b" bash scripts/gpu_campaign.sh static "$OUT"   (~2 x 4 min)
+#   2. ARCHS=qwq-32b bash scripts/gpu_campaign.sh static "$OUT"                           (~5 min)
+#   3. bash scripts/gpu_campaign.sh e2e "$OUT"                                            (five systems, two pairs)
+#   4. bash scripts/gpu_campaign.sh ops "$OUT"
+# then here: put every returned tarball in one folder RES and run `scripts/gpu_campaign.sh analyze RES`.
 #   scripts/gpu_campaign.sh static OUT [--tiny]          # static-KV-cache + CUDA-graph bench of three architectures
 #   scripts/gpu_campaign.sh ops OUT [--tiny]             # per-layer op timings in Vidur's layout (two Vidur shapes)
+#   scripts/gpu_campaign.sh e2e OUT [--tiny]             # torch-engine requests of the five systems, 1.5B / 7B (random weights)
+#   scripts/gpu_campaign.sh analyze RES                  # here: fit + held-out validation of what the device returned
 #
 # Each architecture's run directory (microbench.jsonl, bandwidth.json, run.json) is written as produced under
 # OUT/work/ and packed into OUT/static-ARCH.tar.gz when done (the device returns at most 8 files).
@@ -22,7 +30,10 @@ CARRY="$ROOT/.cache/gpu-carry"
 PY="${PY:-python3}"
 ARCHS="${ARCHS:-r1-distill-qwen-1.5b qwen2.5-7b qwq-32b}"
 OP_MODELS="${OP_MODELS:-meta-llama/Llama-2-7b-hf meta-llama/Meta-Llama-3-8B}"
-cmd="${1:?usage: $0 prepare | setup | static OUT [--tiny] | ops OUT [--tiny]}"
+STATIC_MAX_S="${STATIC_MAX_S:-200}"  # per architecture: remaining points are skipped (listed in bandwidth.json)
+E2E_PAIRS="${E2E_PAIRS:-r1-distill-qwen-1.5b:r1-distill-qwen-1.5b-cut4 qwen2.5-7b:qwen2.5-7b-cut4}"
+failed=0
+cmd="${1:?usage: $0 prepare | setup | static OUT [--tiny] | ops OUT [--tiny] | e2e OUT [--tiny] | analyze RES}"
 shift
 
 case "$cmd" in
@@ -48,13 +59,15 @@ case "$cmd" in
               --decode-tokens 3 --repeats 1 --dtype float32 --device cpu)
       else
         opts=(--contexts 512,2048,8192,16384 --batches 1,4,16 --new-tokens 512,2048 --cached-tokens 0,4096
-              --gammas 1,2,4,8 --decode-tokens 32 --repeats 3 --dtype bfloat16)
+              --gammas 1,2,4,8 --decode-tokens 32 --repeats 3 --dtype bfloat16 --max-seconds "$STATIC_MAX_S")
       fi
       echo "static-bench $arch -> $dir" >&2
-      (cd "$ROOT" && PYTHONPATH="$ROOT" "$PY" -m specsim_cli calibrate static-bench --arch "$arch" --out "$dir" "${opts[@]}")
+      (cd "$ROOT" && PYTHONPATH="$ROOT" "$PY" -m specsim_cli calibrate static-bench --arch "$arch" --out "$dir" "${opts[@]}") \
+        || { failed=$((failed + 1)); echo "static-bench $arch failed; packing what it wrote" >&2; }
       tar -czf "$OUT/static-$arch.tar.gz" -C "$OUT/work" "static-$arch"
     done
     ls -la "$OUT"
+    exit $((failed > 0))
     ;;
   ops)
     # one TP shard of one layer per (tokens, TP) on this one GPU, as Vidur's profiler; read back with
@@ -74,8 +87,72 @@ case "$cmd" in
     tar -czf "$OUT/ops.tar.gz" -C "$OUT/work" vidur-ours
     ls -la "$OUT"
     ;;
+  e2e)
+    # End-to-end requests of all five systems on the torch engine, random weights (arch:NAME), one base
+    # architecture and its 4-layer cut as small model and draft per pair. With random weights there is no
+    # tokenizer: a step ends at --step-max-tokens, the judge's score is unparsable (treated as 0), so SpecReason
+    # keeps every step at threshold 0 and regenerates every step at threshold 7 -- the two call paths.
+    OUT="${1:?usage: $0 e2e OUT [--tiny]}"
+    TINY="${2:-}"
+    mkdir -p "$OUT/work"
+    pairs="$E2E_PAIRS"
+    opts=(--requests 2 --warmup 1 --budget 512 --step-max-tokens 128 --dtype bfloat16 --max-model-len 4096)
+    if [ "$TINY" = "--tiny" ]; then
+      pairs="${E2E_TINY_PAIRS:-smollm2-135m:smollm2-135m-cut6}"
+      opts=(--requests 1 --warmup 0 --budget 12 --step-max-tokens 6 --dtype float32 --device cpu)
+    fi
+    for pair in $pairs; do
+      base="${pair%%:*}"; small="${pair#*:}"
+      for conf in vanilla-base:7:4 vanilla-small:7:4 specdecode:7:4 specreason:0:4 specreason:7:4 specreason-decode:7:4; do
+        IFS=: read -r system thr gamma <<< "$conf"
+        case "$system" in
+          specdecode) name="$system-g$gamma" ;;
+          specreason) name="$system-t$thr" ;;
+          specreason-decode) name="$system-t$thr-g$gamma" ;;
+          *) name="$system" ;;
+        esac
+        dir="$OUT/work/e2e-$base/$name"
+        echo "e2e $base + $small: $name -> $dir" >&2
+        (cd "$ROOT" && PYTHONPATH="$ROOT" "$PY" -m specsim_cli calibrate run --engine torch --base "arch:$base" \
+          --small "arch:$small" --system "$system" --threshold "$thr" --gamma "$gamma" --out "$dir" "${opts[@]}") \
+          || { failed=$((failed + 1)); echo "e2e $base $name failed" >&2; }
+      done
+      tar -czf "$OUT/e2e-$base.tar.gz" -C "$OUT/work" "e2e-$base"
+    done
+    ls -la "$OUT"
+    exit $((failed > 0))
+    ;;
+  analyze)
+    # Here, on the CPU, after the device runs: RES holds the tarballs the stages returned. Writes RES/analysis/.
+    # e2e: per pair, a cost profile fitted on vanilla-base, vanilla-small and specreason-t0 predicts the held-out
+    # specdecode-g4, specreason-t7 and specreason-decode-t7-g4 runs (configs-<pair>/); the first pair's profile
+    # predicts every other pair's runs (transfer-<pair>/: same GPU and engine, another model size).
+    RES="${1:?usage: $0 analyze RES}"
+    X="$RES/extracted"; A="$RES/analysis"
+    mkdir -p "$X" "$A"
+    for t in "$RES"/*.tar.gz; do [ -e "$t" ] && tar -xzf "$t" -C "$X"; done
+    S=("$PY" -m specsim_cli)
+    first=""
+    for d in "$X"/e2e-*/; do
+      [ -d "$d" ] || continue
+      pair="$(basename "$d")"
+      fit=()
+      for c in vanilla-base vanilla-small specreason-t0; do [ -d "$d$c" ] && fit+=("$d$c"); done
+      (cd "$ROOT" && PYTHONPATH="$ROOT" "${S[@]}" calibrate fit "${fit[@]}" --out "$A/profile-$pair.yaml" \
+        --name "gpu-campaign-$pair")
+      (cd "$ROOT" && PYTHONPATH="$ROOT" "${S[@]}" validate "$d"*/ --profile "$A/profile-$pair.yaml" \
+        --report "$A/configs-$pair" --no-distribution --drift exclude) || echo "configs-$pair: exit $?" >&2
+      if [ -z "$first" ]; then
+        first="$pair"
+      else
+        (cd "$ROOT" && PYTHONPATH="$ROOT" "${S[@]}" validate "$d"*/ --profile "$A/profile-$first.yaml" \
+          --report "$A/transfer-$pair" --no-distribution --drift exclude) || echo "transfer-$pair: exit $?" >&2
+      fi
+    done
+    ls -la "$A"
+    ;;
   *)
-    echo "error: $0: unknown stage '$cmd' (prepare | setup | static | ops)" >&2
+    echo "error: $0: unknown stage '$cmd' (prepare | setup | static | ops | e2e | analyze)" >&2
     exit 2
     ;;
 esac

@@ -49,3 +49,31 @@ def test_ops_stage_dry_run_reads_back_through_the_vidur_importer(tmp_path):
 def test_unknown_stage_exits_2():
     r = subprocess.run(["bash", str(SCRIPT), "nope"], capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.strip().startswith("error:")
+
+
+@pytest.mark.real_engine
+def test_e2e_and_analyze_stages_dry_run(tmp_path):
+    """The e2e stage runs the five systems on the torch engine with random weights (arch:NAME, catalog names in
+    run.json) and packs them; the analyze stage, here as after a device run, fits a profile on three of the
+    configurations and replays the held-out ones."""
+    pytest.importorskip("torch")
+    env = {**os.environ, "PY": sys.executable}
+    r = subprocess.run(["bash", str(SCRIPT), "e2e", str(tmp_path / "out"), "--tiny"], capture_output=True, text=True,
+                       env=env, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    pack = tmp_path / "out" / "e2e-smollm2-135m.tar.gz"
+    runs = {"vanilla-base", "vanilla-small", "specdecode-g4", "specreason-t0", "specreason-t7", "specreason-decode-t7-g4"}
+    with tarfile.open(pack) as tf:
+        assert {f"e2e-smollm2-135m/{r}/run.json" for r in runs} <= set(tf.getnames())
+        meta = json.load(tf.extractfile("e2e-smollm2-135m/specreason-decode-t7-g4/run.json"))
+    assert meta["models"]["base"]["catalog_name"] == "smollm2-135m"
+    assert meta["models"]["small"]["catalog_name"] == "smollm2-135m-cut6" and meta["models"]["base"]["dummy_weights"]
+    res = tmp_path / "res"
+    res.mkdir()
+    pack.rename(res / pack.name)
+    r = subprocess.run(["bash", str(SCRIPT), "analyze", str(res)], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    profile = res / "analysis" / "profile-e2e-smollm2-135m.yaml"
+    assert "specreason-t0" in profile.read_text() and "specdecode-g4" not in profile.read_text().split("fit:")[-1]
+    report = (res / "analysis" / "configs-e2e-smollm2-135m" / "report.md").read_text()
+    assert "specreason-decode-t7-g4" in report

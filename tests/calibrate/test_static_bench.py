@@ -36,3 +36,37 @@ def test_static_bench_bad_options_exit_2(tmp_path, capsys):
     code = main(["calibrate", "static-bench", "--arch", "nope-1b", "--out", str(tmp_path / "y"), "--layers", "1"])
     err = capsys.readouterr().err
     assert code == 2 and "unknown architecture" in err
+
+
+@pytest.mark.real_engine
+def test_chunked_cache_fill_equals_one_pass():
+    """The untimed fill of a long context goes in chunks (a batch x 16k-token pass would need tens of GB of
+    activations on a GPU); the cache it leaves gives the next token the same logits as one whole pass."""
+    import torch
+
+    from calibrate.static_bench import StaticRunner
+
+    r = StaticRunner("smollm2-135m", 2, "float32", "cpu", "none", 64)
+    ids = r._ids(2, 40)
+    one, chunked = r._cache(2, 48), r._cache(2, 48)
+    with torch.inference_mode():
+        r._forward(ids, one, torch.arange(40), keep=1)
+        for lo in range(0, 40, 16):  # what _fill does with chunk=16
+            r._forward(ids[:, lo:lo + 16], chunked, torch.arange(lo, min(40, lo + 16)), keep=1)
+        nxt = r._ids(2, 1)
+        a = r._forward(nxt, one, torch.tensor([40]))
+        b = r._forward(nxt, chunked, torch.tensor([40]))
+    assert torch.allclose(a, b, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.real_engine
+def test_points_past_the_time_budget_are_skipped_and_listed(tmp_path):
+    from calibrate.static_bench import StaticPlan, run_static_bench
+
+    plan = StaticPlan(contexts=[16], batches=[1], new_tokens=[8], cached_tokens=[0], gammas=[1], decode_tokens=2,
+                      repeats=1)
+    bw = run_static_bench("smollm2-135m", plan, tmp_path / "sb", layers=1, dtype="float32", device="cpu",
+                          log=lambda *_: None, max_seconds=-1.0)
+    assert {s["op"] for s in bw["skipped"]} == {"decode", "prefill", "verify"} and bw["decode"] == []
+    assert all("time budget" in s["reason"] for s in bw["skipped"])
+    assert json.loads((tmp_path / "sb" / "bandwidth.json").read_text())["skipped"] == bw["skipped"]

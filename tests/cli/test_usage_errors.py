@@ -85,6 +85,8 @@ def test_bare_group_prints_help_exit_0_and_unknown_subcommand_exit_2(path, capsy
     (["whatif", "reference-a6000-qwq32b", "--requests", "abc"], "Invalid value for '--requests'"),
     (["calibrate", "fitt"], "Did you mean 'fit'?"),
     (["validate", "x", "--profile"], "requires an argument"),
+    (["calibrate", "run", "--engine", "torch", "--small", "arch:nope", "--system", "vanilla-small", "--out", "/nonexistent/x"],
+     "--small: arch:nope: unknown architecture 'nope'"),
 ])
 def test_issue_examples(args, expect, capsys):
     rc, _, err = _run(args, capsys)
