@@ -95,6 +95,15 @@ case "$cmd" in
     OUT="${1:?usage: $0 e2e OUT [--tiny]}"
     TINY="${2:-}"
     mkdir -p "$OUT/work"
+    # the device has no reasoning-gym: four GSM-style word problems of our own (random weights read only their
+    # token counts; without a tokenizer the engine makes ~1 pseudo-token per 4 characters)
+    problems="$OUT/work/problems.jsonl"
+    cat > "$problems" <<'JSONL'
+{"id": "e2e-0", "question": "A baker makes 24 loaves of bread every morning. She sells 3/4 of them before noon and gives half of the rest to a shelter. How many loaves does she have left at the end of the day?", "answer": "3"}
+{"id": "e2e-1", "question": "A train travels 180 km in 2 hours and then 150 km in 3 hours. What is its average speed, in km per hour, over the whole trip?", "answer": "66"}
+{"id": "e2e-2", "question": "Tom has twice as many marbles as Anna, and Anna has 7 more marbles than Ben. If Ben has 12 marbles, how many marbles do the three children have together?", "answer": "69"}
+{"id": "e2e-3", "question": "A rectangle is 3 times as long as it is wide, and its perimeter is 64 cm. What is its area in square centimetres?", "answer": "192"}
+JSONL
     pairs="$E2E_PAIRS"
     opts=(--requests 2 --warmup 1 --budget 512 --step-max-tokens 128 --dtype bfloat16 --max-model-len 4096)
     if [ "$TINY" = "--tiny" ]; then
@@ -114,7 +123,7 @@ case "$cmd" in
         dir="$OUT/work/e2e-$base/$name"
         echo "e2e $base + $small: $name -> $dir" >&2
         (cd "$ROOT" && PYTHONPATH="$ROOT" "$PY" -m specsim_cli calibrate run --engine torch --base "arch:$base" \
-          --small "arch:$small" --system "$system" --threshold "$thr" --gamma "$gamma" --out "$dir" "${opts[@]}") \
+          --small "arch:$small" --system "$system" --threshold "$thr" --gamma "$gamma" --dataset "jsonl:$problems" --out "$dir" "${opts[@]}") \
           || { failed=$((failed + 1)); echo "e2e $base $name failed" >&2; }
       done
       tar -czf "$OUT/e2e-$base.tar.gz" -C "$OUT/work" "e2e-$base"
