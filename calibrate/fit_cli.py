@@ -1,4 +1,5 @@
-"""``specsim calibrate fit``: thin entry point over :mod:`calibrate.fit_cost`.
+"""``specsim calibrate fit`` / ``fit-workload`` / ``fit-bench``: thin entry points over :mod:`calibrate.fit_cost`,
+:mod:`calibrate.fit_workload_runs` and :mod:`calibrate.bench_fit`.
 
 Registered on the ``calibrate`` sub-app by :func:`register` (called from ``specsim_cli.main``).
 """
@@ -103,10 +104,56 @@ def fit_workload(
           f"{w.step_pmf_base.mean:.1f}, P(score>=7) {w.acceptance_probability(7):.3f}, a_1 {w.token_acceptance[0]:.3f}")
 
 
+def fit_bench(
+    run_dirs: list[Path] = typer.Argument(..., help="microbenchmark run directories (static-bench / microbench)"),
+    out: Path = typer.Option(..., "--out", help="cost profile YAML to write (fitted on every record)"),
+    report: Path = typer.Option(..., "--report", help="report folder: report.md, heldout.csv, heldout.png, summary.json"),
+    holdout_arch: Optional[list[str]] = typer.Option(
+        None, "--holdout-arch", help="fit on the other architectures, predict this one (repeatable; default: each in turn)"),
+    holdout_rule: Optional[list[str]] = typer.Option(
+        None, "--holdout-rule", help="hold out the records matching any condition, e.g. context>2048,gamma>2 (the "
+                                     "default) or op=verify; fields context, new_tokens, batch, gamma, op (repeatable)"),
+    hardware: Optional[str] = typer.Option(None, help="catalog hardware (default: from run.json)"),
+    name: Optional[str] = typer.Option(None, help="profile name"),
+    date: Optional[str] = typer.Option(None, help="provenance date (default: today)"),
+):
+    """Fit the cost model to microbenchmark records (static-bench) and validate it on held-out architectures/shapes."""
+    from calibrate.bench_fit import run_fit_bench
+    from calibrate.bench_report import write_report
+    from calibrate.fit_cost import profile_to_yaml
+    from simulator.loading import write_atomic
+    from simulator.report_table import job
+
+    # the command as parsed (sys.argv is not this command's when main(argv) is called in-process)
+    opts = [("--out", out), ("--report", report), *[("--holdout-arch", a) for a in holdout_arch or []],
+            *[("--holdout-rule", r) for r in holdout_rule or []], ("--hardware", hardware), ("--name", name), ("--date", date)]
+    command = shlex.join(["specsim", "calibrate", "fit-bench", *map(str, run_dirs),
+                          *[str(x) for k, v in opts if v is not None for x in (k, v)]])
+    with job("calibrate fit-bench: fitting every fold and the profile", after_s=3.0):
+        res = run_fit_bench([str(p) for p in run_dirs], holdout_archs=holdout_arch, rules=holdout_rule,
+                            hardware=hardware, command=command, name=name, date=date)
+    # every input checked and every figure computed before anything is written
+    write_atomic(out, profile_to_yaml(res.profile, command))
+    files = write_report(res, report, command, str(out))
+    print(f"wrote {out}: {len(res.bench.records)} records of {len(res.bench.runs)} runs ({', '.join(res.bench.archs)}) "
+          f"on {res.bench.hardware.name}; report {report} ({', '.join(p.name for p in files)})")
+    for n in ("mem_efficiency", "compute_efficiency", "step_overhead_s", "layer_overhead_s", "seq_overhead_s"):
+        p = getattr(res.profile, n)
+        print(f"  {n:20s} {p.value:.4g}" + (f" ± {p.stderr:.3g}" if p.stderr is not None else "") + f"  [{p.kind}]")
+    for r in res.errors[res.errors["op"] == "all"].itertuples() if len(res.errors) else []:
+        print(f"  held out, {r.fold}: median APE fitted {100 * r.fitted_median_ape:.1f}%, transferred prior "
+              f"{100 * r.transferred_prior_median_ape:.1f}%, datasheet prior {100 * r.datasheet_prior_median_ape:.1f}% "
+              f"(n={r.n})")
+    for note in res.notes:
+        print(f"  note: {note}")
+
+
 def register(calibrate_app: typer.Typer) -> None:
-    """Add ``fit`` and ``fit-workload`` to the calibrate sub-app unless it already has them."""
+    """Add ``fit``, ``fit-workload`` and ``fit-bench`` to the calibrate sub-app unless it already has them."""
     names = {c.name or (c.callback.__name__ if c.callback else None) for c in calibrate_app.registered_commands}
     if "fit" not in names:
         calibrate_app.command("fit")(fit)
     if "fit-workload" not in names:
         calibrate_app.command("fit-workload")(fit_workload)
+    if "fit-bench" not in names:
+        calibrate_app.command("fit-bench")(fit_bench)

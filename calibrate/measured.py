@@ -237,7 +237,10 @@ def _hint_from_manifest(meta: dict) -> dict:
     from simulator.catalog import model_catalog
 
     cat = model_catalog()
-    for role, info in (meta.get("models") or {}).items():
+    models = dict(meta.get("models") or {})
+    if isinstance(models.get("base"), dict) and isinstance(models["base"].get("draft"), dict):
+        models["draft"] = models["base"]["draft"]  # the base engine's draft (speculative runs)
+    for role, info in models.items():
         tail = Path(str(info.get("path", ""))).name.lower()
         match = [n for n, m in cat.items() if n == tail or (m.hf_id or "").split("/")[-1].lower() == tail]
         hint[f"{role}_model"] = info.get("catalog_name") or (match[0] if match else None)

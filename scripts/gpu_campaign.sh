@@ -135,12 +135,21 @@ JSONL
     # Here, on the CPU, after the device runs: RES holds the tarballs the stages returned. Writes RES/analysis/.
     # e2e: per pair, a cost profile fitted on vanilla-base, vanilla-small and specreason-t0 predicts the held-out
     # specdecode-g4, specreason-t7 and specreason-decode-t7-g4 runs (configs-<pair>/); the first pair's profile
-    # predicts every other pair's runs (transfer-<pair>/: same GPU and engine, another model size).
+    # predicts every other pair's runs (transfer-<pair>/: same GPU and engine, another model size); the static-bench
+    # profile predicts every run (from-bench-<pair>/).
     RES="${1:?usage: $0 analyze RES}"
     X="$RES/extracted"; A="$RES/analysis"
     mkdir -p "$X" "$A"
     for t in "$RES"/*.tar.gz; do [ -e "$t" ] && tar -xzf "$t" -C "$X"; done
     S=("$PY" -m specsim_cli)
+    # static-bench: a profile fitted on every record (bench.yaml) and held-out folds -- each architecture predicted
+    # from the others (1.5B + 32B -> 7B among them) and contexts > 2048 / gamma > 2 from the rest -- scored against
+    # the transferred and the datasheet priors (static-bench/report.md)
+    static=("$X"/static-*/)
+    if [ -d "${static[0]}" ]; then
+      (cd "$ROOT" && PYTHONPATH="$ROOT" "${S[@]}" calibrate fit-bench "${static[@]}" --out "$A/bench.yaml" \
+        --report "$A/static-bench" --name gpu-campaign-static-bench) || { failed=$((failed + 1)); echo "fit-bench failed" >&2; }
+    fi
     first=""
     for d in "$X"/e2e-*/; do
       [ -d "$d" ] || continue
@@ -157,8 +166,13 @@ JSONL
         (cd "$ROOT" && PYTHONPATH="$ROOT" "${S[@]}" validate "$d"*/ --profile "$A/profile-$first.yaml" \
           --report "$A/transfer-$pair" --no-distribution --drift exclude) || echo "transfer-$pair: exit $?" >&2
       fi
+      if [ -f "$A/bench.yaml" ]; then  # the static-bench profile (CUDA graphs) predicting the eager engine's requests
+        (cd "$ROOT" && PYTHONPATH="$ROOT" "${S[@]}" validate "$d"*/ --profile "$A/bench.yaml" \
+          --report "$A/from-bench-$pair" --no-distribution --drift exclude) || echo "from-bench-$pair: exit $?" >&2
+      fi
     done
     ls -la "$A"
+    exit $((failed > 0))
     ;;
   *)
     echo "error: $0: unknown stage '$cmd' (prepare | setup | static | ops | e2e | analyze)" >&2

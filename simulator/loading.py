@@ -124,3 +124,18 @@ def write_atomic(path: str | Path, text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def save_figure_atomic(fig, path: str | Path, **savefig_kw) -> Path:
+    """Save a matplotlib figure as PNG at ``path`` via a temporary file and os.replace (a failed save leaves
+    the previous file whole)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        fig.savefig(tmp, **{"dpi": 110, "bbox_inches": "tight", "format": "png", **savefig_kw})
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return path

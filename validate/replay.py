@@ -63,6 +63,28 @@ def setup_from_profile(profile: CostProfile, fallback: Setup | None = None) -> S
     return Setup.from_names(s["hardware"], int(s["tp"]), s["base_model"], s["small_model"], s.get("draft_model"))
 
 
+def setup_for_runs(profile: CostProfile, hint: dict) -> tuple[Setup, list[str]]:
+    """What the measured runs are replayed on: the profile's hardware and TP (its parameters belong to them) and
+    the models the runs themselves name (``MeasuredSet.hint``), else the profile's. A profile fitted on one model
+    pair (or on microbenchmark records) thus predicts runs of another model on the same hardware; (setup, notes)."""
+    s = dict((profile.fit or {}).get("setup") or {})
+    hw, tp = s.get("hardware") or hint.get("hardware"), s.get("tp") or hint.get("tp")
+    pick = {r: hint.get(f"{r}_model") or s.get(f"{r}_model") for r in ("base", "small", "draft")}
+    pick["small"] = pick["small"] or pick["draft"] or pick["base"]  # runs without a small model (vanilla-base)
+    if not hw or not tp or not pick["base"]:
+        raise InputError(None, "--profile", "cannot tell the hardware, TP or base model: the profile has no fit.setup "
+                                            "(not produced by calibrate fit) and the inputs do not name them")
+    notes = []
+    if hint.get("hardware") and hint["hardware"] != hw:
+        notes.append(f"the runs were recorded on {hint['hardware']} but the profile is for {hw}: replayed on {hw} "
+                     "(the drift check says whether their speed fits)")
+    moved = [f"{r} {s.get(f'{r}_model')} -> {pick[r]}" for r in ("base", "small", "draft")
+             if s.get(f"{r}_model") and pick[r] and s.get(f"{r}_model") != pick[r]]
+    if moved:
+        notes.append("models from the runs, not the profile's fit: " + ", ".join(moved))
+    return Setup.from_names(hw, int(tp), pick["base"], pick["small"], pick["draft"]), notes
+
+
 # ---- the predictive distribution of a new run's offset ----------------------------------------------
 @dataclass
 class OffsetPredictive:

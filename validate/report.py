@@ -10,21 +10,8 @@ import numpy as np
 import pandas as pd
 
 from calibrate.fit_cost import PARAM_NAMES
-from simulator.loading import write_atomic
+from simulator.loading import save_figure_atomic, write_atomic
 from validate.validation import ValidationResult
-
-
-def _save_png(fig, path: Path) -> None:
-    import os
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
 
 
 def _plt():
@@ -60,7 +47,7 @@ def plots(res: ValidationResult, out: Path) -> list[str]:
     fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.5), squeeze=False)
     for ax, (d, meas, title) in zip(axes[0], panels):
         _scatter(ax, d, meas, title)
-    _save_png(fig, out / "predicted_vs_measured.png")
+    save_figure_atomic(fig, out / "predicted_vs_measured.png")
     plt.close(fig)
     names.append("predicted_vs_measured.png")
     # error CDFs
@@ -80,7 +67,7 @@ def plots(res: ValidationResult, out: Path) -> list[str]:
     ax.axvline(5, color="grey", lw=0.8, ls=":")
     ax.legend(fontsize=8)
     ax.set_title("error CDF (held-out)")
-    _save_png(fig, out / "error_cdf.png")
+    save_figure_atomic(fig, out / "error_cdf.png")
     plt.close(fig)
     names.append("error_cdf.png")
     # knob sweeps where the data has them
@@ -103,7 +90,7 @@ def plots(res: ValidationResult, out: Path) -> list[str]:
                 ax.set_ylabel("speedup over vanilla-base")
         ax.set_xlabel(knob)
         ax.legend(fontsize=8)
-        _save_png(fig, out / fname)
+        save_figure_atomic(fig, out / fname)
         plt.close(fig)
         names.append(fname)
     return names

@@ -20,7 +20,7 @@ from simulator.errors import InputError
 from validate.distribution import predict_config, predict_distribution
 from validate.holdout import Fold, check_out_of_sample, fold_test_set, make_folds
 from validate.metrics import summarize_frame
-from validate.replay import interval_notes, replay, setup_from_profile
+from validate.replay import interval_notes, replay, setup_for_runs
 
 
 @dataclass
@@ -148,9 +148,9 @@ def run_validation(inputs: list[str], profile_path: str, rule: str | None = None
         raise InputError(None, "--drift", f"expected {' or '.join(POLICIES)} (got {drift!r})")
     profile = load_profile(profile_path)
     ms = load_measured(inputs)
-    setup = setup_from_profile(profile)
+    setup, notes = setup_for_runs(profile, ms.hint)
     folds = make_folds(ms, profile, setup, rule)
-    reps, calls, dists, notes, wsrc, dk, dr = [], [], [], [], "", [], []
+    reps, calls, dists, wsrc, dk, dr = [], [], [], "", [], []
     for fold in folds:
         check_out_of_sample(fold)  # never report in-sample error as validation
         test = fold_test_set(ms, fold)

@@ -68,12 +68,19 @@ def test_e2e_and_analyze_stages_dry_run(tmp_path):
         meta = json.load(tf.extractfile("e2e-smollm2-135m/specreason-decode-t7-g4/run.json"))
     assert meta["models"]["base"]["catalog_name"] == "smollm2-135m"
     assert meta["models"]["small"]["catalog_name"] == "smollm2-135m-cut6" and meta["models"]["base"]["dummy_weights"]
+    r = subprocess.run(["bash", str(SCRIPT), "static", str(tmp_path / "out"), "--tiny"], capture_output=True,
+                       text=True, env={**env, "ARCHS": "smollm2-135m"}, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
     res = tmp_path / "res"
     res.mkdir()
-    pack.rename(res / pack.name)
+    for p in (pack, tmp_path / "out" / "static-smollm2-135m.tar.gz"):
+        p.rename(res / p.name)
     r = subprocess.run(["bash", str(SCRIPT), "analyze", str(res)], capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
-    profile = res / "analysis" / "profile-e2e-smollm2-135m.yaml"
+    a = res / "analysis"
+    profile = a / "profile-e2e-smollm2-135m.yaml"
     assert "specreason-t0" in profile.read_text() and "specdecode-g4" not in profile.read_text().split("fit:")[-1]
-    report = (res / "analysis" / "configs-e2e-smollm2-135m" / "report.md").read_text()
-    assert "specreason-decode-t7-g4" in report
+    assert "specreason-decode-t7-g4" in (a / "configs-e2e-smollm2-135m" / "report.md").read_text()
+    # the static-bench profile: fitted, its held-out folds reported, and it predicts the e2e requests
+    assert (a / "bench.yaml").is_file() and (a / "static-bench" / "heldout.csv").is_file()
+    assert "vanilla-base" in (a / "from-bench-e2e-smollm2-135m" / "report.md").read_text()

@@ -409,3 +409,20 @@ def test_pi_rel_width_in_summary():
     s = summarize([100.0, 200.0, 50.0], [100.0, 200.0, 50.0], low=[90, 150, 45], high=[110, 250, 60])
     assert s["pi_rel_width"] == pytest.approx(0.3)  # median of 0.2, 0.5, 0.3
     assert np.isnan(summarize([1.0], [1.0])["pi_rel_width"])
+
+
+def test_runs_are_replayed_with_their_own_models_on_the_profiles_hardware():
+    """A profile's parameters belong to its hardware and TP; the models are the runs' (a profile fitted on one
+    model pair, or on microbenchmarks, predicts runs of another model on that hardware)."""
+    from calibrate.fit_cost import load_profile
+    from validate.replay import setup_for_runs
+
+    profile = load_profile(Path(__file__).resolve().parents[2] / "simulator" / "profiles" / "cost_cpu-vllm032.yaml")
+    same, notes = setup_for_runs(profile, {"hardware": "cpu", "tp": 1, "base_model": "smollm2-135m"})
+    assert same.describe() == {"hardware": "cpu", "tp": 1, "base_model": "smollm2-135m",
+                               "small_model": "smollm2-135m-cut6", "draft_model": "smollm2-135m-cut6"} and notes == []
+    other, notes = setup_for_runs(profile, {"hardware": "h100-sxm", "tp": 1, "base_model": "qwen2.5-7b",
+                                            "small_model": "qwen2.5-7b-cut4", "draft_model": "qwen2.5-7b-cut4"})
+    assert other.hardware.name == "cpu" and other.models["base"].name == "qwen2.5-7b"
+    assert other.models["draft"].layers == 4
+    assert any("recorded on h100-sxm" in n for n in notes) and any("base smollm2-135m -> qwen2.5-7b" in n for n in notes)
