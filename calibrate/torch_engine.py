@@ -134,7 +134,9 @@ class TorchEngine(Engine):
     def generate(self, prompt_ids, max_tokens, stop, sampling: Sampling, seed) -> Generation:
         import torch
 
-        g = torch.Generator(device="cpu").manual_seed(int(seed or 0) % (2**63))
+        # on the model's device: torch.multinomial refuses a CPU generator for CUDA probabilities (and vLLM samples
+        # on the GPU too); the same seed gives other draws on another device
+        g = torch.Generator(device=self.device).manual_seed(int(seed or 0) % (2**63))
         t0 = time.perf_counter()
         if self.draft is None:
             gen, finish, cached = self._decode_loop(list(prompt_ids), max_tokens, stop, sampling, g)
@@ -186,7 +188,7 @@ class TorchEngine(Engine):
             new = []
             for i in range(k):
                 drafted[i] += 1
-                r = torch.rand(1, generator=g).item()
+                r = torch.rand(1, generator=g, device=g.device).item()
                 if r < min(1.0, (p[i][d[i]] / q[i][d[i]]).item()):
                     accepted[i] += 1
                     new.append(d[i])

@@ -27,7 +27,8 @@ def _level_key(label: str) -> tuple:
 
 
 def plots(v: ServingValidation, out: Path) -> list[str]:
-    from validate.report import _plt, _save_png
+    from simulator.loading import save_figure_atomic
+    from validate.report import _plt
 
     plt = _plt()
     pr = v.per_run
@@ -70,7 +71,7 @@ def plots(v: ServingValidation, out: Path) -> list[str]:
             ax.set_ylabel(yl)
             ax.grid(alpha=0.3)
         axes[0].legend(fontsize=6)
-        _save_png(fig, out / fname)
+        save_figure_atomic(fig, out / fname)
         plt.close(fig)
         names.append(fname)
     sp = speedup_table(v)
@@ -92,7 +93,7 @@ def plots(v: ServingValidation, out: Path) -> list[str]:
         ax.set_title(f"{', '.join(sps)} under load")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-        _save_png(fig, out / "speedup_vs_concurrency.png")
+        save_figure_atomic(fig, out / "speedup_vs_concurrency.png")
         plt.close(fig)
         names.append("speedup_vs_concurrency.png")
     if len(v.steps):
@@ -105,7 +106,7 @@ def plots(v: ServingValidation, out: Path) -> list[str]:
         ax.set_ylabel("median step time (ms)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-        _save_png(fig, out / "step_time_vs_batch.png")
+        save_figure_atomic(fig, out / "step_time_vs_batch.png")
         plt.close(fig)
         names.append("step_time_vs_batch.png")
     return names
