@@ -70,3 +70,16 @@ def test_points_past_the_time_budget_are_skipped_and_listed(tmp_path):
     assert {s["op"] for s in bw["skipped"]} == {"decode", "prefill", "verify"} and bw["decode"] == []
     assert all("time budget" in s["reason"] for s in bw["skipped"])
     assert json.loads((tmp_path / "sb" / "bandwidth.json").read_text())["skipped"] == bw["skipped"]
+
+
+@pytest.mark.real_engine
+def test_compiled_decode_step_runs_whole_graph(tmp_path):
+    """The GPU path compiles the decode step with fullgraph=True (CUDA graphs come on top on a GPU): a graph
+    break in the model's forward with a static cache would fail every GPU point; here inductor compiles it on CPU."""
+    from calibrate.static_bench import StaticPlan, run_static_bench
+
+    plan = StaticPlan(contexts=[24], batches=[1], new_tokens=[8], cached_tokens=[0], gammas=[1], decode_tokens=2,
+                      repeats=1)
+    bw = run_static_bench("smollm2-135m", plan, tmp_path / "sb", layers=1, dtype="float32", device="cpu",
+                          compile_mode="reduce-overhead", log=lambda *_: None)
+    assert bw["compile"] == "reduce-overhead" and len(bw["decode"]) == 1 and bw["skipped"] == []
