@@ -136,7 +136,8 @@ JSONL
     # e2e: per pair, a cost profile fitted on vanilla-base, vanilla-small and specreason-t0 predicts the held-out
     # specdecode-g4, specreason-t7 and specreason-decode-t7-g4 runs (configs-<pair>/); the first pair's profile
     # predicts every other pair's runs (transfer-<pair>/: same GPU and engine, another model size); the static-bench
-    # profile predicts every run (from-bench-<pair>/).
+    # profile, the GPU's transferred prior and its datasheet-era prior predict every run (from-bench-, from-prior-,
+    # from-datasheet-<pair>/).
     RES="${1:?usage: $0 analyze RES}"
     X="$RES/extracted"; A="$RES/analysis"
     mkdir -p "$X" "$A"
@@ -170,6 +171,10 @@ JSONL
         (cd "$ROOT" && PYTHONPATH="$ROOT" "${S[@]}" validate "$d"*/ --profile "$A/bench.yaml" \
           --report "$A/from-bench-$pair" --no-distribution --drift exclude) || echo "from-bench-$pair: exit $?" >&2
       fi
+      for prior in prior datasheet; do  # before any calibration: the transferred GPU prior and the datasheet-era one
+        (cd "$ROOT" && PYTHONPATH="$ROOT" "${S[@]}" validate "$d"*/ --profile "$prior" \
+          --report "$A/from-$prior-$pair" --no-distribution --drift exclude) || echo "from-$prior-$pair: exit $?" >&2
+      done
     done
     ls -la "$A"
     exit $((failed > 0))

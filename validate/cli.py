@@ -20,7 +20,8 @@ from simulator.errors import InputError
 
 def validate(
     inputs: list[Path] = typer.Argument(..., help="run directories or SpecReason trace files/directories"),
-    profile: Path = typer.Option(..., "--profile", help="fitted cost profile (specsim calibrate fit)"),
+    profile: Path = typer.Option(..., "--profile", help="cost profile (specsim calibrate fit / fit-bench), or prior | "
+                                                        "datasheet: the runs' hardware before any calibration"),
     report: Path = typer.Option(..., "--report", help="directory for report.md, PNGs and CSVs"),
     holdout: Optional[str] = typer.Option(None, "--holdout", help="profile (default) | runs:4-7 | config:KEY=VALUE | loro | "
                                            "requests:odd|even|kfold=K[,seed=S]"),

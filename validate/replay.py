@@ -67,7 +67,11 @@ def setup_for_runs(profile: CostProfile, hint: dict) -> tuple[Setup, list[str]]:
     """What the measured runs are replayed on: the profile's hardware and TP (its parameters belong to them) and
     the models the runs themselves name (``MeasuredSet.hint``), else the profile's. A profile fitted on one model
     pair (or on microbenchmark records) thus predicts runs of another model on the same hardware; (setup, notes)."""
-    s = dict((profile.fit or {}).get("setup") or {})
+    return _runs_setup(dict((profile.fit or {}).get("setup") or {}), hint)
+
+
+def _runs_setup(s: dict, hint: dict) -> tuple[Setup, list[str]]:
+    """``setup_for_runs`` given the profile's ``fit.setup`` (``{}``: none)."""
     hw, tp = s.get("hardware") or hint.get("hardware"), s.get("tp") or hint.get("tp")
     pick = {r: hint.get(f"{r}_model") or s.get(f"{r}_model") for r in ("base", "small", "draft")}
     pick["small"] = pick["small"] or pick["draft"] or pick["base"]  # runs without a small model (vanilla-base)
@@ -83,6 +87,28 @@ def setup_for_runs(profile: CostProfile, hint: dict) -> tuple[Setup, list[str]]:
     if moved:
         notes.append("models from the runs, not the profile's fit: " + ", ".join(moved))
     return Setup.from_names(hw, int(tp), pick["base"], pick["small"], pick["draft"]), notes
+
+
+PRIOR_PROFILES = {"prior": "the hardware's prior (simulator/catalog/gpu_priors.yaml where the GPU has derived "
+                             "priors, else datasheet-era figures): simulator.cost_model.prior_profile",
+                  "datasheet": "the datasheet-era prior (HardwareSpec.datasheet_era(): no derived GPU priors)"}
+
+
+def prior_for_runs(kind: str, hint: dict) -> tuple[CostProfile, Setup, list[str]]:
+    """``--profile prior|datasheet``: predict the runs before any calibration, on the hardware and TP they
+    recorded, with the models they name. Every run is held out (the profile was fitted on none)."""
+    import dataclasses
+
+    from simulator.cost_model import prior_profile
+
+    if not hint.get("hardware"):
+        raise InputError(None, "--profile", f"{kind}: the inputs do not say which hardware they ran on")
+    engine = str(hint.get("engine") or "vllm").split("-")[0]
+    setup, notes = _runs_setup({}, hint)
+    hw = setup.hardware.datasheet_era() if kind == "datasheet" else setup.hardware
+    profile = prior_profile(hw, engine)
+    notes.append(f"--profile {kind}: {PRIOR_PROFILES[kind]}, for {hw.name} ({engine})")
+    return profile, dataclasses.replace(setup, hardware=hw), notes
 
 
 # ---- the predictive distribution of a new run's offset ----------------------------------------------

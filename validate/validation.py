@@ -20,7 +20,7 @@ from simulator.errors import InputError
 from validate.distribution import predict_config, predict_distribution
 from validate.holdout import Fold, check_out_of_sample, fold_test_set, make_folds
 from validate.metrics import summarize_frame
-from validate.replay import interval_notes, replay, setup_for_runs
+from validate.replay import PRIOR_PROFILES, interval_notes, prior_for_runs, replay, setup_for_runs
 
 
 @dataclass
@@ -146,9 +146,12 @@ def run_validation(inputs: list[str], profile_path: str, rule: str | None = None
 
     if drift not in POLICIES:
         raise InputError(None, "--drift", f"expected {' or '.join(POLICIES)} (got {drift!r})")
-    profile = load_profile(profile_path)
     ms = load_measured(inputs)
-    setup, notes = setup_for_runs(profile, ms.hint)
+    if profile_path in PRIOR_PROFILES:
+        profile, setup, notes = prior_for_runs(profile_path, ms.hint)
+    else:
+        profile = load_profile(profile_path)
+        setup, notes = setup_for_runs(profile, ms.hint)
     folds = make_folds(ms, profile, setup, rule)
     reps, calls, dists, wsrc, dk, dr = [], [], [], "", [], []
     for fold in folds:

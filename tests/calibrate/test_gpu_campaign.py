@@ -84,3 +84,5 @@ def test_e2e_and_analyze_stages_dry_run(tmp_path):
     # the static-bench profile: fitted, its held-out folds reported, and it predicts the e2e requests
     assert (a / "bench.yaml").is_file() and (a / "static-bench" / "heldout.csv").is_file()
     assert "vanilla-base" in (a / "from-bench-e2e-smollm2-135m" / "report.md").read_text()
+    for prior in ("prior", "datasheet"):
+        assert f"--profile {prior}" in (a / f"from-{prior}-e2e-smollm2-135m" / "report.md").read_text()

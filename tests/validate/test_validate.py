@@ -426,3 +426,19 @@ def test_runs_are_replayed_with_their_own_models_on_the_profiles_hardware():
     assert other.hardware.name == "cpu" and other.models["base"].name == "qwen2.5-7b"
     assert other.models["draft"].layers == 4
     assert any("recorded on h100-sxm" in n for n in notes) and any("base smollm2-135m -> qwen2.5-7b" in n for n in notes)
+
+
+def test_profile_prior_and_datasheet_predict_every_run_on_its_own_hardware(tmp_path, capsys):
+    """--profile prior|datasheet: the runs' hardware before any calibration (nothing fitted, every run held out)."""
+    from specsim_cli.main import main
+
+    runs = Path(__file__).resolve().parents[2] / "reports" / "cpu-campaign" / "runs"
+    if not runs.is_dir():
+        pytest.skip("committed CPU campaign runs absent")
+    for kind in ("prior", "datasheet"):
+        rc = main(["validate", str(runs / "vanilla-base"), str(runs / "specdecode-g4"), "--profile", kind,
+                   "--report", str(tmp_path / kind), "--no-distribution", "--drift", "exclude"])
+        assert rc == 0, capsys.readouterr().err
+        text = (tmp_path / kind / "report.md").read_text()
+        assert f"--profile {kind}:" in text
+        assert "specdecode-g4[" in text and "vanilla-base[" in text  # both predicted
