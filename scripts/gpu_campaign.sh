@@ -176,6 +176,7 @@ JSONL
           --report "$A/from-$prior-$pair" --no-distribution --drift exclude) || echo "from-$prior-$pair: exit $?" >&2
       done
     done
+    (cd "$ROOT" && PYTHONPATH="$ROOT" "$PY" -m validate.gpu_campaign_summary "$A") || failed=$((failed + 1))
     ls -la "$A"
     exit $((failed > 0))
     ;;

@@ -86,3 +86,7 @@ def test_e2e_and_analyze_stages_dry_run(tmp_path):
     assert "vanilla-base" in (a / "from-bench-e2e-smollm2-135m" / "report.md").read_text()
     for prior in ("prior", "datasheet"):
         assert f"--profile {prior}" in (a / f"from-{prior}-e2e-smollm2-135m" / "report.md").read_text()
+    summary = (a / "summary.md").read_text()  # one row per held-out check, ready for the README's table
+    for row in ("static-bench fit (cpu)", "| configs-e2e-smollm2-135m |", "| from-bench-e2e-smollm2-135m |",
+                "| from-prior-e2e-smollm2-135m |", "| from-datasheet-e2e-smollm2-135m |"):
+        assert row in summary, row
