@@ -136,20 +136,30 @@ class StaticRunner:
                     times.append(time.perf_counter() - t0)
         return times
 
-    def prefill_time(self, new: int, cached: int, keep: int = 1) -> float:
-        """One pass over `new` tokens on `cached` tokens already in a static cache (batch 1); the logits of the
-        last ``keep`` positions (1: a prefill or score samples one token; gamma + 1 for a verification)."""
+    def pass_times(self, cached: int, passes: list[tuple[int, int]], repeats: int) -> list[list[float]]:
+        """Per (new, keep) of ``passes``: the wall times of ``repeats`` passes over ``new`` tokens on ``cached``
+        tokens (batch 1) with the logits of the last ``keep`` positions (1: a prefill or a score samples one token;
+        gamma + 1: a verification), after one untimed warm-up pass. Each pass gets a freshly filled cache:
+        transformers' StaticCache writes at its own running length, not at the positions it is given, so a
+        pass cannot be repeated on the same cache."""
         torch = self.torch
-        cache = self._cache(1, cached + new + 1)
+        out = []
         with torch.inference_mode():
-            self._fill(cache, 1, cached)
-            ids = self._ids(1, new)
-            pos = torch.arange(cached, cached + new, device=self.device)
-            self._sync()
-            t0 = time.perf_counter()
-            self._forward(ids, cache, pos, keep=keep)
-            self._sync()
-        return time.perf_counter() - t0
+            for new, keep in passes:
+                ids = self._ids(1, new)
+                pos = torch.arange(cached, cached + new, device=self.device)
+                times = []
+                for i in range(repeats + 1):
+                    cache = self._cache(1, cached + new + 1)
+                    self._fill(cache, 1, cached)
+                    self._sync()
+                    t0 = time.perf_counter()
+                    self._forward(ids, cache, pos, keep=keep)
+                    self._sync()
+                    if i:
+                        times.append(time.perf_counter() - t0)
+                out.append(times)
+        return out
 
 
 def _is_oom(e: BaseException) -> bool:
@@ -218,10 +228,11 @@ def run_static_bench(arch: str, plan: StaticPlan, out: str | Path, layers: int |
     bandwidth, skipped = [], []
     t_start = time.perf_counter()
 
-    def measure(what: dict, batch: int, length: int, new: int, fn):
-        """fn() unless the point cannot fit or the time is up (then it is listed in ``skipped``)."""
-        if max_seconds is not None and time.perf_counter() - t_start > max_seconds:
-            skipped.append({**what, "reason": f"time budget of {max_seconds:.0f} s spent"})
+    def measure(what: dict, batch: int, length: int, new: int, fn, share: float = 1.0):
+        """fn() unless the point cannot fit or its share of the time budget is spent (then it is listed in
+        ``skipped``): decode points get the first 60% of ``max_seconds``, so prefill and verify always get time."""
+        if max_seconds is not None and time.perf_counter() - t_start > share * max_seconds:
+            skipped.append({**what, "reason": f"time budget of {share * max_seconds:.0f} s spent"})
             return None
         if r.device == "cuda":
             free = torch.cuda.mem_get_info()[0]
@@ -245,7 +256,7 @@ def run_static_bench(arch: str, plan: StaticPlan, out: str | Path, layers: int |
         for ctx in plan.contexts:
             for b in plan.batches:
                 t = measure({"op": "decode", "context": ctx, "batch": b}, b, ctx + plan.decode_tokens + 4, 1,
-                            lambda: r.decode_step_times(ctx, b, plan.decode_tokens))
+                            lambda: r.decode_step_times(ctx, b, plan.decode_tokens), share=0.6)
                 if t is None:
                     continue
                 med = statistics.median(t)
@@ -255,20 +266,19 @@ def run_static_bench(arch: str, plan: StaticPlan, out: str | Path, layers: int |
                 bandwidth.append({"context": ctx, "batch": b, "step_s": med, "bytes": moved,
                                   "achieved_bytes_per_s": moved / med, "fraction_of_datasheet": frac})
                 log(f"decode ctx={ctx} batch={b}: {med * 1e3:.2f} ms/step, {frac:.0%} of {hw_name} bandwidth")
-        for new in plan.new_tokens + [SCORE_NEW_TOKENS]:
-            for c in plan.cached_tokens:
-                t = measure({"op": "prefill", "new_tokens": new, "cached_tokens": c}, 1, new + c + 1, 1,
-                            lambda: [r.prefill_time(new, c) for _ in range(plan.repeats + 1)][1:])
-                if t is None:
-                    continue
+        news = plan.new_tokens + [SCORE_NEW_TOKENS]
+        for c in plan.cached_tokens:
+            ts = measure({"op": "prefill", "new_tokens": news, "cached_tokens": c}, 1, max(news) + c + 1, 1,
+                         lambda: r.pass_times(c, [(n, 1) for n in news], plan.repeats))
+            for new, t in zip(news, ts or []):
                 rd.write("microbench", _record("score" if new == SCORE_NEW_TOKENS else "prefill", 1, new, c, 0, t))
                 log(f"prefill new={new} cached={c}: {statistics.median(t) * 1e3:.2f} ms")
         for ctx in plan.contexts:
-            for g in plan.gammas:
-                t = measure({"op": "verify", "context": ctx, "gamma": g}, 1, ctx + g + 2, g + 1,
-                            lambda: [r.prefill_time(g + 1, ctx, keep=g + 1) for _ in range(plan.repeats + 1)][1:])
-                if t is not None:
-                    rd.write("microbench", _record("verify", 1, g + 1, ctx, g, t))
+            g_max = max(plan.gammas)
+            ts = measure({"op": "verify", "context": ctx, "gamma": plan.gammas}, 1, ctx + g_max + 2, g_max + 1,
+                         lambda: r.pass_times(ctx, [(g + 1, g + 1) for g in plan.gammas], plan.repeats))
+            for g, t in zip(plan.gammas, ts or []):
+                rd.write("microbench", _record("verify", 1, g + 1, ctx, g, t))
     finally:
         rd.close()
     summary = {"arch": arch, "layers": layers or r.config.num_hidden_layers, "hardware": hw, "catalog_hardware": hw_name,

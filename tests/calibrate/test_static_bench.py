@@ -83,3 +83,12 @@ def test_compiled_decode_step_runs_whole_graph(tmp_path):
     bw = run_static_bench("smollm2-135m", plan, tmp_path / "sb", layers=1, dtype="float32", device="cpu",
                           compile_mode="reduce-overhead", log=lambda *_: None)
     assert bw["compile"] == "reduce-overhead" and len(bw["decode"]) == 1 and bw["skipped"] == []
+
+
+@pytest.mark.real_engine
+def test_pass_times_give_every_pass_its_repeats():
+    from calibrate.static_bench import StaticRunner
+
+    r = StaticRunner("smollm2-135m", 1, "float32", "cpu", "none", 64)
+    times = r.pass_times(24, [(8, 1), (3, 3)], repeats=2)
+    assert [len(t) for t in times] == [2, 2] and all(x > 0 for t in times for x in t)
