@@ -68,8 +68,11 @@ def test_des_mean_within_its_ci_of_the_analytic_mixture(system, data):
     b, s = deployments("a100-80gb", 2)
     tables = CostTables(b, s, s, w, cfg.gamma, execution=Execution(step_calls=data.draw(st.booleans())))
     a = predict(cfg, tables)
-    req, _ = simulate(cfg, tables, 600, data.draw(st.integers(0, 2**31 - 1)))
-    d = summarize(req, level=1 - 0.01 / 20)  # 5 systems x 4 examples share the 1% (Bonferroni)
+    req, _ = simulate(cfg, tables, 3000, data.draw(st.integers(0, 2**31 - 1)))
+    # 5 systems x 4 examples share 0.1% (Bonferroni): per-request latencies of a mixture are skewed (a 600-request
+    # mean of one example sat 3.7 standard errors high in a full-suite run; 1000 seeds of it: z sd 1.03, no bias),
+    # and hypothesis does not replay the same examples in every run, so a looser family level made CI flaky
+    d = summarize(req, level=1 - 0.001 / 20)
     assert d["ci_low_s"] <= a["latency_s"] <= d["ci_high_s"], (cfg.label, a["latency_s"], d)
 
 
