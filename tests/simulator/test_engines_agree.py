@@ -64,10 +64,11 @@ def test_des_mean_within_its_ci_of_analytic(system, step_calls, data):
     b, s = deployments(*hw_tp)
     tables = CostTables(b, s, s, w, cfg.gamma, execution=ex)
     a = predict_point(cfg, chain_for(cfg, w, {}), CostVectors(tables))
-    req, steps = simulate(cfg, tables, 500, seed)
+    req, steps = simulate(cfg, tables, 1500, seed)
     # 10 x 5 examples: at 99% each, one would miss by chance with probability ~40% (and right-skewed
-    # latencies make the t-interval undercover), so the 1% is shared out over the 50 (Bonferroni)
-    d = summarize(req, level=1 - 0.01 / 50)
+    # latencies make the t-interval undercover), so 0.2% is shared out over the 50 (Bonferroni); hypothesis does
+    # not replay the same examples in every full-suite run, so the family level is the CI's flake rate
+    d = summarize(req, level=1 - 0.002 / 50)
     assert d["ci_low_s"] <= a["latency_s"] <= d["ci_high_s"], (cfg.label, a["latency_s"], d)
 
 
