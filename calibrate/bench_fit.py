@@ -93,7 +93,7 @@ class BenchSet:
 def _arch_of(meta: dict, where: str) -> tuple[str, int | None]:
     """Catalog architecture and depth of a run's base model: static-bench writes ``arch``/``layers``; microbench
     ``--arch`` a dummy folder ``dummy-NAME-Nl``; a real folder is matched to a catalog name or hf_id."""
-    from simulator.catalog import model_catalog
+    from calibrate.model_cache import catalog_name_of_folder
 
     base = (meta.get("models") or {}).get("base")
     if not isinstance(base, dict):
@@ -105,9 +105,8 @@ def _arch_of(meta: dict, where: str) -> tuple[str, int | None]:
     tail = Path(str(base.get("path", ""))).name
     if m := re.fullmatch(r"dummy-(.+)-(\d+)l", tail):
         return m.group(1), int(m.group(2))
-    hits = [n for n, s in model_catalog().items() if tail.lower() in (n, (s.hf_id or "").split("/")[-1].lower())]
-    if hits:
-        return hits[0], base.get("num_layers")
+    if name := catalog_name_of_folder(tail):
+        return name, base.get("num_layers")
     raise InputError(where, "models.base", f"cannot tell the catalog architecture of {tail or base!r} "
                                            "(expected arch, a dummy-NAME-Nl folder or a catalog model's folder)")
 
@@ -120,14 +119,13 @@ def bench_model(arch: str, layers: int | None, dtype: str, where: str) -> ModelS
     layers = m.layers if layers is None else layers
     if not isinstance(layers, int) or isinstance(layers, bool) or layers < 1:
         raise InputError(where, "models.base.layers", f"expected an integer >= 1 (got {layers!r})")
-    upd: dict = {}
     if layers != m.layers:
-        upd.update(layers=layers, published_params=None, name=f"{arch}-{layers}l")
+        m = m.cut(layers, name=f"{arch}-{layers}l")
     if DTYPE_BYTES[dtype] != m.bytes_per_param:
         b = DTYPE_BYTES[dtype]
-        upd.update(bytes_per_param=b, kv_bytes_per_element=b, head_bytes_per_param=None,
-                   name=f"{upd.get('name', arch)}-{dtype}")
-    return m.model_copy(update=upd) if upd else m
+        m = m.model_copy(update={"bytes_per_param": b, "kv_bytes_per_element": b, "head_bytes_per_param": None,
+                                 "name": f"{m.name}-{dtype}"})
+    return m
 
 
 def load_run(path: str | Path) -> tuple[BenchRun, pd.DataFrame]:

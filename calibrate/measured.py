@@ -234,16 +234,13 @@ def _hint_from_manifest(meta: dict) -> dict:
     hardware = catalog_hardware(hw.get("gpu_name"), hw.get("device"))
     hint = {"hardware": hardware, "tp": int(meta.get("tensor_parallel", 1)), "engine":
             f"{meta.get('engine')}-{meta.get('engine_version')}", "hardware_note": f"run.json hardware: {hw}"}
-    from simulator.catalog import model_catalog
+    from calibrate.model_cache import catalog_name_of_folder
 
-    cat = model_catalog()
     models = dict(meta.get("models") or {})
     if isinstance(models.get("base"), dict) and isinstance(models["base"].get("draft"), dict):
         models["draft"] = models["base"]["draft"]  # the base engine's draft (speculative runs)
     for role, info in models.items():
-        tail = Path(str(info.get("path", ""))).name.lower()
-        match = [n for n, m in cat.items() if n == tail or (m.hf_id or "").split("/")[-1].lower() == tail]
-        hint[f"{role}_model"] = info.get("catalog_name") or (match[0] if match else None)
+        hint[f"{role}_model"] = info.get("catalog_name") or catalog_name_of_folder(info.get("path", ""))
     return hint
 
 

@@ -178,6 +178,15 @@ def dummy_model_dir(name: str, cache: str | Path = DEFAULT_MODEL_CACHE, layers: 
     return out
 
 
+def catalog_name_of_folder(path: str | Path) -> str | None:
+    """The catalog model a model folder holds, by its name: a catalog name or the last part of an hf_id
+    (``smollm2-135m-instruct`` -> ``smollm2-135m``); None when it matches none."""
+    from simulator.catalog import model_catalog
+
+    tail = Path(str(path)).name.lower()
+    return next((n for n, m in model_catalog().items() if tail in (n, (m.hf_id or "").split("/")[-1].lower())), None)
+
+
 ARCH_PREFIX = "arch:"
 
 

@@ -166,15 +166,19 @@ def _is_oom(e: BaseException) -> bool:
     return type(e).__name__ == "OutOfMemoryError" or "out of memory" in str(e).lower()
 
 
+def _model(arch: str, layers: int | None):
+    """The benchmarked catalog model at its depth (``layers``: a CPU-sized cut)."""
+    from simulator.catalog import get_model
+
+    m = get_model(arch)
+    return m.cut(layers) if layers else m
+
+
 def point_bytes(arch: str, layers: int | None, batch: int, length: int, new_tokens: int, bytes_per_param: float) -> float:
     """Device memory a point needs beyond the weights: its KV cache of ``length`` tokens per sequence (the cost
     model's bytes per token) and the float32 logits of ``new_tokens`` per sequence, plus 25% for activations and
     the graph pool."""
-    from simulator.catalog import get_model
-
-    m = get_model(arch)
-    if layers:
-        m = m.model_copy(update={"layers": layers, "published_params": None})
+    m = _model(arch, layers)
     return 1.25 * batch * (length * m.kv_bytes_per_token(1, bytes_per_param) + 4.0 * new_tokens * m.vocab)
 
 
@@ -186,12 +190,7 @@ def _record(op, batch, new, cached, gamma, times) -> dict:
 
 def decode_bytes(arch: str, layers: int | None, context: int, batch: int, bytes_per_param: float) -> float:
     """Bytes a decode pass streams per the cost model: weights (layers + LM head) + KV read."""
-    from simulator.catalog import get_model
-
-    m = get_model(arch)
-    if layers:
-        m = m.model_copy(update={"layers": layers, "published_params": None})
-    m = m.model_copy(update={"bytes_per_param": bytes_per_param})
+    m = _model(arch, layers).model_copy(update={"bytes_per_param": bytes_per_param})
     return m.weight_bytes_read + batch * (context + 1) * m.kv_bytes_per_token(1, bytes_per_param)
 
 

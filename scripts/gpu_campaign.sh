@@ -33,6 +33,10 @@ OP_MODELS="${OP_MODELS:-meta-llama/Llama-2-7b-hf meta-llama/Meta-Llama-3-8B}"
 STATIC_MAX_S="${STATIC_MAX_S:-200}"  # per architecture: remaining points are skipped (listed in bandwidth.json)
 E2E_PAIRS="${E2E_PAIRS:-r1-distill-qwen-1.5b:r1-distill-qwen-1.5b-cut4 qwen2.5-7b:qwen2.5-7b-cut4}"
 failed=0
+# python -m MODULE ARGS... with the repository's packages, from its root (model caches and run keys are relative
+# to it; the stages make their folders absolute first)
+py() { (cd "$ROOT" && PYTHONPATH="$ROOT" "$PY" -m "$@"); }
+absdir() { mkdir -p "$1" && (cd "$1" && pwd); }
 cmd="${1:?usage: $0 prepare | setup | static OUT [--tiny] | ops OUT [--tiny] | e2e OUT [--tiny] | analyze RES}"
 shift
 
@@ -50,6 +54,7 @@ case "$cmd" in
     ;;
   static)
     OUT="${1:?usage: $0 static OUT [--tiny]}"
+    OUT="$(absdir "$OUT")"
     TINY="${2:-}"
     mkdir -p "$OUT/work"
     for arch in $ARCHS; do
@@ -62,7 +67,7 @@ case "$cmd" in
               --gammas 1,2,4,8 --decode-tokens 32 --repeats 3 --dtype bfloat16 --max-seconds "$STATIC_MAX_S")
       fi
       echo "static-bench $arch -> $dir" >&2
-      (cd "$ROOT" && PYTHONPATH="$ROOT" "$PY" -m specsim_cli calibrate static-bench --arch "$arch" --out "$dir" "${opts[@]}") \
+      py specsim_cli calibrate static-bench --arch "$arch" --out "$dir" "${opts[@]}" \
         || { failed=$((failed + 1)); echo "static-bench $arch failed; packing what it wrote" >&2; }
       tar -czf "$OUT/static-$arch.tar.gz" -C "$OUT/work" "static-$arch"
     done
@@ -73,6 +78,7 @@ case "$cmd" in
     # one TP shard of one layer per (tokens, TP) on this one GPU, as Vidur's profiler; read back with
     # `specsim calibrate import-vidur OUT/vidur-ours` next to the public A100/A40 profiles
     OUT="${1:?usage: $0 ops OUT [--tiny]}"
+    OUT="$(absdir "$OUT")"
     TINY="${2:-}"
     mkdir -p "$OUT/work"
     models="$OP_MODELS"
@@ -82,7 +88,7 @@ case "$cmd" in
       opts=(--tokens 1,16 --tp 1,2 --repeats 3 --dtype float32 --device cpu)
     fi
     for m in $models; do
-      (cd "$ROOT" && PYTHONPATH="$ROOT" "$PY" -m calibrate.op_bench --model "$m" --out "$OUT/work/vidur-ours" "${opts[@]}")
+      py calibrate.op_bench --model "$m" --out "$OUT/work/vidur-ours" "${opts[@]}"
     done
     tar -czf "$OUT/ops.tar.gz" -C "$OUT/work" vidur-ours
     ls -la "$OUT"
@@ -93,6 +99,7 @@ case "$cmd" in
     # tokenizer: a step ends at --step-max-tokens, the judge's score is unparsable (treated as 0), so SpecReason
     # keeps every step at threshold 0 and regenerates every step at threshold 7 -- the two call paths.
     OUT="${1:?usage: $0 e2e OUT [--tiny]}"
+    OUT="$(absdir "$OUT")"
     TINY="${2:-}"
     mkdir -p "$OUT/work"
     # the device has no reasoning-gym: four GSM-style word problems of our own (random weights read only their
@@ -122,8 +129,8 @@ JSONL
         esac
         dir="$OUT/work/e2e-$base/$name"
         echo "e2e $base + $small: $name -> $dir" >&2
-        (cd "$ROOT" && PYTHONPATH="$ROOT" "$PY" -m specsim_cli calibrate run --engine torch --base "arch:$base" \
-          --small "arch:$small" --system "$system" --threshold "$thr" --gamma "$gamma" --dataset "jsonl:$problems" --out "$dir" "${opts[@]}") \
+        py specsim_cli calibrate run --engine torch --base "arch:$base" \
+          --small "arch:$small" --system "$system" --threshold "$thr" --gamma "$gamma" --dataset "jsonl:$problems" --out "$dir" "${opts[@]}" \
           || { failed=$((failed + 1)); echo "e2e $base $name failed" >&2; }
       done
       tar -czf "$OUT/e2e-$base.tar.gz" -C "$OUT/work" "e2e-$base"
@@ -139,17 +146,17 @@ JSONL
     # profile, the GPU's transferred prior and its datasheet-era prior predict every run (from-bench-, from-prior-,
     # from-datasheet-<pair>/).
     RES="${1:?usage: $0 analyze RES}"
+    RES="$(absdir "$RES")"
     X="$RES/extracted"; A="$RES/analysis"
     mkdir -p "$X" "$A"
     for t in "$RES"/*.tar.gz; do [ -e "$t" ] && tar -xzf "$t" -C "$X"; done
-    S=("$PY" -m specsim_cli)
     # static-bench: a profile fitted on every record (bench.yaml) and held-out folds -- each architecture predicted
     # from the others (1.5B + 32B -> 7B among them) and contexts > 2048 / gamma > 2 from the rest -- scored against
     # the transferred and the datasheet priors (static-bench/report.md)
     static=("$X"/static-*/)
     if [ -d "${static[0]}" ]; then
-      (cd "$ROOT" && PYTHONPATH="$ROOT" "${S[@]}" calibrate fit-bench "${static[@]}" --out "$A/bench.yaml" \
-        --report "$A/static-bench" --name gpu-campaign-static-bench) || { failed=$((failed + 1)); echo "fit-bench failed" >&2; }
+      py specsim_cli calibrate fit-bench "${static[@]}" --out "$A/bench.yaml" \
+        --report "$A/static-bench" --name gpu-campaign-static-bench || { failed=$((failed + 1)); echo "fit-bench failed" >&2; }
     fi
     first=""
     for d in "$X"/e2e-*/; do
@@ -157,26 +164,26 @@ JSONL
       pair="$(basename "$d")"
       fit=()
       for c in vanilla-base vanilla-small specreason-t0; do [ -d "$d$c" ] && fit+=("$d$c"); done
-      (cd "$ROOT" && PYTHONPATH="$ROOT" "${S[@]}" calibrate fit "${fit[@]}" --out "$A/profile-$pair.yaml" \
-        --name "gpu-campaign-$pair")
-      (cd "$ROOT" && PYTHONPATH="$ROOT" "${S[@]}" validate "$d"*/ --profile "$A/profile-$pair.yaml" \
-        --report "$A/configs-$pair" --no-distribution --drift exclude) || echo "configs-$pair: exit $?" >&2
+      py specsim_cli calibrate fit "${fit[@]}" --out "$A/profile-$pair.yaml" \
+        --name "gpu-campaign-$pair"
+      py specsim_cli validate "$d"*/ --profile "$A/profile-$pair.yaml" \
+        --report "$A/configs-$pair" --no-distribution --drift exclude || echo "configs-$pair: exit $?" >&2
       if [ -z "$first" ]; then
         first="$pair"
       else
-        (cd "$ROOT" && PYTHONPATH="$ROOT" "${S[@]}" validate "$d"*/ --profile "$A/profile-$first.yaml" \
-          --report "$A/transfer-$pair" --no-distribution --drift exclude) || echo "transfer-$pair: exit $?" >&2
+        py specsim_cli validate "$d"*/ --profile "$A/profile-$first.yaml" \
+          --report "$A/transfer-$pair" --no-distribution --drift exclude || echo "transfer-$pair: exit $?" >&2
       fi
       if [ -f "$A/bench.yaml" ]; then  # the static-bench profile (CUDA graphs) predicting the eager engine's requests
-        (cd "$ROOT" && PYTHONPATH="$ROOT" "${S[@]}" validate "$d"*/ --profile "$A/bench.yaml" \
-          --report "$A/from-bench-$pair" --no-distribution --drift exclude) || echo "from-bench-$pair: exit $?" >&2
+        py specsim_cli validate "$d"*/ --profile "$A/bench.yaml" \
+          --report "$A/from-bench-$pair" --no-distribution --drift exclude || echo "from-bench-$pair: exit $?" >&2
       fi
       for prior in prior datasheet; do  # before any calibration: the transferred GPU prior and the datasheet-era one
-        (cd "$ROOT" && PYTHONPATH="$ROOT" "${S[@]}" validate "$d"*/ --profile "$prior" \
-          --report "$A/from-$prior-$pair" --no-distribution --drift exclude) || echo "from-$prior-$pair: exit $?" >&2
+        py specsim_cli validate "$d"*/ --profile "$prior" \
+          --report "$A/from-$prior-$pair" --no-distribution --drift exclude || echo "from-$prior-$pair: exit $?" >&2
       done
     done
-    (cd "$ROOT" && PYTHONPATH="$ROOT" "$PY" -m validate.gpu_campaign_summary "$A") || failed=$((failed + 1))
+    py validate.gpu_campaign_summary "$A" || failed=$((failed + 1))
     ls -la "$A"
     exit $((failed > 0))
     ;;

@@ -72,7 +72,7 @@ def _is_recorded_run(key: str, recorded: str, inputs: list[str]) -> bool:
     command: a copy). Where the recorded directory cannot be read, a name match counts (never predict a run the
     profile may have been fitted on)."""
     full = [p for p in inputs if p == recorded or p.endswith("/" + recorded)]
-    if len(full) != 1 or key == full[0] or key.endswith("/" + full[0]) or full[0].endswith("/" + key):
+    if len(full) != 1 or _suffix_match(full[0], key):
         return True
     theirs = _run_identity(full[0])
     return theirs is None or _run_identity(key) == theirs

@@ -52,15 +52,13 @@ MIN_RUNS_T = 3   # fewer fit runs than this for a kind: its scale is pooled over
 MIN_POOLED_DOF = 2
 
 
-def setup_from_profile(profile: CostProfile, fallback: Setup | None = None) -> Setup:
+def setup_from_profile(profile: CostProfile) -> Setup:
     """The (hardware, TP, models) the profile was fitted for, as recorded in ``fit.setup``."""
     s = (profile.fit or {}).get("setup")
     if s is None:
-        if fallback is None:
-            raise InputError(None, "--profile", "profile has no fit.setup (not produced by calibrate fit); "
-                                                "give --hardware/--tp/--base-model/--small-model")
-        return fallback
-    return Setup.from_names(s["hardware"], int(s["tp"]), s["base_model"], s["small_model"], s.get("draft_model"))
+        raise InputError(None, "--profile", "profile has no fit.setup (not produced by calibrate fit); "
+                                            "give --hardware/--tp/--base-model/--small-model")
+    return _runs_setup(dict(s), {})[0]
 
 
 def setup_for_runs(profile: CostProfile, hint: dict) -> tuple[Setup, list[str]]:

@@ -51,8 +51,7 @@ def simulate_cpu_speedups(a: np.ndarray, draft_layers: int | None, gammas: list[
     hw, tp = rs.hardware_names[0], rs.tps[0]
     dep = rs.deployments(hw, tp)
     if draft_layers is not None:
-        spec = get_model("smollm2-135m").model_copy(update={"name": f"smollm2-135m-cut{draft_layers}",
-                                                            "layers": draft_layers, "published_params": None})
+        spec = get_model("smollm2-135m").cut(draft_layers, name=f"smollm2-135m-cut{draft_layers}")
         dep["draft"] = Deployment(spec, dep["draft"].hardware, tp, dep["draft"].cost)
     w, chains, out = rs.workload, {}, {}
     base_cfg = SystemConfig(system="vanilla-base")

@@ -129,6 +129,15 @@ class ModelSpec(BaseModel):
             upd["head_bytes_per_param"] = None if WEIGHT_DTYPE_BYTES[weight_dtype] == 2.0 else 2.0
         return self.model_copy(update=upd)
 
+    def cut(self, layers: int, name: str | None = None) -> "ModelSpec":
+        """This model's first ``layers`` decoder layers with its embedding, final norm and LM head (a draft cut by
+        ``specsim calibrate cut-draft``, a CPU-sized benchmark run): same shape, fewer layers. Itself when nothing
+        changes."""
+        if layers == self.layers and name is None:
+            return self
+        return self.model_copy(update={"layers": layers, "published_params": None,
+                                       "name": name or f"{self.name}-cut{layers}"})
+
     def draft_head(self, layers: int = 1, vocab: int | None = None, fusion: bool = True) -> "ModelSpec":
         """An EAGLE / MTP-style draft head of this (target) model: ``layers`` decoder layers of the target's
         shape fed the target's hidden states, a fusion projection (2H x H) of [token embedding, hidden state]

@@ -85,3 +85,15 @@ def test_derived_gpu_priors_have_provenance_and_datasheet_era_reproduces_old_pri
     assert old.link_bandwidth_bytes_per_s == 25e9 and old.cost_prior is None
     cpu = get_hardware("cpu")
     assert cpu.cost_prior is None and prior_profile(cpu).params(cpu).mem_efficiency == 0.5
+
+
+def test_a_cut_keeps_the_shape_with_fewer_layers():
+    from simulator.catalog import get_model
+
+    m = get_model("qwen2.5-7b")
+    c = m.cut(4)
+    assert (c.layers, c.hidden, c.vocab, c.kv_heads) == (4, m.hidden, m.vocab, m.kv_heads) and c.name == "qwen2.5-7b-cut4"
+    assert c.params < m.params and c.kv_bytes_per_token() == m.kv_bytes_per_token() * 4 / m.layers
+    assert m.cut(m.layers) is m
+    # the catalog's cut entries are this rule
+    assert get_model("qwen2.5-7b-cut4").params == c.params

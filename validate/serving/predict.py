@@ -158,8 +158,7 @@ def run_models(run: ServingRun, setup) -> dict:
     n, h = d.get("num_layers"), d.get("hidden_size")
     m = models.get("draft")
     if m is not None and n and int(n) != m.layers and (h is None or int(h) == m.hidden):
-        models["draft"] = m.model_copy(update={"layers": int(n), "name": f"{m.name}-as-{int(n)}-layers",
-                                               "published_params": None})
+        models["draft"] = m.cut(int(n), name=f"{m.name}-as-{int(n)}-layers")
     return models
 
 
