@@ -19,7 +19,8 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from calibrate.gpu_profiles.kernel_model import Datasheet, KernelParams, OpArrays
-from simulator.catalog import get_hardware
+from calibrate.gpu_profiles.records import DENSE_OPS
+from simulator.catalog import get_hardware, hardware_catalog
 
 COMPUTE_PARAMS = ("mem_efficiency", "compute_efficiency", "gemm_tile_tokens", "attn_compute_efficiency",
                   "row_mem_efficiency", "kernel_overhead_s")
@@ -35,9 +36,16 @@ def datasheet(gpu: str) -> Datasheet:
     return Datasheet(h.memory_bandwidth_bytes_per_s, h.dense_bf16_flops_per_s)
 
 
+def _has_datasheet(df: pd.DataFrame) -> pd.Series:
+    """Rows of GPUs the catalog has a datasheet for (records may carry others, e.g. b200: nothing to predict with)."""
+    return df["gpu"].isin(set(hardware_catalog()))
+
+
 def fit_rows(df: pd.DataFrame) -> pd.DataFrame:
-    """The rows the compute fit uses: bf16/fp16 kernels (no all-reduce)."""
-    return df[(df["op"] != "allreduce") & df["dtype"].isin(FIT_DTYPES)]
+    """The rows the compute fit uses: the kernel model's dense ops (no all-reduce; no MoE / MLA), bf16/fp16
+    kernels, GPUs with a datasheet."""
+    ops = [o for o in DENSE_OPS if o != "allreduce"]
+    return df[df["op"].isin(ops) & df["dtype"].isin(FIT_DTYPES) & _has_datasheet(df)]
 
 
 CUSTOM_AR_MAX_BYTES = 8 * 2**20  # vLLM's custom all-reduce handles messages up to 8 MiB; NCCL above
@@ -46,7 +54,7 @@ CUSTOM_AR_MAX_BYTES = 8 * 2**20  # vLLM's custom all-reduce handles messages up 
 def allreduce_rows(df: pd.DataFrame) -> pd.DataFrame:
     """Single-node all-reduce rows of the path vLLM takes: its custom all-reduce inside CUDA graphs up to
     ``CUSTOM_AR_MAX_BYTES``, NCCL above (and everywhere when only NCCL was measured: Vidur)."""
-    ar = df[(df["op"] == "allreduce") & df["link"].isin(["nvlink", "pcie"])]
+    ar = df[(df["op"] == "allreduce") & df["link"].isin(["nvlink", "pcie"]) & _has_datasheet(df)]
     graph = ar[(ar["backend"] == "vllm_graph") & (ar["message_bytes"] <= CUSTOM_AR_MAX_BYTES)]
     nccl = ar[ar["backend"] == "nccl"]
     if graph.empty:

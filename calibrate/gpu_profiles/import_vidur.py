@@ -9,7 +9,11 @@ Each ``time_stats.<op>.median`` becomes one record (``records.RECORD_COLUMNS``) 
 the op ran on: Vidur profiles one layer's linear ops of a TP shard on a single GPU
 (QKV: n = (h_q + 2 h_kv) d / TP, k = H; O: n = H, k = h_q d / TP; gate+up: n = (1+gated) F / TP,
 k = H; down: n = H, k = F / TP). Repeated (num_tokens, TP) rows are profiling repeats: all kept.
-Multi-node all-reduce rows (devices_per_node < num_workers) are kept with link ``internode``.
+Multi-node all-reduce rows (devices_per_node < num_workers) are kept with link ``internode``; single-node rows
+get the GPU's own link (``records.link_of``: nvlink, or pcie for a PCIe card).
+An all-reduce row's GPU is its setup folder's prefix, the same names as ``compute/<gpu>``
+(``a100_dgx`` -> a100 -> a100-80gb, ``h100_pairwise_nvlink`` -> h100 -> h100-sxm); a setup whose prefix is
+not in ``GPU_NAMES`` is an input error naming the file (a GPU we cannot name cannot be fitted).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from calibrate.gpu_profiles.records import empty_row, frame, numeric_column
+from calibrate.gpu_profiles.records import empty_row, frame, link_of, numeric_column
 from simulator.errors import InputError
 
 SOURCE_REPO = "microsoft/vidur"
@@ -104,9 +108,19 @@ def import_mlp_csv(path: Path, root: Path) -> list[dict]:
     return rows
 
 
+def network_gpu(path: Path, setup: str) -> str:
+    """Catalog name of the GPU of a ``network/<setup>`` folder: its prefix before the first ``_``."""
+    prefix = setup.split("_", 1)[0]
+    if prefix not in GPU_NAMES:
+        raise InputError(str(path), None, f"network setup {setup!r}: unknown GPU prefix {prefix!r} "
+                                          f"(known: {', '.join(sorted(GPU_NAMES))})")
+    return GPU_NAMES[prefix]
+
+
 def import_allreduce_csv(path: Path, root: Path) -> list[dict]:
     """Records of one ``network/<setup>/all_reduce.csv``."""
     rel = path.relative_to(root)
+    gpu = network_gpu(path, rel.parts[1])
     df = _read_csv(path)
     _check_header(path, df.columns, set(NETWORK_COLUMNS))
     for c in ("num_workers", "size", "time_stats.all_reduce.median", "devices_per_node"):
@@ -116,12 +130,13 @@ def import_allreduce_csv(path: Path, root: Path) -> list[dict]:
     size = numeric_column(df["size"], str(path), "size")
     per_node = numeric_column(df["devices_per_node"], str(path), "devices_per_node")
     t = numeric_column(df["time_stats.all_reduce.median"], str(path), "time_stats.all_reduce.median")
+    node_link = link_of(gpu)
     rows = []
     for i in range(len(df)):
         if not t[i] > 0:
             raise InputError(str(path), f"row {i + 1}: column time_stats.all_reduce.median", f"must be > 0 (got {t[i]})")
-        link = "nvlink" if per_node[i] >= n[i] else "internode"
-        rows.append({**empty_row(), "source": "vidur", "source_file": str(rel), "source_row": i + 1, "gpu": "a100-80gb",
+        link = node_link if per_node[i] >= n[i] else "internode"
+        rows.append({**empty_row(), "source": "vidur", "source_file": str(rel), "source_row": i + 1, "gpu": gpu,
                      "device": rel.parts[1], "op": "allreduce", "source_op": "all_reduce", "tp": int(n[i]),
                      "message_bytes": size[i], "num_gpus": int(n[i]), "link": link, "backend": "nccl",
                      "dtype": "float16", "time_s": t[i] * MS})

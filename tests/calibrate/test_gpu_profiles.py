@@ -128,23 +128,202 @@ def test_import_aiconfigurator_tiny_tables(tmp_path):
     assert r.returncode == 2 and r.stderr.strip() == f"error: {g / 'gemm_perf.parquet'}: row 1: column latency: not a number ('slow')"
 
 
+def _named_gpus() -> set[str]:
+    """Catalog hardware names plus the documented non-catalog ones: what a record's ``gpu`` may be."""
+    from calibrate.gpu_profiles.records import NON_CATALOG_GPUS
+    from simulator.catalog import hardware_catalog
+
+    return set(hardware_catalog()) | set(NON_CATALOG_GPUS)
+
+
+def _link_of(gpu: str) -> str | None:
+    from simulator.catalog import hardware_catalog
+
+    cat = hardware_catalog()
+    return cat[gpu].interconnect if gpu in cat else None
+
+
+def write_allreduce(root: Path, setup: str, rows=((2, 2048, 0.01), (2, 1 << 20, 0.05), (4, 1 << 20, 0.08))) -> Path:
+    """A tiny Vidur-layout network/<setup>/all_reduce.csv (num_workers, size bytes, median ms)."""
+    p = root / "network" / setup / "all_reduce.csv"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    recs = [{"": i, **{f"time_stats.all_reduce.{s}": t for s in STATS}, "rank": 0, "num_workers": n, "size": size,
+             "collective": "all_reduce", "devices_per_node": 8, "max_devices_per_node": 8}
+            for i, (n, size, t) in enumerate(rows)]
+    pd.DataFrame(recs).to_csv(p, index=False)
+    return p
+
+
+def test_vidur_allreduce_rows_carry_their_setups_gpu(tmp_path):
+    write_allreduce(tmp_path / "in", "a100_pairwise_nvlink")
+    write_allreduce(tmp_path / "in", "h100_dgx")
+    write_allreduce(tmp_path / "in", "a40_pcie")
+    df, _ = import_vidur(tmp_path / "in")
+    by_setup = df.groupby("device")[["gpu", "link"]].agg(set).to_dict("index")
+    assert by_setup == {"a100_pairwise_nvlink": {"gpu": {"a100-80gb"}, "link": {"nvlink"}},
+                        "h100_dgx": {"gpu": {"h100-sxm"}, "link": {"nvlink"}},
+                        "a40_pcie": {"gpu": {"a40"}, "link": {"pcie"}}}
+    assert df["time_s"].iloc[0] == pytest.approx(1e-5)
+
+
+def test_vidur_allreduce_of_an_unknown_gpu_names_the_file_exit_2(tmp_path):
+    write_allreduce(tmp_path / "in", "a100_dgx")
+    bad = write_allreduce(tmp_path / "in", "mi300_xgmi")
+    with pytest.raises(InputError, match="unknown GPU prefix 'mi300'"):
+        import_vidur(tmp_path / "in")
+    out = tmp_path / "o.csv"
+    r = _specsim("calibrate", "import-vidur", tmp_path / "in", "--out", out)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {bad}: ") and not out.exists()
+
+
 @pytest.mark.skipif(not (SHARED / "vidur-gpu-profiles").is_dir(), reason="../shared/data/vidur-gpu-profiles absent")
 def test_import_vidur_real_shared_data():
+    from calibrate.gpu_profiles.import_vidur import GPU_NAMES
+
     df, prov = import_vidur(SHARED / "vidur-gpu-profiles")
-    assert set(df.gpu) == {"a100-80gb", "a40"}
+    # properties, not today's list of GPUs: the shared data keeps growing
+    assert set(df.gpu) <= _named_gpus() and {"a100-80gb", "a40"} <= set(df.gpu)
     assert prov["source_repo"] == "microsoft/vidur" and len(prov.get("source_commit", "")) == 40
     assert (df.time_s > 0).all() and set(df.tp.dropna().unique()) >= {1, 2, 4, 8}
+    ar = df[df.op == "allreduce"]
+    assert len(ar) and (ar.gpu == ar.device.str.split("_").str[0].map(GPU_NAMES)).all()
+    for gpu, links in ar.groupby("gpu")["link"].agg(set).items():  # the GPU's own link inside a node
+        assert links <= {"pcie" if _link_of(gpu) == "pcie" else "nvlink", "internode"}, gpu
 
 
-@pytest.mark.skipif(not (SHARED / "aiconfigurator-vllm-kernels").is_dir(), reason="../shared/data/aiconfigurator-vllm-kernels absent")
-def test_import_aiconfigurator_real_shared_data():
+@pytest.fixture(scope="module")
+def aic_real():
+    if not (SHARED / "aiconfigurator-vllm-kernels").is_dir():
+        pytest.skip("../shared/data/aiconfigurator-vllm-kernels absent")
     pytest.importorskip("pyarrow")
     from calibrate.gpu_profiles.import_aiconfigurator import import_aiconfigurator
 
-    df, prov = import_aiconfigurator(SHARED / "aiconfigurator-vllm-kernels")
-    assert set(df.gpu) == {"a100-80gb", "l40s"}
-    assert {"gemm", "attn_decode", "attn_prefill", "allreduce"} <= set(df.op)
-    assert set(df[df.gpu == "l40s"].link.replace("", np.nan).dropna()) == {"pcie"}
+    return import_aiconfigurator(SHARED / "aiconfigurator-vllm-kernels")
+
+
+def test_import_aiconfigurator_real_shared_data(aic_real, tmp_path):
+    from calibrate.gpu_profiles.fit import fit_rows
+    from calibrate.gpu_profiles.records import DENSE_OPS, OPS
+    from simulator.catalog import hardware_catalog
+
+    df, prov = aic_real
+    root = SHARED / "aiconfigurator-vllm-kernels"
+    assert set(df.gpu) <= _named_gpus() and {"a100-80gb", "l40s"} <= set(df.gpu)
+    assert {"gemm", "attn_decode", "attn_prefill", "allreduce"} <= set(df.op) <= set(OPS)
+    assert (df.time_s > 0).all() and df.time_s.notna().all()
+    # every table is either imported or skipped with its reason, never silently dropped
+    tables = {str(p.relative_to(root)) for p in root.glob("*/*/*/*/*.parquet")}
+    assert set(prov["files"]) | set(prov["files_skipped"]) == tables
+    assert not set(prov["files"]) & set(prov["files_skipped"])
+    assert all(isinstance(why, str) and why for why in prov["files_skipped"].values())
+    assert set(df.source_file) <= set(prov["files"])
+    assert len(prov.get("source_commit", "")) == 40
+    # the link follows the GPU's interconnect: PCIe cards never get nvlink
+    ar = df[df.op == "allreduce"]
+    for gpu, links in ar.groupby("gpu")["link"].agg(set).items():
+        assert links == {"pcie" if _link_of(gpu) == "pcie" else "nvlink"}, gpu
+    assert (ar.message_bytes > 0).all() and set(ar.num_gpus) >= {2, 4, 8}
+    # MoE / MLA rows carry their own shape columns; downstream fits see only dense ops of catalog GPUs
+    moe = df[df.op == "moe"]
+    if len(moe):
+        assert moe[["tokens", "hidden", "expert_intermediate", "topk", "experts", "tp", "ep"]].notna().all().all()
+        assert (moe.topk <= moe.experts).all() and (moe.distribution != "").all()
+    mla = df[df.op.isin(["mla_decode", "mla_prefill"])]
+    assert mla[["batch", "tokens", "kv_tokens", "heads"]].notna().all().all()
+    fr = fit_rows(df)
+    assert len(fr) and set(fr.op) <= set(DENSE_OPS) and set(fr.gpu) <= set(hardware_catalog())
+    # a sample of every op round-trips through the contract
+    sample = df.groupby("op").head(50)
+    back = read_records(write_records(sample, tmp_path / "r.csv", prov))
+    assert len(back) == len(sample) and set(back.op) == set(df.op)
+
+
+def _aic_common(**kw) -> dict:
+    return dict(framework="VLLM", version="0.14.0", device="NVIDIA L40S", kernel_source="k", **kw)
+
+
+def _parquet(root: Path, rel: str, rows: list[dict], meta_version: str | None = None) -> Path:
+    p = root / rel
+    p.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_parquet(p)
+    if meta_version is not None:
+        (p.parent / "collection_meta.yaml").write_text(
+            f"schema_version: 1\nprovenance: legacy\nruntime:\n  framework: nccl\n  version: '{meta_version}'\n")
+    return p
+
+
+def test_aiconfigurator_older_and_newer_layouts(tmp_path):
+    """Older NCCL tables without runtime columns (from collection_meta.yaml), extra power columns, MoE, MLA
+    and MLA-BMM tables, and B200 -> b200: all read."""
+    pytest.importorskip("pyarrow")
+    from calibrate.gpu_profiles.import_aiconfigurator import import_aiconfigurator
+
+    _parquet(tmp_path, "h100_sxm/comm/nccl/2.23/nccl_perf.parquet",
+             [{"nccl_dtype": "half", "num_gpus": 8, "message_size": 1024, "kernel_source": "NCCL", "op_name": op,
+               "latency": 0.02} for op in ("all_reduce", "all_gather")], meta_version="2.23")
+    _parquet(tmp_path, "b200_sxm/gemm/vllm/0.22.0/gemm_perf.parquet",
+             [_aic_common(op_name="gemm", gemm_dtype="bfloat16", m=16, n=4096, k=4096, latency=0.01, power=612.5,
+                          power_limit=1000.0)])
+    _parquet(tmp_path, "h100_sxm/moe/vllm/0.19.0/moe_perf.parquet",
+             [_aic_common(op_name="moe", moe_dtype="fp8", num_tokens=64, hidden_size=4096, inter_size=14336, topk=2,
+                          num_experts=8, moe_tp_size=2, moe_ep_size=4, distribution="power_law_1.2", latency=0.3)])
+    _parquet(tmp_path, "h100_sxm/mla/vllm/0.14.0/generation_mla_perf.parquet",
+             [_aic_common(op_name="generation_mla", mla_dtype="bfloat16", kv_cache_dtype="fp8", num_heads=16,
+                          batch_size=8, isl=1, tp_size=8, step=4095, latency=0.05)])
+    _parquet(tmp_path, "h100_sxm/mla/vllm/0.24.0/mla_context_module_perf.parquet",
+             [_aic_common(op_name="mla_context_module", model="deepseek-ai/DeepSeek-V3",
+                          architecture="DeepseekV3ForCausalLM", mla_dtype="bfloat16", kv_cache_dtype="bfloat16",
+                          gemm_type="fp8_block", num_heads=128, batch_size=2, isl=512, tp_size=1, step=0, latency=0.4)])
+    _parquet(tmp_path, "h100_sxm/mla_bmm/vllm/0.24.0/mla_bmm_perf.parquet",
+             [_aic_common(op_name="mla_gen_pre", bmm_dtype="bfloat16", num_tokens=32, num_heads=128, latency=0.01)])
+    df, prov = import_aiconfigurator(tmp_path)
+    assert prov["files_skipped"] == {}
+    by = {op: g.iloc[0] for op, g in df.groupby("op")}
+    ar = by["allreduce"]
+    assert (ar.gpu, ar.version, ar.backend, ar.message_bytes, ar.num_gpus, ar.link) == (
+        "h100-sxm", "2.23", "nccl", 2048.0, 8, "nvlink")
+    assert (df.op == "allreduce").sum() == 1  # all_gather rows are not all-reduces
+    g = by["gemm"]
+    assert (g.gpu, g.device, g.tokens, g.n, g.k, g.time_s) == ("b200", "b200_sxm", 16, 4096, 4096, pytest.approx(1e-5))
+    m = by["moe"]
+    assert (m.tokens, m.hidden, m.expert_intermediate, m.topk, m.experts, m.tp, m.ep, m.distribution, m["dtype"]) == (
+        64, 4096, 14336, 2, 8, 2, 4, "power_law_1.2", "fp8")
+    d = by["mla_decode"]
+    assert (d.batch, d.tokens, d.kv_tokens, d.heads, d.tp, d.kv_dtype, d.source_op) == (8, 1, 4095, 16, 8, "fp8", "generation_mla")
+    pf = by["mla_prefill"]
+    assert (pf.model, pf.gemm_dtype, pf.tokens, pf.source_op) == ("deepseek-ai/DeepSeek-V3", "fp8_block", 512, "mla_context_module")
+    b = by["mla_bmm"]
+    assert (b.tokens, b.heads, b.source_op) == (32, 128, "mla_gen_pre")
+
+
+def test_aiconfigurator_skips_and_names_tables_it_cannot_read(tmp_path):
+    """An unknown table, an unknown column, a missing column, a GPU with no name: each skipped with its reason
+    (provenance + one stderr warning line); the rest imported, exit 0."""
+    pytest.importorskip("pyarrow")
+    from calibrate.gpu_profiles.import_aiconfigurator import import_aiconfigurator
+
+    gemm = _aic_common(op_name="gemm", gemm_dtype="bfloat16", m=8, n=1024, k=512, latency=0.01)
+    _parquet(tmp_path, "l40s/gemm/vllm/0.14.0/gemm_perf.parquet", [gemm])
+    skipped = {"l40s/gemm/vllm/0.19.0/gemm_perf.parquet": ([{**gemm, "quant_group": 128}], "unknown column 'quant_group'"),
+               "l40s/gemm/vllm/0.22.0/gemm_perf.parquet": ([{k: v for k, v in gemm.items() if k != "n"}], "missing column 'n'"),
+               "l40s/dsa/vllm/0.24.0/dsa_indexer_perf.parquet": ([gemm], "unknown table 'dsa_indexer_perf'"),
+               "gb300/gemm/vllm/0.24.0/gemm_perf.parquet": ([gemm], "GPU folder 'gb300' has no catalog name")}
+    for rel, (rows, _) in skipped.items():
+        _parquet(tmp_path, rel, rows)
+    df, prov = import_aiconfigurator(tmp_path)
+    assert len(df) == 1 and prov["files"] == ["l40s/gemm/vllm/0.14.0/gemm_perf.parquet"]
+    assert set(prov["files_skipped"]) == set(skipped)
+    for rel, (_, why) in skipped.items():
+        assert why in prov["files_skipped"][rel], rel
+    out = tmp_path / "o.csv"
+    r = _specsim("calibrate", "import-aiconfigurator", tmp_path, "--out", out)
+    assert r.returncode == 0, r.stderr
+    warn = [line for line in r.stderr.strip().splitlines() if line]
+    assert len(warn) == 1 and warn[0].startswith("warning: skipped 4 table(s)")
+    assert all(rel in warn[0] for rel in skipped)
+    assert len(read_records(out)) == 1
 
 
 # ---- the kernel model: hand-computed cases, recovery from synthetic data ------------------------------
