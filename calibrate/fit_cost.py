@@ -55,7 +55,20 @@ FIX_ORDER = ("allreduce_latency_s", "seq_overhead_s", "layer_overhead_s", "compu
 ZEROABLE = ("step_overhead_s", "layer_overhead_s", "call_overhead_s", "allreduce_latency_s", "seq_overhead_s")
 BOUNDS = {"mem_efficiency": (1e-3, 10.0), "compute_efficiency": (1e-3, 10.0), "step_overhead_s": (1e-7, 1.0),
           "layer_overhead_s": (1e-9, 1e-2), "call_overhead_s": (1e-6, 10.0), "allreduce_latency_s": (1e-9, 1e-2),
-          "seq_overhead_s": (1e-9, 0.1)}
+          "seq_overhead_s": (1e-9, 0.1),
+          # the step's shape (issue 24; engine-level fits only): p of the soft roofline, the GEMV->GEMM jump, eta_kv
+          "roofline_p": (1.0, 64.0), "multi_token_penalty": (1e-6, 1.0), "kv_mem_efficiency": (1e-3, 10.0),
+          "draft_step_overhead_s": (1e-7, 1.0),
+          "eager_mem_efficiency": (1e-3, 10.0)}  # a nuisance of eager layer profiles (engine_fit): not a fraction
+# Carried from the prior as they are by call fits (the engine-level fit, calibrate.gpu_profiles.engine_fit, sets them)
+SHAPE_NAMES = ("roofline_p", "multi_token_penalty", "kv_mem_efficiency", "draft_step_overhead_s")
+ZEROABLE = ZEROABLE + ("multi_token_penalty", "draft_step_overhead_s")
+FIX_ORDER = FIX_ORDER + ("multi_token_penalty", "draft_step_overhead_s", "kv_mem_efficiency", "roofline_p")
+
+
+def base_name(name: str) -> str:
+    """A parameter's kind: ``h100-sxm.mem_efficiency`` -> ``mem_efficiency`` (grouped fits name one per group)."""
+    return name.rsplit(".", 1)[-1]
 F_SCALE = 0.05
 # Width of the log-normal prior around each parameter's prior value (1.0: a factor e either way, in
 # units of F_SCALE-scaled residuals). Held-out median APE of the CPU campaigns was flat for 0.5-2.
@@ -115,7 +128,7 @@ class CallPredictor:
 
     def deployments(self, params: CostParams) -> dict[str, Deployment]:
         s = self.setup
-        return {r: Deployment(m, s.hardware, s.tp, params) for r, m in s.models.items()}
+        return {r: Deployment(m, s.hardware, s.tp, params.for_role(r)) for r, m in s.models.items()}
 
     def components(self, params: CostParams) -> dict[str, np.ndarray]:
         """Seconds of every call by component (``simulator.cost_tables.COMPONENTS``)."""
@@ -133,8 +146,12 @@ class CallPredictor:
 
 # ---- the fit -------------------------------------------------------------------------------------
 def _values(profile: CostProfile, hardware: HardwareSpec) -> dict[str, float]:
+    """The seven fitted parameters, plus the step's shape where the profile states it (kept, never refitted here:
+    a call fit on one setup does not pin the GEMM shape; the engine-level fit does)."""
     p = profile.params(hardware)
-    return {n: float(getattr(p, n)) for n in PARAM_NAMES}
+    out = {n: float(getattr(p, n)) for n in PARAM_NAMES}
+    out.update({n: float(getattr(profile, n).value) for n in SHAPE_NAMES if getattr(profile, n) is not None})
+    return out
 
 
 def _params(values: dict[str, float]) -> CostParams:
@@ -186,7 +203,8 @@ class LogFit:
     prior_dominated: dict[str, float] = field(default_factory=dict)  # estimated, posterior relative sd > MAX_REL_STDERR
 
 
-def fit_log_times(predict, y: np.ndarray, prior_vals: dict[str, float], candidates: tuple[str, ...] = PARAM_NAMES) -> LogFit:
+def fit_log_times(predict, y: np.ndarray, prior_vals: dict[str, float], candidates: tuple[str, ...] = PARAM_NAMES,
+                  *, names: tuple[str, ...] = PARAM_NAMES, build=None, bounds: dict | None = None) -> LogFit:
     """The one fitter of the cost model's named parameters: the posterior mode (MAP) of the log parameters
     given robust (soft-L1) log-time residuals of ``predict(CostParams) -> seconds`` against ``y`` (log
     seconds) and a log-normal prior around each parameter's prior value (``PRIOR_LOG_SD``), within
@@ -207,27 +225,34 @@ def fit_log_times(predict, y: np.ndarray, prior_vals: dict[str, float], candidat
     Posterior covariance: s^2 (J^T J + (F_SCALE / PRIOR_LOG_SD)^2 I)^-1, J the central-difference Jacobian
     of the raw log residuals in log-parameter space, s = 1.4826 MAD of the residuals.
 
-    Used for engine calls (:func:`fit_cost`) and engine steps (``validate.serving.fit_step_params``)."""
+    Used for engine calls (:func:`fit_cost`), engine steps (``validate.serving.fit_step_params``) and the
+    engine-level GPU step model (``calibrate.gpu_profiles.engine_fit``). ``names``: the parameters (default
+    the cost profile's seven); a grouped fit names one per group (``GROUP.kind``: bounds, zeroing and the fix
+    order go by the kind, :func:`base_name`) and passes ``build`` (values -> what ``predict`` takes;
+    default a :class:`CostParams`)."""
     from scipy.optimize import least_squares
 
-    free = [n for n in PARAM_NAMES if n in candidates]
-    fixed: dict[str, str] = {n: "not a fit candidate" for n in PARAM_NAMES if n not in candidates}
+    build = build or _params
+    bnd = {**BOUNDS, **(bounds or {})}  # by kind; ``bounds`` narrows them for one fit (e.g. eta <= 1)
+    order = lambda n: FIX_ORDER.index(base_name(n)) if base_name(n) in FIX_ORDER else len(FIX_ORDER)  # noqa: E731
+    free = [n for n in names if n in candidates]
+    fixed: dict[str, str] = {n: "not a fit candidate" for n in names if n not in candidates}
     zeroed: list[str] = []
     vals = dict(prior_vals)
     cov, rel = np.zeros((0, 0)), np.zeros(0)
-    for _ in range(len(PARAM_NAMES) + 1):
+    for _ in range(len(names) + 1):
         base_vals = {**prior_vals, **dict.fromkeys(zeroed, 0.0)}
 
         def resid(logx, free=free, base_vals=base_vals):
             v = dict(base_vals)
             v.update({n: float(np.exp(lx)) for n, lx in zip(free, logx)})
-            return np.log(predict(_params(v))) - y
+            return np.log(predict(build(v))) - y
 
         if not free:
             vals, cov, rel = dict(base_vals), np.zeros((0, 0)), np.zeros(0)
             break
-        lo = np.log([BOUNDS[n][0] for n in free])
-        hi = np.log([BOUNDS[n][1] for n in free])
+        lo = np.log([bnd[base_name(n)][0] for n in free])
+        hi = np.log([bnd[base_name(n)][1] for n in free])
         x0 = np.clip(np.log(np.maximum([prior_vals[n] for n in free], 1e-300)), lo + 1e-9, hi - 1e-9)
         prior_w = F_SCALE / PRIOR_LOG_SD
 
@@ -236,7 +261,7 @@ def fit_log_times(predict, y: np.ndarray, prior_vals: dict[str, float], candidat
 
         res = None
         for scale in START_SCALES:
-            xs = x0 + np.array([np.log(scale) if n in ("mem_efficiency", "compute_efficiency") else 0.0 for n in free])
+            xs = x0 + np.array([np.log(scale) if base_name(n) in ("mem_efficiency", "compute_efficiency") else 0.0 for n in free])
             xs = np.clip(xs, lo + 1e-9, hi - 1e-9)
             cand = least_squares(objective, xs, bounds=(lo, hi), loss="soft_l1", f_scale=F_SCALE, x_scale=1.0)
             if res is None or cand.cost < res.cost - 1e-12:
@@ -253,13 +278,13 @@ def fit_log_times(predict, y: np.ndarray, prior_vals: dict[str, float], candidat
         for k, n in enumerate(free):
             if col[k] <= NO_SIGNAL:
                 bad[n] = (f"no signal in the data (Jacobian column ~0, mean |d log T / d log p| = {col[k]:.1e})", False)
-            elif n in ZEROABLE and res.x[k] - lo[k] < 1e-3:
-                bad[n] = (f"set to zero: ran to its lower bound {BOUNDS[n][0]:g} (negligible beside the other terms)", True)
+            elif base_name(n) in ZEROABLE and res.x[k] - lo[k] < 1e-3:
+                bad[n] = (f"set to zero: ran to its lower bound {bnd[base_name(n)][0]:g} (negligible beside the other terms)", True)
             elif min(res.x[k] - lo[k], hi[k] - res.x[k]) < 1e-3:
-                bad[n] = (f"ran to its bound {BOUNDS[n]} (the data pushes it outside the physical range)", False)
+                bad[n] = (f"ran to its bound {bnd[base_name(n)]} (the data pushes it outside the physical range)", False)
         if not bad:
             break
-        worst = min(bad, key=FIX_ORDER.index)  # one at a time; the least physical first
+        worst = min(bad, key=order)  # one at a time; the least physical first
         fixed[worst], to_zero = bad[worst]
         if to_zero:
             zeroed.append(worst)
@@ -272,10 +297,10 @@ def fit_log_times(predict, y: np.ndarray, prior_vals: dict[str, float], candidat
         c = cov / np.outer(d, d)
         corr_out = {f"{free[i]}~{free[j]}": round(float(c[i, j]), 4)
                     for i in range(len(free)) for j in range(i + 1, len(free))}
-    for n in PARAM_NAMES:
+    for n in names:
         if n not in free and n not in fixed:
             fixed[n] = "not a fit candidate"
-    return LogFit(vals, stderr, free, fixed, corr_out, np.log(predict(_params(vals))) - y, tuple(zeroed), weak)
+    return LogFit(vals, stderr, free, fixed, corr_out, np.log(predict(build(vals))) - y, tuple(zeroed), weak)
 
 
 def fit_cost(calls: pd.DataFrame, setup: Setup, prior: CostProfile | None = None,
@@ -372,6 +397,7 @@ def build_profile(fit: CostFit, setup: Setup, *, name: str, engine: str, inputs:
                               hardware=f"{setup.hardware.display} x{setup.tp} (TP={setup.tp}); {hardware_note}",
                               engine=engine, models=[m.name for m in setup.models.values()]),
         **{n: param(n) for n in PARAM_NAMES},
+        **{n: getattr(prior, n) for n in SHAPE_NAMES},  # the step's shape: the hardware's prior, as it is
         fit=fit_block,
     )
 

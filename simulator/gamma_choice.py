@@ -42,23 +42,31 @@ class GammaChoice:
     per_gamma: dict[int, float]  # tokens/s for every γ considered
 
 
-def iteration_time(target: Deployment, draft: Deployment | None, batch: int, context: int, gamma: int) -> float:
-    """T_iter(B, γ) of one decoding iteration for B sequences at ``context`` (see the module docstring)."""
+def iteration_parts(target: Deployment, draft: Deployment | None, batch: int, context: int, gamma: int) -> tuple[float, float]:
+    """(draft seconds, verification seconds) of one decoding iteration for B sequences at ``context``: γ draft
+    passes (level i at context + i, w tokens per sequence; ``Deployment.draft_level_time``'s convention) and one
+    target pass over w*γ + 1 tokens per sequence. γ = 0 or no draft: (0, one plain decode step)."""
     if batch < 1:
         raise ValueError("batch must be >= 1")
     if gamma < 0:
         raise ValueError("gamma must be >= 0")
     cached = np.full(batch, float(context))
     if gamma == 0 or draft is None:
-        return float(target.batch_forward_time(np.ones(batch), cached, np.ones(batch)))
+        return 0.0, float(target.batch_forward_time(np.ones(batch), cached, np.ones(batch)))
     w = draft.drafting.tree_width
     vt = draft.drafting.verify_tokens(gamma)
     t = float(target.batch_forward_time(np.full(batch, float(vt)), cached, np.full(batch, float(vt))))
+    d = 0.0
     if not draft.drafting.free:
-        # level i at context + i (``Deployment.draft_level_time``: a tree's levels extend one path each)
-        t += sum(float(draft.batch_forward_time(np.full(batch, float(w)), cached + i, np.full(batch, float(w))))
-                 for i in range(gamma))
-    return t
+        d = sum(float(draft.batch_forward_time(np.full(batch, float(w)), cached + i, np.full(batch, float(w))))
+                for i in range(gamma))
+    return d, t
+
+
+def iteration_time(target: Deployment, draft: Deployment | None, batch: int, context: int, gamma: int) -> float:
+    """T_iter(B, γ) of one decoding iteration for B sequences at ``context`` (see the module docstring)."""
+    d, v = iteration_parts(target, draft, batch, context, gamma)
+    return d + v
 
 
 def goodput_gamma(target: Deployment, draft: Deployment | None, acceptance, batch: int, context: int,

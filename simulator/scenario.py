@@ -321,7 +321,7 @@ class ResolvedScenario:
         return {
             "base": Deployment(self.base_model, hw, tp, params),
             "small": Deployment(self.small_model, hw, tp, params),
-            "draft": Deployment(self.draft_model, hw, tp, params, drafting=self.drafting),
+            "draft": Deployment(self.draft_model, hw, tp, params.for_role("draft"), drafting=self.drafting),
         }
 
     def to_dict(self) -> dict:

@@ -108,7 +108,7 @@ def predict_config(cfg: SystemConfig, workload: WorkloadProfile, profile: CostPr
     ``execution``: how the measured runs executed (calls per step, prefix-cache block), default the
     simulator's one-call, token-exact caching."""
     params = profile.params(setup.hardware)
-    dep = {r: Deployment(m, setup.hardware, setup.tp, params) for r, m in setup.models.items()}
+    dep = {r: Deployment(m, setup.hardware, setup.tp, params.for_role(r)) for r, m in setup.models.items()}
     tables = CostTables(dep["base"], dep["small"], dep["draft"], workload, cfg.gamma, execution=execution or Execution())
     point = predict_point(cfg, chain_for(cfg, workload, {}), CostVectors(tables))
     req, steps = simulate(cfg, tables, n_requests, seed)

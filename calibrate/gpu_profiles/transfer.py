@@ -46,7 +46,7 @@ ATTN_FIXED_KV = 256
 PCIE_TP = 2            # the PCIe all-reduce pair is fitted at this TP degree (custom all-reduce; the shipped PCIe setups)
 # GPUs nobody profiled: (kind of transfer, which profiled GPUs the all-reduce comes from)
 TARGETS = {"a100-80gb": "a100-80gb", "a40": "a40", "l40s": "l40s", "a100-40gb": "a100-80gb",
-           "rtx-a6000": None, "h100-sxm": None, "h200": None}
+           "rtx-a6000": None, "h100-sxm": None, "h200": None, "b200": None, "gh200": None}
 STEP_PRIORS = {"step_overhead_s": 2.0e-3, "call_overhead_s": 5e-3, "seq_overhead_s": 1e-6}
 PRIOR_SRC = "prior: typical vLLM figures (CUDA graphs); not pinned by kernel profiles (no CPU-overhead table in ../shared/data)"
 
@@ -187,7 +187,7 @@ def derive(records: pd.DataFrame) -> dict:
 
 # NVLink datasheet figures (per direction) the transfer scales by; the catalog's link field becomes the
 # achieved all-reduce bus bandwidth, so the datasheet figure is kept here.
-DATASHEET_LINK = {"a100-80gb": 300e9, "a100-40gb": 300e9, "h100-sxm": 450e9, "h200": 450e9}
+DATASHEET_LINK = {"a100-80gb": 300e9, "a100-40gb": 300e9, "h100-sxm": 450e9, "h200": 450e9, "b200": 900e9, "gh200": 450e9}
 
 
 def _datasheet_link(h) -> float:

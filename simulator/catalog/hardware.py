@@ -25,6 +25,7 @@ class PriorParam(BaseModel):
     value: float = Field(ge=0)
     kind: Literal["datasheet", "prior", "calibrated", "transferred"]
     source: str
+    stderr: float | None = Field(default=None, ge=0)  # where the parameter was fitted (engine-level step model)
 
 
 class HardwareSpec(BaseModel):

@@ -3,9 +3,9 @@
 ``Deployment.pass_time(N, KV, A, L)`` (see :mod:`simulator.cost_model`) is affine in the
 batch aggregates inside each roofline branch:
 
-    T = max(m0 + m1 KV, c_n N + c_l L + c_a A) + r0 + r1 N + s S + o
+    T = softmax_p(m0 (1 + j [N >= 2]) + m1 KV, c_n N + c_l L + c_a A) + r0 + r1 N + s S + o
 
-with m0 = (W/TP)/(eta_mem BW), m1 = kv_bytes/(eta_mem BW), c_n = 2 P_layers/(TP eta_comp F),
+with m0 = (W/TP)/(eta_mem BW), m1 = kv_bytes/(eta_kv BW), c_n = 2 P_layers/(TP eta_comp F),
 c_l = 2 V H/(TP eta_comp F), c_a = 4 L heads head_dim/(TP eta_comp F), r0 = 2 L t_ar and
 r1 = 2 L * 2 (TP-1)/TP * H b / B_link (both 0 at TP = 1), s = t_seq (host cost per sequence; S sequences), o = t_step + L t_layer. The serving
 loop evaluates it millions of times, so the coefficients are computed once here; a test
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.cost_model import ACTIVATION_BYTES, Deployment
+from simulator.cost_model import ACTIVATION_BYTES, Deployment, soft_roofline
 
 
 class PassCost:
@@ -25,7 +25,10 @@ class PassCost:
         bw = c.mem_efficiency * h.memory_bandwidth_bytes_per_s
         fl = c.compute_efficiency * h.dense_bf16_flops_per_s
         self.m0 = dep.weight_bytes_per_gpu / bw
-        self.m1 = dep.kv_bytes_per_token_per_gpu / bw
+        self.m1 = dep.kv_bytes_per_token_per_gpu / (c.kv_efficiency * h.memory_bandwidth_bytes_per_s)
+        self.j = c.multi_token_penalty
+        self.p = c.roofline_p
+        self.hard = not np.isfinite(self.p)
         self.c_n = 2.0 * m.matmul_params_per_token / dep.tp / (c.compute_efficiency * dep.matmul_flops_per_s)
         self.c_l = 2.0 * m.embedding_params / dep.tp / fl
         self.c_a = 4.0 * m.layers * m.heads * m.head_dim / dep.tp / fl
@@ -40,12 +43,21 @@ class PassCost:
     def time(self, n: float, kv: float, attn: float, logits: float, seqs: float | None = None) -> float:
         """Scalar T_pass from aggregates: sum n_i, sum (c_i+n_i), sum n_i (c_i+(n_i+1)/2), sum l_i and the
         number of sequences (default: one per logit row, i.e. no verification in the pass)."""
-        return (max(self.m0 + self.m1 * kv, self.c_n * n + self.c_l * logits + self.c_a * attn) + self.r1 * n
-                + self.s * (logits if seqs is None else seqs) + self.o)
+        mem = self.m0 * (1.0 + self.j * (n >= 2)) + self.m1 * kv
+        comp = self.c_n * n + self.c_l * logits + self.c_a * attn
+        if self.hard:
+            gpu = max(mem, comp)
+        else:
+            hi, lo = (mem, comp) if mem >= comp else (comp, mem)
+            gpu = hi * (1.0 + (lo / hi) ** self.p) ** (1.0 / self.p) if hi > 0 else 0.0
+        return gpu + self.r1 * n + self.s * (logits if seqs is None else seqs) + self.o
 
     def times(self, n, kv, attn, logits, seqs=None) -> np.ndarray:
         """Vectorised :meth:`time` over arrays of aggregates."""
-        return (np.maximum(self.m0 + self.m1 * kv, self.c_n * n + self.c_l * logits + self.c_a * attn) + self.r1 * n
+        n = np.asarray(n, dtype=float)
+        mem = self.m0 * (1.0 + self.j * (n >= 2)) + self.m1 * np.asarray(kv, dtype=float)
+        comp = self.c_n * n + self.c_l * np.asarray(logits, dtype=float) + self.c_a * np.asarray(attn, dtype=float)
+        return (soft_roofline(mem, comp, self.p) + self.r1 * n
                 + self.s * (logits if seqs is None else seqs) + self.o)
 
     def batch(self, n: np.ndarray, c: np.ndarray, logits: np.ndarray | float | None = None) -> float:

@@ -165,7 +165,7 @@ def run_models(run: ServingRun, setup) -> dict:
 def deployments(params, setup, models: dict | None = None) -> dict:
     from simulator.cost_model import Deployment
 
-    return {role: Deployment(m, setup.hardware, setup.tp, params) for role, m in (models or setup.models).items()}
+    return {role: Deployment(m, setup.hardware, setup.tp, params.for_role(role)) for role, m in (models or setup.models).items()}
 
 
 def predict_run(run: ServingRun, params, setup, acceptance: list[float] | None = None):

@@ -1,0 +1,98 @@
+"""``specsim pass-time``: the predicted time of one engine step, and of one speculative iteration, with its terms.
+
+One row per (batch, new tokens, context) point: B sequences with T new tokens each on C cached tokens each, one
+pass of the deployment (``Deployment.pass_breakdown``: weights, KV, compute, all-reduce, step, layers, sequences;
+they sum to ``pass_ms``). With a draft and gamma K, also one speculative decoding iteration of the same B
+sequences at context C: K draft passes + one verification of K+1 tokens per sequence
+(``simulator.gamma_choice.iteration_parts``: the serving simulator's and the gamma rule's own iteration), in
+``draft_ms``, ``verify_ms`` and ``iteration_ms``. Parameters: the hardware catalog's priors (engine-level step
+model, ``simulator/catalog/gpu_priors.yaml``) or a cost profile YAML.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from simulator.catalog import get_hardware, get_model
+from simulator.cost_model import CostProfile, Deployment, Drafting, Param, prior_profile
+from simulator.errors import InputError
+
+PARTS = ("weights", "kv", "compute", "allreduce", "step", "layers", "sequences")
+
+
+def draft_deployment(target: Deployment, draft: str, params) -> Deployment:
+    """``head`` / ``head:N``: an N-layer (default 1) EAGLE/MTP-style head of the target; else a catalog model."""
+    if draft == "head" or draft.startswith("head:"):
+        n = draft.partition(":")[2] or "1"
+        if not n.isdigit() or int(n) < 1:
+            raise InputError(None, "--draft", f"expected head or head:LAYERS with LAYERS >= 1 (got {draft!r})")
+        return Deployment(target.model.draft_head(int(n)), target.hardware, target.tp, params.for_role("draft"),
+                          Drafting(kind="head"))
+    model = get_model(draft, None, "--draft").with_dtypes(target.model.weight_dtype, target.model.kv_dtype)
+    return Deployment(model, target.hardware, target.tp, params.for_role("draft"))
+
+
+def pass_time_table(model: str, hardware: str, tp: int = 1, batches=(1,), new_tokens=(1,), contexts=(0,),
+                    dtype: str = "bf16", draft: str | None = None, gamma: int | None = None,
+                    profile: CostProfile | None = None) -> tuple[pd.DataFrame, dict]:
+    hw = get_hardware(hardware, None, "--hardware")
+    m = get_model(model, None, "--model")
+    try:
+        m = m.with_dtypes(weight_dtype=dtype)
+    except ValueError as e:
+        raise InputError(None, "--dtype", str(e)) from None
+    if tp < 1 or tp > 64:
+        raise InputError(None, "--tp", f"must lie in 1..64 (got {tp})")
+    if (draft is None) != (gamma is None):
+        raise InputError(None, "--draft" if draft is None else "--gamma", "--draft and --gamma go together")
+    if gamma is not None and not 1 <= gamma <= 16:
+        raise InputError(None, "--gamma", f"must lie in 1..16 (got {gamma})")
+    prof = profile or prior_profile(hw)
+    if profile is not None and profile.hardware != hw.name:
+        raise InputError(None, "--profile", f"the profile is for {profile.hardware}, not --hardware {hw.name}")
+    params = prof.params(hw)
+    target = Deployment(m, hw, tp, params)
+    dd = draft_deployment(target, draft, params) if draft is not None else None
+    rows = []
+    for B in batches:
+        for T in new_tokens:
+            for C in contexts:
+                n = np.full(B, float(T))
+                c = np.full(B, float(C))
+                bd = target.pass_breakdown(n.sum(), (c + n).sum(), (n * (c + (n + 1.0) / 2.0)).sum(), float(B), float(B))
+                r = {"model": m.name, "hardware": hw.name, "tp": tp, "dtype": dtype, "batch": B, "new_tokens": T,
+                     "context": C, "pass_ms": float(bd["total"]) * 1e3}
+                r.update({f"{k}_ms": float(bd[k]) * 1e3 for k in PARTS})
+                if dd is not None:
+                    from simulator.gamma_choice import iteration_parts
+
+                    dr, ver = iteration_parts(target, dd, B, C, gamma)
+                    r.update({"draft": draft, "gamma": gamma, "draft_ms": dr * 1e3, "verify_ms": ver * 1e3,
+                              "iteration_ms": (dr + ver) * 1e3})
+                rows.append(r)
+    meta = {"profile": prof.name, "parameters": {k: {"value": v.value, "kind": v.kind}
+                                                  for k, v in prof if isinstance(v, Param)},
+            "source": prof.provenance.source}
+    return pd.DataFrame(rows), meta
+
+
+def render(df: pd.DataFrame, meta: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    show = ["batch", "new_tokens", "context", "pass_ms", *[f"{k}_ms" for k in PARTS]]
+    if "iteration_ms" in df:
+        show += ["gamma", "draft_ms", "verify_ms", "iteration_ms"]
+    r0 = df.iloc[0]
+    t = Table(title=f"one engine step: {r0['model']} ({r0['dtype']}) on {r0['hardware']} x{r0['tp']} (TP={r0['tp']})")
+    for c in show:
+        t.add_column(c, justify="right")
+    for _, r in df.iterrows():
+        t.add_row(*[(f"{r[c]:.3f}" if c.endswith("_ms") else str(r[c])) for c in show])
+    con = Console()
+    if not con.is_terminal:
+        con = Console(width=220)
+    con.print(t)
+    kinds = ", ".join(f"{k} {v['kind']}" for k, v in meta["parameters"].items())
+    con.print(f"parameters: {meta['profile']} ({kinds})", soft_wrap=True)

@@ -1,0 +1,59 @@
+"""``specsim pass-time`` (issue 24): the pass_ms / iteration_ms columns, the breakdown, bad values in one line."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pandas as pd
+import pytest
+
+import specsim_cli.main as cli
+
+
+def _run(args, capsys):
+    rc = cli.main(list(args))
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+def test_pass_time_csv_has_pass_ms_and_its_breakdown(capsys):
+    rc, out, err = _run(["pass-time", "--model", "qwen3-8b", "--hardware", "h100-sxm", "--batch", "1,16",
+                         "--new-tokens", "1,5", "--context", "0,4096", "--format", "csv"], capsys)
+    assert rc == 0, err
+    df = pd.read_csv(io.StringIO(out))
+    assert len(df) == 8 and "pass_ms" in df
+    parts = df[[c for c in df if c.endswith("_ms") and c != "pass_ms"]].sum(axis=1)
+    assert (parts - df["pass_ms"]).abs().max() < 1e-9 * df["pass_ms"].max()
+    # more sequences, more tokens, more context: never cheaper
+    key = df.set_index(["batch", "new_tokens", "context"])["pass_ms"]
+    assert key[(16, 1, 0)] > key[(1, 1, 0)] and key[(1, 5, 0)] > key[(1, 1, 0)] and key[(1, 1, 4096)] > key[(1, 1, 0)]
+
+
+def test_pass_time_iteration_with_a_draft(capsys):
+    rc, out, err = _run(["pass-time", "--model", "qwen3-32b", "--hardware", "h100-sxm", "--draft", "head",
+                         "--gamma", "3", "--context", "2048", "--format", "json"], capsys)
+    assert rc == 0, err
+    row = json.loads(out)["results"][0]
+    assert row["iteration_ms"] == pytest.approx(row["draft_ms"] + row["verify_ms"])
+    assert row["pass_ms"] < row["verify_ms"] < 4 * row["pass_ms"]  # a 4-token verification: more than one decode, less than 4
+    rc, out, err = _run(["pass-time", "--model", "qwen3-32b", "--hardware", "h100-sxm", "--draft", "qwen3-0.6b",
+                         "--gamma", "4", "--format", "csv"], capsys)
+    assert rc == 0, err and "iteration_ms" in out
+
+
+@pytest.mark.parametrize("args, field", [
+    (["--model", "nope", "--hardware", "h100-sxm"], "--model"),
+    (["--model", "qwen3-8b", "--hardware", "tpu"], "--hardware"),
+    (["--model", "qwen3-8b", "--hardware", "h100-sxm", "--tp", "0"], "--tp"),
+    (["--model", "qwen3-8b", "--hardware", "h100-sxm", "--dtype", "fp4"], "--dtype"),
+    (["--model", "qwen3-8b", "--hardware", "h100-sxm", "--batch", "0"], "--batch"),
+    (["--model", "qwen3-8b", "--hardware", "h100-sxm", "--context", "x"], "--context"),
+    (["--model", "qwen3-8b", "--hardware", "h100-sxm", "--gamma", "3"], "--draft"),
+    (["--model", "qwen3-8b", "--hardware", "h100-sxm", "--draft", "head:0", "--gamma", "3"], "--draft"),
+    (["--model", "qwen3-8b", "--hardware", "h100-sxm", "--draft", "head", "--gamma", "40"], "--gamma"),
+    (["--model", "qwen3-8b", "--hardware", "h100-sxm", "--format", "xml"], "--format"),
+])
+def test_pass_time_bad_values_one_line_exit_2(args, field, capsys):
+    rc, out, err = _run(["pass-time", *args], capsys)
+    assert rc == 2 and err.count("\n") == 1 and err.startswith("error:") and field in err, err

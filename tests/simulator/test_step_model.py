@@ -1,0 +1,100 @@
+"""Laws of the engine-level step model (issue 24): the soft roofline, the breakdown, monotonicity, verification
+vs decodes, the draft role's fixed cost, and the hot-path copy (PassCost) agreeing with the one formula."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.catalog import get_hardware, get_model
+from simulator.cost_model import Deployment, prior_profile, soft_roofline
+from simulator.serving.pass_cost import PassCost
+
+MODELS = ("r1-distill-qwen-1.5b", "qwen3-8b", "qwq-32b", "llama-3.1-70b")
+GPUS = ("h100-sxm", "a100-80gb", "rtx-a6000", "l40s", "b200", "h200")
+
+
+def _dep(model, gpu, tp, p=None, j=None):
+    hw = get_hardware(gpu)
+    c = prior_profile(hw).params(hw)
+    if p is not None:
+        c = replace(c, roofline_p=p)
+    if j is not None:
+        c = replace(c, multi_token_penalty=j)
+    return Deployment(get_model(model), hw, tp, c)
+
+
+deps = st.builds(_dep, st.sampled_from(MODELS), st.sampled_from(GPUS), st.sampled_from([1, 2, 4]),
+                 st.one_of(st.none(), st.floats(1.0, 64.0), st.just(float("inf"))), st.one_of(st.none(), st.floats(0.0, 0.5)))
+
+
+def _step(d, B, T, C):
+    n, c = np.full(B, float(T)), np.full(B, float(C))
+    return d.batch_forward_time(n, c, np.ones(B))
+
+
+@settings(max_examples=60, deadline=None)
+@given(a=st.floats(0, 1.0), b=st.floats(0, 1.0), p=st.floats(1.0, 80.0))
+def test_soft_roofline_lies_between_max_and_sum(a, b, p):
+    t = float(soft_roofline(a, b, p))
+    assert max(a, b) * (1 - 1e-12) <= t <= (a + b) * (1 + 1e-12) + 1e-300
+    assert float(soft_roofline(a, b, float("inf"))) == max(a, b)
+
+
+@settings(max_examples=40, deadline=None)
+@given(d=deps, B=st.integers(1, 128), T=st.integers(1, 600), C=st.integers(0, 20000))
+def test_pass_time_is_monotone_in_batch_tokens_and_context(d, B, T, C):
+    t = _step(d, B, T, C)
+    assert _step(d, B + 1, T, C) >= t
+    assert _step(d, B, T + 1, C) >= t
+    assert _step(d, B, T, C + 64) >= t
+
+
+@settings(max_examples=40, deadline=None)
+@given(d=deps, k=st.integers(1, 15), C=st.integers(0, 20000))
+def test_verifying_k_plus_1_costs_no_more_than_k_plus_1_decodes(d, k, C):
+    assert d.verify_time(k, C) <= (k + 1) * d.decode_time(C) * (1 + 1e-12)
+    assert d.verify_time(k, C) >= d.decode_time(C) * (1 - 1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(d=deps, B=st.integers(1, 64), T=st.integers(1, 600), C=st.integers(0, 20000))
+def test_breakdown_sums_to_the_total_and_each_part_is_nonnegative(d, B, T, C):
+    n, c = np.full(B, float(T)), np.full(B, float(C))
+    bd = d.pass_breakdown(n.sum(), (c + n).sum(), (n * (c + (n + 1) / 2)).sum(), float(B), float(B))
+    parts = [float(bd[k]) for k in ("weights", "kv", "compute", "allreduce", "step", "layers", "sequences")]
+    assert min(parts) >= 0
+    assert sum(parts) == pytest.approx(float(bd["total"]), rel=1e-12)
+    assert float(bd["total"]) == pytest.approx(_step(d, B, T, C), rel=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(d=deps, n=st.lists(st.integers(1, 40), min_size=1, max_size=12), c=st.integers(0, 8000))
+def test_pass_cost_hot_path_equals_the_one_formula(d, n, c):
+    n = np.asarray(n, dtype=float)
+    cc = np.full(len(n), float(c)) + np.arange(len(n))
+    assert PassCost(d).batch(n, cc) == pytest.approx(d.batch_forward_time(n, cc), rel=1e-12)
+
+
+def test_catalog_gpu_steps_have_the_engine_shape():
+    """Every catalog GPU carries the engine-level shape (gpu_priors.yaml): a multi-token pass costs more than a
+    one-token decode below the ridge, and a 5-token verification stays within a few tens of percent of a decode."""
+    for gpu in GPUS:
+        d = _dep("qwen3-8b", gpu, 1)
+        assert np.isfinite(d.cost.roofline_p) and d.cost.multi_token_penalty > 0, gpu
+        r = d.verify_time(4, 512) / d.decode_time(512)
+        assert 1.0 < r < 1.3, (gpu, r)
+
+
+def test_draft_role_pays_the_draft_pass_cost_only():
+    hw = get_hardware("h100-sxm")
+    c = prior_profile(hw).params(hw)
+    assert c.draft_step_overhead_s is not None and c.draft_step_overhead_s < c.step_overhead_s
+    assert c.for_role("draft").step_overhead_s == c.draft_step_overhead_s
+    assert c.for_role("base") is c and c.for_role("small") is c
+    # a profile without the term (CPU): every role pays the full step
+    cpu = get_hardware("cpu")
+    cc = prior_profile(cpu).params(cpu)
+    assert cc.for_role("draft") is cc and cc.draft_step_overhead_s is None and not np.isfinite(cc.roofline_p)
