@@ -23,6 +23,12 @@ TRUE.update(layer_overhead_s=prior_profile(_HW).layer_overhead_s.value,
             allreduce_latency_s=prior_profile(_HW).params(_HW).allreduce_latency_s)
 
 
+# the step's shape (soft roofline, GEMV->GEMM jump, eta_kv, draft pass) is the catalog prior's and is carried, not
+# fitted, by call fits: the synthetic truth uses it too (calibrate.fit_cost.SHAPE_NAMES)
+SHAPE = {n: getattr(prior_profile(_HW).params(_HW), n) for n in
+         ("roofline_p", "multi_token_penalty", "kv_mem_efficiency", "draft_step_overhead_s")}
+
+
 def _setup() -> Setup:
     return Setup.from_names("a100-80gb", 2, "qwq-32b", "r1-distill-qwen-1.5b")
 
@@ -41,7 +47,7 @@ def synthetic_calls(n: int, rng: np.random.Generator, sigma: float = 0.03, prefi
         "cached_tokens": rng.integers(0, 6000, size=n), "output_tokens": out, "spec_gamma": 0, "spec_iterations": 0,
         "wall_s": 1.0,
     })[CALL_COLUMNS]
-    t = CallPredictor(calls, _setup()).predict(CostParams(**(truth or TRUE)))
+    t = CallPredictor(calls, _setup()).predict(CostParams(**{**SHAPE, **(truth or TRUE)}))
     calls["wall_s"] = t * np.exp(rng.normal(0.0, sigma, size=n))
     return calls
 
@@ -69,9 +75,13 @@ def test_stderr_shrinks_with_more_data():
 
 
 def test_decode_only_data_keeps_compute_efficiency_at_prior():
-    calls = synthetic_calls(800, np.random.default_rng(4), prefill=False)
+    """Under the hard roofline (p = inf: a profile without the engine-level shape) decode-only calls say nothing of
+    the compute roof; under the soft one they say a little (the compute term adds (T_comp/T_mem)^p)."""
     setup = _setup()
-    f = fit_cost(calls, setup)
+    hard = prior_profile(setup.hardware).model_copy(update={n: None for n in SHAPE})
+    calls = synthetic_calls(800, np.random.default_rng(4), prefill=False, truth={**TRUE, "roofline_p": np.inf,
+                                                                                 "multi_token_penalty": 0.0})
+    f = fit_cost(calls, setup, prior=hard)
     assert "compute_efficiency" not in f.fitted
     assert f.values["compute_efficiency"] == prior_profile(setup.hardware).compute_efficiency.value
     prof = build_profile(f, setup, name="t", engine="vllm", inputs=["synthetic"], runs=["r0"], hardware_note="test")
@@ -92,8 +102,12 @@ def test_negligible_overheads_do_not_bias_the_pinned_parameters():
         assert n in f.fitted and n not in f.prior_dominated
         assert abs(f.values[n] - truth[n]) < 4.5 * f.stderr[n] + 1e-12, (n, f.values[n], f.stderr[n])
     prior = prior_profile(setup.hardware)
-    for n in ("step_overhead_s", "layer_overhead_s"):  # driven far below their priors, towards zero
-        assert f.values[n] < 0.1 * getattr(prior, n).value, (n, f.values[n])
+    # driven far below their priors, towards zero: the fixed cost per pass they make together (t_step + L t_layer;
+    # the prior's per-layer cost is small, 17 us, so the sum is the figure that says "far below"; 3% noise on ~24 ms
+    # passes cannot pin a fixed cost much below ~0.3 ms, a fifth of the engine-level prior's 2.7 ms)
+    L = setup.models["base"].layers
+    fixed = lambda v: v["step_overhead_s"] + L * v["layer_overhead_s"]  # noqa: E731
+    assert fixed(f.values) < 0.2 * fixed({n: getattr(prior, n).value for n in ("step_overhead_s", "layer_overhead_s")})
     assert np.median(np.abs(f.residuals["log_residual"])) < 0.05
 
 

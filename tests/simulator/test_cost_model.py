@@ -129,6 +129,8 @@ def test_cost_tables_prefill_applies_block_caching_vectorised(workload):
         vec = tb.prefill("small", 7, c)
         n_eff, c_eff = cache_split(7, c, block)
         assert np.array_equal(vec, s.prefill_time(n_eff, c_eff))
-        assert [float(tb.prefill("small", 7, int(x))) for x in c[:50]] == list(vec[:50])
+        # scalar = vectorised to the last ulp or so (the soft roofline's power is evaluated by numpy's SIMD loops for
+        # arrays and its scalar loop for one value)
+        assert [float(tb.prefill("small", 7, int(x))) for x in c[:50]] == pytest.approx(list(vec[:50]), rel=1e-13)
         assert np.all(vec >= exact.prefill("small", 7, c) * (1 - 1e-12))  # never cheaper than exact caching
         assert np.array_equal(c_eff % block, np.zeros_like(c)) and np.all(n_eff + c_eff == c + 7)

@@ -27,6 +27,18 @@ TRUE = {"mem_efficiency": 0.7, "compute_efficiency": 0.45, "step_overhead_s": 3e
         "call_overhead_s": 0.05, "allreduce_latency_s": 8e-6, "seq_overhead_s": 2e-5}
 
 
+def _shape() -> dict:
+    """The step's shape a fitted profile carries from the hardware's prior (calibrate.fit_cost.SHAPE_NAMES): the
+    synthetic runs are timed with it so the 'true' profile reproduces them exactly."""
+    from calibrate.fit_cost import SHAPE_NAMES
+    from simulator.catalog import get_hardware
+    from simulator.cost_model import prior_profile
+
+    hw = get_hardware("a100-80gb")
+    p = prior_profile(hw).params(hw)
+    return {n: getattr(p, n) for n in SHAPE_NAMES}
+
+
 # ---- metrics ----------------------------------------------------------------------------------------
 def test_metrics_hand_computed():
     pred, meas = [110.0, 90.0, 100.0, 150.0], [100.0, 100.0, 100.0, 100.0]
@@ -79,7 +91,7 @@ def make_run_dir(path: Path, rng: np.random.Generator, threshold: float = 7.0, s
     _write_steps(path, recs)
     # times from the model, keyed by (request, step, op)
     calls, _ = calls_from_run_dir(path)
-    t = CallPredictor(calls, _setup()).predict(CostParams(**TRUE)) * np.exp(rng.normal(0, sigma, len(calls)))
+    t = CallPredictor(calls, _setup()).predict(CostParams(**{**_shape(), **TRUE})) * np.exp(rng.normal(0, sigma, len(calls)))
     key = {(int(r.split("/")[-1]), s, op): v for r, s, op, v in zip(calls.request_id, calls.step_index, calls.op, t)}
     for s in recs:
         k = (s["request_id"], s["step_index"])
