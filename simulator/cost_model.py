@@ -120,11 +120,13 @@ class CostParams:
 
     def for_role(self, role: str) -> "CostParams":
         """The parameters a role's passes run with: a ``draft`` (a draft model or head proposing inside the target's
-        engine step) pays ``draft_step_overhead_s`` per pass instead of the engine step's overhead; every other role
-        (base, small: engines of their own) these parameters as they are. The one place this rule lives."""
+        engine step) pays ``draft_step_overhead_s`` per pass instead of the engine step's overhead, and no per-sequence
+        host cost (scheduling, input preparation and output processing happen once per engine step, in the target's
+        pass; draft tokens are sampled on the GPU); every other role (base, small: engines of their own) runs with
+        these parameters as they are. The one place this rule lives."""
         if role != "draft" or self.draft_step_overhead_s is None:
             return self
-        return replace(self, step_overhead_s=self.draft_step_overhead_s)
+        return replace(self, step_overhead_s=self.draft_step_overhead_s, seq_overhead_s=0.0)
 
 
 def soft_roofline(t_mem, t_comp, p: float):

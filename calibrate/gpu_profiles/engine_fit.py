@@ -230,7 +230,7 @@ def predict_v1(f: pd.DataFrame, values: dict) -> np.ndarray:
         if r.kind == "decode":
             out[i] = float(tgt.decode_time(V1_CONTEXT))
         else:  # each head implementation has its own fixed cost per head pass (graph replay, draft sampling)
-            hp = replace(p, seq_overhead_s=0.0, draft_step_overhead_s=values.get(
+            hp = replace(p, draft_step_overhead_s=values.get(
                 f"v1-{r.kind}.draft_step_overhead_s", PRIORS["draft_step_overhead_s"])).for_role("draft")
             head = Deployment(head_model("llama-3.1-8b", r.kind), hw, 1, hp, Drafting(kind="head"))
             # a verification of k+1 tokens is one pass whatever k: vectorised per row
@@ -477,6 +477,38 @@ def summarize(h: pd.DataFrame) -> pd.DataFrame:
                  bias=("error", "median")).reset_index()
 
 
+# ---- a GPU no fit saw: the B200 closed-loop sweep ----------------------------------------------------------
+B200_PROXY_LAYERS = 53  # "Qwen3.8-27B": a 27B dense Qwen; proxy = Qwen3-32B's layer shape cut to 53 layers (27.4B)
+
+
+def b200_baseline_check(values: dict, path: Path | None = None) -> pd.DataFrame:
+    """The speculators B200 sweep without speculation (vLLM 0.30): measured median ITL at each concurrency vs the
+    step model's decode step of that many sequences at the sweep's mean context (prompt + half the mean output),
+    on the catalog's B200 (datasheet; eta_mem from its GEMM table) with the fitted engine terms of today's vLLM
+    (t_step, t_layer from the H100 V1 rows) and the per-sequence cost. The model's architecture is not published in
+    the folder: a proxy of the same size (``B200_PROXY_LAYERS``) -- so the absolute is indicative, the growth with
+    concurrency is the check. Prefill interruptions of the closed loop are not in the prediction."""
+    f = pd.read_csv(path or ENGINE / "speculators-b200-concurrency" / "baseline_math_reasoning.csv")
+    m = get_model("qwen3-32b").cut(B200_PROXY_LAYERS, name="qwen-27b-proxy")
+    p = params_for(values, "b200", "v1")
+    p = replace(p, mem_efficiency=stream_frozen({"x": Obs("x", pd.DataFrame({"gpu": ["b200"]}), None)}).get(
+        "b200.mem_efficiency", p.mem_efficiency), seq_overhead_s=values.get("lib.seq_overhead_s", PRIORS["seq_overhead_s"]),
+        compute_efficiency=float(np.median([v for k, v in values.items() if k.endswith(".compute_efficiency")])))
+    d = Deployment(m, get_hardware("b200"), 1, p)
+    rows = []
+    for r in f.sort_values("offered_concurrency").itertuples():
+        c = int(r.offered_concurrency)
+        ctx = float(r.mean_prompt_tokens + r.mean_output_tokens / 2)
+        t = float(d.batch_forward_time(np.ones(c), np.full(c, ctx)))
+        rows.append({"concurrency": c, "measured_itl_ms": float(r.median_itl_ms), "predicted_step_ms": t * 1e3})
+    out = pd.DataFrame(rows)
+    base_m, base_p = out["measured_itl_ms"].iloc[0], out["predicted_step_ms"].iloc[0]
+    out["measured_growth"] = out["measured_itl_ms"] / base_m
+    out["predicted_growth"] = out["predicted_step_ms"] / base_p
+    out["growth_error"] = out["predicted_growth"] / out["measured_growth"] - 1
+    return out
+
+
 # ---- catalog priors, report ------------------------------------------------------------------------------
 STEP_PARAMS = ("mem_efficiency", "compute_efficiency", "layer_overhead_s", "step_overhead_s", "seq_overhead_s",
                "draft_step_overhead_s", "roofline_p", "multi_token_penalty", "kv_mem_efficiency")
@@ -561,8 +593,7 @@ def update_priors_file(path: Path, priors: dict[str, dict], command: str) -> Non
     raw["priors"] = pri
     raw.setdefault("evidence", {})["engine_step_model"] = {"command": command}
     old = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
-    head = [x for x in old if x.startswith("#") and "engine_fit" not in x]
-    head = [x for x in head if x.strip() not in ("#   " + command,)]
+    head = [x for x in old if x.startswith("#") and "engine_fit" not in x and "engine-level step model" not in x]
     header = "\n".join(head + ["# Then the engine-level step model (issue 24) replaces the step terms (do not edit by hand):",
                                 f"#   {command}"]) + "\n"
     write_atomic(path, header + yaml.safe_dump(raw, sort_keys=False, width=120))
@@ -601,6 +632,20 @@ def write_report(out: Path, obs: dict[str, Obs], fr: EngineFit, h: pd.DataFrame,
               "| fold | source | points | median APE | p90 APE | bias |", "|---|---|---|---|---|---|"]
     for r in summ.itertuples():
         lines.append(f"| {r.fold} | {r.source} | {r.points} | {r.median_ape:.1%} | {r.p90_ape:.1%} | {r.bias:+.1%} |")
+    try:
+        b2 = b200_baseline_check(fr.values)
+    except FileNotFoundError:
+        b2 = None
+    if b2 is not None:
+        write_atomic(out / "b200_check.csv", b2.to_csv(index=False))
+        lines += ["", "## A GPU no fit saw: B200, closed-loop decode without speculation (speculators sweep, vLLM 0.30)", "",
+                  "Median ITL measured vs the step model's decode step at that many sequences (27B proxy architecture: "
+                  "the absolute is indicative, the growth with concurrency is the check; `b200_baseline_check`).", "",
+                  "| concurrency | measured ITL ms | predicted step ms | growth measured | growth predicted | growth error |",
+                  "|---|---|---|---|---|---|"]
+        for r in b2.itertuples():
+            lines.append(f"| {r.concurrency} | {r.measured_itl_ms:.2f} | {r.predicted_step_ms:.2f} | {r.measured_growth:.2f} | "
+                         f"{r.predicted_growth:.2f} | {r.growth_error:+.1%} |")
     write_atomic(out / "report.md", "\n".join(lines) + "\n")
     import matplotlib
 
