@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -53,7 +52,9 @@ ASSUMPTIONS = [
 
 def _atomic_write(path: Path, write) -> None:
     """Write through a temporary file in the same folder, then rename over ``path``."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    from simulator.loading import temp_beside
+
+    fd, tmp = temp_beside(path)
     os.close(fd)
     try:
         write(tmp)

@@ -111,11 +111,23 @@ def iter_jsonl(lines: Iterable[str], where: str) -> Iterator[tuple[int, Any]]:
             raise InputError(f"{where}:{i}", None, f"not valid JSON ({e.msg})") from None
 
 
+def temp_beside(path: str | Path) -> tuple[int, str]:
+    """(fd, name) of a new temporary file in ``path``'s folder, to be renamed over ``path``: every atomic write of
+    the project goes through here. ``mkstemp`` creates it 0600; the file gets the mode a plain ``open`` would
+    give it (0666 less the umask), so reports and profiles are readable as the user's other files are."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    mask = os.umask(0)
+    os.umask(mask)
+    os.fchmod(fd, 0o666 & ~mask)
+    return fd, tmp
+
+
 def write_atomic(path: str | Path, text: str) -> Path:
     """Write ``text`` to ``path`` via a temporary file in the same directory and os.replace."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = temp_beside(path)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
@@ -131,7 +143,7 @@ def save_figure_atomic(fig, path: str | Path, **savefig_kw) -> Path:
     the previous file whole)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = temp_beside(path)
     os.close(fd)
     try:
         fig.savefig(tmp, **{"dpi": 110, "bbox_inches": "tight", "format": "png", **savefig_kw})

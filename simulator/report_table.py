@@ -164,11 +164,10 @@ def wrote(path: Path | str, what: str = "") -> None:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    """Write next to the target then rename: an interrupted run never leaves half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    """Write next to the target then rename: an interrupted run never leaves half a file (simulator.loading)."""
+    from simulator.loading import write_atomic
+
+    write_atomic(path, text)
 
 
 # capacity result column -> terminal header; "GPU" becomes the device kind for CPU replicas

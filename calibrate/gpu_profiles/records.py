@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -130,7 +129,9 @@ def columns_frame(columns: dict, n: int) -> pd.DataFrame:
 
 
 def _atomic(path: Path, write) -> tuple[Path, str]:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    from simulator.loading import temp_beside
+
+    fd, tmp = temp_beside(path)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
             write(fh)
