@@ -10,6 +10,9 @@ n new tokens on c nominally cached ones really prefills
 computed; ``CostTables.prefill`` (both single-request engines) and the serving engine's
 admission read it.
 
+``max_num_batched_tokens``: the serving engine's token budget per step (chunked prefill; vLLM V1's default
+8192 for `vllm serve`); the single-request engines do not batch and ignore it.
+
 ``step_calls``: vanilla-base, vanilla-small and specdecode generate the chain step by step
 (one engine call per reasoning step, stopped at a blank line, re-sending the cached chain;
 then one answer call), as the real runner ``calibrate/orchestrator.py`` does. False: one call
@@ -29,6 +32,11 @@ class Execution(BaseModel):
 
     prefix_cache_block: int = Field(default=1, ge=1, le=65536, strict=True)  # 1: token-exact prefix caching
     step_calls: bool = Field(default=False, strict=True)  # vanilla / specdecode: one call per reasoning step
+    # vLLM V1's token budget per engine step (max_num_batched_tokens), shared by the decoding sequences' tokens
+    # (gamma + 1 each when speculating) and prefill chunks (chunked prefill, on in V1): a prompt longer than what is
+    # left of the budget is prefilled over several steps, in admission order, while the others keep decoding.
+    # None: every pending prefill runs whole in the next step (the serving model before issue 25).
+    max_num_batched_tokens: int | None = Field(default=8192, ge=1, le=10_000_000, strict=True)
 
 
 def cache_split(new_tokens, cached_tokens, block: int):

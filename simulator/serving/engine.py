@@ -71,8 +71,9 @@ class Engine:
 
     def __init__(self, name: str, dep: Deployment, kv_capacity_tokens: int, max_batch: int = 256,
                  draft: Deployment | None = None, gamma: int | None = None, max_spec_iters: int = 0,
-                 prefix_cache_block: int = 1, gamma_policy=None):
+                 prefix_cache_block: int = 1, gamma_policy=None, token_budget: int | None = None):
         self.name, self.dep, self.draft, self.gamma = name, dep, draft, gamma
+        self.token_budget = token_budget  # max_num_batched_tokens (None: whole prefills, no budget)
         self.block = prefix_cache_block
         self.spec = draft is not None and bool(gamma)
         self.pc = PassCost(dep)
@@ -344,26 +345,46 @@ class Engine:
         t = t + self.pc.times(n, ctx + n, vt * ctx + B * vt * (vt + 1) / 2.0, n, B)
         return t, np.diff(Gs)
 
+    def _chunks(self, dec_tokens: int) -> dict[int, int]:
+        """Prefill tokens per slot in the next iteration: what the token budget leaves after the decoding
+        sequences' tokens, given to the pending prefills in admission order (vLLM V1: running requests first,
+        then chunks of the prefills). No budget: every pending prefill whole."""
+        act, pend = self.act, self.pending
+        slots = [s for s in act if pend[s] > 0]
+        if self.token_budget is None:
+            return {s: pend[s] for s in slots}
+        left = max(self.token_budget - dec_tokens, 0)
+        out = {}
+        for s in sorted(slots, key=self.order.__getitem__):
+            if left <= 0:
+                break
+            c = min(pend[s], left)
+            out[s] = c
+            left -= c
+        if not out and slots and dec_tokens >= self.token_budget:  # the decodes fill the budget: one chunk anyway
+            s = min(slots, key=self.order.__getitem__)
+            out[s] = min(pend[s], self.token_budget)
+        return out
+
     def _mixed_round(self) -> tuple[float, int]:
         # PassCost.batch over (n_i, c_i): every aggregate is an integer sum, exact in any order
         act, kvl, pend = self.act, self.kv, self.pending
-        N = KV = A = nd = cd = 0
-        dec: list[int] = []
-        for s in act:
-            c, p = kvl[s], pend[s]
-            if p > 0:
-                N += p
-                KV += c + p
-                A += p * c + p * (p + 1) // 2
-            else:
-                dec.append(s)
-                cd += c
+        N = KV = A = cd = 0
+        dec = [s for s in act if pend[s] == 0]
         nd = len(dec)
-        B = float(len(act))
+        chunk = self._chunks(nd * (self.vt_cur if self.spec else 1))
+        for s, p in chunk.items():
+            c = kvl[s]
+            N += p
+            KV += c + p
+            A += p * c + p * (p + 1) // 2
+        for s in dec:
+            cd += kvl[s]
+        B = float(nd + len(chunk))
         if not self.spec:
             N1, KV1, A1 = N + nd, KV + cd + nd, A + cd + nd
             return self.pc.time(float(N1), float(KV1), float(A1), B * 1.0), nd
-        t = self._spec_time(self.g_cur, N, KV, A, len(act) - nd, nd, cd)
+        t = self._spec_time(self.g_cur, N, KV, A, len(chunk), nd, cd)
         it, cum_at, rem = self.it, self._cum_at, self.remaining
         grow = sum([min(cum_at(s, it[s] + 1) - cum_at(s, it[s]), rem[s]) for s in dec])
         return t, grow
@@ -377,12 +398,21 @@ class Engine:
         grown = 0
         if spec and len(act) > self.n_prefill:  # iterations that decoded speculatively, by γ
             self.gamma_rounds[self.g_cur] = self.gamma_rounds.get(self.g_cur, 0) + k
-        if self.n_prefill:  # k == 1 here
+        if self.n_prefill:  # k == 1 here; the chunks are the ones the round's time was evaluated with
+            # the same chunks as the round's time (a function of the state, which has not moved since)
+            nd = sum(1 for s in act if pend[s] == 0)
+            chunk = self._chunks(nd * (self.vt_cur if spec else 1))
             for s in act:
                 p = pend[s]
                 if p > 0:
-                    kvl[s] += p
-                    pend[s] = 0
+                    c = chunk.get(s, 0)
+                    if c == 0:
+                        continue  # waits for budget: neither prefills nor decodes this iteration
+                    kvl[s] += c
+                    pend[s] = p - c
+                    if pend[s] > 0:
+                        continue  # a partial chunk: its first token comes with its last chunk
+                    self.n_prefill -= 1
                     if not started[s]:
                         first.append(s)
                         rem[s] -= 1  # the prefill produces the first token
@@ -400,7 +430,6 @@ class Engine:
                     grown += k
                 if rem[s] <= 0:
                     done.append(s)
-            self.n_prefill = 0
         elif spec:
             it, cum_at = self.it, self._cum_at
             for s in act:

@@ -68,15 +68,16 @@ class Replica:
                  execution: Execution | None = None):
         self.env, self.cfg = env, cfg
         block = (execution or Execution()).prefix_cache_block
+        budget = (execution or Execution()).max_num_batched_tokens  # chunked prefill: tokens per engine step
         spec = cfg.drafts
         base_models = [deps["base"], deps["draft"]] if spec else [deps["base"]]
         max_out = workload.token_budget + workload.max_step_tokens + workload.answer_tokens + 2
         self.engines = [
             Engine("small", deps["small"], kv_capacity_tokens(memory_fraction[0], [deps["small"]]), max_batch,
-                   prefix_cache_block=block),
+                   prefix_cache_block=block, token_budget=budget),
             Engine("base", deps["base"], kv_capacity_tokens(memory_fraction[1], base_models), max_batch,
                    draft=deps["draft"] if spec else None, gamma=cfg.gamma, max_spec_iters=max_out,
-                   prefix_cache_block=block, gamma_policy=gamma_policy(cfg, deps, workload)),
+                   prefix_cache_block=block, gamma_policy=gamma_policy(cfg, deps, workload), token_budget=budget),
         ]
         self.t_call = deps["base"].cost.call_overhead_s
         self.reqs: dict[int, _Req] = {}
