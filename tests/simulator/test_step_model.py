@@ -98,3 +98,40 @@ def test_draft_role_pays_the_draft_pass_cost_only():
     cpu = get_hardware("cpu")
     cc = prior_profile(cpu).params(cpu)
     assert cc.for_role("draft") is cc and cc.draft_step_overhead_s is None and not np.isfinite(cc.roofline_p)
+
+
+# (model, GPU) pairs whose plain decode step becomes compute-bound within 64-4096 sequences
+COMPUTE_BOUND_PAIRS = [("qwen3-32b", g) for g in ("h100-sxm", "a100-80gb", "rtx-a6000", "h200")] + [
+    ("qwen3-8b", "rtx-a6000")]
+
+
+@settings(max_examples=30, deadline=None)
+@given(pair=st.sampled_from(COMPUTE_BOUND_PAIRS), a1=st.floats(0.5, 0.95), decay=st.floats(0.85, 1.0),
+       context=st.integers(0, 256))
+def test_speculation_benefit_does_not_grow_towards_compute_bound(pair, a1, decay, context):
+    """Issue 25's law on the engine-level step: past a moderate batch, adding sequences moves the verification
+    towards the compute roof, so the goodput gain of the best gamma over plain decoding never grows, and the best
+    gamma is found on the same rule (simulator.gamma_choice.goodput_gamma)."""
+    from simulator.cost_model import Drafting
+    from simulator.gamma_choice import goodput_gamma
+
+    model, gpu = pair
+    hw = get_hardware(gpu)
+    c = prior_profile(hw).params(hw)
+    m = get_model(model)
+    t = Deployment(m, hw, 1, c)
+    d = Deployment(m.draft_head(1), hw, 1, c.for_role("draft"), Drafting(kind="head"))
+    acc = np.cumprod([min(a1 * decay**i, 1.0) for i in range(8)])
+    gain, best = [], []
+    for B in (64, 128, 256, 512, 1024, 2048, 4096):
+        bd = t.pass_breakdown(B, B * (context + 1.0), B * (context + 1.0), B, B)
+        if bd["compute"] < 0.5 * bd["total"]:
+            # plain decoding not compute-bound at this batch: memory-bound, or bound by per-sequence host costs
+            # (a small model at thousands of sequences), which speculation amortises over gamma+1 tokens
+            continue
+        g = goodput_gamma(t, d, acc, B, context, 8)
+        gain.append(g.tokens_per_s / g.per_gamma[0])
+        best.append(g.gamma)
+    assert len(gain) >= 2, "no compute-bound batches: the law is not exercised"
+    # (1e-3: a flat stretch may move by parts per million)
+    assert all(b <= a * (1 + 1e-3) for a, b in zip(gain, gain[1:])), gain
