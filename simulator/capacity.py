@@ -455,8 +455,10 @@ def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | No
     for name, v in (("--gpu-hour-cost", gpu_hour_cost), ("--target-qps", target_qps)):
         if v is not None and not (v > 0 and math.isfinite(v)):
             raise InputError(None, name, f"must be a positive number (got {v})")
-    if requests is not None and requests < 20:
-        raise InputError(None, "--requests", "must be >= 20 (percentiles need a few requests)")
+    from simulator.scenario import MAX_REQUESTS
+
+    if requests is not None and not 20 <= requests <= MAX_REQUESTS:
+        raise InputError(None, "--requests", f"must lie in 20..{MAX_REQUESTS:,} (got {requests:,}; percentiles need a few requests)")
     from simulator.accuracy import parse_floor, scenario_accuracy
 
     floor = parse_floor(accuracy_floor, accuracy_margin)

@@ -23,6 +23,14 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="The simulator's commands: what-if grids, scenarios, capacity planning, reports.")
 
 
+def _check_requests(requests: int | None, lo: int) -> None:
+    """--requests within [lo, MAX_REQUESTS]: the bound a scenario's `requests` has (simulator.scenario)."""
+    from simulator.scenario import MAX_REQUESTS
+
+    if requests is not None and not lo <= requests <= MAX_REQUESTS:
+        raise InputError(None, "--requests", f"must lie in {lo}..{MAX_REQUESTS:,} (got {requests:,})")
+
+
 def _check_seed(seed: int | None) -> None:
     if seed is not None and not 0 <= seed < 2**63:
         raise InputError(None, "--seed", f"must be an integer >= 0 (got {seed})")
@@ -38,6 +46,8 @@ def _int_range(text: str | None, field: str, lo: int, hi: int) -> list[int] | No
             part = part.strip()
             if "-" in part[1:]:
                 a, b = part.split("-", 1)
+                if int(a) > int(b):
+                    raise InputError(None, field, f"empty range {part!r}: write it low-high, e.g. {b}-{a}")
                 out.extend(range(int(a), int(b) + 1))
             else:
                 out.append(int(part))
@@ -74,8 +84,7 @@ def whatif(
         raise InputError(None, "--format", f"expected table, csv or json (got {fmt!r})")
     if engine is not None and engine not in ("analytic", "des"):
         raise InputError(None, "--engine", f"expected analytic or des (got {engine!r})")
-    if requests is not None and requests < 2:
-        raise InputError(None, "--requests", "must be >= 2")
+    _check_requests(requests, 2)
     _check_seed(seed)
     from simulator.report_table import check_columns, job, write_output
 
@@ -260,8 +269,7 @@ def report(
     for name, v in (("--gpu-hour-cost", gpu_hour_cost), ("--target-qps", target_qps)):
         if v is not None and not v > 0:
             raise InputError(None, name, f"must be a positive number (got {v})")
-    if requests is not None and requests < 20:
-        raise InputError(None, "--requests", "must be >= 20")
+    _check_requests(requests, 20)
     _check_seed(seed)
     from simulator.report_table import job, wrote
 

@@ -17,8 +17,22 @@ from simulator.errors import InputError, pydantic_error_to_input_error
 M = TypeVar("M", bound=BaseModel)
 
 
+MAX_YAML_ALIASES = 100  # a scenario or profile needs none or a few; an alias bomb needs thousands (issue 30)
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """yaml's safe loader, refusing a mapping that repeats a key (yaml keeps the last one silently)."""
+    """yaml's safe loader, refusing a mapping that repeats a key (yaml keeps the last one silently) and a document
+    with more than ``MAX_YAML_ALIASES`` aliases (a 'billion laughs' document expands exponentially: refused before
+    anything is constructed)."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.events.AliasEvent):
+            self._aliases = getattr(self, "_aliases", 0) + 1
+            if self._aliases > MAX_YAML_ALIASES:
+                mark = self.peek_event().start_mark
+                raise yaml.composer.ComposerError(None, None, f"more than {MAX_YAML_ALIASES} aliases (*name): refused",
+                                                  mark)
+        return super().compose_node(parent, index)
 
 
 def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
@@ -37,8 +51,9 @@ def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
 
 
-def non_finite_path(obj: object, path: tuple = ()) -> str | None:
-    """Dotted path of the first NaN or infinite number in a parsed document, or None."""
+def non_finite_path(obj: object, path: tuple = (), _seen: set | None = None) -> str | None:
+    """Dotted path of the first NaN or infinite number in a parsed document, or None (a container shared through
+    YAML aliases is walked once)."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return ".".join(map(str, path)) or "(top level)"
     if isinstance(obj, dict):
@@ -47,11 +62,33 @@ def non_finite_path(obj: object, path: tuple = ()) -> str | None:
         items = enumerate(obj)
     else:
         return None
+    seen = set() if _seen is None else _seen
+    if id(obj) in seen:
+        return None
+    seen.add(id(obj))
     for k, v in items:
-        found = non_finite_path(v, (*path, k))
+        found = non_finite_path(v, (*path, k), seen)
         if found:
             return found
     return None
+
+
+MAX_EXPANDED_VALUES = 1_000_000  # values of a document once its aliases are expanded (what validation will walk)
+
+
+def expanded_size(obj: object, _memo: dict | None = None) -> int:
+    """Number of values of a parsed document with every alias expanded, counted once per shared container
+    (memoised by identity: linear in the document's text, however large its expansion)."""
+    if not isinstance(obj, (dict, list)):
+        return 1
+    memo = {} if _memo is None else _memo
+    if id(obj) in memo:
+        return memo[id(obj)]
+    memo[id(obj)] = 1  # a (YAML-impossible) cycle counts once
+    vals = obj.values() if isinstance(obj, dict) else obj
+    n = 1 + sum(expanded_size(v, memo) for v in vals)
+    memo[id(obj)] = n
+    return n
 
 
 def read_yaml(path: str | Path) -> object:
@@ -70,6 +107,8 @@ def read_yaml(path: str | Path) -> object:
         raise InputError(str(p), None, "not a UTF-8 text file") from None
     except RecursionError:
         raise InputError(str(p), None, "nested too deeply") from None
+    if expanded_size(data) > MAX_EXPANDED_VALUES:
+        raise InputError(str(p), None, f"expands to more than {MAX_EXPANDED_VALUES:,} values through YAML aliases (*name): refused")
     bad = non_finite_path(data)
     if bad:
         raise InputError(str(p), bad, "must be a finite number (got NaN or infinity)")

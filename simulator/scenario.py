@@ -26,6 +26,9 @@ PROFILES_DIR = Path(__file__).with_name("profiles")
 SCENARIOS_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 
 
+
+MAX_REQUESTS = 10_000_000  # simulated requests per grid point or load level: the YAML and every --requests (one bound)
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -146,8 +149,8 @@ class Scenario(_Strict):
     execution: Execution = Field(default_factory=Execution)
     slo: str | None = None  # capacity planning, e.g. "p99_latency<=300s" (specsim capacity / report)
     accuracy: str | None = None  # accuracy profile (simulator/accuracy.py); default: accuracy_<workload>.yaml if shipped
-    requests: int = Field(default=1000, ge=2, le=10_000_000)
-    seed: int = 0
+    requests: int = Field(default=1000, ge=2, le=MAX_REQUESTS)
+    seed: int = Field(default=0, ge=0, lt=2**63)  # the CLI's --seed bounds
 
     @field_validator("systems")
     @classmethod

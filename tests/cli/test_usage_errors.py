@@ -119,3 +119,25 @@ def test_without_engines_or_click_in_a_subprocess():
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
         assert expect in _one_error_line(r.stderr)
+
+
+def test_yaml_alias_bomb_is_refused_fast(tmp_path, capsys):
+    """Issue 30: a 'billion laughs' scenario is refused in one line (the loaders walk nothing exponential)."""
+    lines = ['a: &a ["x","x","x","x","x","x","x","x","x"]']
+    prev = "a"
+    for name in "bcdefghijk":
+        lines.append(f"{name}: &{name} [{','.join(['*' + prev] * 9)}]")
+        prev = name
+    f = tmp_path / "bomb.yaml"
+    f.write_text("\n".join(lines) + "\n")
+    rc, out, err = _run(["whatif", str(f)], capsys)
+    # refused by the expansion bound before anything walks the expanded tree (without it: minutes, then a field error)
+    assert rc == 2 and "expands to more than" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("args", [["whatif", "reference-a6000-qwq32b", "--engine", "des", "--requests", "1000000000"],
+                                  ["capacity", "cpu-smollm2", "--requests", "1000000000"],
+                                  ["whatif", "reference-a6000-qwq32b", "--gamma", "3-1"]])
+def test_cli_bounds_match_the_yaml_bounds(args, capsys):
+    rc, out, err = _run(args, capsys)
+    assert rc == 2 and err.count("\n") == 1 and ("--requests" in err or "--gamma" in err), err
