@@ -52,7 +52,7 @@ validate-traces: $(STAMP)
 
 # Capacity planning (docs/serving-model.md).
 report-cpu: $(STAMP)
-	$(SPECSIM) report scenarios/cpu-smollm2.yaml --out out/report-cpu --slo "p99_latency<=40s" --gpu-hour-cost 0.05 --target-qps 2
+	$(SPECSIM) report scenarios/cpu-smollm2.yaml --out out/report-cpu --force --slo "p99_latency<=40s" --gpu-hour-cost 0.05 --target-qps 2
 
 bench-serving: $(STAMP)
 	$(PY) bench/bench_serving.py --repeats 3 --requests 1000

@@ -59,6 +59,10 @@ def _int_range(text: str | None, field: str, lo: int, hi: int) -> list[int] | No
     return out
 
 
+# Options shared by several commands (declared once).
+ForceOpt = Annotated[bool, typer.Option("--force", help="overwrite a file git tracks, or write into a non-empty --out folder")]
+
+
 @app.command()
 def whatif(
     scenario: str = typer.Argument(..., help="scenario YAML (path or name in scenarios/)"),
@@ -72,6 +76,7 @@ def whatif(
     fmt: str = typer.Option("table", "--format", help="table | csv | json"),
     out: Optional[Path] = typer.Option(None, help="write the results here (every column; CSV for table format)"),
     columns: Optional[str] = typer.Option(None, "--columns", help=COLUMNS_HELP),
+    force: ForceOpt = False,
 ):
     """Predict latency, speedup, small-step fraction, acceptance length and breakdown over the grid.
 
@@ -86,8 +91,9 @@ def whatif(
         raise InputError(None, "--engine", f"expected analytic or des (got {engine!r})")
     _check_requests(requests, 2)
     _check_seed(seed)
-    from simulator.report_table import check_columns, job, write_output
+    from simulator.report_table import check_columns, check_out, job, write_output
 
+    check_out(out, fmt, force)
     check_columns(columns, extra=("engine", "steps", "requests", "accuracy", "accuracy_lo", "accuracy_hi"))
     kwargs = dict(systems=system, gammas=_int_range(gamma, "--gamma", 1, 16),
                   thresholds=_int_range(threshold, "--threshold", 0, 10),
@@ -187,6 +193,7 @@ def capacity(
                                     "and the per-iteration goodput rule's gamma at that load's mean batch, and the "
                                     "same system run with gamma chosen per engine iteration by that rule (up to the "
                                     "largest --gamma); --gamma may include 0 (plain decoding)"),
+    force: ForceOpt = False,
 ):
     """Highest request rate one replica sustains under an SLO, per configuration; replicas and cost.
 
@@ -198,10 +205,11 @@ def capacity(
     scenario) for --target-qps. --out files get every column.
     """
     from simulator.capacity import capacity_from_cli
-    from simulator.report_table import job, write_output
+    from simulator.report_table import check_out, job, write_output
 
     if fmt not in ("table", "csv", "json"):
         raise InputError(None, "--format", f"expected table, csv or json (got {fmt!r})")
+    check_out(out, fmt, force)
     if workers is not None and workers < 1:
         raise InputError(None, "--workers", "must be >= 1")
     _check_seed(seed)
@@ -244,7 +252,9 @@ def capacity(
     elif fmt == "table":
         render_capacity(df, title, columns)
     if fmt != "table" or out is not None:
-        write_output(df, "csv" if fmt == "table" else fmt, out, title, meta)
+        from simulator.report_table import file_format
+
+        write_output(df, file_format(fmt, out) if out is not None else fmt, out, title, meta)
 
 
 @app.command()
@@ -262,10 +272,13 @@ def report(
     accuracy_margin: AccuracyMarginOpt = None,
     ci_target: CiTargetOpt = None,
     max_replications: MaxReplicationsOpt = None,
+    force: ForceOpt = False,
 ):
     """Capacity-planning report (markdown + PNGs): latency vs load, SLO frontier, cost, assumptions."""
     from simulator.capacity_report import build_report
+    from simulator.report_table import check_out
 
+    check_out(out, force=force, folder=True)
     for name, v in (("--gpu-hour-cost", gpu_hour_cost), ("--target-qps", target_qps)):
         if v is not None and not v > 0:
             raise InputError(None, name, f"must be a positive number (got {v})")
@@ -311,7 +324,8 @@ def pass_time(
     gamma: Optional[int] = typer.Option(None, "--gamma", help="draft tokens per speculative iteration (with --draft)"),
     profile: Optional[Path] = typer.Option(None, "--profile", help="cost profile YAML (default: the catalog's priors)"),
     fmt: str = typer.Option("table", "--format", help="table | csv | json"),
-    out: Optional[Path] = typer.Option(None, help="write the rows here (CSV for table format)"),
+    out: Optional[Path] = typer.Option(None, help="write the rows here (CSV for table format, JSON for a .json name)"),
+    force: ForceOpt = False,
 ):
     """Predicted time of one engine step (pass_ms) with its breakdown; with --draft/--gamma also iteration_ms.
 
@@ -320,10 +334,11 @@ def pass_time(
     verification of gamma+1 tokens per sequence at context C.
     """
     from simulator.pass_time import pass_time_table, render
-    from simulator.report_table import write_output
+    from simulator.report_table import check_out, file_format, write_output
 
     if fmt not in ("table", "csv", "json"):
         raise InputError(None, "--format", f"expected table, csv or json (got {fmt!r})")
+    check_out(out, fmt, force)
     prof = None
     if profile is not None:
         from simulator.cost_model import CostProfile
@@ -336,6 +351,6 @@ def pass_time(
     if fmt == "table":
         render(df, meta)
         if out is not None:
-            write_output(df, "csv", out, "", meta)
+            write_output(df, file_format(fmt, out), out, "", meta)
         return
     write_output(df, fmt, out, "", meta)
