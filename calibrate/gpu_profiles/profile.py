@@ -1,5 +1,5 @@
 """GPU profiles (``simulator/profiles/gpu_<gpu>.yaml``): fitted kernel parameters with provenance,
-and the transfer of the fitted fractions to GPUs nobody profiled.
+(the transfer to GPUs nobody profiled lives in ``transfer.py`` and, for the step terms, ``engine_fit.py``).
 
 Each parameter carries ``kind`` (calibrated | prior | transferred), its ``source`` and a stderr.
 ``cost_profile`` maps the kernel parameters onto the whole-pass cost model's named parameters
@@ -14,7 +14,7 @@ import pandas as pd
 import yaml
 
 from simulator.loading import write_atomic
-from calibrate.gpu_profiles.fit import COMPUTE_PARAMS, fit_gpu, today
+from calibrate.gpu_profiles.fit import fit_gpu, today
 from calibrate.gpu_profiles.kernel_model import KernelParams
 from calibrate.gpu_profiles.validate import KERNELS_PER_LAYER
 
@@ -68,13 +68,3 @@ def write_gpu_profile(profile: dict, path, command: str):
     header = ("# GPU kernel-model profile fitted by calibrate.gpu_profiles (docs/gpu-cost-model.md).\n"
               f"# Regenerate (do not edit by hand):\n#   {command}\n")
     return write_atomic(path, header + yaml.safe_dump(profile, sort_keys=False, width=120))
-
-
-def transferred(profiles: list[dict]) -> dict[str, float]:
-    """What transfers: the median over the profiled GPUs of each calibrated fraction / fixed cost."""
-    out = {}
-    for n in COMPUTE_PARAMS:
-        vals = [p["params"][n]["value"] for p in profiles if p["params"][n]["kind"] == "calibrated"]
-        if vals:
-            out[n] = float(np.median(vals))
-    return out
