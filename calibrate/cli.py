@@ -228,40 +228,75 @@ def fit_acceptance_cmd(
     runs: list[Path] = typer.Argument(None, help="run directories with speculative calls (one gamma per run)"),
     study: Path = typer.Option(None, help="a `specsim study specdecode` result.json instead of run directories"),
     draft: str = typer.Option("ngram", help="the study's draft to fit (with --study)"),
+    metrics: list[Path] = typer.Option(None, help="vLLM /metrics text (Prometheus), one scrape per server/gamma; repeatable"),
+    metrics_before: list[Path] = typer.Option(None, help="an earlier scrape of the same server per --metrics, in order: "
+                                              "the difference is used"),
+    metrics_label: list[str] = typer.Option(None, help="only /metrics series with this label, e.g. model_name=NAME; repeatable"),
+    log: list[Path] = typer.Option(None, help="vLLM server log with `SpecDecoding metrics:` lines; repeatable"),
     fit_gammas: str = typer.Option("1-3", help="gammas to fit on, e.g. 1-3 or 1,2"),
-    predict_gammas: str = typer.Option("4-8", help="held-out gammas to predict"),
-    out: Path = typer.Option(None, help="write the per-position a_1..a_8 as a draft acceptance (YAML)"),
+    predict_gammas: str = typer.Option("4-8", help="gammas to predict (a fitted one is shown as fitted, not held-out)"),
+    out: Path = typer.Option(None, help="write the per-position a_1..a_8 as a scenario's draft.acceptance (YAML)"),
 ) -> None:
-    """Per-position acceptance at small gamma -> acceptance length at larger gamma (per-position vs i.i.d. alpha)."""
-    from calibrate.fit_acceptance import acceptance_yaml, evaluate, fit, from_runs, from_study
+    """Per-position acceptance at small gamma -> acceptance length at larger gamma (per-position vs i.i.d. alpha).
+
+    Every input is checked first (rates in [0, 1], non-increasing, gamma entries, drafts >= 1); --out is written
+    only after that, atomically."""
+    from calibrate.fit_acceptance import acceptance_yaml, evaluate, fit, load, report
+    from simulator.loading import write_atomic
+
+    data, src = load(runs, study, draft, metrics, metrics_before, _label_pairs(metrics_label), log)
+    predict = _gamma_list(predict_gammas, "--predict-gammas")
+    model = fit(data, _gamma_list(fit_gammas, "--fit-gammas"))
+    typer.echo(report(data, model, evaluate(data, model, predict), predict))
+    if out:
+        typer.echo(f"wrote {write_atomic(out, acceptance_yaml(model, src))}")
+
+
+@app.command("spec-metrics")
+def spec_metrics_cmd(
+    metrics: list[Path] = typer.Option(None, help="vLLM /metrics text (Prometheus); repeatable"),
+    metrics_before: list[Path] = typer.Option(None, help="an earlier scrape of the same server per --metrics, in order"),
+    metrics_label: list[str] = typer.Option(None, help="only /metrics series with this label, e.g. model_name=NAME"),
+    log: list[Path] = typer.Option(None, help="vLLM server log with `SpecDecoding metrics:` lines; repeatable"),
+    gamma: int = typer.Option(None, help="with --out: the gamma to write when several were measured"),
+    out: Path = typer.Option(None, help="write the measured a_1..a_gamma as a scenario's draft.acceptance (YAML)"),
+) -> None:
+    """Per-position acceptance a_i = P(first i drafts accepted) a vLLM server measured (/metrics or its logs)."""
+    from calibrate.fit_acceptance import load
+    from calibrate.spec_metrics import measured_yaml, summary
     from simulator.errors import InputError
     from simulator.loading import write_atomic
 
-    def rng(s: str, name: str) -> list[int]:
-        try:
-            out_: list[int] = []
-            for part in s.split(","):
-                a, _, b = part.partition("-")
-                out_ += list(range(int(a), int(b or a) + 1))
-            return out_
-        except ValueError:
-            raise InputError(None, name, f"expected gammas like 1-3 or 1,2 (got {s!r})") from None
-
-    if (study is None) == (not runs):
-        raise InputError(None, "runs", "give run directories or --study (one of them)")
-    data = from_study(study, draft) if study else from_runs(runs)
-    model = fit(data, rng(fit_gammas, "--fit-gammas"))
-    rows = evaluate(data, model, rng(predict_gammas, "--predict-gammas"))
-    typer.echo(f"fit on gamma {model['fit_gammas']}: alpha (i.i.d.) = {model['alpha']:.4f}, conditional per position = "
-               + ", ".join(f"{c:.4f}" for c in model["conditional"]))
-    typer.echo("gamma  measured E[M]  per-position E[M] (err)  i.i.d. E[M] (err)")
-    for r in rows:
-        typer.echo(f"{r['gamma']:>5}  {r['measured_E']:>13.3f}  {r['per_position_E']:>8.3f} ({100 * r['per_position_err']:+6.1f}%)"
-                   f"       {r['iid_E']:>8.3f} ({100 * r['iid_err']:+6.1f}%)")
-    if rows:
-        pp = sorted(abs(r["per_position_err"]) for r in rows)[len(rows) // 2]
-        ii = sorted(abs(r["iid_err"]) for r in rows)[len(rows) // 2]
-        typer.echo(f"median |error| over {len(rows)} held-out gammas: per-position {100 * pp:.1f}%, i.i.d. {100 * ii:.1f}%")
+    if not metrics and not log:
+        raise InputError(None, "inputs", "give --metrics FILE (a /metrics scrape) or --log FILE (a vLLM server log)")
+    data, src = load(metrics=metrics, metrics_before=metrics_before, labels=_label_pairs(metrics_label), logs=log)
+    typer.echo(summary(data))
     if out:
-        src = f"{study} draft {draft}" if study else ", ".join(str(r) for r in runs)
-        typer.echo(f"wrote {write_atomic(out, acceptance_yaml(model, src))}")
+        typer.echo(f"wrote {write_atomic(out, measured_yaml(data, gamma, src))}")
+
+
+def _gamma_list(s: str, name: str) -> list[int]:
+    """``1-3`` or ``1,2,5`` -> gammas."""
+    from simulator.errors import InputError
+
+    try:
+        out: list[int] = []
+        for part in s.split(","):
+            a, _, b = part.partition("-")
+            out += list(range(int(a), int(b or a) + 1))
+        return out
+    except ValueError:
+        raise InputError(None, name, f"expected gammas like 1-3 or 1,2 (got {s!r})") from None
+
+
+def _label_pairs(pairs: list[str] | None) -> dict[str, str] | None:
+    """``KEY=VALUE`` options -> {KEY: VALUE}."""
+    from simulator.errors import InputError
+
+    out = {}
+    for p in pairs or []:
+        k, eq, v = p.partition("=")
+        if not eq or not k:
+            raise InputError(None, "--metrics-label", f"expected KEY=VALUE, e.g. model_name=NAME (got {p!r})")
+        out[k] = v
+    return out or None
