@@ -313,7 +313,7 @@ def _interval(ci_target: float | None, max_replications: int | None):
 
 @app.command("pass-time")
 def pass_time(
-    model: str = typer.Option(..., "--model", help="catalog model name (specsim list models)"),
+    model: str = typer.Option(..., "--model", help="catalog model name (specsim list models) or a path to a HF config.json"),
     hardware: str = typer.Option(..., "--hardware", help="catalog hardware name, e.g. h100-sxm"),
     tp: int = typer.Option(1, "--tp", help="tensor-parallel degree"),
     batch: str = typer.Option("1", "--batch", help="sequences in the step, e.g. 1 or 1,8,64 or 1-4"),

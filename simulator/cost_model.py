@@ -39,6 +39,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from simulator.catalog import HardwareSpec, ModelSpec
+from simulator.catalog.models import skewed_experts_hit
 from simulator.provenance import Provenance
 
 ACTIVATION_BYTES = 2.0
@@ -81,6 +82,15 @@ class CostProfile(BaseModel):
     # Fixed cost of one draft pass inside a speculative engine step (no scheduling, no output processing: a graph
     # replay and the draft's sampling). None: a draft pass costs a full step overhead (profiles before issue 24).
     draft_step_overhead_s: Param | None = None
+    # Mixture-of-experts layers (issue 26, docs/moe.md; None: the dense terms -- eta_mem, eta_comp, no fixed costs):
+    # the routed experts' grouped-GEMM streaming and compute efficiencies, a fixed cost per MoE layer (routing,
+    # token permutation, the fused kernels' launches) and per expert a GPU runs (its tiles' setup and tail).
+    moe_mem_efficiency: Param | None = None
+    moe_compute_efficiency: Param | None = None
+    moe_layer_overhead_s: Param | None = None
+    expert_overhead_s: Param | None = None
+    moe_token_overhead_s: Param | None = None  # per routed (token, expert) pair: alignment, permutation, scatter
+    moe_ep_overhead_s: Param | None = None  # per MoE layer under expert parallelism (the expert map's extra kernels)
     fit: dict | None = None  # goodness of fit written by calibration (residuals per op)
 
     def params(self, hardware: HardwareSpec) -> "CostParams":
@@ -97,6 +107,12 @@ class CostProfile(BaseModel):
             multi_token_penalty=self.multi_token_penalty.value if self.multi_token_penalty else 0.0,
             kv_mem_efficiency=self.kv_mem_efficiency.value if self.kv_mem_efficiency else None,
             draft_step_overhead_s=self.draft_step_overhead_s.value if self.draft_step_overhead_s else None,
+            moe_mem_efficiency=self.moe_mem_efficiency.value if self.moe_mem_efficiency else None,
+            moe_compute_efficiency=self.moe_compute_efficiency.value if self.moe_compute_efficiency else None,
+            moe_layer_overhead_s=self.moe_layer_overhead_s.value if self.moe_layer_overhead_s else 0.0,
+            expert_overhead_s=self.expert_overhead_s.value if self.expert_overhead_s else 0.0,
+            moe_token_overhead_s=self.moe_token_overhead_s.value if self.moe_token_overhead_s else 0.0,
+            moe_ep_overhead_s=self.moe_ep_overhead_s.value if self.moe_ep_overhead_s else 0.0,
         )
 
 
@@ -113,10 +129,28 @@ class CostParams:
     multi_token_penalty: float = 0.0  # j: weight streaming slows by (1 + j) once a pass has >= 2 tokens
     kv_mem_efficiency: float | None = None  # eta_kv; None: mem_efficiency
     draft_step_overhead_s: float | None = None  # a draft pass's fixed cost; None: step_overhead_s
+    # MoE layers (docs/moe.md): routed experts' streaming / compute efficiencies (None: eta_mem / eta_comp), fixed
+    # cost per MoE layer and per expert a GPU runs in a pass
+    moe_mem_efficiency: float | None = None
+    moe_compute_efficiency: float | None = None
+    moe_layer_overhead_s: float = 0.0
+    expert_overhead_s: float = 0.0
+    moe_token_overhead_s: float = 0.0  # per routed (token, expert) pair, on every GPU
+    moe_ep_overhead_s: float = 0.0  # per MoE layer when ep > 1
+    # Routing skew s: expert e's popularity ~ e^-s (0: uniform routing; simulator.catalog.models.skewed_experts_hit)
+    routing_skew: float = 0.0
 
     @property
     def kv_efficiency(self) -> float:
         return self.mem_efficiency if self.kv_mem_efficiency is None else self.kv_mem_efficiency
+
+    @property
+    def expert_mem_efficiency(self) -> float:
+        return self.mem_efficiency if self.moe_mem_efficiency is None else self.moe_mem_efficiency
+
+    @property
+    def expert_compute_efficiency(self) -> float:
+        return self.compute_efficiency if self.moe_compute_efficiency is None else self.moe_compute_efficiency
 
     def for_role(self, role: str) -> "CostParams":
         """The parameters a role's passes run with: a ``draft`` (a draft model or head proposing inside the target's
@@ -182,10 +216,16 @@ def prior_profile(hardware: HardwareSpec, engine: str = "vllm") -> CostProfile:
         multi_token_penalty=pick("multi_token_penalty", None),
         kv_mem_efficiency=pick("kv_mem_efficiency", None),
         draft_step_overhead_s=pick("draft_step_overhead_s", None),
+        moe_mem_efficiency=pick("moe_mem_efficiency", None),
+        moe_compute_efficiency=pick("moe_compute_efficiency", None),
+        moe_layer_overhead_s=pick("moe_layer_overhead_s", None),
+        expert_overhead_s=pick("expert_overhead_s", None),
+        moe_token_overhead_s=pick("moe_token_overhead_s", None),
+        moe_ep_overhead_s=pick("moe_ep_overhead_s", None),
     )
 
 
-DRAFT_KINDS = ("model", "head", "ngram")
+DRAFT_KINDS = ("model", "head", "mtp", "ngram")
 
 
 @dataclass(frozen=True)
@@ -195,6 +235,8 @@ class Drafting:
     ``kind``: ``model`` -- a separate small model with its own full KV cache (the default);
     ``head`` -- an EAGLE / MTP-style head (the deployment's model is ``ModelSpec.draft_head`` of the
     target: a few layers of the target's width + LM head, fed the target's hidden states);
+    ``mtp`` -- the target's own multi-token-prediction module (``ModelSpec.mtp_head``: DeepSeek's MoE layer sharing
+    the embedding and LM head), one pass per drafted token;
     ``ngram`` -- prompt lookup: no model, no GPU cost.
     ``tree_width``: w candidates per drafted position (1: a chain). A tree of width w drafts w tokens per
     level (one draft pass of w tokens) and the target verifies w*gamma + 1 tokens in one pass.
@@ -222,17 +264,43 @@ class Drafting:
 CHAIN = Drafting()
 
 
+def expert_parallel_error(model: ModelSpec, tp: int, ep: int) -> str | None:
+    """Why ``ep`` cannot serve ``model`` at ``tp`` (None: it can). ep = 1: every expert sharded over the TP GPUs along
+    its FFN dimension (the usual all-reduce); ep = tp: whole experts, experts / ep of them per GPU, attention still
+    tensor-parallel (vLLM's ``--enable-expert-parallel`` without data-parallel attention)."""
+    if ep == 1:
+        return None
+    if ep < 1:
+        return f"must be >= 1 (got {ep})"
+    if not model.is_moe:
+        return f"ep={ep} needs a mixture-of-experts model ({model.name} is dense)"
+    if ep != tp:
+        return f"ep={ep} must be 1 (experts sharded by TP) or equal to tp={tp} (whole experts per GPU)"
+    if model.experts % ep:
+        return f"{model.name}'s {model.experts} routed experts are not divisible by ep={ep}"
+    return None
+
+
 @dataclass(frozen=True)
 class Deployment:
     """A model served on ``tp`` devices of one hardware kind with a set of cost parameters.
 
-    A draft deployment carries its ``drafting`` (kind, tree width); every other deployment keeps the default."""
+    A draft deployment carries its ``drafting`` (kind, tree width); every other deployment keeps the default.
+    ``ep``: expert parallelism of a mixture of experts (1: experts sharded by TP; tp: whole experts per GPU,
+    all-to-all dispatch and combine per MoE layer; :func:`expert_parallel_error`)."""
 
     model: ModelSpec
     hardware: HardwareSpec
     tp: int
     cost: CostParams
     drafting: Drafting = CHAIN
+    ep: int = 1
+
+    def __post_init__(self):
+        if self.ep != 1:
+            err = expert_parallel_error(self.model, self.tp, self.ep)
+            if err:
+                raise ValueError(err)
 
     # ---- static quantities --------------------------------------------------------------
     @property
@@ -267,7 +335,10 @@ class Deployment:
 
         ``weights`` + ``kv`` + ``compute`` split the GPU time softmax_p(T_mem, T_comp) in proportion to
         each roof's p-th power (weights and KV share T_mem by their own times); ``allreduce``,
-        ``step`` (t_step), ``layers`` (L t_layer) and ``sequences`` (S t_seq) are added as they are."""
+        ``step`` (t_step), ``layers`` (L t_layer) and ``sequences`` (S t_seq) are added as they are.
+        A mixture of experts, latent attention, sliding windows or expert parallelism: :meth:`_moe_breakdown`."""
+        if not self.model.is_plain or self.ep != 1:
+            return self._moe_breakdown(new_tokens, kv_tokens, attn_pairs, logit_rows, seqs)
         m, h, c = self.model, self.hardware, self.cost
         n = np.asarray(new_tokens, dtype=float)
         t_w = self.weight_bytes_per_gpu / (c.mem_efficiency * h.memory_bandwidth_bytes_per_s)
@@ -299,6 +370,84 @@ class Deployment:
         }
         out["total"] = gpu + out["allreduce"] + self.overhead_time + out["sequences"]
         return out
+
+    def _moe_breakdown(self, new_tokens, kv_tokens, attn_pairs, logit_rows, seqs=1.0) -> dict:
+        """:meth:`pass_breakdown` of a model that is not plain dense GQA (docs/moe.md), per GPU:
+
+            W(N)   = W_other/TP + L_moe E_hit(N) W_expert/TP,   E_hit(N) = E [1 - (1 - k/E)^N]   (uniform routing;
+                     routing_skew s > 0: skewed_experts_hit)
+            T_mem  = [W_other/TP / (eta_mem BW) + L_moe E_hit W_expert/TP / (eta_moe BW)] (1 + j [N >= 2])
+                     + KV(kv_tokens, S) / (eta_kv BW)                         (MLA latent; sliding layers <= window)
+            T_comp = (2 P_other N / F_w + (2 V H L_log + attention FLOPs) / F) / (TP eta_comp)
+                     + 2 L_moe k P_expert N / (TP F_e eta_moe_comp)
+            layers = L t_layer + L_moe (t_moe + [ep > 1] t_ep + E_hit / ep t_expert + N k t_tok)   (MoE kernels' costs)
+            allreduce: ep = 1 the Megatron all-reduces; ep = TP one all-reduce per layer (attention) + per dense layer,
+                       and per MoE layer an all-to-all dispatch + combine of the tokens: 2 [t_ar + (ep-1)/ep N H b / B]
+
+        The soft roofline and its split into weights / KV / compute are the dense path's. A dense model with latent
+        attention or sliding windows goes through the same lines with no MoE terms."""
+        m, h, c = self.model, self.hardware, self.cost
+        n = np.asarray(new_tokens, dtype=float)
+        S = np.asarray(seqs, dtype=float)
+        bw = h.memory_bandwidth_bytes_per_s
+        hit = m.experts_hit(n) if not c.routing_skew else skewed_experts_hit(m.experts, m.experts_per_token, n, c.routing_skew)
+        t_w = m.nonexpert_bytes_read / self.tp / (c.mem_efficiency * bw)
+        if m.is_moe:
+            t_w = t_w + m.moe_layers * hit * m.expert_bytes / self.tp / (c.expert_mem_efficiency * bw)
+        t_w = t_w * (1.0 + c.multi_token_penalty * (n >= 2))
+        t_kv = m.kv_bytes(kv_tokens, self.tp, S) / (c.kv_efficiency * bw)
+        routed = m.moe_layers * m.experts_per_token * m.expert_params
+        lin = 2.0 * (m.matmul_params_per_token - routed) * n / self.tp
+        other = (2.0 * m.embedding_params * np.asarray(logit_rows, dtype=float) + m.attention_flops(attn_pairs, n, S)) / self.tp
+        t_comp = (lin / self.matmul_flops_per_s + other / h.dense_bf16_flops_per_s) / c.compute_efficiency
+        if m.is_moe:
+            t_comp = t_comp + 2.0 * routed * n / self.tp / (self.expert_flops_per_s * c.expert_compute_efficiency)
+        t_mem = t_w + t_kv
+        gpu = soft_roofline(t_mem, t_comp, c.roofline_p)
+        if np.isfinite(c.roofline_p):
+            wm, wc = t_mem**c.roofline_p, t_comp**c.roofline_p
+        else:
+            wm, wc = (t_mem >= t_comp).astype(float), (t_mem < t_comp).astype(float)
+        tot = wm + wc
+        share_m = np.divide(wm, tot, out=np.ones_like(np.asarray(tot, dtype=float)), where=tot > 0)
+        mem = gpu * share_m
+        kv_share = np.divide(t_kv, t_mem, out=np.zeros_like(np.asarray(t_mem, dtype=float)), where=t_mem > 0)
+        moe_fixed = (c.moe_layer_overhead_s + (self.ep > 1) * c.moe_ep_overhead_s + hit / self.ep * c.expert_overhead_s
+                     + n * m.experts_per_token * c.moe_token_overhead_s)
+        layers = m.layers * c.layer_overhead_s + m.moe_layers * moe_fixed
+        out = {
+            "weights": mem * (1.0 - kv_share),
+            "kv": mem * kv_share,
+            "compute": gpu - mem,
+            "allreduce": self.comm_time(n),
+            "step": np.full_like(n, c.step_overhead_s),
+            "layers": np.broadcast_to(layers, n.shape).astype(float),
+            "sequences": S * c.seq_overhead_s,
+        }
+        out["total"] = gpu + out["allreduce"] + out["step"] + out["layers"] + out["sequences"]
+        return out
+
+    @property
+    def expert_flops_per_s(self) -> float:
+        """Peak rate of the routed experts' matmuls: FP8 tensor cores for FP8 experts where the GPU has them; 4-bit
+        (MXFP4 / INT4) and bf16 experts at the bf16 rate (weight-only dequantization)."""
+        m, h = self.model, self.hardware
+        if (m.expert_weight_dtype or m.weight_dtype) == "fp8" and h.dense_fp8_flops_per_s:
+            return h.dense_fp8_flops_per_s
+        return h.dense_bf16_flops_per_s
+
+    def comm_time(self, new_tokens):
+        """Communication per pass: the Megatron all-reduces at ep = 1 (:meth:`allreduce_time`); with expert
+        parallelism one all-reduce per layer (attention) and per dense layer (its MLP), and per MoE layer an
+        all-to-all dispatch and combine of the pass's tokens (each a t_ar latency + (ep-1)/ep of N H b bytes over the
+        link: the share of the tokens' hidden states that leaves a GPU)."""
+        if self.ep == 1:
+            return self.allreduce_time(new_tokens)
+        m, h, c = self.model, self.hardware, self.cost
+        size = np.asarray(new_tokens, dtype=float) * m.hidden * ACTIVATION_BYTES
+        ar = c.allreduce_latency_s + 2.0 * (self.tp - 1) / self.tp * size / h.link_bandwidth_bytes_per_s
+        a2a = 2.0 * (c.allreduce_latency_s + (self.ep - 1) / self.ep * size / h.link_bandwidth_bytes_per_s)
+        return (2 * m.layers - m.moe_layers) * ar + m.moe_layers * a2a
 
     def allreduce_time(self, new_tokens):
         """Two ring all-reduces per layer of (tokens x hidden) activations; zero at TP=1."""

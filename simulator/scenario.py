@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from simulator.catalog import get_hardware, get_model
 from simulator.catalog.models import KvDtype, WeightDtype
-from simulator.cost_model import CostProfile, Deployment, Drafting, prior_profile
+from simulator.cost_model import CostProfile, Deployment, Drafting, expert_parallel_error, prior_profile
 from simulator.errors import InputError
 from simulator.execution import Execution
 from simulator.loading import load_yaml_model, read_yaml, validate_model
@@ -39,8 +39,10 @@ class HardwareChoice(_Strict):
 
 
 class ModelChoice(_Strict):
-    model: str
+    model: str  # a catalog name or a path to a Hugging Face config.json (relative to the scenario file)
     tp: int = Field(default=1, ge=1, le=64)
+    # expert parallelism of a mixture of experts: 1 (experts sharded by TP) or the TP degree (whole experts per GPU)
+    ep: int = Field(default=1, ge=1, le=64)
     weight_dtype: WeightDtype = "bf16"  # bf16 | fp16 | fp8 (W8A8 where the GPU has FP8 tensor cores) | int4 (weight-only)
     kv_dtype: KvDtype = "bf16"  # bf16 | fp16 | fp8 KV cache
 
@@ -69,11 +71,13 @@ class DraftChoice(_Strict):
     acceptance from the workload's ``token_acceptance`` unless ``acceptance`` is given;
     ``kind: head`` -- an EAGLE / MTP-style head of the base model (``layers`` decoder layers of its width,
     fusion projection, its LM head or an own one of ``vocab`` rows), needs ``acceptance``;
+    ``kind: mtp`` -- the base model's own multi-token-prediction module (DeepSeek-V3/R1: one MoE layer sharing the
+    embedding and LM head, run once per drafted token), needs ``acceptance``;
     ``kind: ngram`` -- prompt lookup (no model cost), needs ``acceptance``.
     ``tree_width`` w > 1: tree drafting, the base verifies w*gamma + 1 tokens per iteration, at most
     ``verify_budget``."""
 
-    kind: Literal["model", "head", "ngram"] = "model"
+    kind: Literal["model", "head", "mtp", "ngram"] = "model"
     model: str | None = None
     tp: int | None = Field(default=None, ge=1, le=64)  # accepted for old scenarios; the draft runs at the base's TP
     weight_dtype: WeightDtype = "bf16"
@@ -170,9 +174,9 @@ class ResolvedScenario:
         self.file = str(path) if path else None
         self.workload = self._load_workload()
         self.cost_profiles = self._load_cost_profiles()
-        self.base_model = get_model(scenario.base.model, self.file, "base.model").with_dtypes(
+        self.base_model = self._model(scenario.base.model, "base.model").with_dtypes(
             scenario.base.weight_dtype, scenario.base.kv_dtype)
-        self.small_model = get_model(scenario.small.model, self.file, "small.model").with_dtypes(
+        self.small_model = self._model(scenario.small.model, "small.model").with_dtypes(
             scenario.small.weight_dtype, scenario.small.kv_dtype)
         self.drafting, self.draft_model = self._resolve_draft()
         self.hardware_names = scenario.grid.hardware or [scenario.hardware.gpu]
@@ -191,6 +195,10 @@ class ResolvedScenario:
                 self.check_placement(hw, tp)
 
     # ---- resolution ------------------------------------------------------------------------
+    def _model(self, ref: str, field: str):
+        """A catalog model or a config.json path (relative to the scenario's folder)."""
+        return get_model(ref, self.file, field, self.path.parent if self.path is not None else None)
+
     @property
     def speculative(self) -> bool:
         return any(REGISTRY[s].draft for s in self.scenario.systems)
@@ -203,7 +211,7 @@ class ResolvedScenario:
             if d.vocab is not None:
                 raise InputError(f, "draft.vocab", "only a head draft has its own vocabulary size (kind: head)")
             name, fld = (d.model, "draft.model") if d.model else (sc.small.model, "small.model")
-            m = get_model(name, f, fld)
+            m = self._model(name, fld)
             if self.speculative and m.tokenizer_id != self.base_model.tokenizer_id:
                 raise InputError(f, fld, f"vocabulary mismatch: draft {m.name} uses the {m.tokenizer_id} tokenizer, "
                                  f"base {self.base_model.name} the {self.base_model.tokenizer_id} one (a separate draft "
@@ -215,9 +223,16 @@ class ResolvedScenario:
             if d.acceptance is None and self.speculative:
                 raise InputError(f, "draft.acceptance", f"a {d.kind} draft needs its per-position acceptance "
                                  "(a: [a_1, ...], kind, source): the workload's token_acceptance is the separate model's")
-            base = get_model(sc.base.model, f, "base.model")
+            base = self._model(sc.base.model, "base.model")
             if d.kind == "head":
                 m = base.draft_head(d.layers, d.vocab, d.fusion).with_dtypes(d.weight_dtype, kv)
+            elif d.kind == "mtp":
+                if not base.mtp_layers:
+                    raise InputError(f, "draft.kind", f"{base.name} has no MTP module (mtp_layers 0; num_nextn_predict_layers "
+                                     "in its config.json): use kind: head")
+                if d.vocab is not None:
+                    raise InputError(f, "draft.vocab", "an MTP module shares the base model's LM head")
+                m = base.mtp_head().with_dtypes(d.weight_dtype, kv)
             else:
                 m = self.base_model  # prompt lookup: no model runs (Drafting.free)
         if self.speculative:
@@ -290,19 +305,27 @@ class ResolvedScenario:
                 continue
             if m.heads % tp:
                 raise InputError(f, tp_field, f"tp={tp} does not divide {role} model {m.name}'s {m.heads} attention heads")
+        err = expert_parallel_error(self.base_model, tp, sc.base.ep)
+        if err:
+            raise InputError(f, "base.ep", err)
+        err = expert_parallel_error(self.small_model, tp, sc.small.ep)
+        if err:
+            raise InputError(f, "small.ep", err)
         budget_ctx = self.workload.prompt_tokens + self.workload.token_budget + self.workload.max_step_tokens + self.workload.answer_tokens
         speculative = self.speculative and not self.drafting.free
-        # (role, resident weights per GPU, KV bytes per token per GPU, what is placed there)
+        # (role, resident weights per GPU, one request's KV bytes per GPU, what is placed there): every expert
+        # resident, MLA's latent replicated on each GPU, sliding-window layers holding at most their window
+        kv_of = lambda m: float(m.kv_bytes(budget_ctx, tp)) if not m.is_plain else budget_ctx * m.kv_bytes_per_token(tp)  # noqa: E731
         placements = [
-            ("base", self.base_model.weight_bytes_resident / tp, self.base_model.kv_bytes_per_token(tp), self.base_model.name),
-            ("small", self.small_model.weight_bytes_resident / tp, self.small_model.kv_bytes_per_token(tp), self.small_model.name),
+            ("base", self.base_model.weight_bytes_resident / tp, kv_of(self.base_model), self.base_model.name),
+            ("small", self.small_model.weight_bytes_resident / tp, kv_of(self.small_model), self.small_model.name),
         ]
         if speculative:  # the draft lives inside the base engine, with its own KV cache
             d = self.draft_model
             role, w, kv, what = placements[0]
-            placements[0] = (role, w + d.weight_bytes_resident / tp, kv + d.kv_bytes_per_token(tp), f"{what} + draft {d.name}")
+            placements[0] = (role, w + d.weight_bytes_resident / tp, kv + kv_of(d), f"{what} + draft {d.name}")
         for role, weights, kv, what in placements:
-            need = weights + budget_ctx * kv
+            need = weights + kv
             have = getattr(sc.memory_fraction, role) * hw.memory_bytes
             if need > have:
                 raise InputError(
@@ -321,10 +344,12 @@ class ResolvedScenario:
     def deployments(self, hw_name: str, tp: int) -> dict[str, Deployment]:
         hw = get_hardware(hw_name)
         params = self.cost_profile(hw_name).params(hw)
+        sc = self.scenario
+        draft_ep = sc.base.ep if self.draft_model.is_moe and not self.drafting.free else 1
         return {
-            "base": Deployment(self.base_model, hw, tp, params),
-            "small": Deployment(self.small_model, hw, tp, params),
-            "draft": Deployment(self.draft_model, hw, tp, params.for_role("draft"), drafting=self.drafting),
+            "base": Deployment(self.base_model, hw, tp, params, ep=sc.base.ep),
+            "small": Deployment(self.small_model, hw, tp, params, ep=sc.small.ep),
+            "draft": Deployment(self.draft_model, hw, tp, params.for_role("draft"), drafting=self.drafting, ep=draft_ep),
         }
 
     def to_dict(self) -> dict:

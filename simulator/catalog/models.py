@@ -6,7 +6,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from simulator.errors import InputError, pydantic_error_to_input_error
 from simulator.loading import read_yaml
@@ -18,10 +19,38 @@ PARAM_TOLERANCE = 0.03
 # one fp16 scale and one fp16 zero point per group of 128 weights: 0.5 + 4/128 bytes (assumption: group size 128).
 # FP8 weights (W8A8, per-channel or per-tensor scales: negligible bytes). The embedding and LM head stay in
 # bf16 in quantized checkpoints (assumption: the usual recipe leaves lm_head unquantized).
-WEIGHT_DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int4": 0.5 + 4.0 / 128.0}
+# MXFP4 (OCP microscaling, gpt-oss's experts): 4-bit E2M1 values plus one 8-bit E8M0 scale per block of 32: 0.5 + 1/32
+# bytes per weight (the same bytes as INT4 with group 128, by coincidence); weight-only on GPUs without FP4 cores.
+WEIGHT_DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int4": 0.5 + 4.0 / 128.0, "mxfp4": 0.5 + 1.0 / 32.0}
 KV_DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
-WeightDtype = Literal["bf16", "fp16", "fp8", "int4"]
+WeightDtype = Literal["bf16", "fp16", "fp8", "int4", "mxfp4"]
 KvDtype = Literal["bf16", "fp16", "fp8"]
+Arch = Literal["qwen2", "qwen3", "llama", "gemma3", "qwen3_moe", "deepseek_v3", "gpt_oss", "mixtral"]
+# Architectures whose attention has per-head RMS norms on q and k (2 x head_dim parameters per layer)
+QK_NORM_ARCHS = ("qwen3", "gemma3", "qwen3_moe")
+# A pass whose sequences bring at most this many new tokens each runs MLA's absorbed (decode) attention, as vLLM's
+# MLA backends split a batch into decode-like requests (1 + speculative tokens) and prefills.
+MLA_DECODE_MAX_TOKENS = 16
+
+
+def skewed_experts_hit(experts: int, k: int, tokens, skew: float = 0.0):
+    """Expected distinct experts ``tokens`` tokens hit when each picks ``k`` of ``experts`` experts, expert e (1..E)
+    with popularity proportional to e^-skew (skew 0: uniform). Expert e is in a token's top-k with probability
+    pi_e = min(1, c e^-skew), c such that sum_e pi_e = k (the most popular experts saturate at 1), tokens independent:
+    E[hit] = sum_e 1 - (1 - pi_e)^N. skew = 0 gives E [1 - (1 - k/E)^N] exactly (:meth:`ModelSpec.experts_hit`);
+    one token always hits k. Broadcasts over ``tokens``."""
+    n = np.asarray(tokens, dtype=float)
+    if skew == 0.0:
+        return experts * (1.0 - (1.0 - k / experts) ** n)
+    w = np.arange(1, experts + 1, dtype=float) ** -skew  # descending
+    pi = np.ones(experts)
+    for top in range(k + 1):  # the first ``top`` experts saturate; the rest share k - top in proportion to w
+        rest = w[top:]
+        pi_rest = (k - top) * rest / rest.sum()
+        if top == experts or pi_rest[0] <= 1.0:
+            pi[top:] = pi_rest
+            break
+    return (1.0 - (1.0 - pi)[:, None] ** n.reshape(1, -1)).sum(axis=0).reshape(n.shape)
 
 
 class ModelSpec(BaseModel):
@@ -31,7 +60,7 @@ class ModelSpec(BaseModel):
 
     name: str
     hf_id: str | None = None
-    arch: Literal["qwen2", "qwen3", "llama", "gemma3"]
+    arch: Arch
     layers: int = Field(ge=1)
     hidden: int = Field(ge=1)
     heads: int = Field(ge=1)
@@ -42,6 +71,9 @@ class ModelSpec(BaseModel):
     tie_embeddings: bool
     qkv_bias: bool = False
     published_params: float | None = None
+    # Published active parameters of a mixture of experts (per token; embedding and LM head counted), checked like
+    # ``published_params``
+    published_active_params: float | None = None
     bytes_per_param: float = Field(default=2.0, gt=0)  # bytes per layer weight (set by ``with_dtypes``)
     # Tokenizer family: a separate draft model must share its target's (vocabulary sizes may differ by padding).
     tokenizer: str | None = None
@@ -54,20 +86,146 @@ class ModelSpec(BaseModel):
     # in front of its layers, and whether it shares the target's embedding and LM head (no resident copy).
     extra_matmul_params: int = Field(default=0, ge=0)
     shares_target_embeddings: bool = False
+    # ---- mixture of experts (docs/moe.md; 0 experts: a dense model, every field below at its default) -------------
+    # A MoE layer: a router (hidden x experts [+ a bias per expert]), ``experts`` routed SwiGLU experts of
+    # ``expert_intermediate`` features, each token routed to ``experts_per_token`` (top-k) of them, and
+    # ``shared_experts`` always-on experts of ``shared_expert_intermediate`` features each. The first
+    # ``first_k_dense_layers`` layers (DeepSeek) are dense, with ``intermediate`` features.
+    experts: int = Field(default=0, ge=0)
+    experts_per_token: int = Field(default=0, ge=0)
+    expert_intermediate: int | None = Field(default=None, ge=1)
+    shared_experts: int = Field(default=0, ge=0)
+    shared_expert_intermediate: int | None = Field(default=None, ge=1)  # None: expert_intermediate
+    first_k_dense_layers: int = Field(default=0, ge=0)
+    router_bias: bool = False  # a bias (DeepSeek: the score-correction bias) per expert
+    # The routed experts' storage dtype when it differs from the other layer weights (gpt-oss: MXFP4 experts,
+    # bf16 attention and router); None: ``weight_dtype``. ``expert_bytes_per_param`` follows it.
+    expert_weight_dtype: WeightDtype | None = None
+    expert_bytes_per_param: float | None = Field(default=None, gt=0)
+    # ---- multi-head latent attention (DeepSeek V2/V3; kv_lora_rank None: standard GQA attention) -------------
+    q_lora_rank: int | None = Field(default=None, ge=1)  # None with MLA: a full q projection
+    kv_lora_rank: int | None = Field(default=None, ge=1)
+    qk_rope_head_dim: int | None = Field(default=None, ge=1)
+    qk_nope_head_dim: int | None = Field(default=None, ge=1)
+    v_head_dim: int | None = Field(default=None, ge=1)
+    # ---- sliding-window attention: sliding layers keep (and read) at most ``sliding_window`` tokens of KV.
+    # ``full_attention_every`` P: layer i (from 0) is full attention iff (i + 1) % P == 0 (gpt-oss: 2, alternating;
+    # Gemma 3: 6, five local to one global); None with a window: every layer slides (Mistral-7B v0.1).
+    sliding_window: int | None = Field(default=None, ge=1)
+    full_attention_every: int | None = Field(default=None, ge=1)
+    # ---- multi-token prediction (DeepSeek-V3/R1): MTP modules after the model (not in ``params``: the published
+    # totals count the main model; loaded only when the MTP module drafts, as a ``draft.kind: mtp``).
+    mtp_layers: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ModelSpec":
+        if self.experts:
+            if not 1 <= self.experts_per_token <= self.experts:
+                raise ValueError(f"experts_per_token must lie in 1..experts={self.experts} (got {self.experts_per_token})")
+            if self.expert_intermediate is None:
+                raise ValueError("a mixture of experts needs expert_intermediate")
+        elif self.experts_per_token or self.shared_experts or self.first_k_dense_layers or self.expert_weight_dtype:
+            raise ValueError("experts_per_token, shared_experts, first_k_dense_layers and expert_weight_dtype need experts > 0")
+        mla = (self.kv_lora_rank, self.qk_rope_head_dim, self.qk_nope_head_dim, self.v_head_dim)
+        if any(x is not None for x in mla) and any(x is None for x in mla):
+            raise ValueError("multi-head latent attention needs kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim and v_head_dim")
+        if self.full_attention_every is not None and self.sliding_window is None:
+            raise ValueError("full_attention_every needs a sliding_window")
+        return self
+
+    # ---- kinds ----------------------------------------------------------------------------
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    @property
+    def is_plain(self) -> bool:
+        """A dense model with standard (GQA) attention over its whole context: the original cost formulas apply
+        unchanged (every catalog model before issue 26)."""
+        return not self.is_moe and not self.is_mla and self.sliding_window is None
 
     # ---- shape-derived quantities -------------------------------------------------------
     @property
-    def params_per_layer(self) -> int:
-        """Attention (q, k, v, o [+ qkv bias] [+ q/k norms]) + SwiGLU MLP (3 matrices) + 2 norms."""
+    def attention_params_per_layer(self) -> int:
+        """GQA: q, k, v, o [+ qkv bias] [+ q/k norms]. MLA (DeepSeek): q_a (H x q_lora) + its norm + q_b (q_lora x
+        heads (nope + rope)) [or one H x heads (nope + rope) q projection], kv_a (H x (kv_lora + rope)) + its norm,
+        kv_b (kv_lora x heads (nope + v)), o (heads v x H)."""
+        if self.is_mla:
+            qk = self.heads * (self.qk_nope_head_dim + self.qk_rope_head_dim)
+            q = (self.hidden * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * qk if self.q_lora_rank
+                 else self.hidden * qk)
+            kv = (self.hidden * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
+                  + self.kv_lora_rank * self.heads * (self.qk_nope_head_dim + self.v_head_dim))
+            return q + kv + self.heads * self.v_head_dim * self.hidden
         q = self.heads * self.head_dim
         kv = self.kv_heads * self.head_dim
         attn = self.hidden * q + 2 * self.hidden * kv + q * self.hidden
         if self.qkv_bias:
             attn += q + 2 * kv
-        if self.arch in ("qwen3", "gemma3"):
+        if self.arch in QK_NORM_ARCHS:
             attn += 2 * self.head_dim
+        return attn
+
+    @property
+    def params_per_layer(self) -> int:
+        """A dense layer: attention + SwiGLU MLP (3 matrices of ``intermediate``) + 2 norms."""
         mlp = 3 * self.hidden * self.intermediate
-        return attn + mlp + 2 * self.hidden
+        return self.attention_params_per_layer + mlp + 2 * self.hidden
+
+    # ---- mixture of experts ---------------------------------------------------------------
+    @property
+    def moe_layers(self) -> int:
+        """Layers with routed experts (all but the first ``first_k_dense_layers``); 0 for a dense model."""
+        return max(0, self.layers - self.first_k_dense_layers) if self.is_moe else 0
+
+    @property
+    def expert_params(self) -> int:
+        """One routed expert: a SwiGLU MLP of ``expert_intermediate`` features (gate, up, down)."""
+        return 3 * self.hidden * self.expert_intermediate if self.is_moe else 0
+
+    @property
+    def moe_block_params(self) -> int:
+        """What a MoE layer runs for every token besides its routed experts: router (+ bias) and shared experts."""
+        shared = self.shared_experts * 3 * self.hidden * (self.shared_expert_intermediate or self.expert_intermediate)
+        return self.hidden * self.experts + (self.experts if self.router_bias else 0) + shared
+
+    @property
+    def expert_bytes_per_weight(self) -> float:
+        return self.bytes_per_param if self.expert_bytes_per_param is None else self.expert_bytes_per_param
+
+    @property
+    def expert_bytes(self) -> float:
+        """Stored bytes of one routed expert (its own dtype: MXFP4 for gpt-oss)."""
+        return self.expert_params * self.expert_bytes_per_weight
+
+    def experts_hit(self, tokens):
+        """Expected distinct routed experts a pass of ``tokens`` tokens reads in one MoE layer, under uniform routing
+        (each token picks top-k of E experts, every expert equally likely, tokens independent):
+        E [1 - (1 - k/E)^N]. One token reads k; many tokens read all E. Broadcasts over arrays."""
+        n = np.asarray(tokens, dtype=float)
+        if not self.is_moe:
+            return np.zeros_like(n)
+        return self.experts * (1.0 - (1.0 - self.experts_per_token / self.experts) ** n)
+
+    @property
+    def layer_params_total(self) -> int:
+        """Every decoder layer's parameters, all experts included."""
+        if not self.is_moe:
+            return self.layers * self.params_per_layer
+        moe = self.attention_params_per_layer + 2 * self.hidden + self.moe_block_params + self.experts * self.expert_params
+        return (self.layers - self.moe_layers) * self.params_per_layer + self.moe_layers * moe
+
+    @property
+    def layer_params_active(self) -> int:
+        """The decoder-layer weights one token multiplies through (top-k routed experts + shared + router)."""
+        if not self.is_moe:
+            return self.layers * self.params_per_layer
+        idle = (self.experts - self.experts_per_token) * self.expert_params
+        return self.layer_params_total - self.moe_layers * idle
 
     @property
     def embedding_params(self) -> int:
@@ -75,14 +233,29 @@ class ModelSpec(BaseModel):
 
     @property
     def params(self) -> int:
-        """Total parameters computed from the shape."""
+        """Total parameters computed from the shape (the main model: MTP modules are ``mtp_params``)."""
         head = 0 if self.tie_embeddings else self.embedding_params
-        return self.layers * self.params_per_layer + self.extra_matmul_params + self.embedding_params + head + self.hidden
+        return self.layer_params_total + self.extra_matmul_params + self.embedding_params + head + self.hidden
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token uses: ``params`` less the routed experts it is not sent to (embedding and LM head
+        included)."""
+        return self.params - (self.layer_params_total - self.layer_params_active)
+
+    @property
+    def mtp_params(self) -> int:
+        """The MTP modules (DeepSeek-V3): per module one MoE layer, the projection of [embedding, hidden] (2H x H) and
+        three norms; embedding and LM head shared with the main model."""
+        if not self.mtp_layers:
+            return 0
+        layer = self.attention_params_per_layer + 2 * self.hidden + self.moe_block_params + self.experts * self.expert_params
+        return self.mtp_layers * (layer + 2 * self.hidden * self.hidden + 3 * self.hidden)
 
     @property
     def matmul_params_per_token(self) -> int:
         """Weights every token multiplies through (the layers; the LM head is counted per logit)."""
-        return self.layers * self.params_per_layer + self.extra_matmul_params
+        return self.layer_params_active + self.extra_matmul_params
 
     @property
     def tokenizer_id(self) -> str:
@@ -91,10 +264,26 @@ class ModelSpec(BaseModel):
     @property
     def weight_bytes_read(self) -> float:
         """Bytes of weights streamed per forward pass: layers + LM head (the input embedding
-        is a row lookup, so an untied input table is not streamed)."""
+        is a row lookup, so an untied input table is not streamed). A MoE model: with every routed expert (the
+        many-token limit; a pass of N tokens reads ``weight_bytes_read_at(N)``)."""
+        if self.is_moe:
+            return float(self.weight_bytes_read_at(np.inf))
         if self.head_bytes_per_param is None and not self.extra_matmul_params:
             return (self.layers * self.params_per_layer + self.embedding_params) * self.bytes_per_param
         return self.matmul_params_per_token * self.bytes_per_param + self.embedding_params * self.head_bytes
+
+    @property
+    def nonexpert_bytes_read(self) -> float:
+        """Bytes streamed by every pass whatever its tokens: attention, dense MLPs, routers, shared experts, LM head."""
+        routed = self.moe_layers * self.experts_per_token * self.expert_params
+        return (self.matmul_params_per_token - routed) * self.bytes_per_param + self.embedding_params * self.head_bytes
+
+    def weight_bytes_read_at(self, tokens):
+        """Weight bytes a pass of ``tokens`` tokens streams: the non-expert weights plus, per MoE layer, the expected
+        distinct experts hit (``experts_hit``). A dense model: ``weight_bytes_read`` whatever the tokens."""
+        if not self.is_moe:
+            return np.full_like(np.asarray(tokens, dtype=float), self.weight_bytes_read)
+        return self.nonexpert_bytes_read + self.moe_layers * self.experts_hit(tokens) * self.expert_bytes
 
     @property
     def head_bytes(self) -> float:
@@ -102,21 +291,73 @@ class ModelSpec(BaseModel):
 
     @property
     def weight_bytes_resident(self) -> float:
+        if self.is_moe:
+            emb = 0 if self.shares_target_embeddings else self.params - self.layer_params_total - self.extra_matmul_params - self.hidden
+            all_experts = self.moe_layers * self.experts * self.expert_params
+            other = self.layer_params_total - all_experts + self.extra_matmul_params + self.hidden
+            return other * self.bytes_per_param + emb * self.head_bytes + self.moe_layers * self.experts * self.expert_bytes
         if self.head_bytes_per_param is None and not self.extra_matmul_params and not self.shares_target_embeddings:
             return self.params * self.bytes_per_param
         emb = 0 if self.shares_target_embeddings else self.params - self.matmul_params_per_token - self.hidden
         return (self.matmul_params_per_token + self.hidden) * self.bytes_per_param + emb * self.head_bytes
 
+    # ---- KV cache and attention ----------------------------------------------------------------
     def kv_bytes_per_token(self, tp: int = 1, kv_bytes_per_element: float | None = None) -> float:
         """2 (K and V) x layers x KV heads on one GPU x head_dim x bytes (default: the model's KV dtype);
-        KV heads are replicated when TP exceeds their number."""
-        kv_per_gpu = -(-self.kv_heads // tp)
+        KV heads are replicated when TP exceeds their number. MLA: the compressed latent and the shared RoPE key,
+        (kv_lora_rank + qk_rope_head_dim) values per layer, one copy on every GPU (replicated across TP).
+        Sliding-window layers count every token here (a token inside the window); ``kv_bytes`` caps them."""
         b = self.kv_bytes_per_element if kv_bytes_per_element is None else kv_bytes_per_element
+        if self.is_mla:
+            return self.layers * (self.kv_lora_rank + self.qk_rope_head_dim) * b
+        kv_per_gpu = -(-self.kv_heads // tp)
         return 2 * self.layers * kv_per_gpu * self.head_dim * b
+
+    @property
+    def sliding_layers(self) -> int:
+        """Layers with sliding-window attention (``full_attention_every`` P: all but every P-th)."""
+        if self.sliding_window is None:
+            return 0
+        if self.full_attention_every is None:
+            return self.layers
+        return self.layers - self.layers // self.full_attention_every
+
+    def kv_bytes(self, tokens, tp: int = 1, seqs=1.0, kv_bytes_per_element: float | None = None):
+        """KV bytes per GPU of ``tokens`` cached tokens held by ``seqs`` sequences: full-attention layers hold every
+        token, sliding layers at most ``sliding_window`` per sequence (min(tokens, seqs x window): exact when the
+        sequences are equally long, an upper bound otherwise). Broadcasts over arrays."""
+        t = np.asarray(tokens, dtype=float)
+        per_token = self.kv_bytes_per_token(tp, kv_bytes_per_element)
+        if self.sliding_window is None:
+            return t * per_token
+        s = self.sliding_layers
+        capped = np.minimum(t, np.asarray(seqs, dtype=float) * self.sliding_window)
+        return per_token / self.layers * ((self.layers - s) * t + s * capped)
+
+    def attention_flops(self, pairs, new_tokens=None, seqs=1.0):
+        """Attention FLOPs of a pass with ``pairs`` = sum_i n_i (c_i + (n_i + 1)/2) query-key pairs (all GPUs):
+        GQA 4 heads head_dim per pair and layer (QK^T and PV). Sliding layers: at most ``new_tokens`` x window pairs.
+        MLA: absorbed (decode: at most ``MLA_DECODE_MAX_TOKENS`` new tokens per sequence) 2 heads (2 kv_lora + rope)
+        per pair, the latent read once for all heads; else expanded (prefill) 2 heads (nope + rope + v)."""
+        a = np.asarray(pairs, dtype=float)
+        if self.is_mla:
+            n = np.asarray(a if new_tokens is None else new_tokens, dtype=float)
+            per_seq = np.divide(n, np.maximum(np.asarray(seqs, dtype=float), 1e-300))
+            absorbed = 2.0 * self.heads * (2 * self.kv_lora_rank + self.qk_rope_head_dim)
+            expanded = 2.0 * self.heads * (self.qk_nope_head_dim + self.qk_rope_head_dim + self.v_head_dim)
+            per_pair = np.where(per_seq <= MLA_DECODE_MAX_TOKENS, absorbed, expanded)
+        else:
+            per_pair = 4.0 * self.heads * self.head_dim
+        if self.sliding_window is None or new_tokens is None:
+            return per_pair * self.layers * a
+        s = self.sliding_layers
+        capped = np.minimum(a, np.asarray(new_tokens, dtype=float) * self.sliding_window)
+        return per_pair * ((self.layers - s) * a + s * capped)
 
     def with_dtypes(self, weight_dtype: str = "bf16", kv_dtype: str = "bf16") -> "ModelSpec":
         """This model served with ``weight_dtype`` layer weights (embedding / LM head stay bf16 when
-        quantized) and a ``kv_dtype`` KV cache. bf16/bf16 returns the model unchanged."""
+        quantized) and a ``kv_dtype`` KV cache. bf16/bf16 returns the model unchanged. Routed experts with their own
+        dtype (``expert_weight_dtype``: gpt-oss's MXFP4) keep it."""
         if weight_dtype not in WEIGHT_DTYPE_BYTES:
             raise ValueError(f"unknown weight dtype {weight_dtype!r}; known: {', '.join(WEIGHT_DTYPE_BYTES)}")
         if kv_dtype not in KV_DTYPE_BYTES:
@@ -135,20 +376,46 @@ class ModelSpec(BaseModel):
         changes."""
         if layers == self.layers and name is None:
             return self
-        return self.model_copy(update={"layers": layers, "published_params": None,
-                                       "name": name or f"{self.name}-cut{layers}"})
+        upd = {"layers": layers, "published_params": None, "name": name or f"{self.name}-cut{layers}"}
+        if self.published_active_params is not None:
+            upd["published_active_params"] = None
+        return self.model_copy(update=upd)
 
     def draft_head(self, layers: int = 1, vocab: int | None = None, fusion: bool = True) -> "ModelSpec":
         """An EAGLE / MTP-style draft head of this (target) model: ``layers`` decoder layers of the target's
         shape fed the target's hidden states, a fusion projection (2H x H) of [token embedding, hidden state]
         when ``fusion``, and the target's LM head (or its own of ``vocab`` rows, e.g. EAGLE-3's reduced draft
         vocabulary). Its KV cache is its own layers' only; it shares the target's embedding (and LM head
-        when ``vocab`` is None): no resident copy."""
-        return self.model_copy(update={
+        when ``vocab`` is None): no resident copy. A mixture-of-experts target's EAGLE head is dense (a layer of
+        the target's attention and an MLP of ``intermediate`` features, as published EAGLE heads of MoE models);
+        its own MTP module is :meth:`mtp_head`."""
+        upd = {
             "name": f"{self.name}-head{layers}", "hf_id": None, "layers": layers, "published_params": None,
             "vocab": vocab or self.vocab, "extra_matmul_params": 2 * self.hidden * self.hidden if fusion else 0,
             "shares_target_embeddings": vocab is None, "tie_embeddings": True,
             "head_bytes_per_param": self.head_bytes,
+        }
+        if self.published_active_params is not None:
+            upd["published_active_params"] = None
+        if self.is_moe or self.mtp_layers:
+            upd.update({"experts": 0, "experts_per_token": 0, "expert_intermediate": None, "shared_experts": 0,
+                        "shared_expert_intermediate": None, "first_k_dense_layers": 0, "router_bias": False,
+                        "expert_weight_dtype": None, "expert_bytes_per_param": None, "mtp_layers": 0})
+        return self.model_copy(update=upd)
+
+    def mtp_head(self, layers: int | None = None) -> "ModelSpec":
+        """This model's own multi-token-prediction module as a draft (DeepSeek-V3/R1): ``layers`` (default
+        ``mtp_layers``) MoE decoder layers of the target's shape behind the projection of [embedding, hidden] (2H x
+        H), sharing the target's embedding and LM head (no resident copy); its KV cache is its own layer's. vLLM runs
+        the one published module k times to draft k tokens: one pass per drafted token, the same weights."""
+        if not self.mtp_layers:
+            raise ValueError(f"{self.name} has no MTP module (mtp_layers = 0)")
+        n = layers or self.mtp_layers
+        return self.model_copy(update={
+            "name": f"{self.name}-mtp{n}", "hf_id": None, "layers": n, "published_params": None,
+            "published_active_params": None,
+            "extra_matmul_params": 2 * self.hidden * self.hidden, "shares_target_embeddings": True,
+            "tie_embeddings": True, "head_bytes_per_param": self.head_bytes, "first_k_dense_layers": 0, "mtp_layers": 0,
         })
 
 
@@ -176,12 +443,28 @@ def model_catalog() -> dict[str, ModelSpec]:
                 str(CATALOG_PATH), f"{spec.name}.published_params",
                 f"shape gives {spec.params / 1e9:.3f}B parameters, published {spec.published_params / 1e9:.3f}B",
             )
+        if spec.published_active_params and abs(spec.active_params / spec.published_active_params - 1) > PARAM_TOLERANCE:
+            raise InputError(
+                str(CATALOG_PATH), f"{spec.name}.published_active_params",
+                f"shape gives {spec.active_params / 1e9:.3f}B active parameters, published "
+                f"{spec.published_active_params / 1e9:.3f}B",
+            )
         out[spec.name] = spec
     return out
 
 
-def get_model(name: str, file: str | None = None, field: str = "model") -> ModelSpec:
+def get_model(name: str, file: str | None = None, field: str = "model", base_dir: Path | None = None) -> ModelSpec:
+    """A catalog model by name, or the model a local Hugging Face ``config.json`` describes when ``name`` is a path
+    (a file or a folder holding one; relative to ``base_dir`` first, e.g. a scenario's folder): see
+    :mod:`simulator.catalog.hf_config`."""
     cat = model_catalog()
-    if name not in cat:
-        raise InputError(file, field, f"unknown model {name!r}; known: {', '.join(sorted(cat))}")
-    return cat[name]
+    if name in cat:
+        return cat[name]
+    from simulator.catalog.hf_config import config_file, load_hf_config, looks_like_config_path
+
+    if looks_like_config_path(name):
+        path = config_file(name, base_dir)
+        if path is None:
+            raise InputError(file, field, f"no config.json at {name!r} (a catalog name or a path to a config.json)")
+        return load_hf_config(path)
+    raise InputError(file, field, f"unknown model {name!r}; known: {', '.join(sorted(cat))} (or a path to a config.json)")
