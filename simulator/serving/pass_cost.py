@@ -22,6 +22,9 @@ from simulator.cost_model import ACTIVATION_BYTES, Deployment, soft_roofline
 class PassCost:
     def __init__(self, dep: Deployment):
         m, h, c = dep.model, dep.hardware, dep.cost
+        # mixtures of experts, latent attention, sliding windows, expert parallelism: not affine in the aggregates
+        # (experts hit grow with the tokens): the one formula itself, evaluated per call
+        self.dep = dep if (not m.is_plain or getattr(dep, "ep", 1) != 1) else None
         bw = c.mem_efficiency * h.memory_bandwidth_bytes_per_s
         fl = c.compute_efficiency * h.dense_bf16_flops_per_s
         self.m0 = dep.weight_bytes_per_gpu / bw
@@ -43,6 +46,8 @@ class PassCost:
     def time(self, n: float, kv: float, attn: float, logits: float, seqs: float | None = None) -> float:
         """Scalar T_pass from aggregates: sum n_i, sum (c_i+n_i), sum n_i (c_i+(n_i+1)/2), sum l_i and the
         number of sequences (default: one per logit row, i.e. no verification in the pass)."""
+        if self.dep is not None:
+            return float(self.dep.pass_time(n, kv, attn, logits, logits if seqs is None else seqs))
         mem = self.m0 * (1.0 + self.j * (n >= 2)) + self.m1 * kv
         comp = self.c_n * n + self.c_l * logits + self.c_a * attn
         if self.hard:
@@ -54,6 +59,8 @@ class PassCost:
 
     def times(self, n, kv, attn, logits, seqs=None) -> np.ndarray:
         """Vectorised :meth:`time` over arrays of aggregates."""
+        if self.dep is not None:
+            return np.asarray(self.dep.pass_time(n, kv, attn, logits, logits if seqs is None else seqs), dtype=float)
         n = np.asarray(n, dtype=float)
         mem = self.m0 * (1.0 + self.j * (n >= 2)) + self.m1 * np.asarray(kv, dtype=float)
         comp = self.c_n * n + self.c_l * np.asarray(logits, dtype=float) + self.c_a * np.asarray(attn, dtype=float)

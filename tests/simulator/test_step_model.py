@@ -135,3 +135,18 @@ def test_speculation_benefit_does_not_grow_towards_compute_bound(pair, a1, decay
     assert len(gain) >= 2, "no compute-bound batches: the law is not exercised"
     # (1e-3: a flat stretch may move by parts per million)
     assert all(b <= a * (1 + 1e-3) for a, b in zip(gain, gain[1:])), gain
+
+
+@settings(max_examples=30, deadline=None)
+@given(model=st.sampled_from(("qwen3-30b-a3b", "deepseek-r1", "gpt-oss-120b")), gpu=st.sampled_from(("h100-sxm", "h200", "b200")),
+       tp=st.sampled_from([1, 2, 8]), n=st.lists(st.integers(1, 40), min_size=1, max_size=12), c=st.integers(0, 8000))
+def test_pass_cost_equals_the_formula_for_moe_mla_and_windowed_models(model, gpu, tp, n, c):
+    """The serving loop's PassCost prices mixtures of experts, latent attention and sliding windows by the one formula
+    (experts hit grow with the batch's tokens: not affine in the aggregates)."""
+    d = _dep(model, gpu, tp)
+    n = np.asarray(n, dtype=float)
+    cc = np.full(len(n), float(c)) + np.arange(len(n))
+    assert PassCost(d).batch(n, cc) == pytest.approx(d.batch_forward_time(n, cc), rel=1e-12)
+    k = np.arange(1.0, 4.0)
+    assert np.allclose(PassCost(d).times(n.sum(), k * 100, k * 100, float(len(n))),
+                       [PassCost(d).time(n.sum(), x * 100, x * 100, float(len(n))) for x in k], rtol=1e-12)
