@@ -174,6 +174,22 @@ def soft_roofline(t_mem, t_comp, p: float):
     ratio = np.divide(lo, hi, out=np.zeros_like(hi), where=hi > 0)
     return hi * (1.0 + ratio**p) ** (1.0 / p)
 
+def gpu_split(t_w, t_kv, t_comp, p: float):
+    """(GPU time, its memory part, the KV share of that part) of a pass: the soft roofline of T_mem = t_w + t_kv and
+    t_comp, split between the roofs in proportion to their p-th powers (p = inf: all to the larger roof). The one
+    place ``pass_breakdown`` (dense and MoE/MLA paths) splits a pass into weights / KV / compute."""
+    t_mem = t_w + t_kv
+    gpu = soft_roofline(t_mem, t_comp, p)
+    if np.isfinite(p):
+        wm, wc = t_mem**p, t_comp**p
+    else:
+        wm, wc = (t_mem >= t_comp).astype(float), (t_mem < t_comp).astype(float)
+    tot = wm + wc
+    share_m = np.divide(wm, tot, out=np.ones_like(np.asarray(tot, dtype=float)), where=tot > 0)
+    kv_share = np.divide(t_kv, t_mem, out=np.zeros_like(np.asarray(t_mem, dtype=float)), where=t_mem > 0)
+    return gpu, gpu * share_m, kv_share
+
+
 
 def prior_profile(hardware: HardwareSpec, engine: str = "vllm") -> CostProfile:
     """What the model predicts before any calibration on this setup.
@@ -349,16 +365,7 @@ class Deployment:
                  + 4.0 * m.layers * m.heads * m.head_dim * np.asarray(attn_pairs, dtype=float)) / self.tp
         # the weight matmuls at their own (FP8) rate where the GPU has one, the rest at bf16
         t_comp = (lin / self.matmul_flops_per_s + other / h.dense_bf16_flops_per_s) / c.compute_efficiency
-        t_mem = t_w + t_kv
-        gpu = soft_roofline(t_mem, t_comp, c.roofline_p)
-        if np.isfinite(c.roofline_p):
-            wm, wc = t_mem**c.roofline_p, t_comp**c.roofline_p
-        else:
-            wm, wc = (t_mem >= t_comp).astype(float), (t_mem < t_comp).astype(float)
-        tot = wm + wc
-        share_m = np.divide(wm, tot, out=np.ones_like(np.asarray(tot, dtype=float)), where=tot > 0)
-        mem = gpu * share_m
-        kv_share = np.divide(t_kv, t_mem, out=np.zeros_like(np.asarray(t_mem, dtype=float)), where=t_mem > 0)
+        gpu, mem, kv_share = gpu_split(t_w, t_kv, t_comp, c.roofline_p)
         out = {
             "weights": mem * (1.0 - kv_share),
             "kv": mem * kv_share,
@@ -402,16 +409,7 @@ class Deployment:
         t_comp = (lin / self.matmul_flops_per_s + other / h.dense_bf16_flops_per_s) / c.compute_efficiency
         if m.is_moe:
             t_comp = t_comp + 2.0 * routed * n / self.tp / (self.expert_flops_per_s * c.expert_compute_efficiency)
-        t_mem = t_w + t_kv
-        gpu = soft_roofline(t_mem, t_comp, c.roofline_p)
-        if np.isfinite(c.roofline_p):
-            wm, wc = t_mem**c.roofline_p, t_comp**c.roofline_p
-        else:
-            wm, wc = (t_mem >= t_comp).astype(float), (t_mem < t_comp).astype(float)
-        tot = wm + wc
-        share_m = np.divide(wm, tot, out=np.ones_like(np.asarray(tot, dtype=float)), where=tot > 0)
-        mem = gpu * share_m
-        kv_share = np.divide(t_kv, t_mem, out=np.zeros_like(np.asarray(t_mem, dtype=float)), where=t_mem > 0)
+        gpu, mem, kv_share = gpu_split(t_w, t_kv, t_comp, c.roofline_p)
         moe_fixed = (c.moe_layer_overhead_s + (self.ep > 1) * c.moe_ep_overhead_s + hit / self.ep * c.expert_overhead_s
                      + n * m.experts_per_token * c.moe_token_overhead_s)
         layers = m.layers * c.layer_overhead_s + m.moe_layers * moe_fixed
