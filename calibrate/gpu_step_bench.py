@@ -115,7 +115,19 @@ class Bench:
         k = self._rope(k.view(B, n, kvh, D), cos, sin).transpose(1, 2)
         kc[:, :, ctx:ctx + n] = k
         vc[:, :, ctx:ctx + n] = v.view(B, n, kvh, D).transpose(1, 2)
-        a = F.scaled_dot_product_attention(q, kc[:, :, :ctx + n], vc[:, :, :ctx + n], enable_gqa=True)
+        if self.attention == "packed" and n > 1:
+            # the n new tokens' query heads of one KV head packed into one query block (FA3's pack-GQA,
+            # FlashInfer's decode): each KV head is read once per sequence, as in a decode; the causal mask among
+            # the n new tokens is left out (timing only)
+            g = nh // kvh
+            qp = q.reshape(B, kvh, g * n, D)
+            a = F.scaled_dot_product_attention(qp, kc[:, :, :ctx + n], vc[:, :, :ctx + n]).reshape(B, nh, n, D)
+        elif self.attention == "flash":
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+                a = F.scaled_dot_product_attention(q, kc[:, :, :ctx + n], vc[:, :, :ctx + n], enable_gqa=True)
+        else:
+            a = F.scaled_dot_product_attention(q, kc[:, :, :ctx + n], vc[:, :, :ctx + n], enable_gqa=True)
         x = x + F.linear(a.transpose(1, 2).reshape(B, n, nh * D), lw["o"])
         h = self._rms(x, lw["n2"])
         g, u = F.linear(h, lw["gu"]).chunk(2, dim=-1)
@@ -136,9 +148,14 @@ class Bench:
         emb = self.t.cat((f, f), dim=-1)
         return emb.cos().to(self.dtype)[None, :, None, :], emb.sin().to(self.dtype)[None, :, None, :]
 
-    def step_fn(self, op: str, B: int, n: int, ctx: int):
-        """A closure running one step on static inputs (what the graph captures)."""
+    attention = "sdpa"
+
+    def step_fn(self, op: str, B: int, n: int, ctx: int, attention: str = "sdpa"):
+        """A closure running one step on static inputs (what the graph captures). ``attention``: ``sdpa`` (torch
+        picks the kernel, GQA without copies), ``flash`` (FlashAttention-2 forced: refused where it does not apply),
+        ``packed`` (for n > 1, the group's query heads packed into the query length)."""
         t = self.t
+        self.attention = attention
         F = t.nn.functional
         ids = t.randint(0, self.V, (B, n), device=self.dev)
         cos, sin = self._rot(ctx, n)
@@ -289,7 +306,7 @@ def main(argv: list[str]) -> int:
             op = p["op"]
             base_op = "decode" if op == "decode_eager" else op
             try:
-                fn = b.step_fn(base_op, p["batch"], p["new"], p["context"])
+                fn = b.step_fn(base_op, p["batch"], p["new"], p["context"], p.get("attention", "sdpa"))
                 r = time_point(torch, fn, graph=(op != "decode_eager" and dev == "cuda"),
                                repeats=plan.get("repeats", 5)) if dev == "cuda" else \
                     {"time_s": _cpu_time(fn), "times_s": [], "replays": 1}
@@ -300,7 +317,8 @@ def main(argv: list[str]) -> int:
                 continue
             r = {"model": spec["name"], **p, **r}
             write(r)
-            print(json.dumps({k: r[k] for k in ("model", "op", "batch", "new", "context", "time_s")}), flush=True)
+            print(json.dumps({k: r.get(k) for k in ("model", "op", "batch", "new", "context", "attention", "time_s")}),
+                  flush=True)
         fn = None
         del b
         import gc

@@ -18,6 +18,14 @@ group*; the engine versions differ, so each source has its own fixed costs):
             one speculative iteration (TPOT x acceptance length) of EAGLE-1 / EAGLE-3 heads at k = 2..7 =
             k head passes + one verification pass of k+1 tokens. Pins today's t_step under CUDA graphs, the
             head pass's fixed cost (``v1.draft_step_overhead_s``) and the verification's growth with k.
+``ours``    our own GPU campaign (issue 31; ``reports/gpu-campaign-<gpu>/run-*/records.jsonl``, written by
+            ``calibrate/gpu_step_bench.py`` on a lent H100 / H200): whole decoder steps of three models (1.5B, 8B,
+            32B) replayed as CUDA graphs and timed by CUDA events (no host time): decode at batch 1-256 and
+            context 1k-16k, prefill passes, a 1-layer draft head. Pins eta_kv and eta_comp on these GPUs and the
+            step's growth with batch and context; the bench's own fixed costs (``ours.step_overhead_s``, the graph's
+            per-pass cost, and ``ours.layer_overhead_s``, its ~15 unfused kernels per layer where vLLM fuses to ~9)
+            are this source's nuisances, never transferred to an engine. Its verification passes are never fitted:
+            they are scored held out (:func:`heldout`).
 
 Parameters: the step's shape (``roofline_p``, ``multi_token_penalty``, ``kv_mem_efficiency``) is shared by all
 GPUs; ``<gpu>.mem_efficiency``, ``<gpu>.compute_efficiency``, ``<gpu>.layer_overhead_s`` (CUDA graph, per
@@ -43,7 +51,10 @@ import pandas as pd
 from simulator.catalog import get_hardware, get_model
 from simulator.cost_model import CostParams, Deployment, Drafting
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+REPO = Path(__file__).resolve().parents[2]
+SHARED = REPO.parent / "shared" / "data"
+CAMPAIGN_RECORDS = "reports/gpu-campaign-*/run-*/records.jsonl"
+OURS_FIT_OPS = ("decode", "prefill", "head")
 ENGINE = SHARED / "engine-measurements"
 SHAPE = ("roofline_p", "multi_token_penalty", "kv_mem_efficiency")
 PER_GPU = ("mem_efficiency", "compute_efficiency")
@@ -204,6 +215,90 @@ def load_v1(path: Path | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def load_ours(root: Path | None = None, ops=OURS_FIT_OPS, pattern: str = CAMPAIGN_RECORDS) -> pd.DataFrame:
+    """Our GPU campaign's engine steps (median over the runs of each point), GPU named by the catalog from the run's
+    provenance. A record without a needed field, or a GPU the catalog does not know, is one clear error."""
+    import json
+
+    from calibrate.hardware import catalog_hardware
+    from simulator.errors import InputError
+
+    rows = []
+    for f in sorted((root or REPO).glob(pattern)):
+        run = f.parent / "run.json"
+        try:
+            prov = json.loads(run.read_text(encoding="utf-8"))["provenance"]
+            gpu = catalog_hardware(prov["gpu_name"], prov.get("device"))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise InputError(str(run), "provenance.gpu_name", f"a run.json with the GPU's name ({type(e).__name__})") from None
+        if gpu is None or gpu == "cpu":
+            raise InputError(str(run), "provenance.gpu_name", f"a catalog GPU (got {prov.get('gpu_name')!r})")
+        for i, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
+            try:
+                r = json.loads(line)
+            except ValueError:
+                raise InputError(str(f), f"line {i}", "a JSON record") from None
+            if r.get("op") not in ops or r.get("attention", "sdpa") not in ("sdpa",):
+                continue
+            try:
+                rows.append({"gpu": gpu, "model": str(r["model"]), "tp": 1, "op": r["op"], "batch": int(r["batch"]),
+                             "new": int(r["new"]), "context": int(r["context"]), "time_s": float(r["time_s"]),
+                             "folder": f.parent.parent.name})
+            except (KeyError, TypeError, ValueError) as e:
+                raise InputError(str(f), f"line {i}", f"model, op, batch, new, context, time_s ({e})") from None
+            if not rows[-1]["time_s"] > 0:
+                raise InputError(str(f), f"line {i}: time_s", f"a positive time (got {r['time_s']})")
+    if not rows:
+        return pd.DataFrame(columns=["gpu", "model", "tp", "op", "batch", "new", "context", "time_s"])
+    d = pd.DataFrame(rows)
+    keys = ["gpu", "model", "tp", "op", "batch", "new", "context"]
+    out = d.groupby(keys, as_index=False).agg(time_s=("time_s", "median"), runs=("time_s", "size"))
+    return out
+
+
+def load_ours_verify(root: Path | None = None) -> pd.DataFrame:
+    """The campaign's verification passes (never fitted): ``kernel`` sdpa (torch's own choice, the plan's runs) and
+    ``best`` (the attention study: per point the faster of FlashAttention-2 forced and the GQA-packed query, the
+    envelope of what an engine's attention kernels reach; ``verify-attention/`` where a campaign has one)."""
+    a = load_ours(root, ops=("verify",)).assign(kernel="sdpa")
+    rows = []
+    import json
+
+    from calibrate.hardware import catalog_hardware
+
+    for f in sorted((root or REPO).glob("reports/gpu-campaign-*/verify-attention/records.jsonl")):
+        prov = json.loads((f.parent / "run.json").read_text(encoding="utf-8"))["provenance"]
+        gpu = catalog_hardware(prov["gpu_name"], prov.get("device"))
+        for line in f.read_text(encoding="utf-8").splitlines():
+            r = json.loads(line)
+            if r.get("op") == "verify" and r.get("attention") in ("flash", "packed"):
+                rows.append({"gpu": gpu, "model": r["model"], "tp": 1, "op": "verify", "batch": int(r["batch"]),
+                             "new": int(r["new"]), "context": int(r["context"]), "time_s": float(r["time_s"])})
+    if rows:
+        b = pd.DataFrame(rows).groupby(["gpu", "model", "tp", "op", "batch", "new", "context"], as_index=False)["time_s"].min()
+        a = pd.concat([a, b.assign(kernel="best")], ignore_index=True)
+    return a
+
+
+def predict_ours(f: pd.DataFrame, values: dict) -> np.ndarray:
+    """A bench step: the pass formula without host terms (no per-sequence cost; the graph's own per-pass cost as
+    the step term, for the head too); logits of every new token in a verification, of the last one otherwise."""
+    out = np.empty(len(f))
+    for (gpu, model), idx in f.groupby(["gpu", "model"]).indices.items():
+        p = params_for(values, gpu, "ours")
+        p = replace(p, seq_overhead_s=0.0, draft_step_overhead_s=p.step_overhead_s)
+        hw = get_hardware(gpu)
+        tgt = Deployment(get_model(model), hw, 1, p)
+        head = Deployment(get_model(model).draft_head(1), hw, 1, p.for_role("draft"), Drafting(kind="head"))
+        r = f.iloc[idx]
+        B, n, C = (r[k].to_numpy(float) for k in ("batch", "new", "context"))
+        rows = np.where(r["op"].to_numpy() == "verify", B * n, B)
+        agg = (B * n, B * (C + n), B * n * (C + (n + 1) / 2), rows, B)
+        is_head = r["op"].to_numpy() == "head"
+        out[idx] = np.where(is_head, head.pass_time(*agg), tgt.pass_time(*agg))
+    return out
+
+
 def head_model(target: str, kind: str):
     """The draft head as a catalog-shaped model: one layer of the target's width; EAGLE-1 shares the target's LM
     head, EAGLE-3 has its own reduced draft vocabulary (32k rows) and fuses three target hidden states (3H x H)."""
@@ -238,7 +333,8 @@ def predict_v1(f: pd.DataFrame, values: dict) -> np.ndarray:
     return out
 
 
-LOADERS = {"lss": (load_lss, predict_lss), "lib": (load_lib, predict_lib), "v1": (load_v1, predict_v1)}
+LOADERS = {"lss": (load_lss, predict_lss), "lib": (load_lib, predict_lib), "v1": (load_v1, predict_v1),
+           "ours": (load_ours, predict_ours)}
 
 
 def load_all(sources=tuple(LOADERS)) -> dict[str, Obs]:
@@ -316,6 +412,8 @@ def names_for(obs: dict[str, Obs]) -> tuple[str, ...]:
         elif s == "v1":
             names += ["v1.step_overhead_s", "v1.layer_overhead_s"]
             names += [f"v1-{k}.draft_step_overhead_s" for k in sorted(set(o.frame["kind"]) - {"decode"})]
+        elif s == "ours":
+            names += ["ours.step_overhead_s", "ours.layer_overhead_s"]
     return tuple(names)
 
 
@@ -323,6 +421,8 @@ def prior_of(name: str) -> float:
     base = name.rsplit(".", 1)[-1]
     if name.startswith("lss-") and base == "step_overhead_s":
         return 100e-6  # eager: ~10 module launches per layer
+    if name.startswith("ours.") and base in ("step_overhead_s", "layer_overhead_s"):
+        return 30e-6  # graph replay: an LM head's and a layer's few-microsecond kernel tails
     return PRIORS[base]
 
 
@@ -463,6 +563,18 @@ def heldout(obs: dict[str, Obs]) -> pd.DataFrame:
         small = (o.frame["input_tokens"] <= 512) & (o.frame["batch"] <= 16)
         fr = fit({**obs, "lib": Obs("lib", o.frame[small].reset_index(drop=True), o.predict)})
         rows.append(_score("extrapolate:lib len>512 or batch>16", o, fr.values, ~small))
+    if "ours" in obs:  # leave one model out of our campaign; its verification passes, never fitted
+        o = obs["ours"]
+        for m in sorted(set(o.frame["model"])):
+            mask = (o.frame["model"] == m).to_numpy()
+            fr = fit({**obs, "ours": Obs("ours", o.frame[~mask].reset_index(drop=True), o.predict)})
+            rows.append(_score(f"model-out:{m}", o, fr.values, mask))
+        ver = load_ours_verify()
+        if len(ver):
+            fr = fit(obs)
+            for k, d in ver.groupby("kernel"):
+                rows.append(_score(f"never-fitted:verify ({k} attention)", Obs("ours", d.reset_index(drop=True), predict_ours),
+                                   fr.values))
     if "v1" in obs:
         o = obs["v1"]
         small = o.frame["k"] <= 4
@@ -522,9 +634,15 @@ def _p(value, kind, source, stderr=None) -> dict:
     return out
 
 
-def catalog_priors(fr: EngineFit, gpus: list[str], existing: dict) -> dict[str, dict]:
+SOURCE_NAMES = {"lss": "LLMServingSim layer passes", "lib": "LLM-Inference-Bench vLLM runs", "v1": "vLLM V1 batch-1 steps",
+                "ours": "our GPU campaign (reports/gpu-campaign-*: CUDA-graph decoder steps)"}
+
+
+def catalog_priors(fr: EngineFit, gpus: list[str], existing: dict, gpu_sources: dict | None = None) -> dict[str, dict]:
     """The step model's parameters for every catalog GPU: fitted where its data are, transferred where not (which,
-    from what: in each ``source``). ``existing``: the kernel-level priors (all-reduce, eta_comp of profiled GPUs)."""
+    from what: in each ``source``). ``existing``: the kernel-level priors (all-reduce, eta_comp of profiled GPUs).
+    ``gpu_sources``: per GPU, the sources with its rows (named in each calibrated parameter's source)."""
+    gpu_sources = gpu_sources or {}
     kernel = kernel_stream_efficiency()
     v, se = fr.values, fr.stderr
     fitted_gpus = sorted({n.split(".")[0] for n in fr.fitted if n.endswith(".compute_efficiency")})
@@ -544,8 +662,9 @@ def catalog_priors(fr: EngineFit, gpus: list[str], existing: dict) -> dict[str, 
         if own is not None:
             n = f"{own}.compute_efficiency"
             p["compute_efficiency"] = _p(v[n], "calibrated" if own == g else "transferred",
-                                         f"{eng}: {'' if own == g else f'same chip as {own}: '}LLMServingSim / "
-                                         f"LLM-Inference-Bench passes above the ridge", se.get(n))
+                                         f"{eng}: {'' if own == g else f'same chip as {own}: '}"
+                                         f"{' / '.join(SOURCE_NAMES[x] for x in gpu_sources.get(own, ['lss', 'lib']))}"
+                                         f", passes above the ridge", se.get(n))
         elif existing.get(g, {}).get("compute_efficiency", {}).get("kind") == "calibrated":
             p["compute_efficiency"] = existing[g]["compute_efficiency"]
         else:
@@ -572,7 +691,8 @@ def catalog_priors(fr: EngineFit, gpus: list[str], existing: dict) -> dict[str, 
         for n in SHAPE:
             p[n] = _p(v[n], "calibrated" if n in fr.fitted else "prior",
                       f"{eng}: shared by every GPU (LLMServingSim layer passes 1-2048 tokens, H100 and RTX A6000; "
-                      f"LLM-Inference-Bench runs; vLLM V1 verification passes)", se.get(n))
+                      f"LLM-Inference-Bench runs; vLLM V1 verification passes; our GPU campaign's CUDA-graph decode "
+                      f"steps, H100 and H200, batch 1-256, context 1k-16k)", se.get(n))
         out[g] = p
     return out
 
@@ -616,7 +736,8 @@ def write_report(out: Path, obs: dict[str, Obs], fr: EngineFit, h: pd.DataFrame,
             "data": {"engine-measurements": _commit(ENGINE / "llmservingsim-layer-profiles"),
                      "llm-inference-bench": _commit(ENGINE / "llm-inference-bench"),
                      "aiconfigurator": _commit(SHARED / "aiconfigurator-vllm-kernels"),
-                     "vllm-spec-decode-batch1": "vLLM issue #20780 (transcribed)"},
+                     "vllm-spec-decode-batch1": "vLLM issue #20780 (transcribed)",
+                     "gpu-campaign": _campaign_provenance()},
             "params": {n: {"value": float(f"{x:.5g}"), **({"stderr": float(f"{fr.stderr[n]:.3g}")} if n in fr.stderr else
                                                           {"fixed": fr.fixed.get(n, "")})} for n, x in fr.values.items()}}
     write_atomic(out / "params.yaml", yaml.safe_dump(prov, sort_keys=False, width=120))
@@ -664,6 +785,20 @@ def write_report(out: Path, obs: dict[str, Obs], fr: EngineFit, h: pd.DataFrame,
     plt.close(fig)
 
 
+def _campaign_provenance() -> dict:
+    """Per campaign run folder: GPU, driver, torch / CUDA, date (from its run.json)."""
+    import json
+
+    out = {}
+    for f in sorted(REPO.glob(CAMPAIGN_RECORDS)):
+        try:
+            p = json.loads((f.parent / "run.json").read_text(encoding="utf-8"))["provenance"]
+        except (OSError, ValueError, KeyError):
+            continue
+        out[str(f.parent.relative_to(REPO))] = {k: p.get(k) for k in ("gpu_name", "driver", "torch", "cuda", "date_utc")}
+    return out
+
+
 def _commit(folder: Path) -> str:
     f = folder / "SOURCE_COMMIT"
     return f.read_text(encoding="utf-8").strip()[:40] if f.is_file() else "?"
@@ -701,7 +836,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.priors:
         gpus = [g for g, hw in hardware_catalog().items() if hw.interconnect != "none"]
         existing = (yaml.safe_load(Path(a.priors).read_text(encoding="utf-8")) or {}).get("priors", {}) if Path(a.priors).is_file() else {}
-        update_priors_file(Path(a.priors), catalog_priors(fr, gpus, existing), cmd)
+        gpu_sources = {}
+        for s, o in obs.items():
+            for g in sorted(set(o.frame["gpu"])):
+                gpu_sources.setdefault(g, []).append(s)
+        update_priors_file(Path(a.priors), catalog_priors(fr, gpus, existing, gpu_sources), cmd)
     if len(h):
         print(summarize(h).to_string(index=False))
     print(f"wrote {a.report}" + (f" and {a.priors}" if a.priors else ""))
