@@ -402,9 +402,9 @@ def build_profile(fit: CostFit, setup: Setup, *, name: str, engine: str, inputs:
     )
 
 
-def profile_to_yaml(profile: CostProfile, command: str) -> str:
-    header = ("# Cost profile fitted by calibrate.fit_cost (see fit: for inputs, method, residuals per op).\n"
-              f"# Regenerate (do not edit by hand):\n#   {command}\n")
+def profile_to_yaml(profile: CostProfile, command: str,
+                    what: str = "Cost profile fitted by calibrate.fit_cost (see fit: for inputs, method, residuals per op).") -> str:
+    header = f"# {what}\n# Regenerate (do not edit by hand):\n#   {command}\n"
     data = json.loads(profile.model_dump_json(exclude_none=True))
     return header + yaml.safe_dump(data, sort_keys=False, width=120, default_flow_style=None)
 

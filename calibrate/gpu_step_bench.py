@@ -4,9 +4,10 @@ Runs on the lent GPU with torch alone (no project import: ``python3 calibrate/gp
 needs nothing carried. The plan (``calibrate.gpu_step_plan``, made here from the catalog) gives each model's
 shape and the points. Per model: random bf16 weights (timing does not depend on their values), one flat KV buffer
 per layer viewed as [batch, kv_heads, length, head_dim] for each point, and a llama/qwen2 decoder written out in
-torch ops: RMSNorm, fused QKV (+bias), rotary, KV write at the step's positions, attention by
-``scaled_dot_product_attention`` over the cached + new keys (GQA without copies; FlashAttention-2 where torch picks
-it, the backend recorded), O projection, SwiGLU MLP, final norm, LM head over the rows an engine samples (the last
+torch ops: fused RMSNorm, fused QKV (+bias), rotary as one elementwise kernel per tensor, KV write at the step's
+positions, attention by ``scaled_dot_product_attention`` over the cached + new keys (a point's ``attention``:
+``sdpa`` torch's choice, GQA without copies; ``flash`` FlashAttention-2 forced; ``packed`` the query heads of each
+KV head packed into one query block), O projection, SwiGLU MLP, final norm, LM head over the rows an engine samples (the last
 token per sequence for a decode or prefill, all k+1 for a verification), argmax. A point's step is captured once as a
 CUDA graph and replayed; its time is the median over ``repeats`` batches of replays, each batch timed by CUDA
 events (so host time is not in it: this is the GPU part of an engine step; an engine adds its scheduler and

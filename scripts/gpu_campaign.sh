@@ -11,6 +11,9 @@
 #   2. ARCHS=qwq-32b bash scripts/gpu_campaign.sh static "$OUT"                           (~5 min)
 #   3. bash scripts/gpu_campaign.sh e2e "$OUT"                                            (five systems, two pairs)
 #   4. bash scripts/gpu_campaign.sh ops "$OUT"
+#   5. bash scripts/gpu_campaign.sh steps reports/gpu-campaign-h200/plan.json "$OUT"           (~40 s; torch only, no setup)
+#      engine steps under CUDA graphs (issue 31): decode batch 1-256 x context 1k-16k, verification k+1 = 2..9, a draft
+#      head; the plan and the model's predictions are made here first (python -m calibrate.gpu_step_plan plan / predict)
 # then here: put every returned tarball in one folder RES and run `scripts/gpu_campaign.sh analyze RES`.
 #   scripts/gpu_campaign.sh static OUT [--tiny]          # static-KV-cache + CUDA-graph bench of three architectures
 #   scripts/gpu_campaign.sh ops OUT [--tiny]             # per-layer op timings in Vidur's layout (two Vidur shapes)
@@ -37,7 +40,7 @@ failed=0
 # to it; the stages make their folders absolute first)
 py() { (cd "$ROOT" && PYTHONPATH="$ROOT" "$PY" -m "$@"); }
 absdir() { mkdir -p "$1" && (cd "$1" && pwd); }
-cmd="${1:?usage: $0 prepare | setup | static OUT [--tiny] | ops OUT [--tiny] | e2e OUT [--tiny] | analyze RES}"
+cmd="${1:?usage: $0 prepare | setup | static OUT [--tiny] | ops OUT [--tiny] | e2e OUT [--tiny] | steps PLAN OUT | analyze RES}"
 shift
 
 case "$cmd" in
@@ -138,6 +141,11 @@ JSONL
     ls -la "$OUT"
     exit $((failed > 0))
     ;;
+  steps)
+    PLAN="${1:?usage: $0 steps PLAN OUT}"
+    OUT="$(absdir "${2:?usage: $0 steps PLAN OUT}")"
+    "$PY" "$ROOT/calibrate/gpu_step_bench.py" "$PLAN" "$OUT"
+    ;;
   analyze)
     # Here, on the CPU, after the device runs: RES holds the tarballs the stages returned. Writes RES/analysis/.
     # e2e: per pair, a cost profile fitted on vanilla-base, vanilla-small and specreason-t0 predicts the held-out
@@ -188,7 +196,7 @@ JSONL
     exit $((failed > 0))
     ;;
   *)
-    echo "error: $0: unknown stage '$cmd' (prepare | setup | static | ops | e2e | analyze)" >&2
+    echo "error: $0: unknown stage '$cmd' (prepare | setup | static | ops | e2e | steps | analyze)" >&2
     exit 2
     ;;
 esac

@@ -1,0 +1,152 @@
+"""The GPU step campaign (issue 31): the bench runs for real (CPU dry run of the same code), the plan covers the
+issue's points, the before-run predictions are the pass formula's device part, our committed records load, and
+the committed step model predicts them once the bench's own fixed costs are fitted."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from calibrate import gpu_step_plan as gsp
+from calibrate.gpu_profiles import engine_fit as ef
+from simulator.errors import InputError
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "calibrate" / "gpu_step_bench.py"
+
+
+def tiny_plan(tmp_path: Path, allow_cpu: bool = True) -> Path:
+    plan = gsp.make_plan(["llama-3.1-8b"])
+    m = plan["models"][0]
+    m["spec"].update(layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=128, vocab=500)
+    m["points"] = [p for p in m["points"] if p["context"] <= 1024 and p["batch"] <= 4 and p["new"] <= 256]
+    plan.update(allow_cpu=allow_cpu, dtype="float32", reserve_bytes=0)
+    f = tmp_path / "plan.json"
+    f.write_text(json.dumps(plan))
+    return f
+
+
+def test_bench_runs_every_planned_point_on_cpu(tmp_path):
+    plan = tiny_plan(tmp_path)
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, str(BENCH), str(plan), str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    recs = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+    planned = json.loads(plan.read_text())["models"][0]["points"]
+    got = {(x["op"], x["batch"], x["new"], x["context"]) for x in recs}
+    assert got == {(p["op"], p["batch"], p["new"], p["context"]) for p in planned}
+    assert all(x["time_s"] > 0 for x in recs)
+    run = json.loads((out / "run.json").read_text())
+    assert run["provenance"]["torch"] and run["provenance"]["device"] == "cpu" and run["skipped"] == []
+    assert "finished_utc" in run
+
+
+def test_bench_refuses_cpu_unless_the_plan_allows_it(tmp_path):
+    plan = tiny_plan(tmp_path, allow_cpu=False)
+    r = subprocess.run([sys.executable, str(BENCH), str(plan), str(tmp_path / "o")], capture_output=True, text=True,
+                       timeout=120)
+    if "cuda" in r.stdout:  # a GPU machine runs it
+        pytest.skip("CUDA present")
+    assert r.returncode == 2 and r.stderr.strip().startswith("error:") and "Traceback" not in r.stderr
+
+
+def test_plan_covers_the_issue_points():
+    plan = gsp.make_plan()
+    pts = [p for m in plan["models"] for p in m["points"]]
+    dec = [p for p in pts if p["op"] == "decode"]
+    assert min(p["batch"] for p in dec) == 1 and max(p["batch"] for p in dec) == 256
+    assert {1024, 16384} <= {p["context"] for p in dec}
+    assert set(range(2, 10)) <= {p["new"] for p in pts if p["op"] == "verify"}
+    assert any(p["op"] == "head" for p in pts)
+    for m in plan["models"]:
+        assert set(gsp.SPEC_FIELDS) <= set(m["spec"])
+
+
+def test_predictions_are_the_pass_without_host_terms_and_grow_with_load():
+    df = gsp.predict(gsp.make_plan(["llama-3.1-8b"]), "h100-sxm")
+    parts = df[[f"{k}_ms" for k in ("weights", "kv", "compute", "allreduce", "step", "layers", "sequences")]].sum(axis=1)
+    assert np.allclose(parts, df["pass_ms"], rtol=1e-9)
+    assert np.allclose(df["device_ms"], df["pass_ms"] - df["step_ms"] - df["sequences_ms"])
+    dec = df[df["op"] == "decode"]
+    for _, g in dec.groupby("context"):
+        assert np.all(np.diff(g.sort_values("batch")["device_ms"].to_numpy()) >= -1e-12)
+    for _, g in dec.groupby("batch"):
+        assert np.all(np.diff(g.sort_values("context")["device_ms"].to_numpy()) >= -1e-12)
+    head, dec1 = df[df["op"] == "head"], dec[(dec["batch"] == 1) & (dec["context"] == 1024)]
+    assert (head["device_ms"] < float(dec1["device_ms"].iloc[0]) / 4).all()  # one layer, not 32
+
+
+def test_committed_campaign_records_load():
+    d = ef.load_ours()
+    if d.empty:
+        pytest.skip("no campaign records committed")
+    from simulator.catalog import hardware_catalog
+
+    assert set(d["gpu"]) <= set(hardware_catalog())
+    assert (d["time_s"] > 0).all() and (d["runs"] >= 1).all()
+    assert set(d["op"]) <= set(ef.OURS_FIT_OPS)
+    v = ef.load_ours_verify()
+    assert set(v["op"]) == {"verify"} and (v["new"] >= 2).all()
+
+
+def test_a_corrupt_record_is_one_clear_error(tmp_path):
+    src = next(iter(sorted(REPO.glob(ef.CAMPAIGN_RECORDS))), None)
+    if src is None:
+        pytest.skip("no campaign records committed")
+    dst = tmp_path / "reports" / "gpu-campaign-x" / "run-1"
+    dst.mkdir(parents=True)
+    shutil.copy(src.parent / "run.json", dst / "run.json")
+    lines = src.read_text().splitlines()
+    bad = json.loads(next(x for x in lines if '"decode"' in x))
+    bad["time_s"] = -1.0
+    (dst / "records.jsonl").write_text("\n".join(lines[:3] + [json.dumps(bad)]) + "\n")
+    with pytest.raises(InputError, match="time_s"):
+        ef.load_ours(tmp_path)
+    (dst / "records.jsonl").write_text("{not json\n")
+    with pytest.raises(InputError, match="line 1"):
+        ef.load_ours(tmp_path)
+
+
+def test_committed_step_model_predicts_our_records_once_the_bench_costs_are_fitted():
+    """The catalog's step model (shape, efficiencies) with only the bench's own two fixed costs fitted on the
+    records: the steps' growth with batch, context, model size and GPU is the model's, not the fit's."""
+    d = ef.load_ours()
+    if d.empty:
+        pytest.skip("no campaign records committed")
+    from simulator.catalog import get_hardware
+    from simulator.cost_model import prior_profile
+
+    frozen = {}
+    for g in sorted(set(d["gpu"])):
+        p = prior_profile(get_hardware(g)).params(get_hardware(g))
+        frozen[f"{g}.mem_efficiency"] = p.mem_efficiency
+        frozen[f"{g}.compute_efficiency"] = p.compute_efficiency
+        for n in ef.SHAPE:
+            frozen[n] = getattr(p, n)
+    obs = {"ours": ef.Obs("ours", d, ef.predict_ours)}
+    fr = ef.fit(obs, frozen=frozen, only=("ours.step_overhead_s", "ours.layer_overhead_s"))
+    err = ef.ape(ef.predict_ours(d, fr.values), d["time_s"])
+    assert np.median(err) < 0.06 and np.quantile(err, 0.9) < 0.15
+
+
+def test_summary_and_profile_of_a_campaign_folder(tmp_path):
+    src = REPO / "reports" / "gpu-campaign-h100"
+    if not (src / "predicted-before-fit.csv").is_file():
+        pytest.skip("no campaign folder committed")
+    dst = tmp_path / "gpu-campaign-h100"
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("summary.md", "before-fit.csv", "profile-*.yaml"))
+    text = gsp.summarize(dst)
+    assert "Before the fit" in text and "| all | graph steps |" in text
+    b = __import__("pandas").read_csv(dst / "before-fit.csv")
+    assert np.allclose(b["error"], b["device_ms"] / b["measured_ms"] - 1, atol=1e-4)
+    from calibrate.fit_cost import load_profile
+
+    assert load_profile(dst / "profile-h100-sxm.yaml").hardware == "h100-sxm"
+    with pytest.raises(InputError):
+        gsp.summarize(tmp_path / "empty")
