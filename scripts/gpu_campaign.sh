@@ -48,11 +48,13 @@ case "$cmd" in
     mkdir -p "$CARRY/wheels"
     "${PIP_PY:-$ROOT/.venv/bin/python}" -m pip download -q --disable-pip-version-check --only-binary=:all: \
       --python-version 3.12 --implementation cp --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
-      --platform any -d "$CARRY/wheels" simpy pydantic gguf
+      --platform any -d "$CARRY/wheels" simpy pydantic gguf typer click rich
     du -sh "$CARRY"
     ;;
   setup)
     "$PY" -m pip install -q --no-index --find-links "$CARRY/wheels" simpy pydantic gguf
+    # the device image's typer lacks an attribute the CLI patches: ours, carried
+    "$PY" -m pip install -q --no-index --no-deps --find-links "$CARRY/wheels" typer click rich
     "$PY" -c "import torch, transformers, simpy, pydantic; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'transformers', transformers.__version__)"
     ;;
   static)
