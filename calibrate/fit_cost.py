@@ -66,6 +66,27 @@ ZEROABLE = ZEROABLE + ("multi_token_penalty", "draft_step_overhead_s")
 FIX_ORDER = FIX_ORDER + ("multi_token_penalty", "draft_step_overhead_s", "kv_mem_efficiency", "roofline_p")
 
 
+# Physical range of the fractions the fit estimates: an efficiency above 1 would beat the datasheet's peak, which no
+# engine does. A fitted value outside it is never "calibrated" (``kind: rejected``, :func:`implausible`); BOUNDS are
+# wider on purpose: an efficiency > 1 is the fit's way of saying the assumed hardware or model is wrong.
+PHYSICAL_MAX = {"mem_efficiency": 1.0, "compute_efficiency": 1.0, "kv_mem_efficiency": 1.0}
+
+
+def implausible(profile: CostProfile) -> dict[str, str]:
+    """Parameters of ``profile`` outside their physical range or marked ``rejected``: name -> why (empty: none).
+    Whatever their kind: a profile written before kinds were checked may call an efficiency of 2.1 calibrated."""
+    out = {}
+    for n, hi in PHYSICAL_MAX.items():
+        p = getattr(profile, n, None)
+        if p is None:
+            continue
+        if p.value > hi:
+            out[n] = f"{p.value:.4g} > {hi:g} (physical maximum; kind {p.kind})"
+        elif p.kind == "rejected":
+            out[n] = f"kind rejected ({p.source})"
+    return out
+
+
 def base_name(name: str) -> str:
     """A parameter's kind: ``h100-sxm.mem_efficiency`` -> ``mem_efficiency`` (grouped fits name one per group)."""
     return name.rsplit(".", 1)[-1]
@@ -358,6 +379,12 @@ def build_profile(fit: CostFit, setup: Setup, *, name: str, engine: str, inputs:
     prior = prior_profile(setup.hardware, engine)
 
     def param(n: str) -> Param:
+        if n in fit.fitted and fit.values[n] > PHYSICAL_MAX.get(n, np.inf):
+            se = f" ± {fit.stderr[n]:.3g}" if n in fit.stderr else ""
+            return Param(value=float(f"{fit.values[n]:.6g}"), kind="rejected", stderr=float(f"{fit.stderr[n]:.3g}"),
+                         source=f"rejected: fitted {fit.values[n]:.4g}{se} > {PHYSICAL_MAX[n]:g}, outside the physical "
+                                f"range (the assumed hardware, models or token accounting do not fit these calls); "
+                                f"{src}")
         if n in fit.fitted:
             weak = fit.prior_dominated.get(n)
             if weak is None:
@@ -388,6 +415,8 @@ def build_profile(fit: CostFit, setup: Setup, *, name: str, engine: str, inputs:
         "prior_dominated": {k: round(v, 3) for k, v in fit.prior_dominated.items()},
         "kept_at_prior": {k: v for k, v in fit.fixed.items() if k not in fit.zeroed}, "prior_values": fit.prior,
         "physically_plausible": bool(fit.values["mem_efficiency"] <= 1.0 and fit.values["compute_efficiency"] <= 1.0),
+        "rejected": {n: f"{fit.values[n]:.4g} > {PHYSICAL_MAX[n]:g}" for n in fit.fitted
+                     if fit.values[n] > PHYSICAL_MAX.get(n, np.inf)},
         "correlation": fit.correlation,
         "per_op": goodness_of_fit(fit.residuals),
     }

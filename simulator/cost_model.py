@@ -51,7 +51,8 @@ class Param(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     value: float = Field(ge=0)
-    kind: Literal["datasheet", "prior", "calibrated", "transferred"] = "prior"
+    # rejected: fitted outside its physical range (calibrate.fit_cost.PHYSICAL_MAX); never "calibrated"
+    kind: Literal["datasheet", "prior", "calibrated", "transferred", "rejected"] = "prior"
     source: str = "prior"
     stderr: float | None = None
 

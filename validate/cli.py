@@ -34,6 +34,11 @@ def validate(
     seed: int = typer.Option(0, help="seed of the DES and the interval bootstrap"),
     drift: str = typer.Option("flag", "--drift", help="flag: report runs outside the fit runs' speed range and exit 2; "
                               "exclude: leave them out of the figures and the bar"),
+    allow_implausible: bool = typer.Option(False, "--allow-implausible", help="validate a profile with a parameter "
+                                           "outside its physical range (efficiency > 1, kind rejected); refused "
+                                           "(exit 2) otherwise"),
+    level: float = typer.Option(0.90, "--level", help="prediction-interval level, e.g. 0.8 (coverage is also "
+                                "reported at 50/80/90/95%)"),
 ):
     """Predict measured held-out runs (trace replay and distribution mode) and report the errors."""
     from validate.report import write_report
@@ -47,12 +52,18 @@ def validate(
         raise InputError(None, "--des-requests", "must be >= 2")
     if seed < 0:
         raise InputError(None, "--seed", f"must be >= 0 (got {seed})")
+    if not 0.0 < level < 1.0:
+        raise InputError(None, "--level", f"a fraction between 0 and 1, e.g. 0.9 (got {level})")
     res = run_validation([str(p) for p in inputs], str(profile), holdout, str(workload) if workload else None,
-                         distribution=not no_distribution, des_requests=des_requests, seed=seed, drift=drift)
+                         distribution=not no_distribution, des_requests=des_requests, seed=seed, drift=drift,
+                         allow_implausible=allow_implausible, level=level)
     command = "specsim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     path = write_report(res, report, command, max_median_ape, bar_target)
     f = res.figures
     print(f"wrote {path}")
+    one = len({id(fd.profile) for fd in res.folds}) == 1
+    for fold in res.folds[:1] if one else res.folds:
+        print(f"  parameters ({'profile' if one else f'fold {fold.name}'}): {param_kinds(fold.profile)}")
     for key, label in (("replay_e2e", "replay e2e"), ("replay_calls", "replay calls"), ("distribution", "distribution")):
         if key in f:
             a = f[key].iloc[0]
@@ -73,6 +84,18 @@ def validate(
     if max_median_ape is not None and value > max_median_ape:
         print(f"FAIL: median APE ({bar_target}) {100 * value:.2f}% > {100 * max_median_ape:.2f}%", file=sys.stderr)
         sys.exit(1)  # not typer.Exit: specsim_cli.main.main drops click's returned exit code
+
+
+def param_kinds(profile) -> str:
+    """``mem_efficiency 0.855 [calibrated], ...``: each cost parameter with its kind (``rejected``: outside its
+    physical range)."""
+    from calibrate.fit_cost import PARAM_NAMES
+
+    out = []
+    for n in PARAM_NAMES:
+        p = getattr(profile, n, None)
+        out.append(f"{n} catalog prior" if p is None else f"{n} {p.value:.4g} [{p.kind}]")
+    return ", ".join(out)
 
 
 def register(app: typer.Typer) -> None:

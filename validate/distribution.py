@@ -37,7 +37,7 @@ import pandas as pd
 
 from calibrate.fit_cost import Setup
 from calibrate.measured import MeasuredSet
-from simulator.analytic import CostVectors, chain_for, predict_point
+from simulator.analytic import predict as analytic_predict
 from simulator.cost_model import CostProfile, Deployment
 from simulator.cost_tables import CostTables
 from simulator.execution import Execution
@@ -110,7 +110,9 @@ def predict_config(cfg: SystemConfig, workload: WorkloadProfile, profile: CostPr
     params = profile.params(setup.hardware)
     dep = {r: Deployment(m, setup.hardware, setup.tp, params.for_role(r)) for r, m in setup.models.items()}
     tables = CostTables(dep["base"], dep["small"], dep["draft"], workload, cfg.gamma, execution=execution or Execution())
-    point = predict_point(cfg, chain_for(cfg, workload, {}), CostVectors(tables))
+    # the analytic engine over the whole workload: a mixture's expectation over its problems (the DES below samples
+    # the same mixture), never its first / base problem alone
+    point = analytic_predict(cfg, tables)
     req, steps = simulate(cfg, tables, n_requests, seed)
     lat = req["latency_s"].to_numpy()
     a = (1.0 - level) / 2.0

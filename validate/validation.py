@@ -137,9 +137,27 @@ def _drop_runs(df: pd.DataFrame | None, runs: list[str], col: str) -> pd.DataFra
     return df[~df[col].astype(str).isin(runs)].reset_index(drop=True)
 
 
+def check_plausible(profile, where: str | None, field_prefix: str, allow: bool) -> list[str]:
+    """A profile with a parameter outside its physical range (``calibrate.fit_cost.implausible``: an efficiency
+    above 1, or ``kind: rejected``) is refused (InputError, exit 2) unless ``allow``; then its notes."""
+    from calibrate.fit_cost import implausible
+
+    bad = implausible(profile)
+    if not bad:
+        return []
+    if not allow:
+        n, why = next(iter(bad.items()))
+        more = f" (and {', '.join(list(bad)[1:])})" if len(bad) > 1 else ""
+        raise InputError(where, f"{field_prefix}{n}", f"a value within its physical range (got {why}){more}: the "
+                                                      "profile is not a calibration of this hardware; "
+                                                      "--allow-implausible validates it anyway")
+    return [f"physically implausible parameter(s) used because of --allow-implausible ({field_prefix or 'profile'}): "
+            + "; ".join(f"{n} {w}" for n, w in bad.items())]
+
+
 def run_validation(inputs: list[str], profile_path: str, rule: str | None = None, workload_path: str | None = None,
                    distribution: bool = True, des_requests: int = 1000, n_boot: int = 1000, seed: int = 0,
-                   drift: str = "flag") -> ValidationResult:
+                   drift: str = "flag", allow_implausible: bool = False, level: float = 0.90) -> ValidationResult:
     """``drift``: ``flag`` keeps runs outside the fit runs' speed range in the figures (marked);
     ``exclude`` leaves them out of every figure (listed in the report); see ``validate.drift``."""
     from validate.drift import POLICIES, interval_statement
@@ -152,7 +170,11 @@ def run_validation(inputs: list[str], profile_path: str, rule: str | None = None
     else:
         profile = load_profile(profile_path)
         setup, notes = setup_for_runs(profile, ms.hint)
+        notes += check_plausible(profile, str(profile_path), "", allow_implausible)
     folds = make_folds(ms, profile, setup, rule)
+    for fold in folds:  # folds refitted here (loro, requests:...) are checked as the given profile is
+        if fold.profile is not profile:
+            notes += check_plausible(fold.profile, None, f"--holdout fold {fold.name}: refitted ", allow_implausible)
     reps, calls, dists, wsrc, dk, dr = [], [], [], "", [], []
     for fold in folds:
         check_out_of_sample(fold)  # never report in-sample error as validation
