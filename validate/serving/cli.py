@@ -50,7 +50,7 @@ def register(app) -> None:
 
     @app.command("validate-serving")
     def validate_serving_cmd(
-        run_dirs: list[Path] = typer.Argument(..., help="serve-run directories (specsim calibrate serve-run)"),
+        run_dirs: list[Path] = typer.Argument(..., help="serve-run directories (specsim calibrate serve-run), `vllm bench serve` result JSONs (--save-result --save-detailed) or their imports"),
         profile: Path = typer.Option(..., "--profile", help="cost profile YAML (fitted; its fit.setup names the models)"),
         report: Path = typer.Option(..., "--report", help="report folder"),
         fit_levels: Optional[str] = typer.Option(None, "--fit-levels",

@@ -26,6 +26,12 @@ class ServingRun:
     calls: pd.DataFrame | None = None  # whole-system runs (serve-systems): every engine call, in order
     gamma: int = 0  # speculative serve-run (``--draft --gamma``): draft tokens per iteration
     draft: str = ""  # the draft model's folder name (speculative runs; acceptance belongs to a (gamma, draft) pair)
+    client_itls: dict | None = None  # `vllm bench serve` imports: request_id -> the client's ITLs (s); no engine steps
+
+    @property
+    def client_side(self) -> bool:
+        """Measured by a benchmark client (`vllm bench serve`): requests only, no engine steps."""
+        return self.client_itls is not None
 
     def matches(self, name: str) -> bool:
         """``--fit-levels`` names a level (every system's run at it) or one system's run (SYSTEM/LEVEL)."""
@@ -33,9 +39,14 @@ class ServingRun:
 
 
 def load_run(path: str | Path) -> ServingRun:
+    """A serve-run / serve-systems directory, or a `vllm bench serve` result JSON (``--save-result --save-detailed``)
+    or the folder ``specsim calibrate import-bench-serve`` made of one (requests and client ITLs, no engine steps)."""
+    from calibrate.import_bench_serve import is_bench_source, load_bench_run
     from calibrate.serving_run import load_serving_run
+    from calibrate.trace_schema import SERVE_STEP_FIELDS
 
-    d = load_serving_run(path)
+    bench = is_bench_source(path)
+    d = load_bench_run(path) if bench else load_serving_run(path)
     meta = d["run"][0]
     arr = meta["options"].get("arrivals")
     where = str(Path(path) / "run.json")
@@ -44,12 +55,12 @@ def load_run(path: str | Path) -> ServingRun:
     req = pd.DataFrame(d["serve_request"]).sort_values("request_id").reset_index(drop=True)
     if list(req.request_id) != list(range(len(req))):
         raise InputError(str(Path(path) / "serve_requests.jsonl"), "request_id", "expected request ids 0..n-1, once each")
-    st = pd.DataFrame(d["serve_step"]).assign(engine="base")
+    st = pd.DataFrame(d["serve_step"], columns=None if d["serve_step"] else list(SERVE_STEP_FIELDS)).assign(engine="base")
     if d.get("serve_small_step"):
         st = pd.concat([st, pd.DataFrame(d["serve_small_step"]).assign(engine="small")], ignore_index=True)
     mode = arr["mode"]
     users = int(arr.get("users", 0)) if mode == "closed" else 0
-    rate = float(arr.get("rate_per_s", np.nan)) if mode == "poisson" else np.nan
+    rate = float(arr.get("rate_per_s") if arr.get("rate_per_s") is not None else np.nan) if mode == "poisson" else np.nan
     level = meta["options"].get("label", Path(path).name)
     calls = None
     if d.get("serve_call"):
@@ -59,6 +70,9 @@ def load_run(path: str | Path) -> ServingRun:
             raise InputError(str(Path(path) / "serve_calls.jsonl"), "request_id", f"request {missing[0]} has no calls")
     system = meta.get("system") or "vanilla-base"
     gamma = int(meta.get("gamma") or 0)
+    if bench and gamma:
+        raise InputError(str(path), "gamma", f"a `vllm bench serve` run against a speculative server (gamma {gamma}) "
+                         "has no per-step acceptance to replay: expected a server without speculative decoding")
     if gamma and "spec_tokens" not in st:
         raise InputError(str(Path(path) / "serve_steps.jsonl"), "spec_tokens",
                          f"a speculative run (gamma {gamma}) needs per-step spec_tokens/emitted (recorded since 2026-11-23)")
@@ -70,5 +84,6 @@ def load_run(path: str | Path) -> ServingRun:
         # one speculative configuration per (draft length, draft model): runs of different drafts never pool
         system = f"{system}-g{gamma}" + (f"-{draft}" if draft else "")
     label = f"{system}/{level}" if calls is not None or gamma else level
-    return ServingRun(Path(path), label, mode, users, rate, req, st, meta, level, system, calls, gamma, draft)
+    return ServingRun(Path(path), label, mode, users, rate, req, st, meta, level, system, calls, gamma, draft,
+                      d["itls"] if bench else None)
 

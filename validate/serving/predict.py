@@ -215,6 +215,9 @@ def measured_itl(run: ServingRun) -> np.ndarray | None:
     the first gap from its first token. None for whole-system runs (a request spans several calls)."""
     if run.calls is not None:
         return None
+    if run.client_side:  # `vllm bench serve`: the client's own per-chunk gaps
+        gaps = [np.asarray(v, dtype=float) for v in run.client_itls.values() if len(v)]
+        return np.concatenate(gaps) if gaps else np.zeros(0)
     prompt = dict(zip(run.requests.request_id, run.requests.prompt_tokens))
     ends: dict[int, list[float]] = {int(r): [float(t)] for r, t in zip(run.requests.request_id, run.requests.first_token_s)}
     s = run.steps[run.steps.engine == "base"].sort_values("step_index")
@@ -238,7 +241,7 @@ def measured_run_figures(run: ServingRun) -> dict:
     r, s = run.requests, run.steps[run.steps.engine == "base"]
     span = float(r.done_s.max() - r.arrival_s.min())
     return {"throughput_rps": len(r) / span, "output_tok_per_s": float(r.output_tokens.sum()) / span,
-            "batch_mean": float(np.average(s.running, weights=s.duration_s)), "span_s": span,
+            "batch_mean": float(np.average(s.running, weights=s.duration_s)) if len(s) else np.nan, "span_s": span,
             "latency_p50_s": float(r.latency_s.median()), "ttft_p50_s": float(r.ttft_s.median()),
             **_itl_figures(measured_itl(run))}
 
