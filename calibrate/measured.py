@@ -203,10 +203,86 @@ SPECREASON_HINT = {"hardware": "a100-80gb", "tp": 2, "base_model": "qwq-32b", "s
                                     "2x A100-80GB SXM (TP=2); the A6000 alternative is reported in fit.hardware_alternatives"}
 
 
+# Physical bounds on measured durations (issue 27): every duration finite and >= 0; the calls of a step no longer
+# than the step, the steps of a run (request) no longer than the run; steps start in order (no negative gap). Timers
+# are read separately, so "no longer than" allows DURATION_REL_TOL + DURATION_ABS_TOL s.
+DURATION_REL_TOL = 0.02
+DURATION_ABS_TOL = 0.005
+MAX_DURATION_S = 86400.0  # no engine call, step or request of one request at a time lasts a day
+
+
+def _bad_duration(values: np.ndarray, allow_nan: bool) -> np.ndarray:
+    v = np.asarray(values, dtype=float)
+    bad = ~np.isfinite(v) | (v < 0) | (v > MAX_DURATION_S)
+    return bad & ~np.isnan(v) if allow_nan else bad
+
+
+def _longer(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
+    return np.asarray(part, float) > np.asarray(whole, float) * (1 + DURATION_REL_TOL) + DURATION_ABS_TOL
+
+
+def check_specreason_durations(path: str, steps: pd.DataFrame, requests: pd.DataFrame) -> None:
+    """Bounds of the SpecReason traces' durations (InputError naming run and step; one line, exit 2)."""
+    calls = ("small_call_s", "scoring_call_s", "base_call_s")  # verify_call_s: the importer's step_s - these
+    for col in (*calls, "step_s"):
+        if col not in steps.columns:
+            continue
+        bad = _bad_duration(steps[col], allow_nan=col == "base_call_s")
+        if bad.any():
+            r = steps[bad].iloc[0]
+            raise InputError(path, f"run {r['run_id']} step {int(r['step_index'])}: {col}",
+                             f"a finite duration in [0, {MAX_DURATION_S:g}] s (got {float(r[col])!r})")
+    total = sum(steps[c].fillna(0.0).to_numpy(float) for c in calls if c in steps.columns)
+    for col in (*calls, "calls of the step"):
+        v = total if col == "calls of the step" else steps[col].fillna(0.0).to_numpy(float) if col in steps.columns else None
+        if v is None:
+            continue
+        bad = _longer(v, steps["step_s"].to_numpy(float))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            r = steps.iloc[i]
+            raise InputError(path, f"run {r['run_id']} step {int(r['step_index'])}: {col.replace(' ', '_') if col in calls else col}",
+                             f"no longer than the step's step_time {r['step_s']:.4g} s (got {v[i]:.4g} s)")
+    if "total_s" in requests.columns:
+        per_run = steps.groupby("run_id", sort=False)["step_s"].sum()
+        for run, tot in requests.set_index("run_id")["total_s"].items():
+            if tot == tot and run in per_run.index and _longer(per_run[run], tot):
+                raise InputError(path, f"run {run}: step_time", f"steps summing to no more than the run's recorded "
+                                                                f"{tot:.4g} s (got {per_run[run]:.4g} s)")
+
+
+def check_run_dir_durations(path: str, steps: list[dict], requests: list[dict]) -> None:
+    """Bounds of a run directory's durations: per step call times finite and >= 0, no step's calls longer than its
+    request, steps of a request starting in order (no negative gap)."""
+    lat = {r["request_id"]: r["latency_s"] for r in requests}
+    for r in requests:
+        for col in ("latency_s", "small_time_s", "score_time_s", "base_time_s"):
+            v = r.get(col)
+            if v is not None and _bad_duration(np.array([v]), allow_nan=False)[0]:
+                raise InputError(f"{path}/requests.jsonl", f"request {r['request_id']}: {col}",
+                                 f"a finite duration in [0, {MAX_DURATION_S:g}] s (got {v!r})")
+    last: dict = {}
+    for s in sorted(steps, key=lambda x: (x["request_id"], x["step_index"])):
+        rid, j = s["request_id"], s["step_index"]
+        where = f"request {rid} step {j}"
+        for col in ("small_time_s", "score_time_s", "base_time_s"):
+            if _bad_duration(np.array([s[col]]), allow_nan=False)[0]:
+                raise InputError(f"{path}/steps.jsonl", f"{where}: {col}", f"a finite duration in [0, {MAX_DURATION_S:g}] s (got {s[col]!r})")
+            if rid in lat and _longer(np.array([s[col]]), np.array([lat[rid]]))[0]:
+                raise InputError(f"{path}/steps.jsonl", f"{where}: {col}", f"no longer than the request's latency_s "
+                                                                        f"{lat[rid]:.4g} s (got {s[col]:.4g} s)")
+        t = s.get("started_at")
+        if t and rid in last and last[rid] and t < last[rid] - DURATION_ABS_TOL:
+            raise InputError(f"{path}/steps.jsonl", f"{where}: started_at", f"a step starting after the previous one "
+                                                                          f"(negative gap of {last[rid] - t:.4g} s)")
+        last[rid] = t
+
+
 def _specreason_set(path: Path, prompt_tokens: int, judge_tokens: int) -> MeasuredSet:
     from calibrate.import_specreason import import_specreason, steps_upto_answer
 
     trace = import_specreason(path)
+    check_specreason_durations(str(path), trace.steps, trace.requests)
     calls = calls_from_specreason(trace.steps, prompt_tokens, judge_tokens, trace.threshold, source=str(path))
     st = trace.steps
     upto = steps_upto_answer(trace)
@@ -249,6 +325,7 @@ def _run_dir_set(path: Path) -> MeasuredSet:
 
     calls, meta = calls_from_run_dir(path)
     recs = check_run_dir(path)
+    check_run_dir_durations(str(path), recs.get("step", []), recs.get("request", []))
     key = run_dir_key(path)
     steps = pd.DataFrame(recs.get("step", []))
     rows = []

@@ -54,9 +54,15 @@ def validate(
         raise InputError(None, "--seed", f"must be >= 0 (got {seed})")
     if not 0.0 < level < 1.0:
         raise InputError(None, "--level", f"a fraction between 0 and 1, e.g. 0.9 (got {level})")
-    res = run_validation([str(p) for p in inputs], str(profile), holdout, str(workload) if workload else None,
-                         distribution=not no_distribution, des_requests=des_requests, seed=seed, drift=drift,
-                         allow_implausible=allow_implausible, level=level)
+    from validate.validation import NothingToValidate
+
+    try:
+        res = run_validation([str(p) for p in inputs], str(profile), holdout, str(workload) if workload else None,
+                             distribution=not no_distribution, des_requests=des_requests, seed=seed, drift=drift,
+                             allow_implausible=allow_implausible, level=level)
+    except NothingToValidate as e:
+        print(f"FAIL: {e}; nothing written", file=sys.stderr)
+        sys.exit(1)
     command = "specsim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     path = write_report(res, report, command, max_median_ape, bar_target)
     f = res.figures

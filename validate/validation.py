@@ -137,6 +137,28 @@ def _drop_runs(df: pd.DataFrame | None, runs: list[str], col: str) -> pd.DataFra
     return df[~df[col].astype(str).isin(runs)].reset_index(drop=True)
 
 
+class NothingToValidate(Exception):
+    """No held-out request with a measured time: a failure (exit 1), never a pass with n = 0 and NaN figures."""
+
+
+def _drop_unusable(rep_df: pd.DataFrame, dist_df: pd.DataFrame | None, call_df: pd.DataFrame):
+    """Held-out requests without a timed call or a positive recorded time cannot be judged: left out of every
+    figure and named; none left -> :class:`NothingToValidate`."""
+    ok = (rep_df["measured_s"].astype(float) > 0) & (rep_df["measured_e2e_s"].astype(float) > 0)
+    bad = rep_df.loc[~ok, "request_id"].astype(str).tolist()
+    if not bad:
+        return rep_df, dist_df, []
+    if not ok.any():
+        runs = ", ".join(dict.fromkeys(rep_df["run_key"].astype(str)))
+        raise NothingToValidate(f"nothing to validate: none of the {len(rep_df)} held-out request(s) has a measured "
+                                f"time (zero or missing call timings in run(s) {runs or 'none'})")
+    keep = set(rep_df.loc[ok, "request_id"].astype(str))
+    dist_df = None if dist_df is None else dist_df[dist_df["request_id"].astype(str).isin(keep)].reset_index(drop=True)
+    note = (f"{len(bad)} held-out request(s) without a measured time left out of every figure: "
+            + ", ".join(bad[:8]) + (" ..." if len(bad) > 8 else ""))
+    return rep_df[ok].reset_index(drop=True), dist_df, [note]
+
+
 def check_plausible(profile, where: str | None, field_prefix: str, allow: bool) -> list[str]:
     """A profile with a parameter outside its physical range (``calibrate.fit_cost.implausible``: an efficiency
     above 1, or ``kind: rejected``) is refused (InputError, exit 2) unless ``allow``; then its notes."""
@@ -215,6 +237,8 @@ def run_validation(inputs: list[str], profile_path: str, rule: str | None = None
         if rep_df.empty:
             raise InputError(None, "--drift", f"exclude: every held-out run ({', '.join(excluded)}) is outside the fit "
                                               "runs' speed range; nothing left to judge")
+    rep_df, dist_df, unusable = _drop_unusable(rep_df, dist_df, call_df)
+    notes += unusable
     if distribution and dist_df is not None:
         _check_judgeable(dist_df)
     res = ValidationResult(inputs=ms.inputs, profile_path=str(profile_path), rule=rule or "profile", setup=setup,

@@ -98,3 +98,80 @@ def test_mixture_point_prediction_is_the_mixture_mean():
     assert out["predicted_s"] == pytest.approx(mix, rel=1e-9)
     assert abs(mix - single) / mix > 0.05  # the test can tell the two apart
     assert out["predicted_s"] == pytest.approx(out["des_mean_s"], rel=0.15)  # the interval's sampler agrees
+
+
+# ---- no silent pass, physical bounds on durations -------------------------------------------------------------------
+def _zero_times(run: Path) -> None:
+    for name, fields in (("steps.jsonl", ("small_time_s", "score_time_s", "base_time_s")),
+                         ("requests.jsonl", ("small_time_s", "score_time_s", "base_time_s", "latency_s"))):
+        recs = [json.loads(x) for x in (run / name).read_text().splitlines()]
+        for r in recs:
+            r.update(dict.fromkeys(fields, 0.0))
+        (run / name).write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+
+def test_no_usable_held_out_request_fails_with_nothing_to_validate(tmp_path):
+    make_run_dir(tmp_path / "runA", np.random.default_rng(1))
+    make_run_dir(tmp_path / "runB", np.random.default_rng(2))
+    _zero_times(tmp_path / "runB")
+    prof = _true_profile(tmp_path / "true.yaml", runs=["runA"])
+    r = _run(["validate", str(tmp_path / "runB"), "--profile", str(prof), "--no-distribution",
+              "--report", str(tmp_path / "rep")])  # no --max-median-ape: still a failure
+    assert r.returncode == 1 and "nothing to validate" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "rep").exists()
+
+
+DATA = ROOT.parent / "shared" / "data" / "specreason-aime-traces"
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
+def test_trace_with_zero_timings_is_nothing_to_validate(tmp_path):
+    lines = [json.loads(x) for x in (DATA / "problem60-runs0-7.jsonl").read_text().splitlines() if x.strip()]
+    one = [r for r in lines if r["run"] == "results/60/5"]
+    for r in one:
+        for k in ("small_model_time", "eval_time", "base_model_time", "step_time"):
+            if r.get(k) is not None:
+                r[k] = 0.0
+    f = tmp_path / "mine.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in one))
+    r = _run(["validate", str(f), "--profile", "simulator/profiles/cost_a100-80gb-vllm082-specreason-runs0-3.yaml",
+              "--report", str(tmp_path / "rep"), "--no-distribution"])
+    assert r.returncode == 1 and "nothing to validate" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def _edit_step(run: Path, step: int, **upd) -> None:
+    recs = [json.loads(x) for x in (run / "steps.jsonl").read_text().splitlines()]
+    recs[step].update(upd)
+    (run / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+
+@pytest.mark.parametrize("upd, field", [({"base_time_s": 1e9}, "base_time_s"), ({"small_time_s": -0.5}, "small_time_s"),
+                                        ({"score_time_s": 1e4}, "score_time_s"),
+                                        ({"started_at": -100.0}, "started_at")])
+def test_impossible_durations_exit_2_naming_run_and_step(tmp_path, upd, field):
+    run = make_run_dir(tmp_path / "runB", np.random.default_rng(2))
+    if "started_at" in upd:  # steps that start in order, then one starting before its predecessor
+        recs = [json.loads(x) for x in (run / "steps.jsonl").read_text().splitlines()]
+        for i, rec in enumerate(recs):
+            rec["started_at"] = 1000.0 + i
+        (run / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+        upd = {"started_at": 1000.0 + 2 - 100.0}
+    _edit_step(run, 3, **upd)
+    r = _run(["validate", str(run), "--profile", "datasheet", "--report", str(tmp_path / "rep"), "--no-distribution"])
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith(f"error: {run}/steps.jsonl: request 0 step 3: {field}:"), r.stderr
+    assert not (tmp_path / "rep").exists()
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
+@pytest.mark.parametrize("key, value, what", [("base_model_time", 1e9, "a finite duration"),
+                                              ("small_model_time", 50.0, "no longer than the step")])
+def test_trace_call_of_1e9_s_exit_2(tmp_path, key, value, what):
+    lines = [json.loads(x) for x in (DATA / "problem60-runs0-7.jsonl").read_text().splitlines() if x.strip()]
+    i = next(i for i, r in enumerate(lines) if r["run"] == "results/60/2" and r.get("base_model_time"))
+    lines[i][key] = value
+    f = tmp_path / "t.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    r = _run(["validate", str(f), "--profile", "datasheet", "--report", str(tmp_path / "rep"), "--no-distribution"])
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"run results/60/2 step {lines[i]['step_id']}:" in r.stderr and what in r.stderr, r.stderr
