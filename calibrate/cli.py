@@ -165,6 +165,12 @@ def static_bench_cmd(
                      log=typer.echo, max_seconds=max_seconds or None)
 
 
+# vllm serve + vllm bench serve (issue 28): serve-bench, import-bench-serve
+from calibrate.serve_bench import register as _register_serve_bench  # noqa: E402
+
+_register_serve_bench(app)
+
+
 # GPU kernel profiles (issue 13): import-vidur, import-aiconfigurator, fit-gpu, validate-gpu
 from calibrate.gpu_profiles.cli import register as _register_gpu_profiles  # noqa: E402
 

@@ -285,7 +285,7 @@ def run_manifest(res: BenchResult, provenance: dict | None = None, command: str 
             "dataset": str(res.meta.get("label") or prov.get("dataset", "")), "num_requests": len(res.requests),
             "command": command or str(prov.get("bench_command", "")),
             "options": {"arrivals": arrivals, "label": res.label, "source": SOURCE,
-                        "bench": {"file": str(res.path), "failed": res.failed, "keys": res.keys,
+                        "bench": {"file": res.path.name, "failed": res.failed, "keys": res.keys,
                                   "arrivals_reconstructed": res.arrivals_reconstructed, "summary": res.summary,
                                   "meta": res.meta},
                         **({"server": prov["server"]} if "server" in prov else {})}}

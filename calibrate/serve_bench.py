@@ -9,14 +9,14 @@ What it does, per run folder:
    -- scrapes ``/metrics`` (``metrics_before.txt``), runs ``vllm bench serve`` (random prompts of fixed lengths,
    ``--ignore-eos``, ``--save-result --save-detailed``) into ``LEVEL/result.json``, scrapes ``/metrics`` again
    (``metrics_after.txt``) and imports the result into the serving-run format (``calibrate.import_bench_serve``);
-   ``LEVEL/run.json`` is written last and marks the level complete;
 3. stops the server whatever happens: the process group gets SIGTERM, then SIGKILL after a grace period, in a
    ``finally`` that also runs on Ctrl-C and on SIGTERM to this process. The server and the client carry
    ``PR_SET_PDEATHSIG`` (Linux), so even a SIGKILL of this process takes them down, and a folder whose
    ``server.pid`` names a live server group of an earlier session has it stopped first.
 
-Resumable per level: complete levels (``LEVEL/run.json``) are kept, an incomplete level is measured again; the
-server is started only when a level is left. ``provenance.json`` (server command and arguments, bench arguments,
+Resumable per level: a level is measured into ``.LEVEL.partial`` and renamed ``LEVEL`` once complete (as
+``serve-run`` does), so complete levels are kept and an incomplete one is measured again; the server is started
+only when a level is left. ``provenance.json`` (server command and arguments, bench arguments,
 versions, hardware fingerprint, environment) is written once; resuming with other server or bench arguments is
 an error, not a silent mix.
 
@@ -40,12 +40,14 @@ import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 from simulator.errors import InputError
 
 HOST = "127.0.0.1"
-CLI = [sys.executable, "-m", "calibrate.vllm_cli"]
+# the vllm CLI; SPECSIM_VLLM_CLI (a command prefix) replaces it, e.g. with the tests' fake server and client
+CLI = shlex.split(os.environ["SPECSIM_VLLM_CLI"]) if os.environ.get("SPECSIM_VLLM_CLI") else \
+    [sys.executable, "-m", "calibrate.vllm_cli"]
 CPU_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
            "VLLM_USE_AOT_COMPILE": "0", "TOKENIZERS_PARALLELISM": "false"}
 PROVENANCE = "provenance.json"
@@ -206,7 +208,7 @@ def stop_stale(out: Path) -> None:
     except (OSError, ValueError, IndexError):
         f.unlink(missing_ok=True)
         return
-    if "calibrate.vllm_cli" in cmdline and "serve" in cmdline:
+    if CLI[-1] in cmdline and "serve" in cmdline:  # still our server (a pid can be reused)
         try:
             os.killpg(pgid, signal.SIGKILL)
         except ProcessLookupError:
@@ -222,9 +224,11 @@ def http_get(url: str, timeout: float = 10.0) -> tuple[int, bytes]:
         return e.code, b""
 
 
-def wait_healthy(proc: subprocess.Popen, port: int, timeout_s: float, log: Path) -> float:
+def wait_healthy(proc: subprocess.Popen, port: int, timeout_s: float, log: Path,
+                 check: Callable[[], None] = lambda: None) -> float:
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout_s:
+        check()
         if proc.poll() is not None:
             raise InputError(str(log), "server", f"vllm serve exited with code {proc.returncode} before it was healthy "
                              "(see the log)")
@@ -341,6 +345,7 @@ def run_ladder(server: ServerSpec, bench: BenchSpec, levels: list[Level], out: P
                log: Callable[[str], None] = print, command: str = "") -> list[LevelResult]:
     """Measure every incomplete level; the server lives only while levels are left. Returns one entry per level."""
     from calibrate.import_bench_serve import read_bench_json, summary_line, write_run
+    from calibrate.serving_run import partial_dir, publish_level
     from simulator.loading import write_atomic
 
     out = Path(out)
@@ -361,32 +366,29 @@ def run_ladder(server: ServerSpec, bench: BenchSpec, levels: list[Level], out: P
 
     srv: subprocess.Popen | None = None
     client: subprocess.Popen | None = None
-    old_term = signal.getsignal(signal.SIGTERM)
-
-    def _on_term(signum, frame):  # SIGTERM: unwind through the finally like Ctrl-C
-        raise KeyboardInterrupt
-
+    intr = _Interrupt()
+    old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     if _is_main_thread():
-        signal.signal(signal.SIGTERM, _on_term)
+        for s in old:
+            signal.signal(s, intr.handler)
     try:
         port = free_port()
         log(f"starting vllm serve {server.model} on {HOST}:{port}" + (f" (draft {server.draft}, gamma {server.gamma})"
                                                                          if server.draft else ""))
         srv = start(CLI + server.args(port), out / "server.log")
         (out / "server.pid").write_text(f"{srv.pid}\n")
-        took = wait_healthy(srv, port, startup_timeout_s, out / "server.log")
+        took = wait_healthy(srv, port, startup_timeout_s, out / "server.log", intr.check)
         log(f"server healthy after {took:.0f} s")
         for lv in todo:
-            d = out / lv.label
-            d.mkdir(parents=True, exist_ok=True)
-            for stale in ("run.json", "result.json", "serve_requests.jsonl", "bench_itls.jsonl"):
-                (d / stale).unlink(missing_ok=True)
+            d = partial_dir(out / lv.label)  # .LABEL.partial until complete, then renamed (calibrate.serving_run)
+            d.mkdir(parents=True)
             scrape(port, d / "metrics_before.txt")
             cmd = CLI + bench.args(port, server.served_name, server.model, lv, d)
             log(f"{lv.label}: vllm bench serve, {bench.num_prompts} prompts ({bench.input_len} in / "
                 f"{bench.output_len} out tokens)")
             t0 = time.monotonic()
-            client = start(cmd, d / "bench.log")
+            intr.check()
+            client = intr.client = start(cmd, d / "bench.log")
             try:
                 rc = client.wait(timeout=level_timeout_s)
             except subprocess.TimeoutExpired:
@@ -394,7 +396,8 @@ def run_ladder(server: ServerSpec, bench: BenchSpec, levels: list[Level], out: P
                                  "(raise --level-timeout)") from None
             finally:
                 stop_group(client, grace_s=5.0)
-                client = None
+                client = intr.client = None
+            intr.check()  # a signal stopped the client: this level is not complete
             if rc != 0 or not (d / "result.json").is_file():
                 raise InputError(str(d / "bench.log"), lv.label, f"vllm bench serve failed (exit {rc}; see the log)")
             if srv.poll() is not None:
@@ -405,6 +408,7 @@ def run_ladder(server: ServerSpec, bench: BenchSpec, levels: list[Level], out: P
             write_run(d / "result.json", d, {**prov, "bench_command": level_cmd}, command=command or level_cmd)
             line = summary_line(read_bench_json(d / "result.json"))
             spec = _spec_line(d, server)
+            publish_level(d, out / lv.label)
             log(f"{lv.label}: done in {time.monotonic() - t0:.0f} s: {line}{spec}")
             results.append(LevelResult(lv.label, False, line + spec))
     finally:
@@ -412,9 +416,33 @@ def run_ladder(server: ServerSpec, bench: BenchSpec, levels: list[Level], out: P
         stop_group(srv)
         (out / "server.pid").unlink(missing_ok=True)
         if _is_main_thread():
-            signal.signal(signal.SIGTERM, old_term)
+            for s, h in old.items():
+                signal.signal(s, h)
     order = {lv.label: i for i, lv in enumerate(levels)}
     return sorted(results, key=lambda r: order[r.label])
+
+
+class _Interrupt:
+    """SIGTERM / SIGINT during a ladder: the handler only notes the signal and stops the running client; the
+    ladder raises KeyboardInterrupt at its next check, so the ``finally`` stops the server (raising from inside
+    the handler can land in a fork hook or a lock release, where Python ignores it)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.client: subprocess.Popen | None = None
+
+    def handler(self, signum, frame) -> None:
+        self.signum = signum
+        c = self.client
+        if c is not None:
+            try:
+                os.killpg(c.pid, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def check(self) -> None:
+        if self.signum is not None:
+            raise KeyboardInterrupt(f"signal {self.signum}")
 
 
 def _is_main_thread() -> bool:
@@ -434,3 +462,72 @@ def _spec_line(d: Path, server: ServerSpec) -> str:
     except InputError as e:
         return f"; /metrics: {e.one_line()}"
     return "; " + summary(data).replace("\n", "; ")
+
+
+# ---- CLI --------------------------------------------------------------------------------------
+def register(calibrate_app) -> None:
+    """Add ``specsim calibrate serve-bench`` and ``specsim calibrate import-bench-serve``."""
+    import typer
+
+    @calibrate_app.command("serve-bench")
+    def serve_bench_cmd(
+        model: Path = typer.Option(Path(".cache/models/smollm2-135m-instruct"), help="model folder served by vllm serve"),
+        concurrency: str = typer.Option("1,2,4,8", help="closed-loop levels (vllm bench serve --max-concurrency); '' for none"),
+        request_rate: str = typer.Option("", help="open-loop levels, req/s (vllm bench serve --request-rate), comma-separated"),
+        num_prompts: int = typer.Option(16, help="requests per level"),
+        input_len: int = typer.Option(64, help="random prompt tokens per request"),
+        output_len: int = typer.Option(32, help="generated tokens per request (EOS ignored)"),
+        seed: int = typer.Option(0, help="vllm bench serve --seed (prompts)"),
+        draft: Optional[Path] = typer.Option(None, help="draft model folder: speculative decoding (vLLM draft_model)"),
+        gamma: int = typer.Option(0, help="speculative tokens per iteration (with --draft)"),
+        dtype: str = typer.Option("float32"),
+        max_model_len: int = typer.Option(2048),
+        prefix_caching: bool = typer.Option(False, help="vLLM prefix caching across requests"),
+        enforce_eager: bool = typer.Option(True, help="vllm serve --enforce-eager (no graph capture/compile)"),
+        server_arg: list[str] = typer.Option([], "--server-arg", help="extra vllm serve argument; repeatable, e.g. --server-arg=--tensor-parallel-size=2"),
+        bench_arg: list[str] = typer.Option([], "--bench-arg", help="extra vllm bench serve argument; repeatable"),
+        startup_timeout: float = typer.Option(600.0, help="seconds to wait for /health"),
+        level_timeout: float = typer.Option(1800.0, help="seconds one level's vllm bench serve may run"),
+        out: Path = typer.Option(..., help="run folder: provenance.json, server.log, one folder per level (complete ones kept)"),
+    ) -> None:
+        """Real `vllm serve` + `vllm bench serve` over a ladder of levels; /metrics per level; imports each result."""
+        if num_prompts < 1 or input_len < 1 or output_len < 1:
+            raise InputError(None, "--num-prompts", "--num-prompts, --input-len and --output-len must be >= 1")
+        if (draft is None) != (gamma == 0):
+            raise InputError(None, "--gamma", "give --draft DIR with --gamma K >= 1, or neither")
+        if gamma < 0:
+            raise InputError(None, "--gamma", f"must be >= 0 (got {gamma})")
+        for p, name in ((model, "--model"), (draft, "--draft")):
+            if p is not None and not (p / "config.json").is_file():
+                raise InputError(str(p), name, "expected a model folder with config.json (specsim calibrate prepare-models)")
+        levels = parse_levels(concurrency, request_rate)
+        server = ServerSpec(model=str(model), served_name=model.name, dtype=dtype, max_model_len=max_model_len,
+                            draft=str(draft) if draft else None, gamma=gamma, prefix_caching=prefix_caching,
+                            enforce_eager=enforce_eager, extra_args=list(server_arg))
+        bench = BenchSpec(input_len=input_len, output_len=output_len, num_prompts=num_prompts, seed=seed,
+                          extra_args=list(bench_arg))
+        command = "specsim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+        res = run_ladder(server, bench, levels, out, startup_timeout, level_timeout,
+                         log=lambda m: typer.echo(m, err=True), command=command)
+        for r in res:
+            typer.echo(("kept  " if r.skipped else "new   ") + r.summary_line)
+        typer.echo(f"wrote {out} ({sum(not r.skipped for r in res)} new level(s), {sum(r.skipped for r in res)} kept); "
+                   f"validate: specsim validate-serving {out}/*/ --profile PROFILE --report REPORT")
+
+    @calibrate_app.command("import-bench-serve")
+    def import_bench_serve_cmd(
+        results: list[Path] = typer.Argument(..., help="vllm bench serve result JSONs (--save-result --save-detailed)"),
+        out: Optional[Path] = typer.Option(None, help="folder: one serving-run folder per JSON (named after it); "
+                                                      "without it, only check and summarise"),
+    ) -> None:
+        """Check `vllm bench serve` result JSONs and write them in the serving-run format (every file checked first)."""
+        from calibrate.import_bench_serve import read_bench_json, summary_line, write_run
+
+        parsed = [read_bench_json(p) for p in results]  # every input checked before anything is written
+        names = [p.stem for p in results]
+        if out is not None and len(set(names)) != len(names):
+            raise InputError(None, "RESULTS", "two result files share a name: import them into separate --out folders")
+        for p, r in zip(results, parsed):
+            typer.echo(summary_line(r))
+            if out is not None:
+                typer.echo(f"wrote {write_run(p, out / p.stem)}")
