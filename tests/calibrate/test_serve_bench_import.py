@@ -164,10 +164,30 @@ def test_validate_serving_takes_the_jsons_directly(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "held out (profile, n=8)" in r.stdout and "ITL of 2 held-out one-engine runs" in r.stdout
     assert (rep / "report.md").is_file()
-    # a client sees no engine steps: naming a bench run as step-fit data is refused
+    # one request at a time, the client's timings are the engine's steps: the step fit takes closed-1 ...
     r = _cli("validate-serving", str(DATA / "closed-1.json"), str(DATA / "closed-2.json"), "--profile", str(PROFILE),
              "--report", str(tmp_path / "rep2"), "--fit-levels", "closed-1")
-    assert r.returncode == 2 and "vllm bench serve" in r.stderr and r.stderr.count("\n") == 1
+    assert r.returncode == 0 and "held out (profile+step-fit, n=4)" in r.stdout, r.stderr
+    assert "step fit on 32 engine steps of 1 runs (closed-1)" in r.stderr
+    # ... but a concurrent level implies no steps (who shared one is not seen)
+    r = _cli("validate-serving", str(DATA / "closed-1.json"), str(DATA / "closed-2.json"), "--profile", str(PROFILE),
+             "--report", str(tmp_path / "rep3"), "--fit-levels", "closed-2")
+    assert r.returncode == 2 and "fit on closed-1" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_client_steps_of_a_one_user_run():
+    from validate.serving import load_run
+    from validate.serving.client import client_steps
+
+    raw = _raw("closed-1.json")
+    st = client_steps(load_run(DATA / "closed-1.json"))
+    assert len(st) == 4 + sum(len(v) for v in raw["itls"]) and set(st.running) == {1}
+    pre = st[st.prefill_requests == 1]
+    assert sorted(pre.duration_s) == sorted(raw["ttfts"]) and [n[0] for n in pre.new_tokens] == raw["input_lens"]
+    dec = st[st.prefill_requests == 0]
+    assert sorted(dec.duration_s) == sorted(x for v in raw["itls"] for x in v)
+    assert min(c[0] for c in dec.context_tokens) == min(raw["input_lens"]) + 1
+    assert list(st.started_s) == sorted(st.started_s)
 
 
 def test_measured_itl_is_the_clients():

@@ -12,6 +12,7 @@ import pandas as pd
 
 from simulator.errors import InputError
 
+from .client import client_steps
 from .fit import _step_times, fit_step_params, step_aggregates
 from .load import ServingRun, load_run
 from .predict import acceptance_from_runs, measured_run_figures, predict_run, predicted_run_figures
@@ -71,11 +72,8 @@ def validate_serving(run_dirs: list[str | Path], profile_path: str | Path, fit_l
         if len(fitted) == len({r.label for r in runs}):
             raise InputError(None, "--fit-levels", "every run is a fit run: nothing held out to validate on "
                                                    "(in-sample error is not validation)")
-        client = [r.label for r in runs if r.label in fitted and r.client_side]
-        if client:
-            raise InputError(None, "--fit-levels", f"{client[0]} is a `vllm bench serve` run: a client sees no engine "
-                                                   "steps to fit on (fit on serve-run levels, or give none)")
-        fit_steps = pd.concat([r.steps for r in runs if r.label in fitted], ignore_index=True)
+        # `vllm bench serve` runs: the steps a one-user run implies (validate.serving.client)
+        fit_steps = pd.concat([client_steps(r) for r in runs if r.label in fitted], ignore_index=True)
         p2, fit = fit_step_params(fit_steps, params, setup)
         fit["levels"] = list(fit_levels)
         fit["runs"] = [str(r.path) for r in runs if r.label in fitted]
