@@ -154,13 +154,13 @@ def child_env() -> dict:
     return env
 
 
-def start(cmd: list[str], log: Path) -> subprocess.Popen:
+def start(cmd: list[str], log: Path, env: dict | None = None) -> subprocess.Popen:
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as fh:
         fh.write(f"\n# {_now()} $ {shlex.join(cmd)}\n".encode())
         fh.flush()
         return subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=child_env(), preexec_fn=_pdeathsig)
+                                env={**child_env(), **(env or {})}, preexec_fn=_pdeathsig)
 
 
 def stop_group(proc: subprocess.Popen | None, grace_s: float = 20.0) -> None:
@@ -375,7 +375,8 @@ def run_ladder(server: ServerSpec, bench: BenchSpec, levels: list[Level], out: P
         port = free_port()
         log(f"starting vllm serve {server.model} on {HOST}:{port}" + (f" (draft {server.draft}, gamma {server.gamma})"
                                                                          if server.draft else ""))
-        srv = start(CLI + server.args(port), out / "server.log")
+        # the server's log goes to a file: INFO (its periodic Engine / SpecDecoding lines) even when specsim is quiet
+        srv = start(CLI + server.args(port), out / "server.log", {"VLLM_LOGGING_LEVEL": "INFO"})
         (out / "server.pid").write_text(f"{srv.pid}\n")
         took = wait_healthy(srv, port, startup_timeout_s, out / "server.log", intr.check)
         log(f"server healthy after {took:.0f} s")
