@@ -169,6 +169,9 @@ def static_bench_cmd(
 from calibrate.serve_bench import register as _register_serve_bench  # noqa: E402
 
 _register_serve_bench(app)
+from calibrate.serve_specreason import register as _register_serve_specreason  # noqa: E402
+
+_register_serve_specreason(app)
 
 
 # GPU kernel profiles (issue 13): import-vidur, import-aiconfigurator, fit-gpu, validate-gpu

@@ -1,0 +1,100 @@
+"""Issue 28: the OpenAI-compatible engine of server-mode SpecReason (``calibrate.http_engine``), against a canned
+``/v1/completions`` + ``/metrics`` server: what it sends, what it reads back (token ids, stop vs EOS vs length,
+cached tokens, top-k logprobs) and the per-call speculative counts from two real ``/metrics`` captures."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from calibrate.engine import Sampling
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = ROOT / ".cache/models/smollm2-135m-instruct"
+METRICS = ROOT / "tests/data/spec_metrics/draft6l-k4"
+
+pytestmark = pytest.mark.skipif(not (MODEL / "tokenizer.json").is_file(), reason="needs the prepared SmolLM2 tokenizer")
+
+
+class _Fake:
+    def __init__(self):
+        self.requests: list[dict] = []
+        self.replies: list[dict] = []
+        self.metrics: list[bytes] = []
+
+    def serve(self):
+        fake = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                fake.requests.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                body = json.dumps(fake.replies.pop(0)).encode()
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(fake.metrics.pop(0))
+
+            def log_message(self, *a):
+                pass
+
+        srv = http.server.HTTPServer(("127.0.0.1", 0), H)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        return srv
+
+
+@pytest.fixture
+def fake():
+    f = _Fake()
+    srv = f.serve()
+    f.url = f"http://127.0.0.1:{srv.server_address[1]}"
+    yield f
+    srv.shutdown()
+
+
+def _reply(text, ids, finish="stop", stop_reason="\n\n", cached=0, logprobs=None):
+    return {"choices": [{"text": text, "token_ids": ids, "finish_reason": finish, "stop_reason": stop_reason,
+                         "logprobs": logprobs}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": len(ids), "prompt_tokens_details": {"cached_tokens": cached}}}
+
+
+def test_generate_and_score_over_http(fake):
+    from calibrate.http_engine import HttpEngine
+
+    e = HttpEngine(fake.url, "base", MODEL, prefix_cache_block=128)
+    fake.replies += [_reply("Step one.\n\n", [1, 2, 3], cached=128), _reply("done", [4], stop_reason=None),
+                     _reply("x", [5], finish="length", stop_reason=None)]
+    g = e.generate([10, 11, 12], 24, ["\n\n"], Sampling(0.0, 1.0), seed=7)
+    assert (g.token_ids, g.text, g.finish_reason, g.cached_tokens, g.prompt_tokens) == ([1, 2, 3], "Step one.\n\n", "stop", 128, 3)
+    sent = fake.requests[0]
+    assert sent["prompt"] == [10, 11, 12] and sent["stop"] == ["\n\n"] and sent["include_stop_str_in_output"]
+    assert sent["return_token_ids"] and sent["seed"] == 7 and sent["model"] == "base" and sent["max_tokens"] == 24
+    assert e.generate([1], 4, ["\n\n"], Sampling(), 0).finish_reason == "eos"
+    assert e.generate([1], 1, ["\n\n"], Sampling(), 0).finish_reason == "length"
+    fake.replies.append(_reply("7", [22], logprobs={"top_logprobs": [{"7": -0.1, "8": -2.5}]}))
+    s = e.score([1, 2], top_k=10)
+    assert s.top_logprobs == {"7": -0.1, "8": -2.5} and fake.requests[-1]["logprobs"] == 10
+    assert fake.requests[-1]["max_tokens"] == 1 and fake.requests[-1]["temperature"] == 0.0
+    assert e.calls == 4 and e.describe()["server"] == fake.url
+
+
+def test_speculative_counts_are_the_metrics_delta(fake):
+    """One call at a time: drafted = the drafts counter's delta at every position, accepted per position = the
+    per-position counters' delta (two real /metrics captures of a gamma-4 draft_model server)."""
+    from calibrate.http_engine import HttpEngine
+    from calibrate.spec_metrics import from_prometheus
+
+    e = HttpEngine(fake.url, "base", MODEL, gamma=4)
+    fake.metrics += [(METRICS / "before.txt").read_bytes(), (METRICS / "after.txt").read_bytes()]
+    fake.replies.append(_reply("a\n\n", [1, 2]))
+    g = e.generate([1], 8, ["\n\n"], Sampling(), 0)
+    a, n = from_prometheus([METRICS / "after.txt"], [METRICS / "before.txt"])[4]
+    assert g.spec_drafted_per_pos == [n] * 4
+    assert [x / n for x in g.spec_accepted_per_pos] == pytest.approx(list(a))
