@@ -225,7 +225,8 @@ class LogFit:
 
 
 def fit_log_times(predict, y: np.ndarray, prior_vals: dict[str, float], candidates: tuple[str, ...] = PARAM_NAMES,
-                  *, names: tuple[str, ...] = PARAM_NAMES, build=None, bounds: dict | None = None) -> LogFit:
+                  *, names: tuple[str, ...] = PARAM_NAMES, build=None, bounds: dict | None = None,
+                  start: dict[str, float] | None = None) -> LogFit:
     """The one fitter of the cost model's named parameters: the posterior mode (MAP) of the log parameters
     given robust (soft-L1) log-time residuals of ``predict(CostParams) -> seconds`` against ``y`` (log
     seconds) and a log-normal prior around each parameter's prior value (``PRIOR_LOG_SD``), within
@@ -281,8 +282,12 @@ def fit_log_times(predict, y: np.ndarray, prior_vals: dict[str, float], candidat
             return np.concatenate([resid(lx), prior_w * (lx - x0)])
 
         res = None
-        for scale in START_SCALES:
-            xs = x0 + np.array([np.log(scale) if base_name(n) in ("mem_efficiency", "compute_efficiency") else 0.0 for n in free])
+        for scale in (START_SCALES if start is None else (None,)):
+            if scale is None:  # one start at given values (a refit near a known solution: leave-one-run-out)
+                xs = np.log(np.maximum([start.get(n, prior_vals[n]) or prior_vals[n] for n in free], 1e-300))
+            else:
+                xs = x0 + np.array([np.log(scale) if base_name(n) in ("mem_efficiency", "compute_efficiency") else 0.0
+                                    for n in free])
             xs = np.clip(xs, lo + 1e-9, hi - 1e-9)
             cand = least_squares(objective, xs, bounds=(lo, hi), loss="soft_l1", f_scale=F_SCALE, x_scale=1.0)
             if res is None or cand.cost < res.cost - 1e-12:
@@ -325,7 +330,7 @@ def fit_log_times(predict, y: np.ndarray, prior_vals: dict[str, float], candidat
 
 
 def fit_cost(calls: pd.DataFrame, setup: Setup, prior: CostProfile | None = None,
-             candidates: tuple[str, ...] = PARAM_NAMES) -> CostFit:
+             candidates: tuple[str, ...] = PARAM_NAMES, start: dict[str, float] | None = None) -> CostFit:
     """Robust least squares of log call times over the identifiable subset of ``candidates`` (:func:`fit_log_times`)."""
     calls = calls[calls["wall_s"] > 0].reset_index(drop=True)
     if len(calls) < 3:
@@ -334,12 +339,38 @@ def fit_cost(calls: pd.DataFrame, setup: Setup, prior: CostProfile | None = None
     prior_vals = _values(prior, setup.hardware)
     pred = CallPredictor(calls, setup)
     y = np.log(calls["wall_s"].to_numpy(float))
-    f = fit_log_times(pred.predict, y, prior_vals, candidates)
+    f = fit_log_times(pred.predict, y, prior_vals, candidates, start=start)
     out = calls.copy()
     out["predicted_s"] = np.exp(f.log_residual + y)
     out["log_residual"] = f.log_residual
     return CostFit(values=f.values, stderr=f.stderr, fitted=f.fitted, fixed=f.fixed, prior=prior_vals, residuals=out,
                    correlation=f.correlation, zeroed=f.zeroed, prior_dominated=f.prior_dominated)
+
+
+def loro_run_offsets(calls: pd.DataFrame, setup: Setup, prior: CostProfile | None = None,
+                     candidates: tuple[str, ...] = PARAM_NAMES, start: dict[str, float] | None = None
+                     ) -> dict[str, dict[str, float]]:
+    """Per call kind, each fit run's log offset *out of sample*: refit without the run (same prior, one start at
+    ``start``), the run's median log(measured / predicted) over its calls of that kind. The in-sample offsets of
+    ``goodness_of_fit`` are shrunk towards zero (each run pulled the fit its way), so their spread understates how
+    far a new run lands from the fit: the intervals' run-to-run variance is estimated from these. {} with fewer
+    than 3 runs (a refit on one run says nothing about the spread between runs)."""
+    calls = calls[calls["wall_s"] > 0].reset_index(drop=True)
+    runs = list(dict.fromkeys(calls["run_id"].astype(str)))
+    if len(runs) < 3:
+        return {}
+    out: dict[str, dict[str, float]] = {}
+    rid = calls["run_id"].astype(str)
+    for r in runs:
+        rest, mine = calls[rid != r].reset_index(drop=True), calls[rid == r].reset_index(drop=True)
+        if len(rest) < 3:
+            continue
+        f = fit_cost(rest, setup, prior, candidates, start=start)
+        pred = CallPredictor(mine, setup).predict(_params(f.values))
+        lr = pd.Series(np.log(mine["wall_s"].to_numpy(float) / pred))
+        for op, v in lr.groupby(mine["op"].to_numpy()):
+            out.setdefault(str(op), {})[r] = round(float(v.median()), 5)
+    return out
 
 
 # ---- goodness of fit and the profile ---------------------------------------------------------------
@@ -348,7 +379,7 @@ def ape(predicted, measured) -> np.ndarray:
     return np.abs(p - m) / m
 
 
-def goodness_of_fit(res: pd.DataFrame) -> dict:
+def goodness_of_fit(res: pd.DataFrame, loro: dict[str, dict[str, float]] | None = None) -> dict:
     """Per op: calls, median APE, mean APE, p90 APE, bias (median signed relative error), residual quantiles."""
     out = {}
     q = np.linspace(0, 1, RESIDUAL_QUANTILES)
@@ -367,12 +398,16 @@ def goodness_of_fit(res: pd.DataFrame) -> dict:
             entry["log_ratio_quantiles"] = [round(float(v), 5) for v in np.quantile(lr.to_numpy(), q)]
             entry["within_run_log_ratio_quantiles"] = [round(float(v), 5) for v in np.quantile(within, q)]
             entry["run_offsets"] = {str(k): round(float(v), 5) for k, v in offsets.items()}
+            if loro and str(op) in loro:  # out of sample: what the intervals' run-to-run spread is estimated from
+                entry["loro_run_offsets"] = loro[str(op)]
         out[str(op)] = entry
     return out
 
 
 def build_profile(fit: CostFit, setup: Setup, *, name: str, engine: str, inputs: list[str], runs: list[str],
-                  hardware_note: str, date: str | None = None, command: str = "") -> CostProfile:
+                  hardware_note: str, date: str | None = None, command: str = "",
+                  loro: dict[str, dict[str, float]] | None = None, run_hashes: dict[str, str] | None = None
+                  ) -> CostProfile:
     """The fitted :class:`CostProfile`: calibrated Params carry their stderr and source; the rest stay priors."""
     date = date or _dt.date.today().isoformat()
     src = f"calibrated on {len(fit.residuals)} calls of runs {', '.join(runs)} ({'; '.join(inputs)})"
@@ -410,6 +445,7 @@ def build_profile(fit: CostFit, setup: Setup, *, name: str, engine: str, inputs:
                   f"residuals; no signal -> prior; overheads run to their lower bound -> zero; relative stderr > "
                   f"{MAX_REL_STDERR} -> listed as prior_dominated",
         "inputs": inputs, "runs": sorted(runs), "calls": int(len(fit.residuals)), "date": date,
+        **({"run_hashes": dict(sorted(run_hashes.items()))} if run_hashes else {}),  # content identity of each run
         "setup": setup.describe(), "hardware_note": hardware_note, "command": command,
         "fitted": fit.fitted, "zeroed": list(fit.zeroed),
         "prior_dominated": {k: round(v, 3) for k, v in fit.prior_dominated.items()},
@@ -418,7 +454,7 @@ def build_profile(fit: CostFit, setup: Setup, *, name: str, engine: str, inputs:
         "rejected": {n: f"{fit.values[n]:.4g} > {PHYSICAL_MAX[n]:g}" for n in fit.fitted
                      if fit.values[n] > PHYSICAL_MAX.get(n, np.inf)},
         "correlation": fit.correlation,
-        "per_op": goodness_of_fit(fit.residuals),
+        "per_op": goodness_of_fit(fit.residuals, loro),
     }
     return CostProfile(
         name=name, hardware=setup.hardware.name, engine=engine,
@@ -452,7 +488,8 @@ def fit_measured(ms: MeasuredSet, setup: Setup, *, engine: str, hardware_note: s
     runs = ms.run_keys
     prof = build_profile(fit, setup, name=name or f"{setup.hardware.name}-{engine}-fitted", engine=engine,
                          inputs=[_rel(i) for i in ms.inputs], runs=runs, hardware_note=hardware_note, date=date,
-                         command=command)
+                         command=command, loro=loro_run_offsets(ms.calls, setup, start=fit.values),
+                         run_hashes=run_hashes_of(ms))
     alts = {}
     for hw in alternatives:
         alt = Setup(get_hardware(hw, None, "--alternative-hardware"), setup.tp, setup.models)
@@ -463,6 +500,14 @@ def fit_measured(ms: MeasuredSet, setup: Setup, *, engine: str, hardware_note: s
     if alts:
         prof = prof.model_copy(update={"fit": {**prof.fit, "hardware_alternatives": alts}})
     return prof
+
+
+def run_hashes_of(ms: MeasuredSet) -> dict[str, str]:
+    """{run key: content hash} of the measured set's runs (``calibrate.measured.run_content_hash``)."""
+    if "run_hash" not in ms.requests.columns:
+        return {}
+    d = ms.requests.drop_duplicates("run_key")
+    return {str(k): str(h) for k, h in zip(d["run_key"], d["run_hash"]) if isinstance(h, str)}
 
 
 def _rel(p: str) -> str:

@@ -131,7 +131,26 @@ REQUEST_COLUMNS = [
     "to_answer_s",           # modelled calls up to the end rule of the workload model (distribution mode)
     "to_answer_censored",    # the request never reached that end inside the recording
     "steps", "small_step_fraction", "acceptance_length",
+    "run_hash",              # content hash of the run's requests and steps (run_content_hash): its identity
 ]
+
+
+def run_content_hash(records) -> str:
+    """A run's identity: sha256 (16 hex digits) of its requests and steps, whatever it is called. ``records``: the
+    run's step and request records (dicts) or a step table, without the run's name (the same run under another name
+    or in another file hashes the same)."""
+    import hashlib
+    import json
+
+    if isinstance(records, pd.DataFrame):
+        text = records.to_csv(index=False, float_format="%.9g")
+    else:
+        text = "\n".join(json.dumps(r, sort_keys=True, default=str) for r in records)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+# fields of the SpecReason step table that name the run rather than describe it
+_NAME_COLUMNS = ("run_id", "repeat_id")
 
 
 @dataclass
@@ -291,6 +310,8 @@ def _specreason_set(path: Path, prompt_tokens: int, judge_tokens: int) -> Measur
                         "small": st["kept_by"] == "small"}).groupby("run_id", sort=False)
     ua = (upto["small_call_s"] + upto["scoring_call_s"] + upto["base_call_s"].fillna(0.0)).groupby(upto["run_id"]).sum()
     cens = trace.requests.set_index("run_id")["censored"]
+    content = {run: run_content_hash(d.drop(columns=[c for c in _NAME_COLUMNS if c in d.columns]).reset_index(drop=True))
+               for run, d in st.groupby("run_id", sort=False)}
     rows = []
     for run, d in per:
         rows.append({"source": str(path), "run_id": run, "run_key": run_key(run), "request_id": run,
@@ -298,7 +319,8 @@ def _specreason_set(path: Path, prompt_tokens: int, judge_tokens: int) -> Measur
                      "threshold": trace.threshold, "gamma": 0, "measured_s": float(d["call_s"].sum()),
                      "measured_e2e_s": float(d["step_s"].sum()), "to_answer_s": float(ua.get(run, np.nan)),
                      "to_answer_censored": bool(cens[run]), "steps": len(d),
-                     "small_step_fraction": float(d["small"].mean()), "acceptance_length": np.nan})
+                     "small_step_fraction": float(d["small"].mean()), "acceptance_length": np.nan,
+                     "run_hash": content[run]})
     return MeasuredSet(calls, pd.DataFrame(rows, columns=REQUEST_COLUMNS), [str(path)], "specreason",
                        dict(SPECREASON_HINT), steps=upto, trace=trace)
 
@@ -328,6 +350,7 @@ def _run_dir_set(path: Path) -> MeasuredSet:
     check_run_dir_durations(str(path), recs.get("step", []), recs.get("request", []))
     key = run_dir_key(path)
     steps = pd.DataFrame(recs.get("step", []))
+    content = run_content_hash([*recs.get("request", []), *recs.get("step", [])])
     rows = []
     for r in recs.get("request", []):
         d = steps[steps["request_id"] == r["request_id"]]
@@ -340,7 +363,8 @@ def _run_dir_set(path: Path) -> MeasuredSet:
                      "measured_s": calls_s, "measured_e2e_s": r["latency_s"], "to_answer_s": calls_s,
                      "to_answer_censored": r["stop_reason"] == "max_steps", "steps": r["num_steps"],
                      "small_step_fraction": r["num_small_steps"] / max(r["num_steps"], 1),
-                     "acceptance_length": 1.0 + r["spec_accepted_tokens"] / iters if iters else np.nan})
+                     "acceptance_length": 1.0 + r["spec_accepted_tokens"] / iters if iters else np.nan,
+                     "run_hash": content})
     if not rows:
         raise InputError(str(path / "requests.jsonl"), None, "no finished requests")
     return MeasuredSet(calls, pd.DataFrame(rows, columns=REQUEST_COLUMNS), [str(path)], "run_dir",
@@ -376,9 +400,34 @@ def load_measured(paths: list[str | Path], prompt_tokens: int | None = None,
                 raise InputError(None, "inputs", f"run key {k!r} occurs twice: in {seen[k]} and in {s.inputs[0]}; "
                                                  "a run's key must be unique")
             seen[k] = s.inputs[0]
+    same = req.drop_duplicates("run_key").groupby("run_hash")["run_key"].apply(list)
+    same = same[same.map(len) > 1]
+    if len(same):
+        a, b = same.iloc[0][:2]
+        raise InputError(None, "inputs", f"runs {a!r} and {b!r} have the same content (requests and steps): one run "
+                                         "under two names; give it once")
     steps = pd.concat([s.steps for s in sets], ignore_index=True) if sets[0].steps is not None else None
     return MeasuredSet(calls, req, [i for s in sets for i in s.inputs], sets[0].kind, _merged_hint(sets), steps,
-                       sets[0].trace if len(sets) == 1 else None)
+                       _merged_trace(sets))
+
+
+def _merged_trace(sets: list[MeasuredSet]):
+    """SpecReason traces given as several files (dev and hold-out apart): one trace of all their runs, so the
+    workload can be refitted on the fit runs whichever file holds them. None for run directories, or when the
+    files ran different thresholds (one workload fit would mix them)."""
+    traces = [s.trace for s in sets]
+    if len(traces) == 1 or any(t is None for t in traces):
+        return traces[0] if len(traces) == 1 else None
+    if len({t.threshold for t in traces}) > 1:
+        return None
+    from collections import Counter
+
+    from calibrate.import_specreason import SpecReasonTrace
+
+    return SpecReasonTrace(steps=pd.concat([t.steps for t in traces], ignore_index=True),
+                           requests=pd.concat([t.requests for t in traces], ignore_index=True),
+                           issues=sum((Counter(t.issues) for t in traces), Counter()),
+                           sources=[p for t in traces for p in t.sources], threshold=traces[0].threshold)
 
 
 HINT_FACTS = ("hardware", "tp", "base_model", "small_model", "draft_model")

@@ -75,7 +75,15 @@ def validate(
             a = f[key].iloc[0]
             print(f"  {label:13s} n={a['n']:3d} median APE {100 * a['median_ape']:.1f}% p90 {100 * a['p90_ape']:.1f}% "
                   f"bias {100 * a['bias']:+.1f}% coverage {100 * a['coverage']:.0f}% "
-                  f"(median 90% interval width {100 * a['pi_rel_width']:.0f}% of the prediction)")
+                  f"(median {100 * level:g}% interval width {100 * a['pi_rel_width']:.0f}% of the prediction)")
+    cov = f.get("coverage_levels")
+    if cov is not None and len(cov):
+        for scope, g in cov.groupby("scope", sort=False):
+            print(f"  coverage {scope:12s} " + ", ".join(f"{100 * r.nominal:g}%: {r.inside}/{r.n}"
+                                                          for r in g.itertuples()))
+    for n in res.notes:  # never skip a mode silently
+        if n.startswith(("distribution mode skipped", "WARNING")) or "left out" in n:
+            print(f"  note: {n}")
     flagged = res.flagged_runs
     if flagged:
         d = res.drift_runs.set_index("run_key")

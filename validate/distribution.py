@@ -44,7 +44,7 @@ from simulator.execution import Execution
 from simulator.des import simulate
 from simulator.systems import SystemConfig, spec_of
 from simulator.workload import WorkloadProfile
-from validate.replay import CallNoise, noise_model, request_totals
+from validate.replay import COVERAGE_LEVELS, CallNoise, level_columns, noise_model, request_totals
 
 LEVEL = 0.90
 STEP_TIME_COLUMNS = (("small_s", "small_generate"), ("scoring_s", "score"), ("base_s", None))
@@ -126,8 +126,13 @@ def predict_config(cfg: SystemConfig, workload: WorkloadProfile, profile: CostPr
         out["pi_low_s"], out["pi_high_s"] = float(np.quantile(wide, a)), float(np.quantile(wide, 1.0 - a))
         out["unmodelled_ops"] = ",".join(sorted(set(ops) - set(noise)))
     else:
+        wide = lat
         out["pi_low_s"], out["pi_high_s"] = out["des_pi_low_s"], out["des_pi_high_s"]
         out["unmodelled_ops"] = "all (workload spread only)"
+    for lv in COVERAGE_LEVELS:
+        b = (1.0 - lv) / 2.0
+        cl, ch = level_columns(lv)
+        out[cl], out[ch] = float(np.quantile(wide, b)), float(np.quantile(wide, 1.0 - b))
     return out
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from calibrate.fit_cost import Setup, build_profile, fit_cost
+from calibrate.fit_cost import Setup, build_profile, fit_cost, loro_run_offsets, run_hashes_of
 from calibrate.measured import MeasuredSet, _suffix_match, parse_run_rule, resolve_run_names
 from simulator.cost_model import CostProfile, prior_profile
 from simulator.errors import InputError
@@ -91,6 +91,20 @@ def profile_fit_keys(ms: MeasuredSet, profile: CostProfile) -> tuple[list[str], 
     return keys, [k for k in res.values() if k is not None]
 
 
+def _same_content_as_fit_runs(ms: MeasuredSet, profile: CostProfile, fit_runs: list[str]) -> None:
+    """Run identity is content (``calibrate.measured.run_content_hash``), not name: an input run whose requests and
+    steps are those of one of the profile's fit runs, under another name or in another file, is that fit run. Where
+    its name does not say so, refused (InputError, exit 2): validating it would report in-sample error as held-out."""
+    recorded = {h: k for k, h in ((profile.fit or {}).get("run_hashes") or {}).items()}
+    if not recorded or "run_hash" not in ms.requests.columns:
+        return
+    for key, h in run_hashes_of(ms).items():
+        if h in recorded and key not in set(fit_runs):
+            raise InputError(None, "inputs", f"run {key} is the profile's fit run {recorded[h]} under another name "
+                                             "(same requests and steps); in-sample error is not validation: leave it "
+                                             "out or give it its recorded name")
+
+
 def _disjoint(test: set[str], fit_runs: list[str], rule: str) -> None:
     overlap = sorted(test & set(fit_runs))
     if overlap:
@@ -144,10 +158,12 @@ def check_out_of_sample(fold: Fold) -> None:
 def _refit(ms: MeasuredSet, profile: CostProfile, setup: Setup, name: str, runs: list[str], command: str) -> CostProfile:
     """The cost profile refitted on ``ms``'s calls from the datasheet prior (not from --profile's values:
     those may have seen the held-out data)."""
-    f = fit_cost(ms.calls, setup, prior=prior_profile(setup.hardware, profile.engine))
+    prior = prior_profile(setup.hardware, profile.engine)
+    f = fit_cost(ms.calls, setup, prior=prior)
     return build_profile(f, setup, name=name, engine=profile.engine, inputs=ms.inputs, runs=runs,
                          hardware_note=(profile.fit or {}).get("hardware_note", ""),
-                         date=(profile.fit or {}).get("date"), command=command)
+                         date=(profile.fit or {}).get("date"), command=command,
+                         loro=loro_run_offsets(ms.calls, setup, prior, start=f.values), run_hashes=run_hashes_of(ms))
 
 
 REQUESTS_USAGE = "expected requests:odd, requests:even or requests:kfold=K[,seed=S] (K >= 2 integer, S integer)"
@@ -235,6 +251,7 @@ def _make_folds(ms: MeasuredSet, profile: CostProfile, setup: Setup, rule: str |
     known = ms.run_keys
     fit_runs, fit_in_inputs = profile_fit_keys(ms, profile)
     rule = rule or "profile"
+    _same_content_as_fit_runs(ms, profile, fit_runs)
 
     def given(name: str, test: list[str]) -> Fold:
         return Fold(name, fit_runs, test, profile, test_requests=request_keys(ms, set(test)),

@@ -48,6 +48,13 @@ from simulator.cost_model import CostProfile
 from simulator.errors import InputError
 
 LEVEL = 0.90
+COVERAGE_LEVELS = (0.50, 0.80, 0.90, 0.95)  # every report shows the coverage of these central intervals too
+
+
+def level_columns(level: float) -> tuple[str, str]:
+    """Columns of the central ``level`` interval besides the main one: ``pi50_low_s``, ``pi50_high_s``."""
+    k = f"{100 * level:g}".replace(".", "_")
+    return f"pi{k}_low_s", f"pi{k}_high_s"
 MIN_RUNS_T = 3   # fewer fit runs than this for a kind: its scale is pooled over kinds
 MIN_POOLED_DOF = 2
 
@@ -188,7 +195,10 @@ def noise_model(profile: CostProfile) -> tuple[dict[str, CallNoise], list[str]]:
     """Per call kind of the profile's fit, the interval model; notes on fallbacks."""
     per = {op: e for op, e in (profile.fit or {}).get("per_op", {}).items()
            if op != "all" and "within_run_log_ratio_quantiles" in e}
-    preds, notes = offset_predictives({op: list((e.get("run_offsets") or {}).values()) for op, e in per.items()})
+    # a new run's offset: from the fit runs' leave-one-run-out offsets where the fit recorded them (each run against
+    # a fit without it, as the new run will be), else the in-sample ones (shrunk: each run pulled the fit its way)
+    preds, notes = offset_predictives({op: list((e.get("loro_run_offsets") or e.get("run_offsets") or {}).values())
+                                       for op, e in per.items()})
     return ({op: CallNoise(preds[op], np.asarray(e["within_run_log_ratio_quantiles"], dtype=float))
              for op, e in per.items()}, notes)
 
@@ -241,6 +251,15 @@ def replay(ms: MeasuredSet, profile: CostProfile, setup: Setup, n_boot: int = 10
         unmodelled = np.zeros(len(req), dtype=bool)
         unmodelled[np.unique(rows[~np.isin(ops, list(noise))])] = True
         lo[unmodelled], hi[unmodelled] = np.nan, np.nan
+        for lv in COVERAGE_LEVELS:
+            b = (1.0 - lv) / 2.0
+            cl, ch = level_columns(lv)
+            req[cl] = np.where(unmodelled, np.nan, np.quantile(totals, b, axis=1))
+            req[ch] = np.where(unmodelled, np.nan, np.quantile(totals, 1.0 - b, axis=1))
+    else:
+        for lv in COVERAGE_LEVELS:
+            for c in level_columns(lv):
+                req[c] = np.nan
     req["pi_low_s"], req["pi_high_s"] = lo, hi
     req["pi_level"] = level
     return req, calls

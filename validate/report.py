@@ -50,6 +50,27 @@ def plots(res: ValidationResult, out: Path) -> list[str]:
     save_figure_atomic(fig, out / "predicted_vs_measured.png")
     plt.close(fig)
     names.append("predicted_vs_measured.png")
+    # calibration: nominal vs measured coverage of the central intervals
+    cov = res.figures.get("coverage_levels")
+    if cov is not None and len(cov):
+        fig, ax = plt.subplots(figsize=(5, 4.5))
+        ax.plot([0, 100], [0, 100], "k--", lw=1, label="perfectly calibrated")
+        for scope, g in cov.groupby("scope", sort=False):
+            n = int(g["n"].max())
+            ax.plot(100 * g["nominal"], 100 * g["coverage"], "o-", label=f"{scope} (n={n})")
+            if n:  # binomial sd of a coverage estimate on n requests, at the nominal level
+                sd = 100 * np.sqrt(g["nominal"] * (1 - g["nominal"]) / n)
+                ax.fill_between(100 * g["nominal"], 100 * g["nominal"] - 2 * sd, 100 * g["nominal"] + 2 * sd,
+                                color="grey", alpha=0.12)
+        ax.set_xlim(40, 100)
+        ax.set_ylim(0, 102)
+        ax.set_xlabel("nominal interval level (%)")
+        ax.set_ylabel("held-out requests inside (%)")
+        ax.set_title("interval calibration (grey: ±2 binomial sd)")
+        ax.legend(fontsize=8)
+        save_figure_atomic(fig, out / "calibration.png")
+        plt.close(fig)
+        names.append("calibration.png")
     # error CDFs
     fig, ax = plt.subplots(figsize=(5.5, 4))
     series = [("replay, requests e2e", res.replay["predicted_s"] / res.replay["measured_e2e_s"] - 1),
@@ -188,8 +209,14 @@ def markdown(res: ValidationResult, images: list[str], command: str, bar: float 
     if bar is not None:
         verdict = "PASS" if value <= bar else "FAIL"
         lines += [f"**Bar**: median APE ({target}) {100 * value:.2f}% vs max {100 * bar:.2f}% → **{verdict}**", ""]
+    lv = int(round(100 * float(res.replay["pi_level"].iloc[0]))) if "pi_level" in res.replay.columns and len(res.replay) else 90
+    lines += ["## Interval calibration", "",
+              f"Share of held-out requests inside their central interval at each nominal level (`--level` sets the "
+              f"one in the tables below: {lv}%); calibration.png plots it. With n requests a coverage estimate has a "
+              "binomial sd of sqrt(p(1-p)/n).", "", _table(f["coverage_levels"].assign(
+                  nominal=[f"{100 * v:g}%" for v in f["coverage_levels"]["nominal"]])), ""]
     lines += ["## Trace replay (cost model alone, the runs' own steps)", "",
-              "90% intervals: a new run's log offset per call kind from the Student-t predictive of the fit runs' "
+              f"{lv}% intervals: a new run's log offset per call kind from the Student-t predictive of the fit runs' "
               "offsets (mean, sd·sqrt(1+1/n), n-1 dof) plus iid within-run residuals per call; `pi_rel_width` = "
               "median (high - low) / prediction.", "",
               "Per request, end-to-end (measured = recorded request time, incl. calls the model does not know):", "",
@@ -198,7 +225,7 @@ def markdown(res: ValidationResult, images: list[str], command: str, bar: float 
               "Per run (end-to-end):", "", _table(f["replay_per_run"]), ""]
     if "distribution" in f:
         lines += ["## Distribution mode (workload distributions + cost model, analytic mean, DES interval)", "",
-                  "90% intervals: the DES's simulated requests, every simulated call times exp(run offset + "
+                  f"{lv}% intervals: the DES's simulated requests, every simulated call times exp(run offset + "
                   "within-run residual) drawn as in replay (one offset per simulated request and call kind), so "
                   "they hold the workload's spread and the cost model's uncertainty.", "",
                   "Per request (measured = modelled calls up to the first answer; censored requests left out):", "",

@@ -76,7 +76,8 @@ def _fold_workload(ms: MeasuredSet, fold: Fold, workload_path: str | None):
                    "request filter)" if flt is not None else
                    "workload refitted per fold on its fit runs (calibrate.fit_workload_runs, empirical)")
     if ms.trace is None:
-        return None, "no workload profile for these inputs: give --workload (a profile fitted on other runs)"
+        return None, ("the SpecReason trace files ran different thresholds: one workload cannot be refitted over "
+                      "them; give --workload (a workload profile fitted on other runs) or validate each threshold apart")
     from calibrate.fit_workload import fit_workload_from_steps
 
     # SpecReason traces: one request per run, so a fold's fit requests are exactly its fit runs
@@ -194,14 +195,20 @@ def run_validation(inputs: list[str], profile_path: str, rule: str | None = None
         setup, notes = setup_for_runs(profile, ms.hint)
         notes += check_plausible(profile, str(profile_path), "", allow_implausible)
     folds = make_folds(ms, profile, setup, rule)
-    for fold in folds:  # folds refitted here (loro, requests:...) are checked as the given profile is
+    for fold in folds:  # folds refitted here (loro, requests:...): never silent, but not refused (no user's profile)
         if fold.profile is not profile:
-            notes += check_plausible(fold.profile, None, f"--holdout fold {fold.name}: refitted ", allow_implausible)
+            from calibrate.fit_cost import implausible
+
+            bad = implausible(fold.profile)
+            if bad:
+                notes.append(f"WARNING: fold {fold.name}: the refitted profile has parameter(s) outside their physical "
+                             "range, kind rejected: " + "; ".join(f"{n} {w}" for n, w in bad.items())
+                             + " (its predictions are reported as they are)")
     reps, calls, dists, wsrc, dk, dr = [], [], [], "", [], []
     for fold in folds:
         check_out_of_sample(fold)  # never report in-sample error as validation
         test = fold_test_set(ms, fold)
-        r, c = replay(test, fold.profile, setup, n_boot=n_boot, seed=seed)
+        r, c = replay(test, fold.profile, setup, n_boot=n_boot, seed=seed, level=level)
         r["fold"], c["fold"] = fold.name, fold.name
         kinds, runs = _fold_drift(fold, c, setup)
         dk.append(kinds)
@@ -214,7 +221,7 @@ def run_validation(inputs: list[str], profile_path: str, rule: str | None = None
             if w is None:
                 notes.append(f"distribution mode skipped: {wsrc}")
                 continue
-            d = predict_distribution(test, w, fold.profile, setup, n_requests=des_requests, seed=seed)
+            d = predict_distribution(test, w, fold.profile, setup, n_requests=des_requests, seed=seed, level=level)
             d["fold"] = fold.name
             unmod = sorted({x for v in d["unmodelled_ops"].astype(str) for x in v.split(",") if x})
             if unmod:
@@ -241,6 +248,10 @@ def run_validation(inputs: list[str], profile_path: str, rule: str | None = None
     notes += unusable
     if distribution and dist_df is not None:
         _check_judgeable(dist_df)
+        cens = dist_df.loc[dist_df["to_answer_censored"].astype(bool), "request_id"].astype(str).tolist()
+        if cens:  # named wherever they are left out
+            notes.append(f"distribution mode: {len(cens)} censored held-out request(s) left out of its figures (no "
+                         f"answer inside the recording: token budget or context limit): {', '.join(cens)}")
     res = ValidationResult(inputs=ms.inputs, profile_path=str(profile_path), rule=rule or "profile", setup=setup,
                            folds=folds, replay=rep_df, calls=call_df, distribution=dist_df, notes=sorted(set(notes)),
                            workload_source=wsrc, drift_kinds=pd.concat(dk, ignore_index=True), drift_runs=drift_runs,
@@ -292,8 +303,32 @@ def figures(res: ValidationResult) -> dict[str, pd.DataFrame]:
         means["measured_speedup"] = means.pop("measured_vanilla_s") / means["measured_mean_s"]
         means["predicted_speedup"] = means.pop("pred_vanilla_s") / means["predicted_s"]
         out["distribution_means"] = means
+    out["coverage_levels"] = coverage_levels(res)
     out["configs"] = _config_table(res)
     return out
+
+
+def coverage_levels(res: ValidationResult) -> pd.DataFrame:
+    """Nominal vs measured coverage of the central 50/80/90/95% intervals (``replay.COVERAGE_LEVELS``): per scope
+    (replay end-to-end, replay calls, distribution mode), the share of held-out requests inside, and n."""
+    from validate.metrics import coverage
+    from validate.replay import COVERAGE_LEVELS, level_columns
+
+    scopes = [("replay e2e", res.replay, "measured_e2e_s"), ("replay calls", res.replay, "measured_s")]
+    if res.distribution is not None:
+        scopes.append(("distribution", res.distribution[~res.distribution["to_answer_censored"].astype(bool)],
+                       "to_answer_s"))
+    rows = []
+    for name, d, meas in scopes:
+        for lv in COVERAGE_LEVELS:
+            lo, hi = level_columns(lv)
+            if lo not in d.columns:
+                continue
+            ok = d[lo].notna() & d[hi].notna() & (d[meas].astype(float) > 0)
+            rows.append({"scope": name, "nominal": lv, "coverage": coverage(d.loc[ok, meas], d.loc[ok, lo], d.loc[ok, hi]),
+                         "n": int(ok.sum()), "inside": int(((d.loc[ok, meas] >= d.loc[ok, lo])
+                                                            & (d.loc[ok, meas] <= d.loc[ok, hi])).sum())})
+    return pd.DataFrame(rows, columns=["scope", "nominal", "coverage", "n", "inside"])
 
 
 def _config_table(res: ValidationResult) -> pd.DataFrame:

@@ -175,3 +175,49 @@ def test_trace_call_of_1e9_s_exit_2(tmp_path, key, value, what):
     r = _run(["validate", str(f), "--profile", "datasheet", "--report", str(tmp_path / "rep"), "--no-distribution"])
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
     assert f"run results/60/2 step {lines[i]['step_id']}:" in r.stderr and what in r.stderr, r.stderr
+
+
+# ---- inputs: dev and hold-out files, censored runs named, run identity by content ----------------------------------
+def _split_traces(folder: Path, rename: dict[str, str] | None = None) -> tuple[Path, Path]:
+    lines = [json.loads(x) for x in (DATA / "problem60-runs0-7.jsonl").read_text().splitlines() if x.strip()]
+    dev = [r for r in lines if r["run"] in {f"results/60/{i}" for i in range(4)}]
+    hold = [r for r in lines if r["run"] in {f"results/60/{i}" for i in range(4, 8)}]
+    for old, new in (rename or {}).items():
+        hold += [dict(r, run=new) for r in lines if r["run"] == old]
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for name, recs in (("dev.jsonl", dev), ("hold.jsonl", hold)):
+        (folder / name).write_text("".join(json.dumps(r) + "\n" for r in recs))
+        out.append(folder / name)
+    return out[0], out[1]
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
+def test_dev_and_holdout_files_run_distribution_mode_and_name_censored_runs(tmp_path):
+    from validate.validation import run_validation
+
+    dev, hold = _split_traces(tmp_path)
+    res = run_validation([str(dev), str(hold)], str(ROOT / "simulator/profiles/cost_a100-80gb-vllm082-specreason-runs0-3.yaml"),
+                         des_requests=100, n_boot=100, drift="flag")
+    assert "distribution" in res.figures, res.notes  # was: silently skipped ("give --workload")
+    assert not any("skipped" in n for n in res.notes)
+    assert any("censored" in n and "results/60/4" in n for n in res.notes)  # run 4 never answers: named
+
+
+def test_fit_run_renamed_into_the_holdout_is_the_same_run(tmp_path):
+    import shutil
+
+    rng = np.random.default_rng(3)
+    for name in ("runA", "runB", "runC"):
+        make_run_dir(tmp_path / name, rng, sigma=0.05)
+    prof = tmp_path / "cost.yaml"
+    r = _run(["calibrate", "fit", str(tmp_path / "runA"), str(tmp_path / "runB"), "--out", str(prof)])
+    assert r.returncode == 0, r.stderr
+    shutil.copytree(tmp_path / "runA", tmp_path / "hold" / "renamed")  # a fit run under another name
+    r = _run(["validate", str(tmp_path / "runC"), str(tmp_path / "hold" / "renamed"), "--profile", str(prof),
+              "--no-distribution", "--report", str(tmp_path / "rep")])
+    assert r.returncode == 2 and "under another name" in r.stderr and "runA" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "rep").exists()
+    r = _run(["validate", str(tmp_path / "runA"), str(tmp_path / "hold" / "renamed"), "--profile", str(prof),
+              "--no-distribution", "--report", str(tmp_path / "rep")])  # the same run twice among the inputs
+    assert r.returncode == 2 and "same content" in r.stderr, r.stderr
