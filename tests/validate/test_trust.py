@@ -221,3 +221,48 @@ def test_fit_run_renamed_into_the_holdout_is_the_same_run(tmp_path):
     r = _run(["validate", str(tmp_path / "runA"), str(tmp_path / "hold" / "renamed"), "--profile", str(prof),
               "--no-distribution", "--report", str(tmp_path / "rep")])  # the same run twice among the inputs
     assert r.returncode == 2 and "same content" in r.stderr, r.stderr
+
+
+# ---- intervals: levels, coverage at four levels, leave-one-run-out spread --------------------------------------------
+def test_loro_offsets_are_not_shrunk_like_in_sample_offsets():
+    from calibrate.fit_cost import goodness_of_fit, loro_run_offsets
+
+    calls = synthetic_calls(1200, np.random.default_rng(7), sigma=0.02)
+    shift = {"r0": 0.15, "r1": -0.1, "r2": 0.05, "r3": -0.12}  # per-run speed factors (log)
+    calls["wall_s"] *= np.exp(calls["run_id"].map(shift).to_numpy())
+    f = fit_cost(calls, fit_setup())
+    ins = goodness_of_fit(f.residuals)
+    loro = loro_run_offsets(calls, fit_setup(), start=f.values)
+    for op in loro:
+        a = np.array(list(ins[op]["run_offsets"].values()))
+        b = np.array([loro[op][r] for r in ins[op]["run_offsets"]])
+        assert b.std(ddof=1) > a.std(ddof=1)  # each run against a fit that never saw it lands farther out
+    prof = build_profile(f, fit_setup(), name="x", engine="vllm", inputs=["s"], runs=list(shift), hardware_note="",
+                         loro=loro)
+    assert all("loro_run_offsets" in prof.fit["per_op"][op] for op in loro)
+
+
+def test_level_option_and_coverage_at_four_levels(tmp_path):
+    from validate.validation import run_validation
+
+    for i, name in enumerate(("runA", "runB", "runC")):
+        make_run_dir(tmp_path / name, np.random.default_rng(10 + i), sigma=0.05)
+    prof = _true_profile(tmp_path / "true.yaml", runs=["runA"])
+    wide = run_validation([str(tmp_path / "runB"), str(tmp_path / "runC")], str(prof), distribution=False, n_boot=200)
+    narrow = run_validation([str(tmp_path / "runB"), str(tmp_path / "runC")], str(prof), distribution=False,
+                            n_boot=200, level=0.5)
+    assert (narrow.replay["pi_level"] == 0.5).all()
+    w = lambda r: (r.replay["pi_high_s"] - r.replay["pi_low_s"]).to_numpy()  # noqa: E731
+    assert (w(narrow) < w(wide)).all()
+    cov = wide.figures["coverage_levels"]
+    assert list(cov.loc[cov["scope"] == "replay e2e", "nominal"]) == [0.5, 0.8, 0.9, 0.95]
+    assert (cov.groupby("scope")["inside"].apply(lambda s: s.is_monotonic_increasing)).all()
+    r = _run(["validate", str(tmp_path / "runB"), "--profile", str(prof), "--no-distribution", "--level", "1.5",
+              "--report", str(tmp_path / "rep")])
+    assert r.returncode == 2 and "--level" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = _run(["validate", str(tmp_path / "runB"), str(tmp_path / "runC"), "--profile", str(prof), "--no-distribution",
+              "--level", "0.8", "--report", str(tmp_path / "rep2")])
+    assert r.returncode in (0, 2) and "Traceback" not in r.stderr, r.stderr  # 2: drift flag (a noiseless profile)
+    assert "median 80% interval width" in r.stdout
+    assert "coverage replay e2e" in r.stdout and (tmp_path / "rep2" / "calibration.png").stat().st_size > 1000
+    assert "## Interval calibration" in (tmp_path / "rep2" / "report.md").read_text()
