@@ -300,8 +300,10 @@ def run_point(point: Point) -> dict:
             "gamma_policy": point.cfg.gamma_policy, "threshold": point.cfg.threshold, "first_n": point.cfg.first_n, "label": point.cfg.label, **out}
 
 
-def run_points(points: list[Point], workers: int | None = None, ray_address: str | None = None) -> list[dict]:
-    """Map ``run_point`` over points: serially (workers=1), on local processes, or on Ray."""
+def run_points(points: list[Point], workers: int | None = None, ray_address: str | None = None,
+               progress=None) -> list[dict]:
+    """Map ``run_point`` over points: serially (workers=1), on local processes, or on Ray; results in the
+    points' order. ``progress(done, total, row)`` is called as each point finishes (for an ETA)."""
     if ray_address:
         try:
             import ray  # noqa: PLC0415
@@ -311,12 +313,67 @@ def run_points(points: list[Point], workers: int | None = None, ray_address: str
         remote = ray.remote(run_point)
         return ray.get([remote.remote(p) for p in points])
     workers = workers or os.cpu_count() or 1
+    out: list = [None] * len(points)
     if workers <= 1 or len(points) <= 1:
-        return [run_point(p) for p in points]
-    from concurrent.futures import ProcessPoolExecutor
+        for i, p in enumerate(points):
+            out[i] = run_point(p)
+            if progress:
+                progress(i + 1, len(points), out[i])
+        return out
+    from concurrent.futures import ProcessPoolExecutor, as_completed
 
+    # the costliest first (longest single-request latency: slowest simulations), so no straggler starts last
+    order = sorted(range(len(points)), key=lambda i: -_cost_hint(points[i]))
     with ProcessPoolExecutor(max_workers=min(workers, len(points))) as ex:
-        return list(ex.map(run_point, points))
+        futs = {ex.submit(run_point, points[i]): i for i in order}
+        for k, f in enumerate(as_completed(futs)):
+            out[futs[f]] = f.result()
+            if progress:
+                progress(k + 1, len(points), out[futs[f]])
+    return out
+
+
+def _cost_hint(point: Point) -> float:
+    """Relative cost of a point's simulations: calls per request grow with the system's steps (a guess
+    used only to order work; never changes a result)."""
+    return {"specreason": 3.0, "specreason-decode": 3.0}.get(point.cfg.system, 1.0)
+
+
+def search_table(rs: ResolvedScenario, slo: Slo, load: LoadSpec, configs: list[SystemConfig], spec: "IntervalSpec",
+                 acc_model, floor, gpu_hour_cost: float | None = None, target_qps: float | None = None,
+                 workers: int | None = None, ray_address: str | None = None, only_eligible: bool = False,
+                 progress=None) -> tuple[pd.DataFrame, dict, list[SystemConfig]]:
+    """The one capacity search behind ``specsim capacity`` and ``specsim report`` (issue 30): every searched
+    configuration gets :func:`capacity_interval` with ``spec`` on the same seeds and run length, so both
+    commands print the same capacities, intervals and ranks. ``only_eligible``: configurations that do not
+    meet the accuracy floor are not searched (returned as the third value, never ranked nor printed with
+    a capacity). Returns (table best first with accuracy, ``standing`` and ``recommended``; the
+    recommendation; the configurations left out)."""
+    from simulator.accuracy import floor_status
+
+    skipped = [c for c in configs if only_eligible and floor_status(acc_model, c, floor)[0] != "meets"]
+    keep = [c for c in configs if c not in skipped]
+    points = [replace(p, interval=spec) for p in capacity_points(rs, slo, load, keep)]
+    df = add_accuracy(capacity_table(run_points(points, workers, ray_address, progress), gpu_hour_cost, target_qps),
+                      acc_model, floor)
+    rec = recommend(df)
+    best = rec["best"]
+    picks = {best.label, *rec["ties"]} if best is not None else set()
+    df["recommended"] = [l in picks and f == "meets" and q > 0 for l, f, q in zip(df.label, df.accuracy_floor, df.max_qps)]
+    st = []
+    for r in df.itertuples():
+        if not r.max_qps > 0:
+            st.append("sustains no load")
+        elif r.accuracy_floor != "meets":
+            st.append(f"excluded: accuracy {r.accuracy_floor}")
+        elif best is not None and r.label == best.label and r.hardware == best.hardware and r.tp == best.tp:
+            st.append("best")
+        elif r.recommended:
+            st.append("within the interval of the best")
+        else:
+            st.append("below the best")
+    df["standing"] = st
+    return df, rec, skipped
 
 
 # ---- the planning table ----------------------------------------------------------------------
@@ -338,22 +395,41 @@ def paired_better(a: tuple, b: tuple, tp_a: int = 1, tp_b: int = 1, confidence: 
 
 def rank_configurations(df: pd.DataFrame) -> pd.DataFrame:
     """``rank`` = 1 + configurations significantly better (paired, :func:`paired_better`), and ``ties``:
-    the configurations neither better nor worse than it (intervals that do not separate)."""
+    the configurations neither better nor worse than it (intervals that do not separate). A configuration
+    that sustains no load (capacity 0) is never ranked: ``rank`` NA, no ties (issue 30)."""
     caps = [tuple(c) if isinstance(c, (tuple, list)) else (float(q),) for c, q in zip(df.get("capacities", df.max_qps), df.max_qps)]
     tps = df.tp.tolist()
     n = len(df)
+    live = [bool(q > 0) for q in df.max_qps]
     better = np.zeros((n, n), bool)  # better[i, j]: i beats j
     for i in range(n):
         for j in range(n):
-            if i != j:
+            if i != j and live[i] and live[j]:
                 better[i, j] = paired_better(caps[i], caps[j], tps[i], tps[j])
     df = df.copy()
-    df["rank"] = 1 + better.sum(0)
+    df["rank"] = pd.array([1 + int(better[:, j].sum()) if live[j] else None for j in range(n)], dtype="Int64")
     labels = [f"{l} [{h} tp={t}]" if df.hardware.nunique() > 1 or df.tp.nunique() > 1 else l
               for l, h, t in zip(df.label, df.hardware, df.tp)]
-    df["ties"] = ["; ".join(labels[j] for j in range(n) if j != i and not better[i, j] and not better[j, i]
-                            and df["rank"].iloc[j] == df["rank"].iloc[i]) for i in range(n)]
+    df["ties"] = ["; ".join(labels[j] for j in range(n) if j != i and live[i] and live[j] and not better[i, j]
+                            and not better[j, i] and df["rank"].iloc[j] == df["rank"].iloc[i]) for i in range(n)]
     return df
+
+
+def standing(df: pd.DataFrame) -> list[str]:
+    """Per row of a ranked table (best first): ``best``, ``within the interval of the best`` (rank 1 beside
+    it: the paired interval does not separate them), ``below the best`` or ``sustains no load``."""
+    out, seen = [], False
+    for r in df.itertuples():
+        if pd.isna(r.rank) or not r.max_qps > 0:
+            out.append("sustains no load")
+        elif r.rank == 1 and not seen:
+            out.append("best")
+            seen = True
+        elif r.rank == 1:
+            out.append("within the interval of the best")
+        else:
+            out.append("below the best")
+    return out
 
 
 def capacity_table(rows: list[dict], gpu_hour_cost: float | None, target_qps: float | None) -> pd.DataFrame:
@@ -371,7 +447,9 @@ def capacity_table(rows: list[dict], gpu_hour_cost: float | None, target_qps: fl
         if gpu_hour_cost:
             df["fleet_cost_per_hour"] = df.gpus * gpu_hour_cost
     df = rank_configurations(df)
-    df = df.sort_values(["rank", "qps_per_gpu", "max_qps"], ascending=[True, False, False], kind="stable").reset_index(drop=True)
+    df = df.sort_values(["rank", "qps_per_gpu", "max_qps"], ascending=[True, False, False], kind="stable",
+                        na_position="last").reset_index(drop=True)
+    df["standing"] = standing(df)
     for c in ("gamma", "threshold"):
         df[c] = pd.array([None if v is None or v != v else int(v) for v in df[c]], dtype="Int64")
     return df
@@ -405,8 +483,8 @@ def recommend(df: pd.DataFrame) -> dict:
     ok = df[(df.accuracy_floor == "meets") & (df.max_qps > 0)] if "accuracy_floor" in df else df[df.max_qps > 0]
     if not len(ok):
         return {"best": None, "ties": [], "capacity": 0.0}
-    ok = rank_configurations(ok.drop(columns=["rank", "ties"], errors="ignore"))
-    ok = ok.sort_values(["rank", "qps_per_gpu"], ascending=[True, False], kind="stable")
+    ok = rank_configurations(ok.drop(columns=["rank", "ties", "standing"], errors="ignore"))
+    ok = ok.sort_values(["rank", "qps_per_gpu"], ascending=[True, False], kind="stable", na_position="last")
     b = ok.iloc[0]
     tied = [r.label for r in ok.iloc[1:].itertuples() if r.rank == 1]
     return {"best": b, "ties": tied, "capacity": float(b.max_qps), "eligible": ok}
@@ -433,7 +511,7 @@ def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | No
                       workers: int | None = None, ray_address: str | None = None,
                       arrivals_file: str | None = None, interval: IntervalSpec | None = None,
                       accuracy_floor: str | None = None, accuracy_margin: float | None = None,
-                      adaptive_gamma: bool = False, gamma_policy: str = "fixed") -> tuple[pd.DataFrame, dict]:
+                      adaptive_gamma: bool = False, gamma_policy: str = "fixed", progress=None) -> tuple[pd.DataFrame, dict]:
     """Resolve, validate, run. With --qps/--users/--arrivals-file: the SLO check at those loads;
     else the capacity search. ``adaptive_gamma``: each drafting configuration at the grid's largest γ also
     runs with γ chosen per engine iteration (``gamma_policy="goodput"``, up to that γ); ``gamma_policy``
@@ -479,16 +557,34 @@ def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | No
         levels = [dict(rate=q) for q in qps or []] + [dict(users=u) for u in users or []]
         levels += [dict(replay=str(arrivals_file))] if arrivals_file else []
         pts = [replace(p, **lv) for p in points for lv in levels]
-        df = pd.DataFrame(run_points(pts, workers, ray_address))
+        df = pd.DataFrame(run_points(pts, workers, ray_address, progress))
         return df, meta
-    df = add_accuracy(capacity_table(run_points(points, workers, ray_address), gpu_hour_cost, target_qps), acc_model, floor)
-    rec = recommend(df)
+    df, rec, _ = search_table(rs, slo, load, configs, interval or IntervalSpec(), acc_model, floor, gpu_hour_cost,
+                              target_qps, workers, ray_address, progress=progress)
     meta["accuracy_floor"] = floor.describe()
     meta["recommended"] = None if rec["best"] is None else rec["best"].label
     meta["recommended_ties"] = rec["ties"]
-    df["recommended"] = [rec["best"] is not None and (l == rec["best"].label or l in rec["ties"])
-                         and f == "meets" for l, f in zip(df.label, df.accuracy_floor)]
+    meta["headline"] = headline(df, rec, slo.text, gpu_hour_cost)
     return df, meta
+
+
+def headline(df: pd.DataFrame, rec: dict, slo_text: str, gpu_hour_cost: float | None = None) -> str:
+    """One line: the best configuration and why (capacity with its interval, accuracy, cost) -- the first
+    line of every report and the line ``specsim capacity`` prints under its table."""
+    b = rec["best"]
+    if b is None:
+        return (f"No configuration to recommend: none meets the accuracy floor with a capacity above 0 under {slo_text}.")
+    dev = "CPU host" if str(b.hardware) == "cpu" else "GPU"
+    ci = (f" [{b.max_qps_lo:.3g}, {b.max_qps_hi:.3g}]" if "max_qps_hi" in b and np.isfinite(b.max_qps_hi) else "")
+    conv = "" if bool(b.get("converged", True)) else ", interval not converged"
+    acc = (f"accuracy {b.accuracy:.3f}" if np.isfinite(b.get("accuracy", np.nan)) else "accuracy unknown") + \
+        f" ({b.accuracy_why})"
+    cost = (f"; {b.cost_per_1000_requests:.3g} per 1000 requests at {gpu_hour_cost:g} per {dev}-hour"
+            if gpu_hour_cost and np.isfinite(b.get("cost_per_1000_requests", np.nan)) else "")
+    ties = (f"; within the interval of the best: {', '.join(rec['ties'])}" if rec["ties"] else "; no other configuration "
+            "within its interval")
+    return (f"Best: {b.label} on {b.hardware} TP={b.tp}: {b.max_qps:.3g} req/s per replica{ci} (95% interval{conv}) "
+            f"under {slo_text}, {b.qps_per_gpu:.3g} req/s per {dev}; {acc}{cost}{ties}.")
 
 
 DISPLAY = {

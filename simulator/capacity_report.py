@@ -19,13 +19,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simulator.capacity import (DEFAULT_REQUESTS, IntervalSpec, LoadSpec, add_accuracy, capacity_points,
-                                capacity_table, default_slo, recommend, requests_for, run_points)
+from simulator.capacity import (DEFAULT_REQUESTS, IntervalSpec, LoadSpec, capacity_points, default_slo, headline,
+                                requests_for, run_points, search_table)
+from simulator.errors import InputError
 from simulator.scenario import load_scenario
 from simulator.serving.slo import parse_slo
 
 CURVE_POINTS = 12
-SCREEN_REQUESTS = 100  # requests per simulation of a screening search (configurations that cannot be recommended)
 ASSUMPTIONS = [
     "One replica = the scenario's GPUs at the given TP; the small and base engines are colocated on them and "
     "take turns (their iterations never overlap): one iteration of each engine with work per round.",
@@ -68,11 +68,14 @@ def _atomic_write(path: Path, write) -> None:
 def build_report(scenario: str, out: Path, slo_text: str | None = None, requests: int | None = None,
                  seed: int | None = None, gpu_hour_cost: float | None = None, target_qps: float | None = None,
                  workers: int | None = None, ray_address: str | None = None, accuracy_floor: str | None = None,
-                 accuracy_margin: float | None = None, interval: IntervalSpec | None = None) -> Path:
+                 accuracy_margin: float | None = None, interval: IntervalSpec | None = None,
+                 systems: list[str] | None = None, gammas: list[int] | None = None, thresholds: list[int] | None = None,
+                 progress=None) -> tuple[Path, str]:
     """Accuracy first, then capacity: configurations that meet the accuracy floor get the replicated
-    capacity search with a confidence interval; the others (fail / unknown: never recommended) get one
-    screening search (one replication, ``SCREEN_REQUESTS`` requests per simulation, no interval).
-    Then the load curves; write report.md, PNGs, CSVs. Returns report.md."""
+    capacity search of ``specsim capacity`` (the same function, seeds and run length: the same figures);
+    the others (fail / unknown: never recommended) are listed with their accuracy and get no capacity
+    figure (``--accuracy-floor none`` searches every configuration). Then the load curves; write
+    report.md, PNGs, CSVs. Returns (report.md, the headline: best configuration and why)."""
     from simulator.accuracy import floor_status, parse_floor, scenario_accuracy
 
     rs = load_scenario(scenario)
@@ -81,17 +84,15 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
     acc_model = scenario_accuracy(rs)
     load = LoadSpec(requests=requests or DEFAULT_REQUESTS, seed=rs.scenario.seed if seed is None else seed)
     spec = interval or IntervalSpec()
-    screen = IntervalSpec(min_reps=1, max_reps=1, max_request_doublings=0, rel_tol=spec.rel_tol)
-    pts = []
-    for p in capacity_points(rs, slo, load):
-        if floor_status(acc_model, p.cfg, floor)[0] == "meets":
-            pts.append(replace(p, interval=spec))
-        else:
-            pts.append(replace(p, interval=screen, load=replace(load, requests=min(load.requests, SCREEN_REQUESTS))))
-    cap = add_accuracy(capacity_table(run_points(pts, workers, ray_address), gpu_hour_cost, target_qps), acc_model, floor)
-    cap["interval"] = ["screening (1 replication)" if f != "meets" else ("converged" if c else "not converged")
-                       for f, c in zip(cap.accuracy_floor, cap.converged)]
-    rec = recommend(cap)
+    configs = rs.system_configs(systems, gammas, thresholds)
+    if not configs:
+        raise InputError(None, "--system", "no configuration left to search")
+    # the same search as `specsim capacity` (simulator.capacity.search_table): configurations that cannot be
+    # recommended (accuracy floor not met) are not searched and get no capacity figure
+    cap, rec, skipped = search_table(rs, slo, load, configs, spec, acc_model, floor, gpu_hour_cost, target_qps,
+                                     workers, ray_address, only_eligible=True,
+                                     progress=progress and (lambda d, t, r: progress(d, t, r, "capacity searches")))
+    cap["interval"] = ["converged" if c else "not converged" for c in cap.converged]
     # latency vs load: each system's best configuration on one log-spaced grid of rates spanning every
     # system's knee (from 10% of the lowest capacity to 130% of the highest); a system stops at 140% of its own
     best = cap[cap.max_qps > 0].drop_duplicates("system")
@@ -101,7 +102,8 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
         rates = np.geomspace(0.1 * best.max_qps.min(), 1.3 * best.max_qps.max(), CURVE_POINTS)
         pts = [replace(by_label[f"{r.label}|{r.hardware}|{r.tp}"], rate=float(q))
                for r in best.itertuples() for q in rates if q <= 1.4 * r.max_qps]
-    curves = pd.DataFrame(run_points(pts, workers, ray_address)) if pts else pd.DataFrame(
+    curves = pd.DataFrame(run_points(pts, workers, ray_address, progress and (
+        lambda d, t, r: progress(d, t, r, "latency-vs-load points")))) if pts else pd.DataFrame(
         columns=["label", "rate_qps", "latency_p50_s", "latency_p99_s", "goodput_qps"])
 
     out.mkdir(parents=True, exist_ok=True)
@@ -110,8 +112,8 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
     _atomic_write(out / "latency_vs_load.png", lambda p: _plot_curves(curves, slo, p))
     _atomic_write(out / "slo_frontier.png", lambda p: _plot_frontier(cap, slo, p))
     _atomic_write(out / "pareto.png", lambda p: _plot_pareto(cap, p))
-    b = rec["best"] if rec["best"] is not None else cap.iloc[0]
-    if b.max_qps > 0:  # engine load over time for the best configuration at its capacity
+    b = rec["best"] if rec["best"] is not None else (cap.iloc[0] if len(cap) else None)
+    if b is not None and b.max_qps > 0:  # engine load over time for the best configuration at its capacity
         from simulator.serving.replica import simulate_serving
 
         bp = by_label[f"{b.label}|{b.hardware}|{b.tp}"]
@@ -126,9 +128,12 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
             "recommended": None if rec["best"] is None else rec["best"].label, "recommended_ties": rec["ties"],
             "resolved_scenario": rs.to_dict()}
     _atomic_write(out / "resolved.json", lambda p: Path(p).write_text(json.dumps(meta, indent=1, default=str)))
-    md = _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario, rec, floor, acc_model, spec)
+    line = headline(cap, rec, slo.text, gpu_hour_cost)
+    meta["headline"] = line
+    md = _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario, rec, floor, acc_model, spec,
+                   skipped, line)
     _atomic_write(out / "report.md", lambda p: Path(p).write_text(md))
-    return out / "report.md"
+    return out / "report.md", line
 
 
 def _plot_curves(curves: pd.DataFrame, slo, path: str) -> None:
@@ -264,7 +269,7 @@ def _fmt(v, nd=3) -> str:
 
 def _ci(r) -> str:
     lo, hi = getattr(r, "max_qps_lo", np.nan), getattr(r, "max_qps_hi", np.nan)
-    if r.interval.startswith("screening") or not np.isfinite(hi):
+    if not np.isfinite(hi):
         return "—"
     return f"[{lo:.3g}, {hi:.3g}]"
 
@@ -273,11 +278,14 @@ def _acc(r) -> str:
     return "unknown" if not np.isfinite(r.accuracy) else f"{r.accuracy:.3f} [{r.accuracy_lo:.3f}, {r.accuracy_hi:.3f}]"
 
 
-def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_arg, rec, floor, acc_model, spec) -> str:
+def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_arg, rec, floor, acc_model, spec,
+              skipped=(), line: str = "") -> str:
+    from simulator.capacity import EQUIVALENCE
+
     sc, w = rs.scenario, rs.workload
     b = rec["best"]
-    dev = "CPU host" if len(cap) and (cap.hardware.astype(str) == "cpu").all() else "GPU"  # what a replica is made of
-    L = [f"# Capacity plan: {sc.name}", "",
+    dev = "CPU host" if all(str(h) == "cpu" for h in rs.hardware_names) else "GPU"  # what a replica is made of
+    L = [f"# Capacity plan: {sc.name}", "", f"**{line}**", "",
          f"_{sc.description}_  ", f"Generated {_dt.datetime.now().isoformat(timespec='seconds')} by `specsim report`.", "",
          "## Answer", "", f"Accuracy floor: {floor.describe()}.", ""]
     if b is not None:
@@ -285,7 +293,8 @@ def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_ar
                  f"**{b.max_qps:.3g} requests/s** ({_ci(b)} 95% interval, {int(b.replications)} replications) under "
                  f"`{slo.text}` ({b.qps_per_gpu:.3g} requests/s per {dev}); accuracy {_acc(b)} ({b.accuracy_why}).")
         if rec["ties"]:
-            L.append(f"- **Tied with** (capacity intervals do not separate, paired over common seeds): {', '.join(rec['ties'])}.")
+            L.append(f"- **Within the interval of the best** (tied: the paired 95% interval of the per-{dev} capacity "
+                     f"difference over common seeds does not exceed {EQUIVALENCE:.0%}): {', '.join(rec['ties'])}.")
         if gpu_hour_cost:
             L.append(f"- Cost at capacity: **{b.cost_per_1000_requests:.3g} per 1000 requests** at {gpu_hour_cost:g} per {dev}-hour.")
         if target_qps:
@@ -296,12 +305,9 @@ def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_ar
     else:
         L.append("- **No configuration can be recommended**: none is shown to meet the accuracy floor with a capacity "
                  f"above 0 under `{slo.text}`. See the excluded configurations below.")
-    fast = cap[cap.max_qps > 0].sort_values("qps_per_gpu", ascending=False)
-    if len(fast) and (b is None or fast.iloc[0].label != b.label):
-        f = fast.iloc[0]
-        L.append(f"- The highest raw capacity, {f.label} ({f.max_qps:.3g} requests/s, screening), is not recommended: "
-                 f"accuracy {f.accuracy_floor} ({f.accuracy_why}).")
-    from simulator.capacity import EQUIVALENCE
+    if len(skipped):
+        L.append(f"- {len(skipped)} configuration(s) were not searched: they do not meet the accuracy floor, so they "
+                 "cannot be recommended (listed below with the reason; `--accuracy-floor none` searches them too).")
     from simulator.serving.metrics import DRIFT_LIMIT
 
     more = (f"then the run length is doubled up to {spec.max_request_doublings}x" if spec.max_request_doublings else
@@ -312,29 +318,36 @@ def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_ar
           f"Capacity intervals: configurations that meet the accuracy floor get replications with common random numbers "
           f"(replication k = the same requests and arrival gaps in every configuration), at least {spec.min_reps}, until the "
           f"95% t-interval's half-width is <= {spec.target:.0%} of the rate (at most {spec.max_reps}; {more}), "
-          f"{load.requests} requests per simulation. The others (accuracy "
-          f"fails or unknown: never recommended) get one screening search at {min(load.requests, SCREEN_REQUESTS)} requests, "
-          f"no interval. Rank = 1 + the number of configurations whose per-GPU capacity is higher with a paired 95% interval "
-          f"of the difference above {EQUIVALENCE:.0%} of the lower one; equal ranks are ties.", "",
+          f"{load.requests} requests per simulation: the search of `specsim capacity` (same seeds, same run length, "
+          f"same figures). Configurations that do not meet the accuracy floor (never recommended) are not searched. "
+          f"Rank = 1 + the number of configurations whose per-{dev} capacity is higher with a paired 95% interval "
+          f"of the difference above {EQUIVALENCE:.0%} of the lower one; rank 1 beside the best = within the interval "
+          f"of the best (a tie). A configuration that sustains no load is not ranked.", "",
           "## Capacity, accuracy and cost per configuration", "",
-          "| rank | configuration | hardware | TP | max req/s | 95% interval | reps | req/s per " + dev + " | accuracy [95%] | floor | "
-          "p99 latency at max (s) | cost / 1000 req | replicas | " + dev + "s |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+          "| rank | configuration | hardware | TP | max req/s | 95% interval | converged | reps | standing | req/s per " + dev
+          + " | accuracy [95%] | floor | p99 latency at max (s) | cost / 1000 req | replicas | " + dev + "s |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in cap.itertuples():
-        L.append(f"| {r.rank} | {r.label} | {r.hardware} | {r.tp} | {_fmt(r.max_qps)} | {_ci(r)} | {int(r.replications)} | "
+        L.append(f"| {'—' if pd.isna(r.rank) else r.rank} | {r.label} | {r.hardware} | {r.tp} | {_fmt(r.max_qps)} | {_ci(r)} | "
+                 f"{'yes' if r.converged else '**no**'} | {int(r.replications)} | {r.standing} | "
                  f"{_fmt(r.qps_per_gpu)} | {_acc(r)} | {r.accuracy_floor} | {_fmt(r.latency_p99_s)} | "
                  f"{_fmt(getattr(r, 'cost_per_1000_requests', np.nan))} | {_fmt(getattr(r, 'replicas', np.nan))} | "
                  f"{_fmt(getattr(r, 'gpus', np.nan))} |")
-    ex = cap[cap.accuracy_floor != "meets"]
+    from simulator.accuracy import floor_status
+
+    ex = [(c.label, *floor_status(acc_model, c, floor)) for c in skipped]
     L += ["", "## Excluded configurations and why", ""]
-    if len(ex):
-        for why, g in ex.groupby("accuracy_why", sort=False):
-            L.append(f"- {', '.join(g.label)}: accuracy {g.accuracy_floor.iloc[0]} ({why}).")
+    if ex:
+        groups: dict = {}
+        for label, st, why in ex:
+            groups.setdefault((st, why), []).append(label)
+        for (st, why), labels in groups.items():
+            L.append(f"- {', '.join(labels)}: accuracy {st} ({why}); not searched.")
     else:
         L.append("- none: every configuration meets the accuracy floor.")
-    zero = cap[(cap.accuracy_floor == "meets") & (cap.max_qps <= 0)]
+    zero = cap[cap.max_qps <= 0]
     if len(zero):
-        L.append(f"- {', '.join(zero.label)}: meet the floor but no rate meets `{slo.text}`.")
+        L.append(f"- {', '.join(zero.label)}: no rate meets `{slo.text}` (sustain no load); not ranked.")
     L += ["", "## Latency, accuracy and capacity", "", "![Pareto frontier](pareto.png)", "",
           "Pareto frontier (dashed): configurations with known accuracy that no other beats on capacity per GPU, accuracy "
           "and single-request latency at once. Crosses at the bottom: accuracy unknown (no graded answers; never guessed)."]

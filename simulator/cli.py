@@ -226,14 +226,14 @@ def capacity(
     if best_gamma and not user_counts:
         raise InputError(None, "--best-gamma", "needs --users (the concurrency levels to compare gammas at)")
     what = "checking the SLO at the given load" if qps or users or arrivals_file else "searching each configuration's capacity"
-    with job(f"capacity {scenario}: {what} (serving simulations on {workers or 'all'} local worker(s))"):
+    with job(f"capacity {scenario}: {what} (serving simulations on {workers or 'all'} local worker(s))") as j:
         df, meta = capacity_from_cli(
             scenario, slo, qps=_float_list(qps, "--qps"), users=user_counts, systems=system,
             gammas=_int_range(gamma, "--gamma", 0 if best_gamma else 1, 16), thresholds=_int_range(threshold, "--threshold", 0, 10),
             arrival=arrival, cv=cv, requests=requests, seed=seed, gpu_hour_cost=gpu_hour_cost, target_qps=target_qps,
             workers=workers, ray_address=ray_address, arrivals_file=str(arrivals_file) if arrivals_file else None,
             interval=_interval(ci_target, max_replications), accuracy_floor=accuracy_floor, accuracy_margin=accuracy_margin,
-            adaptive_gamma=best_gamma, gamma_policy=gamma_policy,
+            adaptive_gamma=best_gamma, gamma_policy=gamma_policy, progress=j.progress,
         )
     from simulator.report_table import render_best_gamma, render_capacity
 
@@ -251,6 +251,8 @@ def capacity(
         render_best_gamma(df, title)
     elif fmt == "table":
         render_capacity(df, title, columns)
+        if meta.get("headline"):
+            print(meta["headline"])
     if fmt != "table" or out is not None:
         from simulator.report_table import file_format
 
@@ -260,8 +262,12 @@ def capacity(
 @app.command()
 def report(
     scenario: str = typer.Argument(..., help="scenario YAML (path or name in scenarios/)"),
-    out: Path = typer.Option(..., help="output folder (created)"),
-    slo: Optional[str] = typer.Option(None, help="SLO (default: p99 latency <= 3x vanilla-base's single-request latency)"),
+    out: Path = typer.Option(..., help="output folder (created; an existing non-empty one needs --force)"),
+    slo: Optional[str] = typer.Option(None, help="SLO, e.g. 'p99_latency<=300s' (default: the scenario's slo, else "
+                                      "p99 latency <= 3x vanilla-base's single-request latency)"),
+    system: Optional[list[str]] = typer.Option(None, "--system", help="restrict to these systems (repeatable)"),
+    gamma: Optional[str] = typer.Option(None, help="gamma values, e.g. 1-8 or 2,4"),
+    threshold: Optional[str] = typer.Option(None, help="thresholds, e.g. 3,5,7"),
     requests: Optional[int] = typer.Option(None, help="requests simulated per load level"),
     seed: Optional[int] = typer.Option(None, help="base seed (default: the scenario's)"),
     gpu_hour_cost: Optional[float] = typer.Option(None, "--gpu-hour-cost", help="price of one GPU-hour"),
@@ -274,7 +280,14 @@ def report(
     max_replications: MaxReplicationsOpt = None,
     force: ForceOpt = False,
 ):
-    """Capacity-planning report (markdown + PNGs): latency vs load, SLO frontier, cost, assumptions."""
+    """Capacity-planning report (markdown + PNGs): latency vs load, SLO frontier, cost, assumptions.
+
+    The capacities, intervals and ranks are those of `specsim capacity` (the same search, seeds and run length);
+    configurations below the accuracy floor are listed, not searched. The report's first line (also printed
+    here) names the best configuration and why.
+
+    Example: specsim report cpu-smollm2 --out out/report-cpu --target-qps 2 --gpu-hour-cost 0.05
+    """
     from simulator.capacity_report import build_report
     from simulator.report_table import check_out
 
@@ -286,10 +299,19 @@ def report(
     _check_seed(seed)
     from simulator.report_table import job, wrote
 
-    with job(f"report {scenario}: capacity search, then latency-vs-load curves (serving simulations)"):
-        path = build_report(scenario, out, slo, requests, seed, gpu_hour_cost, target_qps, workers, ray_address,
-                            accuracy_floor=accuracy_floor, accuracy_margin=accuracy_margin,
-                            interval=_interval(ci_target, max_replications))
+    if system:
+        from simulator.systems import SYSTEMS
+
+        for sname in system:
+            if sname not in SYSTEMS:
+                raise InputError(None, "--system", f"unknown system {sname!r}; known: {', '.join(SYSTEMS)}")
+    with job(f"report {scenario}: capacity search, then latency-vs-load curves (serving simulations)") as j:
+        path, line = build_report(scenario, out, slo, requests, seed, gpu_hour_cost, target_qps, workers, ray_address,
+                                  accuracy_floor=accuracy_floor, accuracy_margin=accuracy_margin,
+                                  interval=_interval(ci_target, max_replications), systems=system,
+                                  gammas=_int_range(gamma, "--gamma", 1, 16),
+                                  thresholds=_int_range(threshold, "--threshold", 0, 10), progress=j.progress)
+    print(line)
     wrote(path, f"markdown; PNGs and CSVs beside it in {out}")
 
 

@@ -222,16 +222,18 @@ def _atomic_write(path: Path, text: str) -> None:
 
 # capacity result column -> terminal header; "GPU" becomes the device kind for CPU replicas
 CAPACITY_COLUMNS = {
-    "label": "configuration", "hardware": "hw", "tp": "tp", "rate_qps": "offered req/s", "users": "users",
-    "max_qps": "max req/s", "qps_per_gpu": "req/s per GPU", "latency_mean_s": "mean s", "latency_p99_s": "p99 s",
+    "rank": "rank", "label": "configuration", "hardware": "hw", "tp": "tp", "rate_qps": "offered req/s", "users": "users",
+    "max_qps": "max req/s", "max_qps_lo": "95% lo", "max_qps_hi": "95% hi", "converged": "converged",
+    "standing": "standing", "qps_per_gpu": "req/s per GPU", "latency_mean_s": "mean s", "latency_p99_s": "p99 s",
     "ttft_mean_s": "TTFT s", "queue_delay_mean_s": "queue s", "goodput_qps": "goodput req/s", "slo_met": "SLO met",
     "base_batch_mean": "base batch", "small_batch_mean": "small batch", "base_utilization": "base util",
     "small_utilization": "small util", "base_kv_occupancy_max": "base KV max", "cost_per_1000_requests": "cost/1000 req",
     "replicas": "replicas", "gpus": "GPUs", "latency_drift": "drift x", "evaluations": "sims",
 }
 CAPACITY_PRESETS = {
-    "summary": ["label", "hardware", "tp", "rate_qps", "users", "max_qps", "qps_per_gpu", "latency_p99_s", "ttft_mean_s",
-                "goodput_qps", "slo_met", "cost_per_1000_requests", "replicas", "gpus", "latency_drift", "evaluations"],
+    "summary": ["rank", "label", "hardware", "tp", "rate_qps", "users", "max_qps", "max_qps_lo", "max_qps_hi", "converged",
+                "standing", "qps_per_gpu", "latency_p99_s", "goodput_qps", "slo_met", "cost_per_1000_requests", "replicas",
+                "gpus", "latency_drift", "evaluations"],
     "all": list(CAPACITY_COLUMNS),
 }
 from simulator.serving.metrics import DRIFT_LIMIT  # noqa: E402  (the rule lives there)
@@ -275,6 +277,12 @@ def render_best_gamma(df: pd.DataFrame, title: str) -> None:
                         "engine iteration from the running batch (up to the largest γ), its throughput / the best fixed γ's.")
 
 
+def _dur(s: float) -> str:
+    if s != s:
+        return "?"
+    return f"{s:.0f} s" if s < 90 else f"{s / 60:.1f} min"
+
+
 class job:
     """Say what a long job is doing while it runs (stderr): after ``after_s`` seconds a line saying what runs
     (a spinner with the elapsed time on a terminal), and ``done in N s`` at the end -- so no job is silent for
@@ -306,6 +314,30 @@ class job:
         self.timer.daemon = True
         self.timer.start()
         return self
+
+    def progress(self, done: int, total: int, row: dict | None = None, unit: str = "done") -> None:
+        """One unit of ``total`` finished: the spinner's text on a terminal, else one line (stderr) with the
+        elapsed time and an ETA of this stage from its mean time per unit so far (units differ in cost: a rough
+        figure). A stage ends when done == total; the next one's clock starts there."""
+        import sys
+        import time
+
+        now = time.perf_counter()
+        t0 = getattr(self, "_stage_t0", self.t0)
+        eta = (now - t0) / done * (total - done) if done else float("nan")
+        what = f" (last: {row['label']})" if row and "label" in row else ""
+        text = (f"{self.what.split(':')[0]}: {done}/{total} {unit}, {_dur(now - self.t0)} elapsed, "
+                f"ETA ~{_dur(eta)} for this stage{what}")
+        if done == total:
+            self._stage_t0 = now
+        if self.status is not None:
+            self.status.update(text)
+        elif done == total or time.perf_counter() - getattr(self, "_last", -1e9) >= self.every_s:
+            self._last = time.perf_counter()
+            print(text, file=sys.stderr, flush=True)
+            self.announced = True
+
+    every_s = 5.0  # at most one progress line per this many seconds off a terminal (the last always)
 
     def __exit__(self, et, ev, tb):
         import sys

@@ -337,9 +337,11 @@ class ResolvedScenario:
             raise InputError(f, "memory_fraction", "base + small must not exceed 1")
 
     # ---- views -----------------------------------------------------------------------------
-    def system_configs(self) -> list[SystemConfig]:
+    def system_configs(self, systems: list[str] | None = None, gammas: list[int] | None = None,
+                       thresholds: list[int] | None = None) -> list[SystemConfig]:
+        """The scenario's grid of configurations; ``systems``/``gammas``/``thresholds`` override its values."""
         g = self.scenario.grid
-        return expand_systems(self.scenario.systems, g.gamma, g.threshold, g.first_n)
+        return expand_systems(systems or self.scenario.systems, gammas or g.gamma, thresholds or g.threshold, g.first_n)
 
     def deployments(self, hw_name: str, tp: int) -> dict[str, Deployment]:
         hw = get_hardware(hw_name)

@@ -1,0 +1,86 @@
+"""One capacity answer (issue 30): `specsim report` prints the capacities, intervals and ranks of `specsim capacity`;
+a configuration that sustains no load is never ranked; every report opens with the best configuration and why."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pandas as pd
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.capacity import capacity_table, recommend
+from specsim_cli.main import main
+
+SC = "scenarios/cpu-smollm2.yaml"
+SMALL = ["--requests", "40", "--workers", "1", "--max-replications", "3", "--seed", "2", "--slo", "p99_latency<=40s"]
+
+
+def _tiny(tmp_path):
+    sc = yaml.safe_load(open(SC))
+    sc.update(systems=["vanilla-base", "specdecode", "specreason"], grid={"gamma": [2], "threshold": [5]}, name="tiny")
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(sc))
+    return path
+
+
+def test_report_and_capacity_agree_within_the_interval(tmp_path, capsys):
+    path = _tiny(tmp_path)
+    assert main(["capacity", str(path), *SMALL, "--format", "csv"]) == 0
+    cap = pd.read_csv(io.StringIO(capsys.readouterr().out)).set_index("label")
+    out = tmp_path / "rep"
+    assert main(["report", str(path), "--out", str(out), *SMALL]) == 0
+    printed = capsys.readouterr().out.strip().splitlines()
+    rep = pd.read_csv(out / "capacity.csv").set_index("label")
+    # the report searches what can be recommended (vanilla-base and specdecode meet the accuracy floor)
+    assert set(rep.index) == {"vanilla-base", "specdecode g=2"}
+    for label, r in rep.iterrows():
+        c = cap.loc[label]
+        assert c.max_qps_lo - 1e-12 <= r.max_qps <= c.max_qps_hi + 1e-12
+        assert r.max_qps_lo - 1e-12 <= c.max_qps <= r.max_qps_hi + 1e-12
+        assert r.converged == c.converged and r.replications == c.replications
+        assert str(r["rank"]) == str(c["rank"]) or rep["rank"].isna().any() or cap["rank"].isna().any()
+    md = (out / "report.md").read_text().splitlines()
+    best = rep.index[0]
+    assert md[2].startswith(f"**Best: {best} ") and "req/s per replica" in md[2] and "accuracy" in md[2]
+    assert printed[0].startswith(f"Best: {best} ")
+    assert "| converged |" in "\n".join(md)
+    text = "\n".join(md)
+    assert "specreason t=5: accuracy" in text and "not searched" in text  # below the floor: listed, no figure
+    assert "screening" not in text
+
+
+rows = st.lists(st.tuples(st.sampled_from([0.0, 0.0, 0.3, 0.5, 1.0]), st.floats(0.8, 1.2)), min_size=1, max_size=6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows)
+def test_a_configuration_that_sustains_no_load_is_never_ranked(spec):
+    data = []
+    for i, (q, jitter) in enumerate(spec):
+        caps = tuple(q * jitter ** k for k in range(3))
+        data.append({"hardware": "h", "tp": 1, "system": "specdecode", "gamma": i + 1, "threshold": None, "first_n": 0,
+                     "label": f"specdecode g={i + 1}", "max_qps": float(np.mean(caps)), "capacities": caps})
+    df = capacity_table(data, None, None)
+    zero = df.max_qps <= 0
+    assert df["rank"][zero].isna().all() and (df.ties[zero] == "").all()
+    assert df["rank"][~zero].notna().all()
+    assert (df.standing[zero] == "sustains no load").all()
+    if (~zero).any():  # the first row is a configuration that sustains load, and it is the best
+        assert df.max_qps.iloc[0] > 0 and df.standing.iloc[0] == "best"
+        assert all(l not in df.ties.iloc[0] for l in df.label[zero])
+    df["accuracy_floor"] = "meets"
+    rec = recommend(df)
+    assert (rec["best"] is None) == bool(zero.all())
+    assert all(t not in set(df.label[zero]) for t in rec["ties"])
+
+
+def test_capacity_table_prints_converged_and_standing(tmp_path, capsys):
+    path = _tiny(tmp_path)
+    assert main(["capacity", str(path), *SMALL, "--system", "vanilla-base", "--columns",
+                 "label,max_qps,max_qps_lo,max_qps_hi,converged,standing"]) == 0
+    out = capsys.readouterr().out
+    assert "converged" in out and "standing" in out and "best" in out
+    assert out.strip().splitlines()[-1].startswith("Best: vanilla-base")
