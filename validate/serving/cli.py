@@ -83,6 +83,12 @@ def register(app) -> None:
             typer.echo(f"ITL of {it['runs']} held-out one-engine runs: mean median APE {_pct(it['itl_mean_median_ape'])} "
                        f"(bias {_spct(it['itl_mean_bias'])}), p99 median APE {_pct(it['itl_p99_median_ape'])} "
                        f"(bias {_spct(it['itl_p99_bias'])})")
+        if "bench" in h:
+            from .compare import BENCH_FIGURES
+
+            b = h["bench"]
+            typer.echo(f"vllm bench serve runs held out ({b['model']}, {b['runs']} runs), median APE (bias): "
+                       + ", ".join(f"{name} {_pct(b[f'{k}_median_ape'])} ({_spct(b[f'{k}_bias'])})" for k, name in BENCH_FIGURES))
         if max_median_ape is not None and h["latency_median_ape"] > max_median_ape:
             typer.echo(f"FAIL: held-out latency median APE {_pct(h['latency_median_ape'])} > {_pct(max_median_ape)}", err=True)
             raise typer.Exit(1)

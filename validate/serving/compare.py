@@ -151,6 +151,9 @@ def validate_serving(run_dirs: list[str | Path], profile_path: str | Path, fit_l
     itl = _itl_errors(pd.DataFrame(runrows), spec_runs, best + ACCEPTANCE_MODEL if acceptance else best, best)
     if itl:
         headline["itl"] = itl
+    bench = bench_errors(pd.DataFrame(runrows), {r.label for r in runs if r.client_side}, best)
+    if bench:
+        headline["bench"] = bench
     if acceptance:
         headline["acceptance"] = {f"{g}" + (f" {d}" if d else ""): v for (g, d), v in sorted(acceptance.items())}
     return ServingValidation(per_request, pd.DataFrame(runrows), pd.concat(steprows, ignore_index=True) if steprows
@@ -173,6 +176,28 @@ def _itl_errors(per_run: pd.DataFrame, spec_labels: set, spec_model: str, plain_
         rel = pred[k].to_numpy() / meas.loc[pred.run, k].to_numpy() - 1.0
         out[f"{k[:-3]}_median_ape"] = float(np.median(np.abs(rel)))
         out[f"{k[:-3]}_bias"] = float(np.median(rel))
+    return out
+
+
+BENCH_FIGURES = (("ttft_p50_s", "TTFT p50"), ("tpot_median_s", "TPOT p50"), ("itl_p50_ms", "ITL p50"),
+                 ("itl_p99_ms", "ITL p99"), ("output_tok_per_s", "output tok/s"))
+
+
+def bench_errors(per_run: pd.DataFrame, bench_labels: set, model: str) -> dict:
+    """`vllm bench serve` runs held out under ``model``: per figure of vLLM's summary (TTFT p50, TPOT p50, ITL
+    p50/p99, output throughput), the median over runs of |pred/meas - 1| and the median signed error."""
+    if not bench_labels or "itl_p50_ms" not in per_run:
+        return {}
+    meas = per_run[per_run.model == "measured"].set_index("run")
+    pred = per_run[(per_run.model == model) & (per_run.role == "held out") & per_run.label.isin(bench_labels)]
+    if not len(pred):
+        return {}
+    out = {"model": model, "runs": int(len(pred))}
+    for k, _ in BENCH_FIGURES:
+        rel = pred[k].to_numpy(float) / meas.loc[pred.run, k].to_numpy(float) - 1.0
+        rel = rel[np.isfinite(rel)]
+        out[f"{k}_median_ape"] = float(np.median(np.abs(rel))) if len(rel) else float("nan")
+        out[f"{k}_bias"] = float(np.median(rel)) if len(rel) else float("nan")
     return out
 
 

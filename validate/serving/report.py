@@ -172,6 +172,36 @@ def _itl_section(v: ServingValidation) -> list[str]:
     return L
 
 
+def _bench_section(v: ServingValidation) -> list[str]:
+    """`vllm bench serve` runs: the figures of vLLM's own summary, measured (the client's) vs predicted."""
+    from .compare import BENCH_FIGURES
+
+    bench = [r for r in v.runs if r.client_side]
+    if not bench:
+        return []
+    pr = v.per_run
+    h = v.headline.get("bench")
+    L = ["", "## `vllm bench serve` runs: vLLM's summary figures, measured / predicted", ""]
+    if h:
+        L += [f"Held-out runs ({h['model']}, {h['runs']} runs), median over runs of the absolute error (bias): "
+              + "; ".join(f"{name} {_pct(h[f'{k}_median_ape'])} ({_spct(h[f'{k}_bias'])})" for k, name in BENCH_FIGURES)
+              + ".", ""]
+    L += ["| run | model | role | TTFT p50 (ms) | TPOT p50 (ms) | ITL p50 (ms) | ITL p99 (ms) | output tok/s |",
+          "|---|---|---|---|---|---|---|---|"]
+    scale = {"ttft_p50_s": 1e3, "tpot_median_s": 1e3}
+    for r in sorted(bench, key=lambda r: (_level_key(r.label), str(r.path))):
+        d = pr[pr.run == str(r.path)]
+        m = d[d.model == "measured"].iloc[0]
+        for _, p in d[d.model != "measured"].iterrows():
+            L.append(f"| {r.path} | {p.model} | {p.role} | " + " | ".join(
+                f"{scale.get(k, 1) * m[k]:.1f} / {scale.get(k, 1) * p[k]:.1f}" for k, _ in BENCH_FIGURES) + " |")
+    L += ["", "Measured: the client's timings (`vllm bench serve --save-detailed`: TTFTs, ITLs, latencies; TPOT per "
+          "request (latency - TTFT) / (output tokens - 1)), so HTTP, tokenization and streaming are in them; predicted: "
+          "the serving simulator replaying the same users and token counts. The p50 figures are medians over requests "
+          "(TTFT, TPOT) or over gaps (ITL), like vLLM's `median_*_ms`."]
+    return L
+
+
 def write_report(v: ServingValidation, out: str | Path, command: str, profile_path: str | Path, bar: float | None) -> Path:
     from simulator.loading import write_atomic
 
@@ -223,6 +253,7 @@ def write_report(v: ServingValidation, out: str | Path, command: str, profile_pa
                  f"{_pct(t['median_ape'])} | {_spct(t['bias'])} |")
     L += _speculative_section(v)
     L += _itl_section(v)
+    L += _bench_section(v)
     sp = speedup_table(v)
     if len(sp):
         mods = [m for m in v.per_run.model.unique() if m != "measured"]
