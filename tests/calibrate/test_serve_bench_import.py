@@ -168,7 +168,9 @@ def test_validate_serving_takes_the_jsons_directly(tmp_path):
     r = _cli("validate-serving", str(DATA / "closed-1.json"), str(DATA / "closed-2.json"), "--profile", str(PROFILE),
              "--report", str(tmp_path / "rep2"), "--fit-levels", "closed-1")
     assert r.returncode == 0 and "held out (profile+step-fit, n=4)" in r.stdout, r.stderr
-    assert "step fit on 32 engine steps of 1 runs (closed-1)" in r.stderr
+    # two stages: step parameters on the 4 x 7 decode steps (ITLs), then the per-request call overhead from TTFT
+    assert "step fit on 28 engine steps of 1 runs (closed-1)" in r.stderr and "call_overhead_s" in r.stderr
+    assert "median of TTFT - predicted prefill pass over 4 requests" in (tmp_path / "rep2" / "report.md").read_text()
     # ... but a concurrent level implies no steps (who shared one is not seen)
     r = _cli("validate-serving", str(DATA / "closed-1.json"), str(DATA / "closed-2.json"), "--profile", str(PROFILE),
              "--report", str(tmp_path / "rep3"), "--fit-levels", "closed-2")

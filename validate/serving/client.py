@@ -40,3 +40,29 @@ def client_steps(run: ServingRun) -> pd.DataFrame:
                          "scheduled_tokens": [x[3] for x in rows], "prefill_requests": [x[5] for x in rows],
                          "request_ids": [[x[2]] for x in rows], "new_tokens": [[x[3]] for x in rows],
                          "context_tokens": [[x[4]] for x in rows], "engine": "base"})
+
+
+def fit_client(runs: list[ServingRun], params, setup) -> tuple[object, dict]:
+    """The step fit for one-user `vllm bench serve` runs, in two stages: the step-time parameters on the decode
+    steps (the ITLs: one sequence, one token each), then ``call_overhead_s`` -- paid once per request before it is
+    scheduled (``simulator.serving.replica``) -- as the median of TTFT minus the predicted prefill pass. A server's
+    per-request cost (HTTP, tokenization, scheduling hand-off) is then not charged to prefill compute, where it
+    would grow with the prompt and with the batch."""
+    from dataclasses import replace
+
+    from .fit import _step_times, fit_step_params, step_aggregates
+
+    st = pd.concat([client_steps(r) for r in runs], ignore_index=True)
+    dec, pre = st[st.prefill_requests == 0], st[st.prefill_requests == 1]
+    if len(dec) < 2 or not len(pre):
+        raise InputError(str(runs[0].path), "--fit-levels", "a one-user bench run with at least 2 output tokens per "
+                         "request is needed to fit on")
+    p2, facts = fit_step_params(dec, params, setup)
+    gap = pre.duration_s.to_numpy(float) - _step_times(p2, setup, step_aggregates(pre))
+    call = float(max(0.0, np.median(gap)))
+    facts["values"]["call_overhead_s"] = float(f"{call:.4g}")
+    facts["rel_stderr"]["call_overhead_s"] = float("inf")
+    facts["notes"] = {"call_overhead_s": f"median of TTFT - predicted prefill pass over {len(pre)} requests "
+                                         f"(profile value {params.call_overhead_s:.4g})"}
+    facts["client_two_stage"] = True
+    return replace(p2, call_overhead_s=call), facts

@@ -12,7 +12,7 @@ import pandas as pd
 
 from simulator.errors import InputError
 
-from .client import client_steps
+from .client import client_steps, fit_client
 from .fit import _step_times, fit_step_params, step_aggregates
 from .load import ServingRun, load_run
 from .predict import acceptance_from_runs, measured_run_figures, predict_run, predicted_run_figures
@@ -73,8 +73,13 @@ def validate_serving(run_dirs: list[str | Path], profile_path: str | Path, fit_l
             raise InputError(None, "--fit-levels", "every run is a fit run: nothing held out to validate on "
                                                    "(in-sample error is not validation)")
         # `vllm bench serve` runs: the steps a one-user run implies (validate.serving.client)
-        fit_steps = pd.concat([client_steps(r) for r in runs if r.label in fitted], ignore_index=True)
-        p2, fit = fit_step_params(fit_steps, params, setup)
+        fit_runs = [r for r in runs if r.label in fitted]
+        if all(r.client_side for r in fit_runs):
+            p2, fit = fit_client(fit_runs, params, setup)
+            fit_steps = pd.concat([client_steps(r) for r in fit_runs], ignore_index=True)
+        else:
+            fit_steps = pd.concat([client_steps(r) for r in fit_runs], ignore_index=True)
+            p2, fit = fit_step_params(fit_steps, params, setup)
         fit["levels"] = list(fit_levels)
         fit["runs"] = [str(r.path) for r in runs if r.label in fitted]
         fit["engines"] = sorted(set(fit_steps.engine))

@@ -224,9 +224,10 @@ def write_report(v: ServingValidation, out: str | Path, command: str, profile_pa
               "marked *fit (in-sample)* below and excluded from the headline.", "",
               "| parameter | value | relative stderr |", "|---|---|---|"]
         L += [f"| `{k}` | {f['values'][k]:.4g} | "
-              + (f"{f['rel_stderr'][k]:.3g} |" if np.isfinite(f["rel_stderr"][k]) else
+              + (f"{f['notes'][k]} |" if k in f.get("notes", {}) else f"{f['rel_stderr'][k]:.3g} |"
+                 if np.isfinite(f["rel_stderr"][k]) else
                  f"kept at the profile's value: {f['kept_at_prior'].get(k, 'not pinned')} |")
-              for k in FIT_PARAMS]
+              for k in f["values"]]
         L += ["", f"Median |log residual| of the fit steps: {f['median_abs_log_residual']:.3f}.", ""]
     L += ["## Per run", "",
           "| run | model | role | n | median latency meas/pred (s) | latency median APE | p90 APE | bias | "
