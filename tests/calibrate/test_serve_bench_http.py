@@ -98,3 +98,20 @@ def test_speculative_counts_are_the_metrics_delta(fake):
     a, n = from_prometheus([METRICS / "after.txt"], [METRICS / "before.txt"])[4]
     assert g.spec_drafted_per_pos == [n] * 4
     assert [x / n for x in g.spec_accepted_per_pos] == pytest.approx(list(a))
+
+
+CAMPAIGN = ROOT / "reports/cpu-campaign-v2-epyc/run1/runs"
+
+
+@pytest.mark.skipif(not (CAMPAIGN / "specreason-t7" / "run.json").is_file(), reason="needs the committed CPU campaign")
+def test_compare_serve_table():
+    from calibrate.serve_specreason import compare_runs
+    from simulator.errors import InputError
+
+    text = compare_runs(CAMPAIGN / "specreason-t7", CAMPAIGN / "specreason-t7")
+    rows = [ln for ln in text.splitlines() if ln.startswith("| small step") or ln.startswith("| score")
+            or ln.startswith("| base step")]
+    assert len(rows) == 3 and all("| +0.0 |" in r for r in rows)
+    assert "(+0.0%)" in text
+    with pytest.raises(InputError, match="system"):
+        compare_runs(CAMPAIGN / "specreason-t7", CAMPAIGN / "vanilla-base")
