@@ -81,7 +81,7 @@ def fit_ranges(profile) -> dict[str, dict]:
     """Per call kind of the profile's fit: the fit runs' offset span and the widened range (module docstring)."""
     from validate.replay import noise_model
 
-    noise, _ = noise_model(profile)
+    noise, _ = noise_model(profile, offsets="in_sample")
     out = {}
     for op, e in ((profile.fit or {}).get("per_op") or {}).items():
         offs = np.asarray(list((e.get("run_offsets") or {}).values()), dtype=float) if op != "all" else np.array([])

@@ -51,10 +51,11 @@ LEVEL = 0.90
 COVERAGE_LEVELS = (0.50, 0.80, 0.90, 0.95)  # every report shows the coverage of these central intervals too
 
 
-def level_columns(level: float) -> tuple[str, str]:
-    """Columns of the central ``level`` interval besides the main one: ``pi50_low_s``, ``pi50_high_s``."""
+def level_columns(level: float, prefix: str = "") -> tuple[str, str]:
+    """Columns of the central ``level`` interval besides the main one: ``pi50_low_s``, ``pi50_high_s``
+    (``prefix`` ``e2e_``: of the end-to-end prediction, ``pi50_e2e_low_s``)."""
     k = f"{100 * level:g}".replace(".", "_")
-    return f"pi{k}_low_s", f"pi{k}_high_s"
+    return f"pi{k}_{prefix}low_s", f"pi{k}_{prefix}high_s"
 MIN_RUNS_T = 3   # fewer fit runs than this for a kind: its scale is pooled over kinds
 MIN_POOLED_DOF = 2
 
@@ -191,16 +192,49 @@ class CallNoise:
         return np.interp(rng.random(size), np.linspace(0.0, 1.0, len(q)), q)
 
 
-def noise_model(profile: CostProfile) -> tuple[dict[str, CallNoise], list[str]]:
-    """Per call kind of the profile's fit, the interval model; notes on fallbacks."""
+class NoiseModel(dict):
+    """{call kind: CallNoise}, plus ``corr``: (kinds, Cholesky factor of the correlation of the fit runs' offsets
+    across kinds, dof) when every kind has a Student-t predictive from the same runs, else None (kinds independent).
+    A run slow in one kind is usually slow in the others (same machine, same load): drawing the kinds independently
+    averages that away and the request-total interval comes out too narrow."""
+
+    corr: tuple[list[str], np.ndarray, float] | None = None
+
+
+def offset_correlation(per_run: dict[str, dict[str, float]], preds: dict[str, OffsetPredictive]):
+    """(kinds, Cholesky factor, dof) of the correlation of the per-run offsets over the runs every kind has; None when
+    fewer than 3 such runs or 2 kinds, a kind without a t predictive, or a singular estimate."""
+    ops = [op for op in per_run if op in preds and preds[op].dof is not None and preds[op].scale > 0]
+    if len(ops) < 2 or len(ops) != len(per_run):
+        return None
+    runs = sorted(set.intersection(*(set(per_run[op]) for op in ops)))
+    if len(runs) < 3:
+        return None
+    m = np.array([[per_run[op][r] for op in ops] for r in runs], dtype=float)
+    c = np.corrcoef(m, rowvar=False)
+    if not np.all(np.isfinite(c)):
+        return None
+    try:
+        return ops, np.linalg.cholesky(c + 1e-9 * np.eye(len(ops))), float(min(preds[op].dof for op in ops))
+    except np.linalg.LinAlgError:
+        return None
+
+
+def noise_model(profile: CostProfile, offsets: str = "loro") -> tuple[dict[str, CallNoise], list[str]]:
+    """Per call kind of the profile's fit, the interval model; notes on fallbacks. ``offsets``: ``loro`` (the fit
+    runs' leave-one-run-out offsets where recorded, else in-sample) or ``in_sample`` (the drift check's range, as
+    documented in ``validate.drift``)."""
     per = {op: e for op, e in (profile.fit or {}).get("per_op", {}).items()
            if op != "all" and "within_run_log_ratio_quantiles" in e}
     # a new run's offset: from the fit runs' leave-one-run-out offsets where the fit recorded them (each run against
     # a fit without it, as the new run will be), else the in-sample ones (shrunk: each run pulled the fit its way)
-    preds, notes = offset_predictives({op: list((e.get("loro_run_offsets") or e.get("run_offsets") or {}).values())
-                                       for op, e in per.items()})
-    return ({op: CallNoise(preds[op], np.asarray(e["within_run_log_ratio_quantiles"], dtype=float))
-             for op, e in per.items()}, notes)
+    key = ("loro_run_offsets", "run_offsets") if offsets == "loro" else ("run_offsets",)
+    per_run = {op: dict(next((e[k] for k in key if e.get(k)), None) or {}) for op, e in per.items()}
+    preds, notes = offset_predictives({op: list(v.values()) for op, v in per_run.items()})
+    out = NoiseModel({op: CallNoise(preds[op], np.asarray(e["within_run_log_ratio_quantiles"], dtype=float))
+                      for op, e in per.items()})
+    out.corr = offset_correlation(per_run, preds)
+    return out, notes
 
 
 def request_totals(pred_s: np.ndarray, rows: np.ndarray, ops: np.ndarray, n_requests: int,
@@ -208,6 +242,13 @@ def request_totals(pred_s: np.ndarray, rows: np.ndarray, ops: np.ndarray, n_requ
     """(n_requests, n_boot) draws of the request totals Σ_i T̂_i exp(u_{r,o} + ε_i), one u per
     request, kind and draw. Calls of a kind without a noise model count at T̂_i (callers flag them)."""
     totals = np.zeros((n_requests, n_boot))
+    joint = {}
+    corr = getattr(noise, "corr", None)
+    if corr is not None:  # correlated run offsets across kinds: a multivariate t, one chi-square per request and draw
+        kinds, chol, dof = corr
+        z = rng.standard_normal((n_requests, n_boot, len(kinds))) @ chol.T
+        w = np.sqrt(rng.chisquare(dof, (n_requests, n_boot)) / dof)
+        joint = {op: noise[op].offset.loc + noise[op].offset.scale * z[..., i] / w for i, op in enumerate(kinds)}
     for op in np.unique(ops):
         m = ops == op
         r, p = rows[m], pred_s[m]
@@ -215,7 +256,7 @@ def request_totals(pred_s: np.ndarray, rows: np.ndarray, ops: np.ndarray, n_requ
             np.add.at(totals, r, np.repeat(p[:, None], n_boot, axis=1))
             continue
         nm = noise[op]
-        off = nm.offset.draw(rng, (n_requests, n_boot))
+        off = joint[op] if op in joint else nm.offset.draw(rng, (n_requests, n_boot))
         for start in range(0, len(p), 256):  # bounded memory
             sl = slice(start, start + 256)
             eps = nm.within(rng, (len(p[sl]), n_boot))
@@ -231,15 +272,32 @@ def replay_calls(ms: MeasuredSet, profile: CostProfile, setup: Setup) -> pd.Data
     return out
 
 
+def e2e_predictive(requests: pd.DataFrame) -> OffsetPredictive | None:
+    """A new run's log(end-to-end / modelled calls): what the recorded request time holds beyond the engine calls the
+    model knows (SpecReason traces: the fork's answer verification; runner: orchestration), per fit run (sum over its
+    requests), as a Student-t predictive like the call offsets (``offset_predictives``). None without a fit run that
+    has both times."""
+    d = requests[(requests["measured_s"].astype(float) > 0) & (requests["measured_e2e_s"].astype(float) > 0)]
+    if d.empty:
+        return None
+    g = d.groupby("run_key")[["measured_e2e_s", "measured_s"]].sum()
+    logs = np.log(g["measured_e2e_s"].to_numpy(float) / g["measured_s"].to_numpy(float))
+    return offset_predictives({"e2e": logs})[0]["e2e"]
+
+
 def replay(ms: MeasuredSet, profile: CostProfile, setup: Setup, n_boot: int = 1000, seed: int = 0,
-           level: float = LEVEL) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(per-request predictions with intervals, per-call predictions)."""
+           level: float = LEVEL, e2e: OffsetPredictive | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per-request predictions with intervals, per-call predictions). ``e2e``: the predictive of a new run's
+    log(end-to-end / modelled calls) (``e2e_predictive`` of the fit runs): the end-to-end prediction is the calls'
+    times exp(its location) and its intervals draw it with the call offsets; None: end-to-end = the calls."""
     calls = replay_calls(ms, profile, setup)
     rng = np.random.default_rng(seed)
     req = ms.requests.copy()
     pred = calls.groupby("request_id")["predicted_s"].sum()
     req["predicted_s"] = req["request_id"].map(pred).fillna(0.0).to_numpy()
     lo, hi = np.full(len(req), np.nan), np.full(len(req), np.nan)
+    elo, ehi = lo.copy(), hi.copy()
+    req["predicted_e2e_s"] = req["predicted_s"] * (np.exp(e2e.loc) if e2e is not None else 1.0)
     noise, _ = noise_model(profile)
     if noise and len(calls):
         idx = {r: i for i, r in enumerate(req["request_id"])}
@@ -251,16 +309,21 @@ def replay(ms: MeasuredSet, profile: CostProfile, setup: Setup, n_boot: int = 10
         unmodelled = np.zeros(len(req), dtype=bool)
         unmodelled[np.unique(rows[~np.isin(ops, list(noise))])] = True
         lo[unmodelled], hi[unmodelled] = np.nan, np.nan
+        etot = totals * np.exp(e2e.draw(rng, totals.shape)) if e2e is not None else totals
+        elo, ehi = np.quantile(etot, a, axis=1), np.quantile(etot, 1.0 - a, axis=1)
+        elo[unmodelled], ehi[unmodelled] = np.nan, np.nan
         for lv in COVERAGE_LEVELS:
             b = (1.0 - lv) / 2.0
-            cl, ch = level_columns(lv)
-            req[cl] = np.where(unmodelled, np.nan, np.quantile(totals, b, axis=1))
-            req[ch] = np.where(unmodelled, np.nan, np.quantile(totals, 1.0 - b, axis=1))
+            for tot, pre in ((totals, ""), (etot, "e2e_")):
+                cl, ch = level_columns(lv, pre)
+                req[cl] = np.where(unmodelled, np.nan, np.quantile(tot, b, axis=1))
+                req[ch] = np.where(unmodelled, np.nan, np.quantile(tot, 1.0 - b, axis=1))
     else:
         for lv in COVERAGE_LEVELS:
-            for c in level_columns(lv):
+            for c in (*level_columns(lv), *level_columns(lv, "e2e_")):
                 req[c] = np.nan
     req["pi_low_s"], req["pi_high_s"] = lo, hi
+    req["pi_e2e_low_s"], req["pi_e2e_high_s"] = elo, ehi
     req["pi_level"] = level
     return req, calls
 

@@ -23,9 +23,9 @@ def _plt():
     return plt
 
 
-def _scatter(ax, d: pd.DataFrame, meas: str, title: str) -> None:
-    m, p = d[meas].to_numpy(float), d["predicted_s"].to_numpy(float)
-    lo, hi = d["pi_low_s"].to_numpy(float), d["pi_high_s"].to_numpy(float)
+def _scatter(ax, d: pd.DataFrame, meas: str, title: str, pre: str = "") -> None:
+    m, p = d[meas].to_numpy(float), d[f"predicted_{pre}s"].to_numpy(float)
+    lo, hi = d[f"pi_{pre}low_s"].to_numpy(float), d[f"pi_{pre}high_s"].to_numpy(float)
     ax.errorbar(m, p, yerr=[np.clip(p - lo, 0, None), np.clip(hi - p, 0, None)], fmt="o", ms=4, capsize=2, alpha=0.8,
                 label=f"prediction, {int(round(100 * d['pi_level'].iloc[0]))}% interval")
     top = float(np.nanmax([m.max(), hi.max() if np.isfinite(hi).any() else p.max()])) * 1.05
@@ -40,13 +40,13 @@ def plots(res: ValidationResult, out: Path) -> list[str]:
     plt = _plt()
     names = []
     # predicted vs measured
-    panels = [(res.replay, "measured_e2e_s", "replay: end-to-end")]
+    panels = [(res.replay, "measured_e2e_s", "replay: end-to-end", "e2e_")]
     if res.distribution is not None:
         ok = res.distribution[~res.distribution["to_answer_censored"].astype(bool)]
-        panels.append((ok, "to_answer_s", "distribution mode: to first answer"))
+        panels.append((ok, "to_answer_s", "distribution mode: to first answer", ""))
     fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.5), squeeze=False)
-    for ax, (d, meas, title) in zip(axes[0], panels):
-        _scatter(ax, d, meas, title)
+    for ax, (d, meas, title, pre) in zip(axes[0], panels):
+        _scatter(ax, d, meas, title, pre)
     save_figure_atomic(fig, out / "predicted_vs_measured.png")
     plt.close(fig)
     names.append("predicted_vs_measured.png")
@@ -73,7 +73,7 @@ def plots(res: ValidationResult, out: Path) -> list[str]:
         names.append("calibration.png")
     # error CDFs
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    series = [("replay, requests e2e", res.replay["predicted_s"] / res.replay["measured_e2e_s"] - 1),
+    series = [("replay, requests e2e", res.replay["predicted_e2e_s"] / res.replay["measured_e2e_s"] - 1),
               ("replay, requests calls", res.replay["predicted_s"] / res.replay["measured_s"] - 1),
               ("replay, single calls", res.calls["predicted_s"] / res.calls["wall_s"] - 1)]
     if res.distribution is not None:
@@ -219,7 +219,9 @@ def markdown(res: ValidationResult, images: list[str], command: str, bar: float 
               f"{lv}% intervals: a new run's log offset per call kind from the Student-t predictive of the fit runs' "
               "offsets (mean, sd·sqrt(1+1/n), n-1 dof) plus iid within-run residuals per call; `pi_rel_width` = "
               "median (high - low) / prediction.", "",
-              "Per request, end-to-end (measured = recorded request time, incl. calls the model does not know):", "",
+              "Per request, end-to-end (measured = recorded request time, incl. calls the model does not know; "
+              "predicted = the modelled calls times the fit runs' end-to-end / calls ratio, its spread between runs in "
+              "the interval: see the notes):", "",
               _table(f["replay_e2e"]), "", "Per request, modelled calls only (measured = sum of the same calls' times):", "",
               _table(f["replay_calls"]), "", "Per call kind:", "", _table(f["replay_per_op"].drop(columns=["coverage", "pi_rel_width"])), "",
               "Per run (end-to-end):", "", _table(f["replay_per_run"]), ""]

@@ -120,6 +120,24 @@ def _fold_drift(fold: Fold, calls: pd.DataFrame, setup: Setup) -> tuple[pd.DataF
     return kinds, runs
 
 
+def _fold_e2e(ms: MeasuredSet, fold: Fold):
+    """The predictive of a new run's end-to-end / modelled-calls ratio from the fold's fit requests among the inputs
+    (``replay.e2e_predictive``); (predictive or None, note)."""
+    from validate.replay import e2e_predictive
+
+    if fold.fit_requests:
+        keys = set(map(tuple, fold.fit_requests))
+        r = ms.requests[[(str(a), str(b)) in keys for a, b in zip(ms.requests["run_key"], ms.requests["request_id"])]]
+    else:
+        r = ms.requests.iloc[0:0]
+    p = e2e_predictive(r) if len(r) else None
+    if p is None:
+        return None, (f"end-to-end, fold {fold.name}: the fit runs are not among the inputs, so the time outside the "
+                      "modelled calls cannot be estimated: end-to-end predicted as the calls alone (biased low)")
+    return p, (f"end-to-end, fold {fold.name}: calls x {np.exp(p.loc):.3f} (time outside the modelled calls, "
+               f"{p.n} fit run(s), {p.method})")
+
+
 def _fit_batches(ms: MeasuredSet, folds: list[Fold]) -> set[str]:
     from validate.drift import batch_of
 
@@ -208,7 +226,9 @@ def run_validation(inputs: list[str], profile_path: str, rule: str | None = None
     for fold in folds:
         check_out_of_sample(fold)  # never report in-sample error as validation
         test = fold_test_set(ms, fold)
-        r, c = replay(test, fold.profile, setup, n_boot=n_boot, seed=seed, level=level)
+        e2e, e2e_note = _fold_e2e(ms, fold)
+        notes.append(e2e_note)
+        r, c = replay(test, fold.profile, setup, n_boot=n_boot, seed=seed, level=level, e2e=e2e)
         r["fold"], c["fold"] = fold.name, fold.name
         kinds, runs = _fold_drift(fold, c, setup)
         dk.append(kinds)
@@ -279,11 +299,12 @@ def figures(res: ValidationResult) -> dict[str, pd.DataFrame]:
     r = res.replay
     by = ["config"] if r["config"].nunique() > 1 else None
     out["replay_calls"] = summarize_frame(r, "predicted_s", "measured_s", "pi_low_s", "pi_high_s", by=by)
-    out["replay_e2e"] = summarize_frame(r, "predicted_s", "measured_e2e_s", "pi_low_s", "pi_high_s", by=by)
+    out["replay_e2e"] = summarize_frame(r, "predicted_e2e_s", "measured_e2e_s", "pi_e2e_low_s", "pi_e2e_high_s", by=by)
     out["replay_per_op"] = summarize_frame(res.calls, "predicted_s", "wall_s", by=["op"])
-    out["replay_per_run"] = summarize_frame(r, "predicted_s", "measured_e2e_s", "pi_low_s", "pi_high_s", by=["run_key"])
+    out["replay_per_run"] = summarize_frame(r, "predicted_e2e_s", "measured_e2e_s", "pi_e2e_low_s", "pi_e2e_high_s",
+                                            by=["run_key"])
     if "drift_flag" in r.columns:  # coverage for runs like the fit runs and for flagged (other-batch) runs, apart
-        out["replay_by_drift"] = summarize_frame(r, "predicted_s", "measured_e2e_s", "pi_low_s", "pi_high_s",
+        out["replay_by_drift"] = summarize_frame(r, "predicted_e2e_s", "measured_e2e_s", "pi_e2e_low_s", "pi_e2e_high_s",
                                                  by=["drift_flag"])
     d = res.distribution
     if d is not None:
@@ -314,14 +335,14 @@ def coverage_levels(res: ValidationResult) -> pd.DataFrame:
     from validate.metrics import coverage
     from validate.replay import COVERAGE_LEVELS, level_columns
 
-    scopes = [("replay e2e", res.replay, "measured_e2e_s"), ("replay calls", res.replay, "measured_s")]
+    scopes = [("replay e2e", res.replay, "measured_e2e_s", "e2e_"), ("replay calls", res.replay, "measured_s", "")]
     if res.distribution is not None:
         scopes.append(("distribution", res.distribution[~res.distribution["to_answer_censored"].astype(bool)],
-                       "to_answer_s"))
+                       "to_answer_s", ""))
     rows = []
-    for name, d, meas in scopes:
+    for name, d, meas, pre in scopes:
         for lv in COVERAGE_LEVELS:
-            lo, hi = level_columns(lv)
+            lo, hi = level_columns(lv, pre)
             if lo not in d.columns:
                 continue
             ok = d[lo].notna() & d[hi].notna() & (d[meas].astype(float) > 0)
@@ -336,8 +357,8 @@ def _config_table(res: ValidationResult) -> pd.DataFrame:
     r = res.replay
     g = r.groupby("config").agg(system=("system", "first"), threshold=("threshold", "first"), gamma=("gamma", "first"),
                                 requests=("request_id", "size"), measured_s=("measured_e2e_s", "mean"),
-                                predicted_s=("predicted_s", "mean"), pi_low_s=("pi_low_s", "mean"),
-                                pi_high_s=("pi_high_s", "mean"),
+                                predicted_s=("predicted_e2e_s", "mean"), pi_low_s=("pi_e2e_low_s", "mean"),
+                                pi_high_s=("pi_e2e_high_s", "mean"),
                                 measured_small_frac=("small_step_fraction", "mean")).reset_index()
     van = g[g["system"] == "vanilla-base"]
     if len(van):

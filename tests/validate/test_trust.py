@@ -266,3 +266,22 @@ def test_level_option_and_coverage_at_four_levels(tmp_path):
     assert "median 80% interval width" in r.stdout
     assert "coverage replay e2e" in r.stdout and (tmp_path / "rep2" / "calibration.png").stat().st_size > 1000
     assert "## Interval calibration" in (tmp_path / "rep2" / "report.md").read_text()
+
+
+def test_run_offsets_correlated_across_kinds_widen_the_request_interval():
+    from validate.replay import CallNoise, NoiseModel, offset_correlation, offset_predictives, request_totals
+
+    per_run = {"a": {f"r{i}": v for i, v in enumerate([-0.1, 0.05, 0.12, -0.04, 0.0])},
+               "b": {f"r{i}": v for i, v in enumerate([-0.09, 0.06, 0.1, -0.05, 0.01])}}  # slow runs slow in both
+    preds, _ = offset_predictives({k: list(v.values()) for k, v in per_run.items()})
+    flat = np.zeros(11)
+    indep = NoiseModel({k: CallNoise(preds[k], flat) for k in per_run})
+    joint = NoiseModel(indep)
+    joint.corr = offset_correlation(per_run, preds)
+    assert joint.corr is not None
+    rows, ops, secs = np.zeros(2, int), np.array(["a", "b"]), np.array([1.0, 1.0])
+    width = {}
+    for name, nm in (("indep", indep), ("joint", joint)):
+        t = request_totals(secs, rows, ops, 1, nm, 4000, np.random.default_rng(0))[0]
+        width[name] = np.quantile(t, 0.95) - np.quantile(t, 0.05)
+    assert width["joint"] > 1.2 * width["indep"]
