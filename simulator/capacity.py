@@ -153,6 +153,26 @@ def requests_for(point: Point, rate: float) -> tuple[int, bool]:
     return n, need > n
 
 
+_PLANS: dict = {}
+
+
+def _plans(point: Point, n: int) -> list:
+    """Requests 0..n-1 of the point's replication, sampled once per (configuration, seed) and reused at every
+    rate of its search (request i is the same for every n and every rate: common random numbers), so a search
+    samples its requests once instead of once per simulation. The serving simulator only reads them."""
+    from simulator.request_model import RequestSampler
+
+    key = (point.scenario, point.cfg, point.seed)
+    have = _PLANS.get(key)
+    if have is None or len(have) < n:
+        rs = _scenario(point.scenario)
+        have = RequestSampler(point.cfg, rs.workload, step_calls=rs.scenario.execution.step_calls).plans(n, point.seed)
+        if len(_PLANS) >= 4:  # a worker searches one configuration at a time: keep a few
+            _PLANS.pop(next(iter(_PLANS)))
+        _PLANS[key] = have
+    return have[:n]
+
+
 def evaluate(point: Point, rate: float | None = None, users: int | None = None, replay: str | None = None) -> dict:
     """Serve the point's configuration at one load level; the summary row."""
     from simulator.serving.arrivals import load_arrival_times
@@ -170,7 +190,7 @@ def evaluate(point: Point, rate: float | None = None, users: int | None = None, 
         n, too_short = requests_for(point, rate)
     res = simulate_serving(point.cfg, rs.deployments(point.hardware, point.tp), rs.workload, arrivals,
                            n, point.seed, (mf.small, mf.base), point.load.max_batch,
-                           execution=rs.scenario.execution)
+                           plans=None if replay else _plans(point, n), execution=rs.scenario.execution)
     out = summarize_serving(res, parse_slo(point.slo_text))
     if too_short:  # beyond what the request cap can judge: not claimed as sustainable
         out["slo_met"] = False
@@ -195,13 +215,10 @@ def search_capacity(point: Point, rel_tol: float = DEFAULT_REL_TOL, start: float
         return {**row, "max_qps": 0.0, "evaluations": evals, "single_request_latency_s": 1.0 / r0, "bracketed": True}
 
     lo = hi = best = None
-    if start is None or not start > floor_rate:
-        row = ev(floor_rate)
-        if not row["slo_met"]:
-            return zero(row)
-        lo, best, rate, step = floor_rate, row, r0, 2.0
-    else:
-        rate, step = start, WARM_STEP
+    cold = start is None or not start > floor_rate
+    # cold: expand x2 from r0; the floor rate is simulated only when r0 fails (the same bracket, hence the same
+    # capacity, as simulating the floor first, one simulation fewer whenever r0 is sustained)
+    rate, step = (r0, 2.0) if cold else (start, WARM_STEP)
     for _ in range(MAX_DOUBLINGS):
         row = ev(rate)
         if row["slo_met"]:
@@ -212,6 +229,12 @@ def search_capacity(point: Point, rel_tol: float = DEFAULT_REL_TOL, start: float
         else:
             hi = rate
             if lo is not None:
+                break
+            if cold:
+                row = ev(floor_rate)
+                if not row["slo_met"]:
+                    return zero(row)
+                lo, best = floor_rate, row
                 break
             rate /= step
             if rate <= floor_rate:

@@ -189,7 +189,7 @@ def capacity(
                                      "configuration chooses gamma per engine iteration by the expected-goodput rule, "
                                      "up to its --gamma (serving simulator)"),
     best_gamma: bool = typer.Option(False, "--best-gamma", help="with --users: per user count the gamma with the "
-                                    "highest output throughput (its TPOT and throughput, gammas within 5%% as ties) "
+                                    "highest output throughput (its TPOT and throughput, gammas within 5% as ties) "
                                     "and the per-iteration goodput rule's gamma at that load's mean batch, and the "
                                     "same system run with gamma chosen per engine iteration by that rule (up to the "
                                     "largest --gamma); --gamma may include 0 (plain decoding)"),

@@ -14,6 +14,7 @@ stderr, never a traceback (``SPECSIM_DEBUG=1`` re-raises unexpected errors).
 
 from __future__ import annotations
 
+import re
 import sys
 
 import typer
@@ -194,10 +195,23 @@ def _hide_flag_types() -> None:
     orig = TyperOption.display_type_rich
 
     def display_type_rich(self, ctx):
-        return None if getattr(self, "is_flag", False) else orig(self, ctx)
+        if getattr(self, "is_flag", False):
+            return None
+        shown = orig(self, ctx)
+        # a repeatable option shows its element's type (<str>), not typer's "<list[str]>" (issue 30)
+        return re.sub(r"list\[([^\]]*)\]", r"\1", shown) if isinstance(shown, str) else shown
 
     TyperOption.display_type_rich = display_type_rich
     TyperOption._specsim_flags_plain = True
+    from typer.core import TyperArgument
+
+    def usage_name(self) -> str:
+        """A required argument reads SCENARIO in the usage line (typer writes {scenario}); optional ones [NAME]."""
+        name = (self.metavar or self.name or "").upper()
+        name = name if self.required else f"[{name}]"
+        return name + ("..." if self.nargs != 1 else "")
+
+    TyperArgument._usage_display_name = usage_name
 
 
 def main(argv: list[str] | None = None) -> int:
