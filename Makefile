@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.specsim-installed
 ENGINES_STAMP := $(VENV)/.engines-installed
 SCENARIO ?= scenarios/reference-a6000-qwq32b.yaml
 
-.PHONY: setup engines demo test test-fast test-real bench clean validate-traces report-cpu bench-serving validate-serving validate-serving-systems validate-serving-spec validate-serving-spec-systems
+.PHONY: setup engines demo test test-fast test-real bench clean validate-traces validate-cpu report-cpu bench-serving validate-serving validate-serving-systems validate-serving-spec validate-serving-spec-systems
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -49,6 +49,12 @@ TRACES ?= ../shared/data/specreason-aime-traces
 validate-traces: $(STAMP)
 	@echo "validate-traces: leave-one-run-out replay + distribution mode over $(TRACES) (~2 min on 2 cores) -> out/validation-loro" >&2
 	$(SPECSIM) validate $(TRACES) --profile simulator/profiles/cost_a100-80gb-vllm082-specreason-traces.yaml --holdout loro --report out/validation-loro
+
+# The CPU accuracy benchmark (issue 27): a fresh real-vLLM campaign on this machine, fit and held-out configurations
+# interleaved, judged against the strict bar (validate.campaign.DEFAULT_BAR, 20%). Run it on an otherwise idle machine;
+# CI (tests/calibrate/test_cpu_campaign.py) checks only the load-tolerant sanity bound. ~4 min unloaded.
+validate-cpu: $(ENGINES_STAMP)
+	$(PY) -m validate.campaign --out out/validate-cpu
 
 # Capacity planning (docs/serving-model.md).
 report-cpu: $(STAMP)

