@@ -40,6 +40,7 @@ test-real: $(ENGINES_STAMP)
 bench: $(STAMP)
 	$(PY) bench/bench_simulator.py
 	@if [ -f bench/bench_serving.py ]; then $(PY) bench/bench_serving.py; fi
+	$(PY) bench/bench_capacity.py  # capacity search (capacity and report): CPU s now vs before issue 30, ratio
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .hypothesis
