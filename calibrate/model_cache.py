@@ -139,7 +139,8 @@ def prepare_models(cache: str | Path = DEFAULT_MODEL_CACHE, models: tuple[str, .
 
 
 _HF_ARCH = {"llama": ("llama", "LlamaForCausalLM"), "qwen2": ("qwen2", "Qwen2ForCausalLM"),
-            "qwen3": ("qwen3", "Qwen3ForCausalLM")}
+            "qwen3": ("qwen3", "Qwen3ForCausalLM"), "qwen3_moe": ("qwen3_moe", "Qwen3MoeForCausalLM"),
+            "mixtral": ("mixtral", "MixtralForCausalLM")}
 
 
 def dummy_model_dir(name: str, cache: str | Path = DEFAULT_MODEL_CACHE, layers: int | None = None) -> Path:
@@ -170,6 +171,12 @@ def dummy_model_dir(name: str, cache: str | Path = DEFAULT_MODEL_CACHE, layers: 
     }
     if model_type == "qwen2":
         cfg["use_sliding_window"] = False
+    if model_type == "qwen3_moe":  # every layer sparse (decoder_sparse_step 1), top-k weights renormalised
+        cfg.update(num_experts=e["experts"], num_experts_per_tok=e["experts_per_token"],
+                   moe_intermediate_size=e["expert_intermediate"], decoder_sparse_step=1, mlp_only_layers=[],
+                   norm_topk_prob=True, use_sliding_window=False)
+    if model_type == "mixtral":
+        cfg.update(num_local_experts=e["experts"], num_experts_per_tok=e["experts_per_token"], sliding_window=None)
     if n == int(e["layers"]):
         cfg["specsim_catalog_name"] = name  # read back into run.json (models.*.catalog_name): the replay's model
     out = Path(cache) / f"dummy-{name}-{n}l"

@@ -22,20 +22,28 @@ PARTS = ("weights", "kv", "compute", "allreduce", "step", "layers", "sequences")
 
 
 def draft_deployment(target: Deployment, draft: str, params) -> Deployment:
-    """``head`` / ``head:N``: an N-layer (default 1) EAGLE/MTP-style head of the target; else a catalog model."""
-    if draft == "head" or draft.startswith("head:"):
-        n = draft.partition(":")[2] or "1"
+    """``head`` / ``head:N``: an N-layer (default 1) EAGLE-style head of the target; ``mtp`` / ``mtp:N``: the
+    target's own MTP module (DeepSeek-V3/R1; its MoE layers under the target's expert parallelism); else a catalog
+    model."""
+    kind = draft.partition(":")[0]
+    if kind in ("head", "mtp"):
+        n = draft.partition(":")[2] or ("1" if kind == "head" else str(target.model.mtp_layers or 1))
         if not n.isdigit() or int(n) < 1:
-            raise InputError(None, "--draft", f"expected head or head:LAYERS with LAYERS >= 1 (got {draft!r})")
-        return Deployment(target.model.draft_head(int(n)), target.hardware, target.tp, params.for_role("draft"),
-                          Drafting(kind="head"))
+            raise InputError(None, "--draft", f"expected {kind} or {kind}:LAYERS with LAYERS >= 1 (got {draft!r})")
+        if kind == "head":
+            return Deployment(target.model.draft_head(int(n)), target.hardware, target.tp, params.for_role("draft"),
+                              Drafting(kind="head"))
+        if not target.model.mtp_layers:
+            raise InputError(None, "--draft", f"{target.model.name} has no MTP module (mtp_layers 0): use head")
+        return Deployment(target.model.mtp_head(int(n)), target.hardware, target.tp, params.for_role("draft"),
+                          Drafting(kind="mtp"), ep=target.ep)
     model = get_model(draft, None, "--draft").with_dtypes(target.model.weight_dtype, target.model.kv_dtype)
     return Deployment(model, target.hardware, target.tp, params.for_role("draft"))
 
 
 def pass_time_table(model: str, hardware: str, tp: int = 1, batches=(1,), new_tokens=(1,), contexts=(0,),
                     dtype: str = "bf16", draft: str | None = None, gamma: int | None = None,
-                    profile: CostProfile | None = None) -> tuple[pd.DataFrame, dict]:
+                    profile: CostProfile | None = None, ep: int = 1) -> tuple[pd.DataFrame, dict]:
     hw = get_hardware(hardware, None, "--hardware")
     m = get_model(model, None, "--model")
     try:
@@ -52,7 +60,12 @@ def pass_time_table(model: str, hardware: str, tp: int = 1, batches=(1,), new_to
     if profile is not None and profile.hardware != hw.name:
         raise InputError(None, "--profile", f"the profile is for {profile.hardware}, not --hardware {hw.name}")
     params = prof.params(hw)
-    target = Deployment(m, hw, tp, params)
+    from simulator.cost_model import expert_parallel_error
+
+    err = expert_parallel_error(m, tp, ep)
+    if err:
+        raise InputError(None, "--ep", err)
+    target = Deployment(m, hw, tp, params, ep=ep)
     dd = draft_deployment(target, draft, params) if draft is not None else None
     rows = []
     for B in batches:
@@ -61,7 +74,7 @@ def pass_time_table(model: str, hardware: str, tp: int = 1, batches=(1,), new_to
                 n = np.full(B, float(T))
                 c = np.full(B, float(C))
                 bd = target.pass_breakdown(n.sum(), (c + n).sum(), (n * (c + (n + 1.0) / 2.0)).sum(), float(B), float(B))
-                r = {"model": m.name, "hardware": hw.name, "tp": tp, "dtype": dtype, "batch": B, "new_tokens": T,
+                r = {"model": m.name, "hardware": hw.name, "tp": tp, "ep": ep, "dtype": dtype, "batch": B, "new_tokens": T,
                      "context": C, "pass_ms": float(bd["total"]) * 1e3}
                 r.update({f"{k}_ms": float(bd[k]) * 1e3 for k in PARTS})
                 if dd is not None:

@@ -71,8 +71,10 @@ class Engine:
 
     def __init__(self, name: str, dep: Deployment, kv_capacity_tokens: int, max_batch: int = 256,
                  draft: Deployment | None = None, gamma: int | None = None, max_spec_iters: int = 0,
-                 prefix_cache_block: int = 1, gamma_policy=None, token_budget: int | None = None):
+                 prefix_cache_block: int = 1, gamma_policy=None, token_budget: int | None = None,
+                 seq_reserve_tokens: int = 0):
         self.name, self.dep, self.draft, self.gamma = name, dep, draft, gamma
+        self.reserve = int(seq_reserve_tokens)  # KV each running sequence holds besides its tokens (sliding windows)
         self.token_budget = token_budget  # max_num_batched_tokens (None: whole prefills, no budget)
         self.block = prefix_cache_block
         self.spec = draft is not None and bool(gamma)
@@ -158,7 +160,7 @@ class Engine:
                     job.kv, job.pending = c.cached_tokens, c.new_tokens
             # room for the prefill plus one round of growth of the batch it joins (no admit/preempt ping-pong)
             n_act = len(self.act)
-            need = job.kv + job.pending + (n_act + 1) * grow
+            need = job.kv + job.pending + self.reserve + (n_act + 1) * grow
             if not self._evict_until(need) and n_act > 0:
                 return  # wait for room (head-of-line, FIFO)
             waiting.popleft()
@@ -174,7 +176,7 @@ class Engine:
         insort(self.act, s)
         self.order[s] = self.admitted
         self.admitted += 1
-        self.pinned += job.kv + job.pending
+        self.pinned += job.kv + job.pending + self.reserve
         if not job.started:
             self.admitted_rids.append(job.rid)
         if self.policy is not None:
@@ -240,7 +242,7 @@ class Engine:
         if self.pending[s] > 0:
             self.n_prefill -= 1
         self.free_slots.append(s)
-        self.pinned -= self.kv[s] + self.pending[s]
+        self.pinned -= self.kv[s] + self.pending[s] + self.reserve
         return job
 
     def preempt_youngest(self) -> None:

@@ -29,7 +29,7 @@ from simulator.execution import Execution
 from simulator.gamma_choice import gamma_policy
 from simulator.serving.arrivals import ArrivalProcess, ClosedLoopUsers
 from simulator.serving.engine import Engine
-from simulator.serving.kv_cache import kv_capacity_tokens
+from simulator.serving.kv_cache import kv_layout
 from simulator.request_model import RequestPlan, RequestSampler
 from simulator.systems import SystemConfig
 from simulator.workload import WorkloadProfile
@@ -72,12 +72,15 @@ class Replica:
         spec = cfg.drafts
         base_models = [deps["base"], deps["draft"]] if spec else [deps["base"]]
         max_out = workload.token_budget + workload.max_step_tokens + workload.answer_tokens + 2
+        small_cap, small_res = kv_layout(memory_fraction[0], [deps["small"]])
+        base_cap, base_res = kv_layout(memory_fraction[1], base_models)
         self.engines = [
-            Engine("small", deps["small"], kv_capacity_tokens(memory_fraction[0], [deps["small"]]), max_batch,
-                   prefix_cache_block=block, token_budget=budget),
-            Engine("base", deps["base"], kv_capacity_tokens(memory_fraction[1], base_models), max_batch,
+            Engine("small", deps["small"], small_cap, max_batch,
+                   prefix_cache_block=block, token_budget=budget, seq_reserve_tokens=small_res),
+            Engine("base", deps["base"], base_cap, max_batch,
                    draft=deps["draft"] if spec else None, gamma=cfg.gamma, max_spec_iters=max_out,
-                   prefix_cache_block=block, gamma_policy=gamma_policy(cfg, deps, workload), token_budget=budget),
+                   prefix_cache_block=block, gamma_policy=gamma_policy(cfg, deps, workload), token_budget=budget,
+                   seq_reserve_tokens=base_res),
         ]
         self.t_call = deps["base"].cost.call_overhead_s
         self.reqs: dict[int, _Req] = {}

@@ -53,7 +53,26 @@ def test_pass_time_iteration_with_a_draft(capsys):
     (["--model", "qwen3-8b", "--hardware", "h100-sxm", "--draft", "head:0", "--gamma", "3"], "--draft"),
     (["--model", "qwen3-8b", "--hardware", "h100-sxm", "--draft", "head", "--gamma", "40"], "--gamma"),
     (["--model", "qwen3-8b", "--hardware", "h100-sxm", "--format", "xml"], "--format"),
+    (["--model", "deepseek-r1", "--hardware", "h200", "--tp", "8", "--ep", "3"], "--ep"),
+    (["--model", "qwen3-8b", "--hardware", "h100-sxm", "--draft", "mtp", "--gamma", "2"], "--draft"),
 ])
 def test_pass_time_bad_values_one_line_exit_2(args, field, capsys):
     rc, out, err = _run(["pass-time", *args], capsys)
     assert rc == 2 and err.count("\n") == 1 and err.startswith("error:") and field in err, err
+
+
+def test_pass_time_expert_parallel_and_mtp_draft(capsys):
+    """--ep moves DeepSeek-R1's experts whole onto the GPUs (the MoE layers' all-reduce becomes an all-to-all);
+    --draft mtp drafts with the model's own MTP module, under the same expert parallelism."""
+    base = ["pass-time", "--model", "deepseek-r1", "--hardware", "h200", "--tp", "8", "--dtype", "fp8",
+            "--batch", "1,64", "--context", "4096", "--draft", "mtp", "--gamma", "2", "--format", "csv"]
+    rows = {}
+    for ep in ("1", "8"):
+        rc, out, err = _run([*base, "--ep", ep], capsys)
+        assert rc == 0, err
+        rows[ep] = pd.read_csv(io.StringIO(out)).set_index("batch")
+        assert (rows[ep]["ep"] == int(ep)).all()
+        r = rows[ep]
+        assert (r["iteration_ms"] - r["draft_ms"] - r["verify_ms"]).abs().max() < 1e-9
+        assert (r["draft_ms"] > 0).all() and (r["draft_ms"] < r["pass_ms"]).all()  # one MoE layer, not 61
+    assert not rows["1"]["pass_ms"].equals(rows["8"]["pass_ms"])
