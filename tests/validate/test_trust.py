@@ -301,3 +301,25 @@ def test_campaign_interleaves_fit_and_heldout_and_sanity_bound_follows_the_sprea
     runs = sorted((ROOT / "reports" / "cpu-campaign-v2" / "runs").glob("*"))
     spread = campaign.within_config_spread(runs)
     assert 0 < spread < 0.5
+
+
+def test_campaign_main_judges_the_sanity_bound_and_records_load(tmp_path, monkeypatch, capsys):
+    """campaign.main end to end on the committed v2 runs (no engine: the campaign step is replaced by the runs)."""
+    import shutil
+
+    from validate import campaign
+
+    src = ROOT / "reports" / "cpu-campaign-v2" / "runs"
+    for c in campaign.CONFIGS:
+        shutil.copytree(src / c.name, tmp_path / "runs" / c.name)
+    per = {"load_changed": ["specdecode-g3"], **{f"{c.name}:loadavg1": 1.0 for c in campaign.CONFIGS},
+           **{f"{c.name}:cpu_mhz": [2000.0, 2000.0] for c in campaign.CONFIGS}}
+    monkeypatch.setattr(campaign, "model_paths", lambda cache: (Path("b"), Path("d")))
+    monkeypatch.setattr(campaign, "run_campaign", lambda *a, **k: per)
+    rc = campaign.main(["--out", str(tmp_path), "--sanity"])
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["judged_against"] == "sanity" and s["sanity_bar"] == campaign.sanity_bar(s["within_config_spread"])
+    assert s["load_changed"] == ["specdecode-g3"] and s["run_order"][1] == "specdecode-g2"
+    err = capsys.readouterr().err
+    assert "load changed mid-way twice in specdecode-g3" in err  # reported, never silently passed
+    assert rc == (0 if s["heldout_e2e"]["median_ape"] <= s["sanity_bar"] else 1)
