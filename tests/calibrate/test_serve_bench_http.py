@@ -115,3 +115,26 @@ def test_compare_serve_table():
     assert "(+0.0%)" in text
     with pytest.raises(InputError, match="system"):
         compare_runs(CAMPAIGN / "specreason-t7", CAMPAIGN / "vanilla-base")
+
+
+SERVE_SR = ROOT / "tests/data/serve_specreason"
+
+
+def test_server_mode_run_reproduces_the_in_process_decisions():
+    """The committed server-mode run (two vllm serve processes) and the in-process runner on the same problems and
+    settings: same steps, scores, decisions and cached prompt tokens (timing is not compared here)."""
+    import json
+
+    from calibrate.serve_specreason import compare_runs
+    from calibrate.trace_schema import check_run_dir
+
+    a, b = check_run_dir(SERVE_SR / "http-t6"), check_run_dir(SERVE_SR / "inproc-t6-same-session")
+    assert a["run"][0]["engine"] == "http" and b["run"][0]["engine"] == "vllm"
+    assert set(a["run"][0]["options"]["servers"]) == {"base", "small"}
+    key = lambda s: (s["request_id"], s["step_index"], s["accepted"], s["proposer"], s["score_cached_tokens"],  # noqa: E731
+                     s["base_cached_tokens"], s["kept_tokens"])
+    assert [key(s) for s in a["step"]] == [key(s) for s in b["step"]]
+    assert [s["score"] for s in a["step"]] == pytest.approx([s["score"] for s in b["step"]], abs=1e-3)
+    assert "same kept/regenerated decision at 7 of 7 step positions" in compare_runs(SERVE_SR / "http-t6",
+                                                                                     SERVE_SR / "inproc-t6-same-session")
+    assert json.loads((SERVE_SR / "http-t6" / "run.json").read_text())["options"]["transport"] == "openai-completions-http"
