@@ -415,7 +415,7 @@ def build_profile(fit: CostFit, setup: Setup, *, name: str, engine: str, inputs:
 
     def param(n: str) -> Param:
         if n in fit.fitted and fit.values[n] > PHYSICAL_MAX.get(n, np.inf):
-            se = f" ± {fit.stderr[n]:.3g}" if n in fit.stderr else ""
+            se = f" +- {fit.stderr[n]:.3g}" if n in fit.stderr else ""
             return Param(value=float(f"{fit.values[n]:.6g}"), kind="rejected", stderr=float(f"{fit.stderr[n]:.3g}"),
                          source=f"rejected: fitted {fit.values[n]:.4g}{se} > {PHYSICAL_MAX[n]:g}, outside the physical "
                                 f"range (the assumed hardware, models or token accounting do not fit these calls); "
