@@ -336,6 +336,10 @@ def coverage_levels(res: ValidationResult) -> pd.DataFrame:
     from validate.replay import COVERAGE_LEVELS, level_columns
 
     scopes = [("replay e2e", res.replay, "measured_e2e_s", "e2e_"), ("replay calls", res.replay, "measured_s", "")]
+    if "drift_flag" in res.replay.columns and res.replay["drift_flag"].astype(bool).any():
+        like = res.replay[~res.replay["drift_flag"].astype(bool)]  # runs like the fit runs: the intervals' claim
+        scopes += [("replay e2e, unflagged", like, "measured_e2e_s", "e2e_"),
+                   ("replay calls, unflagged", like, "measured_s", "")]
     if res.distribution is not None:
         scopes.append(("distribution", res.distribution[~res.distribution["to_answer_censored"].astype(bool)],
                        "to_answer_s", ""))

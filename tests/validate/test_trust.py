@@ -323,3 +323,27 @@ def test_campaign_main_judges_the_sanity_bound_and_records_load(tmp_path, monkey
     err = capsys.readouterr().err
     assert "load changed mid-way twice in specdecode-g3" in err  # reported, never silently passed
     assert rc == (0 if s["heldout_e2e"]["median_ape"] <= s["sanity_bar"] else 1)
+
+
+def test_coverage_levels_apart_for_runs_like_the_fit_runs():
+    import pandas as pd
+
+    from validate.replay import COVERAGE_LEVELS, level_columns
+    from validate.validation import coverage_levels
+
+    rows = []
+    for i, flag in enumerate([False, False, True]):
+        r = {"measured_e2e_s": 1.0, "measured_s": 1.0, "drift_flag": flag}
+        for lv in COVERAGE_LEVELS:
+            for pre in ("", "e2e_"):
+                lo, hi = level_columns(lv, pre)
+                r[lo], r[hi] = (0.5, 1.5) if not flag else (2.0, 3.0)
+        rows.append(r)
+
+    class R:  # the two fields coverage_levels reads
+        replay, distribution = pd.DataFrame(rows), None
+
+    cov = coverage_levels(R)
+    like = cov[cov["scope"] == "replay e2e, unflagged"]
+    assert list(like["inside"]) == [2, 2, 2, 2] and list(like["n"]) == [2, 2, 2, 2]
+    assert list(cov.loc[cov["scope"] == "replay e2e", "inside"]) == [2, 2, 2, 2]  # of 3
