@@ -35,16 +35,11 @@ def detect_hardware() -> dict:
 
 # The one map from a detected GPU name to its catalog entry (simulator/catalog/hardware.yaml):
 # (substring, second substring or "", catalog name), first match wins, lower-case.
-GPU_NAMES = (("a100", "80", "a100-80gb"), ("a100", "", "a100-40gb"), ("h100", "", "h100-sxm"), ("h200", "", "h200"),
-             ("a6000", "", "rtx-a6000"), ("l40s", "", "l40s"), ("a40", "", "a40"))
-
-
 def catalog_hardware(gpu_name: str | None, device: str | None = None) -> str | None:
     """The catalog hardware of a detected device: ``cpu`` for a CPU run, the matching GPU entry, or None."""
     name = str(gpu_name or "").lower()
     if not name or str(device or "").startswith("cpu"):
         return "cpu"
-    for a, b, cat in GPU_NAMES:
-        if a in name and b in name:
-            return cat
-    return None
+    from simulator.catalog.hardware import hardware_for_device
+
+    return hardware_for_device(name)

@@ -49,6 +49,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.catalog import get_hardware, get_model
+from simulator.catalog.hardware import data_labels, same_chip
 from simulator.cost_model import CostParams, Deployment, Drafting
 
 REPO = Path(__file__).resolve().parents[2]
@@ -355,9 +356,9 @@ def load_all(sources=tuple(LOADERS)) -> dict[str, Obs]:
 # so each GPU's weight-streaming efficiency comes from AIConfigurator's GEMM tables, timed as CUDA-graph replays
 # (no launch cost): one-token to 8-token GEMMs of >= 1M weights, t = t_gemm + bytes / (eta_mem BW); eta_mem is
 # the asymptotic rate of a large weight stream, the per-GEMM tail t_gemm goes into the per-layer cost.
-KERNEL_GPUS = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-sxm", "l40s": "l40s", "b200_sxm": "b200"}
+KERNEL_GPUS = data_labels("aiconfigurator")  # folder -> catalog GPU; folders without GEMM tables are skipped
 # Same chip, other memory (the stream fraction transfers): GPU -> the kernel-profiled GPU it takes it from
-SAME_CHIP = {"a100-40gb": "a100-80gb", "gh200": "h100-sxm", "h200": "h100-sxm"}
+SAME_CHIP = same_chip()  # hardware.yaml same_chip_as
 
 
 def kernel_stream_efficiency(root: Path | None = None) -> dict[str, dict]:

@@ -38,11 +38,11 @@ import pandas as pd
 import yaml
 
 from calibrate.gpu_profiles.records import columns_frame, link_of, numeric_column
+from simulator.catalog.hardware import data_labels
 from simulator.errors import InputError
 
 SOURCE_REPO = "ai-dynamo/aiconfigurator"
-GPU_NAMES = {"a100_sxm": "a100-80gb", "l40s": "l40s", "h100_sxm": "h100-sxm", "h200_sxm": "h200", "a40": "a40",
-             "b200_sxm": "b200"}
+GPU_NAMES = data_labels("aiconfigurator")  # folder -> catalog GPU (hardware.yaml data_labels)
 DTYPE_BYTES = {"bfloat16": 2, "half": 2, "float16": 2, "fp16": 2, "int8": 1, "fp8": 1, "float32": 4, "float": 4}
 RUNTIME_COLUMNS = ("framework", "version", "device")
 IGNORED_COLUMNS = {"power", "power_limit", "energy"}  # GPU power draw (W) during the timing and its cap: not time

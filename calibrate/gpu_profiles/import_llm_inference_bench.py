@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from simulator.catalog.hardware import data_labels
 from simulator.errors import InputError
 
 SOURCE_REPO = "argonne-lcf/LLM-Inference-Bench"
@@ -45,7 +46,7 @@ SOURCE_PATH = "Plots/All_results.csv"
 LICENCE = "BSD-3-Clause (Copyright (c) 2024, UChicago Argonne, LLC)"
 SOURCE_COLUMNS = ("Hardware", "Num of Hardware", "Framework", "Model", "Input Output Length", "Batch Size", "Latency",
                   "Throughput")
-GPU_NAMES = {"Nvidia A100 GPU": "a100-40gb", "Nvidia H100 GPU": "h100-sxm", "Nvidia GH200 GPU": "gh200"}
+GPU_NAMES = data_labels("llm_inference_bench")  # Hardware -> catalog GPU (hardware.yaml data_labels)
 THROUGHPUT_COUNTS = "batch x (input + output) / latency"
 RATIO_TOLERANCE = 1e-3
 # column -> (type, unit / meaning): the table the importer writes

@@ -51,11 +51,11 @@ import numpy as np
 import pandas as pd
 
 from calibrate.gpu_profiles.records import columns_frame, numeric_column
+from simulator.catalog.hardware import data_labels
 from simulator.errors import InputError
 
 SOURCE_REPO = "casys-kaist/LLMServingSim"
-GPU_NAMES = {"H100": "h100-sxm", "A6000": "rtx-a6000"}
-BANDWIDTH_BYTES_PER_S = {"h100-sxm": 3.35e12, "rtx-a6000": 768e9}  # datasheet, for the unit check only
+GPU_NAMES = data_labels("llmservingsim")  # folder -> catalog GPU (hardware.yaml data_labels)
 NS, MS = 1e-9, 1e-3
 DTYPE = "float16"
 # Model shapes from the models' published config.json (Hugging Face; the same figures as LLMServingSim's own

@@ -23,10 +23,11 @@ from pathlib import Path
 import pandas as pd
 
 from calibrate.gpu_profiles.records import empty_row, frame, link_of, numeric_column
+from simulator.catalog.hardware import data_labels
 from simulator.errors import InputError
 
 SOURCE_REPO = "microsoft/vidur"
-GPU_NAMES = {"a100": "a100-80gb", "a40": "a40", "h100": "h100-sxm"}
+GPU_NAMES = data_labels("vidur")  # folder -> catalog GPU (hardware.yaml data_labels)
 # Vidur op -> our op kind
 OP_KIND = {"emb": "embedding", "input_layernorm": "norm", "attn_pre_proj": "gemm", "attn_rope": "rope",
            "attn_post_proj": "gemm", "post_attention_layernorm": "norm", "mlp_up_proj": "gemm", "mlp_act": "act",

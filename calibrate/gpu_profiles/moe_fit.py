@@ -66,7 +66,7 @@ DTYPES = {"bfloat16": (2.0, "bf16"), "fp8": (1.0, "fp8"), "fp8_block": (1.0, "fp
 SKIPPED_DTYPES = {"nvfp4": "no FP4 tensor-core rate in the hardware catalog",
                   "w4a8_mxfp4_mxfp8": "no FP4 tensor-core rate in the hardware catalog"}
 # L2 cache per GPU (datasheets): working sets below twice this stay cache-resident in a replayed table
-L2_BYTES = {"a100-80gb": 40e6, "h100-sxm": 50e6, "l40s": 96e6, "b200": 126e6, "rtx-a6000": 6e6}
+L2_BYTES = {n: h.l2_bytes for n, h in hardware_catalog().items() if h.l2_bytes}  # hardware.yaml l2_bytes
 FIT_GPUS = ("a100-80gb", "l40s", "h100-sxm", "b200")
 MAX_ROWS = 400
 LSS_MODELS = {"mistralai/Mixtral-8x7B-v0.1": "mixtral-8x7b", "microsoft/Phi-mini-MoE-instruct": "phi-mini-moe"}

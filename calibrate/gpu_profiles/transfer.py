@@ -45,8 +45,17 @@ GEMM_DECODE_TOKENS = 64
 ATTN_FIXED_KV = 256
 PCIE_TP = 2            # the PCIe all-reduce pair is fitted at this TP degree (custom all-reduce; the shipped PCIe setups)
 # GPUs nobody profiled: (kind of transfer, which profiled GPUs the all-reduce comes from)
-TARGETS = {"a100-80gb": "a100-80gb", "a40": "a40", "l40s": "l40s", "a100-40gb": "a100-80gb",
-           "rtx-a6000": None, "h100-sxm": None, "h200": None, "b200": None, "gh200": None}
+def targets() -> dict[str, str | None]:
+    """Every catalog GPU -> the profiled GPU whose fractions it takes: itself when profiled, its ``same_chip_as``
+    (hardware.yaml) when that one is profiled, else None (transferred by the median)."""
+    from simulator.catalog import hardware_catalog
+
+    out = {}
+    for g, h in hardware_catalog().items():
+        if h.interconnect == "none":
+            continue
+        out[g] = g if g in PROFILED else h.same_chip_as if h.same_chip_as in PROFILED else None
+    return out
 STEP_PRIORS = {"step_overhead_s": 2.0e-3, "call_overhead_s": 5e-3, "seq_overhead_s": 1e-6}
 PRIOR_SRC = "prior: typical vLLM figures (CUDA graphs); not pinned by kernel profiles (no CPU-overhead table in ../shared/data)"
 
@@ -131,7 +140,7 @@ def derive(records: pd.DataFrame) -> dict:
     fr = f"median over {', '.join(PROFILED)}"
 
     out = {}
-    for gpu, own in TARGETS.items():
+    for gpu, own in targets().items():
         h = get_hardware(gpu)
         p = {}
         if own in PROFILED and gpu == own:
@@ -161,7 +170,7 @@ def derive(records: pd.DataFrame) -> dict:
                                                f"decode-attention fixed cost {att_t * 1e6:.1f} us (AIConfigurator a100-80gb, l40s)"}
         # all-reduce
         if h.interconnect == "nvlink":
-            frac = nv["bandwidth_bytes_per_s"] / DATASHEET_LINK["a100-80gb"]
+            frac = nv["bandwidth_bytes_per_s"] / _datasheet_link(get_hardware("a100-80gb"))
             bw = frac * _datasheet_link(h)
             kind = "calibrated" if gpu == "a100-80gb" else "transferred"
             src = ("vLLM custom all-reduce in CUDA graphs on A100 NVLink (AIConfigurator), pooled over TP 2/4/8"
@@ -185,13 +194,10 @@ def derive(records: pd.DataFrame) -> dict:
     return {"priors": out, "evidence": _round(evidence)}
 
 
-# NVLink datasheet figures (per direction) the transfer scales by; the catalog's link field becomes the
-# achieved all-reduce bus bandwidth, so the datasheet figure is kept here.
-DATASHEET_LINK = {"a100-80gb": 300e9, "a100-40gb": 300e9, "h100-sxm": 450e9, "h200": 450e9, "b200": 900e9, "gh200": 450e9}
-
-
 def _datasheet_link(h) -> float:
-    return DATASHEET_LINK.get(h.name, h.link_bandwidth_bytes_per_s)
+    """The datasheet link bandwidth (per direction) the transfer scales by: hardware.yaml's figure, which the catalog
+    keeps in ``datasheet_link_bandwidth_bytes_per_s`` once the derived all-reduce bandwidth replaces it."""
+    return h.datasheet_link_bandwidth_bytes_per_s or h.link_bandwidth_bytes_per_s
 
 
 def _round(x):

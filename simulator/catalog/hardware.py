@@ -46,6 +46,12 @@ class HardwareSpec(BaseModel):
     link_bandwidth_bytes_per_s: float = Field(gt=0)
     allreduce_latency_s: float = Field(ge=0)
     source: str
+    # Everything else about this GPU (hardware.yaml header): how a detected device name matches it, its name in each
+    # third-party dataset, the GPU whose kernel efficiencies it takes, its L2 cache.
+    detect: list[str] = Field(default_factory=list)
+    data_labels: dict[str, str] = Field(default_factory=dict)
+    same_chip_as: str | None = None
+    l2_bytes: float | None = Field(default=None, gt=0)
     # Set from gpu_priors.yaml on load (never in hardware.yaml): the cost model's prior parameters with their
     # provenance, and the hardware.yaml figures the derived all-reduce values replaced (the datasheet link
     # bandwidth and the NCCL latency prior), kept for before/after comparisons.
@@ -71,6 +77,32 @@ def hardware_catalog() -> dict[str, HardwareSpec]:
         raise pydantic_error_to_input_error(str(CATALOG_PATH), e) from None
     priors = _read_priors()
     return {h.name: _with_priors(h, priors.get(h.name)) for h in items}
+
+
+def hardware_for_device(device_name: str | None) -> str | None:
+    """The catalog GPU a detected device name (``torch.cuda.get_device_name``, ``nvidia-smi``) is: the entry one of
+    whose ``detect`` patterns has all its words in the name, the most specific match (most words, then longest)
+    winning; None when none matches."""
+    name = str(device_name or "").lower()
+    best, key = None, (0, 0)
+    for h in hardware_catalog().values():
+        for pat in h.detect:
+            words = pat.lower().split()
+            if words and all(w in name for w in words):
+                k = (len(words), len("".join(words)))
+                if k > key:
+                    best, key = h.name, k
+    return best
+
+
+def data_labels(dataset: str) -> dict[str, str]:
+    """{the dataset's GPU label: catalog name} for one third-party dataset (``data_labels`` in hardware.yaml)."""
+    return {h.data_labels[dataset]: h.name for h in hardware_catalog().values() if dataset in h.data_labels}
+
+
+def same_chip() -> dict[str, str]:
+    """{GPU: the GPU whose measured kernel efficiencies it takes} (``same_chip_as``)."""
+    return {h.name: h.same_chip_as for h in hardware_catalog().values() if h.same_chip_as}
 
 
 def _read_priors() -> dict[str, dict[str, PriorParam]]:

@@ -17,11 +17,13 @@ import pytest
 
 from calibrate.gpu_profiles.import_llm_inference_bench import (BENCH_COLUMNS, THROUGHPUT_COUNTS,
                                                                import_llm_inference_bench, load_llm_inference_bench)
-from calibrate.gpu_profiles.import_llmservingsim import (BANDWIDTH_BYTES_PER_S, MODELS, import_llmservingsim,
+from calibrate.gpu_profiles.import_llmservingsim import (MODELS, import_llmservingsim,
                                                          load_llmservingsim_attention, load_llmservingsim_layers)
 from calibrate.gpu_profiles.records import DENSE_OPS, NON_CATALOG_GPUS, read_records, sidecar_path, write_records
 from simulator.catalog import hardware_catalog
 from simulator.errors import InputError
+
+BANDWIDTH_BYTES_PER_S = {n: h.memory_bandwidth_bytes_per_s for n, h in hardware_catalog().items()}  # datasheet
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared" / "data"
