@@ -280,7 +280,8 @@ def run_manifest(res: BenchResult, provenance: dict | None = None, command: str 
             "engine": SOURCE, "engine_version": str(prov.get("vllm_version", "unknown")),
             "hardware": prov.get("hardware") or {}, "models": prov.get("models") or {"base": {"path": model}},
             "dtype": str(prov.get("dtype", "unknown")), "tensor_parallel": int(prov.get("tensor_parallel", 1)),
-            "system": "vanilla-base", "gamma": int(prov.get("gamma", 0)), "threshold": 0.0, "first_n": 0,
+            "system": "vanilla-base", "gamma": int(prov.get("gamma") or len(res.summary.get(
+                "spec_decode_per_position_acceptance_rates") or [])), "threshold": 0.0, "first_n": 0,
             "budget_tokens": 0, "score_mode": "", "sampling": {}, "seed": int(prov.get("seed", 0)),
             "dataset": str(res.meta.get("label") or prov.get("dataset", "")), "num_requests": len(res.requests),
             "command": command or str(prov.get("bench_command", "")),

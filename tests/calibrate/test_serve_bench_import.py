@@ -202,3 +202,47 @@ def test_measured_itl_is_the_clients():
     assert fig["itl_mean_ms"] == pytest.approx(1e3 * sum(gaps) / len(gaps))
     assert fig["itl_mean_ms"] == pytest.approx(raw["mean_itl_ms"])  # vLLM's own mean over the same gaps
     assert math.isnan(fig["batch_mean"]) and run.client_side and run.label == "closed-2"
+
+
+SPEC = DATA / "spec-g2-closed-1"  # a draft_model server (6-layer cut, gamma 2); /metrics trimmed to spec-decode lines
+
+
+def test_speculative_bench_run_acceptance_from_the_json_and_from_metrics(tmp_path):
+    """vLLM's own per-position rates in the JSON, or (without them) the /metrics scrapes beside it: the same a_i."""
+    from calibrate.spec_metrics import from_prometheus
+    from validate.serving import load_run
+
+    run = load_run(SPEC / "result.json")
+    raw = json.loads((SPEC / "result.json").read_text())
+    assert run.gamma == 2 and run.client_spec == (raw["spec_decode_num_drafts"],
+                                                  raw["spec_decode_per_position_acceptance_rates"])
+    a, n = from_prometheus([SPEC / "metrics_after.txt"], [SPEC / "metrics_before.txt"])[2]
+    assert n == raw["spec_decode_num_drafts"] and list(a) == pytest.approx(raw["spec_decode_per_position_acceptance_rates"])
+    # without vLLM's fields (an older client): the scrapes beside the file; without those either: one-line error
+    d = tmp_path / "lvl"
+    d.mkdir()
+    for k in [k for k in raw if k.startswith("spec_decode_")]:
+        raw.pop(k)
+    (d / "result.json").write_text(json.dumps(raw))
+    (d / "provenance.json").write_text(json.dumps({"gamma": 2}))
+    with pytest.raises(InputError, match="metrics_before.txt"):
+        load_run(d / "result.json")
+    for f in ("metrics_before.txt", "metrics_after.txt"):
+        (d / f).write_text((SPEC / f).read_text())
+    again = load_run(d / "result.json")
+    assert again.client_spec[0] == n and again.client_spec[1] == pytest.approx(list(a))
+    bad = json.loads((SPEC / "result.json").read_text())
+    bad["spec_decode_per_position_acceptance_rates"] = [0.1, 0.5]
+    with pytest.raises(InputError, match="must not increase"):
+        load_run(_write(tmp_path, bad))
+
+
+def test_validate_serving_speculative_bench_runs(tmp_path):
+    r = _cli("validate-serving", str(SPEC / "result.json"), str(DATA / "closed-1.json"), "--profile", str(PROFILE),
+             "--report", str(tmp_path / "rep"), "--acceptance-levels", "closed-1")
+    # the acceptance of the speculative closed-1 (its own JSON) predicts it; the plain closed-1 is not speculative
+    assert r.returncode == 0 and "acceptance from closed-1: gamma 2" in r.stderr, r.stderr
+    assert "speculative runs held out (profile+acceptance-fit" not in r.stdout  # the only speculative run is the fit one
+    r = _cli("validate-serving", str(SPEC / "result.json"), "--profile", str(PROFILE), "--report", str(tmp_path / "rep"))
+    assert r.returncode == 0, r.stderr
+    assert "speculative runs held out (profile, n=6)" in r.stdout and "acceptance length median APE" in r.stdout

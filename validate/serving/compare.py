@@ -222,7 +222,9 @@ def _measured_tpot(r: ServingRun) -> dict:
     req = r.requests
     n1 = (req.output_tokens - 1).where(req.output_tokens > 1)
     out = {"tpot_median_s": float(((req.latency_s - req.ttft_s) / n1).median())}
-    if r.gamma:
+    if r.gamma and r.client_spec is not None:
+        out["accept_len_mean"] = 1.0 + float(np.sum(r.client_spec[1]))
+    elif r.gamma:
         out["accept_len_mean"] = float(np.nanmean(accept_lengths(measured_spec_cum(r, reconcile=False), req.request_id)))
     return out
 

@@ -27,6 +27,7 @@ class ServingRun:
     gamma: int = 0  # speculative serve-run (``--draft --gamma``): draft tokens per iteration
     draft: str = ""  # the draft model's folder name (speculative runs; acceptance belongs to a (gamma, draft) pair)
     client_itls: dict | None = None  # `vllm bench serve` imports: request_id -> the client's ITLs (s); no engine steps
+    client_spec: tuple | None = None  # speculative bench runs: (drafts, a_1..a_gamma) from the level's /metrics scrapes
 
     @property
     def client_side(self) -> bool:
@@ -70,9 +71,7 @@ def load_run(path: str | Path) -> ServingRun:
             raise InputError(str(Path(path) / "serve_calls.jsonl"), "request_id", f"request {missing[0]} has no calls")
     system = meta.get("system") or "vanilla-base"
     gamma = int(meta.get("gamma") or 0)
-    if bench and gamma:
-        raise InputError(str(path), "gamma", f"a `vllm bench serve` run against a speculative server (gamma {gamma}) "
-                         "has no per-step acceptance to replay: expected a server without speculative decoding")
+    client_spec = _bench_acceptance(Path(path), gamma, meta) if bench and gamma else None
     if gamma and "spec_tokens" not in st:
         raise InputError(str(Path(path) / "serve_steps.jsonl"), "spec_tokens",
                          f"a speculative run (gamma {gamma}) needs per-step spec_tokens/emitted (recorded since 2026-11-23)")
@@ -85,5 +84,33 @@ def load_run(path: str | Path) -> ServingRun:
         system = f"{system}-g{gamma}" + (f"-{draft}" if draft else "")
     label = f"{system}/{level}" if calls is not None or gamma else level
     return ServingRun(Path(path), label, mode, users, rate, req, st, meta, level, system, calls, gamma, draft,
-                      d["itls"] if bench else None)
+                      d["itls"] if bench else None, client_spec)
+
+
+def _bench_acceptance(path: Path, gamma: int, meta: dict) -> tuple[int, list[float]]:
+    """A speculative bench level's per-position acceptance over the level: what `vllm bench serve` itself recorded
+    (``spec_decode_num_drafts``, ``spec_decode_per_position_acceptance_rates``: recent versions read the server's
+    counters around the run), else the difference of the server's /metrics scrapes around it (``metrics_before.txt``
+    / ``metrics_after.txt`` beside the result, as serve-bench writes them, read by ``calibrate.spec_metrics``).
+    Either passes the one acceptance rule set (``calibrate.fit_acceptance.check_measurement``)."""
+    from calibrate.fit_acceptance import Measurement, check_measurement
+    from calibrate.spec_metrics import from_prometheus
+
+    summ = ((meta.get("options") or {}).get("bench") or {}).get("summary") or {}
+    if summ.get("spec_decode_per_position_acceptance_rates") and summ.get("spec_decode_num_drafts"):
+        g, a, n = check_measurement(Measurement(str(path), gamma, summ["spec_decode_per_position_acceptance_rates"],
+                                                summ["spec_decode_num_drafts"], "gamma",
+                                                "spec_decode_per_position_acceptance_rates", "spec_decode_num_drafts"))
+        return n, [float(x) for x in a]
+    d = path if path.is_dir() else path.parent
+    before, after = d / "metrics_before.txt", d / "metrics_after.txt"
+    if not (before.is_file() and after.is_file()):
+        raise InputError(str(path), "gamma", f"a `vllm bench serve` run against a speculative server (gamma {gamma}) "
+                         f"needs the level's /metrics scrapes ({before.name}, {after.name} beside it; serve-bench writes them)")
+    data = from_prometheus([after], [before])
+    if gamma not in data:
+        raise InputError(str(after), "vllm:spec_decode_num_accepted_tokens_per_pos",
+                         f"expected {gamma} positions (the run's gamma), got {sorted(data)}")
+    a, n = data[gamma]
+    return int(n), [float(x) for x in a]
 

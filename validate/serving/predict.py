@@ -79,7 +79,12 @@ def acceptance_from_runs(runs: list[ServingRun]) -> dict[tuple[int, str], dict]:
     drafts (pooled over ``runs`` of that pair): {(gamma, draft): {"a": [...], "iterations": n, "runs": [...]}}."""
     acc: dict[tuple[int, str], list] = {}
     for r in runs:
-        m = [e - 1 for it in _verifications(r).values() for k, e in it if k == r.gamma]
+        if r.client_spec is not None:  # a bench level: its /metrics counts, as verifications (m = accepted drafts)
+            n, a = r.client_spec
+            cnt = [round(n * x) for x in a] + [0]
+            m = [i for i in range(r.gamma + 1) for _ in range((n if i == 0 else cnt[i - 1]) - cnt[i])]
+        else:
+            m = [e - 1 for it in _verifications(r).values() for k, e in it if k == r.gamma]
         cur = acc.setdefault((r.gamma, r.draft), [[], []])
         cur[0] += m
         cur[1].append(str(r.path))
@@ -178,7 +183,9 @@ def predict_run(run: ServingRun, params, setup, acceptance: list[float] | None =
     from simulator.systems import SystemConfig, spec_of
 
     spec = None
-    if run.gamma:
+    if run.gamma and run.client_spec is not None:  # bench level: iterations drawn from its own /metrics acceptance
+        spec = sampled_spec_cum(run, acceptance if acceptance is not None else run.client_spec[1])
+    elif run.gamma:
         spec = measured_spec_cum(run) if acceptance is None else sampled_spec_cum(run, acceptance)
     if run.calls is not None:
         plans = replay_system_plans(run.calls, run.requests, spec)
@@ -203,7 +210,10 @@ def predict_run(run: ServingRun, params, setup, acceptance: list[float] | None =
     n1 = (t.output_tokens - 1).where(t.output_tokens > 1)
     t["tpot_s"] = (t.latency_s - t.ttft_s) / n1
     t["pred_tpot_s"] = (t.pred_latency_s - t.pred_ttft_s) / n1
-    if run.gamma:  # acceptance length: output tokens per verification (vLLM's mean acceptance length)
+    if run.gamma and run.client_spec is not None:  # a client sees no verifications: the level's 1 + sum a_i
+        t["accept_len"] = 1.0 + float(np.sum(run.client_spec[1]))
+        t["pred_accept_len"] = accept_lengths(spec, t.request_id)
+    elif run.gamma:  # acceptance length: output tokens per verification (vLLM's mean acceptance length)
         t["accept_len"] = accept_lengths(measured_spec_cum(run, reconcile=False), t.request_id)
         t["pred_accept_len"] = accept_lengths(spec, t.request_id)
     return t, res
