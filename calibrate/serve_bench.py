@@ -307,7 +307,8 @@ def provenance(server: ServerSpec, bench: BenchSpec) -> dict:
     models = {"base": _model_info(server.model)}
     if server.draft:
         models["draft"] = _model_info(server.draft)
-    return {"created_at": _now(), "server": {**asdict(server), "command": CLI[1:] + server.args(0)[:1] + ["..."]},
+    cmd = ["PORT" if a == "0" and i and server.args(0)[i - 1] == "--port" else a for i, a in enumerate(server.args(0))]
+    return {"created_at": _now(), "server": {**asdict(server), "command": ["python", *CLI[1:], *cmd]},
             "bench": asdict(bench), "vllm_version": versions()["vllm"], "versions": versions(),
             "hardware": hardware_fingerprint(), "models": models, "dtype": server.dtype, "gamma": server.gamma,
             "seed": bench.seed, "tensor_parallel": 1, "dataset": "random",
