@@ -574,6 +574,8 @@ def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | No
     points = [replace(p, interval=interval or IntervalSpec()) for p in capacity_points(rs, slo, load, configs)]
     meta = {"scenario": str(rs.path), "slo": slo.text, "arrivals": arrival if arrival == "poisson" else f"bursty cv={cv}",
             "requests_per_point": load.requests, "seed": load.seed}
+    if rs.workload_note():
+        meta["workload_note"] = rs.workload_note()
     if arrivals_file:
         load_arrival_times(arrivals_file)  # validate once, here: errors name the file and line
     if qps or users or arrivals_file:

@@ -285,7 +285,10 @@ def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_ar
     sc, w = rs.scenario, rs.workload
     b = rec["best"]
     dev = "CPU host" if all(str(h) == "cpu" for h in rs.hardware_names) else "GPU"  # what a replica is made of
-    L = [f"# Capacity plan: {sc.name}", "", f"**{line}**", "",
+    L = [f"# Capacity plan: {sc.name}", "", f"**{line}**", ""]
+    if rs.workload_note():
+        L += [f"> Note: {rs.workload_note()}", ""]
+    L += [
          f"_{sc.description}_  ", f"Generated {_dt.datetime.now().isoformat(timespec='seconds')} by `specsim report`.", "",
          "## Answer", "", f"Accuracy floor: {floor.describe()}.", ""]
     if b is not None:

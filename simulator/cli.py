@@ -76,12 +76,18 @@ def whatif(
     fmt: str = typer.Option("table", "--format", help="table | csv | json"),
     out: Optional[Path] = typer.Option(None, help="write the results here (every column; CSV for table format)"),
     columns: Optional[str] = typer.Option(None, "--columns", help=COLUMNS_HELP),
+    hardware: Optional[str] = typer.Option(None, "--hardware", help="run on this catalog hardware instead of the "
+                                           "scenario's (specsim list hardware), e.g. h100-sxm or h100-sxm,h200"),
+    tp: Optional[str] = typer.Option(None, "--tp", help="tensor-parallel degrees instead of the scenario's, e.g. 1,2"),
     force: ForceOpt = False,
 ):
     """Predict latency, speedup, small-step fraction, acceptance length and breakdown over the grid.
 
     The breakdown (--columns breakdown) splits each latency into small and base decode, prefill, scoring,
-    drafting, verification and call overhead, all in seconds per request; they sum to the latency.
+    drafting, verification and call overhead, all in seconds per request; they sum to the latency. The DES
+    engine adds p50/p90/p99 latency and a 99% interval of the mean.
+
+    Example: specsim whatif reference-a6000-qwq32b --system specreason-decode --gamma 3-6 --threshold 5,7
     """
     from simulator.whatif import whatif_from_cli
 
@@ -97,19 +103,40 @@ def whatif(
     check_columns(columns, extra=("engine", "steps", "requests", "accuracy", "accuracy_lo", "accuracy_hi"))
     kwargs = dict(systems=system, gammas=_int_range(gamma, "--gamma", 1, 16),
                   thresholds=_int_range(threshold, "--threshold", 0, 10),
-                  first_ns=_int_range(first_n, "--first-n", 0, 100000), engine=engine, requests=requests, seed=seed)
+                  first_ns=_int_range(first_n, "--first-n", 0, 100000), engine=engine, requests=requests, seed=seed,
+                  grid_overrides=_grid_overrides(hardware, tp))
     with job(f"whatif {scenario}" + (f": {engine} engine" if engine else "") + (f", {requests} requests per point" if requests else "")):
         df, title, meta = whatif_from_cli(scenario, **kwargs)
     write_output(df, fmt, out, title, meta, columns)
 
 
+def _grid_overrides(hardware: str | None, tp: str | None) -> dict | None:
+    """--hardware / --tp -> the scenario grid's hardware / tp lists (names checked against the catalog here, so
+    an error names the option)."""
+    if hardware is None and tp is None:
+        return None
+    hw = None
+    if hardware is not None:
+        from simulator.catalog import get_hardware
+
+        hw = [h.strip() for h in hardware.split(",") if h.strip()]
+        if not hw:
+            raise InputError(None, "--hardware", "expected a catalog name, e.g. h100-sxm (specsim list hardware)")
+        for h in hw:
+            get_hardware(h, None, "--hardware")
+    return {"hardware": hw, "tp": _int_range(tp, "--tp", 1, 1024)}
+
+
 @app.command("list")
-def list_cmd(what: str = typer.Argument(..., help="hardware | models | scenarios")):
-    """List the hardware catalog, the model catalog or the shipped scenarios: `specsim list hardware`."""
+def list_cmd(what: str = typer.Argument(..., help="hardware | models | scenarios | workloads | profiles")):
+    """List the hardware catalog, the model catalog, the shipped scenarios, workloads or profiles.
+
+    Example: specsim list hardware
+    """
     from simulator.listing import listing
 
-    if what not in ("hardware", "models", "scenarios"):
-        raise InputError(None, "what", f"expected hardware, models or scenarios (got {what!r})")
+    if what not in ("hardware", "models", "scenarios", "workloads", "profiles"):
+        raise InputError(None, "what", f"expected hardware, models, scenarios, workloads or profiles (got {what!r})")
     listing(what)
 
 
@@ -118,12 +145,19 @@ def show(scenario: str = typer.Argument(..., help="scenario YAML (path or name)"
          section: Optional[str] = typer.Option(None, "--section",
                                                help="print only this top-level section (e.g. hardware, workload); "
                                                "without it, the whole scenario and a list of its sections")):
-    """Print the resolved scenario with every default filled in (YAML)."""
+    """Print the resolved scenario with every default filled in (YAML).
+
+    Example: specsim show reference-a6000-qwq32b --section hardware
+    """
     import yaml
 
     from simulator.scenario import load_scenario
 
-    d = load_scenario(scenario).to_dict()
+    rs = load_scenario(scenario)
+    d = rs.to_dict()
+    note = rs.workload_note()
+    if note:  # a borrowed workload is said where the scenario is shown (issue 30)
+        print(f"# note: {note}")
     if section is not None:
         if section not in d:
             raise InputError(None, "--section", f"unknown section {section!r}; choose from {', '.join(d)}")
@@ -202,7 +236,10 @@ def capacity(
     sustained only at <= 1.25 and without a significant latency trend, so SLO met can be "no" while p99 is under the bound: the queue was still
     growing); sims = serving simulations the search ran for that configuration; goodput req/s = requests
     per second finishing within the SLO; cost at --gpu-hour-cost; replicas and GPUs (CPU hosts for a CPU
-    scenario) for --target-qps. --out files get every column.
+    scenario) for --target-qps. --out files get every column. The last line names the best configuration
+    and why (the same line opens `specsim report`).
+
+    Example: specsim capacity cpu-smollm2 --system specreason --threshold 5 --target-qps 2
     """
     from simulator.capacity import capacity_from_cli
     from simulator.report_table import check_out, job, write_output
@@ -247,6 +284,8 @@ def capacity(
         title = f"best gamma vs concurrency — {meta['scenario']}"
     else:
         title = f"capacity — {meta['scenario']} — SLO {meta['slo']}"
+        if meta.get("workload_note"):
+            title = f"note: {meta['workload_note']}\n{title}"
     if fmt == "table" and best_gamma:
         render_best_gamma(df, title)
     elif fmt == "table":
@@ -315,6 +354,61 @@ def report(
     wrote(path, f"markdown; PNGs and CSVs beside it in {out}")
 
 
+INIT_TEMPLATE = """\
+# A specreason-sim scenario (specsim init). Every field below is explained; `specsim show {path}` prints
+# it resolved with every default filled in, `specsim whatif {path}` runs its grid.
+name: {name}
+description: QwQ-32B base + R1-Distill-Qwen-1.5B small on 2x RTX A6000 (edit me)
+# hardware: a catalog name (specsim list hardware) and how many devices one replica has
+hardware: {{gpu: rtx-a6000, count: 2}}
+# base and small (reasoning) models: catalog names (specsim list models) or a path to a HF config.json;
+# tp = tensor-parallel degree
+base: {{model: qwq-32b, tp: 2}}
+small: {{model: r1-distill-qwen-1.5b, tp: 2}}
+# the workload model (steps, scores, acceptance) fitted from traces (specsim list workloads); use one fitted
+# for your base + small models: a borrowed one is flagged in every table
+workload: aime_qwq32b_r1-1.5b
+# cost profiles: prior (catalog priors per GPU) or fitted profiles (specsim list profiles)
+cost_profiles: [prior]
+# GPU memory share of each engine (the rest: activations, the other engine)
+memory_fraction: {{base: 0.8, small: 0.1}}
+# systems to compare: vanilla-base, vanilla-small, specdecode, specreason, specreason-decode
+systems: [vanilla-base, specdecode, specreason, specreason-decode]
+grid:
+  gamma: [2, 4, 6]        # draft tokens per verification (specdecode, specreason-decode), 1..16
+  threshold: [5, 7]       # SpecReason acceptance threshold 0..10 (10: never keep a small step)
+  first_n: [0]            # first steps always taken by the base model
+engine: analytic          # analytic (closed form) | des (discrete-event: adds p50/p90/p99)
+requests: 400             # DES requests per grid point
+slo: "p99_latency<=900s"  # capacity planning (specsim capacity / report)
+seed: 0
+"""
+
+
+@app.command()
+def init(
+    path: Path = typer.Argument(..., help="scenario file to write, e.g. my-scenario.yaml"),
+    force: bool = typer.Option(False, "--force", help="overwrite an existing file"),
+):
+    """Write a commented scenario to start from (the reference setup, every field explained).
+
+    Example: specsim init my-scenario.yaml && specsim whatif my-scenario.yaml
+    """
+    from simulator.loading import write_atomic
+
+    if str(path).strip() == "" or path.suffix.lower() not in (".yaml", ".yml"):
+        raise InputError(None, "path", f"expected a .yaml file name (got {str(path)!r})")
+    if path.is_dir():
+        raise InputError(None, "path", f"{path} is a folder; give a file name, e.g. {path / 'scenario.yaml'}")
+    if path.exists() and not force:
+        raise InputError(None, "path", f"{path} exists: refusing to overwrite it; pass --force or choose another name")
+    from simulator.report_table import check_out, wrote
+
+    check_out(path, force=force)
+    write_atomic(path, INIT_TEMPLATE.format(name=path.stem, path=path))
+    wrote(path, "scenario; edit it, then specsim show / whatif / capacity")
+
+
 def _interval(ci_target: float | None, max_replications: int | None):
     """The capacity search's replication rule from --ci-target / --max-replications (None: the defaults)."""
     from dataclasses import replace
@@ -342,7 +436,8 @@ def pass_time(
     new_tokens: str = typer.Option("1", "--new-tokens", help="new tokens per sequence (1: decode), e.g. 1,5,512"),
     context: str = typer.Option("0", "--context", help="cached tokens per sequence, e.g. 0,4096"),
     dtype: str = typer.Option("bf16", "--dtype", help="weight dtype: bf16 | fp8 | int4"),
-    draft: Optional[str] = typer.Option(None, "--draft", help="draft: a catalog model or head[:LAYERS] (EAGLE/MTP-style)"),
+    draft: Optional[str] = typer.Option(None, "--draft", help="draft: a catalog model, head[:LAYERS] (EAGLE-style) or mtp[:LAYERS] (the model's own MTP module)"),
+    ep: int = typer.Option(1, "--ep", help="expert parallelism of a mixture of experts: 1 (experts sharded by TP) or TP (whole experts per GPU)"),
     gamma: Optional[int] = typer.Option(None, "--gamma", help="draft tokens per speculative iteration (with --draft)"),
     profile: Optional[Path] = typer.Option(None, "--profile", help="cost profile YAML (default: the catalog's priors)"),
     fmt: str = typer.Option("table", "--format", help="table | csv | json"),
@@ -354,6 +449,8 @@ def pass_time(
     A step runs B sequences with T new tokens each on C cached tokens each; the parts (weights, kv, compute,
     allreduce, step, layers, sequences) sum to pass_ms. An iteration is gamma draft passes plus one
     verification of gamma+1 tokens per sequence at context C.
+
+    Example: specsim pass-time --model qwq-32b --hardware h100-sxm --tp 2 --batch 1,8,64 --context 4096
     """
     from simulator.pass_time import pass_time_table, render
     from simulator.report_table import check_out, file_format, write_output
@@ -369,7 +466,7 @@ def pass_time(
         prof = load_yaml_model(profile, CostProfile)
     df, meta = pass_time_table(model, hardware, tp, _int_range(batch, "--batch", 1, 65536),
                                _int_range(new_tokens, "--new-tokens", 1, 1_000_000),
-                               _int_range(context, "--context", 0, 10_000_000), dtype, draft, gamma, prof)
+                               _int_range(context, "--context", 0, 10_000_000), dtype, draft, gamma, prof, ep)
     if fmt == "table":
         render(df, meta)
         if out is not None:

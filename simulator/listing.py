@@ -21,6 +21,27 @@ def listing(what: str) -> None:
             pub = f"{m.published_params / 1e9:.3f}B" if m.published_params else "-"
             t.add_row(m.name, m.arch, str(m.layers), str(m.hidden), f"{m.heads}/{m.kv_heads}", str(m.head_dim),
                       str(m.intermediate), str(m.vocab), f"{m.params / 1e9:.3f}B", pub)
+    elif what in ("workloads", "profiles"):
+        from simulator.loading import read_yaml
+        from simulator.scenario import PROFILES_DIR
+
+        kinds = ("workload",) if what == "workloads" else ("cost", "accuracy", "gpu", "workload")
+        t = (Table("workload (scenario's workload:)", "dataset", "base model", "small model", "provenance")
+             if what == "workloads" else Table("profile", "kind", "for", "provenance"))
+        for kind in kinds:
+            for p in sorted(PROFILES_DIR.glob(f"{kind}_*.yaml")):
+                d = read_yaml(p)
+                d = d if isinstance(d, dict) else {}
+                prov = d.get("provenance") if isinstance(d.get("provenance"), dict) else {}
+                src = f"{prov.get('kind', '?')}: {str(prov.get('source', ''))[:70]}"
+                name = p.stem[len(kind) + 1:]
+                if what == "workloads":
+                    ds = str(d.get("dataset", ""))
+                    t.add_row(name, ds if len(ds) <= 40 else ds[:39] + "…", str(d.get("base_model", "")),
+                              str(d.get("small_model", "")), str(prov.get("kind", "?")))
+                else:
+                    what_for = d.get("hardware") or d.get("workload") or d.get("base_model") or ""
+                    t.add_row(name, kind, str(what_for), src)
     else:
         from simulator.loading import read_yaml
         from simulator.scenario import list_scenarios

@@ -29,7 +29,7 @@ BREAKDOWN = ["small_decode_s", "small_prefill_s", "scoring_s", "base_decode_s", 
 _CONFIG = ["hardware", "tp", "system", "gamma", "threshold", "first_n", "label"]
 PRESETS = {
     "summary": [*_CONFIG, "latency_s", "speedup", "small_step_fraction", "acceptance_length", "thinking_tokens",
-                "latency_p99_s", "ci_low_s", "ci_high_s"],
+                "latency_p50_s", "latency_p90_s", "latency_p99_s", "ci_low_s", "ci_high_s"],
     "breakdown": [*_CONFIG, "latency_s", *BREAKDOWN, "other_s"],
     "all": list(TABLE_COLUMNS),
 }

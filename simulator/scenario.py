@@ -337,6 +337,33 @@ class ResolvedScenario:
             raise InputError(f, "memory_fraction", "base + small must not exceed 1")
 
     # ---- views -----------------------------------------------------------------------------
+    def workload_note(self) -> str | None:
+        """None when the workload was fitted for this scenario's base and small models; else one line saying whose
+        workload it borrows and which shipped workloads match these models, if any (issue 30: no silent borrowing)."""
+        w = self.workload
+
+        def norm(x) -> str:
+            return str(x or "").strip().lower().rsplit("/", 1)[-1]
+
+        def same(model, wname) -> bool:
+            hf = model.hf_id or ""
+            if " " in hf or not wname:  # a local cut / no HF id: nothing to compare
+                return True
+            return norm(wname) in {norm(hf), norm(model.name)}
+
+        if same(self.base_model, w.base_model) and same(self.small_model, w.small_model):
+            return None
+        from simulator.loading import read_yaml
+
+        match = []
+        for p in sorted(PROFILES_DIR.glob("workload_*.yaml")):
+            d = read_yaml(p)
+            if isinstance(d, dict) and same(self.base_model, d.get("base_model")) and same(self.small_model, d.get("small_model")):
+                match.append(p.stem[len("workload_"):])
+        return (f"workload {w.name} was fitted for {w.base_model} + {w.small_model}, not this scenario's "
+                f"{self.base_model.name} + {self.small_model.name}: its step counts, scores and acceptance are borrowed; "
+                + (f"matching workload(s): {', '.join(match)}" if match else "no shipped workload matches these models"))
+
     def system_configs(self, systems: list[str] | None = None, gammas: list[int] | None = None,
                        thresholds: list[int] | None = None) -> list[SystemConfig]:
         """The scenario's grid of configurations; ``systems``/``gammas``/``thresholds`` override its values."""
@@ -378,9 +405,14 @@ def find_scenario(ref: str) -> Path:
     raise InputError(ref, None, "scenario file not found")
 
 
-def load_scenario(ref: str | Path) -> ResolvedScenario:
+def load_scenario(ref: str | Path, grid_overrides: dict | None = None) -> ResolvedScenario:
+    """Load and resolve a scenario; ``grid_overrides`` (e.g. ``{"hardware": ["h100-sxm"], "tp": [1, 2]}``, from
+    the command line) replace those ``grid`` entries before validation."""
     path = find_scenario(str(ref))
-    sc = validate_model(read_yaml(path), Scenario, path)
+    d = read_yaml(path)
+    if grid_overrides and isinstance(d, dict):
+        d = {**d, "grid": {**(d.get("grid") or {}), **{k: v for k, v in grid_overrides.items() if v is not None}}}
+    sc = validate_model(d, Scenario, path)
     return ResolvedScenario(sc, path)
 
 

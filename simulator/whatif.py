@@ -85,13 +85,13 @@ def run_grid(rs: ResolvedScenario, engine: Literal["analytic", "des"] | None = N
 
 
 def whatif_from_cli(scenario: str, systems=None, gammas=None, thresholds=None, first_ns=None, engine=None,
-                    requests=None, seed=None) -> tuple[pd.DataFrame, str, dict]:
+                    requests=None, seed=None, grid_overrides: dict | None = None) -> tuple[pd.DataFrame, str, dict]:
     """Resolve the scenario, apply command-line grid overrides (validated), run the grid."""
     from simulator.errors import InputError
     from simulator.scenario import load_scenario
     from simulator.systems import SYSTEMS, expand_systems
 
-    rs = load_scenario(scenario)
+    rs = load_scenario(scenario, grid_overrides)
     sc = rs.scenario
     for s in systems or []:
         if s not in SYSTEMS:
@@ -106,4 +106,8 @@ def whatif_from_cli(scenario: str, systems=None, gammas=None, thresholds=None, f
             "requests": requests or sc.requests if engine == "des" else None,
             "seed": (sc.seed if seed is None else seed) if engine == "des" else None}
     title = f"{sc.name} — {engine} engine — workload {rs.workload.name}"
+    note = rs.workload_note()
+    if note:  # a borrowed workload is said in the table's header (issue 30)
+        title = f"note: {note}\n{title}"
+        meta["workload_note"] = note
     return df, title, meta

@@ -1,0 +1,54 @@
+"""Help users read (issue 30): every option of every command described, an example per command, no artefacts."""
+
+from __future__ import annotations
+
+import pytest
+import typer
+
+from specsim_cli.main import full_app, main
+
+SIMULATOR_COMMANDS = ["whatif", "list", "show", "capacity", "report", "pass-time", "init"]
+# options without a description in commands other engineers own (calibrate/, validate/ ...): reported in issue 30,
+# kept visible here as expected failures until their owners describe them
+KNOWN_GAPS = {"calibrate run", "calibrate microbench", "calibrate serve-bench", "calibrate serve-specreason",
+              "calibrate fit", "calibrate serve-run", "calibrate serve-systems", "study specdecode", "study draft-head"}
+
+
+def _commands():
+    def walk(c, path):
+        subs = getattr(c, "commands", None)
+        if subs:
+            for n, sub in subs.items():
+                yield from walk(sub, path + [n])
+        else:
+            yield " ".join(path), c
+
+    return list(walk(typer.main.get_command(full_app()), []))
+
+
+COMMANDS = _commands()
+
+
+@pytest.mark.parametrize("name,cmd", [pytest.param(n, c, marks=pytest.mark.xfail(reason="owned elsewhere; issue 30",
+                                                                                    strict=False) if n in KNOWN_GAPS else ())
+                                      for n, c in COMMANDS], ids=[n for n, _ in COMMANDS])
+def test_every_option_of_every_command_has_a_description(name, cmd):
+    missing = [p.name for p in cmd.params if not (getattr(p, "help", None) or "").strip() and p.name != "help"]
+    assert not missing, f"specsim {name}: no description for {missing}"
+    assert (cmd.help or "").strip(), f"specsim {name} has no description"
+
+
+@pytest.mark.parametrize("name", SIMULATOR_COMMANDS)
+def test_each_simulator_command_shows_an_example(name, capsys):
+    cmd = dict(COMMANDS)[name]
+    assert f"Example: specsim {name} " in (cmd.help or "")
+
+
+@pytest.mark.parametrize("name", SIMULATOR_COMMANDS)
+def test_help_has_no_artefacts(name, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main([name, "--help"]) == 0
+    out = capsys.readouterr().out
+    for bad in ("%%", "<list[", "{scenario}", "{what}", "{"):
+        assert bad not in out, f"specsim {name} --help shows {bad!r}"
+    assert "Example: specsim" in out
