@@ -67,6 +67,7 @@ def fit(
         se = f" ± {p.stderr:.3g}" if p.stderr is not None else ""
         pd_sd = f.get("prior_dominated", {}).get(n)
         why = ("" if p.kind == "calibrated" else
+               f"  ({p.source})" if p.kind == "rejected" else
                f"  (prior-dominated: posterior relative sd {pd_sd:.2g})" if pd_sd is not None else
                f"  ({f['kept_at_prior'].get(n, '')})")
         print(f"  {n:20s} {p.value:.4g}{se}  [{p.kind}]{why}")
