@@ -10,6 +10,8 @@ n new tokens on c nominally cached ones really prefills
 computed; ``CostTables.prefill`` (both single-request engines) and the serving engine's
 admission read it.
 
+``max_num_seqs``: sequences a serving engine runs at once (vLLM's ``max_num_seqs``; the rest queue).
+
 ``max_num_batched_tokens``: the serving engine's token budget per step (chunked prefill; vLLM V1's default
 8192 for `vllm serve`); the single-request engines do not batch and ignore it.
 
@@ -37,6 +39,9 @@ class Execution(BaseModel):
     # left of the budget is prefilled over several steps, in admission order, while the others keep decoding.
     # None: every pending prefill runs whole in the next step (the serving model before issue 25).
     max_num_batched_tokens: int | None = Field(default=8192, ge=1, le=10_000_000, strict=True)
+    # vLLM's max_num_seqs: sequences an engine runs at once (the rest wait). None: the caller's default (256, the
+    # serving simulator's and vLLM's long-standing default).
+    max_num_seqs: int | None = Field(default=None, ge=1, le=65536, strict=True)
 
 
 def cache_split(new_tokens, cached_tokens, block: int):

@@ -67,6 +67,8 @@ class Replica:
                  workload: WorkloadProfile, memory_fraction: tuple[float, float], max_batch: int = 256,
                  execution: Execution | None = None):
         self.env, self.cfg = env, cfg
+        if execution is not None and execution.max_num_seqs is not None:
+            max_batch = execution.max_num_seqs  # vLLM's max_num_seqs, set in the scenario's execution block
         block = (execution or Execution()).prefix_cache_block
         budget = (execution or Execution()).max_num_batched_tokens  # chunked prefill: tokens per engine step
         spec = cfg.drafts

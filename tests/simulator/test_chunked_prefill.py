@@ -70,3 +70,19 @@ def test_a_smaller_budget_delays_a_long_prompt_at_one_user(cpu):
                                 execution=Execution(max_num_batched_tokens=b)).requests.ttft_s.mean()
             for b in (None, 64, 16)}
     assert ttft[None] <= ttft[64] * (1 + 1e-12) <= ttft[16] * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("cfg", [VANILLA, SPECDECODE])
+def test_max_num_seqs_caps_every_engine_step(cpu, cfg):
+    """execution.max_num_seqs (vLLM's max_num_seqs): no engine step runs more sequences; the rest wait, so at 8 users
+    a cap of 2 never finishes sooner than no cap; None keeps the caller's default (256)."""
+    rs, deps, mf = cpu
+    runs = {}
+    for cap in (None, 2):
+        ex = Execution(max_num_seqs=cap)
+        res = simulate_serving(cfg, deps, rs.workload, ClosedLoopUsers(8), 24, 3, memory_fraction=mf, execution=ex)
+        runs[cap] = res
+    assert runs[2].timeline["batch"].max() <= 2 < runs[None].timeline["batch"].max()
+    assert runs[2].requests["latency_s"].mean() >= runs[None].requests["latency_s"].mean()
+    same = simulate_serving(cfg, deps, rs.workload, ClosedLoopUsers(8), 24, 3, memory_fraction=mf, execution=Execution())
+    assert same.requests["latency_s"].equals(runs[None].requests["latency_s"])
