@@ -310,6 +310,113 @@ def capacity_interval(point: Point, spec: IntervalSpec | None = None) -> dict:
             "bracketed": all(r.get("bracketed", True) for r in rows)}
 
 
+def _reps_task(point: Point, ks: list[int], prior: list[float], rel_tol: float) -> list[dict]:
+    """Worker: replications ``ks`` of the point's search, each warm-started from the mean of the capacities
+    so far (``prior`` then these), exactly as :func:`capacity_interval` does."""
+    caps, rows = list(prior), []
+    for k in ks:
+        m = float(np.mean(caps)) if caps else 0.0
+        row = search_capacity(replace(point, replication=k), rel_tol, m if m > 0 else None)
+        caps.append(row["max_qps"])
+        rows.append(row)
+    return rows
+
+
+def interval_rounds(points: list[Point], spec: "IntervalSpec", workers: int | None = None,
+                    ray_address: str | None = None, progress=None) -> list[dict]:
+    """Capacity intervals of many configurations in rounds (issue 30: the report in a minute): every
+    configuration gets ``spec.min_reps`` replications, then one more per round while its interval is wider
+    than ``spec.target`` -- unless a configuration whose per-GPU capacity is significantly higher (paired,
+    :func:`paired_better`, the ranking's own test) already exists: its rank cannot become 1 and more
+    replications would not change the recommendation, so it stops (``stopped_below_best``; ``converged``
+    False, its interval as it is). Replication k of a configuration is the same search as in
+    :func:`capacity_interval` (seed k, warm start from the mean so far), so a configuration that is not
+    stopped early gets the same figures; results do not depend on worker scheduling (the decisions use
+    whole rounds). Rows as :func:`run_point`'s."""
+    n = len(points)
+    caps: list[list[float]] = [[] for _ in range(n)]
+    rows: list[list[dict]] = [[] for _ in range(n)]
+    stopped = [False] * n
+    done = [False] * n
+    total = n * spec.max_reps
+    finished = 0
+    tasks = [(i, list(range(spec.min_reps))) for i in range(n)]
+    pool = None
+    remote = None
+    if ray_address:
+        try:
+            import ray  # noqa: PLC0415
+        except ImportError:
+            raise InputError(None, "--ray-address", "ray is not installed (pip install 'ray[default]')") from None
+        ray.init(address=ray_address, ignore_reinit_error=True)
+        remote = ray.remote(_reps_task)
+    elif (workers or os.cpu_count() or 1) > 1 and n > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        pool = ProcessPoolExecutor(max_workers=min(workers or os.cpu_count() or 1, n))
+    try:
+        while tasks:
+            args = [(points[i], ks, caps[i], spec.rel_tol) for i, ks in tasks]
+            if remote is not None:
+                import ray  # noqa: PLC0415
+
+                results = ray.get([remote.remote(*a) for a in args])
+            elif pool is not None:
+                from concurrent.futures import as_completed
+
+                futs = {pool.submit(_reps_task, *a): j for j, a in enumerate(args)}
+                results = [None] * len(args)
+                for f in as_completed(futs):
+                    results[futs[f]] = f.result()
+                    finished += len(results[futs[f]])
+                    if progress:
+                        progress(finished, total, {"label": points[tasks[futs[f]][0]].cfg.label})
+            else:
+                results = []
+                for j, a in enumerate(args):
+                    results.append(_reps_task(*a))
+                    finished += len(results[-1])
+                    if progress:
+                        progress(finished, total, {"label": a[0].cfg.label})
+            if remote is not None:
+                finished += sum(len(r) for r in results)
+            for (i, _), res in zip(tasks, results):
+                rows[i] += res
+                caps[i] += [r["max_qps"] for r in res]
+            for i in range(n):
+                if done[i]:
+                    continue
+                m, half = t_interval(caps[i])
+                if m == 0.0 or half <= spec.target * m or len(caps[i]) >= spec.max_reps:
+                    done[i] = True
+            live = [i for i in range(n) if caps[i] and np.mean(caps[i]) > 0]
+            if live:
+                lead = max(live, key=lambda i: (np.mean(caps[i]) / points[i].tp, -i))
+                for i in range(n):
+                    if not done[i] and i != lead and paired_better(tuple(caps[lead]), tuple(caps[i]), points[lead].tp,
+                                                                   points[i].tp):
+                        done[i] = stopped[i] = True
+            # the ETA's total: what is done, plus at most max_reps of those still running
+            total = finished + sum(spec.max_reps - len(caps[i]) for i in range(n) if not done[i])
+            tasks = [(i, [len(caps[i])]) for i in range(n) if not done[i]]
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    out = []
+    for i, p in enumerate(points):
+        m, half = t_interval(caps[i])
+        rep = rows[i][int(np.argmin([abs(c - m) for c in caps[i]]))]
+        out.append({"hardware": p.hardware, "tp": p.tp, "system": p.cfg.system, "gamma": p.cfg.gamma,
+                    "gamma_policy": p.cfg.gamma_policy, "threshold": p.cfg.threshold, "first_n": p.cfg.first_n,
+                    "label": p.cfg.label, **rep, "max_qps": m, "max_qps_lo": max(m - half, 0.0), "max_qps_hi": m + half,
+                    "half_width_rel": half / m if m > 0 else 0.0, "replications": len(caps[i]),
+                    "requests_per_run": p.load.requests, "converged": bool(m == 0.0 or half <= spec.target * m),
+                    "stopped_below_best": stopped[i], "capacities": tuple(float(c) for c in caps[i]),
+                    "evaluations": sum(r["evaluations"] for r in rows[i]),
+                    "bracketed": all(r.get("bracketed", True) for r in rows[i])})
+    return out
+
+
 def run_point(point: Point) -> dict:
     """Worker entry point (top level so processes and Ray can import it)."""
     if point.rate is None and point.users is None and point.replay is None:
@@ -377,8 +484,9 @@ def search_table(rs: ResolvedScenario, slo: Slo, load: LoadSpec, configs: list[S
     skipped = [c for c in configs if only_eligible and floor_status(acc_model, c, floor)[0] != "meets"]
     keep = [c for c in configs if c not in skipped]
     points = [replace(p, interval=spec) for p in capacity_points(rs, slo, load, keep)]
-    df = add_accuracy(capacity_table(run_points(points, workers, ray_address, progress), gpu_hour_cost, target_qps),
-                      acc_model, floor)
+    rows = (interval_rounds(points, spec, workers, ray_address, progress) if spec.max_request_doublings == 0 and points
+            else run_points(points, workers, ray_address, progress))
+    df = add_accuracy(capacity_table(rows, gpu_hour_cost, target_qps), acc_model, floor)
     rec = recommend(df)
     best = rec["best"]
     picks = {best.label, *rec["ties"]} if best is not None else set()

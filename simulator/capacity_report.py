@@ -322,7 +322,9 @@ def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_ar
           f"(replication k = the same requests and arrival gaps in every configuration), at least {spec.min_reps}, until the "
           f"95% t-interval's half-width is <= {spec.target:.0%} of the rate (at most {spec.max_reps}; {more}), "
           f"{load.requests} requests per simulation: the search of `specsim capacity` (same seeds, same run length, "
-          f"same figures). Configurations that do not meet the accuracy floor (never recommended) are not searched. "
+          f"same figures). A configuration already significantly below the best (the paired test below) gets no more "
+          f"replications: its rank cannot become 1 (converged: no: stopped). "
+          f"Configurations that do not meet the accuracy floor (never recommended) are not searched. "
           f"Rank = 1 + the number of configurations whose per-{dev} capacity is higher with a paired 95% interval "
           f"of the difference above {EQUIVALENCE:.0%} of the lower one; rank 1 beside the best = within the interval "
           f"of the best (a tie). A configuration that sustains no load is not ranked.", "",
@@ -332,7 +334,8 @@ def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_ar
           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in cap.itertuples():
         L.append(f"| {'—' if pd.isna(r.rank) else r.rank} | {r.label} | {r.hardware} | {r.tp} | {_fmt(r.max_qps)} | {_ci(r)} | "
-                 f"{'yes' if r.converged else '**no**'} | {int(r.replications)} | {r.standing} | "
+                 f"{'yes' if r.converged else ('no: stopped, below the best' if getattr(r, 'stopped_below_best', False) else '**no**')}"
+                 f" | {int(r.replications)} | {r.standing} | "
                  f"{_fmt(r.qps_per_gpu)} | {_acc(r)} | {r.accuracy_floor} | {_fmt(r.latency_p99_s)} | "
                  f"{_fmt(getattr(r, 'cost_per_1000_requests', np.nan))} | {_fmt(getattr(r, 'replicas', np.nan))} | "
                  f"{_fmt(getattr(r, 'gpus', np.nan))} |")

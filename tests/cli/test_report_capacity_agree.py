@@ -84,3 +84,27 @@ def test_capacity_table_prints_converged_and_standing(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "converged" in out and "standing" in out and "best" in out
     assert out.strip().splitlines()[-1].startswith("Best: vanilla-base")
+
+
+def test_rounds_stop_only_configurations_below_the_best_and_match_the_single_search():
+    """interval_rounds (the search both commands run): a configuration not stopped early has exactly
+    capacity_interval's figures; one stopped is significantly below the leader (the ranking's paired test);
+    serial and two workers give the same rows."""
+    from simulator.capacity import (IntervalSpec, LoadSpec, capacity_interval, capacity_points, interval_rounds,
+                                    paired_better)
+    from simulator.scenario import load_scenario
+    from simulator.serving.slo import parse_slo
+
+    rs = load_scenario(SC)
+    pts = capacity_points(rs, parse_slo("p99_latency<=40s"), LoadSpec(requests=40, seed=1))[::8][:3]
+    spec = IntervalSpec(max_reps=4)
+    rows = interval_rounds(pts, spec, workers=1)
+    assert [(r["label"], r["max_qps"], r["replications"]) for r in rows] == \
+        [(r["label"], r["max_qps"], r["replications"]) for r in interval_rounds(pts, spec, workers=2)]
+    lead = max(rows, key=lambda r: r["max_qps"] / r["tp"])
+    for p, r in zip(pts, rows):
+        if r["stopped_below_best"]:
+            assert not r["converged"] and paired_better(lead["capacities"], r["capacities"], lead["tp"], r["tp"])
+        else:
+            c = capacity_interval(p, spec)
+            assert (c["max_qps"], c["max_qps_lo"], c["replications"]) == (r["max_qps"], r["max_qps_lo"], r["replications"])
