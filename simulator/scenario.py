@@ -327,6 +327,18 @@ class ResolvedScenario:
         for role, weights, kv, what in placements:
             need = weights + kv
             have = getattr(sc.memory_fraction, role) * hw.memory_bytes
+            if need > have and weights < hw.memory_bytes and kv > hw.memory_bytes - weights:
+                # no memory split could hold one request: the request's length is what is wrong (issue 30)
+                over = sc.workload_overrides
+                where, fld = ((f, "workload_overrides.token_budget") if "token_budget" in over else
+                              (f, "workload_overrides.prompt_tokens") if "prompt_tokens" in over else
+                              (str(self._ref(sc.workload, "workload")), "token_budget"))
+                raise InputError(
+                    where, fld,
+                    f"one request of up to {budget_ctx:,} tokens (prompt + token_budget {self.workload.token_budget:,} + "
+                    f"step + answer) needs {kv / 1e9:.1f} GB of KV cache per GPU for {what} at tp={tp}, more than "
+                    f"{hw.name}'s {hw.memory_bytes / 1e9:.0f} GB minus the weights: lower token_budget "
+                    f"(workload {self.workload.name})")
             if need > have:
                 raise InputError(
                     f, f"memory_fraction.{role}",

@@ -132,6 +132,18 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
+def _input_name(argv: list[str] | None, prog_name: str) -> str:
+    """What an unexpected error is about: the input files on the command line (existing paths), else the command."""
+    from pathlib import Path
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    files = [a for a in args if not a.startswith("-") and Path(a).exists()]
+    if files:
+        return ", ".join(files[:3])
+    words = [a for a in args if not a.startswith("-")][:2]
+    return " ".join([prog_name, *words])
+
+
 def run_app(typer_app: typer.Typer, argv: list[str] | None, prog_name: str) -> int:
     """Run ``typer_app`` under the error contract (module docstring): InputError and every usage
     mistake (unknown command or option -- with typer's "did you mean" --, missing argument, bad
@@ -158,11 +170,23 @@ def run_app(typer_app: typer.Typer, argv: list[str] | None, prog_name: str) -> i
         where = f"{ctx.command_path}: " if ctx is not None and ctx.command_path else ""
         print(f"error: {where}{_one_line(e.format_message())}", file=sys.stderr)
         return 2 if getattr(e, "exit_code", 1) in (1, 2) else e.exit_code
+    except UnicodeDecodeError as e:  # a binary or non-UTF-8 file where text was expected
+        if os.environ.get("SPECSIM_DEBUG"):
+            raise
+        print(f"error: {_input_name(argv, prog_name)}: not UTF-8 text (byte {e.start}): expected a text file "
+              "(YAML, CSV or JSON)", file=sys.stderr)
+        return 2
+    except OSError as e:  # a file that cannot be read or written: name it
+        if os.environ.get("SPECSIM_DEBUG"):
+            raise
+        name = e.filename if e.filename else _input_name(argv, prog_name)
+        print(f"error: {name}: {e.strerror or _one_line(e) or type(e).__name__}", file=sys.stderr)
+        return 2
     except Exception as e:  # noqa: BLE001 - the contract: no traceback for any input
         if os.environ.get("SPECSIM_DEBUG"):
             raise
-        print(f"error: cannot handle this input ({type(e).__name__}: {_one_line(e) or 'no message'}); "
-              "rerun with SPECSIM_DEBUG=1 for the traceback", file=sys.stderr)
+        print(f"error: {_input_name(argv, prog_name)}: cannot handle this input ({type(e).__name__}: "
+              f"{_one_line(e) or 'no message'}); rerun with SPECSIM_DEBUG=1 for the traceback", file=sys.stderr)
         return 2
     return rc if isinstance(rc, int) else 0
 
