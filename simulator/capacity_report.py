@@ -91,7 +91,7 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
     # recommended (accuracy floor not met) are not searched and get no capacity figure
     cap, rec, skipped = search_table(rs, slo, load, configs, spec, acc_model, floor, gpu_hour_cost, target_qps,
                                      workers, ray_address, only_eligible=True,
-                                     progress=progress and (lambda d, t, r: progress(d, t, r, "capacity searches")))
+                                     progress=progress and (lambda d, t, r: progress(d, t, r, "search replications (at most)")))
     cap["interval"] = ["converged" if c else "not converged" for c in cap.converged]
     # latency vs load: each system's best configuration on one log-spaced grid of rates spanning every
     # system's knee (from 10% of the lowest capacity to 130% of the highest); a system stops at 140% of its own
