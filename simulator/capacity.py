@@ -323,7 +323,7 @@ def _reps_task(point: Point, ks: list[int], prior: list[float], rel_tol: float) 
 
 
 def interval_rounds(points: list[Point], spec: "IntervalSpec", workers: int | None = None,
-                    ray_address: str | None = None, progress=None) -> list[dict]:
+                    ray_address: str | None = None, progress=None, stop_below_best: bool = True) -> list[dict]:
     """Capacity intervals of many configurations in rounds (issue 30: the report in a minute): every
     configuration gets ``spec.min_reps`` replications, then one more per round while its interval is wider
     than ``spec.target`` -- unless a configuration whose per-GPU capacity is significantly higher (paired,
@@ -390,7 +390,7 @@ def interval_rounds(points: list[Point], spec: "IntervalSpec", workers: int | No
                 if m == 0.0 or half <= spec.target * m or len(caps[i]) >= spec.max_reps:
                     done[i] = True
             live = [i for i in range(n) if caps[i] and np.mean(caps[i]) > 0]
-            if live:
+            if live and stop_below_best:
                 lead = max(live, key=lambda i: (np.mean(caps[i]) / points[i].tp, -i))
                 for i in range(n):
                     if not done[i] and i != lead and paired_better(tuple(caps[lead]), tuple(caps[i]), points[lead].tp,
@@ -472,7 +472,7 @@ def _cost_hint(point: Point) -> float:
 def search_table(rs: ResolvedScenario, slo: Slo, load: LoadSpec, configs: list[SystemConfig], spec: "IntervalSpec",
                  acc_model, floor, gpu_hour_cost: float | None = None, target_qps: float | None = None,
                  workers: int | None = None, ray_address: str | None = None, only_eligible: bool = False,
-                 progress=None) -> tuple[pd.DataFrame, dict, list[SystemConfig]]:
+                 progress=None, stop_below_best: bool = True) -> tuple[pd.DataFrame, dict, list[SystemConfig]]:
     """The one capacity search behind ``specsim capacity`` and ``specsim report`` (issue 30): every searched
     configuration gets :func:`capacity_interval` with ``spec`` on the same seeds and run length, so both
     commands print the same capacities, intervals and ranks. ``only_eligible``: configurations that do not
@@ -484,7 +484,8 @@ def search_table(rs: ResolvedScenario, slo: Slo, load: LoadSpec, configs: list[S
     skipped = [c for c in configs if only_eligible and floor_status(acc_model, c, floor)[0] != "meets"]
     keep = [c for c in configs if c not in skipped]
     points = [replace(p, interval=spec) for p in capacity_points(rs, slo, load, keep)]
-    rows = (interval_rounds(points, spec, workers, ray_address, progress) if spec.max_request_doublings == 0 and points
+    rows = (interval_rounds(points, spec, workers, ray_address, progress, stop_below_best)
+            if spec.max_request_doublings == 0 and points
             else run_points(points, workers, ray_address, progress))
     df = add_accuracy(capacity_table(rows, gpu_hour_cost, target_qps), acc_model, floor)
     rec = recommend(df)
@@ -642,11 +643,15 @@ def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | No
                       workers: int | None = None, ray_address: str | None = None,
                       arrivals_file: str | None = None, interval: IntervalSpec | None = None,
                       accuracy_floor: str | None = None, accuracy_margin: float | None = None,
-                      adaptive_gamma: bool = False, gamma_policy: str = "fixed", progress=None) -> tuple[pd.DataFrame, dict]:
+                      adaptive_gamma: bool = False, gamma_policy: str = "fixed", progress=None,
+                      stop_below_best: bool = False) -> tuple[pd.DataFrame, dict]:
     """Resolve, validate, run. With --qps/--users/--arrivals-file: the SLO check at those loads;
     else the capacity search. ``adaptive_gamma``: each drafting configuration at the grid's largest γ also
     runs with γ chosen per engine iteration (``gamma_policy="goodput"``, up to that γ); ``gamma_policy``
-    other than fixed: every drafting configuration runs with that policy, up to its γ."""
+    other than fixed: every drafting configuration runs with that policy, up to its γ. ``stop_below_best``
+    (the ``specsim capacity`` command and the report: True): configurations the leader already beats get no
+    more replications (:func:`interval_rounds`); False (the default for library callers such as
+    validate-capacity) gives every configuration its own interval to the target."""
     from simulator.serving.arrivals import load_arrival_times
 
     from simulator.systems import SYSTEMS, expand_systems
@@ -693,7 +698,7 @@ def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | No
         df = pd.DataFrame(run_points(pts, workers, ray_address, progress))
         return df, meta
     df, rec, _ = search_table(rs, slo, load, configs, interval or IntervalSpec(), acc_model, floor, gpu_hour_cost,
-                              target_qps, workers, ray_address, progress=progress)
+                              target_qps, workers, ray_address, progress=progress, stop_below_best=stop_below_best)
     meta["accuracy_floor"] = floor.describe()
     meta["recommended"] = None if rec["best"] is None else rec["best"].label
     meta["recommended_ties"] = rec["ties"]

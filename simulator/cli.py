@@ -270,7 +270,7 @@ def capacity(
             arrival=arrival, cv=cv, requests=requests, seed=seed, gpu_hour_cost=gpu_hour_cost, target_qps=target_qps,
             workers=workers, ray_address=ray_address, arrivals_file=str(arrivals_file) if arrivals_file else None,
             interval=_interval(ci_target, max_replications), accuracy_floor=accuracy_floor, accuracy_margin=accuracy_margin,
-            adaptive_gamma=best_gamma, gamma_policy=gamma_policy, progress=j.progress,
+            adaptive_gamma=best_gamma, gamma_policy=gamma_policy, progress=j.progress, stop_below_best=True,
         )
     from simulator.report_table import render_best_gamma, render_capacity
 
