@@ -32,7 +32,9 @@ def test_report_and_capacity_agree_within_the_interval(tmp_path, capsys):
     cap = pd.read_csv(io.StringIO(capsys.readouterr().out)).set_index("label")
     out = tmp_path / "rep"
     assert main(["report", str(path), "--out", str(out), *SMALL]) == 0
-    printed = capsys.readouterr().out.strip().splitlines()
+    cap_io = capsys.readouterr()
+    printed = cap_io.out.strip().splitlines()
+    assert "ETA ~" in cap_io.err and "search replications" in cap_io.err  # progress with an ETA
     rep = pd.read_csv(out / "capacity.csv").set_index("label")
     # the report searches what can be recommended (vanilla-base and specdecode meet the accuracy floor)
     assert set(rep.index) == {"vanilla-base", "specdecode g=2"}
