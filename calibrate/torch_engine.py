@@ -95,13 +95,19 @@ class TorchEngine(Engine):
     def _load(self, path: Path):
         from transformers import AutoConfig, AutoModelForCausalLM
 
+        cfg = AutoConfig.from_pretrained(str(path))
+        kw = {}
+        if str(self.device).startswith("cpu") and any(getattr(cfg, k, None) for k in ("num_experts", "num_local_experts")):
+            # a mixture of experts on CPU: transformers' default grouped-GEMM path falls back to one GEMM per expert
+            # over every expert's weights; its eager path runs the experts the batch hits, as an engine's fused MoE
+            kw["experts_implementation"] = "eager"
         if self.dummy:  # random weights made on the device itself (a 32B model's init on the host takes minutes)
             import torch
 
             with torch.device(self.device):
-                model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(path)), dtype=self.dtype)
+                model = AutoModelForCausalLM.from_config(cfg, dtype=self.dtype, **kw)
         else:
-            model = AutoModelForCausalLM.from_pretrained(str(path), dtype=self.dtype)
+            model = AutoModelForCausalLM.from_pretrained(str(path), dtype=self.dtype, **kw)
         return model.to(self.device).eval()
 
     def _eos_ids(self) -> set[int]:
