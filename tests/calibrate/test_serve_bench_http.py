@@ -120,7 +120,9 @@ def test_compare_serve_table():
 SERVE_SR = ROOT / "tests/data/serve_specreason"
 
 
-def test_server_mode_run_reproduces_the_in_process_decisions():
+@pytest.mark.parametrize("http, inproc", [("http-t6", "inproc-t6-same-session"), ("http-t6b", "inproc-t6b"),
+                                          ("http-t6c", "inproc-t6c")])
+def test_server_mode_run_reproduces_the_in_process_decisions(http, inproc):
     """The committed server-mode run (two vllm serve processes) and the in-process runner on the same problems and
     settings: same steps, scores, decisions and cached prompt tokens (timing is not compared here)."""
     import json
@@ -128,13 +130,12 @@ def test_server_mode_run_reproduces_the_in_process_decisions():
     from calibrate.serve_specreason import compare_runs
     from calibrate.trace_schema import check_run_dir
 
-    a, b = check_run_dir(SERVE_SR / "http-t6"), check_run_dir(SERVE_SR / "inproc-t6-same-session")
+    a, b = check_run_dir(SERVE_SR / http), check_run_dir(SERVE_SR / inproc)
     assert a["run"][0]["engine"] == "http" and b["run"][0]["engine"] == "vllm"
     assert set(a["run"][0]["options"]["servers"]) == {"base", "small"}
     key = lambda s: (s["request_id"], s["step_index"], s["accepted"], s["proposer"], s["score_cached_tokens"],  # noqa: E731
                      s["base_cached_tokens"], s["kept_tokens"])
     assert [key(s) for s in a["step"]] == [key(s) for s in b["step"]]
     assert [s["score"] for s in a["step"]] == pytest.approx([s["score"] for s in b["step"]], abs=1e-3)
-    assert "same kept/regenerated decision at 7 of 7 step positions" in compare_runs(SERVE_SR / "http-t6",
-                                                                                     SERVE_SR / "inproc-t6-same-session")
-    assert json.loads((SERVE_SR / "http-t6" / "run.json").read_text())["options"]["transport"] == "openai-completions-http"
+    assert "same kept/regenerated decision at 7 of 7 step positions" in compare_runs(SERVE_SR / http, SERVE_SR / inproc)
+    assert json.loads((SERVE_SR / http / "run.json").read_text())["options"]["transport"] == "openai-completions-http"
