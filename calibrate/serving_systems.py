@@ -527,9 +527,9 @@ def register(calibrate_app) -> None:
         score_mode: str = typer.Option("greedy", help="greedy digit | mean (logprob-weighted)"),
         budget: int = typer.Option(48, help="thinking-token budget (checked between steps)"),
         step_max_tokens: int = typer.Option(24, help="largest step"),
-        seed: int = typer.Option(0),
+        seed: int = typer.Option(0, help="problems, generation lengths and arrival instants"),
         warmup: int = typer.Option(4, help="discarded warm-up requests per system (closed loop at the largest level)"),
-        dtype: str = typer.Option("float32"),
+        dtype: str = typer.Option("float32", help="vLLM dtype of both models"),
         out: Path = typer.Option(..., help="campaign folder: OUT/SYSTEM/LEVEL run directories (complete ones kept)"),
     ) -> None:
         """Concurrent requests through whole systems (SpecReason: small + base engines colocated), per-call trace."""

@@ -15,14 +15,14 @@ app = typer.Typer(help="Studies on real small models + the simulator.", no_args_
 def specdecode(
     out: Path = typer.Option(..., "--out", help="report directory"),
     problems: int = typer.Option(10, "--problems", help="held-out GSM8K problems"),
-    max_new_tokens: int = typer.Option(96, "--max-new-tokens"),
+    max_new_tokens: int = typer.Option(96, "--max-new-tokens", help="greedy tokens generated per problem"),
     gammas: str = typer.Option("1-8", "--gammas", help="'LO-HI' or comma list"),
     drafts: str = typer.Option("cut4,cut8,cut15,ngram,bf16copy", "--drafts", help="comma list of cut<k> | ngram | bf16copy"),
     timed_problems: int = typer.Option(1, "--timed-problems", help="problems with timed runs"),
-    timed_gammas: str = typer.Option("1,2,4", "--timed-gammas"),
+    timed_gammas: str = typer.Option("1,2,4", "--timed-gammas", help="gammas of the timed runs (comma list)"),
     train_steps: int = typer.Option(60, "--train-steps", help="distillation steps (0 = skip)"),
-    train_problems: int = typer.Option(24, "--train-problems"),
-    seed: int = typer.Option(0, "--seed"),
+    train_problems: int = typer.Option(24, "--train-problems", help="problems the acceptance is fitted on (the rest are held out)"),
+    seed: int = typer.Option(0, "--seed", help="problem sampling and training seed"),
 ) -> None:
     """Acceptance vs gamma, measured vs predicted speedup, rejections, a distilled draft, what-if."""
     from calibrate.study.run import StudyConfig, parse_gammas, run_study
@@ -43,24 +43,24 @@ def specdecode(
 def draft_head(
     out: Path = typer.Option(..., "--out", help="report directory"),
     problems: int = typer.Option(10, "--problems", help="held-out GSM8K problems"),
-    max_new_tokens: int = typer.Option(96, "--max-new-tokens"),
+    max_new_tokens: int = typer.Option(96, "--max-new-tokens", help="greedy tokens generated per problem"),
     gammas: str = typer.Option("1-8", "--gammas", help="replayed gammas: 'LO-HI' or comma list"),
     timed_problems: int = typer.Option(1, "--timed-problems", help="problems with timed runs"),
-    timed_gammas: str = typer.Option("1,2,3,4", "--timed-gammas"),
+    timed_gammas: str = typer.Option("1,2,3,4", "--timed-gammas", help="gammas of the timed runs (comma list)"),
     repeats: int = typer.Option(3, "--repeats", help="interleaved (plain, head, ngram) repeats per timed gamma"),
     train_problems: int = typer.Option(24, "--train-problems", help="gsm_symbolic training problems"),
-    epochs: int = typer.Option(20, "--epochs"),
-    batch: int = typer.Option(8, "--batch"),
-    lr: float = typer.Option(2e-3, "--lr"),
+    epochs: int = typer.Option(20, "--epochs", help="training epochs of the head"),
+    batch: int = typer.Option(8, "--batch", help="training batch (sequences)"),
+    lr: float = typer.Option(2e-3, "--lr", help="learning rate (AdamW)"),
     feature_weight: float = typer.Option(1.0, "--feature-weight", help="weight of the smooth-L1 feature term"),
     unroll: int = typer.Option(3, "--unroll", help="chain steps trained with the head's own fed-back feature (1 = EAGLE-1 only)"),
     max_train_s: float = typer.Option(600.0, "--max-train-s", help="stop head training after this many CPU seconds (all threads)"),
     distill_steps: int = typer.Option(60, "--distill-steps", help="distil cut4 as the study does (0 = skip)"),
     compare_cut: bool = typer.Option(True, "--compare-cut/--no-compare-cut", help="include cut4 (and its distilled copy)"),
-    model_cache: Path = typer.Option(Path(".cache/models"), "--model-cache"),
+    model_cache: Path = typer.Option(Path(".cache/models"), "--model-cache", help="folder of the prepared models (specsim calibrate prepare-models)"),
     train_threads: int = typer.Option(2, "--train-threads", help="torch threads for greedy targets, training, replay "
                                       "(timing always uses 1); 1 is faster when other jobs load the box"),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", help="problem sampling and training seed"),
 ) -> None:
     """EAGLE-style 1-layer draft head: train on CPU, exact-replay acceptance vs the study's drafts, wall clock."""
     from simulator.errors import InputError
