@@ -214,8 +214,10 @@ def validate_holdout(run_dirs: list[Path], profile: Path, report: Path, bar: flo
     from validate.report import write_report
     from validate.validation import run_validation
 
+    # the profile was fitted on this campaign's own fit runs a moment ago: an implausible value is reported in the
+    # notes (as validate does for the profiles it refits itself), not a reason to stop the campaign
     res = run_validation([str(p) for p in run_dirs], str(profile), "runs:" + ",".join(holdout_names()),
-                         distribution=True, des_requests=400)
+                         distribution=True, des_requests=400, allow_implausible=True)
     write_report(res, report, command, bar, "e2e")
     return res
 
