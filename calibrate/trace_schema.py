@@ -20,12 +20,13 @@ A run directory holds:
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from simulator.errors import InputError
-from simulator.loading import iter_jsonl
+from simulator.loading import non_finite_path
 
 SCHEMA_VERSION = 1
 
@@ -196,6 +197,34 @@ RUN_FIELDS = _fields(
     ("options", "dict", "", "any further engine options (env settings, max_model_len)"),
 )
 
+# The manifest's blocks with keys of their own (every key optional, none other allowed): what
+# ``calibrate.run.hardware.detect_hardware`` and ``calibrate.run.serve_bench.hardware_fingerprint`` detect, and what the
+# runners record of their sampling. ``models`` is role -> an object (the engine's own description of the model, whose keys
+# differ by engine) and ``options`` is open on purpose: docs/validation.md, "Loader gaps kept on purpose".
+HARDWARE_FIELDS = _fields(
+    ("cpu_model", "str", "", "CPU model name (/proc/cpuinfo)", False, True),
+    ("cpu_count", "int", "", "logical CPUs", False, True),
+    ("gpu_name", "str", "", "name of GPU 0 ('' without one)", False, True),
+    ("gpu_count", "int", "", "visible GPUs", False, True),
+    ("gpu_memory_gib", "float", "GiB", "memory of GPU 0 (0 without one)", False, True),
+    ("device", "str", "", "cpu | cuda", False, True),
+    ("machine", "str", "", "platform.machine(), e.g. x86_64", False, True),
+    ("kernel", "str", "", "platform.release()", False, True),
+    ("cpu_flags", "list[str]", "", "the CPU's AVX2 / AVX-512 / AMX flags", False, True),
+    ("memory_gib", "float", "GiB", "host memory (MemTotal)", False, True),
+)
+
+SAMPLING_FIELDS = _fields(
+    ("temperature", "float", "", "sampling temperature (0: greedy)", False, True),
+    ("top_p", "float", "", "nucleus sampling mass", False, True),
+    ("step_max_tokens", "int", "tokens", "most tokens of one reasoning step", False, True),
+    ("stop", "list[str]", "", "stop strings of a step", False, True),
+    ("ignore_eos", "bool", "", "generation runs past EOS (serving runs: fixed output lengths)", False, True),
+    ("max_tokens", "dict", "tokens", "output-length draw of a request, {dist, min, max} (serving runs)", False, True),
+)
+
+_RUN_BLOCKS = {"hardware": HARDWARE_FIELDS, "sampling": SAMPLING_FIELDS}
+
 _RECORD_FIELDS = {"step": STEP_FIELDS, "request": REQUEST_FIELDS, "microbench": MICROBENCH_FIELDS,
                   "serve_request": SERVE_REQUEST_FIELDS, "serve_step": SERVE_STEP_FIELDS,
                   "serve_call": SERVE_CALL_FIELDS}
@@ -223,7 +252,36 @@ def _check_value(f: Field, v: Any) -> str | None:
         inner = {"list[int]": int, "list[float]": (int, float), "list[str]": str}[f.type]
         if not all(isinstance(x, inner) and not isinstance(x, bool) for x in v):
             return f"expected {f.type}"
+    # json.loads reads NaN, Infinity and 1e999 as floats: a typed number of a trace is a finite one
+    if isinstance(v, float) and not math.isfinite(v) or \
+            f.type.startswith("list[") and any(isinstance(x, float) and not math.isfinite(x) for x in v):
+        return f"must be a finite number (got {v!r})"
     return None
+
+
+def _check_block(block: Any, fields: dict[str, Field], where: str, name: str) -> None:
+    """A manifest block with keys of its own (:data:`HARDWARE_FIELDS`, :data:`SAMPLING_FIELDS`): unknown keys and
+    wrong types are errors naming ``name.key``."""
+    for k, v in block.items():
+        f = fields.get(k)
+        if f is None:
+            raise InputError(where, f"{name}.{k}", f"unknown field (known: {', '.join(fields)})")
+        err = _check_value(f, v)
+        if err:
+            raise InputError(where, f"{name}.{k}", err)
+
+
+def _check_run_blocks(rec: dict, where: str) -> None:
+    """The manifest past its top-level fields: every number finite (the open blocks included), hardware and sampling
+    closed, each model an object."""
+    bad = non_finite_path(rec)
+    if bad:
+        raise InputError(where, bad, "must be a finite number (NaN / Infinity are not measurements)")
+    for name, fields in _RUN_BLOCKS.items():
+        _check_block(rec[name], fields, where, name)
+    for role, desc in rec["models"].items():
+        if not isinstance(desc, dict):
+            raise InputError(where, f"models.{role}", f"expected an object describing the model, got {type(desc).__name__}")
 
 
 def check_record(rec: Any, fields: dict[str, Field], file: str, line: int | None = None) -> dict:
@@ -245,7 +303,35 @@ def check_record(rec: Any, fields: dict[str, Field], file: str, line: int | None
             raise InputError(where, name, err)
     if rec["schema_version"] != SCHEMA_VERSION:
         raise InputError(where, "schema_version", f"unsupported version {rec['schema_version']} (expected {SCHEMA_VERSION})")
+    if fields is RUN_FIELDS:
+        _check_run_blocks(rec, where)
     return rec
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict:
+    out: dict = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateKey(k)
+        out[k] = v
+    return out
+
+
+def _loads_json(text: str, where: str) -> Any:
+    """``json.loads`` refusing an object that repeats a key (json keeps the last one without a word): an
+    :class:`InputError` at ``where`` naming the key; bad JSON is ``not valid JSON (...)`` there."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique_object)
+    except _DuplicateKey as e:
+        raise InputError(where, e.key, "duplicate key (JSON would keep only the last value)") from None
+    except json.JSONDecodeError as e:
+        raise InputError(where, None, f"not valid JSON ({e.msg})") from None
 
 
 def record_file(run_dir: str | Path, name: str) -> Path | None:
@@ -279,7 +365,10 @@ def check_jsonl(path: str | Path, kind: str) -> list[dict]:
     path = Path(path)
     fields = _RECORD_FIELDS[kind]
     out = []
-    for i, rec in iter_jsonl(jsonl_lines(path), str(path)):
+    for i, raw in enumerate(jsonl_lines(path), start=1):
+        if not raw.strip():
+            continue
+        rec = _loads_json(raw, f"{path}:{i}")
         check_record(rec, fields, str(path), i)
         if rec["kind"] != kind:
             raise InputError(f"{path}:{i}", "kind", f"expected {kind!r}, got {rec['kind']!r}")
@@ -294,9 +383,12 @@ def check_run_dir(run_dir: str | Path) -> dict[str, list[dict]]:
     if not manifest.is_file():
         raise InputError(str(run_dir), "run.json", "missing manifest (not a run directory)")
     try:
-        meta = json.loads(manifest.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise InputError(str(manifest), None, f"not valid JSON ({e.msg})") from None
+        text = manifest.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(str(manifest), None, f"not UTF-8 text (byte {e.start}): not a run manifest") from None
+    except OSError as e:
+        raise InputError(str(manifest), None, f"cannot read ({type(e).__name__}: {e})") from None
+    meta = _loads_json(text, str(manifest))
     check_record(meta, RUN_FIELDS, str(manifest))
     out: dict[str, list[dict]] = {"run": [meta]}
     for kind, name in (("step", "steps.jsonl"), ("request", "requests.jsonl"), ("microbench", "microbench.jsonl"),
