@@ -16,7 +16,7 @@ def prepare_models_cmd(
     draft_layers: int = typer.Option(6, help="layers of the draft cut from SmolLM2-135M"),
 ) -> None:
     """Convert the PyPI GGUF models into HF folders in the model cache (once) and cut the default draft."""
-    from calibrate.model_cache import GEMMA3, SMOLLM2, prepare_models
+    from calibrate.run.model_cache import GEMMA3, SMOLLM2, prepare_models
 
     models = (SMOLLM2, GEMMA3) if gemma else (SMOLLM2,)
     for name, path in prepare_models(cache, models, draft_layers).items():
@@ -30,7 +30,7 @@ def cut_draft_cmd(
     out: Path = typer.Option(..., help="output folder"),
 ) -> None:
     """Cut a draft model: first LAYERS decoder layers + final norm + LM head, same tokenizer."""
-    from calibrate.model_cache import cut_draft
+    from calibrate.run.model_cache import cut_draft
 
     typer.echo(str(cut_draft(model, layers, out)))
 
@@ -62,15 +62,15 @@ def run_cmd(
     out: Path = typer.Option(..., help="run directory (resumed if it exists)"),
 ) -> None:
     """Run one system over a dataset slice, writing a resumable trace directory."""
-    from calibrate.engine import Sampling
-    from calibrate.orchestrator import RunConfig
-    from calibrate.progress import RunProgress
-    from calibrate.runner import EngineSpec, run_system
+    from calibrate.run.engine import Sampling
+    from calibrate.run.orchestrator import RunConfig
+    from calibrate.run.progress import RunProgress
+    from calibrate.run.runner import EngineSpec, run_system
     from simulator.errors import InputError
 
     if warmup < 0:
         raise InputError(None, "--warmup", f"must be >= 0 (got {warmup})")
-    from calibrate.model_cache import resolve_model_arg
+    from calibrate.run.model_cache import resolve_model_arg
 
     # arch:NAME anywhere means random weights for every engine of the run (one --dummy for all of them)
     (base, d1), (small, d2), (draft, d3) = (resolve_model_arg(m, dummy, o) for m, o in
@@ -106,7 +106,7 @@ def microbench_cmd(
     out: Path = typer.Option(..., help="run directory"),
 ) -> None:
     """Time decode, prefill, scoring, draft and verify ops into OUT/microbench.jsonl."""
-    from calibrate.microbench import MicrobenchPlan, run_microbench
+    from calibrate.run.microbench import MicrobenchPlan, run_microbench
 
     ints = lambda s: [int(x) for x in s.split(",") if x.strip()]  # noqa: E731
     plan = MicrobenchPlan(contexts=ints(contexts), batches=ints(batches), new_tokens=ints(new_tokens),
@@ -155,7 +155,7 @@ def static_bench_cmd(
     max_seconds: float = typer.Option(0, help="skip the points left after this many seconds (0: no limit)"),
 ) -> None:
     """Static-KV-cache (+ CUDA-graph) torch microbenchmark, with achieved bandwidth per decode point."""
-    from calibrate.static_bench import StaticPlan, run_static_bench
+    from calibrate.run.static_bench import StaticPlan, run_static_bench
 
     plan = StaticPlan(contexts=_ints(contexts, "--contexts"), batches=_ints(batches, "--batches"),
                       new_tokens=_ints(new_tokens, "--new-tokens"),
@@ -166,27 +166,27 @@ def static_bench_cmd(
 
 
 # vllm serve + vllm bench serve (issue 28): serve-bench, import-bench-serve
-from calibrate.serve_bench import register as _register_serve_bench  # noqa: E402
+from calibrate.run.serve_bench import register as _register_serve_bench  # noqa: E402
 
 _register_serve_bench(app)
-from calibrate.serve_specreason import register as _register_serve_specreason  # noqa: E402
+from calibrate.run.serve_specreason import register as _register_serve_specreason  # noqa: E402
 
 _register_serve_specreason(app)
 
 
 # GPU kernel profiles (issue 13): import-vidur, import-aiconfigurator, fit-gpu, validate-gpu
-from calibrate.gpu_profiles.cli import register as _register_gpu_profiles  # noqa: E402
+from calibrate.fit.gpu_profiles.cli import register as _register_gpu_profiles  # noqa: E402
 
 _register_gpu_profiles(app)
 
 
-# Workload mixtures over problems (issue 12): import-aggregates, fit-mixture, validate-mixture
+# Workload mixtures over problems (issue 12): import-aggregates, fit-mixture (validate-mixture: validate/mixture.py)
 @app.command("import-aggregates")
 def import_aggregates_cmd(
     path: Path = typer.Argument(..., help="per-problem aggregates JSON (SpecReason experiment_summary layout)"),
 ) -> None:
     """Read per-problem aggregates (validated) and print what they pin per problem and the machine speed they imply."""
-    from calibrate.fit_mixture import load_aggregates, machine_speed
+    from calibrate.fit.fit_mixture import load_aggregates, machine_speed
 
     aggs = load_aggregates(path)
     speed = {r["problem"]: r for r in machine_speed(aggs)}
@@ -208,7 +208,7 @@ def fit_mixture_cmd(
     date: str = typer.Option(None, help="provenance date (default: today)"),
 ) -> None:
     """Fit a workload mixture over problems: shapes from the per-step runs, per-problem levels from the aggregates."""
-    from calibrate.fit_mixture import AGGREGATES, DATA_DIR, fit_mixture, load_aggregates, mixture_to_yaml, shared_profile
+    from calibrate.fit.fit_mixture import AGGREGATES, DATA_DIR, fit_mixture, load_aggregates, mixture_to_yaml, shared_profile
     from simulator.loading import write_atomic
 
     aggs = load_aggregates(aggregates or AGGREGATES)
@@ -216,20 +216,6 @@ def fit_mixture_cmd(
     names = [p.strip() for p in problems.split(",") if p.strip()] or None
     prof = fit_mixture(aggs, shared, sigma, problems=names, date=date)
     typer.echo(f"wrote {write_atomic(out, mixture_to_yaml(prof))} ({len(prof.problems)} problems)")
-
-
-@app.command("validate-mixture")
-def validate_mixture_cmd(
-    out: Path = typer.Option(..., help="report folder (report.md, folds.csv, summary.csv), e.g. out/mixture-validation"),
-    aggregates: Path = typer.Option(None, help="per-problem aggregates JSON (default: the shared AIME traces')"),
-    data: Path = typer.Option(None, help="per-step SpecReason traces (default: the shared ones)"),
-) -> None:
-    """Leave-one-problem-out validation of the workload mixture (~3 min): tokens, kept share, latency per held-out problem."""
-    from validate.mixture import run
-
-    typer.echo(f"leave-one-problem-out: fitting one mixture per held-out problem, writing {out} ...")
-    _, _, text = run(out, aggregates, data)
-    typer.echo(text)
 
 
 @app.command("fit-acceptance")
@@ -250,7 +236,7 @@ def fit_acceptance_cmd(
 
     Every input is checked first (rates in [0, 1], non-increasing, gamma entries, drafts >= 1); --out is written
     only after that, atomically."""
-    from calibrate.fit_acceptance import acceptance_yaml, evaluate, fit, load, report
+    from calibrate.fit.fit_acceptance import acceptance_yaml, evaluate, fit, load, report
     from simulator.loading import write_atomic
 
     data, src = load(runs, study, draft, metrics, metrics_before, _label_pairs(metrics_label), log)
@@ -271,8 +257,8 @@ def spec_metrics_cmd(
     out: Path = typer.Option(None, help="write the measured a_1..a_gamma as a scenario's draft.acceptance (YAML)"),
 ) -> None:
     """Per-position acceptance a_i = P(first i drafts accepted) a vLLM server measured (/metrics or its logs)."""
-    from calibrate.fit_acceptance import load
-    from calibrate.spec_metrics import measured_yaml, summary
+    from calibrate.fit.fit_acceptance import load, measured_yaml
+    from calibrate.spec_metrics import summary
     from simulator.errors import InputError
     from simulator.loading import write_atomic
 

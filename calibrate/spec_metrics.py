@@ -11,7 +11,7 @@ accepted and
 
     a_i = P(first i drafts accepted) = accepted_per_pos[position = i-1] / num_drafts,   i = 1..k,
 
-the cumulative (non-increasing) acceptance ``calibrate.fit_acceptance`` fits; it is vLLM's own "Per-position
+the cumulative (non-increasing) acceptance ``calibrate.fit.fit_acceptance`` fits; it is vLLM's own "Per-position
 acceptance rate" (``np.sum(pos_matrix, axis=0) / num_drafts``) and the PromQL in ``SpecDecodingProm``'s docstring.
 gamma = k = the number of ``position`` labels (``num_speculative_tokens``). A draft shorter than k (n-gram lookup
 can propose fewer) counts as rejected beyond its end, as vLLM counts it.
@@ -37,7 +37,7 @@ Inputs:
   (draft models, EAGLE, MTP; checked against the logged mean acceptance length 1 + Accepted / drafts), else
   Accepted / (mean acceptance length - 1) (short n-gram drafts; the length is logged to 2 decimals).
 
-Every measurement then passes ``calibrate.fit_acceptance.check_measurement`` (rates in [0, 1], non-increasing,
+Every measurement then passes ``check_measurement`` (below) (rates in [0, 1], non-increasing,
 k entries, drafts >= 1, finite): one rule set for every input.
 """
 
@@ -45,10 +45,72 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
+from numbers import Real
 from pathlib import Path
 
-from calibrate.fit_acceptance import Data, Measurement, check_measurement, pool
+import numpy as np
+
 from simulator.errors import InputError
+
+Data = dict[int, tuple[np.ndarray, int]]  # {gamma: (a_1..a_gamma, drafts)}
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One acceptance measurement as an input states it, not yet checked: a_1..a_gamma over ``n`` drafts.
+
+    ``*_field`` name where each number came from, for the error line ``FILE: FIELD: expected (got ...)``."""
+
+    file: str
+    gamma: object
+    a: object
+    n: object
+    gamma_field: str
+    a_field: str
+    n_field: str
+
+
+def _number(x) -> bool:
+    return isinstance(x, Real) and not isinstance(x, bool)
+
+
+def check_measurement(m: Measurement) -> tuple[int, np.ndarray, int]:
+    """(gamma, a, drafts) of a measurement that keeps every rule; else the first broken rule as an InputError.
+
+    The one place the acceptance rules live, for every input path (study, run directories, /metrics, logs)."""
+    if not (_number(m.gamma) and float(m.gamma).is_integer() and m.gamma >= 1):
+        raise InputError(m.file, m.gamma_field, f"gamma must be a whole number >= 1 (got {m.gamma!r})")
+    gamma = int(m.gamma)
+    if not (_number(m.n) and math.isfinite(m.n) and float(m.n).is_integer() and m.n >= 1):
+        raise InputError(m.file, m.n_field, f"drafts (verify iterations) must be a whole number >= 1 (got {m.n!r})")
+    if not (isinstance(m.a, (list, tuple, np.ndarray)) and all(_number(x) for x in m.a)):
+        raise InputError(m.file, m.a_field, f"expected a list of numbers a_1..a_{gamma} (got {m.a!r})")
+    a = [float(x) for x in m.a]
+    if len(a) != gamma:
+        raise InputError(m.file, m.a_field, f"expected gamma = {gamma} entries a_1..a_{gamma} (got {len(a)})")
+    for i, x in enumerate(a, start=1):
+        if not math.isfinite(x):
+            raise InputError(m.file, m.a_field, f"a_{i} must be a finite number (got {x})")
+        if not 0.0 <= x <= 1.0:
+            raise InputError(m.file, m.a_field, f"a_{i} = P(first {i} drafts accepted) must lie in [0, 1] (got {x:g})")
+    for i in range(1, gamma):
+        if a[i] > a[i - 1] + 1e-12:
+            raise InputError(m.file, m.a_field, "cumulative acceptance must not increase with position, "
+                             f"a_{i} >= a_{i + 1} (got a_{i} = {a[i - 1]:g} < a_{i + 1} = {a[i]:g})")
+    return gamma, np.asarray(a), int(m.n)
+
+
+def pool(measurements) -> Data:
+    """{gamma: (a, drafts)}: every measurement checked, those of one gamma pooled (a weighted by drafts)."""
+    sums: dict[int, list] = {}
+    for m in measurements:
+        g, a, n = check_measurement(m)
+        cur = sums.setdefault(g, [np.zeros(g), 0])
+        cur[0] += n * a
+        cur[1] += n
+    return {g: (s / n, n) for g, (s, n) in sorted(sums.items())}
+
 
 PREFIX = "vllm:spec_decode_"
 DRAFTS, DRAFT_TOKENS, ACCEPTED, PER_POS = (f"{PREFIX}num_{n}" for n in
@@ -266,17 +328,3 @@ def summary(data: Data) -> str:
     """One line per gamma: drafts, a_1..a_gamma and the acceptance length E[M] = 1 + sum a_i."""
     return "\n".join(f"gamma {g}: {n} drafts, a = " + ", ".join(f"{x:.4f}" for x in a)
                      + f", acceptance length E[M] = {1 + a.sum():.3f}" for g, (a, n) in data.items())
-
-
-def measured_yaml(data: Data, gamma: int | None, source: str) -> str:
-    """The measured a_1..a_gamma as a scenario's ``draft.acceptance`` (kind: measured)."""
-    from calibrate.fit_acceptance import draft_acceptance_yaml
-
-    if gamma is None and len(data) > 1:
-        raise InputError(None, "--gamma", f"several gammas measured ({', '.join(map(str, data))}): choose one")
-    g = gamma if gamma is not None else next(iter(data))
-    if g not in data:
-        raise InputError(None, "--gamma", f"no measurement at gamma {g} (have {', '.join(map(str, data))})")
-    a, n = data[g]
-    return draft_acceptance_yaml(a, "measured", f"{source} (gamma {g}, {n} drafts)",
-                                 f"per-position acceptance measured by vLLM at gamma {g} (`specsim calibrate spec-metrics`)")

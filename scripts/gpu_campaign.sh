@@ -13,7 +13,7 @@
 #   4. bash scripts/gpu_campaign.sh ops "$OUT"
 #   5. bash scripts/gpu_campaign.sh steps reports/gpu-campaign-h200/plan.json "$OUT"           (~40 s; torch only, no setup)
 #      engine steps under CUDA graphs (issue 31): decode batch 1-256 x context 1k-16k, verification k+1 = 2..9, a draft
-#      head; the plan and the model's predictions are made here first (python -m calibrate.gpu_step_plan plan / predict)
+#      head; the plan and the model's predictions are made here first (python -m calibrate.fit.gpu_step_plan plan / predict)
 # then here: put every returned tarball in one folder RES and run `scripts/gpu_campaign.sh analyze RES`.
 #   scripts/gpu_campaign.sh static OUT [--tiny]          # static-KV-cache + CUDA-graph bench of three architectures
 #   scripts/gpu_campaign.sh ops OUT [--tiny]             # per-layer op timings in Vidur's layout (two Vidur shapes)
@@ -93,7 +93,7 @@ case "$cmd" in
       opts=(--tokens 1,16 --tp 1,2 --repeats 3 --dtype float32 --device cpu)
     fi
     for m in $models; do
-      py calibrate.op_bench --model "$m" --out "$OUT/work/vidur-ours" "${opts[@]}"
+      py calibrate.run.op_bench --model "$m" --out "$OUT/work/vidur-ours" "${opts[@]}"
     done
     tar -czf "$OUT/ops.tar.gz" -C "$OUT/work" vidur-ours
     ls -la "$OUT"
@@ -146,7 +146,7 @@ JSONL
   steps)
     PLAN="${1:?usage: $0 steps PLAN OUT}"
     OUT="$(absdir "${2:?usage: $0 steps PLAN OUT}")"
-    "$PY" "$ROOT/calibrate/gpu_step_bench.py" "$PLAN" "$OUT"
+    "$PY" "$ROOT/calibrate/run/gpu_step_bench.py" "$PLAN" "$OUT"
     ;;
   analyze)
     # Here, on the CPU, after the device runs: RES holds the tarballs the stages returned. Writes RES/analysis/.

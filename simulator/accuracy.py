@@ -23,12 +23,12 @@ minus ``margin``) or absolute. A configuration *meets* the floor when the lower 
 interval of (its accuracy - the floor) is >= 0 (shown not worse: non-inferiority), *fails* when the
 upper end is < 0 (shown worse), and is *unknown* otherwise (no data, or inconclusive).
 
-Build the shipped profiles (``python -m calibrate.accuracy_profile --help``; the run directories are read
+Build the shipped profiles (``python -m calibrate.fit.accuracy_profile --help``; the run directories are read
 there and handed here as :class:`GradedRun`)::
 
-    .venv/bin/python -m calibrate.accuracy_profile aggregates ../shared/data/specreason-aime-traces/per-problem-aggregates.json \\
+    .venv/bin/python -m calibrate.fit.accuracy_profile aggregates ../shared/data/specreason-aime-traces/per-problem-aggregates.json \\
         --workload aime_qwq32b_r1-1.5b --out simulator/profiles/accuracy_aime_qwq32b_r1-1.5b.yaml
-    .venv/bin/python -m calibrate.accuracy_profile runs reports/cpu-workload/runs/* \\
+    .venv/bin/python -m calibrate.fit.accuracy_profile runs reports/cpu-workload/runs/* \\
         --workload cpu_gsm_smollm2 --out simulator/profiles/accuracy_cpu_gsm_smollm2.yaml
 """
 
@@ -348,7 +348,7 @@ def from_aggregates(path: str | Path, workload) -> AccuracyProfile:
 
 @dataclass(frozen=True)
 class GradedRun:
-    """One run's graded answers as plain data (``calibrate/accuracy_profile.py`` reads run directories
+    """One run's graded answers as plain data (``calibrate/fit/accuracy_profile.py`` reads run directories
     into these): its source (the run directory; its name names the group), system, run metadata
     (``run.json``: ``budget_tokens``, ``threshold``, ``gamma``, ``first_n``, ``dataset``, ``sampling``) and
     the count of correct answers among its graded requests (``graded`` 0: no graded answers)."""
@@ -394,7 +394,7 @@ def from_graded_runs(runs: list[GradedRun], workload) -> AccuracyProfile:
         "name": f"accuracy_{workload.name}", "dataset": workload.dataset, "base_model": workload.base_model,
         "small_model": workload.small_model, "token_budget": workload.token_budget,
         "provenance": {"kind": "measured", "source": ", ".join(used),
-                       "method": "runner's graded answers (requests.jsonl `correct`, calibrate/answer.py: numeric compare); "
+                       "method": "runner's graded answers (requests.jsonl `correct`, calibrate/run/answer.py: numeric compare); "
                                  "one group per run; Jeffreys beta per group" + (f"; not used: {'; '.join(skipped)}" if skipped else "")},
         "entries": list(entries.values()),
     })

@@ -11,7 +11,7 @@ speculative iteration r. Every term is a look-up in :class:`~simulator.cost_tabl
 model evaluated once per context length, block prefix caching applied in ``CostTables.prefill``).
 
 Users: the single-request DES (sampled calls, ``simulator.des``) and calibration / validation
-(measured calls, ``calibrate.fit_cost.CallPredictor``). The serving simulator times whole engine
+(measured calls, ``calibrate.fit.fit_cost.CallPredictor``). The serving simulator times whole engine
 *passes* of a batch instead (``simulator.serving.pass_cost``, equal to ``Deployment.batch_forward_time``
 by test); the analytic engine sums the same tables in expectation (``simulator.analytic``).
 """

@@ -181,11 +181,6 @@ def show(what: str = typer.Argument(..., metavar="SCENARIO_OR_PROFILE",
 
 
 _PROFILE_KINDS = ("cost", "gpu", "workload", "accuracy")  # simulator/profiles/KIND_NAME.yaml (specsim list profiles)
-# The physical maximum of the fitted fractions (an efficiency above 1 beats the datasheet peak). The same table as
-# calibrate.fit.fit_cost.PHYSICAL_MAX, which simulator/ cannot import (tests/simulator/test_layering.py); a test keeps
-# the two equal. A value above it is shown `rejected` whatever kind the file gives it (profiles written before kinds
-# were checked call an efficiency of 2.1 calibrated).
-_PHYSICAL_MAX = {"mem_efficiency": 1.0, "compute_efficiency": 1.0, "kv_mem_efficiency": 1.0}
 _KIND_MEANING = ("calibrated: fitted on measured runs; prior: an engineering figure, not fitted; datasheet: from the "
                  "hardware's datasheet;", "transferred: from other profiled hardware; rejected: fitted outside its "
                  "physical range, not a calibration (specsim validate refuses it without --allow-implausible)")
@@ -269,9 +264,11 @@ def _kind_lines(title: str, doc: dict) -> list[str]:
                 "(provenance.method says which figures are fitted and which are priors)"]
     width = max(len(n) for n in params)
     out = [f"# {title}: each parameter's kind", f"#   {'parameter':<{width}}  {'value':>12}  {'kind':<11}  stderr"]
+    from simulator.cost_model import PHYSICAL_MAX
+
     for n, v in params.items():
         kind, note = str(v["kind"]), ""
-        hi = _PHYSICAL_MAX.get(n)
+        hi = PHYSICAL_MAX.get(n)
         val = v["value"]
         if hi is not None and isinstance(val, (int, float)) and val > hi and kind != "rejected":
             kind, note = "rejected", f"  (written as {v['kind']}: {val:.4g} > {hi:g}, its physical maximum)"

@@ -51,7 +51,7 @@ class Param(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     value: float = Field(ge=0)
-    # rejected: fitted outside its physical range (calibrate.fit_cost.PHYSICAL_MAX); never "calibrated"
+    # rejected: fitted outside its physical range (PHYSICAL_MAX, below); never "calibrated"
     kind: Literal["datasheet", "prior", "calibrated", "transferred", "rejected"] = "prior"
     source: str = "prior"
     stderr: float | None = None
@@ -162,6 +162,27 @@ class CostParams:
         if role != "draft" or self.draft_step_overhead_s is None:
             return self
         return replace(self, step_overhead_s=self.draft_step_overhead_s, seq_overhead_s=0.0)
+
+
+# Physical range of the fractions the fit estimates: an efficiency above 1 would beat the datasheet's peak, which no
+# engine does. A fitted value outside it is never "calibrated" (``kind: rejected``, :func:`implausible`); the fit's BOUNDS
+# (calibrate.fit.fit_cost) are wider on purpose: an efficiency > 1 is the fit's way of saying the assumed hardware or model is wrong.
+PHYSICAL_MAX = {"mem_efficiency": 1.0, "compute_efficiency": 1.0, "kv_mem_efficiency": 1.0}
+
+
+def implausible(profile: CostProfile) -> dict[str, str]:
+    """Parameters of ``profile`` outside their physical range or marked ``rejected``: name -> why (empty: none).
+    Whatever their kind: a profile written before kinds were checked may call an efficiency of 2.1 calibrated."""
+    out = {}
+    for n, hi in PHYSICAL_MAX.items():
+        p = getattr(profile, n, None)
+        if p is None:
+            continue
+        if p.value > hi:
+            out[n] = f"{p.value:.4g} > {hi:g} (physical maximum; kind {p.kind})"
+        elif p.kind == "rejected":
+            out[n] = f"kind rejected ({p.source})"
+    return out
 
 
 def soft_roofline(t_mem, t_comp, p: float):

@@ -17,7 +17,7 @@ admission read it.
 
 ``step_calls``: vanilla-base, vanilla-small and specdecode generate the chain step by step
 (one engine call per reasoning step, stopped at a blank line, re-sending the cached chain;
-then one answer call), as the real runner ``calibrate/orchestrator.py`` does. False: one call
+then one answer call), as the real runner ``calibrate/run/orchestrator.py`` does. False: one call
 over the whole chain (tokens capped at the budget).
 """
 

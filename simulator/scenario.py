@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from simulator.catalog import get_hardware, get_model
 from simulator.catalog.models import KvDtype, WeightDtype
 from simulator.cost_model import CostProfile, Deployment, Drafting, expert_parallel_error, prior_profile
+from simulator.setup import Setup
 from simulator.errors import InputError
 from simulator.execution import Execution
 from simulator.loading import load_yaml_model, read_yaml, validate_model
@@ -387,11 +388,8 @@ class ResolvedScenario:
         params = self.cost_profile(hw_name).params(hw)
         sc = self.scenario
         draft_ep = sc.base.ep if self.draft_model.is_moe and not self.drafting.free else 1
-        return {
-            "base": Deployment(self.base_model, hw, tp, params, ep=sc.base.ep),
-            "small": Deployment(self.small_model, hw, tp, params, ep=sc.small.ep),
-            "draft": Deployment(self.draft_model, hw, tp, params.for_role("draft"), drafting=self.drafting, ep=draft_ep),
-        }
+        models = {"base": self.base_model, "small": self.small_model, "draft": self.draft_model}
+        return Setup(hw, tp, models, self.drafting, {"base": sc.base.ep, "small": sc.small.ep, "draft": draft_ep}).deployments(params)
 
     def to_dict(self) -> dict:
         """The scenario with every default filled in (``specsim show``)."""

@@ -2,7 +2,7 @@
 
 The tree: the simulator's own commands (``simulator/cli.py``: whatif, list, show, capacity, report),
 ``validate`` and ``validate-serving`` (``validate/cli.py``, ``validate/serving``), the ``calibrate``
-group (``calibrate/cli.py`` plus ``fit``, ``fit-workload`` from ``calibrate/fit_cli.py``, ``serve-run``,
+group (``calibrate/cli.py`` plus ``fit``, ``fit-workload`` from ``calibrate/fit/fit_cli.py``, ``serve-run``,
 ``serve-systems``) and the ``study`` group (``calibrate/study/cli.py``). The groups from ``calibrate`` and
 ``validate`` are registered on first use (:func:`ensure_registered`); their modules import heavy
 engines lazily, inside the commands.
@@ -61,8 +61,8 @@ def _register_subapps() -> None:
     from calibrate.cli import app as calibrate_app
 
     app.add_typer(calibrate_app, name="calibrate", help="Run the real systems, microbenchmark, fit profiles.")
-    # calibrate fit + validate (calibrate/fit_cli.py, validate/cli.py); both import heavy parts lazily
-    from calibrate.fit_cli import register as _register_fit
+    # calibrate fit + validate (calibrate/fit/fit_cli.py, validate/cli.py); both import heavy parts lazily
+    from calibrate.fit.fit_cli import register as _register_fit
     from validate.cli import register as _register_validate
 
     _register_fit(calibrate_app)
@@ -72,16 +72,19 @@ def _register_subapps() -> None:
 
     app.add_typer(study_app, name="study", help="Speculative decoding study on real small models (torch, CPU) "
                   "against the simulator's predictions.")
-    # calibrate serve-run + validate-serving (calibrate/serving_run.py, validate/serving): concurrent requests
-    from calibrate.serving_run import register as _register_serve_run
+    # calibrate serve-run + validate-serving (calibrate/run/serving_run.py, validate/serving): concurrent requests
+    from calibrate.run.serving_run import register as _register_serve_run
     from validate.serving import register as _register_validate_serving
 
     _register_serve_run(calibrate_app)
     _register_validate_serving(_validate_commands)
-    from calibrate.serving_systems import register as _register_serve_systems
+    from calibrate.run.serving_systems import register as _register_serve_systems
 
     _register_serve_systems(calibrate_app)
     from validate.capacity import register as _register_validate_capacity
+    from validate.mixture import register as _register_validate_mixture
+
+    _register_validate_mixture(calibrate_app)
 
     _register_validate_capacity(_validate_commands)
     for typer_app, name, what in (
@@ -115,7 +118,7 @@ def _announce_when_long(typer_app: typer.Typer, name: str, what: str) -> None:
 
 
 def ensure_registered() -> None:
-    """Register the sub-command groups once (also for ``python -m calibrate``)."""
+    """Register the sub-command groups once."""
     global _registered
     if not _registered:
         _register_subapps()
@@ -244,16 +247,6 @@ def main(argv: list[str] | None = None) -> int:
     _hide_flag_types()
     ensure_registered()
     return run_app(app, argv, "specsim")
-
-
-def calibrate_main(argv: list[str] | None = None) -> int:
-    """``python -m calibrate``: the ``specsim calibrate`` group alone, same error contract."""
-    from calibrate.cli import app as calibrate_app
-
-    argv = quiet_engines(argv)
-    _hide_flag_types()
-    ensure_registered()  # fit, fit-workload, serve-run, ... are added to the calibrate group there
-    return run_app(calibrate_app, argv, "specsim calibrate")
 
 
 if __name__ == "__main__":

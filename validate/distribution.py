@@ -35,10 +35,10 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from calibrate.fit_cost import Setup
-from calibrate.measured import MeasuredSet
+from simulator.setup import Setup
+from calibrate.fit.measured import MeasuredSet
 from simulator.analytic import predict as analytic_predict
-from simulator.cost_model import CostProfile, Deployment
+from simulator.cost_model import CostProfile
 from simulator.cost_tables import CostTables
 from simulator.execution import Execution
 from simulator.des import simulate
@@ -108,7 +108,7 @@ def predict_config(cfg: SystemConfig, workload: WorkloadProfile, profile: CostPr
     ``execution``: how the measured runs executed (calls per step, prefix-cache block), default the
     simulator's one-call, token-exact caching."""
     params = profile.params(setup.hardware)
-    dep = {r: Deployment(m, setup.hardware, setup.tp, params.for_role(r)) for r, m in setup.models.items()}
+    dep = setup.deployments(params)
     tables = CostTables(dep["base"], dep["small"], dep["draft"], workload, cfg.gamma, execution=execution or Execution())
     # the analytic engine over the whole workload: a mixture's expectation over its problems (the DES below samples
     # the same mixture), never its first / base problem alone
@@ -154,7 +154,7 @@ def predict_distribution(ms: MeasuredSet, workload: WorkloadProfile, profile: Co
 
 def execution_of(ms: MeasuredSet, request_row) -> Execution:
     """The measured run's execution semantics: the runner's run directories record (or reveal) them
-    (``calibrate.run_directory.execution_of_run``: a call per step, vLLM's prefix-cache block); other
+    (``calibrate.run.run_directory.execution_of_run``: a call per step, vLLM's prefix-cache block); other
     inputs (the SpecReason reference traces) get the simulator's default."""
     src = request_row.get("source") if hasattr(request_row, "get") else None
     if ms.kind != "run_dir" or not src:
@@ -164,7 +164,7 @@ def execution_of(ms: MeasuredSet, request_row) -> Execution:
 
 @lru_cache(maxsize=256)
 def _run_execution(run_dir: str) -> Execution:
-    from calibrate.run_directory import execution_of_run
+    from calibrate.run.run_directory import execution_of_run
 
     e = execution_of_run(run_dir)
     return Execution(prefix_cache_block=e["prefix_cache_block"], step_calls=e["step_calls"])

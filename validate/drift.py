@@ -226,8 +226,8 @@ def aggregate_speed_factors(aggregates: str | Path | dict, profile, setup, promp
     scoring calls and ``rejected_steps`` base calls of the mean base step, each at the mean context
     (half the run's tokens), and predicted with the profile; factor = measured / predicted time per kind.
     No interval: the aggregates hold no spread."""
-    from calibrate.fit_cost import CallPredictor
-    from calibrate.measured import CALL_COLUMNS
+    from calibrate.fit.fit_cost import CallPredictor
+    from calibrate.fit.measured import CALL_COLUMNS
 
     data = aggregates if isinstance(aggregates, dict) else json.loads(Path(aggregates).read_text(encoding="utf-8"))
     params = profile.params(setup.hardware)
@@ -258,8 +258,8 @@ def aggregate_speed_factors(aggregates: str | Path | dict, profile, setup, promp
 def method_check(traces: str, profile, setup) -> pd.DataFrame:
     """Per run of the per-step ``traces`` and call kind: the aggregate method's factor (the run reduced to
     its totals) against the per-call factor (median over its calls); ``error`` = their ratio - 1."""
-    from calibrate.measured import load_measured
-    from calibrate.import_specreason import import_specreason
+    from calibrate.fit.measured import load_measured
+    from calibrate.fit.import_specreason import import_specreason
     from validate.replay import replay_calls
 
     trace = import_specreason(traces)
@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import sys
 
-    from calibrate.fit_cost import load_profile
+    from calibrate.fit.fit_cost import load_profile
     from simulator.errors import InputError
     from validate.replay import setup_from_profile
 

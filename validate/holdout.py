@@ -33,8 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
-from calibrate.fit_cost import Setup, build_profile, fit_cost, loro_run_offsets, run_hashes_of
-from calibrate.measured import MeasuredSet, _suffix_match, parse_run_rule, resolve_run_names
+from calibrate.fit.fit_cost import build_profile, fit_cost, loro_run_offsets, run_hashes_of
+from simulator.setup import Setup
+from calibrate.fit.measured import MeasuredSet, _suffix_match, parse_run_rule, resolve_run_names
 from simulator.cost_model import CostProfile, prior_profile
 from simulator.errors import InputError
 
@@ -80,7 +81,7 @@ def _is_recorded_run(key: str, recorded: str, inputs: list[str]) -> bool:
 
 def profile_fit_keys(ms: MeasuredSet, profile: CostProfile) -> tuple[list[str], list[str]]:
     """(the profile's fit runs, each as the input run key it names where it is among the inputs --
-    also when the profile recorded a shorter or longer path, ``calibrate.fit_cost.resolve_run_names`` --
+    also when the profile recorded a shorter or longer path, ``calibrate.fit.fit_cost.resolve_run_names`` --
     else as recorded; the ones among the inputs). A recorded run matching several inputs is an error.
     A run recorded by folder name only is matched to its recorded input path (``_is_recorded_run``)."""
     inputs = [str(p).strip().rstrip("/") for p in (profile.fit or {}).get("inputs", []) or []]
@@ -92,7 +93,7 @@ def profile_fit_keys(ms: MeasuredSet, profile: CostProfile) -> tuple[list[str], 
 
 
 def _same_content_as_fit_runs(ms: MeasuredSet, profile: CostProfile, fit_runs: list[str]) -> None:
-    """Run identity is content (``calibrate.measured.run_content_hash``), not name: an input run whose requests and
+    """Run identity is content (``calibrate.fit.measured.run_content_hash``), not name: an input run whose requests and
     steps are those of one of the profile's fit runs, under another name or in another file, is that fit run. Where
     its name does not say so, refused (InputError, exit 2): validating it would report in-sample error as held-out."""
     recorded = {h: k for k, h in ((profile.fit or {}).get("run_hashes") or {}).items()}

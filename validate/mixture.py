@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibrate.fit_mixture import THRESHOLD, ProblemAggregate, fit_mixture, load_aggregates, shared_profile
+from calibrate.fit.fit_mixture import THRESHOLD, ProblemAggregate, fit_mixture, load_aggregates, shared_profile
 from simulator.analytic import MixturePredictor, chain_for
 from simulator.systems import SystemConfig
 
@@ -131,7 +131,7 @@ def paper_ratios(workload) -> dict:
 
 
 def run(out: str | Path, aggregates_path=None, data_dir=None) -> tuple[pd.DataFrame, pd.DataFrame, str]:
-    from calibrate.fit_mixture import AGGREGATES, DATA_DIR
+    from calibrate.fit.fit_mixture import AGGREGATES, DATA_DIR
     from simulator.loading import write_atomic
     from simulator.scenario import PROFILES_DIR
     from simulator.workload import load_workload
@@ -167,7 +167,7 @@ def run(out: str | Path, aggregates_path=None, data_dir=None) -> tuple[pd.DataFr
         lines.append(f"| {k} | {ratios_mix[k]:.2f} | {ratios_old[k]:.2f} | {PUBLISHED[k]:.2f} (published) |")
     for k in ("speedup_t7", "kept_share_t7", "kept_share_t3"):
         lines.append(f"| {k} | {ratios_mix[k]:.3g} | {ratios_old[k]:.3g} | - |")
-    from calibrate.fit_mixture import machine_speed
+    from calibrate.fit.fit_mixture import machine_speed
 
     lines += ["", "## What the aggregates' times say about the machine", "",
               "| problem | base s/token | small s/token | scoring s/call |", "|---|---|---|---|"]
@@ -183,3 +183,19 @@ def run(out: str | Path, aggregates_path=None, data_dir=None) -> tuple[pd.DataFr
     write_atomic(out / "summary.csv", summ.to_csv(index=False))
     write_atomic(out / "report.md", text)
     return folds, summ, text
+
+
+def register(calibrate_app) -> None:
+    """Add ``specsim calibrate validate-mixture`` (registered from here: validate sits above calibrate)."""
+    import typer
+
+    @calibrate_app.command("validate-mixture")
+    def validate_mixture_cmd(
+        out: Path = typer.Option(..., help="report folder (report.md, folds.csv, summary.csv), e.g. out/mixture-validation"),
+        aggregates: Path = typer.Option(None, help="per-problem aggregates JSON (default: the shared AIME traces')"),
+        data: Path = typer.Option(None, help="per-step SpecReason traces (default: the shared ones)"),
+    ) -> None:
+        """Leave-one-problem-out validation of the workload mixture (~3 min): tokens, kept share, latency per held-out problem."""
+        typer.echo(f"leave-one-problem-out: fitting one mixture per held-out problem, writing {out} ...")
+        _, _, text = run(out, aggregates, data)
+        typer.echo(text)

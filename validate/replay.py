@@ -42,8 +42,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from calibrate.fit_cost import CallPredictor, Setup
-from calibrate.measured import MeasuredSet
+from calibrate.fit.fit_cost import CallPredictor
+from simulator.setup import Setup
+from calibrate.fit.measured import MeasuredSet
 from simulator.cost_model import CostProfile
 from simulator.errors import InputError
 

@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibrate.fit_cost import Setup, load_profile
-from calibrate.measured import MeasuredSet, load_measured, run_key
+from calibrate.fit.fit_cost import load_profile
+from simulator.setup import Setup
+from calibrate.fit.measured import MeasuredSet, load_measured, run_key
 from simulator.errors import InputError
 from validate.distribution import predict_config, predict_distribution
 from validate.holdout import Fold, check_out_of_sample, fold_test_set, make_folds
@@ -62,7 +63,7 @@ def _fold_workload(ms: MeasuredSet, fold: Fold, workload_path: str | None):
         raise InputError(None, "--holdout", f"fold {fold.name}: held-out run(s) {', '.join(leak)} would be used to "
                                             "refit the workload; in-sample error is not validation")
     if ms.kind == "run_dir":
-        from calibrate.fit_workload_runs import fit_workload_from_runs
+        from calibrate.fit.fit_workload_runs import fit_workload_from_runs
 
         src = ms.requests.drop_duplicates("run_key").set_index("run_key")["source"]
         flt = None
@@ -72,19 +73,19 @@ def _fold_workload(ms: MeasuredSet, fold: Fold, workload_path: str | None):
                 flt.setdefault(src[run], set()).add(str(req).rsplit("/", 1)[-1])
         w = fit_workload_from_runs([src[k] for k in train], date=(fold.profile.fit or {}).get("date"),
                                    requests=flt).profile
-        return w, ("workload refitted per fold on its fit requests (calibrate.fit_workload_runs, empirical, "
+        return w, ("workload refitted per fold on its fit requests (calibrate.fit.fit_workload_runs, empirical, "
                    "request filter)" if flt is not None else
-                   "workload refitted per fold on its fit runs (calibrate.fit_workload_runs, empirical)")
+                   "workload refitted per fold on its fit runs (calibrate.fit.fit_workload_runs, empirical)")
     if ms.trace is None:
         return None, ("the SpecReason trace files ran different thresholds: one workload cannot be refitted over "
                       "them; give --workload (a workload profile fitted on other runs) or validate each threshold apart")
-    from calibrate.fit_workload import fit_workload_from_steps
+    from calibrate.fit.fit_workload import fit_workload_from_steps
 
     # SpecReason traces: one request per run, so a fold's fit requests are exactly its fit runs
     req = ms.trace.requests[ms.trace.requests["run_id"].map(run_key).isin(train)]
     steps = ms.steps[ms.steps["run_id"].map(run_key).isin(train)]
     w = fit_workload_from_steps(steps, req, source=", ".join(ms.inputs), date=(fold.profile.fit or {}).get("date"))
-    return w, "workload refitted per fold on its fit runs (calibrate.fit_workload, finish rule first_answer)"
+    return w, "workload refitted per fold on its fit runs (calibrate.fit.fit_workload, finish rule first_answer)"
 
 
 def _attach_vanilla(d: pd.DataFrame, ms: MeasuredSet, w, profile, setup, des_requests: int, seed: int) -> None:
@@ -179,9 +180,9 @@ def _drop_unusable(rep_df: pd.DataFrame, dist_df: pd.DataFrame | None, call_df: 
 
 
 def check_plausible(profile, where: str | None, field_prefix: str, allow: bool) -> list[str]:
-    """A profile with a parameter outside its physical range (``calibrate.fit_cost.implausible``: an efficiency
+    """A profile with a parameter outside its physical range (``simulator.cost_model.implausible``: an efficiency
     above 1, or ``kind: rejected``) is refused (InputError, exit 2) unless ``allow``; then its notes."""
-    from calibrate.fit_cost import implausible
+    from simulator.cost_model import implausible
 
     bad = implausible(profile)
     if not bad:
@@ -215,7 +216,7 @@ def run_validation(inputs: list[str], profile_path: str, rule: str | None = None
     folds = make_folds(ms, profile, setup, rule)
     for fold in folds:  # folds refitted here (loro, requests:...): never silent, but not refused (no user's profile)
         if fold.profile is not profile:
-            from calibrate.fit_cost import implausible
+            from simulator.cost_model import implausible
 
             bad = implausible(fold.profile)
             if bad:

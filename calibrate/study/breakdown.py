@@ -49,7 +49,7 @@ def _first_word(text: str) -> str:
 def specreason_step_breakdowns(data: Path = DEFAULT_TRACES, threshold: int = 7) -> dict[str, pd.DataFrame]:
     """Low-score (score < threshold) share of the small model's steps by length, position in the
     chain, starting word, and presence of digits / equations. Traces are read in place."""
-    from calibrate.import_specreason import read_records, trace_files
+    from calibrate.fit.import_specreason import read_records, trace_files
 
     recs = [r for f in trace_files(data) for r in read_records(f)]
     d = pd.DataFrame({"score": [r["score"] for r in recs], "tokens": [r["num_output_tokens_small"] for r in recs],

@@ -78,7 +78,7 @@ def draft_head(
         raise InputError(None, "--timed-problems", f"must be <= --problems ({problems})")
     if lr <= 0 or feature_weight < 0 or max_train_s <= 0:
         raise InputError(None, "--lr/--feature-weight/--max-train-s", "need lr > 0, feature weight >= 0, max-train-s > 0")
-    from calibrate.model_cache import SMOLLM2
+    from calibrate.run.model_cache import SMOLLM2
 
     require_model_dir(model_cache / SMOLLM2)
     cfg = {"problems": problems, "max_new_tokens": max_new_tokens, "gammas": g, "timed_problems": timed_problems,

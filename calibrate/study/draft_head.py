@@ -305,8 +305,8 @@ def run_draft_head_study(cfg: dict, out: Path, command: str, log=print) -> dict:
     import transformers
     from transformers import AutoTokenizer
 
-    from calibrate.datasets import INSTRUCTION, load_problems
-    from calibrate.model_cache import SMOLLM2, cut_draft, default_draft_name
+    from calibrate.run.datasets import INSTRUCTION, load_problems
+    from calibrate.run.model_cache import SMOLLM2, cut_draft, default_draft_name
     from calibrate.study import measure
     from calibrate.study.acceptance import (acceptance_length, conditional_acceptance, per_position_acceptance,
                                             replay_greedy, speedup_per_position)
@@ -439,7 +439,7 @@ def timed_interleaved(target_model, head, prompts, max_new, gammas, repeats, eos
 
     from calibrate.study.greedy_spec import (HeadDrafter, HiddenKVState, NgramDrafter, speculative_decode,
                                              vanilla_decode)
-    from calibrate.torch_engine import KVState
+    from calibrate.run.torch_engine import KVState
 
     plain_kv, hid_kv = KVState(target_model), HiddenKVState(target_model)
     drafters = {"head": HeadDrafter(head), "ngram": NgramDrafter()}

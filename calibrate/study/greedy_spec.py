@@ -4,7 +4,7 @@ q = draft, p = target (greedy: both are argmax, so the output equals the target'
 output). Drafters: ``ModelDrafter`` (any causal LM with the target's tokenizer, e.g. a
 layer-truncated cut), ``NgramDrafter`` (prompt lookup, no model) and ``HeadDrafter`` (an EAGLE-style
 head fed the target's features; the target is then a ``HiddenKVState``). KV caches reuse the
-longest common prefix (``calibrate.torch_engine.KVState``). Assumes batch size 1.
+longest common prefix (``calibrate.run.torch_engine.KVState``). Assumes batch size 1.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from calibrate.torch_engine import KVState
+from calibrate.run.torch_engine import KVState
 
 
 @dataclass

@@ -13,7 +13,7 @@ import numpy as np
 from calibrate.study.acceptance import replay_greedy, run_lengths
 from calibrate.study.greedy_spec import ModelDrafter, NgramDrafter, speculative_decode, teacher_forced, vanilla_decode
 from calibrate.study.token_classes import step_offsets, token_class
-from calibrate.torch_engine import KVState
+from calibrate.run.torch_engine import KVState
 
 
 def load_causal_lm(path: Path, dtype: str = "bfloat16"):

@@ -76,7 +76,7 @@ def _sim_layers(draft: str) -> int | None:
 
 
 def _ensure_models(cfg: StudyConfig, log) -> tuple[Path, dict[str, Path]]:
-    from calibrate.model_cache import SMOLLM2, cut_draft, default_draft_name
+    from calibrate.run.model_cache import SMOLLM2, cut_draft, default_draft_name
 
     cache = Path(cfg.model_cache)
     target = cache / SMOLLM2
@@ -99,7 +99,7 @@ def run_study(cfg: StudyConfig, out: Path, command: str, log=print) -> dict:
     import torch
     from transformers import AutoTokenizer
 
-    from calibrate.datasets import INSTRUCTION, load_problems
+    from calibrate.run.datasets import INSTRUCTION, load_problems
     from calibrate.study import breakdown, measure, simulate
     from calibrate.study.acceptance import (acceptance_length, conditional_acceptance, fit_alpha,
                                             per_position_acceptance, speedup_iid, speedup_per_position)

@@ -468,3 +468,10 @@ def get_model(name: str, file: str | None = None, field: str = "model", base_dir
             raise InputError(file, field, f"no config.json at {name!r} (a catalog name or a path to a config.json)")
         return load_hf_config(path)
     raise InputError(file, field, f"unknown model {name!r}; known: {', '.join(sorted(cat))} (or a path to a config.json)")
+
+
+def catalog_name_of_folder(path: str | Path) -> str | None:
+    """The catalog model a model folder holds, by its name: a catalog name or the last part of an hf_id
+    (``smollm2-135m-instruct`` -> ``smollm2-135m``); None when it matches none."""
+    tail = Path(str(path)).name.lower()
+    return next((n for n, m in model_catalog().items() if tail in (n, (m.hf_id or "").split("/")[-1].lower())), None)

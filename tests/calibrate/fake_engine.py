@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from calibrate.engine import Engine, Generation, Sampling, ScoreResult
+from calibrate.run.engine import Engine, Generation, Sampling, ScoreResult
 
 
 class FakeEngine(Engine):

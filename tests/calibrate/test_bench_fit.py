@@ -1,5 +1,5 @@
 """``specsim calibrate fit-bench`` (issue 15): the cost model fitted to microbenchmark run directories and validated
-on held-out architectures / shapes (``calibrate/bench_fit.py``, ``calibrate/bench_report.py``)."""
+on held-out architectures / shapes (``calibrate/fit/bench_fit.py``, ``calibrate/fit/bench_report.py``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibrate.bench_fit import BenchPredictor, load_bench, rule_mask, run_fit_bench
+from calibrate.fit.bench_fit import BenchPredictor, load_bench, rule_mask, run_fit_bench
 from simulator.catalog import get_hardware, get_model
 from simulator.cost_model import CostParams, Deployment, prior_profile
 from specsim_cli.main import main
@@ -177,7 +177,7 @@ def test_bad_inputs_are_one_line_exit_2_and_keep_earlier_outputs(h100_runs, tmp_
 def cpu_runs(tmp_path_factory):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from calibrate.static_bench import StaticPlan, run_static_bench
+    from calibrate.run.static_bench import StaticPlan, run_static_bench
 
     root = tmp_path_factory.mktemp("static")
     plan = StaticPlan(contexts=[32, 96], batches=[1, 2], new_tokens=[16], cached_tokens=[0, 32], gammas=[1, 3],
@@ -189,7 +189,7 @@ def cpu_runs(tmp_path_factory):
 
 @pytest.mark.real_engine
 def test_cpu_static_bench_records_fit_and_report_end_to_end(cpu_runs, tmp_path, capsys):
-    from calibrate.fit_cost import load_profile
+    from calibrate.fit.fit_cost import load_profile
 
     prof, rep = tmp_path / "cpu-bench.yaml", tmp_path / "report"
     code = main(["calibrate", "fit-bench", *cpu_runs, "--out", str(prof), "--report", str(rep),

@@ -17,7 +17,7 @@ from tests.conftest import REPO
 
 def _cli(*args, timeout=600):
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    return subprocess.run([sys.executable, "-m", "calibrate", *map(str, args)], cwd=REPO, env=env,
+    return subprocess.run([sys.executable, "-m", "specsim_cli", "calibrate", *map(str, args)], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -103,7 +103,7 @@ def test_killed_run_resumes_to_the_same_records(engine, system, model_cache, tmp
     # Kill a second run once it has written K = 2 records (steps or requests), then resume it.
     killed = tmp_path / "killed"
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    p = subprocess.Popen([sys.executable, "-m", "calibrate", *map(str, args), "--out", str(killed)], cwd=REPO,
+    p = subprocess.Popen([sys.executable, "-m", "specsim_cli", "calibrate", *map(str, args), "--out", str(killed)], cwd=REPO,
                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 600
     while time.time() < deadline and p.poll() is None:

@@ -40,11 +40,11 @@ def real(model_cache):
     import torch
     from transformers import AutoTokenizer
 
-    from calibrate.datasets import INSTRUCTION
+    from calibrate.run.datasets import INSTRUCTION
     from calibrate.study import draft_head as dh
     from calibrate.study.greedy_spec import vanilla_decode
     from calibrate.study.measure import load_causal_lm
-    from calibrate.torch_engine import KVState
+    from calibrate.run.torch_engine import KVState
 
     torch.set_num_threads(1)
     d = model_cache["base"]

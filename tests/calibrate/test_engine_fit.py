@@ -1,4 +1,4 @@
-"""The engine-level step model's fit (calibrate.gpu_profiles.engine_fit): recovery of known parameters from
+"""The engine-level step model's fit (calibrate.fit.gpu_profiles.engine_fit): recovery of known parameters from
 synthetic layer passes, whole runs and speculative iterations made by its own predictors; properties of the fit
 on the shared engine measurements (skipped where ../shared/data is absent)."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibrate.gpu_profiles import engine_fit as ef
+from calibrate.fit.gpu_profiles import engine_fit as ef
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 TRUTH = {"roofline_p": 3.5, "multi_token_penalty": 0.06, "kv_mem_efficiency": 0.7,

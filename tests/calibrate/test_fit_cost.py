@@ -1,4 +1,4 @@
-"""calibrate.fit_cost: recovery of known parameters, stderr scaling, identifiability, profile round trip."""
+"""calibrate.fit.fit_cost: recovery of known parameters, stderr scaling, identifiability, profile round trip."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibrate.fit_cost import CallPredictor, Setup, build_profile, fit_cost, load_profile, profile_to_yaml
-from calibrate.measured import CALL_COLUMNS
+from calibrate.fit.fit_cost import CallPredictor, Setup, build_profile, fit_cost, load_profile, profile_to_yaml
+from calibrate.fit.measured import CALL_COLUMNS
 from simulator.loading import write_atomic
 from simulator.cost_model import CostParams, prior_profile
 
@@ -24,7 +24,7 @@ TRUE.update(layer_overhead_s=prior_profile(_HW).layer_overhead_s.value,
 
 
 # the step's shape (soft roofline, GEMV->GEMM jump, eta_kv, draft pass) is the catalog prior's and is carried, not
-# fitted, by call fits: the synthetic truth uses it too (calibrate.fit_cost.SHAPE_NAMES)
+# fitted, by call fits: the synthetic truth uses it too (calibrate.fit.fit_cost.SHAPE_NAMES)
 SHAPE = {n: getattr(prior_profile(_HW).params(_HW), n) for n in
          ("roofline_p", "multi_token_penalty", "kv_mem_efficiency", "draft_step_overhead_s")}
 
@@ -138,8 +138,8 @@ def test_profile_yaml_round_trip(tmp_path):
 
 @pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
 def test_real_traces_a100_plausible_a6000_impossible():
-    from calibrate.fit_cost import fit_measured
-    from calibrate.measured import load_measured
+    from calibrate.fit.fit_cost import fit_measured
+    from calibrate.fit.measured import load_measured
 
     ms = load_measured([str(DATA)]).select_runs({"0", "1", "2", "3"})
     prof = fit_measured(ms, _setup(), engine="vllm-0.8.2", hardware_note="test", command="pytest",

@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 import yaml
 
-from calibrate.fit_workload import (
+from calibrate.fit.fit_workload import (
     SCORE_PSEUDO_COUNT,
     fit_workload_from_trace,
     score_pmf,
     steps_km_with_geometric_tail,
     write_workload_yaml,
 )
-from calibrate.import_specreason import DEFAULT_DATA_DIR, import_specreason, steps_upto_answer
+from calibrate.fit.import_specreason import DEFAULT_DATA_DIR, import_specreason, steps_upto_answer
 from simulator.workload import load_workload
 
 REPO = Path(__file__).resolve().parents[2]
@@ -90,7 +90,7 @@ def test_score_pmf_bins_real_scores_so_that_integer_thresholds_are_exact():
     """Logprob-weighted scores are real: q(τ) = sum_{k>=τ} p_k must equal the fraction with s >= τ."""
     import numpy as np
 
-    from calibrate.fit_workload import score_pmf
+    from calibrate.fit.fit_workload import score_pmf
 
     s = np.array([5.2, 5.96, 6.0, 6.4, 6.99, 7.0, 8.5, 9.0, 0.3, 9.0])
     p = np.asarray(score_pmf(s, pseudo_count=0.0))

@@ -1,4 +1,4 @@
-"""Workload fit from runner run directories (calibrate.fit_workload_runs).
+"""Workload fit from runner run directories (calibrate.fit.fit_workload_runs).
 
 The run directories are written by the real orchestrator and RunDirectory, driven by the
 fake-engine test double with seeded random step lengths, answer hazards and judge scores, so
@@ -17,10 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from calibrate.datasets import Problem
-from calibrate.fit_workload_runs import fit_workload_from_runs
-from calibrate.orchestrator import RunConfig, run_request
-from calibrate.run_directory import RunDirectory
+from calibrate.run.datasets import Problem
+from calibrate.fit.fit_workload_runs import fit_workload_from_runs
+from calibrate.run.orchestrator import RunConfig, run_request
+from calibrate.run.run_directory import RunDirectory
 from calibrate.trace_schema import SCHEMA_VERSION
 from simulator.errors import InputError
 from simulator.workload import WorkloadProfile, load_workload
@@ -81,7 +81,7 @@ def test_vanilla_runs_recover_step_counts_lengths_and_verbosity(tmp_path):
     assert w.step_pmf_base.mean == pytest.approx(np.mean([x["base_tokens"] for x in steps]), rel=1e-9)
     assert fit.parts["steps_per_request.base"].fitted and fit.parts["verbosity"].fitted
     assert not fit.parts["scores"].fitted and not fit.parts["token_acceptance"].fitted
-    from calibrate.orchestrator import INSTRUCTION
+    from calibrate.run.orchestrator import INSTRUCTION
 
     assert w.prompt_tokens == len(FakeEngine(str).chat_prompt(f"{INSTRUCTION}\n\nWhat is 6*7?"))
     assert w.answer_tokens == 0 and w.token_budget == 10_000 and w.max_step_tokens == 64
@@ -94,7 +94,7 @@ def test_specreason_runs_fit_scores_and_judge_template(tmp_path):
     assert np.abs(np.asarray(w.scores) - p).max() < 0.04
     # FakeEngine.score reports 80 uncached tokens: judge template + step = 80 - ... is recorded as
     # new + cached - context - step; the fake's judge template is its encode(JUDGE_TEMPLATE)
-    from calibrate.orchestrator import JUDGE_TEMPLATE
+    from calibrate.run.orchestrator import JUDGE_TEMPLATE
 
     assert w.judge_template_tokens == len(JUDGE_TEMPLATE)
     # no vanilla runs: N_base from the mixed chains, no small entry
@@ -166,7 +166,7 @@ def test_km_without_censoring_is_the_empirical_distribution(counts):
     """Law: with every chain answered, the fitted N distribution is the sample's own pmf."""
     import pandas as pd
 
-    from calibrate.fit_workload_runs import _step_count_dist
+    from calibrate.fit.fit_workload_runs import _step_count_dist
 
     chains = pd.DataFrame({"num_steps": counts, "stop_reason": ["answer"] * len(counts)})
     dist, _, mean = _step_count_dist(chains, "empirical", budget=10_000, shortest_step=1)

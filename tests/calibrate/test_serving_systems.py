@@ -1,4 +1,4 @@
-"""Concurrent whole-system serving (calibrate/serving_systems.py): the broker and the round driver
+"""Concurrent whole-system serving (calibrate/run/serving_systems.py): the broker and the round driver
 with a test double of the stepping engines (the real vLLM engines run in the real-engine test
 below and in `make validate-serving-systems`), and validate-serving on the records they write."""
 
@@ -12,11 +12,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from calibrate.datasets import Problem
-from calibrate.engine import Generation, ScoreResult
-from calibrate.orchestrator import RunConfig, run_request
-from calibrate.serving_run import ClosedLoop, PoissonLoop, StepReport
-from calibrate.serving_systems import Broker, BrokeredEngine, SystemServeConfig, serve
+from calibrate.run.datasets import Problem
+from calibrate.run.engine import Generation, ScoreResult
+from calibrate.run.orchestrator import RunConfig, run_request
+from calibrate.run.serving_run import ClosedLoop, PoissonLoop, StepReport
+from calibrate.run.serving_systems import Broker, BrokeredEngine, SystemServeConfig, serve
 from simulator.errors import InputError
 from tests.calibrate.fake_engine import FakeEngine
 
@@ -218,7 +218,7 @@ def test_bad_configs_are_input_errors(tmp_path):
 
 
 def _write_run(d: Path, system: str, arrivals, recs) -> None:
-    from calibrate.run_directory import RunDirectory
+    from calibrate.run.run_directory import RunDirectory
     from calibrate.trace_schema import SCHEMA_VERSION
 
     smol = {"path": "smollm2-135m-instruct", "architecture": "LlamaForCausalLM", "num_layers": 30, "vocab_size": 49152,
@@ -228,7 +228,7 @@ def _write_run(d: Path, system: str, arrivals, recs) -> None:
                 "models": {"base": smol, "small": smol}, "dtype": "float32", "tensor_parallel": 1, "system": system,
                 "gamma": 0, "threshold": 5.0, "first_n": 0, "budget_tokens": 90, "score_mode": "greedy",
                 "sampling": {}, "seed": 0, "dataset": "test", "num_requests": 6, "command": "test",
-                "options": {"arrivals": arrivals.describe(), "label": arrivals.label, "driver": "calibrate.serving_systems"}}
+                "options": {"arrivals": arrivals.describe(), "label": arrivals.label, "driver": "calibrate.run.serving_systems"}}
     rd = RunDirectory.open(d, manifest)
     for k, r in recs:
         rd.write(k, r)
@@ -287,7 +287,7 @@ def test_real_vllm_specreason_under_concurrency(model_cache, tmp_path):
     pytest.importorskip("vllm")
     import numpy as np
 
-    from calibrate.serving_systems import run_system_serving
+    from calibrate.run.serving_systems import run_system_serving
     from calibrate.trace_schema import check_run_dir
     from validate.serving import validate_serving
 
@@ -319,7 +319,7 @@ def test_real_vllm_specreason_decode_under_concurrency(model_cache, tmp_path):
     pytest.importorskip("vllm")
     import numpy as np
 
-    from calibrate.serving_systems import run_system_serving
+    from calibrate.run.serving_systems import run_system_serving
     from calibrate.trace_schema import check_run_dir
     from validate.serving import validate_serving
 

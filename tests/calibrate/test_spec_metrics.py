@@ -272,8 +272,8 @@ def test_live_exposition_of_the_in_process_engine(vllm_pair, tmp_path):
     per-position counts ``LLM.get_metrics()`` gives for the same engine."""
     import prometheus_client
 
-    from calibrate.datasets import Problem
-    from calibrate.orchestrator import RunConfig, run_request
+    from calibrate.run.datasets import Problem
+    from calibrate.run.orchestrator import RunConfig, run_request
 
     _, base_sd, _ = vllm_pair
     problem = Problem("t0", "Tom has 3 boxes with 4 apples each. He eats 2 apples. How many apples are left?", "10")

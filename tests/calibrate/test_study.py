@@ -77,10 +77,10 @@ def test_study_cli_bad_options_exit_2(args, tmp_path, capsys):
 def test_greedy_speculative_equals_target_greedy(tmp_path, model_cache):
     import torch
 
-    from calibrate.model_cache import cut_draft
+    from calibrate.run.model_cache import cut_draft
     from calibrate.study.greedy_spec import ModelDrafter, NgramDrafter, speculative_decode, vanilla_decode
     from calibrate.study.measure import load_causal_lm
-    from calibrate.torch_engine import KVState
+    from calibrate.run.torch_engine import KVState
     from transformers import AutoTokenizer
 
     MODEL_DIR = model_cache["base"]

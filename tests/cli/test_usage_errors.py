@@ -102,7 +102,7 @@ def test_version(capsys):
 
 def test_without_engines_or_click_in_a_subprocess():
     """The console script's path with click, torch and vllm unimportable (a venv made from the
-    declared dependencies only) and through ``python -m calibrate``."""
+    declared dependencies only), also for a ``calibrate`` group command."""
     # an import hook that refuses them (as a venv without them would): a None in sys.modules would instead break
     # libraries that probe ``sys.modules['torch']`` (scipy's array-API helpers)
     block = ("import sys, importlib.abc\n"
@@ -114,7 +114,7 @@ def test_without_engines_or_click_in_a_subprocess():
     for code, expect in (
         (block + "from specsim_cli.main import main; sys.exit(main(['whatf', 'x']))", "Did you mean 'whatif'?"),
         (block + "from specsim_cli.main import main; sys.exit(main(['calibrate', 'run', '--sytem', 'x']))", "--sytem"),
-        (block + "from calibrate.__main__ import main; sys.exit(main(['fit', '--outt', 'x']))", "--outt"),
+        (block + "from specsim_cli.main import main; sys.exit(main(['calibrate', 'fit', '--outt', 'x']))", "--outt"),
     ):
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr

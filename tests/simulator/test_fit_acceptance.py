@@ -1,4 +1,4 @@
-"""calibrate.fit_acceptance: exact on i.i.d. data, per-position on position-dependent data, the study's runs;
+"""calibrate.fit.fit_acceptance: exact on i.i.d. data, per-position on position-dependent data, the study's runs;
 every input checked by one rule set (one line, exit 2, nothing written), fitted gammas never called held-out,
 --out loadable by the scenario loader (issue 25)."""
 
@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 import specsim_cli.main as cli
-from calibrate.fit_acceptance import Measurement, acceptance_yaml, check_measurement, evaluate, fit, from_study, report
+from calibrate.fit.fit_acceptance import Measurement, acceptance_yaml, check_measurement, evaluate, fit, from_study, report
 from simulator.errors import InputError
 from simulator.loading import read_yaml
 from simulator.scenario import load_scenario

@@ -113,7 +113,7 @@ def test_mixture_prediction_is_the_weighted_mean_of_its_problems():
 
 
 # ---- the fit from aggregates ---------------------------------------------------------------------------
-from calibrate.fit_mixture import AGGREGATES, DATA_DIR, tilt, tilt_for_acceptance  # noqa: E402
+from calibrate.fit.fit_mixture import AGGREGATES, DATA_DIR, tilt, tilt_for_acceptance  # noqa: E402
 
 needs_data = pytest.mark.skipif(not AGGREGATES.is_file() or not (DATA_DIR / "problem60-runs0-7.jsonl").is_file(),
                                 reason="shared SpecReason traces absent")
@@ -130,7 +130,7 @@ def test_tilt_hits_its_target_and_is_monotone():
 
 @needs_data
 def test_fit_pins_each_problems_steps_share_and_proposal_length():
-    from calibrate.fit_mixture import fit_mixture, load_aggregates, shared_profile
+    from calibrate.fit.fit_mixture import fit_mixture, load_aggregates, shared_profile
 
     aggs = load_aggregates()
     shared, sigma, _ = shared_profile()

@@ -16,7 +16,7 @@ def test_published_prior_is_labelled(key):
 def test_t3_latency_follows_the_papers_order():
     """Paper, SpecReason at t=3: MATH500 35.7 s < GPQA 72.7 s < AIME 109.4 s; the priors reproduce the order
     (and the ratio to AIME within 5%) on the reference scenario."""
-    from calibrate.published_priors import PUBLISHED_SPECREASON_LATENCY_S, _latency
+    from calibrate.fit.published_priors import PUBLISHED_SPECREASON_LATENCY_S, _latency
 
     lat = {k: _latency(load_workload(PROFILES_DIR / f"workload_{k}_qwq32b_r1-1.5b.yaml"), 3)
            for k in ("math500", "gpqa-diamond", "aime")}

@@ -97,7 +97,7 @@ def test_hardware_fingerprint_is_the_roofline_ratio():
 
 @pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
 def test_problems_62_70_are_flagged_slower_on_the_base_model():
-    from calibrate.fit_cost import load_profile
+    from calibrate.fit.fit_cost import load_profile
     from validate.drift import aggregate_speed_factors, fit_ranges, flag_runs, method_check
     from validate.replay import setup_from_profile
 
@@ -116,7 +116,7 @@ def test_problems_62_70_are_flagged_slower_on_the_base_model():
 
 def test_fingerprint_for_a_model_without_a_published_size():
     """A catalog model with no published parameter count (a layer cut) uses its shape's count."""
-    from calibrate.fit_cost import Setup
+    from calibrate.fit.fit_cost import Setup
     from validate.drift import hardware_fingerprint
 
     setup = Setup.from_names("cpu", 1, "smollm2-135m", "smollm2-135m-cut6")

@@ -48,7 +48,7 @@ def _cli(args, capsys) -> tuple[int, str]:
 
 @needs_data
 def test_runs_with_the_same_last_component_stay_distinct(tmp_path):
-    from calibrate.measured import load_measured
+    from calibrate.fit.measured import load_measured
 
     d = write_traces(tmp_path / "t", {f"results/60/{i}": k for i, k in
                                       enumerate(["results/60/0", "a/7/0", "b/3/0"])})
@@ -90,7 +90,7 @@ def test_short_fit_run_name_matching_several_inputs_is_refused(tmp_path, capsys)
 
 @needs_data
 def test_distribution_mode_never_refits_on_held_out_runs(tmp_path, monkeypatch):
-    import calibrate.fit_workload as fw
+    import calibrate.fit.fit_workload as fw
     from validate.validation import run_validation
 
     d = write_traces(tmp_path / "t", {"results/60/0": "results/60/0", "results/60/1": "results/60/1",
@@ -169,8 +169,8 @@ def test_a_run_recorded_by_folder_name_is_its_recorded_directory_or_a_copy_of_it
     was fitted on that directory and its copies (same run.json), not on every run whose folder is so named."""
     import shutil
 
-    from calibrate.fit_cost import load_profile
-    from calibrate.measured import load_measured
+    from calibrate.fit.fit_cost import load_profile
+    from calibrate.fit.measured import load_measured
     from validate.holdout import profile_fit_keys
 
     monkeypatch.chdir(ROOT)  # the profile's recorded inputs are relative to the repository root
@@ -191,7 +191,7 @@ def test_a_run_recorded_by_folder_name_is_its_recorded_directory_or_a_copy_of_it
 def test_inputs_share_one_setup_each_fact_from_the_first_input_that_states_it(tmp_path):
     import shutil
 
-    from calibrate.measured import load_measured
+    from calibrate.fit.measured import load_measured
 
     base_only = shutil.copytree(CPU_RUN.parent / "vanilla-base", tmp_path / "a" / "vanilla-base")
     ms = load_measured([base_only, CPU_RUN])  # the vanilla-base run names no small model; specdecode-g4 does

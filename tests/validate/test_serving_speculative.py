@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from calibrate.serving_run import ClosedLoop, ServeRequest, StepReport, drive
+from calibrate.run.serving_run import ClosedLoop, ServeRequest, StepReport, drive
 from tests.calibrate.test_serving_run import FakeClock as Clock
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,7 +74,7 @@ def _manifest(users: int, gamma: int, n: int) -> dict:
 
 def _spec_run_dir(path: Path, users: int, gamma: int = 2, alpha: float = 0.6, n: int = 8, seed: int = 0,
                   drop_spec_fields: bool = False) -> Path:
-    from calibrate.run_directory import RunDirectory
+    from calibrate.run.run_directory import RunDirectory
 
     clock = Clock()
     got, steps = drive(SpecDouble(clock, gamma, alpha, seed), _reqs(n, seed), ClosedLoop(users), clock=clock,
@@ -287,7 +287,7 @@ def test_replay_costs_the_run_s_own_draft_depth(tmp_path):
     (same width); the same depth, or an unknown width, keeps the profile's model."""
     import json
 
-    from calibrate.fit_cost import Setup
+    from calibrate.fit.fit_cost import Setup
     from validate.serving.load import load_run
     from validate.serving.predict import run_models
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from calibrate.fit_cost import build_profile, fit_cost, implausible, profile_to_yaml
+from calibrate.fit.fit_cost import build_profile, fit_cost, profile_to_yaml
+from simulator.cost_model import implausible
 from simulator.cost_model import Param
 from simulator.loading import write_atomic
 from simulator.errors import InputError
@@ -40,7 +41,7 @@ def test_fitted_efficiency_above_one_is_rejected_never_calibrated():
 
 
 def _bad_profile(tmp_path: Path, kind: str) -> Path:
-    from calibrate.fit_cost import load_profile
+    from calibrate.fit.fit_cost import load_profile
 
     good = _true_profile(tmp_path / "true.yaml", runs=["runA"])
     prof = load_profile(good).model_copy(
@@ -225,7 +226,7 @@ def test_fit_run_renamed_into_the_holdout_is_the_same_run(tmp_path):
 
 # ---- intervals: levels, coverage at four levels, leave-one-run-out spread --------------------------------------------
 def test_loro_offsets_are_not_shrunk_like_in_sample_offsets():
-    from calibrate.fit_cost import goodness_of_fit, loro_run_offsets
+    from calibrate.fit.fit_cost import goodness_of_fit, loro_run_offsets
 
     calls = synthetic_calls(1200, np.random.default_rng(7), sigma=0.02)
     shift = {"r0": 0.15, "r1": -0.1, "r2": 0.05, "r3": -0.12}  # per-run speed factors (log)

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from calibrate.fit_cost import CallPredictor, Setup, build_profile, fit_cost, profile_to_yaml
-from calibrate.measured import calls_from_run_dir, load_measured
+from calibrate.fit.fit_cost import CallPredictor, Setup, build_profile, fit_cost, profile_to_yaml
+from calibrate.fit.measured import calls_from_run_dir, load_measured
 from simulator.loading import write_atomic
 from calibrate.trace_schema import SCHEMA_VERSION
 from simulator.cost_model import CostParams
@@ -28,9 +28,9 @@ TRUE = {"mem_efficiency": 0.7, "compute_efficiency": 0.45, "step_overhead_s": 3e
 
 
 def _shape() -> dict:
-    """The step's shape a fitted profile carries from the hardware's prior (calibrate.fit_cost.SHAPE_NAMES): the
+    """The step's shape a fitted profile carries from the hardware's prior (calibrate.fit.fit_cost.SHAPE_NAMES): the
     synthetic runs are timed with it so the 'true' profile reproduces them exactly."""
-    from calibrate.fit_cost import SHAPE_NAMES
+    from calibrate.fit.fit_cost import SHAPE_NAMES
     from simulator.catalog import get_hardware
     from simulator.cost_model import prior_profile
 
@@ -191,10 +191,10 @@ def test_cli_malformed_input_exits_2_one_line(tmp_path):
 
 @pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
 def test_real_traces_held_out_replay(tmp_path):
-    from calibrate.fit_cost import fit_measured
+    from calibrate.fit.fit_cost import fit_measured
     from validate.validation import run_validation
 
-    from calibrate.measured import parse_run_rule
+    from calibrate.fit.measured import parse_run_rule
 
     ms = load_measured([str(DATA)])
     ms = ms.select_runs(parse_run_rule("0-3", ms.run_keys))  # "0" names results/60/0 (a unique tail)
@@ -211,7 +211,7 @@ def _fake_set(sizes: list[int]):
     """A MeasuredSet with only its request table: run r{i} holds sizes[i] requests r{i}/0.."""
     import pandas as pd
 
-    from calibrate.measured import MeasuredSet
+    from calibrate.fit.measured import MeasuredSet
 
     rows = [{"run_key": f"r{i}", "run_id": f"r{i}", "request_id": f"r{i}/{j}"} for i, n in enumerate(sizes)
             for j in range(n)]
@@ -426,7 +426,7 @@ def test_pi_rel_width_in_summary():
 def test_runs_are_replayed_with_their_own_models_on_the_profiles_hardware():
     """A profile's parameters belong to its hardware and TP; the models are the runs' (a profile fitted on one
     model pair, or on microbenchmarks, predicts runs of another model on that hardware)."""
-    from calibrate.fit_cost import load_profile
+    from calibrate.fit.fit_cost import load_profile
     from validate.replay import setup_for_runs
 
     profile = load_profile(Path(__file__).resolve().parents[2] / "simulator" / "profiles" / "cost_cpu-vllm032.yaml")

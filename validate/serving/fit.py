@@ -8,7 +8,6 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from .predict import deployments
 
 FIT_PARAMS = ("mem_efficiency", "compute_efficiency", "step_overhead_s", "seq_overhead_s")
 SEQ_OVERHEAD_START = 1e-3  # start for a profile fitted before seq_overhead_s existed (value 0)
@@ -28,7 +27,7 @@ def _step_times(params, setup, agg) -> np.ndarray:
     """Each step's pass time on its own engine's deployment (base or small model)."""
     from simulator.serving.pass_cost import PassCost
 
-    deps = deployments(params, setup)
+    deps = setup.deployments(params)
     out = np.empty(len(agg["N"]))
     for role in np.unique(agg["engine"]):
         m = agg["engine"] == role
@@ -38,11 +37,11 @@ def _step_times(params, setup, agg) -> np.ndarray:
 
 def fit_step_params(steps: pd.DataFrame, params, setup) -> tuple[object, dict]:
     """Re-fit ``FIT_PARAMS`` on measured engine-step times with the cost model's one fitter
-    (``calibrate.fit_cost.fit_log_times``: soft-L1 on log time, bounds, identifiability; a parameter the
+    (``calibrate.fit.fit_cost.fit_log_times``: soft-L1 on log time, bounds, identifiability; a parameter the
     steps cannot pin stays at the profile's value, with the reason).
 
     Returns (new CostParams, fit facts: values, relative stderrs, kept-at-prior reasons, residual figures)."""
-    from calibrate.fit_cost import PARAM_NAMES, fit_log_times
+    from calibrate.fit.fit_cost import PARAM_NAMES, fit_log_times
 
     agg = step_aggregates(steps)
     y = np.log(agg["t"])

@@ -42,8 +42,8 @@ class ServingRun:
 def load_run(path: str | Path) -> ServingRun:
     """A serve-run / serve-systems directory, or a `vllm bench serve` result JSON (``--save-result --save-detailed``)
     or the folder ``specsim calibrate import-bench-serve`` made of one (requests and client ITLs, no engine steps)."""
-    from calibrate.import_bench_serve import is_bench_source, load_bench_run
-    from calibrate.serving_run import load_serving_run
+    from calibrate.run.import_bench_serve import is_bench_source, load_bench_run
+    from calibrate.run.serving_run import load_serving_run
     from calibrate.trace_schema import SERVE_STEP_FIELDS
 
     bench = is_bench_source(path)
@@ -92,8 +92,8 @@ def _bench_acceptance(path: Path, gamma: int, meta: dict) -> tuple[int, list[flo
     (``spec_decode_num_drafts``, ``spec_decode_per_position_acceptance_rates``: recent versions read the server's
     counters around the run), else the difference of the server's /metrics scrapes around it (``metrics_before.txt``
     / ``metrics_after.txt`` beside the result, as serve-bench writes them, read by ``calibrate.spec_metrics``).
-    Either passes the one acceptance rule set (``calibrate.fit_acceptance.check_measurement``)."""
-    from calibrate.fit_acceptance import Measurement, check_measurement
+    Either passes the one acceptance rule set (``calibrate.fit.fit_acceptance.check_measurement``)."""
+    from calibrate.fit.fit_acceptance import Measurement, check_measurement
     from calibrate.spec_metrics import from_prometheus
 
     summ = ((meta.get("options") or {}).get("bench") or {}).get("summary") or {}

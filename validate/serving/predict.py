@@ -167,12 +167,6 @@ def run_models(run: ServingRun, setup) -> dict:
     return models
 
 
-def deployments(params, setup, models: dict | None = None) -> dict:
-    from simulator.cost_model import Deployment
-
-    return {role: Deployment(m, setup.hardware, setup.tp, params.for_role(role)) for role, m in (models or setup.models).items()}
-
-
 def predict_run(run: ServingRun, params, setup, acceptance: list[float] | None = None):
     """(per-request table: measured and predicted, serving result of the simulator).
 
@@ -200,7 +194,7 @@ def predict_run(run: ServingRun, params, setup, acceptance: list[float] | None =
         arrivals = ClosedLoopUsers(run.users, 0.0)
     else:
         arrivals = ReplayArrivals(tuple(float(t) for t in run.requests.arrival_s), run.label)
-    res = simulate_serving(cfg, deployments(params, setup, run_models(run, setup)), _workload(), arrivals,
+    res = simulate_serving(cfg, setup.deployments(params, run_models(run, setup)), _workload(), arrivals,
                            len(plans), seed=0, memory_fraction=MEMORY_FRACTION, plans=plans)
     sim = res.requests.set_index("request")
     t = run.requests[["request_id", "prompt_tokens", "output_tokens", "latency_s", "ttft_s"]].copy()

@@ -1,0 +1,160 @@
+"""``specsim calibrate fit`` / ``fit-workload`` / ``fit-bench``: thin entry points over :mod:`calibrate.fit.fit_cost`,
+:mod:`calibrate.fit.fit_workload_runs` and :mod:`calibrate.fit.bench_fit`.
+
+Registered on the ``calibrate`` sub-app by :func:`register` (called from ``specsim_cli.main``).
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from simulator.errors import InputError
+
+
+def _setup_from(ms, hardware, tp, base_model, small_model, draft_model):
+    from simulator.setup import Setup
+
+    h = ms.hint
+    pick = {"hardware": hardware or h.get("hardware"), "base": base_model or h.get("base_model"),
+            "small": small_model or h.get("small_model")}
+    for k, v in pick.items():
+        if not v:
+            opt = "--hardware" if k == "hardware" else f"--{k}-model"
+            raise InputError(None, opt, f"cannot tell the {k} from the inputs; give {opt} (a catalog name, see specsim list)")
+    return Setup.from_names(pick["hardware"], tp or h.get("tp") or 1, pick["base"], pick["small"],
+                            draft_model or h.get("draft_model"))
+
+
+def fit(
+    inputs: list[Path] = typer.Argument(..., help="run directories or SpecReason trace files/directories"),
+    out: Path = typer.Option(..., "--out", help="cost profile YAML to write"),
+    runs: Optional[str] = typer.Option(None, "--runs", help="fit only these runs, e.g. 0-3 (default: all)"),
+    hardware: Optional[str] = typer.Option(None, help="catalog hardware (default: from the inputs)"),
+    tp: Optional[int] = typer.Option(None, help="tensor-parallel degree (default: from the inputs)"),
+    base_model: Optional[str] = typer.Option(None, "--base-model", help="catalog name of the base model (default: from the runs)"),
+    small_model: Optional[str] = typer.Option(None, "--small-model", help="catalog name of the small model (default: from the runs)"),
+    draft_model: Optional[str] = typer.Option(None, "--draft-model", help="catalog name of the draft model (default: the small model)"),
+    alternative: Optional[list[str]] = typer.Option(None, "--alternative-hardware",
+                                                    help="also fit on this hardware and record the implied efficiencies"),
+    name: Optional[str] = typer.Option(None, help="profile name"),
+    date: Optional[str] = typer.Option(None, help="provenance date (default: today)"),
+):
+    """Fit the cost-model parameters to measured call times (robust least squares, stderrs, identifiability)."""
+    from calibrate.fit.fit_cost import fit_measured, profile_to_yaml
+    from calibrate.fit.measured import load_measured, parse_run_rule
+    from simulator.loading import write_atomic
+
+    ms = load_measured([str(p) for p in inputs])
+    if runs:
+        ms = ms.select_runs(parse_run_rule(runs, ms.run_keys))
+    setup = _setup_from(ms, hardware, tp, base_model, small_model, draft_model)
+    if tp is not None and tp < 1:
+        raise InputError(None, "--tp", "must be >= 1")
+    command = "specsim calibrate fit " + " ".join(shlex.quote(a) for a in sys.argv[3:]) if len(sys.argv) > 3 else ""
+    prof = fit_measured(ms, setup, engine=ms.hint.get("engine", "vllm"), hardware_note=ms.hint.get("hardware_note", ""),
+                        command=command, name=name, alternatives=alternative or [], date=date)
+    write_atomic(out, profile_to_yaml(prof, command))
+    f = prof.fit
+    print(f"wrote {out}: {f['calls']} calls of runs {', '.join(f['runs'])} on {setup.hardware.name} TP={setup.tp}")
+    for n in ("mem_efficiency", "compute_efficiency", "step_overhead_s", "layer_overhead_s", "call_overhead_s",
+              "allreduce_latency_s", "seq_overhead_s"):
+        p = getattr(prof, n)
+        se = f" ± {p.stderr:.3g}" if p.stderr is not None else ""
+        pd_sd = f.get("prior_dominated", {}).get(n)
+        why = ("" if p.kind == "calibrated" else
+               f"  ({p.source})" if p.kind == "rejected" else
+               f"  (prior-dominated: posterior relative sd {pd_sd:.2g})" if pd_sd is not None else
+               f"  ({f['kept_at_prior'].get(n, '')})")
+        print(f"  {n:20s} {p.value:.4g}{se}  [{p.kind}]{why}")
+    print("  per op: " + "; ".join(f"{op} median APE {v['median_ape']:.3f} bias {v['bias']:+.3f} (n={v['calls']})"
+                                   for op, v in f["per_op"].items()))
+    if not f["physically_plausible"]:
+        print("  WARNING: an efficiency > 1 — impossible on this hardware; the assumed hardware is wrong")
+    for hw, a in f.get("hardware_alternatives", {}).items():
+        print(f"  on {hw}: mem_efficiency {a['values']['mem_efficiency']:.3g}, compute_efficiency "
+              f"{a['values']['compute_efficiency']:.3g} -> {'plausible' if a['physically_plausible'] else 'IMPOSSIBLE (> 1)'}")
+
+
+def fit_workload(
+    inputs: list[Path] = typer.Argument(..., help="runner run directories (specsim calibrate run)"),
+    out: Path = typer.Option(..., "--out", help="workload profile YAML to write"),
+    prior: Optional[Path] = typer.Option(None, "--prior", help="workload profile supplying what the runs cannot identify"),
+    form: str = typer.Option("empirical", "--form", help="empirical | parametric (lognormal step lengths, geometric N)"),
+    name: Optional[str] = typer.Option(None, help="profile name"),
+    date: Optional[str] = typer.Option(None, help="provenance date (default: today)"),
+):
+    """Fit the workload (step counts and lengths, scores, per-position acceptance) from run directories."""
+    from simulator.loading import write_atomic
+    from calibrate.fit.fit_workload_runs import fit_workload_from_runs, workload_yaml
+    from simulator.workload import load_workload
+
+    w0 = load_workload(prior) if prior else None
+    res = fit_workload_from_runs([str(p) for p in inputs], prior=w0, form=form, name=name, date=date)
+    command = "specsim calibrate fit-workload " + " ".join(shlex.quote(a) for a in sys.argv[3:])
+    write_atomic(out, workload_yaml(res.profile, command))
+    w = res.profile
+    print(f"wrote {out}: {w.name} (budget {w.token_budget}, step cap {w.max_step_tokens})")
+    for key, part in res.parts.items():
+        print(f"  {'fitted' if part.fitted else 'PRIOR ':6s} {part.how}")
+    print(f"  mean steps N_base {w.steps_pmf_base.mean:.2f}, step tokens small {w.step_pmf_small.mean:.1f} / base "
+          f"{w.step_pmf_base.mean:.1f}, P(score>=7) {w.acceptance_probability(7):.3f}, a_1 {w.token_acceptance[0]:.3f}")
+
+
+def fit_bench(
+    run_dirs: list[Path] = typer.Argument(..., help="microbenchmark run directories (static-bench / microbench)"),
+    out: Path = typer.Option(..., "--out", help="cost profile YAML to write (fitted on every record)"),
+    report: Path = typer.Option(..., "--report", help="report folder: report.md, heldout.csv, heldout.png, summary.json"),
+    holdout_arch: Optional[list[str]] = typer.Option(
+        None, "--holdout-arch", help="fit on the other architectures, predict this one (repeatable; default: each in turn)"),
+    holdout_rule: Optional[list[str]] = typer.Option(
+        None, "--holdout-rule", help="hold out the records matching any condition, e.g. context>2048,gamma>2 (the "
+                                     "default) or op=verify; fields context, new_tokens, batch, gamma, op (repeatable)"),
+    hardware: Optional[str] = typer.Option(None, help="catalog hardware (default: from run.json)"),
+    name: Optional[str] = typer.Option(None, help="profile name"),
+    date: Optional[str] = typer.Option(None, help="provenance date (default: today)"),
+):
+    """Fit the cost model to microbenchmark records (static-bench) and validate it on held-out architectures/shapes."""
+    from calibrate.fit.bench_fit import run_fit_bench
+    from calibrate.fit.bench_report import write_report
+    from calibrate.fit.fit_cost import profile_to_yaml
+    from simulator.loading import write_atomic
+    from simulator.report_table import job
+
+    # the command as parsed (sys.argv is not this command's when main(argv) is called in-process)
+    opts = [("--out", out), ("--report", report), *[("--holdout-arch", a) for a in holdout_arch or []],
+            *[("--holdout-rule", r) for r in holdout_rule or []], ("--hardware", hardware), ("--name", name), ("--date", date)]
+    command = shlex.join(["specsim", "calibrate", "fit-bench", *map(str, run_dirs),
+                          *[str(x) for k, v in opts if v is not None for x in (k, v)]])
+    with job("calibrate fit-bench: fitting every fold and the profile", after_s=3.0):
+        res = run_fit_bench([str(p) for p in run_dirs], holdout_archs=holdout_arch, rules=holdout_rule,
+                            hardware=hardware, command=command, name=name, date=date)
+    # every input checked and every figure computed before anything is written
+    write_atomic(out, profile_to_yaml(res.profile, command))
+    files = write_report(res, report, command, str(out))
+    print(f"wrote {out}: {len(res.bench.records)} records of {len(res.bench.runs)} runs ({', '.join(res.bench.archs)}) "
+          f"on {res.bench.hardware.name}; report {report} ({', '.join(p.name for p in files)})")
+    for n in ("mem_efficiency", "compute_efficiency", "step_overhead_s", "layer_overhead_s", "seq_overhead_s"):
+        p = getattr(res.profile, n)
+        print(f"  {n:20s} {p.value:.4g}" + (f" ± {p.stderr:.3g}" if p.stderr is not None else "") + f"  [{p.kind}]")
+    for r in res.errors[res.errors["op"] == "all"].itertuples() if len(res.errors) else []:
+        print(f"  held out, {r.fold}: median APE fitted {100 * r.fitted_median_ape:.1f}%, transferred prior "
+              f"{100 * r.transferred_prior_median_ape:.1f}%, datasheet prior {100 * r.datasheet_prior_median_ape:.1f}% "
+              f"(n={r.n})")
+    for note in res.notes:
+        print(f"  note: {note}")
+
+
+def register(calibrate_app: typer.Typer) -> None:
+    """Add ``fit``, ``fit-workload`` and ``fit-bench`` to the calibrate sub-app unless it already has them."""
+    names = {c.name or (c.callback.__name__ if c.callback else None) for c in calibrate_app.registered_commands}
+    if "fit" not in names:
+        calibrate_app.command("fit")(fit)
+    if "fit-workload" not in names:
+        calibrate_app.command("fit-workload")(fit_workload)
+    if "fit-bench" not in names:
+        calibrate_app.command("fit-bench")(fit_bench)

@@ -1,0 +1,196 @@
+"""Speculation under load on a GPU no fit saw: the B200 closed-loop sweep (issue 25).
+
+``../shared/data/engine-measurements/speculators-b200-concurrency``: vLLM 0.30 on one B200, closed-loop streams
+1-128, math-reasoning prompts (~111 tokens, ~270 output), three arms: no speculation, DSpark (k = 7) and MTP. Each
+arm's ITL per concurrency is predicted from the engine-level step model (``Deployment.pass_time``, the one formula)
+and the arm's *own* measured acceptance length AL (tokens per iteration, bonus included):
+
+    ITL(c) = T_iter(c) / AL(c),   T_iter(c) = draft(c) + verify(c)      (baseline: T_iter = one decode step, AL = 1)
+
+with, for c running sequences at the sweep's mean context (prompt + half the output), verify = one pass of c (k+1)
+tokens (k+1 logit rows each) and the closed loop's prefills spread over the iterations (c x prompt / iterations per
+request extra tokens per pass). The model and the drafters are not published with the data, so stated assumptions
+stand in for them (``ARMS``): the target is a 27.4B proxy of Qwen3-32B's layer shape (as in the baseline check);
+MTP drafts k = 3 tokens, one pass of a one-layer module per token (vLLM's MTP; k not in the data); DSpark drafts its
+k = 7 tokens in one pass of a one-layer drafter over k positions (a block drafter: the batch-1 ITL fits this and
+not k serial passes). DSpark at 128 streams queues (median TTFT 3.4 s against 0.19 s at 64: the engine ran fewer
+than 128 sequences at once) and is left out of the growth and speedup at 128.
+
+The B200's compute efficiency has no engine-level evidence in the fit (the catalog's is the median of the fitted
+GPUs). Two predictions per arm: ``catalog`` (every parameter as in ``simulator/catalog/gpu_priors.yaml``) and
+``mtp-fitted`` (eta_comp of the B200 fitted on the MTP arm alone, the one fitter; the baseline and DSpark arms are
+then held out).
+
+    python -m calibrate.fit.gpu_profiles.spec_sweep --report reports/b200-speculation
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from calibrate.fit.gpu_profiles.engine_fit import B200_PROXY_LAYERS, ENGINE
+from simulator.catalog import get_hardware, get_model
+from simulator.cost_model import Deployment, prior_profile
+from simulator.pass_time import draft_deployment
+
+SWEEP = ENGINE / "speculators-b200-concurrency"
+
+
+@dataclass(frozen=True)
+class Arm:
+    file: str
+    k: int  # draft tokens per iteration (0: no speculation)
+    block: bool  # the drafter proposes its k tokens in one pass (else k passes of one token)
+    note: str
+
+
+ARMS = {"baseline": Arm("baseline_math_reasoning.csv", 0, False, "no speculation"),
+        "mtp": Arm("mtp_math_reasoning.csv", 3, False, "MTP, k = 3 assumed, one 1-layer pass per draft token"),
+        "dspark": Arm("dspark_math_reasoning.csv", 7, True, "DSpark, k = 7, one 1-layer block pass over 7 positions")}
+QUEUED = {("dspark", 128)}  # the engine ran fewer sequences than streams (TTFT 3.4 s): out of the growth/speedup
+GROWTH_AT = 64
+SPEEDUP_AT = (1, 16, 64, 128)
+
+
+def load(root: Path | None = None) -> pd.DataFrame:
+    rows = []
+    for name, arm in ARMS.items():
+        f = pd.read_csv((root or SWEEP) / arm.file)
+        for r in f.itertuples():
+            al = 1.0 if arm.k == 0 else float(r.acceptance_length)
+            rows.append({"arm": name, "concurrency": int(r.offered_concurrency), "itl_ms": float(r.median_itl_ms),
+                         "al": al, "prompt": float(r.mean_prompt_tokens), "output": float(r.mean_output_tokens),
+                         "ttft_ms": float(r.median_ttft_ms)})
+    return pd.DataFrame(rows).sort_values(["arm", "concurrency"]).reset_index(drop=True)
+
+
+def deployments(eta_comp: float | None = None):
+    hw = get_hardware("b200")
+    p = prior_profile(hw).params(hw)
+    if eta_comp is not None:
+        p = replace(p, compute_efficiency=eta_comp)
+    tgt = Deployment(get_model("qwen3-32b").cut(B200_PROXY_LAYERS, name="qwen-27b-proxy"), hw, 1, p)
+    return tgt, draft_deployment(tgt, "head", p)
+
+
+def _pass(dep: Deployment, seqs: float, n: float, ctx: float, extra: float = 0.0, rows: float | None = None) -> float:
+    """One pass of ``seqs`` sequences with ``n`` new tokens each at context ``ctx``, plus ``extra`` prefill tokens."""
+    N = seqs * n + extra
+    return float(dep.pass_time(N, seqs * (ctx + n) + extra, seqs * n * (ctx + (n + 1) / 2) + extra * extra / 2,
+                               seqs if rows is None else rows, seqs))
+
+
+def predict(d: pd.DataFrame, eta_comp: float | None = None) -> np.ndarray:
+    tgt, head = deployments(eta_comp)
+    out = np.empty(len(d))
+    for i, r in enumerate(d.itertuples()):
+        arm = ARMS[r.arm]
+        c, ctx = r.concurrency, r.prompt + r.output / 2
+        extra = c * r.prompt / (r.output / r.al)  # the closed loop's prefills, spread over a request's iterations
+        if arm.k == 0:
+            t = _pass(tgt, c, 1, ctx, extra)
+        else:
+            k = arm.k
+            draft = _pass(head, c, k, ctx, rows=c * k) if arm.block else k * _pass(head, c, 1, ctx)
+            t = draft + _pass(tgt, c, k + 1, ctx, extra, rows=c * (k + 1))
+        out[i] = t / r.al * 1e3
+    return out
+
+
+def fit_eta_comp(d: pd.DataFrame) -> tuple[float, float]:
+    """eta_comp of the B200 from the rows given (the one fitter, log ITL, around the catalog's value)."""
+    from calibrate.fit.fit_cost import fit_log_times
+
+    hw = get_hardware("b200")
+    prior = prior_profile(hw).params(hw).compute_efficiency
+    r = fit_log_times(lambda v: predict(d, v["compute_efficiency"]) / 1e3, np.log(d["itl_ms"].to_numpy() / 1e3),
+                      {"compute_efficiency": prior}, ("compute_efficiency",), names=("compute_efficiency",),
+                      build=lambda v: v, bounds={"compute_efficiency": (1e-3, 1.0)})
+    return float(r.values["compute_efficiency"]), float(r.stderr.get("compute_efficiency", float("nan")))
+
+
+def shape_table(d: pd.DataFrame, col: str) -> pd.DataFrame:
+    """Per arm: ITL growth from 1 to GROWTH_AT streams; per speculative arm: speedup over the baseline at SPEEDUP_AT."""
+    rows = []
+    base = d[d["arm"] == "baseline"].set_index("concurrency")
+    for arm, g in d.groupby("arm"):
+        g = g.set_index("concurrency")
+        rows.append({"arm": arm, "what": f"ITL({GROWTH_AT}) / ITL(1)", "measured": g.at[GROWTH_AT, "itl_ms"] / g.at[1, "itl_ms"],
+                     "predicted": g.at[GROWTH_AT, col] / g.at[1, col]})
+        if arm == "baseline":
+            continue
+        for c in SPEEDUP_AT:
+            if (arm, c) in QUEUED or c not in g.index:
+                continue
+            rows.append({"arm": arm, "what": f"speedup at {c}", "measured": base.at[c, "itl_ms"] / g.at[c, "itl_ms"],
+                         "predicted": base.at[c, col] / g.at[c, col]})
+    t = pd.DataFrame(rows)
+    t["error"] = t["predicted"] / t["measured"] - 1
+    return t
+
+
+def run(report: Path | None = None) -> dict:
+    d = load()
+    d["catalog_ms"] = predict(d)
+    mtp = d[d["arm"] == "mtp"]
+    eta, se = fit_eta_comp(mtp)
+    d["mtp_fitted_ms"] = predict(d, eta)
+    out = {"data": d, "eta_comp_mtp": (eta, se),
+           "catalog": shape_table(d, "catalog_ms"), "mtp_fitted": shape_table(d, "mtp_fitted_ms")}
+    if report is not None:
+        write_report(Path(report), out)
+    return out
+
+
+def write_report(folder: Path, out: dict) -> None:
+    from simulator.loading import write_atomic
+
+    folder.mkdir(parents=True, exist_ok=True)
+    d = out["data"]
+    write_atomic(folder / "itl.csv", d.to_csv(index=False, float_format="%.5g"))
+    eta, se = out["eta_comp_mtp"]
+    hw = get_hardware("b200")
+    L = ["# Speculation under load on a B200 (vLLM 0.30 closed loop): predicted vs measured", "",
+         "Command: `python -m calibrate.fit.gpu_profiles.spec_sweep --report reports/b200-speculation` "
+         "(module docstring: assumptions). Each arm's own measured acceptance length per concurrency is the input.", "",
+         f"Arms: " + "; ".join(f"{k}: {a.note}" for k, a in ARMS.items()) + ". DSpark at 128 streams queued "
+         "(median TTFT 3.4 s) and is left out at 128.", "",
+         f"B200 eta_comp: catalog {prior_profile(hw).params(hw).compute_efficiency:.3f} (median of the fitted GPUs); "
+         f"fitted on the MTP arm alone: {eta:.3f} ± {se:.3f}.", ""]
+    for key, title in (("catalog", "Every parameter from the catalog (no B200 fit)"),
+                       ("mtp_fitted", "B200 eta_comp fitted on the MTP arm (baseline and DSpark held out)")):
+        t = out[key]
+        L += [f"## {title}", "", "| arm | what | measured | predicted | error |", "|---|---|---|---|---|"]
+        for r in t.itertuples():
+            L.append(f"| {r.arm} | {r.what} | {r.measured:.2f} | {r.predicted:.2f} | {r.error:+.1%} |")
+        a = t["error"].abs()
+        L += ["", f"Within 15%: {int((a <= 0.15).sum())} of {len(t)}; median |error| {a.median():.1%}.", ""]
+    L += ["## ITL per concurrency (ms)", "", "| arm | streams | AL | measured | catalog | MTP-fitted |", "|---|---|---|---|---|---|"]
+    for r in d.itertuples():
+        L.append(f"| {r.arm} | {r.concurrency} | {r.al:.2f} | {r.itl_ms:.2f} | {r.catalog_ms:.2f} | {r.mtp_fitted_ms:.2f} |")
+    write_atomic(folder / "report.md", "\n".join(L) + "\n")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m calibrate.fit.gpu_profiles.spec_sweep", description=__doc__.split("\n")[0])
+    ap.add_argument("--report", default=None, help="folder for report.md and itl.csv")
+    a = ap.parse_args(argv)
+    if not SWEEP.is_dir():
+        print(f"error: {SWEEP}: the B200 sweep is not here (../shared/data)", file=sys.stderr)
+        return 2
+    out = run(Path(a.report) if a.report else None)
+    for key in ("catalog", "mtp_fitted"):
+        print(f"-- {key}")
+        print(out[key].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    print("eta_comp fitted on the MTP arm: %.3f ± %.3f" % out["eta_comp_mtp"])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,165 @@
+"""Imports point one way (issues 16 and 29), for every package:
+
+    simulator  <-  calibrate.{trace_schema, spec_metrics} (the contracts)  <-  calibrate.run | calibrate.fit
+               <-  calibrate (cli, study: compose run and fit)  <-  validate  <-  specsim_cli
+
+``calibrate.run`` (engines, runners: the only code needing torch or vLLM) and ``calibrate.fit`` (loading, fitters,
+importers) never import each other: they share only the trace and metrics contracts. ``specsim_cli`` composes the
+packages into the one ``specsim`` command tree."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("simulator", "calibrate", "validate", "specsim_cli")
+CONTRACTS = ("calibrate.trace_schema", "calibrate.spec_metrics")
+# (layer of a module, the layers it may import); a module's layer is the longest matching prefix of its name.
+LAYERS = {
+    "simulator": {"simulator"},
+    "calibrate.contract": {"simulator", "calibrate.contract"},
+    "calibrate.run": {"simulator", "calibrate.contract", "calibrate.run"},
+    "calibrate.fit": {"simulator", "calibrate.contract", "calibrate.fit"},
+    "calibrate": {"simulator", "calibrate.contract", "calibrate.run", "calibrate.fit", "calibrate"},
+    "validate": {"simulator", "calibrate.contract", "calibrate.run", "calibrate.fit", "calibrate", "validate"},
+    "specsim_cli": set(),  # the top: composes everything
+}
+FORBIDDEN = ("calibrate", "validate", "specsim_cli")  # packages above simulator
+
+
+def layer_of(module: str) -> str | None:
+    """The layer a dotted module name belongs to; None for a third-party or standard-library module."""
+    if module in CONTRACTS:
+        return "calibrate.contract"
+    for name in ("calibrate.run", "calibrate.fit", *PACKAGES):
+        if module == name or module.startswith(name + "."):
+            return name
+    return None
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _resolve(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    """The absolute module a relative ``from .x import y`` names."""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _imported_names(tree: ast.AST) -> list[tuple[int, str]]:
+    """Every module an import statement names (top level or inside functions), plus string literals given to
+    ``importlib.import_module`` / ``__import__``."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.append((node.lineno, node.module))
+        elif isinstance(node, ast.ImportFrom) and node.level > 0:
+            out.append((node.lineno, node))
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+            if name in ("import_module", "__import__"):
+                out.append((node.lineno, node.args[0].value))
+    return out
+
+
+def _violations(source: str, filename: str, module: str = "simulator.x", is_package: bool = False) -> list[str]:
+    """``FILE:LINE: MODULE`` for every import of a layer ``module``'s layer may not import."""
+    allowed = LAYERS[layer_of(module)]
+    out = []
+    for line, name in _imported_names(ast.parse(source, filename)):
+        if isinstance(name, ast.ImportFrom):
+            name = _resolve(name, module, is_package)
+        target = layer_of(name)
+        if target is not None and allowed and target not in allowed:
+            out.append(f"{filename}:{line}: {name}")
+    return out
+
+
+def test_the_checker_sees_every_kind_of_import():
+    src = ("import calibrate\nfrom validate.cli import register\n"
+           "def f():\n    import calibrate.fit.fit_workload_runs as r\n    from validate import serving\n"
+           "    import importlib\n    importlib.import_module('calibrate.cli')\n"
+           "import simulator.cost\nfrom simulator import errors\nfrom . import x\n")
+    assert [v.split(": ")[1] for v in _violations(src, "t.py")] == [
+        "calibrate", "validate.cli", "calibrate.fit.fit_workload_runs", "validate", "calibrate.cli"]
+
+
+def test_the_checker_applies_each_layer_rule():
+    run_imports_fit = "from calibrate.fit.fit_cost import Setup\n"
+    assert _violations(run_imports_fit, "r.py", "calibrate.run.runner")
+    assert _violations("import calibrate.run.engine\n", "f.py", "calibrate.fit.measured")
+    assert not _violations("from calibrate.trace_schema import check_run_dir\n", "f.py", "calibrate.fit.measured")
+    assert not _violations("from calibrate.spec_metrics import pool\n", "r.py", "calibrate.run.serve_bench")
+    assert _violations("from calibrate.run.engine import Engine\n", "c.py", "calibrate.trace_schema")
+    assert _violations("from validate.cli import x\n", "c.py", "calibrate.cli")
+    assert not _violations(run_imports_fit, "c.py", "calibrate.cli")
+    assert _violations("from ..fit import fit_cost\n", "r.py", "calibrate.run.runner")  # relative, resolved
+    assert not _violations("from .load import ServingRun\n", "v.py", "validate.serving.client")
+    assert not _violations("from calibrate.fit import measured\n", "s.py", "specsim_cli.main")
+
+
+def test_every_package_imports_only_downward():
+    files = [p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))]
+    assert {layer_of(_module_name(p)) for p in files} == set(LAYERS), "a layer has no module: update LAYERS"
+    bad = [v for p in files for v in _violations(p.read_text(encoding="utf-8"), str(p.relative_to(ROOT)),
+                                                 _module_name(p), p.name == "__init__.py")]
+    assert not bad, "imports against the layering (module docstring):\n" + "\n".join(bad)
+
+
+def test_importing_the_simulator_cli_loads_no_upper_package():
+    code = ("import sys, simulator.cli, simulator.accuracy, simulator.whatif\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'calibrate', 'validate', 'specsim_cli'}))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
+
+
+@pytest.fixture(scope="module")
+def composed():
+    from specsim_cli.main import full_app
+
+    return full_app()
+
+
+def _commands(app, args) -> list[str]:
+    """The command names of ``specsim ARGS --help``, in the order listed (rich panel rows ``│ name  help``)."""
+    import re
+
+    r = CliRunner().invoke(app, [*args, "--help"], env={"COLUMNS": "200"}, prog_name="specsim")
+    assert r.exit_code == 0, r.output
+    panel = r.output[r.output.index("Commands"):]
+    return [m.group(1) for m in re.finditer(r"^[│|] +([a-z][a-z0-9-]*) {2,}", panel, flags=re.M)]
+
+
+def test_specsim_help_lists_the_composed_commands(composed):
+    assert _commands(composed, []) == ["whatif", "list", "show", "capacity", "report", "init", "pass-time", "validate", "validate-serving", "validate-capacity",
+                                       "calibrate", "study"]
+    assert {"run", "fit", "fit-workload", "serve-run", "serve-systems"} <= set(_commands(composed, ["calibrate"]))
+
+
+def test_the_simulator_app_alone_has_only_its_own_commands():
+    from simulator.cli import app
+
+    names = {c.name or c.callback.__name__ for c in app.registered_commands}
+    assert names == {"whatif", "list", "show", "capacity", "report", "init", "pass-time"} and not app.registered_groups
+
+
+def test_console_script_points_at_the_composed_main():
+    import tomllib
+
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert meta["project"]["scripts"]["specsim"] == "specsim_cli.main:main"
+    assert "specsim_cli*" in meta["tool"]["setuptools"]["packages"]["find"]["include"]
