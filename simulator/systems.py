@@ -16,6 +16,7 @@ the existing call kinds is one ``SystemSpec`` here (see docs/extending.md).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -70,9 +71,26 @@ REGISTRY: dict[str, SystemSpec] = {s.name: s for s in (
     SystemSpec("specreason-decode", "speculative", draft=True,
                description="SpecReason with speculative decoding for the base model's regenerations"),
 )}
-SYSTEMS: tuple[str, ...] = tuple(REGISTRY)
-USES_GAMMA = frozenset(n for n, s in REGISTRY.items() if s.draft)
-USES_THRESHOLD = frozenset(n for n, s in REGISTRY.items() if s.scores_steps)
+
+
+class _SystemNames(Sequence):
+    """The registered system names, read from ``REGISTRY`` at each use (an entry added to it -- in this file, or by
+    a test at run time -- is known everywhere at once)."""
+
+    def __getitem__(self, i):
+        return tuple(REGISTRY)[i]
+
+    def __len__(self) -> int:
+        return len(REGISTRY)
+
+    def __contains__(self, name) -> bool:
+        return name in REGISTRY
+
+    def __repr__(self) -> str:
+        return repr(tuple(REGISTRY))
+
+
+SYSTEMS: Sequence[str] = _SystemNames()
 
 
 def spec_of(system: str) -> SystemSpec:
