@@ -321,31 +321,71 @@ class Engine:
     def round_times(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(time, KV growth) of each of the next k > 1 decode-only iterations (no prefill pending);
         growth None on a plain engine (one token per sequence per round)."""
+        Gs = self.growth(k)
+        return self.times_for(k, Gs), (None if Gs is None else np.diff(Gs))
+
+    def first_growth(self) -> int:
+        """KV growth of the next decode-only iteration (= ``growth(k)[1]``; ``len(act)`` on a plain engine)."""
         if self.policy is not None:
             self.sync_gamma()
+        act = self.act
+        if not self.spec:
+            return len(act)
+        it, cum_at, rem = self.it, self._cum_at, self.remaining
+        return sum([min(cum_at(s, it[s] + 1) - cum_at(s, it[s]), rem[s]) for s in act])
+
+    def growth(self, k: int) -> np.ndarray | None:
+        """Tokens produced before each of the next k + 1 decode-only iterations, cut to what each call still
+        needs (int64, ``Gs[0]`` = 0); None on a plain engine (``len(act)`` tokens every iteration). A policy
+        engine re-decides γ first. Integer sums: ``Gs[:j]`` is the same whatever k >= j."""
+        if self.policy is not None:
+            self.sync_gamma()
+        if not self.spec:
+            return None
+        act = self.act
+        a = np.array(act)
+        it = np.array([self.it[s] for s in act])
+        G = self.cum[a[:, None], it[:, None] + np.arange(k + 1)]  # produced before round r
+        rem = np.array([self.remaining[s] for s in act])
+        return np.minimum(G - G[:, :1], rem[:, None]).sum(axis=0)
+
+    def times_for(self, k: int, Gs: np.ndarray | None) -> np.ndarray:
+        """Times of the next k decode-only iterations given :meth:`growth` (at least k + 1 entries on a
+        speculative engine). Element r depends only on the state and ``Gs[r]``, so a prefix of a longer
+        evaluation is bit-identical to a shorter one. The γ draft passes of all k rounds are one 2-D
+        evaluation (rows summed in pass order, as one pass at a time would)."""
         act = self.act
         B = float(len(act))
         kvs = float(sum([self.kv[s] for s in act]))
         if not self.spec:
             kv = kvs + B * np.arange(1.0, k + 1.0)  # sum (c_i + 1), c_i growing by 1
-            return self.pc.times(B, kv, kv, B), None  # growth: len(act) tokens every round
-        a = np.array(act)
-        it = np.array([self.it[s] for s in act])
-        G = self.cum[a[:, None], it[:, None] + np.arange(k + 1)]  # produced before round r
-        rem = np.array([self.remaining[s] for s in act])
-        Gs = np.minimum(G - G[:, :1], rem[:, None]).sum(axis=0)  # cut to what each call still needs
+            return self.pc.times(B, kv, kv, B)
         ctx = kvs + Gs[:k].astype(float)
         g, d, w, vt = self.g_cur, self.pc_draft, self.width, self.vt_cur
         # gamma draft passes at context + i (w tokens each), summed per round
         if d is None:
             t = np.zeros(k)
-        elif w == 1:
-            t = sum(d.times(B, ctx + B * (i + 1.0), ctx + B * (i + 1.0), B) for i in range(g))
+        elif g == 0:
+            t = 0
+        elif d.dep is not None:  # a pass-time formula that is not affine (MoE, MLA, ...): one pass at a time
+            if w == 1:
+                t = sum(d.times(B, ctx + B * (i + 1.0), ctx + B * (i + 1.0), B) for i in range(g))
+            else:
+                t = sum(d.times(B * w, ctx + B * (i + w), w * (ctx + B * i) + B * w * (w + 1) / 2.0, B * w, B)
+                        for i in range(g))
         else:
-            t = sum(d.times(B * w, ctx + B * (i + w), w * (ctx + B * i) + B * w * (w + 1) / 2.0, B * w, B) for i in range(g))
+            i = np.arange(g)
+            if w == 1:
+                kv2 = ctx[None, :] + (B * (i + 1.0))[:, None]
+                T = d.times(B, kv2, kv2, B)
+            else:
+                kv2 = ctx[None, :] + (B * (i + w))[:, None]
+                T = d.times(B * w, kv2, w * (ctx[None, :] + (B * i)[:, None]) + B * w * (w + 1) / 2.0, B * w, B)
+            t = T[0].copy()
+            for r in range(1, g):
+                t += T[r]
         n = B * vt
-        t = t + self.pc.times(n, ctx + n, vt * ctx + B * vt * (vt + 1) / 2.0, n, B)
-        return t, np.diff(Gs)
+        return t + self.pc.times(n, ctx + n, vt * ctx + B * vt * (vt + 1) / 2.0, n, B)
 
     def _chunks(self, dec_tokens: int) -> dict[int, int]:
         """Prefill tokens per slot in the next iteration: what the token budget leaves after the decoding

@@ -42,6 +42,8 @@ class PassCost:
             self.r1 = 2.0 * m.layers * 2.0 * (dep.tp - 1) / dep.tp * m.hidden * ACTIVATION_BYTES / h.link_bandwidth_bytes_per_s
         self.o = dep.overhead_time + self.r0
         self.s = c.seq_overhead_s
+        # the memory roof is > 0 at any context (weights streamed every pass): the array path's division needs no guard
+        self.positive = self.m0 > 0 and 1.0 + self.j > 0 and self.m1 >= 0
 
     def time(self, n: float, kv: float, attn: float, logits: float, seqs: float | None = None) -> float:
         """Scalar T_pass from aggregates: sum n_i, sum (c_i+n_i), sum n_i (c_i+(n_i+1)/2), sum l_i and the
@@ -61,6 +63,19 @@ class PassCost:
         """Vectorised :meth:`time` over arrays of aggregates."""
         if self.dep is not None:
             return np.asarray(self.dep.pass_time(n, kv, attn, logits, logits if seqs is None else seqs), dtype=float)
+        if self.positive and isinstance(kv, np.ndarray) and isinstance(attn, np.ndarray) and np.ndim(n) == 0 \
+                and np.ndim(logits) == 0 and (seqs is None or np.ndim(seqs) == 0):
+            # the serving loop's case (scalar batch, arrays of contexts): the same operations, element by element,
+            # as the general path below, without its conversions (mem > 0, so the roofline's guarded division is
+            # a plain one); ``**`` as in soft_roofline (numpy's scalar-power shortcuts alike)
+            n, logits = float(n), float(logits)
+            mem = self.m0 * (1.0 + self.j * (n >= 2)) + self.m1 * kv
+            comp = (self.c_n * n + self.c_l * logits) + self.c_a * attn
+            hi = np.maximum(mem, comp)
+            if not self.hard:
+                lo = np.minimum(mem, comp)
+                hi = hi * (1.0 + (lo / hi) ** self.p) ** (1.0 / self.p)
+            return hi + self.r1 * n + self.s * (logits if seqs is None else float(seqs)) + self.o
         n = np.asarray(n, dtype=float)
         mem = self.m0 * (1.0 + self.j * (n >= 2)) + self.m1 * np.asarray(kv, dtype=float)
         comp = self.c_n * n + self.c_l * np.asarray(logits, dtype=float) + self.c_a * np.asarray(attn, dtype=float)

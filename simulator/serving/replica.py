@@ -98,6 +98,7 @@ class Replica:
         self.wake = env.event()
         self.all_done = env.event()
         self.n_target = 0
+        self._round_est = 0.0  # the last k-round stretch's first round time (s): sizes the next evaluation
 
     # ---- requests -------------------------------------------------------------------------
     def submit(self, rid: int, plan: RequestPlan) -> None:
@@ -225,29 +226,47 @@ class Replica:
     def _plan_rounds(self, active: list[Engine], k: int):
         """How many of the next k > 1 decode-only rounds to advance at once: until a call ends,
         the KV fills or an event is due. Returns (k, per-engine round times, cumulative round
-        times) or None after a preemption."""
-        rows = []
+        times) or None after a preemption.
+
+        The KV checks (and a preemption) come before any time is evaluated; times are evaluated for
+        as many rounds as the next event can allow (an estimate from the last stretch's round time,
+        with a margin), and again for all k when the estimate fell short: the same k and times as
+        evaluating all k rounds at once (each round's time depends only on the state and its own
+        context, and cumulative sums of a prefix are the prefix of the cumulative sums)."""
+        t_next = min(self.env.peek(), self.ready[0][0] if self.ready else math.inf) - self.env.now
+        if t_next <= 0:
+            k_try = 1
+        else:
+            est = self._round_est
+            k_try = k if est <= 0 or t_next >= est * k else min(k, 2 * math.ceil(t_next / est) + 4)
+        while True:
+            plan = self._plan_k(active, k_try, t_next)
+            if plan is None or plan[0] < k_try or k_try >= k:
+                break
+            k_try = k  # the estimate fell short: evaluate every round
+        if plan is not None:
+            self._round_est = float(plan[2][0])
+        return plan
+
+    def _plan_k(self, active: list[Engine], k: int, t_next: float):
+        growth = []
         for e in active:
-            t, grow = e.round_times(k)
-            if e.spec:
-                cum = np.cumsum(grow)
-                g0 = int(cum[0])
-            else:  # constant growth: B tokens per round
-                g0 = len(e.act)
+            g0 = e.first_growth()  # the first round's growth: room for it, or a preemption, before any array work
             if not e._evict_until(g0) and len(e.act) > 1:
                 e.preempt_youngest()
                 return None
+            Gs = e.growth(k)
             free = e.capacity - e.pinned - e.cache_tokens
-            if e.spec:
-                k_kv = int(np.searchsorted(cum, free, side="right"))
-            else:
+            if Gs is not None:
+                k_kv = int(np.searchsorted(Gs[1:], free, side="right"))  # Gs[1:]: tokens after each round
+            else:  # constant growth: B tokens per round
                 k_kv = min(k, free // g0) if free >= 0 else 0
             k = min(k, max(k_kv, 1))
-            rows.append(t)
-        round_s = rows[0][:k] if len(rows) == 1 else rows[0][:k] + rows[1][:k]
+            growth.append(Gs)
+        rows = [e.times_for(k, Gs) for e, Gs in zip(active, growth)]
+        round_s = rows[0] if len(rows) == 1 else rows[0] + rows[1]
         cs = np.cumsum(round_s)
         # next external event (arrival, call becoming ready): stop at the round that starts after it
-        t_next = min(self.env.peek(), self.ready[0][0] if self.ready else math.inf) - self.env.now
         if t_next <= 0:
             k = 1
         else:
