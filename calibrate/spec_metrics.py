@@ -71,7 +71,8 @@ class Measurement:
     n_field: str
 
 
-def _number(x) -> bool:
+def is_number(x) -> bool:
+    """A real number, not a bool."""
     return isinstance(x, Real) and not isinstance(x, bool)
 
 
@@ -79,12 +80,12 @@ def check_measurement(m: Measurement) -> tuple[int, np.ndarray, int]:
     """(gamma, a, drafts) of a measurement that keeps every rule; else the first broken rule as an InputError.
 
     The one place the acceptance rules live, for every input path (study, run directories, /metrics, logs)."""
-    if not (_number(m.gamma) and float(m.gamma).is_integer() and m.gamma >= 1):
+    if not (is_number(m.gamma) and float(m.gamma).is_integer() and m.gamma >= 1):
         raise InputError(m.file, m.gamma_field, f"gamma must be a whole number >= 1 (got {m.gamma!r})")
     gamma = int(m.gamma)
-    if not (_number(m.n) and math.isfinite(m.n) and float(m.n).is_integer() and m.n >= 1):
+    if not (is_number(m.n) and math.isfinite(m.n) and float(m.n).is_integer() and m.n >= 1):
         raise InputError(m.file, m.n_field, f"drafts (verify iterations) must be a whole number >= 1 (got {m.n!r})")
-    if not (isinstance(m.a, (list, tuple, np.ndarray)) and all(_number(x) for x in m.a)):
+    if not (isinstance(m.a, (list, tuple, np.ndarray)) and all(is_number(x) for x in m.a)):
         raise InputError(m.file, m.a_field, f"expected a list of numbers a_1..a_{gamma} (got {m.a!r})")
     a = [float(x) for x in m.a]
     if len(a) != gamma:

@@ -26,14 +26,11 @@ of a scenario: a, kind, source), checked by the scenario's own model before anyt
 from __future__ import annotations
 
 import json
-import math
-from dataclasses import dataclass
-from numbers import Real
 from pathlib import Path
 
 import numpy as np
 
-from calibrate.spec_metrics import Data, Measurement, check_measurement, pool  # the acceptance contract
+from calibrate.spec_metrics import Data, Measurement, check_measurement, is_number, pool  # the acceptance contract
 from simulator.errors import InputError
 
 
@@ -78,10 +75,10 @@ def from_runs(run_dirs) -> Data:
             if not any(dr) and not any(ac):
                 continue
             gamma, n = s.get("spec_gamma", len(dr)), (dr[0] if dr else 0)
-            scale = n if _number(n) and n > 0 else 1
+            scale = n if is_number(n) and n > 0 else 1
 
             def share(name, counts):
-                return Measurement(f, gamma, [c / scale if _number(c) else c for c in counts], n, f"step {k}: spec_gamma",
+                return Measurement(f, gamma, [c / scale if is_number(c) else c for c in counts], n, f"step {k}: spec_gamma",
                                    f"step {k}: {name} / spec_drafted_per_pos[0]", f"step {k}: spec_drafted_per_pos[0]")
 
             check_measurement(share("spec_drafted_per_pos", dr))  # drafted at i cannot exceed drafted at i - 1
