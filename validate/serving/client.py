@@ -62,7 +62,7 @@ def fit_client(runs: list[ServingRun], params, setup) -> tuple[object, dict]:
     call = float(max(0.0, np.median(gap)))
     facts["values"]["call_overhead_s"] = float(f"{call:.4g}")
     facts["rel_stderr"]["call_overhead_s"] = float("inf")
-    facts["notes"] = {"call_overhead_s": f"median of TTFT - predicted prefill pass over {len(pre)} requests "
-                                         f"(profile value {params.call_overhead_s:.4g})"}
+    facts.setdefault("notes", {})["call_overhead_s"] = (f"median of TTFT - predicted prefill pass over {len(pre)} "
+                                                        f"requests (profile value {params.call_overhead_s:.4g})")
     facts["client_two_stage"] = True
     return replace(p2, call_overhead_s=call), facts

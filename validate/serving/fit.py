@@ -35,15 +35,61 @@ def _step_times(params, setup, agg) -> np.ndarray:
     return out
 
 
+def slowed(params, s: float):
+    """The same engine on a machine ``s`` times slower at every term: efficiencies / s, fixed costs x s. The step
+    time is homogeneous of degree 1 in these (a soft roofline of memory and compute times plus fixed costs), so every
+    pass takes exactly s times the profile's time, at every batch size and token count."""
+    from dataclasses import fields
+
+    out = {}
+    for f in fields(params):
+        v = getattr(params, f.name)
+        if v is None:
+            continue
+        if f.name.endswith("efficiency"):
+            out[f.name] = v / s
+        elif f.name.endswith("overhead_s") or f.name == "allreduce_latency_s":
+            out[f.name] = v * s
+    return replace(params, **out)
+
+
+def one_shape(agg: dict) -> bool:
+    """The steps all have one shape (same tokens, sequences and nearly the same context): e.g. a one-user run's
+    decode steps. They then pin how fast this machine runs the profile's engine, not how the step time grows with
+    the batch: re-fitting single terms would put the whole difference into one (the memory term, constant in the
+    batch) and flatten the batch scaling the profile was fitted for."""
+    kv = agg["KV"]
+    return (np.unique(agg["N"]).size == 1 and np.unique(agg["L"]).size == 1
+            and float(kv.max()) <= 2.0 * max(float(kv.min()), 1.0))
+
+
+def fit_speed_factor(steps: pd.DataFrame, params, setup) -> tuple[object, dict]:
+    """One-shape steps (:func:`one_shape`): the machine's speed factor s = median(measured / predicted step time),
+    applied to every term (:func:`slowed`), so the profile's batch scaling carries over to larger batches."""
+    agg = step_aggregates(steps)
+    r = np.log(agg["t"]) - np.log(_step_times(params, setup, agg))
+    s = float(np.exp(np.median(r)))
+    se = 1.2533 * float(np.std(r, ddof=1)) / np.sqrt(len(r)) if len(r) > 1 else float("inf")  # of the median, in log
+    new = slowed(params, s)
+    return new, {"steps": len(r), "values": {"speed_factor": float(f"{s:.4g}")}, "rel_stderr": {"speed_factor": float(f"{se:.3g}")},
+                 "kept_at_prior": {}, "zeroed": {}, "prior_dominated": {},
+                 "notes": {"speed_factor": f"every term of the profile x s (one step shape: {int(agg['N'][0])} token(s), "
+                                           f"{int(agg['L'][0])} sequence(s); relative stderr {se:.3g})"},
+                 "median_abs_log_residual": float(np.median(np.abs(r - np.log(s))))}
+
+
 def fit_step_params(steps: pd.DataFrame, params, setup) -> tuple[object, dict]:
     """Re-fit ``FIT_PARAMS`` on measured engine-step times with the cost model's one fitter
     (``calibrate.fit.fit_cost.fit_log_times``: soft-L1 on log time, bounds, identifiability; a parameter the
-    steps cannot pin stays at the profile's value, with the reason).
+    steps cannot pin stays at the profile's value, with the reason). Steps of one shape pin a speed factor only
+    (:func:`fit_speed_factor`).
 
     Returns (new CostParams, fit facts: values, relative stderrs, kept-at-prior reasons, residual figures)."""
     from calibrate.fit.fit_cost import PARAM_NAMES, fit_log_times
 
     agg = step_aggregates(steps)
+    if one_shape(agg):
+        return fit_speed_factor(steps, params, setup)
     y = np.log(agg["t"])
     start = {n: float(getattr(params, n)) for n in PARAM_NAMES}
     start["seq_overhead_s"] = start["seq_overhead_s"] or SEQ_OVERHEAD_START
