@@ -23,6 +23,8 @@ over the whole chain (tokens capped at the budget).
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,6 +44,11 @@ class Execution(BaseModel):
     # vLLM's max_num_seqs: sequences an engine runs at once (the rest wait). None: the caller's default (256, the
     # serving simulator's and vLLM's long-standing default).
     max_num_seqs: int | None = Field(default=None, ge=1, le=65536, strict=True)
+    # Who pays each call's host overhead t_call (``call_overhead_s``) before the engine sees the call: "concurrent"
+    # (every call its own delay: in-process callers) or "serial" (one front-end process in turn, FIFO: ``vllm serve``'s
+    # API server, one asyncio process that receives, tokenizes and streams every request), so calls arriving
+    # together reach the engine t_call apart and their prefills join different steps.
+    front_end: Literal["concurrent", "serial"] = "concurrent"
 
 
 def cache_split(new_tokens, cached_tokens, block: int):

@@ -85,6 +85,8 @@ class Replica:
                    seq_reserve_tokens=base_res),
         ]
         self.t_call = deps["base"].cost.call_overhead_s
+        self.serial_front_end = execution is not None and execution.front_end == "serial"
+        self._front_end_free = 0.0
         self.reqs: dict[int, _Req] = {}
         self.ready: list[tuple[float, int, int]] = []  # (ready_at, seq, rid): next call becomes queueable
         self._seq = 0
@@ -106,6 +108,9 @@ class Replica:
         self._schedule_call(rid, self.env.now)
 
     def _schedule_call(self, rid: int, at: float) -> None:
+        if self.serial_front_end:  # one front-end process pays every call's t_call in turn (Execution.front_end)
+            at = max(at, self._front_end_free)
+            self._front_end_free = at + self.t_call
         heapq.heappush(self.ready, (at + self.t_call, self._seq, rid))
         self._seq += 1
         if not self.wake.triggered:

@@ -172,6 +172,7 @@ def predict_run(run: ServingRun, params, setup, acceptance: list[float] | None =
 
     A speculative run replays each request's measured iterations, or -- with ``acceptance`` (a_1..a_gamma) --
     iterations drawn from it."""
+    from simulator.execution import Execution
     from simulator.serving.arrivals import ClosedLoopUsers, ReplayArrivals
     from simulator.serving.replica import simulate_serving
     from simulator.systems import SystemConfig, spec_of
@@ -194,8 +195,10 @@ def predict_run(run: ServingRun, params, setup, acceptance: list[float] | None =
         arrivals = ClosedLoopUsers(run.users, 0.0)
     else:
         arrivals = ReplayArrivals(tuple(float(t) for t in run.requests.arrival_s), run.label)
+    # a `vllm serve` run: one API server process receives, tokenizes and streams every request (Execution.front_end)
+    execution = Execution(front_end="serial") if run.client_side else None
     res = simulate_serving(cfg, setup.deployments(params, run_models(run, setup)), _workload(), arrivals,
-                           len(plans), seed=0, memory_fraction=MEMORY_FRACTION, plans=plans)
+                           len(plans), seed=0, memory_fraction=MEMORY_FRACTION, plans=plans, execution=execution)
     sim = res.requests.set_index("request")
     t = run.requests[["request_id", "prompt_tokens", "output_tokens", "latency_s", "ttft_s"]].copy()
     t["pred_latency_s"] = sim.loc[t.request_id, "latency_s"].to_numpy()
