@@ -112,6 +112,11 @@ class Engine:
         self.cache_tokens = 0
         self.pinned = 0
         self.admitted = 0
+        # stretch memo (see :meth:`stretch`): the batch's version (bumped whenever a slot joins or leaves) and the
+        # decode-only iterations run so far
+        self.version = 0
+        self.rounds = 0
+        self._memo: tuple | None = None
         self.preemptions = 0
         self.evictions = 0
         self.busy_s = 0.0
@@ -167,6 +172,7 @@ class Engine:
             self._place(job)
 
     def _place(self, job: Job) -> None:
+        self.version += 1
         s = self.free_slots.pop()
         self.jobs[s] = job
         self.kv[s], self.pending[s], self.remaining[s], self.it[s] = job.kv, job.pending, job.remaining, job.it
@@ -236,6 +242,7 @@ class Engine:
         return int(self.cum[s, j])
 
     def _release(self, s: int) -> Job:
+        self.version += 1
         job = self.jobs[s]
         self.jobs[s] = None
         self.act.remove(s)
@@ -333,6 +340,32 @@ class Engine:
             return len(act)
         it, cum_at, rem = self.it, self._cum_at, self.remaining
         return sum([min(cum_at(s, it[s] + 1) - cum_at(s, it[s]), rem[s]) for s in act])
+
+    def stretch_growth(self, k: int) -> np.ndarray | None:
+        """:meth:`growth` (k + 1 entries), from the memo of an earlier evaluation when the batch has not changed
+        since (no slot joined or left: only whole iterations ran, j of them): ``Gs[j:j+k+1] - Gs[j]``, the same
+        integers a fresh evaluation gives (no call finished in those iterations, so none was cut)."""
+        m = self._memo
+        if m is not None and m[0] == self.version:
+            j = self.rounds - m[1]
+            if j + k < len(m[2]):
+                return m[2][j : j + k + 1] - m[2][j] if m[2] is not None and self.spec else None
+        Gs = self.growth(k)
+        self._memo = None if self.policy is not None else (self.version, self.rounds, Gs if self.spec else np.zeros(k + 1), None)
+        return Gs
+
+    def stretch_times(self, k: int, Gs: np.ndarray | None) -> np.ndarray:
+        """:meth:`times_for` (k iterations, after :meth:`stretch_growth`), from the memo when it holds them: element
+        j + r of the earlier evaluation has the same context (integer sums) as element r now, so the same time."""
+        m = self._memo
+        if m is not None and m[0] == self.version and m[3] is not None:
+            j = self.rounds - m[1]
+            if j + k <= len(m[3]):
+                return m[3][j : j + k]
+        t = self.times_for(k, Gs)
+        if self.policy is None:
+            self._memo = (self.version, self.rounds, Gs if self.spec else np.zeros(k + 1), t)
+        return t
 
     def growth(self, k: int) -> np.ndarray | None:
         """Tokens produced before each of the next k + 1 decode-only iterations, cut to what each call still
@@ -438,6 +471,7 @@ class Engine:
         done: list[int] = []
         spec = self.spec
         grown = 0
+        self.rounds += k
         if spec and len(act) > self.n_prefill:  # iterations that decoded speculatively, by γ
             self.gamma_rounds[self.g_cur] = self.gamma_rounds.get(self.g_cur, 0) + k
         if self.n_prefill:  # k == 1 here; the chunks are the ones the round's time was evaluated with

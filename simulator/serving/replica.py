@@ -260,7 +260,7 @@ class Replica:
             if not e._evict_until(g0) and len(e.act) > 1:
                 e.preempt_youngest()
                 return None
-            Gs = e.growth(k)
+            Gs = e.stretch_growth(k)
             free = e.capacity - e.pinned - e.cache_tokens
             if Gs is not None:
                 k_kv = int(np.searchsorted(Gs[1:], free, side="right"))  # Gs[1:]: tokens after each round
@@ -268,7 +268,7 @@ class Replica:
                 k_kv = min(k, free // g0) if free >= 0 else 0
             k = min(k, max(k_kv, 1))
             growth.append(Gs)
-        rows = [e.times_for(k, Gs) for e, Gs in zip(active, growth)]
+        rows = [e.stretch_times(k, Gs) for e, Gs in zip(active, growth)]
         round_s = rows[0] if len(rows) == 1 else rows[0] + rows[1]
         cs = np.cumsum(round_s)
         # next external event (arrival, call becoming ready): stop at the round that starts after it
