@@ -50,7 +50,8 @@ import pandas as pd
 from simulator.errors import InputError
 from simulator.scenario import ResolvedScenario, load_scenario
 from simulator.serving.arrivals import BurstyArrivals, ClosedLoopUsers, PoissonArrivals
-from simulator.serving.metrics import summarize_serving
+from simulator.serving.early_stop import SloStop
+from simulator.serving.metrics import WARMUP_FRACTION, summarize_serving
 from simulator.serving.replica import simulate_serving
 from simulator.serving.slo import Slo, parse_slo
 from simulator.systems import SystemConfig
@@ -173,8 +174,11 @@ def _plans(point: Point, n: int) -> list:
     return have[:n]
 
 
-def evaluate(point: Point, rate: float | None = None, users: int | None = None, replay: str | None = None) -> dict:
-    """Serve the point's configuration at one load level; the summary row."""
+def evaluate(point: Point, rate: float | None = None, users: int | None = None, replay: str | None = None,
+             stop_early: bool = False) -> dict:
+    """Serve the point's configuration at one load level; the summary row. ``stop_early`` (open loop): end the
+    simulation once the SLO is certainly missed (``simulator.serving.early_stop``; the verdict is the full run's,
+    the row's figures are lower bounds and say ``stopped_early``)."""
     from simulator.serving.arrivals import load_arrival_times
 
     rs = _scenario(point.scenario)
@@ -188,10 +192,13 @@ def evaluate(point: Point, rate: float | None = None, users: int | None = None, 
     else:
         arrivals = point.load.arrivals(rate)
         n, too_short = requests_for(point, rate)
+    slo = parse_slo(point.slo_text)
+    stop = SloStop(slo, WARMUP_FRACTION) if stop_early and not (replay or users) else None
     res = simulate_serving(point.cfg, rs.deployments(point.hardware, point.tp), rs.workload, arrivals,
                            n, point.seed, (mf.small, mf.base), point.load.max_batch,
-                           plans=None if replay else _plans(point, n), execution=rs.scenario.execution)
-    out = summarize_serving(res, parse_slo(point.slo_text))
+                           plans=None if replay else _plans(point, n), execution=rs.scenario.execution, stop=stop)
+    out = summarize_serving(res, slo)
+    out.setdefault("stopped_early", False)
     if too_short:  # beyond what the request cap can judge: not claimed as sustainable
         out["slo_met"] = False
     out["horizon_capped"] = too_short
@@ -209,7 +216,7 @@ def search_capacity(point: Point, rel_tol: float = DEFAULT_REL_TOL, start: float
     def ev(rate: float) -> dict:
         nonlocal evals
         evals += 1
-        return evaluate(point, rate)
+        return evaluate(point, rate, stop_early=True)
 
     def zero(row: dict) -> dict:
         return {**row, "max_qps": 0.0, "evaluations": evals, "single_request_latency_s": 1.0 / r0, "bracketed": True}

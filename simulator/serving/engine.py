@@ -102,7 +102,7 @@ class Engine:
         self.n_prefill = 0  # running slots with a pending prefill
         # cum[s, j] = tokens produced by the first j speculative iterations of slot s's call
         self.cum = np.zeros((M, max_spec_iters + 2), np.int64) if self.spec else None
-        self.cum_list: list[list[int]] = [[0]] * M  # the same, row s up to its last iteration
+        self._last_col = max_spec_iters + 1
         self.n_iter = [0] * M  # speculative iterations of slot s's call
         self.draws: list[np.ndarray | None] = [None] * M  # a policy engine: slot s's M draws at gamma (int64)
         if self.policy is not None:
@@ -201,10 +201,8 @@ class Engine:
             if n:
                 row[1 : n + 1] = sc
                 row[n + 1 :] = sc[-1]
-                self.cum_list[s] = [0, *sc.tolist()]
             else:
                 row[1:] = 0
-                self.cum_list[s] = [0]
             self.n_iter[s] = n
 
     def _fill_row(self, s: int, j: int) -> None:
@@ -239,7 +237,7 @@ class Engine:
                 self._fill_row(s, it[s])
 
     def _cum_at_row(self, s: int, j: int) -> int:
-        return int(self.cum[s, j])
+        return self.cum.item(s, j)
 
     def _release(self, s: int) -> Job:
         self.version += 1
@@ -271,14 +269,14 @@ class Engine:
         if self.policy is not None:  # iterations until a call has what it needs, at the current γ
             self.sync_gamma()
             cum, it, rem = self.cum, self.it, self.remaining
-            return max(min([int(np.searchsorted(cum[s], cum[s, it[s]] + rem[s], side="left")) - it[s]
+            return max(min([int(cum[s].searchsorted(cum[s, it[s]] + rem[s], side="left")) - it[s]
                             for s in self.act]), 1)
         n_iter, it = self.n_iter, self.it
         return max(min([n_iter[s] - it[s] for s in self.act]), 1)
 
     def _cum_at(self, s: int, j: int) -> int:
-        row = self.cum_list[s]
-        return row[j] if j < len(row) else row[-1]
+        # row s holds the call's cumulative tokens, its last value repeated to the end of the row
+        return self.cum.item(s, j if j < self._last_col else self._last_col)
 
     def round_time(self) -> tuple[float, int]:
         """(time, KV growth) of the next iteration (scalar)."""

@@ -76,15 +76,35 @@ def stationarity(requests: pd.DataFrame, warmup_fraction: float = WARMUP_FRACTIO
     return {"latency_growth": growth, "latency_growth_t": t, "latency_drift": drift, "stationary": bool(ok)}
 
 
-def steady(requests: pd.DataFrame, warmup_fraction: float = WARMUP_FRACTION) -> pd.DataFrame:
+def steady(requests: pd.DataFrame, warmup_fraction: float = WARMUP_FRACTION, planned: int | None = None) -> pd.DataFrame:
+    """The requests after the warm-up: the first ``warmup_fraction`` of the ``planned`` requests (default: all of
+    them; a stopped run's table holds only those that arrived) by arrival are skipped."""
     r = requests.sort_values("arrival_at")
-    return r.iloc[int(len(r) * warmup_fraction):]
+    return r.iloc[int((len(r) if planned is None else planned) * warmup_fraction):]
+
+
+def lower_bounds(requests: pd.DataFrame, at: float, t_call: float) -> pd.DataFrame:
+    """A stopped run's requests (``simulator.serving.early_stop``) with every time still unknown at ``at`` set to
+    ``at``: latency, TTFT and queue delay of the unfinished ones become their lower bounds."""
+    r = requests.copy()
+    waited = at - r.arrival_at
+    r["latency_s"] = r.latency_s.fillna(waited)
+    r["ttft_s"] = r.ttft_s.fillna(waited)
+    r["queue_delay_s"] = r.queue_delay_s.fillna((waited - t_call).clip(lower=0.0))
+    for c in ("first_admit_at", "first_token_at", "done_at"):
+        r[c] = r[c].fillna(at)
+    return r
 
 
 def summarize_serving(res: ServingResult, slo: Slo | None = None, warmup_fraction: float = WARMUP_FRACTION) -> dict:
     """One row of numbers for a served trace (documented keys)."""
-    req = res.requests
-    st = steady(req, warmup_fraction)
+    stop = res.info.get("stopped_at")
+    if stop is None:
+        req = res.requests
+        st = steady(req, warmup_fraction)
+    else:  # stopped early (its SLO certainly missed): figures over the arrived requests, latencies as lower bounds
+        req = lower_bounds(res.requests, stop, res.info["call_overhead_s"])
+        st = steady(req, warmup_fraction, res.info["requests"])
     lat, ttft, q = st.latency_s.to_numpy(), st.ttft_s.to_numpy(), st.queue_delay_s.to_numpy()
     span = float(req.done_at.max() - req.arrival_at.min())
     out = {
@@ -141,10 +161,17 @@ def summarize_serving(res: ServingResult, slo: Slo | None = None, warmup_fractio
         # requests finishing within the SLO per second: the share within the SLO times the completed rate,
         # never above the throughput (and so never above the offered load once the run is stationary)
         out["goodput_qps"] = float(out["slo_attainment"] * out["throughput_qps"]) if len(ok) else 0.0
-        out.update(stationarity(req, warmup_fraction))
-        out["slo_met"] = slo.met(st) and out["stationary"]
+        if stop is None:
+            out.update(stationarity(req, warmup_fraction))
+            out["slo_met"] = slo.met(st) and out["stationary"]
+        else:  # not judged: the SLO alone already fails
+            out.update({"latency_growth": np.nan, "latency_growth_t": np.nan, "latency_drift": np.nan,
+                        "stationary": False, "slo_met": False})
         for t in slo.terms:
             out[t.name] = t.value(st[t.metric].to_numpy())
+    if stop is not None:
+        out["stopped_early"] = True
+        out["stopped_at_s"] = float(stop)
     return out
 
 

@@ -19,6 +19,9 @@ import numpy as np
 from simulator.cost_model import ACTIVATION_BYTES, Deployment, soft_roofline
 
 
+_SCALAR = (float, int, np.float64)
+
+
 class PassCost:
     def __init__(self, dep: Deployment):
         m, h, c = dep.model, dep.hardware, dep.cost
@@ -63,8 +66,8 @@ class PassCost:
         """Vectorised :meth:`time` over arrays of aggregates."""
         if self.dep is not None:
             return np.asarray(self.dep.pass_time(n, kv, attn, logits, logits if seqs is None else seqs), dtype=float)
-        if self.positive and isinstance(kv, np.ndarray) and isinstance(attn, np.ndarray) and np.ndim(n) == 0 \
-                and np.ndim(logits) == 0 and (seqs is None or np.ndim(seqs) == 0):
+        if self.positive and type(kv) is np.ndarray and type(attn) is np.ndarray and type(n) in _SCALAR \
+                and type(logits) in _SCALAR and (seqs is None or type(seqs) in _SCALAR):
             # the serving loop's case (scalar batch, arrays of contexts): the same operations, element by element,
             # as the general path below, without its conversions (mem > 0, so the roofline's guarded division is
             # a plain one); ``**`` as in soft_roofline (numpy's scalar-power shortcuts alike)

@@ -96,15 +96,19 @@ class Replica:
         # inter-token latencies (vLLM bench's ITL: one gap per output chunk of a generating sequence): per round,
         # (start, duration of the whole round on the shared GPU, decoding sequences that emitted in it)
         self.itl_rounds: list[tuple[float, float, int]] = []
-        self.itl_stretches: list[tuple[float, np.ndarray, int]] = []  # k-round stretches: (start, round durations, sequences)
+        self.itl_stretches: list[tuple[float, np.ndarray, int]] = []  # k-round stretches: (start, round ends, sequences)
         self.wake = env.event()
         self.all_done = env.event()
         self.n_target = 0
+        self.stop = None  # an early_stop.SloStop: end the run once its SLO is certainly missed
+        self.stopped_at: float | None = None
         self._round_est = 0.0  # the last k-round stretch's first round time (s): sizes the next evaluation
 
     # ---- requests -------------------------------------------------------------------------
     def submit(self, rid: int, plan: RequestPlan) -> None:
         self.reqs[rid] = _Req(plan, self.env.now)
+        if self.stop is not None:
+            self.stop.arrived(rid, self.env.now)
         self._schedule_call(rid, self.env.now)
 
     def _schedule_call(self, rid: int, at: float) -> None:
@@ -134,8 +138,14 @@ class Replica:
         for e in self.engines:
             e.drop_cache(rid)
         self.completed += 1
-        if self.completed == self.n_target:
+        if self.completed == self.n_target and not self.all_done.triggered:
             self.all_done.succeed()
+        elif self.stop is not None and self.stopped_at is None:
+            self.stop.finished(rid, at - r.arrival_at)
+            if self.stop.missed(at, self.reqs):
+                self.stopped_at = at
+                if not self.all_done.triggered:
+                    self.all_done.succeed()
         ev = self.done_events.pop(rid, None)
         if ev is not None:
             ev.succeed()
@@ -196,7 +206,7 @@ class Replica:
             duration = float(cs[k - 1])
             start = float(cs[k - 2]) if k > 1 else 0.0
             t0 = env.now
-            self.itl_stretches.append((t0, np.diff(cs[:k], prepend=0.0), sum([len(e.act) for e in active])))
+            self.itl_stretches.append((t0, cs[:k], sum([len(e.act) for e in active])))
             for e, row in zip(active, rows):
                 busy = float(row[:k].sum())
                 e.busy_s += busy
@@ -263,26 +273,27 @@ class Replica:
             Gs = e.stretch_growth(k)
             free = e.capacity - e.pinned - e.cache_tokens
             if Gs is not None:
-                k_kv = int(np.searchsorted(Gs[1:], free, side="right"))  # Gs[1:]: tokens after each round
+                k_kv = int(Gs[1:].searchsorted(free, side="right"))  # Gs[1:]: tokens after each round
             else:  # constant growth: B tokens per round
                 k_kv = min(k, free // g0) if free >= 0 else 0
             k = min(k, max(k_kv, 1))
             growth.append(Gs)
         rows = [e.stretch_times(k, Gs) for e, Gs in zip(active, growth)]
         round_s = rows[0] if len(rows) == 1 else rows[0] + rows[1]
-        cs = np.cumsum(round_s)
+        cs = round_s.cumsum()
         # next external event (arrival, call becoming ready): stop at the round that starts after it
         if t_next <= 0:
             k = 1
         else:
-            k = min(k, 1 + int(np.searchsorted(cs[: k - 1], t_next, side="left")))
+            k = min(k, 1 + int(cs[: k - 1].searchsorted(t_next, side="left")))
         return k, rows, cs
 
 
 def simulate_serving(cfg: SystemConfig, deps: dict[str, Deployment], workload: WorkloadProfile,
                      arrivals: ArrivalProcess, n_requests: int, seed: int,
                      memory_fraction: tuple[float, float] = (0.1, 0.8), max_batch: int = 256,
-                     plans: list[RequestPlan] | None = None, execution: Execution | None = None) -> ServingResult:
+                     plans: list[RequestPlan] | None = None, execution: Execution | None = None,
+                     stop=None) -> ServingResult:
     """Serve ``n_requests`` requests of ``cfg`` on one replica; per-request and per-engine results.
 
     Streams: requests (plans) and arrivals come from two independent children of ``seed``,
@@ -291,6 +302,8 @@ def simulate_serving(cfg: SystemConfig, deps: dict[str, Deployment], workload: W
     request i then gets ``plans[i]`` and ``n_requests`` is ``len(plans)``.
     ``execution`` (default: token-exact caching, one-call vanilla systems): block prefix caching in
     both engines and, with ``step_calls``, vanilla systems and specdecode planned step by step.
+    ``stop`` (an :class:`simulator.serving.early_stop.SloStop`, open loop only): end the run as soon as its SLO is
+    certainly missed; the result then holds the requests that arrived by then and ``info["stopped_at"]``.
     """
     execution = execution or Execution()
     arr_ss = np.random.SeedSequence(seed).spawn(2)[1]  # child 0: the requests (simulator.request_model.request_seed)
@@ -327,6 +340,8 @@ def simulate_serving(cfg: SystemConfig, deps: dict[str, Deployment], workload: W
         times = arrivals.times(n_requests, arr_rng)
         n_requests = len(times)
         env.process(open_loop(times))
+        if stop is not None:
+            rep.stop = stop.start(n_requests, rep.t_call)
 
     rep.n_target = n_requests
     env.process(rep.gpu())
@@ -337,7 +352,8 @@ def simulate_serving(cfg: SystemConfig, deps: dict[str, Deployment], workload: W
 def _itl_samples(rep: Replica) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(round start, round duration, weight = sequences that emitted a chunk in it), every decoding round."""
     parts = [np.array(rep.itl_rounds, dtype=float).reshape(-1, 3)]
-    for t0, d, n in rep.itl_stretches:
+    for t0, cs, n in rep.itl_stretches:
+        d = np.diff(cs, prepend=0.0)  # round durations
         parts.append(np.column_stack([t0 + np.concatenate([[0.0], np.cumsum(d[:-1])]), d, np.full(len(d), float(n))]))
     a = np.concatenate(parts)
     return a[:, 0], a[:, 1], a[:, 2]
@@ -345,7 +361,7 @@ def _itl_samples(rep: Replica) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _result(rep: Replica, arrivals, n_requests: int) -> ServingResult:
     rows = []
-    for rid in range(n_requests):
+    for rid in (range(n_requests) if rep.stopped_at is None else sorted(rep.reqs)):  # stopped: those that arrived
         r = rep.reqs[rid]
         p = r.plan
         rows.append((rid, r.arrival_at, r.first_admit_at, r.first_token_at, r.done_at,
@@ -354,7 +370,8 @@ def _result(rep: Replica, arrivals, n_requests: int) -> ServingResult:
                      p.small_steps, p.stop_reason))
     req = pd.DataFrame(rows, columns=REQUEST_COLUMNS)
     tl = pd.DataFrame(rep.timeline, columns=ENGINE_COLUMNS)
-    makespan = float(req.done_at.max() - req.arrival_at.min()) if len(req) else 0.0
+    end = req.done_at.max() if rep.stopped_at is None else rep.stopped_at
+    makespan = float(end - req.arrival_at.min()) if len(req) else 0.0
     info = {
         "system": rep.cfg.label, "arrivals": arrivals.label, "requests": n_requests, "makespan_s": makespan,
         "kv_capacity_tokens": {e.name: e.capacity for e in rep.engines},
@@ -365,4 +382,6 @@ def _result(rep: Replica, arrivals, n_requests: int) -> ServingResult:
         "call_overhead_s": rep.t_call,
         "itl": _itl_samples(rep),
     }
+    if rep.stopped_at is not None:
+        info["stopped_at"] = rep.stopped_at
     return ServingResult(req, tl, info)
