@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simulator.capacity import (DEFAULT_REQUESTS, IntervalSpec, LoadSpec, capacity_points, default_slo, headline,
-                                requests_for, run_points, search_table)
+from simulator.capacity import (DEFAULT_REQUESTS, IntervalSpec, LoadSpec, Workers, capacity_points, default_slo,
+                                headline, requests_for, run_points, search_table)
 from simulator.errors import InputError
 from simulator.scenario import load_scenario
 from simulator.serving.slo import parse_slo
@@ -87,24 +87,26 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
     configs = rs.system_configs(systems, gammas, thresholds)
     if not configs:
         raise InputError(None, "--system", "no configuration left to search")
-    # the same search as `specsim capacity` (simulator.capacity.search_table): configurations that cannot be
-    # recommended (accuracy floor not met) are not searched and get no capacity figure
-    cap, rec, skipped = search_table(rs, slo, load, configs, spec, acc_model, floor, gpu_hour_cost, target_qps,
-                                     workers, ray_address, only_eligible=True,
-                                     progress=progress and (lambda d, t, r: progress(d, t, r, "search replications (at most)")))
-    cap["interval"] = ["converged" if c else "not converged" for c in cap.converged]
-    # latency vs load: each system's best configuration on one log-spaced grid of rates spanning every
-    # system's knee (from 10% of the lowest capacity to 130% of the highest); a system stops at 140% of its own
-    best = cap[cap.max_qps > 0].drop_duplicates("system")
     by_label = {p.cfg.label + f"|{p.hardware}|{p.tp}": p for p in capacity_points(rs, slo, load)}
-    pts = []
-    if len(best):
-        rates = np.geomspace(0.1 * best.max_qps.min(), 1.3 * best.max_qps.max(), CURVE_POINTS)
-        pts = [replace(by_label[f"{r.label}|{r.hardware}|{r.tp}"], rate=float(q))
-               for r in best.itertuples() for q in rates if q <= 1.4 * r.max_qps]
-    curves = pd.DataFrame(run_points(pts, workers, ray_address, progress and (
-        lambda d, t, r: progress(d, t, r, "latency-vs-load points")))) if pts else pd.DataFrame(
-        columns=["label", "rate_qps", "latency_p50_s", "latency_p99_s", "goodput_qps"])
+    with Workers(workers, ray_address) as pool:  # one set of worker processes for both stages (their caches stay)
+        # the same search as `specsim capacity` (simulator.capacity.search_table): configurations that cannot be
+        # recommended (accuracy floor not met) are not searched and get no capacity figure
+        cap, rec, skipped = search_table(rs, slo, load, configs, spec, acc_model, floor, gpu_hour_cost, target_qps,
+                                         only_eligible=True, pool=pool, progress=progress and (
+                                             lambda d, t, r: progress(d, t, r, "search replications (at most)")))
+        cap["interval"] = ["converged" if c else "not converged" for c in cap.converged]
+        # latency vs load: each system's best configuration on one log-spaced grid of rates spanning every
+        # system's knee (from 10% of the lowest capacity to 130% of the highest); a system stops at 140% of its own
+        best = cap[cap.max_qps > 0].drop_duplicates("system")
+        pts = []
+        if len(best):
+            rates = np.geomspace(0.1 * best.max_qps.min(), 1.3 * best.max_qps.max(), CURVE_POINTS)
+            pts = [replace(by_label[f"{r.label}|{r.hardware}|{r.tp}"], rate=float(q),
+                           single_latency_s=float(r.single_request_latency_s))
+                   for r in best.itertuples() for q in rates if q <= 1.4 * r.max_qps]
+        curves = pd.DataFrame(run_points(pts, pool=pool, progress=progress and (
+            lambda d, t, r: progress(d, t, r, "latency-vs-load points")))) if pts else pd.DataFrame(
+            columns=["label", "rate_qps", "latency_p50_s", "latency_p99_s", "goodput_qps"])
 
     out.mkdir(parents=True, exist_ok=True)
     _atomic_write(out / "capacity.csv", lambda p: cap.to_csv(p, index=False))

@@ -1,0 +1,171 @@
+"""Capacity planning: the highest request rate one replica sustains under an SLO, per configuration (system,
+gamma, threshold, TP, hardware), with a confidence interval, and what a target rate costs. The one search behind
+``specsim capacity`` and ``specsim report`` (:func:`search_table`).
+
+The package, by concern:
+
+- :mod:`simulator.capacity.search`: one configuration's search -- load levels, a rate's simulation (stopped as soon
+  as its SLO is certainly missed), the bracketing search per replication, replications to a 95% interval;
+- :mod:`simulator.capacity.parallel`: where the work runs (this process, local processes, Ray) and the rounds of
+  replications across configurations (configurations the leader already beats stop early);
+- :mod:`simulator.capacity.table`: ranks and ties (paired tests over common seeds), costs, accuracy, the
+  recommendation and its headline;
+- here: the table of a whole grid (:func:`search_table`) and the ``specsim capacity`` entry point.
+
+Every name of the former single module is importable from here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pandas as pd
+
+from simulator.capacity.parallel import Workers, interval_rounds, run_point, run_points
+from simulator.capacity.search import (CONFIDENCE, DEFAULT_CI_TARGET, DEFAULT_MAX_REPS, DEFAULT_MIN_REPS,
+                                       DEFAULT_REL_TOL, DEFAULT_REQUEST_DOUBLINGS, DEFAULT_REQUESTS,
+                                       DEFAULT_SLO_FACTOR, HORIZON_LATENCIES, MAX_DOUBLINGS, MAX_REQUEST_FACTOR,
+                                       WARM_STEP, IntervalSpec, LoadSpec, Point, capacity_interval, evaluate,
+                                       point_latency, requests_for, search_capacity, single_request_latency,
+                                       t_interval)
+from simulator.capacity.table import (DISPLAY, EQUIVALENCE, add_accuracy, capacity_table, headline, paired_better,
+                                      rank_configurations, recommend, render_capacity_table, standing)
+from simulator.errors import InputError
+from simulator.scenario import ResolvedScenario, load_scenario
+from simulator.serving.slo import Slo, parse_slo
+from simulator.systems import SystemConfig
+
+__all__ = [
+    "CONFIDENCE", "DEFAULT_CI_TARGET", "DEFAULT_MAX_REPS", "DEFAULT_MIN_REPS", "DEFAULT_REL_TOL",
+    "DEFAULT_REQUEST_DOUBLINGS", "DEFAULT_REQUESTS", "DEFAULT_SLO_FACTOR", "DISPLAY", "EQUIVALENCE",
+    "HORIZON_LATENCIES", "MAX_DOUBLINGS", "MAX_REQUEST_FACTOR", "WARM_STEP", "IntervalSpec", "LoadSpec", "Point",
+    "Workers", "add_accuracy", "capacity_from_cli", "capacity_interval", "capacity_points", "capacity_table",
+    "default_slo", "evaluate", "headline", "interval_rounds", "load_scenario", "paired_better", "point_latency",
+    "rank_configurations", "recommend", "render_capacity_table", "requests_for", "run_point", "run_points",
+    "search_capacity", "search_table", "single_request_latency", "standing", "t_interval",
+]
+
+def search_table(rs: ResolvedScenario, slo: Slo, load: LoadSpec, configs: list[SystemConfig], spec: "IntervalSpec",
+                 acc_model, floor, gpu_hour_cost: float | None = None, target_qps: float | None = None,
+                 workers: int | None = None, ray_address: str | None = None, only_eligible: bool = False,
+                 progress=None, stop_below_best: bool = True,
+                 pool: Workers | None = None) -> tuple[pd.DataFrame, dict, list[SystemConfig]]:
+    """The one capacity search behind ``specsim capacity`` and ``specsim report`` (issue 30): every searched
+    configuration gets :func:`capacity_interval` with ``spec`` on the same seeds and run length, so both
+    commands print the same capacities, intervals and ranks. ``only_eligible``: configurations that do not
+    meet the accuracy floor are not searched (returned as the third value, never ranked nor printed with
+    a capacity). Returns (table best first with accuracy, ``standing`` and ``recommended``; the
+    recommendation; the configurations left out). ``pool``: the workers to run on (default: new ones from
+    ``workers`` / ``ray_address``)."""
+    from simulator.accuracy import floor_status
+
+    skipped = [c for c in configs if only_eligible and floor_status(acc_model, c, floor)[0] != "meets"]
+    keep = [c for c in configs if c not in skipped]
+    points = [replace(p, interval=spec) for p in capacity_points(rs, slo, load, keep)]
+    rows = (interval_rounds(points, spec, workers, ray_address, progress, stop_below_best, pool)
+            if spec.max_request_doublings == 0 and points
+            else run_points(points, workers, ray_address, progress, pool))
+    df = add_accuracy(capacity_table(rows, gpu_hour_cost, target_qps), acc_model, floor)
+    rec = recommend(df)
+    best = rec["best"]
+    picks = {best.label, *rec["ties"]} if best is not None else set()
+    df["recommended"] = [l in picks and f == "meets" and q > 0 for l, f, q in zip(df.label, df.accuracy_floor, df.max_qps)]
+    st = []
+    for r in df.itertuples():
+        if not r.max_qps > 0:
+            st.append("sustains no load")
+        elif r.accuracy_floor != "meets":
+            st.append(f"excluded: accuracy {r.accuracy_floor}")
+        elif best is not None and r.label == best.label and r.hardware == best.hardware and r.tp == best.tp:
+            st.append("best")
+        elif r.recommended:
+            st.append("within the interval of the best")
+        else:
+            st.append("below the best")
+    df["standing"] = st
+    return df, rec, skipped
+
+
+def capacity_points(rs: ResolvedScenario, slo: Slo, load: LoadSpec, configs: list[SystemConfig] | None = None) -> list[Point]:
+    configs = configs if configs is not None else rs.system_configs()
+    return [Point(str(rs.path), hw, tp, cfg, load, slo.text) for hw in rs.hardware_names for tp in rs.tps for cfg in configs]
+
+
+def default_slo(rs: ResolvedScenario) -> str:
+    """The scenario's ``slo`` if set, else p99 latency <= DEFAULT_SLO_FACTOR x vanilla-base's
+    single-request latency (first hardware/TP)."""
+    if rs.scenario.slo:
+        return rs.scenario.slo
+    lat = single_request_latency(rs, rs.hardware_names[0], rs.tps[0], SystemConfig(system="vanilla-base"))
+    return f"p99_latency<={DEFAULT_SLO_FACTOR * lat:.4g}s"
+
+
+def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | None = None, users: list[int] | None = None,
+                      systems: list[str] | None = None, gammas=None, thresholds=None, arrival: str = "poisson",
+                      cv: float = 1.0, requests: int | None = None, seed: int | None = None,
+                      gpu_hour_cost: float | None = None, target_qps: float | None = None,
+                      workers: int | None = None, ray_address: str | None = None,
+                      arrivals_file: str | None = None, interval: IntervalSpec | None = None,
+                      accuracy_floor: str | None = None, accuracy_margin: float | None = None,
+                      adaptive_gamma: bool = False, gamma_policy: str = "fixed", progress=None,
+                      stop_below_best: bool = False) -> tuple[pd.DataFrame, dict]:
+    """Resolve, validate, run. With --qps/--users/--arrivals-file: the SLO check at those loads;
+    else the capacity search. ``adaptive_gamma``: each drafting configuration at the grid's largest γ also
+    runs with γ chosen per engine iteration (``gamma_policy="goodput"``, up to that γ); ``gamma_policy``
+    other than fixed: every drafting configuration runs with that policy, up to its γ. ``stop_below_best``
+    (the ``specsim capacity`` command and the report: True): configurations the leader already beats get no
+    more replications (:func:`interval_rounds`); False (the default for library callers such as
+    validate-capacity) gives every configuration its own interval to the target."""
+    from simulator.serving.arrivals import load_arrival_times
+
+    from simulator.systems import SYSTEMS, expand_systems
+
+    rs = load_scenario(scenario)
+    sc = rs.scenario
+    slo = parse_slo(slo_text or default_slo(rs))
+    for s in systems or []:
+        if s not in SYSTEMS:
+            raise InputError(None, "--system", f"unknown system {s!r}; known: {', '.join(SYSTEMS)}")
+    if arrival not in ("poisson", "bursty"):
+        raise InputError(None, "--arrival", f"expected poisson or bursty (got {arrival!r})")
+    if not (cv > 0 and math.isfinite(cv)):
+        raise InputError(None, "--cv", f"must be a positive number (got {cv})")
+    for name, v in (("--gpu-hour-cost", gpu_hour_cost), ("--target-qps", target_qps)):
+        if v is not None and not (v > 0 and math.isfinite(v)):
+            raise InputError(None, name, f"must be a positive number (got {v})")
+    from simulator.scenario import MAX_REQUESTS
+
+    if requests is not None and not 20 <= requests <= MAX_REQUESTS:
+        raise InputError(None, "--requests", f"must lie in 20..{MAX_REQUESTS:,} (got {requests:,}; percentiles need a few requests)")
+    from simulator.accuracy import parse_floor, scenario_accuracy
+
+    floor = parse_floor(accuracy_floor, accuracy_margin)
+    acc_model = scenario_accuracy(rs)
+    configs = expand_systems(systems or sc.systems, gammas or sc.grid.gamma, thresholds or sc.grid.threshold, sc.grid.first_n)
+    if gamma_policy != "fixed":
+        configs = [SystemConfig(**{**c.model_dump(), "gamma_policy": gamma_policy}) if c.gamma else c for c in configs]
+    if adaptive_gamma:
+        gmax = max((c.gamma for c in configs if c.gamma), default=0)
+        configs += [SystemConfig(**{**c.model_dump(), "gamma_policy": "goodput"}) for c in configs if c.gamma and c.gamma == gmax]
+    load = LoadSpec(arrival, cv, requests or DEFAULT_REQUESTS, sc.seed if seed is None else seed)
+    points = [replace(p, interval=interval or IntervalSpec()) for p in capacity_points(rs, slo, load, configs)]
+    meta = {"scenario": str(rs.path), "slo": slo.text, "arrivals": arrival if arrival == "poisson" else f"bursty cv={cv}",
+            "requests_per_point": load.requests, "seed": load.seed}
+    if rs.workload_note():
+        meta["workload_note"] = rs.workload_note()
+    if arrivals_file:
+        load_arrival_times(arrivals_file)  # validate once, here: errors name the file and line
+    if qps or users or arrivals_file:
+        levels = [dict(rate=q) for q in qps or []] + [dict(users=u) for u in users or []]
+        levels += [dict(replay=str(arrivals_file))] if arrivals_file else []
+        pts = [replace(p, **lv) for p in points for lv in levels]
+        df = pd.DataFrame(run_points(pts, workers, ray_address, progress))
+        return df, meta
+    df, rec, _ = search_table(rs, slo, load, configs, interval or IntervalSpec(), acc_model, floor, gpu_hour_cost,
+                              target_qps, workers, ray_address, progress=progress, stop_below_best=stop_below_best)
+    meta["accuracy_floor"] = floor.describe()
+    meta["recommended"] = None if rec["best"] is None else rec["best"].label
+    meta["recommended_ties"] = rec["ties"]
+    meta["headline"] = headline(df, rec, slo.text, gpu_hour_cost)
+    return df, meta

@@ -1,0 +1,315 @@
+"""The capacity search of one configuration: the highest request rate one replica sustains under an SLO, with a
+confidence interval over replications.
+
+Replication k of every configuration uses the seed SeedSequence([base seed, k]): the *same* requests (request i is
+the same problem, the same uniforms) and the same standard arrival gaps in every configuration and at every rate
+(common random numbers across rates and across configurations). Per replication, the search
+(:func:`search_capacity`) starts at r0 = 1 / (single-request latency) -- or, from the second replication on, at the
+mean of the replications so far (factor 1.25 steps) -- expands until one rate meets the SLO and one does not, then
+bisects until hi/lo - 1 <= ``rel_tol``. A rate "meets" the SLO when the steady-state requests (after the warm-up
+fraction) do *and* the run is stationary (``serving.metrics.stationarity``: no significant latency growth over the
+run, no drift). A simulation whose SLO is certainly missed before its last request finishes stops there
+(``simulator.serving.early_stop``): the verdict is the full run's, so the capacities are too.
+
+Replications are added (at least ``min_reps``) until the t-interval of the mean capacity has a half-width <=
+``target`` x the mean; if ``max_reps`` replications do not get there the row says so (``converged`` False, the
+interval as it is). The run length (requests per simulation) is the same for every configuration and seed of a
+comparison (``max_request_doublings`` = 0 by default): a shorter run admits a higher rate before the backlog shows,
+so capacities measured at different run lengths are not comparable (seen in the issue-18 seed table before this
+default). Raise ``--requests`` for tighter runs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+import numpy as np
+
+from simulator.scenario import ResolvedScenario, load_scenario
+from simulator.serving.arrivals import BurstyArrivals, ClosedLoopUsers, PoissonArrivals
+from simulator.serving.early_stop import SloStop
+from simulator.serving.metrics import WARMUP_FRACTION, summarize_serving
+from simulator.serving.replica import simulate_serving
+from simulator.serving.slo import parse_slo
+from simulator.systems import SystemConfig
+
+DEFAULT_REQUESTS = 300
+DEFAULT_REL_TOL = 0.04
+DEFAULT_CI_TARGET = 0.10  # half-width of the capacity interval, relative to the mean capacity
+DEFAULT_MIN_REPS = 3
+DEFAULT_MAX_REPS = 8
+DEFAULT_REQUEST_DOUBLINGS = 0  # one run length for every configuration: a shorter run admits a higher rate
+CONFIDENCE = 0.95
+WARM_STEP = 1.25  # bracket factor of a warm-started search
+MAX_DOUBLINGS = 14
+HORIZON_LATENCIES = 4.0  # the arrival window must span >= this many single-request latencies
+MAX_REQUEST_FACTOR = 20  # ... using at most this many times the requested number of requests
+DEFAULT_SLO_FACTOR = 3.0  # report default: p99 latency <= 3x vanilla-base's single-request latency
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """How load is offered: open loop (poisson | bursty with cv) or closed loop (users)."""
+
+    kind: str = "poisson"  # poisson | bursty
+    cv: float = 1.0
+    requests: int = DEFAULT_REQUESTS
+    seed: int = 0
+    max_batch: int = 256
+
+    def arrivals(self, rate: float):
+        return BurstyArrivals(rate, self.cv) if self.kind == "bursty" else PoissonArrivals(rate)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One unit of parallel work: a configuration, and either a search or one load level."""
+
+    scenario: str
+    hardware: str
+    tp: int
+    cfg: SystemConfig
+    load: LoadSpec
+    slo_text: str
+    rate: float | None = None  # None: search the capacity
+    users: int | None = None  # closed loop instead of a rate
+    replay: str | None = None  # arrival-times file instead of a rate
+    replication: int = 0
+    interval: "IntervalSpec | None" = None  # with rate None: replicate the search to a confidence interval
+    single_latency_s: float | None = None  # the configuration's single-request latency, once known (else computed)
+
+    @property
+    def key(self) -> str:
+        return f"{self.hardware}|{self.tp}|{self.cfg.label}"
+
+    @property
+    def seed(self) -> int:
+        """Replication k's stream: the same for every rate *and every configuration* (common random
+        numbers); never derived from the configuration or from Python's ``hash``."""
+        return int(np.random.SeedSequence([self.load.seed, self.replication]).generate_state(1)[0])
+
+
+@dataclass(frozen=True)
+class IntervalSpec:
+    """How far to replicate a capacity search (see the module docstring)."""
+
+    target: float = DEFAULT_CI_TARGET
+    min_reps: int = DEFAULT_MIN_REPS
+    max_reps: int = DEFAULT_MAX_REPS
+    max_request_doublings: int = DEFAULT_REQUEST_DOUBLINGS
+    rel_tol: float = DEFAULT_REL_TOL
+
+
+@lru_cache(maxsize=8)
+def _scenario(path: str) -> ResolvedScenario:
+    return load_scenario(path)
+
+
+@lru_cache(maxsize=256)
+def _single_latency_cached(path: str, hw: str, tp: int, cfg: SystemConfig) -> float:
+    return single_request_latency(_scenario(path), hw, tp, cfg, cached=False)
+
+
+def single_request_latency(rs: ResolvedScenario, hw: str, tp: int, cfg: SystemConfig, cached: bool = True) -> float:
+    """Analytic mean latency of one request on an idle replica."""
+    if cached and rs.path is not None and _scenario(str(rs.path)) is rs:
+        return _single_latency_cached(str(rs.path), hw, tp, cfg)
+    from simulator.analytic import predict
+    from simulator.cost_tables import CostTables
+
+    d = rs.deployments(hw, tp)
+    tb = CostTables(d["base"], d["small"], d["draft"], rs.workload, cfg.gamma, execution=rs.scenario.execution)
+    return float(predict(cfg, tb)["latency_s"])
+
+
+def point_latency(point: Point) -> float:
+    """The point's single-request latency: carried by the point, or computed (cached per process)."""
+    if point.single_latency_s is not None:
+        return point.single_latency_s
+    return single_request_latency(_scenario(point.scenario), point.hardware, point.tp, point.cfg)
+
+
+def requests_for(point: Point, rate: float) -> tuple[int, bool]:
+    """Requests of an open-loop run at ``rate``: long enough for a queue to build
+    (n >= rate * HORIZON_LATENCIES * single latency), capped; and whether the cap bit."""
+    n = point.load.requests
+    need = math.ceil(rate * HORIZON_LATENCIES * point_latency(point))
+    n = max(n, min(need, MAX_REQUEST_FACTOR * n))
+    return n, need > n
+
+
+_PLANS: dict = {}
+
+
+def _plans(point: Point, n: int) -> list:
+    """Requests 0..n-1 of the point's replication, sampled once per (configuration, seed) and reused at every
+    rate of its search (request i is the same for every n and every rate: common random numbers), so a search
+    samples its requests once instead of once per simulation. The serving simulator only reads them."""
+    from simulator.request_model import RequestSampler
+
+    key = (point.scenario, point.cfg, point.seed)
+    have = _PLANS.get(key)
+    if have is None or len(have) < n:
+        rs = _scenario(point.scenario)
+        have = RequestSampler(point.cfg, rs.workload, step_calls=rs.scenario.execution.step_calls).plans(n, point.seed)
+        if len(_PLANS) >= 4:  # a worker searches one configuration at a time: keep a few
+            _PLANS.pop(next(iter(_PLANS)))
+        _PLANS[key] = have
+    return have[:n]
+
+
+def evaluate(point: Point, rate: float | None = None, users: int | None = None, replay: str | None = None,
+             stop_early: bool = False) -> dict:
+    """Serve the point's configuration at one load level; the summary row. ``stop_early`` (open loop): end the
+    simulation once the SLO is certainly missed (``simulator.serving.early_stop``; the verdict is the full run's,
+    the row's figures are lower bounds and say ``stopped_early``)."""
+    from simulator.serving.arrivals import load_arrival_times
+
+    rs = _scenario(point.scenario)
+    mf = rs.scenario.memory_fraction
+    n = point.load.requests
+    too_short = False
+    if replay:
+        arrivals = load_arrival_times(replay)
+    elif users:
+        arrivals = ClosedLoopUsers(users)
+    else:
+        arrivals = point.load.arrivals(rate)
+        n, too_short = requests_for(point, rate)
+    slo = parse_slo(point.slo_text)
+    stop = SloStop(slo, WARMUP_FRACTION) if stop_early and not (replay or users) else None
+    res = simulate_serving(point.cfg, rs.deployments(point.hardware, point.tp), rs.workload, arrivals,
+                           n, point.seed, (mf.small, mf.base), point.load.max_batch,
+                           plans=None if replay else _plans(point, n), execution=rs.scenario.execution, stop=stop)
+    out = summarize_serving(res, slo)
+    out.setdefault("stopped_early", False)
+    if too_short:  # beyond what the request cap can judge: not claimed as sustainable
+        out["slo_met"] = False
+    out["horizon_capped"] = too_short
+    return out
+
+
+def search_capacity(point: Point, rel_tol: float = DEFAULT_REL_TOL, start: float | None = None) -> dict:
+    """Highest rate meeting the SLO for the point's replication: expand (x2 from r0, or x/÷1.25
+    from ``start``) until a met and a failed rate bracket it, then bisect; its summary row."""
+    latency = point_latency(point)
+    r0 = 1.0 / latency
+    floor_rate = r0 * 0.05
+    evals = 0
+
+    def ev(rate: float) -> dict:
+        nonlocal evals
+        evals += 1
+        return evaluate(point, rate, stop_early=True)
+
+    def zero(row: dict) -> dict:
+        return {**row, "max_qps": 0.0, "evaluations": evals, "single_request_latency_s": latency, "bracketed": True}
+
+    lo = hi = best = None
+    cold = start is None or not start > floor_rate
+    # cold: expand x2 from r0; the floor rate is simulated only when r0 fails (the same bracket, hence the same
+    # capacity, as simulating the floor first, one simulation fewer whenever r0 is sustained)
+    rate, step = (r0, 2.0) if cold else (start, WARM_STEP)
+    for _ in range(MAX_DOUBLINGS):
+        row = ev(rate)
+        if row["slo_met"]:
+            lo, best = rate, row
+            if hi is not None:
+                break
+            rate *= step
+        else:
+            hi = rate
+            if lo is not None:
+                break
+            if cold:
+                row = ev(floor_rate)
+                if not row["slo_met"]:
+                    return zero(row)
+                lo, best = floor_rate, row
+                break
+            rate /= step
+            if rate <= floor_rate:
+                row = ev(floor_rate)
+                if not row["slo_met"]:
+                    return zero(row)
+                lo, best = floor_rate, row
+                break
+    if lo is None:  # warm start never met the SLO within the steps: fall back to the floor
+        row = ev(floor_rate)
+        if not row["slo_met"]:
+            return zero(row)
+        lo, best = floor_rate, row
+    if hi is not None:
+        while hi / lo - 1.0 > rel_tol:
+            mid = math.sqrt(lo * hi)
+            row = ev(mid)
+            if row["slo_met"]:
+                lo, best = mid, row
+            else:
+                hi = mid
+    return {**best, "max_qps": lo, "evaluations": evals, "single_request_latency_s": latency,
+            "bracketed": hi is not None}
+
+
+def t_interval(x, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """(mean, half-width) of the Student-t interval of the mean of ``x`` (half-width inf if n < 2)."""
+    from scipy import stats
+
+    x = np.asarray(x, float)
+    n = len(x)
+    m = float(x.mean()) if n else float("nan")
+    if n < 2:
+        return m, float("inf")
+    s = float(x.std(ddof=1))
+    return m, float(stats.t.ppf(0.5 + confidence / 2, n - 1) * s / math.sqrt(n))
+
+
+def capacity_interval(point: Point, spec: IntervalSpec | None = None) -> dict:
+    """Replicate the capacity search (common random numbers: replication k = seed k everywhere) until
+    the interval's half-width <= spec.target x mean, doubling the requests per simulation when
+    ``max_reps`` replications do not suffice; the row of the replication nearest the mean, with
+    ``max_qps`` = the mean, ``max_qps_lo/hi``, ``capacities`` (per replication), ``converged``."""
+    spec = spec or IntervalSpec()
+    load = point.load
+    evals = 0
+    caps: list[float] = []
+    rows: list[dict] = []
+    for doubling in range(spec.max_request_doublings + 1):
+        p_load = replace(load, requests=load.requests * 2 ** doubling)
+        caps, rows = [], []
+        start = None
+        for k in range(spec.max_reps):
+            row = search_capacity(replace(point, load=p_load, replication=k), spec.rel_tol, start)
+            evals += row["evaluations"]
+            caps.append(row["max_qps"])
+            rows.append(row)
+            m = float(np.mean(caps))
+            start = m if m > 0 else None
+            if k + 1 >= spec.min_reps:
+                m, half = t_interval(caps)
+                if m == 0.0 or half <= spec.target * m:
+                    break
+        m, half = t_interval(caps)
+        if m == 0.0 or half <= spec.target * m:
+            break
+    m, half = t_interval(caps)
+    rep = rows[int(np.argmin([abs(c - m) for c in caps]))]
+    return {**rep, "max_qps": m, "max_qps_lo": max(m - half, 0.0), "max_qps_hi": m + half,
+            "half_width_rel": half / m if m > 0 else 0.0, "replications": len(caps),
+            "requests_per_run": p_load.requests, "converged": bool(m == 0.0 or half <= spec.target * m),
+            "capacities": tuple(float(c) for c in caps), "evaluations": evals,
+            "bracketed": all(r.get("bracketed", True) for r in rows)}
+
+
+def _reps_task(point: Point, ks: list[int], prior: list[float], rel_tol: float) -> list[dict]:
+    """Worker: replications ``ks`` of the point's search, each warm-started from the mean of the capacities
+    so far (``prior`` then these), exactly as :func:`capacity_interval` does."""
+    caps, rows = list(prior), []
+    for k in ks:
+        m = float(np.mean(caps)) if caps else 0.0
+        row = search_capacity(replace(point, replication=k), rel_tol, m if m > 0 else None)
+        caps.append(row["max_qps"])
+        rows.append(row)
+    return rows

@@ -1,0 +1,182 @@
+"""The planning table: ranks, ties, costs, accuracy, the recommendation and its one-line headline.
+
+Ranking (:func:`capacity_table`): configuration A is *better* than B when the paired t-interval (95%) of their
+per-GPU capacity differences over common replications lies above ``EQUIVALENCE`` (5%) of B's capacity (pairs share
+the seed: CRN makes the pairing tight, so differences of a few percent can separate for one seed's requests and flip
+for another's: below the margin they are ties). ``rank`` = 1 + the number of configurations better than it;
+configurations that nothing beats share rank 1 (ties, reported as "within the interval of the best"). A configuration
+that sustains no load (capacity 0) is never ranked.
+
+Costs: a replica occupies TP GPUs (both models are colocated on them), so at its capacity R_max (requests/s)
+
+    cost per 1000 requests = 1000 * TP * gpu_hour_cost / (3600 * R_max)
+    replicas for a target R = ceil(R / R_max),   GPUs = replicas * TP
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from simulator.capacity.search import CONFIDENCE, t_interval
+from simulator.systems import SystemConfig
+
+EQUIVALENCE = 0.05  # differences below 5% of the capacity are ties (seed-to-seed spread of a few percent)
+
+
+def paired_better(a: tuple, b: tuple, tp_a: int = 1, tp_b: int = 1, confidence: float = CONFIDENCE,
+                  margin: float = EQUIVALENCE) -> bool:
+    """A's per-GPU capacity exceeds B's by more than ``margin`` x B's: the paired t-interval of the
+    differences over their common replications (same seeds: common random numbers) lies above that."""
+    k = min(len(a), len(b))
+    if k < 2:
+        return False
+    b_gpu = np.asarray(b[:k], float) / tp_b
+    d = np.asarray(a[:k], float) / tp_a - b_gpu
+    m, half = t_interval(d, confidence)
+    return m - half > margin * float(b_gpu.mean())
+
+
+def rank_configurations(df: pd.DataFrame) -> pd.DataFrame:
+    """``rank`` = 1 + configurations significantly better (paired, :func:`paired_better`), and ``ties``:
+    the configurations neither better nor worse than it (intervals that do not separate). A configuration
+    that sustains no load (capacity 0) is never ranked: ``rank`` NA, no ties (issue 30)."""
+    caps = [tuple(c) if isinstance(c, (tuple, list)) else (float(q),) for c, q in zip(df.get("capacities", df.max_qps), df.max_qps)]
+    tps = df.tp.tolist()
+    n = len(df)
+    live = [bool(q > 0) for q in df.max_qps]
+    better = np.zeros((n, n), bool)  # better[i, j]: i beats j
+    for i in range(n):
+        for j in range(n):
+            if i != j and live[i] and live[j]:
+                better[i, j] = paired_better(caps[i], caps[j], tps[i], tps[j])
+    df = df.copy()
+    df["rank"] = pd.array([1 + int(better[:, j].sum()) if live[j] else None for j in range(n)], dtype="Int64")
+    labels = [f"{l} [{h} tp={t}]" if df.hardware.nunique() > 1 or df.tp.nunique() > 1 else l
+              for l, h, t in zip(df.label, df.hardware, df.tp)]
+    df["ties"] = ["; ".join(labels[j] for j in range(n) if j != i and live[i] and live[j] and not better[i, j]
+                            and not better[j, i] and df["rank"].iloc[j] == df["rank"].iloc[i]) for i in range(n)]
+    return df
+
+
+def standing(df: pd.DataFrame) -> list[str]:
+    """Per row of a ranked table (best first): ``best``, ``within the interval of the best`` (rank 1 beside
+    it: the paired interval does not separate them), ``below the best`` or ``sustains no load``."""
+    out, seen = [], False
+    for r in df.itertuples():
+        if pd.isna(r.rank) or not r.max_qps > 0:
+            out.append("sustains no load")
+        elif r.rank == 1 and not seen:
+            out.append("best")
+            seen = True
+        elif r.rank == 1:
+            out.append("within the interval of the best")
+        else:
+            out.append("below the best")
+    return out
+
+
+def capacity_table(rows: list[dict], gpu_hour_cost: float | None, target_qps: float | None) -> pd.DataFrame:
+    """Rows of ``capacity_interval`` (or ``search_capacity``) -> one line per configuration with costs,
+    ranks and ties; best (rank, then mean capacity per GPU) first."""
+    df = pd.DataFrame(rows)
+    df["gpus_per_replica"] = df.tp
+    df["qps_per_gpu"] = df.max_qps / df.tp
+    with np.errstate(divide="ignore"):
+        df["cost_per_1000_requests"] = (1000.0 * df.tp * gpu_hour_cost / (3600.0 * df.max_qps)
+                                        if gpu_hour_cost else np.nan)
+    if target_qps:
+        df["replicas"] = [math.ceil(target_qps / q) if q > 0 else np.nan for q in df.max_qps]
+        df["gpus"] = df.replicas * df.tp
+        if gpu_hour_cost:
+            df["fleet_cost_per_hour"] = df.gpus * gpu_hour_cost
+    df = rank_configurations(df)
+    df = df.sort_values(["rank", "qps_per_gpu", "max_qps"], ascending=[True, False, False], kind="stable",
+                        na_position="last").reset_index(drop=True)
+    df["standing"] = standing(df)
+    for c in ("gamma", "threshold"):
+        df[c] = pd.array([None if v is None or v != v else int(v) for v in df[c]], dtype="Int64")
+    return df
+
+
+def add_accuracy(df: pd.DataFrame, model, floor) -> pd.DataFrame:
+    """Accuracy columns (``accuracy``, ``accuracy_lo``, ``accuracy_hi``: NaN = unknown) and the floor's
+    verdict (``accuracy_floor``: meets | fails | unknown, ``accuracy_why``) per configuration."""
+    from simulator.accuracy import floor_status
+
+    df = df.copy()
+    est, stat, why = [], [], []
+    for r in df.itertuples():
+        cfg = SystemConfig(system=r.system, gamma=None if pd.isna(r.gamma) else int(r.gamma),
+                           threshold=None if pd.isna(r.threshold) else int(r.threshold), first_n=int(r.first_n))
+        est.append(model.estimate(cfg))
+        s, w = floor_status(model, cfg, floor)
+        stat.append(s)
+        why.append(w)
+    df["accuracy"] = [e.mean if e else np.nan for e in est]
+    df["accuracy_lo"] = [e.low if e else np.nan for e in est]
+    df["accuracy_hi"] = [e.high if e else np.nan for e in est]
+    df["accuracy_floor"] = stat
+    df["accuracy_why"] = why
+    return df
+
+
+def recommend(df: pd.DataFrame) -> dict:
+    """The recommendation among configurations that meet the accuracy floor: the best by rank (ties
+    listed), or None. Configurations with capacity 0 are never recommended."""
+    ok = df[(df.accuracy_floor == "meets") & (df.max_qps > 0)] if "accuracy_floor" in df else df[df.max_qps > 0]
+    if not len(ok):
+        return {"best": None, "ties": [], "capacity": 0.0}
+    ok = rank_configurations(ok.drop(columns=["rank", "ties", "standing"], errors="ignore"))
+    ok = ok.sort_values(["rank", "qps_per_gpu"], ascending=[True, False], kind="stable", na_position="last")
+    b = ok.iloc[0]
+    tied = [r.label for r in ok.iloc[1:].itertuples() if r.rank == 1]
+    return {"best": b, "ties": tied, "capacity": float(b.max_qps), "eligible": ok}
+
+
+def headline(df: pd.DataFrame, rec: dict, slo_text: str, gpu_hour_cost: float | None = None) -> str:
+    """One line: the best configuration and why (capacity with its interval, accuracy, cost) -- the first
+    line of every report and the line ``specsim capacity`` prints under its table."""
+    b = rec["best"]
+    if b is None:
+        return (f"No configuration to recommend: none meets the accuracy floor with a capacity above 0 under {slo_text}.")
+    dev = "CPU host" if str(b.hardware) == "cpu" else "GPU"
+    ci = (f" [{b.max_qps_lo:.3g}, {b.max_qps_hi:.3g}]" if "max_qps_hi" in b and np.isfinite(b.max_qps_hi) else "")
+    conv = "" if bool(b.get("converged", True)) else ", interval not converged"
+    acc = (f"accuracy {b.accuracy:.3f}" if np.isfinite(b.get("accuracy", np.nan)) else "accuracy unknown") + \
+        f" ({b.accuracy_why})"
+    cost = (f"; {b.cost_per_1000_requests:.3g} per 1000 requests at {gpu_hour_cost:g} per {dev}-hour"
+            if gpu_hour_cost and np.isfinite(b.get("cost_per_1000_requests", np.nan)) else "")
+    ties = (f"; within the interval of the best: {', '.join(rec['ties'])}" if rec["ties"] else "; no other configuration "
+            "within its interval")
+    return (f"Best: {b.label} on {b.hardware} TP={b.tp}: {b.max_qps:.3g} req/s per replica{ci} (95% interval{conv}) "
+            f"under {slo_text}, {b.qps_per_gpu:.3g} req/s per {dev}; {acc}{cost}{ties}.")
+
+
+DISPLAY = {
+    "label": "configuration", "hardware": "hw", "tp": "tp", "rate_qps": "offered/s", "users": "users",
+    "rank": "rank", "max_qps": "max req/s", "max_qps_lo": "lo", "max_qps_hi": "hi", "qps_per_gpu": "req/s/GPU",
+    "replications": "reps", "converged": "±10%", "accuracy": "accuracy", "accuracy_lo": "acc lo", "accuracy_hi": "acc hi",
+    "accuracy_floor": "acc floor", "recommended": "pick", "latency_mean_s": "mean s", "latency_p99_s": "p99 s",
+    "ttft_mean_s": "TTFT s", "queue_delay_mean_s": "queue s", "goodput_qps": "goodput/s", "slo_met": "SLO",
+    "base_batch_mean": "base batch", "small_batch_mean": "small batch", "base_utilization": "base util",
+    "small_utilization": "small util", "base_kv_occupancy_max": "base KV max", "cost_per_1000_requests": "$/1000 req",
+    "replicas": "replicas", "gpus": "GPUs", "evaluations": "sims", "latency_drift": "drift", "latency_growth": "growth",
+}
+
+
+def render_capacity_table(df: pd.DataFrame, title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    keep = {"accuracy", "accuracy_floor"}
+    cols = [c for c in DISPLAY if c in df.columns and (c in keep or not df[c].isna().all())]
+    t = Table(title=title)
+    for c in cols:
+        t.add_column(DISPLAY[c], justify="left" if c in ("label", "hardware") else "right")
+    for row in df[cols].itertuples(index=False):
+        t.add_row(*(("unknown" if c.startswith("accuracy") else "-") if v is None or v is pd.NA or (isinstance(v, float) and v != v)
+                    else f"{v:.3g}" if isinstance(v, (float, np.floating)) else str(v) for c, v in zip(cols, row)))
+    Console(width=max(120, 11 * len(cols))).print(t)
