@@ -37,12 +37,13 @@ from __future__ import annotations
 from bisect import insort
 from collections import OrderedDict, deque
 from dataclasses import dataclass
+from operator import itemgetter
 
 import numpy as np
 
 from simulator.cost_model import Deployment
 from simulator.execution import cache_split
-from simulator.serving.pass_cost import PassCost
+from simulator.serving.pass_cost import PassCost, spec_iteration_times
 from simulator.request_model import Call
 
 
@@ -374,11 +375,12 @@ class Engine:
         if not self.spec:
             return None
         act = self.act
-        a = np.array(act)
-        it = np.array([self.it[s] for s in act])
-        G = self.cum[a[:, None], it[:, None] + np.arange(k + 1)]  # produced before round r
-        rem = np.array([self.remaining[s] for s in act])
-        return np.minimum(G - G[:, :1], rem[:, None]).sum(axis=0)
+        get = itemgetter(*act) if len(act) > 1 else (lambda x: (x[act[0]],))
+        first = np.array(act) * self.cum.shape[1] + np.array(get(self.it))
+        G = self.cum.ravel().take(first[:, None] + np.arange(k + 1))  # produced before round r
+        G -= G[:, :1]
+        np.minimum(G, np.array(get(self.remaining))[:, None], out=G)
+        return G.sum(axis=0)
 
     def times_for(self, k: int, Gs: np.ndarray | None) -> np.ndarray:
         """Times of the next k decode-only iterations given :meth:`growth` (at least k + 1 entries on a
@@ -393,6 +395,10 @@ class Engine:
             return self.pc.times(B, kv, kv, B)
         ctx = kvs + Gs[:k].astype(float)
         g, d, w, vt = self.g_cur, self.pc_draft, self.width, self.vt_cur
+        if d is not None and w == 1:
+            t = spec_iteration_times(d, self.pc, g, B, vt, ctx)
+            if t is not None:
+                return t
         # gamma draft passes at context + i (w tokens each), summed per round
         if d is None:
             t = np.zeros(k)

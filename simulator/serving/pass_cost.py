@@ -47,6 +47,7 @@ class PassCost:
         self.s = c.seq_overhead_s
         # the memory roof is > 0 at any context (weights streamed every pass): the array path's division needs no guard
         self.positive = self.m0 > 0 and 1.0 + self.j > 0 and self.m1 >= 0
+        self._fused: dict = {}  # spec_iteration_times' per-row coefficients, by (draft, γ, batch, verified tokens)
 
     def time(self, n: float, kv: float, attn: float, logits: float, seqs: float | None = None) -> float:
         """Scalar T_pass from aggregates: sum n_i, sum (c_i+n_i), sum n_i (c_i+(n_i+1)/2), sum l_i and the
@@ -90,3 +91,42 @@ class PassCost:
         L = float(np.sum(logits)) if logits is not None and np.ndim(logits) else (
             float(len(n)) * (1.0 if logits is None else float(logits)))
         return self.time(float(n.sum()), float((c + n).sum()), float((n * (c + (n + 1.0) / 2.0)).sum()), L, float(len(n)))
+
+
+def spec_iteration_times(draft: PassCost, target: PassCost, g: int, B: float, vt: int, ctx: np.ndarray) -> np.ndarray | None:
+    """Times of k decode-only speculative iterations of B sequences at total contexts ``ctx`` (k values): γ = g draft
+    passes of one token per sequence at context + i + 1, then the target's verification of vt tokens per sequence::
+
+        sum_{i<g} draft.times(B, ctx + B (i+1), ctx + B (i+1), B) + target.times(B vt, ctx + B vt, vt ctx + B vt (vt+1)/2, B vt, B)
+
+    as one evaluation of g + 1 rows (per-row coefficients as columns): every element goes through the same operations
+    as those calls, and the rows are summed in the same order, so the floats are the same. None where the two passes
+    do not share the array fast path (a formula that is not affine, another roofline exponent): call them one by one."""
+    if not (g > 0 and draft.dep is None and target.dep is None and draft.positive and target.positive
+            and draft.hard == target.hard and (draft.hard or draft.p == target.p)):
+        return None
+    key = (id(draft), g, B, vt)
+    cols = target._fused.get(key)
+    if cols is None:
+        n = B * vt
+        rows = [(d, B, B, B * (i + 1.0)) for i, d in enumerate([draft] * g)] + [(target, n, B, n)]
+        # (pass cost, tokens, sequences, KV offset): M0, M1, C0, CA, R1, S, O, KV offset per row
+        cols = tuple(np.array(c, dtype=float)[:, None] for c in zip(*[
+            (pc.m0 * (1.0 + pc.j * (nn >= 2)), pc.m1, pc.c_n * nn + pc.c_l * nn, pc.c_a, pc.r1 * nn,
+             pc.s * (nn if pc is draft else seqs), pc.o, off) for pc, nn, seqs, off in rows]))
+        target._fused[key] = cols
+    M0, M1, C0, CA, R1, S, O, OFF = cols
+    kv = ctx + OFF
+    attn = kv.copy()
+    attn[g] = vt * ctx + B * vt * (vt + 1) / 2.0
+    mem = M0 + M1 * kv
+    comp = C0 + CA * attn
+    hi = np.maximum(mem, comp)
+    if not target.hard:
+        lo = np.minimum(mem, comp)
+        hi = hi * (1.0 + (lo / hi) ** target.p) ** (1.0 / target.p)
+    res = hi + R1 + S + O
+    t = res[0].copy()
+    for r in range(1, g):
+        t += res[r]
+    return t + res[g]

@@ -350,13 +350,28 @@ def simulate_serving(cfg: SystemConfig, deps: dict[str, Deployment], workload: W
 
 
 def _itl_samples(rep: Replica) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(round start, round duration, weight = sequences that emitted a chunk in it), every decoding round."""
-    parts = [np.array(rep.itl_rounds, dtype=float).reshape(-1, 3)]
-    for t0, cs, n in rep.itl_stretches:
-        d = np.diff(cs, prepend=0.0)  # round durations
-        parts.append(np.column_stack([t0 + np.concatenate([[0.0], np.cumsum(d[:-1])]), d, np.full(len(d), float(n))]))
-    a = np.concatenate(parts)
-    return a[:, 0], a[:, 1], a[:, 2]
+    """(round start, round duration, weight = sequences that emitted a chunk in it), every decoding round: the
+    one-round samples, then each k-round stretch's rounds (durations: successive differences of the stretch's
+    cumulative round ends; starts: the stretch's start plus the running sum of its durations)."""
+    one = np.array(rep.itl_rounds, dtype=float).reshape(-1, 3)
+    S = rep.itl_stretches
+    if not S:
+        return one[:, 0], one[:, 1], one[:, 2]
+    lens = np.array([len(cs) for _, cs, _ in S])
+    ends = lens.cumsum()
+    firsts = ends - lens
+    cs = np.concatenate([c for _, c, _ in S])
+    prev = np.empty_like(cs)
+    prev[1:] = cs[:-1]
+    prev[firsts] = 0.0
+    d = cs - prev  # per stretch: np.diff(cs, prepend=0.0)
+    off = np.zeros_like(cs)
+    for a, b in zip(firsts.tolist(), ends.tolist()):
+        if b - a > 1:
+            off[a + 1 : b] = d[a : b - 1].cumsum()
+    start = np.repeat([t0 for t0, _, _ in S], lens) + off
+    weight = np.repeat([float(n) for _, _, n in S], lens)
+    return (np.concatenate([one[:, 0], start]), np.concatenate([one[:, 1], d]), np.concatenate([one[:, 2], weight]))
 
 
 def _result(rep: Replica, arrivals, n_requests: int) -> ServingResult:
