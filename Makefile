@@ -55,7 +55,7 @@ validate-traces: $(STAMP)
 # interleaved, judged against the strict bar (validate.campaign.DEFAULT_BAR, 20%). Run it on an otherwise idle machine;
 # CI (tests/calibrate/test_cpu_campaign.py) checks only the load-tolerant sanity bound. ~4 min unloaded.
 validate-cpu: $(ENGINES_STAMP)
-	$(PY) -m validate.campaign --out out/validate-cpu
+	$(SPECSIM) validate-cpu --out out/validate-cpu
 
 # Capacity planning (docs/serving-model.md).
 report-cpu: $(STAMP)

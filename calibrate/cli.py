@@ -174,10 +174,35 @@ from calibrate.run.serve_specreason import register as _register_serve_specreaso
 _register_serve_specreason(app)
 
 
-# GPU kernel profiles (issue 13): import-vidur, import-aiconfigurator, fit-gpu, validate-gpu
+# GPU kernel profiles (issue 13): import-vidur, import-aiconfigurator, ..., fit-gpu, and the gpu group (fits, checks,
+# the step campaign's plan); op-bench, on the run side, joins the gpu group here
 from calibrate.fit.gpu_profiles.cli import register as _register_gpu_profiles  # noqa: E402
+from calibrate.run.op_bench import DEFAULT_TOKENS  # noqa: E402  (stdlib only: torch is imported when a bench runs)
 
-_register_gpu_profiles(app)
+gpu_app = _register_gpu_profiles(app)
+
+
+@gpu_app.command("op-bench")
+def op_bench_cmd(
+    ctx: typer.Context,
+    model: str = typer.Option(..., help="model shape, e.g. meta-llama/Llama-2-7b-hf (the shapes Vidur profiles; "
+                                        "tiny/test-2l for CPU dry runs)"),
+    out: Path = typer.Option(..., help="output folder (OUT/compute/<gpu>/<org>/<model>/mlp.csv, OUT/op_bench.json)"),
+    tokens: str = typer.Option(",".join(map(str, DEFAULT_TOKENS)), help="tokens per pass"),
+    tp: str = typer.Option("1,2,4", help="tensor-parallel degrees (one TP shard of one layer is timed)"),
+    device: str = typer.Option("auto", help="auto | cuda | cpu"),
+    dtype: str = typer.Option("bfloat16", help="torch dtype"),
+    repeats: int = typer.Option(20, help="timed repeats per point (min/max/mean/median/std recorded)"),
+) -> None:
+    """Per-layer operator timings (torch) in Vidur's mlp.csv layout, read back by calibrate import-vidur.
+
+    Example: specsim calibrate gpu op-bench --model meta-llama/Llama-2-7b-hf --out out/vidur-ours --tp 1,2"""
+    from calibrate.run.op_bench import write_op_bench
+    from simulator.command_line import command_line
+
+    csv = write_op_bench(model, out, _ints(tokens, "--tokens"), _ints(tp, "--tp"), device, dtype, repeats,
+                         command_line(ctx))
+    typer.echo(f"wrote {csv}", err=True)
 
 
 # Workload mixtures over problems (issue 12): import-aggregates, fit-mixture (validate-mixture: validate/mixture.py)

@@ -13,7 +13,7 @@
 #   4. bash scripts/gpu_campaign.sh ops "$OUT"
 #   5. bash scripts/gpu_campaign.sh steps reports/gpu-campaign-h200/plan.json "$OUT"           (~40 s; torch only, no setup)
 #      engine steps under CUDA graphs (issue 31): decode batch 1-256 x context 1k-16k, verification k+1 = 2..9, a draft
-#      head; the plan and the model's predictions are made here first (python -m calibrate.fit.gpu_step_plan plan / predict)
+#      head; the plan and the model's predictions are made here first (specsim calibrate gpu step-plan / step-predict)
 # then here: put every returned tarball in one folder RES and run `scripts/gpu_campaign.sh analyze RES`.
 #   scripts/gpu_campaign.sh static OUT [--tiny]          # static-KV-cache + CUDA-graph bench of three architectures
 #   scripts/gpu_campaign.sh ops OUT [--tiny]             # per-layer op timings in Vidur's layout (two Vidur shapes)
@@ -36,7 +36,7 @@ OP_MODELS="${OP_MODELS:-meta-llama/Llama-2-7b-hf meta-llama/Meta-Llama-3-8B}"
 STATIC_MAX_S="${STATIC_MAX_S:-200}"  # per architecture: remaining points are skipped (listed in bandwidth.json)
 E2E_PAIRS="${E2E_PAIRS:-r1-distill-qwen-1.5b:r1-distill-qwen-1.5b-cut4 qwen2.5-7b:qwen2.5-7b-cut4}"
 failed=0
-# python -m MODULE ARGS... with the repository's packages, from its root (model caches and run keys are relative
+# python -m specsim_cli ARGS... (the specsim command line) with the repository's packages, from its root (model caches and run keys are relative
 # to it; the stages make their folders absolute first)
 py() { (cd "$ROOT" && PYTHONPATH="$ROOT" "$PY" -m "$@"); }
 absdir() { mkdir -p "$1" && (cd "$1" && pwd); }
@@ -93,7 +93,7 @@ case "$cmd" in
       opts=(--tokens 1,16 --tp 1,2 --repeats 3 --dtype float32 --device cpu)
     fi
     for m in $models; do
-      py calibrate.run.op_bench --model "$m" --out "$OUT/work/vidur-ours" "${opts[@]}"
+      py specsim_cli calibrate gpu op-bench --model "$m" --out "$OUT/work/vidur-ours" "${opts[@]}"
     done
     tar -czf "$OUT/ops.tar.gz" -C "$OUT/work" vidur-ours
     ls -la "$OUT"
@@ -195,7 +195,7 @@ JSONL
           --report "$A/from-$prior-$pair" --no-distribution --drift exclude --allow-implausible || echo "from-$prior-$pair: exit $?" >&2
       done
     done
-    py validate.gpu_campaign_summary "$A" || failed=$((failed + 1))
+    py specsim_cli validate-gpu-summary "$A" || failed=$((failed + 1))
     ls -la "$A"
     exit $((failed > 0))
     ;;

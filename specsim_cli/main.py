@@ -1,9 +1,12 @@
 """The ``specsim`` console script (`specsim --help`): the whole command tree and its error contract.
 
-The tree: the simulator's own commands (``simulator/cli.py``: whatif, list, show, capacity, report),
-``validate`` and ``validate-serving`` (``validate/cli.py``, ``validate/serving``), the ``calibrate``
-group (``calibrate/cli.py`` plus ``fit``, ``fit-workload`` from ``calibrate/fit/fit_cli.py``, ``serve-run``,
-``serve-systems``) and the ``study`` group (``calibrate/study/cli.py``). The groups from ``calibrate`` and
+The tree: the simulator's own commands (``simulator/cli.py``: whatif, list, show, capacity, report, init,
+pass-time), ``validate``, ``validate-serving``, ``validate-capacity``, ``validate-drift``, ``validate-cpu`` and
+``validate-gpu-summary`` (``validate/cli.py``, ``validate/serving``, ``validate/capacity.py``), the ``calibrate``
+group (``calibrate/cli.py`` plus ``fit``, ``fit-workload`` ... from ``calibrate/fit/fit_cli.py``, the ``calibrate gpu``
+group from ``calibrate/fit/gpu_profiles/cli.py``, ``serve-run``, ``serve-systems``) and the ``study`` group
+(``calibrate/study/cli.py``). No other module has a ``python -m`` entry point except two that must run outside the
+tree (docs/cli.md): ``calibrate/run/vllm_cli.py`` and ``calibrate/run/gpu_step_bench.py``. The groups from ``calibrate`` and
 ``validate`` are registered on first use (:func:`ensure_registered`); their modules import heavy
 engines lazily, inside the commands.
 
@@ -87,6 +90,9 @@ def _register_subapps() -> None:
     _register_validate_mixture(calibrate_app)
 
     _register_validate_capacity(_validate_commands)
+    from validate.cli import register_checks as _register_validate_checks
+
+    _register_validate_checks(_validate_commands)
     for typer_app, name, what in (
             (_validate_commands, "validate", "validate: fitting and predicting the held-out runs (trace replay, then distribution mode)"),
             (_validate_commands, "validate-serving", "validate-serving: fitting step times and replaying the measured levels"),
@@ -213,6 +219,11 @@ def quiet_engines(argv: list[str] | None) -> list[str]:
     return args
 
 
+def _element_type(shown):
+    """``<list[Path]>`` -> ``<path>``: a list's element type, lower case as typer writes a single path."""
+    return re.sub(r"list\[([^\]]*)\]", lambda m: m.group(1).lower(), shown) if isinstance(shown, str) else shown
+
+
 def _hide_flag_types() -> None:
     """Help lists a flag as ``--gemma / --no-gemma``, without typer's ``<bool>`` type column."""
     from typer.core import TyperOption
@@ -226,7 +237,7 @@ def _hide_flag_types() -> None:
             return None
         shown = orig(self, ctx)
         # a repeatable option shows its element's type (<str>), not typer's "<list[str]>" (issue 30)
-        return re.sub(r"list\[([^\]]*)\]", r"\1", shown) if isinstance(shown, str) else shown
+        return _element_type(shown)
 
     TyperOption.display_type_rich = display_type_rich
     TyperOption._specsim_flags_plain = True
@@ -239,6 +250,13 @@ def _hide_flag_types() -> None:
         return name + ("..." if self.nargs != 1 else "")
 
     TyperArgument._usage_display_name = usage_name
+    arg_type = TyperArgument.display_type_rich
+
+    def argument_type(self, ctx):
+        """A variadic argument shows its element's type (``RUN_DIRS...  <path>``), not typer's ``<list[Path]>``."""
+        return _element_type(arg_type(self, ctx))
+
+    TyperArgument.display_type_rich = argument_type
 
 
 def main(argv: list[str] | None = None) -> int:

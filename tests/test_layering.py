@@ -145,9 +145,11 @@ def _commands(app, args) -> list[str]:
 
 
 def test_specsim_help_lists_the_composed_commands(composed):
-    assert _commands(composed, []) == ["whatif", "list", "show", "capacity", "report", "init", "pass-time", "validate", "validate-serving", "validate-capacity",
-                                       "calibrate", "study"]
-    assert {"run", "fit", "fit-workload", "serve-run", "serve-systems"} <= set(_commands(composed, ["calibrate"]))
+    assert _commands(composed, []) == ["whatif", "list", "show", "capacity", "report", "init", "pass-time", "validate",
+                                       "validate-serving", "validate-capacity", "validate-drift", "validate-cpu",
+                                       "validate-gpu-summary", "calibrate", "study"]
+    assert {"run", "fit", "fit-workload", "serve-run", "serve-systems", "gpu"} <= set(_commands(composed, ["calibrate"]))
+    assert {"fit-engine", "fit-moe", "op-bench", "step-plan"} <= set(_commands(composed, ["calibrate", "gpu"]))
 
 
 def test_the_simulator_app_alone_has_only_its_own_commands():

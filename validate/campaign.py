@@ -1,7 +1,7 @@
 """A small real campaign on CPU -> cost-profile fit -> held-out validation (issue 4, end to end).
 
-    python -m validate.campaign --out DIR [--requests 3] [--budget 48] [--step-max 24] [--engine vllm]
-                                [--max-median-ape 0.20] [--fit-all-out PROFILE.yaml]
+    specsim validate-cpu --out DIR [--requests 3] [--budget 48] [--step-max 24] [--engine vllm]
+                         [--max-median-ape 0.20] [--fit-all-out PROFILE.yaml]
 
 1. **Campaign** (``calibrate.run.runner.run_system``, the library behind ``specsim calibrate run``):
    SmolLM2-135M-Instruct (base) + its 6-layer cut (small model and draft), greedy (temperature 0:
@@ -30,10 +30,8 @@ then ``specsim validate DIR/runs/* --profile P.yaml --holdout profile --report R
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import shlex
 import sys
 import time
 from dataclasses import dataclass
@@ -229,42 +227,27 @@ def _params(prof) -> dict:
                       "allreduce_latency_s", "seq_overhead_s") if getattr(prof, n) is not None}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m validate.campaign", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, required=True, help="campaign directory (runs/ resumed if present)")
-    ap.add_argument("--requests", type=int, default=3, help="measured requests per configuration")
-    ap.add_argument("--budget", type=int, default=48, help="thinking-token budget")
-    ap.add_argument("--step-max", type=int, default=24, help="max tokens per step")
-    ap.add_argument("--warmup", type=int, default=1, help="discarded warm-up requests per configuration")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--engine", default="vllm", help="vllm | torch")
-    ap.add_argument("--model-cache", type=Path, default=Path(".cache/models"))
-    ap.add_argument("--max-median-ape", type=float, default=DEFAULT_BAR,
-                    help="bar on the held-out median APE of end-to-end latency (exit 1 above)")
-    ap.add_argument("--sanity", action="store_true",
-                    help="judge CI's sanity bound (max(SANITY_FLOOR, SANITY_SPREADS x the within-configuration spread)) "
-                         "instead of --max-median-ape: for loaded machines; the accuracy figure is make validate-cpu")
-    ap.add_argument("--fit-all-out", type=Path, default=None, help="also fit on every configuration into this profile")
-    ap.add_argument("--date", default=None, help="provenance date of the profiles (default: today)")
-    a = ap.parse_args(argv)
-    command = "python -m validate.campaign " + " ".join(shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:]))
-
-    out: Path = a.out
+def run_all(out: Path, *, requests: int = 3, budget: int = 48, step_max: int = 24, warmup: int = 1, seed: int = 0,
+            engine: str = "vllm", model_cache: Path = Path(".cache/models"), max_median_ape: float = DEFAULT_BAR,
+            sanity: bool = False, fit_all_out: Path | None = None, date: str | None = None, command: str = "") -> int:
+    """The whole campaign (module docstring): runs, fit, held-out validation, ``OUT/summary.json``; prints the figures.
+    Returns 0, or 1 when the held-out median APE is above the bar (``sanity``: above :func:`sanity_bar`)."""
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    base, draft = model_paths(a.model_cache)
-    print(f"campaign -> {out}/runs ({a.engine}, {a.requests} requests x {len(CONFIGS)} configurations)")
-    per_config = run_campaign(out, base, draft, engine=a.engine, requests=a.requests, budget=a.budget,
-                              step_max=a.step_max, warmup=a.warmup, seed=a.seed)
+    base, draft = model_paths(model_cache)
+    print(f"campaign -> {out}/runs ({engine}, {requests} requests x {len(CONFIGS)} configurations)")
+    per_config = run_campaign(out, base, draft, engine=engine, requests=requests, budget=budget,
+                              step_max=step_max, warmup=warmup, seed=seed)
     t_runs = time.perf_counter() - t0
 
     runs = {c.name: out / "runs" / c.name for c in CONFIGS}
     t1 = time.perf_counter()
     prof = fit_profile([runs[n] for n in fit_names()], out / "profile_fit.yaml", name="cpu-vllm-campaign-fit",
-                       date=a.date, command=command + "  # fit on " + ",".join(fit_names()))
+                       date=date, command=command + "  # fit on " + ",".join(fit_names()))
     t_fit = time.perf_counter() - t1
     t2 = time.perf_counter()
-    res = validate_holdout(list(runs.values()), out / "profile_fit.yaml", out / "report", a.max_median_ape, command)
+    res = validate_holdout(list(runs.values()), out / "profile_fit.yaml", out / "report", max_median_ape, command)
     t_val = time.perf_counter() - t2
     e2e, calls = res.figures["replay_e2e"], res.figures["replay_calls"]
     head = e2e.iloc[0]
@@ -272,10 +255,10 @@ def main(argv: list[str] | None = None) -> int:
     summary = {
         "command": command, "runtime_s": {"campaign": round(t_runs, 1), "per_config": per_config,
                                           "fit": round(t_fit, 1), "validate": round(t_val, 1)},
-        "fit_configs": fit_names(), "holdout_configs": holdout_names(), "bar": a.max_median_ape,
+        "fit_configs": fit_names(), "holdout_configs": holdout_names(), "bar": max_median_ape,
         "run_order": [c.name for c in run_order()], "load_changed": per_config.get("load_changed", []),
         "within_config_spread": spread, "sanity_bar": sanity_bar(spread),
-        "judged_against": "sanity" if a.sanity else "bar",
+        "judged_against": "sanity" if sanity else "bar",
         "heldout_e2e": {k: (float(head[k]) if k != "n" else int(head[k]))
                         for k in ("n", "median_ape", "mean_ape", "p90_ape", "bias", "coverage")},
         "heldout_calls": {k: (float(calls.iloc[0][k]) if k != "n" else int(calls.iloc[0][k]))
@@ -288,8 +271,8 @@ def main(argv: list[str] | None = None) -> int:
         "configs": json.loads(res.figures["configs"].to_json(orient="records")),
         "fit_params": _params(prof), "fit_per_op": prof.fit["per_op"],
     }
-    if a.fit_all_out:
-        pall = fit_profile(list(runs.values()), a.fit_all_out, name="cpu-vllm032", date=a.date,
+    if fit_all_out:
+        pall = fit_profile(list(runs.values()), fit_all_out, name="cpu-vllm032", date=date,
                            command=command + "  # fit on all configurations")
         summary["fit_all_params"] = _params(pall)
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
@@ -309,15 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     if summary["load_changed"]:
         print(f"WARNING: the load changed mid-way twice in {', '.join(summary['load_changed'])}: their timings are "
               "contended (reported, not judged as a clean run)", file=sys.stderr)
-    bar, what = (sanity_bar(spread), "sanity bound") if a.sanity else (a.max_median_ape, "bar")
+    bar, what = (sanity_bar(spread), "sanity bound") if sanity else (max_median_ape, "bar")
     if head["median_ape"] > bar:
         print(f"FAIL: held-out median APE (e2e) {100 * head['median_ape']:.2f}% > {what} {100 * bar:.2f}%",
               file=sys.stderr)
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    from simulator.errors import run_guarded
-
-    raise SystemExit(run_guarded(main))

@@ -3,7 +3,7 @@ replica sustains under an SLO, measured with a short sweep, against ``specsim ca
 and interval from profiles fitted on *other* loads.
 
     specsim validate-capacity RUN_DIR... --scenario S.yaml --slo "p90_latency<=12s" --out DIR
-                              [--threshold 6] [--requests 300] [--seed 0]      (or python -m validate.capacity)
+                              [--threshold 6] [--requests 300] [--seed 0]
 
 Measured (``specsim calibrate serve-systems --users '' --poisson-rate R ...`` run directories, one per
 system and rate): per level the SLO's terms over the steady requests (after the warm-up fraction), and
@@ -30,16 +30,15 @@ ratio predicted / measured (bracket midpoint) says by how much the prediction is
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 import pandas as pd
+import typer
 
 from simulator.errors import InputError
 from simulator.serving.metrics import WARMUP_FRACTION
@@ -186,7 +185,7 @@ def write_report(out: Path, levels: pd.DataFrame, sim_levels: pd.DataFrame, tabl
 
 def run(runs: list[str], scenario: str, slo: str, thresholds: list[float] | None, requests: int, seed: int, out: Path,
         command: str) -> pd.DataFrame:
-    """The whole comparison (what ``specsim validate-capacity`` and ``python -m validate.capacity`` run); prints
+    """The whole comparison (what ``specsim validate-capacity`` runs); prints
     one verdict line per system and writes the report."""
     for r in runs:
         if not Path(r).is_dir():
@@ -210,29 +209,11 @@ def run(runs: list[str], scenario: str, slo: str, thresholds: list[float] | None
     return table
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m validate.capacity", description=__doc__.split("\n\n")[0])
-    ap.add_argument("runs", nargs="+", help="serve-systems Poisson run directories (SYSTEM/poisson-R)")
-    ap.add_argument("--scenario", required=True)
-    ap.add_argument("--slo", required=True)
-    ap.add_argument("--threshold", type=float, action="append", default=None, help="SpecReason threshold(s)")
-    ap.add_argument("--requests", type=int, default=300, help="simulated requests per run")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, required=True)
-    a = ap.parse_args(argv)
-    command = "python -m validate.capacity " + " ".join(argv if argv is not None else sys.argv[1:])
-    run(a.runs, a.scenario, a.slo, a.threshold, a.requests, a.seed, a.out, command)
-    return 0
-
-
 def register(app) -> None:
     """``specsim validate-capacity`` on the composed command tree (specsim_cli)."""
-    import shlex
-
-    import typer
-
     @app.command("validate-capacity")
     def validate_capacity_cmd(
+        ctx: typer.Context,
         runs: list[Path] = typer.Argument(..., help="serve-systems Poisson run directories (SYSTEM/poisson-R)"),
         scenario: str = typer.Option(..., help="scenario YAML whose profiles come from other loads"),
         slo: str = typer.Option(..., help="SLO, e.g. 'p90_latency<=12s'"),
@@ -241,12 +222,10 @@ def register(app) -> None:
         seed: int = typer.Option(0, help="simulation seed"),
         out: Path = typer.Option(..., help="report folder"),
     ):
-        """Measured capacity (a real Poisson sweep) against specsim capacity's prediction and interval."""
-        command = "specsim validate-capacity " + " ".join(shlex.quote(a) for a in sys.argv[2:])
-        run([str(r) for r in runs], scenario, slo, threshold, requests, seed, out, command)
+        """Measured capacity (a real Poisson sweep) against specsim capacity's prediction and interval.
 
+        Example: specsim validate-capacity RUN_DIR... --scenario scenarios/cpu-serve-capacity.yaml --slo "p90_latency<=12s" --out R"""
+        from simulator.command_line import command_line
 
-if __name__ == "__main__":
-    from simulator.errors import run_guarded
+        run([str(r) for r in runs], scenario, slo, threshold, requests, seed, out, command_line(ctx))
 
-    raise SystemExit(run_guarded(main))

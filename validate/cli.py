@@ -1,4 +1,6 @@
-"""``specsim validate``: thin entry point over :mod:`validate.validation` and :mod:`validate.report`.
+"""``specsim validate``: thin entry point over :mod:`validate.validation` and :mod:`validate.report`; and
+``validate-drift`` (:mod:`validate.drift`), ``validate-cpu`` (:mod:`validate.campaign`) and ``validate-gpu-summary``
+(:mod:`validate.gpu_campaign_summary`).
 
 Exit codes: 0 ok, 1 the median APE is above ``--max-median-ape``, 2 bad input (one line) or a case the
 tool cannot judge: no uncensored held-out run for distribution mode, or (``--drift flag``, the
@@ -16,6 +18,7 @@ from typing import Optional
 import typer
 
 from simulator.errors import InputError
+from validate.campaign import DEFAULT_BAR  # stdlib only: the engines are imported when a campaign runs
 
 
 def validate(
@@ -112,7 +115,81 @@ def param_kinds(profile) -> str:
     return ", ".join(out)
 
 
-def register(app: typer.Typer) -> None:
+def validate_drift(
+    aggregates: Path = typer.Option(..., help="per-problem aggregates JSON (SpecReason experiment_summary layout)"),
+    profile: Path = typer.Option(..., help="cost profile whose fit range the aggregates are judged against"),
+    traces: Optional[Path] = typer.Option(None, help="per-step traces of some of the runs: measure the aggregate "
+                                                     "method's error on them first"),
+):
+    """Drift of runs seen only as aggregates: speed factors against a profile's fit range, and what would explain them.
+
+    Example: specsim validate-drift --aggregates ../shared/data/specreason-aime-traces/per-problem-aggregates.json
+    --profile simulator/profiles/cost_a100-80gb-vllm082-specreason-runs0-3.yaml"""
+    from validate.drift import drift_report
+
+    print(drift_report(str(aggregates), str(profile), str(traces) if traces else None))
+
+
+def validate_cpu(
+    ctx: typer.Context,
+    out: Path = typer.Option(..., help="campaign folder (OUT/runs resumed if present; profile_fit.yaml, report/, "
+                                       "summary.json)"),
+    requests: int = typer.Option(3, help="measured requests per configuration"),
+    budget: int = typer.Option(48, help="thinking-token budget"),
+    step_max: int = typer.Option(24, help="max tokens per step"),
+    warmup: int = typer.Option(1, help="discarded warm-up requests per configuration"),
+    seed: int = typer.Option(0, help="run seed (request i samples with seed + i)"),
+    engine: str = typer.Option("vllm", help="vllm | torch"),
+    model_cache: Path = typer.Option(Path(".cache/models"), help="model cache folder (specsim calibrate prepare-models)"),
+    max_median_ape: float = typer.Option(DEFAULT_BAR, help="bar on the held-out median APE of end-to-end latency "
+                                                           "(exit 1 above)"),
+    sanity: bool = typer.Option(False, "--sanity", help="judge CI's load-tolerant sanity bound (max(35%, 2 x the "
+                                "within-configuration spread)) instead of --max-median-ape"),
+    fit_all_out: Optional[Path] = typer.Option(None, help="also fit on every configuration into this cost profile"),
+    date: Optional[str] = typer.Option(None, help="provenance date of the profiles (default: today)"),
+):
+    """A small real campaign on this CPU (vLLM, SmolLM2-135M + its 6-layer cut) -> fit -> held-out validation (~4 min).
+
+    Example: specsim validate-cpu --out out/validate-cpu"""
+    from simulator.command_line import command_line
+    from validate.campaign import run_all
+
+    rc = run_all(out, requests=requests, budget=budget, step_max=step_max, warmup=warmup, seed=seed, engine=engine,
+                 model_cache=model_cache, max_median_ape=max_median_ape, sanity=sanity, fit_all_out=fit_all_out,
+                 date=date, command=command_line(ctx))
+    if rc:
+        sys.exit(rc)
+
+
+def validate_gpu_summary(
+    analysis: Path = typer.Argument(..., help="the analysis folder of scripts/gpu_campaign.sh analyze (RES/analysis)"),
+):
+    """One table of the GPU campaign's held-out figures -> ANALYSIS/summary.md (and printed).
+
+    Example: specsim validate-gpu-summary RES/analysis"""
+    from simulator.loading import write_atomic
+    from validate.gpu_campaign_summary import summarize
+
+    if not analysis.is_dir():
+        raise InputError(str(analysis), None, "expected the analysis folder of scripts/gpu_campaign.sh analyze")
+    text = summarize(analysis)
+    write_atomic(analysis / "summary.md", text)
+    print(text, end="")
+
+
+def _add(app: typer.Typer, commands) -> None:
     names = {c.name or (c.callback.__name__ if c.callback else None) for c in app.registered_commands}
-    if "validate" not in names:
-        app.command("validate")(validate)
+    for name, fn in commands:
+        if name not in names:
+            app.command(name)(fn)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``validate`` unless ``app`` has it."""
+    _add(app, (("validate", validate),))
+
+
+def register_checks(app: typer.Typer) -> None:
+    """Add ``validate-drift``, ``validate-cpu`` and ``validate-gpu-summary`` unless ``app`` has them."""
+    _add(app, (("validate-drift", validate_drift), ("validate-cpu", validate_cpu),
+               ("validate-gpu-summary", validate_gpu_summary)))

@@ -272,47 +272,31 @@ def method_check(traces: str, profile, setup) -> pd.DataFrame:
     return m[["run_key", "op", "factor_aggregate", "factor_per_call", "error"]]
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m validate.drift --aggregates JSON --profile P [--traces DIR]``: the aggregates' speed
-    factors against the profile, flagged against its fit range, with the hardware that would explain them."""
-    import argparse
-    import sys
-
+def drift_report(aggregates: str, profile_path: str, traces: str | None = None) -> str:
+    """What ``specsim validate-drift`` prints: the aggregates' speed factors against the profile, flagged against its
+    fit range, with the hardware that would explain them; with ``traces`` (per-step traces), the aggregate method's
+    error on their runs first."""
     from calibrate.fit.fit_cost import load_profile
     from simulator.errors import InputError
     from validate.replay import setup_from_profile
 
-    ap = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
-    ap.add_argument("--aggregates", required=True)
-    ap.add_argument("--profile", required=True)
-    ap.add_argument("--traces", help="per-step traces: measure the aggregate method's error on their runs first")
-    a = ap.parse_args(argv)
+    profile = load_profile(profile_path)
+    setup = setup_from_profile(profile)
     try:
-        profile = load_profile(a.profile)
-        setup = setup_from_profile(profile)
-        agg = aggregate_speed_factors(a.aggregates, profile, setup)
-    except InputError as e:
-        print(f"error: {e.one_line()}", file=sys.stderr)
-        return 2
+        agg = aggregate_speed_factors(aggregates, profile, setup)
     except (OSError, ValueError, KeyError, TypeError) as e:
-        print(f"error: {a.aggregates}: not a per-problem aggregates file ({type(e).__name__}: {e})", file=sys.stderr)
-        return 2
+        raise InputError(str(aggregates), None, f"not a per-problem aggregates file ({type(e).__name__}: {e})") from None
     ranges = fit_ranges(profile)
-    if a.traces:
-        print(method_check(a.traces, profile, setup).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-        print()
+    out = []
+    if traces:
+        out += [method_check(traces, profile, setup).to_string(index=False, float_format=lambda v: f"{v:.3f}"), ""]
     f = agg.rename(columns={"problem": "run_key"}).assign(factor_low=agg["factor"], factor_high=agg["factor"])
     f = flag_runs(f, ranges)
     summary = summarize_runs(f, setup, profile)
-    pd.set_option("display.width", 200)
-    print(f"profile {a.profile}: fit runs {', '.join(map(str, profile.fit.get('runs', [])))}; fit range per kind "
-          + "; ".join(f"{op} {r['range_low']:.2f}-{r['range_high']:.2f}" for op, r in ranges.items()))
-    print(f[["run_key", "op", "calls", "tokens_per_call", "measured_ms_per_token", "measured_s", "predicted_s",
-             "factor", "outside"]].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
-    print()
-    print(summary.drop(columns=["factors"]).to_string(index=False))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    with pd.option_context("display.width", 200):
+        out += [f"profile {profile_path}: fit runs {', '.join(map(str, profile.fit.get('runs', [])))}; fit range per kind "
+                + "; ".join(f"{op} {r['range_low']:.2f}-{r['range_high']:.2f}" for op, r in ranges.items()),
+                f[["run_key", "op", "calls", "tokens_per_call", "measured_ms_per_token", "measured_s", "predicted_s",
+                   "factor", "outside"]].to_string(index=False, float_format=lambda v: f"{v:.3g}"),
+                "", summary.drop(columns=["factors"]).to_string(index=False)]
+    return "\n".join(out)

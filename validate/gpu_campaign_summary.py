@@ -1,6 +1,6 @@
 """One table of the GPU campaign's held-out figures (issue 15), from what ``scripts/gpu_campaign.sh analyze`` wrote.
 
-    python -m validate.gpu_campaign_summary RES/analysis        # -> RES/analysis/summary.md (+ printed)
+    specsim validate-gpu-summary RES/analysis        # -> RES/analysis/summary.md (+ printed)
 
 Rows: the static-bench folds of ``calibrate fit-bench`` (``static-bench/summary.json``: every op together, the
 refitted model beside the transferred and datasheet priors), then every ``specsim validate`` report folder
@@ -11,13 +11,10 @@ check did not flag (``replay_requests.csv``). Held-out figures only; nothing her
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-
-from simulator.loading import write_atomic
 
 WHAT = {"configs": "fit on vanilla-base, vanilla-small, specreason-t0 -> the other configurations",
         "transfer": "the first pair's fit -> this pair", "from-bench": "static-bench profile -> every run",
@@ -29,6 +26,7 @@ def _pct(x: float) -> str:
 
 
 def summarize(analysis: str | Path) -> str:
+    """The table's markdown (module docstring), from the analysis folder ``analysis``."""
     a = Path(analysis)
     lines = [f"# GPU campaign: held-out figures ({a})", "",
              "| what | held out | n | median APE | bias (median) | transferred prior | datasheet prior |",
@@ -50,18 +48,3 @@ def summarize(analysis: str | Path) -> str:
                      f"| {_pct(float(err.median()) if len(r) else np.nan)} | | |")
     return "\n".join(lines) + "\n"
 
-
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1 or not Path(args[0]).is_dir():
-        print(f"error: {args[0] if args else 'ANALYSIS'}: expected the analysis folder of scripts/gpu_campaign.sh "
-              "analyze", file=sys.stderr)
-        return 2
-    text = summarize(args[0])
-    write_atomic(Path(args[0]) / "summary.md", text)
-    print(text, end="")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""Build an accuracy profile from data (``python -m calibrate.fit.accuracy_profile --help``).
+"""Build an accuracy profile from data (``specsim calibrate fit-accuracy --help``).
 
 Two sources: the SpecReason runs' per-problem aggregates (``aggregates``: a JSON file, read by
 :func:`simulator.accuracy.from_aggregates`) or our runner's run directories (``runs``: read here with
@@ -9,11 +9,9 @@ simulator never reads run directories itself). The model and the profile format:
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-from simulator.accuracy import (PROFILES_DIR, AccuracyProfile, GradedRun, from_aggregates, from_graded_runs,
-                                profile_yaml)
+from simulator.accuracy import PROFILES_DIR, AccuracyProfile, GradedRun, from_aggregates, from_graded_runs
 from simulator.errors import InputError
 
 
@@ -32,29 +30,15 @@ def from_runs(paths: list[str | Path], workload) -> AccuracyProfile:
     return from_graded_runs([graded_run(p) for p in paths], workload)
 
 
-def main(argv: list[str] | None = None) -> int:
-    import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m calibrate.fit.accuracy_profile", description="Build an accuracy profile from data.")
-    ap.add_argument("source", choices=["aggregates", "runs"])
-    ap.add_argument("inputs", nargs="+")
-    ap.add_argument("--workload", required=True, help="workload profile name or path (its models, budget, problems)")
-    ap.add_argument("--out", required=True)
-    a = ap.parse_args(argv)
-    try:
-        from simulator.workload import load_workload
+def build(source: str, inputs: list[str | Path], workload: str) -> AccuracyProfile:
+    """The profile from ``aggregates`` (one JSON file) or ``runs`` (run directories) for ``workload`` (a profile name,
+    e.g. ``aime_qwq32b_r1-1.5b``, or a YAML path): its models, budget and problems."""
+    from simulator.workload import load_workload
 
-        wp = a.workload if a.workload.endswith(".yaml") else PROFILES_DIR / f"workload_{a.workload}.yaml"
-        w = load_workload(wp)
-        prof = from_aggregates(a.inputs[0], w) if a.source == "aggregates" else from_runs(a.inputs, w)
-        cmd = ".venv/bin/python -m calibrate.fit.accuracy_profile " + " ".join(argv if argv is not None else sys.argv[1:])
-        Path(a.out).write_text(profile_yaml(prof, cmd), encoding="utf-8")
-    except InputError as e:
-        print(f"error: {' '.join(e.one_line().split())}", file=sys.stderr)
-        return 2
-    print(f"wrote {a.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    if source not in ("aggregates", "runs"):
+        raise InputError(None, "SOURCE", f"expected aggregates or runs (got {source!r})")
+    if source == "aggregates" and len(inputs) != 1:
+        raise InputError(None, "INPUTS", f"aggregates: expected one JSON file (got {len(inputs)})")
+    w = load_workload(workload if workload.endswith(".yaml") else PROFILES_DIR / f"workload_{workload}.yaml")
+    return from_aggregates(inputs[0], w) if source == "aggregates" else from_runs(inputs, w)

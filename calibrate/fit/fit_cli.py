@@ -1,5 +1,7 @@
-"""``specsim calibrate fit`` / ``fit-workload`` / ``fit-bench``: thin entry points over :mod:`calibrate.fit.fit_cost`,
-:mod:`calibrate.fit.fit_workload_runs` and :mod:`calibrate.fit.bench_fit`.
+"""``specsim calibrate fit`` / ``fit-workload`` / ``fit-bench`` / ``fit-workload-traces`` / ``import-specreason`` /
+``fit-accuracy`` / ``published-priors``: thin entry points over :mod:`calibrate.fit.fit_cost`,
+:mod:`calibrate.fit.fit_workload_runs`, :mod:`calibrate.fit.bench_fit`, :mod:`calibrate.fit.fit_workload`,
+:mod:`calibrate.fit.import_specreason`, :mod:`calibrate.fit.accuracy_profile` and :mod:`calibrate.fit.published_priors`.
 
 Registered on the ``calibrate`` sub-app by :func:`register` (called from ``specsim_cli.main``).
 """
@@ -149,12 +151,83 @@ def fit_bench(
         print(f"  note: {note}")
 
 
+def fit_workload_traces(
+    ctx: typer.Context,
+    data: Path = typer.Argument(..., help="SpecReason per-step traces: a JSONL file or a folder of them"),
+    out: Path = typer.Option(..., "--out", help="workload profile YAML to write"),
+    finish_rule: str = typer.Option("first_answer", "--finish-rule", help="first_answer: a request ends at its first "
+                                    "step with an answer (the reference code's rule) | recorded: at its recorded last step"),
+    date: Optional[str] = typer.Option(None, help="provenance date (default: today)"),
+):
+    """Fit the workload (step counts and lengths, scores) from third-party SpecReason per-step traces.
+
+    Example: specsim calibrate fit-workload-traces ../shared/data/specreason-aime-traces --out W.yaml"""
+    from calibrate.fit.fit_workload import fit_workload_from_trace, write_workload_yaml
+    from calibrate.fit.import_specreason import import_specreason
+    from simulator.command_line import command_line
+
+    if finish_rule not in ("first_answer", "recorded"):
+        raise InputError(None, "--finish-rule", f"expected first_answer or recorded (got {finish_rule!r})")
+    profile = fit_workload_from_trace(import_specreason(data), finish_rule, date)
+    print(f"wrote {write_workload_yaml(profile, out, command_line(ctx))}")
+
+
+def import_specreason_cmd(
+    data: Path = typer.Argument(..., help="SpecReason per-step traces: a JSONL file or a folder of them"),
+    threshold: float = typer.Option(7.0, help="the runs' acceptance threshold (a step is kept at score >= it)"),
+    summary: bool = typer.Option(False, "--summary", help="print figures, consistency issues and per-call timing fits"),
+):
+    """Read and check SpecReason per-step traces (every line validated); count them, or summarise them.
+
+    Example: specsim calibrate import-specreason ../shared/data/specreason-aime-traces --summary"""
+    from calibrate.fit.import_specreason import import_specreason, summary_text
+
+    trace = import_specreason(data, threshold)
+    print(summary_text(trace) if summary else f"{len(trace.requests)} runs, {len(trace.steps)} steps")
+
+
+def fit_accuracy(
+    ctx: typer.Context,
+    source: str = typer.Argument(..., help="aggregates (the SpecReason per-problem aggregates JSON) | runs (run "
+                                           "directories of specsim calibrate run)"),
+    inputs: list[Path] = typer.Argument(..., help="the aggregates JSON file, or the run directories"),
+    workload: str = typer.Option(..., help="workload profile name or YAML path (its models, budget and problems)"),
+    out: Path = typer.Option(..., "--out", help="accuracy profile YAML to write"),
+):
+    """Build an accuracy profile (answer accuracy per system and threshold) from aggregates or graded runs.
+
+    Example: specsim calibrate fit-accuracy runs RUN_DIR... --workload cpu_gsm_smollm2 --out A.yaml"""
+    from calibrate.fit.accuracy_profile import build
+    from simulator.accuracy import profile_yaml
+    from simulator.command_line import command_line
+    from simulator.loading import write_atomic
+
+    prof = build(source, [str(p) for p in inputs], workload)
+    print(f"wrote {write_atomic(out, profile_yaml(prof, command_line(ctx)))}")
+
+
+def published_priors(
+    ctx: typer.Context,
+    out: Path = typer.Option(..., "--out", help="folder for the two workload profiles (simulator/profiles: the "
+                                                "shipped ones)"),
+    date: Optional[str] = typer.Option(None, help="provenance date (default: today)"),
+):
+    """Coarse MATH500 and GPQA-Diamond workload priors from the SpecReason paper's published latencies (~1 min).
+
+    Example: specsim calibrate published-priors --out simulator/profiles"""
+    from calibrate.fit.published_priors import write_priors
+    from simulator.command_line import command_line
+
+    for path, facts in write_priors(out, command_line(ctx), date):
+        print(f"{path}: " + ", ".join(f"{k} {v:.3g}" for k, v in facts.items()))
+
+
 def register(calibrate_app: typer.Typer) -> None:
-    """Add ``fit``, ``fit-workload`` and ``fit-bench`` to the calibrate sub-app unless it already has them."""
+    """Add ``fit``, ``fit-workload``, ``fit-bench``, ``fit-workload-traces``, ``import-specreason``, ``fit-accuracy``
+    and ``published-priors`` to the calibrate sub-app unless it already has them."""
     names = {c.name or (c.callback.__name__ if c.callback else None) for c in calibrate_app.registered_commands}
-    if "fit" not in names:
-        calibrate_app.command("fit")(fit)
-    if "fit-workload" not in names:
-        calibrate_app.command("fit-workload")(fit_workload)
-    if "fit-bench" not in names:
-        calibrate_app.command("fit-bench")(fit_bench)
+    for name, fn in (("fit", fit), ("fit-workload", fit_workload), ("fit-bench", fit_bench),
+                     ("fit-workload-traces", fit_workload_traces), ("import-specreason", import_specreason_cmd),
+                     ("fit-accuracy", fit_accuracy), ("published-priors", published_priors)):
+        if name not in names:
+            calibrate_app.command(name)(fn)

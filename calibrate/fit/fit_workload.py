@@ -24,14 +24,12 @@ What is fitted from the data and what is a prior (details and figures: docs/work
 - ``answer_tokens`` 0: the answer (``\\boxed{}``) is written inside the thinking chain and the
   request ends at that step; no separate answer phase runs.
 
-Command: ``.venv/bin/python -m calibrate.fit.fit_workload --data ../shared/data/specreason-aime-traces
+Command: ``.venv/bin/specsim calibrate fit-workload-traces ../shared/data/specreason-aime-traces
 --out simulator/profiles/workload_aime60_qwq32b_r1-1.5b.yaml``.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 import datetime as _dt
 from pathlib import Path
 from typing import Literal
@@ -40,7 +38,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from calibrate.fit.import_specreason import DEFAULT_DATA_DIR, SpecReasonTrace, import_specreason, steps_upto_answer
+from calibrate.fit.import_specreason import SpecReasonTrace, steps_upto_answer
 from simulator.errors import InputError
 from simulator.workload import WorkloadProfile
 
@@ -48,7 +46,7 @@ SCORE_PSEUDO_COUNT = 0.5
 MAX_STEP_TOKENS = 512
 TAIL_COVERAGE = 0.999
 UPSTREAM_REPO = "RuthvikAtte/specreason (fork of ruipeterpan/specreason), results/60 runs 0-7"
-REGENERATE = ".venv/bin/python -m calibrate.fit.fit_workload --data ../shared/data/specreason-aime-traces --out simulator/profiles/workload_aime60_qwq32b_r1-1.5b.yaml"
+REGENERATE = ".venv/bin/specsim calibrate fit-workload-traces ../shared/data/specreason-aime-traces --out simulator/profiles/workload_aime60_qwq32b_r1-1.5b.yaml"
 
 # Prior for a_i = P(first i drafted tokens accepted), R1-Distill-Qwen-1.5B drafting for QwQ-32B.
 # No published figure for this pair was found. Conditional per-position rate starts at 0.70
@@ -252,23 +250,3 @@ def write_workload_yaml(profile: WorkloadProfile, out: str | Path, command: str 
     out.write_text(profile_to_yaml(profile, command), encoding="utf-8")
     return out
 
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Fit a workload profile from SpecReason step traces")
-    ap.add_argument("--data", default=str(DEFAULT_DATA_DIR), help="trace JSONL file or directory")
-    ap.add_argument("--out", required=True, help="output YAML path")
-    ap.add_argument("--finish-rule", choices=["first_answer", "recorded"], default="first_answer")
-    ap.add_argument("--date", default=None, help="provenance date (default: today)")
-    args = ap.parse_args(argv)
-    try:
-        trace = import_specreason(args.data)
-        profile = fit_workload_from_trace(trace, args.finish_rule, args.date)
-    except InputError as e:
-        print(f"error: {e.one_line()}", file=sys.stderr)
-        return 2
-    print(write_workload_yaml(profile, args.out))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

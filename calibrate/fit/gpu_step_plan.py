@@ -1,20 +1,20 @@
 """The GPU step campaign's plan and its before-the-run predictions (issue 31).
 
-``plan``: the points ``calibrate/run/gpu_step_bench.py`` times on a lent GPU, per catalog model (shapes from the
+``step-plan``: the points ``calibrate/run/gpu_step_bench.py`` times on a lent GPU, per catalog model (shapes from the
 catalog, so the bench needs no project import there): decode steps at batch 1-256 and contexts 1k-16k, verification
 passes of k+1 = 2..9 tokens, a 1-layer draft head's step, prefill passes, and two eager decode points.
 
-``predict``: the cost model's prediction of every point as it stands (catalog priors of the named GPU,
+``step-predict``: the cost model's prediction of every point as it stands (catalog priors of the named GPU,
 ``simulator/catalog/gpu_priors.yaml``), written *before* the records exist, so the comparison with them is held
 out. The bench times the GPU part of an engine step (CUDA events around graph replays, no scheduler), so the
 prediction compared is ``device_ms`` = the pass without its host terms (``step``: t_step or a draft's t_draft;
 ``sequences``: S t_seq); ``pass_ms`` (what an engine step would take) is written beside it.
 
-    python -m calibrate.fit.gpu_step_plan plan --out PLAN.json
-    python -m calibrate.fit.gpu_step_plan predict PLAN.json --hardware h200 --out PREDICTED.csv
-    python -m calibrate.fit.gpu_step_plan summarize reports/gpu-campaign-h200 [--heldout reports/gpu-step-model/heldout.csv]
+    specsim calibrate gpu step-plan --out PLAN.json
+    specsim calibrate gpu step-predict PLAN.json --hardware h200 --out PREDICTED.csv
+    specsim calibrate gpu step-summary reports/gpu-campaign-h200 [--heldout reports/gpu-step-model/heldout.csv]
 
-``summarize``: per campaign folder (``run-*/`` records, ``predicted-before-fit.csv``, optional ``verify-attention/``),
+``step-summary``: per campaign folder (``run-*/`` records, ``predicted-before-fit.csv``, optional ``verify-attention/``),
 ``summary.md`` and ``before-fit.csv``: provenance, the chip's achieved GEMM rate and copy bandwidth, the
 before-the-fit prediction errors by model and op (the held-out figure), CUDA graph vs eager, the attention study,
 and the engine fit's held-out rows for this GPU (after the fit, ``calibrate.fit.gpu_profiles.engine_fit``).
@@ -22,9 +22,7 @@ and the engine fit's held-out rows for this GPU (after the fit, ``calibrate.fit.
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -148,7 +146,7 @@ def summarize(folder: Path, heldout: Path | None = None) -> str:
     copy = chip[chip["op"] == "copy"]["read_write_gb_s"].median()
     L = [f"# GPU campaign on {p0.get('gpu_name')}: engine steps under CUDA graphs (issue 31)", "",
          "Records: `calibrate/run/gpu_step_bench.py` (torch-only decoder steps, CUDA graph replayed, CUDA-event timed: the GPU "
-         "part of an engine step, no scheduler), plan `plan.json` (`python -m calibrate.fit.gpu_step_plan plan`), "
+         "part of an engine step, no scheduler), plan `plan.json` (`specsim calibrate gpu step-plan`), "
          f"random bf16 weights, TP 1. Runs: {', '.join(p['run'] for p in provs)} (median per point over runs; median "
          f"run-to-run spread {med['spread'].median():.2%}).", "",
          "| | |", "|---|---|",
@@ -161,7 +159,7 @@ def summarize(folder: Path, heldout: Path | None = None) -> str:
          f"| device-to-device copy (read + write) | {copy:.0f} GB/s = {copy * 1e9 / hw.memory_bandwidth_bytes_per_s:.0%} of "
          f"the datasheet's {hw.memory_bandwidth_bytes_per_s / 1e9:.0f} |", "",
          "## Before the fit: the step model as committed, predicting every point (held out)", "",
-         f"`predicted-before-fit.csv` was written and committed before the run (`python -m calibrate.fit.gpu_step_plan predict "
+         f"`predicted-before-fit.csv` was written and committed before the run (`specsim calibrate gpu step-predict "
          f"plan.json --hardware {hw.name}`; catalog priors of {hw.name}). Compared: `device_ms`, the pass without its "
          "host terms (t_step, S t_seq), with the prior's per-layer cost (vLLM's, 17 us) -- the bench has no scheduler "
          "but its own, less fused kernels. Error = predicted / measured - 1; `before-fit.csv` has every point.", "",
@@ -198,7 +196,7 @@ def summarize(folder: Path, heldout: Path | None = None) -> str:
         h = h[(h["source"] == "ours") & (h["gpu"] == hw.name)]
         if len(h):
             L += ["", "## After the fit: the engine fit's held-out folds on these records", "",
-                  f"From `{heldout}` (`python -m calibrate.fit.gpu_profiles.engine_fit`; this GPU's rows): `gpu-out` fit "
+                  f"From `{heldout}` (`specsim calibrate gpu fit-engine`; this GPU's rows): `gpu-out` fit "
                   "without this GPU; `model-out` without that model; `source-out` every shared parameter from the other "
                   "sources; `never-fitted:verify` verification passes, never in any fit.", "",
                   "| fold | points | median APE | p90 APE | bias |", "|---|---|---|---|---|"]
@@ -211,7 +209,7 @@ def summarize(folder: Path, heldout: Path | None = None) -> str:
 
     prof = prior_profile(hw)
     write_atomic(folder / f"profile-{hw.name}.yaml", profile_to_yaml(
-        prof, f"python -m calibrate.fit.gpu_step_plan summarize {folder}",
+        prof, f"specsim calibrate gpu step-summary {folder}",
         what=f"{hw.name}'s catalog priors (simulator/catalog/gpu_priors.yaml: the engine-level fit with our GPU campaign) "
              "as a cost profile; each parameter's kind and source say where it comes from."))
     kinds = {}
@@ -227,42 +225,3 @@ def summarize(folder: Path, heldout: Path | None = None) -> str:
     write_atomic(folder / "summary.md", text)
     return text
 
-
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m calibrate.fit.gpu_step_plan", description=__doc__.split("\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    a = sub.add_parser("plan")
-    a.add_argument("--out", required=True)
-    a.add_argument("--models", default=None, help="comma-separated catalog names (default: the campaign's)")
-    a.add_argument("--max-seconds", type=float, default=330.0)
-    b = sub.add_parser("predict")
-    b.add_argument("plan")
-    b.add_argument("--hardware", required=True)
-    b.add_argument("--out", required=True)
-    c = sub.add_parser("summarize")
-    c.add_argument("folders", nargs="+")
-    c.add_argument("--heldout", default=None, help="the engine fit's heldout.csv (after-fit rows for this GPU)")
-    args = ap.parse_args(argv)
-    from simulator.errors import InputError
-
-    try:
-        if args.cmd == "summarize":
-            for f in args.folders:
-                summarize(Path(f), Path(args.heldout) if args.heldout else None)
-                print(f"wrote {f}/summary.md and {f}/before-fit.csv")
-        elif args.cmd == "plan":
-            models = args.models.split(",") if args.models else None
-            Path(args.out).write_text(json.dumps(make_plan(models, args.max_seconds), indent=1))
-        else:
-            plan = json.loads(Path(args.plan).read_text())
-            df = predict(plan, args.hardware)
-            df.to_csv(args.out, index=False, float_format="%.6g")
-            print(f"{len(df)} points predicted with {df.attrs['profile']} -> {args.out}")
-    except InputError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -50,13 +50,11 @@ parse failures, skipped scoring calls, empty steps.
 
 Tokens are the source's counts (``completion_tokens`` of each call), not re-tokenised text.
 
-Command: ``.venv/bin/python -m calibrate.fit.import_specreason --summary [--data DIR]``.
+Command: ``.venv/bin/specsim calibrate import-specreason DATA [--summary]``.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 import json
 from collections import Counter
 from dataclasses import dataclass, field
@@ -374,21 +372,3 @@ def summary_text(trace: SpecReasonTrace) -> str:
                      f"[a={f['theil_sen_a_s']:.4f}, b={f['theil_sen_b_s_per_token'] * 1e3:.4f}] n={f['n']}")
     return "\n".join(lines)
 
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", default=str(DEFAULT_DATA_DIR), help="trace JSONL file or directory")
-    ap.add_argument("--threshold", type=float, default=7.0)
-    ap.add_argument("--summary", action="store_true", help="print figures, issues and timing fits")
-    args = ap.parse_args(argv)
-    try:
-        trace = import_specreason(args.data, args.threshold)
-    except InputError as e:
-        print(f"error: {e.one_line()}", file=sys.stderr)
-        return 2
-    print(summary_text(trace) if args.summary else f"{len(trace.requests)} runs, {len(trace.steps)} steps")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -19,13 +19,14 @@ our own analytic engine on the reference scenario (2x RTX A6000, prior costs):
 Both are **published priors**, not fits to data we hold: the kept-small-step share each implies is an
 output, not a measurement (REFERENCE.md gives only "roughly 38-80% depending on dataset and models").
 
-Command: ``.venv/bin/python -m calibrate.fit.published_priors`` (writes the two profiles; ~1 min).
+Command: ``.venv/bin/specsim calibrate published-priors --out simulator/profiles`` (writes the two profiles; ~1 min).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import math
+from pathlib import Path
 
 import numpy as np
 from scipy import optimize
@@ -100,7 +101,9 @@ def dataset_prior(key: str, base: WorkloadProfile, aime_t3_s: float, sigma: floa
     return w, facts
 
 
-def main() -> int:
+def write_priors(out: Path, command: str, date: str | None = None) -> list[tuple[Path, dict]]:
+    """Fit the MATH500 and GPQA-Diamond priors and write them as ``OUT/workload_KEY_qwq32b_r1-1.5b.yaml``; each path
+    with the figures it reproduces."""
     from calibrate.fit.fit_workload import profile_to_yaml
     from simulator.loading import write_atomic
     from simulator.scenario import PROFILES_DIR
@@ -110,15 +113,11 @@ def main() -> int:
     base = load_workload(PROFILES_DIR / "workload_aime60_qwq32b_r1-1.5b.yaml")
     sigma = mix.steps_per_request.base.sigma
     aime_t3 = _latency(mix, 3)
+    written = []
     for key in DATASETS:
-        w, facts = dataset_prior(key, base, aime_t3, sigma)
+        w, facts = dataset_prior(key, base, aime_t3, sigma, date)
         about = (f"# {DATASETS[key]} workload: a coarse PUBLISHED prior (no per-step data): AIME shapes with chain length and\n"
                  "# score tilt set from the SpecReason paper's latencies; see provenance.method and calibrate/fit/published_priors.py.\n")
-        path = write_atomic(PROFILES_DIR / f"workload_{key}_qwq32b_r1-1.5b.yaml",
-                            profile_to_yaml(w, ".venv/bin/python -m calibrate.fit.published_priors", about=about))
-        print(f"{path}: " + ", ".join(f"{k} {v:.3g}" for k, v in facts.items()))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+        path = write_atomic(Path(out) / f"workload_{key}_qwq32b_r1-1.5b.yaml", profile_to_yaml(w, command, about=about))
+        written.append((path, facts))
+    return written

@@ -10,12 +10,11 @@ profiler times (``../shared/data/vidur-gpu-profiles``): ``emb`` (embedding looku
 reads our own numbers exactly as it reads the public A100/A40 profiles, and the GPU fits compare them in
 one table. A provenance file ``op_bench.json`` (hardware, torch version, dtype, date, shapes) sits beside it.
 
-    python -m calibrate.run.op_bench --model meta-llama/Llama-2-7b-hf --out OUT [--tokens 1,2,...] [--tp 1,2,4]
+    specsim calibrate gpu op-bench --model meta-llama/Llama-2-7b-hf --out OUT [--tokens 1,2,...] [--tp 1,2,4]
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import json
 import statistics
@@ -128,7 +127,9 @@ def bench(model: str, tokens, tps, device: str = "auto", dtype: str = "bfloat16"
     import torch
 
     if model not in SHAPES:
-        raise SystemExit(f"error: --model: unknown shape {model!r} (known: {', '.join(SHAPES)})")
+        from simulator.errors import InputError
+
+        raise InputError(None, "--model", f"unknown shape {model!r} (known: {', '.join(SHAPES)})")
     dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else ("cpu" if device == "auto" else device))
     dt = getattr(torch, dtype)
     shape = SHAPES[model]
@@ -152,7 +153,10 @@ def bench(model: str, tokens, tps, device: str = "auto", dtype: str = "bfloat16"
     return rows
 
 
-def main(argv=None) -> int:
+def write_op_bench(model: str, out: Path, tokens: list[int], tps: list[int], device: str, dtype: str, repeats: int,
+                   command: str) -> Path:
+    """Time ``model``'s layer ops (:func:`bench`) and write ``OUT/compute/<gpu>/<org>/<model>/mlp.csv`` and
+    ``OUT/op_bench.json`` (provenance); returns the CSV's path."""
     import pandas as pd
     import torch
 
@@ -160,34 +164,14 @@ def main(argv=None) -> int:
     from simulator.catalog.hardware import catalog_hardware
     from simulator.loading import write_atomic
 
-    ap = argparse.ArgumentParser(description="Per-layer operator timings in Vidur's mlp.csv layout")
-    ap.add_argument("--model", required=True, help=f"shape: {', '.join(SHAPES)}")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--tokens", default=",".join(map(str, DEFAULT_TOKENS)))
-    ap.add_argument("--tp", default="1,2,4")
-    ap.add_argument("--device", default="auto")
-    ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--repeats", type=int, default=20)
-    a = ap.parse_args(argv)
-    try:
-        tokens = [int(x) for x in a.tokens.split(",")]
-        tps = [int(x) for x in a.tp.split(",")]
-    except ValueError:
-        print("error: --tokens/--tp: expected comma-separated integers", file=sys.stderr)
-        return 2
     hw = detect_hardware()
     gpu = catalog_hardware(hw.get("gpu_name"), hw.get("device")) or "unknown-gpu"
-    rows = bench(a.model, tokens, tps, a.device, a.dtype, a.repeats)
-    org, name = a.model.split("/", 1)
-    out = Path(a.out) / "compute" / gpu.split("-")[0] / org / name
-    write_atomic(out / "mlp.csv", pd.DataFrame(rows).to_csv(index=False))
-    write_atomic(Path(a.out) / "op_bench.json", json.dumps({
-        "hardware": hw, "catalog_hardware": gpu, "torch": torch.__version__, "dtype": a.dtype, "model_shape": a.model,
-        "tokens": tokens, "tp": tps, "repeats": a.repeats, "date": _dt.datetime.now().isoformat(timespec="seconds"),
-        "command": " ".join(["python -m calibrate.run.op_bench", *(argv or sys.argv[1:])])}, indent=2))
-    print(f"wrote {out / 'mlp.csv'}", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    rows = bench(model, tokens, tps, device, dtype, repeats)
+    org, name = model.split("/", 1)
+    csv = Path(out) / "compute" / gpu.split("-")[0] / org / name / "mlp.csv"
+    write_atomic(csv, pd.DataFrame(rows).to_csv(index=False))
+    write_atomic(Path(out) / "op_bench.json", json.dumps({
+        "hardware": hw, "catalog_hardware": gpu, "torch": torch.__version__, "dtype": dtype, "model_shape": model,
+        "tokens": tokens, "tp": tps, "repeats": repeats, "date": _dt.datetime.now().isoformat(timespec="seconds"),
+        "command": command}, indent=2))
+    return csv

@@ -27,7 +27,9 @@ def test_cpu_campaign_fit_and_heldout_validation(model_cache, tmp_path):
     from validate import campaign
 
     out = tmp_path / "campaign"
-    rc = campaign.main(["--out", str(out), "--requests", "3", "--budget", "48", "--step-max", "24", "--sanity"])
+    from specsim_cli.main import main
+
+    rc = main(["validate-cpu", "--out", str(out), "--requests", "3", "--budget", "48", "--step-max", "24", "--sanity"])
     for f in ("profile_fit.yaml", "summary.json", "report/report.md", "report/replay_requests.csv"):
         assert (out / f).is_file(), f
     s = json.loads((out / "summary.json").read_text())

@@ -9,6 +9,7 @@ import yaml
 from calibrate.fit.gpu_profiles import moe_fit as M
 from simulator.catalog import get_hardware, hardware_catalog
 from simulator.cost_model import prior_profile
+from specsim_cli.main import main
 
 TRUE = {"h100-sxm.moe_mem_efficiency": 0.9, "h100-sxm.moe_compute_efficiency": 0.35,
         "h100-sxm.moe_layer_overhead_s": 30e-6, "h100-sxm.expert_overhead_s": 0.2e-6,
@@ -85,22 +86,24 @@ def test_update_priors_file_merges_and_keeps_the_rest(tmp_path):
     src = tmp_path / "p.yaml"
     src.write_text("# header\npriors:\n  h100-sxm:\n    mem_efficiency: {value: 0.9, kind: calibrated, source: x}\n")
     M.update_priors_file(src, {"h100-sxm": {"moe_mem_efficiency": {"value": 0.95, "kind": "calibrated", "source": "y"}}},
-                         "python -m calibrate.fit.gpu_profiles.moe_fit --priors p.yaml")
+                         "specsim calibrate gpu fit-moe --priors p.yaml")
     raw = yaml.safe_load(src.read_text())
     assert set(raw["priors"]["h100-sxm"]) == {"mem_efficiency", "moe_mem_efficiency"}
     text = src.read_text()
-    assert text.startswith("# header\n") and "moe_fit --priors p.yaml" in text
+    assert text.startswith("# header\n") and "fit-moe --priors p.yaml" in text
     assert raw["evidence"]["moe_layer_fit"]["command"].endswith("p.yaml")
+    M.update_priors_file(src, {}, "specsim calibrate gpu fit-moe --priors p.yaml --date 2")  # a rerun: one command line
+    assert src.read_text().count("#   specsim calibrate gpu fit-moe") == 1 and src.read_text().startswith("# header\n")
 
 
 def test_missing_records_is_one_line_exit_2(tmp_path, capsys):
-    code = M.main(["--records", str(tmp_path / "none.csv"), "--report", str(tmp_path / "r")])
+    code = main(["calibrate", "gpu", "fit-moe", "--records", str(tmp_path / "none.csv"), "--report", str(tmp_path / "r")])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "none.csv: no records file" in err
     f = tmp_path / "x.csv"
     pd.DataFrame({c: [] for c in ["source_file", "source_row", "gpu", "op", "tokens", "hidden", "expert_intermediate",
                                   "experts", "topk", "tp", "ep", "distribution", "dtype", "version", "backend",
                                   "time_s"]}).to_csv(f, index=False)
-    code = M.main(["--records", str(f), "--report", str(tmp_path / "r")])
+    code = main(["calibrate", "gpu", "fit-moe", "--records", str(f), "--report", str(tmp_path / "r")])
     err = capsys.readouterr().err
     assert code == 2 and "op: no moe records" in err

@@ -51,3 +51,11 @@ def test_help_has_no_artefacts(name, capsys, monkeypatch):
     for bad in ("%%", "<list[", "{scenario}", "{what}", "{"):
         assert bad not in out, f"specsim {name} --help shows {bad!r}"
     assert "Example: specsim" in out
+
+
+@pytest.mark.parametrize("name", [n for n, _ in COMMANDS])
+def test_no_command_shows_typers_list_type(name, capsys, monkeypatch):
+    """A repeatable option or a variadic argument shows its element's type (``<path>``), not ``<list[Path]>``."""
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main([*name.split(), "--help"]) == 0
+    assert "<list[" not in capsys.readouterr().out, f"specsim {name} --help"

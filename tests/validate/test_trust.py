@@ -305,7 +305,7 @@ def test_campaign_interleaves_fit_and_heldout_and_sanity_bound_follows_the_sprea
 
 
 def test_campaign_main_judges_the_sanity_bound_and_records_load(tmp_path, monkeypatch, capsys):
-    """campaign.main end to end on the committed v2 runs (no engine: the campaign step is replaced by the runs)."""
+    """specsim validate-cpu end to end on the committed v2 runs (no engine: the campaign step is replaced by the runs)."""
     import shutil
 
     from validate import campaign
@@ -317,7 +317,9 @@ def test_campaign_main_judges_the_sanity_bound_and_records_load(tmp_path, monkey
            **{f"{c.name}:cpu_mhz": [2000.0, 2000.0] for c in campaign.CONFIGS}}
     monkeypatch.setattr(campaign, "model_paths", lambda cache: (Path("b"), Path("d")))
     monkeypatch.setattr(campaign, "run_campaign", lambda *a, **k: per)
-    rc = campaign.main(["--out", str(tmp_path), "--sanity"])
+    from specsim_cli.main import main
+
+    rc = main(["validate-cpu", "--out", str(tmp_path), "--sanity"])
     s = json.loads((tmp_path / "summary.json").read_text())
     assert s["judged_against"] == "sanity" and s["sanity_bar"] == campaign.sanity_bar(s["within_config_spread"])
     assert s["load_changed"] == ["specdecode-g3"] and s["run_order"][1] == "specdecode-g2"

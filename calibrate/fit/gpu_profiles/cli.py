@@ -1,12 +1,18 @@
 """``specsim calibrate import-vidur | import-aiconfigurator | import-llmservingsim | import-llm-inference-bench |
-fit-gpu`` (thin: parse, call, print). Bad input: one line ``error: FILE: ...`` on stderr, exit 2 (the ``specsim``
-error contract); tables an importer skipped: one ``warning:`` line on stderr naming them and why."""
+fit-gpu`` and the ``specsim calibrate gpu ...`` group: the engine-level step model's and the MoE layer's fits, the
+GPU priors' transfer and checks, the B200 speculation sweep, the GPU step campaign's plan, predictions and summary
+(thin: parse, call, print). Bad input: one line ``error: FILE: ...`` on stderr, exit 2 (the ``specsim`` error
+contract); tables an importer skipped: one ``warning:`` line on stderr naming them and why."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
+
+GPU_HELP = ("GPU models: the engine-level step model's and the MoE layer's fits, the GPU priors' transfer and checks, "
+            "the GPU step campaign's plan, predictions and summary.")
 
 
 def _warn_skipped(skipped: dict[str, str], modules: dict[str, int] | None = None) -> None:
@@ -19,7 +25,13 @@ def _warn_skipped(skipped: dict[str, str], modules: dict[str, int] | None = None
         typer.echo(f"warning: skipped {what}: " + "; ".join(items), err=True)
 
 
-def register(app: typer.Typer) -> None:
+def register(app: typer.Typer) -> typer.Typer:
+    """Add the importers and ``fit-gpu`` to the calibrate sub-app, and the ``gpu`` group (returned: calibrate/cli.py
+    adds the run side's ``op-bench`` to it)."""
+    gpu = typer.Typer(no_args_is_help=True, add_completion=False)
+    _register_gpu(gpu)
+    app.add_typer(gpu, name="gpu", help=GPU_HELP)
+
     @app.command("import-vidur")
     def import_vidur_cmd(
         folder: Path = typer.Argument(..., help="Vidur data/profiling-style folder (compute/, network/)"),
@@ -106,3 +118,172 @@ def register(app: typer.Typer) -> None:
         prof = build_gpu_profile(pd.concat(frames, ignore_index=True), gpu, inputs, command, date)
         write_gpu_profile(prof, out, command)
         typer.echo(f"wrote {out}: " + ", ".join(f"{k}={v['value']:.4g} ({v['kind']})" for k, v in prof["params"].items()))
+    return gpu
+
+
+def _register_gpu(gpu: typer.Typer) -> None:
+    @gpu.command("fit-engine")
+    def fit_engine_cmd(
+        ctx: typer.Context,
+        report: Path = typer.Option(..., help="folder for report.md, heldout.csv and params.yaml"),
+        priors: Optional[Path] = typer.Option(None, help="catalog priors YAML to update (simulator/catalog/gpu_priors.yaml)"),
+        date: Optional[str] = typer.Option(None, help="provenance date (default: today)"),
+        heldout: bool = typer.Option(True, help="run the held-out folds (~2 min); --no-heldout skips them"),
+    ) -> None:
+        """Fit the engine-level GPU step model on ../shared/data/engine-measurements and our GPU campaign (~4 min).
+
+        Example: specsim calibrate gpu fit-engine --report out/gpu-step-model --no-heldout"""
+        from calibrate.fit.gpu_profiles.engine_fit import fit_and_report, summarize
+        from simulator.command_line import command_line
+
+        h = fit_and_report(report, priors, date, heldout, command_line(ctx))
+        if len(h):
+            typer.echo(summarize(h).to_string(index=False))
+        typer.echo(f"wrote {report}" + (f" and {priors}" if priors else ""))
+
+    @gpu.command("fit-moe")
+    def fit_moe_cmd(
+        ctx: typer.Context,
+        report: Path = typer.Option(..., help="folder for report.md, heldout.csv and params.yaml"),
+        records: Path = typer.Option(Path("out/gpu-records/aiconfigurator.csv"),
+                                     help="op records CSV with AIConfigurator's moe rows (calibrate import-aiconfigurator)"),
+        priors: Optional[Path] = typer.Option(None, help="catalog priors YAML to update (simulator/catalog/gpu_priors.yaml)"),
+        date: Optional[str] = typer.Option(None, help="provenance date (default: today)"),
+    ) -> None:
+        """Fit the cost model's MoE terms on AIConfigurator / LLMServingSim MoE rows, held out by GPU (~15 min).
+
+        Example: specsim calibrate gpu fit-moe --report out/moe-layer"""
+        from calibrate.fit.gpu_profiles.moe_fit import fit_and_report
+        from simulator.command_line import command_line
+
+        typer.echo(fit_and_report(records, report, priors, date, command_line(ctx)).to_string(index=False))
+
+    @gpu.command("transfer-priors")
+    def transfer_priors_cmd(
+        ctx: typer.Context,
+        out: Path = typer.Option(..., help="GPU priors YAML to write (simulator/catalog/gpu_priors.yaml: the catalog's)"),
+        records: Optional[list[Path]] = typer.Option(
+            None, help="records CSV of calibrate import-vidur / import-aiconfigurator (repeatable; default: "
+                       "out/gpu-records/vidur.csv and out/gpu-records/aiconfigurator.csv)"),
+    ) -> None:
+        """Whole-pass cost priors for every catalog GPU, from the measured kernel profiles (transferred where unprofiled).
+
+        Example: specsim calibrate gpu transfer-priors --records out/gpu-records/vidur.csv --out out/gpu_priors.yaml"""
+        from calibrate.fit.gpu_profiles.transfer import STEP_PRIORS, write_priors
+        from simulator.command_line import command_line
+
+        paths = [str(r) for r in records] if records else ["out/gpu-records/vidur.csv", "out/gpu-records/aiconfigurator.csv"]
+        res = write_priors(paths, out, command_line(ctx))
+        for g, p in res["priors"].items():
+            typer.echo(f"{g:10s} " + "  ".join(f"{n}={v['value']:.4g}({v['kind'][0]})" for n, v in p.items()
+                                               if n not in STEP_PRIORS))
+        typer.echo(f"wrote {out}")
+
+    @gpu.command("validate-kernels")
+    def validate_kernels_cmd(
+        ctx: typer.Context,
+        out: Path = typer.Option(..., help="folder for report.md and figures.csv"),
+        vidur: str = typer.Option("../shared/data/vidur-gpu-profiles", help="Vidur data/profiling-style folder"),
+        aiconfigurator: str = typer.Option("../shared/data/aiconfigurator-vllm-kernels",
+                                           help="AIConfigurator systems/data-style folder"),
+    ) -> None:
+        """Held-out figures of the GPU kernel model against the catalog priors and a constant-efficiency roofline.
+
+        Example: specsim calibrate gpu validate-kernels --out out/gpu-validation"""
+        import sys
+
+        from calibrate.fit.gpu_profiles.validate import load_inputs, run, summary, write_report
+        from simulator.command_line import command_line
+
+        df, inputs = load_inputs(vidur, aiconfigurator)
+        fig = run(df, log=lambda s: print(s, file=sys.stderr))
+        path = write_report(fig, out, command_line(ctx), inputs)
+        typer.echo(summary(fig).to_string(index=False, float_format=lambda v: f"{100 * v:.1f}%"))
+        typer.echo(f"wrote {path}")
+
+    @gpu.command("check-priors")
+    def check_priors_cmd(
+        ctx: typer.Context,
+        out: Path = typer.Option(..., help="folder for report.md"),
+        traces: str = typer.Option("../shared/data/specreason-aime-traces",
+                                   help="the SpecReason traces folder (problem60-runs0-7.jsonl, per-problem-aggregates.json)"),
+    ) -> None:
+        """The GPU priors end to end, before (datasheet era) and after: decode time per token of the SpecReason traces.
+
+        Example: specsim calibrate gpu check-priors --out out/gpu-e2e"""
+        from calibrate.fit.gpu_profiles.endtoend import write_report
+        from simulator.command_line import command_line
+
+        typer.echo(write_report(traces, out, command_line(ctx)))
+        typer.echo(f"\nwrote {out / 'report.md'}")
+
+    @gpu.command("spec-sweep")
+    def spec_sweep_cmd(
+        report: Path = typer.Option(..., help="folder for report.md and itl.csv"),
+    ) -> None:
+        """Speculation under load on a GPU no fit saw: the B200 closed-loop sweep, predicted per arm and concurrency.
+
+        Example: specsim calibrate gpu spec-sweep --report reports/b200-speculation"""
+        from calibrate.fit.gpu_profiles.spec_sweep import SWEEP, run
+        from simulator.errors import InputError
+
+        if not SWEEP.is_dir():
+            raise InputError(str(SWEEP), None, "the B200 sweep is not here (../shared/data)")
+        out = run(report)
+        for key in ("catalog", "mtp_fitted"):
+            typer.echo(f"-- {key}")
+            typer.echo(out[key].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+        typer.echo("eta_comp fitted on the MTP arm: %.3f ± %.3f" % out["eta_comp_mtp"])
+
+    @gpu.command("step-plan")
+    def step_plan_cmd(
+        out: Path = typer.Option(..., help="plan JSON to write (the points calibrate/run/gpu_step_bench.py times)"),
+        models: Optional[str] = typer.Option(None, help="comma-separated catalog models (default: the campaign's)"),
+        max_seconds: float = typer.Option(330.0, help="time bound of the bench's whole call, in seconds"),
+    ) -> None:
+        """The GPU step campaign's plan: decode, verification, draft-head and prefill points per catalog model.
+
+        Example: specsim calibrate gpu step-plan --out plan.json"""
+        import json
+
+        from calibrate.fit.gpu_step_plan import CAMPAIGN, make_plan
+        from simulator.errors import InputError
+        from simulator.loading import write_atomic
+
+        names = [m.strip() for m in models.split(",") if m.strip()] if models else None
+        unknown = [m for m in names or [] if m not in CAMPAIGN]
+        if unknown:
+            raise InputError(None, "--models", f"no campaign grid for {', '.join(unknown)} (known: {', '.join(CAMPAIGN)})")
+        typer.echo(f"wrote {write_atomic(out, json.dumps(make_plan(names, max_seconds), indent=1))}")
+
+    @gpu.command("step-predict")
+    def step_predict_cmd(
+        plan: Path = typer.Argument(..., help="plan JSON (calibrate gpu step-plan)"),
+        hardware: str = typer.Option(..., help="catalog hardware whose priors predict, e.g. h200"),
+        out: Path = typer.Option(..., help="predictions CSV to write (predicted-before-fit.csv)"),
+    ) -> None:
+        """The step model's prediction of every planned point, written before the run so the comparison is held out.
+
+        Example: specsim calibrate gpu step-predict plan.json --hardware h200 --out predicted-before-fit.csv"""
+        import json
+
+        from calibrate.fit.gpu_step_plan import predict
+        from simulator.loading import write_atomic
+
+        df = predict(json.loads(plan.read_text(encoding="utf-8")), hardware)
+        write_atomic(out, df.to_csv(index=False, float_format="%.6g"))
+        typer.echo(f"{len(df)} points predicted with {df.attrs['profile']} -> {out}")
+
+    @gpu.command("step-summary")
+    def step_summary_cmd(
+        folders: list[Path] = typer.Argument(..., help="campaign folders (run-*/ records, predicted-before-fit.csv)"),
+        heldout: Optional[Path] = typer.Option(None, help="the engine fit's heldout.csv (after-fit rows for this GPU)"),
+    ) -> None:
+        """Per campaign folder: summary.md, before-fit.csv and the GPU's profile (before- and after-fit errors).
+
+        Example: specsim calibrate gpu step-summary reports/gpu-campaign-h200 --heldout reports/gpu-step-model/heldout.csv"""
+        from calibrate.fit.gpu_step_plan import summarize
+
+        for f in folders:
+            summarize(f, heldout)
+            typer.echo(f"wrote {f}/summary.md and {f}/before-fit.csv")

@@ -1,6 +1,6 @@
 """End-to-end checks of the GPU priors, before (datasheet-era catalog) vs after (gpu_priors.yaml).
 
-    .venv/bin/python -m calibrate.fit.gpu_profiles.endtoend --out out/gpu-e2e
+    .venv/bin/specsim calibrate gpu check-priors --out out/gpu-e2e
 
 (a) Decode time per token of the third-party SpecReason traces (QwQ-32B + R1-Distill-Qwen-1.5B, vLLM
     0.8.2, TP=2; ../shared/data/specreason-aime-traces): measured = slope of a call's wall time vs its
@@ -18,9 +18,7 @@
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -111,30 +109,21 @@ def _f(col: str, v) -> str:
     return str(v)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--traces", default=TRACES)
-    ap.add_argument("--out", default="out/gpu-e2e")
-    a = ap.parse_args(argv)
-    if not (Path(a.traces) / "problem60-runs0-7.jsonl").is_file():
-        print(f"error: {a.traces}: problem60-runs0-7.jsonl not found", file=sys.stderr)
-        return 2
-    res = run(a.traces)
-    cmd = f"python -m calibrate.fit.gpu_profiles.endtoend --traces {a.traces} --out {a.out}"
+def write_report(traces: str, out: Path, command: str) -> str:
+    """Run (a) and (b) on ``traces`` and write ``OUT/report.md``; returns its text."""
+    from simulator.errors import InputError
+
+    if not (Path(traces) / "problem60-runs0-7.jsonl").is_file():
+        raise InputError(str(traces), None, "problem60-runs0-7.jsonl not found")
+    res = run(traces)
     text = ["# GPU priors end to end: before (datasheet-era catalog) vs after (simulator/catalog/gpu_priors.yaml)", "",
-            f"Command: `{cmd}`", "", "## (a) Decode time per token, SpecReason traces (problem 60, runs 0-7), TP=2", "",
+            f"Command: `{command}`", "", "## (a) Decode time per token, SpecReason traces (problem 60, runs 0-7), TP=2", "",
             "err = predicted / measured Theil-Sen slope - 1 (robust to runs 6-7, which decode ~2x slower for their first steps; the OLS slope is shown).", ""] + _md(res["a"], _f)
     text += ["", "Per problem (aggregates; time / tokens includes each call's fixed part):", ""] + _md(res["aggregates"], _f)
     text += ["", f"## (b) Time-per-token ratios (decode at {RATIO_CONTEXT} tokens of context)", "",
              "No measured ratio: ../shared/REFERENCE.md sections 1 and 3 give the setups and datasheets, no time per token "
              "for the 4x A100 setup.", ""] + _md(res["b"], _f)
-    out = Path(a.out)
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.md").write_text("\n".join(text) + "\n", encoding="utf-8")
-    print("\n".join(text))
-    print(f"\nwrote {out / 'report.md'}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return "\n".join(text)

@@ -714,7 +714,8 @@ def update_priors_file(path: Path, priors: dict[str, dict], command: str) -> Non
     raw["priors"] = pri
     raw.setdefault("evidence", {})["engine_step_model"] = {"command": command}
     old = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
-    head = [x for x in old if x.startswith("#") and "engine_fit" not in x and "engine-level step model" not in x]
+    head = [x for x in old if x.startswith("#")
+            and not any(w in x for w in ("engine_fit", "fit-engine", "engine-level step model"))]
     header = "\n".join(head + ["# Then the engine-level step model (issue 24) replaces the step terms (do not edit by hand):",
                                 f"#   {command}"]) + "\n"
     write_atomic(path, header + yaml.safe_dump(raw, sort_keys=False, width=120))
@@ -805,48 +806,30 @@ def _commit(folder: Path) -> str:
     return f.read_text(encoding="utf-8").strip()[:40] if f.is_file() else "?"
 
 
-def main(argv: list[str] | None = None) -> int:
-    import argparse
+def fit_and_report(report: Path, priors: Path | None, date: str | None, with_heldout: bool, command: str) -> pd.DataFrame:
+    """The fit on every engine measurement in ../shared/data (+ our GPU campaign's records), its held-out folds
+    (unless ``with_heldout`` is false) and ``REPORT/{report.md, heldout.csv, params.yaml}``; with ``priors``, the catalog
+    priors file updated. Returns the held-out rows."""
     import datetime as _dt
-    import sys
 
     import yaml
 
     from simulator.catalog import hardware_catalog
     from simulator.errors import InputError
 
-    ap = argparse.ArgumentParser(description="Fit the engine-level GPU step model on ../shared/data/engine-measurements")
-    ap.add_argument("--report", default="out/gpu-step-model", help="folder for report.md, heldout.csv, params.yaml")
-    ap.add_argument("--priors", default=None, help="catalog priors YAML to update (simulator/catalog/gpu_priors.yaml)")
-    ap.add_argument("--date", default=None)
-    ap.add_argument("--no-heldout", action="store_true", help="skip the held-out folds (~2 min)")
-    a = ap.parse_args(argv)
-    cmd = "python -m calibrate.fit.gpu_profiles.engine_fit " + " ".join(argv if argv is not None else sys.argv[1:])
-    try:
-        obs = load_all()
-    except InputError as e:
-        print(f"error: {e.one_line()}", file=sys.stderr)
-        return 2
+    obs = load_all()
     if not obs:
-        print(f"error: {ENGINE}: no engine measurements found", file=sys.stderr)
-        return 2
-    date = a.date or _dt.date.today().isoformat()
+        raise InputError(str(ENGINE), None, "no engine measurements found")
     fr = fit(obs)
-    h = heldout(obs) if not a.no_heldout else pd.DataFrame(columns=["fold", "source", "time_s", "predicted_s", "error"])
-    write_report(Path(a.report), obs, fr, h, cmd, date)
-    if a.priors:
+    h = heldout(obs) if with_heldout else pd.DataFrame(columns=["fold", "source", "time_s", "predicted_s", "error"])
+    write_report(Path(report), obs, fr, h, command, date or _dt.date.today().isoformat())
+    if priors:
+        priors = Path(priors)
         gpus = [g for g, hw in hardware_catalog().items() if hw.interconnect != "none"]
-        existing = (yaml.safe_load(Path(a.priors).read_text(encoding="utf-8")) or {}).get("priors", {}) if Path(a.priors).is_file() else {}
+        existing = (yaml.safe_load(priors.read_text(encoding="utf-8")) or {}).get("priors", {}) if priors.is_file() else {}
         gpu_sources = {}
         for s, o in obs.items():
             for g in sorted(set(o.frame["gpu"])):
                 gpu_sources.setdefault(g, []).append(s)
-        update_priors_file(Path(a.priors), catalog_priors(fr, gpus, existing, gpu_sources), cmd)
-    if len(h):
-        print(summarize(h).to_string(index=False))
-    print(f"wrote {a.report}" + (f" and {a.priors}" if a.priors else ""))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+        update_priors_file(priors, catalog_priors(fr, gpus, existing, gpu_sources), command)
+    return h

@@ -37,7 +37,6 @@ its LSS launch cost (a nuisance) fitted on its own rows with everything else fro
 from __future__ import annotations
 
 import datetime as _dt
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -329,7 +328,7 @@ def update_priors_file(path: Path, priors: dict[str, dict], command: str) -> Non
     raw["priors"] = pri
     raw.setdefault("evidence", {})["moe_layer_fit"] = {"command": command}
     old = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
-    head = [x for x in old if x.startswith("#") and "moe_fit" not in x and "MoE layer" not in x]
+    head = [x for x in old if x.startswith("#") and not any(w in x for w in ("moe_fit", "fit-moe", "MoE layer"))]
     header = "\n".join(head + ["# Then the MoE layer fit (issue 26) adds the moe_* terms (do not edit by hand):",
                                 f"#   {command}"]) + "\n"
     write_atomic(path, header + yaml.safe_dump(raw, sort_keys=False, width=120))
@@ -391,21 +390,11 @@ def write_report(out: Path, f: pd.DataFrame, meta: dict, fr, h: pd.DataFrame, co
     write_atomic(out / "params.yaml", yaml.safe_dump(prov, sort_keys=False, width=120))
 
 
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    ap = argparse.ArgumentParser(description="Fit the cost model's MoE terms on AIConfigurator / LLMServingSim MoE rows")
-    ap.add_argument("--records", default=str(RECORDS), help="op records CSV with the AIConfigurator moe rows")
-    ap.add_argument("--report", default="out/moe-layer", help="folder for report.md, heldout.csv, params.yaml")
-    ap.add_argument("--priors", default=None, help="catalog priors YAML to update (simulator/catalog/gpu_priors.yaml)")
-    ap.add_argument("--date", default=None)
-    a = ap.parse_args(argv)
-    cmd = "python -m calibrate.fit.gpu_profiles.moe_fit " + " ".join(argv if argv is not None else sys.argv[1:])
-    try:
-        aic, meta = load_aic(Path(a.records))
-    except InputError as e:
-        print(f"error: {e.one_line()}", file=sys.stderr)
-        return 2
+def fit_and_report(records: Path, report: Path, priors: Path | None, date: str | None, command: str) -> pd.DataFrame:
+    """The fit on the AIConfigurator rows of ``records`` (+ LLMServingSim's, when ../shared/data has them), its held-out
+    folds and ``REPORT/{report.md, heldout.csv, params.yaml}``; with ``priors``, the catalog priors file updated.
+    Returns the held-out summary (:func:`summarize`)."""
+    aic, meta = load_aic(Path(records))
     try:
         lss = load_lss()
     except FileNotFoundError:
@@ -414,16 +403,8 @@ def main(argv: list[str] | None = None) -> int:
     f = every[every["dtype"].isin(FIT_DTYPES) | (every["source"] == "lss")].reset_index(drop=True)
     fr = fit(f)
     h = heldout(f, every)
-    date = a.date or _dt.date.today().isoformat()
-    write_report(Path(a.report), f, meta, fr, h, cmd, date)
-    if a.priors:
+    write_report(Path(report), f, meta, fr, h, command, date or _dt.date.today().isoformat())
+    if priors:
         gpus = [g for g, hw in hardware_catalog().items() if hw.interconnect != "none"]
-        update_priors_file(Path(a.priors), catalog_priors(fr, gpus), cmd)
-    print(summarize(h).to_string(index=False))
-    return 0
-
-
-if __name__ == "__main__":
-    from simulator.errors import run_guarded
-
-    raise SystemExit(run_guarded(main))
+        update_priors_file(Path(priors), catalog_priors(fr, gpus), command)
+    return summarize(h)

@@ -21,13 +21,11 @@ GPUs). Two predictions per arm: ``catalog`` (every parameter as in ``simulator/c
 ``mtp-fitted`` (eta_comp of the B200 fitted on the MTP arm alone, the one fitter; the baseline and DSpark arms are
 then held out).
 
-    python -m calibrate.fit.gpu_profiles.spec_sweep --report reports/b200-speculation
+    specsim calibrate gpu spec-sweep --report reports/b200-speculation
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -157,7 +155,7 @@ def write_report(folder: Path, out: dict) -> None:
     eta, se = out["eta_comp_mtp"]
     hw = get_hardware("b200")
     L = ["# Speculation under load on a B200 (vLLM 0.30 closed loop): predicted vs measured", "",
-         "Command: `python -m calibrate.fit.gpu_profiles.spec_sweep --report reports/b200-speculation` "
+         "Command: `specsim calibrate gpu spec-sweep --report reports/b200-speculation` "
          "(module docstring: assumptions). Each arm's own measured acceptance length per concurrency is the input.", "",
          f"Arms: " + "; ".join(f"{k}: {a.note}" for k, a in ARMS.items()) + ". DSpark at 128 streams queued "
          "(median TTFT 3.4 s) and is left out at 128.", "",
@@ -176,21 +174,3 @@ def write_report(folder: Path, out: dict) -> None:
         L.append(f"| {r.arm} | {r.concurrency} | {r.al:.2f} | {r.itl_ms:.2f} | {r.catalog_ms:.2f} | {r.mtp_fitted_ms:.2f} |")
     write_atomic(folder / "report.md", "\n".join(L) + "\n")
 
-
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m calibrate.fit.gpu_profiles.spec_sweep", description=__doc__.split("\n")[0])
-    ap.add_argument("--report", default=None, help="folder for report.md and itl.csv")
-    a = ap.parse_args(argv)
-    if not SWEEP.is_dir():
-        print(f"error: {SWEEP}: the B200 sweep is not here (../shared/data)", file=sys.stderr)
-        return 2
-    out = run(Path(a.report) if a.report else None)
-    for key in ("catalog", "mtp_fitted"):
-        print(f"-- {key}")
-        print(out[key].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
-    print("eta_comp fitted on the MTP arm: %.3f ± %.3f" % out["eta_comp_mtp"])
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,7 +1,7 @@
 """Whole-pass cost priors for every catalog GPU from the measured kernel profiles (issue 13).
 
-    .venv/bin/python -m calibrate.fit.gpu_profiles.transfer --records out/gpu-records/vidur.csv \\
-        out/gpu-records/aiconfigurator.csv --out simulator/catalog/gpu_priors.yaml
+    .venv/bin/specsim calibrate gpu transfer-priors --records out/gpu-records/vidur.csv \\
+        --records out/gpu-records/aiconfigurator.csv --out simulator/catalog/gpu_priors.yaml
 
 The whole-pass model (``simulator/cost_model.py``) charges a decode pass
 ``bytes / (eta_mem BW) + L t_layer + 2 L t_ar + ...``. Its parameters are projected from the data:
@@ -27,8 +27,6 @@ The whole-pass model (``simulator/cost_model.py``) charges a decode pass
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -208,32 +206,16 @@ def _round(x):
     return x
 
 
-def main(argv: list[str] | None = None) -> int:
-    from simulator.loading import write_atomic
+def write_priors(records: list[str], out: str | Path, command: str) -> dict:
+    """Derive the priors from the records CSVs (:func:`derive`) and write them to ``out`` with a header naming
+    ``command``; returns what :func:`derive` returned."""
     from calibrate.fit.gpu_profiles.records import read_records
-    from simulator.errors import InputError
+    from simulator.loading import write_atomic
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--records", nargs="+", default=["out/gpu-records/vidur.csv", "out/gpu-records/aiconfigurator.csv"])
-    ap.add_argument("--out", default="out/gpu-transfer/gpu_priors.yaml")
-    a = ap.parse_args(argv)
-    try:
-        df = pd.concat([read_records(r) for r in a.records], ignore_index=True)
-    except InputError as e:
-        print(f"error: {e.one_line()}", file=sys.stderr)
-        return 2
-    res = derive(df)
-    cmd = "python -m calibrate.fit.gpu_profiles.transfer --records " + " ".join(a.records) + " --out " + a.out
+    res = derive(pd.concat([read_records(r) for r in records], ignore_index=True))
     header = ("# Whole-pass cost priors per GPU, derived from the measured kernel profiles (docs/gpu-cost-model.md).\n"
               "# kind: calibrated (fitted on this GPU's rows) | transferred (from profiled GPUs, how in source) | prior.\n"
-              f"# Regenerate (do not edit by hand):\n#   {cmd}\n")
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(a.out, header + yaml.safe_dump(res, sort_keys=False, width=120))
-    for g, p in res["priors"].items():
-        print(f"{g:10s} " + "  ".join(f"{n}={v['value']:.4g}({v['kind'][0]})" for n, v in p.items() if n not in STEP_PRIORS))
-    print(f"wrote {a.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+              f"# Regenerate (do not edit by hand):\n#   {command}\n")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(out, header + yaml.safe_dump(res, sort_keys=False, width=120))
+    return res

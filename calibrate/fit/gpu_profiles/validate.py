@@ -1,7 +1,7 @@
 """Held-out figures of the GPU kernel model against (a) today's catalog priors and (b) a
 constant-efficiency roofline fitted on the same training rows.
 
-    .venv/bin/python -m calibrate.fit.gpu_profiles.validate --vidur ../shared/data/vidur-gpu-profiles \\
+    .venv/bin/specsim calibrate gpu validate-kernels --vidur ../shared/data/vidur-gpu-profiles \\
         --aiconfigurator ../shared/data/aiconfigurator-vllm-kernels --out out/gpu-validation
 
 Splits (train -> test; every model refitted on the train rows only):
@@ -19,8 +19,6 @@ Writes ``report.md`` and ``figures.csv`` into ``--out``.
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -198,28 +196,3 @@ def load_inputs(vidur: str | None, aic: str | None) -> tuple[pd.DataFrame, list[
         inputs.append(aic)
     return pd.concat(frames, ignore_index=True), inputs
 
-
-def main(argv: list[str] | None = None) -> int:
-    from simulator.errors import InputError
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--vidur", default="../shared/data/vidur-gpu-profiles")
-    ap.add_argument("--aiconfigurator", default="../shared/data/aiconfigurator-vllm-kernels")
-    ap.add_argument("--out", default="out/gpu-validation")
-    a = ap.parse_args(argv)
-    try:
-        df, inputs = load_inputs(a.vidur, a.aiconfigurator)
-        fig = run(df, log=lambda s: print(s, file=sys.stderr))
-    except InputError as e:
-        print(f"error: {e.one_line()}", file=sys.stderr)
-        return 2
-    cmd = ("python -m calibrate.fit.gpu_profiles.validate --vidur " + a.vidur + " --aiconfigurator " + a.aiconfigurator
-           + " --out " + a.out)
-    path = write_report(fig, Path(a.out), cmd, inputs)
-    print(summary(fig).to_string(index=False, float_format=lambda v: f"{100 * v:.1f}%"))
-    print(f"wrote {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,116 @@
+"""One command line (issue 29): every entry point is a ``specsim`` subcommand; no module of the packages runs as
+``python -m`` except the two that must run outside the command tree (docs/cli.md)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Optional
+
+import pytest
+import typer.main
+from typer.testing import CliRunner
+
+from simulator.command_line import command_line
+from specsim_cli.main import full_app, main
+
+ROOT = Path(__file__).resolve().parents[2]
+# run outside the specsim tree: vLLM's own CLI in a subprocess; a script copied alone to a GPU machine with only torch
+STANDALONE = {"calibrate/run/vllm_cli.py", "calibrate/run/gpu_step_bench.py"}
+# the commands that replaced the python -m entry points (issue 29)
+CONVERTED = ["calibrate fit-workload-traces", "calibrate import-specreason", "calibrate fit-accuracy",
+             "calibrate published-priors", "calibrate gpu fit-engine", "calibrate gpu fit-moe",
+             "calibrate gpu transfer-priors", "calibrate gpu validate-kernels", "calibrate gpu check-priors",
+             "calibrate gpu spec-sweep", "calibrate gpu step-plan", "calibrate gpu step-predict",
+             "calibrate gpu step-summary", "calibrate gpu op-bench", "validate-capacity", "validate-drift",
+             "validate-cpu", "validate-gpu-summary"]
+
+
+def _is_main_guard(node: ast.AST) -> bool:
+    """``if __name__ == "__main__":`` (either operand order)."""
+    if not (isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and len(node.test.comparators) == 1):
+        return False
+    sides = [node.test.left, node.test.comparators[0]]
+    return (any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides)
+            and any(isinstance(s, ast.Constant) and s.value == "__main__" for s in sides))
+
+
+def _main_guards(path: Path) -> bool:
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    return any(_is_main_guard(n) for n in ast.walk(tree))
+
+
+def test_the_guard_finder_sees_both_spellings():
+    assert _is_main_guard(ast.parse('if __name__ == "__main__":\n    pass\n').body[0])
+    assert _is_main_guard(ast.parse("if '__main__' == __name__:\n    pass\n").body[0])
+    assert not _is_main_guard(ast.parse('if name == "__main__":\n    pass\n').body[0])
+
+
+def test_no_python_m_entry_point_outside_the_standalone_scripts():
+    files = [p for pkg in ("simulator", "calibrate", "validate") for p in sorted((ROOT / pkg).rglob("*.py"))]
+    found = {str(p.relative_to(ROOT)) for p in files if _main_guards(p)}
+    assert found - STANDALONE == set(), ("python -m entry points: make them specsim subcommands (a register(app) "
+                                         f"called from specsim_cli/main.py), see docs/cli.md: {sorted(found - STANDALONE)}")
+    assert STANDALONE <= found, "a standalone script lost its entry point: update STANDALONE and docs/cli.md"
+
+
+def test_the_standalone_scripts_are_named_in_docs_cli():
+    text = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    assert all(s in text for s in STANDALONE)
+
+
+def _commands() -> dict[str, object]:
+    def walk(c, path):
+        for n, sub in (getattr(c, "commands", None) or {}).items():
+            yield from walk(sub, path + [n]) if getattr(sub, "commands", None) else [(" ".join(path + [n]), sub)]
+
+    return dict(walk(typer.main.get_command(full_app()), []))
+
+
+@pytest.mark.parametrize("name", CONVERTED)
+def test_each_converted_command_shows_an_example_and_describes_every_option(name, capsys, monkeypatch):
+    cmd = _commands()[name]
+    assert f"Example: specsim {name} " in (cmd.help or ""), f"specsim {name}: no example in its docstring"
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main([*name.split(), "--help"]) == 0
+    out = capsys.readouterr().out
+    for bad in ("<list[", "{"):
+        assert bad not in out, f"specsim {name} --help shows {bad!r}"
+
+
+def test_bad_input_to_a_converted_command_is_one_line_exit_2(tmp_path, capsys):
+    rc = main(["validate-gpu-summary", str(tmp_path / "nope")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith("error: ") and "nope" in err[0]
+    rc = main(["calibrate", "gpu", "step-plan", "--out", str(tmp_path / "p.json"), "--models", "no-such-model"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "--models" in err[0] and not (tmp_path / "p.json").exists()
+
+
+def test_step_plan_then_step_predict(tmp_path):
+    import json
+
+    plan = tmp_path / "plan.json"
+    assert main(["calibrate", "gpu", "step-plan", "--out", str(plan), "--models", "r1-distill-qwen-1.5b"]) == 0
+    assert [m["spec"]["name"] for m in json.loads(plan.read_text())["models"]] == ["r1-distill-qwen-1.5b"]
+    out = tmp_path / "pred.csv"
+    assert main(["calibrate", "gpu", "step-predict", str(plan), "--hardware", "h200", "--out", str(out)]) == 0
+    assert out.read_text().startswith("model,hardware,op,")
+
+
+def test_a_recorded_command_is_the_command_as_parsed():
+    """Provenance names the command that ran, as parsed (sys.argv is pytest's in-process): arguments, then the options
+    given on the command line, defaults left out."""
+    app = typer.Typer()
+    seen = []
+
+    @app.command()
+    def fit(ctx: typer.Context, runs: list[str] = typer.Argument(...), out: str = typer.Option(...),
+            date: Optional[str] = typer.Option(None), rec: Optional[list[str]] = typer.Option(None),
+            heldout: bool = typer.Option(True), seed: int = typer.Option(0)):
+        seen.append(command_line(ctx))
+
+    r = CliRunner().invoke(app, ["a b", "c", "--rec", "x", "--out", "o.yaml", "--rec", "y", "--no-heldout"],
+                           prog_name="specsim")
+    assert r.exit_code == 0, r.output
+    assert seen == ["specsim 'a b' c --out o.yaml --rec x --rec y --no-heldout"]
