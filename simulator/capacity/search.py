@@ -109,11 +109,22 @@ def _scenario(path: str) -> ResolvedScenario:
 
 @lru_cache(maxsize=256)
 def _single_latency_cached(path: str, hw: str, tp: int, cfg: SystemConfig) -> float:
-    return single_request_latency(_scenario(path), hw, tp, cfg, cached=False)
+    return single_request_latency(_scenario(path), hw, tp, cfg, cached=False, predictor=_predictor(path))
 
 
-def single_request_latency(rs: ResolvedScenario, hw: str, tp: int, cfg: SystemConfig, cached: bool = True) -> float:
-    """Analytic mean latency of one request on an idle replica."""
+@lru_cache(maxsize=8)
+def _predictor(path: str):
+    """One analytic predictor per scenario and process: its step-chain DPs (the costly part, the same for every
+    gamma of a system) are computed once, one configuration at a time, as ``analytic.predict`` computes them."""
+    from simulator.analytic import MixturePredictor
+
+    return MixturePredictor(_scenario(path).workload)
+
+
+def single_request_latency(rs: ResolvedScenario, hw: str, tp: int, cfg: SystemConfig, cached: bool = True,
+                           predictor=None) -> float:
+    """Analytic mean latency of one request on an idle replica (``analytic.predict``; ``predictor``: a
+    ``MixturePredictor`` of ``rs.workload`` whose chains are reused)."""
     if cached and rs.path is not None and _scenario(str(rs.path)) is rs:
         return _single_latency_cached(str(rs.path), hw, tp, cfg)
     from simulator.analytic import predict
@@ -121,7 +132,10 @@ def single_request_latency(rs: ResolvedScenario, hw: str, tp: int, cfg: SystemCo
 
     d = rs.deployments(hw, tp)
     tb = CostTables(d["base"], d["small"], d["draft"], rs.workload, cfg.gamma, execution=rs.scenario.execution)
-    return float(predict(cfg, tb)["latency_s"])
+    if predictor is None:
+        return float(predict(cfg, tb)["latency_s"])
+    predictor.prepare([cfg])
+    return float(predictor.predict(cfg, predictor.vectors(tb))["latency_s"])
 
 
 def point_latency(point: Point) -> float:
