@@ -110,7 +110,7 @@ def interval_rounds(points: list[Point], spec: IntervalSpec, workers: int | None
     rows: list[list[dict]] = [[] for _ in range(n)]
     stopped = [False] * n
     done = [False] * n
-    per_rep = [1.0 + _cost_hint(p) for p in points]  # CPU s per replication: a guess, then measured
+    per_rep = [_cost_hint(p) for p in points]  # CPU s per replication: a guess, then measured
     total = n * spec.max_reps
     finished = 0
     tasks = [(i, list(range(spec.min_reps))) for i in range(n)]
@@ -204,6 +204,6 @@ def run_points(points: list[Point], workers: int | None = None, ray_address: str
 
 
 def _cost_hint(point: Point) -> float:
-    """Relative cost of a point's simulations: calls per request grow with the system's steps (a guess
-    used only to order work; never changes a result)."""
-    return {"specreason": 3.0, "specreason-decode": 3.0}.get(point.cfg.system, 1.0)
+    """Relative cost of a point's simulations: calls per request grow with the system's steps, and a drafting
+    engine evaluates its draft passes too (a guess used only to order work; never changes a result)."""
+    return {"specreason": 3.0, "specreason-decode": 3.0}.get(point.cfg.system, 2.0 if point.cfg.drafts else 1.0)
