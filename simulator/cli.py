@@ -1,5 +1,5 @@
-"""The simulator's own commands (``whatif``, ``list``, ``show``, ``capacity``, ``report``): each parses,
-calls one library function, prints.
+"""The simulator's own commands (``whatif``, ``list``, ``show`` (``simulator/cli_show.py``), ``capacity``, ``report``,
+``init``, ``pass-time``): each parses, calls one library function, prints.
 
 This module imports nothing from ``calibrate`` or ``validate`` (tests/simulator/test_layering.py). The
 ``specsim`` console script is ``specsim_cli.main``: it adds these commands to the whole tree (with the
@@ -10,13 +10,13 @@ Commands raise :class:`~simulator.errors.InputError` for bad input; ``specsim_cl
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from simulator.errors import InputError
+from simulator.cli_show import show
 from simulator.report_table import COLUMNS_HELP
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -140,145 +140,7 @@ def list_cmd(what: str = typer.Argument(..., help="hardware | models | scenarios
     listing(what)
 
 
-@app.command()
-def show(what: str = typer.Argument(..., metavar="SCENARIO_OR_PROFILE",
-                                    help="scenario or profile: a YAML path, a scenario name (specsim list scenarios) or "
-                                    "a profile name (specsim list profiles), e.g. cpu-vllm032 or cost_cpu-vllm032"),
-         section: Optional[str] = typer.Option(None, "--section",
-                                               help="print only this top-level section (e.g. hardware, workload); "
-                                               "without it, the whole document and a list of its sections")):
-    """Print the resolved scenario with every default filled in, or a profile (YAML), each cost parameter with its
-    kind first: calibrated, prior, datasheet, transferred or rejected.
-
-    Example: specsim show reference-a6000-qwq32b --section hardware
-    """
-    import yaml
-
-    kind, path = _show_target(what)
-    if kind == "scenario":
-        from simulator.scenario import load_scenario
-
-        rs = load_scenario(path)
-        d = rs.to_dict()
-        note = rs.workload_note()
-        if note:  # a borrowed workload is said where the scenario is shown (issue 30)
-            print(f"# note: {note}")
-        if section is None or section == "resolved":
-            for h in rs.hardware_names:
-                prof = rs.cost_profile(h)
-                print("\n".join(_kind_lines(f"cost parameters on {h} (profile {prof.name})",
-                                             prof.model_dump(mode="json"))))
-    else:
-        d = _load_profile_doc(kind, path)
-        print("\n".join(_kind_lines(f"{kind} profile {d.get('name', path.stem)} ({path})", d)))
-    if section is not None:
-        if section not in d:
-            raise InputError(None, "--section", f"unknown section {section!r}; choose from {', '.join(d)}")
-        d = {section: d[section]}
-    print(yaml.safe_dump(d, sort_keys=False, width=120), end="")
-    if section is None:
-        print(f"# sections: {', '.join(d)} (specsim show {what} --section NAME prints one)", file=sys.stderr)
-
-
-_PROFILE_KINDS = ("cost", "gpu", "workload", "accuracy")  # simulator/profiles/KIND_NAME.yaml (specsim list profiles)
-_KIND_MEANING = ("calibrated: fitted on measured runs; prior: an engineering figure, not fitted; datasheet: from the "
-                 "hardware's datasheet;", "transferred: from other profiled hardware; rejected: fitted outside its "
-                 "physical range, not a calibration (specsim validate refuses it without --allow-implausible)")
-
-
-def _profile_kind(doc: object) -> str | None:
-    """Which profile a parsed YAML document is (None: not a profile, so a scenario)."""
-    if not isinstance(doc, dict):
-        return None
-    if isinstance(doc.get("params"), dict) and "cost_profile" in doc:
-        return "gpu"
-    if any(_is_param(v) for v in doc.values()):
-        return "cost"
-    if "entries" in doc:
-        return "accuracy"
-    if "steps_per_request" in doc or "problems" in doc:
-        return "workload"
-    return None
-
-
-def _show_target(ref: str) -> tuple[str, Path]:
-    """(``scenario`` or a profile kind, file) for ``specsim show REF``: a path (told apart by its content), else a
-    scenario name, else a profile name with or without its ``KIND_`` prefix."""
-    from simulator.loading import read_yaml
-    from simulator.scenario import PROFILES_DIR, SCENARIOS_DIR
-
-    p = Path(ref)
-    if p.is_file():
-        return _profile_kind(read_yaml(p)) or "scenario", p
-    if (SCENARIOS_DIR / (ref if ref.endswith(".yaml") else f"{ref}.yaml")).is_file():
-        return "scenario", SCENARIOS_DIR / (ref if ref.endswith(".yaml") else f"{ref}.yaml")
-    stem = ref[:-5] if ref.endswith(".yaml") else ref
-    found = [(k, PROFILES_DIR / f"{stem}.yaml") for k in _PROFILE_KINDS if stem.startswith(f"{k}_")]
-    found = [(k, f) for k, f in found if f.is_file()] or \
-        [(k, PROFILES_DIR / f"{k}_{stem}.yaml") for k in _PROFILE_KINDS if (PROFILES_DIR / f"{k}_{stem}.yaml").is_file()]
-    if len(found) > 1:
-        raise InputError(ref, None, "names more than one profile: say which, "
-                         + " or ".join(f.stem for _, f in found))
-    if not found:
-        raise InputError(ref, None, "no such file, scenario or profile (specsim list scenarios, specsim list profiles)")
-    return found[0]
-
-
-def _load_profile_doc(kind: str, path: Path) -> dict:
-    """The profile as the simulator reads it (checked, defaults filled in); a GPU kernel profile as stored (its
-    loader is calibrate's)."""
-    from simulator.loading import read_yaml
-
-    if kind == "cost":
-        from simulator.cost_model import CostProfile
-        from simulator.loading import load_yaml_model
-
-        return load_yaml_model(path, CostProfile).model_dump(mode="json")
-    if kind == "workload":
-        from simulator.workload import load_workload
-
-        return load_workload(path).model_dump(mode="json")
-    if kind == "accuracy":
-        from simulator.accuracy import load_accuracy_profile
-
-        return load_accuracy_profile(path).model_dump(mode="json")
-    d = read_yaml(path)
-    if not isinstance(d, dict):
-        raise InputError(str(path), None, "expected a mapping")
-    return d
-
-
-def _is_param(v: object) -> bool:
-    return isinstance(v, dict) and "value" in v and "kind" in v
-
-
-def _kind_lines(title: str, doc: dict) -> list[str]:
-    """YAML comment lines: every parameter of ``doc`` (a ``{value, kind, ...}`` mapping at the top level or under
-    ``params``) with its value, kind and stderr; a value above its physical maximum is ``rejected`` whatever its kind."""
-    params = {n: v for n, v in doc.items() if _is_param(v)}
-    if isinstance(doc.get("params"), dict):
-        params.update({n: v for n, v in doc["params"].items() if _is_param(v)})
-    if not params:
-        prov = doc.get("provenance") if isinstance(doc.get("provenance"), dict) else {}
-        return [f"# {title}: no per-parameter kinds recorded; provenance kind {prov.get('kind', '?')} "
-                "(provenance.method says which figures are fitted and which are priors)"]
-    width = max(len(n) for n in params)
-    out = [f"# {title}: each parameter's kind", f"#   {'parameter':<{width}}  {'value':>12}  {'kind':<11}  stderr"]
-    from simulator.cost_model import PHYSICAL_MAX
-
-    for n, v in params.items():
-        kind, note = str(v["kind"]), ""
-        hi = PHYSICAL_MAX.get(n)
-        val = v["value"]
-        if hi is not None and isinstance(val, (int, float)) and val > hi and kind != "rejected":
-            kind, note = "rejected", f"  (written as {v['kind']}: {val:.4g} > {hi:g}, its physical maximum)"
-        elif kind == "rejected":
-            note = f"  ({v.get('source', '')})" if v.get("source") else ""
-        se = v.get("stderr")
-        val_s = f"{val:.6g}" if isinstance(val, (int, float)) else str(val)
-        out.append(f"#   {n:<{width}}  {val_s:>12}  {kind:<11}  {'' if se is None else f'{se:.3g}'}{note}".rstrip())
-    out += [f"#   {line}" for line in _KIND_MEANING]
-    return out
+app.command()(show)
 
 
 def _float_list(text: str | None, field: str) -> list[float] | None:
@@ -574,7 +436,7 @@ def pass_time(
     check_out(out, fmt, force)
     prof = None
     if profile is not None:
-        from simulator.cost_model import CostProfile
+        from simulator.cost_profile import CostProfile
         from simulator.loading import load_yaml_model
 
         prof = load_yaml_model(profile, CostProfile)

@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 
 from simulator.catalog import get_hardware, get_model
-from simulator.cost_model import CostProfile, Deployment, Drafting, Param, prior_profile
+from simulator.cost_model import Deployment, Drafting
+from simulator.cost_profile import CostProfile, Param, prior_profile
 from simulator.errors import InputError
 
 PARTS = ("weights", "kv", "compute", "allreduce", "step", "layers", "sequences")

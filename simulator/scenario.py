@@ -15,7 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from simulator.catalog import get_hardware, get_model
 from simulator.catalog.models import KvDtype, WeightDtype
-from simulator.cost_model import CostProfile, Deployment, Drafting, expert_parallel_error, prior_profile
+from simulator.cost_model import Deployment, Drafting, expert_parallel_error
+from simulator.cost_profile import CostProfile, prior_profile
 from simulator.setup import Setup
 from simulator.errors import InputError
 from simulator.execution import Execution

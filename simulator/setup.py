@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from simulator.catalog import HardwareSpec, ModelSpec, get_hardware, get_model
-from simulator.cost_model import CHAIN, CostParams, Deployment, Drafting
+from simulator.cost_model import CHAIN, Deployment, Drafting
+from simulator.cost_profile import CostParams
 
 
 @dataclass

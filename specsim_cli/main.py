@@ -75,15 +75,13 @@ def _register_subapps() -> None:
 
     app.add_typer(study_app, name="study", help="Speculative decoding study on real small models (torch, CPU) "
                   "against the simulator's predictions.")
-    # calibrate serve-run + validate-serving (calibrate/run/serving_run.py, validate/serving): concurrent requests
-    from calibrate.run.serving_run import register as _register_serve_run
+    # calibrate serve-run, serve-systems + validate-serving (calibrate/run/serving_cli.py, validate/serving):
+    # concurrent requests
+    from calibrate.run.serving_cli import register as _register_serving
     from validate.serving import register as _register_validate_serving
 
-    _register_serve_run(calibrate_app)
+    _register_serving(calibrate_app)
     _register_validate_serving(_validate_commands)
-    from calibrate.run.serving_systems import register as _register_serve_systems
-
-    _register_serve_systems(calibrate_app)
     from validate.capacity import register as _register_validate_capacity
     from validate.mixture import register as _register_validate_mixture
 

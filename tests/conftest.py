@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from simulator.catalog import get_hardware, get_model
-from simulator.cost_model import CostParams, Deployment, prior_profile
+from simulator.cost_model import Deployment
+from simulator.cost_profile import CostParams, prior_profile
 from simulator.workload import WorkloadProfile
 
 SMALL_WORKLOAD = {

@@ -38,7 +38,7 @@ import pandas as pd
 from simulator.setup import Setup
 from calibrate.fit.measured import MeasuredSet
 from simulator.analytic import predict as analytic_predict
-from simulator.cost_model import CostProfile
+from simulator.cost_profile import CostProfile
 from simulator.cost_tables import CostTables
 from simulator.execution import Execution
 from simulator.des import simulate

@@ -180,9 +180,9 @@ def _drop_unusable(rep_df: pd.DataFrame, dist_df: pd.DataFrame | None, call_df: 
 
 
 def check_plausible(profile, where: str | None, field_prefix: str, allow: bool) -> list[str]:
-    """A profile with a parameter outside its physical range (``simulator.cost_model.implausible``: an efficiency
+    """A profile with a parameter outside its physical range (``simulator.cost_profile.implausible``: an efficiency
     above 1, or ``kind: rejected``) is refused (InputError, exit 2) unless ``allow``; then its notes."""
-    from simulator.cost_model import implausible
+    from simulator.cost_profile import implausible
 
     bad = implausible(profile)
     if not bad:
@@ -216,7 +216,7 @@ def run_validation(inputs: list[str], profile_path: str, rule: str | None = None
     folds = make_folds(ms, profile, setup, rule)
     for fold in folds:  # folds refitted here (loro, requests:...): never silent, but not refused (no user's profile)
         if fold.profile is not profile:
-            from simulator.cost_model import implausible
+            from simulator.cost_profile import implausible
 
             bad = implausible(fold.profile)
             if bad:

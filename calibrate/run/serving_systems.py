@@ -29,21 +29,20 @@ time, batch, new and cached tokens per scheduled request), and the orchestrator'
 ``requests.jsonl`` (the usual per-step records, times measured under load).
 
 The broker and the driver only need the ``add_raw`` / ``step`` / ``has_unfinished`` protocol of
-``calibrate.run.serving_run.VllmSteppingEngine``; a test double drives them in
+``calibrate.run.vllm_stepping.VllmSteppingEngine``; a test double drives them in
 tests/calibrate/test_serving_systems.py.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import sys
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from calibrate.run.engine import Engine, Generation, Sampling, ScoreResult
+from calibrate.run.broker import Broker, BrokeredEngine, CallSlot
+from calibrate.run.engine import Sampling
 from calibrate.run.serving_run import (Arrivals, ClosedLoop, PoissonLoop, _finish_manifest, _step_record, check_levels,
                                   level_complete, loadavg, partial_dir, publish_level)
 from calibrate.trace_schema import SCHEMA_VERSION
@@ -53,163 +52,6 @@ from simulator.systems import REGISTRY, SYSTEMS, spec_of
 SYSTEM_FILES = ("run.json", "serve_requests.jsonl", "serve_calls.jsonl", "serve_steps.jsonl", "serve_small_steps.jsonl",
                 "steps.jsonl", "requests.jsonl")
 ROUND_ORDER = ("small", "base")  # the serving simulator's round order (simulator/serving/replica.py)
-
-
-# ---- the broker: request threads <-> the driver's engines -------------------------------------------
-@dataclass
-class CallSlot:
-    request_id: int
-    call_index: int
-    engine: str
-    op: str
-    prompt_ids: list[int]
-    params: object
-    submitted_s: float
-    first_token_s: float | None = None
-    done_s: float | None = None
-    output: object = None
-    event: threading.Event = field(default_factory=threading.Event)
-    verify: list[tuple[int, int]] = field(default_factory=list)  # speculative base engine: (drafts, tokens gained) per step
-
-    @property
-    def req_id(self) -> str:
-        return f"{self.request_id}-{self.call_index}"
-
-
-class Broker:
-    """Hands engine calls from request threads to the driver and back (see the module docstring)."""
-
-    def __init__(self, clock: Callable[[], float] | None = None):
-        if clock is None:  # seconds since the broker was made (the run's time origin)
-            t0 = time.perf_counter()
-            clock = lambda: time.perf_counter() - t0  # noqa: E731
-        self.clock = clock
-        self.cv = threading.Condition()
-        self.active = 0  # request threads running host code (neither parked on a call nor finished)
-        self.submitted: list[CallSlot] = []
-        self.in_flight: dict[str, CallSlot] = {}
-        self.finished: list[tuple[int, float, object]] = []  # (request_id, done_s, result)
-        self.errors: list[BaseException] = []
-        self._local = threading.local()
-        self._calls: dict[int, int] = {}
-
-    # -- request-thread side ----------------------------------------------------------------------
-    def start(self, request_id: int, fn: Callable[[], object]) -> None:
-        """Run ``fn`` in a new request thread (daemon: a failed run never hangs the process)."""
-        with self.cv:
-            self.active += 1
-
-        def body():
-            self._local.request_id = request_id
-            result = None
-            try:
-                result = fn()
-            except BaseException as e:  # noqa: BLE001 -- re-raised by the driver
-                with self.cv:
-                    self.errors.append(e)
-            finally:
-                with self.cv:
-                    self.finished.append((request_id, self.clock(), result))
-                    self.active -= 1
-                    self.cv.notify_all()
-
-        threading.Thread(target=body, name=f"request-{request_id}", daemon=True).start()
-
-    def call(self, engine: str, op: str, prompt_ids: list[int], params) -> CallSlot:
-        """Submit one engine call from a request thread and block until the driver finished it."""
-        rid = self._local.request_id
-        with self.cv:
-            k = self._calls.get(rid, 0)
-            self._calls[rid] = k + 1
-            slot = CallSlot(rid, k, engine, op, list(prompt_ids), params, self.clock())
-            self.submitted.append(slot)
-            self.active -= 1
-            self.cv.notify_all()
-        slot.event.wait()
-        return slot
-
-    # -- driver side --------------------------------------------------------------------------------
-    def wait_parked(self) -> None:
-        with self.cv:
-            self.cv.wait_for(lambda: self.active == 0)
-        if self.errors:
-            raise self.errors[0]
-
-    def take_submitted(self) -> list[CallSlot]:
-        with self.cv:
-            out, self.submitted = self.submitted, []
-        for s in out:
-            self.in_flight[s.req_id] = s
-        return out
-
-    def take_finished(self) -> list[tuple[int, float, object]]:
-        with self.cv:
-            out, self.finished = self.finished, []
-        return out
-
-    def deliver(self, slot: CallSlot) -> None:
-        del self.in_flight[slot.req_id]
-        with self.cv:
-            self.active += 1
-        slot.event.set()
-
-
-# ---- the engines the orchestrator sees -----------------------------------------------------------------
-class BrokeredEngine(Engine):
-    """An :class:`~calibrate.run.engine.Engine` whose calls run on a shared stepping engine via the broker.
-
-    ``stepping`` supplies the tokenizer, model facts and version (``VllmSteppingEngine``); the
-    sampling parameters and results are built exactly as ``calibrate.run.vllm_engine.VllmEngine`` builds
-    them (its module-level helpers), so a call means the same thing alone and under load."""
-
-    name = "vllm"
-
-    def __init__(self, role: str, stepping, broker: Broker, model_dir: str | Path):
-        self.role, self.stepping, self.broker = role, stepping, broker
-        self.tok = getattr(stepping, "tok", None)
-        self.model_dir = Path(model_dir)
-        self.gamma = int(getattr(stepping, "gamma", 0) or 0)
-
-    # overridable for a test double (no vLLM there)
-    def _gen_params(self, max_tokens, stop, sampling, seed):
-        from calibrate.run.vllm_engine import generation_params
-
-        return generation_params(max_tokens, stop, sampling, seed, False)
-
-    def _gen_result(self, out, dt, prompt_ids) -> Generation:
-        from calibrate.run.vllm_engine import generation_result
-
-        return generation_result(out, dt, prompt_ids)
-
-    def _score_params(self, top_k):
-        from calibrate.run.vllm_engine import score_params
-
-        return score_params(top_k, False)
-
-    def _score_result(self, out, dt, prompt_ids) -> ScoreResult:
-        from calibrate.run.vllm_engine import score_result
-
-        return score_result(out, dt, prompt_ids)
-
-    def generate(self, prompt_ids, max_tokens, stop, sampling: Sampling, seed) -> Generation:
-        s = self.broker.call(self.role, "generate", prompt_ids, self._gen_params(max_tokens, stop, sampling, seed))
-        gen = self._gen_result(s.output, s.done_s - s.submitted_s, prompt_ids)
-        if self.gamma:  # per-position counts from the call's own verification steps (the engine's step records)
-            from calibrate.run.vllm_engine import per_position_counts
-
-            gen.spec_drafted_per_pos, gen.spec_accepted_per_pos = per_position_counts(
-                [k for k, _e in s.verify], [max(e - 1, 0) for _k, e in s.verify], self.gamma)
-        return gen
-
-    def score(self, prompt_ids, top_k: int = 10) -> ScoreResult:
-        s = self.broker.call(self.role, "score", prompt_ids, self._score_params(top_k))
-        return self._score_result(s.output, s.done_s - s.submitted_s, prompt_ids)
-
-    def describe(self) -> dict:
-        return dict(self.stepping.info)
-
-    def version(self) -> str:
-        return self.stepping.version()
 
 
 # ---- the driver ----------------------------------------------------------------------------------------
@@ -421,7 +263,7 @@ def run_system_serving(cfg: SystemServeConfig, out: str | Path, *, command: str 
     from calibrate.run.datasets import load_problems
     from calibrate.run.orchestrator import run_request
     from calibrate.run.run_directory import RunDirectory
-    from calibrate.run.serving_run import VllmSteppingEngine
+    from calibrate.run.vllm_stepping import VllmSteppingEngine
 
     cfg.check()
     out = Path(out)
@@ -505,49 +347,4 @@ def run_system_serving(cfg: SystemServeConfig, out: str | Path, *, command: str 
         for e in engines.values():
             e.close()
     return dirs
-
-
-# ---- CLI ----------------------------------------------------------------------------------------------------
-def register(calibrate_app) -> None:
-    """Add ``specsim calibrate serve-systems`` to the ``calibrate`` sub-app."""
-    import typer
-
-    @calibrate_app.command("serve-systems")
-    def serve_systems_cmd(
-        base: Path = typer.Option(Path(".cache/models/smollm2-135m-instruct"), help="base model folder"),
-        small: Path = typer.Option(Path(".cache/models/smollm2-135m-instruct-draft6l"), help="small model folder"),
-        system: list[str] = typer.Option(["vanilla-base", "specreason"], "--system",
-                                         help="vanilla-base | vanilla-small | specreason | specdecode | specreason-decode "
-                                              "(repeatable)"),
-        gamma: int = typer.Option(0, help="draft tokens per iteration of specdecode / specreason-decode (small model drafts)"),
-        users: str = typer.Option("1,2,4", help="closed-loop levels: comma-separated user counts ('' for none)"),
-        poisson_rate: list[float] = typer.Option([], "--poisson-rate", help="open-loop Poisson rate (req/s); repeatable"),
-        requests: int = typer.Option(12, help="measured requests per (system, level)"),
-        threshold: float = typer.Option(7.0, help="SpecReason acceptance threshold (0-10)"),
-        score_mode: str = typer.Option("greedy", help="greedy digit | mean (logprob-weighted)"),
-        budget: int = typer.Option(48, help="thinking-token budget (checked between steps)"),
-        step_max_tokens: int = typer.Option(24, help="largest step"),
-        seed: int = typer.Option(0, help="problems, generation lengths and arrival instants"),
-        warmup: int = typer.Option(4, help="discarded warm-up requests per system (closed loop at the largest level)"),
-        dtype: str = typer.Option("float32", help="vLLM dtype of both models"),
-        out: Path = typer.Option(..., help="campaign folder: OUT/SYSTEM/LEVEL run directories (complete ones kept)"),
-    ) -> None:
-        """Concurrent requests through whole systems (SpecReason: small + base engines colocated), per-call trace."""
-        try:
-            levels = [int(v) for v in users.split(",") if v.strip()]
-        except ValueError:
-            raise InputError(None, "--users", f"expected comma-separated integers (got {users!r})") from None
-        arr = tuple([ClosedLoop(u) for u in levels] + [PoissonLoop(r, seed) for r in poisson_rate])
-        cfg = SystemServeConfig(base=str(base), small=str(small), systems=tuple(system), arrivals=arr, requests=requests,
-                                threshold=threshold, score_mode=score_mode, budget_tokens=budget,
-                                step_max_tokens=step_max_tokens, seed=seed, warmup=warmup, dtype=dtype, gamma=gamma)
-        cfg.check()
-        from calibrate.run.engine import read_model_config
-
-        read_model_config(base)
-        if any(s != "vanilla-base" for s in cfg.systems):
-            read_model_config(small)
-        command = "specsim " + " ".join(sys.argv[1:])
-        for d in run_system_serving(cfg, out, command=command, log=typer.echo):
-            typer.echo(str(d))
 

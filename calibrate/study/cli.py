@@ -65,7 +65,8 @@ def draft_head(
     """EAGLE-style 1-layer draft head: train on CPU, exact-replay acceptance vs the study's drafts, wall clock."""
     from simulator.errors import InputError
 
-    from calibrate.study.draft_head import require_model_dir, run_draft_head_study
+    from calibrate.study.draft_head import require_model_dir
+    from calibrate.study.draft_head_study import run_draft_head_study
     from calibrate.study.run import parse_gammas
 
     g, tg = parse_gammas(gammas), parse_gammas(timed_gammas)

@@ -11,7 +11,8 @@ import pytest
 
 from calibrate.fit.bench_fit import BenchPredictor, load_bench, rule_mask, run_fit_bench
 from simulator.catalog import get_hardware, get_model
-from simulator.cost_model import CostParams, Deployment, prior_profile
+from simulator.cost_model import Deployment
+from simulator.cost_profile import CostParams, prior_profile
 from specsim_cli.main import main
 
 H100 = "NVIDIA H100 80GB HBM3"

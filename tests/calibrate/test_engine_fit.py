@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibrate.fit.gpu_profiles import engine_fit as ef
+from calibrate.fit.gpu_profiles import engine_data as ed, engine_fit as ef
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 TRUTH = {"roofline_p": 3.5, "multi_token_penalty": 0.06, "kv_mem_efficiency": 0.7,
@@ -21,17 +21,17 @@ TRUTH = {"roofline_p": 3.5, "multi_token_penalty": 0.06, "kv_mem_efficiency": 0.
          "v1-eagle1.draft_step_overhead_s": 0.3e-3}
 
 
-def _synthetic(rng) -> dict[str, ef.Obs]:
+def _synthetic(rng) -> dict[str, ed.Obs]:
     lss = pd.DataFrame([{"gpu": "h100-sxm", "model": m, "tp": tp, "tokens": n}
                         for m, tps in (("llama-3.1-8b", (1, 2)), ("llama-3.1-70b", (2, 4)))
-                        for tp in tps for n in ef.LSS_TOKENS])
+                        for tp in tps for n in ed.LSS_TOKENS])
     lib = pd.DataFrame([{"gpu": g, "model": m, "tp": tp, "batch": b, "input_tokens": L, "output_tokens": L}
                         for g in ("h100-sxm", "a100-40gb") for m, tp in (("llama-2-7b", 1), ("mistral-7b", 2), ("llama-2-70b", 4))
                         for b in (1, 16, 64) for L in (128, 512, 1024) if not (g == "a100-40gb" and m == "llama-2-70b")])
     v1 = pd.DataFrame([{"gpu": "h100-sxm", "model": "llama-3.1-8b", "tp": 1, "kind": "decode", "k": 0}]
                       + [{"gpu": "h100-sxm", "model": "llama-3.1-8b", "tp": 1, "kind": "eagle1", "k": k} for k in range(2, 8)])
-    obs = {"lss": ef.Obs("lss", lss, ef.predict_lss), "lib": ef.Obs("lib", lib, ef.predict_lib),
-           "v1": ef.Obs("v1", v1, ef.predict_v1)}
+    obs = {"lss": ed.Obs("lss", lss, ed.predict_lss), "lib": ed.Obs("lib", lib, ed.predict_lib),
+           "v1": ed.Obs("v1", v1, ed.predict_v1)}
     vals = {**ef.stream_frozen(obs), **TRUTH}
     for o in obs.values():
         o.frame["time_s"] = o.predict(o.frame, vals) * np.exp(rng.normal(0, 0.005, len(o.frame)))
@@ -52,7 +52,7 @@ def test_engine_fit_recovers_known_parameters():
 
 @pytest.mark.skipif(not (SHARED / "engine-measurements").is_dir(), reason="../shared/data/engine-measurements absent")
 def test_engine_fit_on_shared_measurements_is_physical_and_holds_out():
-    obs = ef.load_all()
+    obs = ed.load_all()
     assert {"lss", "lib", "v1"} <= set(obs)
     fr = ef.fit(obs)
     for n, v in fr.values.items():
@@ -62,6 +62,6 @@ def test_engine_fit_on_shared_measurements_is_physical_and_holds_out():
     # held out: the batch-1 iterations at k >= 5 from a fit on k <= 4 (the slope in k is a draft pass + the verification)
     o = obs["v1"]
     small = o.frame["k"] <= 4
-    fr2 = ef.fit({**obs, "v1": ef.Obs("v1", o.frame[small].reset_index(drop=True), o.predict)})
+    fr2 = ef.fit({**obs, "v1": ed.Obs("v1", o.frame[small].reset_index(drop=True), o.predict)})
     big = o.frame[~small].reset_index(drop=True)
     assert np.median(ef.ape(o.predict(big, fr2.values), big["time_s"])) < 0.10

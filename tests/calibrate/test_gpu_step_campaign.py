@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from calibrate.fit import gpu_step_plan as gsp
-from calibrate.fit.gpu_profiles import engine_fit as ef
+from calibrate.fit.gpu_profiles import engine_data as ed, engine_fit as ef
 from simulator.errors import InputError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -83,20 +83,20 @@ def test_predictions_are_the_pass_without_host_terms_and_grow_with_load():
 
 
 def test_committed_campaign_records_load():
-    d = ef.load_ours()
+    d = ed.load_ours()
     if d.empty:
         pytest.skip("no campaign records committed")
     from simulator.catalog import hardware_catalog
 
     assert set(d["gpu"]) <= set(hardware_catalog())
     assert (d["time_s"] > 0).all() and (d["runs"] >= 1).all()
-    assert set(d["op"]) <= set(ef.OURS_FIT_OPS)
-    v = ef.load_ours_verify()
+    assert set(d["op"]) <= set(ed.OURS_FIT_OPS)
+    v = ed.load_ours_verify()
     assert set(v["op"]) == {"verify"} and (v["new"] >= 2).all()
 
 
 def test_a_corrupt_record_is_one_clear_error(tmp_path):
-    src = next(iter(sorted(REPO.glob(ef.CAMPAIGN_RECORDS))), None)
+    src = next(iter(sorted(REPO.glob(ed.CAMPAIGN_RECORDS))), None)
     if src is None:
         pytest.skip("no campaign records committed")
     dst = tmp_path / "reports" / "gpu-campaign-x" / "run-1"
@@ -107,31 +107,31 @@ def test_a_corrupt_record_is_one_clear_error(tmp_path):
     bad["time_s"] = -1.0
     (dst / "records.jsonl").write_text("\n".join(lines[:3] + [json.dumps(bad)]) + "\n")
     with pytest.raises(InputError, match="time_s"):
-        ef.load_ours(tmp_path)
+        ed.load_ours(tmp_path)
     (dst / "records.jsonl").write_text("{not json\n")
     with pytest.raises(InputError, match="line 1"):
-        ef.load_ours(tmp_path)
+        ed.load_ours(tmp_path)
 
 
 def test_committed_step_model_predicts_our_records_once_the_bench_costs_are_fitted():
     """The catalog's step model (shape, efficiencies) with only the bench's own two fixed costs fitted on the
     records: the steps' growth with batch, context, model size and GPU is the model's, not the fit's."""
-    d = ef.load_ours()
+    d = ed.load_ours()
     if d.empty:
         pytest.skip("no campaign records committed")
     from simulator.catalog import get_hardware
-    from simulator.cost_model import prior_profile
+    from simulator.cost_profile import prior_profile
 
     frozen = {}
     for g in sorted(set(d["gpu"])):
         p = prior_profile(get_hardware(g)).params(get_hardware(g))
         frozen[f"{g}.mem_efficiency"] = p.mem_efficiency
         frozen[f"{g}.compute_efficiency"] = p.compute_efficiency
-        for n in ef.SHAPE:
+        for n in ed.SHAPE:
             frozen[n] = getattr(p, n)
-    obs = {"ours": ef.Obs("ours", d, ef.predict_ours)}
+    obs = {"ours": ed.Obs("ours", d, ed.predict_ours)}
     fr = ef.fit(obs, frozen=frozen, only=("ours.step_overhead_s", "ours.layer_overhead_s"))
-    err = ef.ape(ef.predict_ours(d, fr.values), d["time_s"])
+    err = ef.ape(ed.predict_ours(d, fr.values), d["time_s"])
     assert np.median(err) < 0.06 and np.quantile(err, 0.9) < 0.15
 
 

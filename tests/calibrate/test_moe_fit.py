@@ -8,7 +8,7 @@ import yaml
 
 from calibrate.fit.gpu_profiles import moe_fit as M
 from simulator.catalog import get_hardware, hardware_catalog
-from simulator.cost_model import prior_profile
+from simulator.cost_profile import prior_profile
 from specsim_cli.main import main
 
 TRUE = {"h100-sxm.moe_mem_efficiency": 0.9, "h100-sxm.moe_compute_efficiency": 0.35,

@@ -230,7 +230,7 @@ def test_step_fit_recovers_a_known_per_sequence_overhead():
     import numpy as np
     import pandas as pd
 
-    from simulator.cost_model import CostParams
+    from simulator.cost_profile import CostParams
     from validate.serving import _step_times, fit_step_params, step_aggregates
 
     from calibrate.fit.fit_cost import Setup

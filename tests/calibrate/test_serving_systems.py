@@ -16,7 +16,8 @@ from calibrate.run.datasets import Problem
 from calibrate.run.engine import Generation, ScoreResult
 from calibrate.run.orchestrator import RunConfig, run_request
 from calibrate.run.serving_run import ClosedLoop, PoissonLoop, StepReport
-from calibrate.run.serving_systems import Broker, BrokeredEngine, SystemServeConfig, serve
+from calibrate.run.broker import Broker, BrokeredEngine
+from calibrate.run.serving_systems import SystemServeConfig, serve
 from simulator.errors import InputError
 from tests.calibrate.fake_engine import FakeEngine
 

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from simulator.catalog import get_hardware, get_model
-from simulator.cost_model import CostParams, Deployment
+from simulator.cost_model import Deployment
+from simulator.cost_profile import CostParams
 from tests.conftest import flat_params
 
 
@@ -88,9 +89,9 @@ def test_seq_overhead_is_paid_once_per_sequence(arch, hw):
 
 
 def test_profiles_without_seq_overhead_load_with_zero():
-    from simulator.cost_model import prior_profile
+    from simulator.cost_profile import prior_profile
     from simulator.loading import load_yaml_model
-    from simulator.cost_model import CostProfile
+    from simulator.cost_profile import CostProfile
     from tests.conftest import REPO
 
     old = load_yaml_model(REPO / "simulator/profiles/cost_a100-80gb-vllm082-specreason-traces.yaml", CostProfile)

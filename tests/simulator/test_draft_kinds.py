@@ -23,7 +23,8 @@ from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
 from simulator.analytic import CostVectors, chain_for, predict_point
 from simulator.catalog import get_hardware, get_model, model_catalog
-from simulator.cost_model import Deployment, Drafting, prior_profile
+from simulator.cost_model import Deployment, Drafting
+from simulator.cost_profile import prior_profile
 from simulator.cost_tables import CostTables
 from simulator.des import simulate, summarize
 from simulator.errors import InputError

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.catalog import get_hardware, get_model
-from simulator.cost_model import Deployment, Drafting, prior_profile
+from simulator.cost_model import Deployment, Drafting
+from simulator.cost_profile import prior_profile
 from simulator.gamma_choice import best_gamma_vs_concurrency, gamma_rule_table, goodput_gamma, iteration_time
 
 

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from simulator.catalog import get_hardware, get_model
 from simulator.catalog.models import WEIGHT_DTYPE_BYTES
-from simulator.cost_model import Deployment, Drafting, expert_parallel_error, prior_profile
+from simulator.cost_model import Deployment, Drafting, expert_parallel_error
+from simulator.cost_profile import prior_profile
 from simulator.errors import InputError
 
 MOE = ("deepseek-r1", "qwen3-235b-a22b", "qwen3-30b-a3b", "gpt-oss-120b", "gpt-oss-20b", "mixtral-8x7b")

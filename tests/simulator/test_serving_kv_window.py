@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from simulator.catalog import get_hardware, get_model
-from simulator.cost_model import Deployment, prior_profile
+from simulator.cost_model import Deployment
+from simulator.cost_profile import prior_profile
 from simulator.serving.kv_cache import kv_capacity_tokens, kv_layout
 
 

@@ -5,7 +5,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from simulator.analytic import CostVectors, chain_for, predict_point
-from simulator.cost_model import CostParams, Deployment
+from simulator.cost_model import Deployment
+from simulator.cost_profile import CostParams
 from simulator.cost_tables import CostTables
 from simulator.catalog import get_hardware, get_model
 from simulator.speculative import (expected_tokens_per_iteration, iid_acceptance, iteration_occupancy,

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.catalog import get_hardware, get_model
-from simulator.cost_model import Deployment, prior_profile, soft_roofline
+from simulator.cost_model import Deployment, soft_roofline
+from simulator.cost_profile import prior_profile
 from simulator.serving.pass_cost import PassCost
 
 MODELS = ("r1-distill-qwen-1.5b", "qwen3-8b", "qwq-32b", "llama-3.1-70b")

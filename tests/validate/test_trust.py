@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from calibrate.fit.fit_cost import build_profile, fit_cost, profile_to_yaml
-from simulator.cost_model import implausible
-from simulator.cost_model import Param
+from simulator.cost_profile import implausible
+from simulator.cost_profile import Param
 from simulator.loading import write_atomic
 from simulator.errors import InputError
 from tests.calibrate.test_fit_cost import TRUE as FIT_TRUE, _setup as fit_setup, synthetic_calls
@@ -79,7 +79,8 @@ def test_cli_validate_implausible_exit_2_one_line_and_kinds_printed(tmp_path):
 # ---- the mixture's point prediction --------------------------------------------------------------------------------
 def test_mixture_point_prediction_is_the_mixture_mean():
     from simulator.analytic import predict
-    from simulator.cost_model import Deployment, prior_profile
+    from simulator.cost_model import Deployment
+    from simulator.cost_profile import prior_profile
     from simulator.cost_tables import CostTables
     from simulator.systems import SystemConfig
     from simulator.workload import load_workload

@@ -16,7 +16,7 @@ from calibrate.fit.fit_cost import CallPredictor, Setup, build_profile, fit_cost
 from calibrate.fit.measured import calls_from_run_dir, load_measured
 from simulator.loading import write_atomic
 from calibrate.trace_schema import SCHEMA_VERSION
-from simulator.cost_model import CostParams
+from simulator.cost_profile import CostParams
 from simulator.systems import SystemConfig
 from validate.metrics import ape, coverage, summarize
 
@@ -32,7 +32,7 @@ def _shape() -> dict:
     synthetic runs are timed with it so the 'true' profile reproduces them exactly."""
     from calibrate.fit.fit_cost import SHAPE_NAMES
     from simulator.catalog import get_hardware
-    from simulator.cost_model import prior_profile
+    from simulator.cost_profile import prior_profile
 
     hw = get_hardware("a100-80gb")
     p = prior_profile(hw).params(hw)
@@ -120,7 +120,7 @@ def _write_steps(path: Path, recs: list[dict]) -> None:
 
 def _true_profile(path: Path, runs: list[str]) -> Path:
     """A profile at TRUE, with residual quantiles from a noiseless fit (for the interval sampler)."""
-    from simulator.cost_model import Param
+    from simulator.cost_profile import Param
 
     setup = _setup()
     ms = load_measured([str(p) for p in path.parent.glob("run*")])

@@ -133,7 +133,8 @@ def _register_gpu(gpu: typer.Typer) -> None:
         """Fit the engine-level GPU step model on ../shared/data/engine-measurements and our GPU campaign (~4 min).
 
         Example: specsim calibrate gpu fit-engine --report out/gpu-step-model --no-heldout"""
-        from calibrate.fit.gpu_profiles.engine_fit import fit_and_report, summarize
+        from calibrate.fit.gpu_profiles.engine_fit import summarize
+        from calibrate.fit.gpu_profiles.engine_report import fit_and_report
         from simulator.command_line import command_line
 
         h = fit_and_report(report, priors, date, heldout, command_line(ctx))

@@ -25,7 +25,8 @@ import numpy as np
 from scipy.stats import theilslopes
 
 from simulator.catalog import get_hardware, get_model
-from simulator.cost_model import Deployment, prior_profile
+from simulator.cost_model import Deployment
+from simulator.cost_profile import prior_profile
 
 TRACES = "../shared/data/specreason-aime-traces"
 PROMPT_TOKENS = 200  # the AIME workload profile's prompt_tokens (a shared prior)

@@ -42,10 +42,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibrate.fit.gpu_profiles.engine_fit import ENGINE, LSS_TOKENS, SAME_CHIP, SHARED, _commit
+from calibrate.fit.gpu_profiles.engine_data import ENGINE, LSS_TOKENS, SHARED, _commit
+from calibrate.fit.gpu_profiles.engine_fit import SAME_CHIP
 from simulator.catalog import get_hardware, hardware_catalog
 from simulator.catalog.models import WEIGHT_DTYPE_BYTES
-from simulator.cost_model import prior_profile, soft_roofline
+from simulator.cost_model import soft_roofline
+from simulator.cost_profile import prior_profile
 from simulator.errors import InputError
 
 RECORDS = Path("out/gpu-records/aiconfigurator.csv")
@@ -289,7 +291,7 @@ def catalog_priors(fr, gpus: list[str]) -> dict[str, dict]:
     """The MoE parameters for every catalog GPU: fitted where its fused-kernel (AIConfigurator) rows are, else a
     same-chip GPU's, else the median of the fitted GPUs (each with its kind and source). LLMServingSim's eager
     one-expert linears (RTX A6000) time dense GEMMs, not the fused kernel: they are scored, not written."""
-    from calibrate.fit.gpu_profiles.engine_fit import _p
+    from calibrate.fit.gpu_profiles.engine_report import _p
 
     v, se = fr.values, fr.stderr
     src = "MoE layer fit (calibrate.fit.gpu_profiles.moe_fit, docs/moe.md): AIConfigurator vLLM fused-MoE tables"

@@ -3,7 +3,7 @@
 
 Each parameter carries ``kind`` (calibrated | prior | transferred), its ``source`` and a stderr.
 ``cost_profile`` maps the kernel parameters onto the whole-pass cost model's named parameters
-(``simulator.cost_model.CostProfile``): mem_efficiency, compute_efficiency,
+(``simulator.cost_profile.CostProfile``): mem_efficiency, compute_efficiency,
 layer_overhead_s = KERNELS_PER_LAYER x kernel_overhead_s, allreduce_latency_s.
 """
 

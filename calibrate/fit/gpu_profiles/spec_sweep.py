@@ -32,9 +32,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibrate.fit.gpu_profiles.engine_fit import B200_PROXY_LAYERS, ENGINE
+from calibrate.fit.gpu_profiles.engine_data import ENGINE
+from calibrate.fit.gpu_profiles.engine_fit import B200_PROXY_LAYERS
 from simulator.catalog import get_hardware, get_model
-from simulator.cost_model import Deployment, prior_profile
+from simulator.cost_model import Deployment
+from simulator.cost_profile import prior_profile
 from simulator.pass_time import draft_deployment
 
 SWEEP = ENGINE / "speculators-b200-concurrency"

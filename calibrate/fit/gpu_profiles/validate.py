@@ -29,7 +29,7 @@ from calibrate.fit.gpu_profiles.fit import (AR_PARAMS, COMPUTE_PARAMS, Predictor
                                         fit_rows, subsample)
 from calibrate.fit.gpu_profiles.kernel_model import KernelParams, OpArrays, constant_roofline_time
 from simulator.catalog import get_hardware
-from simulator.cost_model import prior_profile
+from simulator.cost_profile import prior_profile
 
 KERNELS_PER_LAYER = 10  # Vidur's per-layer ops (9-10) + attention: how today's t_layer maps to a per-kernel cost
 
