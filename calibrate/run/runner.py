@@ -106,6 +106,34 @@ def make_manifest(cfg: RunConfig, spec: EngineSpec, base: Engine | None, small: 
     }
 
 
+def run_requests(cfg: RunConfig, base, small, out: str | Path, manifest: dict, problems: list, warm: list, seed: int,
+                 on_step: Callable[[dict], None] | None = None, on_request: Callable[[dict], None] | None = None,
+                 check: Callable[[], None] = lambda: None) -> RunDirectory:
+    """One run's requests on engines that are up: open (or resume) the run directory ``out`` with ``manifest``;
+    unless every measured request is done already, run the ``warm`` problems first and discard them (request ids and
+    seeds past the measured ones); then every measured problem not done yet, each written as it completes. ``check``
+    runs before every request (an interrupt raises there). Used by :func:`run_system` (in-process engines) and
+    ``calibrate.run.serve_specreason`` (vLLM servers over HTTP)."""
+    n = len(problems)
+    rd = RunDirectory.open(out, manifest)
+    try:
+        if len(rd.done_request_ids) < n:
+            for j, prob in enumerate(warm):  # discarded: not written to the run directory
+                check()
+                run_request(cfg, prob, n + j, base, small, seed + n + j, None)
+        for i, prob in enumerate(problems):
+            check()
+            if i in rd.done_request_ids:
+                continue
+            steps, req = run_request(cfg, prob, i, base, small, seed + i, on_step)
+            rd.write_request(steps, req)
+            if on_request:
+                on_request(req)
+    finally:
+        rd.close()
+    return rd
+
+
 def run_system(cfg: RunConfig, spec: EngineSpec, dataset: str, n: int, seed: int, out: str | Path,
                on_step: Callable[[dict], None] | None = None,
                on_request: Callable[[dict], None] | None = None, warmup: int = 0) -> RunDirectory:
@@ -127,20 +155,7 @@ def run_system(cfg: RunConfig, spec: EngineSpec, dataset: str, n: int, seed: int
         manifest = make_manifest(cfg, spec, base, small, dataset, n, seed)
         if warmup > 0:
             manifest["options"]["warmup_requests"] = warmup
-        rd = RunDirectory.open(out, manifest)
-        try:
-            if len(rd.done_request_ids) < n:
-                for j, prob in enumerate(warm):  # discarded: not written to the run directory
-                    run_request(cfg, prob, n + j, base, small, seed + n + j, None)
-            for i, prob in enumerate(problems):
-                if i in rd.done_request_ids:
-                    continue
-                steps, req = run_request(cfg, prob, i, base, small, seed + i, on_step)
-                rd.write_request(steps, req)
-                if on_request:
-                    on_request(req)
-        finally:
-            rd.close()
+        rd = run_requests(cfg, base, small, out, manifest, problems, warm, seed, on_step, on_request)
     finally:
         for e in (base, small):
             if e is not None:

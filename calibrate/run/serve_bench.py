@@ -30,7 +30,6 @@ import json
 import os
 import platform
 import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -38,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from calibrate.run.server_process import (CLI, CPU_ENV, HOST, _Interrupt, _is_main_thread, _now, free_port, scrape, start,
+from calibrate.run.server_process import (CLI, CPU_ENV, HOST, _now, free_port, interrupt_on_signals, scrape, start,
                                           stop_group, stop_stale, wait_healthy)
 from simulator.errors import InputError
 
@@ -235,59 +234,52 @@ def run_ladder(server: ServerSpec, bench: BenchSpec, levels: list[Level], out: P
 
     srv: subprocess.Popen | None = None
     client: subprocess.Popen | None = None
-    intr = _Interrupt()
-    old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-    if _is_main_thread():
-        for s in old:
-            signal.signal(s, intr.handler)
-    try:
-        port = free_port()
-        log(f"starting vllm serve {server.model} on {HOST}:{port}" + (f" (draft {server.draft}, gamma {server.gamma})"
-                                                                         if server.draft else ""))
-        # the server's log goes to a file: INFO (its periodic Engine / SpecDecoding lines) even when specsim is quiet
-        srv = start(CLI + server.args(port), out / "server.log", {"VLLM_LOGGING_LEVEL": "INFO"})
-        (out / "server.pid").write_text(f"{srv.pid}\n")
-        took = wait_healthy(srv, port, startup_timeout_s, out / "server.log", intr.check)
-        log(f"server healthy after {took:.0f} s")
-        for lv in todo:
-            d = partial_dir(out / lv.label)  # .LABEL.partial until complete, then renamed (calibrate.run.serving_run)
-            d.mkdir(parents=True)
-            scrape(port, d / "metrics_before.txt")
-            cmd = CLI + bench.args(port, server.served_name, server.model, lv, d)
-            log(f"{lv.label}: vllm bench serve, {bench.num_prompts} prompts ({bench.input_len} in / "
-                f"{bench.output_len} out tokens)")
-            t0 = time.monotonic()
-            intr.check()
-            client = intr.client = start(cmd, d / "bench.log")
-            try:
-                rc = client.wait(timeout=level_timeout_s)
-            except subprocess.TimeoutExpired:
-                raise InputError(str(d / "bench.log"), lv.label, f"vllm bench serve ran past {level_timeout_s:g} s "
-                                 "(raise --level-timeout)") from None
-            finally:
-                stop_group(client, grace_s=5.0)
-                client = intr.client = None
-            intr.check()  # a signal stopped the client: this level is not complete
-            if rc != 0 or not (d / "result.json").is_file():
-                raise InputError(str(d / "bench.log"), lv.label, f"vllm bench serve failed (exit {rc}; see the log)")
-            if srv.poll() is not None:
-                raise InputError(str(out / "server.log"), "server", f"vllm serve exited (code {srv.returncode}) "
-                                 f"during {lv.label}")
-            scrape(port, d / "metrics_after.txt")
-            level_cmd = shlex.join(cmd)
-            write_run(d / "result.json", d, {**prov, "bench_command": level_cmd}, command=command or level_cmd)
-            line = summary_line(read_bench_json(d / "result.json"))
-            spec = _spec_line(d, server)
-            publish_level(d, out / lv.label)
-            log(f"{lv.label}: done in {time.monotonic() - t0:.0f} s: {line}{spec}")
-            results.append(LevelResult(lv.label, False, line + spec))
-    finally:
-        stop_group(client, grace_s=5.0)
-        stop_group(srv)
-        (out / "server.pid").unlink(missing_ok=True)
-        if _is_main_thread():
-            for s, h in old.items():
-                signal.signal(s, h)
+    with interrupt_on_signals() as intr:
+        try:
+            port = free_port()
+            log(f"starting vllm serve {server.model} on {HOST}:{port}" + (f" (draft {server.draft}, gamma {server.gamma})"
+                                                                             if server.draft else ""))
+            # the server's log goes to a file: INFO (its periodic Engine / SpecDecoding lines) even when specsim is quiet
+            srv = start(CLI + server.args(port), out / "server.log", {"VLLM_LOGGING_LEVEL": "INFO"})
+            (out / "server.pid").write_text(f"{srv.pid}\n")
+            took = wait_healthy(srv, port, startup_timeout_s, out / "server.log", intr.check)
+            log(f"server healthy after {took:.0f} s")
+            for lv in todo:
+                d = partial_dir(out / lv.label)  # .LABEL.partial until complete, then renamed (calibrate.run.serving_run)
+                d.mkdir(parents=True)
+                scrape(port, d / "metrics_before.txt")
+                cmd = CLI + bench.args(port, server.served_name, server.model, lv, d)
+                log(f"{lv.label}: vllm bench serve, {bench.num_prompts} prompts ({bench.input_len} in / "
+                    f"{bench.output_len} out tokens)")
+                t0 = time.monotonic()
+                intr.check()
+                client = intr.client = start(cmd, d / "bench.log")
+                try:
+                    rc = client.wait(timeout=level_timeout_s)
+                except subprocess.TimeoutExpired:
+                    raise InputError(str(d / "bench.log"), lv.label, f"vllm bench serve ran past {level_timeout_s:g} s "
+                                     "(raise --level-timeout)") from None
+                finally:
+                    stop_group(client, grace_s=5.0)
+                    client = intr.client = None
+                intr.check()  # a signal stopped the client: this level is not complete
+                if rc != 0 or not (d / "result.json").is_file():
+                    raise InputError(str(d / "bench.log"), lv.label, f"vllm bench serve failed (exit {rc}; see the log)")
+                if srv.poll() is not None:
+                    raise InputError(str(out / "server.log"), "server", f"vllm serve exited (code {srv.returncode}) "
+                                     f"during {lv.label}")
+                scrape(port, d / "metrics_after.txt")
+                level_cmd = shlex.join(cmd)
+                write_run(d / "result.json", d, {**prov, "bench_command": level_cmd}, command=command or level_cmd)
+                line = summary_line(read_bench_json(d / "result.json"))
+                spec = _spec_line(d, server)
+                publish_level(d, out / lv.label)
+                log(f"{lv.label}: done in {time.monotonic() - t0:.0f} s: {line}{spec}")
+                results.append(LevelResult(lv.label, False, line + spec))
+        finally:
+            stop_group(client, grace_s=5.0)
+            stop_group(srv)
+            (out / "server.pid").unlink(missing_ok=True)
     order = {lv.label: i for i, lv in enumerate(levels)}
     return sorted(results, key=lambda r: order[r.label])
 

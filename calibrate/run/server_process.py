@@ -16,6 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
@@ -180,3 +181,22 @@ def _is_main_thread() -> bool:
     import threading
 
     return threading.current_thread() is threading.main_thread()
+
+
+@contextmanager
+def interrupt_on_signals():
+    """While the block runs, SIGTERM and SIGINT only note the signal on the yielded :class:`_Interrupt` (and stop its
+    running client); the block's ``intr.check()`` raises ``KeyboardInterrupt`` at its next check, so its ``finally``
+    stops the servers. Handlers are set in the main thread only (Python allows no other) and restored afterwards."""
+    intr = _Interrupt()
+    old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    main = _is_main_thread()
+    if main:
+        for s in old:
+            signal.signal(s, intr.handler)
+    try:
+        yield intr
+    finally:
+        if main:
+            for s, h in old.items():
+                signal.signal(s, h)

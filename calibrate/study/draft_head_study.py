@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from calibrate.study.draft_head import head_runs, require_model_dir, save_head, train_head, validate_gamma
+from calibrate.study.run import _cpu_model
 
 # -- the study: train, replay against the study's drafts, time, report ----------------------------------
 
@@ -188,18 +189,6 @@ def timed_interleaved(target_model, head, prompts, max_new, gammas, repeats, eos
     import statistics
 
     return {"runs": runs, "decode_pass_s": statistics.median(decode_s), "loadavg": [load0, os.getloadavg()]}
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor()
 
 
 def _f(x, nd=2) -> str:
