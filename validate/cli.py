@@ -43,7 +43,9 @@ def validate(
     level: float = typer.Option(0.90, "--level", help="prediction-interval level, e.g. 0.8 (coverage is also "
                                 "reported at 50/80/90/95%)"),
 ):
-    """Predict measured held-out runs (trace replay and distribution mode) and report the errors."""
+    """Predict measured held-out runs (trace replay and distribution mode) and report the errors.
+
+    Example: specsim validate RUN_DIR... --profile cost.yaml --holdout requests:kfold=2 --report out/validation"""
     from validate.report import write_report
     from validate.validation import headline, run_validation
 

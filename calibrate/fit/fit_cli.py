@@ -46,7 +46,9 @@ def fit(
     name: Optional[str] = typer.Option(None, help="profile name"),
     date: Optional[str] = typer.Option(None, help="provenance date (default: today)"),
 ):
-    """Fit the cost-model parameters to measured call times (robust least squares, stderrs, identifiability)."""
+    """Fit the cost-model parameters to measured call times (robust least squares, stderrs, identifiability).
+
+    Example: specsim calibrate fit RUN_DIR... --hardware cpu --base-model smollm2-135m --small-model smollm2-135m-cut6 --out cost.yaml"""
     from calibrate.fit.fit_cost import fit_measured, profile_to_yaml
     from calibrate.fit.measured import load_measured, parse_run_rule
     from simulator.loading import write_atomic
@@ -90,7 +92,9 @@ def fit_workload(
     name: Optional[str] = typer.Option(None, help="profile name"),
     date: Optional[str] = typer.Option(None, help="provenance date (default: today)"),
 ):
-    """Fit the workload (step counts and lengths, scores, per-position acceptance) from run directories."""
+    """Fit the workload (step counts and lengths, scores, per-position acceptance) from run directories.
+
+    Example: specsim calibrate fit-workload RUN_DIR... --out workload.yaml"""
     from simulator.loading import write_atomic
     from calibrate.fit.fit_workload_runs import fit_workload_from_runs, workload_yaml
     from simulator.workload import load_workload
@@ -120,7 +124,9 @@ def fit_bench(
     name: Optional[str] = typer.Option(None, help="profile name"),
     date: Optional[str] = typer.Option(None, help="provenance date (default: today)"),
 ):
-    """Fit the cost model to microbenchmark records (static-bench) and validate it on held-out architectures/shapes."""
+    """Fit the cost model to microbenchmark records (static-bench) and validate it on held-out architectures/shapes.
+
+    Example: specsim calibrate fit-bench out/h100-qwq out/h100-r1 --out bench.yaml --report out/bench-report"""
     from calibrate.fit.bench_fit import run_fit_bench
     from calibrate.fit.bench_report import write_report
     from calibrate.fit.fit_cost import profile_to_yaml

@@ -323,7 +323,9 @@ def register(calibrate_app) -> None:
         level_timeout: float = typer.Option(1800.0, help="seconds one level's vllm bench serve may run"),
         out: Path = typer.Option(..., help="run folder: provenance.json, server.log, one folder per level (complete ones kept)"),
     ) -> None:
-        """Real `vllm serve` + `vllm bench serve` over a ladder of levels; /metrics per level; imports each result."""
+        """Real `vllm serve` + `vllm bench serve` over a ladder of levels; /metrics per level; imports each result.
+
+        Example: specsim calibrate serve-bench --concurrency 1,2,4,8 --num-prompts 24 --input-len 64 --output-len 32 --out out/serve-bench/cpu"""
         if num_prompts < 1 or input_len < 1 or output_len < 1:
             raise InputError(None, "--num-prompts", "--num-prompts, --input-len and --output-len must be >= 1")
         if (draft is None) != (gamma == 0):
@@ -353,7 +355,9 @@ def register(calibrate_app) -> None:
         out: Optional[Path] = typer.Option(None, help="folder: one serving-run folder per JSON (named after it); "
                                                       "without it, only check and summarise"),
     ) -> None:
-        """Check `vllm bench serve` result JSONs and write them in the serving-run format (every file checked first)."""
+        """Check `vllm bench serve` result JSONs and write them in the serving-run format (every file checked first).
+
+        Example: specsim calibrate import-bench-serve results/*.json --out out/imported"""
         from calibrate.run.import_bench_serve import read_bench_json, summary_line, write_run
 
         parsed = [read_bench_json(p) for p in results]  # every input checked before anything is written

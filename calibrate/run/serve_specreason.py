@@ -164,7 +164,9 @@ def register(calibrate_app) -> None:
         startup_timeout: float = typer.Option(600.0, help="seconds to wait for each server's /health"),
         out: Path = typer.Option(..., help="run directory (resumed if it exists)"),
     ) -> None:
-        """A system over two `vllm serve` processes (HTTP, prefix caching on): traces in the run-directory contract."""
+        """A system over two `vllm serve` processes (HTTP, prefix caching on): traces in the run-directory contract.
+
+        Example: specsim calibrate serve-specreason --system specreason --threshold 6 --requests 3 --out out/serve-specreason/t6"""
         from calibrate.run.engine import Sampling
         from calibrate.run.orchestrator import RunConfig
 
@@ -183,5 +185,7 @@ def register(calibrate_app) -> None:
         http_run: Path = typer.Argument(..., help="a serve-specreason run directory"),
         inproc_run: Path = typer.Argument(..., help="a `calibrate run --engine vllm` directory of the same system and problems"),
     ) -> None:
-        """Server-mode vs in-process: time per call kind and the HTTP overhead per call."""
+        """Server-mode vs in-process: time per call kind and the HTTP overhead per call.
+
+        Example: specsim calibrate compare-serve tests/data/serve_specreason/http-t6b tests/data/serve_specreason/inproc-t6b"""
         typer.echo(compare_runs(http_run, inproc_run))

@@ -46,7 +46,9 @@ def register(calibrate_app: typer.Typer) -> None:
         gamma: int = typer.Option(0, help="speculative tokens per iteration (with --draft)"),
         out: Path = typer.Option(..., help="campaign folder: one run directory per level (complete ones kept)"),
     ) -> None:
-        """Concurrent requests on the real vLLM engine (closed loop of N users / Poisson), per-step trace."""
+        """Concurrent requests on the real vLLM engine (closed loop of N users / Poisson), per-step trace.
+
+        Example: specsim calibrate serve-run --users 1,2,4,8 --poisson-rate 1.5 --requests 24 --out out/serving-cpu"""
         from calibrate.run.serving_run import ServeConfig, run_serving
 
         arr = _arrivals(users, poisson_rate, seed)
@@ -84,7 +86,9 @@ def register(calibrate_app: typer.Typer) -> None:
         dtype: str = typer.Option("float32", help="vLLM dtype of both models"),
         out: Path = typer.Option(..., help="campaign folder: OUT/SYSTEM/LEVEL run directories (complete ones kept)"),
     ) -> None:
-        """Concurrent requests through whole systems (SpecReason: small + base engines colocated), per-call trace."""
+        """Concurrent requests through whole systems (SpecReason: small + base engines colocated), per-call trace.
+
+        Example: specsim calibrate serve-systems --system vanilla-base --system specreason --users 1,2 --out out/serving-systems"""
         from calibrate.run.serving_systems import SystemServeConfig, run_system_serving
 
         arr = _arrivals(users, poisson_rate, seed)

@@ -24,7 +24,9 @@ def specdecode(
     train_problems: int = typer.Option(24, "--train-problems", help="problems the acceptance is fitted on (the rest are held out)"),
     seed: int = typer.Option(0, "--seed", help="problem sampling and training seed"),
 ) -> None:
-    """Acceptance vs gamma, measured vs predicted speedup, rejections, a distilled draft, what-if."""
+    """Acceptance vs gamma, measured vs predicted speedup, rejections, a distilled draft, what-if.
+
+    Example: specsim study specdecode --problems 10 --gammas 1-8 --drafts cut4,ngram --out out/specdecode-study"""
     from calibrate.study.run import StudyConfig, parse_gammas, run_study
 
     cfg = StudyConfig(problems=problems, max_new_tokens=max_new_tokens, gammas=parse_gammas(gammas),
@@ -62,7 +64,9 @@ def draft_head(
                                       "(timing always uses 1); 1 is faster when other jobs load the box"),
     seed: int = typer.Option(0, "--seed", help="problem sampling and training seed"),
 ) -> None:
-    """EAGLE-style 1-layer draft head: train on CPU, exact-replay acceptance vs the study's drafts, wall clock."""
+    """EAGLE-style 1-layer draft head: train on CPU, exact-replay acceptance vs the study's drafts, wall clock.
+
+    Example: specsim study draft-head --problems 10 --gammas 1-8 --out out/draft-head"""
     from simulator.errors import InputError
 
     from calibrate.study.draft_head import require_model_dir

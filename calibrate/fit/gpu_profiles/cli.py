@@ -37,7 +37,9 @@ def register(app: typer.Typer) -> typer.Typer:
         folder: Path = typer.Argument(..., help="Vidur data/profiling-style folder (compute/, network/)"),
         out: Path = typer.Option(..., help="records CSV to write (+ OUT.provenance.yaml)"),
     ) -> None:
-        """Vidur's per-layer op and all-reduce profiles -> measured op records (our contract)."""
+        """Vidur's per-layer op and all-reduce profiles -> measured op records (our contract).
+
+        Example: specsim calibrate import-vidur ../shared/data/vidur-gpu-profiles --out out/gpu-records/vidur.csv"""
         from calibrate.fit.gpu_profiles.import_vidur import import_vidur
         from calibrate.fit.gpu_profiles.records import write_records
 
@@ -50,7 +52,9 @@ def register(app: typer.Typer) -> typer.Typer:
         folder: Path = typer.Argument(..., help="AIConfigurator systems/data-style folder (<gpu>/{gemm,attention,comm}/...)"),
         out: Path = typer.Option(..., help="records CSV to write (+ OUT.provenance.yaml)"),
     ) -> None:
-        """AIConfigurator's collected vLLM kernel tables -> measured op records (our contract)."""
+        """AIConfigurator's collected vLLM kernel tables -> measured op records (our contract).
+
+        Example: specsim calibrate import-aiconfigurator ../shared/data/aiconfigurator-vllm-kernels --out out/gpu-records/aiconfigurator.csv"""
         from calibrate.fit.gpu_profiles.import_aiconfigurator import import_aiconfigurator
         from calibrate.fit.gpu_profiles.records import write_records
 
@@ -64,7 +68,9 @@ def register(app: typer.Typer) -> typer.Typer:
         folder: Path = typer.Argument(..., help="LLMServingSim perf_models-style folder (<GPU>/<org>/<model>/tp<N>/)"),
         out: Path = typer.Option(..., help="records CSV to write (+ OUT.provenance.yaml)"),
     ) -> None:
-        """LLMServingSim's per-module layer and attention profiles -> measured op records (our contract)."""
+        """LLMServingSim's per-module layer and attention profiles -> measured op records (our contract).
+
+        Example: specsim calibrate import-llmservingsim FOLDER --out out/gpu-records/llmservingsim.csv"""
         from calibrate.fit.gpu_profiles.import_llmservingsim import import_llmservingsim
         from calibrate.fit.gpu_profiles.records import write_records
 
@@ -78,7 +84,9 @@ def register(app: typer.Typer) -> typer.Typer:
         file: Path = typer.Argument(..., help="LLM-Inference-Bench All_results.csv"),
         out: Path = typer.Option(..., help="runs CSV to write (+ OUT.provenance.yaml)"),
     ) -> None:
-        """LLM-Inference-Bench's whole offline-batch runs -> one row per consistent run (our names and units)."""
+        """LLM-Inference-Bench's whole offline-batch runs -> one row per consistent run (our names and units).
+
+        Example: specsim calibrate import-llm-inference-bench All_results.csv --out out/gpu-records/lib-runs.csv"""
         import datetime as dt
 
         from calibrate.fit.gpu_profiles.import_llm_inference_bench import BENCH_COLUMNS, import_llm_inference_bench
@@ -97,7 +105,9 @@ def register(app: typer.Typer) -> typer.Typer:
         out: Path = typer.Option(..., help="profile YAML to write, e.g. simulator/profiles/gpu_a100-80gb.yaml"),
         date: str = typer.Option(None, help="date recorded in the provenance (default: today)"),
     ) -> None:
-        """Fit the GPU kernel model's named parameters for one GPU and write the profile with provenance."""
+        """Fit the GPU kernel model's named parameters for one GPU and write the profile with provenance.
+
+        Example: specsim calibrate fit-gpu out/gpu-records/vidur.csv out/gpu-records/aiconfigurator.csv --gpu a100-80gb --out out/gpu_a100-80gb.yaml"""
         import sys
 
         import pandas as pd
