@@ -20,9 +20,9 @@ then carry M draws at gamma (= γ_max) instead of cut iterations; an iteration a
 min(M, γ + 1) tokens, cut to what the call still needs (constant γ reproduces the fixed-γ engine).
 At γ = 0 decoding sequences run no draft pass (the draft's catch-up of those tokens is not charged).
 
-Several identical decode-only iterations are evaluated at once (``round_times(k)``), vectorised
-over the k iterations, so a long generation costs one event per change of the batch, not one
-per token.
+Several identical decode-only iterations are evaluated at once (``round_times(k)``, the k-round stretches
+of :mod:`simulator.serving.stretch`), vectorised over the k iterations, so a long generation costs one event
+per change of the batch, not one per token.
 
 KV cache (tokens): running sequences pin their KV; a request's prefix stays cached in the
 engine between its calls (prefix caching, in whole blocks of ``prefix_cache_block`` tokens: a
@@ -37,13 +37,13 @@ from __future__ import annotations
 from bisect import insort
 from collections import OrderedDict, deque
 from dataclasses import dataclass
-from operator import itemgetter
 
 import numpy as np
 
 from simulator.cost_model import Deployment
 from simulator.execution import cache_split
-from simulator.serving.pass_cost import PassCost, spec_iteration_times
+from simulator.serving.pass_cost import PassCost
+from simulator.serving.stretch import Stretches
 from simulator.request_model import Call
 
 
@@ -60,7 +60,7 @@ class Job:
     started: bool = False  # prefill done once (a re-prefill after preemption produces no token)
 
 
-class Engine:
+class Engine(Stretches):
     """Continuous-batching engine: admission, iteration times, state advance.
 
     Per-slot state lives in Python lists and the running slots in a sorted list: batches are
@@ -323,106 +323,6 @@ class Engine:
         # verification: w*g + 1 tokens and logit rows per decoding slot
         return t + self.pc.time(float(N + nd * dn), float(KV + cd + nd * dn),
                                 float(A + dn * cd + nd * (dn * (dn + 1) // 2)), float(n_pref + nd * dn), B)
-
-    def round_times(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """(time, KV growth) of each of the next k > 1 decode-only iterations (no prefill pending);
-        growth None on a plain engine (one token per sequence per round)."""
-        Gs = self.growth(k)
-        return self.times_for(k, Gs), (None if Gs is None else np.diff(Gs))
-
-    def first_growth(self) -> int:
-        """KV growth of the next decode-only iteration (= ``growth(k)[1]``; ``len(act)`` on a plain engine)."""
-        if self.policy is not None:
-            self.sync_gamma()
-        act = self.act
-        if not self.spec:
-            return len(act)
-        it, cum_at, rem = self.it, self._cum_at, self.remaining
-        return sum([min(cum_at(s, it[s] + 1) - cum_at(s, it[s]), rem[s]) for s in act])
-
-    def stretch_growth(self, k: int) -> np.ndarray | None:
-        """:meth:`growth` (k + 1 entries), from the memo of an earlier evaluation when the batch has not changed
-        since (no slot joined or left: only whole iterations ran, j of them): ``Gs[j:j+k+1] - Gs[j]``, the same
-        integers a fresh evaluation gives (no call finished in those iterations, so none was cut)."""
-        m = self._memo
-        if m is not None and m[0] == self.version:
-            j = self.rounds - m[1]
-            if j + k < len(m[2]):
-                return m[2][j : j + k + 1] - m[2][j] if m[2] is not None and self.spec else None
-        Gs = self.growth(k)
-        self._memo = None if self.policy is not None else (self.version, self.rounds, Gs if self.spec else np.zeros(k + 1), None)
-        return Gs
-
-    def stretch_times(self, k: int, Gs: np.ndarray | None) -> np.ndarray:
-        """:meth:`times_for` (k iterations, after :meth:`stretch_growth`), from the memo when it holds them: element
-        j + r of the earlier evaluation has the same context (integer sums) as element r now, so the same time."""
-        m = self._memo
-        if m is not None and m[0] == self.version and m[3] is not None:
-            j = self.rounds - m[1]
-            if j + k <= len(m[3]):
-                return m[3][j : j + k]
-        t = self.times_for(k, Gs)
-        if self.policy is None:
-            self._memo = (self.version, self.rounds, Gs if self.spec else np.zeros(k + 1), t)
-        return t
-
-    def growth(self, k: int) -> np.ndarray | None:
-        """Tokens produced before each of the next k + 1 decode-only iterations, cut to what each call still
-        needs (int64, ``Gs[0]`` = 0); None on a plain engine (``len(act)`` tokens every iteration). A policy
-        engine re-decides γ first. Integer sums: ``Gs[:j]`` is the same whatever k >= j."""
-        if self.policy is not None:
-            self.sync_gamma()
-        if not self.spec:
-            return None
-        act = self.act
-        get = itemgetter(*act) if len(act) > 1 else (lambda x: (x[act[0]],))
-        first = np.array(act) * self.cum.shape[1] + np.array(get(self.it))
-        G = self.cum.ravel().take(first[:, None] + np.arange(k + 1))  # produced before round r
-        G -= G[:, :1]
-        np.minimum(G, np.array(get(self.remaining))[:, None], out=G)
-        return G.sum(axis=0)
-
-    def times_for(self, k: int, Gs: np.ndarray | None) -> np.ndarray:
-        """Times of the next k decode-only iterations given :meth:`growth` (at least k + 1 entries on a
-        speculative engine). Element r depends only on the state and ``Gs[r]``, so a prefix of a longer
-        evaluation is bit-identical to a shorter one. The γ draft passes of all k rounds are one 2-D
-        evaluation (rows summed in pass order, as one pass at a time would)."""
-        act = self.act
-        B = float(len(act))
-        kvs = float(sum([self.kv[s] for s in act]))
-        if not self.spec:
-            kv = kvs + B * np.arange(1.0, k + 1.0)  # sum (c_i + 1), c_i growing by 1
-            return self.pc.times(B, kv, kv, B)
-        ctx = kvs + Gs[:k].astype(float)
-        g, d, w, vt = self.g_cur, self.pc_draft, self.width, self.vt_cur
-        if d is not None and w == 1:
-            t = spec_iteration_times(d, self.pc, g, B, vt, ctx)
-            if t is not None:
-                return t
-        # gamma draft passes at context + i (w tokens each), summed per round
-        if d is None:
-            t = np.zeros(k)
-        elif g == 0:
-            t = 0
-        elif d.dep is not None:  # a pass-time formula that is not affine (MoE, MLA, ...): one pass at a time
-            if w == 1:
-                t = sum(d.times(B, ctx + B * (i + 1.0), ctx + B * (i + 1.0), B) for i in range(g))
-            else:
-                t = sum(d.times(B * w, ctx + B * (i + w), w * (ctx + B * i) + B * w * (w + 1) / 2.0, B * w, B)
-                        for i in range(g))
-        else:
-            i = np.arange(g)
-            if w == 1:
-                kv2 = ctx[None, :] + (B * (i + 1.0))[:, None]
-                T = d.times(B, kv2, kv2, B)
-            else:
-                kv2 = ctx[None, :] + (B * (i + w))[:, None]
-                T = d.times(B * w, kv2, w * (ctx[None, :] + (B * i)[:, None]) + B * w * (w + 1) / 2.0, B * w, B)
-            t = T[0].copy()
-            for r in range(1, g):
-                t += T[r]
-        n = B * vt
-        return t + self.pc.times(n, ctx + n, vt * ctx + B * vt * (vt + 1) / 2.0, n, B)
 
     def _chunks(self, dec_tokens: int) -> dict[int, int]:
         """Prefill tokens per slot in the next iteration: what the token budget leaves after the decoding

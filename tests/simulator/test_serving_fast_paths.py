@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import simulator.serving.engine as engine_mod
+import simulator.serving.stretch as stretch_mod
 from simulator.execution import Execution
 from simulator.request_model import Call
 from simulator.scenario import load_scenario
@@ -83,7 +83,7 @@ def _plain(monkeypatch):
         active, k, min(self.env.peek(), self.ready[0][0] if self.ready else float("inf")) - self.env.now))
     monkeypatch.setattr(Engine, "stretch_growth", Engine.growth)
     monkeypatch.setattr(Engine, "stretch_times", Engine.times_for)
-    monkeypatch.setattr(engine_mod, "spec_iteration_times", lambda *a: None)
+    monkeypatch.setattr(stretch_mod, "spec_iteration_times", lambda *a: None)
 
 
 CASES = [
