@@ -89,27 +89,34 @@ def catalog_priors(fr: EngineFit, gpus: list[str], existing: dict, gpu_sources: 
     return out
 
 
-def update_priors_file(path: Path, priors: dict[str, dict], command: str) -> None:
-    """Merge the step model into the catalog's priors file: its parameters replace the kernel-level ones, the
-    all-reduce figures and call overhead stay; the header names both commands."""
+def merge_priors_file(path: Path, priors: dict[str, dict], command: str, *, evidence: str, says: str,
+                      marks: tuple[str, ...]) -> None:
+    """Merge ``priors`` (GPU -> parameter -> value, kind, source) into the catalog's priors file: those parameters
+    replace the file's, every other stays; ``evidence.EVIDENCE.command`` records ``command``; the header keeps its
+    comment lines but those naming a ``marks`` word (an earlier run of the same fit), then adds ``says`` and the
+    command. Written atomically."""
     import yaml
 
     from simulator.loading import write_atomic
 
     path = Path(path)
-    raw = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    raw = raw or {}
+    raw = (yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else {}) or {}
     pri = raw.get("priors", {})
     for g, p in priors.items():
         pri.setdefault(g, {}).update(p)
     raw["priors"] = pri
-    raw.setdefault("evidence", {})["engine_step_model"] = {"command": command}
+    raw.setdefault("evidence", {})[evidence] = {"command": command}
     old = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
-    head = [x for x in old if x.startswith("#")
-            and not any(w in x for w in ("engine_fit", "fit-engine", "engine-level step model"))]
-    header = "\n".join(head + ["# Then the engine-level step model (issue 24) replaces the step terms (do not edit by hand):",
-                                f"#   {command}"]) + "\n"
-    write_atomic(path, header + yaml.safe_dump(raw, sort_keys=False, width=120))
+    head = [x for x in old if x.startswith("#") and not any(w in x for w in marks)]
+    write_atomic(path, "\n".join(head + [says, f"#   {command}"]) + "\n" + yaml.safe_dump(raw, sort_keys=False, width=120))
+
+
+def update_priors_file(path: Path, priors: dict[str, dict], command: str) -> None:
+    """Merge the step model into the catalog's priors file: its parameters replace the kernel-level ones, the
+    all-reduce figures and call overhead stay; the header names both commands."""
+    merge_priors_file(path, priors, command, evidence="engine_step_model",
+                      says="# Then the engine-level step model (issue 24) replaces the step terms (do not edit by hand):",
+                      marks=("engine_fit", "fit-engine", "engine-level step model"))
 
 
 def write_report(out: Path, obs: dict[str, Obs], fr: EngineFit, h: pd.DataFrame, command: str, date: str) -> None:

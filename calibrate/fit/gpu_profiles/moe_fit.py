@@ -318,22 +318,11 @@ def catalog_priors(fr, gpus: list[str]) -> dict[str, dict]:
 def update_priors_file(path: Path, priors: dict[str, dict], command: str) -> None:
     """Merge the MoE parameters into the catalog's priors file (the other parameters stay); the header names the
     command."""
-    import yaml
+    from calibrate.fit.gpu_profiles.engine_report import merge_priors_file
 
-    from simulator.loading import write_atomic
-
-    path = Path(path)
-    raw = (yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else {}) or {}
-    pri = raw.get("priors", {})
-    for g, p in priors.items():
-        pri.setdefault(g, {}).update(p)
-    raw["priors"] = pri
-    raw.setdefault("evidence", {})["moe_layer_fit"] = {"command": command}
-    old = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
-    head = [x for x in old if x.startswith("#") and not any(w in x for w in ("moe_fit", "fit-moe", "MoE layer"))]
-    header = "\n".join(head + ["# Then the MoE layer fit (issue 26) adds the moe_* terms (do not edit by hand):",
-                                f"#   {command}"]) + "\n"
-    write_atomic(path, header + yaml.safe_dump(raw, sort_keys=False, width=120))
+    merge_priors_file(path, priors, command, evidence="moe_layer_fit",
+                      says="# Then the MoE layer fit (issue 26) adds the moe_* terms (do not edit by hand):",
+                      marks=("moe_fit", "fit-moe", "MoE layer"))
 
 
 # ---- report -------------------------------------------------------------------------------------------------------
