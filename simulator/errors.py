@@ -32,15 +32,3 @@ def pydantic_error_to_input_error(file: str | None, err) -> InputError:
         if isinstance(inp, (str, int, float, bool)) or inp is None:
             msg = f"{msg} (got {inp!r})"
     return InputError(file, loc or None, msg)
-
-
-def run_guarded(main, argv: list[str] | None = None) -> int:
-    """A module's ``main(argv) -> int`` with the input-error contract: an :class:`InputError` becomes one line
-    on stderr and exit code 2 (for ``python -m`` entry points outside the ``specsim`` command tree)."""
-    import sys
-
-    try:
-        return main(argv)
-    except InputError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
