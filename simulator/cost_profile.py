@@ -5,7 +5,7 @@ profile before any calibration (:func:`prior_profile`). The pass formula that us
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Literal
 
 import numpy as np
@@ -132,6 +132,21 @@ class CostParams:
         if role != "draft" or self.draft_step_overhead_s is None:
             return self
         return replace(self, step_overhead_s=self.draft_step_overhead_s, seq_overhead_s=0.0)
+
+    def slowed(self, s: float) -> "CostParams":
+        """The same engine on a machine ``s`` times slower at every term: efficiencies / s, fixed costs x s. The step
+        time is homogeneous of degree 1 in these (a soft roofline of memory and compute times plus fixed costs), so
+        every pass takes exactly s times these parameters' time, at every batch size and token count."""
+        out = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if v is None:
+                continue
+            if f.name.endswith("efficiency"):
+                out[f.name] = v / s
+            elif f.name.endswith("overhead_s") or f.name == "allreduce_latency_s":
+                out[f.name] = v * s
+        return replace(self, **out)
 
 
 # Physical range of the fractions the fit estimates: an efficiency above 1 would beat the datasheet's peak, which no

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from calibrate.fit.fit_cost import load_profile
 from simulator.setup import Setup
-from validate.serving.fit import _step_times, fit_step_params, one_shape, slowed, step_aggregates
+from validate.serving.fit import _step_times, fit_step_params, one_shape, step_aggregates
 
 PROFILE = "simulator/profiles/cost_cpu-epyc-vllm032.yaml"
 
@@ -39,12 +39,12 @@ def test_slowed_scales_every_pass_exactly(setup_params, s, batch, new, ctx):
     setup, params = setup_params
     agg = step_aggregates(_steps(batch, new, [ctx]))
     base = _step_times(params, setup, agg)
-    assert _step_times(slowed(params, s), setup, agg) == pytest.approx(base * s, rel=1e-9)
+    assert _step_times(params.slowed(s), setup, agg) == pytest.approx(base * s, rel=1e-9)
 
 
 def test_one_shape_steps_fit_a_speed_factor_that_keeps_the_batch_growth(setup_params):
     setup, params = setup_params
-    true = slowed(params, 2.5)
+    true = params.slowed(2.5)
     dec = _steps(1, 1, np.arange(64, 96))
     rng = np.random.default_rng(0)
     dec["duration_s"] = _step_times(true, setup, step_aggregates(dec)) * np.exp(rng.normal(0, 0.02, len(dec)))

@@ -35,24 +35,6 @@ def _step_times(params, setup, agg) -> np.ndarray:
     return out
 
 
-def slowed(params, s: float):
-    """The same engine on a machine ``s`` times slower at every term: efficiencies / s, fixed costs x s. The step
-    time is homogeneous of degree 1 in these (a soft roofline of memory and compute times plus fixed costs), so every
-    pass takes exactly s times the profile's time, at every batch size and token count."""
-    from dataclasses import fields
-
-    out = {}
-    for f in fields(params):
-        v = getattr(params, f.name)
-        if v is None:
-            continue
-        if f.name.endswith("efficiency"):
-            out[f.name] = v / s
-        elif f.name.endswith("overhead_s") or f.name == "allreduce_latency_s":
-            out[f.name] = v * s
-    return replace(params, **out)
-
-
 def one_shape(agg: dict) -> bool:
     """The steps all have one shape (same tokens, sequences and nearly the same context): e.g. a one-user run's
     decode steps. They then pin how fast this machine runs the profile's engine, not how the step time grows with
@@ -65,12 +47,12 @@ def one_shape(agg: dict) -> bool:
 
 def fit_speed_factor(steps: pd.DataFrame, params, setup) -> tuple[object, dict]:
     """One-shape steps (:func:`one_shape`): the machine's speed factor s = median(measured / predicted step time),
-    applied to every term (:func:`slowed`), so the profile's batch scaling carries over to larger batches."""
+    applied to every term (``CostParams.slowed``), so the profile's batch scaling carries over to larger batches."""
     agg = step_aggregates(steps)
     r = np.log(agg["t"]) - np.log(_step_times(params, setup, agg))
     s = float(np.exp(np.median(r)))
     se = 1.2533 * float(np.std(r, ddof=1)) / np.sqrt(len(r)) if len(r) > 1 else float("inf")  # of the median, in log
-    new = slowed(params, s)
+    new = params.slowed(s)
     return new, {"steps": len(r), "values": {"speed_factor": float(f"{s:.4g}")}, "rel_stderr": {"speed_factor": float(f"{se:.3g}")},
                  "kept_at_prior": {}, "zeroed": {}, "prior_dominated": {},
                  "notes": {"speed_factor": f"every term of the profile x s (one step shape: {int(agg['N'][0])} token(s), "
