@@ -135,14 +135,15 @@ def _kind_lines(title: str, doc: dict) -> list[str]:
                 "(provenance.method says which figures are fitted and which are priors)"]
     width = max(len(n) for n in params)
     out = [f"# {title}: each parameter's kind", f"#   {'parameter':<{width}}  {'value':>12}  {'kind':<11}  stderr"]
-    from simulator.cost_profile import PHYSICAL_MAX
+    from simulator.cost_profile import physical_max
 
+    ceiling = physical_max(doc.get("hardware") if isinstance(doc.get("hardware"), str) else None)
     for n, v in params.items():
         kind, note = str(v["kind"]), ""
-        hi = PHYSICAL_MAX.get(n)
+        hi = ceiling.get(n)
         val = v["value"]
         if hi is not None and isinstance(val, (int, float)) and val > hi and kind != "rejected":
-            kind, note = "rejected", f"  (written as {v['kind']}: {val:.4g} > {hi:g}, its physical maximum)"
+            kind, note = "rejected", f"  (written as {v['kind']}: {val:.4g} > {hi:.3g}, its physical maximum)"
         elif kind == "rejected":
             note = f"  ({v.get('source', '')})" if v.get("source") else ""
         se = v.get("stderr")

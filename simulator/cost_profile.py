@@ -1,6 +1,6 @@
 """A cost profile: the cost model's named parameters for one (hardware, engine) pair, each with its kind and source
 (:class:`Param`, :class:`CostProfile`, as stored in YAML), the plain numbers a pass is computed with
-(:class:`CostParams`), the physical range a fitted value must lie in (:data:`PHYSICAL_MAX`, :func:`implausible`) and the
+(:class:`CostParams`), the physical range a fitted value must lie in (:func:`physical_max`, :func:`implausible`) and the
 profile before any calibration (:func:`prior_profile`). The pass formula that uses them: :mod:`simulator.cost_model`."""
 
 from __future__ import annotations
@@ -151,20 +151,37 @@ class CostParams:
 
 # Physical range of the fractions the fit estimates: an efficiency above 1 would beat the datasheet's peak, which no
 # engine does. A fitted value outside it is never "calibrated" (``kind: rejected``, :func:`implausible`); the fit's BOUNDS
-# (calibrate.fit.fit_cost) are wider on purpose: an efficiency > 1 is the fit's way of saying the assumed hardware or model is wrong.
+# (calibrate.fit.fit_cost) are wider on purpose: an efficiency > 1 is the fit's way of saying the assumed hardware or model
+# is wrong. Where the catalog's bandwidth is a prior rather than a datasheet peak (``memory_bandwidth_ceiling_bytes_per_s``
+# set: the CPU entry), the memory efficiencies may reach ceiling / prior: :func:`physical_max`.
 PHYSICAL_MAX = {"mem_efficiency": 1.0, "compute_efficiency": 1.0, "kv_mem_efficiency": 1.0}
 
 
+def physical_max(hardware: HardwareSpec | str | None) -> dict[str, float]:
+    """The physical maximum of each fitted fraction on ``hardware`` (a catalog entry or name; an unknown name or None:
+    the datasheet-peak :data:`PHYSICAL_MAX`)."""
+    if isinstance(hardware, str):
+        from simulator.catalog import hardware_catalog
+
+        hardware = hardware_catalog().get(hardware)
+    ceiling = getattr(hardware, "memory_bandwidth_ceiling_bytes_per_s", None)
+    if not ceiling:
+        return dict(PHYSICAL_MAX)
+    mem = max(1.0, ceiling / hardware.memory_bandwidth_bytes_per_s)
+    return {**PHYSICAL_MAX, "mem_efficiency": mem, "kv_mem_efficiency": mem}
+
+
 def implausible(profile: CostProfile) -> dict[str, str]:
-    """Parameters of ``profile`` outside their physical range or marked ``rejected``: name -> why (empty: none).
-    Whatever their kind: a profile written before kinds were checked may call an efficiency of 2.1 calibrated."""
+    """Parameters of ``profile`` outside their physical range on its hardware (:func:`physical_max`) or marked
+    ``rejected``: name -> why (empty: none). Whatever their kind: a profile written before kinds were checked may call
+    an efficiency of 2.1 calibrated."""
     out = {}
-    for n, hi in PHYSICAL_MAX.items():
+    for n, hi in physical_max(profile.hardware).items():
         p = getattr(profile, n, None)
         if p is None:
             continue
         if p.value > hi:
-            out[n] = f"{p.value:.4g} > {hi:g} (physical maximum; kind {p.kind})"
+            out[n] = f"{p.value:.4g} > {hi:.3g} (physical maximum; kind {p.kind})"
         elif p.kind == "rejected":
             out[n] = f"kind rejected ({p.source})"
     return out

@@ -78,10 +78,11 @@ def fit(
     print("  per op: " + "; ".join(f"{op} median APE {v['median_ape']:.3f} bias {v['bias']:+.3f} (n={v['calls']})"
                                    for op, v in f["per_op"].items()))
     if not f["physically_plausible"]:
-        print("  WARNING: an efficiency > 1 — impossible on this hardware; the assumed hardware is wrong")
+        print("  WARNING: an efficiency above its physical maximum on this hardware ("
+              + "; ".join(f"{n} {w}" for n, w in f["rejected"].items()) + "); the assumed hardware is wrong")
     for hw, a in f.get("hardware_alternatives", {}).items():
         print(f"  on {hw}: mem_efficiency {a['values']['mem_efficiency']:.3g}, compute_efficiency "
-              f"{a['values']['compute_efficiency']:.3g} -> {'plausible' if a['physically_plausible'] else 'IMPOSSIBLE (> 1)'}")
+              f"{a['values']['compute_efficiency']:.3g} -> {'plausible' if a['physically_plausible'] else 'IMPOSSIBLE (above the physical maximum)'}")
 
 
 def fit_workload(

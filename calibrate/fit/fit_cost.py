@@ -42,7 +42,7 @@ import yaml
 
 from simulator.catalog import HardwareSpec, get_hardware
 from simulator.cost_model import Deployment
-from simulator.cost_profile import PHYSICAL_MAX, CostParams, CostProfile, Param, implausible, prior_profile
+from simulator.cost_profile import CostParams, CostProfile, Param, implausible, physical_max, prior_profile
 from calibrate.fit.measured import MeasuredSet
 from simulator.errors import InputError
 from simulator.setup import Setup
@@ -374,12 +374,14 @@ def build_profile(fit: CostFit, setup: Setup, *, name: str, engine: str, inputs:
     date = date or _dt.date.today().isoformat()
     src = f"calibrated on {len(fit.residuals)} calls of runs {', '.join(runs)} ({'; '.join(inputs)})"
     prior = prior_profile(setup.hardware, engine)
+    ceiling = physical_max(setup.hardware)
+    rejected = {n: f"{fit.values[n]:.4g} > {ceiling[n]:.3g}" for n in fit.fitted if fit.values[n] > ceiling.get(n, np.inf)}
 
     def param(n: str) -> Param:
-        if n in fit.fitted and fit.values[n] > PHYSICAL_MAX.get(n, np.inf):
+        if n in rejected:
             se = f" +- {fit.stderr[n]:.3g}" if n in fit.stderr else ""
             return Param(value=float(f"{fit.values[n]:.6g}"), kind="rejected", stderr=float(f"{fit.stderr[n]:.3g}"),
-                         source=f"rejected: fitted {fit.values[n]:.4g}{se} > {PHYSICAL_MAX[n]:g}, outside the physical "
+                         source=f"rejected: fitted {fit.values[n]:.4g}{se} > {ceiling[n]:.3g}, outside the physical "
                                 f"range (the assumed hardware, models or token accounting do not fit these calls); "
                                 f"{src}")
         if n in fit.fitted:
@@ -412,9 +414,8 @@ def build_profile(fit: CostFit, setup: Setup, *, name: str, engine: str, inputs:
         "fitted": fit.fitted, "zeroed": list(fit.zeroed),
         "prior_dominated": {k: round(v, 3) for k, v in fit.prior_dominated.items()},
         "kept_at_prior": {k: v for k, v in fit.fixed.items() if k not in fit.zeroed}, "prior_values": fit.prior,
-        "physically_plausible": bool(fit.values["mem_efficiency"] <= 1.0 and fit.values["compute_efficiency"] <= 1.0),
-        "rejected": {n: f"{fit.values[n]:.4g} > {PHYSICAL_MAX[n]:g}" for n in fit.fitted
-                     if fit.values[n] > PHYSICAL_MAX.get(n, np.inf)},
+        "physically_plausible": not rejected,
+        "rejected": rejected,
         "correlation": fit.correlation,
         "per_op": goodness_of_fit(fit.residuals, loro),
     }
@@ -456,8 +457,9 @@ def fit_measured(ms: MeasuredSet, setup: Setup, *, engine: str, hardware_note: s
     for hw in alternatives:
         alt = Setup(get_hardware(hw, None, "--alternative-hardware"), setup.tp, setup.models)
         f = fit_cost(ms.calls, alt)
+        hi = physical_max(alt.hardware)
         alts[hw] = {"values": {k: float(f"{v:.4g}") for k, v in f.values.items()}, "fitted": f.fitted,
-                    "physically_plausible": bool(f.values["mem_efficiency"] <= 1 and f.values["compute_efficiency"] <= 1),
+                    "physically_plausible": all(f.values[n] <= hi[n] for n in hi if n in f.values),
                     "median_ape": round(float(np.median(ape(f.residuals["predicted_s"], f.residuals["wall_s"]))), 5)}
     if alts:
         prof = prof.model_copy(update={"fit": {**prof.fit, "hardware_alternatives": alts}})

@@ -52,6 +52,9 @@ class HardwareSpec(BaseModel):
     data_labels: dict[str, str] = Field(default_factory=dict)
     same_chip_as: str | None = None
     l2_bytes: float | None = Field(default=None, gt=0)
+    # Only where memory_bandwidth_bytes_per_s is a prior rather than a datasheet peak (the CPU entry): the physical
+    # bound on achieved bandwidth (simulator.cost_profile.physical_max)
+    memory_bandwidth_ceiling_bytes_per_s: float | None = Field(default=None, gt=0)
     # Set from gpu_priors.yaml on load (never in hardware.yaml): the cost model's prior parameters with their
     # provenance, and the hardware.yaml figures the derived all-reduce values replaced (the datasheet link
     # bandwidth and the NCCL latency prior), kept for before/after comparisons.

@@ -40,6 +40,36 @@ def test_fitted_efficiency_above_one_is_rejected_never_calibrated():
     assert set(implausible(prof)) == {"compute_efficiency"}
 
 
+def test_physical_maximum_follows_the_hardware_catalog():
+    """A datasheet peak bounds an efficiency at 1; the CPU entry's bandwidth is a prior below what 2 vCPUs stream, so
+    its memory efficiencies may reach ceiling / prior (the CI machine's torch walkthrough fitted 1.28) but not beyond."""
+    from simulator.catalog import hardware_catalog
+    from simulator.cost_profile import PHYSICAL_MAX, physical_max
+
+    for h in hardware_catalog().values():
+        hi = physical_max(h)
+        assert hi["compute_efficiency"] == 1.0
+        if h.memory_bandwidth_ceiling_bytes_per_s is None:
+            assert hi == PHYSICAL_MAX
+        else:
+            assert hi["mem_efficiency"] == pytest.approx(h.memory_bandwidth_ceiling_bytes_per_s / h.memory_bandwidth_bytes_per_s)
+            assert hi["mem_efficiency"] >= 1.0
+    assert physical_max("no-such-gpu") == PHYSICAL_MAX == physical_max(None)
+    cpu = physical_max("cpu")["mem_efficiency"]
+    assert 1.28 < cpu < 10  # a real 2-vCPU bound, not a switch-off
+
+    from simulator.setup import Setup
+
+    setup = Setup.from_names("cpu", 1, "smollm2-135m", "smollm2-135m-cut6")
+    for value, ok in ((1.28, True), (cpu * 1.05, False)):
+        f = fit_cost(synthetic_calls(50, np.random.default_rng(1)), fit_setup())
+        f.values["mem_efficiency"] = value
+        prof = build_profile(f, setup, name="x", engine="torch", inputs=["synthetic"], runs=["r0"], hardware_note="")
+        assert (prof.mem_efficiency.kind != "rejected") is ok
+        assert ("mem_efficiency" in implausible(prof)) is (not ok)
+        assert prof.fit["physically_plausible"] is ok
+
+
 def _bad_profile(tmp_path: Path, kind: str) -> Path:
     from calibrate.fit.fit_cost import load_profile
 
