@@ -21,7 +21,8 @@ from simulator.errors import InputError
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "data" / "specreason-aime-traces"
 TRIED: dict[str, set[bytes]] = {}
-REJECTED: dict[str, int] = {}
+REJECTED: dict[str, set[bytes]] = {}  # distinct inputs, like TRIED: a draw hypothesis repeats counts once
+ACCEPTED: dict[str, set[bytes]] = {}
 MUTATIONS = ("wrong_type", "missing", "extra", "nan", "inf", "negative", "huge", "truncate", "garbage", "duplicate")
 EXAMPLES = 100
 # Blocks that take any key on purpose (docs/validation.md, "Loader gaps kept on purpose", says why): an unknown key
@@ -165,13 +166,14 @@ def test_mutated_input_is_valid_or_one_line_naming_file_and_field(kind, data, tm
     try:
         _load(kind, raw, tmp)
     except InputError as e:
-        REJECTED[kind] = REJECTED.get(kind, 0) + 1
+        REJECTED.setdefault(kind, set()).add(raw)
         line = e.one_line()
         assert "\n" not in line
         assert str(tmp) in line, f"{mut} {path}: the error does not name the file: {line}"
         if field is not None and mut in ("missing", "extra", "wrong_type", "duplicate"):
             assert field in line, f"{mut} {path}: the error does not name the field {field!r}: {line}"
     else:
+        ACCEPTED.setdefault(kind, set()).add(raw)
         # a file cut at a line end can still be a valid document (later keys have defaults)
         assert mut not in ("garbage", "extra", "duplicate", "nan", "inf") or deliberate, f"{mut} {path} was accepted"
     created = sorted(x.name for x in tmp.rglob("*"))
@@ -181,8 +183,14 @@ def test_mutated_input_is_valid_or_one_line_naming_file_and_field(kind, data, tm
 
 def test_zz_report_count(capsys):
     n = sum(len(v) for v in TRIED.values())
+    rejected = sum(len(v) for v in REJECTED.values())
+    accepted = sum(len(v) for v in ACCEPTED.values())
     with capsys.disabled():
         print(f"\nfuzz: {n} distinct bad inputs tried ({', '.join(f'{k} {len(v)}' for k, v in TRIED.items())}); "
-              f"{sum(REJECTED.values())} rejected as one-line InputErrors naming the file, the rest still valid inputs; "
+              f"{rejected} rejected as one-line InputErrors naming the file, {accepted} still valid inputs; "
               f"none skipped; unknown keys inside blocks open on purpose (docs/validation.md): {GAPS or 'none'}")
     assert n >= 100
+    # every distinct input had one outcome (the loaders are deterministic: the same bytes never both pass and fail)
+    for kind, tried in TRIED.items():
+        assert not (REJECTED.get(kind, set()) & ACCEPTED.get(kind, set())), kind
+        assert len(REJECTED.get(kind, set())) + len(ACCEPTED.get(kind, set())) == len(tried), kind
