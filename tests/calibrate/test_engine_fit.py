@@ -65,3 +65,28 @@ def test_engine_fit_on_shared_measurements_is_physical_and_holds_out():
     fr2 = ef.fit({**obs, "v1": ed.Obs("v1", o.frame[small].reset_index(drop=True), o.predict)})
     big = o.frame[~small].reset_index(drop=True)
     assert np.median(ef.ape(o.predict(big, fr2.values), big["time_s"])) < 0.10
+
+
+@pytest.mark.skipif(not (SHARED / "aiconfigurator-vllm-kernels").is_dir(), reason="kernel tables absent")
+def test_a_gpu_without_engine_evidence_takes_its_own_gemm_fraction_times_the_engine_to_kernel_ratio():
+    """The compute fraction transfer (issue 25): a kernel-profiled GPU with no engine measurement above the ridge takes
+    its own compute-bound GEMMs' fraction of F times the median engine/kernel ratio of the engine-fitted GPUs; the
+    catalog holds what the rule gives (regenerated with fit-engine, not edited by hand)."""
+    from simulator.catalog import hardware_catalog
+    from simulator.cost_profile import prior_profile
+
+    gemm = ef.kernel_compute_efficiency()
+    assert gemm, "no GEMM table read"
+    for g, k in gemm.items():
+        assert 0 < k["compute_efficiency"] <= 1.0 and k["rows"] > 0, g
+    # synthetic: ratios over the GPUs with both; a GPU whose chip has no table gets none
+    ratios = ef.engine_to_kernel_ratios({"h100-sxm": 0.6, "rtx-a6000": 0.5}, {"h100-sxm": {"compute_efficiency": 0.8}})
+    assert ratios == {"h100-sxm": pytest.approx(0.75)}
+    assert ef.kernel_chip("h200", {"h100-sxm": {}}) == "h100-sxm" and ef.kernel_chip("rtx-a6000", {"h100-sxm": {}}) is None
+    for name, hw in hardware_catalog().items():
+        p = prior_profile(hw).compute_efficiency
+        if "own GEMM kernels" not in p.source:
+            continue
+        assert p.kind == "transferred" and 0 < p.value <= 1.0
+        mine = gemm[ef.kernel_chip(name, gemm)]["compute_efficiency"]
+        assert p.value == pytest.approx(mine * float(p.source.split("x ")[-1].split(",")[0]), rel=2e-3)

@@ -63,19 +63,25 @@ KERNEL_GPUS = data_labels("aiconfigurator")  # folder -> catalog GPU; folders wi
 SAME_CHIP = same_chip()  # hardware.yaml same_chip_as
 
 
-def kernel_stream_efficiency(root: Path | None = None) -> dict[str, dict]:
-    """Per kernel-profiled GPU: eta_mem, the per-GEMM tail, rows and fit error (newest vLLM version's table)."""
-    from scipy.optimize import least_squares
-
+def _gemm_tables(root: Path | None = None):
+    """(folder, catalog GPU, newest table path, its bf16/fp16 rows) of every kernel-profiled GPU with GEMM tables."""
     root = root or SHARED / "aiconfigurator-vllm-kernels"
-    out = {}
     for folder, gpu in KERNEL_GPUS.items():
         files = sorted((root / folder / "gemm" / "vllm").glob("*/gemm_perf.parquet"),
                        key=lambda p: tuple(int(x) for x in p.parent.name.split(".") if x.isdigit()))
         if not files:
             continue
         d = pd.read_parquet(files[-1])
-        d = d[d["gemm_dtype"].astype(str).str.contains("bfloat16|float16") & (d["m"] <= 8) & (d["n"] * d["k"] >= 1e6)]
+        yield folder, gpu, files[-1], d[d["gemm_dtype"].astype(str).str.contains("bfloat16|float16")]
+
+
+def kernel_stream_efficiency(root: Path | None = None) -> dict[str, dict]:
+    """Per kernel-profiled GPU: eta_mem, the per-GEMM tail, rows and fit error (newest vLLM version's table)."""
+    from scipy.optimize import least_squares
+
+    out = {}
+    for folder, gpu, file, d in _gemm_tables(root):
+        d = d[(d["m"] <= 8) & (d["n"] * d["k"] >= 1e6)]
         b = 2.0 * (d["m"] * d["k"] + d["n"] * d["k"] + d["m"] * d["n"]).to_numpy(float)
         t = d["latency"].to_numpy(float) * 1e-3
         bw = get_hardware(gpu).memory_bandwidth_bytes_per_s
@@ -84,9 +90,46 @@ def kernel_stream_efficiency(root: Path | None = None) -> dict[str, dict]:
         e = np.abs(np.exp(r.fun) - 1)
         out[gpu] = {"mem_efficiency": round(float(r.x[1]), 4), "gemm_tail_s": float(f"{r.x[0] * 1e-6:.3g}"),
                     "rows": int(len(d)), "median_ape": round(float(np.median(e)), 4),
-                    "source": f"AIConfigurator {folder}/gemm/vllm/{files[-1].parent.name}/gemm_perf.parquet: bf16 GEMMs, "
+                    "source": f"AIConfigurator {folder}/gemm/vllm/{file.parent.name}/gemm_perf.parquet: bf16 GEMMs, "
                               f"m <= 8, n k >= 1M ({len(d)} rows, CUDA-graph replays), t = t_gemm + bytes/(eta BW)"}
     return out
+
+
+# ---- the GEMM compute fraction, from the same tables ------------------------------------------------------
+# An engine's eta_comp is below its GEMM kernels' (a whole pass also runs attention, norms, activations and the
+# sampler at the compute-bound sizes), but by a ratio that the GPUs with both an engine fit and a GEMM table share
+# (0.67-0.86: docs/gpu-cost-model.md). A GPU with a GEMM table and no engine measurement above the ridge (B200) takes
+# its own kernels' fraction times that ratio, not the other GPUs' engine fraction: Blackwell's bf16 GEMMs reach less
+# of its datasheet peak (0.69) than Hopper's (0.81).
+COMPUTE_BOUND_GEMM = {"min_m": 1024, "min_nk": 4096}
+
+
+def kernel_compute_efficiency(root: Path | None = None) -> dict[str, dict]:
+    """Per kernel-profiled GPU: the median fraction of its datasheet bf16 F that its compute-bound GEMMs reach
+    (m >= 1024 tokens, n and k >= 4096: well above every catalog GPU's ridge), newest vLLM version's table."""
+    out = {}
+    lo = COMPUTE_BOUND_GEMM
+    for folder, gpu, file, d in _gemm_tables(root):
+        d = d[(d["m"] >= lo["min_m"]) & (d["n"] >= lo["min_nk"]) & (d["k"] >= lo["min_nk"])]
+        if d.empty:
+            continue
+        f = get_hardware(gpu).dense_bf16_flops_per_s
+        eff = 2.0 * d["m"] * d["n"] * d["k"] / (d["latency"].to_numpy(float) * 1e-3) / f
+        out[gpu] = {"compute_efficiency": round(float(np.median(eff)), 4), "rows": int(len(d)),
+                    "source": f"AIConfigurator {folder}/gemm/vllm/{file.parent.name}/gemm_perf.parquet: median of "
+                              f"{len(d)} bf16 GEMMs with m >= {lo['min_m']}, n, k >= {lo['min_nk']} (CUDA-graph "
+                              f"replays) = {float(np.median(eff)):.3f} of the datasheet F"}
+    return out
+
+
+def kernel_chip(gpu: str, kernel: dict[str, dict]) -> str | None:
+    """The kernel-profiled GPU whose tables speak for ``gpu``: itself, or the same chip (hardware.yaml)."""
+    return gpu if gpu in kernel else SAME_CHIP.get(gpu) if SAME_CHIP.get(gpu) in kernel else None
+
+
+def engine_to_kernel_ratios(engine: dict[str, float], kernel: dict[str, dict]) -> dict[str, float]:
+    """{engine-fitted GPU: its engine eta_comp / its chip's GEMM-kernel fraction} for the GPUs that have both."""
+    return {g: e / kernel[c]["compute_efficiency"] for g, e in engine.items() if (c := kernel_chip(g, kernel))}
 
 
 def stream_efficiency_for(gpu: str, kernel: dict[str, dict]) -> tuple[float, str, str] | None:

@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 
 from calibrate.fit.gpu_profiles.engine_data import ENGINE, SHAPE, SHARED, Obs, _campaign_provenance, _commit, load_all
-from calibrate.fit.gpu_profiles.engine_fit import (SAME_CHIP, EngineFit, b200_baseline_check, fit, heldout,
+from calibrate.fit.gpu_profiles.engine_fit import (SAME_CHIP, EngineFit, b200_baseline_check, engine_to_kernel_ratios, fit,
+                                                   heldout, kernel_chip, kernel_compute_efficiency,
                                                    kernel_stream_efficiency, stream_efficiency_for, summarize)
 
 # ---- catalog priors, report ------------------------------------------------------------------------------
@@ -38,6 +39,8 @@ def catalog_priors(fr: EngineFit, gpus: list[str], existing: dict, gpu_sources: 
     kernel = kernel_stream_efficiency()
     v, se = fr.values, fr.stderr
     fitted_gpus = sorted({n.split(".")[0] for n in fr.fitted if n.endswith(".compute_efficiency")})
+    gemm = kernel_compute_efficiency()
+    ratios = engine_to_kernel_ratios({x: v[f"{x}.compute_efficiency"] for x in fitted_gpus}, gemm)
     eng = "engine-level fit (calibrate.fit.gpu_profiles.engine_fit, docs/gpu-cost-model.md)"
     out = {}
     for g in gpus:
@@ -59,6 +62,13 @@ def catalog_priors(fr: EngineFit, gpus: list[str], existing: dict, gpu_sources: 
                                          f", passes above the ridge", se.get(n))
         elif existing.get(g, {}).get("compute_efficiency", {}).get("kind") == "calibrated":
             p["compute_efficiency"] = existing[g]["compute_efficiency"]
+        elif kernel_chip(g, gemm) and ratios:
+            k, r = gemm[kernel_chip(g, gemm)], float(np.median(list(ratios.values())))
+            listed = ", ".join(f"{x} {q:.3f}" for x, q in sorted(ratios.items()))
+            p["compute_efficiency"] = _p(k["compute_efficiency"] * r, "transferred",
+                                         f"{eng}: this GPU's own GEMM kernels x the engine/kernel ratio: "
+                                         f"{k['source']}; x {r:.3f}, the median over the engine-fitted GPUs with a "
+                                         f"GEMM table ({listed})")
         else:
             vals = [v[f"{x}.compute_efficiency"] for x in fitted_gpus]
             p["compute_efficiency"] = _p(float(np.median(vals)), "transferred",

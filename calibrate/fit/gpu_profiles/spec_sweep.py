@@ -16,8 +16,9 @@ k = 7 tokens in one pass of a one-layer drafter over k positions (a block drafte
 not k serial passes). DSpark at 128 streams queues (median TTFT 3.4 s against 0.19 s at 64: the engine ran fewer
 than 128 sequences at once) and is left out of the growth and speedup at 128.
 
-The B200's compute efficiency has no engine-level evidence in the fit (the catalog's is the median of the fitted
-GPUs). Two predictions per arm: ``catalog`` (every parameter as in ``simulator/catalog/gpu_priors.yaml``) and
+The B200's compute efficiency has no engine-level evidence in the fit: the catalog's is the B200's own GEMM kernels'
+fraction of F (AIConfigurator) times the engine/kernel ratio of the engine-fitted GPUs (its ``source`` says which). Two
+predictions per arm: ``catalog`` (every parameter as in ``simulator/catalog/gpu_priors.yaml``) and
 ``mtp-fitted`` (eta_comp of the B200 fitted on the MTP arm alone, the one fitter; the baseline and DSpark arms are
 then held out).
 
@@ -161,8 +162,8 @@ def write_report(folder: Path, out: dict) -> None:
          "(module docstring: assumptions). Each arm's own measured acceptance length per concurrency is the input.", "",
          f"Arms: " + "; ".join(f"{k}: {a.note}" for k, a in ARMS.items()) + ". DSpark at 128 streams queued "
          "(median TTFT 3.4 s) and is left out at 128.", "",
-         f"B200 eta_comp: catalog {prior_profile(hw).params(hw).compute_efficiency:.3f} (median of the fitted GPUs); "
-         f"fitted on the MTP arm alone: {eta:.3f} ± {se:.3f}.", ""]
+         f"B200 eta_comp: catalog {prior_profile(hw).params(hw).compute_efficiency:.3f} "
+         f"({prior_profile(hw).compute_efficiency.source}); fitted on the MTP arm alone: {eta:.3f} ± {se:.3f}.", ""]
     for key, title in (("catalog", "Every parameter from the catalog (no B200 fit)"),
                        ("mtp_fitted", "B200 eta_comp fitted on the MTP arm (baseline and DSpark held out)")):
         t = out[key]
