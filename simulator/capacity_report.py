@@ -122,7 +122,7 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
         mf = rs.scenario.memory_fraction
         n, _ = requests_for(bp, float(b.max_qps))
         trace = simulate_serving(bp.cfg, rs.deployments(bp.hardware, bp.tp), rs.workload, load.arrivals(float(b.max_qps)),
-                                 n, bp.seed, (mf.small, mf.base), load.max_batch,
+                                 n, bp.seed, (mf.small, mf.base),
                                  execution=rs.scenario.execution)
         _atomic_write(out / "engine_load.png", lambda p: _plot_engine_load(trace, f"{b.label} at {b.max_qps:.3g} req/s", p))
     meta = {"scenario": str(rs.path), "slo": slo.text, "requests_per_point": load.requests, "seed": load.seed,

@@ -57,7 +57,7 @@ class LoadSpec:
     cv: float = 1.0
     requests: int = DEFAULT_REQUESTS
     seed: int = 0
-    max_batch: int = 256
+    # sequences per engine at once: the scenario's execution.max_num_seqs (one place: simulator.execution.Execution)
 
     def arrivals(self, rate: float):
         return BurstyArrivals(rate, self.cv) if self.kind == "bursty" else PoissonArrivals(rate)
@@ -195,7 +195,7 @@ def evaluate(point: Point, rate: float | None = None, users: int | None = None, 
     slo = parse_slo(point.slo_text)
     stop = SloStop(slo, WARMUP_FRACTION) if stop_early and not (replay or users) else None
     res = simulate_serving(point.cfg, rs.deployments(point.hardware, point.tp), rs.workload, arrivals,
-                           n, point.seed, (mf.small, mf.base), point.load.max_batch,
+                           n, point.seed, (mf.small, mf.base),
                            plans=None if replay else _plans(point, n), execution=rs.scenario.execution, stop=stop)
     out = summarize_serving(res, slo)
     out.setdefault("stopped_early", False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from dataclasses import replace
 
 import numpy as np
@@ -161,11 +162,14 @@ def test_cli_replayed_arrivals(tmp_path, capsys):
     assert "line 3" in capsys.readouterr().err
 
 
-def test_overload_is_caught_by_the_drift_check():
+def test_overload_is_caught_by_the_drift_check(tmp_path):
     from simulator.serving.metrics import DRIFT_LIMIT
 
-    # at most 4 sequences per engine: ~0.6 requests/s of capacity, offered 5/s
-    p = replace(point(slo="p99_latency<=100000s"), load=LoadSpec(requests=200, seed=3, max_batch=4))
+    # at most 4 sequences per engine (the scenario's execution.max_num_seqs, the one place that sets it): ~0.6
+    # requests/s of capacity, offered 5/s
+    sc = tmp_path / "four-seqs.yaml"
+    sc.write_text(Path(SC).read_text(encoding="utf-8") + "execution: {max_num_seqs: 4}\n", encoding="utf-8")
+    p = Point(str(sc), "cpu", 1, SystemConfig(system="vanilla-base"), LoadSpec(requests=200, seed=3), "p99_latency<=100000s")
     row = evaluate(p, rate=5.0)
     assert row["latency_drift"] > DRIFT_LIMIT and not row["slo_met"]
     calm = evaluate(p, rate=0.1)
