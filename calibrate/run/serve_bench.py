@@ -213,7 +213,7 @@ def run_ladder(server: ServerSpec, bench: BenchSpec, levels: list[Level], out: P
                log: Callable[[str], None] = print, command: str = "") -> list[LevelResult]:
     """Measure every incomplete level; the server lives only while levels are left. Returns one entry per level."""
     from calibrate.run.import_bench_serve import read_bench_json, summary_line, write_run
-    from calibrate.run.serving_run import partial_dir, publish_level
+    from calibrate.run.serving_run import loadavg, partial_dir, publish_level
     from simulator.loading import write_atomic
 
     out = Path(out)
@@ -248,6 +248,7 @@ def run_ladder(server: ServerSpec, bench: BenchSpec, levels: list[Level], out: P
                 d = partial_dir(out / lv.label)  # .LABEL.partial until complete, then renamed (calibrate.run.serving_run)
                 d.mkdir(parents=True)
                 scrape(port, d / "metrics_before.txt")
+                load_before = loadavg()
                 cmd = CLI + bench.args(port, server.served_name, server.model, lv, d)
                 log(f"{lv.label}: vllm bench serve, {bench.num_prompts} prompts ({bench.input_len} in / "
                     f"{bench.output_len} out tokens)")
@@ -270,7 +271,9 @@ def run_ladder(server: ServerSpec, bench: BenchSpec, levels: list[Level], out: P
                                      f"during {lv.label}")
                 scrape(port, d / "metrics_after.txt")
                 level_cmd = shlex.join(cmd)
-                write_run(d / "result.json", d, {**prov, "bench_command": level_cmd}, command=command or level_cmd)
+                write_run(d / "result.json", d, {**prov, "bench_command": level_cmd, "loadavg_before": load_before,
+                                                 "loadavg_after": loadavg(), "wall_s": round(time.monotonic() - t0, 3)},
+                          command=command or level_cmd)
                 line = summary_line(read_bench_json(d / "result.json"))
                 spec = _spec_line(d, server)
                 publish_level(d, out / lv.label)

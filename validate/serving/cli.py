@@ -11,7 +11,7 @@ from typing import Optional
 from simulator.errors import InputError
 
 from .compare import validate_serving
-from .report import _pct, _spct, write_report
+from .report import _pct, _spct, speed_drift, write_report
 
 LOGGER = "validate.serving"
 
@@ -73,6 +73,8 @@ def register(app) -> None:
         typer.echo(f"held out ({h['model']}, n={h['latency_n']}): latency median APE {_pct(h['latency_median_ape'])} "
                    f"p90 {_pct(h['latency_p90_ape'])} bias {_spct(h['latency_bias'])}; TTFT median APE "
                    f"{_pct(h['ttft_median_ape'])}; report {path}")
+        for w in speed_drift(v):
+            typer.echo(w)
         if "speculative" in h:
             sp = h["speculative"]
             typer.echo(f"speculative runs held out ({sp['model']}, n={sp['latency_n']}): latency median APE "

@@ -199,7 +199,37 @@ def _bench_section(v: ServingValidation) -> list[str]:
           "request (latency - TTFT) / (output tokens - 1)), so HTTP, tokenization and streaming are in them; predicted: "
           "the serving simulator replaying the same users and token counts. The p50 figures are medians over requests "
           "(TTFT, TPOT) or over gaps (ITL), like vLLM's `median_*_ms`."]
+    drift = speed_drift(v)
+    if drift:
+        L += [""] + [f"- {w}" for w in drift]
     return L
+
+
+# A decode step of more sequences is never faster on the same machine: a held-out level whose measured TPOT p50 is this
+# much below the fit level's ran on a faster machine than the fit saw (a shared VM's neighbours changed between levels).
+SPEED_DRIFT_TOLERANCE = 0.03
+
+
+def speed_drift(v: ServingValidation) -> list[str]:
+    """Warnings for `vllm bench serve` levels (no speculation) whose measured TPOT p50 is below the fit levels' at fewer
+    users: the machine's speed changed between levels, and that run's errors include the change."""
+    pr = v.per_run
+    meas = pr[pr.model == "measured"].set_index("run")
+    plain = {str(r.path): r for r in v.runs if r.client_side and not r.gamma}
+    fit_runs = {x for x in pr[pr.role == "fit (in-sample)"].run if x in plain}
+    out = []
+    for f in sorted(fit_runs):
+        t_fit, u_fit = float(meas.loc[f, "tpot_median_s"]), meas.loc[f, "users"]
+        for run in sorted(set(plain) - fit_runs):
+            t, u = float(meas.loc[run, "tpot_median_s"]), meas.loc[run, "users"]
+            if u > u_fit and t < (1.0 - SPEED_DRIFT_TOLERANCE) * t_fit:
+                lo = plain[run].meta.get("options", {})
+                load = f" (loadavg {lo['loadavg_before'][0]:.2f} -> {lo['loadavg_after'][0]:.2f})" if "loadavg_after" in lo else ""
+                out.append(f"WARNING: speed drift: {run} ({int(u)} users) measured TPOT p50 {t * 1e3:.1f} ms, below the fit "
+                           f"level {f}'s {t_fit * 1e3:.1f} ms at {int(u_fit)} users{load}: a step of more sequences is "
+                           f"never faster on one machine, so the machine ran faster than the fit saw; this run's errors "
+                           f"include that change (rerun the ladder on a quiet machine)")
+    return out
 
 
 def write_report(v: ServingValidation, out: str | Path, command: str, profile_path: str | Path, bar: float | None) -> Path:
