@@ -171,17 +171,22 @@ def physical_max(hardware: HardwareSpec | str | None) -> dict[str, float]:
     return {**PHYSICAL_MAX, "mem_efficiency": mem, "kv_mem_efficiency": mem}
 
 
+def beyond_physical_max(values: dict[str, float], hardware: HardwareSpec | str | None) -> dict[str, str]:
+    """Of ``values`` (parameter name -> value), those above their physical maximum on ``hardware``: name -> "v > max"."""
+    hi = physical_max(hardware)
+    return {n: f"{v:.4g} > {hi[n]:.3g}" for n, v in values.items() if n in hi and v > hi[n]}
+
+
 def implausible(profile: CostProfile) -> dict[str, str]:
     """Parameters of ``profile`` outside their physical range on its hardware (:func:`physical_max`) or marked
     ``rejected``: name -> why (empty: none). Whatever their kind: a profile written before kinds were checked may call
     an efficiency of 2.1 calibrated."""
+    params = {n: getattr(profile, n) for n in PHYSICAL_MAX if getattr(profile, n, None) is not None}
+    beyond = beyond_physical_max({n: p.value for n, p in params.items()}, profile.hardware)
     out = {}
-    for n, hi in physical_max(profile.hardware).items():
-        p = getattr(profile, n, None)
-        if p is None:
-            continue
-        if p.value > hi:
-            out[n] = f"{p.value:.4g} > {hi:.3g} (physical maximum; kind {p.kind})"
+    for n, p in params.items():
+        if n in beyond:
+            out[n] = f"{beyond[n]} (physical maximum; kind {p.kind})"
         elif p.kind == "rejected":
             out[n] = f"kind rejected ({p.source})"
     return out

@@ -42,7 +42,7 @@ import yaml
 
 from simulator.catalog import HardwareSpec, get_hardware
 from simulator.cost_model import Deployment
-from simulator.cost_profile import CostParams, CostProfile, Param, implausible, physical_max, prior_profile
+from simulator.cost_profile import CostParams, CostProfile, Param, beyond_physical_max, implausible, prior_profile
 from calibrate.fit.measured import MeasuredSet
 from simulator.errors import InputError
 from simulator.setup import Setup
@@ -374,14 +374,13 @@ def build_profile(fit: CostFit, setup: Setup, *, name: str, engine: str, inputs:
     date = date or _dt.date.today().isoformat()
     src = f"calibrated on {len(fit.residuals)} calls of runs {', '.join(runs)} ({'; '.join(inputs)})"
     prior = prior_profile(setup.hardware, engine)
-    ceiling = physical_max(setup.hardware)
-    rejected = {n: f"{fit.values[n]:.4g} > {ceiling[n]:.3g}" for n in fit.fitted if fit.values[n] > ceiling.get(n, np.inf)}
+    rejected = beyond_physical_max({n: fit.values[n] for n in fit.fitted}, setup.hardware)
 
     def param(n: str) -> Param:
         if n in rejected:
-            se = f" +- {fit.stderr[n]:.3g}" if n in fit.stderr else ""
+            se = f" (+- {fit.stderr[n]:.3g})" if n in fit.stderr else ""
             return Param(value=float(f"{fit.values[n]:.6g}"), kind="rejected", stderr=float(f"{fit.stderr[n]:.3g}"),
-                         source=f"rejected: fitted {fit.values[n]:.4g}{se} > {ceiling[n]:.3g}, outside the physical "
+                         source=f"rejected: fitted {rejected[n]}{se}, outside the physical "
                                 f"range (the assumed hardware, models or token accounting do not fit these calls); "
                                 f"{src}")
         if n in fit.fitted:
@@ -457,9 +456,8 @@ def fit_measured(ms: MeasuredSet, setup: Setup, *, engine: str, hardware_note: s
     for hw in alternatives:
         alt = Setup(get_hardware(hw, None, "--alternative-hardware"), setup.tp, setup.models)
         f = fit_cost(ms.calls, alt)
-        hi = physical_max(alt.hardware)
         alts[hw] = {"values": {k: float(f"{v:.4g}") for k, v in f.values.items()}, "fitted": f.fitted,
-                    "physically_plausible": all(f.values[n] <= hi[n] for n in hi if n in f.values),
+                    "physically_plausible": not beyond_physical_max(f.values, alt.hardware),
                     "median_ape": round(float(np.median(ape(f.residuals["predicted_s"], f.residuals["wall_s"]))), 5)}
     if alts:
         prof = prof.model_copy(update={"fit": {**prof.fit, "hardware_alternatives": alts}})

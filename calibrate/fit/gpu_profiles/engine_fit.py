@@ -42,6 +42,7 @@ predict the rest; v1: fit k <= 4, predict k >= 5).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -63,16 +64,20 @@ KERNEL_GPUS = data_labels("aiconfigurator")  # folder -> catalog GPU; folders wi
 SAME_CHIP = same_chip()  # hardware.yaml same_chip_as
 
 
-def _gemm_tables(root: Path | None = None):
-    """(folder, catalog GPU, newest table path, its bf16/fp16 rows) of every kernel-profiled GPU with GEMM tables."""
+@lru_cache(maxsize=4)
+def _gemm_tables(root: Path | None = None) -> tuple:
+    """(folder, catalog GPU, newest table path, its bf16/fp16 rows) of every kernel-profiled GPU with GEMM tables; read
+    once (the stream and compute fractions both come from them; callers filter, never modify the frames)."""
     root = root or SHARED / "aiconfigurator-vllm-kernels"
+    out = []
     for folder, gpu in KERNEL_GPUS.items():
         files = sorted((root / folder / "gemm" / "vllm").glob("*/gemm_perf.parquet"),
                        key=lambda p: tuple(int(x) for x in p.parent.name.split(".") if x.isdigit()))
         if not files:
             continue
         d = pd.read_parquet(files[-1])
-        yield folder, gpu, files[-1], d[d["gemm_dtype"].astype(str).str.contains("bfloat16|float16")]
+        out.append((folder, gpu, files[-1], d[d["gemm_dtype"].astype(str).str.contains("bfloat16|float16")]))
+    return tuple(out)
 
 
 def kernel_stream_efficiency(root: Path | None = None) -> dict[str, dict]:

@@ -41,6 +41,8 @@ def catalog_priors(fr: EngineFit, gpus: list[str], existing: dict, gpu_sources: 
     fitted_gpus = sorted({n.split(".")[0] for n in fr.fitted if n.endswith(".compute_efficiency")})
     gemm = kernel_compute_efficiency()
     ratios = engine_to_kernel_ratios({x: v[f"{x}.compute_efficiency"] for x in fitted_gpus}, gemm)
+    ratio = float(np.median(list(ratios.values()))) if ratios else None
+    ratio_list = ", ".join(f"{x} {q:.3f}" for x, q in sorted(ratios.items()))
     eng = "engine-level fit (calibrate.fit.gpu_profiles.engine_fit, docs/gpu-cost-model.md)"
     out = {}
     for g in gpus:
@@ -62,13 +64,12 @@ def catalog_priors(fr: EngineFit, gpus: list[str], existing: dict, gpu_sources: 
                                          f", passes above the ridge", se.get(n))
         elif existing.get(g, {}).get("compute_efficiency", {}).get("kind") == "calibrated":
             p["compute_efficiency"] = existing[g]["compute_efficiency"]
-        elif kernel_chip(g, gemm) and ratios:
-            k, r = gemm[kernel_chip(g, gemm)], float(np.median(list(ratios.values())))
-            listed = ", ".join(f"{x} {q:.3f}" for x, q in sorted(ratios.items()))
-            p["compute_efficiency"] = _p(k["compute_efficiency"] * r, "transferred",
+        elif (chip := kernel_chip(g, gemm)) and ratio is not None:
+            k = gemm[chip]
+            p["compute_efficiency"] = _p(k["compute_efficiency"] * ratio, "transferred",
                                          f"{eng}: this GPU's own GEMM kernels x the engine/kernel ratio: "
-                                         f"{k['source']}; x {r:.3f}, the median over the engine-fitted GPUs with a "
-                                         f"GEMM table ({listed})")
+                                         f"{k['source']}; x {ratio:.3f}, the median over the engine-fitted GPUs with a "
+                                         f"GEMM table ({ratio_list})")
         else:
             vals = [v[f"{x}.compute_efficiency"] for x in fitted_gpus]
             p["compute_efficiency"] = _p(float(np.median(vals)), "transferred",
