@@ -63,19 +63,46 @@ CAMPAIGN = {
 }
 
 
-def make_plan(models=None, max_seconds: float = 330.0, repeats: int = 5) -> dict:
+def _packed(points):
+    """Verification points timed with the engine-like attention (each KV head's query rows packed: the KV read once)."""
+    return [{**p, "attention": "packed"} if p["op"] == "verify" else p for p in points]
+
+
+# a second campaign, held out of every fit: what decides γ under load (verification passes of k+1 = 2..9 tokens at
+# batch 16-256, engine-like attention), on models no fit has seen (Qwen3-8B, Qwen3-32B, whose 64 query heads x 128
+# exceed its width) and on the fitted Llama-3.1-8B beyond the batches it was measured at (1/8/32)
+HELDOUT = {
+    "qwen3-8b": dict(points=_packed(
+        _points([1, 4, 16, 64, 128, 256], [1024], [2, 4, 6, 9], [1, 16, 64, 128, 256], 1024, [1, 64], [1024],
+                [512, 2048], [])
+        + _points([1, 16, 64], [4096], [2, 5, 9], [16, 64], 4096, [], [], [], [])
+        + _points([1, 16], [16384], [], [], 0, [], [], [], [])), max_seconds=120),
+    "llama-3.1-8b": dict(points=_packed(_points([64, 256], [1024], [2, 4, 6, 9], [64, 128, 256], 1024, [], [], [], [])),
+                         max_seconds=60),
+    "qwen3-32b": dict(points=_packed(_points([1, 8, 16], [1024], [2, 5, 9], [1, 8], 1024, [], [], [512], [])),
+                      max_seconds=80),
+}
+GRIDS = {"campaign": CAMPAIGN, "heldout": HELDOUT}
+
+
+def make_plan(models=None, max_seconds: float = 330.0, repeats: int = 5, grid: str = "campaign") -> dict:
     from simulator.catalog import get_model
 
-    out = {"dtype": "bfloat16", "repeats": repeats, "max_seconds": max_seconds, "reserve_bytes": 8e9, "models": []}
-    for name in models or CAMPAIGN:
+    g = GRIDS[grid]
+    out = {"dtype": "bfloat16", "repeats": repeats, "max_seconds": max_seconds, "reserve_bytes": 8e9, "grid": grid,
+           "models": []}
+    for name in models or g:
         m = get_model(name, None, "--model")
         spec = {k: getattr(m, k) for k in SPEC_FIELDS}
-        out["models"].append({"spec": spec, **CAMPAIGN[name]})
+        out["models"].append({"spec": spec, **g[name]})
     return out
 
 
-def predict(plan: dict, hardware: str, profile=None) -> pd.DataFrame:
-    """One row per planned point: the model's prediction, its terms, and ``device_ms`` (no host terms)."""
+def predict(plan: dict, hardware: str, profile=None, fitted: dict | None = None) -> pd.DataFrame:
+    """One row per planned point: the model's prediction, its terms, and ``device_ms`` (no host terms). With
+    ``fitted`` (the engine fit's parameter values, ``reports/gpu-step-model/params.yaml``), also ``fitted_ms``: the
+    bench step as the engine fit prices it, with the bench's own fixed costs fitted on the earlier campaign's
+    records (``engine_data.predict_ours``)."""
     from simulator.catalog import get_hardware, get_model
     from simulator.cost_model import Deployment
     from simulator.cost_profile import prior_profile
@@ -100,8 +127,24 @@ def predict(plan: dict, hardware: str, profile=None) -> pd.DataFrame:
             r["device_ms"] = r["pass_ms"] - r["step_ms"] - r["sequences_ms"]
             rows.append(r)
     df = pd.DataFrame(rows)
+    if fitted is not None:
+        from calibrate.fit.gpu_profiles.engine_data import predict_ours
+
+        df["fitted_ms"] = predict_ours(df.assign(gpu=hw.name), fitted) * 1e3
     df.attrs["profile"] = prof.name
     return df
+
+
+def load_fitted_values(path: Path) -> dict:
+    """The parameter values of an engine fit's ``params.yaml`` (``{name: value}``); one clear error otherwise."""
+    from simulator.errors import InputError
+    from simulator.loading import read_yaml
+
+    doc = read_yaml(path)
+    try:
+        return {str(k): float(v["value"]) for k, v in doc["params"].items()}
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise InputError(str(path), "params", "an engine fit's params.yaml (params: NAME: {value: X})") from None
 
 
 def _records(folder: Path, sub: str = "run-*") -> tuple[pd.DataFrame, list[dict]]:
@@ -131,7 +174,13 @@ def summarize(folder: Path, heldout: Path | None = None) -> str:
         from simulator.errors import InputError
 
         raise InputError(str(folder), "run-*/records.jsonl", "the campaign's records (none found)")
-    pred = pd.read_csv(folder / "predicted-before-fit.csv")
+    pred_file = folder / "predicted-before-fit.csv"
+    if not pred_file.is_file():  # a plan predicted for several GPUs before knowing which one is lent
+        from simulator.catalog.hardware import catalog_hardware
+
+        gpu = catalog_hardware(provs[0].get("gpu_name"), provs[0].get("device"))
+        pred_file = folder / f"predicted-before-fit-{gpu}.csv"
+    pred = pd.read_csv(pred_file)
     hw = get_hardware(pred["hardware"].iloc[0])
     steps = rec[rec["op"].isin(["decode", "verify", "head", "prefill", "decode_eager"])]
     keys = ["model", "op", "batch", "new", "context"]
@@ -169,6 +218,25 @@ def summarize(folder: Path, heldout: Path | None = None) -> str:
         L.append(f"| {m} | {op} | {_ape_row(d)} |")
     graph = b[b["op"].isin(["decode", "verify", "head", "prefill"])]
     L.append(f"| all | graph steps | {_ape_row(graph)} |")
+    if "fitted_ms" in b:
+        b["fitted_error"] = b["fitted_ms"] / b["measured_ms"] - 1
+        write_atomic(folder / "before-fit.csv", b.to_csv(index=False, float_format="%.6g"))
+        L += ["", "## Before the run, with the engine fit's values (the bench's fixed costs from the earlier campaign)", "",
+              f"`fitted_ms` in `{pred_file.name}`: the engine fit's parameters (`step-predict --engine-fit "
+              "reports/gpu-step-model/params.yaml`), the bench's own per-step and per-layer costs included, fitted on "
+              "the earlier campaign's records, none of these points. Error = fitted_ms / measured - 1.", "",
+              "| model | op | points | median APE | p90 APE | bias |", "|---|---|---|---|---|---|"]
+        for (m, op), d in b.groupby(["model", "op"]):
+            L.append(f"| {m} | {op} | {_ape_row(d, 'fitted_error')} |")
+        L.append(f"| all | graph steps | {_ape_row(b[b['op'].isin(['decode', 'verify', 'head', 'prefill'])], 'fitted_error')} |")
+        vb = b[b["op"] == "verify"].astype({"batch": int, "new": int})
+        if len(vb):
+            L += ["", "Verification passes by batch (fitted_ms), the cost that decides γ under load: measured ms, "
+                  "predicted ms, error per k+1 = n.", "", "| model | batch | context | " + " | ".join(
+                      f"n={n}" for n in sorted(set(vb["new"]))) + " |", "|---|---|---|" + "---|" * len(set(vb["new"]))]
+            for (m, B, C), d in vb.groupby(["model", "batch", "context"]):
+                cells = {r.new: f"{r.measured_ms:.2f} / {r.fitted_ms:.2f} ({r.fitted_error:+.0%})" for r in d.itertuples()}
+                L.append(f"| {m} | {B} | {C} | " + " | ".join(cells.get(n, "") for n in sorted(set(vb["new"]))) + " |")
     med = med.astype({"batch": int, "new": int, "context": int})
     eager = med[med["op"] == "decode_eager"].merge(med[med["op"] == "decode"], on=["model", "batch", "new", "context"],
                                                      suffixes=("_eager", "_graph"))

@@ -251,27 +251,33 @@ def _register_gpu(gpu: typer.Typer) -> None:
         out: Path = typer.Option(..., help="plan JSON to write (the points calibrate/run/gpu_step_bench.py times)"),
         models: Optional[str] = typer.Option(None, help="comma-separated catalog models (default: the campaign's)"),
         max_seconds: float = typer.Option(330.0, help="time bound of the bench's whole call, in seconds"),
+        grid: str = typer.Option("campaign", help="campaign (the points the engine fit uses) | heldout (verification "
+                                 "at batch 16-256 and models no fit has seen: a check, never fitted)"),
     ) -> None:
         """The GPU step campaign's plan: decode, verification, draft-head and prefill points per catalog model.
 
         Example: specsim calibrate gpu step-plan --out plan.json"""
         import json
 
-        from calibrate.fit.gpu_step_plan import CAMPAIGN, make_plan
+        from calibrate.fit.gpu_step_plan import GRIDS, make_plan
         from simulator.errors import InputError
         from simulator.loading import write_atomic
 
+        if grid not in GRIDS:
+            raise InputError(None, "--grid", f"one of {', '.join(GRIDS)} (got {grid!r})")
         names = [m.strip() for m in models.split(",") if m.strip()] if models else None
-        unknown = [m for m in names or [] if m not in CAMPAIGN]
+        unknown = [m for m in names or [] if m not in GRIDS[grid]]
         if unknown:
-            raise InputError(None, "--models", f"no campaign grid for {', '.join(unknown)} (known: {', '.join(CAMPAIGN)})")
-        typer.echo(f"wrote {write_atomic(out, json.dumps(make_plan(names, max_seconds), indent=1))}")
+            raise InputError(None, "--models", f"no {grid} grid for {', '.join(unknown)} (known: {', '.join(GRIDS[grid])})")
+        typer.echo(f"wrote {write_atomic(out, json.dumps(make_plan(names, max_seconds, grid=grid), indent=1))}")
 
     @gpu.command("step-predict")
     def step_predict_cmd(
         plan: Path = typer.Argument(..., help="plan JSON (calibrate gpu step-plan)"),
         hardware: str = typer.Option(..., help="catalog hardware whose priors predict, e.g. h200"),
         out: Path = typer.Option(..., help="predictions CSV to write (predicted-before-fit.csv)"),
+        engine_fit: Optional[Path] = typer.Option(None, "--engine-fit", help="an engine fit's params.yaml: adds "
+                                                  "fitted_ms, the bench step with the fit's values (its own fixed costs)"),
     ) -> None:
         """The step model's prediction of every planned point, written before the run so the comparison is held out.
 
@@ -281,7 +287,10 @@ def _register_gpu(gpu: typer.Typer) -> None:
         from calibrate.fit.gpu_step_plan import predict
         from simulator.loading import write_atomic
 
-        df = predict(json.loads(plan.read_text(encoding="utf-8")), hardware)
+        from calibrate.fit.gpu_step_plan import load_fitted_values
+
+        fitted = load_fitted_values(engine_fit) if engine_fit is not None else None
+        df = predict(json.loads(plan.read_text(encoding="utf-8")), hardware, fitted=fitted)
         write_atomic(out, df.to_csv(index=False, float_format="%.6g"))
         typer.echo(f"{len(df)} points predicted with {df.attrs['profile']} -> {out}")
 
