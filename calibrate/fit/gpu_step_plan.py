@@ -82,7 +82,15 @@ HELDOUT = {
     "qwen3-32b": dict(points=_packed(_points([1, 8, 16], [1024], [2, 5, 9], [1, 8], 1024, [], [], [512], [])),
                       max_seconds=80),
 }
-GRIDS = {"campaign": CAMPAIGN, "heldout": HELDOUT}
+# why the held-out verifications at batch 256 run slower than the model says: the same batch x tokens at three
+# contexts (the attention's share grows with the context, the per-token elementwise share does not), decodes beside
+PROBE = {
+    "llama-3.1-8b": dict(points=_packed(
+        _points([64, 256], [128, 1024], [2, 9], [64, 256], 128, [], [], [], [])
+        + _points([64], [4096], [2, 9], [64], 4096, [], [], [], [])
+        + _points([], [], [2, 9], [64, 256], 1024, [], [], [], [])), max_seconds=150),
+}
+GRIDS = {"campaign": CAMPAIGN, "heldout": HELDOUT, "probe": PROBE}
 
 
 def make_plan(models=None, max_seconds: float = 330.0, repeats: int = 5, grid: str = "campaign") -> dict:
@@ -194,7 +202,10 @@ def summarize(folder: Path, heldout: Path | None = None) -> str:
     chip = rec[rec["op"].isin(["gemm", "copy"])]
     gemm = chip[chip["op"] == "gemm"]["tflops"].median()
     copy = chip[chip["op"] == "copy"]["read_write_gb_s"].median()
-    L = [f"# GPU campaign on {p0.get('gpu_name')}: engine steps under CUDA graphs (issue 31)", "",
+    plan = json.loads((folder / "plan.json").read_text(encoding="utf-8")) if (folder / "plan.json").is_file() else {}
+    heldout_grid = plan.get("grid") in ("heldout", "probe")
+    title = ("a held-out check, never fitted (grid `heldout`)" if heldout_grid else "engine steps under CUDA graphs (issue 31)")
+    L = [f"# GPU campaign on {p0.get('gpu_name')}: {title}", "",
          "Records: `calibrate/run/gpu_step_bench.py` (torch-only decoder steps, CUDA graph replayed, CUDA-event timed: the GPU "
          "part of an engine step, no scheduler), plan `plan.json` (`specsim calibrate gpu step-plan`), "
          f"random bf16 weights, TP 1. Runs: {', '.join(p['run'] for p in provs)} (median per point over runs; median "
@@ -209,7 +220,7 @@ def summarize(folder: Path, heldout: Path | None = None) -> str:
          f"| device-to-device copy (read + write) | {copy:.0f} GB/s = {copy * 1e9 / hw.memory_bandwidth_bytes_per_s:.0%} of "
          f"the datasheet's {hw.memory_bandwidth_bytes_per_s / 1e9:.0f} |", "",
          "## Before the fit: the step model as committed, predicting every point (held out)", "",
-         f"`predicted-before-fit.csv` was written and committed before the run (`specsim calibrate gpu step-predict "
+         f"`{pred_file.name}` was written and committed before the run (`specsim calibrate gpu step-predict "
          f"plan.json --hardware {hw.name}`; catalog priors of {hw.name}). Compared: `device_ms`, the pass without its "
          "host terms (t_step, S t_seq), with the prior's per-layer cost (vLLM's, 17 us) -- the bench has no scheduler "
          "but its own, less fused kernels. Error = predicted / measured - 1; `before-fit.csv` has every point.", "",
@@ -229,7 +240,7 @@ def summarize(folder: Path, heldout: Path | None = None) -> str:
         for (m, op), d in b.groupby(["model", "op"]):
             L.append(f"| {m} | {op} | {_ape_row(d, 'fitted_error')} |")
         L.append(f"| all | graph steps | {_ape_row(b[b['op'].isin(['decode', 'verify', 'head', 'prefill'])], 'fitted_error')} |")
-        vb = b[b["op"] == "verify"].astype({"batch": int, "new": int})
+        vb = b[b["op"] == "verify"].astype({"batch": int, "new": int, "context": int})
         if len(vb):
             L += ["", "Verification passes by batch (fitted_ms), the cost that decides γ under load: measured ms, "
                   "predicted ms, error per k+1 = n.", "", "| model | batch | context | " + " | ".join(
@@ -271,6 +282,10 @@ def summarize(folder: Path, heldout: Path | None = None) -> str:
                   "| fold | points | median APE | p90 APE | bias |", "|---|---|---|---|---|"]
             for fold, d in h.groupby("fold"):
                 L.append(f"| {fold} | {_ape_row(d)} |")
+    if heldout_grid:  # never fitted: no profile of its own (the GPU's profile is its fitted campaign's)
+        text = "\n".join(L) + "\n"
+        write_atomic(folder / "summary.md", text)
+        return text
     # the fitted profile: this GPU's catalog priors (the engine fit with these records; kinds and sources per
     # parameter) as a cost profile file any command takes with --profile
     from calibrate.fit.fit_cost import profile_to_yaml
