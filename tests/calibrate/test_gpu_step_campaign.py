@@ -152,28 +152,29 @@ def test_summary_and_profile_of_a_campaign_folder(tmp_path):
         gsp.summarize(tmp_path / "empty")
 
 
-def test_heldout_grid_is_never_fitted_and_its_summary_reproduces_the_before_run_comparison(tmp_path):
+@pytest.mark.parametrize("gpu,hardware", [("h100", "h100-sxm"), ("h200", "h200")])
+def test_heldout_grid_is_never_fitted_and_its_summary_reproduces_the_before_run_comparison(tmp_path, gpu, hardware):
     """The held-out GPU check (reports/gpu-step-heldout): its records never reach the engine fit, its plan holds
     verification passes beyond the fitted batches on models no fit has seen, and the summary's errors are the committed
     before-the-run predictions against the records."""
-    src = REPO / "reports" / "gpu-step-heldout"
+    src = REPO / "reports" / "gpu-step-heldout" / gpu
     if not (src / "run-1" / "records.jsonl").is_file():
         pytest.skip("no held-out check committed")
     fit_files = set(REPO.glob(ed.CAMPAIGN_RECORDS))
-    assert fit_files and not any(src in f.parents for f in fit_files)
+    assert fit_files and not any(src.parent in f.parents for f in fit_files)
     plan = json.loads((src / "plan.json").read_text())
     assert plan["grid"] == "heldout"
     assert {m["spec"]["name"] for m in plan["models"]} - set(ed.load_ours()["model"]), "a model no fit has seen"
     campaign_batches = {p["batch"] for g in gsp.CAMPAIGN.values() for p in g["points"] if p["op"] == "verify"}
     assert max(p["batch"] for m in plan["models"] for p in m["points"] if p["op"] == "verify") > max(campaign_batches)
     dst = tmp_path / "h"
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("summary.md", "before-fit.csv", "probe"))
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("summary.md", "before-fit.csv"))
     text = gsp.summarize(dst)
     assert "never fitted" in text and "engine fit's values" in text and not list(dst.glob("profile-*.yaml"))
     import pandas as pd
 
     b = pd.read_csv(dst / "before-fit.csv")
-    pred = pd.read_csv(src / "predicted-before-fit-h100-sxm.csv")
+    pred = pd.read_csv(src / f"predicted-before-fit-{hardware}.csv")
     assert len(b) == len(pred)  # every planned point measured and compared
     assert np.allclose(b["fitted_error"], b["fitted_ms"] / b["measured_ms"] - 1, atol=1e-4)
 
