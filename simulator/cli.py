@@ -17,6 +17,7 @@ import typer
 
 from simulator.errors import InputError
 from simulator.cli_show import show
+from simulator.option_values import GAMMA_MAX, gamma_list_option, int_list_option, threshold_list_option
 from simulator.report_table import COLUMNS_HELP
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -36,29 +37,6 @@ def _check_seed(seed: int | None) -> None:
         raise InputError(None, "--seed", f"must be an integer >= 0 (got {seed})")
 
 
-def _int_range(text: str | None, field: str, lo: int, hi: int) -> list[int] | None:
-    """'1-8', '3,5,7' or '4' -> a list of ints within [lo, hi]; errors name the option."""
-    if text is None:
-        return None
-    out: list[int] = []
-    try:
-        for part in text.split(","):
-            part = part.strip()
-            if "-" in part[1:]:
-                a, b = part.split("-", 1)
-                if int(a) > int(b):
-                    raise InputError(None, field, f"empty range {part!r}: write it low-high, e.g. {b}-{a}")
-                out.extend(range(int(a), int(b) + 1))
-            else:
-                out.append(int(part))
-    except ValueError:
-        raise InputError(None, field, f"expected a number, a range like 1-8 or a list like 3,5,7 (got {text!r})") from None
-    bad = [v for v in out if not lo <= v <= hi]
-    if bad or not out:
-        raise InputError(None, field, f"values must lie in {lo}..{hi} (got {text!r})")
-    return out
-
-
 # Options shared by several commands (declared once).
 ForceOpt = Annotated[bool, typer.Option("--force", help="overwrite a file git tracks, or write into a non-empty --out folder")]
 
@@ -67,9 +45,10 @@ ForceOpt = Annotated[bool, typer.Option("--force", help="overwrite a file git tr
 def whatif(
     scenario: str = typer.Argument(..., help="scenario YAML (path or name in scenarios/)"),
     system: Optional[list[str]] = typer.Option(None, "--system", help="restrict to these systems (repeatable)"),
-    gamma: Optional[str] = typer.Option(None, help="gamma values, e.g. 1-8 or 2,4"),
-    threshold: Optional[str] = typer.Option(None, help="thresholds 0-10 (10: never keep), e.g. 0-9 or 5,7"),
-    first_n: Optional[str] = typer.Option(None, "--first-n", help="first-n-base-steps values"),
+    gamma: Optional[list[int]] = gamma_list_option(),
+    threshold: Optional[list[int]] = threshold_list_option(),
+    first_n: Optional[list[int]] = int_list_option(None, "--first-n", concept="first_n", lo=0, hi=100_000,
+                                                   help="steps the base model writes first", example="0,2"),
     engine: Optional[str] = typer.Option(None, help="analytic | des (default: the scenario's)"),
     requests: Optional[int] = typer.Option(None, help="DES requests per grid point"),
     seed: Optional[int] = typer.Option(None, help="DES seed"),
@@ -78,7 +57,8 @@ def whatif(
     columns: Optional[str] = typer.Option(None, "--columns", help=COLUMNS_HELP),
     hardware: Optional[str] = typer.Option(None, "--hardware", help="run on this catalog hardware instead of the "
                                            "scenario's (specsim list hardware), e.g. h100-sxm or h100-sxm,h200"),
-    tp: Optional[str] = typer.Option(None, "--tp", help="tensor-parallel degrees instead of the scenario's, e.g. 1,2"),
+    tp: Optional[list[int]] = int_list_option(None, "--tp", concept="tp", lo=1, hi=1024,
+                                              help="tensor-parallel degrees instead of the scenario's", example="1,2"),
     force: ForceOpt = False,
 ):
     """Predict latency, speedup, small-step fraction, acceptance length and breakdown over the grid.
@@ -101,16 +81,14 @@ def whatif(
 
     check_out(out, fmt, force)
     check_columns(columns, extra=("engine", "steps", "requests", "accuracy", "accuracy_lo", "accuracy_hi"))
-    kwargs = dict(systems=system, gammas=_int_range(gamma, "--gamma", 1, 16),
-                  thresholds=_int_range(threshold, "--threshold", 0, 10),
-                  first_ns=_int_range(first_n, "--first-n", 0, 100000), engine=engine, requests=requests, seed=seed,
+    kwargs = dict(systems=system, gammas=gamma, thresholds=threshold, first_ns=first_n, engine=engine, requests=requests, seed=seed,
                   grid_overrides=_grid_overrides(hardware, tp))
     with job(f"whatif {scenario}" + (f": {engine} engine" if engine else "") + (f", {requests} requests per point" if requests else "")):
         df, title, meta = whatif_from_cli(scenario, **kwargs)
     write_output(df, fmt, out, title, meta, columns)
 
 
-def _grid_overrides(hardware: str | None, tp: str | None) -> dict | None:
+def _grid_overrides(hardware: str | None, tp: list[int] | None) -> dict | None:
     """--hardware / --tp -> the scenario grid's hardware / tp lists (names checked against the catalog here, so
     an error names the option)."""
     if hardware is None and tp is None:
@@ -124,7 +102,7 @@ def _grid_overrides(hardware: str | None, tp: str | None) -> dict | None:
             raise InputError(None, "--hardware", "expected a catalog name, e.g. h100-sxm (specsim list hardware)")
         for h in hw:
             get_hardware(h, None, "--hardware")
-    return {"hardware": hw, "tp": _int_range(tp, "--tp", 1, 1024)}
+    return {"hardware": hw, "tp": tp}
 
 
 @app.command("list")
@@ -177,8 +155,9 @@ def capacity(
     arrivals_file: Optional[Path] = typer.Option(None, "--arrivals-file",
                                                  help="check the SLO on arrival times replayed from a CSV/JSONL file"),
     system: Optional[list[str]] = typer.Option(None, "--system", help="restrict to these systems (repeatable)"),
-    gamma: Optional[str] = typer.Option(None, help="gamma values, e.g. 1-8 or 2,4"),
-    threshold: Optional[str] = typer.Option(None, help="thresholds, e.g. 3,5,7"),
+    gamma: Optional[list[int]] = gamma_list_option(None, lo=0, help="draft tokens per iteration, 1..16 (0, plain "
+                                                   "decoding, only with --best-gamma)"),
+    threshold: Optional[list[int]] = threshold_list_option(),
     arrival: str = typer.Option("poisson", help="poisson | bursty"),
     cv: float = typer.Option(1.0, help="coefficient of variation of inter-arrival gaps (bursty)"),
     requests: Optional[int] = typer.Option(None, help="requests simulated per load level"),
@@ -235,6 +214,9 @@ def capacity(
         raise InputError(None, "--gamma-policy", f"expected fixed or goodput (got {gamma_policy!r})")
     if gamma_policy != "fixed" and best_gamma:
         raise InputError(None, "--gamma-policy", "--best-gamma already runs the goodput policy beside every fixed gamma")
+    if gamma and gamma[0] == 0 and not best_gamma:
+        raise InputError(None, "--gamma", f"must lie in 1..{GAMMA_MAX} (got 0): 0, plain decoding, is --best-gamma's "
+                         "baseline only")
     user_counts = [int(u) for u in _float_list(users, "--users")] if users else None
     if best_gamma and not user_counts:
         raise InputError(None, "--best-gamma", "needs --users (the concurrency levels to compare gammas at)")
@@ -242,7 +224,7 @@ def capacity(
     with job(f"capacity {scenario}: {what} (serving simulations on {workers or 'all'} local worker(s))") as j:
         df, meta = capacity_from_cli(
             scenario, slo, qps=_float_list(qps, "--qps"), users=user_counts, systems=system,
-            gammas=_int_range(gamma, "--gamma", 0 if best_gamma else 1, 16), thresholds=_int_range(threshold, "--threshold", 0, 10),
+            gammas=gamma, thresholds=threshold,
             arrival=arrival, cv=cv, requests=requests, seed=seed, gpu_hour_cost=gpu_hour_cost, target_qps=target_qps,
             workers=workers, ray_address=ray_address, arrivals_file=str(arrivals_file) if arrivals_file else None,
             interval=_interval(ci_target, max_replications), accuracy_floor=accuracy_floor, accuracy_margin=accuracy_margin,
@@ -281,8 +263,8 @@ def report(
     slo: Optional[str] = typer.Option(None, help="SLO, e.g. 'p99_latency<=300s' (default: the scenario's slo, else "
                                       "p99 latency <= 3x vanilla-base's single-request latency)"),
     system: Optional[list[str]] = typer.Option(None, "--system", help="restrict to these systems (repeatable)"),
-    gamma: Optional[str] = typer.Option(None, help="gamma values, e.g. 1-8 or 2,4"),
-    threshold: Optional[str] = typer.Option(None, help="thresholds, e.g. 3,5,7"),
+    gamma: Optional[list[int]] = gamma_list_option(),
+    threshold: Optional[list[int]] = threshold_list_option(),
     requests: Optional[int] = typer.Option(None, help="requests simulated per load level"),
     seed: Optional[int] = typer.Option(None, help="base seed (default: the scenario's)"),
     gpu_hour_cost: Optional[float] = typer.Option(None, "--gpu-hour-cost", help="price of one GPU-hour"),
@@ -324,8 +306,7 @@ def report(
         path, line = build_report(scenario, out, slo, requests, seed, gpu_hour_cost, target_qps, workers, ray_address,
                                   accuracy_floor=accuracy_floor, accuracy_margin=accuracy_margin,
                                   interval=_interval(ci_target, max_replications), systems=system,
-                                  gammas=_int_range(gamma, "--gamma", 1, 16),
-                                  thresholds=_int_range(threshold, "--threshold", 0, 10), progress=j.progress)
+                                  gammas=gamma, thresholds=threshold, progress=j.progress)
     print(line)
     wrote(path, f"markdown; PNGs and CSVs beside it in {out}")
 
@@ -408,9 +389,12 @@ def pass_time(
     model: str = typer.Option(..., "--model", help="catalog model name (specsim list models) or a path to a HF config.json"),
     hardware: str = typer.Option(..., "--hardware", help="catalog hardware name, e.g. h100-sxm"),
     tp: int = typer.Option(1, "--tp", help="tensor-parallel degree"),
-    batch: str = typer.Option("1", "--batch", help="sequences in the step, e.g. 1 or 1,8,64 or 1-4"),
-    new_tokens: str = typer.Option("1", "--new-tokens", help="new tokens per sequence (1: decode), e.g. 1,5,512"),
-    context: str = typer.Option("0", "--context", help="cached tokens per sequence, e.g. 0,4096"),
+    batch: list[int] = int_list_option("1", "--batch", concept="batch", lo=1, hi=65536,
+                                       help="sequences in the step", example="1,8,64 or 1-4"),
+    new_tokens: list[int] = int_list_option("1", "--new-tokens", concept="new_tokens", lo=1, hi=1_000_000,
+                                            help="new tokens per sequence (1: decode)", example="1,5,512"),
+    context: list[int] = int_list_option("0", "--context", concept="context", lo=0, hi=10_000_000,
+                                         help="cached tokens per sequence", example="0,4096"),
     dtype: str = typer.Option("bf16", "--dtype", help="weight dtype: bf16 | fp8 | int4"),
     draft: Optional[str] = typer.Option(None, "--draft", help="draft: a catalog model, head[:LAYERS] (EAGLE-style) or mtp[:LAYERS] (the model's own MTP module)"),
     ep: int = typer.Option(1, "--ep", help="expert parallelism of a mixture of experts: 1 (experts sharded by TP) or TP (whole experts per GPU)"),
@@ -440,9 +424,7 @@ def pass_time(
         from simulator.loading import load_yaml_model
 
         prof = load_yaml_model(profile, CostProfile)
-    df, meta = pass_time_table(model, hardware, tp, _int_range(batch, "--batch", 1, 65536),
-                               _int_range(new_tokens, "--new-tokens", 1, 1_000_000),
-                               _int_range(context, "--context", 0, 10_000_000), dtype, draft, gamma, prof, ep)
+    df, meta = pass_time_table(model, hardware, tp, batch, new_tokens, context, dtype, draft, gamma, prof, ep)
     if fmt == "table":
         render(df, meta)
         if out is not None:

@@ -10,7 +10,11 @@ import shlex
 
 def _words(param, value) -> list[str]:
     """One parameter's words on a command line: an argument's values; an option's name and value (a repeatable
-    option once per value, a flag by the name that sets it)."""
+    option once per value, a list of integers once as ``--gamma 1-8``, a flag by the name that sets it)."""
+    from simulator.option_values import IntValues
+
+    if isinstance(value, IntValues) and param.param_type_name != "argument":
+        return [param.opts[0], value.text()]
     values = list(value) if isinstance(value, (list, tuple)) else [value]
     if param.param_type_name == "argument":
         return [str(v) for v in values if v is not None]

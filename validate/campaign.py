@@ -25,7 +25,7 @@
 Equivalent CLI (see docs/cpu-campaign.md):
 ``specsim calibrate fit DIR/runs/{vanilla-base,specdecode-g1,specdecode-g4,specreason-t0,specreason-t7} --out P.yaml
 --hardware cpu --tp 1 --base-model smollm2-135m --small-model smollm2-135m-cut6 --draft-model smollm2-135m-cut6``
-then ``specsim validate DIR/runs/* --profile P.yaml --holdout profile --report R --max-median-ape BAR``.
+then ``specsim validate DIR/runs/* --profile P.yaml --holdout profile --out R --max-median-ape BAR``.
 """
 
 from __future__ import annotations

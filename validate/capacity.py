@@ -5,6 +5,8 @@ and interval from profiles fitted on *other* loads.
     specsim validate-capacity RUN_DIR... --scenario S.yaml --slo "p90_latency<=12s" --out DIR
                               [--threshold 6] [--requests 300] [--seed 0]
 
+``--threshold`` takes the syntax of ``specsim capacity``'s (``6``, ``5,7`` or ``3-7``; repeatable).
+
 Measured (``specsim calibrate serve-systems --users '' --poisson-rate R ...`` run directories, one per
 system and rate): per level the SLO's terms over the steady requests (after the warm-up fraction), and
 the simulator's run-length rule: a level whose arrival window is shorter than ``HORIZON_LATENCIES``
@@ -41,6 +43,7 @@ import pandas as pd
 import typer
 
 from simulator.errors import InputError
+from simulator.option_values import threshold_list_option
 from simulator.serving.metrics import WARMUP_FRACTION
 
 
@@ -106,7 +109,7 @@ def bracket(levels: pd.DataFrame) -> dict[str, dict]:
     return out
 
 
-def predicted(scenario: str, slo_text: str, systems: list[str], thresholds: list[float] | None, rates: dict[str, list[float]],
+def predicted(scenario: str, slo_text: str, systems: list[str], thresholds: list[int] | None, rates: dict[str, list[float]],
               requests: int, seed: int, workers: int | None = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(capacity per system with its interval, simulated SLO check at each measured rate)."""
     from simulator.capacity import IntervalSpec, capacity_from_cli
@@ -183,7 +186,7 @@ def write_report(out: Path, levels: pd.DataFrame, sim_levels: pd.DataFrame, tabl
     return path
 
 
-def run(runs: list[str], scenario: str, slo: str, thresholds: list[float] | None, requests: int, seed: int, out: Path,
+def run(runs: list[str], scenario: str, slo: str, thresholds: list[int] | None, requests: int, seed: int, out: Path,
         command: str) -> pd.DataFrame:
     """The whole comparison (what ``specsim validate-capacity`` runs); prints
     one verdict line per system and writes the report."""
@@ -217,7 +220,7 @@ def register(app) -> None:
         runs: list[Path] = typer.Argument(..., help="serve-systems Poisson run directories (SYSTEM/poisson-R)"),
         scenario: str = typer.Option(..., help="scenario YAML whose profiles come from other loads"),
         slo: str = typer.Option(..., help="SLO, e.g. 'p90_latency<=12s'"),
-        threshold: Optional[list[float]] = typer.Option(None, "--threshold", help="SpecReason threshold (repeatable)"),
+        threshold: Optional[list[int]] = threshold_list_option(),
         requests: int = typer.Option(300, help="simulated requests per run (the capacity search's run length)"),
         seed: int = typer.Option(0, help="simulation seed"),
         out: Path = typer.Option(..., help="report folder"),

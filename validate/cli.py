@@ -25,7 +25,7 @@ def validate(
     inputs: list[Path] = typer.Argument(..., help="run directories or SpecReason trace files/directories"),
     profile: Path = typer.Option(..., "--profile", help="cost profile (specsim calibrate fit / fit-bench), or prior | "
                                                         "datasheet: the runs' hardware before any calibration"),
-    report: Path = typer.Option(..., "--report", help="directory for report.md, PNGs and CSVs"),
+    report: Path = typer.Option(..., "--out", "--report", help="report folder: report.md, PNGs and CSVs"),
     holdout: Optional[str] = typer.Option(None, "--holdout", help="profile (default) | runs:4-7 | config:KEY=VALUE | loro | "
                                            "requests:odd|even|kfold=K[,seed=S]"),
     workload: Optional[Path] = typer.Option(None, "--workload", help="workload profile for distribution mode "
@@ -45,7 +45,7 @@ def validate(
 ):
     """Predict measured held-out runs (trace replay and distribution mode) and report the errors.
 
-    Example: specsim validate RUN_DIR... --profile cost.yaml --holdout requests:kfold=2 --report out/validation"""
+    Example: specsim validate RUN_DIR... --profile cost.yaml --holdout requests:kfold=2 --out out/validation"""
     from validate.report import write_report
     from validate.validation import headline, run_validation
 

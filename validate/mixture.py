@@ -195,7 +195,9 @@ def register(calibrate_app) -> None:
         aggregates: Path = typer.Option(None, help="per-problem aggregates JSON (default: the shared AIME traces')"),
         data: Path = typer.Option(None, help="per-step SpecReason traces (default: the shared ones)"),
     ) -> None:
-        """Leave-one-problem-out validation of the workload mixture (~3 min): tokens, kept share, latency per held-out problem."""
+        """Leave-one-problem-out validation of the workload mixture (~3 min): tokens, kept share, latency per held-out problem.
+
+        Example: specsim calibrate validate-mixture --out out/mixture-validation"""
         typer.echo(f"leave-one-problem-out: fitting one mixture per held-out problem, writing {out} ...")
         _, _, text = run(out, aggregates, data)
         typer.echo(text)

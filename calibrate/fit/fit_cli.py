@@ -16,6 +16,7 @@ from typing import Optional
 import typer
 
 from simulator.errors import InputError
+from simulator.option_values import threshold_option
 
 
 def _setup_from(ms, hardware, tp, base_model, small_model, draft_model):
@@ -181,7 +182,7 @@ def fit_workload_traces(
 
 def import_specreason_cmd(
     data: Path = typer.Argument(..., help="SpecReason per-step traces: a JSONL file or a folder of them"),
-    threshold: float = typer.Option(7.0, help="the runs' acceptance threshold (a step is kept at score >= it)"),
+    threshold: float = threshold_option(7.0, help="the runs' acceptance threshold, 0..10 (a step is kept at score >= it)"),
     summary: bool = typer.Option(False, "--summary", help="print figures, consistency issues and per-call timing fits"),
 ):
     """Read and check SpecReason per-step traces (every line validated); count them, or summarise them.

@@ -26,6 +26,7 @@ from calibrate.run.datasets import INSTRUCTION, Problem
 from calibrate.run.engine import Engine, Generation, Sampling
 from calibrate.trace_schema import SCHEMA_VERSION
 from simulator.errors import InputError
+from simulator.option_values import check_threshold
 from simulator.systems import REGISTRY, SYSTEMS, SystemSpec
 
 STEP_STOP = ("\n\n",)
@@ -52,8 +53,7 @@ class RunConfig:
     def __post_init__(self):
         if self.system not in REGISTRY:
             raise InputError(None, "system", f"unknown system {self.system!r} ({' | '.join(SYSTEMS)})")
-        if not 0 <= self.threshold <= 10:
-            raise InputError(None, "threshold", "must be in [0, 10] (10 = never accept)")
+        check_threshold(self.threshold, "threshold")  # 0..10 (10: never keep a small step), as --threshold
         if self.score_mode not in ("greedy", "mean"):
             raise InputError(None, "score_mode", "must be greedy or mean")
         for name in ("budget_tokens", "step_max_tokens"):

@@ -350,7 +350,7 @@ def register(calibrate_app) -> None:
         for r in res:
             typer.echo(("kept  " if r.skipped else "new   ") + r.summary_line)
         typer.echo(f"wrote {out} ({sum(not r.skipped for r in res)} new level(s), {sum(r.skipped for r in res)} kept); "
-                   f"validate: specsim validate-serving {out}/*/ --profile PROFILE --report REPORT")
+                   f"validate: specsim validate-serving {out}/*/ --profile PROFILE --out REPORT")
 
     @calibrate_app.command("import-bench-serve")
     def import_bench_serve_cmd(

@@ -12,6 +12,7 @@ from typing import Optional
 import typer
 
 from simulator.errors import InputError
+from simulator.option_values import threshold_option
 
 
 def _arrivals(users: str, poisson_rate: list[float], seed: int) -> tuple:
@@ -77,7 +78,7 @@ def register(calibrate_app: typer.Typer) -> None:
         users: str = typer.Option("1,2,4", help="closed-loop levels: comma-separated user counts ('' for none)"),
         poisson_rate: list[float] = typer.Option([], "--poisson-rate", help="open-loop Poisson rate (req/s); repeatable"),
         requests: int = typer.Option(12, help="measured requests per (system, level)"),
-        threshold: float = typer.Option(7.0, help="SpecReason acceptance threshold (0-10)"),
+        threshold: float = threshold_option(7.0),
         score_mode: str = typer.Option("greedy", help="greedy digit | mean (logprob-weighted)"),
         budget: int = typer.Option(48, help="thinking-token budget (checked between steps)"),
         step_max_tokens: int = typer.Option(24, help="largest step"),

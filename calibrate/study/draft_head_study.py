@@ -38,7 +38,7 @@ def run_draft_head_study(cfg: dict, out: Path, command: str, log=print) -> dict:
 
     gammas = list(cfg["gammas"])
     for g in gammas + list(cfg["timed_gammas"]):
-        validate_gamma(g, "--gammas")
+        validate_gamma(g, "--gamma")
     gmax = max(gammas)
     cache_dir = Path(cfg["model_cache"])
     target_dir = require_model_dir(cache_dir / SMOLLM2)

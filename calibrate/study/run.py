@@ -16,21 +16,6 @@ from simulator.errors import InputError
 DRAFT_CHOICES = ("cut4", "cut6", "cut8", "cut15", "ngram", "bf16copy")
 
 
-def parse_gammas(spec: str) -> list[int]:
-    """"1-8" or "1,2,4" -> sorted unique gammas in 1..16."""
-    try:
-        if "-" in spec:
-            lo, hi = (int(x) for x in spec.split("-", 1))
-            vals = list(range(lo, hi + 1))
-        else:
-            vals = [int(x) for x in spec.split(",") if x.strip()]
-    except ValueError:
-        raise InputError(None, "--gammas", f"expected 'LO-HI' or a comma list, got {spec!r}") from None
-    if not vals or min(vals) < 1 or max(vals) > 16 or (("-" in spec) and lo > hi):
-        raise InputError(None, "--gammas", f"gammas must lie in 1..16 and be non-empty (got {spec!r})")
-    return sorted(set(vals))
-
-
 @dataclass
 class StudyConfig:
     problems: int = 10
@@ -58,11 +43,11 @@ class StudyConfig:
             raise InputError(None, "--timed-problems", f"must be <= --problems ({self.problems})")
         bad = [d for d in self.drafts if d not in DRAFT_CHOICES]
         if bad or not self.drafts:
-            raise InputError(None, "--drafts", f"unknown draft(s) {bad}; choose from {', '.join(DRAFT_CHOICES)}")
+            raise InputError(None, "--draft", f"unknown draft(s) {bad}; choose from {', '.join(DRAFT_CHOICES)}")
         if self.train_steps < 0 or (self.train_steps and self.train_problems < 1):
             raise InputError(None, "--train-steps", "must be >= 0 (with --train-problems >= 1)")
         if not set(self.timed_gammas) <= set(self.gammas):
-            raise InputError(None, "--timed-gammas", "must be a subset of --gammas")
+            raise InputError(None, "--timed-gammas", "must be a subset of --gamma")
         return self
 
 

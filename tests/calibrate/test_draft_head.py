@@ -23,7 +23,7 @@ def test_validate_gamma_and_missing_model_dir(tmp_path):
         require_model_dir(tmp_path / "nope")
 
 
-@pytest.mark.parametrize("args", [["--gammas", "0-3"], ["--timed-gammas", "0"], ["--repeats", "0"],
+@pytest.mark.parametrize("args", [["--gamma", "0-3"], ["--timed-gammas", "0"], ["--repeats", "0"],
                                   ["--timed-problems", "3", "--problems", "2"], ["--model-cache", "MISSING"]])
 def test_draft_head_cli_bad_input_exit_2(args, tmp_path, capsys):
     args = [str(tmp_path / "missing-cache") if a == "MISSING" else a for a in args]

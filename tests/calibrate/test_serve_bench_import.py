@@ -152,7 +152,7 @@ def test_cli_bad_input_one_line_exit_2_nothing_written(tmp_path):
     assert r.returncode == 2 and r.stderr == f"error: {bad}: ttfts: per-request detail missing: run `vllm bench " \
                                              "serve` with --save-result --save-detailed\n"
     assert not (tmp_path / "o").exists()
-    r = _cli("validate-serving", str(bad), "--profile", str(PROFILE), "--report", str(tmp_path / "rep"))
+    r = _cli("validate-serving", str(bad), "--profile", str(PROFILE), "--out", str(tmp_path / "rep"))
     assert r.returncode == 2 and r.stderr.startswith(f"error: {bad}: ttfts: ") and r.stderr.count("\n") == 1
     assert not (tmp_path / "rep").exists()
 
@@ -160,20 +160,20 @@ def test_cli_bad_input_one_line_exit_2_nothing_written(tmp_path):
 def test_validate_serving_takes_the_jsons_directly(tmp_path):
     rep = tmp_path / "rep"
     r = _cli("validate-serving", str(DATA / "closed-1.json"), str(DATA / "closed-2.json"), "--profile", str(PROFILE),
-             "--report", str(rep))
+             "--out", str(rep))
     assert r.returncode == 0, r.stderr
     assert "held out (profile, n=8)" in r.stdout and "ITL of 2 held-out one-engine runs" in r.stdout
     assert (rep / "report.md").is_file()
     # one request at a time, the client's timings are the engine's steps: the step fit takes closed-1 ...
     r = _cli("validate-serving", str(DATA / "closed-1.json"), str(DATA / "closed-2.json"), "--profile", str(PROFILE),
-             "--report", str(tmp_path / "rep2"), "--fit-levels", "closed-1")
+             "--out", str(tmp_path / "rep2"), "--fit-levels", "closed-1")
     assert r.returncode == 0 and "held out (profile+step-fit, n=4)" in r.stdout, r.stderr
     # two stages: step parameters on the 4 x 7 decode steps (ITLs), then the per-request call overhead from TTFT
     assert "step fit on 28 engine steps of 1 runs (closed-1)" in r.stderr and "call_overhead_s" in r.stderr
     assert "median of TTFT - predicted prefill pass over 4 requests" in (tmp_path / "rep2" / "report.md").read_text()
     # ... but a concurrent level implies no steps (who shared one is not seen)
     r = _cli("validate-serving", str(DATA / "closed-1.json"), str(DATA / "closed-2.json"), "--profile", str(PROFILE),
-             "--report", str(tmp_path / "rep3"), "--fit-levels", "closed-2")
+             "--out", str(tmp_path / "rep3"), "--fit-levels", "closed-2")
     assert r.returncode == 2 and "fit on closed-1" in r.stderr and r.stderr.count("\n") == 1, r.stderr
 
 
@@ -239,10 +239,10 @@ def test_speculative_bench_run_acceptance_from_the_json_and_from_metrics(tmp_pat
 
 def test_validate_serving_speculative_bench_runs(tmp_path):
     r = _cli("validate-serving", str(SPEC / "result.json"), str(DATA / "closed-1.json"), "--profile", str(PROFILE),
-             "--report", str(tmp_path / "rep"), "--acceptance-levels", "closed-1")
+             "--out", str(tmp_path / "rep"), "--acceptance-levels", "closed-1")
     # the acceptance of the speculative closed-1 (its own JSON) predicts it; the plain closed-1 is not speculative
     assert r.returncode == 0 and "acceptance from closed-1: gamma 2" in r.stderr, r.stderr
     assert "speculative runs held out (profile+acceptance-fit" not in r.stdout  # the only speculative run is the fit one
-    r = _cli("validate-serving", str(SPEC / "result.json"), "--profile", str(PROFILE), "--report", str(tmp_path / "rep"))
+    r = _cli("validate-serving", str(SPEC / "result.json"), "--profile", str(PROFILE), "--out", str(tmp_path / "rep"))
     assert r.returncode == 0, r.stderr
     assert "speculative runs held out (profile, n=6)" in r.stdout and "acceptance length median APE" in r.stdout

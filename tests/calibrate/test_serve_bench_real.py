@@ -72,7 +72,7 @@ def test_real_server_ladder_import_validate(tmp_path):
     assert prov["versions"]["vllm"] and prov["server"]["model"] == str(MODEL)
     rep = tmp_path / "rep"
     v = subprocess.run([sys.executable, "-m", "specsim_cli", "validate-serving", str(out / "closed-1"),
-                        str(out / "closed-2" / "result.json"), "--profile", str(PROFILE), "--report", str(rep)],
+                        str(out / "closed-2" / "result.json"), "--profile", str(PROFILE), "--out", str(rep)],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert v.returncode == 0, v.stderr
     assert "held out (profile, n=6)" in v.stdout and (rep / "report.md").is_file()

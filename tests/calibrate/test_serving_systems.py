@@ -266,7 +266,7 @@ def test_validate_serving_replays_whole_system_runs(tmp_path):
            (0, int(c0.prompt_tokens - c0.cached_tokens), int(c0.cached_tokens))
     r = subprocess.run(SPECSIM + ["validate-serving", *map(str, dirs), "--profile",
                                   str(ROOT / "simulator/profiles/cost_cpu-vllm032.yaml"), "--fit-levels", "closed-1",
-                                  "--report", str(tmp_path / "rep")], capture_output=True, text=True, cwd=ROOT)
+                                  "--out", str(tmp_path / "rep")], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "Speedup over vanilla-base under load" in md and "| specreason | closed-" in md and (tmp_path / "rep" / "speedup_vs_concurrency.png").exists()

@@ -64,8 +64,8 @@ def test_transfer_acceptance_bounded_and_monotone():
     assert transfer_acceptance([0.7, 0.48], [0.3, 0.1], [0.3, 0.1]) == pytest.approx([0.7, 0.48])
 
 
-@pytest.mark.parametrize("args", [["--gammas", "0-3"], ["--gammas", "x"], ["--drafts", "cut4,bogus"],
-                                  ["--problems", "0"], ["--timed-gammas", "9", "--gammas", "1-8"]])
+@pytest.mark.parametrize("args", [["--gamma", "0-3"], ["--gamma", "x"], ["--draft", "cut4,bogus"],
+                                  ["--problems", "0"], ["--timed-gammas", "9", "--gamma", "1-8"]])
 def test_study_cli_bad_options_exit_2(args, tmp_path, capsys):
     assert main(["study", "specdecode", "--out", str(tmp_path / "r"), *args]) == 2
     err = capsys.readouterr().err.strip()

@@ -52,12 +52,12 @@ def test_killed_fit_and_validate_leave_no_half_written_output(tmp_path, monkeypa
         pass
     assert prof.read_text() == good
     try:
-        main(["validate", a, b, c, "--profile", str(prof), "--report", str(rep), "--no-distribution"])
+        main(["validate", a, b, c, "--profile", str(prof), "--out", str(rep), "--no-distribution"])
     except Killed:
         pass
     assert not (rep / "report.md").exists() and not [p for p in rep.glob("*") if p.name.endswith(".tmp")]
     monkeypatch.setattr(os, "replace", real)
-    assert main(["validate", a, b, c, "--profile", str(prof), "--report", str(rep), "--no-distribution"]) in (0, 2)
+    assert main(["validate", a, b, c, "--profile", str(prof), "--out", str(rep), "--no-distribution"]) in (0, 2)
     assert (rep / "report.md").read_text().startswith("# Validation report")
 
 

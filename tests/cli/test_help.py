@@ -37,18 +37,10 @@ def test_every_option_of_every_command_has_a_description(name, cmd):
     assert (cmd.help or "").strip(), f"specsim {name} has no description"
 
 
-# commands whose modules other engineers own, still without an example (issue 29)
-NO_EXAMPLE_YET = {"validate-serving", "calibrate validate-mixture"}
-
-
-@pytest.mark.parametrize("name", [n for n, _ in COMMANDS if n not in NO_EXAMPLE_YET])
+@pytest.mark.parametrize("name", [n for n, _ in COMMANDS])
 def test_each_command_shows_an_example(name, capsys):
     cmd = dict(COMMANDS)[name]
     assert f"Example: specsim {name} " in (cmd.help or ""), f"specsim {name}: no 'Example: specsim {name} ...' line"
-
-
-def test_commands_without_an_example_are_listed_only_while_they_lack_one():
-    assert all("Example: specsim" not in (dict(COMMANDS)[n].help or "") for n in NO_EXAMPLE_YET)
 
 
 @pytest.mark.parametrize("name", SIMULATOR_COMMANDS)

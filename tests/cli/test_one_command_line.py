@@ -78,16 +78,16 @@ def test_bad_input_to_a_converted_command_is_one_line_exit_2(tmp_path, capsys):
     rc = main(["validate-gpu-summary", str(tmp_path / "nope")])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and err[0].startswith("error: ") and "nope" in err[0]
-    rc = main(["calibrate", "gpu", "step-plan", "--out", str(tmp_path / "p.json"), "--models", "no-such-model"])
+    rc = main(["calibrate", "gpu", "step-plan", "--out", str(tmp_path / "p.json"), "--model", "no-such-model"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and len(err) == 1 and "--models" in err[0] and not (tmp_path / "p.json").exists()
+    assert rc == 2 and len(err) == 1 and "--model" in err[0] and not (tmp_path / "p.json").exists()
 
 
 def test_step_plan_then_step_predict(tmp_path):
     import json
 
     plan = tmp_path / "plan.json"
-    assert main(["calibrate", "gpu", "step-plan", "--out", str(plan), "--models", "r1-distill-qwen-1.5b"]) == 0
+    assert main(["calibrate", "gpu", "step-plan", "--out", str(plan), "--model", "r1-distill-qwen-1.5b"]) == 0
     assert [m["spec"]["name"] for m in json.loads(plan.read_text())["models"]] == ["r1-distill-qwen-1.5b"]
     out = tmp_path / "pred.csv"
     assert main(["calibrate", "gpu", "step-predict", str(plan), "--hardware", "h200", "--out", str(out)]) == 0

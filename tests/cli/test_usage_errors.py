@@ -141,3 +141,29 @@ def test_yaml_alias_bomb_is_refused_fast(tmp_path, capsys):
 def test_cli_bounds_match_the_yaml_bounds(args, capsys):
     rc, out, err = _run(args, capsys)
     assert rc == 2 and err.count("\n") == 1 and ("--requests" in err or "--gamma" in err), err
+
+
+@pytest.mark.parametrize("args, expect", [
+    (["whatif", "reference-a6000-qwq32b", "--gamma", "3-1"], "error: --gamma: empty range '3-1': write it low-high, e.g. 1-3"),
+    (["whatif", "reference-a6000-qwq32b", "--gamma", "x"], "error: --gamma: expected an integer, a range like 1-8 or a list like 3,5,7 (got 'x')"),
+    (["whatif", "reference-a6000-qwq32b", "--gamma", "2,17"], "error: --gamma: must lie in 1..16 (got 17)"),
+    (["whatif", "reference-a6000-qwq32b", "--threshold", "11"], "error: --threshold: must lie in 0..10 (got 11)"),
+    (["capacity", "cpu-smollm2", "--threshold", "5-11"], "error: --threshold: must lie in 0..10 (got 11)"),
+    (["capacity", "cpu-smollm2", "--gamma", "0,2"],
+     "error: --gamma: must lie in 1..16 (got 0): 0, plain decoding, is --best-gamma's baseline only"),
+    (["validate-capacity", "x", "--scenario", "s", "--slo", "p90_latency<=1s", "--out", "o", "--threshold", "11"],
+     "error: --threshold: must lie in 0..10 (got 11)"),
+    (["calibrate", "run", "--system", "specreason", "--threshold", "11", "--out", "o"], "error: --threshold: must lie in 0..10 (got 11)"),
+    (["calibrate", "run", "--system", "specreason", "--threshold", "x", "--out", "o"], "error: --threshold: expected a number in 0..10 (got 'x')"),
+    (["calibrate", "serve-systems", "--threshold", "-1", "--out", "o"], "error: --threshold: must lie in 0..10 (got -1)"),
+    (["calibrate", "microbench", "--gammas", "3-1", "--out", "o"], "error: --gamma: empty range '3-1': write it low-high, e.g. 1-3"),
+    (["study", "specdecode", "--gamma", "x", "--out", "o"], "error: --gamma: expected an integer, a range like 1-8 or a list like 3,5,7 (got 'x')"),
+    (["calibrate", "fit-acceptance", "--fit-gammas", "3-1"], "error: --fit-gammas: empty range '3-1': write it low-high, e.g. 1-3"),
+])
+def test_one_parser_one_wording_for_gamma_and_threshold(args, expect, capsys, tmp_path, monkeypatch):
+    """Issue 30: every --gamma / --threshold goes through simulator.option_values: the same syntax, bounds and
+    wording in every command (list-taking or single), one line, exit 2, nothing run."""
+    monkeypatch.chdir(tmp_path)
+    rc, _, err = _run(args, capsys)
+    assert rc == 2 and _one_error_line(err) == expect
+    assert not (tmp_path / "o").exists()

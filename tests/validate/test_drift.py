@@ -71,16 +71,16 @@ def test_flags_the_slow_runs_with_their_scope(runs):
 def test_drift_policy_exit_codes_and_report(runs, capsys):
     tmp, p, prof = runs
     common = ["validate", *(str(p[n]) for n in "DEF"), "--profile", str(prof), "--no-distribution"]
-    rc = main([*common, "--report", str(tmp / "flag"), "--max-median-ape", "0.9"])
+    rc = main([*common, "--out", str(tmp / "flag"), "--max-median-ape", "0.9"])
     err = capsys.readouterr().err
     assert rc == 2 and "--drift" in err and "bar was not judged" in err
     text = (tmp / "flag" / "report.md").read_text()
     assert "2 of 3 held-out runs flagged" in text and "conditional on the same machine and load" in text
-    rc = main([*common, "--report", str(tmp / "excl"), "--drift", "exclude", "--max-median-ape", "0.9"])
+    rc = main([*common, "--out", str(tmp / "excl"), "--drift", "exclude", "--max-median-ape", "0.9"])
     assert rc == 0, capsys.readouterr().err
     text = (tmp / "excl" / "report.md").read_text()
     assert f"every figure above and of the bar: {p['E'].as_posix()}" in text
-    rc = main([*common, "--report", str(tmp / "bad"), "--drift", "refit"])
+    rc = main([*common, "--out", str(tmp / "bad"), "--drift", "refit"])
     assert rc == 2 and "--drift" in capsys.readouterr().err
 
 

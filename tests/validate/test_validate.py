@@ -165,15 +165,15 @@ def test_cli_fit_validate_exit_codes(tmp_path):
     assert "calibrated" in prof.read_text()
     common = ["validate", str(tmp_path / "runA"), str(tmp_path / "runB"), str(tmp_path / "runC"), "--profile", str(prof),
               "--no-distribution"]
-    ok = _run([*common, "--report", str(tmp_path / "rep"), "--max-median-ape", "0.5"])
+    ok = _run([*common, "--out", str(tmp_path / "rep"), "--max-median-ape", "0.5"])
     assert ok.returncode == 0, ok.stderr
     text = (tmp_path / "rep" / "report.md").read_text()
     a, b, c = ((tmp_path / n).as_posix() for n in ("runA", "runB", "runC"))
     assert f"| held-out | {a}, {b} | {c} |" in text
     assert (tmp_path / "rep" / "predicted_vs_measured.png").stat().st_size > 1000
-    bad = _run([*common, "--report", str(tmp_path / "rep2"), "--max-median-ape", "1e-9"])
+    bad = _run([*common, "--out", str(tmp_path / "rep2"), "--max-median-ape", "1e-9"])
     assert bad.returncode == 1 and "FAIL" in bad.stderr
-    insample = _run([*common, "--report", str(tmp_path / "rep3"), "--holdout", f"runs:{a}"])
+    insample = _run([*common, "--out", str(tmp_path / "rep3"), "--holdout", f"runs:{a}"])
     assert insample.returncode == 2 and "in-sample" in insample.stderr and "Traceback" not in insample.stderr
 
 
@@ -183,7 +183,7 @@ def test_cli_malformed_input_exits_2_one_line(tmp_path):
         fh.write("{not json\n")
     prof = tmp_path / "p.yaml"
     prof.write_text("name: x\n")
-    r = _run(["validate", str(d), "--profile", str(prof), "--report", str(tmp_path / "rep")])
+    r = _run(["validate", str(d), "--profile", str(prof), "--out", str(tmp_path / "rep")])
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     r = _run(["calibrate", "fit", str(d), "--out", str(tmp_path / "o.yaml")])
     assert r.returncode == 2 and "steps.jsonl" in r.stderr and len(r.stderr.strip().splitlines()) == 1
@@ -319,7 +319,7 @@ def _requests_holdout_end_to_end(tmp_path):
 def test_cli_bad_requests_spec_exits_2_one_line(tmp_path):
     d = make_run_dir(tmp_path / "runA", np.random.default_rng(6), n_requests=2, steps=5)
     prof = _true_profile(tmp_path / "p.yaml", runs=[])
-    r = _run(["validate", str(d), "--profile", str(prof), "--report", str(tmp_path / "rep"), "--holdout",
+    r = _run(["validate", str(d), "--profile", str(prof), "--out", str(tmp_path / "rep"), "--holdout",
               "requests:kfold=two"])
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert "requests:kfold=two" in r.stderr
@@ -449,7 +449,7 @@ def test_profile_prior_and_datasheet_predict_every_run_on_its_own_hardware(tmp_p
         pytest.skip("committed CPU campaign runs absent")
     for kind in ("prior", "datasheet"):
         rc = main(["validate", str(runs / "vanilla-base"), str(runs / "specdecode-g4"), "--profile", kind,
-                   "--report", str(tmp_path / kind), "--no-distribution", "--drift", "exclude"])
+                   "--out", str(tmp_path / kind), "--no-distribution", "--drift", "exclude"])
         assert rc == 0, capsys.readouterr().err
         text = (tmp_path / kind / "report.md").read_text()
         assert f"--profile {kind}:" in text

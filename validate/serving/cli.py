@@ -52,7 +52,7 @@ def register(app) -> None:
     def validate_serving_cmd(
         run_dirs: list[Path] = typer.Argument(..., help="serve-run directories (specsim calibrate serve-run), `vllm bench serve` result JSONs (--save-result --save-detailed) or their imports"),
         profile: Path = typer.Option(..., "--profile", help="cost profile YAML (fitted; its fit.setup names the models)"),
-        report: Path = typer.Option(..., "--report", help="report folder"),
+        report: Path = typer.Option(..., "--out", "--report", help="report folder: report.md, CSVs and figures"),
         fit_levels: Optional[str] = typer.Option(None, "--fit-levels",
                                                  help="re-fit the step-time parameters on these levels only, e.g. closed-1,closed-2"),
         acceptance_levels: Optional[str] = typer.Option(
@@ -60,7 +60,9 @@ def register(app) -> None:
                                                "their gamma (e.g. specdecode-g2/closed-1); default: each request's own"),
         max_median_ape: Optional[float] = typer.Option(None, "--max-median-ape", help="exit 1 above this held-out latency median APE"),
     ) -> None:
-        """Predict measured concurrent runs with the serving simulator (trace replay); report errors and figures."""
+        """Predict measured concurrent runs with the serving simulator (trace replay); report errors and figures.
+
+        Example: specsim validate-serving reports/serve-bench-cpu/quiet/closed-* --profile simulator/profiles/cost_cpu-epyc-vllm032.yaml --fit-levels closed-1 --out out/serve-bench-quiet-report"""
         if max_median_ape is not None and not max_median_ape > 0:
             raise InputError(None, "--max-median-ape", f"must be > 0 (got {max_median_ape})")
         levels = [x.strip() for x in fit_levels.split(",") if x.strip()] if fit_levels else None

@@ -135,7 +135,8 @@ def _register_gpu(gpu: typer.Typer) -> None:
     @gpu.command("fit-engine")
     def fit_engine_cmd(
         ctx: typer.Context,
-        report: Path = typer.Option(..., help="folder for report.md, heldout.csv and params.yaml"),
+        report: Path = typer.Option(..., "--report", help="report folder (report.md, heldout.csv, params.yaml), written "
+                                    "beside the --priors catalog update"),
         priors: Optional[Path] = typer.Option(None, help="catalog priors YAML to update (simulator/catalog/gpu_priors.yaml)"),
         date: Optional[str] = typer.Option(None, help="provenance date (default: today)"),
         heldout: bool = typer.Option(True, help="run the held-out folds (~2 min); --no-heldout skips them"),
@@ -155,7 +156,8 @@ def _register_gpu(gpu: typer.Typer) -> None:
     @gpu.command("fit-moe")
     def fit_moe_cmd(
         ctx: typer.Context,
-        report: Path = typer.Option(..., help="folder for report.md, heldout.csv and params.yaml"),
+        report: Path = typer.Option(..., "--report", help="report folder (report.md, heldout.csv, params.yaml), written "
+                                    "beside the --priors catalog update"),
         records: Path = typer.Option(Path("out/gpu-records/aiconfigurator.csv"),
                                      help="op records CSV with AIConfigurator's moe rows (calibrate import-aiconfigurator)"),
         priors: Optional[Path] = typer.Option(None, help="catalog priors YAML to update (simulator/catalog/gpu_priors.yaml)"),
@@ -230,26 +232,27 @@ def _register_gpu(gpu: typer.Typer) -> None:
 
     @gpu.command("spec-sweep")
     def spec_sweep_cmd(
-        report: Path = typer.Option(..., help="folder for report.md and itl.csv"),
+        out: Path = typer.Option(..., "--out", "--report", help="folder for report.md and itl.csv"),
     ) -> None:
         """Speculation under load on a GPU no fit saw: the B200 closed-loop sweep, predicted per arm and concurrency.
 
-        Example: specsim calibrate gpu spec-sweep --report reports/b200-speculation"""
+        Example: specsim calibrate gpu spec-sweep --out reports/b200-speculation"""
         from calibrate.fit.gpu_profiles.spec_sweep import SWEEP, run
         from simulator.errors import InputError
 
         if not SWEEP.is_dir():
             raise InputError(str(SWEEP), None, "the B200 sweep is not here (../shared/data)")
-        out = run(report)
+        res = run(out)
         for key in ("catalog", "mtp_fitted"):
             typer.echo(f"-- {key}")
-            typer.echo(out[key].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
-        typer.echo("eta_comp fitted on the MTP arm: %.3f ± %.3f" % out["eta_comp_mtp"])
+            typer.echo(res[key].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+        typer.echo("eta_comp fitted on the MTP arm: %.3f ± %.3f" % res["eta_comp_mtp"])
 
     @gpu.command("step-plan")
     def step_plan_cmd(
         out: Path = typer.Option(..., help="plan JSON to write (the points calibrate/run/gpu_step_bench.py times)"),
-        models: Optional[str] = typer.Option(None, help="comma-separated catalog models (default: the campaign's)"),
+        models: Optional[str] = typer.Option(None, "--model", "--models",
+                                             help="catalog models, comma-separated (default: the campaign's)"),
         max_seconds: float = typer.Option(330.0, help="time bound of the bench's whole call, in seconds"),
         grid: str = typer.Option("campaign", help="campaign (the points the engine fit uses) | heldout (verification "
                                  "at batch 16-256 and models no fit has seen: a check, never fitted)"),
@@ -268,7 +271,7 @@ def _register_gpu(gpu: typer.Typer) -> None:
         names = [m.strip() for m in models.split(",") if m.strip()] if models else None
         unknown = [m for m in names or [] if m not in GRIDS[grid]]
         if unknown:
-            raise InputError(None, "--models", f"no {grid} grid for {', '.join(unknown)} (known: {', '.join(GRIDS[grid])})")
+            raise InputError(None, "--model", f"no {grid} grid for {', '.join(unknown)} (known: {', '.join(GRIDS[grid])})")
         typer.echo(f"wrote {write_atomic(out, json.dumps(make_plan(names, max_seconds, grid=grid), indent=1))}")
 
     @gpu.command("step-predict")

@@ -22,7 +22,7 @@ predictions per arm: ``catalog`` (every parameter as in ``simulator/catalog/gpu_
 ``mtp-fitted`` (eta_comp of the B200 fitted on the MTP arm alone, the one fitter; the baseline and DSpark arms are
 then held out).
 
-    specsim calibrate gpu spec-sweep --report reports/b200-speculation
+    specsim calibrate gpu spec-sweep --out reports/b200-speculation
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ def write_report(folder: Path, out: dict) -> None:
     eta, se = out["eta_comp_mtp"]
     hw = get_hardware("b200")
     L = ["# Speculation under load on a B200 (vLLM 0.30 closed loop): predicted vs measured", "",
-         "Command: `specsim calibrate gpu spec-sweep --report reports/b200-speculation` "
+         "Command: `specsim calibrate gpu spec-sweep --out reports/b200-speculation` "
          "(module docstring: assumptions). Each arm's own measured acceptance length per concurrency is the input.", "",
          f"Arms: " + "; ".join(f"{k}: {a.note}" for k, a in ARMS.items()) + ". DSpark at 128 streams queued "
          "(median TTFT 3.4 s) and is left out at 128.", "",
