@@ -65,11 +65,11 @@ case "$cmd" in
     for arch in $ARCHS; do
       dir="$OUT/work/static-$arch"
       if [ "$TINY" = "--tiny" ]; then
-        opts=(--layers 2 --contexts 32,96 --batches 1,2 --new-tokens 16 --cached-tokens 0,32 --gammas 1,3
+        opts=(--layers 2 --context 32,96 --batch 1,2 --new-tokens 16 --cached-tokens 0,32 --gamma 1,3
               --decode-tokens 3 --repeats 1 --dtype float32 --device cpu)
       else
-        opts=(--contexts 512,2048,8192,16384 --batches 1,4,16 --new-tokens 512,2048 --cached-tokens 0,4096
-              --gammas 1,2,4,8 --decode-tokens 32 --repeats 3 --dtype bfloat16 --max-seconds "$STATIC_MAX_S")
+        opts=(--context 512,2048,8192,16384 --batch 1,4,16 --new-tokens 512,2048 --cached-tokens 0,4096
+              --gamma 1,2,4,8 --decode-tokens 32 --repeats 3 --dtype bfloat16 --max-seconds "$STATIC_MAX_S")
       fi
       echo "static-bench $arch -> $dir" >&2
       py specsim_cli calibrate static-bench --arch "$arch" --out "$dir" "${opts[@]}" \
@@ -179,20 +179,20 @@ JSONL
       py specsim_cli calibrate fit "${fit[@]}" --out "$A/profile-$pair.yaml" \
         --name "gpu-campaign-$pair"
       py specsim_cli validate "$d"*/ --profile "$A/profile-$pair.yaml" \
-        --report "$A/configs-$pair" --no-distribution --drift exclude --allow-implausible || echo "configs-$pair: exit $?" >&2
+        --out "$A/configs-$pair" --no-distribution --drift exclude --allow-implausible || echo "configs-$pair: exit $?" >&2
       if [ -z "$first" ]; then
         first="$pair"
       else
         py specsim_cli validate "$d"*/ --profile "$A/profile-$first.yaml" \
-          --report "$A/transfer-$pair" --no-distribution --drift exclude --allow-implausible || echo "transfer-$pair: exit $?" >&2
+          --out "$A/transfer-$pair" --no-distribution --drift exclude --allow-implausible || echo "transfer-$pair: exit $?" >&2
       fi
       if [ -f "$A/bench.yaml" ]; then  # the static-bench profile (CUDA graphs) predicting the eager engine's requests
         py specsim_cli validate "$d"*/ --profile "$A/bench.yaml" \
-          --report "$A/from-bench-$pair" --no-distribution --drift exclude --allow-implausible || echo "from-bench-$pair: exit $?" >&2
+          --out "$A/from-bench-$pair" --no-distribution --drift exclude --allow-implausible || echo "from-bench-$pair: exit $?" >&2
       fi
       for prior in prior datasheet; do  # before any calibration: the transferred GPU prior and the datasheet-era one
         py specsim_cli validate "$d"*/ --profile "$prior" \
-          --report "$A/from-$prior-$pair" --no-distribution --drift exclude --allow-implausible || echo "from-$prior-$pair: exit $?" >&2
+          --out "$A/from-$prior-$pair" --no-distribution --drift exclude --allow-implausible || echo "from-$prior-$pair: exit $?" >&2
       done
     done
     py specsim_cli validate-gpu-summary "$A" || failed=$((failed + 1))
