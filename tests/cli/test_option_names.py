@@ -14,6 +14,8 @@ Walks every command of ``full_app()`` and checks the conventions of docs/cli.md:
 
 from __future__ import annotations
 
+from typing import Optional
+
 import pytest
 import typer
 
@@ -167,3 +169,26 @@ def test_older_names_still_run_the_commands_the_committed_reports_recorded(tmp_p
     # the old name reaches the same parser: the same error as --gamma's, naming the option's primary name
     assert main(["study", "specdecode", "--out", str(tmp_path / "s"), "--gammas", "0-3"]) == 2
     assert capsys.readouterr().err == "error: --gamma: must lie in 1..16 (got 0)\n"
+
+
+def test_a_recorded_command_writes_a_list_back_once_in_the_same_syntax():
+    """``simulator.command_line`` (the command a report records) writes a list option once, as it parses back."""
+    from simulator.command_line import command_line
+    from simulator.option_values import gamma_list_option, int_list, threshold_list_option
+    from specsim_cli.main import run_app
+
+    seen = []
+    app = typer.Typer()
+
+    @app.command()
+    def grid(ctx: typer.Context, gamma: Optional[list[int]] = gamma_list_option(),
+             threshold: Optional[list[int]] = threshold_list_option()):
+        seen.append(command_line(ctx))
+
+    @app.command()
+    def other():
+        pass
+
+    assert run_app(app, ["grid", "--gamma", "1-3", "--gamma", "8,2", "--threshold", "6"], "specsim") == 0
+    assert seen == ["specsim grid --gamma 1-3,8 --threshold 6"]
+    assert int_list("1-3,8", "--gamma", 1, 16) == [1, 2, 3, 8]
