@@ -19,6 +19,7 @@ import numpy as np
 
 from simulator.cost_model import Deployment
 from simulator.execution import Execution, cache_split
+from simulator.spec_iteration import speculative_iteration
 from simulator.workload import WorkloadProfile
 
 COMPONENTS = (
@@ -47,15 +48,14 @@ class CostTables:
         self.cum_small = np.concatenate([[0.0], np.cumsum(self.dec_small)])
         self.cum_base = np.concatenate([[0.0], np.cumsum(self.dec_base)])
         if self.gamma is not None:
-            g = self.gamma
             # draft_iter[x] = sum_{i<gamma} T_level_draft(x + i) (a decode for a chain draft, a pass of w tokens
-            # for a tree of width w, 0 for prompt lookup); verify_iter[x] = T_verify(gamma, x) (w*gamma + 1 tokens)
-            if g > 0:
-                lvl = np.asarray(self.draft.draft_level_time(np.arange(self.max_context + g + 1, dtype=float)), dtype=float)
-                self.draft_iter = np.convolve(lvl, np.ones(g), mode="valid")[: self.max_context + 1]
-            else:  # gamma = 0: no draft, a verification of one token is a decode
-                self.draft_iter = np.zeros(self.max_context + 1)
-            self.verify_iter = np.asarray(self.base.verify_time(g, x, self.draft.drafting), dtype=float)
+            # for a tree of width w, 0 for prompt lookup); verify_iter[x] = T_verify(gamma, x) (w*gamma + 1 tokens):
+            # the one speculative iteration at batch 1 over every context
+            dd = self.draft.drafting
+            d, v = speculative_iteration(self.base.pass_time, None if dd.free else self.draft.pass_time, dd,
+                                         self.gamma, 1, x)
+            self.draft_iter = np.zeros_like(x) + d  # 0.0 when no draft pass runs (gamma = 0, prompt lookup)
+            self.verify_iter = np.asarray(v, dtype=float)
         self.call_s = self.base.cost.call_overhead_s  # one engine call (same engine kind for both models)
 
     # ---- sums of decode passes used by the DES ---------------------------------------------

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from simulator.cost_model import Deployment
+from simulator.cost_model import CHAIN, Deployment
+from simulator.spec_iteration import speculative_iteration
 from simulator.speculative import expected_tokens_per_iteration
 
 EQUIVALENCE = 0.05  # throughputs within 5% of the best are ties (as capacity ranking's margin)
@@ -43,24 +44,20 @@ class GammaChoice:
 
 
 def iteration_parts(target: Deployment, draft: Deployment | None, batch: int, context: int, gamma: int) -> tuple[float, float]:
-    """(draft seconds, verification seconds) of one decoding iteration for B sequences at ``context``: γ draft
-    passes (level i at context + i, w tokens per sequence; ``Deployment.draft_level_time``'s convention) and one
-    target pass over w*γ + 1 tokens per sequence. γ = 0 or no draft: (0, one plain decode step)."""
+    """(draft seconds, verification seconds) of one decoding iteration for B sequences at ``context``: the one
+    speculative iteration (:func:`simulator.spec_iteration.speculative_iteration`) on the deployments' pass times --
+    γ draft passes (level i at context + i, w tokens per sequence) and one target pass over w*γ + 1 tokens per
+    sequence. γ = 0 or no draft: (0, one plain decode step)."""
     if batch < 1:
         raise ValueError("batch must be >= 1")
     if gamma < 0:
         raise ValueError("gamma must be >= 0")
-    cached = np.full(batch, float(context))
-    if gamma == 0 or draft is None:
-        return 0.0, float(target.batch_forward_time(np.ones(batch), cached, np.ones(batch)))
-    w = draft.drafting.tree_width
-    vt = draft.drafting.verify_tokens(gamma)
-    t = float(target.batch_forward_time(np.full(batch, float(vt)), cached, np.full(batch, float(vt))))
-    d = 0.0
-    if not draft.drafting.free:
-        d = sum(float(draft.batch_forward_time(np.full(batch, float(w)), cached + i, np.full(batch, float(w))))
-                for i in range(gamma))
-    return d, t
+    if draft is None:
+        gamma, drafting, draft_pass = 0, CHAIN, None
+    else:
+        drafting, draft_pass = draft.drafting, (None if draft.drafting.free else draft.pass_time)
+    d, v = speculative_iteration(target.pass_time, draft_pass, drafting, gamma, batch, float(batch * context))
+    return float(d), float(v)
 
 
 def iteration_time(target: Deployment, draft: Deployment | None, batch: int, context: int, gamma: int) -> float:

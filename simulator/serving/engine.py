@@ -13,6 +13,9 @@ iteration time is the cost model's pass time for the batch's aggregates -- exact
     T_iter = sum_{i<gamma} T_pass^draft(batch at context + i) + T_pass^base(batch)   (speculative)
     T_iter = T_pass^base(batch)                                                     (otherwise)
 
+(the speculative iteration, prefills sharing its passes included, is
+``simulator.spec_iteration.speculative_iteration``: the one definition the cost tables and the γ rule use too).
+
 A γ policy (``gamma_policy``: (iteration time at γ, decoding sequences) -> γ in 0..gamma, e.g.
 ``simulator.gamma_choice.GoodputPolicy``) makes γ a per-iteration choice: it is re-decided before every
 evaluation of the next iteration(s) from the decoding sequences as they stand (number and contexts). Calls
@@ -44,6 +47,7 @@ from simulator.cost_model import Deployment
 from simulator.execution import cache_split
 from simulator.serving.pass_cost import PassCost
 from simulator.serving.stretch import Stretches
+from simulator.spec_iteration import NO_PREFILL, speculative_iteration
 from simulator.request_model import Call
 
 
@@ -83,7 +87,9 @@ class Engine(Stretches):
         # the draft's passes: none for prompt lookup; a tree of width w drafts w tokens per pass and the
         # target verifies vt = w*gamma + 1 tokens per sequence (gamma + 1 for a chain)
         self.pc_draft = PassCost(draft) if self.spec and not draft.drafting.free else None
-        self.width = draft.drafting.tree_width if self.spec else 1
+        self._drafting = draft.drafting if self.spec else None
+        self._target_pass = self.pc.time  # _spec_time's pass-time callables (the one iteration's arguments)
+        self._draft_pass = self.pc_draft.time if self.pc_draft is not None else None
         self.vt = draft.drafting.verify_tokens(gamma) if self.spec else 1  # at gamma: admission reserves this
         self.policy = gamma_policy if self.spec else None
         self.g_cur, self.vt_cur = (gamma, self.vt) if self.spec else (0, 1)  # γ of the iteration(s) being evaluated
@@ -230,7 +236,13 @@ class Engine(Stretches):
         if nd == 0:
             return
         cd = sum(dec)
-        g = int(self.policy(lambda g: self._spec_time(g, 0, 0, 0, 0, nd, cd), nd))
+        tp, dp, dr, g0, v0 = self._target_pass, self._draft_pass, self._drafting, self.g_cur, self.vt_cur
+
+        def iter_time(g: int) -> float:  # = _spec_time(g, 0, 0, 0, 0, nd, cd)
+            d, v = speculative_iteration(tp, dp, dr, g, nd, cd, NO_PREFILL, v0 if g == g0 else None)
+            return d + v
+
+        g = int(self.policy(iter_time, nd))
         if g != self.g_cur:
             self.g_cur, self.vt_cur = g, self.draft.drafting.verify_tokens(g)
             it = self.it
@@ -293,36 +305,17 @@ class Engine(Stretches):
             return self.pc.time(B, kv, kv, B), len(act)
         it, cum_at, rem = self.it, self._cum_at, self.remaining
         grow = sum([min(cum_at(s, it[s] + 1) - cum_at(s, it[s]), rem[s]) for s in act])
-        return self._spec_time(self.g_cur, 0, 0, 0, 0, len(act), int(kvs)), grow
+        d, v = speculative_iteration(self._target_pass, self._draft_pass, self._drafting, self.g_cur, len(act), kvs,
+                                     NO_PREFILL, self.vt_cur)  # = _spec_time(g_cur, 0, 0, 0, 0, len(act), kvs)
+        return d + v, grow
 
     def _spec_time(self, g: int, N: int, KV: int, A: int, n_pref: int, nd: int, cd: int) -> float:
         """One speculative-engine iteration at γ = g: n_pref prefills with aggregates (N, KV, A) and nd decoding
-        slots of total context cd (draft passes, then the verification of w*g + 1 tokens per decoding slot)."""
-        d, w = self.pc_draft, self.width
-        dn = self.draft.drafting.verify_tokens(g) if g != self.g_cur else self.vt_cur
-        B = float(n_pref + nd)
-        t = 0.0
-        if g == 0 and d is not None:  # a policy's γ = 0: the draft only ingests the prefills
-            if N:
-                t = d.time(float(N), float(KV), float(A), float(n_pref))
-        elif d is not None and w == 1:
-            # draft pass 0: the prefills and the decoding slots one token each
-            t = d.time(float(N + nd), float(KV + cd + nd), float(A + cd + nd), B * 1.0)
-            if nd:
-                fnd, fcd = float(nd), float(cd)
-                for i in range(1, g):
-                    kv = fcd + fnd * (i + 1.0)
-                    t += d.time(fnd, kv, kv, fnd)
-        elif d is not None:  # a tree: w tokens per decoding slot per draft pass
-            t = d.time(float(N + nd * w), float(KV + cd + nd * w), float(A + w * cd + nd * w * (w + 1) / 2.0),
-                       float(n_pref + nd * w), B)
-            if nd:
-                fnd, fcd = float(nd), float(cd)
-                for i in range(1, g):
-                    t += d.time(fnd * w, fcd + fnd * (i + w), w * (fcd + fnd * i) + fnd * w * (w + 1) / 2.0, fnd * w, fnd)
-        # verification: w*g + 1 tokens and logit rows per decoding slot
-        return t + self.pc.time(float(N + nd * dn), float(KV + cd + nd * dn),
-                                float(A + dn * cd + nd * (dn * (dn + 1) // 2)), float(n_pref + nd * dn), B)
+        slots of total context cd (draft passes, then the verification of w*g + 1 tokens per decoding slot): the one
+        definition, :func:`simulator.spec_iteration.speculative_iteration`, on this engine's pass costs."""
+        d, v = speculative_iteration(self._target_pass, self._draft_pass, self._drafting, g, nd, cd, (N, KV, A, n_pref),
+                                     self.vt_cur if g == self.g_cur else None)
+        return d + v
 
     def _chunks(self, dec_tokens: int) -> dict[int, int]:
         """Prefill tokens per slot in the next iteration: what the token budget leaves after the decoding

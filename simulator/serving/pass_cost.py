@@ -47,7 +47,7 @@ class PassCost:
         self.s = c.seq_overhead_s
         # the memory roof is > 0 at any context (weights streamed every pass): the array path's division needs no guard
         self.positive = self.m0 > 0 and 1.0 + self.j > 0 and self.m1 >= 0
-        self._fused: dict = {}  # spec_iteration_times' per-row coefficients, by (draft, γ, batch, verified tokens)
+        self._fused: dict = {}  # spec_iteration_times' row coefficients, by (draft, γ, batch, verified tokens, width)
 
     def time(self, n: float, kv: float, attn: float, logits: float, seqs: float | None = None) -> float:
         """Scalar T_pass from aggregates: sum n_i, sum (c_i+n_i), sum n_i (c_i+(n_i+1)/2), sum l_i and the
@@ -93,32 +93,43 @@ class PassCost:
         return self.time(float(n.sum()), float((c + n).sum()), float((n * (c + (n + 1.0) / 2.0)).sum()), L, float(len(n)))
 
 
-def spec_iteration_times(draft: PassCost, target: PassCost, g: int, B: float, vt: int, ctx: np.ndarray) -> np.ndarray | None:
-    """Times of k decode-only speculative iterations of B sequences at total contexts ``ctx`` (k values): γ = g draft
-    passes of one token per sequence at context + i + 1, then the target's verification of vt tokens per sequence::
+def spec_iteration_times(draft: PassCost, target: PassCost, g: int, B: float, vt: int, ctx: np.ndarray,
+                         w: int = 1) -> np.ndarray | None:
+    """The vectorised evaluation of the one speculative iteration
+    (:func:`simulator.spec_iteration.speculative_iteration`, no prefill) over k total contexts ``ctx``: the times
+    ``draft + verify`` of k decode-only iterations of B sequences at γ = g, drafting w tokens per sequence per pass
+    (a tree of width w; 1: a chain), verifying vt = w g + 1, i.e. ::
 
-        sum_{i<g} draft.times(B, ctx + B (i+1), ctx + B (i+1), B) + target.times(B vt, ctx + B vt, vt ctx + B vt (vt+1)/2, B vt, B)
+        sum_{i<g} draft.times(B w, ctx + B (i + w), w ctx + B w i + B w (w+1)/2, B w, B)
+            + target.times(B vt, ctx + B vt, vt ctx + B vt (vt+1)/2, B vt, B)
 
     as one evaluation of g + 1 rows (per-row coefficients as columns): every element goes through the same operations
-    as those calls, and the rows are summed in the same order, so the floats are the same. None where the two passes
-    do not share the array fast path (a formula that is not affine, another roofline exponent): call them one by one."""
+    as those calls (the aggregates are the same integers), and the rows are summed in the same order, so the floats are
+    the same -- bit-identical to ``speculative_iteration(target.times, draft.times, ...)`` over the same array
+    (tested in tests/simulator/test_iteration_agrees.py). None where the two passes do not share the array fast path
+    (a formula that is not affine, another roofline exponent) or g = 0: evaluate the function itself."""
     if not (g > 0 and draft.dep is None and target.dep is None and draft.positive and target.positive
             and draft.hard == target.hard and (draft.hard or draft.p == target.p)):
         return None
-    key = (id(draft), g, B, vt)
+    key = (id(draft), g, B, vt, w)
     cols = target._fused.get(key)
     if cols is None:
-        n = B * vt
-        rows = [(d, B, B, B * (i + 1.0)) for i, d in enumerate([draft] * g)] + [(target, n, B, n)]
-        # (pass cost, tokens, sequences, KV offset): M0, M1, C0, CA, R1, S, O, KV offset per row
+        n, nw = B * vt, B * w
+        # (pass cost, tokens, KV offset, attention = aw ctx + attention offset) per row (a chain's draft rows: = KV)
+        rows = [(draft, nw, B * (i + w), w, B * w * i + B * w * (w + 1) / 2.0) for i in range(g)] \
+            + [(target, n, n, vt, B * vt * (vt + 1) / 2.0)]
+        # M0, M1, C0, CA, R1, S (B sequences in every pass), O, KV offset, attention's context factor and offset
         cols = tuple(np.array(c, dtype=float)[:, None] for c in zip(*[
             (pc.m0 * (1.0 + pc.j * (nn >= 2)), pc.m1, pc.c_n * nn + pc.c_l * nn, pc.c_a, pc.r1 * nn,
-             pc.s * (nn if pc is draft else seqs), pc.o, off) for pc, nn, seqs, off in rows]))
+             pc.s * B, pc.o, off, aw, aoff) for pc, nn, off, aw, aoff in rows]))
         target._fused[key] = cols
-    M0, M1, C0, CA, R1, S, O, OFF = cols
+    M0, M1, C0, CA, R1, S, O, OFF, AW, AOFF = cols
     kv = ctx + OFF
-    attn = kv.copy()
-    attn[g] = vt * ctx + B * vt * (vt + 1) / 2.0
+    if w == 1:
+        attn = kv.copy()
+        attn[g] = vt * ctx + B * vt * (vt + 1) / 2.0
+    else:
+        attn = AW * ctx + AOFF
     mem = M0 + M1 * kv
     comp = C0 + CA * attn
     hi = np.maximum(mem, comp)

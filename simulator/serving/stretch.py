@@ -21,6 +21,7 @@ from operator import itemgetter
 import numpy as np
 
 from simulator.serving.pass_cost import spec_iteration_times
+from simulator.spec_iteration import speculative_iteration
 
 
 class Stretches:
@@ -89,8 +90,10 @@ class Stretches:
     def times_for(self, k: int, Gs: np.ndarray | None) -> np.ndarray:
         """Times of the next k decode-only iterations given :meth:`growth` (at least k + 1 entries on a
         speculative engine). Element r depends only on the state and ``Gs[r]``, so a prefix of a longer
-        evaluation is bit-identical to a shorter one. The γ draft passes of all k rounds are one 2-D
-        evaluation (rows summed in pass order, as one pass at a time would)."""
+        evaluation is bit-identical to a shorter one. A speculative engine's iterations are
+        :func:`~simulator.spec_iteration.speculative_iteration` over the k rounds' total contexts: its γ draft passes
+        and verification as one (γ + 1)-row evaluation (``spec_iteration_times``, rows summed in pass order), or
+        the function itself where that form does not apply (a formula that is not affine, a free drafter, γ = 0)."""
         act = self.act
         B = float(len(act))
         kvs = float(sum([self.kv[s] for s in act]))
@@ -98,32 +101,12 @@ class Stretches:
             kv = kvs + B * np.arange(1.0, k + 1.0)  # sum (c_i + 1), c_i growing by 1
             return self.pc.times(B, kv, kv, B)
         ctx = kvs + Gs[:k].astype(float)
-        g, d, w, vt = self.g_cur, self.pc_draft, self.width, self.vt_cur
-        if d is not None and w == 1:
-            t = spec_iteration_times(d, self.pc, g, B, vt, ctx)
+        g, d, vt = self.g_cur, self.pc_draft, self.vt_cur
+        if d is not None:
+            t = spec_iteration_times(d, self.pc, g, B, vt, ctx, self._drafting.tree_width)
             if t is not None:
                 return t
-        # gamma draft passes at context + i (w tokens each), summed per round
-        if d is None:
-            t = np.zeros(k)
-        elif g == 0:
-            t = 0
-        elif d.dep is not None:  # a pass-time formula that is not affine (MoE, MLA, ...): one pass at a time
-            if w == 1:
-                t = sum(d.times(B, ctx + B * (i + 1.0), ctx + B * (i + 1.0), B) for i in range(g))
-            else:
-                t = sum(d.times(B * w, ctx + B * (i + w), w * (ctx + B * i) + B * w * (w + 1) / 2.0, B * w, B)
-                        for i in range(g))
-        else:
-            i = np.arange(g)
-            if w == 1:
-                kv2 = ctx[None, :] + (B * (i + 1.0))[:, None]
-                T = d.times(B, kv2, kv2, B)
-            else:
-                kv2 = ctx[None, :] + (B * (i + w))[:, None]
-                T = d.times(B * w, kv2, w * (ctx[None, :] + (B * i)[:, None]) + B * w * (w + 1) / 2.0, B * w, B)
-            t = T[0].copy()
-            for r in range(1, g):
-                t += T[r]
-        n = B * vt
-        return t + self.pc.times(n, ctx + n, vt * ctx + B * vt * (vt + 1) / 2.0, n, B)
+        # the one iteration over the k rounds' contexts, one pass at a time (the fused form's reference)
+        dr, ver = speculative_iteration(self.pc.times, None if d is None else d.times, self._drafting, g, len(act), ctx,
+                                        verify_tokens=vt)
+        return dr + ver
