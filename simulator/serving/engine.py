@@ -62,6 +62,7 @@ class Job:
     remaining: int = 0  # output tokens still to produce
     it: int = 0  # speculative iterations done
     started: bool = False  # prefill done once (a re-prefill after preemption produces no token)
+    admitted: bool = False  # placed in a batch once (its first admission is reported once)
 
 
 class Engine(Stretches):
@@ -190,7 +191,8 @@ class Engine(Stretches):
         self.order[s] = self.admitted
         self.admitted += 1
         self.pinned += job.kv + job.pending + self.reserve
-        if not job.started:
+        if not job.admitted:
+            job.admitted = True
             self.admitted_rids.append(job.rid)
         if self.policy is not None:
             d = job.call.spec_draws  # None: a call that does not draft (a score: one token from its prefill)
@@ -269,7 +271,9 @@ class Engine(Stretches):
         kv, pend = self.kv[s], self.pending[s]
         job = self._release(s)
         job.kv, job.pending = 0, kv + pend
-        job.remaining, job.it, job.started = self.remaining[s], self.it[s], True
+        # a call preempted in the middle of its (chunked) prefill has not produced its first token yet: its
+        # re-prefill will, so it keeps started = False
+        job.remaining, job.it, job.started = self.remaining[s], self.it[s], self.started[s]
         self.waiting.appendleft(job)
         self.preemptions += 1
 
