@@ -135,6 +135,22 @@ def full_app() -> typer.Typer:
     return app
 
 
+def command_tree(groups: bool = False) -> list[tuple[tuple[str, ...], object]]:
+    """Every command of the ``specsim`` tree as (path, click command), depth first in registration order; with
+    ``groups``, the groups too (the root's path is ``()``). What the help, naming and usage-error checks walk."""
+    out = []
+
+    def walk(cmd, path):
+        subs = getattr(cmd, "commands", None)
+        if groups or not subs:
+            out.append((path, cmd))
+        for name, sub in (subs or {}).items():
+            walk(sub, (*path, name))
+
+    walk(typer.main.get_command(full_app()), ())
+    return out
+
+
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-import typer
 
-from specsim_cli.main import full_app, main
+from specsim_cli.main import command_tree, main
 
 SIMULATOR_COMMANDS = ["whatif", "list", "show", "capacity", "report", "pass-time", "init"]
 # options without a description in commands other engineers own (calibrate/, validate/ ...): reported in issue 30,
@@ -13,19 +12,7 @@ SIMULATOR_COMMANDS = ["whatif", "list", "show", "capacity", "report", "pass-time
 KNOWN_GAPS: set[str] = set()  # commands allowed to lack option descriptions (none left)
 
 
-def _commands():
-    def walk(c, path):
-        subs = getattr(c, "commands", None)
-        if subs:
-            for n, sub in subs.items():
-                yield from walk(sub, path + [n])
-        else:
-            yield " ".join(path), c
-
-    return list(walk(typer.main.get_command(full_app()), []))
-
-
-COMMANDS = _commands()
+COMMANDS = [(" ".join(path), cmd) for path, cmd in command_tree()]
 
 
 @pytest.mark.parametrize("name,cmd", [pytest.param(n, c, marks=pytest.mark.xfail(reason="owned elsewhere; issue 30",

@@ -11,7 +11,7 @@ import typer.main
 from typer.testing import CliRunner
 
 from simulator.command_line import command_line
-from specsim_cli.main import full_app, main
+from specsim_cli.main import command_tree, main
 
 ROOT = Path(__file__).resolve().parents[2]
 # run outside the specsim tree: vLLM's own CLI in a subprocess; a script copied alone to a GPU machine with only torch
@@ -59,11 +59,7 @@ def test_the_standalone_scripts_are_named_in_docs_cli():
 
 
 def _commands() -> dict[str, object]:
-    def walk(c, path):
-        for n, sub in (getattr(c, "commands", None) or {}).items():
-            yield from walk(sub, path + [n]) if getattr(sub, "commands", None) else [(" ".join(path + [n]), sub)]
-
-    return dict(walk(typer.main.get_command(full_app()), []))
+    return {" ".join(path): cmd for path, cmd in command_tree()}
 
 
 def test_every_former_entry_point_is_a_command_of_the_tree():

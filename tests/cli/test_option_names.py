@@ -20,7 +20,7 @@ import pytest
 import typer
 
 from simulator.option_values import GAMMA_MAX, THRESHOLD_MAX, IntList, parse_threshold
-from specsim_cli.main import full_app, main
+from specsim_cli.main import command_tree, main
 
 # an older or plural name -> the concept's one primary name; the older name may only be a secondary name of it
 SECONDARY_NAMES = {"--gammas": "--gamma", "--thresholds": "--threshold", "--contexts": "--context",
@@ -31,19 +31,7 @@ DISTINCT_PLURALS = {"--prior": "calibrate fit-workload's workload profile vs the
 OUTPUT_OPTIONS = ("--out", "--priors")
 
 
-def _commands() -> list[tuple[str, object]]:
-    def walk(c, path):
-        subs = getattr(c, "commands", None)
-        if subs:
-            for n, sub in subs.items():
-                yield from walk(sub, path + [n])
-        else:
-            yield " ".join(path), c
-
-    return list(walk(typer.main.get_command(full_app()), []))
-
-
-COMMANDS = _commands()
+COMMANDS = [(" ".join(path), cmd) for path, cmd in command_tree()]
 OPTIONS = [(name, p) for name, cmd in COMMANDS for p in cmd.params if p.param_type_name == "option"]
 
 

@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-import typer.main
 
 import specsim_cli.main as cli
 
@@ -17,17 +16,7 @@ VALID_WITHOUT_ARGS = {("calibrate", "prepare-models")}
 
 
 def _tree() -> list[tuple[tuple[str, ...], object]]:
-    cli.main(["--help"])  # registers the sub-apps once
-    out = []
-
-    def walk(cmd, path):
-        sub = getattr(cmd, "commands", None)
-        out.append((path, cmd))
-        for name, c in (sub or {}).items():
-            walk(c, (*path, name))
-
-    walk(typer.main.get_command(cli.app), ())
-    return out
+    return cli.command_tree(groups=True)
 
 
 TREE = _tree()
