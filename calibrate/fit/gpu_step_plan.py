@@ -171,6 +171,12 @@ def _ape_row(d: pd.DataFrame, err: str = "error") -> str:
     return f"{len(d)} | {a.median():.1%} | {a.quantile(0.9):.1%} | {d[err].median():+.1%}"
 
 
+def _error_rows(b: pd.DataFrame, err: str) -> list[str]:
+    """Table rows of ``err`` per (model, op), then over every graph step."""
+    rows = [f"| {m} | {op} | {_ape_row(d, err)} |" for (m, op), d in b.groupby(["model", "op"])]
+    return rows + [f"| all | graph steps | {_ape_row(b[b['op'].isin(['decode', 'verify', 'head', 'prefill'])], err)} |"]
+
+
 def summarize(folder: Path, heldout: Path | None = None) -> str:
     """summary.md and before-fit.csv of one campaign folder (module docstring); returns the summary's text."""
     from simulator.catalog import get_hardware
@@ -197,6 +203,8 @@ def summarize(folder: Path, heldout: Path | None = None) -> str:
                                                   spread=("time_s", lambda x: x.max() / x.min() - 1))
     b = med.merge(pred, on=keys, how="inner")
     b["error"] = b["device_ms"] / b["measured_ms"] - 1
+    if "fitted_ms" in b:
+        b["fitted_error"] = b["fitted_ms"] / b["measured_ms"] - 1
     write_atomic(folder / "before-fit.csv", b.to_csv(index=False, float_format="%.6g"))
     p0 = provs[0]
     chip = rec[rec["op"].isin(["gemm", "copy"])]
@@ -204,7 +212,8 @@ def summarize(folder: Path, heldout: Path | None = None) -> str:
     copy = chip[chip["op"] == "copy"]["read_write_gb_s"].median()
     plan = json.loads((folder / "plan.json").read_text(encoding="utf-8")) if (folder / "plan.json").is_file() else {}
     heldout_grid = plan.get("grid") in ("heldout", "probe")
-    title = ("a held-out check, never fitted (grid `heldout`)" if heldout_grid else "engine steps under CUDA graphs (issue 31)")
+    title = (f"a held-out check, never fitted (grid `{plan['grid']}`)" if heldout_grid
+             else "engine steps under CUDA graphs (issue 31)")
     L = [f"# GPU campaign on {p0.get('gpu_name')}: {title}", "",
          "Records: `calibrate/run/gpu_step_bench.py` (torch-only decoder steps, CUDA graph replayed, CUDA-event timed: the GPU "
          "part of an engine step, no scheduler), plan `plan.json` (`specsim calibrate gpu step-plan`), "
@@ -225,21 +234,14 @@ def summarize(folder: Path, heldout: Path | None = None) -> str:
          "host terms (t_step, S t_seq), with the prior's per-layer cost (vLLM's, 17 us) -- the bench has no scheduler "
          "but its own, less fused kernels. Error = predicted / measured - 1; `before-fit.csv` has every point.", "",
          "| model | op | points | median APE | p90 APE | bias |", "|---|---|---|---|---|---|"]
-    for (m, op), d in b.groupby(["model", "op"]):
-        L.append(f"| {m} | {op} | {_ape_row(d)} |")
-    graph = b[b["op"].isin(["decode", "verify", "head", "prefill"])]
-    L.append(f"| all | graph steps | {_ape_row(graph)} |")
+    L += _error_rows(b, "error")
     if "fitted_ms" in b:
-        b["fitted_error"] = b["fitted_ms"] / b["measured_ms"] - 1
-        write_atomic(folder / "before-fit.csv", b.to_csv(index=False, float_format="%.6g"))
         L += ["", "## Before the run, with the engine fit's values (the bench's fixed costs from the earlier campaign)", "",
               f"`fitted_ms` in `{pred_file.name}`: the engine fit's parameters (`step-predict --engine-fit "
               "reports/gpu-step-model/params.yaml`), the bench's own per-step and per-layer costs included, fitted on "
               "the earlier campaign's records, none of these points. Error = fitted_ms / measured - 1.", "",
               "| model | op | points | median APE | p90 APE | bias |", "|---|---|---|---|---|---|"]
-        for (m, op), d in b.groupby(["model", "op"]):
-            L.append(f"| {m} | {op} | {_ape_row(d, 'fitted_error')} |")
-        L.append(f"| all | graph steps | {_ape_row(b[b['op'].isin(['decode', 'verify', 'head', 'prefill'])], 'fitted_error')} |")
+        L += _error_rows(b, "fitted_error")
         vb = b[b["op"] == "verify"].astype({"batch": int, "new": int, "context": int})
         if len(vb):
             L += ["", "Verification passes by batch (fitted_ms), the cost that decides γ under load: measured ms, "

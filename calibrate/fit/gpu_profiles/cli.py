@@ -287,10 +287,8 @@ def _register_gpu(gpu: typer.Typer) -> None:
         Example: specsim calibrate gpu step-predict plan.json --hardware h200 --out predicted-before-fit.csv"""
         import json
 
-        from calibrate.fit.gpu_step_plan import predict
+        from calibrate.fit.gpu_step_plan import load_fitted_values, predict
         from simulator.loading import write_atomic
-
-        from calibrate.fit.gpu_step_plan import load_fitted_values
 
         fitted = load_fitted_values(engine_fit) if engine_fit is not None else None
         df = predict(json.loads(plan.read_text(encoding="utf-8")), hardware, fitted=fitted)
