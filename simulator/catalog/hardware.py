@@ -40,6 +40,9 @@ class HardwareSpec(BaseModel):
     # the bf16 rate, W8A16); its datasheet reference in ``fp8_source``.
     dense_fp8_flops_per_s: float | None = Field(default=None, gt=0)
     fp8_source: str | None = None
+    # Dense FP4 tensor-core FLOP/s (NVFP4 / MXFP4; Blackwell). None: 4-bit weights run weight-only (dequantized to bf16)
+    dense_fp4_flops_per_s: float | None = Field(default=None, gt=0)
+    fp4_source: str | None = None
     memory_bandwidth_bytes_per_s: float = Field(gt=0)
     memory_bytes: float = Field(gt=0)
     interconnect: Literal["pcie", "nvlink", "none"]
