@@ -10,6 +10,9 @@ n new tokens on c nominally cached ones really prefills
 computed; ``CostTables.prefill`` (both single-request engines) and the serving engine's
 admission read it.
 
+``block_size``: tokens per KV-cache block (vLLM's ``--block-size``, 16 by default on CUDA): the KV cache is sized in
+whole blocks (``simulator/memory_plan.py``).
+
 ``max_num_seqs``: sequences a serving engine runs at once (vLLM's ``max_num_seqs``; the rest queue).
 
 ``max_num_batched_tokens``: the serving engine's token budget per step (chunked prefill; vLLM V1's default
@@ -35,6 +38,7 @@ class Execution(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     prefix_cache_block: int = Field(default=1, ge=1, le=65536, strict=True)  # 1: token-exact prefix caching
+    block_size: int = Field(default=16, ge=1, le=65536, strict=True)  # KV-cache block (vLLM --block-size): capacity rounding
     step_calls: bool = Field(default=False, strict=True)  # vanilla / specdecode: one call per reasoning step
     # vLLM V1's token budget per engine step (max_num_batched_tokens), shared by the decoding sequences' tokens
     # (gamma + 1 each when speculating) and prefill chunks (chunked prefill, on in V1): a prompt longer than what is
