@@ -38,7 +38,6 @@ class Execution(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     prefix_cache_block: int = Field(default=1, ge=1, le=65536, strict=True)  # 1: token-exact prefix caching
-    block_size: int = Field(default=16, ge=1, le=65536, strict=True)  # KV-cache block (vLLM --block-size): capacity rounding
     step_calls: bool = Field(default=False, strict=True)  # vanilla / specdecode: one call per reasoning step
     # vLLM V1's token budget per engine step (max_num_batched_tokens), shared by the decoding sequences' tokens
     # (gamma + 1 each when speculating) and prefill chunks (chunked prefill, on in V1): a prompt longer than what is
@@ -53,6 +52,7 @@ class Execution(BaseModel):
     # API server, one asyncio process that receives, tokenizes and streams every request), so calls arriving
     # together reach the engine t_call apart and their prefills join different steps.
     front_end: Literal["concurrent", "serial"] = "concurrent"
+    block_size: int = Field(default=16, ge=1, le=65536, strict=True)  # KV-cache block (vLLM --block-size): capacity rounding
 
 
 def cache_split(new_tokens, cached_tokens, block: int):

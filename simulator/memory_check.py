@@ -5,6 +5,8 @@ and their shares ``simulator/serving/kv_cache.py``."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from simulator.catalog import get_hardware
 from simulator.errors import InputError
 from simulator.serving.kv_cache import engine_plan, engine_utilizations, longest_sequence
@@ -63,13 +65,29 @@ def check_plan(rs, plan, what: str, length: int, fld: str, util: float, tp: int)
     if need > plan.kv_bytes:
         sc, w = rs.scenario, rs.workload
         over = sc.workload_overrides
-        where_f, bfld = ((f, "workload_overrides.token_budget") if "token_budget" in over else
-                         (f, "workload_overrides.prompt_tokens") if "prompt_tokens" in over else
-                         (str(rs._ref(sc.workload, "workload")), "token_budget"))
+        if replace(plan, utilization=1.0).kv_bytes >= need:  # a larger share would hold it: blame the share
+            where_f, bfld = f, fld
+        else:  # no share of this GPU holds one request: the request's length is what is wrong
+            where_f, bfld = ((f, "workload_overrides.token_budget") if "token_budget" in over else
+                             (f, "workload_overrides.prompt_tokens") if "prompt_tokens" in over else
+                             (str(rs._ref(sc.workload, "workload")), "token_budget"))
         raise InputError(
             where_f, bfld,
             f"{where}: To serve at least one request with max_model_len {length:,} (prompt + token_budget "
             f"{w.token_budget:,} + answer, workload {w.name}), {g(need)} KV cache is needed, which is larger than "
             f"the available KV cache memory {g(plan.kv_bytes)} (gpu_memory_utilization {util:.3g}); the estimated "
             f"maximum model length is {plan.max_model_len():,}: lower token_budget, or raise "
-            f"gpu_memory_utilization ({fld}) or tp")
+            f"gpu_memory_utilization or tp")
+
+
+def plan_view(rs) -> dict:
+    """``specsim show``'s memory plan section: per (hardware, tp), each engine's vLLM start-up memory, term by term,
+    and how many of its longest sequences it holds at once."""
+    out = {}
+    for hw in rs.hardware_names:
+        for tp in rs.tps:
+            out[f"{hw} tp={tp}"] = [
+                {"engine": what, "gpu_memory_utilization": round(u, 6), "set_by": fld, "max_model_len": n,
+                 "plan": dict(plan.rows(n))}
+                for plan, what, n, fld, u in engine_plans(rs, hw, tp)]
+    return out

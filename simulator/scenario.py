@@ -411,6 +411,9 @@ class ResolvedScenario:
                        for r, m in (("base", self.base_model), ("small", self.small_model), ("draft", self.draft_model))},
             "hardware": {h: get_hardware(h).model_dump(mode="json") for h in self.hardware_names},
         }
+        from simulator.memory_check import plan_view
+
+        d["memory_plan"] = plan_view(self)  # vLLM's start-up memory of every engine (simulator/memory_plan.py)
         return d
 
 
