@@ -29,7 +29,7 @@ The terms vLLM measures on the device are estimated here:
   (H hidden, I intermediate, d head_dim, q/kv heads, V vocab, k experts per token, I_e expert intermediate, t_e the
   expert split). vLLM measures the allocator's high-water mark; the formula counts the largest live tensors of the
   two phases, so it is a lower bound of the measured peak (allocator rounding, RoPE and norm temporaries);
-  ``ACTIVATION_OVERHEAD`` scales it to the measured figures (docs/serving-model.md "KV capacity").
+  ``ACTIVATION_OVERHEAD`` (1: not fitted) would scale it to measured peaks (docs/serving-model.md "KV capacity").
 - **non-torch memory** (``non-torch forward increase memory``): cuBLAS workspaces at TP 1, plus NCCL and custom
   all-reduce buffers at TP > 1 (priors, ``NON_TORCH_BYTES``).
 - **CUDA graphs**: captured after the KV cache is allocated; vLLM before 0.21 left them to the 1 - utilization
@@ -51,7 +51,7 @@ DEFAULT_MAX_NUM_SEQS = 256
 ACT_BYTES = 2.0  # bf16 activations
 # sampler warm-up bytes per logit: bf16 logits, fp32 logits, fp32 probabilities, fp32 sorted values, int64 indices
 SAMPLER_BYTES_PER_LOGIT = 2.0 + 4.0 + 4.0 + 4.0 + 8.0
-ACTIVATION_OVERHEAD = 1.0  # measured peak / formula (set from the logged figures; docs/serving-model.md)
+ACTIVATION_OVERHEAD = 1.0  # measured peak / formula: not fitted (one logged dense point: 1.26 / 0.78 GiB)
 # Priors (vLLM V1 start-up logs, "non-torch forward increase memory"): 0.02-0.3 GiB on one GPU, 0.6 GiB with NCCL.
 NON_TORCH_BYTES = {1: 0.2 * GIB, "multi": 0.6 * GIB}
 # Prior: "Estimated CUDA graph memory" / "Graph capturing ... took" logs, 0.36-0.65 GiB per GPU for 4-30B models.
