@@ -10,6 +10,8 @@ n new tokens on c nominally cached ones really prefills
 computed; ``CostTables.prefill`` (both single-request engines) and the serving engine's
 admission read it.
 
+``prefix_caching`` (default on, as vLLM V1): off, no call reuses any KV (:meth:`Execution.split`).
+
 ``max_num_seqs``: sequences a serving engine runs at once (vLLM's ``max_num_seqs``; the rest queue).
 
 ``max_num_batched_tokens``: the serving engine's token budget per step (chunked prefill; vLLM V1's default
@@ -49,6 +51,17 @@ class Execution(BaseModel):
     # API server, one asyncio process that receives, tokenizes and streams every request), so calls arriving
     # together reach the engine t_call apart and their prefills join different steps.
     front_end: Literal["concurrent", "serial"] = "concurrent"
+    # vLLM V1's automatic prefix caching (on by default): the serving engines reuse KV blocks across calls and across
+    # requests (shared system prompts, session history; simulator/serving/prefix_cache.py). False: every call
+    # prefills its whole context, in every engine (vLLM's --no-enable-prefix-caching).
+    prefix_caching: bool = Field(default=True, strict=True)
+
+    def split(self, new_tokens, cached_tokens):
+        """(new_eff, cached_eff) of a call's prefill as this execution runs it: :func:`cache_split`, or the whole
+        context when prefix caching is off."""
+        if not self.prefix_caching:
+            return np.asarray(new_tokens) + np.asarray(cached_tokens), np.zeros_like(np.asarray(cached_tokens))
+        return cache_split(new_tokens, cached_tokens, self.prefix_cache_block)
 
 
 def cache_split(new_tokens, cached_tokens, block: int):

@@ -70,6 +70,7 @@ class Replica:
         if execution is not None and execution.max_num_seqs is not None:
             max_batch = execution.max_num_seqs  # vLLM's max_num_seqs, set in the scenario's execution block
         block = (execution or Execution()).prefix_cache_block
+        caching = (execution or Execution()).prefix_caching
         budget = (execution or Execution()).max_num_batched_tokens  # chunked prefill: tokens per engine step
         spec = cfg.drafts
         base_models = [deps["base"], deps["draft"]] if spec else [deps["base"]]
@@ -78,11 +79,11 @@ class Replica:
         base_cap, base_res = kv_layout(memory_fraction[1], base_models)
         self.engines = [
             Engine("small", deps["small"], small_cap, max_batch,
-                   prefix_cache_block=block, token_budget=budget, seq_reserve_tokens=small_res),
+                   prefix_cache_block=block, token_budget=budget, seq_reserve_tokens=small_res, prefix_caching=caching),
             Engine("base", deps["base"], base_cap, max_batch,
                    draft=deps["draft"] if spec else None, gamma=cfg.gamma, max_spec_iters=max_out,
                    prefix_cache_block=block, gamma_policy=gamma_policy(cfg, deps, workload), token_budget=budget,
-                   seq_reserve_tokens=base_res),
+                   seq_reserve_tokens=base_res, prefix_caching=caching),
         ]
         self.t_call = deps["base"].cost.call_overhead_s
         self.serial_front_end = execution is not None and execution.front_end == "serial"
@@ -393,6 +394,10 @@ def _result(rep: Replica, arrivals, n_requests: int) -> ServingResult:
         "utilization": {e.name: e.busy_s / makespan if makespan else 0.0 for e in rep.engines},
         "preemptions": {e.name: e.preemptions for e in rep.engines},
         "evictions": {e.name: e.evictions for e in rep.engines},
+        # prefix-cache lookups per engine, as vLLM's /metrics counts them: (queried tokens, hit tokens, full blocks
+        # queried, blocks hit), one lookup per call when it is first placed
+        "prefix_cache": {e.name: (e.pcache.query_tokens, e.pcache.hit_tokens, e.pcache.query_blocks,
+                                  e.pcache.hit_blocks) for e in rep.engines},
         "gamma_rounds": dict(sorted(rep.engines[1].gamma_rounds.items())),  # base engine: iterations per γ
         "call_overhead_s": rep.t_call,
         "itl": _itl_samples(rep),
