@@ -294,7 +294,7 @@ def simulate_serving(cfg: SystemConfig, deps: dict[str, Deployment], workload: W
                      arrivals: ArrivalProcess, n_requests: int, seed: int,
                      memory_fraction: tuple[float, float] = (0.1, 0.8), max_batch: int = 256,
                      plans: list[RequestPlan] | None = None, execution: Execution | None = None,
-                     stop=None) -> ServingResult:
+                     stop=None, sessions: list[list[int]] | None = None, think_s=None) -> ServingResult:
     """Serve ``n_requests`` requests of ``cfg`` on one replica; per-request and per-engine results.
 
     Streams: requests (plans) and arrivals come from two independent children of ``seed``,
@@ -305,6 +305,8 @@ def simulate_serving(cfg: SystemConfig, deps: dict[str, Deployment], workload: W
     both engines and, with ``step_calls``, vanilla systems and specdecode planned step by step.
     ``stop`` (an :class:`simulator.serving.early_stop.SloStop`, open loop only): end the run as soon as its SLO is
     certainly missed; the result then holds the requests that arrived by then and ``info["stopped_at"]``.
+    ``sessions`` (open loop, with ``plans``): the request ids of each session's turns; arrival i starts session i, a
+    turn is sent ``think_s[rid]`` seconds after the previous turn's answer.
     """
     execution = execution or Execution()
     arr_ss = np.random.SeedSequence(seed).spawn(2)[1]  # child 0: the requests (simulator.request_model.request_seed)
@@ -333,7 +335,26 @@ def simulate_serving(cfg: SystemConfig, deps: dict[str, Deployment], workload: W
             if think_s > 0:
                 yield env.timeout(arr_rng.exponential(think_s))
 
-    if isinstance(arrivals, ClosedLoopUsers):
+    def session(rids: list[int], t: float):
+        if t > env.now:
+            yield env.timeout(t - env.now)
+        for k, rid in enumerate(rids):
+            if k and think_s[rid] > 0:
+                yield env.timeout(float(think_s[rid]))
+            ev = env.event()
+            rep.done_events[rid] = ev
+            rep.submit(rid, plans[rid])
+            yield ev
+
+    if sessions is not None:
+        if isinstance(arrivals, ClosedLoopUsers) or stop is not None:
+            raise ValueError("sessions run open loop, without an early stop")
+        times = arrivals.times(len(sessions), arr_rng)
+        sessions = sessions[: len(times)]
+        n_requests = sum(len(x) for x in sessions)
+        for rids, t in zip(sessions, times):
+            env.process(session(rids, float(t)))
+    elif isinstance(arrivals, ClosedLoopUsers):
         counter = [0]
         for _ in range(arrivals.users):
             env.process(user(counter, arrivals.think_time_s))
