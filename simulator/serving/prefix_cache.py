@@ -59,7 +59,7 @@ class PrefixCache:
 
     def match(self, prefix: tuple, own: int, cached_tokens: int, total: int) -> tuple[int, int]:
         """(kept, cached): the tokens of a call's context (``total`` = cached + new) whose KV is reused, and the
-        tokens of its prefix nodes cached now. ``own``: the tokens its request's own entry held (``take_own``).
+        tokens of its prefix nodes cached now (up to the lengths it names). ``own``: the tokens its request's own entry held (``take_own``).
         Pure: holds nothing."""
         if not self.enabled:
             return 0, 0
@@ -69,10 +69,10 @@ class PrefixCache:
         nodes = self.nodes
         for key, n in prefix:
             path = path + (key,)
-            have = nodes.get(path, 0)
+            have = min(nodes.get(path, 0), n)  # a node may hold more than this call names (a longer shared head)
             cached += have
             if whole:
-                hit += min(have, n)
+                hit += have
                 whole = have >= n
         # the request's own earlier calls: the plan's cached tokens, if its entry survived and the chain is intact
         if whole and own > 0 and cached_tokens > hit:
