@@ -279,6 +279,37 @@ def simulate_workload(sw: ServingWorkload, deps: dict, workload, seed: int = 0, 
                             think_s=think)
 
 
+SUMMARY_KEYS = ("requests", "request_throughput", "output_throughput", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms",
+                "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "p99_itl_ms",
+                "mean_e2el_ms", "p99_e2el_ms", "prefix_cache_hit_rate", "prefix_cache_block_hit_rate",
+                "base_batch_mean", "base_kv_occupancy_max", "base_preemptions")
+
+
+def serve_scenario(scenario, bench_serve: str | None = None, hardware: str | None = None, tp: int | None = None,
+                   requests: int | None = None, seed: int | None = None, prefix_caching: bool | None = None) -> dict:
+    """``specsim serve-workload``: the scenario's ``serving_workload`` (or ``bench_serve``, a vllm bench serve line)
+    served by one replica of its base model; the summary under vllm bench serve's names (every request counted:
+    a benchmark reports them all) and the workload it ran."""
+    from simulator.scenario import load_scenario
+    from simulator.serving.metrics import summarize_serving
+
+    rs = load_scenario(scenario)
+    sc = rs.scenario
+    sw = ServingWorkload.from_command(bench_serve) if bench_serve else sc.serving_workload
+    if sw is None:
+        raise InputError(rs.file, "serving_workload", "the scenario has none: add one or pass --bench-serve")
+    hw = hardware or rs.hardware_names[0]
+    tp = tp or rs.tps[0]
+    rs.check_placement(hw, tp)
+    ex = sc.execution if prefix_caching is None else sc.execution.model_copy(update={"prefix_caching": prefix_caching})
+    res = simulate_workload(sw, rs.deployments(hw, tp), rs.workload, sc.seed if seed is None else seed,
+                            (sc.memory_fraction.small, sc.memory_fraction.base), ex, requests=requests)
+    s = summarize_serving(res, warmup_fraction=0.0)
+    return {"scenario": sc.name, "hardware": hw, "tp": tp, "workload": sw.source or "serving_workload",
+            "arrivals": res.info["arrivals"], "prefix_caching": ex.prefix_caching,
+            **{k: s[k] for k in SUMMARY_KEYS if k in s}}
+
+
 _SHAPE = {"--dataset-name", "--random-input-len", "--random-output-len", "--random-range-ratio", "--random-prefix-len",
           "--request-rate", "--burstiness", "--max-concurrency", "--num-prompts"}
 _IGNORED = {"--model", "--tokenizer", "--backend", "--endpoint", "--host", "--port", "--base-url", "--save-result",
