@@ -177,14 +177,21 @@ class Engine(Stretches):
                 if job.own < 0:
                     job.own = pcache.take_own(job.rid)
                 total = c.cached_tokens + c.new_tokens
-                kept, cached = pcache.match(c.prefix, job.own, c.cached_tokens, total)
-                paths = pcache.hold(c.prefix)
+                if c.prefix:
+                    kept, cached = pcache.match(c.prefix, job.own, c.cached_tokens, total)
+                    paths = pcache.hold(c.prefix)
+                else:  # no shared segment: only the request's own entry can give (the same rule, no chain)
+                    kept, cached, paths = pcache.kept(0, job.own, c.cached_tokens, total), 0, ()
                 # room for the prefill plus one round of growth of the batch it joins (no admit/preempt ping-pong)
                 need = total - cached + self.reserve + (n_act + 1) * grow
                 if not self._evict_until(need) and n_act > 0:
-                    pcache.release(paths)
+                    if paths:
+                        pcache.release(paths)
                     return  # wait for room (head-of-line, FIFO)
-                pcache.place(c.prefix, paths, kept, total)
+                if paths:
+                    pcache.place(c.prefix, paths, kept, total)
+                else:
+                    pcache.count(kept, total)
                 job.kv, job.pending, job.paths, job.fresh = kept, total - kept, paths, False
                 job.held = sum([n for _k, n in c.prefix]) if paths else 0
             else:

@@ -74,12 +74,27 @@ class PrefixCache:
             if whole:
                 hit += have
                 whole = have >= n
-        # the request's own earlier calls: the plan's cached tokens, if its entry survived and the chain is intact
-        if whole and own > 0 and cached_tokens > hit:
+        return self.kept(hit if whole else -hit - 1, own, cached_tokens, total), cached
+
+    def kept(self, hit: int, own: int, cached_tokens: int, total: int) -> int:
+        """The tokens reused: the prefix nodes' ``hit`` (negative, -hit - 1: the chain broke there), extended by the
+        request's own earlier calls to the plan's ``cached_tokens`` if its entry survived (``own`` > 0) and the
+        chain is intact; whole blocks, at most ``total`` - 1 (the last prompt token is always recomputed)."""
+        if hit < 0:
+            hit = -hit - 1
+        elif own > 0 and cached_tokens > hit:
             hit = cached_tokens
-        kept = max(min(hit, total - 1), 0)
+        kept = max(min(hit, total - 1), 0) if self.enabled else 0
         b = self.block
-        return (b * (kept // b) if b > 1 else kept), cached
+        return b * (kept // b) if b > 1 else kept
+
+    def count(self, kept: int, total: int) -> None:
+        """One lookup of a placed call (vLLM's prefix_cache_queries / hits, in tokens and full blocks)."""
+        b = self.block
+        self.query_tokens += total
+        self.hit_tokens += kept
+        self.query_blocks += total // b
+        self.hit_blocks += kept // b
 
     def hold(self, prefix: tuple) -> tuple:
         """Hold a call's cached prefix nodes (not evictable while it runs); returns its paths."""
@@ -110,11 +125,7 @@ class PrefixCache:
                 self.nodes[path] = n
                 added += n - have
         self.tokens += added
-        b = self.block
-        self.query_tokens += total
-        self.hit_tokens += kept
-        self.query_blocks += total // b
-        self.hit_blocks += kept // b
+        self.count(kept, total)
 
     def release(self, paths: tuple) -> None:
         """A call stops using its prefix nodes. Unheld nodes become evictable, the deepest first (vLLM frees a
