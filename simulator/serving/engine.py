@@ -33,7 +33,8 @@ engine's :class:`~simulator.serving.prefix_cache.PrefixCache` (vLLM V1's prefix 
 ``prefix_cache_block`` tokens, evicted LRU when room is needed; shared prefix tokens are stored once however many
 running calls use them). A call waits in FIFO order while its prefill does not fit;
 when decoding growth does not fit, the youngest running sequence is preempted
-(recompute-style: it re-queues at the head and re-prefills its whole context).
+(recompute-style: it re-queues at the head; what it wrote stays in the prefix cache, so it re-prefills only what
+was evicted meanwhile).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ class Job:
     own: int = -1  # tokens its request's own cache entry held (-1: not taken yet)
     paths: tuple = ()  # its prefix nodes, held in the prefix cache while it runs
     held: int = 0  # tokens of its context stored in those nodes (not in its own KV)
+    resumed: int = -1  # a preempted call: the context tokens it had written (-1: never preempted)
 
 
 class Engine(Stretches):
@@ -176,12 +178,14 @@ class Engine(Stretches):
                 c = job.call
                 if job.own < 0:
                     job.own = pcache.take_own(job.rid)
-                total = c.cached_tokens + c.new_tokens
+                # a preempted call looks up its whole context so far, of which it had written `resumed` tokens
+                total, known = (c.cached_tokens + c.new_tokens, c.cached_tokens) if job.resumed < 0 else \
+                    (job.pending, job.resumed)
                 if c.prefix:
-                    kept, cached = pcache.match(c.prefix, job.own, c.cached_tokens, total)
+                    kept, cached = pcache.match(c.prefix, job.own, known, total)
                     paths = pcache.hold(c.prefix)
                 else:  # no shared segment: only the request's own entry can give (the same rule, no chain)
-                    kept, cached, paths = pcache.kept(0, job.own, c.cached_tokens, total), 0, ()
+                    kept, cached, paths = pcache.kept(0, job.own, known, total), 0, ()
                 # room for the prefill plus one round of growth of the batch it joins (no admit/preempt ping-pong)
                 need = total - cached + self.reserve + (n_act + 1) * grow
                 if not self._evict_until(need) and n_act > 0:
@@ -189,8 +193,8 @@ class Engine(Stretches):
                         pcache.release(paths)
                     return  # wait for room (head-of-line, FIFO)
                 if paths:
-                    pcache.place(c.prefix, paths, kept, total)
-                else:
+                    pcache.place(c.prefix, paths, kept, total, job.resumed < 0)
+                elif job.resumed < 0:  # vLLM counts a preempted request's lookups apart (preempted_queries)
                     pcache.count(kept, total)
                 job.kv, job.pending, job.paths, job.fresh = kept, total - kept, paths, False
                 job.held = sum([n for _k, n in c.prefix]) if paths else 0
@@ -289,13 +293,16 @@ class Engine(Stretches):
         return job
 
     def preempt_youngest(self) -> None:
-        """Recompute-style preemption: free the youngest sequence's KV, re-queue it first."""
+        """Recompute-style preemption (vLLM V1): free the youngest sequence's KV, re-queue it first. What it had
+        written stays in the prefix cache (its own entry; vLLM frees its blocks with their hashes), so when it is
+        placed again it re-prefills only what was evicted meanwhile."""
         s = max(self.act, key=self.order.__getitem__)
         kv, pend = self.kv[s], self.pending[s]
         job = self._release(s)
-        job.kv, job.pending = 0, kv + pend
-        self.pcache.release(job.paths)  # it re-prefills its whole context, in its own KV
-        job.paths, job.held = (), 0
+        self.pcache.keep(job.rid, kv - job.held, None, ())
+        self.pcache.release(job.paths)
+        job.kv, job.pending, job.resumed = 0, kv + pend, kv
+        job.paths, job.held, job.fresh, job.own = (), 0, True, -1
         # a call preempted in the middle of its (chunked) prefill has not produced its first token yet: its
         # re-prefill will, so it keeps started = False
         job.remaining, job.it, job.started = self.remaining[s], self.it[s], self.started[s]

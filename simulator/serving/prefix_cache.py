@@ -17,7 +17,7 @@ Here tokens carry no ids; a call names its context instead (``Call.prefix``): a 
   (never evicted); a call registers the nodes it computes when it is placed (vLLM: at allocation).
 - **A request's own entry** (key: the request id): what its previous call on this engine left, reused by its
   next call for the ``cached_tokens`` its plan says are identical (the single-request engines' convention,
-  ``simulator.execution.cache_split``). It is taken out of the cache when the next call is looked up and comes
+  ``simulator.execution.cache_split``); what a preempted call had written, reused when it is placed again. It is taken out of the cache when the next call is looked up and comes
   back when that call finishes; dropped when the request ends (no other request can hit it). A call with
   ``Call.publish`` caches its own tokens as a prefix node instead (the next turn of a session hits them).
 - The hit, whatever its source, is floored to whole blocks of ``block`` tokens and capped at context - 1.
@@ -112,7 +112,7 @@ class PrefixCache:
                 self.held[path] = h + 1
         return tuple(paths)
 
-    def place(self, prefix: tuple, paths: tuple, kept: int, total: int) -> None:
+    def place(self, prefix: tuple, paths: tuple, kept: int, total: int, counted: bool = True) -> None:
         """A call is placed: cache the prefix nodes it computes in full now (vLLM caches blocks when it allocates
         them; a call placed after it hits them) and count the lookup (once per call)."""
         added = 0
@@ -125,7 +125,8 @@ class PrefixCache:
                 self.nodes[path] = n
                 added += n - have
         self.tokens += added
-        self.count(kept, total)
+        if counted:
+            self.count(kept, total)
 
     def release(self, paths: tuple) -> None:
         """A call stops using its prefix nodes. Unheld nodes become evictable, the deepest first (vLLM frees a

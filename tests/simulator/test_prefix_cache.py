@@ -159,3 +159,30 @@ def test_cache_bookkeeping(ops, block, cap):
         assert pc.tokens == sum(pc.nodes.values()) + sum(v for k, v in pc.lru.items() if type(k) is not tuple)
         assert not pc.held
     assert 0 <= pc.hit_tokens <= pc.query_tokens
+
+
+@pytest.mark.parametrize("evicted", [False, True])
+def test_a_preempted_call_rehits_what_it_wrote(cpu, evicted):
+    """vLLM V1 frees a preempted request's blocks with their hashes: placed again, it re-prefills only what was
+    evicted meanwhile (everything, if its entry went), and its lookup is not counted as a new query."""
+    from simulator.request_model import Call
+    from simulator.serving.engine import Engine
+
+    _rs, deps, _mf = cpu
+    e = Engine("base", deps["base"], 10**6, 8)
+    e.submit(0, Call(1, 40, 0, 10))
+    e.admit()
+    e.advance(1)  # the prefill (first token)
+    e.advance(3)  # three decodes
+    s = e.act[0]
+    kv = e.kv[s]
+    assert kv == 43
+    e.preempt_youngest()
+    assert e.cache_tokens == kv and e.pinned == 0
+    if evicted:
+        e.pcache.evict(0, 10**9)
+    e.admit()
+    s = e.act[0]
+    assert (e.kv[s], e.pending[s]) == ((0, kv) if evicted else (kv - 1, 1))  # the last token is always recomputed
+    assert e.pcache.query_tokens == 40 and e.pcache.hit_tokens == 0
+    assert e.pinned + e.cache_tokens == kv
