@@ -14,7 +14,8 @@ A :class:`ServingWorkload` says what requests look like and when they come:
   and answer) + its new message, so the history is a shared prefix of the next turn;
 - arrivals: ``request_rate`` (Poisson; ``burstiness`` b != 1: Gamma gaps of shape b, vLLM's), ``inf`` (every
   request at once, a burst), ``max_concurrency`` N with rate inf (vLLM's semaphore: a closed loop of N users), or
-  ``stages`` (a list of rate x duration, Poisson within each). With sessions the arrivals start sessions.
+  ``stages`` (a list of rate x duration, Poisson within each). With sessions the arrivals start sessions (a closed
+  loop: each of the N users runs one session after another, as vLLM's multi-turn benchmark's clients).
 
 Every request is one call of the base engine (``vanilla-base``: plain serving is base-only) carrying its prefix
 segments (``Call.prefix``); a session turn publishes its own tokens (``Call.publish``) for the next turn.
@@ -126,14 +127,18 @@ class ServingWorkload(_Strict):
             raise ValueError("request_rate must be a number > 0 or 'inf'")
         if self.stages is not None and (self.request_rate != "inf" or self.max_concurrency is not None):
             raise ValueError("stages replace request_rate and max_concurrency: give one or the other")
-        if self.sessions is not None and self.max_concurrency is not None:
-            raise ValueError("sessions arrive open loop (request_rate or stages), not with max_concurrency")
         if self.max_concurrency is not None and self.request_rate != "inf":
             raise ValueError("max_concurrency with a finite request_rate (a capped open loop) is not modelled; "
                              "use request_rate inf (a closed loop of max_concurrency users) or no cap")
         return self
 
     # ---- arrivals -----------------------------------------------------------------------------------
+    def at_load(self, rate_per_s: float | None = None, users: int | None = None) -> "ServingWorkload":
+        """The same requests at another load (a capacity search's rate, a closed loop of ``users``)."""
+        if users is not None:
+            return self.model_copy(update={"request_rate": "inf", "max_concurrency": int(users), "stages": None})
+        return self.model_copy(update={"request_rate": float(rate_per_s), "max_concurrency": None, "stages": None})
+
     def arrivals(self):
         """The arrival process of requests (with sessions: of sessions)."""
         if self.stages is not None:

@@ -305,8 +305,8 @@ def simulate_serving(cfg: SystemConfig, deps: dict[str, Deployment], workload: W
     both engines and, with ``step_calls``, vanilla systems and specdecode planned step by step.
     ``stop`` (an :class:`simulator.serving.early_stop.SloStop`, open loop only): end the run as soon as its SLO is
     certainly missed; the result then holds the requests that arrived by then and ``info["stopped_at"]``.
-    ``sessions`` (open loop, with ``plans``): the request ids of each session's turns; arrival i starts session i, a
-    turn is sent ``think_s[rid]`` seconds after the previous turn's answer.
+    ``sessions`` (with ``plans``): the request ids of each session's turns; arrival i starts session i (closed loop:
+    each user runs one session after another), a turn is sent ``think_s[rid]`` seconds after the previous answer.
     """
     execution = execution or Execution()
     arr_ss = np.random.SeedSequence(seed).spawn(2)[1]  # child 0: the requests (simulator.request_model.request_seed)
@@ -346,9 +346,22 @@ def simulate_serving(cfg: SystemConfig, deps: dict[str, Deployment], workload: W
             rep.submit(rid, plans[rid])
             yield ev
 
-    if sessions is not None:
-        if isinstance(arrivals, ClosedLoopUsers) or stop is not None:
-            raise ValueError("sessions run open loop, without an early stop")
+    def session_user(next_s: list[int]):  # a closed-loop user runs one session after another
+        while next_s[0] < len(sessions):
+            i = next_s[0]
+            next_s[0] += 1
+            yield from session(sessions[i], env.now)
+
+    if sessions is not None and isinstance(arrivals, ClosedLoopUsers):
+        if stop is not None:
+            raise ValueError("sessions run without an early stop")
+        n_requests = sum(len(x) for x in sessions)
+        counter = [0]
+        for _ in range(arrivals.users):
+            env.process(session_user(counter))
+    elif sessions is not None:
+        if stop is not None:
+            raise ValueError("sessions run without an early stop")
         times = arrivals.times(len(sessions), arr_rng)
         sessions = sessions[: len(times)]
         n_requests = sum(len(x) for x in sessions)

@@ -186,3 +186,17 @@ def test_a_preempted_call_rehits_what_it_wrote(cpu, evicted):
     assert (e.kv[s], e.pending[s]) == ((0, kv) if evicted else (kv - 1, 1))  # the last token is always recomputed
     assert e.pcache.query_tokens == 40 and e.pcache.hit_tokens == 0
     assert e.pinned + e.cache_tokens == kv
+
+
+def test_closed_loop_users_run_sessions_one_after_another(cpu):
+    sw = ServingWorkload.model_validate({
+        "input_tokens": {"kind": "fixed", "tokens": 30}, "output_tokens": {"kind": "fixed", "tokens": 10},
+        "sessions": {"turns": {"kind": "fixed", "tokens": 3}}, "num_prompts": 6}).at_load(users=2)
+    res = _run(cpu, sw, block=1)
+    r = res.requests.sort_values("arrival_at")
+    assert len(r) == 18
+    # never more than 2 requests in the system: at any arrival, at most one other is unfinished
+    for t in r.arrival_at:
+        assert ((r.arrival_at <= t) & (r.done_at > t + 1e-9)).sum() <= 2
+    s = summarize_serving(res)
+    assert s["prefix_cache_hits_tokens"] == 6 * sum(40 * k - 1 for k in (1, 2))
