@@ -67,6 +67,7 @@ class Job:
     admitted: bool = False  # placed in a batch once (its first admission is reported once)
     fresh: bool = True  # its prefix-cache lookup is still to be decided (until it is first placed)
     own: int = -1  # tokens its request's own cache entry held (-1: not taken yet)
+    own_cut: bool = False  # that entry had lost its tail to eviction
     paths: tuple = ()  # its prefix nodes, held in the prefix cache while it runs
     held: int = 0  # tokens of its context stored in those nodes (not in its own KV)
     resumed: int = -1  # a preempted call: the context tokens it had written (-1: never preempted)
@@ -177,15 +178,15 @@ class Engine(Stretches):
             if job.fresh:
                 c = job.call
                 if job.own < 0:
-                    job.own = pcache.take_own(job.rid)
+                    job.own, job.own_cut = pcache.take_own(job.rid)
                 # a preempted call looks up its whole context so far, of which it had written `resumed` tokens
                 total, known = (c.cached_tokens + c.new_tokens, c.cached_tokens) if job.resumed < 0 else \
                     (job.pending, job.resumed)
                 if c.prefix:
-                    kept, cached = pcache.match(c.prefix, job.own, known, total)
+                    kept, cached = pcache.match(c.prefix, job.own, known, total, job.own_cut)
                     paths = pcache.hold(c.prefix)
                 else:  # no shared segment: only the request's own entry can give (the same rule, no chain)
-                    kept, cached, paths = pcache.kept(0, job.own, known, total), 0, ()
+                    kept, cached, paths = pcache.kept(0, job.own, known, total, job.own_cut), 0, ()
                 # room for the prefill plus one round of growth of the batch it joins (no admit/preempt ping-pong)
                 need = total - cached + self.reserve + (n_act + 1) * grow
                 if not self._evict_until(need) and n_act > 0:

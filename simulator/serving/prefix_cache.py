@@ -21,8 +21,9 @@ Here tokens carry no ids; a call names its context instead (``Call.prefix``): a 
   back when that call finishes; dropped when the request ends (no other request can hit it). A call with
   ``Call.publish`` caches its own tokens as a prefix node instead (the next turn of a session hits them).
 - The hit, whatever its source, is floored to whole blocks of ``block`` tokens and capped at context - 1.
-- Eviction: one LRU order over the evictable entries (own entries and unheld nodes), whole entries at a time (a
-  coarser unit than vLLM's block; a node's children stay cached until evicted, unreachable, as in vLLM).
+- Eviction: one LRU order over the evictable entries (own entries and unheld nodes), whole blocks from the tail
+  of the least recently used entry, as many as needed (an own entry that lost its tail gives only its head); a
+  node's children stay cached until evicted, unreachable, as in vLLM.
 
 ``enabled`` False (vLLM's ``--no-enable-prefix-caching``): no lookup, nothing cached; every call prefills its
 whole context.
@@ -36,8 +37,8 @@ from collections import OrderedDict
 class PrefixCache:
     """Cached KV of one engine, in tokens: held prefix nodes + evictable entries (LRU order)."""
 
-    __slots__ = ("block", "enabled", "lru", "nodes", "held", "tokens", "evictions", "query_tokens", "hit_tokens",
-                 "query_blocks", "hit_blocks")
+    __slots__ = ("block", "enabled", "lru", "nodes", "held", "cut", "tokens", "lru_tokens", "evictions",
+                 "query_tokens", "hit_tokens", "query_blocks", "hit_blocks")
 
 
     def __init__(self, block: int = 1, enabled: bool = True):
@@ -46,18 +47,25 @@ class PrefixCache:
         self.lru: OrderedDict = OrderedDict()  # evictable entries, least recently used first: key -> tokens
         self.nodes: dict[tuple, int] = {}  # every cached prefix node (held or evictable): path -> cached tokens
         self.held: dict[tuple, int] = {}  # prefix nodes in use by running calls: path -> holders
+        self.cut: set[int] = set()  # own entries whose tail was evicted (they hold their first tokens only)
         self.tokens = 0  # all cached tokens (held and evictable)
+        self.lru_tokens = 0  # the evictable ones (in ``lru``)
         self.evictions = 0
         self.query_tokens = self.hit_tokens = self.query_blocks = self.hit_blocks = 0
 
     # ---- a call's lookup ---------------------------------------------------------------------------------
-    def take_own(self, rid: int) -> int:
-        """Take the request's own entry out of the cache (its next call is being looked up): its tokens."""
+    def take_own(self, rid: int) -> tuple[int, bool]:
+        """Take the request's own entry out of the cache (its next call is being looked up): (its tokens, whether
+        its tail was evicted)."""
         own = self.lru.pop(rid, 0) if self.lru else 0
         self.tokens -= own
-        return own
+        self.lru_tokens -= own
+        if self.cut and rid in self.cut:
+            self.cut.discard(rid)
+            return own, True
+        return own, False
 
-    def match(self, prefix: tuple, own: int, cached_tokens: int, total: int) -> tuple[int, int]:
+    def match(self, prefix: tuple, own: int, cached_tokens: int, total: int, cut: bool = False) -> tuple[int, int]:
         """(kept, cached): the tokens of a call's context (``total`` = cached + new) whose KV is reused, and the
         tokens of its prefix nodes cached now (up to the lengths it names). ``own``: the tokens its request's own entry held (``take_own``).
         Pure: holds nothing."""
@@ -74,16 +82,17 @@ class PrefixCache:
             if whole:
                 hit += have
                 whole = have >= n
-        return self.kept(hit if whole else -hit - 1, own, cached_tokens, total), cached
+        return self.kept(hit if whole else -hit - 1, own, cached_tokens, total, cut), cached
 
-    def kept(self, hit: int, own: int, cached_tokens: int, total: int) -> int:
+    def kept(self, hit: int, own: int, cached_tokens: int, total: int, cut: bool = False) -> int:
         """The tokens reused: the prefix nodes' ``hit`` (negative, -hit - 1: the chain broke there), extended by the
-        request's own earlier calls to the plan's ``cached_tokens`` if its entry survived (``own`` > 0) and the
-        chain is intact; whole blocks, at most ``total`` - 1 (the last prompt token is always recomputed)."""
+        request's own earlier calls to the plan's ``cached_tokens`` if its entry survived (``own`` > 0; ``cut``: only
+        its first ``own`` tokens did) and the chain is intact; whole blocks, at most ``total`` - 1 (the last prompt
+        token is always recomputed)."""
         if hit < 0:
             hit = -hit - 1
         elif own > 0 and cached_tokens > hit:
-            hit = cached_tokens
+            hit = min(cached_tokens, hit + own) if cut else cached_tokens
         kept = max(min(hit, total - 1), 0) if self.enabled else 0
         b = self.block
         return b * (kept // b) if b > 1 else kept
@@ -108,7 +117,7 @@ class PrefixCache:
             if path in self.nodes:
                 h = self.held.get(path, 0)
                 if h == 0:
-                    self.lru.pop(path, None)
+                    self.lru_tokens -= self.lru.pop(path, 0)
                 self.held[path] = h + 1
         return tuple(paths)
 
@@ -143,6 +152,7 @@ class PrefixCache:
             n = nodes.get(path, 0)
             if n:
                 lru[path] = n
+                self.lru_tokens += n
 
     # ---- a call's end ----------------------------------------------------------------------------------
     def keep(self, rid: int, own_tokens: int, publish=None, paths: tuple = ()) -> None:
@@ -153,6 +163,8 @@ class PrefixCache:
         if publish is None:
             self.lru[rid] = own_tokens
             self.tokens += own_tokens
+            self.lru_tokens += own_tokens
+            self.cut.discard(rid)
             return
         path = (paths[-1] if paths else ()) + (publish,)
         have = self.nodes.get(path, 0)
@@ -160,22 +172,43 @@ class PrefixCache:
             self.nodes[path] = own_tokens
             self.tokens += own_tokens - have
             if path not in self.held:
+                self.lru_tokens += own_tokens - self.lru.get(path, 0)
                 self.lru[path] = own_tokens  # before the prefix is released: evicted before it
 
     def drop(self, rid: int) -> None:
         """The request ended: its own entry can never be hit again."""
         if self.lru:
-            self.tokens -= self.lru.pop(rid, 0)
+            tok = self.lru.pop(rid, 0)
+            self.tokens -= tok
+            self.lru_tokens -= tok
+            self.cut.discard(rid)
 
     def evict(self, free: int, need: int) -> int:
-        """Evict LRU entries until ``free`` + evicted >= ``need``; returns the tokens evicted."""
+        """Evict until ``free`` + evicted >= ``need``, least recently used entry first, whole blocks from an
+        entry's tail (vLLM evicts blocks from the head of its free queue, where a freed sequence put its tail
+        first); returns the tokens evicted."""
         out = 0
-        lru = self.lru
+        lru, b = self.lru, self.block
         while free + out < need and lru:
-            key, tok = lru.popitem(last=False)
-            if type(key) is tuple:
-                del self.nodes[key]
-            out += tok
+            key = next(iter(lru))
+            tok = lru[key]
+            short = need - free - out
+            take = tok if tok <= short else min(tok, -(-short // b) * b)
+            out += take
             self.evictions += 1
+            node = type(key) is tuple
+            if take == tok:
+                del lru[key]
+                if node:
+                    del self.nodes[key]
+                else:
+                    self.cut.discard(key)
+            else:
+                lru[key] = tok - take
+                if node:
+                    self.nodes[key] = tok - take
+                else:
+                    self.cut.add(key)
         self.tokens -= out
+        self.lru_tokens -= out
         return out

@@ -272,7 +272,9 @@ class Replica:
                 e.preempt_youngest()
                 return None
             Gs = e.stretch_growth(k)
-            free = e.capacity - e.pinned - e.cache_tokens
+            # evictable cached prefixes make room round by round (vLLM evicts blocks as it needs them); nothing else
+            # allocates within a stretch, so what its rounds need is evicted once, below, in the same LRU order
+            free = e.capacity - e.pinned - e.cache_tokens + e.pcache.lru_tokens
             if Gs is not None:
                 k_kv = int(Gs[1:].searchsorted(free, side="right"))  # Gs[1:]: tokens after each round
             else:  # constant growth: B tokens per round
@@ -287,6 +289,8 @@ class Replica:
             k = 1
         else:
             k = min(k, 1 + int(cs[: k - 1].searchsorted(t_next, side="left")))
+        for e, Gs in zip(active, growth):  # room for the k rounds' growth
+            e._evict_until(int(Gs[k]) if Gs is not None else k * len(e.act))
         return k, rows, cs
 
 

@@ -146,25 +146,28 @@ def test_cache_bookkeeping(ops, block, cap):
     for rid, (sp, plen, new) in enumerate(ops):
         prefix = ((("sys", sp), plen),)
         total = plen + new
-        own = pc.take_own(rid)
-        kept, cached = pc.match(prefix, own, 0, total)
+        own, cut = pc.take_own(rid)
+        kept, cached = pc.match(prefix, own, 0, total, cut)
         assert 0 <= kept <= max(total - 1, 0) and kept % block == 0 and cached <= plen
         paths = pc.hold(prefix)
-        pc.evict(cap - pc.tokens, cap // 2)
+        free = cap - pc.tokens
+        out = pc.evict(free, cap // 2)
         assert all(p in pc.nodes for p in pc.held)
+        assert out == 0 or free + out - (cap // 2) < block  # stops within a block of the room asked for
         pc.place(prefix, paths, kept, total)
         if rid % 3 == 0:
             pc.keep(rid, new, None, paths)
         pc.release(paths)
         assert pc.tokens == sum(pc.nodes.values()) + sum(v for k, v in pc.lru.items() if type(k) is not tuple)
+        assert pc.lru_tokens == sum(pc.lru.values())
         assert not pc.held
     assert 0 <= pc.hit_tokens <= pc.query_tokens
 
 
-@pytest.mark.parametrize("evicted", [False, True])
+@pytest.mark.parametrize("evicted", [False, True, "tail"])
 def test_a_preempted_call_rehits_what_it_wrote(cpu, evicted):
     """vLLM V1 frees a preempted request's blocks with their hashes: placed again, it re-prefills only what was
-    evicted meanwhile (everything, if its entry went), and its lookup is not counted as a new query."""
+    evicted meanwhile (its tail, or everything if its entry went), and its lookup is not counted as a new query."""
     from simulator.request_model import Call
     from simulator.serving.engine import Engine
 
@@ -179,11 +182,14 @@ def test_a_preempted_call_rehits_what_it_wrote(cpu, evicted):
     assert kv == 43
     e.preempt_youngest()
     assert e.cache_tokens == kv and e.pinned == 0
-    if evicted:
+    if evicted == "tail":
+        assert e.pcache.evict(0, 20) == 20 and e.cache_tokens == kv - 20
+    elif evicted:
         e.pcache.evict(0, 10**9)
     e.admit()
     s = e.act[0]
-    assert (e.kv[s], e.pending[s]) == ((0, kv) if evicted else (kv - 1, 1))  # the last token is always recomputed
+    want = {False: (kv - 1, 1), True: (0, kv), "tail": (kv - 20, 20)}[evicted]  # the last token is always recomputed
+    assert (e.kv[s], e.pending[s]) == want
     assert e.pcache.query_tokens == 40 and e.pcache.hit_tokens == 0
     assert e.pinned + e.cache_tokens == kv
 
