@@ -290,7 +290,8 @@ class Replica:
         else:
             k = min(k, 1 + int(cs[: k - 1].searchsorted(t_next, side="left")))
         for e, Gs in zip(active, growth):  # room for the k rounds' growth
-            e._evict_until(int(Gs[k]) if Gs is not None else k * len(e.act))
+            if e.pcache.lru_tokens:
+                e._evict_until(int(Gs[k]) if Gs is not None else k * len(e.act))
         return k, rows, cs
 
 
