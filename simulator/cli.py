@@ -1,5 +1,5 @@
 """The simulator's own commands (``whatif``, ``list``, ``show`` (``simulator/cli_show.py``), ``capacity``, ``report``,
-``init``, ``pass-time``): each parses, calls one library function, prints.
+``init``, ``pass-time``, ``serve-workload``): each parses, calls one library function, prints.
 
 This module imports nothing from ``calibrate`` or ``validate`` (tests/simulator/test_layering.py). The
 ``specsim`` console script is ``specsim_cli.main``: it adds these commands to the whole tree (with the
@@ -437,3 +437,37 @@ def pass_time(
             write_output(df, file_format(fmt, out), out, "", meta)
         return
     write_output(df, fmt, out, "", meta)
+
+
+@app.command("serve-workload")
+def serve_workload(
+    scenario: str = typer.Argument(..., help="scenario YAML (path or name in scenarios/)"),
+    bench_serve: Optional[str] = typer.Option(None, "--bench-serve", help="a `vllm bench serve ...` command line "
+                                              "(random dataset) instead of the scenario's serving_workload"),
+    hardware: Optional[str] = typer.Option(None, "--hardware", help="catalog hardware (default: the scenario's)"),
+    tp: Optional[int] = typer.Option(None, "--tp", help="tensor parallelism (default: the scenario's)"),
+    requests: Optional[int] = typer.Option(None, help="requests (sessions) to send (default: the workload's num_prompts)"),
+    seed: Optional[int] = typer.Option(None, help="seed (default: the scenario's)"),
+    prefix_caching: Optional[bool] = typer.Option(None, "--prefix-caching/--no-prefix-caching",
+                                                  help="override the scenario's execution.prefix_caching"),
+    fmt: str = typer.Option("table", "--format", help="table | json"),
+):
+    """Plain serving of one workload by one replica of the base model, as `vllm bench serve` reports it.
+
+    Example: specsim serve-workload cpu-smollm2 --bench-serve "vllm bench serve --random-input-len 512
+    --random-output-len 64 --random-prefix-len 256 --request-rate 1 --num-prompts 200"
+    """
+    import json
+
+    from simulator.serving.bench_workload import serve_scenario
+
+    if fmt not in ("table", "json"):
+        raise InputError(None, "--format", f"expected table or json (got {fmt!r})")
+    _check_requests(requests, 2)
+    _check_seed(seed)
+    out = serve_scenario(scenario, bench_serve, hardware, tp, requests, seed, prefix_caching)
+    if fmt == "json":
+        typer.echo(json.dumps(out, indent=1, default=float))
+        return
+    for k, v in out.items():
+        typer.echo(f"{k:<28} {v:.4g}" if isinstance(v, float) else f"{k:<28} {v}")

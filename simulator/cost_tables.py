@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from simulator.cost_model import Deployment
-from simulator.execution import Execution, cache_split
+from simulator.execution import Execution
 from simulator.spec_iteration import speculative_iteration
 from simulator.workload import WorkloadProfile
 
@@ -70,9 +70,8 @@ class CostTables:
         """Prefill ``new_tokens`` on ``cached_tokens`` nominally cached ones (broadcasts over arrays);
         with block prefix caching the uncached tail of the last partial block is prefilled again."""
         dep = {"small": self.small, "base": self.base, "draft": self.draft}[who]
-        b = self.execution.prefix_cache_block
-        if b > 1:
-            new_tokens, cached_tokens = cache_split(new_tokens, cached_tokens, b)
+        if self.execution.prefix_cache_block > 1 or not self.execution.prefix_caching:
+            new_tokens, cached_tokens = self.execution.split(new_tokens, cached_tokens)
         if who == "draft":
             return dep.draft_prefill_time(new_tokens, cached_tokens)
         return dep.prefill_time(new_tokens, cached_tokens)

@@ -12,6 +12,7 @@ admission read it.
 
 ``block_size``: tokens per KV-cache block (vLLM's ``--block-size``, 16 by default on CUDA): the KV cache is sized in
 whole blocks (``simulator/memory_plan.py``).
+``prefix_caching`` (default on, as vLLM V1): off, no call reuses any KV (:meth:`Execution.split`).
 
 ``max_num_seqs``: sequences a serving engine runs at once (vLLM's ``max_num_seqs``; the rest queue).
 
@@ -53,6 +54,17 @@ class Execution(BaseModel):
     # together reach the engine t_call apart and their prefills join different steps.
     front_end: Literal["concurrent", "serial"] = "concurrent"
     block_size: int = Field(default=16, ge=1, le=65536, strict=True)  # KV-cache block (vLLM --block-size): capacity rounding
+    # vLLM V1's automatic prefix caching (on by default): the serving engines reuse KV blocks across calls and across
+    # requests (shared system prompts, session history; simulator/serving/prefix_cache.py). False: every call
+    # prefills its whole context, in every engine (vLLM's --no-enable-prefix-caching).
+    prefix_caching: bool = Field(default=True, strict=True)
+
+    def split(self, new_tokens, cached_tokens):
+        """(new_eff, cached_eff) of a call's prefill as this execution runs it: :func:`cache_split`, or the whole
+        context when prefix caching is off."""
+        if not self.prefix_caching:
+            return np.asarray(new_tokens) + np.asarray(cached_tokens), np.zeros_like(np.asarray(cached_tokens))
+        return cache_split(new_tokens, cached_tokens, self.prefix_cache_block)
 
 
 def cache_split(new_tokens, cached_tokens, block: int):

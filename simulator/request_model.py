@@ -54,6 +54,11 @@ class Call:
     spec_cum: np.ndarray | None = None  # tokens produced after each speculative iteration (base engine with a draft)
     # a γ-policy engine instead: M of successive iterations drawn at γ_max, uncut (M_γ = min(M, γ + 1))
     spec_draws: np.ndarray | None = None
+    # the call's context begins with these shared segments ((key, tokens), ...; a system prompt, a session's earlier
+    # turns): tokens another request's call also names are hit in the serving engine's prefix cache
+    # (simulator.serving.prefix_cache); their sum is at most cached_tokens + new_tokens
+    prefix: tuple = ()
+    publish: object = None  # cache this call's own tokens as the segment after ``prefix`` under this key (a session turn)
 
 
 @dataclass(slots=True)

@@ -20,6 +20,7 @@ from simulator.cost_profile import CostProfile, prior_profile
 from simulator.setup import Setup
 from simulator.errors import InputError
 from simulator.execution import Execution
+from simulator.serving.bench_workload import ServingWorkload
 from simulator.loading import load_yaml_model, read_yaml, validate_model
 from simulator.systems import REGISTRY, SYSTEMS, SystemConfig, expand_systems
 from simulator.workload import WorkloadProfile
@@ -167,6 +168,21 @@ class Scenario(_Strict):
     accuracy: str | None = None  # accuracy profile (simulator/accuracy.py); default: accuracy_<workload>.yaml if shipped
     requests: int = Field(default=1000, ge=2, le=MAX_REQUESTS)
     seed: int = Field(default=0, ge=0, lt=2**63)  # the CLI's --seed bounds
+    # plain serving as benchmarks define it (simulator/serving/bench_workload.py): lengths, shared prefixes, sessions,
+    # arrivals; or a `vllm bench serve ...` command line (a string, or {command: ...})
+    serving_workload: ServingWorkload | None = None
+
+    @field_validator("serving_workload", mode="before")
+    @classmethod
+    def _bench_command(cls, v):
+        if isinstance(v, dict) and set(v) == {"command"}:
+            v = v["command"]
+        if isinstance(v, str):
+            try:
+                return ServingWorkload.from_command(v)
+            except InputError as e:
+                raise ValueError(e.one_line()) from None
+        return v
 
     @field_validator("gpu_memory_utilization")
     @classmethod

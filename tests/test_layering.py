@@ -145,7 +145,7 @@ def _commands(app, args) -> list[str]:
 
 
 def test_specsim_help_lists_the_composed_commands(composed):
-    assert _commands(composed, []) == ["whatif", "list", "show", "capacity", "report", "init", "pass-time", "validate",
+    assert _commands(composed, []) == ["whatif", "list", "show", "capacity", "report", "init", "pass-time", "serve-workload", "validate",
                                        "validate-serving", "validate-capacity", "validate-drift", "validate-cpu",
                                        "validate-gpu-summary", "calibrate", "study"]
     assert {"run", "fit", "fit-workload", "serve-run", "serve-systems", "gpu"} <= set(_commands(composed, ["calibrate"]))
@@ -156,7 +156,7 @@ def test_the_simulator_app_alone_has_only_its_own_commands():
     from simulator.cli import app
 
     names = {c.name or c.callback.__name__ for c in app.registered_commands}
-    assert names == {"whatif", "list", "show", "capacity", "report", "init", "pass-time"} and not app.registered_groups
+    assert names == {"whatif", "list", "show", "capacity", "report", "init", "pass-time", "serve-workload"} and not app.registered_groups
 
 
 def test_console_script_points_at_the_composed_main():

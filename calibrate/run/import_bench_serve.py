@@ -371,3 +371,13 @@ def summary_line(res: BenchResult) -> str:
     return (f"{res.path.name}: {res.label}, {len(res.requests)} requests ({res.failed} failed), "
             f"TTFT p50 {get('median_ttft_ms'):.1f} ms, TPOT p50 {get('median_tpot_ms'):.1f} ms, "
             f"ITL p50/p99 {get('median_itl_ms'):.1f}/{get('p99_itl_ms'):.1f} ms, {get('output_throughput'):.1f} tok/s")
+
+
+def serving_workload(src: str | Path):
+    """A result JSON as a serving workload (``simulator.serving.bench_workload.ServingWorkload``): its successful
+    requests' measured lengths replayed in send order, its traffic (closed loop of N, a rate, or a burst)."""
+    from simulator.serving.bench_workload import ServingWorkload
+
+    res = read_bench_json(src)
+    return ServingWorkload.from_measured([r.prompt_tokens for r in res.requests], [r.output_tokens for r in res.requests],
+                                         res.rate_per_s, res.users if res.mode == "closed" else 0, str(res.path))

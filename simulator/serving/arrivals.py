@@ -6,6 +6,8 @@
 - :class:`ClosedLoopUsers` (N users, think time): each user sends a request, waits for its
   answer, thinks (Exponential, mean ``think_time_s``; 0 = none) and sends the next one.
 - :class:`ReplayArrivals`: arrival instants read from a file (:func:`load_arrival_times`).
+- :class:`StagedArrivals`: load stages, a list of (rate, duration), Poisson within each.
+- A burst (every request at once, vLLM's ``--request-rate inf``) is ``PoissonArrivals(inf)``.
 
 Open-loop gaps are drawn as *standard* variates and scaled by 1/λ, so with a fixed seed the
 arrival instants at rate 2λ are exactly half those at rate λ (common random numbers: latency
@@ -78,7 +80,34 @@ class ClosedLoopUsers:
         return f"closed({self.users} users, think {self.think_time_s:g}s)"
 
 
-ArrivalProcess = PoissonArrivals | BurstyArrivals | ReplayArrivals | ClosedLoopUsers
+@dataclass(frozen=True)
+class StagedArrivals:
+    """Load stages: Poisson at ``rate`` for ``duration`` seconds, stage after stage ((rate, duration), ...). The
+    number of arrivals is what the stages give (``times(n)`` returns at most n of them)."""
+
+    stages: tuple[tuple[float, float], ...]
+
+    def times(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        out, t0 = [], 0.0
+        for rate, dur in self.stages:
+            k = max(int(rate * dur * 1.5 + 10 * np.sqrt(rate * dur) + 10), 1)
+            t = np.cumsum(rng.standard_exponential(k)) / rate
+            while t[-1] < dur:  # rare: more arrivals than the generous first draw
+                t = np.concatenate([t, t[-1] + np.cumsum(rng.standard_exponential(k)) / rate])
+            out.append(t0 + t[t < dur])
+            t0 += dur
+        return np.concatenate(out)[:n]
+
+    @property
+    def rate_per_s(self) -> float:
+        return sum(r * d for r, d in self.stages) / sum(d for _, d in self.stages)
+
+    @property
+    def label(self) -> str:
+        return "stages(" + ", ".join(f"{r:.4g}/s x {d:g}s" for r, d in self.stages) + ")"
+
+
+ArrivalProcess = PoissonArrivals | BurstyArrivals | ReplayArrivals | ClosedLoopUsers | StagedArrivals
 
 
 def load_arrival_times(path: str | Path) -> ReplayArrivals:

@@ -27,25 +27,27 @@ Several identical decode-only iterations are evaluated at once (``round_times(k)
 of :mod:`simulator.serving.stretch`), vectorised over the k iterations, so a long generation costs one event
 per change of the batch, not one per token.
 
-KV cache (tokens): running sequences pin their KV; a request's prefix stays cached in the
-engine between its calls (prefix caching, in whole blocks of ``prefix_cache_block`` tokens: a
-call re-prefills the uncached tail of the last partial block, ``simulator.execution.cache_split``)
-and is evicted LRU when room is needed (its next call then recomputes the prefix). A call waits in FIFO order while its prefill does not fit;
+KV cache (tokens): running sequences pin their KV; what is reused between calls -- a request's own prefix
+between its calls, and prefixes shared across requests (system prompts, a session's earlier turns) -- is the
+engine's :class:`~simulator.serving.prefix_cache.PrefixCache` (vLLM V1's prefix caching: whole blocks of
+``prefix_cache_block`` tokens, evicted LRU when room is needed; shared prefix tokens are stored once however many
+running calls use them). A call waits in FIFO order while its prefill does not fit;
 when decoding growth does not fit, the youngest running sequence is preempted
-(recompute-style: it re-queues at the head and re-prefills its whole context).
+(recompute-style: it re-queues at the head; what it wrote stays in the prefix cache, so it re-prefills only what
+was evicted meanwhile).
 """
 
 from __future__ import annotations
 
 from bisect import insort
-from collections import OrderedDict, deque
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
 
 from simulator.cost_model import Deployment
-from simulator.execution import cache_split
 from simulator.serving.pass_cost import PassCost
+from simulator.serving.prefix_cache import PrefixCache
 from simulator.serving.stretch import Stretches
 from simulator.spec_iteration import NO_PREFILL, speculative_iteration
 from simulator.request_model import Call
@@ -63,6 +65,12 @@ class Job:
     it: int = 0  # speculative iterations done
     started: bool = False  # prefill done once (a re-prefill after preemption produces no token)
     admitted: bool = False  # placed in a batch once (its first admission is reported once)
+    fresh: bool = True  # its prefix-cache lookup is still to be decided (until it is first placed)
+    own: int = -1  # tokens its request's own cache entry held (-1: not taken yet)
+    own_cut: bool = False  # that entry had lost its tail to eviction
+    paths: tuple = ()  # its prefix nodes, held in the prefix cache while it runs
+    held: int = 0  # tokens of its context stored in those nodes (not in its own KV)
+    resumed: int = -1  # a preempted call: the context tokens it had written (-1: never preempted)
 
 
 class Engine(Stretches):
@@ -78,11 +86,11 @@ class Engine(Stretches):
     def __init__(self, name: str, dep: Deployment, kv_capacity_tokens: int, max_batch: int = 256,
                  draft: Deployment | None = None, gamma: int | None = None, max_spec_iters: int = 0,
                  prefix_cache_block: int = 1, gamma_policy=None, token_budget: int | None = None,
-                 seq_reserve_tokens: int = 0):
+                 seq_reserve_tokens: int = 0, prefix_caching: bool = True):
         self.name, self.dep, self.draft, self.gamma = name, dep, draft, gamma
         self.reserve = int(seq_reserve_tokens)  # KV each running sequence holds besides its tokens (sliding windows)
         self.token_budget = token_budget  # max_num_batched_tokens (None: whole prefills, no budget)
-        self.block = prefix_cache_block
+        self.pcache = PrefixCache(prefix_cache_block, prefix_caching)
         self.spec = draft is not None and bool(gamma)
         self.pc = PassCost(dep)
         # the draft's passes: none for prompt lookup; a tree of width w drafts w tokens per pass and the
@@ -104,6 +112,7 @@ class Engine(Stretches):
         self.it = [0] * M
         self.order = [0] * M
         self.started = [False] * M
+        self.held = [0] * M  # tokens of slot s's context held in the prefix cache (shared prefix nodes)
         self.jobs: list[Job | None] = [None] * M
         self.free_slots = list(range(M - 1, -1, -1))
         self.act: list[int] = []  # running slots, ascending
@@ -116,8 +125,6 @@ class Engine(Stretches):
         if self.policy is not None:
             self._cum_at = self._cum_at_row
         self.waiting: deque[Job] = deque()
-        self.cache: OrderedDict[int, int] = OrderedDict()  # rid -> cached prefix tokens (evictable)
-        self.cache_tokens = 0
         self.pinned = 0
         self.admitted = 0
         # stretch memo (see :meth:`stretch`): the batch's version (bumped whenever a slot joins or leaves) and the
@@ -126,7 +133,6 @@ class Engine(Stretches):
         self.rounds = 0
         self._memo: tuple | None = None
         self.preemptions = 0
-        self.evictions = 0
         self.busy_s = 0.0
         self.admitted_rids: list[int] = []  # first admissions since the replica last looked
 
@@ -136,46 +142,67 @@ class Engine(Stretches):
         return len(self.act)
 
     @property
+    def cache_tokens(self) -> int:
+        return self.pcache.tokens
+
+    @property
+    def evictions(self) -> int:
+        return self.pcache.evictions
+
+    @property
     def kv_used(self) -> int:
-        return self.pinned + self.cache_tokens
+        return self.pinned + self.pcache.tokens
 
     def submit(self, rid: int, call: Call) -> None:
         self.waiting.append(Job(rid, call, remaining=call.out_tokens))
 
     def drop_cache(self, rid: int) -> None:
-        if self.cache:
-            self.cache_tokens -= self.cache.pop(rid, 0)
+        self.pcache.drop(rid)
 
     def _evict_until(self, need: int) -> bool:
         """Evict cached prefixes (LRU) until ``need`` tokens are free; True if they are."""
-        while self.capacity - self.pinned - self.cache_tokens < need and self.cache:
-            _, tok = self.cache.popitem(last=False)
-            self.cache_tokens -= tok
-            self.evictions += 1
-        return self.capacity - self.pinned - self.cache_tokens >= need
+        free = self.capacity - self.pinned - self.pcache.tokens
+        if free >= need:
+            return True
+        return free + self.pcache.evict(free, need) >= need
 
     def admit(self) -> None:
-        """Move waiting jobs into the batch, FIFO, while their prefill fits in the KV cache."""
-        waiting = self.waiting
+        """Move waiting jobs into the batch, FIFO, while their prefill fits in the KV cache. A call not yet placed
+        looks its context up in the prefix cache at every try (the cache moves while it waits): it needs room for
+        what it does not find there."""
+        waiting, pcache = self.waiting, self.pcache
         grow = self.vt
         while waiting and self.free_slots:
             job = waiting[0]
-            if not job.started and job.kv == 0 and job.pending == 0:
-                have = self.cache.pop(job.rid, 0)
-                self.cache_tokens -= have
-                c = job.call
-                if c.cached_tokens > 0 and have == 0:
-                    job.pending = c.cached_tokens + c.new_tokens  # prefix evicted: recompute it
-                elif self.block > 1:
-                    new, kept = cache_split(c.new_tokens, c.cached_tokens, self.block)
-                    job.kv, job.pending = int(kept), int(new)
-                else:
-                    job.kv, job.pending = c.cached_tokens, c.new_tokens
-            # room for the prefill plus one round of growth of the batch it joins (no admit/preempt ping-pong)
             n_act = len(self.act)
-            need = job.kv + job.pending + self.reserve + (n_act + 1) * grow
-            if not self._evict_until(need) and n_act > 0:
-                return  # wait for room (head-of-line, FIFO)
+            if job.fresh:
+                c = job.call
+                if job.own < 0:
+                    job.own, job.own_cut = pcache.take_own(job.rid)
+                # a preempted call looks up its whole context so far, of which it had written `resumed` tokens
+                total, known = (c.cached_tokens + c.new_tokens, c.cached_tokens) if job.resumed < 0 else \
+                    (job.pending, job.resumed)
+                if c.prefix:
+                    kept, cached = pcache.match(c.prefix, job.own, known, total, job.own_cut)
+                    paths = pcache.hold(c.prefix)
+                else:  # no shared segment: only the request's own entry can give (the same rule, no chain)
+                    kept, cached, paths = pcache.kept(0, job.own, known, total, job.own_cut), 0, ()
+                # room for the prefill plus one round of growth of the batch it joins (no admit/preempt ping-pong)
+                need = total - cached + self.reserve + (n_act + 1) * grow
+                if not self._evict_until(need) and n_act > 0:
+                    if paths:
+                        pcache.release(paths)
+                    return  # wait for room (head-of-line, FIFO)
+                if paths:
+                    pcache.place(c.prefix, paths, kept, total, job.resumed < 0)
+                elif job.resumed < 0:  # vLLM counts a preempted request's lookups apart (preempted_queries)
+                    pcache.count(kept, total)
+                job.kv, job.pending, job.paths, job.fresh = kept, total - kept, paths, False
+                job.held = sum([n for _k, n in c.prefix]) if paths else 0
+            else:
+                need = job.kv + job.pending + self.reserve + (n_act + 1) * grow
+                if not self._evict_until(need) and n_act > 0:
+                    return  # wait for room (head-of-line, FIFO)
             waiting.popleft()
             self._place(job)
 
@@ -185,12 +212,13 @@ class Engine(Stretches):
         self.jobs[s] = job
         self.kv[s], self.pending[s], self.remaining[s], self.it[s] = job.kv, job.pending, job.remaining, job.it
         self.started[s] = job.started
+        self.held[s] = job.held
         if job.pending > 0:
             self.n_prefill += 1
         insort(self.act, s)
         self.order[s] = self.admitted
         self.admitted += 1
-        self.pinned += job.kv + job.pending + self.reserve
+        self.pinned += job.kv + job.pending + self.reserve - job.held
         if not job.admitted:
             job.admitted = True
             self.admitted_rids.append(job.rid)
@@ -262,15 +290,20 @@ class Engine(Stretches):
         if self.pending[s] > 0:
             self.n_prefill -= 1
         self.free_slots.append(s)
-        self.pinned -= self.kv[s] + self.pending[s] + self.reserve
+        self.pinned -= self.kv[s] + self.pending[s] + self.reserve - self.held[s]
         return job
 
     def preempt_youngest(self) -> None:
-        """Recompute-style preemption: free the youngest sequence's KV, re-queue it first."""
+        """Recompute-style preemption (vLLM V1): free the youngest sequence's KV, re-queue it first. What it had
+        written stays in the prefix cache (its own entry; vLLM frees its blocks with their hashes), so when it is
+        placed again it re-prefills only what was evicted meanwhile."""
         s = max(self.act, key=self.order.__getitem__)
         kv, pend = self.kv[s], self.pending[s]
         job = self._release(s)
-        job.kv, job.pending = 0, kv + pend
+        self.pcache.keep(job.rid, kv - job.held, None, ())
+        self.pcache.release(job.paths)
+        job.kv, job.pending, job.resumed = 0, kv + pend, kv
+        job.paths, job.held, job.fresh, job.own = (), 0, True, -1
         # a call preempted in the middle of its (chunked) prefill has not produced its first token yet: its
         # re-prefill will, so it keeps started = False
         job.remaining, job.it, job.started = self.remaining[s], self.it[s], self.started[s]
@@ -429,9 +462,11 @@ class Engine(Stretches):
         return first, done
 
     def finish(self, s: int) -> Job:
-        """Release a finished call's slot; its context stays cached for the request's next call."""
+        """Release a finished call's slot; its context stays cached (the request's next call, or with
+        ``Call.publish`` any request whose prefix names it)."""
         kv = self.kv[s]
         job = self._release(s)
-        self.cache[job.rid] = kv
-        self.cache_tokens += kv
+        self.pcache.keep(job.rid, kv - job.held, job.call.publish, job.paths)
+        if job.paths:
+            self.pcache.release(job.paths)
         return job

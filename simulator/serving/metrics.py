@@ -259,6 +259,12 @@ def summarize_serving(res: ServingResult, slo: Slo | None = None, warmup_fractio
         out[f"{name}_kv_occupancy_mean"] = float((e.kv_used_tokens * dur).sum() / busy / cap) if busy > 0 and cap else 0.0
         out[f"{name}_kv_occupancy_max"] = float(e.kv_used_tokens.max() / cap) if len(e) and cap else 0.0
         out[f"{name}_preemptions"] = res.info["preemptions"][name]
+    pc = res.info.get("prefix_cache")
+    if pc:  # vLLM's prefix_cache_queries / prefix_cache_hits (tokens), both engines, every call of the run
+        q, h, qb, hb = (sum(v[i] for v in pc.values()) for i in range(4))
+        out.update({"prefix_cache_queries_tokens": q, "prefix_cache_hits_tokens": h,
+                    "prefix_cache_hit_rate": h / q if q else np.nan,
+                    "prefix_cache_block_hit_rate": hb / qb if qb else np.nan})
     gr = res.info.get("gamma_rounds") or {}
     if gr:  # speculative base engine: the mean γ over its decoding iterations (constant unless a policy picks it)
         n = sum(gr.values())

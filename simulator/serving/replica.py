@@ -71,6 +71,7 @@ class Replica:
         if execution is not None and execution.max_num_seqs is not None:
             max_batch = execution.max_num_seqs  # vLLM's max_num_seqs, set in the scenario's execution block
         block = (execution or Execution()).prefix_cache_block
+        caching = (execution or Execution()).prefix_caching
         budget = (execution or Execution()).max_num_batched_tokens  # chunked prefill: tokens per engine step
         spec = cfg.drafts
         base_models = [deps["base"], deps["draft"]] if spec else [deps["base"]]
@@ -80,11 +81,11 @@ class Replica:
         base_cap, base_res = kv_layout(u_base, base_models, execution, max_batch)
         self.engines = [
             Engine("small", deps["small"], small_cap, max_batch,
-                   prefix_cache_block=block, token_budget=budget, seq_reserve_tokens=small_res),
+                   prefix_cache_block=block, token_budget=budget, seq_reserve_tokens=small_res, prefix_caching=caching),
             Engine("base", deps["base"], base_cap, max_batch,
                    draft=deps["draft"] if spec else None, gamma=cfg.gamma, max_spec_iters=max_out,
                    prefix_cache_block=block, gamma_policy=gamma_policy(cfg, deps, workload), token_budget=budget,
-                   seq_reserve_tokens=base_res),
+                   seq_reserve_tokens=base_res, prefix_caching=caching),
         ]
         self.t_call = deps["base"].cost.call_overhead_s
         self.serial_front_end = execution is not None and execution.front_end == "serial"
@@ -273,7 +274,9 @@ class Replica:
                 e.preempt_youngest()
                 return None
             Gs = e.stretch_growth(k)
-            free = e.capacity - e.pinned - e.cache_tokens
+            # evictable cached prefixes make room round by round (vLLM evicts blocks as it needs them); nothing else
+            # allocates within a stretch, so what its rounds need is evicted once, below, in the same LRU order
+            free = e.capacity - e.pinned - e.cache_tokens + e.pcache.lru_tokens
             if Gs is not None:
                 k_kv = int(Gs[1:].searchsorted(free, side="right"))  # Gs[1:]: tokens after each round
             else:  # constant growth: B tokens per round
@@ -288,6 +291,9 @@ class Replica:
             k = 1
         else:
             k = min(k, 1 + int(cs[: k - 1].searchsorted(t_next, side="left")))
+        for e, Gs in zip(active, growth):  # room for the k rounds' growth
+            if e.pcache.lru_tokens:
+                e._evict_until(int(Gs[k]) if Gs is not None else k * len(e.act))
         return k, rows, cs
 
 
@@ -295,7 +301,7 @@ def simulate_serving(cfg: SystemConfig, deps: dict[str, Deployment], workload: W
                      arrivals: ArrivalProcess, n_requests: int, seed: int,
                      memory_fraction: tuple[float, float] = (0.1, 0.8), max_batch: int = 256,
                      plans: list[RequestPlan] | None = None, execution: Execution | None = None,
-                     stop=None) -> ServingResult:
+                     stop=None, sessions: list[list[int]] | None = None, think_s=None) -> ServingResult:
     """Serve ``n_requests`` requests of ``cfg`` on one replica; per-request and per-engine results.
 
     Streams: requests (plans) and arrivals come from two independent children of ``seed``,
@@ -306,6 +312,8 @@ def simulate_serving(cfg: SystemConfig, deps: dict[str, Deployment], workload: W
     both engines and, with ``step_calls``, vanilla systems and specdecode planned step by step.
     ``stop`` (an :class:`simulator.serving.early_stop.SloStop`, open loop only): end the run as soon as its SLO is
     certainly missed; the result then holds the requests that arrived by then and ``info["stopped_at"]``.
+    ``sessions`` (with ``plans``): the request ids of each session's turns; arrival i starts session i (closed loop:
+    each user runs one session after another), a turn is sent ``think_s[rid]`` seconds after the previous answer.
     """
     execution = execution or Execution()
     arr_ss = np.random.SeedSequence(seed).spawn(2)[1]  # child 0: the requests (simulator.request_model.request_seed)
@@ -334,7 +342,39 @@ def simulate_serving(cfg: SystemConfig, deps: dict[str, Deployment], workload: W
             if think_s > 0:
                 yield env.timeout(arr_rng.exponential(think_s))
 
-    if isinstance(arrivals, ClosedLoopUsers):
+    def session(rids: list[int], t: float):
+        if t > env.now:
+            yield env.timeout(t - env.now)
+        for k, rid in enumerate(rids):
+            if k and think_s[rid] > 0:
+                yield env.timeout(float(think_s[rid]))
+            ev = env.event()
+            rep.done_events[rid] = ev
+            rep.submit(rid, plans[rid])
+            yield ev
+
+    def session_user(next_s: list[int]):  # a closed-loop user runs one session after another
+        while next_s[0] < len(sessions):
+            i = next_s[0]
+            next_s[0] += 1
+            yield from session(sessions[i], env.now)
+
+    if sessions is not None and isinstance(arrivals, ClosedLoopUsers):
+        if stop is not None:
+            raise ValueError("sessions run without an early stop")
+        n_requests = sum(len(x) for x in sessions)
+        counter = [0]
+        for _ in range(arrivals.users):
+            env.process(session_user(counter))
+    elif sessions is not None:
+        if stop is not None:
+            raise ValueError("sessions run without an early stop")
+        times = arrivals.times(len(sessions), arr_rng)
+        sessions = sessions[: len(times)]
+        n_requests = sum(len(x) for x in sessions)
+        for rids, t in zip(sessions, times):
+            env.process(session(rids, float(t)))
+    elif isinstance(arrivals, ClosedLoopUsers):
         counter = [0]
         for _ in range(arrivals.users):
             env.process(user(counter, arrivals.think_time_s))
@@ -395,6 +435,10 @@ def _result(rep: Replica, arrivals, n_requests: int) -> ServingResult:
         "utilization": {e.name: e.busy_s / makespan if makespan else 0.0 for e in rep.engines},
         "preemptions": {e.name: e.preemptions for e in rep.engines},
         "evictions": {e.name: e.evictions for e in rep.engines},
+        # prefix-cache lookups per engine, as vLLM's /metrics counts them: (queried tokens, hit tokens, full blocks
+        # queried, blocks hit), one lookup per call when it is first placed
+        "prefix_cache": {e.name: (e.pcache.query_tokens, e.pcache.hit_tokens, e.pcache.query_blocks,
+                                  e.pcache.hit_blocks) for e in rep.engines},
         "gamma_rounds": dict(sorted(rep.engines[1].gamma_rounds.items())),  # base engine: iterations per γ
         "call_overhead_s": rep.t_call,
         "itl": _itl_samples(rep),

@@ -246,3 +246,16 @@ def test_validate_serving_speculative_bench_runs(tmp_path):
     r = _cli("validate-serving", str(SPEC / "result.json"), "--profile", str(PROFILE), "--out", str(tmp_path / "rep"))
     assert r.returncode == 0, r.stderr
     assert "speculative runs held out (profile, n=6)" in r.stdout and "acceptance length median APE" in r.stdout
+
+
+def test_result_json_is_a_serving_workload():
+    """A result JSON's requests become a workload: the same lengths in send order and the same traffic."""
+    from calibrate.run.import_bench_serve import serving_workload
+    from simulator.serving import ClosedLoopUsers
+
+    res = read_bench_json(DATA / "closed-2.json")
+    w = serving_workload(DATA / "closed-2.json")
+    plans, _, _ = w.plans(len(res.requests), 0)
+    assert [p.calls[0].new_tokens for p in plans] == [r.prompt_tokens for r in res.requests]
+    assert [p.output_tokens for p in plans] == [max(r.output_tokens, 1) for r in res.requests]
+    assert w.arrivals() == ClosedLoopUsers(2, 0.0) and w.source.endswith("closed-2.json")

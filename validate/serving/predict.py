@@ -9,6 +9,16 @@ import pandas as pd
 from .load import ServingRun
 
 MEMORY_FRACTION = (0.3, 0.5)  # scenarios/cpu-smollm2.yaml's split; KV never binds at these batch sizes
+# A measured cross-request prefix hit (the engine's cached tokens on a request's first call of an engine: blocks
+# of other requests' prompts, a common chat template or system prompt) replays as one shared head segment: every
+# such call's first ``cached`` tokens are taken to be the head of one common sequence, so the simulator's prefix
+# cache hits them once a call has computed them (simulator.serving.prefix_cache).
+SHARED_HEAD = ("measured-shared-head",)
+
+
+def shared_head(cached_tokens: int) -> tuple:
+    """The prefix segments of a replayed first call with ``cached_tokens`` measured hits."""
+    return ((SHARED_HEAD, int(cached_tokens)),) if cached_tokens > 0 else ()
 
 
 def replay_plans(req: pd.DataFrame, spec_cum: dict[tuple[int, int], np.ndarray] | None = None):
@@ -18,10 +28,9 @@ def replay_plans(req: pd.DataFrame, spec_cum: dict[tuple[int, int], np.ndarray] 
 
     plans = []
     for r in req.itertuples():
-        new = int(r.prompt_tokens - r.cached_tokens)
-        # a cross-request prefix hit cannot be represented (the simulator caches per request): count it as new
-        call = Call(BASE, int(r.prompt_tokens) if r.cached_tokens else new, 0, int(r.output_tokens),
-                    None if spec_cum is None else spec_cum[(int(r.request_id), 0)])
+        # the whole prompt is new to the request; its measured hit is a shared head other requests computed
+        call = Call(BASE, int(r.prompt_tokens), 0, int(r.output_tokens),
+                    None if spec_cum is None else spec_cum[(int(r.request_id), 0)], prefix=shared_head(r.cached_tokens))
         plans.append(RequestPlan([call], int(r.output_tokens), int(r.output_tokens), 1, 0, "length"))
     return plans
 
@@ -130,11 +139,15 @@ def replay_system_plans(calls: pd.DataFrame, requests: pd.DataFrame, spec: dict 
     by_req = {rid: d for rid, d in calls.groupby("request_id", sort=True)}
     for r in requests.itertuples():
         d = by_req[r.request_id]
-        # a hit on a request's first call of an engine (another request's prompt blocks) cannot be held by the
-        # simulator, which caches a request's prefix for its own calls only: that call prefills its whole prompt
-        cs = [Call(SMALL if c.engine == "small" else BASE, int(c.prompt_tokens - c.cached_tokens), int(c.cached_tokens),
-                   int(c.output_tokens), (spec or {}).get((int(c.request_id), int(c.call_index))))
-              for c in d.itertuples()]
+        # a hit on a request's first call of an engine is another request's prompt blocks: a shared head
+        cs, seen = [], set()
+        for c in d.itertuples():
+            first = c.engine not in seen
+            seen.add(c.engine)
+            cached = 0 if first else int(c.cached_tokens)
+            cs.append(Call(SMALL if c.engine == "small" else BASE, int(c.prompt_tokens) - cached, cached,
+                           int(c.output_tokens), (spec or {}).get((int(c.request_id), int(c.call_index))),
+                           prefix=shared_head(c.cached_tokens) if first else ()))
         gen = d[d.op == "generate"]
         plans.append(RequestPlan(cs, int(gen.output_tokens.sum()), int(d.output_tokens.sum()), len(gen),
                                  int((gen.engine == "small").sum()), "replay"))
@@ -251,7 +264,16 @@ def measured_run_figures(run: ServingRun) -> dict:
     return {"throughput_rps": len(r) / span, "output_tok_per_s": float(r.output_tokens.sum()) / span,
             "batch_mean": float(np.average(s.running, weights=s.duration_s)) if len(s) else np.nan, "span_s": span,
             "latency_p50_s": float(r.latency_s.median()), "ttft_p50_s": float(r.ttft_s.median()),
-            **_itl_figures(measured_itl(run))}
+            "prefix_cache_hit_rate": _measured_hit_rate(run), **_itl_figures(measured_itl(run))}
+
+
+def _measured_hit_rate(run: ServingRun) -> float:
+    """Cached / prompt tokens over every call the engine saw (vLLM's prefix_cache_hits / queries); nan when the
+    run did not record them (a client sees no cache: imported bench runs say 0)."""
+    t = run.calls if run.calls is not None else run.requests
+    if "cached_tokens" not in t or not t.prompt_tokens.sum():
+        return np.nan
+    return float(t.cached_tokens.sum() / t.prompt_tokens.sum())
 
 
 def predicted_run_figures(res, one_engine: bool = True) -> dict:
@@ -265,7 +287,9 @@ def predicted_run_figures(res, one_engine: bool = True) -> dict:
     if one_engine and "itl" in res.info:
         s = itl_summary(*res.info["itl"], since=-np.inf)
         itl = {"itl_mean_ms": s["mean_itl_ms"], "itl_p50_ms": s["median_itl_ms"], "itl_p99_ms": s["p99_itl_ms"]}
+    q, h = (sum(v[i] for v in res.info.get("prefix_cache", {}).values()) for i in (0, 1))
     return {"throughput_rps": len(r) / span, "output_tok_per_s": float(r.output_tokens.sum()) / span,
             "batch_mean": float(np.average(tl.batch, weights=tl.duration_s)), "span_s": span,
-            "latency_p50_s": float(r.latency_s.median()), "ttft_p50_s": float(r.ttft_s.median()), **itl}
+            "latency_p50_s": float(r.latency_s.median()), "ttft_p50_s": float(r.ttft_s.median()),
+            "prefix_cache_hit_rate": h / q if q else np.nan, **itl}
 

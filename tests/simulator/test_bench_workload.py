@@ -1,0 +1,114 @@
+"""Serving workloads as benchmarks define them (simulator/serving/bench_workload.py): vllm bench serve command
+lines in and out, lengths, early EOS, arrivals, errors naming file and field."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.errors import InputError
+from simulator.scenario import load_scenario
+from simulator.serving import ClosedLoopUsers, PoissonArrivals
+from simulator.serving.arrivals import BurstyArrivals, StagedArrivals
+from simulator.serving.bench_workload import Lengths, ServingWorkload
+
+
+@settings(max_examples=60, deadline=None)
+@given(i=st.integers(1, 100_000), o=st.integers(1, 100_000), r=st.sampled_from([0.0, 0.1, 0.5, 0.9]),
+       p=st.integers(0, 5000), rate=st.one_of(st.just("inf"), st.floats(0.01, 1000)),
+       b=st.sampled_from([1.0, 0.5, 2.0]), c=st.one_of(st.none(), st.integers(1, 512)), n=st.integers(1, 100_000))
+def test_command_line_round_trips(i, o, r, p, rate, b, c, n):
+    if c is not None:
+        rate = "inf"
+    line = (f"vllm bench serve --model Qwen/Qwen3-32B --dataset-name random --random-input-len {i} "
+            f"--random-output-len {o} --random-range-ratio {r} --random-prefix-len {p} --request-rate {rate} "
+            f"--burstiness {b} --num-prompts {n} --save-result" + (f" --max-concurrency {c}" if c else ""))
+    w = ServingWorkload.from_command(line)
+    back = ServingWorkload.from_command(w.to_command())
+    assert back.model_dump(exclude={"source"}) == w.model_dump(exclude={"source"})
+    assert w.input_tokens.tokens == i and w.num_prompts == n and (w.system_prompts is None) == (p == 0)
+
+
+def test_command_defaults_and_arrivals():
+    w = ServingWorkload.from_command("vllm bench serve --random-input-len 2048 --random-output-len 256 "
+                                     "--request-rate 4 --num-prompts 500")
+    assert w.arrivals() == PoissonArrivals(4.0) and w.num_prompts == 500
+    assert ServingWorkload.from_command("vllm bench serve").arrivals() == PoissonArrivals(math.inf)  # a burst
+    assert ServingWorkload.from_command("vllm bench serve --max-concurrency 8").arrivals() == ClosedLoopUsers(8, 0.0)
+    bursty = ServingWorkload.from_command("vllm bench serve --request-rate 2 --burstiness 0.25").arrivals()
+    assert isinstance(bursty, BurstyArrivals) and bursty.cv == pytest.approx(2.0)
+    assert (PoissonArrivals(math.inf).times(5, np.random.default_rng(0)) == 0).all()
+
+
+@pytest.mark.parametrize("line, field", [
+    ("vllm bench serve --random-input-len x", "--random-input-len"),
+    ("vllm bench serve --dataset-name sharegpt", "--dataset-name"),
+    ("vllm bench serve --frobnicate 3", "--frobnicate"),
+    ("vllm bench serve --random-input-len 0", "input_tokens.tokens"),
+    ("vllm bench serve --request-rate 3 --max-concurrency 4", None),
+])
+def test_bad_command_lines_name_the_option(line, field):
+    with pytest.raises(InputError) as e:
+        ServingWorkload.from_command(line)
+    assert e.value.file == "--bench-serve"
+    if field:
+        assert e.value.field == field
+
+
+@settings(max_examples=30, deadline=None)
+@given(kind=st.sampled_from(["fixed", "uniform", "lognormal"]), t=st.integers(1, 5000), r=st.floats(0, 0.95),
+       sigma=st.floats(0, 1.5), seed=st.integers(0, 2**31))
+def test_lengths_stay_in_their_bounds(kind, t, r, sigma, seed):
+    L = Lengths(kind=kind, tokens=t, range_ratio=r, sigma=sigma, max=10 * t)
+    x = L.sample(np.random.default_rng(seed), 2000)
+    assert (x >= 1).all() and (x <= 10 * t).all()
+    if kind == "uniform":  # vLLM's random dataset: integers in [floor(t(1-r)), ceil(t(1+r))]
+        assert x.min() >= max(math.floor(t * (1 - r)), 1) and x.max() <= math.ceil(t * (1 + r))
+    if kind == "fixed":
+        assert (x == t).all()
+
+
+def test_early_eos_shortens_outputs_by_its_law():
+    w = ServingWorkload.model_validate({"input_tokens": {"tokens": 10}, "output_tokens": {"tokens": 400},
+                                        "eos_per_token": 0.01, "num_prompts": 4000})
+    plans, _, _ = w.plans(4000, 1)
+    out = np.array([p.output_tokens for p in plans])
+    assert out.max() <= 400
+    # min(cap, Geometric(p)): mean (1 - (1-p)^cap) / p
+    expect = (1 - 0.99**400) / 0.01
+    assert abs(out.mean() - expect) < 4 * out.std() / np.sqrt(len(out))
+    assert {p.stop_reason for p in plans} == {"eos", "length"}
+
+
+def test_stages_bring_their_rates():
+    a = StagedArrivals(((2.0, 500.0), (10.0, 200.0)))
+    t = a.times(10**9, np.random.default_rng(0))
+    first, second = (t < 500).sum(), (t >= 500).sum()
+    assert abs(first - 1000) < 4 * math.sqrt(1000) and abs(second - 2000) < 4 * math.sqrt(2000)
+    assert (np.diff(t) >= 0).all() and t[-1] < 700
+    w = ServingWorkload.model_validate({"input_tokens": {"tokens": 10}, "output_tokens": {"tokens": 4},
+                                        "stages": [{"rate_per_s": 2, "duration_s": 5}]})
+    assert isinstance(w.arrivals(), StagedArrivals)
+
+
+def test_scenario_field_errors_name_file_and_field(tmp_path):
+    src = load_scenario("cpu-smollm2").path.read_text()
+    good = tmp_path / "good.yaml"
+    good.write_text(src.replace("workload:", "serving_workload: \"vllm bench serve --random-input-len 256 "
+                                "--random-output-len 32 --request-rate 2\"\nworkload:", 1))
+    assert load_scenario(good).scenario.serving_workload.input_tokens.tokens == 256
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(src.replace("workload:", "serving_workload:\n  input_tokens: {kind: uniform}\n"
+                               "  output_tokens: {tokens: 8}\nworkload:", 1))
+    with pytest.raises(InputError) as e:
+        load_scenario(bad)
+    assert e.value.file == str(bad) and e.value.field.startswith("serving_workload.input_tokens")
+    worse = tmp_path / "worse.yaml"
+    worse.write_text(src.replace("workload:", "serving_workload: \"vllm bench serve --dataset-name sonnet\"\nworkload:", 1))
+    with pytest.raises(InputError) as e:
+        load_scenario(worse)
+    assert e.value.file == str(worse) and e.value.field.startswith("serving_workload")
