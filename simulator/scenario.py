@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from simulator.catalog import get_hardware, get_model
+from simulator.catalog.engine_hosts import ServingEngine
 from simulator.catalog.models import KvDtype, WeightDtype
 from simulator.cost_model import Deployment, Drafting, expert_parallel_error
 from simulator.cost_profile import CostProfile, prior_profile
@@ -147,6 +148,8 @@ class Scenario(_Strict):
     workload: str
     workload_overrides: dict = Field(default_factory=dict)
     cost_profiles: list[str] = Field(default=["prior"])
+    # the serving engine and version whose host costs a GPU's prior takes (simulator/catalog/engine_hosts.yaml)
+    serving_engine: ServingEngine = Field(default_factory=ServingEngine)
     memory_fraction: MemoryFraction = Field(default_factory=MemoryFraction)
     systems: list[str] = Field(default=list(SYSTEMS), min_length=1)
     grid: Grid = Field(default_factory=Grid)
@@ -293,7 +296,8 @@ class ResolvedScenario:
         return out
 
     def cost_profile(self, hardware: str) -> CostProfile:
-        return self.cost_profiles.get(hardware) or prior_profile(get_hardware(hardware))
+        return self.cost_profiles.get(hardware) or prior_profile(get_hardware(hardware),
+                                                                 serving_engine=self.scenario.serving_engine)
 
     def check_placement(self, hw_name: str, tp: int) -> None:
         """TP divides the heads, fits the GPU count, and each model fits its memory share."""
