@@ -34,8 +34,9 @@ ASSUMPTIONS = [
     "Iteration time = the cost model's pass time for the batch's aggregates (Deployment.batch_forward_time); "
     "a speculative iteration = gamma draft passes + one verification pass over gamma+1 tokens per sequence.",
     "Each engine call pays the per-call overhead t_call off the GPU (host side) before queueing.",
-    "KV cache: static memory split (memory_fraction); capacity = (fraction x memory - weights/TP) / KV bytes per "
-    "token per GPU (the draft's KV counted in the base engine). Prefixes stay cached between a request's calls "
+    "KV cache: vLLM's start-up plan per engine (gpu_memory_utilization x driver-reported memory - weights/TP - "
+    "profile-pass activations - non-torch - CUDA graphs, in whole blocks; a lone engine gets the whole utilization, "
+    "specreason's colocated engines split it; the draft's KV counted in the base engine). Prefixes stay cached between a request's calls "
     "and are evicted LRU when room is needed; decoding growth that does not fit preempts the youngest sequence "
     "(recompute).",
     "Requests follow the single-request engines' step semantics (simulator/des.py), sampled at arrival: the same "

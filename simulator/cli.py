@@ -186,10 +186,15 @@ def capacity(
 ):
     """Highest request rate one replica sustains under an SLO, per configuration; replicas and cost.
 
-    Columns: max req/s = the highest Poisson rate one replica sustains (SLO met and no upward latency
-    drift); drift x = mean latency of the last quarter of arrivals / the second quarter (a rate counts as
-    sustained only at <= 1.25 and without a significant latency trend, so SLO met can be "no" while p99 is under the bound: the queue was still
-    growing); sims = serving simulations the search ran for that configuration; goodput req/s = requests
+    Columns: max req/s = the highest Poisson rate one replica sustains: SLO met, and while requests arrive
+    the replica keeps up (docs/capacity.md); thr req/s = requests completed per second in that window at the
+    rate shown (a search: the mean over replications at their max rates); thr/offered = its ratio to the
+    offered rate, which must stay within tol (2 sd of the Poisson count of the window's arrivals), so no max
+    rate exceeds the throughput simulated at it by more than 1 / (1 - tol); queue growth = rise of the
+    requests in the system over the window / the arrivals expected in it (also <= tol); the window must span
+    4 of the run's own mean latencies (a shorter run is rerun longer); drift x = mean latency of the last
+    quarter of arrivals / the second quarter (a rate counts as sustained only at <= 1.25 and without a
+    significant latency trend, so SLO met can be "no" while p99 is under the bound); sims = serving simulations the search ran for that configuration; goodput req/s = requests
     per second finishing within the SLO; cost at --gpu-hour-cost; replicas and GPUs (CPU hosts for a CPU
     scenario) for --target-qps. --out files get every column. The last line names the best configuration
     and why (the same line opens `specsim report`).
@@ -209,7 +214,8 @@ def capacity(
 
     check_columns(columns, CAPACITY_COLUMNS, extra=("offered_qps", "throughput_qps", "latency_p50_s", "latency_p90_s",
                                                     "ttft_p99_s", "slo_attainment", "gpus_per_replica",
-                                                    "fleet_cost_per_hour", "stationary"), presets=tuple(CAPACITY_PRESETS))
+                                                    "fleet_cost_per_hour", "stationary", "sustained", "too_short"),
+                  presets=tuple(CAPACITY_PRESETS))
     if gamma_policy not in ("fixed", "goodput"):
         raise InputError(None, "--gamma-policy", f"expected fixed or goodput (got {gamma_policy!r})")
     if gamma_policy != "fixed" and best_gamma:

@@ -34,14 +34,20 @@ and broadcasts over numpy arrays of context lengths.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from simulator.catalog import HardwareSpec, ModelSpec
 from simulator.catalog.models import skewed_experts_hit
+from simulator.catalog.quant_gemm import GemmKind, gemm_kind, peak_flops
 from simulator.cost_profile import CostParams
 
 ACTIVATION_BYTES = 2.0
+# GEMMs per decoder layer outside the routed experts as vLLM runs them (q/k/v fused, gate/up fused): qkv, o, gate_up,
+# down; a MoE layer: qkv, o (+ gate_up, down of its shared experts)
+GEMMS_PER_DENSE_LAYER = 4
+GEMMS_PER_ATTENTION = 2
 
 
 def soft_roofline(t_mem, t_comp, p: float):
@@ -161,14 +167,45 @@ class Deployment:
     def kv_bytes_per_token_per_gpu(self) -> float:
         return 0.0 if self.drafting.free else self.model.kv_bytes_per_token(self.tp)
 
+    # ---- the linear layers' GEMMs by kernel kind (simulator/catalog/quant_gemm.py): the one place the rule lives ----
+    @cached_property
+    def gemm(self) -> tuple[str, GemmKind]:
+        """(name, parameters) of the kernel kind the layer weights run as on this GPU: bf16, W8A8 FP8 (per-tensor or
+        block scales), W4A4 FP4, or weight-only (FP8-Marlin, W4A16) where the GPU lacks the tensor cores."""
+        return gemm_kind(self.model.weight_dtype, self.hardware)
+
     @property
     def matmul_flops_per_s(self) -> float:
-        """Peak rate of the weight matmuls: FP8 tensor cores for FP8 weights where the GPU has them (W8A8),
-        else dense bf16 (bf16 weights; INT4 / FP8 weight-only dequantized to bf16)."""
-        h = self.hardware
-        if self.model.weight_dtype == "fp8" and h.dense_fp8_flops_per_s:
-            return h.dense_fp8_flops_per_s
-        return h.dense_bf16_flops_per_s
+        """Rate of the layer weights' matmuls at eta_comp = 1: the kind's tensor-core peak (FP8 / FP4 where the GPU has
+        them, else bf16) times its compute ratio rc (dequantisation or scale handling inside the main loop; bf16: 1).
+        A quantised GEMM above the ridge:  T_comp = 2 P N / (TP eta_comp rc F_kind)."""
+        name, k = self.gemm
+        return peak_flops(k, self.hardware) * k.compute_ratio.value
+
+    @property
+    def streamed_weight_bytes_per_gpu(self) -> float:
+        """The weight bytes a pass streams at eta_mem, with the quantised layer weights W_q counted at their kind's
+        streaming efficiency:  (W - W_q + W_q / rm) / TP  (rm = 1 for bf16: the bytes as stored). A MoE model: its
+        non-expert weights (the experts stream at the MoE fit's own eta_moe)."""
+        m = self.model
+        rm = self.gemm[1].mem_ratio.value
+        routed = m.moe_layers * m.experts_per_token * m.expert_params
+        w_q = (m.matmul_params_per_token - routed) * m.bytes_per_param
+        total = m.nonexpert_bytes_read if m.is_moe else m.weight_bytes_read
+        return (total - w_q + w_q / rm) / self.tp
+
+    @property
+    def gemm_overhead_time(self) -> float:
+        """Extra fixed time per pass of the quantised GEMMs: t_q per GEMM (activation quantisation, scales) times the
+        GEMMs outside the routed experts (GEMMS_PER_DENSE_LAYER per dense layer, GEMMS_PER_ATTENTION + 2 per shared-
+        expert MoE layer); 0 for bf16."""
+        t_q = self.gemm[1].gemm_overhead_s.value
+        if not t_q:
+            return 0.0
+        m = self.model
+        moe = m.moe_layers
+        per_moe = GEMMS_PER_ATTENTION + (GEMMS_PER_DENSE_LAYER - GEMMS_PER_ATTENTION) * (m.shared_experts > 0)
+        return t_q * ((m.layers - moe) * GEMMS_PER_DENSE_LAYER + moe * per_moe)
 
     # ---- one forward pass over aggregates -----------------------------------------------
     def pass_time(self, new_tokens, kv_tokens, attn_pairs, logit_rows, seqs=1.0):
@@ -187,7 +224,7 @@ class Deployment:
             return self._moe_breakdown(new_tokens, kv_tokens, attn_pairs, logit_rows, seqs)
         m, h, c = self.model, self.hardware, self.cost
         n = np.asarray(new_tokens, dtype=float)
-        t_w = self.weight_bytes_per_gpu / (c.mem_efficiency * h.memory_bandwidth_bytes_per_s)
+        t_w = self.streamed_weight_bytes_per_gpu / (c.mem_efficiency * h.memory_bandwidth_bytes_per_s)
         t_w = t_w * (1.0 + c.multi_token_penalty * (n >= 2))
         t_kv = np.asarray(kv_tokens, dtype=float) * self.kv_bytes_per_token_per_gpu / (c.kv_efficiency * h.memory_bandwidth_bytes_per_s)
         lin = 2.0 * m.matmul_params_per_token * n / self.tp
@@ -202,7 +239,7 @@ class Deployment:
             "compute": gpu - mem,
             "allreduce": self.allreduce_time(n),
             "step": np.full_like(n, c.step_overhead_s),
-            "layers": np.full_like(n, m.layers * c.layer_overhead_s),
+            "layers": np.full_like(n, m.layers * c.layer_overhead_s + self.gemm_overhead_time),
             "sequences": np.asarray(seqs, dtype=float) * c.seq_overhead_s,
         }
         out["total"] = gpu + out["allreduce"] + self.overhead_time + out["sequences"]
@@ -228,7 +265,7 @@ class Deployment:
         S = np.asarray(seqs, dtype=float)
         bw = h.memory_bandwidth_bytes_per_s
         hit = m.experts_hit(n) if not c.routing_skew else skewed_experts_hit(m.experts, m.experts_per_token, n, c.routing_skew)
-        t_w = m.nonexpert_bytes_read / self.tp / (c.mem_efficiency * bw)
+        t_w = self.streamed_weight_bytes_per_gpu / (c.mem_efficiency * bw)
         if m.is_moe:
             t_w = t_w + m.moe_layers * hit * m.expert_bytes / self.tp / (c.expert_mem_efficiency * bw)
         t_w = t_w * (1.0 + c.multi_token_penalty * (n >= 2))
@@ -242,7 +279,7 @@ class Deployment:
         gpu, mem, kv_share = gpu_split(t_w, t_kv, t_comp, c.roofline_p)
         moe_fixed = (c.moe_layer_overhead_s + (self.ep > 1) * c.moe_ep_overhead_s + hit / self.ep * c.expert_overhead_s
                      + n * m.experts_per_token * c.moe_token_overhead_s)
-        layers = m.layers * c.layer_overhead_s + m.moe_layers * moe_fixed
+        layers = m.layers * c.layer_overhead_s + self.gemm_overhead_time + m.moe_layers * moe_fixed
         out = {
             "weights": mem * (1.0 - kv_share),
             "kv": mem * kv_share,
@@ -287,7 +324,7 @@ class Deployment:
 
     @property
     def overhead_time(self) -> float:
-        return self.cost.step_overhead_s + self.model.layers * self.cost.layer_overhead_s
+        return self.cost.step_overhead_s + self.model.layers * self.cost.layer_overhead_s + self.gemm_overhead_time
 
     # ---- single-sequence forward pass (broadcasts over arrays) ---------------------------
     def forward_time(self, new_tokens, cached_tokens, logit_rows=1):

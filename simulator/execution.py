@@ -10,6 +10,9 @@ n new tokens on c nominally cached ones really prefills
 computed; ``CostTables.prefill`` (both single-request engines) and the serving engine's
 admission read it.
 
+``block_size``: tokens per KV-cache block (vLLM's ``--block-size``, 16 by default on CUDA): the KV cache is sized in
+whole blocks (``simulator/memory_plan.py``).
+
 ``max_num_seqs``: sequences a serving engine runs at once (vLLM's ``max_num_seqs``; the rest queue).
 
 ``max_num_batched_tokens``: the serving engine's token budget per step (chunked prefill; vLLM V1's default
@@ -49,6 +52,7 @@ class Execution(BaseModel):
     # API server, one asyncio process that receives, tokenizes and streams every request), so calls arriving
     # together reach the engine t_call apart and their prefills join different steps.
     front_end: Literal["concurrent", "serial"] = "concurrent"
+    block_size: int = Field(default=16, ge=1, le=65536, strict=True)  # KV-cache block (vLLM --block-size): capacity rounding
 
 
 def cache_split(new_tokens, cached_tokens, block: int):

@@ -228,18 +228,25 @@ CAPACITY_COLUMNS = {
     "ttft_mean_s": "TTFT s", "queue_delay_mean_s": "queue s", "goodput_qps": "goodput req/s", "slo_met": "SLO met",
     "base_batch_mean": "base batch", "small_batch_mean": "small batch", "base_utilization": "base util",
     "small_utilization": "small util", "base_kv_occupancy_max": "base KV max", "cost_per_1000_requests": "cost/1000 req",
-    "replicas": "replicas", "gpus": "GPUs", "latency_drift": "drift x", "evaluations": "sims",
+    "replicas": "replicas", "gpus": "GPUs", "window_throughput_qps": "thr req/s", "throughput_ratio": "thr/offered",
+    "queue_growth": "queue growth", "window_latencies": "window/latency", "sustain_tol": "tol",
+    "latency_drift": "drift x", "evaluations": "sims",
 }
 CAPACITY_PRESETS = {
     "summary": ["rank", "label", "hardware", "tp", "rate_qps", "users", "max_qps", "max_qps_lo", "max_qps_hi", "converged",
                 "standing", "qps_per_gpu", "latency_p99_s", "goodput_qps", "slo_met", "cost_per_1000_requests", "replicas",
-                "gpus", "latency_drift", "evaluations"],
+                "gpus", "window_throughput_qps", "throughput_ratio", "queue_growth", "latency_drift", "evaluations"],
     "all": list(CAPACITY_COLUMNS),
 }
 from simulator.serving.metrics import DRIFT_LIMIT  # noqa: E402  (the rule lives there)
 
 CAPACITY_HELP = (
-    "Columns: max req/s = highest Poisson rate one replica sustains (SLO met and no upward latency drift); "
+    "Columns: max req/s = highest Poisson rate one replica sustains (SLO met, and the replica keeps up: see "
+    "docs/capacity.md); thr req/s = completed requests per second while requests arrive (after the system has "
+    "filled), at the max rate (a search: the mean over replications); thr/offered = its ratio to the offered rate "
+    "(a rate counts only if completions keep within 2 sd of the Poisson count of the offered arrivals, tol); "
+    "queue growth = rise of the number of requests in the system over that window / the arrivals expected in it; "
+    "the window must also span 4 of the run's own mean latencies; "
     "drift x = mean latency of the last quarter of arrivals / the second quarter (a rate counts as sustained only "
     f"at <= {DRIFT_LIMIT:g} with no significant latency trend: otherwise the queue is still growing, so SLO met = no "
     "even when p99 is under the bound); "
@@ -255,7 +262,9 @@ def render_capacity(df: pd.DataFrame, title: str, columns: str | None = None) ->
     spec = (columns or "").strip()
     default = CAPACITY_PRESETS["summary"]
     cols = choose_columns(df, None if spec in ("", "summary") else ("all" if spec == "all" else spec), names, default)
-    notes = [f"drift x: last / second quarter of arrivals' latency (<= {DRIFT_LIMIT:g} to count as sustained)"
+    notes = ["thr req/s: completed while requests arrive, at the rate shown; thr/offered >= 1 - tol to count as "
+             "sustained" if "window_throughput_qps" in cols else "",
+             f"drift x: last / second quarter of arrivals' latency (<= {DRIFT_LIMIT:g} to count as sustained)"
              if "latency_drift" in cols else "", "sims: simulations the search ran" if "evaluations" in cols else ""]
     notes = [n for n in notes if n]
     print_table(df, title, cols, names, caption="; ".join(notes) + ". See specsim capacity --help." if notes else None)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from simulator.catalog import get_hardware, get_model
 from simulator.catalog.engine_hosts import ServingEngine
@@ -94,10 +94,17 @@ class DraftChoice(_Strict):
 
 
 class MemoryFraction(_Strict):
-    """Static KV/weights memory split of colocated engines (vLLM gpu-memory-utilization)."""
+    """Each engine's vLLM ``gpu_memory_utilization`` when the small and base engines share the GPUs (specreason);
+    a system that runs one engine gives it base + small (vLLM's default 0.9; ``serving/kv_cache.py``)."""
 
     base: float = Field(default=0.8, gt=0, le=1)
     small: float = Field(default=0.1, gt=0, le=1)
+
+    @classmethod
+    def of_total(cls, total: float) -> "MemoryFraction":
+        """A whole-GPU utilization split between colocated engines in the default ratio (base 8 : small 1)."""
+        d = cls()
+        return cls(base=total * d.base / (d.base + d.small), small=total * d.small / (d.base + d.small))
 
 
 class Grid(_Strict):
@@ -150,6 +157,9 @@ class Scenario(_Strict):
     cost_profiles: list[str] = Field(default=["prior"])
     # the serving engine and version whose host costs a GPU's prior takes (simulator/catalog/engine_hosts.yaml)
     serving_engine: ServingEngine = Field(default_factory=ServingEngine)
+    # vLLM's gpu_memory_utilization: a number (the whole GPU's; colocated engines split it 8:1) or per engine
+    # {base, small}; ``memory_fraction`` is its older name (per engine). Resolved into memory_fraction.
+    gpu_memory_utilization: float | MemoryFraction | None = Field(default=None)
     memory_fraction: MemoryFraction = Field(default_factory=MemoryFraction)
     systems: list[str] = Field(default=list(SYSTEMS), min_length=1)
     grid: Grid = Field(default_factory=Grid)
@@ -160,6 +170,28 @@ class Scenario(_Strict):
     accuracy: str | None = None  # accuracy profile (simulator/accuracy.py); default: accuracy_<workload>.yaml if shipped
     requests: int = Field(default=1000, ge=2, le=MAX_REQUESTS)
     seed: int = Field(default=0, ge=0, lt=2**63)  # the CLI's --seed bounds
+
+    @field_validator("gpu_memory_utilization")
+    @classmethod
+    def _utilization(cls, v):
+        if isinstance(v, float | int) and not 0 < v <= 1:
+            raise ValueError("gpu_memory_utilization must lie in (0, 1]")
+        return v
+
+    @model_validator(mode="after")
+    def _memory_split(self):
+        u = self.gpu_memory_utilization
+        if u is None:
+            return self
+        if "memory_fraction" in self.model_fields_set:
+            raise ValueError("give gpu_memory_utilization or its older name memory_fraction, not both")
+        self.memory_fraction = u if isinstance(u, MemoryFraction) else MemoryFraction.of_total(float(u))
+        return self
+
+    @property
+    def memory_field(self) -> str:
+        """The scenario field that set the memory split (for error messages)."""
+        return "gpu_memory_utilization" if self.gpu_memory_utilization is not None else "memory_fraction"
 
     @field_validator("systems")
     @classmethod
@@ -317,42 +349,18 @@ class ResolvedScenario:
         err = expert_parallel_error(self.small_model, tp, sc.small.ep)
         if err:
             raise InputError(f, "small.ep", err)
-        budget_ctx = self.workload.prompt_tokens + self.workload.token_budget + self.workload.max_step_tokens + self.workload.answer_tokens
-        speculative = self.speculative and not self.drafting.free
-        # (role, resident weights per GPU, one request's KV bytes per GPU, what is placed there): every expert
-        # resident, MLA's latent replicated on each GPU, sliding-window layers holding at most their window
-        kv_of = lambda m: float(m.kv_bytes(budget_ctx, tp)) if not m.is_plain else budget_ctx * m.kv_bytes_per_token(tp)  # noqa: E731
-        placements = [
-            ("base", self.base_model.weight_bytes_resident / tp, kv_of(self.base_model), self.base_model.name),
-            ("small", self.small_model.weight_bytes_resident / tp, kv_of(self.small_model), self.small_model.name),
-        ]
-        if speculative:  # the draft lives inside the base engine, with its own KV cache
-            d = self.draft_model
-            role, w, kv, what = placements[0]
-            placements[0] = (role, w + d.weight_bytes_resident / tp, kv + kv_of(d), f"{what} + draft {d.name}")
-        for role, weights, kv, what in placements:
-            need = weights + kv
-            have = getattr(sc.memory_fraction, role) * hw.memory_bytes
-            if need > have and weights < hw.memory_bytes and kv > hw.memory_bytes - weights:
-                # no memory split could hold one request: the request's length is what is wrong (issue 30)
-                over = sc.workload_overrides
-                where, fld = ((f, "workload_overrides.token_budget") if "token_budget" in over else
-                              (f, "workload_overrides.prompt_tokens") if "prompt_tokens" in over else
-                              (str(self._ref(sc.workload, "workload")), "token_budget"))
-                raise InputError(
-                    where, fld,
-                    f"one request of up to {budget_ctx:,} tokens (prompt + token_budget {self.workload.token_budget:,} + "
-                    f"step + answer) needs {kv / 1e9:.1f} GB of KV cache per GPU for {what} at tp={tp}, more than "
-                    f"{hw.name}'s {hw.memory_bytes / 1e9:.0f} GB minus the weights: lower token_budget "
-                    f"(workload {self.workload.name})")
-            if need > have:
-                raise InputError(
-                    f, f"memory_fraction.{role}",
-                    f"{what} needs {need / 1e9:.1f} GB per GPU at tp={tp} (weights + one request's KV) "
-                    f"but gets {have / 1e9:.1f} GB of {hw.name}'s {hw.memory_bytes / 1e9:.0f} GB",
-                )
         if sc.memory_fraction.base + sc.memory_fraction.small > 1.0:
-            raise InputError(f, "memory_fraction", "base + small must not exceed 1")
+            raise InputError(f, sc.memory_field, "base + small must not exceed 1")
+        from simulator.memory_check import check_plan
+
+        for plan, what, length, fld, util in self.engine_plans(hw_name, tp):
+            check_plan(self, plan, what, length, fld, util, tp)
+
+    def engine_plans(self, hw_name: str, tp: int, length: int | None = None):
+        """The vLLM memory plan of every engine the scenario's systems start (``simulator/memory_check.py``)."""
+        from simulator.memory_check import engine_plans
+
+        return engine_plans(self, hw_name, tp, length)
 
     # ---- views -----------------------------------------------------------------------------
     def workload_note(self) -> str | None:
@@ -407,6 +415,9 @@ class ResolvedScenario:
                        for r, m in (("base", self.base_model), ("small", self.small_model), ("draft", self.draft_model))},
             "hardware": {h: get_hardware(h).model_dump(mode="json") for h in self.hardware_names},
         }
+        from simulator.memory_check import plan_view
+
+        d["memory_plan"] = plan_view(self)  # vLLM's start-up memory of every engine (simulator/memory_plan.py)
         return d
 
 

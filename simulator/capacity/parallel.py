@@ -16,8 +16,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from simulator.capacity.search import (IntervalSpec, Point, _reps_task, capacity_interval, evaluate, search_capacity,
-                                       t_interval)
+from simulator.capacity.search import (IntervalSpec, Point, _reps_task, at_capacity, capacity_interval, evaluate,
+                                       search_capacity, t_interval)
 from simulator.capacity.table import paired_better
 from simulator.errors import InputError
 
@@ -160,7 +160,7 @@ def interval_rounds(points: list[Point], spec: IntervalSpec, workers: int | None
                     "requests_per_run": p.load.requests, "converged": bool(m == 0.0 or half <= spec.target * m),
                     "stopped_below_best": stopped[i], "capacities": tuple(float(c) for c in caps[i]),
                     "evaluations": sum(r["evaluations"] for r in rows[i]),
-                    "bracketed": all(r.get("bracketed", True) for r in rows[i])})
+                    "bracketed": all(r.get("bracketed", True) for r in rows[i]), **at_capacity(rows[i])})
     return out
 
 

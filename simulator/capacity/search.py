@@ -7,8 +7,11 @@ the same problem, the same uniforms) and the same standard arrival gaps in every
 (:func:`search_capacity`) starts at r0 = 1 / (single-request latency) -- or, from the second replication on, at the
 mean of the replications so far (factor 1.25 steps) -- expands until one rate meets the SLO and one does not, then
 bisects until hi/lo - 1 <= ``rel_tol``. A rate "meets" the SLO when the steady-state requests (after the warm-up
-fraction) do *and* the run is stationary (``serving.metrics.stationarity``: no significant latency growth over the
-run, no drift). A simulation whose SLO is certainly missed before its last request finishes stops there
+fraction) do *and* the replica sustains it (``serving.metrics.stationarity``: no significant latency growth over the
+run, no drift, and while requests arrive the completed throughput keeps up with the offered rate, the number in the
+system does not grow, and the judged window spans ``HORIZON_LATENCIES`` of the run's own mean latencies). A run too
+short in time for that last check is rerun longer (the span its latencies ask for, ``serving.metrics.needed_span``;
+at most ``MAX_REQUEST_FACTOR`` x the requested requests, beyond which the rate is not claimed). A simulation whose SLO is certainly missed before its last request finishes stops there
 (``simulator.serving.early_stop``): the verdict is the full run's, so the capacities are too.
 
 Replications are added (at least ``min_reps``) until the t-interval of the mean capacity has a half-width <=
@@ -30,7 +33,8 @@ import numpy as np
 from simulator.scenario import ResolvedScenario, load_scenario
 from simulator.serving.arrivals import BurstyArrivals, ClosedLoopUsers, PoissonArrivals
 from simulator.serving.early_stop import SloStop
-from simulator.serving.metrics import WARMUP_FRACTION, summarize_serving
+from simulator.serving.metrics import (HORIZON_LATENCIES, MIN_WINDOW_ARRIVALS, SUSTAIN_Z, WARMUP_FRACTION, needed_span,
+                                       saturated_throughput, summarize_serving)
 from simulator.serving.replica import simulate_serving
 from simulator.serving.slo import parse_slo
 from simulator.systems import SystemConfig
@@ -44,8 +48,9 @@ DEFAULT_REQUEST_DOUBLINGS = 0  # one run length for every configuration: a short
 CONFIDENCE = 0.95
 WARM_STEP = 1.25  # bracket factor of a warm-started search
 MAX_DOUBLINGS = 14
-HORIZON_LATENCIES = 4.0  # the arrival window must span >= this many single-request latencies
-MAX_REQUEST_FACTOR = 20  # ... using at most this many times the requested number of requests
+MAX_REQUEST_FACTOR = 20  # a run may use at most this many times the requested number of requests
+RERUNS = 2  # a run too short in time for the sustain check is rerun longer at most this many times
+SPAN_MARGIN = 1.25  # ... with this margin on the span its latencies ask for (latency grows with the run)
 DEFAULT_SLO_FACTOR = 3.0  # report default: p99 latency <= 3x vanilla-base's single-request latency
 
 
@@ -145,11 +150,13 @@ def point_latency(point: Point) -> float:
     return single_request_latency(_scenario(point.scenario), point.hardware, point.tp, point.cfg)
 
 
-def requests_for(point: Point, rate: float) -> tuple[int, bool]:
-    """Requests of an open-loop run at ``rate``: long enough for a queue to build
-    (n >= rate * HORIZON_LATENCIES * single latency), capped; and whether the cap bit."""
+def requests_for(point: Point, rate: float, span_s: float | None = None) -> tuple[int, bool]:
+    """Requests of an open-loop run at ``rate`` spanning ``span_s`` seconds of arrivals (default: the sustain
+    window's first guess, (HORIZON_LATENCIES + 1) single-request latencies, a lower bound on the loaded ones),
+    at least the requested ones, capped at MAX_REQUEST_FACTOR x them; and whether the cap bit."""
     n = point.load.requests
-    need = math.ceil(rate * HORIZON_LATENCIES * point_latency(point))
+    span = (HORIZON_LATENCIES + 1.0) * point_latency(point) if span_s is None else span_s
+    need = math.ceil(rate * span) + 1
     n = max(n, min(need, MAX_REQUEST_FACTOR * n))
     return n, need > n
 
@@ -184,25 +191,46 @@ def evaluate(point: Point, rate: float | None = None, users: int | None = None, 
     rs = _scenario(point.scenario)
     mf = rs.scenario.memory_fraction
     n = point.load.requests
-    too_short = False
+    capped = False
     if replay:
         arrivals = load_arrival_times(replay)
     elif users:
         arrivals = ClosedLoopUsers(users)
     else:
         arrivals = point.load.arrivals(rate)
-        n, too_short = requests_for(point, rate)
+        n, capped = requests_for(point, rate)
     slo = parse_slo(point.slo_text)
-    stop = SloStop(slo, WARMUP_FRACTION) if stop_early and not (replay or users) else None
-    res = simulate_serving(point.cfg, rs.deployments(point.hardware, point.tp), rs.workload, arrivals,
-                           n, point.seed, (mf.small, mf.base),
-                           plans=None if replay else _plans(point, n), execution=rs.scenario.execution, stop=stop)
-    out = summarize_serving(res, slo)
+    open_loop = not (replay or users)
+
+    def run(n: int) -> tuple[dict, object]:
+        stop = SloStop(slo, WARMUP_FRACTION) if stop_early and open_loop else None
+        res = simulate_serving(point.cfg, rs.deployments(point.hardware, point.tp), rs.workload, arrivals,
+                               n, point.seed, (mf.small, mf.base),
+                               plans=None if replay else _plans(point, n), execution=rs.scenario.execution, stop=stop)
+        return summarize_serving(res, slo, closed_loop=bool(users)), res
+
+    out, res = run(n)
+    for _ in range(RERUNS if open_loop else 0):
+        # too short in time to judge, within the SLO so far, and not above what the replica completes while
+        # requests wait (its full rate): rerun over the span its latencies ask for
+        if not (out["too_short"] and not out.get("stopped_early") and not _overloaded(res.requests, rate)
+                and all(out[t.name] <= t.limit_s for t in slo.terms)):
+            break
+        more, capped = requests_for(point, rate, SPAN_MARGIN * needed_span(res.requests, rate))
+        if more <= n:
+            break
+        n = more
+        out, res = run(n)
     out.setdefault("stopped_early", False)
-    if too_short:  # beyond what the request cap can judge: not claimed as sustainable
-        out["slo_met"] = False
-    out["horizon_capped"] = too_short
+    out["horizon_capped"] = bool(capped and out["too_short"])  # the cap kept the run too short to be judged
     return out
+
+
+def _overloaded(requests, rate: float) -> bool:
+    """The offered rate lies above the run's completion rate while requests wait (``saturated_throughput``, with
+    ``SUSTAIN_Z`` sds of its count): a longer run cannot sustain it."""
+    mu, count = saturated_throughput(requests)
+    return bool(count >= MIN_WINDOW_ARRIVALS and rate > mu * (1.0 + SUSTAIN_Z / math.sqrt(count)))
 
 
 def search_capacity(point: Point, rel_tol: float = DEFAULT_REL_TOL, start: float | None = None) -> dict:
@@ -314,7 +342,23 @@ def capacity_interval(point: Point, spec: IntervalSpec | None = None) -> dict:
             "half_width_rel": half / m if m > 0 else 0.0, "replications": len(caps),
             "requests_per_run": p_load.requests, "converged": bool(m == 0.0 or half <= spec.target * m),
             "capacities": tuple(float(c) for c in caps), "evaluations": evals,
-            "bracketed": all(r.get("bracketed", True) for r in rows)}
+            "bracketed": all(r.get("bracketed", True) for r in rows), **at_capacity(rows)}
+
+
+def at_capacity(rows: list[dict]) -> dict:
+    """The sustain figures of an interval row, over its replications' rows (each at its own max rate; a replication
+    sustaining no load counts 0): the mean offered rate and throughput simulated at the max rates
+    (``window_offered_qps``, ``window_throughput_qps``), the throughput's ratio to the mean max rate, the largest
+    tolerance and queue growth, the fewest window arrivals. Each sustained replication has offered_k <= thr_k /
+    (1 - tol_k) (``serving.metrics.sustain``), so the means obey the same with the largest tol."""
+    live = [r for r in rows if r["max_qps"] > 0]
+    if not live:
+        return {}
+    mean = lambda key: float(np.mean([r[key] if r["max_qps"] > 0 else 0.0 for r in rows]))  # noqa: E731
+    cap = float(np.mean([r["max_qps"] for r in rows]))
+    return {"window_offered_qps": mean("window_offered_qps"), "window_throughput_qps": mean("window_throughput_qps"),
+            "throughput_ratio": mean("window_throughput_qps") / cap, "sustain_tol": max(r["sustain_tol"] for r in live),
+            "queue_growth": max(r["queue_growth"] for r in live), "window_arrivals": min(r["window_arrivals"] for r in live)}
 
 
 def _reps_task(point: Point, ks: list[int], prior: list[float], rel_tol: float) -> list[dict]:

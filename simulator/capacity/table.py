@@ -163,7 +163,8 @@ DISPLAY = {
     "ttft_mean_s": "TTFT s", "queue_delay_mean_s": "queue s", "goodput_qps": "goodput/s", "slo_met": "SLO",
     "base_batch_mean": "base batch", "small_batch_mean": "small batch", "base_utilization": "base util",
     "small_utilization": "small util", "base_kv_occupancy_max": "base KV max", "cost_per_1000_requests": "$/1000 req",
-    "replicas": "replicas", "gpus": "GPUs", "evaluations": "sims", "latency_drift": "drift", "latency_growth": "growth",
+    "replicas": "replicas", "gpus": "GPUs", "evaluations": "sims", "window_throughput_qps": "thr/s",
+    "throughput_ratio": "thr/offered", "queue_growth": "queue growth", "latency_drift": "drift", "latency_growth": "growth",
 }
 
 

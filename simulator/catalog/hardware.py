@@ -40,8 +40,15 @@ class HardwareSpec(BaseModel):
     # the bf16 rate, W8A16); its datasheet reference in ``fp8_source``.
     dense_fp8_flops_per_s: float | None = Field(default=None, gt=0)
     fp8_source: str | None = None
+    # Dense FP4 tensor-core FLOP/s (NVFP4 / MXFP4; Blackwell). None: 4-bit weights run weight-only (dequantized to bf16)
+    dense_fp4_flops_per_s: float | None = Field(default=None, gt=0)
+    fp4_source: str | None = None
     memory_bandwidth_bytes_per_s: float = Field(gt=0)
-    memory_bytes: float = Field(gt=0)
+    memory_bytes: float = Field(gt=0)  # the marketing figure ("80 GB"), for display
+    # Device memory as the driver reports it to the serving engine (torch.cuda.mem_get_info's total, what vLLM logs as
+    # total GPU memory), with where the figure comes from; None: memory_bytes (no driver: the CPU entry).
+    memory_reported_bytes: float | None = Field(default=None, gt=0)
+    memory_reported_source: str | None = None
     interconnect: Literal["pcie", "nvlink", "none"]
     link_bandwidth_bytes_per_s: float = Field(gt=0)
     allreduce_latency_s: float = Field(ge=0)
@@ -61,6 +68,11 @@ class HardwareSpec(BaseModel):
     cost_prior: dict[str, PriorParam] | None = None
     datasheet_link_bandwidth_bytes_per_s: float | None = None
     datasheet_allreduce_latency_s: float | None = None
+
+    @property
+    def reported_memory_bytes(self) -> float:
+        """Total device memory as the driver reports it (vLLM sizes its KV cache from this)."""
+        return self.memory_reported_bytes if self.memory_reported_bytes is not None else self.memory_bytes
 
     def datasheet_era(self) -> "HardwareSpec":
         """This GPU as the catalog had it before the kernel-profile priors (issue 13): for before/after checks."""

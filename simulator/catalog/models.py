@@ -21,9 +21,13 @@ PARAM_TOLERANCE = 0.03
 # bf16 in quantized checkpoints (assumption: the usual recipe leaves lm_head unquantized).
 # MXFP4 (OCP microscaling, gpt-oss's experts): 4-bit E2M1 values plus one 8-bit E8M0 scale per block of 32: 0.5 + 1/32
 # bytes per weight (the same bytes as INT4 with group 128, by coincidence); weight-only on GPUs without FP4 cores.
-WEIGHT_DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int4": 0.5 + 4.0 / 128.0, "mxfp4": 0.5 + 1.0 / 32.0}
+# FP8 with 128 x 128 block scales (DeepSeek-style checkpoints): one fp32 scale per block. NVFP4: 4-bit E2M1 values plus
+# one FP8 E4M3 scale per block of 16 (and one fp32 scale per tensor: negligible). Which GEMM kernel each dtype runs on a
+# GPU, and what it costs: simulator/catalog/quant_gemm.py.
+WEIGHT_DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int4": 0.5 + 4.0 / 128.0, "mxfp4": 0.5 + 1.0 / 32.0,
+                      "fp8_block": 1.0 + 4.0 / (128.0 * 128.0), "nvfp4": 0.5 + 1.0 / 16.0}
 KV_DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
-WeightDtype = Literal["bf16", "fp16", "fp8", "int4", "mxfp4"]
+WeightDtype = Literal["bf16", "fp16", "fp8", "int4", "mxfp4", "fp8_block", "nvfp4"]
 KvDtype = Literal["bf16", "fp16", "fp8"]
 Arch = Literal["qwen2", "qwen3", "llama", "gemma3", "qwen3_moe", "deepseek_v3", "gpt_oss", "mixtral"]
 # Architectures whose attention has per-head RMS norms on q and k (2 x head_dim parameters per layer)

@@ -13,6 +13,29 @@ A rate meets an SLO when the steady requests meet every term *and* the run is st
 - drift: :func:`latency_drift` (mean latency of the last quarter of arrivals / second quarter)
   <= ``DRIFT_LIMIT``.
 
+Both look at latency, which a continuous-batching engine can keep flat while it falls behind: every
+admitted request slows down together, and a short run at several times the capacity drains after its
+last arrival with no latency trend at all. So a rate also counts as *sustained* only if the replica
+keeps up with its arrivals while they come (:func:`sustain`). The judged window runs from the later of
+the first steady arrival and (first arrival + the p90 latency of the steady requests: the time the
+system needs to fill) to the last arrival; T_w is its length, A the arrivals in it, D the completions
+in it, W the steady requests' mean latency:
+
+- throughput: D >= A - ``SUSTAIN_Z`` sqrt(A): the completed throughput D / T_w keeps within 2 sd of
+  the Poisson count of the window's arrivals (``throughput_ratio`` D / A, ``sustain_tol`` 2 / sqrt(A));
+- queue: the least-squares rise of N(t) (requests in the system) over the window <= ``SUSTAIN_Z`` sqrt(A)
+  (``queue_growth``: the rise / A);
+- length: T_w >= ``HORIZON_LATENCIES`` W and A >= ``MIN_WINDOW_ARRIVALS`` (``window_latencies``): a
+  run shorter than a few of its own latencies cannot show a backlog (the idle single-request latency is
+  no measure of it: under load every request of a batch slows down).
+
+A stationary system has A - D = N(t1) - N(t0), whose sd is sqrt(2 Var N) <= sqrt(A) for a Poisson-like
+N (Var N = lambda W) once T_w >= 2 W. The verdict makes the offered rate of the window A / T_w at most
+the window's throughput D / T_w times 1 / (1 - ``sustain_tol``): no sustained rate exceeds the
+throughput simulated at it by more than that. The nominal rate of an open-loop run differs from A / T_w
+by the Poisson noise of the arrivals (sd 1 / sqrt(A) relative), the same in every configuration
+(common random numbers) and averaged out over replications.
+
 Warm-up: the first ``warmup_fraction`` of arrivals meet an empty system, so latency
 statistics use the later requests only (all requests still load the system).
 
@@ -34,6 +57,10 @@ DRIFT_LIMIT = 1.25  # unstable if the last quarter's mean latency exceeds 1.25x 
 TREND_BATCHES = 10
 GROWTH_LIMIT = 0.2  # latency may rise by at most 20% of its mean over the steady window ...
 TREND_T = 1.86  # ... unless the rise is not significant (one-sided 95%, t with TREND_BATCHES - 2 = 8 df)
+SUSTAIN_Z = 2.0  # throughput / queue tolerance: this many sds of the window's Poisson arrival count (one-sided 97.7%)
+HORIZON_LATENCIES = 4.0  # the judged window must span >= this many mean latencies of the run itself
+MIN_WINDOW_ARRIVALS = 20  # ... and expect at least this many arrivals
+RAMP_PERCENTILE = 90.0  # the window opens this percentile of the steady latencies after the first arrival
 
 
 def latency_drift(requests: pd.DataFrame) -> float:
@@ -68,12 +95,92 @@ def latency_trend(requests: pd.DataFrame, warmup_fraction: float = WARMUP_FRACTI
     return float(growth), float(t)
 
 
-def stationarity(requests: pd.DataFrame, warmup_fraction: float = WARMUP_FRACTION) -> dict:
-    """The backlog checks of the module docstring: growth, its t, drift and the verdict."""
+def stationarity(requests: pd.DataFrame, warmup_fraction: float = WARMUP_FRACTION, closed_loop: bool = False) -> dict:
+    """The one rule for "this rate is sustained" (capacity search, ``--qps``/load curves, report, validation): the
+    latency checks (growth, its t, drift) and :func:`sustain`'s; ``stationary`` is the verdict of all of them.
+    ``closed_loop``: users wait for their answers, so no queue outgrows them: :func:`sustain`'s figures are
+    reported but not required."""
     growth, t = latency_trend(requests, warmup_fraction)
     drift = latency_drift(requests)
     ok = not (growth > GROWTH_LIMIT and t > TREND_T) and drift <= DRIFT_LIMIT
-    return {"latency_growth": growth, "latency_growth_t": t, "latency_drift": drift, "stationary": bool(ok)}
+    out = {"latency_growth": growth, "latency_growth_t": t, "latency_drift": drift}
+    out.update(sustain(requests, warmup_fraction))
+    if closed_loop:
+        out["sustained"] = True
+    out["stationary"] = bool(ok and out["sustained"])
+    return out
+
+
+def sustain(requests: pd.DataFrame, warmup_fraction: float = WARMUP_FRACTION) -> dict:
+    """Whether the replica keeps up with its arrivals (module docstring): the window's arrivals and completions per
+    second, their ratio, the queue's rise, the window's length in mean latencies, the tolerance, ``keeps_up`` (None:
+    no window to judge), ``too_short`` (too short in time to judge: a longer run might pass) and the verdict."""
+    r = requests.sort_values("arrival_at")
+    a, d = r.arrival_at.to_numpy(), r.done_at.to_numpy()
+    n = len(a)
+    lat = steady(r, warmup_fraction).latency_s.to_numpy()
+    nan = float("nan")
+    out = {"window_offered_qps": nan, "window_throughput_qps": nan, "throughput_ratio": nan, "queue_growth": nan,
+           "window_arrivals": 0, "window_latencies": 0.0, "sustain_tol": nan, "too_short": True, "keeps_up": None,
+           "sustained": False}
+    if n < 2 or not len(lat):
+        return out
+    w = float(lat.mean())
+    t0 = max(float(a[int(n * warmup_fraction)]), float(a[0] + np.percentile(lat, RAMP_PERCENTILE)))
+    t1 = float(a[-1])
+    span = t1 - t0
+    arrived = int(np.count_nonzero((a > t0) & (a <= t1)))
+    if not (span > 0 and arrived > 0):
+        return out
+    done = int(np.count_nonzero((d > t0) & (d <= t1)))
+    grid = np.linspace(t0, t1, 257)
+    x = grid - grid.mean()
+    rise = float((x * number_in_system(r, grid)).sum() / (x * x).sum()) * span
+    slack = SUSTAIN_Z * np.sqrt(arrived)
+    too_short = bool(span < HORIZON_LATENCIES * w or arrived < MIN_WINDOW_ARRIVALS)
+    keeps_up = bool(done >= arrived - slack and rise <= slack)
+    out.update({"window_offered_qps": arrived / span, "window_throughput_qps": done / span,
+                "throughput_ratio": done / arrived, "queue_growth": rise / arrived, "window_arrivals": arrived,
+                "window_latencies": span / w if w > 0 else np.inf, "sustain_tol": float(slack / arrived),
+                "too_short": too_short, "keeps_up": keeps_up, "sustained": keeps_up and not too_short})
+    return out
+
+
+def saturated_throughput(requests: pd.DataFrame) -> tuple[float, int]:
+    """(completions per second while some request waits for admission, completions counted). While one waits
+    the engine is at its admission limit (sequences, KV blocks), so this is the replica's full completion rate:
+    a run whose offered rate lies well above it is overloaded however long it runs. NaN when none waited."""
+    end = requests.first_admit_at.to_numpy()
+    start = end - requests.queue_delay_s.to_numpy()
+    keep = end > start + 1e-9
+    if not keep.any():
+        return float("nan"), 0
+    order = np.argsort(start[keep], kind="stable")
+    lo, hi = start[keep][order], end[keep][order]
+    merged_lo, merged_hi = [lo[0]], [hi[0]]
+    for a, b in zip(lo[1:], hi[1:]):
+        if a <= merged_hi[-1]:
+            merged_hi[-1] = max(merged_hi[-1], b)
+        else:
+            merged_lo.append(a)
+            merged_hi.append(b)
+    mlo, mhi = np.array(merged_lo), np.array(merged_hi)
+    d = np.sort(requests.done_at.to_numpy())
+    count = int((np.searchsorted(d, mhi, side="left") - np.searchsorted(d, mlo, side="right")).sum())
+    dur = float((mhi - mlo).sum())
+    return (count / dur if dur > 0 else float("nan")), count
+
+
+def needed_span(requests: pd.DataFrame, rate: float, warmup_fraction: float = WARMUP_FRACTION) -> float:
+    """The arrival span (s) a run at ``rate`` needs for :func:`sustain`'s window to be long enough, were its
+    latencies those of ``requests``: T_w >= HORIZON_LATENCIES W after the ramp and the warm-up, with at least
+    MIN_WINDOW_ARRIVALS expected arrivals."""
+    lat = steady(requests, warmup_fraction).latency_s.to_numpy()
+    if not len(lat):
+        return 0.0
+    w, ramp = float(lat.mean()), float(np.percentile(lat, RAMP_PERCENTILE))
+    window = max(HORIZON_LATENCIES * w, MIN_WINDOW_ARRIVALS / rate)
+    return max(window / (1.0 - warmup_fraction), ramp + window)
 
 
 def steady(requests: pd.DataFrame, warmup_fraction: float = WARMUP_FRACTION, planned: int | None = None) -> pd.DataFrame:
@@ -96,8 +203,9 @@ def lower_bounds(requests: pd.DataFrame, at: float, t_call: float) -> pd.DataFra
     return r
 
 
-def summarize_serving(res: ServingResult, slo: Slo | None = None, warmup_fraction: float = WARMUP_FRACTION) -> dict:
-    """One row of numbers for a served trace (documented keys)."""
+def summarize_serving(res: ServingResult, slo: Slo | None = None, warmup_fraction: float = WARMUP_FRACTION,
+                      closed_loop: bool = False) -> dict:
+    """One row of numbers for a served trace (documented keys); ``closed_loop``: see :func:`stationarity`."""
     stop = res.info.get("stopped_at")
     if stop is None:
         req = res.requests
@@ -162,11 +270,14 @@ def summarize_serving(res: ServingResult, slo: Slo | None = None, warmup_fractio
         # never above the throughput (and so never above the offered load once the run is stationary)
         out["goodput_qps"] = float(out["slo_attainment"] * out["throughput_qps"]) if len(ok) else 0.0
         if stop is None:
-            out.update(stationarity(req, warmup_fraction))
+            out.update(stationarity(req, warmup_fraction, closed_loop))
             out["slo_met"] = slo.met(st) and out["stationary"]
         else:  # not judged: the SLO alone already fails
             out.update({"latency_growth": np.nan, "latency_growth_t": np.nan, "latency_drift": np.nan,
-                        "stationary": False, "slo_met": False})
+                        "window_offered_qps": np.nan, "window_throughput_qps": np.nan, "throughput_ratio": np.nan,
+                        "queue_growth": np.nan, "window_arrivals": 0, "window_latencies": np.nan, "sustain_tol": np.nan,
+                        "too_short": False, "keeps_up": None,
+                        "sustained": False, "stationary": False, "slo_met": False})
         for t in slo.terms:
             out[t.name] = t.value(st[t.metric].to_numpy())
     if stop is not None:

@@ -30,7 +30,7 @@ class PassCost:
         self.dep = dep if (not m.is_plain or getattr(dep, "ep", 1) != 1) else None
         bw = c.mem_efficiency * h.memory_bandwidth_bytes_per_s
         fl = c.compute_efficiency * h.dense_bf16_flops_per_s
-        self.m0 = dep.weight_bytes_per_gpu / bw
+        self.m0 = dep.streamed_weight_bytes_per_gpu / bw
         self.m1 = dep.kv_bytes_per_token_per_gpu / (c.kv_efficiency * h.memory_bandwidth_bytes_per_s)
         self.j = c.multi_token_penalty
         self.p = c.roofline_p

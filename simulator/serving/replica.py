@@ -11,7 +11,8 @@ prefill, no call finishing, no event due) are advanced in one SimPy timeout.
 Every engine call first pays the engine's per-call overhead ``t_call`` outside the GPU
 (API, tokenisation, scheduling on the host), then queues at its engine.
 
-Scenario: one replica of ``hardware.count`` GPUs, memory split ``memory_fraction``.
+Scenario: one replica of ``hardware.count`` GPUs; each engine's KV cache from vLLM's memory plan at its share of
+``gpu_memory_utilization`` (``serving/kv_cache.py``: a lone engine gets the whole of it).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from simulator.execution import Execution
 from simulator.gamma_choice import gamma_policy
 from simulator.serving.arrivals import ArrivalProcess, ClosedLoopUsers
 from simulator.serving.engine import Engine
-from simulator.serving.kv_cache import kv_layout
+from simulator.serving.kv_cache import engine_utilizations, kv_layout
 from simulator.request_model import RequestPlan, RequestSampler
 from simulator.systems import SystemConfig
 from simulator.workload import WorkloadProfile
@@ -74,8 +75,9 @@ class Replica:
         spec = cfg.drafts
         base_models = [deps["base"], deps["draft"]] if spec else [deps["base"]]
         max_out = workload.token_budget + workload.max_step_tokens + workload.answer_tokens + 2
-        small_cap, small_res = kv_layout(memory_fraction[0], [deps["small"]])
-        base_cap, base_res = kv_layout(memory_fraction[1], base_models)
+        u_small, u_base = engine_utilizations(cfg.spec, *memory_fraction)
+        small_cap, small_res = kv_layout(u_small, [deps["small"]], execution, max_batch)
+        base_cap, base_res = kv_layout(u_base, base_models, execution, max_batch)
         self.engines = [
             Engine("small", deps["small"], small_cap, max_batch,
                    prefix_cache_block=block, token_budget=budget, seq_reserve_tokens=small_res),

@@ -75,7 +75,7 @@ BASE_SCENARIO = Path(REF).read_text()
     (("base: {model: qwq-32b, tp: 2}", "base: {model: qwq-32b, tp: 3}"), "base.tp"),
     (("hardware: {gpu: rtx-a6000, count: 2}", "hardware: {gpu: rtx-a6000, count: 2}\ngrid_typo: 1"), "grid_typo"),
     (("base: {model: qwq-32b, tp: 2}\nsmall: {model: r1-distill-qwen-1.5b, tp: 2}",
-      "base: {model: qwq-32b, tp: 1}\nsmall: {model: r1-distill-qwen-1.5b, tp: 1}"), "memory_fraction.base"),
+      "base: {model: qwq-32b, tp: 1}\nsmall: {model: r1-distill-qwen-1.5b, tp: 1}"), "base.tp"),  # 61 GiB of weights, 47.5 GiB GPU
     (("model: qwq-32b", "model: qwq-33b"), "base.model"),
     (("workload: aime_qwq32b_r1-1.5b", "workload: nope"), "workload"),
     (("hardware: {gpu: rtx-a6000, count: 2}", "hardware: {gpu: rtx-a6000, count: 2}\nexecution: {prefix_cache_block: 0}"),
@@ -149,7 +149,11 @@ def test_execution_field_reaches_the_engines(tmp_path, capsys):
 
 
 def test_draft_weights_count_in_the_base_memory_share(tmp_path, capsys):
-    text = Path("scenarios/modern-h100-h200-qwen3.yaml").read_text().replace("tp: [2, 4]", "tp: [1]")
+    # Qwen3-32B at TP 1 on an H100 with 0.85 of it for the colocated base engine: room for one request's KV alone,
+    # not once the Qwen3-1.7B draft's weights and KV join it (specreason-decode); vanilla-base and specdecode run one
+    # engine with the whole 0.95 and fit
+    text = (Path("scenarios/modern-h100-h200-qwen3.yaml").read_text().replace("tp: [2, 4]", "tp: [1]")
+            .replace("memory_fraction: {base: 0.88, small: 0.1}", "memory_fraction: {base: 0.85, small: 0.1}"))
     code, _, err = run_cli(["whatif", str(_write(tmp_path, text))], capsys)
     assert code == 2 and "memory_fraction.base" in err and "draft qwen3-1.7b" in err
     # without a speculative system the draft is not placed, and the same TP=1 fits

@@ -184,7 +184,9 @@ def test_stationarity_rejects_a_growing_backlog_and_keeps_a_stable_one():
     t = np.sort(rng.uniform(0, 1000, n))
     # the case: latency drift 1.44 (last quarter vs second quarter) -- a growing queue
     grow = pd.DataFrame({"arrival_at": t, "latency_s": 100 * (1 + 0.9 * t / 1000) * rng.lognormal(0, 0.3, n)})
+    grow["done_at"] = grow.arrival_at + grow.latency_s  # the sustain check counts completions and requests in system
     assert 1.25 < latency_drift(grow) < 1.6
     assert not stationarity(grow)["stationary"]
     calm = pd.DataFrame({"arrival_at": t, "latency_s": 100 * rng.lognormal(0, 0.3, n)})
+    calm["done_at"] = calm.arrival_at + calm.latency_s
     assert stationarity(calm)["stationary"]

@@ -157,8 +157,11 @@ def test_fp8_and_int4_never_increase_bytes_or_decode_time(name, tp, ctx, hw_name
         assert lo.weight_bytes_resident <= m.weight_bytes_resident
         assert lo.kv_bytes_per_token(tp) <= hi.kv_bytes_per_token(tp)
     assert chain[3].weight_bytes_read <= chain[1].weight_bytes_read
-    t = [Deployment(x, hw, tp, p).decode_time(ctx) for x in (m, chain[1], chain[2])]
-    assert t[1] <= t[0] * (1 + 1e-12) and t[2] <= t[1] * (1 + 1e-12)
+    deps = [Deployment(x, hw, tp, p) for x in (m, chain[1], chain[2])]
+    t = [d.decode_time(ctx) for d in deps]
+    # FP8 weights: never slower than bf16 but for the quantised GEMMs' own fixed cost per pass (activation quantisation,
+    # measured per GEMM: simulator/catalog/quant_gemm.yaml), which a tiny model's decode can exceed its byte savings by
+    assert t[1] <= (t[0] + deps[1].gemm_overhead_time) * (1 + 1e-12) and t[2] <= t[1] * (1 + 1e-12)
 
 
 def test_fp8_by_hand():
@@ -169,9 +172,11 @@ def test_fp8_by_hand():
     assert f.weight_bytes_read == pytest.approx(layers * 1.0 + m.embedding_params * 2.0)
     assert m.with_dtypes() is m  # bf16/bf16: unchanged (every existing number stays identical)
     hw = get_hardware("h100-sxm")
-    assert Deployment(f, hw, 1, prior_profile(hw).params(hw)).matmul_flops_per_s == hw.dense_fp8_flops_per_s
-    a100 = get_hardware("a100-80gb")
-    assert Deployment(f, a100, 1, prior_profile(a100).params(a100)).matmul_flops_per_s == a100.dense_bf16_flops_per_s
+    d = Deployment(f, hw, 1, prior_profile(hw).params(hw))  # W8A8 on FP8 tensor cores, at its kind's compute ratio
+    assert d.gemm[0] == "w8a8-fp8" and d.matmul_flops_per_s == hw.dense_fp8_flops_per_s * d.gemm[1].compute_ratio.value
+    a100 = get_hardware("a100-80gb")  # no FP8 cores: weight-only FP8-Marlin at the bf16 peak
+    d = Deployment(f, a100, 1, prior_profile(a100).params(a100))
+    assert d.gemm[0] == "w8a16-fp8" and d.matmul_flops_per_s == a100.dense_bf16_flops_per_s * d.gemm[1].compute_ratio.value
     with pytest.raises(ValueError, match="unknown weight dtype"):
         m.with_dtypes("fp4")
 

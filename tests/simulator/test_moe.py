@@ -263,7 +263,7 @@ def test_fits_in_memory_counts_every_expert(tmp_path, model, gpu, count, tp, dty
     if fits:
         load_scenario(p)
     else:
-        with pytest.raises(InputError, match="memory_fraction.base: .* needs .* GB per GPU"):
+        with pytest.raises(InputError, match="base.tp: .* the model's weights need .* GiB per GPU, more than the GPU holds"):
             load_scenario(p)
 
 

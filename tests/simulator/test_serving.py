@@ -15,7 +15,7 @@ from simulator.execution import Execution
 from simulator.scenario import load_scenario
 from simulator.serving import (BurstyArrivals, ClosedLoopUsers, PoissonArrivals, load_arrival_times,
                                simulate_serving)
-from simulator.serving.kv_cache import kv_capacity_tokens
+from simulator.serving.kv_cache import engine_plan, kv_capacity_tokens
 from simulator.serving.metrics import littles_law, number_in_system, summarize_serving
 from simulator.serving.pass_cost import PassCost
 from simulator.request_model import BASE, SMALL, RequestSampler
@@ -52,10 +52,13 @@ def test_pass_cost_equals_batch_forward_time(batch, scenario, role):
 
 
 def test_kv_capacity_formula(cpu):
+    """CPU: no driver, no CUDA graphs or NCCL; the profile pass's activations and whole 16-token blocks remain."""
     rs, deps, _ = cpu
     d = deps["base"]
-    want = (0.5 * d.hardware.memory_bytes - d.resident_bytes_per_gpu) / d.kv_bytes_per_token_per_gpu
-    assert kv_capacity_tokens(0.5, [d]) == int(want)
+    act = engine_plan(0.5, [d]).activation_bytes
+    assert act > 0
+    want = (0.5 * d.hardware.memory_bytes - d.resident_bytes_per_gpu - act) / d.kv_bytes_per_token_per_gpu
+    assert kv_capacity_tokens(0.5, [d]) == 16 * int(want / 16)
     both = kv_capacity_tokens(0.5, [d, deps["draft"]])
     assert both < int(want)
 
@@ -151,10 +154,11 @@ def test_same_seed_same_numbers(cpu):
 
 def test_kv_pressure_preempts_and_never_overflows(cpu):
     rs, deps, _ = cpu
-    # a tiny base-engine share: room for only a few requests' KV
+    # a tiny share for vanilla's lone base engine (it gets small + base): room for only a few requests' KV
     d = deps["base"]
-    frac = (d.resident_bytes_per_gpu + 1500 * d.kv_bytes_per_token_per_gpu) / d.hardware.memory_bytes
-    res = simulate_serving(VANILLA, deps, rs.workload, PoissonArrivals(5.0), 300, 2, (0.3, frac))
+    p = engine_plan(1.0, [d])
+    frac = (p.non_kv_bytes + 1500 * d.kv_bytes_per_token_per_gpu) / p.total_bytes
+    res = simulate_serving(VANILLA, deps, rs.workload, PoissonArrivals(5.0), 300, 2, (0.0, frac))
     cap = res.info["kv_capacity_tokens"]["base"]
     base = res.timeline[res.timeline.engine == "base"]
     assert res.requests.done_at.notna().all()

@@ -9,20 +9,23 @@ from hypothesis import given, settings, strategies as st
 from simulator.catalog import get_hardware, get_model
 from simulator.cost_model import Deployment
 from simulator.cost_profile import prior_profile
-from simulator.serving.kv_cache import kv_capacity_tokens, kv_layout
+from simulator.serving.kv_cache import engine_plan, kv_layout
 
 
-def dep(model: str, hw: str = "h100-sxm", tp: int = 1) -> Deployment:
+def dep(model: str, hw: str = "h100-sxm", tp: int = 1, weights: str = "bf16") -> Deployment:
     h = get_hardware(hw)
-    return Deployment(get_model(model), h, tp, prior_profile(h).params(h))
+    return Deployment(get_model(model).with_dtypes(weights), h, tp, prior_profile(h).params(h))
 
 
 @pytest.mark.parametrize("name", ["llama-3.1-8b", "qwen3-30b-a3b", "deepseek-r1"])
 def test_models_without_windows_keep_the_per_token_count(name):
-    d = dep(name, "h200", 8 if name == "deepseek-r1" else 1)
+    d = dep(name, "h200", *((8, "fp8") if name == "deepseek-r1" else (1, "bf16")))  # R1 in bf16 outgrows 8 H200s
     cap, res = kv_layout(0.9, [d])
-    assert res == 0
-    assert cap == max(int((0.9 * d.hardware.memory_bytes - d.resident_bytes_per_gpu) // d.kv_bytes_per_token_per_gpu), 0)
+    p = engine_plan(0.9, [d])
+    assert res == 0 and p.token_bytes == d.kv_bytes_per_token_per_gpu
+    free = 0.9 * d.hardware.reported_memory_bytes - d.resident_bytes_per_gpu - p.activation_bytes - p.non_torch_bytes \
+        - p.cudagraph_bytes
+    assert cap == 16 * int(free // (16 * d.kv_bytes_per_token_per_gpu)) > 0
 
 
 @settings(max_examples=40, deadline=None)
@@ -43,6 +46,5 @@ def test_a_window_model_charges_its_tokens_bytes_exactly_past_the_window(seqs, l
 def test_a_window_model_holds_more_tokens_than_counting_every_layer():
     d = dep("gpt-oss-120b")
     cap, res = kv_layout(0.9, [d])
-    every = kv_capacity_tokens(0.9, [d]) if res == 0 else int(
-        (0.9 * d.hardware.memory_bytes - d.resident_bytes_per_gpu) // d.kv_bytes_per_token_per_gpu)
+    every = int(engine_plan(0.9, [d]).kv_bytes // d.kv_bytes_per_token_per_gpu)
     assert res > 0 and cap > 1.9 * every  # half its layers slide: about twice the full-attention tokens

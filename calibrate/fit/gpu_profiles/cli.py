@@ -171,6 +171,22 @@ def _register_gpu(gpu: typer.Typer) -> None:
 
         typer.echo(fit_and_report(records, report, priors, date, command_line(ctx)).to_string(index=False))
 
+    @gpu.command("fit-quant")
+    def fit_quant_cmd(
+        ctx: typer.Context,
+        report: Path = typer.Option(..., "--report", help="report folder (report.md, heldout.csv, kernel_ratios.csv, bursts.csv)"),
+        out: Optional[Path] = typer.Option(None, help="quantised GEMM kinds YAML to write (simulator/catalog/quant_gemm.yaml)"),
+        date: Optional[str] = typer.Option(None, help="provenance date (default: today)"),
+    ) -> None:
+        """Fit the quantised GEMM kinds (FP8, FP8 block, NVFP4 on AIConfigurator's GEMM tables; weight-only FP8 / AWQ on
+        GPUStack's A100 bursts), held out by GPU and by model (~1 min).
+
+        Example: specsim calibrate gpu fit-quant --report reports/quant-gemm --out simulator/catalog/quant_gemm.yaml"""
+        from calibrate.fit.gpu_profiles.quant_report import fit_and_report
+        from simulator.command_line import command_line
+
+        typer.echo(fit_and_report(report, out, date, command_line(ctx)).round(1).to_string(index=False))
+
     @gpu.command("transfer-priors")
     def transfer_priors_cmd(
         ctx: typer.Context,
