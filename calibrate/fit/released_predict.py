@@ -31,7 +31,7 @@ def _workload(max_tokens: int):
 
 FIGURES = ("tpot", "ttft", "out_tps")  # predicted vs measured: mean TPOT, mean TTFT, output tokens/s
 MEASURED = {"tpot": "mean_tpot_ms", "ttft": "mean_ttft_ms", "out_tps": "out_tps"}
-SMALL_SHARE = 1e-3  # the replica's unused small engine: no KV cache
+SMALL_SHARE = 0.0  # a vanilla-base replica runs one engine: it gets small + base shares (simulator.serving.kv_cache)
 
 
 def run_params(run: ReleasedRun, host: dict | None = None):
