@@ -192,14 +192,18 @@ def implausible(profile: CostProfile) -> dict[str, str]:
     return out
 
 
-def prior_profile(hardware: HardwareSpec, engine: str = "vllm") -> CostProfile:
+def prior_profile(hardware: HardwareSpec, engine: str = "vllm", serving_engine=None,
+                  host: dict | None = None) -> CostProfile:
     """What the model predicts before any calibration on this setup.
 
     A GPU with derived priors in the catalog (``hardware.cost_prior``, from
     ``simulator/catalog/gpu_priors.yaml``: fitted on measured kernel profiles, or transferred from
     the profiled GPUs to this one's datasheet) takes them, each with its kind and source; any
     parameter it lacks, and every GPU without them (``HardwareSpec.datasheet_era()``), gets the
-    datasheet-era figures below."""
+    datasheet-era figures below. On a GPU, the host terms (t_step where the version has one, t_seq, t_call, async
+    overlap) are the serving engine's version's (``serving_engine``, a
+    :class:`simulator.catalog.engine_hosts.ServingEngine`; None: the newest fitted vLLM;
+    ``simulator/catalog/engine_hosts.yaml``); ``host``: explicit host values (a fitter's trial point)."""
     gpu = hardware.interconnect != "none"
     src = "prior: typical vLLM figures (memory-bound decode at ~80% of bandwidth, CUDA graphs)"
     if not gpu:
@@ -213,6 +217,10 @@ def prior_profile(hardware: HardwareSpec, engine: str = "vllm") -> CostProfile:
 
     if derived:
         src = f"derived priors ({hardware.name}: simulator/catalog/gpu_priors.yaml, docs/gpu-cost-model.md)"
+    if gpu and hardware.name != "cpu":
+        from simulator.catalog.engine_hosts import ServingEngine, host_terms
+
+        derived = {**derived, **host_terms(serving_engine or ServingEngine(), derived.get("step_overhead_s"), host)}
     return CostProfile(
         name=f"{hardware.name}-{engine}-prior",
         hardware=hardware.name,

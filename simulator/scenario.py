@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from simulator.catalog import get_hardware, get_model
+from simulator.catalog.engine_hosts import ServingEngine
 from simulator.catalog.models import KvDtype, WeightDtype
 from simulator.cost_model import Deployment, Drafting, expert_parallel_error
 from simulator.cost_profile import CostProfile, prior_profile
@@ -155,6 +156,8 @@ class Scenario(_Strict):
     workload: str
     workload_overrides: dict = Field(default_factory=dict)
     cost_profiles: list[str] = Field(default=["prior"])
+    # the serving engine and version whose host costs a GPU's prior takes (simulator/catalog/engine_hosts.yaml)
+    serving_engine: ServingEngine = Field(default_factory=ServingEngine)
     # vLLM's gpu_memory_utilization: a number (the whole GPU's; colocated engines split it 8:1) or per engine
     # {base, small}; ``memory_fraction`` is its older name (per engine). Resolved into memory_fraction.
     gpu_memory_utilization: float | MemoryFraction | None = Field(default=None)
@@ -341,7 +344,8 @@ class ResolvedScenario:
         return out
 
     def cost_profile(self, hardware: str) -> CostProfile:
-        return self.cost_profiles.get(hardware) or prior_profile(get_hardware(hardware))
+        return self.cost_profiles.get(hardware) or prior_profile(get_hardware(hardware),
+                                                                 serving_engine=self.scenario.serving_engine)
 
     def check_placement(self, hw_name: str, tp: int) -> None:
         """TP divides the heads, fits the GPU count, and each model fits its memory share."""

@@ -62,7 +62,9 @@ def test_a_profile_by_name_and_the_kinds_of_a_scenarios_profiles(capsys):
     code, out, _ = _run(["show", "modern-h100-h200-qwen3"], capsys)  # catalog priors: transferred ones among them
     assert code == 0 and "# cost parameters on h100-sxm" in out and "# cost parameters on h200" in out
     kinds = {r.split()[3] for r in out.splitlines() if r.startswith("#   ") and len(r.split()) > 3}
-    assert {"calibrated", "transferred", "prior"} <= kinds
+    # no "prior" left on these GPUs: the per-request host cost (a 5 ms prior before) is the engine version's fitted
+    # value (simulator/catalog/engine_hosts.yaml)
+    assert {"calibrated", "transferred"} <= kinds
     assert "resolved" in yaml.safe_load(out)
 
 

@@ -50,8 +50,8 @@ def register(app) -> None:
 
     @app.command("validate-serving")
     def validate_serving_cmd(
-        run_dirs: list[Path] = typer.Argument(..., help="serve-run directories (specsim calibrate serve-run), `vllm bench serve` result JSONs (--save-result --save-detailed) or their imports"),
-        profile: Path = typer.Option(..., "--profile", help="cost profile YAML (fitted; its fit.setup names the models)"),
+        run_dirs: Optional[list[Path]] = typer.Argument(None, help="serve-run directories (specsim calibrate serve-run), `vllm bench serve` result JSONs (--save-result --save-detailed) or their imports"),
+        profile: Optional[Path] = typer.Option(None, "--profile", help="cost profile YAML (fitted; its fit.setup names the models); required with run directories"),
         report: Path = typer.Option(..., "--out", "--report", help="report folder: report.md, CSVs and figures"),
         fit_levels: Optional[str] = typer.Option(None, "--fit-levels",
                                                  help="re-fit the step-time parameters on these levels only, e.g. closed-1,closed-2"),
@@ -59,10 +59,18 @@ def register(app) -> None:
             None, "--acceptance-levels", help="speculative runs whose per-position acceptance predicts every run of "
                                                "their gamma (e.g. specdecode-g2/closed-1); default: each request's own"),
         max_median_ape: Optional[float] = typer.Option(None, "--max-median-ape", help="exit 1 above this held-out latency median APE"),
+        released: Optional[Path] = typer.Option(None, "--released", help="a released `vllm bench serve` table folder (e.g. ../shared/data/engine-measurements/gpustack-performance-lab): predict its runs held out instead"),
+        holdout: str = typer.Option("gpu,version", "--holdout", help="with --released: gpu, version or both (comma-separated)"),
+        fit_hosts: Optional[Path] = typer.Option(None, "--fit-hosts", help="with --released: also fit every run and write the host terms into this engine catalog (simulator/catalog/engine_hosts.yaml)"),
     ) -> None:
         """Predict measured concurrent runs with the serving simulator (trace replay); report errors and figures.
 
         Example: specsim validate-serving reports/serve-bench-cpu/quiet/closed-* --profile simulator/profiles/cost_cpu-epyc-vllm032.yaml --fit-levels closed-1 --out out/serve-bench-quiet-report"""
+        if released is not None:
+            _released(released, holdout, report, fit_hosts)
+            return
+        if not run_dirs or profile is None:
+            raise InputError(None, "RUN_DIRS", "give run directories and --profile, or --released DIR")
         if max_median_ape is not None and not max_median_ape > 0:
             raise InputError(None, "--max-median-ape", f"must be > 0 (got {max_median_ape})")
         levels = [x.strip() for x in fit_levels.split(",") if x.strip()] if fit_levels else None
@@ -96,3 +104,22 @@ def register(app) -> None:
         if max_median_ape is not None and h["latency_median_ape"] > max_median_ape:
             typer.echo(f"FAIL: held-out latency median APE {_pct(h['latency_median_ape'])} > {_pct(max_median_ape)}", err=True)
             raise typer.Exit(1)
+
+
+def _released(folder: Path, holdout: str, out: Path, catalog: Path | None) -> None:
+    import datetime
+
+    import typer
+
+    from .released import validate_released
+
+    by = [x.strip() for x in holdout.split(",") if x.strip()]
+    bad = [b for b in by if b not in ("gpu", "version")]
+    if bad or not by:
+        raise InputError(None, "--holdout", f"expected gpu, version or gpu,version (got {holdout!r})")
+    command = "specsim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    head = validate_released(folder, by, out, command, catalog, datetime.date.today().isoformat())
+    for b, h in head.items():
+        typer.echo(f"held out by {b} ({h['runs']} runs): median |error| TPOT {h['tpot_ms median |err| %']:.1f}% "
+                   f"TTFT {h['ttft_ms median |err| %']:.1f}% output throughput {h['out_tps median |err| %']:.1f}%; "
+                   f"report {out / 'report.md'}")

@@ -37,6 +37,7 @@ from calibrate.fit.gpu_profiles.engine_data import ENGINE
 from calibrate.fit.gpu_profiles.engine_fit import B200_PROXY_LAYERS
 from simulator.catalog import get_hardware, get_model
 from simulator.cost_model import Deployment
+from simulator.catalog.engine_hosts import ServingEngine
 from simulator.cost_profile import prior_profile
 from simulator.pass_time import draft_deployment
 
@@ -58,6 +59,10 @@ QUEUED = {("dspark", 128)}  # the engine ran fewer sequences than streams (TTFT 
 GROWTH_AT = 64
 SPEEDUP_AT = (1, 16, 64, 128)
 
+# the sweep's server: vLLM 0.30, async scheduling on (vLLM's default since 0.14); host terms of the newest fitted
+# version at or below it (simulator/catalog/engine_hosts.yaml)
+SWEEP_ENGINE = ServingEngine(name="vllm", version="0.30", async_scheduling=True)
+
 
 def load(root: Path | None = None) -> pd.DataFrame:
     rows = []
@@ -73,7 +78,7 @@ def load(root: Path | None = None) -> pd.DataFrame:
 
 def deployments(eta_comp: float | None = None):
     hw = get_hardware("b200")
-    p = prior_profile(hw).params(hw)
+    p = prior_profile(hw, serving_engine=SWEEP_ENGINE).params(hw)
     if eta_comp is not None:
         p = replace(p, compute_efficiency=eta_comp)
     tgt = Deployment(get_model("qwen3-32b").cut(B200_PROXY_LAYERS, name="qwen-27b-proxy"), hw, 1, p)

@@ -1,0 +1,162 @@
+"""GPUStack performance lab's released `vllm bench serve` table as serving runs to predict.
+
+``../shared/data/engine-measurements/gpustack-performance-lab/serving_benchmarks.csv`` (README there): one row per
+benchmark block, with the server command above it. :func:`released_runs` turns each vLLM row into a
+:class:`ReleasedRun` -- catalog model and weight dtype, GPU, TP / EP, vLLM version, the server's batching knobs
+(``--max-num-batched-tokens``, ``--max-num-seqs``, ``--gpu-memory-utilization``, ``--async-scheduling``,
+``--kv-cache-dtype``), the load (requests, per-request input / output tokens = totals / requests, a burst or N
+closed-loop users) and the measured figures -- or a counted reason it is skipped (a model the catalog lacks,
+pipeline parallelism, speculative decoding, ...). The predictions: :mod:`validate.serving.released`."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from simulator.errors import InputError
+
+REPO = Path(__file__).resolve().parents[2]
+GPUSTACK = REPO.parent / "shared" / "data" / "engine-measurements" / "gpustack-performance-lab"
+TABLE = "serving_benchmarks.csv"
+COLUMNS = ("file", "hardware", "engine_versions", "section", "serve_cmd", "max_concurrency", "requests", "in_tok",
+           "out_tok", "duration_s", "out_tps", "mean_ttft_ms", "median_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
+           "mean_itl_ms")
+# served model id (lower case, quantisation suffix removed) -> catalog model
+MODELS = {"qwen/qwen3-14b": "qwen3-14b", "qwen/qwen3-32b": "qwen3-32b",
+          "qwen/qwen3-235b-a22b-instruct-2507": "qwen3-235b-a22b", "openai/gpt-oss-20b": "gpt-oss-20b",
+          "openai/gpt-oss-120b": "gpt-oss-120b", "deepseek-ai/deepseek-r1-0528": "deepseek-r1"}
+NATIVE_DTYPE = {"deepseek-r1": "fp8"}  # checkpoints published quantised (gpt-oss: MXFP4 experts, in the catalog)
+GPUS = (("a100", "a100-80gb"), ("h100", "h100-sxm"), ("h200", "h200"))
+# vLLM's `vllm serve` batching defaults (vllm/engine/arg_utils.py, EngineArgs._set_default_args / get_batch_defaults,
+# v0.9 - v0.13): >= 70 GiB and not an A100: 8192 tokens, 1024 sequences; otherwise 2048 and 256
+DEFAULT_BATCHING = {"a100-80gb": (2048, 256), "h100-sxm": (8192, 1024), "h200": (8192, 1024)}
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+
+
+@dataclass(frozen=True)
+class ReleasedRun:
+    """One released `vllm bench serve` result and the server it ran against."""
+
+    row: int  # row of the table (0-based)
+    doc: str
+    section: str
+    engine: str
+    version: str
+    gpu: str
+    model: str
+    weight_dtype: str
+    kv_dtype: str
+    tp: int
+    ep: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    gpu_memory_utilization: float
+    async_scheduling: bool
+    requests: int
+    input_tokens: int
+    output_tokens: int
+    concurrency: int | None  # None: a burst (every request at once)
+    measured: dict  # out_tps, mean_ttft_ms, median_ttft_ms, mean_tpot_ms, median_tpot_ms, mean_itl_ms, duration_s
+
+    @property
+    def key(self) -> str:
+        return f"{self.doc}#{self.row}"
+
+
+def _option(args: list[str], *names: str) -> str | None:
+    for i, a in enumerate(args):
+        for n in names:
+            if a == n and i + 1 < len(args):
+                return args[i + 1]
+            if a.startswith(n + "="):
+                return a.split("=", 1)[1]
+    return None
+
+
+def _version(text: str) -> str | None:
+    m = re.search(r"vLLM:?\s*v?(\d+\.\d+(?:\.\d+)?)", str(text))
+    if not m:
+        return None
+    major_minor = ".".join(m.group(1).split(".")[:2])
+    return major_minor
+
+
+def _parse(i: int, r) -> ReleasedRun | str:
+    """The run of table row ``i`` or the reason it is skipped."""
+    cmd = str(r.serve_cmd) if isinstance(r.serve_cmd, str) else ""
+    if not cmd.startswith("vllm serve"):
+        return "not a vLLM server" if cmd else "no server command above the block"
+    args = shlex.split(cmd.replace("{", "'{").replace("}", "}'")) if "{" in cmd else shlex.split(cmd)
+    served = args[2]
+    low = served.lower()
+    dtype = "bf16"
+    for suffix, dt in (("-fp8", "fp8"), ("-awq", "int4")):
+        if low.endswith(suffix):
+            low, dtype = low[: -len(suffix)], dt
+    model = MODELS.get(low)
+    if model is None:
+        return f"model not in the catalog ({served.split('/')[-1].split('-FP8')[0]})"
+    doc_model = str(r.file).split("__")[0]
+    if doc_model not in low.replace("-instruct-2507", "").replace("-0528", ""):
+        return "server command names another model than its doc"
+    dtype = NATIVE_DTYPE.get(model, dtype)
+    if _option(args, "--quantization", "-q") == "fp8":
+        dtype = "fp8"
+    if _option(args, "-pp", "--pipeline-parallel-size"):
+        return "pipeline parallelism"
+    if _option(args, "--speculative-config"):
+        return "speculative decoding"
+    gpu = next((g for k, g in GPUS if k in str(r.hardware).lower()), None)
+    if gpu is None:
+        return f"GPU not mapped ({r.hardware})"
+    version = _version(r.engine_versions)
+    if version is None:
+        return "no vLLM version stated"
+    tp = int(_option(args, "-tp", "--tensor-parallel-size") or 1)
+    mnbt, mns = DEFAULT_BATCHING[gpu]
+    kv = _option(args, "--kv-cache-dtype") or "auto"
+    n = int(r.requests)
+    conc = None if pd.isna(r.max_concurrency) or int(r.max_concurrency) >= n else int(r.max_concurrency)
+    measured = {c: float(getattr(r, c)) for c in ("out_tps", "mean_ttft_ms", "median_ttft_ms", "mean_tpot_ms",
+                                                    "median_tpot_ms", "mean_itl_ms", "duration_s")}
+    return ReleasedRun(
+        row=i, doc=str(r.file), section=str(r.section), engine="vllm", version=version, gpu=gpu, model=model,
+        weight_dtype=dtype, kv_dtype="fp8" if kv.startswith("fp8") else "bf16", tp=tp,
+        ep=tp if "--enable-expert-parallel" in args else 1,
+        max_num_batched_tokens=int(_option(args, "--max-num-batched-tokens") or mnbt),
+        max_num_seqs=int(_option(args, "--max-num-seqs") or mns),
+        gpu_memory_utilization=float(_option(args, "--gpu-memory-utilization") or DEFAULT_GPU_MEMORY_UTILIZATION),
+        async_scheduling="--async-scheduling" in args, requests=n,
+        input_tokens=max(1, round(float(r.in_tok) / n)), output_tokens=max(1, round(float(r.out_tok) / n)),
+        concurrency=conc, measured=measured)
+
+
+def released_runs(folder: Path | str = GPUSTACK) -> tuple[list[ReleasedRun], Counter]:
+    """(the table's vLLM rows as runs, skipped rows counted by reason). Duplicate rows (the same doc, command, load
+    and figures: the docs repeat a baseline block in later sections) are kept once."""
+    path = Path(folder) / TABLE
+    if not path.is_file():
+        raise InputError(str(path), None, "released serving table not found (expected serving_benchmarks.csv)")
+    df = pd.read_csv(path)
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise InputError(str(path), missing[0], f"column missing (expected {', '.join(COLUMNS)})")
+    runs, skipped, seen = [], Counter(), set()
+    for i, r in enumerate(df.itertuples(index=False)):
+        out = _parse(i, r)
+        if isinstance(out, str):
+            skipped[out] += 1
+            continue
+        dup = (out.doc, r.serve_cmd, out.requests, out.input_tokens, out.output_tokens, out.concurrency,
+               out.measured["out_tps"], out.measured["mean_tpot_ms"])
+        if dup in seen:
+            skipped["duplicate of an earlier row"] += 1
+            continue
+        seen.add(dup)
+        runs.append(out)
+    return runs, skipped

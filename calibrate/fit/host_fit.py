@@ -1,0 +1,170 @@
+"""Engine host costs by version, fitted on released `vllm bench serve` runs (:mod:`calibrate.fit.gpustack_import`).
+
+Per engine version three terms (:mod:`simulator.catalog.engine_hosts`): t_seq (per sequence per step), t_call (per
+request, one API server process) and the async overlap o (the share of t_step + S t_seq async scheduling hides),
+chosen by least squares on the log errors of each run's mean TPOT, mean TTFT and output throughput as the serving
+simulator predicts them (:func:`calibrate.fit.released_predict.predict_released`). t_step stays the GPU's own
+batch-1 figure (docs/gpu-cost-model.md): the released runs are all at large batch, where t_step and S t_seq cannot
+be told apart.
+
+Runs whose requests produce fewer than :data:`MIN_FIT_OUTPUT` tokens are predicted but not fitted on: their TPOT is
+two or three gaps between scheduling steps, and their throughput is the front end's admission rate.
+
+Held-out checks: :func:`holdout` (by GPU: fit on the other GPUs' runs; by version: on the other versions' runs). A
+version with no training runs takes the nearest fitted version's terms."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from calibrate.fit.gpustack_import import ReleasedRun
+from calibrate.fit.released_predict import measured_figures, predict_released
+
+FIT_TERMS = ("seq_overhead_s", "call_overhead_s", "async_overlap")
+LOWER = {"seq_overhead_s": 1e-7, "call_overhead_s": 1e-5, "async_overlap": 0.0}
+UPPER = {"seq_overhead_s": 1e-3, "call_overhead_s": 0.2, "async_overlap": 0.99}
+START = {"seq_overhead_s": 3e-5, "call_overhead_s": 5e-3, "async_overlap": 0.3}
+MIN_FIT_OUTPUT = 16
+FIGS = ("tpot_ms", "ttft_ms", "out_tps")
+
+
+def in_fit(run: ReleasedRun) -> bool:
+    return run.output_tokens >= MIN_FIT_OUTPUT
+
+
+def nearest(version: str, fitted: dict[str, dict]) -> dict | None:
+    """The fitted terms of ``version``, else of the nearest fitted version (by minor number), else None."""
+    if version in fitted:
+        return fitted[version]
+    if not fitted:
+        return None
+    key = lambda v: tuple(int(x) for x in v.split("."))  # noqa: E731
+    want = key(version)
+    best = min(fitted, key=lambda v: (abs(key(v)[1] - want[1]) if key(v)[0] == want[0] else 1e9, key(v)))
+    return fitted[best]
+
+
+def predict_table(runs: list[ReleasedRun], hosts: dict[str, dict] | None = None) -> pd.DataFrame:
+    """One row per run: its description, measured and predicted figures and the signed relative errors
+    (``err_<figure>`` = predicted / measured - 1). ``hosts``: {version: host terms} (None: the catalog's)."""
+    rows = []
+    for r in runs:
+        p = predict_released(r, nearest(r.version, hosts) if hosts else None)
+        m = measured_figures(r)
+        row = {"run": r.key, "version": r.version, "gpu": r.gpu, "model": r.model, "weight_dtype": r.weight_dtype,
+               "tp": r.tp, "requests": r.requests, "input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
+               "concurrency": r.concurrency or 0, "async_scheduling": r.async_scheduling, "in_fit": in_fit(r),
+               "batch_mean": p["batch_mean"]}
+        for f in FIGS:
+            row[f"meas_{f}"], row[f"pred_{f}"] = m[f], p[f]
+            row[f"err_{f}"] = p[f] / m[f] - 1.0
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _residuals(runs: list[ReleasedRun], host: dict) -> np.ndarray:
+    out = []
+    for r in runs:
+        p, m = predict_released(r, host), measured_figures(r)
+        out += [np.log(max(p[f], 1e-9) / m[f]) for f in FIGS]
+    return np.asarray(out)
+
+
+def fit_version(runs: list[ReleasedRun]) -> dict:
+    """Least squares on log errors over ``runs`` (one version): {term: value, ..., "rms_log": , "runs": n}. The
+    overlap is fitted only where some runs had async scheduling on (else 0: nothing measured it)."""
+    from scipy.optimize import least_squares
+
+    runs = [r for r in runs if in_fit(r)]
+    terms = [t for t in FIT_TERMS if t != "async_overlap" or any(r.async_scheduling for r in runs)]
+    fixed = {} if "async_overlap" in terms else {"async_overlap": 0.0}
+
+    def unpack(x):
+        return {**fixed, **{t: (float(np.exp(v)) if t != "async_overlap" else float(v)) for t, v in zip(terms, x)}}
+
+    def enc(t, v):
+        return np.log(v) if t != "async_overlap" else v
+
+    x0 = [enc(t, START[t]) for t in terms]
+    lo = [enc(t, LOWER[t]) if t != "async_overlap" else LOWER[t] for t in terms]
+    hi = [enc(t, UPPER[t]) for t in terms]
+    res = least_squares(lambda x: _residuals(runs, unpack(x)), x0, bounds=(lo, hi), diff_step=0.05, max_nfev=40)
+    out = unpack(res.x)
+    out["rms_log"] = float(np.sqrt(np.mean(res.fun ** 2)))
+    out["runs"] = len(runs)
+    # standard errors from the Jacobian (log-space for the overheads, linear for the overlap)
+    try:
+        cov = np.linalg.pinv(res.jac.T @ res.jac) * (res.fun @ res.fun) / max(len(res.fun) - len(terms), 1)
+        for t, s in zip(terms, np.sqrt(np.diag(cov))):
+            out[f"{t}_stderr"] = float(s * out[t]) if t != "async_overlap" else float(s)
+    except np.linalg.LinAlgError:
+        pass
+    return out
+
+
+def fit_hosts(runs: list[ReleasedRun]) -> dict[str, dict]:
+    """{version: fitted terms} over every version in ``runs``."""
+    return {v: fit_version([r for r in runs if r.version == v]) for v in sorted({r.version for r in runs})}
+
+
+def holdout(runs: list[ReleasedRun], by: str) -> tuple[pd.DataFrame, dict]:
+    """Held-out predictions: for each value of ``by`` (``gpu`` | ``version``), fit on the runs without it and predict
+    its runs. (table of held-out predictions with a ``held_out`` column, {held-out value: fitted terms})."""
+    if by not in ("gpu", "version"):
+        raise ValueError(f"holdout by gpu or version, not {by!r}")
+    tables, fits = [], {}
+    for v in sorted({getattr(r, by) for r in runs}):
+        train = [r for r in runs if getattr(r, by) != v]
+        test = [r for r in runs if getattr(r, by) == v]
+        fitted = fit_hosts(train)
+        fits[v] = fitted
+        t = predict_table(test, fitted)
+        t["held_out"] = v
+        tables.append(t)
+    return pd.concat(tables, ignore_index=True), fits
+
+
+def summary(table: pd.DataFrame, group: str) -> pd.DataFrame:
+    """Per ``group`` value and overall: rows, and per figure the median and p90 of |error| and the median signed
+    error (bias), in %; fitted rows only (``in_fit``)."""
+    t = table[table.in_fit]
+    out = []
+    for g, d in [*t.groupby(group), ("all", t)]:
+        row = {group: g, "runs": len(d)}
+        for f in FIGS:
+            e = d[f"err_{f}"] * 100
+            row[f"{f} median |err| %"] = float(e.abs().median())
+            row[f"{f} p90 |err| %"] = float(e.abs().quantile(0.9))
+            row[f"{f} bias %"] = float(e.median())
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def write_catalog(fitted: dict[str, dict], path, source: str, date: str) -> None:
+    """Replace the fitted versions of vLLM in the engine catalog at ``path`` (other versions and engines kept), each
+    term with its kind, source and standard error; the file's provenance names the data, the command and the date."""
+    import yaml
+
+    from simulator.loading import read_yaml
+
+    raw = read_yaml(path)
+    keep = [e for e in raw["engines"].get("vllm", []) if e["version"] not in fitted]
+    new = []
+    for v, f in sorted(fitted.items()):
+        src = f"fitted on {f['runs']} released vLLM {v} runs ({source}); rms log error {f['rms_log']:.3f}"
+        ent = {"version": v}
+        for t in FIT_TERMS:
+            ent[t] = {"value": float(f"{f[t]:.4g}"), "kind": "calibrated" if f"{t}_stderr" in f else "prior",
+                      "source": src if f"{t}_stderr" in f else "no run of this version had async scheduling on"}
+            if f"{t}_stderr" in f:
+                ent[t]["stderr"] = float(f"{f[t + '_stderr']:.3g}")
+        new.append(ent)
+    raw["engines"]["vllm"] = keep + new
+    raw["provenance"] = {"kind": "fitted", "source": source, "date": date,
+                         "method": "calibrate.fit.host_fit.fit_hosts (least squares on log errors of mean TPOT, mean "
+                                   "TTFT, output throughput)"}
+    head = "".join(line for line in open(path) if line.startswith("#"))
+    with open(path, "w") as fh:
+        fh.write(head)
+        yaml.safe_dump(raw, fh, sort_keys=False, width=120)

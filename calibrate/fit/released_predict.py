@@ -1,0 +1,84 @@
+"""Released `vllm bench serve` results (:mod:`calibrate.fit.gpustack_import`) predicted by the serving simulator.
+
+Each run becomes one base-engine call per request (the random dataset's fixed input length; the mean output length:
+the table holds totals), all at once (a burst) or from N closed-loop users, on a replica with the run's GPU, TP /
+EP, dtypes, ``max_num_batched_tokens``, ``max_num_seqs``, ``gpu_memory_utilization`` as the KV share, and one API
+server process paying each request's host cost in turn (``front_end: serial``). The host terms (per step, per
+sequence, per request, async overlap) come from the engine catalog (:mod:`simulator.catalog.engine_hosts`) for the
+run's vLLM version, or from ``host`` (the fitter's trial values). Figures as `vllm bench serve` prints them: mean
+TTFT, mean TPOT ((latency - TTFT) / (output - 1)), output throughput (output tokens / benchmark duration)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from calibrate.fit.gpustack_import import ReleasedRun
+
+
+def _workload(max_tokens: int):
+    """A workload profile for replayed plans: only its token bounds matter to the replica."""
+    from simulator.workload import WorkloadProfile
+
+    return WorkloadProfile.model_validate({
+        "name": "released-bench", "dataset": "random", "base_model": "released", "small_model": "released",
+        "provenance": {"kind": "prior", "source": "calibrate/fit/released_predict.py (replayed plans)"},
+        "prompt_tokens": 1, "answer_tokens": 0, "judge_template_tokens": 1, "token_budget": max_tokens,
+        "max_step_tokens": max_tokens,
+        "steps_per_request": {"base": {"kind": "geometric", "mean": 1, "min": 1, "max": 1}}, "verbosity": 1.0,
+        "step_tokens": {"small": {"kind": "lognormal", "median": 8, "sigma": 0.5, "min": 1, "max": 64},
+                        "base": {"kind": "lognormal", "median": 8, "sigma": 0.5, "min": 1, "max": 64}},
+        "scores": [0.1] * 10, "token_acceptance": [0.5]})
+
+FIGURES = ("tpot", "ttft", "out_tps")  # predicted vs measured: mean TPOT, mean TTFT, output tokens/s
+MEASURED = {"tpot": "mean_tpot_ms", "ttft": "mean_ttft_ms", "out_tps": "out_tps"}
+SMALL_SHARE = 0.0  # a vanilla-base replica runs one engine: it gets small + base shares (simulator.serving.kv_cache)
+
+
+def run_params(run: ReleasedRun, host: dict | None = None):
+    """(hardware, CostParams) of ``run``: the GPU's derived priors with the host terms of the run's engine version
+    (``host``: explicit host terms, the fitter's trial values: step/seq/call overheads, async_overlap)."""
+    from simulator.catalog import get_hardware
+    from simulator.catalog.engine_hosts import ServingEngine
+    from simulator.cost_profile import prior_profile
+
+    hw = get_hardware(run.gpu)
+    eng = ServingEngine(name=run.engine, version=run.version, async_scheduling=run.async_scheduling)
+    return hw, prior_profile(hw, serving_engine=eng, host=host).params(hw)
+
+
+def predict_released(run: ReleasedRun, host: dict | None = None, max_requests: int | None = None) -> dict:
+    """Predicted figures of ``run`` (``tpot_ms``, ``ttft_ms``, ``out_tps``; ``batch_mean``: sequences per step).
+    ``max_requests``: simulate the first that many of a burst only (the burst's tail is the same queue; stated)."""
+    from simulator.catalog import get_model
+    from simulator.execution import Execution
+    from simulator.request_model import BASE, Call, RequestPlan
+    from simulator.serving.arrivals import ClosedLoopUsers, ReplayArrivals
+    from simulator.serving.replica import simulate_serving
+    from simulator.setup import Setup
+    from simulator.systems import SystemConfig
+
+    hw, params = run_params(run, host)
+    m = get_model(run.model).with_dtypes(run.weight_dtype, run.kv_dtype)
+    setup = Setup(hw, run.tp, {"base": m, "small": m, "draft": m}, ep={"base": run.ep})
+    n = run.requests if max_requests is None else min(run.requests, max_requests)
+    plans = [RequestPlan([Call(BASE, run.input_tokens, 0, run.output_tokens)], run.output_tokens,
+                         run.output_tokens, 1, 0, "length") for _ in range(n)]
+    arrivals = (ReplayArrivals((0.0,) * n, "burst") if run.concurrency is None
+                else ClosedLoopUsers(run.concurrency, 0.0))
+    execution = Execution(max_num_batched_tokens=run.max_num_batched_tokens, max_num_seqs=run.max_num_seqs,
+                          front_end="serial")
+    res = simulate_serving(SystemConfig(system="vanilla-base"), setup.deployments(params), _workload(max(run.output_tokens, 64)), arrivals, n,
+                           seed=0, memory_fraction=(SMALL_SHARE, run.gpu_memory_utilization), plans=plans,
+                           execution=execution)
+    r = res.requests
+    span = float(r.done_at.max() - r.arrival_at.min())
+    n1 = (r.output_tokens - 1).where(r.output_tokens > 1)
+    tl = res.timeline[res.timeline.engine == "base"]
+    return {"tpot_ms": float(((r.latency_s - r.ttft_s) / n1).mean() * 1e3), "ttft_ms": float(r.ttft_s.mean() * 1e3),
+            "out_tps": float(r.output_tokens.sum()) / span,
+            "batch_mean": float(np.average(tl.batch, weights=tl.duration_s)) if len(tl) else np.nan}
+
+
+def measured_figures(run: ReleasedRun) -> dict:
+    return {"tpot_ms": run.measured["mean_tpot_ms"], "ttft_ms": run.measured["mean_ttft_ms"],
+            "out_tps": run.measured["out_tps"]}

@@ -1,0 +1,124 @@
+"""Host costs of serving engines by engine and version (``engine_hosts.yaml``).
+
+What the CPU side of an engine costs, per version (the GPU-side terms -- efficiencies, per-layer overhead, the
+step's shape -- stay per GPU in ``gpu_priors.yaml``):
+
+- ``step_overhead_s`` t_step: per engine step (scheduling, input preparation, output processing), optional: absent,
+  the GPU's own prior (measured at batch 1 under CUDA graphs) stands;
+- ``seq_overhead_s`` t_seq: per running sequence per step (its slot in the input tensors, sampling bookkeeping,
+  detokenising and streaming its token);
+- ``call_overhead_s`` t_call: per request before the engine sees it (the API server's HTTP handling and
+  tokenising; one server process pays it request after request: ``Execution.front_end``);
+- ``async_overlap`` o: the share of t_step + S t_seq that async scheduling (vLLM ``--async-scheduling``: the
+  scheduler prepares step k+1 while the GPU runs step k) hides behind the GPU. A step of an engine with
+  ``async_scheduling: true`` costs ``GPU + (1 - o) (t_step + S t_seq)``.
+
+:class:`ServingEngine` names an engine (scenario field ``serving_engine``); :func:`host_terms` gives its terms, the
+version's own entry or the newest fitted version at or below it."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from simulator.catalog.hardware import PriorParam
+from simulator.errors import InputError, pydantic_error_to_input_error
+from simulator.loading import read_yaml
+
+HOSTS_PATH = Path(__file__).with_name("engine_hosts.yaml")
+HOST_TERMS = ("step_overhead_s", "seq_overhead_s", "call_overhead_s")
+
+
+class ServingEngine(BaseModel):
+    """Which serving engine runs the models: its name, version (None: the newest fitted) and whether async
+    scheduling is on (vLLM ``--async-scheduling``; default on from vLLM 0.14)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = "vllm"
+    version: str | None = None
+    async_scheduling: bool = False
+
+
+class EngineVersion(BaseModel):
+    """One fitted engine version's host terms."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: str
+    step_overhead_s: PriorParam | None = None
+    seq_overhead_s: PriorParam
+    call_overhead_s: PriorParam
+    async_overlap: PriorParam
+    fit: dict | None = None  # held-out errors of the fit that wrote it
+
+
+class _Hosts(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    provenance: dict = Field(default_factory=dict)
+    engines: dict[str, list[EngineVersion]]
+
+
+def _key(version: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in version.split("."))
+    except ValueError:
+        raise InputError(str(HOSTS_PATH), "version", f"version {version!r} is not dotted numbers (e.g. 0.11)") from None
+
+
+@lru_cache(maxsize=1)
+def engine_hosts() -> dict[str, list[EngineVersion]]:
+    """{engine: its fitted versions, oldest first}."""
+    raw = read_yaml(HOSTS_PATH)
+    try:
+        hosts = TypeAdapter(_Hosts).validate_python(raw)
+    except ValidationError as e:
+        raise pydantic_error_to_input_error(str(HOSTS_PATH), e) from None
+    return {k: sorted(v, key=lambda e: _key(e.version)) for k, v in hosts.engines.items()}
+
+
+def engine_version(engine: ServingEngine, field: str = "serving_engine") -> EngineVersion:
+    """The catalog entry for ``engine``: its version's own, else the newest fitted version at or below it (None:
+    the newest fitted)."""
+    cat = engine_hosts()
+    if engine.name not in cat:
+        raise InputError(None, f"{field}.name", f"no host costs for engine {engine.name!r}; known: {', '.join(cat)}")
+    versions = cat[engine.name]
+    if engine.version is None:
+        return versions[-1]
+    want = _key(engine.version)
+    older = [v for v in versions if _key(v.version) <= want]
+    if not older:
+        raise InputError(None, f"{field}.version", f"{engine.name} {engine.version} is older than every fitted version "
+                         f"({', '.join(v.version for v in versions)})")
+    return older[-1]
+
+
+def host_terms(engine: ServingEngine, gpu_step: PriorParam | None = None,
+               host: dict | None = None) -> dict[str, PriorParam]:
+    """The cost profile's host terms for ``engine``: ``step_overhead_s``, ``seq_overhead_s``, ``call_overhead_s``,
+    with async scheduling's overlap applied to the first two. ``gpu_step``: the GPU's own t_step (used where the
+    version has none); ``host``: explicit values (a fitter's trial point) replacing the catalog's, same names plus
+    ``async_overlap``."""
+    ev = engine_version(engine)
+    host = host or {}
+    terms: dict[str, PriorParam] = {}
+    for name in (*HOST_TERMS, "async_overlap"):
+        p = getattr(ev, name) if name != "step_overhead_s" or ev.step_overhead_s else gpu_step
+        if name in host:
+            p = PriorParam(value=float(host[name]), kind="prior", source="explicit host terms (fit trial)")
+        if p is not None:
+            terms[name] = p
+    overlap = terms.pop("async_overlap")
+    label = f"{engine.name} {ev.version} host costs (simulator/catalog/engine_hosts.yaml)"
+    out = {}
+    for name, p in terms.items():
+        v, src = p.value, f"{label}: {p.source}"
+        if engine.async_scheduling and name != "call_overhead_s":
+            v = v * (1.0 - overlap.value)
+            src += f"; x (1 - async overlap {overlap.value:.3g})"
+        out[name] = PriorParam(value=v, kind=p.kind, source=src, stderr=p.stderr)
+    return out

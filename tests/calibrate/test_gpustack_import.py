@@ -1,0 +1,82 @@
+"""The released `vllm bench serve` table importer (calibrate/fit/gpustack_import.py) and the host fit's pieces."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from calibrate.fit.gpustack_import import COLUMNS, GPUSTACK, TABLE, released_runs
+from calibrate.fit.host_fit import nearest, summary
+from simulator.errors import InputError
+
+ROW = {"file": "qwen3-14b__h100.md", "hardware": "A single NVIDIA H100 SXM GPU.",
+       "engine_versions": "- vLLM: v0.11.0 - SGLang: v0.5.5", "section": "s", "block_comment": "",
+       "max_concurrency": None, "requests": 20, "in_tok": 20 * 128, "out_tok": 20 * 64, "duration_s": 1.0,
+       "out_tps": 1000.0, "mean_ttft_ms": 100.0, "median_ttft_ms": 90.0, "mean_tpot_ms": 20.0, "median_tpot_ms": 19.0,
+       "p99_tpot_ms": 30.0, "mean_itl_ms": 20.0, "median_itl_ms": 19.0, "accept_len": None, "accept_rate": None}
+
+
+def _table(tmp_path, rows):
+    pd.DataFrame(rows).to_csv(tmp_path / TABLE, index=False)
+    return tmp_path
+
+
+def test_row_parsing(tmp_path):
+    rows = [dict(ROW, serve_cmd="vllm serve Qwen/Qwen3-14B-FP8 -tp 2 --async-scheduling --max-num-batched-tokens 4096 "
+                               "--gpu-memory-utilization 0.85 --kv-cache-dtype fp8"),
+            dict(ROW, serve_cmd="vllm serve Qwen/Qwen3-14B", max_concurrency=4),
+            dict(ROW, serve_cmd="vllm serve zai-org/GLM-4.6 -tp 8"),
+            dict(ROW, serve_cmd="vllm serve Qwen/Qwen3-14B -pp 2"),
+            dict(ROW, serve_cmd="python3 -m sglang.launch_server --model Qwen/Qwen3-14B")]
+    runs, skipped = released_runs(_table(tmp_path, rows))
+    assert len(runs) == 2 and sum(skipped.values()) == 3
+    a, b = runs
+    assert (a.model, a.weight_dtype, a.kv_dtype, a.tp, a.async_scheduling) == ("qwen3-14b", "fp8", "fp8", 2, True)
+    assert (a.max_num_batched_tokens, a.gpu_memory_utilization, a.concurrency) == (4096, 0.85, None)
+    assert (a.input_tokens, a.output_tokens, a.version, a.gpu) == (128, 64, "0.11", "h100-sxm")
+    # vLLM's defaults for an 80 GB H100 (not an A100): 8192 tokens, 1024 sequences; closed loop of 4
+    assert (b.max_num_batched_tokens, b.max_num_seqs, b.gpu_memory_utilization, b.concurrency) == (8192, 1024, 0.9, 4)
+
+
+def test_missing_column_is_an_input_error(tmp_path):
+    df = pd.DataFrame([dict(ROW, serve_cmd="vllm serve Qwen/Qwen3-14B")]).drop(columns=["out_tps"])
+    df.to_csv(tmp_path / TABLE, index=False)
+    with pytest.raises(InputError, match="out_tps"):
+        released_runs(tmp_path)
+    with pytest.raises(InputError, match="not found"):
+        released_runs(tmp_path / "nowhere")
+
+
+@pytest.mark.skipif(not (GPUSTACK / TABLE).is_file(), reason="released table not in ../shared/data")
+def test_released_table_properties():
+    runs, skipped = released_runs()
+    total = len(pd.read_csv(GPUSTACK / TABLE))
+    assert len(runs) + sum(skipped.values()) == total
+    assert runs and all(r.requests > 0 and r.input_tokens >= 1 and r.output_tokens >= 1 for r in runs)
+    assert all(r.measured["out_tps"] > 0 for r in runs)
+    assert set(COLUMNS) <= set(pd.read_csv(GPUSTACK / TABLE).columns)
+
+
+def test_nearest_version_and_summary():
+    fitted = {"0.10": {"a": 1}, "0.13": {"a": 2}}
+    assert nearest("0.10", fitted) == {"a": 1} and nearest("0.12", fitted) == {"a": 2}
+    assert nearest("0.11", {}) is None
+    t = pd.DataFrame({"gpu": ["x", "x", "y"], "in_fit": [True, True, False],
+                      **{f"err_{f}": [0.1, -0.3, 5.0] for f in ("tpot_ms", "ttft_ms", "out_tps")}})
+    s = summary(t, "gpu").set_index("gpu")
+    assert s.loc["all", "runs"] == 2 and s.loc["all", "tpot_ms median |err| %"] == pytest.approx(20.0)
+    assert s.loc["x", "tpot_ms bias %"] == pytest.approx(-10.0)
+
+
+def test_prediction_laws(tmp_path):
+    """More host cost per request never shortens TTFT; more per sequence never speeds up a token."""
+    from calibrate.fit.released_predict import predict_released
+
+    runs, _ = released_runs(_table(tmp_path, [dict(ROW, serve_cmd="vllm serve Qwen/Qwen3-14B")]))
+    r = runs[0]
+    base = {"seq_overhead_s": 1e-5, "call_overhead_s": 1e-3, "async_overlap": 0.0}
+    p0 = predict_released(r, base)
+    p1 = predict_released(r, {**base, "call_overhead_s": 2e-2})
+    p2 = predict_released(r, {**base, "seq_overhead_s": 2e-4})
+    assert p1["ttft_ms"] >= p0["ttft_ms"] and p2["tpot_ms"] >= p0["tpot_ms"]
+    assert p0["out_tps"] > 0 and 1 <= p0["batch_mean"] <= r.requests

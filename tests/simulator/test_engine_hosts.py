@@ -1,0 +1,99 @@
+"""Host costs by engine version (simulator/catalog/engine_hosts.py): the catalog, version resolution, the async
+overlap rule, and where the cost profile takes them (GPU priors only; a profile's own values win)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.catalog import get_hardware
+from simulator.catalog.engine_hosts import HOST_TERMS, ServingEngine, engine_hosts, engine_version, host_terms
+from simulator.cost_model import Deployment
+from simulator.catalog import get_model
+from simulator.cost_profile import prior_profile
+from simulator.errors import InputError
+
+VERSIONS = [e.version for e in engine_hosts()["vllm"]]
+
+
+def test_catalog_versions_sorted_and_default_is_newest():
+    keys = [tuple(int(x) for x in v.split(".")) for v in VERSIONS]
+    assert keys == sorted(keys) and len(set(keys)) == len(keys)
+    assert engine_version(ServingEngine()).version == VERSIONS[-1]
+    for e in engine_hosts()["vllm"]:
+        assert 0.0 <= e.async_overlap.value < 1.0
+        assert e.seq_overhead_s.source and e.call_overhead_s.source
+
+
+def test_version_resolution():
+    assert engine_version(ServingEngine(version=VERSIONS[0])).version == VERSIONS[0]
+    # a version between two fitted ones takes the older; one past the newest, the newest
+    assert engine_version(ServingEngine(version="99.0")).version == VERSIONS[-1]
+    with pytest.raises(InputError, match="older than every fitted version"):
+        engine_version(ServingEngine(version="0.1"))
+    with pytest.raises(InputError, match="no host costs for engine"):
+        engine_version(ServingEngine(name="tgi"))
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_async_overlap_scales_step_and_sequence_terms_only(version):
+    gpu_step = get_hardware("h100-sxm").cost_prior["step_overhead_s"]
+    off = host_terms(ServingEngine(version=version), gpu_step)
+    on = host_terms(ServingEngine(version=version, async_scheduling=True), gpu_step)
+    o = engine_version(ServingEngine(version=version)).async_overlap.value
+    assert set(off) == set(HOST_TERMS)
+    for t in ("step_overhead_s", "seq_overhead_s"):
+        assert on[t].value == pytest.approx((1.0 - o) * off[t].value)
+    assert on["call_overhead_s"].value == off["call_overhead_s"].value
+
+
+def test_gpu_prior_takes_the_versions_terms_cpu_prior_does_not():
+    h = get_hardware("h100-sxm")
+    for v in VERSIONS:
+        ev = engine_version(ServingEngine(version=v))
+        p = prior_profile(h, serving_engine=ServingEngine(version=v))
+        assert p.seq_overhead_s.value == ev.seq_overhead_s.value
+        assert p.call_overhead_s.value == ev.call_overhead_s.value
+        assert "engine_hosts.yaml" in p.seq_overhead_s.source
+        # the GPU-side terms are the GPU's, whatever the version
+        assert p.mem_efficiency == prior_profile(h).mem_efficiency
+    cpu = get_hardware("cpu")
+    assert prior_profile(cpu, serving_engine=ServingEngine(version=VERSIONS[0])) == prior_profile(cpu)
+
+
+def test_explicit_host_values_replace_the_catalogs():
+    h = get_hardware("a100-80gb")
+    p = prior_profile(h, host={"seq_overhead_s": 2e-5, "call_overhead_s": 1e-3, "async_overlap": 0.5},
+                      serving_engine=ServingEngine(async_scheduling=True))
+    assert p.seq_overhead_s.value == pytest.approx(1e-5) and p.call_overhead_s.value == 1e-3
+
+
+@settings(max_examples=30, deadline=None)
+@given(batch=st.integers(1, 512), ctx=st.integers(1, 8192), version=st.sampled_from(VERSIONS))
+def test_async_scheduling_never_slows_a_step(batch, ctx, version):
+    h, m = get_hardware("h100-sxm"), get_model("qwen3-8b")
+    t = {}
+    for a in (False, True):
+        c = prior_profile(h, serving_engine=ServingEngine(version=version, async_scheduling=a)).params(h)
+        t[a] = float(Deployment(m, h, 1, c).pass_time(batch, batch * ctx, batch * ctx, batch, batch))
+    assert t[True] <= t[False] + 1e-15
+
+
+def test_scenario_field_selects_the_version(tmp_path):
+    import yaml
+
+    from simulator.scenario import load_scenario
+
+    src = load_scenario("cpu-smollm2").scenario.model_dump(mode="json", exclude_defaults=True)
+    src.update(hardware={"gpu": "h100-sxm", "count": 1}, cost_profiles=["prior"],
+               serving_engine={"name": "vllm", "version": VERSIONS[0]})
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(src))
+    sc = load_scenario(p)
+    assert sc.cost_profile("h100-sxm").seq_overhead_s.value == engine_version(
+        ServingEngine(version=VERSIONS[0])).seq_overhead_s.value
+    cpu = load_scenario("cpu-smollm2")  # a fitted CPU profile keeps its own host terms
+    own = cpu.cost_profiles.get("cpu")
+    if own is not None:
+        assert cpu.cost_profile("cpu") is own

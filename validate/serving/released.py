@@ -1,0 +1,57 @@
+"""``specsim validate-serving --released DIR``: the released `vllm bench serve` tables predicted held out.
+
+Imports the table (:mod:`calibrate.fit.gpustack_import`), fits the engine host terms per version
+(:mod:`calibrate.fit.host_fit`) on all runs but the held-out group (``gpu``: leave one GPU out; ``version``: leave
+one vLLM version out), predicts the held-out runs and writes: ``heldout-<by>.csv`` (one row per run: measured,
+predicted, errors), ``summary-<by>-by-version.csv`` / ``summary-<by>-by-gpu.csv`` (median and p90 |error| and bias of
+TPOT, TTFT, output throughput), the fits (``fits-<by>.json``), the skipped rows and ``report.md``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+
+def _md(df: pd.DataFrame) -> str:
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in df.itertuples(index=False):
+        lines.append("| " + " | ".join(f"{x:.1f}" if isinstance(x, float) else str(x) for x in r) + " |")
+    return "\n".join(lines)
+
+
+def validate_released(folder: Path, holdouts: list[str], out: Path, command: str,
+                      catalog: Path | None = None, date: str | None = None) -> dict:
+    """Held-out tables for each of ``holdouts``; with ``catalog``, also the fit on every run written there.
+    Returns {by: overall summary row}."""
+    from calibrate.fit.gpustack_import import released_runs
+    from calibrate.fit.host_fit import fit_hosts, holdout, summary, write_catalog
+
+    runs, skipped = released_runs(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(sorted(skipped.items()), columns=["reason", "rows"]).to_csv(out / "skipped.csv", index=False)
+    lines = [f"# Released serving tables, held out\n\nCommand: `{command}`\n\nData: `{folder}`; {len(runs)} vLLM runs "
+             f"predicted, skipped: " + "; ".join(f"{k}: {v}" for k, v in sorted(skipped.items())) + "\n",
+             "Figures: median and p90 of |predicted / measured - 1| and the median signed error (bias), in %, over "
+             "runs whose requests produce >= 16 tokens (the fitted rows).\n"]
+    head = {}
+    for by in holdouts:
+        table, fits = holdout(runs, by)
+        table.to_csv(out / f"heldout-{by}.csv", index=False)
+        (out / f"fits-{by}.json").write_text(json.dumps(fits, indent=1, sort_keys=True))
+        lines.append(f"## Held out by {by}\n")
+        for g in ("version", "gpu"):
+            s = summary(table, g)
+            s.to_csv(out / f"summary-{by}-by-{g}.csv", index=False)
+            lines += [f"Per {g}:\n", _md(s), ""]
+            if g == "version":
+                head[by] = s[s[g] == "all"].iloc[0].to_dict()
+    if catalog is not None:
+        fitted = fit_hosts(runs)
+        (out / "fits-all.json").write_text(json.dumps(fitted, indent=1, sort_keys=True))
+        write_catalog(fitted, catalog, f"{folder.name}/serving_benchmarks.csv via `{command}`", date or "")
+        lines += ["## Fit on every run (written to the engine catalog)\n", "```", json.dumps(fitted, indent=1), "```"]
+    (out / "report.md").write_text("\n".join(lines) + "\n")
+    return head
