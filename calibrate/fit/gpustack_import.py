@@ -25,7 +25,7 @@ GPUSTACK = REPO.parent / "shared" / "data" / "engine-measurements" / "gpustack-p
 TABLE = "serving_benchmarks.csv"
 COLUMNS = ("file", "hardware", "engine_versions", "section", "serve_cmd", "max_concurrency", "requests", "in_tok",
            "out_tok", "duration_s", "out_tps", "mean_ttft_ms", "median_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
-           "mean_itl_ms")
+           "mean_itl_ms", "median_itl_ms")
 # served model id (lower case, quantisation suffix removed) -> catalog model
 MODELS = {"qwen/qwen3-14b": "qwen3-14b", "qwen/qwen3-32b": "qwen3-32b",
           "qwen/qwen3-235b-a22b-instruct-2507": "qwen3-235b-a22b", "openai/gpt-oss-20b": "gpt-oss-20b",
@@ -61,7 +61,8 @@ class ReleasedRun:
     input_tokens: int
     output_tokens: int
     concurrency: int | None  # None: a burst (every request at once)
-    measured: dict  # out_tps, mean_ttft_ms, median_ttft_ms, mean_tpot_ms, median_tpot_ms, mean_itl_ms, duration_s
+    measured: dict  # out_tps, mean_ttft_ms, median_ttft_ms, mean_tpot_ms, median_tpot_ms, mean_itl_ms, median_itl_ms,
+    # duration_s
 
     @property
     def key(self) -> str:
@@ -123,7 +124,8 @@ def _parse(i: int, r) -> ReleasedRun | str:
     n = int(r.requests)
     conc = None if pd.isna(r.max_concurrency) or int(r.max_concurrency) >= n else int(r.max_concurrency)
     measured = {c: float(getattr(r, c)) for c in ("out_tps", "mean_ttft_ms", "median_ttft_ms", "mean_tpot_ms",
-                                                    "median_tpot_ms", "mean_itl_ms", "duration_s")}
+                                                    "median_tpot_ms", "mean_itl_ms", "median_itl_ms",
+                                                    "duration_s")}
     return ReleasedRun(
         row=i, doc=str(r.file), section=str(r.section), engine="vllm", version=version, gpu=gpu, model=model,
         weight_dtype=dtype, kv_dtype="fp8" if kv.startswith("fp8") else "bf16", tp=tp,
