@@ -57,6 +57,8 @@ class SloTerm:
 
     def value(self, samples: np.ndarray, weights: np.ndarray | None = None) -> float:
         """The statistic of ``samples`` (``weights``: integer weights, e.g. ITL rounds x sequences)."""
+        if weights is not None:
+            samples, weights = samples[weights > 0], weights[weights > 0]
         if len(samples) == 0:
             return float("nan")
         q = STATS[self.stat]
