@@ -173,3 +173,17 @@ def test_a_rate_in_the_line_is_ignored_with_a_note(capsys):
     # the scenario's systems without a plain-serving form (specreason...) are left out, the others run the workload
     assert {r["system"] for r in rows} == {"vanilla-base", "specdecode"}
     assert all(r["rate_qps"] == 0.2 and r["prefix_cache_hit_rate"] > 0 for r in rows)
+
+
+def test_report_searches_and_plots_the_workload(tmp_path):
+    line = "vllm bench serve --random-input-len 256 --random-output-len 16 --random-prefix-len 128 --request-rate 7"
+    out = tmp_path / "rep"
+    assert main(["report", SC, "--out", str(out), "--bench-serve", line, "--system", "vanilla-base", "--requests", "40",
+                 "--max-replications", "3", "--slo", "p99_ttft<=30s", "--workers", "1"]) == 0
+    cap, curves = pd.read_csv(out / "capacity.csv"), pd.read_csv(out / "latency_vs_load.csv")
+    assert list(cap.label) == ["vanilla-base"] and cap.max_qps.iloc[0] > 0
+    # the load curves serve the workload too: its shared prefix is hit at every load
+    assert len(curves) >= 5 and (curves.prefix_cache_hit_rate > 0).all()
+    md = (out / "report.md").read_text()
+    assert "ignored: its request rate 7/s" in md and "--bench-serve 'vllm bench serve --random-input-len 256" in md
+    assert json.loads((out / "resolved.json").read_text())["serving_workload"]["system_prompts"]["tokens"] == 128
