@@ -29,8 +29,9 @@ from simulator.capacity.search import (CONFIDENCE, DEFAULT_CI_TARGET, DEFAULT_MA
                                        WARM_STEP, IntervalSpec, LoadSpec, Point, capacity_interval, evaluate,
                                        point_latency, requests_for, search_capacity, single_request_latency,
                                        t_interval)
-from simulator.capacity.table import (DISPLAY, EQUIVALENCE, add_accuracy, capacity_table, headline, paired_better,
-                                      rank_configurations, recommend, render_capacity_table, standing)
+from simulator.capacity.table import (DISPLAY, EQUIVALENCE, add_accuracy, capacity_table, config_key, headline,
+                                      paired_better, rank_configurations, recommend, render_capacity_table,
+                                      standing)
 from simulator.errors import InputError
 from simulator.scenario import ResolvedScenario, load_scenario
 from simulator.serving.slo import Slo, parse_slo
@@ -69,8 +70,8 @@ def search_table(rs: ResolvedScenario, slo: Slo, load: LoadSpec, configs: list[S
     df = add_accuracy(capacity_table(rows, gpu_hour_cost, target_qps), acc_model, floor)
     rec = recommend(df)
     best = rec["best"]
-    picks = {best.label, *rec["ties"]} if best is not None else set()
-    df["recommended"] = [l in picks and f == "meets" and q > 0 for l, f, q in zip(df.label, df.accuracy_floor, df.max_qps)]
+    picks = {config_key(best), *rec["tie_keys"]} if best is not None else set()
+    df["recommended"] = [config_key(r) in picks and r.accuracy_floor == "meets" and r.max_qps > 0 for r in df.itertuples()]
     st = []
     for r in df.itertuples():
         if not r.max_qps > 0:
