@@ -33,8 +33,8 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
-# Fields a draft head built from a target drops (it is a plain full-attention layer): their defaults
-PLAIN_LAYER = {"moe_every": 1, "local_attention": "sliding", "linear_key_heads": 0, "linear_value_heads": 0,
+# Fields a draft head built from a target drops (a dense full-attention layer; a local window it keeps): their defaults
+PLAIN_LAYER = {"moe_every": 1, "linear_key_heads": 0, "linear_value_heads": 0,
                "linear_key_head_dim": None, "linear_value_head_dim": None, "index_topk": None, "index_heads": None,
                "index_head_dim": None}
 INDEX_SCALE_BYTES = 4.0 / 128.0  # the indexer key cache's fp32 scale per 128 values

@@ -25,7 +25,7 @@ CONFIGS = Path(__file__).resolve().parents[2] / "tests" / "data" / "hf_configs"
 NEW = ("glm-4.5-air", "glm-4.5", "qwen3-next-80b-a3b", "qwen3.5-9b", "qwen3.5-35b-a3b", "deepseek-v3.2",
        "mistral-nemo-12b", "llama-4-scout-17b-16e", "llama-4-maverick-17b-128e")
 CATALOG_ONLY = ("glm-4.6", "llama-3.2-1b", "llama-3.2-3b")
-KIND_FIELDS = tuple(PLAIN_LAYER) + ("linear_conv_kernel", "sliding_window", "full_attention_every", "intermediate",
+KIND_FIELDS = tuple(PLAIN_LAYER) + ("local_attention", "linear_conv_kernel", "sliding_window", "full_attention_every", "intermediate",
                                    "shared_expert_intermediate")
 
 
