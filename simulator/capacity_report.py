@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import shlex
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.capacity import (DEFAULT_REQUESTS, IntervalSpec, LoadSpec, Workers, capacity_points, default_slo,
-                                headline, requests_for, run_points, search_table)
+                                headline, requests_for, run_points, search_table, serving_setup)
 from simulator.errors import InputError
 from simulator.scenario import load_scenario
 from simulator.serving.slo import parse_slo
@@ -71,30 +72,38 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
                  workers: int | None = None, ray_address: str | None = None, accuracy_floor: str | None = None,
                  accuracy_margin: float | None = None, interval: IntervalSpec | None = None,
                  systems: list[str] | None = None, gammas: list[int] | None = None, thresholds: list[int] | None = None,
-                 progress=None) -> tuple[Path, str]:
+                 progress=None, bench_serve: str | None = None) -> tuple[Path, str]:
     """Accuracy first, then capacity: configurations that meet the accuracy floor get the replicated
     capacity search of ``specsim capacity`` (the same function, seeds and run length: the same figures);
     the others (fail / unknown: never recommended) are listed with their accuracy and get no capacity
     figure (``--accuracy-floor none`` searches every configuration). Then the load curves; write
-    report.md, PNGs, CSVs. Returns (report.md, the headline: best configuration and why)."""
+    report.md, PNGs, CSVs. Returns (report.md, the headline: best configuration and why). ``bench_serve`` (or the
+    scenario's ``serving_workload``): that serving workload's requests everywhere, searches and curves alike
+    (``simulator.capacity.bench``)."""
     from simulator.accuracy import floor_status, parse_floor, scenario_accuracy
 
     rs = load_scenario(scenario)
-    slo = parse_slo(slo_text or default_slo(rs), "--slo")
+    serving, serving_note = serving_setup(rs, bench_serve)
+    slo = parse_slo(slo_text or default_slo(rs, serving), "--slo")
     floor = parse_floor(accuracy_floor, accuracy_margin)
     acc_model = scenario_accuracy(rs)
     load = LoadSpec(requests=requests or DEFAULT_REQUESTS, seed=rs.scenario.seed if seed is None else seed)
     spec = interval or IntervalSpec()
     configs = rs.system_configs(systems, gammas, thresholds)
+    if serving is not None:
+        from simulator.capacity.bench import check_systems
+
+        configs = check_systems(configs, bool(systems))
     if not configs:
         raise InputError(None, "--system", "no configuration left to search")
-    by_label = {p.cfg.label + f"|{p.hardware}|{p.tp}": p for p in capacity_points(rs, slo, load)}
+    by_label = {p.cfg.label + f"|{p.hardware}|{p.tp}": p for p in capacity_points(rs, slo, load, configs, serving)}
     with Workers(workers, ray_address) as pool:  # one set of worker processes for both stages (their caches stay)
         # the same search as `specsim capacity` (simulator.capacity.search_table): configurations that cannot be
         # recommended (accuracy floor not met) are not searched and get no capacity figure
         cap, rec, skipped = search_table(rs, slo, load, configs, spec, acc_model, floor, gpu_hour_cost, target_qps,
                                          only_eligible=True, pool=pool, progress=progress and (
-                                             lambda d, t, r: progress(d, t, r, "search replications (at most)")))
+                                             lambda d, t, r: progress(d, t, r, "search replications (at most)")),
+                                         serving=serving)
         cap["interval"] = ["converged" if c else "not converged" for c in cap.converged]
         # latency vs load: each system's best configuration on one log-spaced grid of rates spanning every
         # system's knee (from 10% of the lowest capacity to 130% of the highest); a system stops at 140% of its own
@@ -117,24 +126,30 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
     _atomic_write(out / "pareto.png", lambda p: _plot_pareto(cap, p))
     b = rec["best"] if rec["best"] is not None else (cap.iloc[0] if len(cap) else None)
     if b is not None and b.max_qps > 0:  # engine load over time for the best configuration at its capacity
+        from simulator.capacity.search import _plans
         from simulator.serving.replica import simulate_serving
 
         bp = by_label[f"{b.label}|{b.hardware}|{b.tp}"]
         mf = rs.scenario.memory_fraction
         n, _ = requests_for(bp, float(b.max_qps))
-        trace = simulate_serving(bp.cfg, rs.deployments(bp.hardware, bp.tp), rs.workload, load.arrivals(float(b.max_qps)),
-                                 n, bp.seed, (mf.small, mf.base),
-                                 execution=rs.scenario.execution)
+        if serving is not None:
+            from simulator.capacity.bench import arrivals as serving_arrivals
+
+            arr, plans = serving_arrivals(serving, float(b.max_qps)), _plans(bp, n)
+        else:
+            arr, plans = load.arrivals(float(b.max_qps)), None
+        trace = simulate_serving(bp.cfg, rs.deployments(bp.hardware, bp.tp), rs.workload, arr, n, bp.seed,
+                                 (mf.small, mf.base), plans=plans, execution=rs.scenario.execution)
         _atomic_write(out / "engine_load.png", lambda p: _plot_engine_load(trace, f"{b.label} at {b.max_qps:.3g} req/s", p))
     meta = {"scenario": str(rs.path), "slo": slo.text, "requests_per_point": load.requests, "seed": load.seed,
             "gpu_hour_cost": gpu_hour_cost, "target_qps": target_qps, "accuracy_floor": floor.describe(),
             "recommended": None if rec["best"] is None else rec["best"].label, "recommended_ties": rec["ties"],
-            "resolved_scenario": rs.to_dict()}
+            "resolved_scenario": rs.to_dict(), "serving_workload": serving and json.loads(serving)}
     _atomic_write(out / "resolved.json", lambda p: Path(p).write_text(json.dumps(meta, indent=1, default=str)))
     line = headline(cap, rec, slo.text, gpu_hour_cost)
     meta["headline"] = line
     md = _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario, rec, floor, acc_model, spec,
-                   skipped, line)
+                   skipped, line, serving_note, bench_serve)
     _atomic_write(out / "report.md", lambda p: Path(p).write_text(md))
     return out / "report.md", line
 
@@ -282,15 +297,15 @@ def _acc(r) -> str:
 
 
 def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_arg, rec, floor, acc_model, spec,
-              skipped=(), line: str = "") -> str:
+              skipped=(), line: str = "", serving_note: str | None = None, bench_serve: str | None = None) -> str:
     from simulator.capacity import EQUIVALENCE
 
     sc, w = rs.scenario, rs.workload
     b = rec["best"]
     dev = "CPU host" if all(str(h) == "cpu" for h in rs.hardware_names) else "GPU"  # what a replica is made of
     L = [f"# Capacity plan: {sc.name}", "", f"**{line}**", ""]
-    if rs.workload_note():
-        L += [f"> Note: {rs.workload_note()}", ""]
+    if serving_note or rs.workload_note():
+        L += [f"> Note: {serving_note or rs.workload_note()}", ""]
     L += [
          f"_{sc.description}_  ", f"Generated {_dt.datetime.now().isoformat(timespec='seconds')} by `specsim report`.", "",
          "## Answer", "", f"Accuracy floor: {floor.describe()}.", ""]
@@ -394,6 +409,7 @@ def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_ar
         L.append(f"- Cost profile for {h}: `{p.name}`, {p.provenance.kind} — {p.provenance.source}")
     L += ["", "## Reproduce", "", "```", f"specsim report {scenario_arg} --out <DIR> --slo '{slo.text}' --requests {load.requests} "
           f"--seed {load.seed}" + (f" --gpu-hour-cost {gpu_hour_cost:g}" if gpu_hour_cost else "")
-          + (f" --target-qps {target_qps:g}" if target_qps else ""), "```", "",
+          + (f" --target-qps {target_qps:g}" if target_qps else "")
+          + (" --bench-serve " + shlex.quote(bench_serve) if bench_serve else ""), "```", "",
           "Files: `capacity.csv`, `latency_vs_load.csv`, `resolved.json` (the resolved scenario and run settings).", ""]
     return "\n".join(L)

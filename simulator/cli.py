@@ -143,6 +143,11 @@ AccuracyMarginOpt = Annotated[Optional[float], typer.Option(
 CiTargetOpt = Annotated[Optional[float], typer.Option(
     "--ci-target", help="replicate until the 95% interval half-width is at most this fraction of the capacity (default 0.10)")]
 MaxReplicationsOpt = Annotated[Optional[int], typer.Option("--max-replications", help="replications per configuration at most")]
+BenchServeOpt = Annotated[Optional[str], typer.Option("--bench-serve", help=(
+    "plan for this `vllm bench serve ...` line's traffic (random dataset: lengths, --random-prefix-len, --burstiness) "
+    "instead of the reasoning workload (default: the scenario's serving_workload, if any); vanilla-base and "
+    "specdecode only; the search sets the rate: the line's --request-rate, --max-concurrency and --num-prompts are "
+    "ignored, and the title says so"))]
 
 
 @app.command()
@@ -177,6 +182,7 @@ def capacity(
     gamma_policy: str = typer.Option("fixed", "--gamma-policy", help="fixed | goodput: with goodput every drafting "
                                      "configuration chooses gamma per engine iteration by the expected-goodput rule, "
                                      "up to its --gamma (serving simulator)"),
+    bench_serve: BenchServeOpt = None,
     best_gamma: bool = typer.Option(False, "--best-gamma", help="with --users: per user count the gamma with the "
                                     "highest output throughput (its TPOT and throughput, gammas within 5% as ties) "
                                     "and the per-iteration goodput rule's gamma at that load's mean batch, and the "
@@ -197,9 +203,13 @@ def capacity(
     significant latency trend, so SLO met can be "no" while p99 is under the bound); sims = serving simulations the search ran for that configuration; goodput req/s = requests
     per second finishing within the SLO; cost at --gpu-hour-cost; replicas and GPUs (CPU hosts for a CPU
     scenario) for --target-qps. --out files get every column. The last line names the best configuration
-    and why (the same line opens `specsim report`).
+    and why (the same line opens `specsim report`). SLO metrics: latency, ttft, queue_delay, tpot, itl
+    (vllm bench serve's definitions).
 
     Example: specsim capacity cpu-smollm2 --system specreason --threshold 5 --target-qps 2
+
+    Example: specsim capacity modern-h100-h200-qwen3 --slo p99_ttft<=2s --target-qps 20 --bench-serve
+    "vllm bench serve --dataset-name random --random-input-len 2048 --random-output-len 256"
     """
     from simulator.capacity import capacity_from_cli
     from simulator.report_table import check_out, job, write_output
@@ -235,6 +245,7 @@ def capacity(
             workers=workers, ray_address=ray_address, arrivals_file=str(arrivals_file) if arrivals_file else None,
             interval=_interval(ci_target, max_replications), accuracy_floor=accuracy_floor, accuracy_margin=accuracy_margin,
             adaptive_gamma=best_gamma, gamma_policy=gamma_policy, progress=j.progress, stop_below_best=True,
+            bench_serve=bench_serve,
         )
     from simulator.report_table import render_best_gamma, render_capacity
 
@@ -281,6 +292,7 @@ def report(
     accuracy_margin: AccuracyMarginOpt = None,
     ci_target: CiTargetOpt = None,
     max_replications: MaxReplicationsOpt = None,
+    bench_serve: BenchServeOpt = None,
     force: ForceOpt = False,
 ):
     """Capacity-planning report (markdown + PNGs): latency vs load, SLO frontier, cost, assumptions.
@@ -312,7 +324,7 @@ def report(
         path, line = build_report(scenario, out, slo, requests, seed, gpu_hour_cost, target_qps, workers, ray_address,
                                   accuracy_floor=accuracy_floor, accuracy_margin=accuracy_margin,
                                   interval=_interval(ci_target, max_replications), systems=system,
-                                  gammas=gamma, thresholds=threshold, progress=j.progress)
+                                  gammas=gamma, thresholds=threshold, progress=j.progress, bench_serve=bench_serve)
     print(line)
     wrote(path, f"markdown; PNGs and CSVs beside it in {out}")
 

@@ -89,7 +89,7 @@ class MemoryPlan:
     cudagraph_counted: bool  # subtracted before sizing the KV cache (vLLM >= 0.21)
     block_size: int
     full_bytes_per_token: float  # KV bytes per token of the full-attention layers of every model in the engine
-    sliding_bytes_per_seq: float  # bytes one sequence's sliding-window layers hold at most (their windows)
+    sliding_bytes_per_seq: float  # bytes one sequence's sliding-window layers (windows) and linear-attention states hold
     all_bytes_per_token: float  # KV bytes per token of every layer (sliding ones counting every token)
     profile_tokens: int
     sampler_rows: int
@@ -219,6 +219,8 @@ def memory_plan(deployments: list[Deployment], utilization: float, max_num_batch
         full += per * (m.layers - s) / m.layers
         if s:
             sliding += per * s / m.layers * m.sliding_window
+        if per > 0.0:  # linear-attention layers: a fixed state per sequence (Qwen3-Next, Qwen3.5), no per-token KV
+            sliding += m.linear_state_bytes(d.tp)
     if full <= 0.0:  # every layer slides: count every layer per token, no reservation
         sliding = 0.0
     gpu = hw.interconnect != "none"

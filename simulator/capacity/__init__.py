@@ -29,8 +29,9 @@ from simulator.capacity.search import (CONFIDENCE, DEFAULT_CI_TARGET, DEFAULT_MA
                                        WARM_STEP, IntervalSpec, LoadSpec, Point, capacity_interval, evaluate,
                                        point_latency, requests_for, search_capacity, single_request_latency,
                                        t_interval)
-from simulator.capacity.table import (DISPLAY, EQUIVALENCE, add_accuracy, capacity_table, headline, paired_better,
-                                      rank_configurations, recommend, render_capacity_table, standing)
+from simulator.capacity.table import (DISPLAY, EQUIVALENCE, add_accuracy, capacity_table, config_key, headline,
+                                      paired_better, rank_configurations, recommend, render_capacity_table,
+                                      standing)
 from simulator.errors import InputError
 from simulator.scenario import ResolvedScenario, load_scenario
 from simulator.serving.slo import Slo, parse_slo
@@ -41,7 +42,7 @@ __all__ = [
     "DEFAULT_REQUEST_DOUBLINGS", "DEFAULT_REQUESTS", "DEFAULT_SLO_FACTOR", "DISPLAY", "EQUIVALENCE",
     "HORIZON_LATENCIES", "MAX_DOUBLINGS", "MAX_REQUEST_FACTOR", "WARM_STEP", "IntervalSpec", "LoadSpec", "Point",
     "Workers", "add_accuracy", "capacity_from_cli", "capacity_interval", "capacity_points", "capacity_table",
-    "default_slo", "evaluate", "headline", "interval_rounds", "load_scenario", "paired_better", "point_latency",
+    "default_slo", "evaluate", "serving_setup", "headline", "interval_rounds", "load_scenario", "paired_better", "point_latency",
     "rank_configurations", "recommend", "render_capacity_table", "requests_for", "run_point", "run_points",
     "search_capacity", "search_table", "single_request_latency", "standing", "t_interval",
 ]
@@ -49,28 +50,28 @@ __all__ = [
 def search_table(rs: ResolvedScenario, slo: Slo, load: LoadSpec, configs: list[SystemConfig], spec: "IntervalSpec",
                  acc_model, floor, gpu_hour_cost: float | None = None, target_qps: float | None = None,
                  workers: int | None = None, ray_address: str | None = None, only_eligible: bool = False,
-                 progress=None, stop_below_best: bool = True,
-                 pool: Workers | None = None) -> tuple[pd.DataFrame, dict, list[SystemConfig]]:
+                 progress=None, stop_below_best: bool = True, pool: Workers | None = None,
+                 serving: str | None = None) -> tuple[pd.DataFrame, dict, list[SystemConfig]]:
     """The one capacity search behind ``specsim capacity`` and ``specsim report`` (issue 30): every searched
     configuration gets :func:`capacity_interval` with ``spec`` on the same seeds and run length, so both
     commands print the same capacities, intervals and ranks. ``only_eligible``: configurations that do not
     meet the accuracy floor are not searched (returned as the third value, never ranked nor printed with
     a capacity). Returns (table best first with accuracy, ``standing`` and ``recommended``; the
     recommendation; the configurations left out). ``pool``: the workers to run on (default: new ones from
-    ``workers`` / ``ray_address``)."""
+    ``workers`` / ``ray_address``). ``serving``: a serving benchmark's workload (JSON, ``capacity.bench``)."""
     from simulator.accuracy import floor_status
 
     skipped = [c for c in configs if only_eligible and floor_status(acc_model, c, floor)[0] != "meets"]
     keep = [c for c in configs if c not in skipped]
-    points = [replace(p, interval=spec) for p in capacity_points(rs, slo, load, keep)]
+    points = [replace(p, interval=spec) for p in capacity_points(rs, slo, load, keep, serving)]
     rows = (interval_rounds(points, spec, workers, ray_address, progress, stop_below_best, pool)
             if spec.max_request_doublings == 0 and points
             else run_points(points, workers, ray_address, progress, pool))
     df = add_accuracy(capacity_table(rows, gpu_hour_cost, target_qps), acc_model, floor)
     rec = recommend(df)
     best = rec["best"]
-    picks = {best.label, *rec["ties"]} if best is not None else set()
-    df["recommended"] = [l in picks and f == "meets" and q > 0 for l, f, q in zip(df.label, df.accuracy_floor, df.max_qps)]
+    picks = {config_key(best), *rec["tie_keys"]} if best is not None else set()
+    df["recommended"] = [config_key(r) in picks and r.accuracy_floor == "meets" and r.max_qps > 0 for r in df.itertuples()]
     st = []
     for r in df.itertuples():
         if not r.max_qps > 0:
@@ -87,18 +88,43 @@ def search_table(rs: ResolvedScenario, slo: Slo, load: LoadSpec, configs: list[S
     return df, rec, skipped
 
 
-def capacity_points(rs: ResolvedScenario, slo: Slo, load: LoadSpec, configs: list[SystemConfig] | None = None) -> list[Point]:
+def capacity_points(rs: ResolvedScenario, slo: Slo, load: LoadSpec, configs: list[SystemConfig] | None = None,
+                    serving: str | None = None) -> list[Point]:
     configs = configs if configs is not None else rs.system_configs()
-    return [Point(str(rs.path), hw, tp, cfg, load, slo.text) for hw in rs.hardware_names for tp in rs.tps for cfg in configs]
+    return [Point(str(rs.path), hw, tp, cfg, load, slo.text, serving=serving)
+            for hw in rs.hardware_names for tp in rs.tps for cfg in configs]
 
 
-def default_slo(rs: ResolvedScenario) -> str:
+def default_slo(rs: ResolvedScenario, serving: str | None = None) -> str:
     """The scenario's ``slo`` if set, else p99 latency <= DEFAULT_SLO_FACTOR x vanilla-base's
-    single-request latency (first hardware/TP)."""
+    single-request latency (first hardware/TP; ``serving``: of that workload's requests)."""
     if rs.scenario.slo:
         return rs.scenario.slo
-    lat = single_request_latency(rs, rs.hardware_names[0], rs.tps[0], SystemConfig(system="vanilla-base"))
+    hw, tp, vb = rs.hardware_names[0], rs.tps[0], SystemConfig(system="vanilla-base")
+    if serving is not None:
+        from simulator.capacity.bench import idle_latency
+
+        lat = idle_latency(rs, hw, tp, vb, serving)
+    else:
+        lat = single_request_latency(rs, hw, tp, vb)
     return f"p99_latency<={DEFAULT_SLO_FACTOR * lat:.4g}s"
+
+
+def serving_setup(rs: ResolvedScenario, bench_serve: str | None, arrival: str = "poisson") -> tuple[str | None, str | None]:
+    """A capacity command's serving workload (``--bench-serve`` or the scenario's ``serving_workload``) as
+    (JSON or None, the note: what of its load the search ignores)."""
+    from simulator.capacity import bench
+
+    sw = bench.resolve(rs, bench_serve)
+    if sw is None:
+        return None, None
+    if arrival != "poisson":
+        raise InputError(None, "--arrival", "with a serving workload its burstiness sets the arrivals (vllm bench "
+                         "serve's --burstiness in the --bench-serve line, or serving_workload.burstiness)")
+    shape = "Poisson" if sw.burstiness == 1.0 else f"Gamma gaps of burstiness {sw.burstiness:g}"
+    note = (f"serving workload {sw.source or 'serving_workload'} ({shape} arrivals): the search sets the load; "
+            f"ignored: " + ", ".join(bench.load_notes(sw)))
+    return sw.model_dump_json(), note
 
 
 def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | None = None, users: list[int] | None = None,
@@ -109,26 +135,29 @@ def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | No
                       arrivals_file: str | None = None, interval: IntervalSpec | None = None,
                       accuracy_floor: str | None = None, accuracy_margin: float | None = None,
                       adaptive_gamma: bool = False, gamma_policy: str = "fixed", progress=None,
-                      stop_below_best: bool = False) -> tuple[pd.DataFrame, dict]:
+                      stop_below_best: bool = False, bench_serve: str | None = None) -> tuple[pd.DataFrame, dict]:
     """Resolve, validate, run. With --qps/--users/--arrivals-file: the SLO check at those loads;
     else the capacity search. ``adaptive_gamma``: each drafting configuration at the grid's largest γ also
     runs with γ chosen per engine iteration (``gamma_policy="goodput"``, up to that γ); ``gamma_policy``
     other than fixed: every drafting configuration runs with that policy, up to its γ. ``stop_below_best``
     (the ``specsim capacity`` command and the report: True): configurations the leader already beats get no
     more replications (:func:`interval_rounds`); False (the default for library callers such as
-    validate-capacity) gives every configuration its own interval to the target."""
+    validate-capacity) gives every configuration its own interval to the target. ``bench_serve``: a ``vllm bench
+    serve`` line whose workload (its shape; the search sets the rate) replaces the scenario's (its
+    ``serving_workload`` is used when set): :mod:`simulator.capacity.bench`."""
     from simulator.serving.arrivals import load_arrival_times
 
     from simulator.systems import SYSTEMS, expand_systems
 
     rs = load_scenario(scenario)
     sc = rs.scenario
-    slo = parse_slo(slo_text or default_slo(rs))
     for s in systems or []:
         if s not in SYSTEMS:
             raise InputError(None, "--system", f"unknown system {s!r}; known: {', '.join(SYSTEMS)}")
     if arrival not in ("poisson", "bursty"):
         raise InputError(None, "--arrival", f"expected poisson or bursty (got {arrival!r})")
+    serving, serving_note = serving_setup(rs, bench_serve, arrival)
+    slo = parse_slo(slo_text or default_slo(rs, serving))
     if not (cv > 0 and math.isfinite(cv)):
         raise InputError(None, "--cv", f"must be a positive number (got {cv})")
     for name, v in (("--gpu-hour-cost", gpu_hour_cost), ("--target-qps", target_qps)):
@@ -148,11 +177,18 @@ def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | No
     if adaptive_gamma:
         gmax = max((c.gamma for c in configs if c.gamma), default=0)
         configs += [SystemConfig(**{**c.model_dump(), "gamma_policy": "goodput"}) for c in configs if c.gamma and c.gamma == gmax]
+    if serving is not None:
+        from simulator.capacity.bench import check_systems
+
+        configs = check_systems(configs, bool(systems))
     load = LoadSpec(arrival, cv, requests or DEFAULT_REQUESTS, sc.seed if seed is None else seed)
-    points = [replace(p, interval=interval or IntervalSpec()) for p in capacity_points(rs, slo, load, configs)]
+    points = [replace(p, interval=interval or IntervalSpec()) for p in capacity_points(rs, slo, load, configs, serving)]
     meta = {"scenario": str(rs.path), "slo": slo.text, "arrivals": arrival if arrival == "poisson" else f"bursty cv={cv}",
             "requests_per_point": load.requests, "seed": load.seed}
-    if rs.workload_note():
+    if serving_note:
+        meta["workload_note"] = serving_note
+        meta["serving_workload"] = serving
+    elif rs.workload_note():
         meta["workload_note"] = rs.workload_note()
     if arrivals_file:
         load_arrival_times(arrivals_file)  # validate once, here: errors name the file and line
@@ -163,7 +199,8 @@ def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | No
         df = pd.DataFrame(run_points(pts, workers, ray_address, progress))
         return df, meta
     df, rec, _ = search_table(rs, slo, load, configs, interval or IntervalSpec(), acc_model, floor, gpu_hour_cost,
-                              target_qps, workers, ray_address, progress=progress, stop_below_best=stop_below_best)
+                              target_qps, workers, ray_address, progress=progress, stop_below_best=stop_below_best,
+                              serving=serving)
     meta["accuracy_floor"] = floor.describe()
     meta["recommended"] = None if rec["best"] is None else rec["best"].label
     meta["recommended_ties"] = rec["ties"]

@@ -84,6 +84,7 @@ class Point:
     replication: int = 0
     interval: "IntervalSpec | None" = None  # with rate None: replicate the search to a confidence interval
     single_latency_s: float | None = None  # the configuration's single-request latency, once known (else computed)
+    serving: str | None = None  # a serving benchmark's workload (ServingWorkload JSON) instead of the reasoning one
 
     @property
     def key(self) -> str:
@@ -126,6 +127,13 @@ def _predictor(path: str):
     return MixturePredictor(_scenario(path).workload)
 
 
+@lru_cache(maxsize=64)
+def _serving_latency_cached(path: str, hw: str, tp: int, cfg: SystemConfig, js: str) -> float:
+    from simulator.capacity.bench import idle_latency
+
+    return idle_latency(_scenario(path), hw, tp, cfg, js)
+
+
 def single_request_latency(rs: ResolvedScenario, hw: str, tp: int, cfg: SystemConfig, cached: bool = True,
                            predictor=None) -> float:
     """Analytic mean latency of one request on an idle replica (``analytic.predict``; ``predictor``: a
@@ -144,9 +152,12 @@ def single_request_latency(rs: ResolvedScenario, hw: str, tp: int, cfg: SystemCo
 
 
 def point_latency(point: Point) -> float:
-    """The point's single-request latency: carried by the point, or computed (cached per process)."""
+    """The point's single-request latency: carried by the point, or computed (cached per process; a serving
+    workload's: its requests served one at a time, ``capacity.bench.idle_latency``)."""
     if point.single_latency_s is not None:
         return point.single_latency_s
+    if point.serving is not None:
+        return _serving_latency_cached(point.scenario, point.hardware, point.tp, point.cfg, point.serving)
     return single_request_latency(_scenario(point.scenario), point.hardware, point.tp, point.cfg)
 
 
@@ -170,11 +181,16 @@ def _plans(point: Point, n: int) -> list:
     samples its requests once instead of once per simulation. The serving simulator only reads them."""
     from simulator.request_model import RequestSampler
 
-    key = (point.scenario, point.cfg, point.seed)
+    key = (point.scenario, point.cfg, point.seed, point.serving)
     have = _PLANS.get(key)
     if have is None or len(have) < n:
         rs = _scenario(point.scenario)
-        have = RequestSampler(point.cfg, rs.workload, step_calls=rs.scenario.execution.step_calls).plans(n, point.seed)
+        if point.serving is not None:  # request i depends on how many are drawn: draw the longest run's at once
+            from simulator.capacity.bench import plans
+
+            have = plans(rs, point.cfg, point.serving, max(n, MAX_REQUEST_FACTOR * point.load.requests), point.seed)
+        else:
+            have = RequestSampler(point.cfg, rs.workload, step_calls=rs.scenario.execution.step_calls).plans(n, point.seed)
         if len(_PLANS) >= 4:  # a worker searches one configuration at a time: keep a few
             _PLANS.pop(next(iter(_PLANS)))
         _PLANS[key] = have
@@ -199,14 +215,19 @@ def evaluate(point: Point, rate: float | None = None, users: int | None = None, 
     else:
         arrivals = point.load.arrivals(rate)
         n, capped = requests_for(point, rate)
+    if point.serving is not None and not replay:  # the workload's own arrival shape (burstiness) at this load
+        from simulator.capacity.bench import arrivals as serving_arrivals
+
+        arrivals = serving_arrivals(point.serving, rate, users)
     slo = parse_slo(point.slo_text)
     open_loop = not (replay or users)
 
     def run(n: int) -> tuple[dict, object]:
-        stop = SloStop(slo, WARMUP_FRACTION) if stop_early and open_loop else None
+        stop = SloStop(slo, WARMUP_FRACTION) if stop_early and open_loop and slo.stops_early else None
         res = simulate_serving(point.cfg, rs.deployments(point.hardware, point.tp), rs.workload, arrivals,
                                n, point.seed, (mf.small, mf.base),
-                               plans=None if replay else _plans(point, n), execution=rs.scenario.execution, stop=stop)
+                               plans=None if replay and point.serving is None else _plans(point, n),
+                               execution=rs.scenario.execution, stop=stop)
         return summarize_serving(res, slo, closed_loop=bool(users)), res
 
     out, res = run(n)

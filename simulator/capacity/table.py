@@ -54,8 +54,7 @@ def rank_configurations(df: pd.DataFrame) -> pd.DataFrame:
                 better[i, j] = paired_better(caps[i], caps[j], tps[i], tps[j])
     df = df.copy()
     df["rank"] = pd.array([1 + int(better[:, j].sum()) if live[j] else None for j in range(n)], dtype="Int64")
-    labels = [f"{l} [{h} tp={t}]" if df.hardware.nunique() > 1 or df.tp.nunique() > 1 else l
-              for l, h, t in zip(df.label, df.hardware, df.tp)]
+    labels = config_names(df, df)
     df["ties"] = ["; ".join(labels[j] for j in range(n) if j != i and live[i] and live[j] and not better[i, j]
                             and not better[j, i] and df["rank"].iloc[j] == df["rank"].iloc[i]) for i in range(n)]
     return df
@@ -128,12 +127,25 @@ def recommend(df: pd.DataFrame) -> dict:
     listed), or None. Configurations with capacity 0 are never recommended."""
     ok = df[(df.accuracy_floor == "meets") & (df.max_qps > 0)] if "accuracy_floor" in df else df[df.max_qps > 0]
     if not len(ok):
-        return {"best": None, "ties": [], "capacity": 0.0}
+        return {"best": None, "ties": [], "tie_keys": set(), "capacity": 0.0}
     ok = rank_configurations(ok.drop(columns=["rank", "ties", "standing"], errors="ignore"))
     ok = ok.sort_values(["rank", "qps_per_gpu"], ascending=[True, False], kind="stable", na_position="last")
     b = ok.iloc[0]
-    tied = [r.label for r in ok.iloc[1:].itertuples() if r.rank == 1]
-    return {"best": b, "ties": tied, "capacity": float(b.max_qps), "eligible": ok}
+    tied = ok.iloc[1:][(ok["rank"].iloc[1:] == 1).fillna(False).to_numpy(bool)]
+    return {"best": b, "ties": config_names(tied, df), "tie_keys": {config_key(r) for r in tied.itertuples()},
+            "capacity": float(b.max_qps), "eligible": ok}
+
+
+def config_key(r) -> tuple:
+    """What tells the rows of a capacity table apart: the configuration's label on its hardware and TP."""
+    return (r.label, str(r.hardware), int(r.tp))
+
+
+def config_names(rows: pd.DataFrame, table: pd.DataFrame) -> list[str]:
+    """How ``rows`` of ``table`` are named in ties and recommendations: the label, with its hardware and TP where the
+    table's grid has several (a label alone would name several rows)."""
+    many = table.hardware.nunique() > 1 or table.tp.nunique() > 1
+    return [f"{l} [{h} tp={t}]" if many else l for l, h, t in zip(rows.label, rows.hardware, rows.tp)]
 
 
 def headline(df: pd.DataFrame, rec: dict, slo_text: str, gpu_hour_cost: float | None = None) -> str:

@@ -18,6 +18,7 @@ must lie within ``PARAM_TOLERANCE`` of it (the catalog loader's own check). Weig
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -28,13 +29,31 @@ from simulator.errors import InputError, pydantic_error_to_input_error
 # model_type -> catalog arch; the architectures[0] class names that stand for them
 KNOWN_ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3_moe": "qwen3_moe",
                        "deepseek_v3": "deepseek_v3", "gpt_oss": "gpt_oss", "mixtral": "mixtral", "gemma3": "gemma3",
-                       "gemma3_text": "gemma3"}
+                       "gemma3_text": "gemma3", "mistral": "llama", "glm4_moe": "glm4_moe", "qwen3_next": "qwen3_next",
+                       "qwen3_5": "qwen3_next", "qwen3_5_text": "qwen3_next", "qwen3_5_moe": "qwen3_next",
+                       "qwen3_5_moe_text": "qwen3_next", "llama4": "llama4", "llama4_text": "llama4",
+                       "deepseek_v32": "deepseek_v32"}
 ARCHITECTURE_CLASSES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
                         "Qwen3MoeForCausalLM": "qwen3_moe", "DeepseekV3ForCausalLM": "deepseek_v3",
                         "GptOssForCausalLM": "gpt_oss", "MixtralForCausalLM": "mixtral",
-                        "Gemma3ForCausalLM": "gemma3", "Gemma3ForConditionalGeneration": "gemma3"}
+                        "Gemma3ForCausalLM": "gemma3", "Gemma3ForConditionalGeneration": "gemma3",
+                        "MistralForCausalLM": "llama", "Glm4MoeForCausalLM": "glm4_moe",
+                        "Qwen3NextForCausalLM": "qwen3_next", "Qwen3_5ForConditionalGeneration": "qwen3_next",
+                        "Qwen3_5MoeForConditionalGeneration": "qwen3_next", "Llama4ForConditionalGeneration": "llama4",
+                        "Llama4ForCausalLM": "llama4", "DeepseekV32ForCausalLM": "deepseek_v32"}
+# Multimodal configs nest the decoder under text_config (the vision tower is not modelled)
+NESTED_TEXT = ("gemma3", "qwen3_next", "llama4")
+# An unknown model_type is read as llama when it has these fields and none of the ones below (MoE, latent or linear
+# attention, sliding windows: shapes llama does not describe)
+LLAMA_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
+NOT_LLAMA_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "kv_lora_rank", "layer_types",
+                    "linear_num_value_heads", "sliding_window", "text_config")
 # Defaults of the transformers config classes where a published config.json may leave a field out
 TIE_DEFAULT = {"gemma3": True}
+
+
+class UnknownArchitectureWarning(UserWarning):
+    """A config.json of an unknown model_type read as llama (its fields are llama's)."""
 
 
 def looks_like_config_path(ref: str) -> bool:
@@ -83,11 +102,21 @@ class _Fields:
         return v
 
 
+def _llama_like(raw: dict) -> bool:
+    return all(isinstance(raw.get(k), int) for k in LLAMA_FIELDS) and not any(raw.get(k) for k in NOT_LLAMA_FIELDS)
+
+
 def _arch_of(raw: dict, file: str) -> str:
-    known = ", ".join(sorted(set(KNOWN_ARCHITECTURES) - {"gemma3_text"}))
+    known = ", ".join(sorted(k for k in KNOWN_ARCHITECTURES if not k.endswith("_text")))
     mt = raw.get("model_type")
     if mt is not None:
         if mt not in KNOWN_ARCHITECTURES:
+            if _llama_like(raw):
+                trusted = [k for k in (*LLAMA_FIELDS, "num_key_value_heads", "head_dim", "tie_word_embeddings",
+                                       "attention_bias") if k in raw]
+                warnings.warn(f"{file}: model_type {mt!r} is not a known architecture; read as llama, trusting "
+                              f"{', '.join(trusted)}", UnknownArchitectureWarning, stacklevel=2)
+                return "llama"
             raise InputError(file, "model_type", f"unknown architecture {mt!r}; known: {known}")
         return KNOWN_ARCHITECTURES[mt]
     archs = raw.get("architectures")
@@ -139,12 +168,112 @@ def _dtypes(raw: dict, file: str) -> dict:
     return {"weight_dtype": "fp16"} if dt in ("float16", "fp16") else {}
 
 
+def _periodic(f: _Fields, layers: int, kinds: tuple[str, str], interval_field: str | None) -> int | None:
+    """P where layer i is ``kinds[1]`` (full attention) iff (i + 1) % P == 0, from ``layer_types`` or the interval
+    field; None when every layer is ``kinds[1]``."""
+    types = f.raw.get("layer_types")
+    if types is None:
+        p = f.opt(interval_field, None) if interval_field else None
+        return p if p and p > 1 else None
+    if not isinstance(types, list) or len(types) != layers or any(t not in kinds for t in types):
+        raise InputError(f.file, f.prefix + "layer_types", f"expected {layers} entries of {' / '.join(kinds)}")
+    full = [i for i, t in enumerate(types) if t == kinds[1]]
+    if len(full) == layers:
+        return None
+    period = full[0] + 1 if full else 0
+    if full and [i for i in range(layers) if (i + 1) % period == 0] == full:
+        return period
+    raise InputError(f.file, f.prefix + "layer_types", f"not a periodic pattern (every P-th layer {kinds[1]}): the "
+                     "cost model describes periodic patterns only")
+
+
+def _moe_fields(f: _Fields, file: str, arch: str) -> dict:
+    """Routed / shared experts of the qwen3_moe, qwen3_next (MoE variants) and glm4_moe / deepseek configs."""
+    if arch in ("glm4_moe", "deepseek_v3", "deepseek_v32"):
+        if f.opt("moe_layer_freq", 1) != 1:
+            raise InputError(file, "moe_layer_freq", "only every-layer MoE after first_k_dense_replace is modelled")
+        return dict(intermediate=f.req("intermediate_size"), experts=f.req("n_routed_experts"),
+                    experts_per_token=f.req("num_experts_per_tok"), expert_intermediate=f.req("moe_intermediate_size"),
+                    shared_experts=f.opt("n_shared_experts", 0), first_k_dense_layers=f.opt("first_k_dense_replace", 0),
+                    router_bias=True, mtp_layers=f.opt("num_nextn_predict_layers", 0))
+    if f.opt("decoder_sparse_step", 1) != 1 or f.raw.get("mlp_only_layers"):
+        raise InputError(file, f.prefix + "decoder_sparse_step", "only every-layer MoE (decoder_sparse_step 1, no "
+                         "mlp_only_layers) is modelled")
+    out = dict(experts=f.req("num_experts", "num_local_experts"), experts_per_token=f.req("num_experts_per_tok"),
+               expert_intermediate=f.req("moe_intermediate_size"))
+    out["intermediate"] = f.opt("intermediate_size", None) or out["expert_intermediate"]
+    shared = f.opt("shared_expert_intermediate_size", 0)
+    if shared:  # Qwen3-Next / Qwen3.5: one gated shared expert (its scalar gate, H weights, is not counted)
+        out.update(shared_experts=1, shared_expert_intermediate=shared)
+    return out
+
+
+def _arch_fields(f: _Fields, file: str, arch: str, layers: int) -> dict:
+    """The fields of one architecture beyond the common decoder shape."""
+    prefix = f.prefix
+    if arch in ("qwen2", "qwen3", "qwen3_moe") and f.opt("use_sliding_window", False, bool):
+        raise InputError(file, prefix + "use_sliding_window", "Qwen's top-layer sliding windows (max_window_layers) "
+                         "are not modelled")
+    out: dict = _sliding(f, layers) if arch in ("gemma3", "gpt_oss", "mixtral", "llama") else {}
+    if arch == "qwen3_moe" or (arch == "qwen3_next" and f.raw.get("num_experts")):
+        out.update(_moe_fields(f, file, arch))
+    elif arch == "mixtral":
+        inter = f.req("intermediate_size")
+        out.update(experts=f.req("num_local_experts"), experts_per_token=f.req("num_experts_per_tok"),
+                   expert_intermediate=inter, intermediate=inter)
+    elif arch == "gpt_oss":
+        inter = f.req("intermediate_size")
+        out.update(experts=f.req("num_local_experts", "num_experts"),
+                   experts_per_token=f.req("num_experts_per_tok", "experts_per_token"),
+                   expert_intermediate=inter, intermediate=inter, router_bias=True)
+    elif arch in ("deepseek_v3", "deepseek_v32"):
+        nope, rope = f.req("qk_nope_head_dim"), f.req("qk_rope_head_dim")
+        out.update(_moe_fields(f, file, arch))
+        out.update(q_lora_rank=f.opt("q_lora_rank", None), kv_lora_rank=f.req("kv_lora_rank"),
+                   qk_rope_head_dim=rope, qk_nope_head_dim=nope, v_head_dim=f.req("v_head_dim"), head_dim=nope + rope)
+        if arch == "deepseek_v32":
+            out.update(index_topk=f.req("index_topk"), index_heads=f.req("index_n_heads"),
+                       index_head_dim=f.req("index_head_dim"))
+    elif arch == "glm4_moe":
+        out.update(_moe_fields(f, file, arch))
+        out["qkv_bias"] = f.opt("attention_bias", False, bool)
+    elif arch == "llama4":
+        # MoE every interleave_moe_layer_step-th layer with one shared expert; chunked local attention on all but the
+        # NoPE (global) layers, every no_rope_layer_interval-th (transformers' default 4; no_rope_layers 0 = global)
+        inter = f.req("intermediate_size")
+        out.update(experts=f.req("num_local_experts"), experts_per_token=f.req("num_experts_per_tok"),
+                   expert_intermediate=inter, shared_experts=1, intermediate=f.req("intermediate_size_mlp"),
+                   moe_every=f.opt("interleave_moe_layer_step", 1))
+        chunk = f.opt("attention_chunk_size", None)
+        if chunk:
+            nope = f.raw.get("no_rope_layers") or None
+            types = None if nope is None else ["full_attention" if not x else "chunked_attention" for x in nope]
+            period = _periodic(_Fields({"layer_types": types}, file, prefix + "no_rope_layers->"), layers,
+                               ("chunked_attention", "full_attention"), None) if types else \
+                f.opt("no_rope_layer_interval", 4)
+            out.update(sliding_window=chunk, local_attention="chunked", full_attention_every=period)
+    else:
+        out["intermediate"] = f.req("intermediate_size")
+    if arch == "qwen3_next":  # one MTP layer in the checkpoint when the config does not count them (SGLang/vLLM: 1)
+        out.update(linear_key_heads=f.req("linear_num_key_heads"), linear_value_heads=f.req("linear_num_value_heads"),
+                   linear_key_head_dim=f.req("linear_key_head_dim"),
+                   linear_value_head_dim=f.req("linear_value_head_dim"),
+                   linear_conv_kernel=f.opt("linear_conv_kernel_dim", 4), mtp_layers=f.opt("mtp_num_hidden_layers", 1),
+                   full_attention_every=_periodic(f, layers, ("linear_attention", "full_attention"),
+                                                  "full_attention_interval"))
+        if out["full_attention_every"] is None:
+            raise InputError(file, prefix + "layer_types", "a hybrid model needs linear-attention layers "
+                             "(layer_types or full_attention_interval)")
+    return out
+
+
 def spec_fields(raw: dict, file: str) -> dict:
     """ModelSpec fields of one parsed config.json (no name, no catalog match)."""
     arch = _arch_of(raw, file)
     prefix = ""
-    if arch == "gemma3" and isinstance(raw.get("text_config"), dict):  # the multimodal config nests the decoder
-        raw, prefix = {**raw["text_config"], "torch_dtype": raw.get("torch_dtype")}, "text_config."
+    if arch in NESTED_TEXT and isinstance(raw.get("text_config"), dict):  # multimodal configs nest the decoder
+        top = {k: raw[k] for k in ("torch_dtype", "dtype", "quantization_config", "tie_word_embeddings") if k in raw}
+        raw, prefix = {**top, **raw["text_config"]}, "text_config."
     f = _Fields(raw, file, prefix)
     layers = f.req("num_hidden_layers")
     hidden = f.req("hidden_size")
@@ -155,40 +284,9 @@ def spec_fields(raw: dict, file: str) -> dict:
            "head_dim": f.opt("head_dim", None) or hidden // heads}
     if arch == "qwen2":
         out["qkv_bias"] = True
-    elif arch in ("llama", "gpt_oss"):
+    elif arch in ("llama", "gpt_oss", "llama4"):
         out["qkv_bias"] = f.opt("attention_bias", False, bool)
-    if arch in ("qwen2", "qwen3", "qwen3_moe") and f.opt("use_sliding_window", False, bool):
-        raise InputError(file, prefix + "use_sliding_window", "Qwen's top-layer sliding windows (max_window_layers) "
-                         "are not modelled")
-    if arch in ("gemma3", "gpt_oss", "mixtral"):
-        out.update(_sliding(f, layers))
-    if arch == "qwen3_moe":
-        if f.opt("decoder_sparse_step", 1) != 1 or f.raw.get("mlp_only_layers"):
-            raise InputError(file, "decoder_sparse_step", "only every-layer MoE (decoder_sparse_step 1, no "
-                             "mlp_only_layers) is modelled")
-        out.update(experts=f.req("num_experts", "num_local_experts"), experts_per_token=f.req("num_experts_per_tok"),
-                   expert_intermediate=f.req("moe_intermediate_size"), intermediate=f.req("intermediate_size"))
-    elif arch == "mixtral":
-        inter = f.req("intermediate_size")
-        out.update(experts=f.req("num_local_experts"), experts_per_token=f.req("num_experts_per_tok"),
-                   expert_intermediate=inter, intermediate=inter)
-    elif arch == "gpt_oss":
-        inter = f.req("intermediate_size")
-        out.update(experts=f.req("num_local_experts", "num_experts"),
-                   experts_per_token=f.req("num_experts_per_tok", "experts_per_token"),
-                   expert_intermediate=inter, intermediate=inter, router_bias=True)
-    elif arch == "deepseek_v3":
-        if f.opt("moe_layer_freq", 1) != 1:
-            raise InputError(file, "moe_layer_freq", "only every-layer MoE after first_k_dense_replace is modelled")
-        nope, rope = f.req("qk_nope_head_dim"), f.req("qk_rope_head_dim")
-        out.update(intermediate=f.req("intermediate_size"), experts=f.req("n_routed_experts"),
-                   experts_per_token=f.req("num_experts_per_tok"), expert_intermediate=f.req("moe_intermediate_size"),
-                   shared_experts=f.opt("n_shared_experts", 0), first_k_dense_layers=f.opt("first_k_dense_replace", 0),
-                   router_bias=True, q_lora_rank=f.opt("q_lora_rank", None), kv_lora_rank=f.req("kv_lora_rank"),
-                   qk_rope_head_dim=rope, qk_nope_head_dim=nope, v_head_dim=f.req("v_head_dim"),
-                   head_dim=nope + rope, mtp_layers=f.opt("num_nextn_predict_layers", 0))
-    else:
-        out["intermediate"] = f.req("intermediate_size")
+    out.update(_arch_fields(f, file, arch, layers))
     out.update(_dtypes(raw, file))
     return out
 

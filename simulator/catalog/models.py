@@ -9,6 +9,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from simulator.catalog.layer_kinds import PLAIN_LAYER, LayerKinds, skewed_experts_hit  # noqa: F401 (re-exported)
 from simulator.errors import InputError, pydantic_error_to_input_error
 from simulator.loading import read_yaml
 
@@ -29,36 +30,20 @@ WEIGHT_DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int4": 0.5 + 4.0 / 
 KV_DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
 WeightDtype = Literal["bf16", "fp16", "fp8", "int4", "mxfp4", "fp8_block", "nvfp4"]
 KvDtype = Literal["bf16", "fp16", "fp8"]
-Arch = Literal["qwen2", "qwen3", "llama", "gemma3", "qwen3_moe", "deepseek_v3", "gpt_oss", "mixtral"]
+Arch = Literal["qwen2", "qwen3", "llama", "gemma3", "qwen3_moe", "deepseek_v3", "gpt_oss", "mixtral", "glm4_moe",
+               "qwen3_next", "llama4", "deepseek_v32"]
 # Architectures whose attention has per-head RMS norms on q and k (2 x head_dim parameters per layer)
-QK_NORM_ARCHS = ("qwen3", "gemma3", "qwen3_moe")
+QK_NORM_ARCHS = ("qwen3", "gemma3", "qwen3_moe", "qwen3_next")
+# Architectures whose full-attention q projection also emits a sigmoid output gate (heads x head_dim more rows)
+GATED_ATTENTION_ARCHS = ("qwen3_next",)
 # A pass whose sequences bring at most this many new tokens each runs MLA's absorbed (decode) attention, as vLLM's
 # MLA backends split a batch into decode-like requests (1 + speculative tokens) and prefills.
 MLA_DECODE_MAX_TOKENS = 16
 
 
-def skewed_experts_hit(experts: int, k: int, tokens, skew: float = 0.0):
-    """Expected distinct experts ``tokens`` tokens hit when each picks ``k`` of ``experts`` experts, expert e (1..E)
-    with popularity proportional to e^-skew (skew 0: uniform). Expert e is in a token's top-k with probability
-    pi_e = min(1, c e^-skew), c such that sum_e pi_e = k (the most popular experts saturate at 1), tokens independent:
-    E[hit] = sum_e 1 - (1 - pi_e)^N. skew = 0 gives E [1 - (1 - k/E)^N] exactly (:meth:`ModelSpec.experts_hit`);
-    one token always hits k. Broadcasts over ``tokens``."""
-    n = np.asarray(tokens, dtype=float)
-    if skew == 0.0:
-        return experts * (1.0 - (1.0 - k / experts) ** n)
-    w = np.arange(1, experts + 1, dtype=float) ** -skew  # descending
-    pi = np.ones(experts)
-    for top in range(k + 1):  # the first ``top`` experts saturate; the rest share k - top in proportion to w
-        rest = w[top:]
-        pi_rest = (k - top) * rest / rest.sum()
-        if top == experts or pi_rest[0] <= 1.0:
-            pi[top:] = pi_rest
-            break
-    return (1.0 - (1.0 - pi)[:, None] ** n.reshape(1, -1)).sum(axis=0).reshape(n.shape)
-
-
-class ModelSpec(BaseModel):
-    """A decoder-only transformer's shape. ``head_dim`` may differ from hidden/heads (Qwen3, Gemma 3)."""
+class ModelSpec(LayerKinds):
+    """A decoder-only transformer's shape. ``head_dim`` may differ from hidden/heads (Qwen3, Gemma 3). Interleaved MoE,
+    chunked local, linear and sparse attention: :class:`~simulator.catalog.layer_kinds.LayerKinds`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -133,8 +118,9 @@ class ModelSpec(BaseModel):
         mla = (self.kv_lora_rank, self.qk_rope_head_dim, self.qk_nope_head_dim, self.v_head_dim)
         if any(x is not None for x in mla) and any(x is None for x in mla):
             raise ValueError("multi-head latent attention needs kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim and v_head_dim")
-        if self.full_attention_every is not None and self.sliding_window is None:
-            raise ValueError("full_attention_every needs a sliding_window")
+        if self.full_attention_every is not None and self.sliding_window is None and not self.is_linear_hybrid:
+            raise ValueError("full_attention_every needs a sliding_window or linear attention")
+        self._check_kinds()
         return self
 
     # ---- kinds ----------------------------------------------------------------------------
@@ -150,7 +136,7 @@ class ModelSpec(BaseModel):
     def is_plain(self) -> bool:
         """A dense model with standard (GQA) attention over its whole context: the original cost formulas apply
         unchanged (every catalog model before issue 26)."""
-        return not self.is_moe and not self.is_mla and self.sliding_window is None
+        return not self.is_moe and not self.is_mla and self.sliding_window is None and not self.is_linear_hybrid
 
     # ---- shape-derived quantities -------------------------------------------------------
     @property
@@ -164,10 +150,12 @@ class ModelSpec(BaseModel):
                  else self.hidden * qk)
             kv = (self.hidden * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
                   + self.kv_lora_rank * self.heads * (self.qk_nope_head_dim + self.v_head_dim))
-            return q + kv + self.heads * self.v_head_dim * self.hidden
+            return q + kv + self.heads * self.v_head_dim * self.hidden + self.indexer_params_per_layer
         q = self.heads * self.head_dim
         kv = self.kv_heads * self.head_dim
         attn = self.hidden * q + 2 * self.hidden * kv + q * self.hidden
+        if self.arch in GATED_ATTENTION_ARCHS:
+            attn += self.hidden * q
         if self.qkv_bias:
             attn += q + 2 * kv
         if self.arch in QK_NORM_ARCHS:
@@ -184,7 +172,7 @@ class ModelSpec(BaseModel):
     @property
     def moe_layers(self) -> int:
         """Layers with routed experts (all but the first ``first_k_dense_layers``); 0 for a dense model."""
-        return max(0, self.layers - self.first_k_dense_layers) if self.is_moe else 0
+        return self.count_moe_layers()
 
     @property
     def expert_params(self) -> int:
@@ -218,16 +206,17 @@ class ModelSpec(BaseModel):
     @property
     def layer_params_total(self) -> int:
         """Every decoder layer's parameters, all experts included."""
+        linear = self.linear_layers * (self.linear_params_per_layer - self.attention_params_per_layer)
         if not self.is_moe:
-            return self.layers * self.params_per_layer
+            return self.layers * self.params_per_layer + linear
         moe = self.attention_params_per_layer + 2 * self.hidden + self.moe_block_params + self.experts * self.expert_params
-        return (self.layers - self.moe_layers) * self.params_per_layer + self.moe_layers * moe
+        return (self.layers - self.moe_layers) * self.params_per_layer + self.moe_layers * moe + linear
 
     @property
     def layer_params_active(self) -> int:
         """The decoder-layer weights one token multiplies through (top-k routed experts + shared + router)."""
         if not self.is_moe:
-            return self.layers * self.params_per_layer
+            return self.layer_params_total
         idle = (self.experts - self.experts_per_token) * self.expert_params
         return self.layer_params_total - self.moe_layers * idle
 
@@ -273,7 +262,7 @@ class ModelSpec(BaseModel):
         if self.is_moe:
             return float(self.weight_bytes_read_at(np.inf))
         if self.head_bytes_per_param is None and not self.extra_matmul_params:
-            return (self.layers * self.params_per_layer + self.embedding_params) * self.bytes_per_param
+            return (self.layer_params_total + self.embedding_params) * self.bytes_per_param
         return self.matmul_params_per_token * self.bytes_per_param + self.embedding_params * self.head_bytes
 
     @property
@@ -310,12 +299,13 @@ class ModelSpec(BaseModel):
         """2 (K and V) x layers x KV heads on one GPU x head_dim x bytes (default: the model's KV dtype);
         KV heads are replicated when TP exceeds their number. MLA: the compressed latent and the shared RoPE key,
         (kv_lora_rank + qk_rope_head_dim) values per layer, one copy on every GPU (replicated across TP).
-        Sliding-window layers count every token here (a token inside the window); ``kv_bytes`` caps them."""
+        Sliding-window layers count every token here (a token inside the window); ``kv_bytes`` caps them. Sparse
+        attention adds the indexer's key cache; linear-attention layers hold no per-token KV (``kv_layers``)."""
         b = self.kv_bytes_per_element if kv_bytes_per_element is None else kv_bytes_per_element
         if self.is_mla:
-            return self.layers * (self.kv_lora_rank + self.qk_rope_head_dim) * b
+            return self.layers * (self.kv_lora_rank + self.qk_rope_head_dim) * b + self.indexer_bytes_per_token
         kv_per_gpu = -(-self.kv_heads // tp)
-        return 2 * self.layers * kv_per_gpu * self.head_dim * b
+        return 2 * self.kv_layers * kv_per_gpu * self.head_dim * b
 
     @property
     def sliding_layers(self) -> int:
@@ -327,11 +317,18 @@ class ModelSpec(BaseModel):
         return self.layers - self.layers // self.full_attention_every
 
     def kv_bytes(self, tokens, tp: int = 1, seqs=1.0, kv_bytes_per_element: float | None = None):
-        """KV bytes per GPU of ``tokens`` cached tokens held by ``seqs`` sequences: full-attention layers hold every
-        token, sliding layers at most ``sliding_window`` per sequence (min(tokens, seqs x window): exact when the
-        sequences are equally long, an upper bound otherwise). Broadcasts over arrays."""
+        """KV bytes per GPU a pass over ``tokens`` cached tokens of ``seqs`` sequences reads: full-attention layers
+        every token, sliding (chunked) layers at most ``sliding_window`` per sequence (min(tokens, seqs x window): exact
+        when the sequences are equally long, an upper bound otherwise); sparse attention at most ``index_topk`` latent
+        entries per sequence plus every indexer key; linear-attention layers their state, read and written once per
+        sequence. Broadcasts over arrays."""
         t = np.asarray(tokens, dtype=float)
         per_token = self.kv_bytes_per_token(tp, kv_bytes_per_element)
+        if self.index_topk is not None:
+            latent = per_token - self.indexer_bytes_per_token
+            return latent * self.sparse_cap(t, seqs) + self.indexer_bytes_per_token * t
+        if self.is_linear_hybrid:
+            return t * per_token + 2.0 * np.asarray(seqs, dtype=float) * self.linear_state_bytes(tp, kv_bytes_per_element)
         if self.sliding_window is None:
             return t * per_token
         s = self.sliding_layers
@@ -342,14 +339,21 @@ class ModelSpec(BaseModel):
         """Attention FLOPs of a pass with ``pairs`` = sum_i n_i (c_i + (n_i + 1)/2) query-key pairs (all GPUs):
         GQA 4 heads head_dim per pair and layer (QK^T and PV). Sliding layers: at most ``new_tokens`` x window pairs.
         MLA: absorbed (decode: at most ``MLA_DECODE_MAX_TOKENS`` new tokens per sequence) 2 heads (2 kv_lora + rope)
-        per pair, the latent read once for all heads; else expanded (prefill) 2 heads (nope + rope + v)."""
+        per pair, the latent read once for all heads; else expanded (prefill) 2 heads (nope + rope + v). Sparse
+        attention: at most ``index_topk`` pairs per new token, plus the indexer's 2 heads dim per pair (every key).
+        Linear-attention layers: ``linear_flops_per_token`` per new token instead of pairs."""
         a = np.asarray(pairs, dtype=float)
+        if self.is_linear_hybrid:
+            n = np.asarray(a if new_tokens is None else new_tokens, dtype=float)
+            return 4.0 * self.heads * self.head_dim * self.kv_layers * a + self.linear_layers * self.linear_flops_per_token * n
         if self.is_mla:
             n = np.asarray(a if new_tokens is None else new_tokens, dtype=float)
             per_seq = np.divide(n, np.maximum(np.asarray(seqs, dtype=float), 1e-300))
             absorbed = 2.0 * self.heads * (2 * self.kv_lora_rank + self.qk_rope_head_dim)
             expanded = 2.0 * self.heads * (self.qk_nope_head_dim + self.qk_rope_head_dim + self.v_head_dim)
             per_pair = np.where(per_seq <= MLA_DECODE_MAX_TOKENS, absorbed, expanded)
+            if self.index_topk is not None:
+                return self.layers * (per_pair * self.sparse_cap(a, n) + self.indexer_flops_per_pair * a)
         else:
             per_pair = 4.0 * self.heads * self.head_dim
         if self.sliding_window is None or new_tokens is None:
@@ -401,6 +405,7 @@ class ModelSpec(BaseModel):
         }
         if self.published_active_params is not None:
             upd["published_active_params"] = None
+        upd.update(PLAIN_LAYER)
         if self.is_moe or self.mtp_layers:
             upd.update({"experts": 0, "experts_per_token": 0, "expert_intermediate": None, "shared_experts": 0,
                         "shared_expert_intermediate": None, "first_k_dense_layers": 0, "router_bias": False,
@@ -420,6 +425,8 @@ class ModelSpec(BaseModel):
             "published_active_params": None,
             "extra_matmul_params": 2 * self.hidden * self.hidden, "shares_target_embeddings": True,
             "tie_embeddings": True, "head_bytes_per_param": self.head_bytes, "first_k_dense_layers": 0, "mtp_layers": 0,
+            "moe_every": 1, "linear_key_heads": 0, "linear_value_heads": 0, "linear_key_head_dim": None,
+            "linear_value_head_dim": None,
         })
 
 

@@ -13,7 +13,9 @@ activation peak, non-torch and CUDA-graph memory). Sliding-window layers (gpt-os
 ``sliding_window`` tokens per sequence (vLLM's hybrid KV allocator frees the blocks that slide out): the capacity
 counts full-attention tokens only, and each running sequence reserves its window's worth of sliding-layer KV, in
 full-attention token equivalents (``seq_reserve_tokens``; exact once a sequence is longer than the window, an upper
-bound before). A model whose layers all slide keeps the per-token count of every layer (no reservation).
+bound before). A model whose layers all slide keeps the per-token count of every layer (no reservation). Linear-
+attention layers (Qwen3-Next, Qwen3.5) keep a fixed state per sequence and no per-token KV: the same reservation
+holds their states (vLLM's hybrid allocator gives each running sequence its state pages).
 """
 
 from __future__ import annotations

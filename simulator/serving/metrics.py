@@ -275,17 +275,17 @@ def summarize_serving(res: ServingResult, slo: Slo | None = None, warmup_fractio
         # requests finishing within the SLO per second: the share within the SLO times the completed rate,
         # never above the throughput (and so never above the offered load once the run is stationary)
         out["goodput_qps"] = float(out["slo_attainment"] * out["throughput_qps"]) if len(ok) else 0.0
+        itl = steady_itl(res.info["itl"], float(st.arrival_at.min()) if len(st) else 0.0) if "itl" in res.info else None
         if stop is None:
             out.update(stationarity(req, warmup_fraction, closed_loop))
-            out["slo_met"] = slo.met(st) and out["stationary"]
+            out["slo_met"] = slo.met(st, itl) and out["stationary"]
         else:  # not judged: the SLO alone already fails
             out.update({"latency_growth": np.nan, "latency_growth_t": np.nan, "latency_drift": np.nan,
                         "window_offered_qps": np.nan, "window_throughput_qps": np.nan, "throughput_ratio": np.nan,
                         "queue_growth": np.nan, "window_arrivals": 0, "window_latencies": np.nan, "sustain_tol": np.nan,
                         "too_short": False, "keeps_up": None,
                         "sustained": False, "stationary": False, "slo_met": False})
-        for t in slo.terms:
-            out[t.name] = t.value(st[t.metric].to_numpy())
+        out.update(slo.values(st, itl))
     if stop is not None:
         out["stopped_early"] = True
         out["stopped_at_s"] = float(stop)
@@ -305,11 +305,19 @@ def weighted_quantiles(x: np.ndarray, w: np.ndarray, qs) -> list[float]:
     return [float(xs[min(int(np.searchsorted(c, q * c[-1], side="left")), len(x) - 1)]) for q in qs]
 
 
+def steady_itl(itl: tuple, since: float) -> tuple[np.ndarray, np.ndarray]:
+    """(gap s, weight) of the decoding rounds starting at or after ``since`` (``info["itl"]``: start, duration,
+    weight): the ITL samples of an SLO term, the ones :func:`itl_summary` summarises."""
+    start, duration, weight = itl
+    keep = (start >= since) & (weight > 0)
+    return duration[keep], weight[keep]
+
+
 def itl_summary(start: np.ndarray, duration: np.ndarray, weight: np.ndarray, since: float = 0.0) -> dict:
     """vLLM's ITL statistics (ms) from the rounds starting at or after ``since``: every decoding sequence of a
     round contributes one gap equal to the round's duration."""
-    keep = (start >= since) & (weight > 0)
-    x, w = duration[keep] * 1e3, weight[keep]
+    x, w = steady_itl((start, duration, weight), since)
+    x = x * 1e3
     if not len(x):
         return {"mean_itl_ms": np.nan, "median_itl_ms": np.nan, "p99_itl_ms": np.nan}
     med, p99 = weighted_quantiles(x, w, (0.5, 0.99))

@@ -43,14 +43,14 @@ def test_parse_slo_several_terms():
     assert [t.name for t in s.terms] == ["p99_latency_s", "mean_ttft_s", "p90_queue_delay_s"]
 
 
-@pytest.mark.parametrize("bad", ["", "p99latency<=3", "p98_latency<=3", "p99_tpot<=3", "p99_latency>=3",
+@pytest.mark.parametrize("bad", ["", "p99latency<=3", "p98_latency<=3", "p99_tbt<=3", "p99_latency>=3",
                                  "p99_latency<=0", "p99_latency<=3h", "p99_latency<=", "latency<=3"])
 def test_parse_slo_errors(bad):
     with pytest.raises(InputError, match="--slo"):
         parse_slo(bad)
 
 
-@given(st.sampled_from(["mean", "p50", "p90", "p95", "p99"]), st.sampled_from(["latency", "ttft"]),
+@given(st.sampled_from(["mean", "p50", "p90", "p95", "p99"]), st.sampled_from(["latency", "ttft", "tpot", "itl"]),
        st.floats(1e-3, 1e5), st.sampled_from(["", "s", "ms", " s"]))
 def test_parse_slo_roundtrip(stat, metric, value, unit):
     (t,) = parse_slo(f"{stat}_{metric} <= {value!r}{unit}").terms

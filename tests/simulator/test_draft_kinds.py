@@ -118,7 +118,9 @@ def test_alpha_one_batched_engine_advances_every_sequence_by_gamma_plus_one(kind
 
 
 # ---- a head is never slower to draft than a separate model of more layers -----------------------------
-TARGETS = [n for n, m in model_catalog().items() if m.params > 5e9]
+# (hybrid linear-attention and sparse-attention targets left out: a few-layer cut of a 1-in-4 hybrid holds no
+# attention layer at all, and the head is a plain full-attention layer, so "more layers" is not "more work" there)
+TARGETS = [n for n, m in model_catalog().items() if m.params > 5e9 and not m.is_linear_hybrid and m.index_topk is None]
 
 
 @settings(max_examples=60, deadline=None)

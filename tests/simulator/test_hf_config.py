@@ -88,7 +88,7 @@ def _write_bad(tmp_path, name, **change):
 
 
 @pytest.mark.parametrize("change, field", [
-    ({"model_type": "falcon"}, "model_type: unknown architecture 'falcon'; known: deepseek_v3, gemma3, gpt_oss"),
+    ({"model_type": "falcon"}, "model_type: unknown architecture 'falcon'; known: deepseek_v3, deepseek_v32, gemma3"),
     ({"moe_intermediate_size": None}, "moe_intermediate_size: missing required field"),
     ({"num_hidden_layers": None}, "num_hidden_layers: missing required field"),
     ({"num_hidden_layers": "48"}, "num_hidden_layers: expected a non-negative integer"),
@@ -104,10 +104,9 @@ def test_bad_config_is_one_line_exit_2(tmp_path, capsys, change, field):
 
 
 def test_shipped_bad_fixtures(capsys):
-    for name, field in (("unknown-arch.json", "model_type: unknown architecture 'falcon'"),
-                        ("missing-field.json", "moe_intermediate_size: missing required field")):
-        code, _, err = cli(["pass-time", "--model", str(CONFIGS / "bad" / name), "--hardware", "h100-sxm"], capsys)
-        assert code == 2 and err.count("\n") == 1 and field in err, err
+    code, _, err = cli(["pass-time", "--model", str(CONFIGS / "bad" / "missing-field.json"), "--hardware", "h100-sxm"],
+                       capsys)
+    assert code == 2 and err.count("\n") == 1 and "moe_intermediate_size: missing required field" in err, err
 
 
 def test_not_json_and_missing_path(tmp_path, capsys):
