@@ -99,16 +99,24 @@ def _residuals(runs: list[ReleasedRun], host: dict) -> np.ndarray:
     return np.asarray(out)
 
 
-def fit_version(runs: list[ReleasedRun]) -> dict:
+def latency_bound(runs: list[ReleasedRun]) -> float:
+    """The largest concurrent latency t_lat the closed-loop runs allow: a request's latency before the engine sees it
+    is part of its TTFT, so t_lat < min over closed-loop runs of mean TTFT; the catalog's bound without one."""
+    return min([UPPER["call_latency_s"], *[1e-3 * r.measured["mean_ttft_ms"] for r in runs if r.concurrency]])
+
+
+def fit_version(runs: list[ReleasedRun], fixed: dict | None = None) -> dict:
     """Robust least squares on log errors over ``runs`` (one version): {term: value, ..., "rms_log": , "runs": n,
     "front_end_serial_max_s": the data's bound on t_fe}. The overlap is fitted only where some runs had async
     scheduling on (else 0: nothing measured it)."""
     from scipy.optimize import least_squares
 
-    bound = serial_bound(runs)
+    bound, lat_bound = serial_bound(runs), latency_bound(runs)
     runs = [r for r in runs if in_fit(r)]
-    terms = [t for t in FIT_TERMS if t != "async_overlap" or any(r.async_scheduling for r in runs)]
-    fixed = {} if "async_overlap" in terms else {"async_overlap": 0.0}
+    fixed = dict(fixed or {})
+    if not any(r.async_scheduling for r in runs):
+        fixed["async_overlap"] = 0.0
+    terms = [t for t in FIT_TERMS if t not in fixed]
 
     def unpack(x):
         return {**fixed, **{t: (float(np.exp(v)) if t != "async_overlap" else float(v)) for t, v in zip(terms, x)}}
@@ -116,8 +124,8 @@ def fit_version(runs: list[ReleasedRun]) -> dict:
     def enc(t, v):
         return np.log(v) if t != "async_overlap" else v
 
-    upper = {**UPPER, "front_end_serial_s": bound}
-    start = {**START, "front_end_serial_s": 0.7 * bound}
+    upper = {**UPPER, "front_end_serial_s": bound, "call_latency_s": lat_bound}
+    start = {**START, "front_end_serial_s": 0.7 * bound, "call_latency_s": min(START["call_latency_s"], 0.5 * lat_bound)}
     x0 = [enc(t, start[t]) for t in terms]
     lo = [enc(t, LOWER[t]) if t != "async_overlap" else LOWER[t] for t in terms]
     hi = [enc(t, upper[t]) for t in terms]
@@ -138,8 +146,18 @@ def fit_version(runs: list[ReleasedRun]) -> dict:
 
 
 def fit_hosts(runs: list[ReleasedRun]) -> dict[str, dict]:
-    """{version: fitted terms} over every version in ``runs``."""
-    return {v: fit_version([r for r in runs if r.version == v]) for v in sorted({r.version for r in runs})}
+    """{version: fitted terms} over every version in ``runs``. The concurrent latency t_lat is measured only by
+    closed-loop runs (a burst's TTFT is seconds of queue, where tens of ms of latency are not seen): a version without
+    fitted closed-loop runs takes the nearest such version's t_lat (``call_latency_from`` names it)."""
+    by = {v: [r for r in runs if r.version == v] for v in sorted({r.version for r in runs})}
+    closed = {v for v, rs in by.items() if any(r.concurrency and in_fit(r) for r in rs)}
+    out = {v: fit_version(by[v]) for v in sorted(closed)}
+    for v in sorted(set(by) - closed):
+        near = nearest(v, out)
+        lat = near["call_latency_s"] if near else START["call_latency_s"]
+        out[v] = fit_version(by[v], {"call_latency_s": lat})
+        out[v]["call_latency_from"] = next((k for k, f in out.items() if f is near), "prior") if near else "prior"
+    return dict(sorted(out.items(), key=lambda kv: tuple(int(x) for x in kv[0].split("."))))
 
 
 def holdout(runs: list[ReleasedRun], by: str) -> tuple[pd.DataFrame, dict]:
@@ -187,7 +205,9 @@ def write_catalog(fitted: dict[str, dict], path, source: str, date: str) -> None
             se = f.get(f"{t}_stderr") if t != "call_overhead_s" else f.get("call_latency_s_stderr")
             fitted = t != "async_overlap" or "async_overlap_stderr" in f
             ent[t] = {"value": float(f"{c[t]:.4g}"), "kind": "calibrated" if fitted else "prior",
-                      "source": (src + (f"; t_lat {f['call_latency_s']:.4g} s + t_fe" if t == "call_overhead_s" else "")
+                      "source": (src + (f"; t_lat {f['call_latency_s']:.4g} s" + (
+                          f" (from vLLM {f['call_latency_from']}: no closed-loop run of {v})" if "call_latency_from" in f
+                          else "") + " + t_fe" if t == "call_overhead_s" else "")
                                  + (f"; bounded above by the bursts (duration / N, 2 x mean TTFT / (N - 1)) at "
                                     f"{f['front_end_serial_max_s']:.3g} s"
                                     if t == "front_end_serial_s" else "")) if fitted
