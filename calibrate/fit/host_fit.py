@@ -157,7 +157,21 @@ def fit_hosts(runs: list[ReleasedRun]) -> dict[str, dict]:
         lat = near["call_latency_s"] if near else START["call_latency_s"]
         out[v] = fit_version(by[v], {"call_latency_s": lat})
         out[v]["call_latency_from"] = next((k for k, f in out.items() if f is near), "prior") if near else "prior"
-    return dict(sorted(out.items(), key=lambda kv: tuple(int(x) for x in kv[0].split("."))))
+    return transfer_overlap(dict(sorted(out.items(), key=lambda kv: tuple(int(x) for x in kv[0].split(".")))))
+
+
+def transfer_overlap(fitted: dict[str, dict]) -> dict[str, dict]:
+    """A version none of whose runs had async scheduling on did not measure its overlap (its fit held it at 0, which
+    changes none of its predictions); the catalog entry takes the nearest measuring version's o instead
+    (``async_overlap_from``), so that the version run with async on (a newer version resolving to it, whose default
+    is on) is not priced as if async scheduling hid nothing."""
+    measured = {v: f for v, f in fitted.items() if "async_overlap_stderr" in f}
+    for v, f in fitted.items():
+        if v not in measured and measured:
+            near = nearest(v, measured)
+            f["async_overlap"] = near["async_overlap"]
+            f["async_overlap_from"] = next(k for k, g in measured.items() if g is near)
+    return fitted
 
 
 def holdout(runs: list[ReleasedRun], by: str) -> tuple[pd.DataFrame, dict]:
@@ -204,14 +218,16 @@ def write_catalog(fitted: dict[str, dict], path, source: str, date: str) -> None
         for t in CATALOG_TERMS:
             se = f.get(f"{t}_stderr") if t != "call_overhead_s" else f.get("call_latency_s_stderr")
             fitted = t != "async_overlap" or "async_overlap_stderr" in f
-            ent[t] = {"value": float(f"{c[t]:.4g}"), "kind": "calibrated" if fitted else "prior",
+            kind = "calibrated" if fitted else "transferred" if "async_overlap_from" in f else "prior"
+            ent[t] = {"value": float(f"{c[t]:.4g}"), "kind": kind,
                       "source": (src + (f"; t_lat {f['call_latency_s']:.4g} s" + (
                           f" (from vLLM {f['call_latency_from']}: no closed-loop run of {v})" if "call_latency_from" in f
                           else "") + " + t_fe" if t == "call_overhead_s" else "")
                                  + (f"; bounded above by the bursts (duration / N, 2 x mean TTFT / (N - 1)) at "
                                     f"{f['front_end_serial_max_s']:.3g} s"
                                     if t == "front_end_serial_s" else "")) if fitted
-                      else "no run of this version had async scheduling on"}
+                      else "no run of this version had async scheduling on" + (
+                          f"; transferred from vLLM {f['async_overlap_from']}" if "async_overlap_from" in f else "")}
             if se is not None:
                 ent[t]["stderr"] = float(f"{se:.3g}")
         new.append(ent)

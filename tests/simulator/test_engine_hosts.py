@@ -40,7 +40,7 @@ def test_version_resolution():
 @pytest.mark.parametrize("version", VERSIONS)
 def test_async_overlap_scales_step_and_sequence_terms_only(version):
     gpu_step = get_hardware("h100-sxm").cost_prior["step_overhead_s"]
-    off = host_terms(ServingEngine(version=version), gpu_step)
+    off = host_terms(ServingEngine(version=version, async_scheduling=False), gpu_step)
     on = host_terms(ServingEngine(version=version, async_scheduling=True), gpu_step)
     o = engine_version(ServingEngine(version=version)).async_overlap.value
     assert set(HOST_TERMS) - {"front_end_serial_s"} <= set(off) <= set(HOST_TERMS)
@@ -71,7 +71,7 @@ def test_gpu_prior_takes_the_versions_terms_cpu_prior_does_not():
     h = get_hardware("h100-sxm")
     for v in VERSIONS:
         ev = engine_version(ServingEngine(version=v))
-        p = prior_profile(h, serving_engine=ServingEngine(version=v))
+        p = prior_profile(h, serving_engine=ServingEngine(version=v, async_scheduling=False))
         assert p.seq_overhead_s.value == ev.seq_overhead_s.value
         assert p.call_overhead_s.value == ev.call_overhead_s.value
         assert "engine_hosts.yaml" in p.seq_overhead_s.source
