@@ -208,7 +208,8 @@ def prior_profile(hardware: HardwareSpec, engine: str = "vllm", serving_engine=N
     parameter it lacks, and every GPU without them (``HardwareSpec.datasheet_era()``), gets the
     datasheet-era figures below. On a GPU, the host terms (t_step where the version has one, t_seq, t_call and its
     serial part, async overlap) are the serving engine's version's (``serving_engine``, a
-    :class:`simulator.catalog.engine_hosts.ServingEngine`; None: the newest fitted vLLM;
+    :class:`simulator.catalog.engine_hosts.ServingEngine`; None: the version ``engine`` names ("vllm-0.8.2": 0.8,
+    i.e. the newest catalog entry at or below it, async as that version defaults), else the newest;
     ``simulator/catalog/engine_hosts.yaml``); ``host``: explicit host values (a fitter's trial point)."""
     gpu = hardware.interconnect != "none"
     src = "prior: typical vLLM figures (memory-bound decode at ~80% of bandwidth, CUDA graphs)"
@@ -224,8 +225,13 @@ def prior_profile(hardware: HardwareSpec, engine: str = "vllm", serving_engine=N
     if derived:
         src = f"derived priors ({hardware.name}: simulator/catalog/gpu_priors.yaml, docs/gpu-cost-model.md)"
     if gpu and hardware.name != "cpu":
+        import re
+
         from simulator.catalog.engine_hosts import ServingEngine, host_terms
 
+        named = re.fullmatch(r"vllm-v?(\d+)\.(\d+)(?:\.\d+)?", engine)  # a profile of a named version ("vllm-0.8.2")
+        if serving_engine is None and named:
+            serving_engine = ServingEngine(version=f"{int(named[1])}.{int(named[2])}")
         derived = {**derived, **host_terms(serving_engine or ServingEngine(), derived.get("step_overhead_s"), host)}
     return CostProfile(
         name=f"{hardware.name}-{engine}-prior",
