@@ -41,6 +41,10 @@ class CostProfile(BaseModel):
     step_overhead_s: Param
     layer_overhead_s: Param
     call_overhead_s: Param
+    # The part of t_call one front-end process's CPU spends on a request (tokenising, request setup in `vllm serve`'s
+    # one asyncio API server), paid request after request where ``Execution.front_end`` is "serial"; the rest of t_call
+    # is latency every request pays at once (process hops, ZMQ, first-token detokenise / stream). None: all of t_call.
+    front_end_serial_s: Param | None = None
     allreduce_latency_s: Param | None = None  # None: the hardware catalog's prior
     # Host-side cost per sequence per engine pass: input preparation, logits processing, sampling,
     # per-request scheduling (a verification of gamma+1 tokens is one sequence). None: 0 (profiles fitted before the term existed).
@@ -72,6 +76,7 @@ class CostProfile(BaseModel):
             step_overhead_s=self.step_overhead_s.value,
             layer_overhead_s=self.layer_overhead_s.value,
             call_overhead_s=self.call_overhead_s.value,
+            front_end_serial_s=self.front_end_serial_s.value if self.front_end_serial_s else None,
             allreduce_latency_s=ar,
             seq_overhead_s=self.seq_overhead_s.value if self.seq_overhead_s else 0.0,
             roofline_p=self.roofline_p.value if self.roofline_p else np.inf,
@@ -96,6 +101,7 @@ class CostParams:
     call_overhead_s: float
     allreduce_latency_s: float
     seq_overhead_s: float = 0.0
+    front_end_serial_s: float | None = None  # the serial part of t_call (None: all of it; CostProfile)
     roofline_p: float = np.inf  # p of the soft roofline; inf: max(memory, compute)
     multi_token_penalty: float = 0.0  # j: weight streaming slows by (1 + j) once a pass has >= 2 tokens
     kv_mem_efficiency: float | None = None  # eta_kv; None: mem_efficiency
@@ -144,7 +150,7 @@ class CostParams:
                 continue
             if f.name.endswith("efficiency"):
                 out[f.name] = v / s
-            elif f.name.endswith("overhead_s") or f.name == "allreduce_latency_s":
+            elif f.name.endswith("overhead_s") or f.name in ("allreduce_latency_s", "front_end_serial_s"):
                 out[f.name] = v * s
         return replace(self, **out)
 
@@ -200,9 +206,10 @@ def prior_profile(hardware: HardwareSpec, engine: str = "vllm", serving_engine=N
     ``simulator/catalog/gpu_priors.yaml``: fitted on measured kernel profiles, or transferred from
     the profiled GPUs to this one's datasheet) takes them, each with its kind and source; any
     parameter it lacks, and every GPU without them (``HardwareSpec.datasheet_era()``), gets the
-    datasheet-era figures below. On a GPU, the host terms (t_step where the version has one, t_seq, t_call, async
-    overlap) are the serving engine's version's (``serving_engine``, a
-    :class:`simulator.catalog.engine_hosts.ServingEngine`; None: the newest fitted vLLM;
+    datasheet-era figures below. On a GPU, the host terms (t_step where the version has one, t_seq, t_call and its
+    serial part, async overlap) are the serving engine's version's (``serving_engine``, a
+    :class:`simulator.catalog.engine_hosts.ServingEngine`; None: the version ``engine`` names ("vllm-0.8.2": 0.8,
+    i.e. the newest catalog entry at or below it, async as that version defaults), else the newest;
     ``simulator/catalog/engine_hosts.yaml``); ``host``: explicit host values (a fitter's trial point)."""
     gpu = hardware.interconnect != "none"
     src = "prior: typical vLLM figures (memory-bound decode at ~80% of bandwidth, CUDA graphs)"
@@ -218,8 +225,13 @@ def prior_profile(hardware: HardwareSpec, engine: str = "vllm", serving_engine=N
     if derived:
         src = f"derived priors ({hardware.name}: simulator/catalog/gpu_priors.yaml, docs/gpu-cost-model.md)"
     if gpu and hardware.name != "cpu":
+        import re
+
         from simulator.catalog.engine_hosts import ServingEngine, host_terms
 
+        named = re.fullmatch(r"vllm-v?(\d+)\.(\d+)(?:\.\d+)?", engine)  # a profile of a named version ("vllm-0.8.2")
+        if serving_engine is None and named:
+            serving_engine = ServingEngine(version=f"{int(named[1])}.{int(named[2])}")
         derived = {**derived, **host_terms(serving_engine or ServingEngine(), derived.get("step_overhead_s"), host)}
     return CostProfile(
         name=f"{hardware.name}-{engine}-prior",
@@ -231,6 +243,7 @@ def prior_profile(hardware: HardwareSpec, engine: str = "vllm", serving_engine=N
         step_overhead_s=pick("step_overhead_s", p(2.0e-3 if gpu else 4.0e-3)),
         layer_overhead_s=pick("layer_overhead_s", p(15e-6 if gpu else 150e-6)),
         call_overhead_s=pick("call_overhead_s", p(5e-3 if gpu else 20e-3)),
+        front_end_serial_s=pick("front_end_serial_s", None),
         # GPU: not measured here (a 1 us placeholder, calibrate with `specsim calibrate serve-run`);
         # CPU: ~3 ms per extra decoding sequence measured by serve-run (reports/serving-validation).
         seq_overhead_s=pick("seq_overhead_s", Param(value=1e-6 if gpu else 3e-3, kind="prior",

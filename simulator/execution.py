@@ -50,8 +50,9 @@ class Execution(BaseModel):
     max_num_seqs: int | None = Field(default=None, ge=1, le=65536, strict=True)
     # Who pays each call's host overhead t_call (``call_overhead_s``) before the engine sees the call: "concurrent"
     # (every call its own delay: in-process callers) or "serial" (one front-end process in turn, FIFO: ``vllm serve``'s
-    # API server, one asyncio process that receives, tokenizes and streams every request), so calls arriving
-    # together reach the engine t_call apart and their prefills join different steps.
+    # API server, one asyncio process that receives, tokenizes and streams every request): the process spends the
+    # serial part t_fe of each call's t_call (``front_end_serial_s``; a profile without it: all of t_call) in turn, so
+    # calls arriving together reach the engine t_fe apart (each still t_call after its turn began).
     front_end: Literal["concurrent", "serial"] = "concurrent"
     block_size: int = Field(default=16, ge=1, le=65536, strict=True)  # KV-cache block (vLLM --block-size): capacity rounding
     # vLLM V1's automatic prefix caching (on by default): the serving engines reuse KV blocks across calls and across

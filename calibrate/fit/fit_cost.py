@@ -446,7 +446,7 @@ def fit_measured(ms: MeasuredSet, setup: Setup, *, engine: str, hardware_note: s
                  name: str | None = None, alternatives: list[str] = (), date: str | None = None) -> CostProfile:
     """Fit on every call of ``ms``; the profile names its runs. ``alternatives``: other catalog
     hardware the same calls are fitted on, for the record (efficiency > 1 = impossible)."""
-    fit = fit_cost(ms.calls, setup)
+    fit = fit_cost(ms.calls, setup, prior_profile(setup.hardware, engine))  # the named version's host terms
     runs = ms.run_keys
     prof = build_profile(fit, setup, name=name or f"{setup.hardware.name}-{engine}-fitted", engine=engine,
                          inputs=[_rel(i) for i in ms.inputs], runs=runs, hardware_note=hardware_note, date=date,
@@ -455,7 +455,7 @@ def fit_measured(ms: MeasuredSet, setup: Setup, *, engine: str, hardware_note: s
     alts = {}
     for hw in alternatives:
         alt = Setup(get_hardware(hw, None, "--alternative-hardware"), setup.tp, setup.models)
-        f = fit_cost(ms.calls, alt)
+        f = fit_cost(ms.calls, alt, prior_profile(alt.hardware, engine))
         alts[hw] = {"values": {k: float(f"{v:.4g}") for k, v in f.values.items()}, "fitted": f.fitted,
                     "physically_plausible": not beyond_physical_max(f.values, alt.hardware),
                     "median_ape": round(float(np.median(ape(f.residuals["predicted_s"], f.residuals["wall_s"]))), 5)}

@@ -6,7 +6,7 @@ benchmark block, with the server command above it. :func:`released_runs` turns e
 (``--max-num-batched-tokens``, ``--max-num-seqs``, ``--gpu-memory-utilization``, ``--async-scheduling``,
 ``--kv-cache-dtype``), the load (requests, per-request input / output tokens = totals / requests, a burst or N
 closed-loop users) and the measured figures -- or a counted reason it is skipped (a model the catalog lacks,
-pipeline parallelism, speculative decoding, ...). The predictions: :mod:`validate.serving.released`."""
+pipeline parallelism, speculative decoding, vLLM 0.17's ``--performance-mode``, a block copied between docs, ...). The predictions: :mod:`validate.serving.released`."""
 
 from __future__ import annotations
 
@@ -25,12 +25,14 @@ GPUSTACK = REPO.parent / "shared" / "data" / "engine-measurements" / "gpustack-p
 TABLE = "serving_benchmarks.csv"
 COLUMNS = ("file", "hardware", "engine_versions", "section", "serve_cmd", "max_concurrency", "requests", "in_tok",
            "out_tok", "duration_s", "out_tps", "mean_ttft_ms", "median_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
-           "mean_itl_ms")
+           "mean_itl_ms", "median_itl_ms")
 # served model id (lower case, quantisation suffix removed) -> catalog model
 MODELS = {"qwen/qwen3-14b": "qwen3-14b", "qwen/qwen3-32b": "qwen3-32b",
           "qwen/qwen3-235b-a22b-instruct-2507": "qwen3-235b-a22b", "openai/gpt-oss-20b": "gpt-oss-20b",
-          "openai/gpt-oss-120b": "gpt-oss-120b", "deepseek-ai/deepseek-r1-0528": "deepseek-r1"}
-NATIVE_DTYPE = {"deepseek-r1": "fp8"}  # checkpoints published quantised (gpt-oss: MXFP4 experts, in the catalog)
+          "openai/gpt-oss-120b": "gpt-oss-120b", "deepseek-ai/deepseek-r1-0528": "deepseek-r1",
+          "zai-org/glm-4.5-air": "glm-4.5-air", "zai-org/glm-4.6": "glm-4.6", "qwen/qwen3.5-9b": "qwen3.5-9b",
+          "qwen/qwen3.5-35b-a3b": "qwen3.5-35b-a3b", "deepseek-ai/deepseek-v3.2": "deepseek-v3.2"}
+NATIVE_DTYPE = {"deepseek-r1": "fp8", "deepseek-v3.2": "fp8"}  # checkpoints published quantised (gpt-oss: MXFP4 experts, in the catalog)
 GPUS = (("a100", "a100-80gb"), ("h100", "h100-sxm"), ("h200", "h200"))
 # vLLM's `vllm serve` batching defaults (vllm/engine/arg_utils.py, EngineArgs._set_default_args / get_batch_defaults,
 # v0.9 - v0.13): >= 70 GiB and not an A100: 8192 tokens, 1024 sequences; otherwise 2048 and 256
@@ -61,7 +63,8 @@ class ReleasedRun:
     input_tokens: int
     output_tokens: int
     concurrency: int | None  # None: a burst (every request at once)
-    measured: dict  # out_tps, mean_ttft_ms, median_ttft_ms, mean_tpot_ms, median_tpot_ms, mean_itl_ms, duration_s
+    measured: dict  # out_tps, mean_ttft_ms, median_ttft_ms, mean_tpot_ms, median_tpot_ms, mean_itl_ms, median_itl_ms,
+    # duration_s
 
     @property
     def key(self) -> str:
@@ -101,7 +104,7 @@ def _parse(i: int, r) -> ReleasedRun | str:
     model = MODELS.get(low)
     if model is None:
         return f"model not in the catalog ({served.split('/')[-1].split('-FP8')[0]})"
-    doc_model = str(r.file).split("__")[0]
+    doc_model = str(r.file).split("__")[0].replace(".x", "")  # glm-4.x: GLM-4.5 / 4.6
     if doc_model not in low.replace("-instruct-2507", "").replace("-0528", ""):
         return "server command names another model than its doc"
     dtype = NATIVE_DTYPE.get(model, dtype)
@@ -111,6 +114,8 @@ def _parse(i: int, r) -> ReleasedRun | str:
         return "pipeline parallelism"
     if _option(args, "--speculative-config"):
         return "speculative decoding"
+    if _option(args, "--performance-mode"):  # vLLM 0.17's preset: batching defaults this importer does not know
+        return "--performance-mode (its batching defaults are not known here)"
     gpu = next((g for k, g in GPUS if k in str(r.hardware).lower()), None)
     if gpu is None:
         return f"GPU not mapped ({r.hardware})"
@@ -123,7 +128,8 @@ def _parse(i: int, r) -> ReleasedRun | str:
     n = int(r.requests)
     conc = None if pd.isna(r.max_concurrency) or int(r.max_concurrency) >= n else int(r.max_concurrency)
     measured = {c: float(getattr(r, c)) for c in ("out_tps", "mean_ttft_ms", "median_ttft_ms", "mean_tpot_ms",
-                                                    "median_tpot_ms", "mean_itl_ms", "duration_s")}
+                                                    "median_tpot_ms", "mean_itl_ms", "median_itl_ms",
+                                                    "duration_s")}
     return ReleasedRun(
         row=i, doc=str(r.file), section=str(r.section), engine="vllm", version=version, gpu=gpu, model=model,
         weight_dtype=dtype, kv_dtype="fp8" if kv.startswith("fp8") else "bf16", tp=tp,
@@ -159,4 +165,14 @@ def released_runs(folder: Path | str = GPUSTACK) -> tuple[list[ReleasedRun], Cou
             continue
         seen.add(dup)
         runs.append(out)
+    # the same measured figures in two docs (glm-4.5-air's H100 doc repeats four of its A100 doc's blocks): a copy,
+    # and which GPU measured it is unknown, so neither is kept
+    figs = lambda r: tuple(r.measured[k] for k in ("out_tps", "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms"))  # noqa: E731
+    docs: dict[tuple, set] = {}
+    for r in runs:
+        docs.setdefault(figs(r), set()).add(r.doc)
+    copied = [r for r in runs if len(docs[figs(r)]) > 1]
+    if copied:
+        skipped["the same measured figures in another doc (a copy)"] += len(copied)
+        runs = [r for r in runs if len(docs[figs(r)]) == 1]
     return runs, skipped

@@ -1,11 +1,17 @@
 """Engine host costs by version, fitted on released `vllm bench serve` runs (:mod:`calibrate.fit.gpustack_import`).
 
-Per engine version three terms (:mod:`simulator.catalog.engine_hosts`): t_seq (per sequence per step), t_call (per
-request, one API server process) and the async overlap o (the share of t_step + S t_seq async scheduling hides),
-chosen by least squares on the log errors of each run's mean TPOT, mean TTFT and output throughput as the serving
-simulator predicts them (:func:`calibrate.fit.released_predict.predict_released`). t_step stays the GPU's own
-batch-1 figure (docs/gpu-cost-model.md): the released runs are all at large batch, where t_step and S t_seq cannot
-be told apart.
+Per engine version four terms (:mod:`simulator.catalog.engine_hosts`): t_seq (per sequence per step), the front end's
+serial part t_fe (the one API-server process's CPU per request, paid request after request) and its concurrent
+latency t_lat (hops, ZMQ, first-token streaming: every request at once; the catalog's t_call = t_lat + t_fe), and the
+async overlap o (the share of t_step + S t_seq async scheduling hides), chosen by robust (soft-L1) least squares on
+the log errors of each run's median ITL, mean TTFT and output throughput as the serving simulator predicts them
+(:func:`calibrate.fit.released_predict.predict_released`). Each figure pins one mechanism: the median ITL is the step
+time at the run's batch (t_seq; mean TPOT is not fitted: it is dominated by stalls -- a decoding request waiting on
+the burst's prefill chunks, preemption -- and by requests ending early, which the replayed plans do not have), the
+low-concurrency runs' TTFT is t_lat + t_fe + one prefill, and a burst's TTFT and throughput are its admission through
+the serial front end. t_fe is bounded above by the data: a serial front end admits a burst of N requests over
+(N - 1) t_fe, so its mean TTFT is at least (N - 1) t_fe / 2 (:func:`serial_bound`). t_step stays the GPU's own
+batch-1 figure (docs/gpu-cost-model.md): at large batch t_step and S t_seq cannot be told apart.
 
 Runs whose requests produce fewer than :data:`MIN_FIT_OUTPUT` tokens are predicted but not fitted on: their TPOT is
 two or three gaps between scheduling steps, and their throughput is the front end's admission rate.
@@ -21,12 +27,16 @@ import pandas as pd
 from calibrate.fit.gpustack_import import ReleasedRun
 from calibrate.fit.released_predict import measured_figures, predict_released
 
-FIT_TERMS = ("seq_overhead_s", "call_overhead_s", "async_overlap")
-LOWER = {"seq_overhead_s": 1e-7, "call_overhead_s": 1e-5, "async_overlap": 0.0}
-UPPER = {"seq_overhead_s": 1e-3, "call_overhead_s": 0.2, "async_overlap": 0.99}
-START = {"seq_overhead_s": 3e-5, "call_overhead_s": 5e-3, "async_overlap": 0.3}
+# fitted: t_seq, t_lat (the concurrent part of t_call), t_fe (its serial part), async overlap
+FIT_TERMS = ("seq_overhead_s", "call_latency_s", "front_end_serial_s", "async_overlap")
+CATALOG_TERMS = ("seq_overhead_s", "call_overhead_s", "front_end_serial_s", "async_overlap")
+LOWER = {"seq_overhead_s": 1e-7, "call_latency_s": 1e-4, "front_end_serial_s": 1e-5, "async_overlap": 0.0}
+UPPER = {"seq_overhead_s": 1e-3, "call_latency_s": 0.2, "front_end_serial_s": 0.05, "async_overlap": 0.99}
+START = {"seq_overhead_s": 5e-5, "call_latency_s": 1e-2, "front_end_serial_s": None, "async_overlap": 0.5}  # t_fe: 0.7 x bound
 MIN_FIT_OUTPUT = 16
-FIGS = ("tpot_ms", "ttft_ms", "out_tps")
+FIT_FIGS = ("itl_ms", "ttft_ms", "out_tps")  # fitted on
+FIGS = ("tpot_ms", "itl_ms", "ttft_ms", "out_tps")  # reported
+LOSS_SCALE = 0.3  # soft-L1 scale of the log errors: beyond ~30% a run's pull grows linearly, not quadratically
 
 
 def in_fit(run: ReleasedRun) -> bool:
@@ -45,17 +55,35 @@ def nearest(version: str, fitted: dict[str, dict]) -> dict | None:
     return fitted[best]
 
 
+def serial_bound(runs: list[ReleasedRun]) -> float:
+    """The largest serial front-end cost the bursts in ``runs`` allow (fitted or not: a 4-token burst's duration is
+    its admission): a serial front end passes a burst's N requests t_fe apart, so the burst lasts at least N t_fe and
+    its mean TTFT is at least (N - 1) t_fe / 2; the min over bursts of duration / N and 2 x mean TTFT / (N - 1). The
+    catalog's upper bound where ``runs`` has no burst."""
+    b = [min(r.measured["duration_s"] / r.requests, 2e-3 * r.measured["mean_ttft_ms"] / (r.requests - 1))
+         for r in runs if r.concurrency is None and r.requests > 1]
+    return min([UPPER["front_end_serial_s"], *b])
+
+
+def catalog_terms(f: dict) -> dict:
+    """A fit's terms as the engine catalog holds them: t_call = t_lat + t_fe (the whole per-request latency)."""
+    out = {t: f[t] for t in ("seq_overhead_s", "front_end_serial_s", "async_overlap")}
+    out["call_overhead_s"] = f["call_latency_s"] + f["front_end_serial_s"]
+    return out
+
+
 def predict_table(runs: list[ReleasedRun], hosts: dict[str, dict] | None = None) -> pd.DataFrame:
     """One row per run: its description, measured and predicted figures and the signed relative errors
     (``err_<figure>`` = predicted / measured - 1). ``hosts``: {version: host terms} (None: the catalog's)."""
     rows = []
     for r in runs:
-        p = predict_released(r, nearest(r.version, hosts) if hosts else None)
+        h = nearest(r.version, hosts) if hosts else None
+        p = predict_released(r, catalog_terms(h) if h else None)
         m = measured_figures(r)
         row = {"run": r.key, "version": r.version, "gpu": r.gpu, "model": r.model, "weight_dtype": r.weight_dtype,
                "tp": r.tp, "requests": r.requests, "input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
                "concurrency": r.concurrency or 0, "async_scheduling": r.async_scheduling, "in_fit": in_fit(r),
-               "batch_mean": p["batch_mean"]}
+               "batch_mean": p["batch_mean"], "meas_mean_itl_ms": m["mean_itl_ms"], "pred_mean_itl_ms": p["mean_itl_ms"]}
         for f in FIGS:
             row[f"meas_{f}"], row[f"pred_{f}"] = m[f], p[f]
             row[f"err_{f}"] = p[f] / m[f] - 1.0
@@ -66,19 +94,29 @@ def predict_table(runs: list[ReleasedRun], hosts: dict[str, dict] | None = None)
 def _residuals(runs: list[ReleasedRun], host: dict) -> np.ndarray:
     out = []
     for r in runs:
-        p, m = predict_released(r, host), measured_figures(r)
-        out += [np.log(max(p[f], 1e-9) / m[f]) for f in FIGS]
+        p, m = predict_released(r, catalog_terms(host)), measured_figures(r)
+        out += [np.log(max(p[f], 1e-9) / m[f]) for f in FIT_FIGS if np.isfinite(p[f]) and m[f] > 0]
     return np.asarray(out)
 
 
-def fit_version(runs: list[ReleasedRun]) -> dict:
-    """Least squares on log errors over ``runs`` (one version): {term: value, ..., "rms_log": , "runs": n}. The
-    overlap is fitted only where some runs had async scheduling on (else 0: nothing measured it)."""
+def latency_bound(runs: list[ReleasedRun]) -> float:
+    """The largest concurrent latency t_lat the closed-loop runs allow: a request's latency before the engine sees it
+    is part of its TTFT, so t_lat < min over closed-loop runs of mean TTFT; the catalog's bound without one."""
+    return min([UPPER["call_latency_s"], *[1e-3 * r.measured["mean_ttft_ms"] for r in runs if r.concurrency]])
+
+
+def fit_version(runs: list[ReleasedRun], fixed: dict | None = None) -> dict:
+    """Robust least squares on log errors over ``runs`` (one version): {term: value, ..., "rms_log": , "runs": n,
+    "front_end_serial_max_s": the data's bound on t_fe}. The overlap is fitted only where some runs had async
+    scheduling on (else 0: nothing measured it)."""
     from scipy.optimize import least_squares
 
+    bound, lat_bound = serial_bound(runs), latency_bound(runs)
     runs = [r for r in runs if in_fit(r)]
-    terms = [t for t in FIT_TERMS if t != "async_overlap" or any(r.async_scheduling for r in runs)]
-    fixed = {} if "async_overlap" in terms else {"async_overlap": 0.0}
+    fixed = dict(fixed or {})
+    if not any(r.async_scheduling for r in runs):
+        fixed["async_overlap"] = 0.0
+    terms = [t for t in FIT_TERMS if t not in fixed]
 
     def unpack(x):
         return {**fixed, **{t: (float(np.exp(v)) if t != "async_overlap" else float(v)) for t, v in zip(terms, x)}}
@@ -86,13 +124,17 @@ def fit_version(runs: list[ReleasedRun]) -> dict:
     def enc(t, v):
         return np.log(v) if t != "async_overlap" else v
 
-    x0 = [enc(t, START[t]) for t in terms]
+    upper = {**UPPER, "front_end_serial_s": bound, "call_latency_s": lat_bound}
+    start = {**START, "front_end_serial_s": 0.7 * bound, "call_latency_s": min(START["call_latency_s"], 0.5 * lat_bound)}
+    x0 = [enc(t, start[t]) for t in terms]
     lo = [enc(t, LOWER[t]) if t != "async_overlap" else LOWER[t] for t in terms]
-    hi = [enc(t, UPPER[t]) for t in terms]
-    res = least_squares(lambda x: _residuals(runs, unpack(x)), x0, bounds=(lo, hi), diff_step=0.05, max_nfev=40)
+    hi = [enc(t, upper[t]) for t in terms]
+    res = least_squares(lambda x: _residuals(runs, unpack(x)), x0, bounds=(lo, hi), diff_step=0.05, max_nfev=20,
+                        loss="soft_l1", f_scale=LOSS_SCALE)
     out = unpack(res.x)
     out["rms_log"] = float(np.sqrt(np.mean(res.fun ** 2)))
     out["runs"] = len(runs)
+    out["front_end_serial_max_s"] = upper["front_end_serial_s"]
     # standard errors from the Jacobian (log-space for the overheads, linear for the overlap)
     try:
         cov = np.linalg.pinv(res.jac.T @ res.jac) * (res.fun @ res.fun) / max(len(res.fun) - len(terms), 1)
@@ -104,8 +146,32 @@ def fit_version(runs: list[ReleasedRun]) -> dict:
 
 
 def fit_hosts(runs: list[ReleasedRun]) -> dict[str, dict]:
-    """{version: fitted terms} over every version in ``runs``."""
-    return {v: fit_version([r for r in runs if r.version == v]) for v in sorted({r.version for r in runs})}
+    """{version: fitted terms} over every version in ``runs``. The concurrent latency t_lat is measured only by
+    closed-loop runs (a burst's TTFT is seconds of queue, where tens of ms of latency are not seen): a version without
+    fitted closed-loop runs takes the nearest such version's t_lat (``call_latency_from`` names it)."""
+    by = {v: [r for r in runs if r.version == v] for v in sorted({r.version for r in runs})}
+    closed = {v for v, rs in by.items() if any(r.concurrency and in_fit(r) for r in rs)}
+    out = {v: fit_version(by[v]) for v in sorted(closed)}
+    for v in sorted(set(by) - closed):
+        near = nearest(v, out)
+        lat = near["call_latency_s"] if near else START["call_latency_s"]
+        out[v] = fit_version(by[v], {"call_latency_s": lat})
+        out[v]["call_latency_from"] = next((k for k, f in out.items() if f is near), "prior") if near else "prior"
+    return transfer_overlap(dict(sorted(out.items(), key=lambda kv: tuple(int(x) for x in kv[0].split(".")))))
+
+
+def transfer_overlap(fitted: dict[str, dict]) -> dict[str, dict]:
+    """A version none of whose runs had async scheduling on did not measure its overlap (its fit held it at 0, which
+    changes none of its predictions); the catalog entry takes the nearest measuring version's o instead
+    (``async_overlap_from``), so that the version run with async on (a newer version resolving to it, whose default
+    is on) is not priced as if async scheduling hid nothing."""
+    measured = {v: f for v, f in fitted.items() if "async_overlap_stderr" in f}
+    for v, f in fitted.items():
+        if v not in measured and measured:
+            near = nearest(v, measured)
+            f["async_overlap"] = near["async_overlap"]
+            f["async_overlap_from"] = next(k for k, g in measured.items() if g is near)
+    return fitted
 
 
 def holdout(runs: list[ReleasedRun], by: str) -> tuple[pd.DataFrame, dict]:
@@ -133,7 +199,7 @@ def summary(table: pd.DataFrame, group: str) -> pd.DataFrame:
     for g, d in [*t.groupby(group), ("all", t)]:
         row = {group: g, "runs": len(d)}
         for f in FIGS:
-            e = d[f"err_{f}"] * 100
+            e = (d[f"err_{f}"] * 100).dropna()
             row[f"{f} median |err| %"] = float(e.abs().median())
             row[f"{f} p90 |err| %"] = float(e.abs().quantile(0.9))
             row[f"{f} bias %"] = float(e.median())
@@ -144,26 +210,45 @@ def summary(table: pd.DataFrame, group: str) -> pd.DataFrame:
 def write_catalog(fitted: dict[str, dict], path, source: str, date: str) -> None:
     """Replace the fitted versions of vLLM in the engine catalog at ``path`` (other versions and engines kept), each
     term with its kind, source and standard error; the file's provenance names the data, the command and the date."""
+    new = []
+    for v, f in sorted(fitted.items()):
+        src = f"fitted on {f['runs']} released vLLM {v} runs ({source}); rms log error {f['rms_log']:.3f}"
+        ent = {"version": v}
+        c = catalog_terms(f)
+        for t in CATALOG_TERMS:
+            se = f.get(f"{t}_stderr") if t != "call_overhead_s" else f.get("call_latency_s_stderr")
+            fitted = t != "async_overlap" or "async_overlap_stderr" in f
+            kind = "calibrated" if fitted else "transferred" if "async_overlap_from" in f else "prior"
+            ent[t] = {"value": float(f"{c[t]:.4g}"), "kind": kind,
+                      "source": (src + (f"; t_lat {f['call_latency_s']:.4g} s" + (
+                          f" (from vLLM {f['call_latency_from']}: no closed-loop run of {v})" if "call_latency_from" in f
+                          else "") + " + t_fe" if t == "call_overhead_s" else "")
+                                 + (f"; bounded above by the bursts (duration / N, 2 x mean TTFT / (N - 1)) at "
+                                    f"{f['front_end_serial_max_s']:.3g} s"
+                                    if t == "front_end_serial_s" else "")) if fitted
+                      else "no run of this version had async scheduling on" + (
+                          f"; transferred from vLLM {f['async_overlap_from']}" if "async_overlap_from" in f else "")}
+            if se is not None:
+                ent[t]["stderr"] = float(f"{se:.3g}")
+        new.append(ent)
+    put_versions(path, new, {"kind": "fitted", "source": source, "date": date,
+                             "method": "calibrate.fit.host_fit.fit_hosts (robust least squares on log errors of median "
+                                       "ITL, mean TTFT, output throughput)"})
+
+
+def put_versions(path, entries: list[dict], provenance: dict | None = None) -> None:
+    """Write ``entries`` (catalog entries of vLLM versions) into the engine catalog at ``path``, replacing those
+    versions and keeping the others (and the file's leading comments); ``provenance``: the file's new provenance."""
     import yaml
 
     from simulator.loading import read_yaml
 
     raw = read_yaml(path)
-    keep = [e for e in raw["engines"].get("vllm", []) if e["version"] not in fitted]
-    new = []
-    for v, f in sorted(fitted.items()):
-        src = f"fitted on {f['runs']} released vLLM {v} runs ({source}); rms log error {f['rms_log']:.3f}"
-        ent = {"version": v}
-        for t in FIT_TERMS:
-            ent[t] = {"value": float(f"{f[t]:.4g}"), "kind": "calibrated" if f"{t}_stderr" in f else "prior",
-                      "source": src if f"{t}_stderr" in f else "no run of this version had async scheduling on"}
-            if f"{t}_stderr" in f:
-                ent[t]["stderr"] = float(f"{f[t + '_stderr']:.3g}")
-        new.append(ent)
-    raw["engines"]["vllm"] = keep + new
-    raw["provenance"] = {"kind": "fitted", "source": source, "date": date,
-                         "method": "calibrate.fit.host_fit.fit_hosts (least squares on log errors of mean TPOT, mean "
-                                   "TTFT, output throughput)"}
+    names = {e["version"] for e in entries}
+    keep = [e for e in raw["engines"].get("vllm", []) if e["version"] not in names]
+    raw["engines"]["vllm"] = sorted(keep + entries, key=lambda e: tuple(int(x) for x in e["version"].split(".")))
+    if provenance is not None:
+        raw["provenance"] = provenance
     head = "".join(line for line in open(path) if line.startswith("#"))
     with open(path, "w") as fh:
         fh.write(head)

@@ -29,8 +29,9 @@ def _workload(max_tokens: int):
                         "base": {"kind": "lognormal", "median": 8, "sigma": 0.5, "min": 1, "max": 64}},
         "scores": [0.1] * 10, "token_acceptance": [0.5]})
 
-FIGURES = ("tpot", "ttft", "out_tps")  # predicted vs measured: mean TPOT, mean TTFT, output tokens/s
-MEASURED = {"tpot": "mean_tpot_ms", "ttft": "mean_ttft_ms", "out_tps": "out_tps"}
+FIGURES = ("tpot", "ttft", "out_tps", "itl", "mean_itl")  # predicted vs measured: mean TPOT, mean TTFT, output tokens/s, median and mean ITL
+MEASURED = {"tpot": "mean_tpot_ms", "ttft": "mean_ttft_ms", "out_tps": "out_tps", "itl": "median_itl_ms",
+            "mean_itl": "mean_itl_ms"}
 SMALL_SHARE = 0.0  # a vanilla-base replica runs one engine: it gets small + base shares (simulator.serving.kv_cache)
 
 
@@ -53,6 +54,7 @@ def predict_released(run: ReleasedRun, host: dict | None = None, max_requests: i
     from simulator.execution import Execution
     from simulator.request_model import BASE, Call, RequestPlan
     from simulator.serving.arrivals import ClosedLoopUsers, ReplayArrivals
+    from simulator.serving.metrics import itl_summary
     from simulator.serving.replica import simulate_serving
     from simulator.setup import Setup
     from simulator.systems import SystemConfig
@@ -74,11 +76,14 @@ def predict_released(run: ReleasedRun, host: dict | None = None, max_requests: i
     span = float(r.done_at.max() - r.arrival_at.min())
     n1 = (r.output_tokens - 1).where(r.output_tokens > 1)
     tl = res.timeline[res.timeline.engine == "base"]
+    itl = itl_summary(*res.info["itl"])
     return {"tpot_ms": float(((r.latency_s - r.ttft_s) / n1).mean() * 1e3), "ttft_ms": float(r.ttft_s.mean() * 1e3),
-            "out_tps": float(r.output_tokens.sum()) / span,
+            "out_tps": float(r.output_tokens.sum()) / span, "itl_ms": itl["median_itl_ms"],
+            "mean_itl_ms": itl["mean_itl_ms"],
             "batch_mean": float(np.average(tl.batch, weights=tl.duration_s)) if len(tl) else np.nan}
 
 
 def measured_figures(run: ReleasedRun) -> dict:
     return {"tpot_ms": run.measured["mean_tpot_ms"], "ttft_ms": run.measured["mean_ttft_ms"],
-            "out_tps": run.measured["out_tps"]}
+            "out_tps": run.measured["out_tps"], "itl_ms": run.measured["median_itl_ms"],
+            "mean_itl_ms": run.measured["mean_itl_ms"]}

@@ -7,14 +7,22 @@ step's shape -- stay per GPU in ``gpu_priors.yaml``):
   the GPU's own prior (measured at batch 1 under CUDA graphs) stands;
 - ``seq_overhead_s`` t_seq: per running sequence per step (its slot in the input tensors, sampling bookkeeping,
   detokenising and streaming its token);
-- ``call_overhead_s`` t_call: per request before the engine sees it (the API server's HTTP handling and
-  tokenising; one server process pays it request after request: ``Execution.front_end``);
+- ``call_overhead_s`` t_call: a request's latency before the engine sees it (the API server's HTTP handling,
+  tokenising, the hop to the engine process; the first token's detokenising and streaming), paid by every request at
+  once;
+- ``front_end_serial_s`` t_fe (<= t_call, optional: absent, all of t_call): the part of t_call the one API-server
+  process's CPU spends on a request, so requests arriving together pass it t_fe apart (``Execution.front_end``
+  "serial", as the released runs predict `vllm serve`);
 - ``async_overlap`` o: the share of t_step + S t_seq that async scheduling (vLLM ``--async-scheduling``: the
   scheduler prepares step k+1 while the GPU runs step k) hides behind the GPU. A step of an engine with
   ``async_scheduling: true`` costs ``GPU + (1 - o) (t_step + S t_seq)``.
 
 :class:`ServingEngine` names an engine (scenario field ``serving_engine``); :func:`host_terms` gives its terms, the
-version's own entry or the newest fitted version at or below it."""
+version's own entry or the newest fitted version at or below it.
+
+Async scheduling: a :class:`ServingEngine` that does not say (``async_scheduling: None``) runs as its version does by
+default: vLLM turns it on by default from :data:`ASYNC_DEFAULT_FROM` (0.14: vllm-project/vllm PR 27614, "async
+scheduling on by default", roadmap Q4 2025); older versions need ``--async-scheduling``."""
 
 from __future__ import annotations
 
@@ -28,18 +36,19 @@ from simulator.errors import InputError, pydantic_error_to_input_error
 from simulator.loading import read_yaml
 
 HOSTS_PATH = Path(__file__).with_name("engine_hosts.yaml")
-HOST_TERMS = ("step_overhead_s", "seq_overhead_s", "call_overhead_s")
+HOST_TERMS = ("step_overhead_s", "seq_overhead_s", "call_overhead_s", "front_end_serial_s")
+ASYNC_DEFAULT_FROM = {"vllm": (0, 14)}  # the first version whose `vllm serve` runs async scheduling by default
 
 
 class ServingEngine(BaseModel):
     """Which serving engine runs the models: its name, version (None: the newest fitted) and whether async
-    scheduling is on (vLLM ``--async-scheduling``; default on from vLLM 0.14)."""
+    scheduling is on (vLLM ``--async-scheduling``; None: the version's default, :func:`async_on`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = "vllm"
     version: str | None = None
-    async_scheduling: bool = False
+    async_scheduling: bool | None = None
 
 
 class EngineVersion(BaseModel):
@@ -51,6 +60,7 @@ class EngineVersion(BaseModel):
     step_overhead_s: PriorParam | None = None
     seq_overhead_s: PriorParam
     call_overhead_s: PriorParam
+    front_end_serial_s: PriorParam | None = None
     async_overlap: PriorParam
     fit: dict | None = None  # held-out errors of the fit that wrote it
 
@@ -97,10 +107,19 @@ def engine_version(engine: ServingEngine, field: str = "serving_engine") -> Engi
     return older[-1]
 
 
+def async_on(engine: ServingEngine, version: str) -> bool:
+    """Whether ``engine`` (its catalog entry: ``version``) runs async scheduling: as stated, else the version's
+    default (on from :data:`ASYNC_DEFAULT_FROM`; an engine without that entry: off)."""
+    if engine.async_scheduling is not None:
+        return engine.async_scheduling
+    first = ASYNC_DEFAULT_FROM.get(engine.name)
+    return first is not None and _key(engine.version or version) >= first
+
+
 def host_terms(engine: ServingEngine, gpu_step: PriorParam | None = None,
                host: dict | None = None) -> dict[str, PriorParam]:
     """The cost profile's host terms for ``engine``: ``step_overhead_s``, ``seq_overhead_s``, ``call_overhead_s``,
-    with async scheduling's overlap applied to the first two. ``gpu_step``: the GPU's own t_step (used where the
+    ``front_end_serial_s`` (where the version has one), with async scheduling's overlap applied to the first two. ``gpu_step``: the GPU's own t_step (used where the
     version has none); ``host``: explicit values (a fitter's trial point) replacing the catalog's, same names plus
     ``async_overlap``."""
     ev = engine_version(engine)
@@ -114,10 +133,11 @@ def host_terms(engine: ServingEngine, gpu_step: PriorParam | None = None,
             terms[name] = p
     overlap = terms.pop("async_overlap")
     label = f"{engine.name} {ev.version} host costs (simulator/catalog/engine_hosts.yaml)"
+    on = async_on(engine, ev.version)
     out = {}
     for name, p in terms.items():
         v, src = p.value, f"{label}: {p.source}"
-        if engine.async_scheduling and name != "call_overhead_s":
+        if on and name in ("step_overhead_s", "seq_overhead_s"):
             v = v * (1.0 - overlap.value)
             src += f"; x (1 - async overlap {overlap.value:.3g})"
         out[name] = PriorParam(value=v, kind=p.kind, source=src, stderr=p.stderr)

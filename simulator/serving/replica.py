@@ -88,6 +88,8 @@ class Replica:
                    seq_reserve_tokens=base_res, prefix_caching=caching),
         ]
         self.t_call = deps["base"].cost.call_overhead_s
+        fe = deps["base"].cost.front_end_serial_s  # the front-end process's own share of t_call (None: all of it)
+        self.t_fe = self.t_call if fe is None else min(fe, self.t_call)
         self.serial_front_end = execution is not None and execution.front_end == "serial"
         self._front_end_free = 0.0
         self.reqs: dict[int, _Req] = {}
@@ -115,9 +117,9 @@ class Replica:
         self._schedule_call(rid, self.env.now)
 
     def _schedule_call(self, rid: int, at: float) -> None:
-        if self.serial_front_end:  # one front-end process pays every call's t_call in turn (Execution.front_end)
+        if self.serial_front_end:  # one front-end process spends t_fe of each call's t_call in turn (Execution.front_end)
             at = max(at, self._front_end_free)
-            self._front_end_free = at + self.t_call
+            self._front_end_free = at + self.t_fe
         heapq.heappush(self.ready, (at + self.t_call, self._seq, rid))
         self._seq += 1
         if not self.wake.triggered:

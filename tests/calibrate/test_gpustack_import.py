@@ -62,7 +62,7 @@ def test_nearest_version_and_summary():
     assert nearest("0.10", fitted) == {"a": 1} and nearest("0.12", fitted) == {"a": 2}
     assert nearest("0.11", {}) is None
     t = pd.DataFrame({"gpu": ["x", "x", "y"], "in_fit": [True, True, False],
-                      **{f"err_{f}": [0.1, -0.3, 5.0] for f in ("tpot_ms", "ttft_ms", "out_tps")}})
+                      **{f"err_{f}": [0.1, -0.3, 5.0] for f in ("tpot_ms", "itl_ms", "ttft_ms", "out_tps")}})
     s = summary(t, "gpu").set_index("gpu")
     assert s.loc["all", "runs"] == 2 and s.loc["all", "tpot_ms median |err| %"] == pytest.approx(20.0)
     assert s.loc["x", "tpot_ms bias %"] == pytest.approx(-10.0)
@@ -78,5 +78,26 @@ def test_prediction_laws(tmp_path):
     p0 = predict_released(r, base)
     p1 = predict_released(r, {**base, "call_overhead_s": 2e-2})
     p2 = predict_released(r, {**base, "seq_overhead_s": 2e-4})
-    assert p1["ttft_ms"] >= p0["ttft_ms"] and p2["tpot_ms"] >= p0["tpot_ms"]
+    p3 = predict_released(r, {**base, "call_overhead_s": 2e-2, "front_end_serial_s": 2e-2})
+    assert p1["ttft_ms"] >= p0["ttft_ms"] and p2["tpot_ms"] >= p0["tpot_ms"] and p2["itl_ms"] >= p0["itl_ms"]
+    # the whole of t_call serial (a burst passes the front end in turn) never admits faster than its concurrent part
+    assert p3["ttft_ms"] >= p1["ttft_ms"] and p3["out_tps"] <= p1["out_tps"] + 1e-9
     assert p0["out_tps"] > 0 and 1 <= p0["batch_mean"] <= r.requests
+    assert 0 < p0["itl_ms"] <= p0["mean_itl_ms"] * 10
+
+
+def test_serial_bound_and_catalog_terms(tmp_path):
+    """The serial front end's upper bound is the fastest burst's 2 x mean TTFT / (N - 1); the catalog's t_call is
+    the fit's concurrent latency plus its serial part."""
+    from dataclasses import replace as dc_replace
+
+    from calibrate.fit.host_fit import UPPER, catalog_terms, serial_bound
+
+    runs, _ = released_runs(_table(tmp_path, [dict(ROW, serve_cmd="vllm serve Qwen/Qwen3-14B")]))
+    r = runs[0]
+    assert serial_bound([r]) == pytest.approx(min(1.0 / 20, 2e-3 * 100.0 / 19))  # duration 1 s, mean TTFT 100 ms
+    assert serial_bound([dc_replace(r, measured={**r.measured, "duration_s": 0.02})]) == pytest.approx(0.001)
+    assert serial_bound([dc_replace(r, concurrency=4)]) == UPPER["front_end_serial_s"]
+    c = catalog_terms({"seq_overhead_s": 1e-5, "call_latency_s": 0.02, "front_end_serial_s": 0.003,
+                       "async_overlap": 0.2})
+    assert c["call_overhead_s"] == pytest.approx(0.023) and c["front_end_serial_s"] == 0.003

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.catalog import get_hardware
-from simulator.catalog.engine_hosts import HOST_TERMS, ServingEngine, engine_hosts, engine_version, host_terms
+from simulator.catalog.engine_hosts import (ASYNC_DEFAULT_FROM, HOST_TERMS, ServingEngine, async_on, engine_hosts,
+                                            engine_version, host_terms)
 from simulator.cost_model import Deployment
 from simulator.catalog import get_model
 from simulator.cost_profile import prior_profile
@@ -39,20 +40,38 @@ def test_version_resolution():
 @pytest.mark.parametrize("version", VERSIONS)
 def test_async_overlap_scales_step_and_sequence_terms_only(version):
     gpu_step = get_hardware("h100-sxm").cost_prior["step_overhead_s"]
-    off = host_terms(ServingEngine(version=version), gpu_step)
+    off = host_terms(ServingEngine(version=version, async_scheduling=False), gpu_step)
     on = host_terms(ServingEngine(version=version, async_scheduling=True), gpu_step)
     o = engine_version(ServingEngine(version=version)).async_overlap.value
-    assert set(off) == set(HOST_TERMS)
+    assert set(HOST_TERMS) - {"front_end_serial_s"} <= set(off) <= set(HOST_TERMS)
     for t in ("step_overhead_s", "seq_overhead_s"):
         assert on[t].value == pytest.approx((1.0 - o) * off[t].value)
-    assert on["call_overhead_s"].value == off["call_overhead_s"].value
+    for t in ("call_overhead_s", "front_end_serial_s"):
+        assert (t in on) == (t in off) and (t not in on or on[t].value == off[t].value)
+    if "front_end_serial_s" in off:  # the serial part of t_call is a part of it
+        assert off["front_end_serial_s"].value <= off["call_overhead_s"].value
+
+
+def test_async_default_follows_the_version():
+    """Unstated, async scheduling is on from the version vLLM turned it on by default (0.14), off before; stated, as
+    stated. The default engine (the newest fitted version) gets its version's default."""
+    first = ".".join(map(str, ASYNC_DEFAULT_FROM["vllm"]))
+    assert first == "0.14"
+    assert not async_on(ServingEngine(version="0.11"), "0.11") and async_on(ServingEngine(version="0.14"), "0.11")
+    assert async_on(ServingEngine(version="0.30"), "0.30")
+    assert not async_on(ServingEngine(version="0.30", async_scheduling=False), "0.30")
+    assert async_on(ServingEngine(version="0.10", async_scheduling=True), "0.10")
+    newest = VERSIONS[-1]
+    default = host_terms(ServingEngine(), get_hardware("h100-sxm").cost_prior["step_overhead_s"])
+    stated = host_terms(ServingEngine(version=newest), get_hardware("h100-sxm").cost_prior["step_overhead_s"])
+    assert default["seq_overhead_s"].value == stated["seq_overhead_s"].value
 
 
 def test_gpu_prior_takes_the_versions_terms_cpu_prior_does_not():
     h = get_hardware("h100-sxm")
     for v in VERSIONS:
         ev = engine_version(ServingEngine(version=v))
-        p = prior_profile(h, serving_engine=ServingEngine(version=v))
+        p = prior_profile(h, serving_engine=ServingEngine(version=v, async_scheduling=False))
         assert p.seq_overhead_s.value == ev.seq_overhead_s.value
         assert p.call_overhead_s.value == ev.call_overhead_s.value
         assert "engine_hosts.yaml" in p.seq_overhead_s.source

@@ -18,10 +18,10 @@ from simulator.serving.replica import simulate_serving
 from simulator.systems import SystemConfig
 
 
-def _run(users: int, front_end: str, t_call: float = 0.05):
+def _run(users: int, front_end: str, t_call: float = 0.05, t_fe: float | None = None):
     rs = load_scenario("cpu-smollm2")
     deps = rs.deployments("cpu", 1)
-    deps = {r: replace(d, cost=replace(d.cost, call_overhead_s=t_call)) for r, d in deps.items()}
+    deps = {r: replace(d, cost=replace(d.cost, call_overhead_s=t_call, front_end_serial_s=t_fe)) for r, d in deps.items()}
     plans = [RequestPlan([Call(BASE, 64, 0, 32, None)], 32, 32, 1, 0, "length") for _ in range(4 * users)]
     return simulate_serving(SystemConfig(system="vanilla-base"), deps, rs.workload, ClosedLoopUsers(users), len(plans),
                             seed=0, plans=plans, execution=Execution(front_end=front_end))
@@ -50,3 +50,19 @@ def test_front_end_without_call_overhead_changes_nothing():
 def test_front_end_is_a_checked_scenario_field():
     with pytest.raises(ValueError, match="front_end"):
         Execution(front_end="parallel")
+
+
+@pytest.mark.parametrize("users", [4, 8])
+def test_serial_part_of_t_call_staggers_by_t_fe_and_every_call_still_pays_t_call(users):
+    """``front_end_serial_s`` t_fe < t_call: the front-end process passes calls t_fe apart, each reaching the engine
+    t_call after its turn began; t_fe = t_call (or None) is the whole-t_call serial front end."""
+    t_call, t_fe = 0.05, 0.01
+    req = _run(users, "serial", t_call, t_fe).requests.sort_values("request")
+    first = np.sort(req.first_admit_at.to_numpy()[:users])
+    assert np.all(first >= t_call + t_fe * np.arange(users) - 1e-9)
+    whole = _run(users, "serial", t_call).requests.sort_values("request")
+    first_whole = np.sort(whole.first_admit_at.to_numpy()[:users])
+    assert np.all(first <= first_whole + 1e-9) and first[-1] < first_whole[-1]  # not t_call apart
+    assert _run(users, "serial", t_call, t_call).requests.equals(whole)
+    # the concurrent front end ignores t_fe
+    assert _run(users, "concurrent", t_call, t_fe).requests.equals(_run(users, "concurrent", t_call).requests)

@@ -121,5 +121,5 @@ def _released(folder: Path, holdout: str, out: Path, catalog: Path | None) -> No
     head = validate_released(folder, by, out, command, catalog, datetime.date.today().isoformat())
     for b, h in head.items():
         typer.echo(f"held out by {b} ({h['runs']} runs): median |error| TPOT {h['tpot_ms median |err| %']:.1f}% "
-                   f"TTFT {h['ttft_ms median |err| %']:.1f}% output throughput {h['out_tps median |err| %']:.1f}%; "
+                   f"ITL {h['itl_ms median |err| %']:.1f}% TTFT {h['ttft_ms median |err| %']:.1f}% output throughput {h['out_tps median |err| %']:.1f}%; "
                    f"report {out / 'report.md'}")

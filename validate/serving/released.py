@@ -4,7 +4,7 @@ Imports the table (:mod:`calibrate.fit.gpustack_import`), fits the engine host t
 (:mod:`calibrate.fit.host_fit`) on all runs but the held-out group (``gpu``: leave one GPU out; ``version``: leave
 one vLLM version out), predicts the held-out runs and writes: ``heldout-<by>.csv`` (one row per run: measured,
 predicted, errors), ``summary-<by>-by-version.csv`` / ``summary-<by>-by-gpu.csv`` (median and p90 |error| and bias of
-TPOT, TTFT, output throughput), the fits (``fits-<by>.json``), the skipped rows and ``report.md``."""
+mean TPOT, median ITL, mean TTFT, output throughput; the fit uses the last three), the fits (``fits-<by>.json``), the skipped rows and ``report.md``."""
 
 from __future__ import annotations
 
@@ -35,7 +35,10 @@ def validate_released(folder: Path, holdouts: list[str], out: Path, command: str
     lines = [f"# Released serving tables, held out\n\nCommand: `{command}`\n\nData: `{folder}`; {len(runs)} vLLM runs "
              f"predicted, skipped: " + "; ".join(f"{k}: {v}" for k, v in sorted(skipped.items())) + "\n",
              "Figures: median and p90 of |predicted / measured - 1| and the median signed error (bias), in %, over "
-             "runs whose requests produce >= 16 tokens (the fitted rows).\n"]
+             "runs whose requests produce >= 16 tokens (the fitted rows), of mean TPOT, median ITL, mean TTFT and "
+             "output throughput. Host terms fitted per version on median ITL, mean TTFT and output throughput "
+             "(calibrate/fit/host_fit.py: t_seq, the API server's serial share t_fe and concurrent latency t_lat, "
+             "async overlap); mean TPOT is reported, not fitted.\n"]
     head = {}
     for by in holdouts:
         table, fits = holdout(runs, by)

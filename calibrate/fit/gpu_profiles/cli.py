@@ -248,16 +248,29 @@ def _register_gpu(gpu: typer.Typer) -> None:
 
     @gpu.command("spec-sweep")
     def spec_sweep_cmd(
+        ctx: typer.Context,
         out: Path = typer.Option(..., "--out", "--report", help="folder for report.md and itl.csv"),
+        fit_hosts: Optional[Path] = typer.Option(None, "--fit-hosts", help="engine catalog (simulator/catalog/"
+                                                 "engine_hosts.yaml) to write vLLM 0.30's host terms into, fitted on "
+                                                 "the baseline arm, before the predictions"),
     ) -> None:
         """Speculation under load on a GPU no fit saw: the B200 closed-loop sweep, predicted per arm and concurrency.
 
         Example: specsim calibrate gpu spec-sweep --out reports/b200-speculation"""
-        from calibrate.fit.gpu_profiles.spec_sweep import SWEEP, run
+        from calibrate.fit.gpu_profiles.spec_sweep import SWEEP, run, write_sweep_version
         from simulator.errors import InputError
 
         if not SWEEP.is_dir():
             raise InputError(str(SWEEP), None, "the B200 sweep is not here (../shared/data)")
+        if fit_hosts is not None:
+            import datetime
+
+            from simulator.catalog.engine_hosts import engine_hosts
+            from simulator.command_line import command_line
+
+            t = write_sweep_version(fit_hosts, command_line(ctx), datetime.date.today().isoformat())
+            engine_hosts.cache_clear()
+            typer.echo("vLLM 0.30 host terms: " + ", ".join(f"{k} {v:.4g}" for k, v in t.items() if not isinstance(v, str)))
         res = run(out)
         for key in ("catalog", "mtp_fitted"):
             typer.echo(f"-- {key}")
