@@ -187,6 +187,17 @@ class Scenario(_Strict):
                 raise ValueError(e.one_line()) from None
         return v
 
+    @field_validator("serving_engine")
+    @classmethod
+    def _engine_known(cls, v):
+        from simulator.catalog.engine_hosts import engine_version
+
+        try:
+            engine_version(v)  # a name and a version the engine catalog can price, checked when the scenario loads
+        except InputError as e:
+            raise ValueError(e.message) from None
+        return v
+
     @field_validator("gpu_memory_utilization")
     @classmethod
     def _utilization(cls, v):

@@ -99,7 +99,10 @@ def engine_version(engine: ServingEngine, field: str = "serving_engine") -> Engi
     versions = cat[engine.name]
     if engine.version is None:
         return versions[-1]
-    want = _key(engine.version)
+    try:
+        want = tuple(int(x) for x in engine.version.split("."))
+    except ValueError:
+        raise InputError(None, f"{field}.version", f"version {engine.version!r} is not dotted numbers (e.g. 0.11)") from None
     older = [v for v in versions if _key(v.version) <= want]
     if not older:
         raise InputError(None, f"{field}.version", f"{engine.name} {engine.version} is older than every fitted version "

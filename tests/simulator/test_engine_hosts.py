@@ -116,3 +116,20 @@ def test_scenario_field_selects_the_version(tmp_path):
     own = cpu.cost_profiles.get("cpu")
     if own is not None:
         assert cpu.cost_profile("cpu") is own
+
+
+@pytest.mark.parametrize("engine, says", [({"name": "vllm", "version": "0.1"}, "older than every fitted version"),
+                                          ({"name": "vllm", "version": "abc"}, "not dotted numbers"),
+                                          ({"name": "sglang"}, "no host costs for engine 'sglang'")])
+def test_a_scenario_with_an_engine_the_catalog_cannot_price_is_refused_when_it_loads(tmp_path, capsys, engine, says):
+    import yaml
+
+    from specsim_cli.main import main
+
+    sc = yaml.safe_load(open("scenarios/cpu-smollm2.yaml"))
+    sc["serving_engine"] = engine
+    path = tmp_path / "engine.yaml"
+    path.write_text(yaml.safe_dump(sc))
+    assert main(["show", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: serving_engine" in err and says in err and "Traceback" not in err
