@@ -17,7 +17,7 @@ from dataclasses import replace
 import numpy as np
 
 from simulator.capacity.search import (IntervalSpec, Point, _reps_task, at_capacity, capacity_interval, evaluate,
-                                       search_capacity, t_interval)
+                                       interval_fields, search_capacity, t_interval)
 from simulator.capacity.table import paired_better
 from simulator.errors import InputError
 
@@ -153,12 +153,11 @@ def interval_rounds(points: list[Point], spec: IntervalSpec, workers: int | None
             pool.close()
     out = []
     for i, p in enumerate(points):
-        m, half = t_interval(caps[i])
+        m = float(np.mean(caps[i]))
         rep = rows[i][int(np.argmin([abs(c - m) for c in caps[i]]))]
-        out.append({**_config(p), **rep, "max_qps": m, "max_qps_lo": max(m - half, 0.0), "max_qps_hi": m + half,
-                    "half_width_rel": half / m if m > 0 else 0.0, "replications": len(caps[i]),
-                    "requests_per_run": p.load.requests, "converged": bool(m == 0.0 or half <= spec.target * m),
-                    "stopped_below_best": stopped[i], "capacities": tuple(float(c) for c in caps[i]),
+        out.append({**_config(p), **rep, **interval_fields(caps[i], spec), "replications": len(caps[i]),
+                    "requests_per_run": p.load.requests, "stopped_below_best": stopped[i],
+                    "capacities": tuple(float(c) for c in caps[i]),
                     "evaluations": sum(r["evaluations"] for r in rows[i]),
                     "bracketed": all(r.get("bracketed", True) for r in rows[i]), **at_capacity(rows[i])})
     return out

@@ -329,6 +329,16 @@ def t_interval(x, confidence: float = CONFIDENCE) -> tuple[float, float]:
     return m, float(stats.t.ppf(0.5 + confidence / 2, n - 1) * s / math.sqrt(n))
 
 
+def interval_fields(caps: list[float], spec: "IntervalSpec") -> dict:
+    """The interval row of replicated capacities ``caps``: their mean, the Student-t interval widened above by the
+    search's resolution (each replication's capacity is the lower end of a bracket whose upper end is at most
+    ``rel_tol`` above it, so replications that bisect to the same bracket would otherwise give a zero-width
+    interval), its half-width relative to the mean and whether it converged (the t half-width within the target)."""
+    m, half = t_interval(caps)
+    return {"max_qps": m, "max_qps_lo": max(m - half, 0.0), "max_qps_hi": m * (1.0 + spec.rel_tol) + half,
+            "half_width_rel": half / m if m > 0 else 0.0, "converged": bool(m == 0.0 or half <= spec.target * m)}
+
+
 def capacity_interval(point: Point, spec: IntervalSpec | None = None) -> dict:
     """Replicate the capacity search (common random numbers: replication k = seed k everywhere) until
     the interval's half-width <= spec.target x mean, doubling the requests per simulation when
@@ -357,11 +367,9 @@ def capacity_interval(point: Point, spec: IntervalSpec | None = None) -> dict:
         m, half = t_interval(caps)
         if m == 0.0 or half <= spec.target * m:
             break
-    m, half = t_interval(caps)
+    m = float(np.mean(caps))
     rep = rows[int(np.argmin([abs(c - m) for c in caps]))]
-    return {**rep, "max_qps": m, "max_qps_lo": max(m - half, 0.0), "max_qps_hi": m + half,
-            "half_width_rel": half / m if m > 0 else 0.0, "replications": len(caps),
-            "requests_per_run": p_load.requests, "converged": bool(m == 0.0 or half <= spec.target * m),
+    return {**rep, **interval_fields(caps, spec), "replications": len(caps), "requests_per_run": p_load.requests,
             "capacities": tuple(float(c) for c in caps), "evaluations": evals,
             "bracketed": all(r.get("bracketed", True) for r in rows), **at_capacity(rows)}
 

@@ -31,3 +31,13 @@ def test_one_gpu_one_tp_keeps_bare_labels():
     df = df[(df.hardware == "h200")].reset_index(drop=True)
     rec = recommend(rank_configurations(df.drop(columns=["rank", "ties"])))
     assert rec["ties"] == [] and rec["tie_keys"] == set()
+
+
+def test_the_interval_keeps_the_search_resolution_when_replications_agree():
+    from simulator.capacity.search import IntervalSpec, interval_fields
+
+    spec = IntervalSpec(rel_tol=0.04)
+    f = interval_fields([6.0, 6.0, 6.0], spec)  # warm-started replications bisecting to the same lower bracket
+    assert f["max_qps_lo"] == 6.0 and f["max_qps_hi"] == 6.0 * 1.04 and f["converged"]
+    g = interval_fields([5.0, 6.0, 7.0], spec)
+    assert g["max_qps_lo"] < 6.0 < 6.0 * 1.04 < g["max_qps_hi"] and g["max_qps_hi"] - 6.0 * 1.04 == 6.0 - g["max_qps_lo"]
