@@ -86,5 +86,5 @@ def test_a100_weight_only_bursts_with_catalog_kinds():
     q = b[b.weight_dtype != "bf16"]
     assert len(q) >= 2 and set(q.weight_dtype) == {"fp8", "int4"}
     for r in q.itertuples():
-        t = qf.burst_duration(r.model, r.weight_dtype, r.requests, r.input_tokens, r.output_tokens)
+        t = qf.burst_duration(r.model, r.weight_dtype, r.requests, r.input_tokens, r.output_tokens, r.vllm)
         assert abs(t / r.duration_s - 1) < 0.10, (r.model, r.weight_dtype, t, r.duration_s)

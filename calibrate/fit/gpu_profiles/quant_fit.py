@@ -13,9 +13,10 @@ Two sources, one per family of kinds:
   mean). Held out by GPU: each GPU's quantised rows predicted from its own bf16 fit and the other GPUs' ratios.
 - **Weight-only (W8A16 FP8-Marlin, W4A16 AWQ-Marlin) on A100** -- GPUStack's ``vllm serve`` bursts of 1000 requests of
   Qwen3-14B / 32B in bf16, FP8 and AWQ on one A100 (vLLM 0.11; ``../shared/data/engine-measurements/
-  gpustack-performance-lab``). Each burst is predicted by the serving simulator (the catalog's A100 priors, vLLM's
-  A100 ``vllm serve`` defaults: max_num_seqs 256, max_num_batched_tokens 2048, gpu_memory_utilization 0.9; every
-  request at the burst's mean input / output length). The kind's compute ratio rc is fitted to the quantised bursts'
+  gpustack-performance-lab``). Each burst is predicted by the serving simulator (the catalog's A100 priors with the
+  host terms of the run's vLLM version, vLLM's A100 ``vllm serve`` defaults as the released-table importer takes them:
+  max_num_seqs 256, max_num_batched_tokens 2048, gpu_memory_utilization 0.9; every request at the burst's mean input /
+  output length). The kind's compute ratio rc is fitted to the quantised bursts'
   durations; rm = 1 and t_q = 0 stay priors (a burst is compute-bound: they are not identified).
   Held out by model (no second GPU has weight-only vLLM runs): rc fitted on one model predicts the other.
 """
@@ -30,6 +31,7 @@ import pandas as pd
 from scipy.optimize import least_squares, minimize_scalar
 
 from calibrate.fit.gpu_profiles.engine_data import ENGINE, SHARED
+from calibrate.fit.gpustack_import import DEFAULT_BATCHING, DEFAULT_GPU_MEMORY_UTILIZATION
 from simulator.catalog import get_hardware, hardware_catalog
 from simulator.catalog.hardware import data_labels
 from simulator.catalog.quant_gemm import GemmKind, gemm_kind
@@ -48,11 +50,7 @@ BEFORE_PEAK = {"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "bf16"}
 # GPUStack burst rows: suffix of the served checkpoint -> (weight dtype, kind on an A100)
 A100_SERVE = {"": "bf16", "-FP8": "fp8", "-AWQ": "int4"}
 BURST_MODELS = {"Qwen/Qwen3-14B": "qwen3-14b", "Qwen/Qwen3-32B": "qwen3-32b"}
-A100_MAX_NUM_SEQS, A100_MAX_BATCHED_TOKENS, GPU_MEMORY_UTILIZATION = 256, 2048, 0.9
-# Qwen3-14B's published config.json (Qwen/Qwen3-14B; not in the catalog: used here only, 14.8B parameters)
-QWEN3_14B = {"name": "qwen3-14b", "tokenizer": "qwen3", "hf_id": "Qwen/Qwen3-14B", "arch": "qwen3", "layers": 40,
-             "hidden": 5120, "heads": 40, "kv_heads": 8, "head_dim": 128, "intermediate": 17408, "vocab": 151936,
-             "tie_embeddings": False, "published_params": 14.8e9}
+
 
 
 # ---- kernel level: AIConfigurator GEMM tables ------------------------------------------------------------
@@ -186,13 +184,14 @@ def load_bursts(path: Path = GPUSTACK) -> pd.DataFrame:
     return pd.DataFrame(rows).drop_duplicates(["model", "weight_dtype"]).reset_index(drop=True)
 
 
-def burst_duration(model: str, weight_dtype: str, requests: int, input_tokens: int, output_tokens: int,
+def burst_duration(model: str, weight_dtype: str, requests: int, input_tokens: int, output_tokens: int, vllm: str,
                    kind: GemmKind | None = None) -> float:
-    """Predicted duration of a burst (every request at t = 0) on one A100 with vLLM's ``vllm serve`` defaults there;
-    ``kind``: the quantised kind's parameters to price it with (None: the catalog's)."""
+    """Predicted duration of a burst (every request at t = 0) on one A100 with vLLM's ``vllm serve`` defaults there
+    (those of the released-table importer) and the host terms of the run's vLLM version; ``kind``: the quantised
+    kind's parameters to price it with (None: the catalog's)."""
     from simulator.capacity.search import _scenario
     from simulator.catalog import get_model
-    from simulator.catalog.models import ModelSpec
+    from simulator.catalog.engine_hosts import ServingEngine
     from simulator.cost_model import Deployment
     from simulator.cost_profile import prior_profile
     from simulator.execution import Execution
@@ -202,18 +201,18 @@ def burst_duration(model: str, weight_dtype: str, requests: int, input_tokens: i
     from simulator.systems import SystemConfig
 
     hw = get_hardware("a100-80gb")
-    p = prior_profile(hw).params(hw)
-    spec = ModelSpec(**QWEN3_14B) if model == QWEN3_14B["name"] else get_model(model)
-    dep = Deployment(spec.with_dtypes(weight_dtype), hw, 1, p)
+    p = prior_profile(hw, serving_engine=ServingEngine(name="vllm", version=vllm)).params(hw)
+    dep = Deployment(get_model(model).with_dtypes(weight_dtype), hw, 1, p)
     if kind is not None:
         dep.__dict__["gemm"] = (gemm_kind(weight_dtype, hw)[0], kind)  # a candidate's parameters (cached property)
     small = Deployment(get_model("qwen3-0.6b"), hw, 1, p)  # no small-model traffic: the replica needs its engine
     plans = [RequestPlan([Call(BASE, input_tokens, 0, output_tokens)], output_tokens, output_tokens, 1, 0, "length")
              for _ in range(requests)]
     wl = _scenario(str(Path(__file__).resolve().parents[3] / "scenarios" / "modern-h100-h200-qwen3.yaml")).workload
-    ex = Execution(max_num_batched_tokens=A100_MAX_BATCHED_TOKENS, max_num_seqs=A100_MAX_NUM_SEQS)
+    batched_tokens, seqs = DEFAULT_BATCHING["a100-80gb"]
+    ex = Execution(max_num_batched_tokens=batched_tokens, max_num_seqs=seqs)
     res = simulate_serving(SystemConfig(system="vanilla-base"), {"base": dep, "small": small}, wl,
-                           ReplayArrivals(np.zeros(requests)), requests, 0, (0.0, GPU_MEMORY_UTILIZATION),
+                           ReplayArrivals(np.zeros(requests)), requests, 0, (0.0, DEFAULT_GPU_MEMORY_UTILIZATION),
                            plans=plans, execution=ex)
     return float(res.requests["done_at"].max())
 
@@ -232,7 +231,7 @@ def fit_weight_only(bursts: pd.DataFrame, rows: pd.DataFrame) -> float:
     batch is KV-capacity-bound at 14B and 32B alike, the quantised runs' is max_num_seqs-bound.)"""
 
     def loss(rc):
-        e = [np.log(burst_duration(r.model, r.weight_dtype, r.requests, r.input_tokens, r.output_tokens,
+        e = [np.log(burst_duration(r.model, r.weight_dtype, r.requests, r.input_tokens, r.output_tokens, r.vllm,
                                    _kind_with(rc, "")) / r.duration_s)
              for r in rows.itertuples()]
         return float(np.sum(np.square(e)))
@@ -240,9 +239,9 @@ def fit_weight_only(bursts: pd.DataFrame, rows: pd.DataFrame) -> float:
     return float(minimize_scalar(loss, bounds=(0.05, 1.0), method="bounded", options={"xatol": 1e-3}).x)
 
 
-def _shape(bursts: pd.DataFrame, model: str) -> tuple[int, int, int]:
+def _shape(bursts: pd.DataFrame, model: str) -> tuple[int, int, int, str]:
     r = bursts[(bursts.model == model) & (bursts.weight_dtype == "bf16")].iloc[0]
-    return int(r.requests), int(r.input_tokens), int(r.output_tokens)
+    return int(r.requests), int(r.input_tokens), int(r.output_tokens), str(r.vllm)
 
 
 def weight_only_fit(bursts: pd.DataFrame) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
@@ -256,7 +255,7 @@ def weight_only_fit(bursts: pd.DataFrame) -> tuple[dict, pd.DataFrame, pd.DataFr
         for r in rows.itertuples():
             others = rows[rows["model"] != r.model]
             rc = fit_weight_only(bursts, others) if len(others) else np.nan
-            shape = (r.requests, r.input_tokens, r.output_tokens)
+            shape = (r.requests, r.input_tokens, r.output_tokens, r.vllm)
             before = burst_duration(r.model, r.weight_dtype, *shape, kind=_kind_with(1.0, kind))
             after = burst_duration(r.model, r.weight_dtype, *shape, kind=_kind_with(rc, kind))
             pb = burst_duration(r.model, "bf16", *_shape(bursts, r.model))
