@@ -1,4 +1,4 @@
-"""The capacity search on a serving benchmark's workload (issue 37): the scenario's ``serving_workload`` or a
+"""The capacity search on a serving benchmark's workload: the scenario's ``serving_workload`` or a
 ``vllm bench serve`` line (``--bench-serve``) instead of the reasoning workload.
 
 A point carries the workload as JSON (``Point.serving``); its requests come from

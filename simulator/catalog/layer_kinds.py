@@ -1,4 +1,4 @@
-"""Layer kinds beyond the plain decoder layer (issue 38): the fields and per-layer quantities of ``ModelSpec``'s
+"""Layer kinds beyond the plain decoder layer: the fields and per-layer quantities of ``ModelSpec``'s
 interleaved MoE, chunked local attention, hybrid linear attention (Gated DeltaNet) and sparse attention (DeepSeek's
 lightning indexer + top-k). :class:`LayerKinds` is a base of :class:`~simulator.catalog.models.ModelSpec`; its methods
 read the shape fields ModelSpec declares (``layers``, ``hidden``, ``full_attention_every``, ...).
