@@ -17,19 +17,12 @@ import typer
 
 from simulator.errors import InputError
 from simulator.cli_show import show
-from simulator.option_values import GAMMA_MAX, gamma_list_option, int_list_option, threshold_list_option
+from simulator.option_values import (GAMMA_MAX, check_capacity_requests, check_requests, gamma_list_option,
+                                     int_list_option, rate_list, threshold_list_option, user_list)
 from simulator.report_table import COLUMNS_HELP
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="The simulator's commands: what-if grids, scenarios, capacity planning, reports.")
-
-
-def _check_requests(requests: int | None, lo: int) -> None:
-    """--requests within [lo, MAX_REQUESTS]: the bound a scenario's `requests` has (simulator.scenario)."""
-    from simulator.scenario import MAX_REQUESTS
-
-    if requests is not None and not lo <= requests <= MAX_REQUESTS:
-        raise InputError(None, "--requests", f"must lie in {lo}..{MAX_REQUESTS:,} (got {requests:,})")
 
 
 def _check_seed(seed: int | None) -> None:
@@ -75,7 +68,7 @@ def whatif(
         raise InputError(None, "--format", f"expected table, csv or json (got {fmt!r})")
     if engine is not None and engine not in ("analytic", "des"):
         raise InputError(None, "--engine", f"expected analytic or des (got {engine!r})")
-    _check_requests(requests, 2)
+    check_requests(requests, 2)
     _check_seed(seed)
     from simulator.report_table import check_columns, check_out, job, write_output
 
@@ -119,19 +112,6 @@ def list_cmd(what: str = typer.Argument(..., help="hardware | models | scenarios
 
 
 app.command()(show)
-
-
-def _float_list(text: str | None, field: str) -> list[float] | None:
-    """'0.5,1,2' -> positive floats; errors name the option."""
-    if text is None:
-        return None
-    try:
-        vals = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise InputError(None, field, f"expected positive numbers like 0.5,1,2 (got {text!r})") from None
-    if not vals or any(not (v > 0 and v < float("inf")) for v in vals):
-        raise InputError(None, field, f"expected positive numbers like 0.5,1,2 (got {text!r})")
-    return vals
 
 
 # Options shared by `capacity` and `report` (declared once).
@@ -233,13 +213,15 @@ def capacity(
     if gamma and gamma[0] == 0 and not best_gamma:
         raise InputError(None, "--gamma", f"must lie in 1..{GAMMA_MAX} (got 0): 0, plain decoding, is --best-gamma's "
                          "baseline only")
-    user_counts = [int(u) for u in _float_list(users, "--users")] if users else None
+    user_counts = user_list(users)
+    rates = rate_list(qps)
+    check_capacity_requests(requests)
     if best_gamma and not user_counts:
         raise InputError(None, "--best-gamma", "needs --users (the concurrency levels to compare gammas at)")
     what = "checking the SLO at the given load" if qps or users or arrivals_file else "searching each configuration's capacity"
     with job(f"capacity {scenario}: {what} (serving simulations on {workers or 'all'} local worker(s))") as j:
         df, meta = capacity_from_cli(
-            scenario, slo, qps=_float_list(qps, "--qps"), users=user_counts, systems=system,
+            scenario, slo, qps=rates, users=user_counts, systems=system,
             gammas=gamma, thresholds=threshold,
             arrival=arrival, cv=cv, requests=requests, seed=seed, gpu_hour_cost=gpu_hour_cost, target_qps=target_qps,
             workers=workers, ray_address=ray_address, arrivals_file=str(arrivals_file) if arrivals_file else None,
@@ -310,7 +292,7 @@ def report(
     for name, v in (("--gpu-hour-cost", gpu_hour_cost), ("--target-qps", target_qps)):
         if v is not None and not v > 0:
             raise InputError(None, name, f"must be a positive number (got {v})")
-    _check_requests(requests, 20)
+    check_capacity_requests(requests)
     _check_seed(seed)
     from simulator.report_table import job, wrote
 
@@ -475,7 +457,7 @@ def serve_workload(
 
     if fmt not in ("table", "json"):
         raise InputError(None, "--format", f"expected table or json (got {fmt!r})")
-    _check_requests(requests, 2)
+    check_requests(requests, 2)
     _check_seed(seed)
     out = serve_scenario(scenario, bench_serve, hardware, tp, requests, seed, prefix_caching)
     if fmt == "json":

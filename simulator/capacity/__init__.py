@@ -163,10 +163,9 @@ def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | No
     for name, v in (("--gpu-hour-cost", gpu_hour_cost), ("--target-qps", target_qps)):
         if v is not None and not (v > 0 and math.isfinite(v)):
             raise InputError(None, name, f"must be a positive number (got {v})")
-    from simulator.scenario import MAX_REQUESTS
+    from simulator.option_values import check_capacity_requests
 
-    if requests is not None and not 20 <= requests <= MAX_REQUESTS:
-        raise InputError(None, "--requests", f"must lie in 20..{MAX_REQUESTS:,} (got {requests:,}; percentiles need a few requests)")
+    check_capacity_requests(requests)
     from simulator.accuracy import parse_floor, scenario_accuracy
 
     floor = parse_floor(accuracy_floor, accuracy_margin)

@@ -366,7 +366,7 @@ def simulate_serving(cfg: SystemConfig, deps: dict[str, Deployment], workload: W
             raise ValueError("sessions run without an early stop")
         n_requests = sum(len(x) for x in sessions)
         counter = [0]
-        for _ in range(arrivals.users):
+        for _ in range(_user_processes(arrivals, len(sessions))):
             env.process(session_user(counter))
     elif sessions is not None:
         if stop is not None:
@@ -378,7 +378,7 @@ def simulate_serving(cfg: SystemConfig, deps: dict[str, Deployment], workload: W
             env.process(session(rids, float(t)))
     elif isinstance(arrivals, ClosedLoopUsers):
         counter = [0]
-        for _ in range(arrivals.users):
+        for _ in range(_user_processes(arrivals, n_requests)):
             env.process(user(counter, arrivals.think_time_s))
     else:
         times = arrivals.times(n_requests, arr_rng)
@@ -391,6 +391,15 @@ def simulate_serving(cfg: SystemConfig, deps: dict[str, Deployment], workload: W
     env.process(rep.gpu())
     env.run(until=rep.all_done)
     return _result(rep, arrivals, n_requests)
+
+
+def _user_processes(arrivals: ClosedLoopUsers, jobs: int) -> int:
+    """Closed-loop users worth simulating: at most one per request (or session) of the run -- a user beyond them never
+    sends one, so the results are those of ``arrivals.users`` users, and 10^8 users cost what ``jobs`` do."""
+    u = arrivals.users
+    if not (isinstance(u, (int, float, np.integer, np.floating)) and u >= 1 and float(u).is_integer()):
+        raise ValueError(f"closed-loop users must be an integer >= 1 (got {u!r})")
+    return int(min(u, jobs))
 
 
 def _itl_samples(rep: Replica) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
