@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simulator.capacity import (DEFAULT_REQUESTS, IntervalSpec, LoadSpec, Workers, capacity_points, default_slo,
-                                headline, requests_for, run_points, search_table, serving_setup)
+from simulator.capacity import (DEFAULT_REQUESTS, IntervalSpec, LoadSpec, Workers, capacity_points, config_key,
+                                default_slo, headline, requests_for, run_points, search_table, serving_setup)
 from simulator.errors import InputError
 from simulator.scenario import load_scenario
 from simulator.serving.slo import parse_slo
@@ -96,7 +96,12 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
         configs = check_systems(configs, bool(systems))
     if not configs:
         raise InputError(None, "--system", "no configuration left to search")
-    by_label = {p.cfg.label + f"|{p.hardware}|{p.tp}": p for p in capacity_points(rs, slo, load, configs, serving)}
+    # the points by the key of the rows they become (capacity.table.config_key), built and checked before the search
+    by_key = {}
+    for p in capacity_points(rs, slo, load, configs, serving):
+        if config_key(p) in by_key:
+            raise InputError(None, "--system", f"two configurations are both named {config_key(p)}")
+        by_key[config_key(p)] = p
     with Workers(workers, ray_address) as pool:  # one set of worker processes for both stages (their caches stay)
         # the same search as `specsim capacity` (simulator.capacity.search_table): configurations that cannot be
         # recommended (accuracy floor not met) are not searched and get no capacity figure
@@ -111,7 +116,7 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
         pts = []
         if len(best):
             rates = np.geomspace(0.1 * best.max_qps.min(), 1.3 * best.max_qps.max(), CURVE_POINTS)
-            pts = [replace(by_label[f"{r.label}|{r.hardware}|{r.tp}"], rate=float(q),
+            pts = [replace(by_key[config_key(r)], rate=float(q),
                            single_latency_s=float(r.single_request_latency_s))
                    for r in best.itertuples() for q in rates if q <= 1.4 * r.max_qps]
         curves = pd.DataFrame(run_points(pts, pool=pool, progress=progress and (
@@ -129,7 +134,7 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
         from simulator.capacity.search import _plans
         from simulator.serving.replica import simulate_serving
 
-        bp = by_label[f"{b.label}|{b.hardware}|{b.tp}"]
+        bp = by_key[config_key(b)]
         mf = rs.scenario.memory_fraction
         n, _ = requests_for(bp, float(b.max_qps))
         if serving is not None:
@@ -146,12 +151,19 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
             "recommended": None if rec["best"] is None else rec["best"].label, "recommended_ties": rec["ties"],
             "resolved_scenario": rs.to_dict(), "serving_workload": serving and json.loads(serving)}
     _atomic_write(out / "resolved.json", lambda p: Path(p).write_text(json.dumps(meta, indent=1, default=str)))
-    line = headline(cap, rec, slo.text, gpu_hour_cost)
+    line = headline(cap, rec, slo.text, gpu_hour_cost, target_qps)
     meta["headline"] = line
     md = _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario, rec, floor, acc_model, spec,
                    skipped, line, serving_note, bench_serve)
     _atomic_write(out / "report.md", lambda p: Path(p).write_text(md))
     return out / "report.md", line
+
+
+def _replicas(r, col: str) -> str:
+    """Replicas (or GPUs) for the target at the max rate, with the count at the interval's lower bound where it is
+    higher: ``3 (4)``."""
+    at, lo = getattr(r, col, np.nan), getattr(r, f"{col}_lo", np.nan)
+    return _fmt(at) + (f" ({_fmt(lo)})" if np.isfinite(at) and np.isfinite(lo) and lo != at else "")
 
 
 def _plot_curves(curves: pd.DataFrame, slo, path: str) -> None:
@@ -319,7 +331,10 @@ def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_ar
         if gpu_hour_cost:
             L.append(f"- Cost at capacity: **{b.cost_per_1000_requests:.3g} per 1000 requests** at {gpu_hour_cost:g} per {dev}-hour.")
         if target_qps:
-            L.append(f"- For {target_qps:g} requests/s: **{int(b.replicas)} replica(s) = {int(b.gpus)} {dev}(s)**.")
+            L.append(f"- For {target_qps:g} requests/s: **{int(b.replicas)} replica(s) = {int(b.gpus)} {dev}(s)**"
+                     + (f"; {int(b.replicas_lo)} = {int(b.gpus_lo)} {dev}(s) if the capacity is at its interval's lower "
+                        f"bound ({b.max_qps_lo:.3g} requests/s)" if b.get("replicas_lo", b.replicas) != b.replicas
+                        else "") + ".")
         if not b.converged:
             L.append(f"- The interval did not reach ±{spec.target:.0%} of the rate within {spec.max_reps} replications "
                      f"(half-width {b.half_width_rel:.0%}); raise `--requests` for a final plan.")
@@ -344,8 +359,10 @@ def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_ar
           f"replications: its rank cannot become 1 (converged: no: stopped). "
           f"Configurations that do not meet the accuracy floor (never recommended) are not searched. "
           f"Rank = 1 + the number of configurations whose per-{dev} capacity is higher with a paired 95% interval "
-          f"of the difference above {EQUIVALENCE:.0%} of the lower one; rank 1 beside the best = within the interval "
-          f"of the best (a tie). A configuration that sustains no load is not ranked.", "",
+          f"of the difference above {EQUIVALENCE:.0%} of the lower one. Standing: among the configurations that meet the "
+          f"accuracy floor, re-ranked alone, those of rank 1 beside the best are within the interval of the best (a "
+          f"tie; the Answer's list). A configuration that sustains no load is not ranked. Replicas for the target: at "
+          f"the max rate, and in brackets at the 95% interval's lower bound where that needs more.", "",
           "## Capacity, accuracy and cost per configuration", "",
           "| rank | configuration | hardware | TP | max req/s | 95% interval | converged | reps | standing | req/s per " + dev
           + " | accuracy [95%] | floor | p99 latency at max (s) | cost / 1000 req | replicas | " + dev + "s |",
@@ -355,8 +372,7 @@ def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_ar
                  f"{'yes' if r.converged else ('no: stopped, below the best' if getattr(r, 'stopped_below_best', False) else '**no**')}"
                  f" | {int(r.replications)} | {r.standing} | "
                  f"{_fmt(r.qps_per_gpu)} | {_acc(r)} | {r.accuracy_floor} | {_fmt(r.latency_p99_s)} | "
-                 f"{_fmt(getattr(r, 'cost_per_1000_requests', np.nan))} | {_fmt(getattr(r, 'replicas', np.nan))} | "
-                 f"{_fmt(getattr(r, 'gpus', np.nan))} |")
+                 f"{_fmt(getattr(r, 'cost_per_1000_requests', np.nan))} | {_replicas(r, 'replicas')} | {_replicas(r, 'gpus')} |")
     from simulator.accuracy import floor_status
 
     ex = [(c.label, *floor_status(acc_model, c, floor)) for c in skipped]

@@ -30,8 +30,8 @@ from simulator.capacity.search import (CONFIDENCE, DEFAULT_CI_TARGET, DEFAULT_MA
                                        point_latency, requests_for, search_capacity, single_request_latency,
                                        t_interval)
 from simulator.capacity.table import (DISPLAY, EQUIVALENCE, add_accuracy, capacity_table, config_key, headline,
-                                      paired_better, rank_configurations, recommend, render_capacity_table,
-                                      standing)
+                                      mark_recommendation, paired_better, rank_configurations, recommend,
+                                      render_capacity_table)
 from simulator.errors import InputError
 from simulator.scenario import ResolvedScenario, load_scenario
 from simulator.serving.slo import Slo, parse_slo
@@ -44,7 +44,7 @@ __all__ = [
     "Workers", "add_accuracy", "capacity_from_cli", "capacity_interval", "capacity_points", "capacity_table",
     "default_slo", "evaluate", "serving_setup", "headline", "interval_rounds", "load_scenario", "paired_better", "point_latency",
     "rank_configurations", "recommend", "render_capacity_table", "requests_for", "run_point", "run_points",
-    "search_capacity", "search_table", "single_request_latency", "standing", "t_interval",
+    "search_capacity", "search_table", "single_request_latency", "mark_recommendation", "t_interval", "config_key",
 ]
 
 def search_table(rs: ResolvedScenario, slo: Slo, load: LoadSpec, configs: list[SystemConfig], spec: "IntervalSpec",
@@ -67,24 +67,7 @@ def search_table(rs: ResolvedScenario, slo: Slo, load: LoadSpec, configs: list[S
     rows = (interval_rounds(points, spec, workers, ray_address, progress, stop_below_best, pool)
             if spec.max_request_doublings == 0 and points
             else run_points(points, workers, ray_address, progress, pool))
-    df = add_accuracy(capacity_table(rows, gpu_hour_cost, target_qps), acc_model, floor)
-    rec = recommend(df)
-    best = rec["best"]
-    picks = {config_key(best), *rec["tie_keys"]} if best is not None else set()
-    df["recommended"] = [config_key(r) in picks and r.accuracy_floor == "meets" and r.max_qps > 0 for r in df.itertuples()]
-    st = []
-    for r in df.itertuples():
-        if not r.max_qps > 0:
-            st.append("sustains no load")
-        elif r.accuracy_floor != "meets":
-            st.append(f"excluded: accuracy {r.accuracy_floor}")
-        elif best is not None and r.label == best.label and r.hardware == best.hardware and r.tp == best.tp:
-            st.append("best")
-        elif r.recommended:
-            st.append("within the interval of the best")
-        else:
-            st.append("below the best")
-    df["standing"] = st
+    df, rec = mark_recommendation(add_accuracy(capacity_table(rows, gpu_hour_cost, target_qps), acc_model, floor))
     return df, rec, skipped
 
 
@@ -203,5 +186,5 @@ def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | No
     meta["accuracy_floor"] = floor.describe()
     meta["recommended"] = None if rec["best"] is None else rec["best"].label
     meta["recommended_ties"] = rec["ties"]
-    meta["headline"] = headline(df, rec, slo.text, gpu_hour_cost)
+    meta["headline"] = headline(df, rec, slo.text, gpu_hour_cost, target_qps)
     return df, meta
