@@ -32,6 +32,14 @@ def _check_seed(seed: int | None) -> None:
 
 # Options shared by several commands (declared once).
 ForceOpt = Annotated[bool, typer.Option("--force", help="overwrite a file git tracks, or write into a non-empty --out folder")]
+# the grid's hardware and TP instead of the scenario's (whatif, capacity, report): _grid_overrides reads them
+HardwareOpt = Annotated[Optional[str], typer.Option("--hardware", help="run on this catalog hardware instead of the "
+                                                    "scenario's (specsim list hardware), e.g. h100-sxm or h100-sxm,h200")]
+
+
+def tp_option():
+    return int_list_option(None, "--tp", concept="tp", lo=1, hi=1024, help="tensor-parallel degrees instead of the "
+                           "scenario's", example="1,2")
 
 
 @app.command()
@@ -48,10 +56,8 @@ def whatif(
     fmt: str = typer.Option("table", "--format", help="table | csv | json"),
     out: Optional[Path] = typer.Option(None, help="write the results here (every column; CSV for table format)"),
     columns: Optional[str] = typer.Option(None, "--columns", help=COLUMNS_HELP),
-    hardware: Optional[str] = typer.Option(None, "--hardware", help="run on this catalog hardware instead of the "
-                                           "scenario's (specsim list hardware), e.g. h100-sxm or h100-sxm,h200"),
-    tp: Optional[list[int]] = int_list_option(None, "--tp", concept="tp", lo=1, hi=1024,
-                                              help="tensor-parallel degrees instead of the scenario's", example="1,2"),
+    hardware: HardwareOpt = None,
+    tp: Optional[list[int]] = tp_option(),
     force: ForceOpt = False,
 ):
     """Predict latency, speedup, small-step fraction, acceptance length and breakdown over the grid.
@@ -168,6 +174,8 @@ def capacity(
                                     "and the per-iteration goodput rule's gamma at that load's mean batch, and the "
                                     "same system run with gamma chosen per engine iteration by that rule (up to the "
                                     "largest --gamma); --gamma may include 0 (plain decoding)"),
+    hardware: HardwareOpt = None,
+    tp: Optional[list[int]] = tp_option(),
     force: ForceOpt = False,
 ):
     """Highest request rate one replica sustains under an SLO, per configuration; replicas and cost.
@@ -218,6 +226,7 @@ def capacity(
     check_capacity_requests(requests)
     if best_gamma and not user_counts:
         raise InputError(None, "--best-gamma", "needs --users (the concurrency levels to compare gammas at)")
+    grid = _grid_overrides(hardware, tp)
     what = "checking the SLO at the given load" if qps or users or arrivals_file else "searching each configuration's capacity"
     with job(f"capacity {scenario}: {what} (serving simulations on {workers or 'all'} local worker(s))") as j:
         df, meta = capacity_from_cli(
@@ -227,7 +236,8 @@ def capacity(
             workers=workers, ray_address=ray_address, arrivals_file=str(arrivals_file) if arrivals_file else None,
             interval=_interval(ci_target, max_replications), accuracy_floor=accuracy_floor, accuracy_margin=accuracy_margin,
             adaptive_gamma=best_gamma, gamma_policy=gamma_policy, progress=j.progress, stop_below_best=True,
-            bench_serve=bench_serve,
+            bench_serve=bench_serve, grid_overrides=grid, trim_grid=True,
+            announce=lambda note: typer.echo(f"note: {note}", err=True),
         )
     from simulator.report_table import render_best_gamma, render_capacity
 
@@ -237,12 +247,13 @@ def capacity(
 
         if not df["gamma"].notna().any():
             raise InputError(None, "--best-gamma", "no configuration with a draft (specdecode, specreason-decode) selected")
-        df = gamma_vs_concurrency(df[df["gamma"].notna()], load_scenario(scenario))
+        df = gamma_vs_concurrency(df[df["gamma"].notna()], load_scenario(scenario, grid))
         title = f"best gamma vs concurrency — {meta['scenario']}"
     else:
         title = f"capacity — {meta['scenario']} — SLO {meta['slo']}"
-        if meta.get("workload_note"):
-            title = f"note: {meta['workload_note']}\n{title}"
+        for key in ("workload_note", "grid_note"):
+            if meta.get(key):
+                title = f"note: {meta[key]}\n{title}"
     if fmt == "table" and best_gamma:
         render_best_gamma(df, title)
     elif fmt == "table":
@@ -275,6 +286,8 @@ def report(
     ci_target: CiTargetOpt = None,
     max_replications: MaxReplicationsOpt = None,
     bench_serve: BenchServeOpt = None,
+    hardware: HardwareOpt = None,
+    tp: Optional[list[int]] = tp_option(),
     force: ForceOpt = False,
 ):
     """Capacity-planning report (markdown + PNGs): latency vs load, SLO frontier, cost, assumptions.
@@ -306,7 +319,9 @@ def report(
         path, line = build_report(scenario, out, slo, requests, seed, gpu_hour_cost, target_qps, workers, ray_address,
                                   accuracy_floor=accuracy_floor, accuracy_margin=accuracy_margin,
                                   interval=_interval(ci_target, max_replications), systems=system,
-                                  gammas=gamma, thresholds=threshold, progress=j.progress, bench_serve=bench_serve)
+                                  gammas=gamma, thresholds=threshold, progress=j.progress, bench_serve=bench_serve,
+                                  grid_overrides=_grid_overrides(hardware, tp),
+                                  announce=lambda note: typer.echo(f"note: {note}", err=True))
     print(line)
     wrote(path, f"markdown; PNGs and CSVs beside it in {out}")
 

@@ -33,6 +33,7 @@ from simulator.capacity.table import (DISPLAY, EQUIVALENCE, add_accuracy, capaci
                                       mark_recommendation, paired_better, rank_configurations, recommend,
                                       render_capacity_table)
 from simulator.errors import InputError
+from simulator.option_values import int_list_text
 from simulator.scenario import ResolvedScenario, load_scenario
 from simulator.serving.slo import Slo, parse_slo
 from simulator.systems import SystemConfig
@@ -42,7 +43,7 @@ __all__ = [
     "DEFAULT_REQUEST_DOUBLINGS", "DEFAULT_REQUESTS", "DEFAULT_SLO_FACTOR", "DISPLAY", "EQUIVALENCE",
     "HORIZON_LATENCIES", "MAX_DOUBLINGS", "MAX_REQUEST_FACTOR", "WARM_STEP", "IntervalSpec", "LoadSpec", "Point",
     "Workers", "add_accuracy", "capacity_from_cli", "capacity_interval", "capacity_points", "capacity_table",
-    "default_slo", "evaluate", "serving_setup", "headline", "interval_rounds", "load_scenario", "paired_better", "point_latency",
+    "default_slo", "search_grid", "DEFAULT_GRID_MAX", "evaluate", "serving_setup", "headline", "interval_rounds", "load_scenario", "paired_better", "point_latency",
     "rank_configurations", "recommend", "render_capacity_table", "requests_for", "run_point", "run_points",
     "search_capacity", "search_table", "single_request_latency", "mark_recommendation", "t_interval", "config_key",
 ]
@@ -74,8 +75,38 @@ def search_table(rs: ResolvedScenario, slo: Slo, load: LoadSpec, configs: list[S
 def capacity_points(rs: ResolvedScenario, slo: Slo, load: LoadSpec, configs: list[SystemConfig] | None = None,
                     serving: str | None = None) -> list[Point]:
     configs = configs if configs is not None else rs.system_configs()
-    return [Point(str(rs.path), hw, tp, cfg, load, slo.text, serving=serving)
+    return [Point(str(rs.path), hw, tp, cfg, load, slo.text, serving=serving, grid=rs.overrides)
             for hw in rs.hardware_names for tp in rs.tps for cfg in configs]
+
+
+DEFAULT_GRID_MAX = 12  # configurations (x hardware x TP) a search runs when the grid's knobs are not named
+
+
+def search_grid(rs: ResolvedScenario, systems: list[str] | None = None, gammas: list[int] | None = None,
+                thresholds: list[int] | None = None, trim: bool = True) -> tuple[list[SystemConfig], str | None]:
+    """The configurations a capacity search (``specsim capacity``, ``specsim report``) runs, and the note saying what
+    was trimmed (None: nothing). The scenario's grid crossed with --system / --gamma / --threshold
+    (``rs.system_configs``); with ``trim``, a grid of more than DEFAULT_GRID_MAX searches (x hardware x TP) keeps
+    only the middle value of each knob the command line did not name (gamma 5 of 1..8, threshold 7 of 3,5,7,9): a
+    SpecReason search takes minutes of CPU per configuration, so the reference scenario's full grid (46
+    configurations) took hours. Naming the knobs (--gamma / --threshold) searches them all."""
+    configs = rs.system_configs(systems, gammas, thresholds)
+    cells = len(rs.hardware_names) * len(rs.tps)
+    if not trim or len(configs) * cells <= DEFAULT_GRID_MAX:
+        return configs, None
+    g, t = rs.scenario.grid.gamma, rs.scenario.grid.threshold
+    keep_g = gammas or [g[len(g) // 2]]
+    keep_t = thresholds or [t[len(t) // 2]]
+    trimmed = rs.system_configs(systems, keep_g, keep_t)
+    if len(trimmed) == len(configs):
+        return configs, None
+    knobs = [(name, full, keep) for name, full, keep, named in (("gamma", g, keep_g, gammas),
+                                                                ("threshold", t, keep_t, thresholds))
+             if not named and any(getattr(c, name) is not None for c in configs)]
+    what = ", ".join(f"{name} {keep[0]} of {int_list_text(full)}" for name, full, keep in knobs)
+    full = " ".join(f"--{name} {int_list_text(full)}" for name, full, _ in knobs)
+    return trimmed, (f"default grid trimmed to {len(trimmed) * cells} of {len(configs) * cells} searches ({what}: "
+                     f"the middle values) to keep the search to minutes; the full grid: {full}")
 
 
 def default_slo(rs: ResolvedScenario, serving: str | None = None) -> str:
@@ -118,7 +149,9 @@ def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | No
                       arrivals_file: str | None = None, interval: IntervalSpec | None = None,
                       accuracy_floor: str | None = None, accuracy_margin: float | None = None,
                       adaptive_gamma: bool = False, gamma_policy: str = "fixed", progress=None,
-                      stop_below_best: bool = False, bench_serve: str | None = None) -> tuple[pd.DataFrame, dict]:
+                      stop_below_best: bool = False, bench_serve: str | None = None,
+                      grid_overrides: dict | None = None, trim_grid: bool = False,
+                      announce=None) -> tuple[pd.DataFrame, dict]:
     """Resolve, validate, run. With --qps/--users/--arrivals-file: the SLO check at those loads;
     else the capacity search. ``adaptive_gamma``: each drafting configuration at the grid's largest γ also
     runs with γ chosen per engine iteration (``gamma_policy="goodput"``, up to that γ); ``gamma_policy``
@@ -127,12 +160,15 @@ def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | No
     more replications (:func:`interval_rounds`); False (the default for library callers such as
     validate-capacity) gives every configuration its own interval to the target. ``bench_serve``: a ``vllm bench
     serve`` line whose workload (its shape; the search sets the rate) replaces the scenario's (its
-    ``serving_workload`` is used when set): :mod:`simulator.capacity.bench`."""
+    ``serving_workload`` is used when set): :mod:`simulator.capacity.bench`. ``grid_overrides``: the grid's hardware
+    / TP instead of the scenario's (--hardware / --tp, as ``whatif``); the workers load the same (``Point.grid``).
+    ``trim_grid`` (the command: True): a search over a large default grid is trimmed (:func:`search_grid`), and
+    ``announce(note)`` is told so before it starts (the note is also in the result's meta, ``grid_note``)."""
     from simulator.serving.arrivals import load_arrival_times
 
-    from simulator.systems import SYSTEMS, expand_systems
+    from simulator.systems import SYSTEMS
 
-    rs = load_scenario(scenario)
+    rs = load_scenario(scenario, grid_overrides)
     sc = rs.scenario
     for s in systems or []:
         if s not in SYSTEMS:
@@ -153,7 +189,10 @@ def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | No
 
     floor = parse_floor(accuracy_floor, accuracy_margin)
     acc_model = scenario_accuracy(rs)
-    configs = expand_systems(systems or sc.systems, gammas or sc.grid.gamma, thresholds or sc.grid.threshold, sc.grid.first_n)
+    searching = not (qps or users or arrivals_file)
+    configs, grid_note = search_grid(rs, systems, gammas, thresholds, trim=trim_grid and searching)
+    if grid_note and announce:
+        announce(grid_note)
     if gamma_policy != "fixed":
         configs = [SystemConfig(**{**c.model_dump(), "gamma_policy": gamma_policy}) if c.gamma else c for c in configs]
     if adaptive_gamma:
@@ -167,6 +206,8 @@ def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | No
     points = [replace(p, interval=interval or IntervalSpec()) for p in capacity_points(rs, slo, load, configs, serving)]
     meta = {"scenario": str(rs.path), "slo": slo.text, "arrivals": arrival if arrival == "poisson" else f"bursty cv={cv}",
             "requests_per_point": load.requests, "seed": load.seed}
+    if grid_note:
+        meta["grid_note"] = grid_note
     if serving_note:
         meta["workload_note"] = serving_note
         meta["serving_workload"] = serving
