@@ -21,8 +21,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.capacity import (DEFAULT_REQUESTS, IntervalSpec, LoadSpec, Workers, capacity_points, config_key,
-                                default_slo, headline, requests_for, run_points, search_grid, search_table,
-                                serving_setup)
+                                default_slo, headline, requests_for, run_points, search_table, serving_setup)
 from simulator.errors import InputError
 from simulator.scenario import load_scenario
 from simulator.serving.slo import parse_slo
@@ -73,16 +72,15 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
                  workers: int | None = None, ray_address: str | None = None, accuracy_floor: str | None = None,
                  accuracy_margin: float | None = None, interval: IntervalSpec | None = None,
                  systems: list[str] | None = None, gammas: list[int] | None = None, thresholds: list[int] | None = None,
-                 progress=None, bench_serve: str | None = None, grid_overrides: dict | None = None,
-                 announce=None) -> tuple[Path, str]:
+                 progress=None, bench_serve: str | None = None, grid_overrides: dict | None = None) -> tuple[Path, str]:
     """Accuracy first, then capacity: configurations that meet the accuracy floor get the replicated
     capacity search of ``specsim capacity`` (the same function, seeds and run length: the same figures);
     the others (fail / unknown: never recommended) are listed with their accuracy and get no capacity
     figure (``--accuracy-floor none`` searches every configuration). Then the load curves; write
     report.md, PNGs, CSVs. Returns (report.md, the headline: best configuration and why). ``bench_serve`` (or the
     scenario's ``serving_workload``): that serving workload's requests everywhere, searches and curves alike
-    (``simulator.capacity.bench``). A large default grid is trimmed (``capacity.search_grid``; ``announce(note)`` and
-    the report say what was trimmed)."""
+    (``simulator.capacity.bench``). The grid is never trimmed (``capacity.search_grid``): the report searches only
+    the configurations that meet the accuracy floor."""
     from simulator.accuracy import floor_status, parse_floor, scenario_accuracy
 
     rs = load_scenario(scenario, grid_overrides)
@@ -92,9 +90,7 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
     acc_model = scenario_accuracy(rs)
     load = LoadSpec(requests=requests or DEFAULT_REQUESTS, seed=rs.scenario.seed if seed is None else seed)
     spec = interval or IntervalSpec()
-    configs, grid_note = search_grid(rs, systems, gammas, thresholds)
-    if grid_note and announce:
-        announce(grid_note)
+    configs = rs.system_configs(systems, gammas, thresholds)  # never trimmed: only the eligible ones are searched
     if serving is not None:
         from simulator.capacity.bench import check_systems
 
@@ -154,12 +150,12 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
     meta = {"scenario": str(rs.path), "slo": slo.text, "requests_per_point": load.requests, "seed": load.seed,
             "gpu_hour_cost": gpu_hour_cost, "target_qps": target_qps, "accuracy_floor": floor.describe(),
             "recommended": None if rec["best"] is None else rec["best"].label, "recommended_ties": rec["ties"],
-            "grid_note": grid_note, "resolved_scenario": rs.to_dict(), "serving_workload": serving and json.loads(serving)}
+            "resolved_scenario": rs.to_dict(), "serving_workload": serving and json.loads(serving)}
     _atomic_write(out / "resolved.json", lambda p: Path(p).write_text(json.dumps(meta, indent=1, default=str)))
     line = headline(cap, rec, slo.text, gpu_hour_cost, target_qps)
     meta["headline"] = line
     md = _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario, rec, floor, acc_model, spec,
-                   skipped, line, serving_note, bench_serve, grid_note)
+                   skipped, line, serving_note, bench_serve)
     _atomic_write(out / "report.md", lambda p: Path(p).write_text(md))
     return out / "report.md", line
 
@@ -314,8 +310,7 @@ def _acc(r) -> str:
 
 
 def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_arg, rec, floor, acc_model, spec,
-              skipped=(), line: str = "", serving_note: str | None = None, bench_serve: str | None = None,
-              grid_note: str | None = None) -> str:
+              skipped=(), line: str = "", serving_note: str | None = None, bench_serve: str | None = None) -> str:
     from simulator.capacity import EQUIVALENCE
 
     sc, w = rs.scenario, rs.workload
@@ -324,8 +319,6 @@ def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_ar
     L = [f"# Capacity plan: {sc.name}", "", f"**{line}**", ""]
     if serving_note or rs.workload_note():
         L += [f"> Note: {serving_note or rs.workload_note()}", ""]
-    if grid_note:
-        L += [f"> Note: {grid_note}.", ""]
     L += [
          f"_{sc.description}_  ", f"Generated {_dt.datetime.now().isoformat(timespec='seconds')} by `specsim report`.", "",
          "## Answer", "", f"Accuracy floor: {floor.describe()}.", ""]

@@ -320,8 +320,7 @@ def report(
                                   accuracy_floor=accuracy_floor, accuracy_margin=accuracy_margin,
                                   interval=_interval(ci_target, max_replications), systems=system,
                                   gammas=gamma, thresholds=threshold, progress=j.progress, bench_serve=bench_serve,
-                                  grid_overrides=_grid_overrides(hardware, tp),
-                                  announce=lambda note: typer.echo(f"note: {note}", err=True))
+                                  grid_overrides=_grid_overrides(hardware, tp))
     print(line)
     wrote(path, f"markdown; PNGs and CSVs beside it in {out}")
 

@@ -84,8 +84,8 @@ DEFAULT_GRID_MAX = 12  # configurations (x hardware x TP) a search runs when the
 
 def search_grid(rs: ResolvedScenario, systems: list[str] | None = None, gammas: list[int] | None = None,
                 thresholds: list[int] | None = None, trim: bool = True) -> tuple[list[SystemConfig], str | None]:
-    """The configurations a capacity search (``specsim capacity``, ``specsim report``) runs, and the note saying what
-    was trimmed (None: nothing). The scenario's grid crossed with --system / --gamma / --threshold
+    """The configurations ``specsim capacity`` searches, and the note saying what was trimmed (None: nothing); ``specsim
+    report`` (``trim=False``) searches only the configurations that meet the accuracy floor, a few of them. The scenario's grid crossed with --system / --gamma / --threshold
     (``rs.system_configs``); with ``trim``, a grid of more than DEFAULT_GRID_MAX searches (x hardware x TP) keeps
     only the middle value of each knob the command line did not name (gamma 5 of 1..8, threshold 7 of 3,5,7,9): a
     SpecReason search takes minutes of CPU per configuration, so the reference scenario's full grid (46
