@@ -28,15 +28,16 @@ class Terminated(KeyboardInterrupt):
 
 
 _SIGNALS: list[int] = []  # the interrupts main() received (typer turns them into a silent exit code 130)
+_SAID: list[bool] = []  # the interrupt's line was printed (once per main())
 
 
 def _interrupted(e: BaseException | None = None) -> int:
     """The one line (printed once) and exit code of an interrupt: 130 for Ctrl-C (SIGINT), 143 for SIGTERM."""
     term = isinstance(e, Terminated) or (e is None and signal.SIGTERM in _SIGNALS)
-    if not _SIGNALS or _SIGNALS[-1] != -1:
+    if not _SAID:
         print(f"{'terminated (SIGTERM)' if term else 'interrupted (Ctrl-C)'}: stopped; no partial file written",
               file=sys.stderr, flush=True)
-        _SIGNALS.append(-1)  # said
+        _SAID.append(True)
     return 128 + (signal.SIGTERM if term else signal.SIGINT)
 
 
@@ -305,6 +306,10 @@ def interrupts() -> dict:
         _SIGNALS.append(signum)
         raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        return {}
     return {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
 
 
@@ -321,21 +326,21 @@ def stop_children() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point (:func:`run_app` over the whole ``specsim`` command tree). Ctrl-C or SIGTERM, at any
     point (registering the groups' imports included): every worker process stopped, one line, exit 130 / 143."""
-    del _SIGNALS[:]
+    del _SIGNALS[:], _SAID[:]
     previous = interrupts()
     try:
         argv = quiet_engines(argv)
         _hide_flag_types()
         ensure_registered()
         rc = run_app(app, argv, "specsim")
-        if _SIGNALS:
+        if _SIGNALS or _SAID:
             rc = _interrupted()
     except KeyboardInterrupt as e:
         rc = _interrupted(e)
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
-    if _SIGNALS:
+    if _SIGNALS or _SAID:
         try:
             stop_children()
         except KeyboardInterrupt:  # a second Ctrl-C while stopping: stop harder, say nothing more

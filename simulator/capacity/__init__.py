@@ -106,7 +106,7 @@ def search_grid(rs: ResolvedScenario, systems: list[str] | None = None, gammas: 
     what = ", ".join(f"{name} {keep[0]} of {int_list_text(full)}" for name, full, keep in knobs)
     full = " ".join(f"--{name} {int_list_text(full)}" for name, full, _ in knobs)
     return trimmed, (f"default grid trimmed to {len(trimmed) * cells} of {len(configs) * cells} searches ({what}: "
-                     f"the middle values) to keep the search to minutes; the full grid: {full}")
+                     f"the middle values; a SpecReason search takes minutes of CPU); the full grid: {full}")
 
 
 def default_slo(rs: ResolvedScenario, serving: str | None = None) -> str:

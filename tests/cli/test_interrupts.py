@@ -47,7 +47,7 @@ def _alive(pid: int) -> bool:
 def _start(out: Path) -> subprocess.Popen:
     # the CPU scenario's 20 SpecReason configurations: a search of minutes, so the workers are busy at the signal
     cmd = [sys.executable, "-m", "specsim_cli", "capacity", "cpu-smollm2", "--system", "specreason", "--system",
-           "specreason-decode", "--workers", "2", "--out", str(out)]
+           "specreason-decode", "--gamma", "1,2,4,6", "--threshold", "3,5,7,9", "--workers", "2", "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)

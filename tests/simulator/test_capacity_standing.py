@@ -17,10 +17,13 @@ from simulator.capacity.table import capacity_table, config_key, config_names, h
 
 
 def _rows(caps: list[tuple[float, ...]], tps: list[int]) -> list[dict]:
-    return [{"label": f"c{i}", "system": "vanilla-base", "gamma": None, "threshold": None, "first_n": 0,
-             "hardware": "h100-sxm", "tp": tp, "capacities": c, "max_qps": float(np.mean(c)),
-             "max_qps_lo": float(min(c)), "max_qps_hi": float(max(c)), "converged": True, "replications": len(c)}
-            for i, (c, tp) in enumerate(zip(caps, tps))]
+    out = []
+    for i, (c, tp) in enumerate(zip(caps, tps)):
+        m = float(np.mean(c))  # the interval holds the mean (np.mean of equal values can round below them)
+        out.append({"label": f"c{i}", "system": "vanilla-base", "gamma": None, "threshold": None, "first_n": 0,
+                    "hardware": "h100-sxm", "tp": tp, "capacities": c, "max_qps": m, "max_qps_lo": min(min(c), m),
+                    "max_qps_hi": max(max(c), m), "converged": True, "replications": len(c)})
+    return out
 
 
 def _with_accuracy(df: pd.DataFrame, verdicts: list[str]) -> pd.DataFrame:
