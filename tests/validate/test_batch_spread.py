@@ -167,3 +167,30 @@ def test_cli_batch_spread_bad_file_exits_2_one_line(tmp_path):
     assert r.returncode == 2, r.stderr
     assert "agg.json" in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) <= 2
     assert not (tmp_path / "rep" / "report.md").exists()
+
+
+@needs_data
+def test_leave_one_batch_out_on_the_shared_traces():
+    """batches:0-3/4-7: two folds, disjoint, covering every run; per fold the new-batch interval of every request
+    is wider than the old one (same fold, same profile) and covers at least as many runs."""
+    from calibrate.fit.measured import load_measured
+    from validate.batch import from_aggregates
+    from validate.holdout import fold_test_set
+    from validate.replay import replay
+    from validate.validation import run_validation
+
+    res = run_validation([str(TRACES)], str(PROFILE), "batches:0-3/4-7", distribution=False, n_boot=300,
+                         between_batch=str(AGG))
+    ms = load_measured([str(TRACES)])
+    assert len(res.folds) == 2 and sorted(sum((f.test_runs for f in res.folds), [])) == sorted(ms.run_keys)
+    inside = {"old": 0, "new": 0}
+    for fold in res.folds:
+        assert not set(fold.test_runs) & set(fold.fit_runs)
+        test = fold_test_set(ms, fold)
+        old, _ = replay(test, fold.profile, res.setup, n_boot=300)
+        new, _ = replay(test, fold.profile, res.setup, n_boot=300, batch=from_aggregates(AGG, fold.profile, res.setup))
+        assert ((new["pi_high_s"] - new["pi_low_s"]) > (old["pi_high_s"] - old["pi_low_s"])).all()
+        for k, d in (("old", old), ("new", new)):
+            inside[k] += int(((d["measured_s"] >= d["pi_low_s"]) & (d["measured_s"] <= d["pi_high_s"])).sum())
+    assert inside["new"] >= inside["old"]
+    assert any("new batch" in n for n in res.notes) and "new batch" in res.interval_statement
