@@ -206,3 +206,96 @@ def lobo_report(aggregates: str, profile_path: str, level: float = 0.90) -> str:
                       f"leave one batch out (each problem held out, every other as the fit batch; {100 * level:g}% "
                       "interval of the held-out batch's factor; half-width as a factor - 1):",
                       t.to_string(**fmt)])
+
+
+# ---- a batch we hold only as aggregates: the runs of a problem that the per-step traces do not hold --------------
+AVG_KEYS = ("total_steps", "rejected_steps", "small_tokens_accepted", "small_tokens_rejected", "base_tokens",
+            "total_tokens", "small_model_time_s", "eval_time_s", "base_model_time_s", "total_time_s")
+
+
+def unseen_runs(aggregates: dict, trace) -> tuple[str, dict, dict, int] | None:
+    """(problem, the mean of the per-step runs, the mean of that problem's *other* runs, how many) where the traces'
+    runs are some of one aggregates problem's completed runs: others = (n · the n-run mean − the traces' sum) / (n − m).
+    None when the traces span several problems, the problem is not in the aggregates, it had failed runs, or the
+    traces hold all its runs. A negative derived value (the source counts differently) is an InputError."""
+    from validate.drift import trace_aggregates
+
+    pids = set(map(str, trace.steps["problem_id"].unique()))
+    if len(pids) != 1:
+        return None
+    pid = pids.pop()
+    entry = aggregates.get("per_problem", {}).get(pid)
+    if not entry or entry.get("error_runs") or not entry.get("completed_runs"):
+        return None
+    n, runs = int(entry["completed_runs"]), trace_aggregates(trace)["per_problem"]
+    total = dict(zip(trace.requests["run_id"].astype(str), trace.requests["total_s"].astype(float)))
+    m = len(runs)
+    if m >= n:
+        return None
+    known = {k: float(np.mean([r["averages"][k] if k != "total_time_s" else total[r["run"]] for r in runs.values()]))
+             for k in AVG_KEYS}
+    other = {k: (n * float(entry["averages"][k]) - m * known[k]) / (n - m) for k in AVG_KEYS}
+    bad = [k for k, v in other.items() if not v >= 0]
+    if bad:
+        raise InputError(None, "per_problem", f"problem {pid}: the runs the traces do not hold come out negative in "
+                                              f"{', '.join(bad)}: the aggregates count differently from the traces")
+    return pid, known, other, n - m
+
+
+def unseen_batch_check(aggregates: str, traces: str, profile_path: str, level: float = 0.90, n_boot: int = 4000) -> str:
+    """The problem's other runs (``unseen_runs``) as a held-out batch, the traces' runs as the fit batch: per call kind
+    the held-out mean run's speed factor relative to the fit runs' mean, and its end-to-end time against the interval
+    of one run of a new batch around the held-out workload at the fit batch's speed (old: run-to-run spread of the
+    profile's fit runs, centred; new: plus the between-batch spread of the aggregates' *other* problems). A batch
+    mean inside a run's interval is the weakest check: a run of that batch strays further."""
+    import dataclasses
+
+    from calibrate.fit.fit_cost import load_profile
+    from calibrate.fit.import_specreason import import_specreason
+    from validate.drift import aggregate_speed_factors, trace_aggregates
+    from validate.replay import CallNoise, noise_model, request_totals, setup_from_profile, t_predictive
+
+    data, trace = read_aggregates(aggregates), import_specreason(traces)
+    got = unseen_runs(data, trace)
+    if got is None:
+        return "no held-out batch: the traces are not some of the completed runs of one problem of the aggregates"
+    pid, known, other, n_other = got
+    profile = load_profile(profile_path)
+    setup = setup_from_profile(profile)
+    fit, out = (aggregate_speed_factors({"per_problem": {pid: {"averages": a}}}, profile, setup).set_index("op")
+                for a in (known, other))
+    calls = ("small_model_time_s", "eval_time_s", "base_model_time_s")
+    e2e_fit = known["total_time_s"] / sum(known[k] for k in calls)
+    ops, secs = [], []
+    for op, r in out.iterrows():  # the held-out mean run's calls at the fit batch's speed
+        n = max(1, int(round(r["calls"])))
+        ops += [op] * n
+        secs += [float(r["predicted_s"] * fit.loc[op, "factor"]) / n] * n
+    ops, secs = np.array(ops), np.array(secs)
+    point = float(secs.sum() * e2e_fit)
+    noise = {op: CallNoise(dataclasses.replace(nm.offset, loc=0.0), nm.within_quantiles)
+             for op, nm in noise_model(profile)[0].items()}
+    per_run = {r["run"]: r["averages"] for r in trace_aggregates(trace)["per_problem"].values()}
+    tot_s = dict(zip(trace.requests["run_id"].astype(str), trace.requests["total_s"].astype(float)))
+    e2e_run = t_predictive([np.log(tot_s[k] / sum(v[c] for c in calls)) for k, v in per_run.items()])
+    batch = from_aggregates(data, profile, setup, exclude=[pid], source=aggregates)
+    a, rows = (1 - level) / 2, []
+    for label, b in (("old", None), ("new", batch)):
+        bd = b.draws(sorted(set(ops)) + ["e2e"], (1, n_boot), np.random.default_rng(2)) if b is not None else {}
+        rng = np.random.default_rng(1)
+        tot = request_totals(secs, np.zeros(len(secs), dtype=int), ops, 1, noise, n_boot, rng, bd)[0]
+        tot = tot * e2e_fit * np.exp(e2e_run.draw(rng, n_boot) - e2e_run.loc + (bd["e2e"][0] if "e2e" in bd else 0.0))
+        lo, hi = np.quantile(tot, [a, 1 - a])
+        rows.append({"interval": label, "low_s": lo, "high_s": hi, "width": (hi - lo) / point,
+                     "measured_s": other["total_time_s"], "inside": bool(lo <= other["total_time_s"] <= hi)})
+    rel = out["factor"] / fit["factor"]
+    fmt = {"float_format": lambda v: f"{v:.3f}", "index": False}
+    m = len(trace.requests)
+    return "\n".join([
+        f"held-out batch: the {n_other} runs of problem {pid} the traces do not hold, as their mean run (({n_other + m} x "
+        f"the aggregates' mean - the traces' {m} runs) / {n_other}); fit batch: the traces' {m} runs",
+        "speed factor of the held-out mean run relative to the fit runs' mean, per kind: "
+        + ", ".join(f"{op} {v:.3f}" for op, v in rel.items()),
+        f"end-to-end of the held-out mean run: {other['total_time_s']:.1f} s measured, {point:.1f} s for its workload at "
+        f"the fit batch's speed; {100 * level:g}% interval of one run of a new batch:",
+        pd.DataFrame(rows).to_string(**fmt)])

@@ -127,7 +127,8 @@ def validate_drift(
     traces: Optional[Path] = typer.Option(None, help="per-step traces of some of the runs: measure the aggregate "
                                                      "method's error on them first"),
     lobo: bool = typer.Option(False, "--lobo", help="also the between-batch spread and the leave-one-batch-out "
-                                                    "coverage over the aggregates' problems (validate.batch)"),
+                                                    "coverage over the aggregates' problems; with --traces, the traced "
+                                                    "problem's other runs as a held-out batch (validate.batch)"),
 ):
     """Drift of runs seen only as aggregates: speed factors against a profile's fit range, and what would explain them.
 
@@ -140,6 +141,10 @@ def validate_drift(
         from validate.batch import lobo_report
 
         print("\n" + lobo_report(str(aggregates), str(profile)))
+        if traces:
+            from validate.batch import unseen_batch_check
+
+            print("\n" + unseen_batch_check(str(aggregates), str(traces), str(profile)))
 
 
 def validate_cpu(

@@ -197,7 +197,7 @@ def interval_statement(fit_batches: set[str], between_batch: str | None = None) 
         return ("The fit runs form one batch (one machine and period): the spread between batches or machines "
                 "cannot be estimated from them, so the 90% intervals are conditional on the same machine and load "
                 "as the fit runs. Runs flagged for drift are outside that condition; their coverage is reported "
-                "separately (--between-batch gives intervals for a new batch).")
+                "separately (--batch-spread gives intervals for a new batch).")
     return (f"The fit runs come from {len(fit_batches)} batches; the interval model pools their run offsets "
             "without a separate between-batch term (not yet hierarchical), so intervals for a new machine may "
             "still be too narrow.")

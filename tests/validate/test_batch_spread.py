@@ -194,3 +194,26 @@ def test_leave_one_batch_out_on_the_shared_traces():
             inside[k] += int(((d["measured_s"] >= d["pi_low_s"]) & (d["measured_s"] <= d["pi_high_s"])).sum())
     assert inside["new"] >= inside["old"]
     assert any("new batch" in n for n in res.notes) and "new batch" in res.interval_statement
+
+
+@needs_data
+def test_unseen_runs_of_the_traced_problem_recombine_to_its_aggregate():
+    """The traced problem's other runs, derived from its n-run aggregate, recombine with the traces' runs to the
+    aggregate; none negative; the held-out-batch check prints the old and the new interval, the new one wider."""
+    from calibrate.fit.import_specreason import import_specreason
+    from validate.batch import AVG_KEYS, read_aggregates, unseen_batch_check, unseen_runs
+
+    data, trace = read_aggregates(AGG), import_specreason(TRACES)
+    got = unseen_runs(data, trace)
+    if got is None:
+        pytest.skip("the traces are not some of the completed runs of one aggregates problem")
+    pid, known, other, n_other = got
+    m = len(trace.requests)
+    n = int(data["per_problem"][pid]["completed_runs"])
+    assert n_other == n - m > 0
+    for k in AVG_KEYS:
+        assert other[k] >= 0
+        assert (m * known[k] + n_other * other[k]) / n == pytest.approx(float(data["per_problem"][pid]["averages"][k]))
+    text = unseen_batch_check(str(AGG), str(TRACES), str(PROFILE), n_boot=500)
+    rows = {line.split()[0]: line.split() for line in text.splitlines() if line.split()[:1] in (["old"], ["new"])}
+    assert float(rows["new"][3]) > float(rows["old"][3])  # width
