@@ -30,7 +30,7 @@ conservative.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -49,7 +49,6 @@ class BatchSpread:
 
     factors: dict[str, dict[str, float]]
     source: str = ""
-    notes: list[str] = field(default_factory=list)
 
     @classmethod
     def constant(cls, sd: float, kinds=(*AGG_KINDS, "e2e"), batches: int = 10) -> "BatchSpread":
@@ -62,9 +61,9 @@ class BatchSpread:
         """Per kind in ``ops``: the predictive of a new batch's log factor relative to the fit batch (loc 0, scale
         sqrt(2)·s, K-1 dof); kinds the batches do not show get the spread pooled over the others."""
         own = {o: np.asarray(list(v.values()), dtype=float) for o, v in self.factors.items() if len(v) >= 2}
-        dof = sum(len(v) - 1 for v in own.values())
-        pooled = (np.sqrt(sum((len(v) - 1) * v.var(ddof=1) for v in own.values() if np.ptp(v) > 0) / dof)
-                  if dof else 0.0)
+        pool = [v for o, v in own.items() if o != "e2e"]  # call kinds only: the end-to-end ratio is not a call's speed
+        dof = sum(len(v) - 1 for v in pool)
+        pooled = np.sqrt(sum((len(v) - 1) * v.var(ddof=1) for v in pool if np.ptp(v) > 0) / dof) if dof else 0.0
         out, notes = {}, []
         for op in ops:
             if op in own:
@@ -76,7 +75,7 @@ class BatchSpread:
                 out[op] = OffsetPredictive(0, 0.0, float(np.sqrt(2.0) * pooled), float(dof), np.zeros(1),
                                            f"between-batch t, pooled over kinds ({dof} dof)")
                 notes.append(f"{op}: no batch shows this kind: between-batch spread pooled over "
-                             f"{', '.join(sorted(own))} ({dof} dof)")
+                             f"{', '.join(sorted(set(own) - {'e2e'}))} ({dof} dof)")
         return out, notes
 
     def draws(self, ops, shape, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -144,7 +143,8 @@ def read_aggregates(path) -> dict:
     return data
 
 
-def from_aggregates(aggregates: str | Path | dict, profile, setup, exclude=(), source: str | None = None) -> BatchSpread:
+def from_aggregates(aggregates: str | Path | dict, profile, setup, exclude=(),
+                    source: str | None = None) -> BatchSpread:
     """The between-batch spread of the per-problem aggregates' batches (a path, or its ``read_aggregates`` content
     with ``source`` its path) against ``profile``."""
     source = source or str(aggregates)
@@ -184,7 +184,8 @@ def lobo_aggregates(factors: dict[str, dict[str, float]], run_scale: dict[str, O
             widths.append(h)
         rows.append({"kind": op, "batches": len(v), "pairs": len(inside_old),
                      "coverage_old": float(np.mean(inside_old)), "coverage_new": float(np.mean(inside_new)),
-                     "half_width_old": float(np.exp(t_old) - 1), "half_width_new": float(np.exp(np.median(widths)) - 1)})
+                     "half_width_old": float(np.exp(t_old) - 1),
+                     "half_width_new": float(np.exp(np.median(widths)) - 1)})
     return pd.DataFrame(rows)
 
 
@@ -215,7 +216,8 @@ AVG_KEYS = ("total_steps", "rejected_steps", "small_tokens_accepted", "small_tok
 
 def unseen_runs(aggregates: dict, trace) -> tuple[str, dict, dict, int] | None:
     """(problem, the mean of the per-step runs, the mean of that problem's *other* runs, how many) where the traces'
-    runs are some of one aggregates problem's completed runs: others = (n · the n-run mean − the traces' sum) / (n − m).
+    runs are some of one aggregates problem's completed runs:
+    others = (n · the n-run mean − the traces' sum) / (n − m).
     None when the traces span several problems, the problem is not in the aggregates, it had failed runs, or the
     traces hold all its runs. A negative derived value (the source counts differently) is an InputError."""
     from validate.drift import trace_aggregates
@@ -292,10 +294,12 @@ def unseen_batch_check(aggregates: str, traces: str, profile_path: str, level: f
     fmt = {"float_format": lambda v: f"{v:.3f}", "index": False}
     m = len(trace.requests)
     return "\n".join([
-        f"held-out batch: the {n_other} runs of problem {pid} the traces do not hold, as their mean run (({n_other + m} x "
+        f"held-out batch: the {n_other} runs of problem {pid} the traces do not hold, as their mean run "
+        f"(({n_other + m} x "
         f"the aggregates' mean - the traces' {m} runs) / {n_other}); fit batch: the traces' {m} runs",
         "speed factor of the held-out mean run relative to the fit runs' mean, per kind: "
         + ", ".join(f"{op} {v:.3f}" for op, v in rel.items()),
-        f"end-to-end of the held-out mean run: {other['total_time_s']:.1f} s measured, {point:.1f} s for its workload at "
+        f"end-to-end of the held-out mean run: {other['total_time_s']:.1f} s measured, {point:.1f} s for its "
+        "workload at "
         f"the fit batch's speed; {100 * level:g}% interval of one run of a new batch:",
         pd.DataFrame(rows).to_string(**fmt)])

@@ -11,7 +11,7 @@ Rules (``--holdout``):
   models and priors as ``--profile``) on all the other input runs and predict that run.
 - ``batches:A/B[/...]`` (``batches:0-3/4-7``): leave one batch out: each ``/``-separated group of runs (a
   ``runs:`` spec) is a batch; per batch, refit the cost profile as ``loro`` on every input run outside it and
-  predict the batch (with ``--between-batch``, the intervals are for a new batch: ``validate.batch``).
+  predict the batch (with ``--batch-spread``, the intervals are for a new batch: ``validate.batch``).
 - ``requests:SPEC``: hold out *requests*, not runs. ``requests:odd`` / ``requests:even`` predict
   the requests at odd / even index (0-based position in its run's request order) of every run
   and fit on the others; ``requests:kfold=K[,seed=S]`` splits all (run, request) pairs into K

@@ -31,7 +31,8 @@ residuals (``fit.per_op`` of the profile).
 
 One u_o per request and draw, so call-level noise averages out over a request's calls while the
 run offset does not. With a ``validate.batch.BatchSpread`` (``--batch-spread``) u_o also holds a new
-batch's log factor relative to the fit batch (between-batch term; the old interval when its spread is 0). The request total's central ``LEVEL`` interval over ``n_boot`` draws.
+batch's log factor relative to the fit batch (between-batch term; the old interval when its spread is
+0). The request total's central ``LEVEL`` interval over ``n_boot`` draws.
 Requests with a call kind the profile holds no residuals for get no interval (noted).
 """
 

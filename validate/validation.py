@@ -163,8 +163,8 @@ def _fold_batch(between: tuple[str, dict] | None, fold: Fold, setup: Setup, note
     notes.append(f"intervals, fold {fold.name}: for a run of a new batch: between-batch spread from {b.source}, "
                  "log sd per kind " + ", ".join(f"{r.kind} {r.sd_log:.3f}" for r in t.itertuples())
                  + " (validate.batch)")
-    notes.extend(f"intervals, fold {fold.name}: {n}" for n in b.predictives(sorted(set((fold.profile.fit or {}).get("per_op", {}))
-                                                                                      - {"all"}))[1])
+    kinds = sorted(set((fold.profile.fit or {}).get("per_op", {})) - {"all"})
+    notes.extend(f"intervals, fold {fold.name}: {n}" for n in b.predictives(kinds)[1])
     return b
 
 

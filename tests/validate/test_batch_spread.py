@@ -59,7 +59,8 @@ def test_zero_spread_is_the_old_interval_draw_for_draw():
 
 
 def test_predictive_scale_is_sqrt2_times_the_batch_sd_and_pools_missing_kinds():
-    f = {"base_generate": {"a": 0.0, "b": 0.2, "c": 0.4}, "score": {"a": 0.0, "b": 0.1, "c": -0.1, "d": 0.0}}
+    f = {"base_generate": {"a": 0.0, "b": 0.2, "c": 0.4}, "score": {"a": 0.0, "b": 0.1, "c": -0.1, "d": 0.0},
+         "e2e": {"a": 0.0, "b": 1.0, "c": 2.0}}  # the end-to-end ratio is never pooled into a call kind
     p, notes = BatchSpread(f).predictives(["base_generate", "score", "spec_generate"])
     assert p["base_generate"].scale == pytest.approx(np.sqrt(2) * 0.2) and p["base_generate"].dof == 2
     assert p["score"].dof == 3 and p["base_generate"].loc == 0.0
