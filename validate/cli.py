@@ -27,7 +27,7 @@ def validate(
                                                         "datasheet: the runs' hardware before any calibration"),
     report: Path = typer.Option(..., "--out", "--report", help="report folder: report.md, PNGs and CSVs"),
     holdout: Optional[str] = typer.Option(None, "--holdout", help="profile (default) | runs:4-7 | config:KEY=VALUE | loro | "
-                                           "requests:odd|even|kfold=K[,seed=S]"),
+                                           "batches:0-3/4-7 | requests:odd|even|kfold=K[,seed=S]"),
     workload: Optional[Path] = typer.Option(None, "--workload", help="workload profile for distribution mode "
                                             "(default: refitted per fold from SpecReason traces)"),
     max_median_ape: Optional[float] = typer.Option(None, "--max-median-ape", help="fail (exit 1) above this, e.g. 0.05"),
@@ -42,6 +42,9 @@ def validate(
                                            "(exit 2) otherwise"),
     level: float = typer.Option(0.90, "--level", help="prediction-interval level, e.g. 0.8 (coverage is also "
                                 "reported at 50/80/90/95%)"),
+    batch_spread: Optional[Path] = typer.Option(None, "--batch-spread", help="per-problem aggregates JSON whose "
+                                                "problems are batches of the same setup: intervals for a run of a new "
+                                                "batch (machine, load, day), not only a new run of the fit batch"),
 ):
     """Predict measured held-out runs (trace replay and distribution mode) and report the errors.
 
@@ -64,7 +67,8 @@ def validate(
     try:
         res = run_validation([str(p) for p in inputs], str(profile), holdout, str(workload) if workload else None,
                              distribution=not no_distribution, des_requests=des_requests, seed=seed, drift=drift,
-                             allow_implausible=allow_implausible, level=level)
+                             allow_implausible=allow_implausible, level=level,
+                             between_batch=str(batch_spread) if batch_spread else None)
     except NothingToValidate as e:
         print(f"FAIL: {e}; nothing written", file=sys.stderr)
         sys.exit(1)
@@ -122,6 +126,9 @@ def validate_drift(
     profile: Path = typer.Option(..., help="cost profile whose fit range the aggregates are judged against"),
     traces: Optional[Path] = typer.Option(None, help="per-step traces of some of the runs: measure the aggregate "
                                                      "method's error on them first"),
+    lobo: bool = typer.Option(False, "--lobo", help="also the between-batch spread and the leave-one-batch-out "
+                                                    "coverage over the aggregates' problems; with --traces, the traced "
+                                                    "problem's other runs as a held-out batch (validate.batch)"),
 ):
     """Drift of runs seen only as aggregates: speed factors against a profile's fit range, and what would explain them.
 
@@ -130,6 +137,14 @@ def validate_drift(
     from validate.drift import drift_report
 
     print(drift_report(str(aggregates), str(profile), str(traces) if traces else None))
+    if lobo:
+        from validate.batch import lobo_report
+
+        print("\n" + lobo_report(str(aggregates), str(profile)))
+        if traces:
+            from validate.batch import unseen_batch_check
+
+            print("\n" + unseen_batch_check(str(aggregates), str(traces), str(profile)))
 
 
 def validate_cpu(
