@@ -49,7 +49,7 @@ clean:
 TRACES ?= ../shared/data/specreason-aime-traces
 validate-traces: $(STAMP)
 	@echo "validate-traces: leave-one-run-out replay + distribution mode over $(TRACES) (~2 min on 2 cores) -> out/validation-loro" >&2
-	$(SPECSIM) validate $(TRACES) --profile simulator/profiles/cost_a100-80gb-vllm082-specreason-traces.yaml --holdout loro --out out/validation-loro
+	$(SPECSIM) validate $(TRACES) --profile simulator/profiles/cost_a100-80gb-vllm082-specreason-traces.yaml --holdout loro --batch-spread $(TRACES)/per-problem-aggregates.json --out out/validation-loro
 
 # The CPU accuracy benchmark (issue 27): a fresh real-vLLM campaign on this machine, fit and held-out configurations
 # interleaved, judged against the strict bar (validate.campaign.DEFAULT_BAR, 20%). Run it on an otherwise idle machine;
