@@ -9,7 +9,8 @@ folders:
 - the system is one the simulator knows, and every request record names the manifest's;
 - every step belongs to a finished request (an orphan step is a request cut off before its request record was
   written: resuming the run removes it) and every request has exactly its ``num_steps`` steps, indexed from 0;
-  every engine call belongs to a request of ``serve_requests.jsonl``;
+  a serving run's requests are numbered 0..n-1, each with at least one engine call in ``serve_calls.jsonl`` (when
+  the run has one) and every call belonging to one of them;
 - durations agree with each other: no call of a step longer than its request, the steps of a request starting in
   order. Timers are read separately, so "no longer than" allows DURATION_REL_TOL + DURATION_ABS_TOL s.
 
@@ -45,6 +46,8 @@ def check_run(run_dir: Path, meta: dict, files: dict[str, tuple[Path, Lines]]) -
     _check_system(run_dir, meta, files)
     if "step" in files and "request" in files:
         _check_steps_of_requests(files["step"], files["request"])
+    if "serve_request" in files:
+        _check_serve_request_ids(files["serve_request"])
     if "serve_call" in files and "serve_request" in files:
         _check_calls_of_requests(files["serve_call"], files["serve_request"])
 
@@ -108,12 +111,25 @@ def _check_step_durations(spath: Path, request: dict, steps: Lines) -> None:
         last = t
 
 
+def _check_serve_request_ids(requests: tuple[Path, Lines]) -> None:
+    """A serving run's requests are numbered 0..n-1 in submission (or arrival) order, each once."""
+    path, lines = requests
+    for line, r in lines:
+        if r["request_id"] >= len(lines):
+            raise InputError(f"{path}:{line}", "request_id", f"{r['request_id']}, but the file holds {len(lines)} "
+                             f"requests: expected request ids 0..{len(lines) - 1}, once each")
+
+
 def _check_calls_of_requests(calls: tuple[Path, Lines], requests: tuple[Path, Lines]) -> None:
+    """Every engine call belongs to a request, and every request made at least one call."""
     (cpath, clines), (rpath, rlines) = calls, requests
-    known = {r["request_id"] for _, r in rlines}
+    known = {r["request_id"]: line for line, r in rlines}
     for line, c in clines:
         if c["request_id"] not in known:
             raise InputError(f"{cpath}:{line}", "request_id", f"{c['request_id']} has no request record in {rpath.name}")
+    silent = sorted(set(known) - {c["request_id"] for _, c in clines})
+    if silent:
+        raise InputError(f"{rpath}:{known[silent[0]]}", "request_id", f"request {silent[0]} has no calls in {cpath.name}")
 
 
 def _ranges(xs: list[int]) -> str:
