@@ -141,6 +141,47 @@ def test_check_trace_and_validate_refuse_alike(tmp_path, capsys, name):
     assert contains in line, (name, line)
 
 
+# ---- serving runs: check-trace and validate-serving, on the import of a committed `vllm bench serve` result --------
+BENCH = ROOT / "tests/data/bench_serve/closed-1.json"
+SERVE_PROFILE = ROOT / "simulator/profiles/cost_cpu-epyc-vllm032.yaml"
+SERVE_MUTATIONS = {
+    "duplicated request line": (_append_copy("serve_requests.jsonl", 2), "serve_requests.jsonl:5: request_id: "
+                                "duplicate record", "serve_requests.jsonl:2"),
+    "request id past the count": (_edit("serve_requests.jsonl", 4, request_id=7), "serve_requests.jsonl:4: request_id: 7, "
+                                  "but the file holds 4 requests", "0..3"),
+    "negative ttft": (_edit("serve_requests.jsonl", 1, ttft_s=-0.1), "serve_requests.jsonl:1: ttft_s: must be in [0,", "-0.1"),
+    "1e15 output tokens": (_edit("serve_requests.jsonl", 3, output_tokens=10 ** 15), "serve_requests.jsonl:3: "
+                           "output_tokens: must be in", "tokens"),
+    "empty serve_requests.jsonl": (lambda d: (d / "serve_requests.jsonl").write_text(""), "serve_requests.jsonl: empty",
+                                   "serve_request record"),
+}
+
+
+def test_the_unmutated_serving_run_is_ok_for_both(tmp_path, capsys):
+    from calibrate.run.import_bench_serve import write_run
+
+    d = write_run(BENCH, tmp_path / "closed-1")
+    rc, out, err = _run(["calibrate", "check-trace", d], capsys)
+    assert rc == 0 and out.strip() == "1 run, 4 serve_request record(s): ok", (out, err)
+    rc, out, err = _run(["validate-serving", d, "--profile", SERVE_PROFILE, "--out", tmp_path / "rep"], capsys)
+    assert rc == 0 and (tmp_path / "rep").is_dir(), err
+
+
+@pytest.mark.parametrize("name", list(SERVE_MUTATIONS))
+def test_check_trace_and_validate_serving_refuse_alike(tmp_path, capsys, name):
+    from calibrate.run.import_bench_serve import write_run
+
+    mutate, starts, contains = SERVE_MUTATIONS[name]
+    d = write_run(BENCH, tmp_path / "closed-1")
+    mutate(d)
+    rc_check, out, err_check = _run(["calibrate", "check-trace", d], capsys)
+    rc_val, _, err_val = _run(["validate-serving", d, "--profile", SERVE_PROFILE, "--out", tmp_path / "rep"], capsys)
+    assert rc_check == rc_val == 2 and not (tmp_path / "rep").exists(), (name, out, err_val)
+    assert err_check == err_val, (name, err_check, err_val)
+    line = err_check.strip()
+    assert "\n" not in line and line.startswith(f"error: {d}/{starts}") and contains in line, (name, line)
+
+
 # ---- the bounds as a law: a number outside its field's range is refused naming the field, one inside is accepted ---
 def _step() -> dict:
     return json.loads((RUN / "steps.jsonl").read_text().splitlines()[0])
