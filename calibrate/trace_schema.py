@@ -2,7 +2,9 @@
 
 Every field of every record kind is declared exactly once here: name, type, unit, meaning.
 ``docs/trace-format.md`` is the prose version of the same tables; ``check_record`` enforces them:
-missing or extra fields are errors, never zero-filled. A field marked optional (present only where it applies,
+missing or extra fields are errors, never zero-filled, and a number outside its physical range (``value_range``) is
+refused. ``check_jsonl`` refuses a file repeating a record's key (``RECORD_KEYS``); ``check_run_dir`` then checks the
+folder as a whole (``calibrate.trace_rules``). A field marked optional (present only where it applies,
 e.g. the speculative fields of a serving step) may be absent; when present it is checked like any other.
 
 A run directory holds:
