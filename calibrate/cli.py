@@ -131,7 +131,9 @@ def microbench_cmd(
 
 @app.command("check-trace")
 def check_trace_cmd(run_dir: Path = typer.Argument(..., help="run directory")) -> None:
-    """Validate a run directory against the trace schema (exit 2 naming file:line on the first error).
+    """Validate a run directory as every reader does (fields, physical bounds, duplicates, orphans, missing files).
+
+    Exit 2 naming file:line and the field on the first error; "ok" means validate and the fits accept the folder.
 
     Example: specsim calibrate check-trace out/demo/run"""
     from calibrate.trace_schema import check_run_dir

@@ -111,14 +111,13 @@ def within_config_spread(run_dirs: list[Path]) -> float:
     configuration's requests (what load does to one configuration's timings; NaN with fewer than 2 requests)."""
     import numpy as np
 
-    from calibrate.trace_schema import check_jsonl, record_file
+    from calibrate.trace_schema import check_run_dir, record_file
 
     cvs = []
     for d in run_dirs:
-        f = record_file(d, "requests.jsonl")
-        if f is None:
+        if record_file(d, "requests.jsonl") is None:
             continue
-        r = check_jsonl(f, "request")
+        r = check_run_dir(d)["request"]
         spt = np.array([x["latency_s"] / max(x["small_tokens"] + x["base_tokens"], 1) for x in r], dtype=float)
         if len(spt) >= 2 and spt.mean() > 0:
             cvs.append(float(spt.std(ddof=1) / spt.mean()))

@@ -191,7 +191,7 @@ def test_impossible_durations_exit_2_naming_run_and_step(tmp_path, upd, field):
     _edit_step(run, 3, **upd)
     r = _run(["validate", str(run), "--profile", "datasheet", "--out", str(tmp_path / "rep"), "--no-distribution"])
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
-    assert r.stderr.startswith(f"error: {run}/steps.jsonl: request 0 step 3: {field}:"), r.stderr
+    assert r.stderr.startswith(f"error: {run}/steps.jsonl:4: {field}:"), r.stderr  # step 3 is line 4
     assert not (tmp_path / "rep").exists()
 
 

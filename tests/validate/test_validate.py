@@ -72,7 +72,7 @@ def make_run_dir(path: Path, rng: np.random.Generator, threshold: float = 7.0, s
     """A SpecReason run whose call times come from the cost model at TRUE (times lognormal noise)."""
     path.mkdir(parents=True)
     (path / "run.json").write_text(json.dumps(_manifest(threshold)))
-    recs, reqs = [], []
+    recs = []
     for rid in range(n_requests):
         ctx = 200
         for j in range(steps):
@@ -89,6 +89,7 @@ def make_run_dir(path: Path, rng: np.random.Generator, threshold: float = 7.0, s
                          "started_at": 0.0})
             ctx += kb or ks
     _write_steps(path, recs)
+    _write_requests(path, recs, n_requests)  # provisional (1 s calls): the run directory is read for its calls
     # times from the model, keyed by (request, step, op)
     calls, _ = calls_from_run_dir(path)
     t = CallPredictor(calls, _setup()).predict(CostParams(**{**_shape(), **TRUE})) * np.exp(rng.normal(0, sigma, len(calls)))
@@ -99,6 +100,12 @@ def make_run_dir(path: Path, rng: np.random.Generator, threshold: float = 7.0, s
         s["score_time_s"] = float(key[(*k, "score")])
         s["base_time_s"] = float(key.get((*k, "base_generate"), 0.0))
     _write_steps(path, recs)
+    _write_requests(path, recs, n_requests)
+    return path
+
+
+def _write_requests(path: Path, recs: list[dict], n_requests: int) -> None:
+    reqs = []
     for rid in range(n_requests):
         mine = [s for s in recs if s["request_id"] == rid]
         tot = {f: sum(s[f] for s in mine) for f in ("small_time_s", "score_time_s", "base_time_s")}
@@ -111,7 +118,6 @@ def make_run_dir(path: Path, rng: np.random.Generator, threshold: float = 7.0, s
                      **tot, "spec_drafted_tokens": 0, "spec_accepted_tokens": 0, "stop_reason": "answer", "answer": "1",
                      "reference_answer": "1", "correct": True, "latency_s": sum(tot.values()), "started_at": 0.0})
     (path / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in reqs))
-    return path
 
 
 def _write_steps(path: Path, recs: list[dict]) -> None:
