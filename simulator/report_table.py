@@ -1,7 +1,8 @@
 """Rendering of results DataFrames: rich table, CSV, JSON (the CLI's only output paths).
 
-Terminal tables take rich's own width (the terminal's, 80 when piped) and show a chosen set of
-columns (``--columns``: a preset or a comma list); files always get every column.
+Tables show a chosen set of columns (``--columns``: a preset or a comma list); files always get every
+column. No number or name is ever split over lines (:func:`print_rich_table`): piped or redirected, a
+table prints at its full width; on a terminal only headers and names wrap, at spaces.
 """
 
 from __future__ import annotations
@@ -107,23 +108,39 @@ def fold_constant(df: pd.DataFrame, cols: list[str], names: dict[str, str], titl
     return keep, title + (f" — {', '.join(fixed)}" if fixed else "")
 
 
-def print_table(df: pd.DataFrame, title: str, cols: list[str], names: dict[str, str], caption: str | None = None) -> None:
-    """A rich table at the console's own width (rich shrinks and wraps columns to fit)."""
-    from rich import box
+def print_rich_table(t, stderr: bool = False, console=None) -> None:
+    """Print a rich table so that no cell is cut inside a word: each column is at least as wide as its longest
+    word (numbers and names never wrap); piped or redirected (not a terminal), at the table's full width (no
+    wrapping at all); on a terminal, wider columns wrap at spaces and a table wider than the terminal runs past
+    its edge rather than split a value. ``console``: print there (its width raised as needed)."""
     from rich.console import Console
+    from rich.text import Text
+
+    for col in t.columns:
+        text = [c.plain if isinstance(c, Text) else str(c) for c in (col.header, *col.cells)]
+        longest = max((Text(w).cell_len for c in text for w in c.split()), default=1)
+        col.min_width = max(col.min_width or 0, longest)
+    con = console or Console(stderr=stderr)
+    if not con.is_terminal:
+        con.width = max(con.width, con.measure(t, options=con.options.update_width(100_000)).maximum)
+    con.print(t)
+
+
+def print_table(df: pd.DataFrame, title: str, cols: list[str], names: dict[str, str], caption: str | None = None) -> None:
+    """A rich table of ``cols`` (:func:`print_rich_table`: values never split)."""
+    from rich import box
     from rich.table import Table
 
     cols, title = fold_constant(df, cols, names, title)
     t = Table(title=title, caption=caption, show_lines=False, box=box.SIMPLE_HEAD, pad_edge=False)
-    console = Console()
     for c in cols:  # headers on two lines (what / unit): narrow columns without wrapping values
         head = names.get(c, c)
         if " " in head and len(head) > 6:
             head = "\n".join(head.rsplit(" ", 1))
-        t.add_column(head, justify="left" if c in ("hardware", "system", "label") else "right", overflow="fold")
+        t.add_column(head, justify="left" if c in ("hardware", "system", "label") else "right")
     for row in df[cols].itertuples(index=False):
         t.add_row(*(_fmt(v) for v in row))
-    console.print(t)
+    print_rich_table(t)
 
 
 def render_table(df: pd.DataFrame, title: str, columns: str | None = None) -> None:
