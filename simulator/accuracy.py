@@ -264,6 +264,29 @@ def floor_status(model: AccuracyModel, cfg: SystemConfig, floor: Floor) -> tuple
     return "unknown", "inconclusive: " + what
 
 
+def add_accuracy(df, model: AccuracyModel, floor: Floor):
+    """Accuracy columns (``accuracy``, ``accuracy_lo``, ``accuracy_hi``: NaN = unknown) and the floor's
+    verdict (``accuracy_floor``: meets | fails | unknown, ``accuracy_why``) per configuration (rows with
+    ``system``, ``gamma``, ``threshold``, ``first_n``): the one rule of whatif, capacity and report."""
+    import pandas as pd
+
+    df = df.copy()
+    est, stat, why = [], [], []
+    for r in df.itertuples():
+        cfg = SystemConfig(system=r.system, gamma=None if pd.isna(r.gamma) else int(r.gamma),
+                           threshold=None if pd.isna(r.threshold) else int(r.threshold), first_n=int(r.first_n))
+        est.append(model.estimate(cfg))
+        s, w = floor_status(model, cfg, floor)
+        stat.append(s)
+        why.append(w)
+    df["accuracy"] = [e.mean if e else np.nan for e in est]
+    df["accuracy_lo"] = [e.low if e else np.nan for e in est]
+    df["accuracy_hi"] = [e.high if e else np.nan for e in est]
+    df["accuracy_floor"] = stat
+    df["accuracy_why"] = why
+    return df
+
+
 # ---- loading ---------------------------------------------------------------------------------------
 def load_accuracy_profile(path: str | Path) -> AccuracyProfile:
     from simulator.loading import load_yaml_model

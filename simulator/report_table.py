@@ -110,9 +110,11 @@ def fold_constant(df: pd.DataFrame, cols: list[str], names: dict[str, str], titl
 
 def print_rich_table(t, stderr: bool = False, console=None) -> None:
     """Print a rich table so that no cell is cut inside a word: each column is at least as wide as its longest
-    word (numbers and names never wrap); piped or redirected (not a terminal), at the table's full width (no
-    wrapping at all); on a terminal, wider columns wrap at spaces and a table wider than the terminal runs past
-    its edge rather than split a value. ``console``: print there (its width raised as needed)."""
+    word (numbers and names never wrap); piped or redirected (not a terminal) with COLUMNS unset, at the
+    table's full width (no wrapping at all); on a terminal or at a set COLUMNS, wider columns wrap at spaces and
+    a table wider than that runs past it rather than split a value. ``console``: print there."""
+    import os
+
     from rich.console import Console
     from rich.text import Text
 
@@ -121,9 +123,17 @@ def print_rich_table(t, stderr: bool = False, console=None) -> None:
         longest = max((Text(w).cell_len for c in text for w in c.split()), default=1)
         col.min_width = max(col.min_width or 0, longest)
     con = console or Console(stderr=stderr)
-    if not con.is_terminal:
-        con.width = max(con.width, con.measure(t, options=con.options.update_width(100_000)).maximum)
-    con.print(t)
+    need = con.measure(t, options=con.options.update_width(100_000))
+    full = not con.is_terminal and not os.environ.get("COLUMNS")
+    con.width = need.maximum if full else max(con.width, need.minimum)
+    con.print(t, crop=False)  # rich may lay a narrowed table out wider than the width: never cut it
+
+
+def print_line(text: str) -> None:
+    """A line of prose under a table (stdout), wrapped at spaces to the console's width (80 piped, or COLUMNS)."""
+    from rich.console import Console
+
+    Console().print(text, markup=False, highlight=False)
 
 
 def print_table(df: pd.DataFrame, title: str, cols: list[str], names: dict[str, str], caption: str | None = None) -> None:

@@ -20,8 +20,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from simulator.accuracy import add_accuracy  # noqa: F401  (re-exported: the rule lives there)
 from simulator.capacity.search import CONFIDENCE, t_interval
-from simulator.systems import SystemConfig
 
 EQUIVALENCE = 0.05  # differences below 5% of the capacity are ties (seed-to-seed spread of a few percent)
 
@@ -97,28 +97,6 @@ def capacity_table(rows: list[dict], gpu_hour_cost: float | None, target_qps: fl
     df["standing"] = standing(df)
     for c in ("gamma", "threshold"):
         df[c] = pd.array([None if v is None or v != v else int(v) for v in df[c]], dtype="Int64")
-    return df
-
-
-def add_accuracy(df: pd.DataFrame, model, floor) -> pd.DataFrame:
-    """Accuracy columns (``accuracy``, ``accuracy_lo``, ``accuracy_hi``: NaN = unknown) and the floor's
-    verdict (``accuracy_floor``: meets | fails | unknown, ``accuracy_why``) per configuration."""
-    from simulator.accuracy import floor_status
-
-    df = df.copy()
-    est, stat, why = [], [], []
-    for r in df.itertuples():
-        cfg = SystemConfig(system=r.system, gamma=None if pd.isna(r.gamma) else int(r.gamma),
-                           threshold=None if pd.isna(r.threshold) else int(r.threshold), first_n=int(r.first_n))
-        est.append(model.estimate(cfg))
-        s, w = floor_status(model, cfg, floor)
-        stat.append(s)
-        why.append(w)
-    df["accuracy"] = [e.mean if e else np.nan for e in est]
-    df["accuracy_lo"] = [e.low if e else np.nan for e in est]
-    df["accuracy_hi"] = [e.high if e else np.nan for e in est]
-    df["accuracy_floor"] = stat
-    df["accuracy_why"] = why
     return df
 
 
