@@ -72,15 +72,17 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
                  workers: int | None = None, ray_address: str | None = None, accuracy_floor: str | None = None,
                  accuracy_margin: float | None = None, interval: IntervalSpec | None = None,
                  systems: list[str] | None = None, gammas: list[int] | None = None, thresholds: list[int] | None = None,
-                 progress=None, bench_serve: str | None = None) -> tuple[Path, str]:
-    """Accuracy first, then capacity: configurations that meet the accuracy floor get the replicated
-    capacity search of ``specsim capacity`` (the same function, seeds and run length: the same figures);
-    the others (fail / unknown: never recommended) are listed with their accuracy and get no capacity
-    figure (``--accuracy-floor none`` searches every configuration). Then the load curves; write
-    report.md, PNGs, CSVs. Returns (report.md, the headline: best configuration and why). ``bench_serve`` (or the
+                 progress=None, bench_serve: str | None = None) -> tuple[Path, str, list[str]]:
+    """Accuracy first, then capacity: configurations that meet the accuracy floor, or whose own accuracy is
+    measured while the floor's reference has none (``accuracy.searched``), get the replicated capacity search of ``specsim capacity`` (the same
+    function, seeds and run length: the same figures); only those meeting the floor can be recommended. The
+    others (fail, inconclusive, or no accuracy data) are listed with the reason and get no capacity figure
+    (``--accuracy-floor none`` searches every configuration). Then the load curves; write report.md, PNGs,
+    CSVs. Returns (report.md, the headline: best configuration and why, one line per reason configurations
+    were not searched). ``bench_serve`` (or the
     scenario's ``serving_workload``): that serving workload's requests everywhere, searches and curves alike
     (``simulator.capacity.bench``)."""
-    from simulator.accuracy import floor_status, parse_floor, scenario_accuracy
+    from simulator.accuracy import excluded_text, parse_floor, scenario_accuracy
 
     rs = load_scenario(scenario)
     serving, serving_note = serving_setup(rs, bench_serve)
@@ -98,8 +100,8 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
         raise InputError(None, "--system", "no configuration left to search")
     by_label = {p.cfg.label + f"|{p.hardware}|{p.tp}": p for p in capacity_points(rs, slo, load, configs, serving)}
     with Workers(workers, ray_address) as pool:  # one set of worker processes for both stages (their caches stay)
-        # the same search as `specsim capacity` (simulator.capacity.search_table): configurations that cannot be
-        # recommended (accuracy floor not met) are not searched and get no capacity figure
+        # the same search as `specsim capacity` (simulator.capacity.search_table): configurations failing the
+        # accuracy floor, or without accuracy data of their own, are not searched and get no capacity figure
         cap, rec, skipped = search_table(rs, slo, load, configs, spec, acc_model, floor, gpu_hour_cost, target_qps,
                                          only_eligible=True, pool=pool, progress=progress and (
                                              lambda d, t, r: progress(d, t, r, "search replications (at most)")),
@@ -151,7 +153,7 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
     md = _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario, rec, floor, acc_model, spec,
                    skipped, line, serving_note, bench_serve)
     _atomic_write(out / "report.md", lambda p: Path(p).write_text(md))
-    return out / "report.md", line
+    return out / "report.md", line, excluded_text(acc_model, skipped, floor)
 
 
 def _plot_curves(curves: pd.DataFrame, slo, path: str) -> None:
@@ -327,8 +329,9 @@ def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_ar
         L.append("- **No configuration can be recommended**: none is shown to meet the accuracy floor with a capacity "
                  f"above 0 under `{slo.text}`. See the excluded configurations below.")
     if len(skipped):
-        L.append(f"- {len(skipped)} configuration(s) were not searched: they do not meet the accuracy floor, so they "
-                 "cannot be recommended (listed below with the reason; `--accuracy-floor none` searches them too).")
+        L.append(f"- {len(skipped)} configuration(s) were not searched: they fail the accuracy floor, are inconclusive "
+                 "against it or have no accuracy data of their own, so they cannot be recommended (listed below with the reason; `--accuracy-floor "
+                 "none` searches them too).")
     from simulator.serving.metrics import DRIFT_LIMIT
 
     more = (f"then the run length is doubled up to {spec.max_request_doublings}x" if spec.max_request_doublings else
@@ -342,7 +345,10 @@ def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_ar
           f"{load.requests} requests per simulation: the search of `specsim capacity` (same seeds, same run length, "
           f"same figures). A configuration already significantly below the best (the paired test below) gets no more "
           f"replications: its rank cannot become 1 (converged: no: stopped). "
-          f"Configurations that do not meet the accuracy floor (never recommended) are not searched. "
+          f"Configurations that fail the accuracy floor, are inconclusive against it or have no accuracy data of "
+          f"their own are not searched; "
+          f"one with measured accuracy whose floor cannot be judged (the reference's accuracy unknown) is searched "
+          f"but never recommended. "
           f"Rank = 1 + the number of configurations whose per-{dev} capacity is higher with a paired 95% interval "
           f"of the difference above {EQUIVALENCE:.0%} of the lower one; rank 1 beside the best = within the interval "
           f"of the best (a tie). A configuration that sustains no load is not ranked.", "",
@@ -357,18 +363,14 @@ def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_ar
                  f"{_fmt(r.qps_per_gpu)} | {_acc(r)} | {r.accuracy_floor} | {_fmt(r.latency_p99_s)} | "
                  f"{_fmt(getattr(r, 'cost_per_1000_requests', np.nan))} | {_fmt(getattr(r, 'replicas', np.nan))} | "
                  f"{_fmt(getattr(r, 'gpus', np.nan))} |")
-    from simulator.accuracy import floor_status
+    from simulator.accuracy import excluded_text
 
-    ex = [(c.label, *floor_status(acc_model, c, floor)) for c in skipped]
     L += ["", "## Excluded configurations and why", ""]
-    if ex:
-        groups: dict = {}
-        for label, st, why in ex:
-            groups.setdefault((st, why), []).append(label)
-        for (st, why), labels in groups.items():
-            L.append(f"- {', '.join(labels)}: accuracy {st} ({why}); not searched.")
-    else:
-        L.append("- none: every configuration meets the accuracy floor.")
+    L += [f"- {t}." for t in excluded_text(acc_model, skipped, floor)] or ["- none: every configuration was searched."]
+    kept = cap[(cap.accuracy_floor != "meets") & (cap.max_qps > 0)]
+    if len(kept):
+        L.append(f"- {', '.join(kept.label)}: searched (accuracy measured) but not recommended: the accuracy floor "
+                 f"is not shown to be met ({'; '.join(dict.fromkeys(kept.accuracy_why))}).")
     zero = cap[cap.max_qps <= 0]
     if len(zero):
         L.append(f"- {', '.join(zero.label)}: no rate meets `{slo.text}` (sustain no load); not ranked.")

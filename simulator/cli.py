@@ -306,8 +306,10 @@ def report(
     """Capacity-planning report (markdown + PNGs): latency vs load, SLO frontier, cost, assumptions.
 
     The capacities, intervals and ranks are those of `specsim capacity` (the same search, seeds and run length);
-    configurations below the accuracy floor are listed, not searched. The report's first line (also printed
-    here) names the best configuration and why.
+    configurations below the accuracy floor, or without accuracy data of their own, are listed (here and in the
+    report) with the reason, not searched; one with measured accuracy whose floor cannot be judged (the
+    reference's accuracy unknown) is searched and plotted, never recommended. The report's first line (also
+    printed here) names the best configuration and why.
 
     Example: specsim report cpu-smollm2 --out out/report-cpu --target-qps 2 --gpu-hour-cost 0.05
     """
@@ -329,11 +331,13 @@ def report(
             if sname not in SYSTEMS:
                 raise InputError(None, "--system", f"unknown system {sname!r}; known: {', '.join(SYSTEMS)}")
     with job(f"report {scenario}: capacity search, then latency-vs-load curves (serving simulations)") as j:
-        path, line = build_report(scenario, out, slo, requests, seed, gpu_hour_cost, target_qps, workers, ray_address,
+        path, line, excluded = build_report(scenario, out, slo, requests, seed, gpu_hour_cost, target_qps, workers, ray_address,
                                   accuracy_floor=accuracy_floor, accuracy_margin=accuracy_margin,
                                   interval=_interval(ci_target, max_replications), systems=system,
                                   gammas=gamma, thresholds=threshold, progress=j.progress, bench_serve=bench_serve)
     print(line)
+    for text in excluded:  # never leave a configuration out in silence
+        print(f"Excluded: {text}.")
     wrote(path, f"markdown; PNGs and CSVs beside it in {out}")
 
 

@@ -54,14 +54,15 @@ def search_table(rs: ResolvedScenario, slo: Slo, load: LoadSpec, configs: list[S
                  serving: str | None = None) -> tuple[pd.DataFrame, dict, list[SystemConfig]]:
     """The one capacity search behind ``specsim capacity`` and ``specsim report`` (issue 30): every searched
     configuration gets :func:`capacity_interval` with ``spec`` on the same seeds and run length, so both
-    commands print the same capacities, intervals and ranks. ``only_eligible``: configurations that do not
-    meet the accuracy floor are not searched (returned as the third value, never ranked nor printed with
-    a capacity). Returns (table best first with accuracy, ``standing`` and ``recommended``; the
+    commands print the same capacities, intervals and ranks. ``only_eligible``: configurations that cannot
+    be recommended are not searched unless their own accuracy is measured and the floor's reference has none
+    (``accuracy.searched``; the others are returned as the third value, never ranked nor printed with a
+    capacity). Returns (table best first with accuracy, ``standing`` and ``recommended``; the
     recommendation; the configurations left out). ``pool``: the workers to run on (default: new ones from
     ``workers`` / ``ray_address``). ``serving``: a serving benchmark's workload (JSON, ``capacity.bench``)."""
-    from simulator.accuracy import floor_status
+    from simulator.accuracy import searched
 
-    skipped = [c for c in configs if only_eligible and floor_status(acc_model, c, floor)[0] != "meets"]
+    skipped = [c for c in configs if only_eligible and not searched(acc_model, c, floor)[0]]
     keep = [c for c in configs if c not in skipped]
     points = [replace(p, interval=spec) for p in capacity_points(rs, slo, load, keep, serving)]
     rows = (interval_rounds(points, spec, workers, ray_address, progress, stop_below_best, pool)
