@@ -72,7 +72,7 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
                  workers: int | None = None, ray_address: str | None = None, accuracy_floor: str | None = None,
                  accuracy_margin: float | None = None, interval: IntervalSpec | None = None,
                  systems: list[str] | None = None, gammas: list[int] | None = None, thresholds: list[int] | None = None,
-                 progress=None, bench_serve: str | None = None) -> tuple[Path, str, list[str]]:
+                 progress=None, bench_serve: str | None = None, currency: str = "USD") -> tuple[Path, str, list[str]]:
     """Accuracy first, then capacity: configurations that meet the accuracy floor, or whose own accuracy is
     measured while the floor's reference has none (``accuracy.searched``), get the replicated capacity search of ``specsim capacity`` (the same
     function, seeds and run length: the same figures); only those meeting the floor can be recommended. The
@@ -103,7 +103,7 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
         # the same search as `specsim capacity` (simulator.capacity.search_table): configurations failing the
         # accuracy floor, or without accuracy data of their own, are not searched and get no capacity figure
         cap, rec, skipped = search_table(rs, slo, load, configs, spec, acc_model, floor, gpu_hour_cost, target_qps,
-                                         only_eligible=True, pool=pool, progress=progress and (
+                                         currency=currency, only_eligible=True, pool=pool, progress=progress and (
                                              lambda d, t, r: progress(d, t, r, "search replications (at most)")),
                                          serving=serving)
         cap["interval"] = ["converged" if c else "not converged" for c in cap.converged]
@@ -144,14 +144,14 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
                                  (mf.small, mf.base), plans=plans, execution=rs.scenario.execution)
         _atomic_write(out / "engine_load.png", lambda p: _plot_engine_load(trace, f"{b.label} at {b.max_qps:.3g} req/s", p))
     meta = {"scenario": str(rs.path), "slo": slo.text, "requests_per_point": load.requests, "seed": load.seed,
-            "gpu_hour_cost": gpu_hour_cost, "target_qps": target_qps, "accuracy_floor": floor.describe(),
+            "gpu_hour_cost": gpu_hour_cost, "currency": currency, "target_qps": target_qps, "accuracy_floor": floor.describe(),
             "recommended": None if rec["best"] is None else rec["best"].label, "recommended_ties": rec["ties"],
             "resolved_scenario": rs.to_dict(), "serving_workload": serving and json.loads(serving)}
     _atomic_write(out / "resolved.json", lambda p: Path(p).write_text(json.dumps(meta, indent=1, default=str)))
-    line = headline(cap, rec, slo.text, gpu_hour_cost)
+    line = headline(cap, rec, slo.text, gpu_hour_cost, currency)
     meta["headline"] = line
     md = _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario, rec, floor, acc_model, spec,
-                   skipped, line, serving_note, bench_serve)
+                   skipped, line, serving_note, bench_serve, currency)
     _atomic_write(out / "report.md", lambda p: Path(p).write_text(md))
     return out / "report.md", line, excluded_text(acc_model, skipped, floor)
 
@@ -299,7 +299,8 @@ def _acc(r) -> str:
 
 
 def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_arg, rec, floor, acc_model, spec,
-              skipped=(), line: str = "", serving_note: str | None = None, bench_serve: str | None = None) -> str:
+              skipped=(), line: str = "", serving_note: str | None = None, bench_serve: str | None = None,
+              currency: str = "USD") -> str:
     from simulator.capacity import EQUIVALENCE
 
     sc, w = rs.scenario, rs.workload
@@ -319,7 +320,8 @@ def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_ar
             L.append(f"- **Within the interval of the best** (tied: the paired 95% interval of the per-{dev} capacity "
                      f"difference over common seeds does not exceed {EQUIVALENCE:.0%}): {', '.join(rec['ties'])}.")
         if gpu_hour_cost:
-            L.append(f"- Cost at capacity: **{b.cost_per_1000_requests:.3g} per 1000 requests** at {gpu_hour_cost:g} per {dev}-hour.")
+            L.append(f"- Cost at capacity: **{b.cost_per_1000_requests:.3g} {currency} per 1000 requests** at {gpu_hour_cost:g} "
+                     f"{currency} per {dev}-hour.")
         if target_qps:
             L.append(f"- For {target_qps:g} requests/s: **{int(b.replicas)} replica(s) = {int(b.gpus)} {dev}(s)**.")
         if not b.converged:
@@ -354,7 +356,7 @@ def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_ar
           f"of the best (a tie). A configuration that sustains no load is not ranked.", "",
           "## Capacity, accuracy and cost per configuration", "",
           "| rank | configuration | hardware | TP | max req/s | 95% interval | converged | reps | standing | req/s per " + dev
-          + " | accuracy [95%] | floor | p99 latency at max (s) | cost / 1000 req | replicas | " + dev + "s |",
+          + f" | accuracy [95%] | floor | p99 latency at max (s) | cost / 1000 req ({currency}) | replicas | " + dev + "s |",
           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in cap.itertuples():
         L.append(f"| {'—' if pd.isna(r.rank) else r.rank} | {r.label} | {r.hardware} | {r.tp} | {_fmt(r.max_qps)} | {_ci(r)} | "
@@ -410,7 +412,7 @@ def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_ar
         p = rs.cost_profile(h)
         L.append(f"- Cost profile for {h}: `{p.name}`, {p.provenance.kind} — {p.provenance.source}")
     L += ["", "## Reproduce", "", "```", f"specsim report {scenario_arg} --out <DIR> --slo '{slo.text}' --requests {load.requests} "
-          f"--seed {load.seed}" + (f" --gpu-hour-cost {gpu_hour_cost:g}" if gpu_hour_cost else "")
+          f"--seed {load.seed}" + (f" --gpu-hour-cost {gpu_hour_cost:g} --currency {shlex.quote(currency)}" if gpu_hour_cost else "")
           + (f" --target-qps {target_qps:g}" if target_qps else "")
           + (" --bench-serve " + shlex.quote(bench_serve) if bench_serve else ""), "```", "",
           "Files: `capacity.csv`, `latency_vs_load.csv`, `resolved.json` (the resolved scenario and run settings).", ""]

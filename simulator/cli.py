@@ -17,7 +17,8 @@ import typer
 
 from simulator.errors import InputError
 from simulator.cli_show import show
-from simulator.option_values import GAMMA_MAX, gamma_list_option, int_list_option, threshold_list_option
+from simulator.option_values import (GAMMA_MAX, currency_option, gamma_list_option, gpu_hour_cost_option, int_list_option,
+                                     threshold_list_option)
 from simulator.report_table import COLUMNS_HELP
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -175,7 +176,8 @@ def capacity(
     cv: float = typer.Option(1.0, help="coefficient of variation of inter-arrival gaps (bursty)"),
     requests: Optional[int] = typer.Option(None, help="requests simulated per load level"),
     seed: Optional[int] = typer.Option(None, help="base seed (default: the scenario's)"),
-    gpu_hour_cost: Optional[float] = typer.Option(None, "--gpu-hour-cost", help="price of one GPU-hour"),
+    gpu_hour_cost: Optional[float] = gpu_hour_cost_option(),
+    currency: str = currency_option(),
     target_qps: Optional[float] = typer.Option(None, "--target-qps", help="request rate to provision for"),
     workers: Optional[int] = typer.Option(None, help="local worker processes (default: all cores; 1 = serial)"),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="run the sweep on this Ray cluster"),
@@ -209,7 +211,7 @@ def capacity(
     4 of the run's own mean latencies (a shorter run is rerun longer); drift x = mean latency of the last
     quarter of arrivals / the second quarter (a rate counts as sustained only at <= 1.25 and without a
     significant latency trend, so SLO met can be "no" while p99 is under the bound); sims = serving simulations the search ran for that configuration; goodput req/s = requests
-    per second finishing within the SLO; cost at --gpu-hour-cost; replicas and GPUs (CPU hosts for a CPU
+    per second finishing within the SLO; cost at --gpu-hour-cost, in --currency; replicas and GPUs (CPU hosts for a CPU
     scenario) for --target-qps. --out files get every column. The last line names the best configuration
     and why (the same line opens `specsim report`). SLO metrics: latency, ttft, queue_delay, tpot, itl
     (vllm bench serve's definitions).
@@ -249,7 +251,7 @@ def capacity(
         df, meta = capacity_from_cli(
             scenario, slo, qps=_float_list(qps, "--qps"), users=user_counts, systems=system,
             gammas=gamma, thresholds=threshold,
-            arrival=arrival, cv=cv, requests=requests, seed=seed, gpu_hour_cost=gpu_hour_cost, target_qps=target_qps,
+            arrival=arrival, cv=cv, requests=requests, seed=seed, gpu_hour_cost=gpu_hour_cost, currency=currency, target_qps=target_qps,
             workers=workers, ray_address=ray_address, arrivals_file=str(arrivals_file) if arrivals_file else None,
             interval=_interval(ci_target, max_replications), accuracy_floor=accuracy_floor, accuracy_margin=accuracy_margin,
             adaptive_gamma=best_gamma, gamma_policy=gamma_policy, progress=j.progress, stop_below_best=True,
@@ -272,7 +274,7 @@ def capacity(
     if fmt == "table" and best_gamma:
         render_best_gamma(df, title)
     elif fmt == "table":
-        render_capacity(df, title, columns)
+        render_capacity(df, title, columns, currency)
         if meta.get("headline"):
             print(meta["headline"])
     if fmt != "table" or out is not None:
@@ -292,7 +294,8 @@ def report(
     threshold: Optional[list[int]] = threshold_list_option(),
     requests: Optional[int] = typer.Option(None, help="requests simulated per load level"),
     seed: Optional[int] = typer.Option(None, help="base seed (default: the scenario's)"),
-    gpu_hour_cost: Optional[float] = typer.Option(None, "--gpu-hour-cost", help="price of one GPU-hour"),
+    gpu_hour_cost: Optional[float] = gpu_hour_cost_option(),
+    currency: str = currency_option(),
     target_qps: Optional[float] = typer.Option(None, "--target-qps", help="request rate to provision for"),
     workers: Optional[int] = typer.Option(None, help="local worker processes (default: all cores)"),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="run the sweep on this Ray cluster"),
@@ -332,6 +335,7 @@ def report(
                 raise InputError(None, "--system", f"unknown system {sname!r}; known: {', '.join(SYSTEMS)}")
     with job(f"report {scenario}: capacity search, then latency-vs-load curves (serving simulations)") as j:
         path, line, excluded = build_report(scenario, out, slo, requests, seed, gpu_hour_cost, target_qps, workers, ray_address,
+                                            currency=currency,
                                   accuracy_floor=accuracy_floor, accuracy_margin=accuracy_margin,
                                   interval=_interval(ci_target, max_replications), systems=system,
                                   gammas=gamma, thresholds=threshold, progress=j.progress, bench_serve=bench_serve)

@@ -278,12 +278,12 @@ CAPACITY_HELP = (
     f"at <= {DRIFT_LIMIT:g} with no significant latency trend: otherwise the queue is still growing, so SLO met = no "
     "even when p99 is under the bound); "
     "sims = serving simulations run by the search for that configuration; goodput req/s = requests per second "
-    "finishing within the SLO; cost/1000 req at --gpu-hour-cost; replicas and GPUs (CPU hosts for a CPU scenario) "
+    "finishing within the SLO; cost/1000 req at --gpu-hour-cost, in --currency; replicas and GPUs (CPU hosts for a CPU scenario) "
     "for --target-qps.")
 
 
-def render_capacity(df: pd.DataFrame, title: str, columns: str | None = None) -> None:
-    names = dict(CAPACITY_COLUMNS)
+def render_capacity(df: pd.DataFrame, title: str, columns: str | None = None, currency: str = "USD") -> None:
+    names = dict(CAPACITY_COLUMNS, cost_per_1000_requests=f"cost/1000 req {currency}")
     if "hardware" in df.columns and len(df) and (df["hardware"].astype(str) == "cpu").all():
         names.update(qps_per_gpu="req/s per CPU host", gpus="CPU hosts")
     spec = (columns or "").strip()

@@ -77,15 +77,18 @@ def standing(df: pd.DataFrame) -> list[str]:
     return out
 
 
-def capacity_table(rows: list[dict], gpu_hour_cost: float | None, target_qps: float | None) -> pd.DataFrame:
-    """Rows of ``capacity_interval`` (or ``search_capacity``) -> one line per configuration with costs,
-    ranks and ties; best (rank, then mean capacity per GPU) first."""
+def capacity_table(rows: list[dict], gpu_hour_cost: float | None, target_qps: float | None,
+                   currency: str = "USD") -> pd.DataFrame:
+    """Rows of ``capacity_interval`` (or ``search_capacity``) -> one line per configuration with costs (in
+    ``currency``, column ``currency``), ranks and ties; best (rank, then mean capacity per GPU) first."""
     df = pd.DataFrame(rows)
     df["gpus_per_replica"] = df.tp
     df["qps_per_gpu"] = df.max_qps / df.tp
     with np.errstate(divide="ignore"):
         df["cost_per_1000_requests"] = (1000.0 * df.tp * gpu_hour_cost / (3600.0 * df.max_qps)
                                         if gpu_hour_cost else np.nan)
+    if gpu_hour_cost:
+        df["currency"] = currency
     if target_qps:
         df["replicas"] = [math.ceil(target_qps / q) if q > 0 else np.nan for q in df.max_qps]
         df["gpus"] = df.replicas * df.tp
@@ -126,7 +129,7 @@ def config_names(rows: pd.DataFrame, table: pd.DataFrame) -> list[str]:
     return [f"{l} [{h} tp={t}]" if many else l for l, h, t in zip(rows.label, rows.hardware, rows.tp)]
 
 
-def headline(df: pd.DataFrame, rec: dict, slo_text: str, gpu_hour_cost: float | None = None) -> str:
+def headline(df: pd.DataFrame, rec: dict, slo_text: str, gpu_hour_cost: float | None = None, currency: str = "USD") -> str:
     """One line: the best configuration and why (capacity with its interval, accuracy, cost) -- the first
     line of every report and the line ``specsim capacity`` prints under its table."""
     b = rec["best"]
@@ -137,7 +140,7 @@ def headline(df: pd.DataFrame, rec: dict, slo_text: str, gpu_hour_cost: float | 
     conv = "" if bool(b.get("converged", True)) else ", interval not converged"
     acc = (f"accuracy {b.accuracy:.3f}" if np.isfinite(b.get("accuracy", np.nan)) else "accuracy unknown") + \
         f" ({b.accuracy_why})"
-    cost = (f"; {b.cost_per_1000_requests:.3g} per 1000 requests at {gpu_hour_cost:g} per {dev}-hour"
+    cost = (f"; {b.cost_per_1000_requests:.3g} {currency} per 1000 requests at {gpu_hour_cost:g} {currency} per {dev}-hour"
             if gpu_hour_cost and np.isfinite(b.get("cost_per_1000_requests", np.nan)) else "")
     ties = (f"; within the interval of the best: {', '.join(rec['ties'])}" if rec["ties"] else "; no other configuration "
             "within its interval")
