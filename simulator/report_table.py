@@ -130,10 +130,14 @@ def print_rich_table(t, stderr: bool = False, console=None) -> None:
 
 
 def print_line(text: str) -> None:
-    """A line of prose under a table (stdout), wrapped at spaces to the console's width (80 piped, or COLUMNS)."""
+    """A line of prose under a table (stdout): like the tables, one line when piped with COLUMNS unset (grep
+    finds it whole), else wrapped at spaces to the terminal's width or COLUMNS."""
+    import os
+
     from rich.console import Console
 
-    Console().print(text, markup=False, highlight=False)
+    con = Console()
+    con.print(text, markup=False, highlight=False, soft_wrap=not con.is_terminal and not os.environ.get("COLUMNS"))
 
 
 def print_table(df: pd.DataFrame, title: str, cols: list[str], names: dict[str, str], caption: str | None = None) -> None:

@@ -155,15 +155,16 @@ DISPLAY = {
     "accuracy_floor": "acc floor", "recommended": "pick", "latency_mean_s": "mean s", "latency_p99_s": "p99 s",
     "ttft_mean_s": "TTFT s", "queue_delay_mean_s": "queue s", "goodput_qps": "goodput/s", "slo_met": "SLO",
     "base_batch_mean": "base batch", "small_batch_mean": "small batch", "base_utilization": "base util",
-    "small_utilization": "small util", "base_kv_occupancy_max": "base KV max", "cost_per_1000_requests": "$/1000 req",
+    "small_utilization": "small util", "base_kv_occupancy_max": "base KV max", "cost_per_1000_requests": "cost/1000 req",
     "replicas": "replicas", "gpus": "GPUs", "evaluations": "sims", "window_throughput_qps": "thr/s",
     "throughput_ratio": "thr/offered", "queue_growth": "queue growth", "latency_drift": "drift", "latency_growth": "growth",
 }
 
 
 def render_capacity_table(df: pd.DataFrame, title: str) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from simulator.report_table import print_rich_table
 
     keep = {"accuracy", "accuracy_floor"}
     cols = [c for c in DISPLAY if c in df.columns and (c in keep or not df[c].isna().all())]
@@ -173,4 +174,4 @@ def render_capacity_table(df: pd.DataFrame, title: str) -> None:
     for row in df[cols].itertuples(index=False):
         t.add_row(*(("unknown" if c.startswith("accuracy") else "-") if v is None or v is pd.NA or (isinstance(v, float) and v != v)
                     else f"{v:.3g}" if isinstance(v, (float, np.floating)) else str(v) for c, v in zip(cols, row)))
-    Console(width=max(120, 11 * len(cols))).print(t)
+    print_rich_table(t)
