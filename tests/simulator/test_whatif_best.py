@@ -64,3 +64,30 @@ def test_json_meta_carries_the_best_line(tmp_path):
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["meta"]["best"].startswith("Best: vanilla-base")
     assert np.isfinite(json.loads(r.stdout)["results"][0]["latency_s"])
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+rows_st = st.lists(st.tuples(st.sampled_from(["meets", "fails", "unknown"]), st.floats(0.1, 1000)), min_size=1,
+                   max_size=8, unique_by=lambda r: r[1])
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows_st)
+def test_best_is_the_fastest_meeting_row_and_every_faster_one_is_named(rows):
+    df = _rows([s for s, _ in rows], [lat for _, lat in rows])
+    line = best_line(df, parse_floor(None))
+    meets = df[df.accuracy_floor == "meets"]
+    if len(meets):
+        b = meets.loc[meets.latency_s.idxmin()]
+        assert line.startswith(f"Best: specreason t={b.threshold}: ")
+        faster = df[(df.latency_s < b.latency_s)]
+    else:
+        assert line.startswith("Best: none")
+        faster = df
+    assert (faster.accuracy_floor != "meets").all()
+    for r in faster.sort_values("latency_s").head(3).itertuples():  # the fastest left out are named
+        assert f"specreason t={r.threshold} " in line
+    if len(faster) > 3:
+        assert f"and {len(faster) - 3} more" in line
