@@ -17,7 +17,8 @@ import typer
 
 from simulator.errors import InputError
 from simulator.cli_show import show
-from simulator.option_values import GAMMA_MAX, gamma_list_option, int_list_option, threshold_list_option
+from simulator.option_values import (GAMMA_MAX, currency_option, gamma_list_option, gpu_hour_cost_option, int_list_option,
+                                     threshold_list_option)
 from simulator.report_table import COLUMNS_HELP
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -39,6 +40,11 @@ def _check_seed(seed: int | None) -> None:
 
 # Options shared by several commands (declared once).
 ForceOpt = Annotated[bool, typer.Option("--force", help="overwrite a file git tracks, or write into a non-empty --out folder")]
+AccuracyFloorOpt = Annotated[Optional[str], typer.Option(
+    "--accuracy-floor", help="recommend only configurations at least this accurate: vanilla-base (default: within "
+    "--accuracy-margin of it), a number in [0, 1], or none")]
+AccuracyMarginOpt = Annotated[Optional[float], typer.Option(
+    "--accuracy-margin", help="allowed accuracy loss vs the reference system, within its 95% interval (default 0.05)")]
 
 
 @app.command()
@@ -59,13 +65,17 @@ def whatif(
                                            "scenario's (specsim list hardware), e.g. h100-sxm or h100-sxm,h200"),
     tp: Optional[list[int]] = int_list_option(None, "--tp", concept="tp", lo=1, hi=1024,
                                               help="tensor-parallel degrees instead of the scenario's", example="1,2"),
+    accuracy_floor: AccuracyFloorOpt = None,
+    accuracy_margin: AccuracyMarginOpt = None,
     force: ForceOpt = False,
 ):
     """Predict latency, speedup, small-step fraction, acceptance length and breakdown over the grid.
 
     The breakdown (--columns breakdown) splits each latency into small and base decode, prefill, scoring,
     drafting, verification and call overhead, all in seconds per request; they sum to the latency. The DES
-    engine adds p50/p90/p99 latency and a 99% interval of the mean.
+    engine adds p50/p90/p99 latency and a 99% interval of the mean. The last line names the fastest
+    configuration shown to meet the accuracy floor, and any faster one left out and why (accuracy unknown
+    or below the floor).
 
     Example: specsim whatif reference-a6000-qwq32b --system specreason-decode --gamma 3-6 --threshold 5,7
     """
@@ -82,10 +92,14 @@ def whatif(
     check_out(out, fmt, force)
     check_columns(columns, extra=("engine", "steps", "requests", "accuracy", "accuracy_lo", "accuracy_hi"))
     kwargs = dict(systems=system, gammas=gamma, thresholds=threshold, first_ns=first_n, engine=engine, requests=requests, seed=seed,
-                  grid_overrides=_grid_overrides(hardware, tp))
+                  grid_overrides=_grid_overrides(hardware, tp), accuracy_floor=accuracy_floor, accuracy_margin=accuracy_margin)
     with job(f"whatif {scenario}" + (f": {engine} engine" if engine else "") + (f", {requests} requests per point" if requests else "")):
         df, title, meta = whatif_from_cli(scenario, **kwargs)
     write_output(df, fmt, out, title, meta, columns)
+    if fmt == "table":
+        from simulator.report_table import print_line
+
+        print_line(meta["best"])
 
 
 def _grid_overrides(hardware: str | None, tp: list[int] | None) -> dict | None:
@@ -135,11 +149,6 @@ def _float_list(text: str | None, field: str) -> list[float] | None:
 
 
 # Options shared by `capacity` and `report` (declared once).
-AccuracyFloorOpt = Annotated[Optional[str], typer.Option(
-    "--accuracy-floor", help="recommend only configurations at least this accurate: vanilla-base (default: within "
-    "--accuracy-margin of it), a number in [0, 1], or none")]
-AccuracyMarginOpt = Annotated[Optional[float], typer.Option(
-    "--accuracy-margin", help="allowed accuracy loss vs the reference system, within its 95% interval (default 0.05)")]
 CiTargetOpt = Annotated[Optional[float], typer.Option(
     "--ci-target", help="replicate until the 95% interval half-width is at most this fraction of the capacity (default 0.10)")]
 MaxReplicationsOpt = Annotated[Optional[int], typer.Option("--max-replications", help="replications per configuration at most")]
@@ -167,7 +176,8 @@ def capacity(
     cv: float = typer.Option(1.0, help="coefficient of variation of inter-arrival gaps (bursty)"),
     requests: Optional[int] = typer.Option(None, help="requests simulated per load level"),
     seed: Optional[int] = typer.Option(None, help="base seed (default: the scenario's)"),
-    gpu_hour_cost: Optional[float] = typer.Option(None, "--gpu-hour-cost", help="price of one GPU-hour"),
+    gpu_hour_cost: Optional[float] = gpu_hour_cost_option(),
+    currency: str = currency_option(),
     target_qps: Optional[float] = typer.Option(None, "--target-qps", help="request rate to provision for"),
     workers: Optional[int] = typer.Option(None, help="local worker processes (default: all cores; 1 = serial)"),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="run the sweep on this Ray cluster"),
@@ -201,7 +211,7 @@ def capacity(
     4 of the run's own mean latencies (a shorter run is rerun longer); drift x = mean latency of the last
     quarter of arrivals / the second quarter (a rate counts as sustained only at <= 1.25 and without a
     significant latency trend, so SLO met can be "no" while p99 is under the bound); sims = serving simulations the search ran for that configuration; goodput req/s = requests
-    per second finishing within the SLO; cost at --gpu-hour-cost; replicas and GPUs (CPU hosts for a CPU
+    per second finishing within the SLO; cost at --gpu-hour-cost, in --currency; replicas and GPUs (CPU hosts for a CPU
     scenario) for --target-qps. --out files get every column. The last line names the best configuration
     and why (the same line opens `specsim report`). SLO metrics: latency, ttft, queue_delay, tpot, itl
     (vllm bench serve's definitions).
@@ -241,7 +251,7 @@ def capacity(
         df, meta = capacity_from_cli(
             scenario, slo, qps=_float_list(qps, "--qps"), users=user_counts, systems=system,
             gammas=gamma, thresholds=threshold,
-            arrival=arrival, cv=cv, requests=requests, seed=seed, gpu_hour_cost=gpu_hour_cost, target_qps=target_qps,
+            arrival=arrival, cv=cv, requests=requests, seed=seed, gpu_hour_cost=gpu_hour_cost, currency=currency, target_qps=target_qps,
             workers=workers, ray_address=ray_address, arrivals_file=str(arrivals_file) if arrivals_file else None,
             interval=_interval(ci_target, max_replications), accuracy_floor=accuracy_floor, accuracy_margin=accuracy_margin,
             adaptive_gamma=best_gamma, gamma_policy=gamma_policy, progress=j.progress, stop_below_best=True,
@@ -264,7 +274,7 @@ def capacity(
     if fmt == "table" and best_gamma:
         render_best_gamma(df, title)
     elif fmt == "table":
-        render_capacity(df, title, columns)
+        render_capacity(df, title, columns, currency)
         if meta.get("headline"):
             print(meta["headline"])
     if fmt != "table" or out is not None:
@@ -284,7 +294,8 @@ def report(
     threshold: Optional[list[int]] = threshold_list_option(),
     requests: Optional[int] = typer.Option(None, help="requests simulated per load level"),
     seed: Optional[int] = typer.Option(None, help="base seed (default: the scenario's)"),
-    gpu_hour_cost: Optional[float] = typer.Option(None, "--gpu-hour-cost", help="price of one GPU-hour"),
+    gpu_hour_cost: Optional[float] = gpu_hour_cost_option(),
+    currency: str = currency_option(),
     target_qps: Optional[float] = typer.Option(None, "--target-qps", help="request rate to provision for"),
     workers: Optional[int] = typer.Option(None, help="local worker processes (default: all cores)"),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="run the sweep on this Ray cluster"),
@@ -298,8 +309,10 @@ def report(
     """Capacity-planning report (markdown + PNGs): latency vs load, SLO frontier, cost, assumptions.
 
     The capacities, intervals and ranks are those of `specsim capacity` (the same search, seeds and run length);
-    configurations below the accuracy floor are listed, not searched. The report's first line (also printed
-    here) names the best configuration and why.
+    configurations below the accuracy floor, or without accuracy data of their own, are listed (here and in the
+    report) with the reason, not searched; one with measured accuracy whose floor cannot be judged (the
+    reference's accuracy unknown) is searched and plotted, never recommended. The report's first line (also
+    printed here) names the best configuration and why.
 
     Example: specsim report cpu-smollm2 --out out/report-cpu --target-qps 2 --gpu-hour-cost 0.05
     """
@@ -321,43 +334,15 @@ def report(
             if sname not in SYSTEMS:
                 raise InputError(None, "--system", f"unknown system {sname!r}; known: {', '.join(SYSTEMS)}")
     with job(f"report {scenario}: capacity search, then latency-vs-load curves (serving simulations)") as j:
-        path, line = build_report(scenario, out, slo, requests, seed, gpu_hour_cost, target_qps, workers, ray_address,
+        path, line, excluded = build_report(scenario, out, slo, requests, seed, gpu_hour_cost, target_qps, workers, ray_address,
+                                            currency=currency,
                                   accuracy_floor=accuracy_floor, accuracy_margin=accuracy_margin,
                                   interval=_interval(ci_target, max_replications), systems=system,
                                   gammas=gamma, thresholds=threshold, progress=j.progress, bench_serve=bench_serve)
     print(line)
+    for text in excluded:  # never leave a configuration out in silence
+        print(f"Excluded: {text}.")
     wrote(path, f"markdown; PNGs and CSVs beside it in {out}")
-
-
-INIT_TEMPLATE = """\
-# A specreason-sim scenario (specsim init). Every field below is explained; `specsim show {path}` prints
-# it resolved with every default filled in, `specsim whatif {path}` runs its grid.
-name: {name}
-description: QwQ-32B base + R1-Distill-Qwen-1.5B small on 2x RTX A6000 (edit me)
-# hardware: a catalog name (specsim list hardware) and how many devices one replica has
-hardware: {{gpu: rtx-a6000, count: 2}}
-# base and small (reasoning) models: catalog names (specsim list models) or a path to a HF config.json;
-# tp = tensor-parallel degree
-base: {{model: qwq-32b, tp: 2}}
-small: {{model: r1-distill-qwen-1.5b, tp: 2}}
-# the workload model (steps, scores, acceptance) fitted from traces (specsim list workloads); use one fitted
-# for your base + small models: a borrowed one is flagged in every table
-workload: aime_qwq32b_r1-1.5b
-# cost profiles: prior (catalog priors per GPU) or fitted profiles (specsim list profiles)
-cost_profiles: [prior]
-# GPU memory share of each engine (the rest: activations, the other engine)
-memory_fraction: {{base: 0.8, small: 0.1}}
-# systems to compare: vanilla-base, vanilla-small, specdecode, specreason, specreason-decode
-systems: [vanilla-base, specdecode, specreason, specreason-decode]
-grid:
-  gamma: [2, 4, 6]        # draft tokens per verification (specdecode, specreason-decode), 1..16
-  threshold: [5, 7]       # SpecReason acceptance threshold 0..10 (10: never keep a small step)
-  first_n: [0]            # first steps always taken by the base model
-engine: analytic          # analytic (closed form) | des (discrete-event: adds p50/p90/p99)
-requests: 400             # DES requests per grid point
-slo: "p99_latency<=900s"  # capacity planning (specsim capacity / report)
-seed: 0
-"""
 
 
 @app.command()
@@ -370,6 +355,7 @@ def init(
     Example: specsim init my-scenario.yaml && specsim whatif my-scenario.yaml
     """
     from simulator.loading import write_atomic
+    from simulator.scenario_template import INIT_TEMPLATE
 
     if str(path).strip() == "" or path.suffix.lower() not in (".yaml", ".yml"):
         raise InputError(None, "path", f"expected a .yaml file name (got {str(path)!r})")

@@ -104,9 +104,9 @@ def render(df: pd.DataFrame, meta: dict) -> None:
         t.add_column(c, justify="right")
     for _, r in df.iterrows():
         t.add_row(*[(f"{r[c]:.3f}" if c.endswith("_ms") else str(r[c])) for c in show])
+    from simulator.report_table import print_rich_table
+
     con = Console()
-    if not con.is_terminal:
-        con = Console(width=220)
-    con.print(t)
+    print_rich_table(t, console=con)
     kinds = ", ".join(f"{k} {v['kind']}" for k, v in meta["parameters"].items())
     con.print(f"parameters: {meta['profile']} ({kinds})", soft_wrap=True)

@@ -1,7 +1,8 @@
 """Rendering of results DataFrames: rich table, CSV, JSON (the CLI's only output paths).
 
-Terminal tables take rich's own width (the terminal's, 80 when piped) and show a chosen set of
-columns (``--columns``: a preset or a comma list); files always get every column.
+Tables show a chosen set of columns (``--columns``: a preset or a comma list); files always get every
+column. No number or name is ever split over lines (:func:`print_rich_table`): piped or redirected, a
+table prints at its full width; on a terminal only headers and names wrap, at spaces.
 """
 
 from __future__ import annotations
@@ -107,23 +108,53 @@ def fold_constant(df: pd.DataFrame, cols: list[str], names: dict[str, str], titl
     return keep, title + (f" — {', '.join(fixed)}" if fixed else "")
 
 
-def print_table(df: pd.DataFrame, title: str, cols: list[str], names: dict[str, str], caption: str | None = None) -> None:
-    """A rich table at the console's own width (rich shrinks and wraps columns to fit)."""
-    from rich import box
+def print_rich_table(t, stderr: bool = False, console=None) -> None:
+    """Print a rich table so that no cell is cut inside a word: each column is at least as wide as its longest
+    word (numbers and names never wrap); piped or redirected (not a terminal) with COLUMNS unset, at the
+    table's full width (no wrapping at all); on a terminal or at a set COLUMNS, wider columns wrap at spaces and
+    a table wider than that runs past it rather than split a value. ``console``: print there."""
+    import os
+
     from rich.console import Console
+    from rich.text import Text
+
+    for col in t.columns:
+        text = [c.plain if isinstance(c, Text) else str(c) for c in (col.header, *col.cells)]
+        longest = max((Text(w).cell_len for c in text for w in c.split()), default=1)
+        col.min_width = max(col.min_width or 0, longest)
+    con = console or Console(stderr=stderr)
+    need = con.measure(t, options=con.options.update_width(100_000))
+    full = not con.is_terminal and not os.environ.get("COLUMNS")
+    con.width = need.maximum if full else max(con.width, need.minimum)
+    con.print(t, crop=False)  # rich may lay a narrowed table out wider than the width: never cut it
+
+
+def print_line(text: str) -> None:
+    """A line of prose under a table (stdout): like the tables, one line when piped with COLUMNS unset (grep
+    finds it whole), else wrapped at spaces to the terminal's width or COLUMNS."""
+    import os
+
+    from rich.console import Console
+
+    con = Console()
+    con.print(text, markup=False, highlight=False, soft_wrap=not con.is_terminal and not os.environ.get("COLUMNS"))
+
+
+def print_table(df: pd.DataFrame, title: str, cols: list[str], names: dict[str, str], caption: str | None = None) -> None:
+    """A rich table of ``cols`` (:func:`print_rich_table`: values never split)."""
+    from rich import box
     from rich.table import Table
 
     cols, title = fold_constant(df, cols, names, title)
     t = Table(title=title, caption=caption, show_lines=False, box=box.SIMPLE_HEAD, pad_edge=False)
-    console = Console()
     for c in cols:  # headers on two lines (what / unit): narrow columns without wrapping values
         head = names.get(c, c)
         if " " in head and len(head) > 6:
             head = "\n".join(head.rsplit(" ", 1))
-        t.add_column(head, justify="left" if c in ("hardware", "system", "label") else "right", overflow="fold")
+        t.add_column(head, justify="left" if c in ("hardware", "system", "label") else "right")
     for row in df[cols].itertuples(index=False):
         t.add_row(*(_fmt(v) for v in row))
-    console.print(t)
+    print_rich_table(t)
 
 
 def render_table(df: pd.DataFrame, title: str, columns: str | None = None) -> None:
@@ -251,12 +282,12 @@ CAPACITY_HELP = (
     f"at <= {DRIFT_LIMIT:g} with no significant latency trend: otherwise the queue is still growing, so SLO met = no "
     "even when p99 is under the bound); "
     "sims = serving simulations run by the search for that configuration; goodput req/s = requests per second "
-    "finishing within the SLO; cost/1000 req at --gpu-hour-cost; replicas and GPUs (CPU hosts for a CPU scenario) "
+    "finishing within the SLO; cost/1000 req at --gpu-hour-cost, in --currency; replicas and GPUs (CPU hosts for a CPU scenario) "
     "for --target-qps.")
 
 
-def render_capacity(df: pd.DataFrame, title: str, columns: str | None = None) -> None:
-    names = dict(CAPACITY_COLUMNS)
+def render_capacity(df: pd.DataFrame, title: str, columns: str | None = None, currency: str = "USD") -> None:
+    names = dict(CAPACITY_COLUMNS, cost_per_1000_requests=f"cost/1000 req {currency}")
     if "hardware" in df.columns and len(df) and (df["hardware"].astype(str) == "cpu").all():
         names.update(qps_per_gpu="req/s per CPU host", gpus="CPU hosts")
     spec = (columns or "").strip()

@@ -248,6 +248,8 @@ def run_all(out: Path, *, requests: int = 3, budget: int = 48, step_max: int = 2
     t2 = time.perf_counter()
     res = validate_holdout(list(runs.values()), out / "profile_fit.yaml", out / "report", max_median_ape, command)
     t_val = time.perf_counter() - t2
+    from validate.metrics import percent, summary_text
+
     e2e, calls = res.figures["replay_e2e"], res.figures["replay_calls"]
     head = e2e.iloc[0]
     spread = within_config_spread(list(runs.values()))
@@ -277,13 +279,11 @@ def run_all(out: Path, *, requests: int = 3, budget: int = 48, step_max: int = 2
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     print(f"fit on {', '.join(fit_names())}: " + ", ".join(f"{k}={v['value']:.4g}[{v['kind'][0]}]"
                                                           for k, v in summary["fit_params"].items()))
-    print(f"held out {', '.join(holdout_names())}: n={head['n']} e2e median APE {100 * head['median_ape']:.1f}% "
-          f"p90 {100 * head['p90_ape']:.1f}% bias {100 * head['bias']:+.1f}% coverage {100 * head['coverage']:.0f}% "
-          f"(calls: median APE {100 * calls.iloc[0]['median_ape']:.1f}%)")
+    print(f"held out {', '.join(holdout_names())}: e2e {summary_text(head)} "
+          f"(calls: median APE {percent(calls.iloc[0]['median_ape'], 'no calls to compare', '.1f')})")
     if summary["heldout_distribution"]:
         d = summary["heldout_distribution"]
-        print(f"held out, distribution mode (workload refitted on the fit runs): median APE {100 * d['median_ape']:.1f}% "
-              f"p90 {100 * d['p90_ape']:.1f}% bias {100 * d['bias']:+.1f}% coverage {100 * d['coverage']:.0f}%")
+        print(f"held out, distribution mode (workload refitted on the fit runs): {summary_text(d)}")
     print(f"runtime: campaign {t_runs:.0f} s, fit {t_fit:.0f} s, validate {t_val:.0f} s; report {out / 'report' / 'report.md'}")
     loads = [per_config.get(f"{c.name}:loadavg1") for c in run_order()]
     print(f"load: 1-min load average per configuration {', '.join(f'{x:.1f}' for x in loads if x is not None)}; "

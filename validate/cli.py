@@ -49,6 +49,7 @@ def validate(
     """Predict measured held-out runs (trace replay and distribution mode) and report the errors.
 
     Example: specsim validate RUN_DIR... --profile cost.yaml --holdout requests:kfold=2 --out out/validation"""
+    from validate.metrics import summary_text
     from validate.report import write_report
     from validate.validation import headline, run_validation
 
@@ -82,9 +83,7 @@ def validate(
     for key, label in (("replay_e2e", "replay e2e"), ("replay_calls", "replay calls"), ("distribution", "distribution")):
         if key in f:
             a = f[key].iloc[0]
-            print(f"  {label:13s} n={a['n']:3d} median APE {100 * a['median_ape']:.1f}% p90 {100 * a['p90_ape']:.1f}% "
-                  f"bias {100 * a['bias']:+.1f}% coverage {100 * a['coverage']:.0f}% "
-                  f"(median {100 * level:g}% interval width {100 * a['pi_rel_width']:.0f}% of the prediction)")
+            print(f"  {label:13s} {summary_text(a, level)}")
     cov = f.get("coverage_levels")
     if cov is not None and len(cov):
         for scope, g in cov.groupby("scope", sort=False):

@@ -51,23 +51,25 @@ def search_table(rs: ResolvedScenario, slo: Slo, load: LoadSpec, configs: list[S
                  acc_model, floor, gpu_hour_cost: float | None = None, target_qps: float | None = None,
                  workers: int | None = None, ray_address: str | None = None, only_eligible: bool = False,
                  progress=None, stop_below_best: bool = True, pool: Workers | None = None,
-                 serving: str | None = None) -> tuple[pd.DataFrame, dict, list[SystemConfig]]:
+                 serving: str | None = None, currency: str = "USD") -> tuple[pd.DataFrame, dict, list[SystemConfig]]:
     """The one capacity search behind ``specsim capacity`` and ``specsim report`` (issue 30): every searched
     configuration gets :func:`capacity_interval` with ``spec`` on the same seeds and run length, so both
-    commands print the same capacities, intervals and ranks. ``only_eligible``: configurations that do not
-    meet the accuracy floor are not searched (returned as the third value, never ranked nor printed with
-    a capacity). Returns (table best first with accuracy, ``standing`` and ``recommended``; the
+    commands print the same capacities, intervals and ranks. ``only_eligible``: configurations that cannot
+    be recommended are not searched unless their own accuracy is measured and the floor's reference has none
+    (``accuracy.searched``; the others are returned as the third value, never ranked nor printed with a
+    capacity). Returns (table best first with accuracy, ``standing`` and ``recommended``; the
     recommendation; the configurations left out). ``pool``: the workers to run on (default: new ones from
-    ``workers`` / ``ray_address``). ``serving``: a serving benchmark's workload (JSON, ``capacity.bench``)."""
-    from simulator.accuracy import floor_status
+    ``workers`` / ``ray_address``). ``serving``: a serving benchmark's workload (JSON, ``capacity.bench``);
+    ``currency``: of ``gpu_hour_cost`` (a ``currency`` column beside the costs)."""
+    from simulator.accuracy import searched
 
-    skipped = [c for c in configs if only_eligible and floor_status(acc_model, c, floor)[0] != "meets"]
+    skipped = [c for c in configs if only_eligible and not searched(acc_model, c, floor)[0]]
     keep = [c for c in configs if c not in skipped]
     points = [replace(p, interval=spec) for p in capacity_points(rs, slo, load, keep, serving)]
     rows = (interval_rounds(points, spec, workers, ray_address, progress, stop_below_best, pool)
             if spec.max_request_doublings == 0 and points
             else run_points(points, workers, ray_address, progress, pool))
-    df = add_accuracy(capacity_table(rows, gpu_hour_cost, target_qps), acc_model, floor)
+    df = add_accuracy(capacity_table(rows, gpu_hour_cost, target_qps, currency), acc_model, floor)
     rec = recommend(df)
     best = rec["best"]
     picks = {config_key(best), *rec["tie_keys"]} if best is not None else set()
@@ -130,7 +132,7 @@ def serving_setup(rs: ResolvedScenario, bench_serve: str | None, arrival: str = 
 def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | None = None, users: list[int] | None = None,
                       systems: list[str] | None = None, gammas=None, thresholds=None, arrival: str = "poisson",
                       cv: float = 1.0, requests: int | None = None, seed: int | None = None,
-                      gpu_hour_cost: float | None = None, target_qps: float | None = None,
+                      gpu_hour_cost: float | None = None, target_qps: float | None = None, currency: str = "USD",
                       workers: int | None = None, ray_address: str | None = None,
                       arrivals_file: str | None = None, interval: IntervalSpec | None = None,
                       accuracy_floor: str | None = None, accuracy_margin: float | None = None,
@@ -200,9 +202,10 @@ def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | No
         return df, meta
     df, rec, _ = search_table(rs, slo, load, configs, interval or IntervalSpec(), acc_model, floor, gpu_hour_cost,
                               target_qps, workers, ray_address, progress=progress, stop_below_best=stop_below_best,
-                              serving=serving)
+                              serving=serving, currency=currency)
     meta["accuracy_floor"] = floor.describe()
     meta["recommended"] = None if rec["best"] is None else rec["best"].label
     meta["recommended_ties"] = rec["ties"]
-    meta["headline"] = headline(df, rec, slo.text, gpu_hour_cost)
+    meta["headline"] = headline(df, rec, slo.text, gpu_hour_cost, currency)
+    meta["currency"] = currency
     return df, meta

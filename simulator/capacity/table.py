@@ -20,8 +20,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from simulator.accuracy import add_accuracy  # noqa: F401  (re-exported: the rule lives there)
 from simulator.capacity.search import CONFIDENCE, t_interval
-from simulator.systems import SystemConfig
 
 EQUIVALENCE = 0.05  # differences below 5% of the capacity are ties (seed-to-seed spread of a few percent)
 
@@ -77,15 +77,18 @@ def standing(df: pd.DataFrame) -> list[str]:
     return out
 
 
-def capacity_table(rows: list[dict], gpu_hour_cost: float | None, target_qps: float | None) -> pd.DataFrame:
-    """Rows of ``capacity_interval`` (or ``search_capacity``) -> one line per configuration with costs,
-    ranks and ties; best (rank, then mean capacity per GPU) first."""
+def capacity_table(rows: list[dict], gpu_hour_cost: float | None, target_qps: float | None,
+                   currency: str = "USD") -> pd.DataFrame:
+    """Rows of ``capacity_interval`` (or ``search_capacity``) -> one line per configuration with costs (in
+    ``currency``, column ``currency``), ranks and ties; best (rank, then mean capacity per GPU) first."""
     df = pd.DataFrame(rows)
     df["gpus_per_replica"] = df.tp
     df["qps_per_gpu"] = df.max_qps / df.tp
     with np.errstate(divide="ignore"):
         df["cost_per_1000_requests"] = (1000.0 * df.tp * gpu_hour_cost / (3600.0 * df.max_qps)
                                         if gpu_hour_cost else np.nan)
+    if gpu_hour_cost:
+        df["currency"] = currency
     if target_qps:
         df["replicas"] = [math.ceil(target_qps / q) if q > 0 else np.nan for q in df.max_qps]
         df["gpus"] = df.replicas * df.tp
@@ -97,28 +100,6 @@ def capacity_table(rows: list[dict], gpu_hour_cost: float | None, target_qps: fl
     df["standing"] = standing(df)
     for c in ("gamma", "threshold"):
         df[c] = pd.array([None if v is None or v != v else int(v) for v in df[c]], dtype="Int64")
-    return df
-
-
-def add_accuracy(df: pd.DataFrame, model, floor) -> pd.DataFrame:
-    """Accuracy columns (``accuracy``, ``accuracy_lo``, ``accuracy_hi``: NaN = unknown) and the floor's
-    verdict (``accuracy_floor``: meets | fails | unknown, ``accuracy_why``) per configuration."""
-    from simulator.accuracy import floor_status
-
-    df = df.copy()
-    est, stat, why = [], [], []
-    for r in df.itertuples():
-        cfg = SystemConfig(system=r.system, gamma=None if pd.isna(r.gamma) else int(r.gamma),
-                           threshold=None if pd.isna(r.threshold) else int(r.threshold), first_n=int(r.first_n))
-        est.append(model.estimate(cfg))
-        s, w = floor_status(model, cfg, floor)
-        stat.append(s)
-        why.append(w)
-    df["accuracy"] = [e.mean if e else np.nan for e in est]
-    df["accuracy_lo"] = [e.low if e else np.nan for e in est]
-    df["accuracy_hi"] = [e.high if e else np.nan for e in est]
-    df["accuracy_floor"] = stat
-    df["accuracy_why"] = why
     return df
 
 
@@ -148,7 +129,7 @@ def config_names(rows: pd.DataFrame, table: pd.DataFrame) -> list[str]:
     return [f"{l} [{h} tp={t}]" if many else l for l, h, t in zip(rows.label, rows.hardware, rows.tp)]
 
 
-def headline(df: pd.DataFrame, rec: dict, slo_text: str, gpu_hour_cost: float | None = None) -> str:
+def headline(df: pd.DataFrame, rec: dict, slo_text: str, gpu_hour_cost: float | None = None, currency: str = "USD") -> str:
     """One line: the best configuration and why (capacity with its interval, accuracy, cost) -- the first
     line of every report and the line ``specsim capacity`` prints under its table."""
     b = rec["best"]
@@ -159,7 +140,7 @@ def headline(df: pd.DataFrame, rec: dict, slo_text: str, gpu_hour_cost: float | 
     conv = "" if bool(b.get("converged", True)) else ", interval not converged"
     acc = (f"accuracy {b.accuracy:.3f}" if np.isfinite(b.get("accuracy", np.nan)) else "accuracy unknown") + \
         f" ({b.accuracy_why})"
-    cost = (f"; {b.cost_per_1000_requests:.3g} per 1000 requests at {gpu_hour_cost:g} per {dev}-hour"
+    cost = (f"; {b.cost_per_1000_requests:.3g} {currency} per 1000 requests at {gpu_hour_cost:g} {currency} per {dev}-hour"
             if gpu_hour_cost and np.isfinite(b.get("cost_per_1000_requests", np.nan)) else "")
     ties = (f"; within the interval of the best: {', '.join(rec['ties'])}" if rec["ties"] else "; no other configuration "
             "within its interval")
@@ -174,15 +155,16 @@ DISPLAY = {
     "accuracy_floor": "acc floor", "recommended": "pick", "latency_mean_s": "mean s", "latency_p99_s": "p99 s",
     "ttft_mean_s": "TTFT s", "queue_delay_mean_s": "queue s", "goodput_qps": "goodput/s", "slo_met": "SLO",
     "base_batch_mean": "base batch", "small_batch_mean": "small batch", "base_utilization": "base util",
-    "small_utilization": "small util", "base_kv_occupancy_max": "base KV max", "cost_per_1000_requests": "$/1000 req",
+    "small_utilization": "small util", "base_kv_occupancy_max": "base KV max", "cost_per_1000_requests": "cost/1000 req",
     "replicas": "replicas", "gpus": "GPUs", "evaluations": "sims", "window_throughput_qps": "thr/s",
     "throughput_ratio": "thr/offered", "queue_growth": "queue growth", "latency_drift": "drift", "latency_growth": "growth",
 }
 
 
 def render_capacity_table(df: pd.DataFrame, title: str) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from simulator.report_table import print_rich_table
 
     keep = {"accuracy", "accuracy_floor"}
     cols = [c for c in DISPLAY if c in df.columns and (c in keep or not df[c].isna().all())]
@@ -192,4 +174,4 @@ def render_capacity_table(df: pd.DataFrame, title: str) -> None:
     for row in df[cols].itertuples(index=False):
         t.add_row(*(("unknown" if c.startswith("accuracy") else "-") if v is None or v is pd.NA or (isinstance(v, float) and v != v)
                     else f"{v:.3g}" if isinstance(v, (float, np.floating)) else str(v) for c, v in zip(cols, row)))
-    Console(width=max(120, 11 * len(cols))).print(t)
+    print_rich_table(t)
