@@ -85,7 +85,7 @@ class DraftChoice(_Strict):
 
     kind: Literal["model", "head", "mtp", "ngram"] = "model"
     model: str | None = None
-    tp: int | None = Field(default=None, ge=1, le=64, strict=True)  # accepted for old scenarios; the draft runs at the base's TP
+    tp: int | None = Field(default=None, ge=1, le=64, strict=True)  # old scenarios: the draft runs at the base TP
     weight_dtype: WeightDtype = "bf16"
     kv_dtype: KvDtype | None = None  # default: the base model's
     layers: int = Field(default=1, ge=1, le=16, strict=True)

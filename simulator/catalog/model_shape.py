@@ -3,9 +3,9 @@ every model passes (the catalog's ``models.yaml``, a local ``config.json``, a dr
 every placement is checked by (``specsim pass-time``, a scenario's ``whatif`` / ``capacity`` / ``report``).
 
 **Bounds** (:data:`DIMENSION_BOUNDS`). Every dimension is an integer (a boolean is not one) within bounds: counts
-and widths at most the smallest power of two that is four or more times the largest of any published decoder (each
-bound's comment names the one we know of); token counts (an attention window, a sparse top-k) at most 2^24 = 16.8M tokens,
-longer than any context a model serves. A value past a bound is a typo or a unit slip (an extra zero, a count in the
+and widths at most a power of two at least four times the largest of any published decoder (each bound's comment
+names the largest we know of; every kind of head shares the heads' and head_dim's bounds); token counts (an
+attention window, a sparse top-k) at most 2^24 = 16.8M tokens, longer than any context a model serves. A value past a bound is a typo or a unit slip (an extra zero, a count in the
 wrong field) that the cost model would otherwise price without complaint: a hidden size of 1e9 is 1e18 parameters.
 Whether a model within the bounds fits a GPU is the memory check's question (``simulator/memory_check.py``).
 
@@ -21,7 +21,7 @@ per token on every GPU: only the heads split.
 
 from __future__ import annotations
 
-# field -> (lowest, highest); the comment: the largest published value the upper bound is >= 4x of
+# field -> (lowest, highest); the comment: the largest published value, which the upper bound is >= 4x of
 TOKENS = 1 << 24
 DIMENSION_BOUNDS: dict[str, tuple[int, int]] = {
     "layers": (1, 512),  # 126, Llama-3.1-405B
@@ -34,11 +34,11 @@ DIMENSION_BOUNDS: dict[str, tuple[int, int]] = {
     "experts_per_token": (0, 64),  # 10, Qwen3-Next
     "expert_intermediate": (1, 65536),  # 16,384, Mixtral-8x22B
     "shared_experts": (0, 16),  # 2, DeepSeek-V2
-    "shared_expert_intermediate": (1, 65536),  # 5,632, Qwen1.5-MoE-A2.7B
+    "shared_expert_intermediate": (1, 131072),  # 20,480, Qwen2-57B-A14B
     "first_k_dense_layers": (0, 512), "moe_every": (1, 512), "full_attention_every": (1, 512),  # at most layers
     "q_lora_rank": (1, 8192), "kv_lora_rank": (1, 8192),  # 1,536 and 512, DeepSeek-V3
     "qk_rope_head_dim": (1, 1024), "qk_nope_head_dim": (1, 1024), "v_head_dim": (1, 1024),  # 64, 128, 128
-    "mtp_layers": (0, 16),  # 1, DeepSeek-V3 and GLM-4.5 (3 MTP modules: MiMo)
+    "mtp_layers": (0, 16),  # 3, MiMo-7B (DeepSeek-V3 and GLM-4.5: 1)
     "linear_key_heads": (0, 512), "linear_value_heads": (0, 512),  # 16 and 32, Qwen3-Next
     "linear_key_head_dim": (1, 1024), "linear_value_head_dim": (1, 1024),  # 128 and 128
     "linear_conv_kernel": (1, 64),  # 4
