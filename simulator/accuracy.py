@@ -44,6 +44,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from simulator.errors import InputError
+from simulator.option_values import FIRST_N_MAX
 from simulator.provenance import Provenance
 from simulator.systems import REGISTRY, SystemConfig
 
@@ -76,7 +77,7 @@ class Group(_Strict):
 class AccuracyEntry(_Strict):
     system: str
     threshold: int | None = Field(default=None, ge=0, le=10)
-    first_n: int = Field(default=0, ge=0)
+    first_n: int = Field(default=0, ge=0, le=FIRST_N_MAX)
     kind: str = Field(default="measured", pattern="^measured$")  # numbers come from graded answers only
     source: str
     conditions: str = ""

@@ -17,8 +17,8 @@ import typer
 
 from simulator.errors import InputError
 from simulator.cli_show import show
-from simulator.option_values import (GAMMA_MAX, currency_option, gamma_list_option, gpu_hour_cost_option, int_list_option,
-                                     threshold_list_option)
+from simulator.option_values import (FIRST_N_MAX, GAMMA_MAX, currency_option, gamma_list_option, gpu_hour_cost_option,
+                                     int_list_option, threshold_list_option)
 from simulator.report_table import COLUMNS_HELP
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -53,7 +53,7 @@ def whatif(
     system: Optional[list[str]] = typer.Option(None, "--system", help="restrict to these systems (repeatable)"),
     gamma: Optional[list[int]] = gamma_list_option(),
     threshold: Optional[list[int]] = threshold_list_option(),
-    first_n: Optional[list[int]] = int_list_option(None, "--first-n", concept="first_n", lo=0, hi=100_000,
+    first_n: Optional[list[int]] = int_list_option(None, "--first-n", concept="first_n", lo=0, hi=FIRST_N_MAX,
                                                    help="steps the base model writes first", example="0,2"),
     engine: Optional[str] = typer.Option(None, help="analytic | des (default: the scenario's)"),
     requests: Optional[int] = typer.Option(None, help="DES requests per grid point"),

@@ -24,6 +24,10 @@ from simulator.errors import InputError
 
 GAMMA_MAX = 16  # draft tokens per iteration the simulator models (scenario grid.gamma: 1..16)
 THRESHOLD_MAX = 10  # SpecReason scores lie in 0..10; a threshold of 10 never keeps a small step
+# SpecReason's first_n (steps the base model writes before the small model proposes), in a scenario's grid.first_n
+# and every --first-n: past a request's last step it changes nothing (every step is the base model's), and no
+# workload's chain comes near 100,000 steps (a step is >= 1 token; budgets are thousands of tokens)
+FIRST_N_MAX = 100_000
 INT_LIST_METAVAR = "<ints>"
 
 

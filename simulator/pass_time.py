@@ -6,7 +6,9 @@ they sum to ``pass_ms``). With a draft and gamma K, also one speculative decodin
 sequences at context C: K draft passes + one verification of K+1 tokens per sequence
 (``simulator.gamma_choice.iteration_parts``: the serving simulator's and the gamma rule's own iteration), in
 ``draft_ms``, ``verify_ms`` and ``iteration_ms``. Parameters: the hardware catalog's priors (engine-level step
-model, ``simulator/catalog/gpu_priors.yaml``) or a cost profile YAML.
+model, ``simulator/catalog/gpu_priors.yaml``) or a cost profile YAML. The deployment is checked as a scenario's is: TP
+shards the model and its draft, and vLLM's engine holds them and the step's largest batch of sequences at its default
+``gpu_memory_utilization`` (``simulator/memory_check.check_step``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from simulator.catalog import get_hardware, get_model
 from simulator.cost_model import Deployment, Drafting
 from simulator.cost_profile import CostProfile, Param, prior_profile
 from simulator.errors import InputError
+from simulator.memory_check import check_step
 
 PARTS = ("weights", "kv", "compute", "allreduce", "step", "layers", "sequences")
 
@@ -68,6 +71,7 @@ def pass_time_table(model: str, hardware: str, tp: int = 1, batches=(1,), new_to
         raise InputError(None, "--ep", err)
     target = Deployment(m, hw, tp, params, ep=ep)
     dd = draft_deployment(target, draft, params) if draft is not None else None
+    check_step(target, dd, max(batches), max(*new_tokens, (gamma or 0) + 1), max(contexts))
     rows = []
     for B in batches:
         for T in new_tokens:

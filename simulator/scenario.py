@@ -11,10 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
 from simulator.catalog import get_hardware, get_model
 from simulator.catalog.engine_hosts import ServingEngine
+from simulator.catalog.model_shape import DIMENSION_BOUNDS, tp_error
 from simulator.catalog.models import KvDtype, WeightDtype
 from simulator.cost_model import Deployment, Drafting, expert_parallel_error
 from simulator.cost_profile import CostProfile, prior_profile
@@ -23,6 +24,7 @@ from simulator.errors import InputError
 from simulator.execution import Execution
 from simulator.serving.bench_workload import ServingWorkload
 from simulator.loading import load_yaml_model, read_yaml, validate_model
+from simulator.option_values import FIRST_N_MAX, check_range
 from simulator.systems import REGISTRY, SYSTEMS, SystemConfig, expand_systems
 from simulator.workload import WorkloadProfile
 
@@ -39,14 +41,14 @@ class _Strict(BaseModel):
 
 class HardwareChoice(_Strict):
     gpu: str
-    count: int = Field(default=1, ge=1, le=64)
+    count: int = Field(default=1, ge=1, le=64, strict=True)
 
 
 class ModelChoice(_Strict):
     model: str  # a catalog name or a path to a Hugging Face config.json (relative to the scenario file)
-    tp: int = Field(default=1, ge=1, le=64)
+    tp: int = Field(default=1, ge=1, le=64, strict=True)
     # expert parallelism of a mixture of experts: 1 (experts sharded by TP) or the TP degree (whole experts per GPU)
-    ep: int = Field(default=1, ge=1, le=64)
+    ep: int = Field(default=1, ge=1, le=64, strict=True)
     weight_dtype: WeightDtype = "bf16"  # bf16 | fp16 | fp8 (W8A8 where the GPU has FP8 tensor cores) | int4 (weight-only)
     kv_dtype: KvDtype = "bf16"  # bf16 | fp16 | fp8 KV cache
 
@@ -83,14 +85,14 @@ class DraftChoice(_Strict):
 
     kind: Literal["model", "head", "mtp", "ngram"] = "model"
     model: str | None = None
-    tp: int | None = Field(default=None, ge=1, le=64)  # accepted for old scenarios; the draft runs at the base's TP
+    tp: int | None = Field(default=None, ge=1, le=64, strict=True)  # old scenarios: the draft runs at the base TP
     weight_dtype: WeightDtype = "bf16"
     kv_dtype: KvDtype | None = None  # default: the base model's
-    layers: int = Field(default=1, ge=1, le=16)
-    vocab: int | None = Field(default=None, ge=1)
-    fusion: bool = True
-    tree_width: int = Field(default=1, ge=1, le=64)
-    verify_budget: int = Field(default=64, ge=2, le=4096)
+    layers: int = Field(default=1, ge=1, le=16, strict=True)
+    vocab: int | None = Field(default=None, ge=1, le=DIMENSION_BOUNDS["vocab"][1], strict=True)
+    fusion: bool = Field(default=True, strict=True)
+    tree_width: int = Field(default=1, ge=1, le=64, strict=True)
+    verify_budget: int = Field(default=64, ge=2, le=4096, strict=True)
     acceptance: AcceptancePrior | None = None
 
 
@@ -109,10 +111,10 @@ class MemoryFraction(_Strict):
 
 
 class Grid(_Strict):
-    gamma: list[int] = Field(default=[5], min_length=1)
-    threshold: list[int] = Field(default=[7], min_length=1)
-    first_n: list[int] = Field(default=[0], min_length=1)
-    tp: list[int] | None = None
+    gamma: list[StrictInt] = Field(default=[5], min_length=1)
+    threshold: list[StrictInt] = Field(default=[7], min_length=1)
+    first_n: list[StrictInt] = Field(default=[0], min_length=1)
+    tp: list[StrictInt] | None = None
     hardware: list[str] | None = None
 
     @field_validator("gamma")
@@ -134,8 +136,11 @@ class Grid(_Strict):
     @field_validator("first_n")
     @classmethod
     def _first_n(cls, v):
-        if any(n < 0 for n in v):
-            raise ValueError("first_n must be >= 0")
+        for n in v:  # the bound and wording of --first-n
+            try:
+                check_range(n, "first_n", 0, FIRST_N_MAX)
+            except InputError as e:
+                raise ValueError(e.message) from None
         return v
 
     @field_validator("tp")
@@ -169,8 +174,8 @@ class Scenario(_Strict):
     execution: Execution = Field(default_factory=Execution)
     slo: str | None = None  # capacity planning, e.g. "p99_latency<=300s" (specsim capacity / report)
     accuracy: str | None = None  # accuracy profile (simulator/accuracy.py); default: accuracy_<workload>.yaml if shipped
-    requests: int = Field(default=1000, ge=2, le=MAX_REQUESTS)
-    seed: int = Field(default=0, ge=0, lt=2**63)  # the CLI's --seed bounds
+    requests: int = Field(default=1000, ge=2, le=MAX_REQUESTS, strict=True)
+    seed: int = Field(default=0, ge=0, lt=2**63, strict=True)  # the CLI's --seed bounds
     # plain serving as benchmarks define it (simulator/serving/bench_workload.py): lengths, shared prefixes, sessions,
     # arrivals; or a `vllm bench serve ...` command line (a string, or {command: ...})
     serving_workload: ServingWorkload | None = None
@@ -359,7 +364,8 @@ class ResolvedScenario:
                                                                  serving_engine=self.scenario.serving_engine)
 
     def check_placement(self, hw_name: str, tp: int) -> None:
-        """TP divides the heads, fits the GPU count, and each model fits its memory share."""
+        """TP shards every model (``catalog/model_shape.tp_error``), fits the GPU count, and each engine starts in its
+        memory share (``memory_check.check_plan``): the rules ``specsim pass-time`` checks too (``check_step``)."""
         sc, f = self.scenario, self.file
         hw = get_hardware(hw_name, f)
         tp_field = "grid.tp" if sc.grid.tp else "base.tp"
@@ -368,8 +374,9 @@ class ResolvedScenario:
         for role, m in (("base", self.base_model), ("small", self.small_model), ("draft", self.draft_model)):
             if role == "draft" and self.drafting.free:
                 continue
-            if m.heads % tp:
-                raise InputError(f, tp_field, f"tp={tp} does not divide {role} model {m.name}'s {m.heads} attention heads")
+            err = tp_error(m, tp)
+            if err:
+                raise InputError(f, tp_field, f"{role} model: {err}")
         err = expert_parallel_error(self.base_model, tp, sc.base.ep)
         if err:
             raise InputError(f, "base.ep", err)
@@ -380,8 +387,8 @@ class ResolvedScenario:
             raise InputError(f, sc.memory_field, "base + small must not exceed 1")
         from simulator.memory_check import check_plan
 
-        for plan, what, length, fld, util in self.engine_plans(hw_name, tp):
-            check_plan(self, plan, what, length, fld, util, tp)
+        for plan, what, length, fld, _ in self.engine_plans(hw_name, tp):
+            check_plan(self, plan, what, length, fld, tp)
 
     def engine_plans(self, hw_name: str, tp: int, length: int | None = None):
         """The vLLM memory plan of every engine the scenario's systems start (``simulator/memory_check.py``)."""
