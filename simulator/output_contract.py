@@ -9,8 +9,8 @@ lock and only then runs the body. Kinds of output:
   extension: ``.json`` JSON, ``.parquet`` parquet (pyarrow, installed with the project), anything else CSV;
 - ``yaml``, ``csv``, ``json``: a file of that one format;
 - ``folder``: a report folder written afresh;
-- ``runs``: a run or campaign folder that the command resumes (it holds ``run.json``, ``provenance.json`` or
-  ``runs/`` of an earlier run of it).
+- ``runs``: a run or campaign folder that the command resumes (it, or a folder one or two levels down, holds
+  ``run.json``, ``provenance.json`` or ``runs/`` of an earlier run).
 
 The rules (each refusal one line, exit 2, the target untouched): only a regular file or a folder is written -- an
 existing device node, FIFO or socket is refused, never replaced; a file git tracks, a non-empty folder (a ``runs``
@@ -117,7 +117,8 @@ def check_out(out: Path | None, fmt: str = "table", force: bool = False, folder:
         if out.exists() and not out.is_dir():
             raise InputError(None, flag, f"{out} is a file; this command writes a folder")
         if out.is_dir() and any(out.iterdir()) and not force:
-            earlier_run = kind == "runs" and any((out / m).exists() for m in RUN_MARKERS)
+            earlier_run = kind == "runs" and any(next(out.glob(f"{deep}{m}"), None) is not None
+                                                 for m in RUN_MARKERS for deep in ("", "*/", "*/*/"))
             if not earlier_run:
                 raise InputError(None, flag, f"{out} is a folder that is not empty: its files would mix with the new "
                                  "ones; give a new folder or pass --force")
