@@ -196,7 +196,7 @@ gpu_app = _register_gpu_profiles(app)
 
 
 @gpu_app.command("op-bench")
-@writes(out="folder")
+@writes(out="runs")
 def op_bench_cmd(
     ctx: typer.Context,
     model: str = typer.Option(..., help="model shape, e.g. meta-llama/Llama-2-7b-hf (the shapes Vidur profiles; "

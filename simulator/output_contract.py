@@ -9,8 +9,8 @@ lock and only then runs the body. Kinds of output:
   extension: ``.json`` JSON, ``.parquet`` parquet (pyarrow, installed with the project), anything else CSV;
 - ``yaml``, ``csv``, ``json``: a file of that one format;
 - ``folder``: a report folder written afresh;
-- ``runs``: a run or campaign folder that the command resumes (it, or a folder one or two levels down, holds
-  ``run.json``, ``provenance.json`` or ``runs/`` of an earlier run).
+- ``runs``: a run or campaign folder that the command resumes or adds to (it, or a folder one or two levels down,
+  holds :data:`RUN_MARKERS`: ``run.json``, ``provenance.json``, ``runs/`` or ``op_bench.json`` of an earlier run).
 
 The rules (each refusal one line, exit 2, the target untouched): only a regular file or a folder is written -- an
 existing device node, FIFO or socket is refused, never replaced; a file git tracks, a non-empty folder (a ``runs``
@@ -42,7 +42,7 @@ FORMAT_EXTS = {"csv": (".csv",), "json": (".json",), "parquet": (".parquet",), "
 # extensions that name a file format: given to an output of another format (or to a folder), they are a mistake
 KNOWN_EXTS = (".csv", ".tsv", ".json", ".jsonl", ".yaml", ".yml", ".parquet", ".pq", ".feather", ".arrow", ".xlsx",
               ".xls", ".md", ".html", ".png", ".pdf", ".svg", ".txt", ".pkl", ".pickle", ".npy", ".npz")
-RUN_MARKERS = ("run.json", "provenance.json", "runs")  # what an earlier run of a resumable command left
+RUN_MARKERS = ("run.json", "provenance.json", "runs", "op_bench.json")  # an earlier run of a resuming command
 
 
 def parquet_available() -> bool:

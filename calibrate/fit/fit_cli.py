@@ -229,7 +229,7 @@ def published_priors(
 ):
     """Coarse MATH500 and GPQA-Diamond workload priors from the SpecReason paper's published latencies (~1 min).
 
-    Example: specsim calibrate published-priors --out simulator/profiles"""
+    Example: specsim calibrate published-priors --out simulator/profiles --force (the shipped profiles: tracked)"""
     from calibrate.fit.published_priors import write_priors
     from simulator.command_line import command_line
 
