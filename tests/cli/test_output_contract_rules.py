@@ -115,3 +115,15 @@ def test_init_keeps_its_rules_under_the_contract(tmp_path, capsys):
     os.mkfifo(fifo)
     rc, err = _run(["init", fifo, "--force"], capsys)
     assert rc == 2 and "not a regular file" in err
+
+
+@pytest.mark.parametrize("args", [
+    ["calibrate", "spec-metrics", "--metrics", Path(__file__).parents[1] / "data/spec_metrics/draft6l-k2/after.txt"],
+    ["whatif", "reference-a6000-qwq32b", "--system", "vanilla-base"],
+])
+def test_the_reported_overwrites_of_readme_are_refused(capsys, args):
+    """Issue 41, "Data lost": these wrote over the committed README.md with exit 0."""
+    readme = Path(__file__).resolve().parents[2] / "README.md"
+    before = readme.read_bytes()
+    rc, err = _run([*args, "--out", readme], capsys)
+    assert rc == 2 and str(readme) in err and readme.read_bytes() == before, err
