@@ -55,7 +55,8 @@ def whatif(
     requests: Optional[int] = typer.Option(None, help="DES requests per grid point"),
     seed: Optional[int] = typer.Option(None, help="DES seed"),
     fmt: str = typer.Option("table", "--format", help="table | csv | json"),
-    out: Optional[Path] = typer.Option(None, help="write the results here (every column; CSV for table format)"),
+    out: Optional[Path] = typer.Option(None, help="write the results here, every column (table format: JSON for a "
+                                       ".json name, parquet for .parquet, else CSV)"),
     columns: Optional[str] = typer.Option(None, "--columns", help=COLUMNS_HELP),
     hardware: Optional[str] = typer.Option(None, "--hardware", help="run on this catalog hardware instead of the "
                                            "scenario's (specsim list hardware), e.g. h100-sxm or h100-sxm,h200"),
@@ -174,7 +175,8 @@ def capacity(
     workers: Optional[int] = typer.Option(None, help="local worker processes (default: all cores; 1 = serial)"),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="run the sweep on this Ray cluster"),
     fmt: str = typer.Option("table", "--format", help="table | csv | json"),
-    out: Optional[Path] = typer.Option(None, help="write the results here (every column)"),
+    out: Optional[Path] = typer.Option(None, help="write the results here, every column (table format: JSON for a "
+                                       ".json name, parquet for .parquet, else CSV)"),
     columns: Optional[str] = typer.Option(None, "--columns", help="table columns: summary (default) | all | a comma "
                                           "list of result columns, e.g. label,max_qps,latency_p99_s"),
     accuracy_floor: AccuracyFloorOpt = None,
@@ -419,7 +421,8 @@ def pass_time(
     gamma: Optional[int] = typer.Option(None, "--gamma", help="draft tokens per speculative iteration (with --draft)"),
     profile: Optional[Path] = typer.Option(None, "--profile", help="cost profile YAML (default: the catalog's priors)"),
     fmt: str = typer.Option("table", "--format", help="table | csv | json"),
-    out: Optional[Path] = typer.Option(None, help="write the rows here (CSV for table format, JSON for a .json name)"),
+    out: Optional[Path] = typer.Option(None, help="write the rows here (table format: JSON for a .json name, "
+                                       "parquet for .parquet, else CSV)"),
     force: ForceOpt = False,
 ):
     """Predicted time of one engine step (pass_ms) with its breakdown; with --draft/--gamma also iteration_ms.
