@@ -209,6 +209,11 @@ def writes(**outputs: str):
             fmt = kwargs.get("fmt") or "table"
             targets = [(kwargs.get(name), kind, flags[name]) for name, kind in outputs.items()]
             targets = [(Path(p), k, f) for p, k, f in targets if p is not None]
+            seen: dict[Path, str] = {}
+            for p, _, f in targets:
+                if p.resolve() in seen:
+                    raise InputError(None, f, f"{p} is also {seen[p.resolve()]}: give each output its own path")
+                seen[p.resolve()] = f
             for p, k, f in targets:
                 check_out(p, fmt if k == "table" else "table", force, kind=k, flag=f)
             with output_lock([(p, f) for p, _, f in targets]):

@@ -127,3 +127,9 @@ def test_the_reported_overwrites_of_readme_are_refused(capsys, args):
     before = readme.read_bytes()
     rc, err = _run([*args, "--out", readme], capsys)
     assert rc == 2 and str(readme) in err and readme.read_bytes() == before, err
+
+
+def test_two_outputs_of_one_command_must_differ(tmp_path, capsys):
+    same = tmp_path / "x"
+    rc, err = _run(["calibrate", "fit-bench", tmp_path, "--out", same, "--report", same], capsys)
+    assert rc == 2 and "give each output its own path" in err and not same.exists()
