@@ -133,3 +133,23 @@ def test_two_outputs_of_one_command_must_differ(tmp_path, capsys):
     same = tmp_path / "x"
     rc, err = _run(["calibrate", "fit-bench", tmp_path, "--out", same, "--report", same], capsys)
     assert rc == 2 and "give each output its own path" in err and not same.exists()
+
+
+def test_a_run_in_another_process_holds_the_output_until_it_ends(tmp_path, capsys):
+    import subprocess
+    import sys
+
+    out = tmp_path / "rows.csv"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom simulator.output_contract import output_lock\n"
+                               f"with output_lock([({str(out)!r}, '--out')]):\n    print('held', flush=True)\n"
+                               "    time.sleep(60)"], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        rc, err = _run([*PASS_TIME, "--out", out], capsys)
+        assert rc == 2 and f"pid {holder.pid}" in err and not out.exists(), err
+    finally:
+        holder.kill()
+        holder.wait()
+    rc, err = _run([*PASS_TIME, "--out", out], capsys)  # the holder's end released the lock (killed, not closed)
+    assert rc == 0 and out.exists(), err
