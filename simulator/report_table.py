@@ -1,4 +1,5 @@
-"""Rendering of results DataFrames: rich table, CSV, JSON (the CLI's only output paths).
+"""Rendering of results DataFrames: rich table, CSV, JSON, parquet (the CLI's only output paths; which outputs a
+command may write is simulator/output_contract.py's to check).
 
 Terminal tables take rich's own width (the terminal's, 80 when piped) and show a chosen set of
 columns (``--columns``: a preset or a comma list); files always get every column.
