@@ -271,7 +271,7 @@ def capacity(
         if meta.get("headline"):
             print(meta["headline"])
     if fmt != "table" or out is not None:
-        from simulator.report_table import file_format
+        from simulator.output_contract import file_format
 
         write_output(df, file_format(fmt, out) if out is not None else fmt, out, title, meta)
 
