@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
 import shlex
 from dataclasses import replace
 from pathlib import Path
@@ -53,18 +52,10 @@ ASSUMPTIONS = [
 
 
 def _atomic_write(path: Path, write) -> None:
-    """Write through a temporary file in the same folder, then rename over ``path``."""
-    from simulator.loading import temp_beside
+    """Write through a temporary file in the same folder, then rename over ``path`` (simulator.loading)."""
+    from simulator.loading import replace_atomic
 
-    fd, tmp = temp_beside(path)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    replace_atomic(path, write)
 
 
 def build_report(scenario: str, out: Path, slo_text: str | None = None, requests: int | None = None,

@@ -19,6 +19,7 @@ from simulator.errors import InputError
 from simulator.cli_show import show
 from simulator.option_values import (FIRST_N_MAX, GAMMA_MAX, currency_option, gamma_list_option, gpu_hour_cost_option,
                                      int_list_option, threshold_list_option)
+from simulator.output_contract import ForceOpt, writes
 from simulator.report_table import COLUMNS_HELP
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -39,7 +40,7 @@ def _check_seed(seed: int | None) -> None:
 
 
 # Options shared by several commands (declared once).
-ForceOpt = Annotated[bool, typer.Option("--force", help="overwrite a file git tracks, or write into a non-empty --out folder")]
+# --force: simulator.output_contract (the one output contract; @writes adds it where a command lacks it)
 AccuracyFloorOpt = Annotated[Optional[str], typer.Option(
     "--accuracy-floor", help="recommend only configurations at least this accurate: vanilla-base (default: within "
     "--accuracy-margin of it), a number in [0, 1], or none")]
@@ -48,6 +49,7 @@ AccuracyMarginOpt = Annotated[Optional[float], typer.Option(
 
 
 @app.command()
+@writes(out="table")
 def whatif(
     scenario: str = typer.Argument(..., help="scenario YAML (path or name in scenarios/)"),
     system: Optional[list[str]] = typer.Option(None, "--system", help="restrict to these systems (repeatable)"),
@@ -59,7 +61,8 @@ def whatif(
     requests: Optional[int] = typer.Option(None, help="DES requests per grid point"),
     seed: Optional[int] = typer.Option(None, help="DES seed"),
     fmt: str = typer.Option("table", "--format", help="table | csv | json"),
-    out: Optional[Path] = typer.Option(None, help="write the results here (every column; CSV for table format)"),
+    out: Optional[Path] = typer.Option(None, help="write the results here, every column (table format: JSON for a "
+                                       ".json name, parquet for .parquet, else CSV)"),
     columns: Optional[str] = typer.Option(None, "--columns", help=COLUMNS_HELP),
     hardware: Optional[str] = typer.Option(None, "--hardware", help="run on this catalog hardware instead of the "
                                            "scenario's (specsim list hardware), e.g. h100-sxm or h100-sxm,h200"),
@@ -87,9 +90,8 @@ def whatif(
         raise InputError(None, "--engine", f"expected analytic or des (got {engine!r})")
     _check_requests(requests, 2)
     _check_seed(seed)
-    from simulator.report_table import check_columns, check_out, job, write_output
+    from simulator.report_table import check_columns, job, write_output
 
-    check_out(out, fmt, force)
     check_columns(columns, extra=("engine", "steps", "requests", "accuracy", "accuracy_lo", "accuracy_hi"))
     kwargs = dict(systems=system, gammas=gamma, thresholds=threshold, first_ns=first_n, engine=engine, requests=requests, seed=seed,
                   grid_overrides=_grid_overrides(hardware, tp), accuracy_floor=accuracy_floor, accuracy_margin=accuracy_margin)
@@ -160,6 +162,7 @@ BenchServeOpt = Annotated[Optional[str], typer.Option("--bench-serve", help=(
 
 
 @app.command()
+@writes(out="table")
 def capacity(
     scenario: str = typer.Argument(..., help="scenario YAML (path or name in scenarios/)"),
     slo: Optional[str] = typer.Option(None, help="SLO, e.g. 'p99_latency<=300s' or 'p90_latency<=60s,mean_ttft<=2s' "
@@ -182,7 +185,8 @@ def capacity(
     workers: Optional[int] = typer.Option(None, help="local worker processes (default: all cores; 1 = serial)"),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="run the sweep on this Ray cluster"),
     fmt: str = typer.Option("table", "--format", help="table | csv | json"),
-    out: Optional[Path] = typer.Option(None, help="write the results here (every column)"),
+    out: Optional[Path] = typer.Option(None, help="write the results here, every column (table format: JSON for a "
+                                       ".json name, parquet for .parquet, else CSV)"),
     columns: Optional[str] = typer.Option(None, "--columns", help="table columns: summary (default) | all | a comma "
                                           "list of result columns, e.g. label,max_qps,latency_p99_s"),
     accuracy_floor: AccuracyFloorOpt = None,
@@ -222,11 +226,10 @@ def capacity(
     "vllm bench serve --dataset-name random --random-input-len 2048 --random-output-len 256"
     """
     from simulator.capacity import capacity_from_cli
-    from simulator.report_table import check_out, job, write_output
+    from simulator.report_table import job, write_output
 
     if fmt not in ("table", "csv", "json"):
         raise InputError(None, "--format", f"expected table, csv or json (got {fmt!r})")
-    check_out(out, fmt, force)
     if workers is not None and workers < 1:
         raise InputError(None, "--workers", "must be >= 1")
     _check_seed(seed)
@@ -278,12 +281,13 @@ def capacity(
         if meta.get("headline"):
             print(meta["headline"])
     if fmt != "table" or out is not None:
-        from simulator.report_table import file_format
+        from simulator.output_contract import file_format
 
         write_output(df, file_format(fmt, out) if out is not None else fmt, out, title, meta)
 
 
 @app.command()
+@writes(out="folder")
 def report(
     scenario: str = typer.Argument(..., help="scenario YAML (path or name in scenarios/)"),
     out: Path = typer.Option(..., help="output folder (created; an existing non-empty one needs --force)"),
@@ -317,9 +321,6 @@ def report(
     Example: specsim report cpu-smollm2 --out out/report-cpu --target-qps 2 --gpu-hour-cost 0.05
     """
     from simulator.capacity_report import build_report
-    from simulator.report_table import check_out
-
-    check_out(out, force=force, folder=True)
     for name, v in (("--gpu-hour-cost", gpu_hour_cost), ("--target-qps", target_qps)):
         if v is not None and not v > 0:
             raise InputError(None, name, f"must be a positive number (got {v})")
@@ -346,6 +347,7 @@ def report(
 
 
 @app.command()
+@writes(path="yaml")
 def init(
     path: Path = typer.Argument(..., help="scenario file to write, e.g. my-scenario.yaml"),
     force: bool = typer.Option(False, "--force", help="overwrite an existing file"),
@@ -363,9 +365,8 @@ def init(
         raise InputError(None, "path", f"{path} is a folder; give a file name, e.g. {path / 'scenario.yaml'}")
     if path.exists() and not force:
         raise InputError(None, "path", f"{path} exists: refusing to overwrite it; pass --force or choose another name")
-    from simulator.report_table import check_out, wrote
+    from simulator.report_table import wrote
 
-    check_out(path, force=force)
     write_atomic(path, INIT_TEMPLATE.format(name=path.stem, path=path))
     wrote(path, "scenario; edit it, then specsim show / whatif / capacity")
 
@@ -389,6 +390,7 @@ def _interval(ci_target: float | None, max_replications: int | None):
 
 
 @app.command("pass-time")
+@writes(out="table")
 def pass_time(
     model: str = typer.Option(..., "--model", help="catalog model name (specsim list models) or a path to a HF config.json"),
     hardware: str = typer.Option(..., "--hardware", help="catalog hardware name, e.g. h100-sxm"),
@@ -405,7 +407,8 @@ def pass_time(
     gamma: Optional[int] = typer.Option(None, "--gamma", help="draft tokens per speculative iteration (with --draft)"),
     profile: Optional[Path] = typer.Option(None, "--profile", help="cost profile YAML (default: the catalog's priors)"),
     fmt: str = typer.Option("table", "--format", help="table | csv | json"),
-    out: Optional[Path] = typer.Option(None, help="write the rows here (CSV for table format, JSON for a .json name)"),
+    out: Optional[Path] = typer.Option(None, help="write the rows here (table format: JSON for a .json name, "
+                                       "parquet for .parquet, else CSV)"),
     force: ForceOpt = False,
 ):
     """Predicted time of one engine step (pass_ms) with its breakdown; with --draft/--gamma also iteration_ms.
@@ -417,11 +420,11 @@ def pass_time(
     Example: specsim pass-time --model qwq-32b --hardware h100-sxm --tp 2 --batch 1,8,64 --context 4096
     """
     from simulator.pass_time import pass_time_table, render
-    from simulator.report_table import check_out, file_format, write_output
+    from simulator.output_contract import file_format
+    from simulator.report_table import write_output
 
     if fmt not in ("table", "csv", "json"):
         raise InputError(None, "--format", f"expected table, csv or json (got {fmt!r})")
-    check_out(out, fmt, force)
     prof = None
     if profile is not None:
         from simulator.cost_profile import CostProfile

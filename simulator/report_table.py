@@ -1,4 +1,5 @@
-"""Rendering of results DataFrames: rich table, CSV, JSON (the CLI's only output paths).
+"""Rendering of results DataFrames: rich table, CSV, JSON, parquet (the CLI's only output paths; which outputs a
+command may write is simulator/output_contract.py's to check).
 
 Tables show a chosen set of columns (``--columns``: a preset or a comma list); files always get every
 column. No number or name is ever split over lines (:func:`print_rich_table`): piped or redirected, a
@@ -14,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import InputError
+from simulator.output_contract import file_format
 
 # result column -> terminal header (units in the header; "s" = seconds per request)
 TABLE_COLUMNS = {
@@ -169,62 +171,22 @@ def render_table(df: pd.DataFrame, title: str, columns: str | None = None) -> No
     print_table(df, title, cols, TABLE_COLUMNS, caption)
 
 
-def check_out(out: Path | None, fmt: str = "table", force: bool = False, folder: bool = False) -> None:
-    """The one --out contract, checked before any work (issue 30): a file (``folder``: a folder for multi-file
-    results); its extension agrees with --format (.csv / .json; with the table format the extension picks the
-    file's format, anything else is CSV); an existing folder given for a file, a non-empty folder, or a file git
-    tracks (a committed report) is refused unless --force; the destination must be writable."""
-    import os
-    import subprocess
-
-    if out is None:
-        return
-    if str(out).strip() == "":
-        raise InputError(None, "--out", "empty path")
-    out = Path(out)
-    if folder:
-        if out.exists() and not out.is_dir():
-            raise InputError(None, "--out", f"{out} is a file; this command writes a folder")
-        if out.is_dir() and any(out.iterdir()) and not force:
-            raise InputError(None, "--out", f"{out} is a folder that is not empty: its files would mix with the new "
-                             "ones; give a new folder or pass --force")
-    else:
-        if out.is_dir():
-            raise InputError(None, "--out", f"{out} is a folder; give a file name, e.g. {out / 'results.csv'}")
-        suf = out.suffix.lower()
-        if fmt in ("csv", "json") and suf in (".csv", ".json") and suf != "." + fmt:
-            raise InputError(None, "--out", f"{out} ends in {suf} but --format is {fmt}: the names must agree")
-        if out.exists() and not force:
-            try:
-                tracked = subprocess.run(["git", "ls-files", "--error-unmatch", out.name], cwd=out.resolve().parent,
-                                         capture_output=True, timeout=10).returncode == 0
-            except (OSError, subprocess.SubprocessError):
-                tracked = False
-            if tracked:
-                raise InputError(None, "--out", f"{out} is a file git tracks (committed): refusing to overwrite it; "
-                                 "pass --force or write elsewhere")
-    anc = out if folder and out.is_dir() else out.parent
-    while not anc.exists() and anc != anc.parent:
-        anc = anc.parent
-    if not anc.is_dir() or not os.access(anc, os.W_OK | os.X_OK):
-        raise InputError(None, "--out", f"cannot write under {anc}")
-
-
-def file_format(fmt: str, out: Path) -> str:
-    """The format of the file --out names: --format's, or with the table format its extension's (.json) or CSV."""
-    if fmt == "table":
-        return "json" if Path(out).suffix.lower() == ".json" else "csv"
-    return fmt
-
-
 def write_output(df: pd.DataFrame, fmt: str, out: Path | None, title: str, meta: dict, columns: str | None = None) -> None:
+    """Print (table) or write the results: CSV, JSON (meta + rows) or parquet (rows, meta in the schema's metadata),
+    the file's format as :func:`simulator.output_contract.file_format` says."""
     if fmt == "table":
         render_table(df, title, columns)
-        if out is not None and file_format(fmt, out) == "json":
-            write_output(df, "json", out, title, meta)
+        if out is not None and file_format(fmt, out) != "csv":
+            write_output(df, file_format(fmt, out), out, title, meta)
         elif out is not None:
             _atomic_write(out, df.to_csv(index=False))
             wrote(out, f"{len(df)} rows, all {len(df.columns)} columns, CSV")
+        return
+    if fmt == "parquet":
+        if out is None:
+            raise InputError(None, "--format", "parquet is written to a file only: give --out NAME.parquet")
+        write_parquet(df, out, meta)
+        wrote(out, f"{len(df)} rows, all {len(df.columns)} columns, parquet")
         return
     if fmt == "csv":
         text = df.to_csv(index=False)
@@ -242,6 +204,19 @@ def wrote(path: Path | str, what: str = "") -> None:
     import sys
 
     print(f"wrote {path}" + (f" ({what})" if what else ""), file=sys.stderr)
+
+
+def write_parquet(df: pd.DataFrame, path: Path, meta: dict) -> None:
+    """``df`` as parquet at ``path``, atomically; ``meta`` (JSON) in the file's key-value metadata under ``specsim``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from simulator.loading import replace_atomic
+
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                           b"specsim": json.dumps(meta, default=str).encode()})
+    replace_atomic(path, lambda tmp: pq.write_table(table, tmp))
 
 
 def _atomic_write(path: Path, text: str) -> None:

@@ -276,7 +276,9 @@ def run_all(out: Path, *, requests: int = 3, budget: int = 48, step_max: int = 2
         pall = fit_profile(list(runs.values()), fit_all_out, name="cpu-vllm032", date=date,
                            command=command + "  # fit on all configurations")
         summary["fit_all_params"] = _params(pall)
-    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    from simulator.loading import write_atomic
+
+    write_atomic(out / "summary.json", json.dumps(summary, indent=1, default=str))
     print(f"fit on {', '.join(fit_names())}: " + ", ".join(f"{k}={v['value']:.4g}[{v['kind'][0]}]"
                                                           for k, v in summary["fit_params"].items()))
     print(f"held out {', '.join(holdout_names())}: e2e {summary_text(head)} "

@@ -18,9 +18,11 @@ from typing import Optional
 import typer
 
 from simulator.errors import InputError
+from simulator.output_contract import writes
 from validate.campaign import DEFAULT_BAR  # stdlib only: the engines are imported when a campaign runs
 
 
+@writes(report="folder")
 def validate(
     inputs: list[Path] = typer.Argument(..., help="run directories or SpecReason trace files/directories"),
     profile: Path = typer.Option(..., "--profile", help="cost profile (specsim calibrate fit / fit-bench), or prior | "
@@ -146,6 +148,7 @@ def validate_drift(
             print("\n" + unseen_batch_check(str(aggregates), str(traces), str(profile)))
 
 
+@writes(out="runs", fit_all_out="yaml")
 def validate_cpu(
     ctx: typer.Context,
     out: Path = typer.Option(..., help="campaign folder (OUT/runs resumed if present; profile_fit.yaml, report/, "

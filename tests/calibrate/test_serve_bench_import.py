@@ -269,8 +269,8 @@ def test_validate_serving_speculative_bench_runs(tmp_path):
     # the acceptance of the speculative closed-1 (its own JSON) predicts it; the plain closed-1 is not speculative
     assert r.returncode == 0 and "acceptance from closed-1: gamma 2" in r.stderr, r.stderr
     assert "speculative runs held out (profile+acceptance-fit" not in r.stdout  # the only speculative run is the fit one
-    r = _cli("validate-serving", str(SPEC / "result.json"), "--profile", str(PROFILE), "--out", str(tmp_path / "rep"))
-    assert r.returncode == 0, r.stderr
+    r = _cli("validate-serving", str(SPEC / "result.json"), "--profile", str(PROFILE), "--out", str(tmp_path / "rep2"))
+    assert r.returncode == 0, r.stderr  # a new folder: the first report's folder is not empty (the output contract)
     assert "speculative runs held out (profile, n=6)" in r.stdout and "acceptance length median APE" in r.stdout
 
 
