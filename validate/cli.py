@@ -166,6 +166,9 @@ def validate_cpu(
                                 "within-configuration spread)) instead of --max-median-ape"),
     fit_all_out: Optional[Path] = typer.Option(None, help="also fit on every configuration into this cost profile"),
     date: Optional[str] = typer.Option(None, help="provenance date of the profiles (default: today)"),
+    configs: str = typer.Option("all", help="comma list of the campaign's configurations to run (vanilla-base, "
+                                "specdecode-g1..g4, specreason-t0/t6/t7/t10), at least one fit and one held-out; "
+                                "default all nine"),
 ):
     """A small real campaign on this CPU (vLLM, SmolLM2-135M + its 6-layer cut) -> fit -> held-out validation (~4 min).
 
@@ -175,7 +178,7 @@ def validate_cpu(
 
     rc = run_all(out, requests=requests, budget=budget, step_max=step_max, warmup=warmup, seed=seed, engine=engine,
                  model_cache=model_cache, max_median_ape=max_median_ape, sanity=sanity, fit_all_out=fit_all_out,
-                 date=date, command=command_line(ctx))
+                 date=date, command=command_line(ctx), configs=configs)
     if rc:
         sys.exit(rc)
 

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from simulator.errors import InputError
+from tests.conftest import examples
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "data" / "specreason-aime-traces"
@@ -154,7 +155,7 @@ def _paths(kind):
 
 
 @pytest.mark.parametrize("kind", list(DOCS))
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
+@settings(max_examples=examples(EXAMPLES), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
           phases=[Phase.explicit, Phase.reuse, Phase.generate])  # no shrinking: the draw is printed on failure
 @given(data=st.data())
 def test_mutated_input_is_valid_or_one_line_naming_file_and_field(kind, data, tmp_path_factory):

@@ -18,6 +18,7 @@ from simulator.loading import write_atomic
 from simulator.errors import InputError
 from tests.calibrate.test_fit_cost import TRUE as FIT_TRUE, _setup as fit_setup, synthetic_calls
 from tests.validate.test_validate import _true_profile, make_run_dir
+from tests.conftest import examples
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECSIM = [sys.executable, "-m", "specsim_cli"]

@@ -19,6 +19,7 @@ from calibrate.trace_schema import SCHEMA_VERSION
 from simulator.cost_profile import CostParams
 from simulator.systems import SystemConfig
 from validate.metrics import ape, coverage, summarize
+from tests.conftest import examples
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "data" / "specreason-aime-traces"
@@ -224,7 +225,7 @@ def _fake_set(sizes: list[int]):
     return MeasuredSet(pd.DataFrame(columns=["request_id"]), pd.DataFrame(rows), ["x"], "run_dir", {})
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(sizes=st.lists(st.integers(1, 9), min_size=1, max_size=6), k=st.integers(2, 6), seed=st.integers(0, 2**16))
 def test_request_kfold_partitions_stratified_and_deterministic(sizes, k, seed):
     from simulator.errors import InputError
@@ -332,7 +333,7 @@ def test_cli_bad_requests_spec_exits_2_one_line(tmp_path):
 
 
 # ---- prediction intervals ---------------------------------------------------------------------------
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(sd=st.floats(0.01, 1.0), n=st.integers(3, 30), mean=st.floats(-1, 1))
 def test_t_predictive_widens_as_fit_runs_shrink(sd, n, mean):
     """Same sample mean and sd, fewer fit runs -> a wider interval for the next run's offset; many runs ->
@@ -401,7 +402,7 @@ def test_distribution_interval_adds_cost_uncertainty(workload):
     from simulator.des import simulate
     from validate.distribution import simulated_calls
     from validate.replay import CallNoise, OffsetPredictive, request_totals
-    from tests.conftest import deployments
+    from tests.conftest import deployments, examples
 
     b, s = deployments()
     for cfg in (SystemConfig(system="specreason", threshold=7), SystemConfig(system="vanilla-base")):
