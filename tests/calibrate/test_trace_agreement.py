@@ -20,6 +20,7 @@ from calibrate.trace_schema import (MAX_DURATION_S, MAX_TOKENS, RUN_FIELDS, STEP
                                     check_record, value_range)
 from simulator.errors import InputError
 from specsim_cli import main as cli
+from tests.conftest import examples
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "tests/data/serve_specreason/http-t6"
@@ -191,7 +192,7 @@ BOUNDED = [(f, STEP_FIELDS) for f in STEP_FIELDS.values() if f.type in ("int", "
            and f.name != "schema_version"]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(data=st.data())
 def test_a_number_outside_its_range_is_refused_and_inside_accepted(data):
     f, fields = data.draw(st.sampled_from(BOUNDED), label="field")

@@ -16,6 +16,7 @@ import specsim_cli.main as cli
 from simulator.errors import InputError
 from simulator.loading import write_atomic
 from simulator.output_contract import FORMAT_EXTS, KNOWN_EXTS, check_out, file_format, output_lock
+from tests.conftest import examples
 
 PASS_TIME = ["pass-time", "--model", "qwen3-8b", "--hardware", "h100-sxm", "--batch", "1,8"]
 
@@ -42,7 +43,7 @@ def test_a_parquet_name_with_another_format_is_refused(tmp_path, capsys, fmt):
     assert rc == 2 and "names must agree" in err and not list(tmp_path.iterdir())
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(fmt=st.sampled_from(["table", "csv", "json"]),
        suffix=st.sampled_from([*KNOWN_EXTS, "", ".out", ".v2", ".PARQUET", ".Json"]))
 def test_a_file_is_never_written_under_a_name_of_another_format(tmp_path_factory, fmt, suffix):

@@ -15,6 +15,7 @@ from simulator.catalog import get_model
 from simulator.catalog.model_shape import DIMENSION_BOUNDS
 from simulator.catalog.models import ModelSpec, model_catalog
 from simulator.scenario import SCENARIOS_DIR
+from tests.conftest import examples
 
 CONFIGS = Path(__file__).resolve().parents[2] / "tests" / "data" / "hf_configs"
 REFERENCE = (SCENARIOS_DIR / "reference-a6000-qwq32b.yaml").read_text()
@@ -67,7 +68,7 @@ def test_a_nested_decoder_field_is_named_with_its_prefix(tmp_path, capsys):
     assert _one_line(rc, out, err) and "text_config.num_key_value_heads: 7 KV heads do not divide 40" in err, err
 
 
-@settings(max_examples=60, deadline=None, derandomize=True)
+@settings(max_examples=examples(60), deadline=None, derandomize=True)
 @given(field=st.sampled_from(sorted(DIMENSION_BOUNDS)), data=st.data())
 def test_every_dimension_refuses_out_of_bounds_and_booleans(field, data):
     lo, hi = DIMENSION_BOUNDS[field]

@@ -68,12 +68,13 @@ def test_json_meta_carries_the_best_line(tmp_path):
 
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from tests.conftest import examples
 
 rows_st = st.lists(st.tuples(st.sampled_from(["meets", "fails", "unknown"]), st.floats(0.1, 1000)), min_size=1,
                    max_size=8, unique_by=lambda r: r[1])
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(rows_st)
 def test_best_is_the_fastest_meeting_row_and_every_faster_one_is_named(rows):
     df = _rows([s for s, _ in rows], [lat for _, lat in rows])
