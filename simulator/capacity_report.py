@@ -255,8 +255,8 @@ def _plot_pareto(cap: pd.DataFrame, path: str) -> None:
         k = known[known.system == s]
         if len(k):
             ax.errorbar(k.qps_per_gpu, k.accuracy, yerr=[(k.accuracy - k.accuracy_lo).clip(lower=0), (k.accuracy_hi - k.accuracy).clip(lower=0)],
-                        xerr=[((k.max_qps - k.max_qps_lo.fillna(k.max_qps)) / k.tp).clip(lower=0),
-                              ((k.max_qps_hi.fillna(k.max_qps) - k.max_qps) / k.tp).clip(lower=0)],
+                        xerr=[((k.max_qps - k.max_qps_lo.fillna(k.max_qps)) / k.gpus_per_replica).clip(lower=0),
+                              ((k.max_qps_hi.fillna(k.max_qps) - k.max_qps) / k.gpus_per_replica).clip(lower=0)],
                         fmt="none", ecolor=colors[s], alpha=0.4, lw=0.8)
             ax.scatter(k.qps_per_gpu, k.accuracy, s=size[k.index], color=colors[s], label=s, alpha=0.8)
         u = unknown[unknown.system == s]

@@ -139,7 +139,9 @@ class Deployment:
 
     A draft deployment carries its ``drafting`` (kind, tree width); every other deployment keeps the default.
     ``ep``: expert parallelism of a mixture of experts (1: experts sharded by TP; tp: whole experts per GPU,
-    all-to-all dispatch and combine per MoE layer; :func:`expert_parallel_error`)."""
+    all-to-all dispatch and combine per MoE layer; :func:`expert_parallel_error`).
+    ``pp``: pipeline parallelism, the layers split over pp stages of tp GPUs each (:meth:`pass_breakdown`); the
+    per-GPU memory (weights, KV) is the model's over tp * pp GPUs."""
 
     model: ModelSpec
     hardware: HardwareSpec
@@ -147,8 +149,11 @@ class Deployment:
     cost: CostParams
     drafting: Drafting = CHAIN
     ep: int = 1
+    pp: int = 1
 
     def __post_init__(self):
+        if not 1 <= self.pp <= self.model.layers:
+            raise ValueError(f"pp={self.pp} must lie in 1..{self.model.layers} (the layers of {self.model.name})")
         if self.ep != 1:
             err = expert_parallel_error(self.model, self.tp, self.ep)
             if err:
@@ -156,16 +161,22 @@ class Deployment:
 
     # ---- static quantities --------------------------------------------------------------
     @property
+    def gpus(self) -> int:
+        """GPUs of one replica: tp per pipeline stage, pp stages."""
+        return self.tp * self.pp
+
+    @property
     def weight_bytes_per_gpu(self) -> float:
-        return self.model.weight_bytes_read / self.tp
+        return self.model.weight_bytes_read / self.gpus
 
     @property
     def resident_bytes_per_gpu(self) -> float:
-        return 0.0 if self.drafting.free else self.model.weight_bytes_resident / self.tp
+        return 0.0 if self.drafting.free else self.model.weight_bytes_resident / self.gpus
 
     @property
     def kv_bytes_per_token_per_gpu(self) -> float:
-        return 0.0 if self.drafting.free else self.model.kv_bytes_per_token(self.tp)
+        """KV bytes of one token on one GPU: its stage's layers (1/pp of them) over tp GPUs."""
+        return 0.0 if self.drafting.free else self.model.kv_bytes_per_token(self.tp) / self.pp
 
     # ---- the linear layers' GEMMs by kernel kind (simulator/catalog/quant_gemm.py): the one place the rule lives ----
     @cached_property
@@ -186,7 +197,8 @@ class Deployment:
     def streamed_weight_bytes_per_gpu(self) -> float:
         """The weight bytes a pass streams at eta_mem, with the quantised layer weights W_q counted at their kind's
         streaming efficiency:  (W - W_q + W_q / rm) / TP  (rm = 1 for bf16: the bytes as stored). A MoE model: its
-        non-expert weights (the experts stream at the MoE fit's own eta_moe)."""
+        non-expert weights (the experts stream at the MoE fit's own eta_moe). Pipeline stages: summed over them (the
+        time of a pass is the sum of its stages'; the memory per GPU is :attr:`weight_bytes_per_gpu`)."""
         m = self.model
         rm = self.gemm[1].mem_ratio.value
         routed = m.moe_layers * m.experts_per_token * m.expert_params
@@ -218,8 +230,12 @@ class Deployment:
 
         ``weights`` + ``kv`` + ``compute`` split the GPU time softmax_p(T_mem, T_comp) in proportion to
         each roof's p-th power (weights and KV share T_mem by their own times); ``allreduce``,
-        ``step`` (t_step), ``layers`` (L t_layer) and ``sequences`` (S t_seq) are added as they are.
-        A mixture of experts, latent attention, sliding windows or expert parallelism: :meth:`_moe_breakdown`."""
+        ``step`` (t_step), ``layers`` (L t_layer), ``sequences`` (S t_seq) and ``sendrecv`` (pipeline stages, 0 at
+        pp = 1) are added as they are.
+        A mixture of experts, latent attention, sliding windows or expert parallelism: :meth:`_moe_breakdown`;
+        pipeline parallelism: :meth:`_pipeline_breakdown`."""
+        if self.pp > 1:
+            return self._pipeline_breakdown(new_tokens, kv_tokens, attn_pairs, logit_rows, seqs)
         if not self.model.is_plain or self.ep != 1:
             return self._moe_breakdown(new_tokens, kv_tokens, attn_pairs, logit_rows, seqs)
         m, h, c = self.model, self.hardware, self.cost
@@ -241,6 +257,7 @@ class Deployment:
             "step": np.full_like(n, c.step_overhead_s),
             "layers": np.full_like(n, m.layers * c.layer_overhead_s + self.gemm_overhead_time),
             "sequences": np.asarray(seqs, dtype=float) * c.seq_overhead_s,
+            "sendrecv": np.zeros_like(n),  # pipeline stages' activations: _pipeline_breakdown
         }
         out["total"] = gpu + out["allreduce"] + self.overhead_time + out["sequences"]
         return out
@@ -288,8 +305,40 @@ class Deployment:
             "step": np.full_like(n, c.step_overhead_s),
             "layers": np.broadcast_to(layers, n.shape).astype(float),
             "sequences": S * c.seq_overhead_s,
+            "sendrecv": np.zeros_like(n),
         }
         out["total"] = gpu + out["allreduce"] + out["step"] + out["layers"] + out["sequences"]
+        return out
+
+    def _pipeline_breakdown(self, new_tokens, kv_tokens, attn_pairs, logit_rows, seqs=1.0) -> dict:
+        """:meth:`pass_breakdown` with the layers split over pp stages (vLLM's pipeline parallelism: pp virtual
+        engines, one micro-batch in flight per stage). The pass is one pipeline cycle, in which every sequence of the
+        batch advances once:
+
+            m      = min(pp, S)                                    micro-batches (a sequence is in one of them)
+            T_pass = sum_stages T_stage(batch / m) + (pp - 1) (t_ar + (N / m) H b / B_link)
+
+        Each stage runs L/pp layers of every term (weights, KV, FLOPs, all-reduces, t_layer) of the same tp, so the
+        sum of the stage times of a micro-batch is the pp = 1 pass of that micro-batch at tp (the soft roofline is
+        homogeneous: pp stages of 1/pp each sum to the whole); the send/recv of its activations between consecutive
+        stages adds (pp - 1) hops of a link latency plus the hidden states of its tokens over the link. While that
+        micro-batch travels, the other m - 1 fill the other stages, so the cycle is one micro-batch's round trip:
+        at batch 1 the latency of pp = 1 plus the hops; at S >= pp the batch's cost is that of S/pp sequences.
+        Not modelled: uneven stages (the embedding and LM head on the end stages), per-micro-batch host work
+        serialised on the scheduler (t_step and t_seq are taken per micro-batch, overlapped), and a token budget per
+        micro-batch (the engine's budget stays one per pass)."""
+        from dataclasses import replace
+
+        n = np.asarray(new_tokens, dtype=float)
+        S = np.asarray(seqs, dtype=float)
+        m = np.clip(S, 1.0, float(self.pp))
+        whole = replace(self, pp=1).pass_breakdown(n / m, np.asarray(kv_tokens, dtype=float) / m,
+                                                   np.asarray(attn_pairs, dtype=float) / m,
+                                                   np.asarray(logit_rows, dtype=float) / m, S / m)
+        hop = self.cost.allreduce_latency_s + (n / m) * self.model.hidden * ACTIVATION_BYTES / self.hardware.link_bandwidth_bytes_per_s
+        out = dict(whole)
+        out["sendrecv"] = (self.pp - 1) * hop
+        out["total"] = whole["total"] + out["sendrecv"]
         return out
 
     @property

@@ -52,7 +52,7 @@ def check_plan(rs, plan, what: str, length: int, fld: str, util: float, tp: int)
     if plan.weights_bytes >= plan.total_bytes:
         raise InputError(f, "grid.tp" if rs.scenario.grid.tp else "base.tp",
                          f"{where}: the model's weights need {g(plan.weights_bytes)} per GPU, more than the GPU "
-                         f"holds (CUDA out of memory while loading): raise tp or use a smaller weight_dtype")
+                         f"holds (CUDA out of memory while loading): raise tp (or base.pp) or use a smaller weight_dtype")
     if plan.kv_bytes <= 0:
         raise InputError(
             f, fld,
@@ -86,7 +86,8 @@ def plan_view(rs) -> dict:
     out = {}
     for hw in rs.hardware_names:
         for tp in rs.tps:
-            out[f"{hw} tp={tp}"] = [
+            pp = rs.scenario.base.pp
+            out[f"{hw} tp={tp}" + (f" pp={pp}" if pp > 1 else "")] = [
                 {"engine": what, "gpu_memory_utilization": round(u, 6), "set_by": fld, "max_model_len": n,
                  "plan": dict(plan.rows(n))}
                 for plan, what, n, fld, u in engine_plans(rs, hw, tp)]

@@ -85,6 +85,12 @@ class Point:
     interval: "IntervalSpec | None" = None  # with rate None: replicate the search to a confidence interval
     single_latency_s: float | None = None  # the configuration's single-request latency, once known (else computed)
     serving: str | None = None  # a serving benchmark's workload (ServingWorkload JSON) instead of the reasoning one
+    pp: int = 1  # the scenario's pipeline stages (base.pp): the replica holds tp * pp GPUs
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of one replica."""
+        return self.tp * self.pp
 
     @property
     def key(self) -> str:

@@ -77,10 +77,10 @@ class Replica:
         base_models = [deps["base"], deps["draft"]] if spec else [deps["base"]]
         max_out = workload.token_budget + workload.max_step_tokens + workload.answer_tokens + 2
         u_small, u_base = engine_utilizations(cfg.spec, *memory_fraction)
-        small_cap, small_res = kv_layout(u_small, [deps["small"]], execution, max_batch)
+        small_cap, small_res = kv_layout(u_small, [deps["small"]], execution, max_batch) if u_small > 0 else (0, 0)
         base_cap, base_res = kv_layout(u_base, base_models, execution, max_batch)
         self.engines = [
-            Engine("small", deps["small"], small_cap, max_batch,
+            Engine("small", deps["small"] or deps["base"], small_cap, max_batch,  # no small model: an idle engine
                    prefix_cache_block=block, token_budget=budget, seq_reserve_tokens=small_res, prefix_caching=caching),
             Engine("base", deps["base"], base_cap, max_batch,
                    draft=deps["draft"] if spec else None, gamma=cfg.gamma, max_spec_iters=max_out,
