@@ -111,9 +111,6 @@ class Scenario(_Strict):
     def _plain_deployment(self):
         if self.small is None and "systems" not in self.model_fields_set:
             self.systems = list(PLAIN_SYSTEMS)
-        if self.small is not None and self.small.pp != 1:
-            raise ValueError("small.pp: pipeline parallelism is a deployment of the base model (base.pp); "
-                             "the small model runs on the same GPUs")
         return self
 
     @property
@@ -143,7 +140,10 @@ class ResolvedScenario:
             scenario.base.weight_dtype, scenario.base.kv_dtype)
         self.small_model = None if scenario.small is None else self._model(scenario.small.model, "small.model").with_dtypes(
             scenario.small.weight_dtype, scenario.small.kv_dtype)
-        self._check_systems()
+        if scenario.small is not None and scenario.small.pp != 1:
+            raise InputError(self.file, "small.pp", "pipeline stages are the base model's (base.pp); the small model "
+                             "runs on the base's GPUs: leave small.pp at 1")
+        self.check_systems(scenario.systems, self.file, "systems")
         self.drafting, self.draft_model = self._resolve_draft()
         self.hardware_names = scenario.grid.hardware or [scenario.hardware.gpu]
         for i, h in enumerate(self.hardware_names):
@@ -175,18 +175,22 @@ class ResolvedScenario:
         spec, d = REGISTRY[system], self.scenario.draft
         return spec.small_writes_steps or (spec.draft and d.kind == "model" and d.model is None)
 
-    def _check_systems(self) -> None:
-        """A plain deployment (no ``small``) runs no system that needs the small model; pipeline parallelism
-        (``base.pp`` > 1) serves the base model alone (vanilla-base)."""
-        sc, f = self.scenario, self.file
-        for i, name in enumerate(sc.systems):
+    def check_systems(self, systems: list[str], f: str | None, field: str) -> None:
+        """The systems this scenario can run (the scenario's ``systems`` or a command's ``--system``): known names;
+        a plain deployment (no ``small``) runs no system that needs the small model; pipeline parallelism
+        (``base.pp`` > 1) serves the base model alone (vanilla-base). ``field``: ``systems`` or ``--system``."""
+        sc = self.scenario
+        for i, name in enumerate(systems):
+            fld = f"{field}[{i}]" if f is not None else field
+            if name not in REGISTRY:
+                raise InputError(f, fld, f"unknown system {name!r}; known: {', '.join(SYSTEMS)}")
             if sc.small is None and self.uses_small_model(name):
                 why = ("its draft is the small model: give draft.model, or a draft of kind head, mtp or ngram"
                        if REGISTRY[name].draft else "the small model writes its steps")
-                raise InputError(f, f"systems[{i}]", f"{name} needs a small model and this scenario has none "
-                                 f"(no small:): {why}; a plain deployment runs {', '.join(PLAIN_SYSTEMS)}")
+                raise InputError(f, fld, f"{name} needs a small model and scenario {self.file} has "
+                                 f"none (no small:): {why}; a plain deployment runs {', '.join(PLAIN_SYSTEMS)}")
             if sc.base.pp > 1 and (REGISTRY[name].uses_small or not REGISTRY[name].uses_base):
-                raise InputError(f, f"systems[{i}]", f"{name} with base.pp={sc.base.pp}: pipeline parallelism is "
+                raise InputError(f, fld, f"{name} with base.pp={sc.base.pp}: pipeline parallelism is "
                                  "modelled for the base model alone (vanilla-base); use pp: 1 for this system")
 
     def _resolve_draft(self):
@@ -354,6 +358,8 @@ class ResolvedScenario:
                        thresholds: list[int] | None = None) -> list[SystemConfig]:
         """The scenario's grid of configurations; ``systems``/``gammas``/``thresholds`` override its values."""
         g = self.scenario.grid
+        if systems:
+            self.check_systems(systems, None, "--system")
         return expand_systems(systems or self.scenario.systems, gammas or g.gamma, thresholds or g.threshold, g.first_n)
 
     def deployments(self, hw_name: str, tp: int) -> dict[str, Deployment | None]:

@@ -87,15 +87,12 @@ def run_grid(rs: ResolvedScenario, engine: Literal["analytic", "des"] | None = N
 def whatif_from_cli(scenario: str, systems=None, gammas=None, thresholds=None, first_ns=None, engine=None,
                     requests=None, seed=None, grid_overrides: dict | None = None) -> tuple[pd.DataFrame, str, dict]:
     """Resolve the scenario, apply command-line grid overrides (validated), run the grid."""
-    from simulator.errors import InputError
     from simulator.scenario import load_scenario
-    from simulator.systems import SYSTEMS, expand_systems
+    from simulator.systems import expand_systems
 
     rs = load_scenario(scenario, grid_overrides)
     sc = rs.scenario
-    for s in systems or []:
-        if s not in SYSTEMS:
-            raise InputError(None, "--system", f"unknown system {s!r}; known: {', '.join(SYSTEMS)}")
+    rs.check_systems(systems or [], None, "--system")
     configs = expand_systems(systems or sc.systems, gammas or sc.grid.gamma, thresholds or sc.grid.threshold,
                              first_ns or sc.grid.first_n)
     engine = engine or sc.engine

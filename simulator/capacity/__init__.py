@@ -147,13 +147,11 @@ def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | No
     ``serving_workload`` is used when set): :mod:`simulator.capacity.bench`."""
     from simulator.serving.arrivals import load_arrival_times
 
-    from simulator.systems import SYSTEMS, expand_systems
+    from simulator.systems import expand_systems
 
     rs = load_scenario(scenario)
     sc = rs.scenario
-    for s in systems or []:
-        if s not in SYSTEMS:
-            raise InputError(None, "--system", f"unknown system {s!r}; known: {', '.join(SYSTEMS)}")
+    rs.check_systems(systems or [], None, "--system")
     if arrival not in ("poisson", "bursty"):
         raise InputError(None, "--arrival", f"expected poisson or bursty (got {arrival!r})")
     serving, serving_note = serving_setup(rs, bench_serve, arrival)
