@@ -22,6 +22,7 @@ import pandas as pd
 
 from simulator.capacity import (DEFAULT_REQUESTS, IntervalSpec, LoadSpec, Workers, capacity_points, default_slo,
                                 headline, requests_for, run_points, search_table, serving_setup)
+from simulator.capacity.table import parallelism
 from simulator.errors import InputError
 from simulator.scenario import load_scenario
 from simulator.serving.slo import parse_slo
@@ -310,7 +311,7 @@ def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_ar
          f"_{sc.description}_  ", f"Generated {_dt.datetime.now().isoformat(timespec='seconds')} by `specsim report`.", "",
          "## Answer", "", f"Accuracy floor: {floor.describe()}.", ""]
     if b is not None:
-        L.append(f"- **Recommended: {b.label}** on {b.hardware} (TP={b.tp}): one replica sustains "
+        L.append(f"- **Recommended: {b.label}** on {b.hardware} ({parallelism(b)}): one replica sustains "
                  f"**{b.max_qps:.3g} requests/s** ({_ci(b)} 95% interval, {int(b.replications)} replications) under "
                  f"`{slo.text}` ({b.qps_per_gpu:.3g} requests/s per {dev}); accuracy {_acc(b)} ({b.accuracy_why}).")
         if rec["ties"]:

@@ -163,8 +163,14 @@ def headline(df: pd.DataFrame, rec: dict, slo_text: str, gpu_hour_cost: float | 
             if gpu_hour_cost and np.isfinite(b.get("cost_per_1000_requests", np.nan)) else "")
     ties = (f"; within the interval of the best: {', '.join(rec['ties'])}" if rec["ties"] else "; no other configuration "
             "within its interval")
-    return (f"Best: {b.label} on {b.hardware} TP={b.tp}: {b.max_qps:.3g} req/s per replica{ci} (95% interval{conv}) "
+    return (f"Best: {b.label} on {b.hardware} {parallelism(b)}: {b.max_qps:.3g} req/s per replica{ci} (95% interval{conv}) "
             f"under {slo_text}, {b.qps_per_gpu:.3g} req/s per {dev}; {acc}{cost}{ties}.")
+
+
+def parallelism(row) -> str:
+    """``TP=t`` of a configuration row, ``TP=t x PP=p`` with pipeline stages."""
+    pp = int(row.get("pp", 1) or 1)
+    return f"TP={row.tp}" + (f" x PP={pp}" if pp > 1 else "")
 
 
 DISPLAY = {

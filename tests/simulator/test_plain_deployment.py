@@ -126,3 +126,17 @@ def test_pass_time_with_stages(capsys):
     for bad in (["--pp", "65"], ["--pp", "2", "--draft", "head", "--gamma", "3"]):
         code, out, err = run(capsys, "pass-time", "--model", "qwen3-32b", "--hardware", "h100-sxm", *bad)
         assert code == 2 and "Traceback" not in err
+
+
+def test_a_replica_counts_tp_times_pp_gpus():
+    from simulator.capacity.table import capacity_table, parallelism
+
+    rows = [{"label": "vanilla-base", "system": "vanilla-base", "gamma": None, "threshold": None, "first_n": 0,
+             "hardware": "h100-sxm", "tp": 4, "pp": 2, "max_qps": 8.0,
+             "capacities": (7.9, 8.0, 8.1)}]
+    t = capacity_table(rows, gpu_hour_cost=2.0, target_qps=20.0)
+    r = t.iloc[0]
+    assert r.gpus_per_replica == 8 and r.qps_per_gpu == pytest.approx(1.0)
+    assert r.replicas == 3 and r.gpus == 24
+    assert r.cost_per_1000_requests == pytest.approx(1000 * 8 * 2.0 / (3600 * 8.0))
+    assert parallelism(r) == "TP=4 x PP=2" and parallelism(r.drop("pp")) == "TP=4"
