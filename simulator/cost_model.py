@@ -116,17 +116,23 @@ class Drafting:
 CHAIN = Drafting()
 
 
-def expert_parallel_error(model: ModelSpec, tp: int, ep: int) -> str | None:
+def expert_parallel_error(model: ModelSpec, tp: int, ep: int, dp: int = 1) -> str | None:
     """Why ``ep`` cannot serve ``model`` at ``tp`` (None: it can). ep = 1: every expert sharded over the TP GPUs along
     its FFN dimension (the usual all-reduce); ep = tp: whole experts, experts / ep of them per GPU, attention still
-    tensor-parallel (vLLM's ``--enable-expert-parallel`` without data-parallel attention)."""
+    tensor-parallel (vLLM's ``--enable-expert-parallel`` without data-parallel attention); dp > 1: attention
+    replicated over dp ranks of tp GPUs (data-parallel attention), the experts over all of them: ep = tp * dp."""
+    if dp > 1:
+        if not model.is_moe:
+            return f"dp={dp} (data-parallel attention) needs a mixture-of-experts model ({model.name} is dense)"
+        if ep != tp * dp:
+            return f"ep={ep} must be tp x dp = {tp * dp} with dp={dp} (experts sharded over every GPU of the replica)"
     if ep == 1:
         return None
     if ep < 1:
         return f"must be >= 1 (got {ep})"
     if not model.is_moe:
         return f"ep={ep} needs a mixture-of-experts model ({model.name} is dense)"
-    if ep != tp:
+    if ep != tp * dp:
         return f"ep={ep} must be 1 (experts sharded by TP) or equal to tp={tp} (whole experts per GPU)"
     if model.experts % ep:
         return f"{model.name}'s {model.experts} routed experts are not divisible by ep={ep}"
@@ -141,7 +147,9 @@ class Deployment:
     ``ep``: expert parallelism of a mixture of experts (1: experts sharded by TP; tp: whole experts per GPU,
     all-to-all dispatch and combine per MoE layer; :func:`expert_parallel_error`).
     ``pp``: pipeline parallelism, the layers split over pp stages of tp GPUs each (:meth:`pass_breakdown`); the
-    per-GPU memory (weights, KV) is the model's over tp * pp GPUs."""
+    per-GPU memory (weights, KV) is the model's over tp * pp GPUs. ``dp``: data-parallel attention of a mixture of
+    experts (DeepSeek's deployment): dp ranks of tp GPUs, each with the attention and dense weights and its own
+    sequences' KV, the routed experts sharded over all tp * dp GPUs (ep = tp * dp; :meth:`_moe_breakdown`)."""
 
     model: ModelSpec
     hardware: HardwareSpec
@@ -150,20 +158,28 @@ class Deployment:
     drafting: Drafting = CHAIN
     ep: int = 1
     pp: int = 1
+    dp: int = 1
 
     def __post_init__(self):
         if not 1 <= self.pp <= self.model.layers:
             raise ValueError(f"pp={self.pp} must lie in 1..{self.model.layers} (the layers of {self.model.name})")
-        if self.ep != 1:
-            err = expert_parallel_error(self.model, self.tp, self.ep)
+        if self.dp < 1 or (self.dp > 1 and self.pp > 1):
+            raise ValueError(f"dp={self.dp} must be >= 1, and data-parallel attention runs without pipeline stages")
+        if self.ep != 1 or self.dp != 1:
+            err = expert_parallel_error(self.model, self.tp, self.ep, self.dp)
             if err:
                 raise ValueError(err)
 
     # ---- static quantities --------------------------------------------------------------
     @property
     def gpus(self) -> int:
-        """GPUs of one replica: tp per pipeline stage, pp stages."""
-        return self.tp * self.pp
+        """GPUs of one replica: tp per pipeline stage, pp stages (or dp data-parallel attention ranks)."""
+        return self.tp * self.pp * self.dp
+
+    @property
+    def expert_shards(self) -> int:
+        """GPUs the routed experts are spread over: ep (whole experts per GPU), else tp (each expert sharded)."""
+        return self.ep if self.ep > 1 else self.tp
 
     @property
     def weight_bytes_per_gpu(self) -> float:
@@ -171,7 +187,15 @@ class Deployment:
 
     @property
     def resident_bytes_per_gpu(self) -> float:
-        return 0.0 if self.drafting.free else self.model.weight_bytes_resident / self.gpus
+        """Stored weights per GPU: the model over tp * pp GPUs; with data-parallel attention the non-expert weights
+        over tp (every rank holds them) and the routed experts over ep = tp * dp."""
+        if self.drafting.free:
+            return 0.0
+        m = self.model
+        if self.dp == 1:
+            return m.weight_bytes_resident / self.gpus
+        experts = m.moe_layers * m.experts * m.expert_bytes
+        return (m.weight_bytes_resident - experts) / self.tp + experts / self.ep
 
     @property
     def kv_bytes_per_token_per_gpu(self) -> float:
@@ -236,7 +260,7 @@ class Deployment:
         pipeline parallelism: :meth:`_pipeline_breakdown`."""
         if self.pp > 1:
             return self._pipeline_breakdown(new_tokens, kv_tokens, attn_pairs, logit_rows, seqs)
-        if not self.model.is_plain or self.ep != 1:
+        if not self.model.is_plain or self.ep != 1 or self.dp != 1:
             return self._moe_breakdown(new_tokens, kv_tokens, attn_pairs, logit_rows, seqs)
         m, h, c = self.model, self.hardware, self.cost
         n = np.asarray(new_tokens, dtype=float)
@@ -275,16 +299,29 @@ class Deployment:
             allreduce: ep = 1 the Megatron all-reduces; ep = TP one all-reduce per layer (attention) + per dense layer,
                        and per MoE layer an all-to-all dispatch + combine of the tokens: 2 [t_ar + (ep-1)/ep N H b / B]
 
+        Data-parallel attention (dp > 1, ep = TP dp): the ranks step together (a MoE layer waits for every rank's
+        tokens), each with the busiest rank's share of the batch, r = min(dp, S) ranks busy: N, KV, attention, logit
+        rows and S above are the batch's / r (a rank's), except in the routed experts, which every GPU runs for the
+        tokens of all ranks: E_hit(N_all) experts of its E/ep, 2 L_moe k P_expert N_all / (ep F_e eta_moe_comp); the
+        all-to-all moves a rank's tokens, the attention all-reduce is within its tp GPUs (none at tp = 1).
+
         The soft roofline and its split into weights / KV / compute are the dense path's. A dense model with latent
         attention or sliding windows goes through the same lines with no MoE terms."""
         m, h, c = self.model, self.hardware, self.cost
-        n = np.asarray(new_tokens, dtype=float)
+        n_all = np.asarray(new_tokens, dtype=float)
         S = np.asarray(seqs, dtype=float)
+        n = n_all
+        if self.dp > 1:  # one rank's share of the batch (the busiest of min(dp, S) busy ranks)
+            r = np.clip(S, 1.0, float(self.dp))
+            n, S = n_all / r, S / r
+            kv_tokens, attn_pairs = np.asarray(kv_tokens, dtype=float) / r, np.asarray(attn_pairs, dtype=float) / r
+            logit_rows = np.asarray(logit_rows, dtype=float) / r
         bw = h.memory_bandwidth_bytes_per_s
-        hit = m.experts_hit(n) if not c.routing_skew else skewed_experts_hit(m.experts, m.experts_per_token, n, c.routing_skew)
+        hit = m.experts_hit(n_all) if not c.routing_skew else skewed_experts_hit(m.experts, m.experts_per_token, n_all,
+                                                                                 c.routing_skew)
         t_w = self.streamed_weight_bytes_per_gpu / (c.mem_efficiency * bw)
         if m.is_moe:
-            t_w = t_w + m.moe_layers * hit * m.expert_bytes / self.tp / (c.expert_mem_efficiency * bw)
+            t_w = t_w + m.moe_layers * hit * m.expert_bytes / self.expert_shards / (c.expert_mem_efficiency * bw)
         t_w = t_w * (1.0 + c.multi_token_penalty * (n >= 2))
         t_kv = m.kv_bytes(kv_tokens, self.tp, S) / (c.kv_efficiency * bw)
         routed = m.moe_layers * m.experts_per_token * m.expert_params
@@ -292,7 +329,7 @@ class Deployment:
         other = (2.0 * m.embedding_params * np.asarray(logit_rows, dtype=float) + m.attention_flops(attn_pairs, n, S)) / self.tp
         t_comp = (lin / self.matmul_flops_per_s + other / h.dense_bf16_flops_per_s) / c.compute_efficiency
         if m.is_moe:
-            t_comp = t_comp + 2.0 * routed * n / self.tp / (self.expert_flops_per_s * c.expert_compute_efficiency)
+            t_comp = t_comp + 2.0 * routed * n_all / self.expert_shards / (self.expert_flops_per_s * c.expert_compute_efficiency)
         gpu, mem, kv_share = gpu_split(t_w, t_kv, t_comp, c.roofline_p)
         moe_fixed = (c.moe_layer_overhead_s + (self.ep > 1) * c.moe_ep_overhead_s + hit / self.ep * c.expert_overhead_s
                      + n * m.experts_per_token * c.moe_token_overhead_s)
@@ -359,7 +396,7 @@ class Deployment:
             return self.allreduce_time(new_tokens)
         m, h, c = self.model, self.hardware, self.cost
         size = np.asarray(new_tokens, dtype=float) * m.hidden * ACTIVATION_BYTES
-        ar = c.allreduce_latency_s + 2.0 * (self.tp - 1) / self.tp * size / h.link_bandwidth_bytes_per_s
+        ar = (c.allreduce_latency_s + 2.0 * (self.tp - 1) / self.tp * size / h.link_bandwidth_bytes_per_s) * (self.tp > 1)
         a2a = 2.0 * (c.allreduce_latency_s + (self.ep - 1) / self.ep * size / h.link_bandwidth_bytes_per_s)
         return (2 * m.layers - m.moe_layers) * ar + m.moe_layers * a2a
 

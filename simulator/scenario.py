@@ -140,9 +140,10 @@ class ResolvedScenario:
             scenario.base.weight_dtype, scenario.base.kv_dtype)
         self.small_model = None if scenario.small is None else self._model(scenario.small.model, "small.model").with_dtypes(
             scenario.small.weight_dtype, scenario.small.kv_dtype)
-        if scenario.small is not None and scenario.small.pp != 1:
-            raise InputError(self.file, "small.pp", "pipeline stages are the base model's (base.pp); the small model "
-                             "runs on the base's GPUs: leave small.pp at 1")
+        for k in ("pp", "dp"):
+            if scenario.small is not None and getattr(scenario.small, k) != 1:
+                raise InputError(self.file, f"small.{k}", f"{k} is the base model's deployment (base.{k}); the small "
+                                 f"model runs on the base's GPUs: leave small.{k} at 1")
         self.check_systems(scenario.systems, self.file, "systems")
         self.drafting, self.draft_model = self._resolve_draft()
         self.hardware_names = scenario.grid.hardware or [scenario.hardware.gpu]
@@ -189,9 +190,11 @@ class ResolvedScenario:
                        if REGISTRY[name].draft else "the small model writes its steps")
                 raise InputError(f, fld, f"{name} needs a small model and scenario {self.file} has "
                                  f"none (no small:): {why}; a plain deployment runs {', '.join(PLAIN_SYSTEMS)}")
-            if sc.base.pp > 1 and (REGISTRY[name].uses_small or not REGISTRY[name].uses_base):
-                raise InputError(f, fld, f"{name} with base.pp={sc.base.pp}: pipeline parallelism is "
-                                 "modelled for the base model alone (vanilla-base); use pp: 1 for this system")
+            for k, what in (("pp", "pipeline parallelism"), ("dp", "data-parallel attention")):
+                v = getattr(sc.base, k)
+                if v > 1 and (REGISTRY[name].uses_small or not REGISTRY[name].uses_base):
+                    raise InputError(f, fld, f"{name} with base.{k}={v}: {what} is modelled for the base model "
+                                     f"alone (vanilla-base); use {k}: 1 for this system")
 
     def _resolve_draft(self):
         """(Drafting, draft ModelSpec) from ``draft``; checks it and applies its acceptance to the workload."""
@@ -291,10 +294,12 @@ class ResolvedScenario:
         sc, f = self.scenario, self.file
         hw = get_hardware(hw_name, f)
         tp_field = "grid.tp" if sc.grid.tp else "base.tp"
-        pp = sc.base.pp
-        if tp * pp > sc.hardware.count:
-            raise InputError(f, tp_field, f"tp={tp}" + (f" x pp={pp}" if pp > 1 else "")
+        pp, dp = sc.base.pp, sc.base.dp
+        if tp * pp * dp > sc.hardware.count:
+            raise InputError(f, tp_field, f"tp={tp}" + (f" x pp={pp}" if pp > 1 else "") + (f" x dp={dp}" if dp > 1 else "")
                              + f" exceeds hardware.count={sc.hardware.count}")
+        if pp > 1 and dp > 1:
+            raise InputError(f, "base.dp", "data-parallel attention with pipeline stages is not modelled: pp or dp 1")
         if pp > self.base_model.layers:
             raise InputError(f, "base.pp", f"pp={pp} exceeds base model {self.base_model.name}'s "
                              f"{self.base_model.layers} layers (one stage holds at least one layer)")
@@ -303,7 +308,7 @@ class ResolvedScenario:
                 continue
             if m.heads % tp:
                 raise InputError(f, tp_field, f"tp={tp} does not divide {role} model {m.name}'s {m.heads} attention heads")
-        err = expert_parallel_error(self.base_model, tp, sc.base.ep)
+        err = expert_parallel_error(self.base_model, tp, sc.base.ep, dp)
         if err:
             raise InputError(f, "base.ep", err)
         err = self.small_model and expert_parallel_error(self.small_model, tp, sc.small.ep)
@@ -371,7 +376,7 @@ class ResolvedScenario:
         m = self.roles
         draft_ep = sc.base.ep if "draft" in m and m["draft"].is_moe and not self.drafting.free else 1
         ep = {"base": sc.base.ep, "small": sc.small.ep if sc.small else 1, "draft": draft_ep}
-        deps = Setup(hw, tp, m, self.drafting, ep, pp={"base": sc.base.pp}).deployments(params)
+        deps = Setup(hw, tp, m, self.drafting, ep, pp={"base": sc.base.pp}, dp={"base": sc.base.dp}).deployments(params)
         return {"small": None, "draft": None, **deps}
 
     @property

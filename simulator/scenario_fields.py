@@ -24,6 +24,9 @@ class ModelChoice(_Strict):
     tp: int = Field(default=1, ge=1, le=64)
     # pipeline parallelism: the layers split over pp stages of tp GPUs each (tp * pp GPUs per replica; base only)
     pp: int = Field(default=1, ge=1, le=64)
+    # data-parallel attention of a mixture of experts (DeepSeek's deployment): dp ranks of tp GPUs, experts over all
+    # of them (ep = tp * dp); tp * dp GPUs per replica; base only
+    dp: int = Field(default=1, ge=1, le=64)
     # expert parallelism of a mixture of experts: 1 (experts sharded by TP) or the TP degree (whole experts per GPU)
     ep: int = Field(default=1, ge=1, le=64)
     weight_dtype: WeightDtype = "bf16"  # bf16 | fp16 | fp8 (W8A8 where the GPU has FP8 tensor cores) | int4 (weight-only)

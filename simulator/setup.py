@@ -2,7 +2,7 @@
 role's :class:`~simulator.cost_model.Deployment` from it with a set of cost parameters.
 
 Used by the scenario (``simulator.scenario``), the fitters (``calibrate.fit``) and validation (``validate``): a role's
-deployment is ``Deployment(model, hardware, tp, params.for_role(role), drafting, ep, pp)`` in this one place."""
+deployment is ``Deployment(model, hardware, tp, params.for_role(role), drafting, ep, pp, dp)`` in this one place."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from simulator.cost_profile import CostParams
 @dataclass
 class Setup:
     """What the calls ran on: catalog hardware, TP degree, catalog models per role (base, small, and draft for
-    speculative calls); optionally the draft's ``drafting`` (kind, tree), expert and pipeline parallelism per role."""
+    speculative calls); optionally the draft's ``drafting`` (kind, tree), expert, pipeline and attention-data
+    parallelism per role."""
 
     hardware: HardwareSpec
     tp: int
@@ -24,6 +25,7 @@ class Setup:
     drafting: Drafting = CHAIN
     ep: dict[str, int] = field(default_factory=dict)
     pp: dict[str, int] = field(default_factory=dict)
+    dp: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_names(cls, hardware: str, tp: int, base: str, small: str, draft: str | None = None) -> "Setup":
@@ -39,5 +41,5 @@ class Setup:
         ``params.for_role(role)``; the draft role with the setup's drafting)."""
         return {r: Deployment(m, self.hardware, self.tp, params.for_role(r),
                               drafting=self.drafting if r == "draft" else CHAIN, ep=self.ep.get(r, 1),
-                              pp=self.pp.get(r, 1))
+                              pp=self.pp.get(r, 1), dp=self.dp.get(r, 1))
                 for r, m in (models or self.models).items()}

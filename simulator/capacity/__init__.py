@@ -91,7 +91,8 @@ def search_table(rs: ResolvedScenario, slo: Slo, load: LoadSpec, configs: list[S
 def capacity_points(rs: ResolvedScenario, slo: Slo, load: LoadSpec, configs: list[SystemConfig] | None = None,
                     serving: str | None = None) -> list[Point]:
     configs = configs if configs is not None else rs.system_configs()
-    return [Point(str(rs.path), hw, tp, cfg, load, slo.text, serving=serving, pp=rs.scenario.base.pp)
+    return [Point(str(rs.path), hw, tp, cfg, load, slo.text, serving=serving, pp=rs.scenario.base.pp,
+                  dp=rs.scenario.base.dp)
             for hw in rs.hardware_names for tp in rs.tps for cfg in configs]
 
 

@@ -165,7 +165,7 @@ def interval_rounds(points: list[Point], spec: IntervalSpec, workers: int | None
 
 def _config(point: Point) -> dict:
     c = point.cfg
-    return {"hardware": point.hardware, "tp": point.tp, "pp": point.pp, "system": c.system, "gamma": c.gamma,
+    return {"hardware": point.hardware, "tp": point.tp, "pp": point.pp, "dp": point.dp, "system": c.system, "gamma": c.gamma,
             "gamma_policy": c.gamma_policy, "threshold": c.threshold, "first_n": c.first_n, "label": c.label}
 
 

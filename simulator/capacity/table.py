@@ -81,7 +81,7 @@ def capacity_table(rows: list[dict], gpu_hour_cost: float | None, target_qps: fl
     """Rows of ``capacity_interval`` (or ``search_capacity``) -> one line per configuration with costs,
     ranks and ties; best (rank, then mean capacity per GPU) first."""
     df = pd.DataFrame(rows)
-    df["gpus_per_replica"] = df.tp * (df.pp if "pp" in df else 1)  # tp per pipeline stage, pp stages
+    df["gpus_per_replica"] = df.tp * (df.pp if "pp" in df else 1) * (df.dp if "dp" in df else 1)  # tp x pp x dp
     df["qps_per_gpu"] = df.max_qps / df.gpus_per_replica
     with np.errstate(divide="ignore"):
         df["cost_per_1000_requests"] = (1000.0 * df.gpus_per_replica * gpu_hour_cost / (3600.0 * df.max_qps)
@@ -168,9 +168,10 @@ def headline(df: pd.DataFrame, rec: dict, slo_text: str, gpu_hour_cost: float | 
 
 
 def parallelism(row) -> str:
-    """``TP=t`` of a configuration row, ``TP=t x PP=p`` with pipeline stages."""
-    pp = int(row.get("pp", 1) or 1)
-    return f"TP={row.tp}" + (f" x PP={pp}" if pp > 1 else "")
+    """``TP=t`` of a configuration row, ``TP=t x PP=p`` with pipeline stages, ``x DP=d`` with data-parallel
+    attention."""
+    pp, dp = int(row.get("pp", 1) or 1), int(row.get("dp", 1) or 1)
+    return f"TP={row.tp}" + (f" x PP={pp}" if pp > 1 else "") + (f" x DP={dp}" if dp > 1 else "")
 
 
 DISPLAY = {
