@@ -21,6 +21,7 @@ import pandas as pd
 
 from simulator.capacity import (DEFAULT_REQUESTS, IntervalSpec, LoadSpec, Workers, capacity_points, default_slo,
                                 headline, requests_for, run_points, search_table, serving_setup)
+from simulator.capacity.table import parallelism
 from simulator.errors import InputError
 from simulator.scenario import load_scenario
 from simulator.serving.slo import parse_slo
@@ -248,8 +249,8 @@ def _plot_pareto(cap: pd.DataFrame, path: str) -> None:
         k = known[known.system == s]
         if len(k):
             ax.errorbar(k.qps_per_gpu, k.accuracy, yerr=[(k.accuracy - k.accuracy_lo).clip(lower=0), (k.accuracy_hi - k.accuracy).clip(lower=0)],
-                        xerr=[((k.max_qps - k.max_qps_lo.fillna(k.max_qps)) / k.tp).clip(lower=0),
-                              ((k.max_qps_hi.fillna(k.max_qps) - k.max_qps) / k.tp).clip(lower=0)],
+                        xerr=[((k.max_qps - k.max_qps_lo.fillna(k.max_qps)) / k.gpus_per_replica).clip(lower=0),
+                              ((k.max_qps_hi.fillna(k.max_qps) - k.max_qps) / k.gpus_per_replica).clip(lower=0)],
                         fmt="none", ecolor=colors[s], alpha=0.4, lw=0.8)
             ax.scatter(k.qps_per_gpu, k.accuracy, s=size[k.index], color=colors[s], label=s, alpha=0.8)
         u = unknown[unknown.system == s]
@@ -304,7 +305,7 @@ def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_ar
          f"_{sc.description}_  ", f"Generated {_dt.datetime.now().isoformat(timespec='seconds')} by `specsim report`.", "",
          "## Answer", "", f"Accuracy floor: {floor.describe()}.", ""]
     if b is not None:
-        L.append(f"- **Recommended: {b.label}** on {b.hardware} (TP={b.tp}): one replica sustains "
+        L.append(f"- **Recommended: {b.label}** on {b.hardware} ({parallelism(b)}): one replica sustains "
                  f"**{b.max_qps:.3g} requests/s** ({_ci(b)} 95% interval, {int(b.replications)} replications) under "
                  f"`{slo.text}` ({b.qps_per_gpu:.3g} requests/s per {dev}); accuracy {_acc(b)} ({b.accuracy_why}).")
         if rec["ties"]:

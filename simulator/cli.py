@@ -404,6 +404,8 @@ def pass_time(
     dtype: str = typer.Option("bf16", "--dtype", help="weight dtype: bf16 | fp8 | int4"),
     draft: Optional[str] = typer.Option(None, "--draft", help="draft: a catalog model, head[:LAYERS] (EAGLE-style) or mtp[:LAYERS] (the model's own MTP module)"),
     ep: int = typer.Option(1, "--ep", help="expert parallelism of a mixture of experts: 1 (experts sharded by TP) or TP (whole experts per GPU)"),
+    pp: int = typer.Option(1, "--pp", help="pipeline-parallel stages (layers split over pp stages of --tp GPUs each)"),
+    dp: int = typer.Option(1, "--dp", help="data-parallel attention ranks of a mixture of experts (--ep = tp x dp); --batch is the replica's"),
     gamma: Optional[int] = typer.Option(None, "--gamma", help="draft tokens per speculative iteration (with --draft)"),
     profile: Optional[Path] = typer.Option(None, "--profile", help="cost profile YAML (default: the catalog's priors)"),
     fmt: str = typer.Option("table", "--format", help="table | csv | json"),
@@ -414,7 +416,8 @@ def pass_time(
     """Predicted time of one engine step (pass_ms) with its breakdown; with --draft/--gamma also iteration_ms.
 
     A step runs B sequences with T new tokens each on C cached tokens each; the parts (weights, kv, compute,
-    allreduce, step, layers, sequences) sum to pass_ms. An iteration is gamma draft passes plus one
+    allreduce, step, layers, sequences, sendrecv: pipeline stages) sum to pass_ms; with --pp the step is one
+    pipeline cycle (every sequence advances once). An iteration is gamma draft passes plus one
     verification of gamma+1 tokens per sequence at context C.
 
     Example: specsim pass-time --model qwq-32b --hardware h100-sxm --tp 2 --batch 1,8,64 --context 4096
@@ -431,7 +434,7 @@ def pass_time(
         from simulator.loading import load_yaml_model
 
         prof = load_yaml_model(profile, CostProfile)
-    df, meta = pass_time_table(model, hardware, tp, batch, new_tokens, context, dtype, draft, gamma, prof, ep)
+    df, meta = pass_time_table(model, hardware, tp, batch, new_tokens, context, dtype, draft, gamma, prof, ep, pp, dp)
     if fmt == "table":
         render(df, meta)
         if out is not None:

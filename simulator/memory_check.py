@@ -124,7 +124,8 @@ def plan_view(rs) -> dict:
     out = {}
     for hw in rs.hardware_names:
         for tp in rs.tps:
-            out[f"{hw} tp={tp}"] = [
+            pp, dp = rs.scenario.base.pp, rs.scenario.base.dp
+            out[f"{hw} tp={tp}" + (f" pp={pp}" if pp > 1 else "") + (f" dp={dp}" if dp > 1 else "")] = [
                 {"engine": what, "gpu_memory_utilization": round(u, 6), "set_by": fld, "max_model_len": n,
                  "plan": dict(plan.rows(n))}
                 for plan, what, n, fld, u in engine_plans(rs, hw, tp)]

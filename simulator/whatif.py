@@ -93,14 +93,12 @@ def whatif_from_cli(scenario: str, systems=None, gammas=None, thresholds=None, f
     from simulator.accuracy import parse_floor
     from simulator.errors import InputError
     from simulator.scenario import load_scenario
-    from simulator.systems import SYSTEMS, expand_systems
+    from simulator.systems import expand_systems
 
     floor = parse_floor(accuracy_floor, accuracy_margin)
     rs = load_scenario(scenario, grid_overrides)
     sc = rs.scenario
-    for s in systems or []:
-        if s not in SYSTEMS:
-            raise InputError(None, "--system", f"unknown system {s!r}; known: {', '.join(SYSTEMS)}")
+    rs.check_systems(systems or [], None, "--system")
     configs = expand_systems(systems or sc.systems, gammas or sc.grid.gamma, thresholds or sc.grid.threshold,
                              first_ns or sc.grid.first_n)
     engine = engine or sc.engine

@@ -93,7 +93,8 @@ def search_table(rs: ResolvedScenario, slo: Slo, load: LoadSpec, configs: list[S
 def capacity_points(rs: ResolvedScenario, slo: Slo, load: LoadSpec, configs: list[SystemConfig] | None = None,
                     serving: str | None = None) -> list[Point]:
     configs = configs if configs is not None else rs.system_configs()
-    return [Point(str(rs.path), hw, tp, cfg, load, slo.text, serving=serving)
+    return [Point(str(rs.path), hw, tp, cfg, load, slo.text, serving=serving, pp=rs.scenario.base.pp,
+                  dp=rs.scenario.base.dp)
             for hw in rs.hardware_names for tp in rs.tps for cfg in configs]
 
 
@@ -149,13 +150,11 @@ def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | No
     ``serving_workload`` is used when set): :mod:`simulator.capacity.bench`."""
     from simulator.serving.arrivals import load_arrival_times
 
-    from simulator.systems import SYSTEMS, expand_systems
+    from simulator.systems import expand_systems
 
     rs = load_scenario(scenario)
     sc = rs.scenario
-    for s in systems or []:
-        if s not in SYSTEMS:
-            raise InputError(None, "--system", f"unknown system {s!r}; known: {', '.join(SYSTEMS)}")
+    rs.check_systems(systems or [], None, "--system")
     if arrival not in ("poisson", "bursty"):
         raise InputError(None, "--arrival", f"expected poisson or bursty (got {arrival!r})")
     serving, serving_note = serving_setup(rs, bench_serve, arrival)

@@ -44,7 +44,7 @@ def rank_configurations(df: pd.DataFrame) -> pd.DataFrame:
     the configurations neither better nor worse than it (intervals that do not separate). A configuration
     that sustains no load (capacity 0) is never ranked: ``rank`` NA, no ties (issue 30)."""
     caps = [tuple(c) if isinstance(c, (tuple, list)) else (float(q),) for c, q in zip(df.get("capacities", df.max_qps), df.max_qps)]
-    tps = df.tp.tolist()
+    tps = (df.gpus_per_replica if "gpus_per_replica" in df else df.tp).tolist()  # per GPU of a replica
     n = len(df)
     live = [bool(q > 0) for q in df.max_qps]
     better = np.zeros((n, n), bool)  # better[i, j]: i beats j
@@ -82,16 +82,16 @@ def capacity_table(rows: list[dict], gpu_hour_cost: float | None, target_qps: fl
     """Rows of ``capacity_interval`` (or ``search_capacity``) -> one line per configuration with costs (in
     ``currency``, column ``currency``), ranks and ties; best (rank, then mean capacity per GPU) first."""
     df = pd.DataFrame(rows)
-    df["gpus_per_replica"] = df.tp
-    df["qps_per_gpu"] = df.max_qps / df.tp
+    df["gpus_per_replica"] = df.tp * (df.pp if "pp" in df else 1) * (df.dp if "dp" in df else 1)  # tp x pp x dp
+    df["qps_per_gpu"] = df.max_qps / df.gpus_per_replica
     with np.errstate(divide="ignore"):
-        df["cost_per_1000_requests"] = (1000.0 * df.tp * gpu_hour_cost / (3600.0 * df.max_qps)
+        df["cost_per_1000_requests"] = (1000.0 * df.gpus_per_replica * gpu_hour_cost / (3600.0 * df.max_qps)
                                         if gpu_hour_cost else np.nan)
     if gpu_hour_cost:
         df["currency"] = currency
     if target_qps:
         df["replicas"] = [math.ceil(target_qps / q) if q > 0 else np.nan for q in df.max_qps]
-        df["gpus"] = df.replicas * df.tp
+        df["gpus"] = df.replicas * df.gpus_per_replica
         if gpu_hour_cost:
             df["fleet_cost_per_hour"] = df.gpus * gpu_hour_cost
     df = rank_configurations(df)
@@ -144,8 +144,15 @@ def headline(df: pd.DataFrame, rec: dict, slo_text: str, gpu_hour_cost: float | 
             if gpu_hour_cost and np.isfinite(b.get("cost_per_1000_requests", np.nan)) else "")
     ties = (f"; within the interval of the best: {', '.join(rec['ties'])}" if rec["ties"] else "; no other configuration "
             "within its interval")
-    return (f"Best: {b.label} on {b.hardware} TP={b.tp}: {b.max_qps:.3g} req/s per replica{ci} (95% interval{conv}) "
+    return (f"Best: {b.label} on {b.hardware} {parallelism(b)}: {b.max_qps:.3g} req/s per replica{ci} (95% interval{conv}) "
             f"under {slo_text}, {b.qps_per_gpu:.3g} req/s per {dev}; {acc}{cost}{ties}.")
+
+
+def parallelism(row) -> str:
+    """``TP=t`` of a configuration row, ``TP=t x PP=p`` with pipeline stages, ``x DP=d`` with data-parallel
+    attention."""
+    pp, dp = int(row.get("pp", 1) or 1), int(row.get("dp", 1) or 1)
+    return f"TP={row.tp}" + (f" x PP={pp}" if pp > 1 else "") + (f" x DP={dp}" if dp > 1 else "")
 
 
 DISPLAY = {

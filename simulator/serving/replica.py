@@ -78,14 +78,16 @@ class Replica:
         base_models = [deps["base"], deps["draft"]] if spec else [deps["base"]]
         max_out = workload.token_budget + workload.max_step_tokens + workload.answer_tokens + 2
         u_small, u_base = engine_utilizations(cfg.spec, *memory_fraction)
-        small_cap, small_res = kv_layout(u_small, [deps["small"]], execution, max_batch)
+        small_cap, small_res = kv_layout(u_small, [deps["small"]], execution, max_batch) if u_small > 0 else (0, 0)
         base_cap, base_res = kv_layout(u_base, base_models, execution, max_batch)
+        dp = deps["base"].dp  # data-parallel attention: dp ranks, each with vLLM's max_num_seqs and token budget
         self.engines = [
-            Engine("small", deps["small"], small_cap, max_batch,
+            Engine("small", deps["small"] or deps["base"], small_cap, max_batch,  # no small model: an idle engine
                    prefix_cache_block=block, token_budget=budget, seq_reserve_tokens=small_res, prefix_caching=caching),
-            Engine("base", deps["base"], base_cap, max_batch,
+            Engine("base", deps["base"], base_cap, max_batch * dp,
                    draft=deps["draft"] if spec else None, gamma=cfg.gamma, max_spec_iters=max_out,
-                   prefix_cache_block=block, gamma_policy=gamma_policy(cfg, deps, workload), token_budget=budget,
+                   prefix_cache_block=block, gamma_policy=gamma_policy(cfg, deps, workload),
+                   token_budget=budget * dp if budget is not None else None,
                    seq_reserve_tokens=base_res, prefix_caching=caching),
         ]
         self.t_call = deps["base"].cost.call_overhead_s
