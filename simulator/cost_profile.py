@@ -45,6 +45,9 @@ class CostProfile(BaseModel):
     # one asyncio API server), paid request after request where ``Execution.front_end`` is "serial"; the rest of t_call
     # is latency every request pays at once (process hops, ZMQ, first-token detokenise / stream). None: all of t_call.
     front_end_serial_s: Param | None = None
+    # The same process's CPU per output token it streams (detokenising, the response chunk, the HTTP write): paid in
+    # turn with the requests' serial parts, so a burst's streaming slows its own admission. None: 0.
+    front_end_token_s: Param | None = None
     allreduce_latency_s: Param | None = None  # None: the hardware catalog's prior
     # Host-side cost per sequence per engine pass: input preparation, logits processing, sampling,
     # per-request scheduling (a verification of gamma+1 tokens is one sequence). None: 0 (profiles fitted before the term existed).
@@ -77,6 +80,7 @@ class CostProfile(BaseModel):
             layer_overhead_s=self.layer_overhead_s.value,
             call_overhead_s=self.call_overhead_s.value,
             front_end_serial_s=self.front_end_serial_s.value if self.front_end_serial_s else None,
+            front_end_token_s=self.front_end_token_s.value if self.front_end_token_s else 0.0,
             allreduce_latency_s=ar,
             seq_overhead_s=self.seq_overhead_s.value if self.seq_overhead_s else 0.0,
             roofline_p=self.roofline_p.value if self.roofline_p else np.inf,
@@ -102,6 +106,7 @@ class CostParams:
     allreduce_latency_s: float
     seq_overhead_s: float = 0.0
     front_end_serial_s: float | None = None  # the serial part of t_call (None: all of it; CostProfile)
+    front_end_token_s: float = 0.0  # the front end's serial CPU per streamed output token (CostProfile)
     roofline_p: float = np.inf  # p of the soft roofline; inf: max(memory, compute)
     multi_token_penalty: float = 0.0  # j: weight streaming slows by (1 + j) once a pass has >= 2 tokens
     kv_mem_efficiency: float | None = None  # eta_kv; None: mem_efficiency
@@ -150,7 +155,8 @@ class CostParams:
                 continue
             if f.name.endswith("efficiency"):
                 out[f.name] = v / s
-            elif f.name.endswith("overhead_s") or f.name in ("allreduce_latency_s", "front_end_serial_s"):
+            elif f.name.endswith("overhead_s") or f.name in ("allreduce_latency_s", "front_end_serial_s",
+                                                                     "front_end_token_s"):
                 out[f.name] = v * s
         return replace(self, **out)
 
@@ -244,6 +250,7 @@ def prior_profile(hardware: HardwareSpec, engine: str = "vllm", serving_engine=N
         layer_overhead_s=pick("layer_overhead_s", p(15e-6 if gpu else 150e-6)),
         call_overhead_s=pick("call_overhead_s", p(5e-3 if gpu else 20e-3)),
         front_end_serial_s=pick("front_end_serial_s", None),
+        front_end_token_s=pick("front_end_token_s", None),
         # GPU: not measured here (a 1 us placeholder, calibrate with `specsim calibrate serve-run`);
         # CPU: ~3 ms per extra decoding sequence measured by serve-run (reports/serving-validation).
         seq_overhead_s=pick("seq_overhead_s", Param(value=1e-6 if gpu else 3e-3, kind="prior",

@@ -24,6 +24,10 @@ from simulator.errors import InputError
 
 GAMMA_MAX = 16  # draft tokens per iteration the simulator models (scenario grid.gamma: 1..16)
 THRESHOLD_MAX = 10  # SpecReason scores lie in 0..10; a threshold of 10 never keeps a small step
+# SpecReason's first_n (steps the base model writes before the small model proposes), in a scenario's grid.first_n
+# and every --first-n: past a request's last step it changes nothing (every step is the base model's), and no
+# workload's chain comes near 100,000 steps (a step is >= 1 token; budgets are thousands of tokens)
+FIRST_N_MAX = 100_000
 INT_LIST_METAVAR = "<ints>"
 # Load levels (--requests, --users, --qps): the bounds of every command that simulates serving, checked here.
 MAX_USERS = 100_000  # closed-loop users at one level: an engine runs at most a few thousand sequences at once,
@@ -201,3 +205,31 @@ def threshold_option(default: float = 7.0,
     import typer
 
     return typer.Option(default, "--threshold", parser=parse_threshold, metavar="<float>", help=help)
+
+
+def parse_currency(value: Any) -> str:
+    """typer ``parser`` of ``--currency``: a code (``USD``, ``EUR``) or a currency sign (``€``), letters or signs
+    only, at most 8 characters: it is printed beside every cost."""
+    import unicodedata
+
+    text = str(value).strip()
+    if not 1 <= len(text) <= 8 or not all(ch.isalpha() or unicodedata.category(ch) == "Sc" for ch in text):
+        raise InputError(None, "--currency", f"expected a currency code such as USD or EUR, or a sign such as € "
+                         f"(letters or currency signs, at most 8; got {str(value)!r})")
+    return text
+
+
+def gpu_hour_cost_option() -> Any:
+    """``--gpu-hour-cost`` of the commands that price capacity (``capacity``, ``report``): one definition."""
+    import typer
+
+    return typer.Option(None, "--gpu-hour-cost", help="price of one GPU-hour (CPU host-hour for a CPU scenario), "
+                        "in --currency")
+
+
+def currency_option() -> Any:
+    """``--currency`` beside ``--gpu-hour-cost``: the currency printed with every cost (:func:`parse_currency`)."""
+    import typer
+
+    return typer.Option("USD", "--currency", parser=parse_currency, metavar="<code>",
+                        help="currency of --gpu-hour-cost, printed with every cost, e.g. USD, EUR or €")

@@ -298,6 +298,33 @@ def _hide_flag_types() -> None:
     TyperArgument.display_type_rich = argument_type
 
 
+_KEEP_BREAK = re.compile(r"\s|[-*•]\s|\d+[.)]\s")  # a line that starts an indented block, a bullet or a numbered item
+
+
+def reflow(paragraph: str) -> str:
+    """One help paragraph with its source line breaks joined (a line starting an indented block, a bullet or a
+    numbered item keeps its break; a paragraph opening with ``\\b`` is left as written)."""
+    if paragraph.startswith("\b"):
+        return paragraph
+    lines = paragraph.split("\n")
+    out = lines[0]
+    for line in lines[1:]:
+        out += ("\n" + line) if _KEEP_BREAK.match(line) else (" " + line.strip())
+    return out
+
+
+def _reflow_help() -> None:
+    """Help paragraphs read as paragraphs: typer keeps every line break of a docstring, so rich wrapped each
+    source line on its own (ragged lines); here each paragraph is joined (:func:`reflow`) and wrapped once."""
+    from typer import rich_utils
+
+    if getattr(rich_utils, "_specsim_reflow", False):
+        return
+    orig = rich_utils._fix_linebreaks
+    rich_utils._fix_linebreaks = lambda paragraphs, markup_mode: orig([reflow(p) for p in paragraphs], markup_mode)
+    rich_utils._specsim_reflow = True
+
+
 def interrupts() -> dict:
     """Ctrl-C (SIGINT) raises KeyboardInterrupt and SIGTERM :class:`Terminated`, both recorded (typer reports either
     as a bare exit code 130); set by :func:`main` only (never on import), inherited by no worker
@@ -331,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         argv = quiet_engines(argv)
         _hide_flag_types()
+        _reflow_help()
         ensure_registered()
         rc = run_app(app, argv, "specsim")
         if _SIGNALS or _SAID:

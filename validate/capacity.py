@@ -46,6 +46,7 @@ import typer
 
 from simulator.errors import InputError
 from simulator.option_values import threshold_list_option
+from simulator.output_contract import writes
 from simulator.serving.metrics import WARMUP_FRACTION
 
 
@@ -218,6 +219,7 @@ def run(runs: list[str], scenario: str, slo: str, thresholds: list[int] | None, 
 def register(app) -> None:
     """``specsim validate-capacity`` on the composed command tree (specsim_cli)."""
     @app.command("validate-capacity")
+    @writes(out="folder")
     def validate_capacity_cmd(
         ctx: typer.Context,
         runs: list[Path] = typer.Argument(..., help="serve-systems Poisson run directories (SYSTEM/poisson-R)"),

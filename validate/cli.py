@@ -18,16 +18,18 @@ from typing import Optional
 import typer
 
 from simulator.errors import InputError
+from simulator.output_contract import writes
 from validate.campaign import DEFAULT_BAR  # stdlib only: the engines are imported when a campaign runs
 
 
+@writes(report="folder")
 def validate(
     inputs: list[Path] = typer.Argument(..., help="run directories or SpecReason trace files/directories"),
     profile: Path = typer.Option(..., "--profile", help="cost profile (specsim calibrate fit / fit-bench), or prior | "
                                                         "datasheet: the runs' hardware before any calibration"),
     report: Path = typer.Option(..., "--out", "--report", help="report folder: report.md, PNGs and CSVs"),
     holdout: Optional[str] = typer.Option(None, "--holdout", help="profile (default) | runs:4-7 | config:KEY=VALUE | loro | "
-                                           "requests:odd|even|kfold=K[,seed=S]"),
+                                           "batches:0-3/4-7 | requests:odd|even|kfold=K[,seed=S]"),
     workload: Optional[Path] = typer.Option(None, "--workload", help="workload profile for distribution mode "
                                             "(default: refitted per fold from SpecReason traces)"),
     max_median_ape: Optional[float] = typer.Option(None, "--max-median-ape", help="fail (exit 1) above this, e.g. 0.05"),
@@ -42,10 +44,14 @@ def validate(
                                            "(exit 2) otherwise"),
     level: float = typer.Option(0.90, "--level", help="prediction-interval level, e.g. 0.8 (coverage is also "
                                 "reported at 50/80/90/95%)"),
+    batch_spread: Optional[Path] = typer.Option(None, "--batch-spread", help="per-problem aggregates JSON whose "
+                                                "problems are batches of the same setup: intervals for a run of a new "
+                                                "batch (machine, load, day), not only a new run of the fit batch"),
 ):
     """Predict measured held-out runs (trace replay and distribution mode) and report the errors.
 
     Example: specsim validate RUN_DIR... --profile cost.yaml --holdout requests:kfold=2 --out out/validation"""
+    from validate.metrics import summary_text
     from validate.report import write_report
     from validate.validation import headline, run_validation
 
@@ -64,7 +70,8 @@ def validate(
     try:
         res = run_validation([str(p) for p in inputs], str(profile), holdout, str(workload) if workload else None,
                              distribution=not no_distribution, des_requests=des_requests, seed=seed, drift=drift,
-                             allow_implausible=allow_implausible, level=level)
+                             allow_implausible=allow_implausible, level=level,
+                             between_batch=str(batch_spread) if batch_spread else None)
     except NothingToValidate as e:
         print(f"FAIL: {e}; nothing written", file=sys.stderr)
         sys.exit(1)
@@ -78,9 +85,7 @@ def validate(
     for key, label in (("replay_e2e", "replay e2e"), ("replay_calls", "replay calls"), ("distribution", "distribution")):
         if key in f:
             a = f[key].iloc[0]
-            print(f"  {label:13s} n={a['n']:3d} median APE {100 * a['median_ape']:.1f}% p90 {100 * a['p90_ape']:.1f}% "
-                  f"bias {100 * a['bias']:+.1f}% coverage {100 * a['coverage']:.0f}% "
-                  f"(median {100 * level:g}% interval width {100 * a['pi_rel_width']:.0f}% of the prediction)")
+            print(f"  {label:13s} {summary_text(a, level)}")
     cov = f.get("coverage_levels")
     if cov is not None and len(cov):
         for scope, g in cov.groupby("scope", sort=False):
@@ -122,6 +127,9 @@ def validate_drift(
     profile: Path = typer.Option(..., help="cost profile whose fit range the aggregates are judged against"),
     traces: Optional[Path] = typer.Option(None, help="per-step traces of some of the runs: measure the aggregate "
                                                      "method's error on them first"),
+    lobo: bool = typer.Option(False, "--lobo", help="also the between-batch spread and the leave-one-batch-out "
+                                                    "coverage over the aggregates' problems; with --traces, the traced "
+                                                    "problem's other runs as a held-out batch (validate.batch)"),
 ):
     """Drift of runs seen only as aggregates: speed factors against a profile's fit range, and what would explain them.
 
@@ -130,8 +138,17 @@ def validate_drift(
     from validate.drift import drift_report
 
     print(drift_report(str(aggregates), str(profile), str(traces) if traces else None))
+    if lobo:
+        from validate.batch import lobo_report
+
+        print("\n" + lobo_report(str(aggregates), str(profile)))
+        if traces:
+            from validate.batch import unseen_batch_check
+
+            print("\n" + unseen_batch_check(str(aggregates), str(traces), str(profile)))
 
 
+@writes(out="runs", fit_all_out="yaml")
 def validate_cpu(
     ctx: typer.Context,
     out: Path = typer.Option(..., help="campaign folder (OUT/runs resumed if present; profile_fit.yaml, report/, "
@@ -149,6 +166,9 @@ def validate_cpu(
                                 "within-configuration spread)) instead of --max-median-ape"),
     fit_all_out: Optional[Path] = typer.Option(None, help="also fit on every configuration into this cost profile"),
     date: Optional[str] = typer.Option(None, help="provenance date of the profiles (default: today)"),
+    configs: str = typer.Option("all", help="comma list of the campaign's configurations to run (vanilla-base, "
+                                "specdecode-g1..g4, specreason-t0/t6/t7/t10), at least one fit and one held-out; "
+                                "default all nine"),
 ):
     """A small real campaign on this CPU (vLLM, SmolLM2-135M + its 6-layer cut) -> fit -> held-out validation (~4 min).
 
@@ -158,7 +178,7 @@ def validate_cpu(
 
     rc = run_all(out, requests=requests, budget=budget, step_max=step_max, warmup=warmup, seed=seed, engine=engine,
                  model_cache=model_cache, max_median_ape=max_median_ape, sanity=sanity, fit_all_out=fit_all_out,
-                 date=date, command=command_line(ctx))
+                 date=date, command=command_line(ctx), configs=configs)
     if rc:
         sys.exit(rc)
 

@@ -102,11 +102,13 @@ def simulated_calls(cfg: SystemConfig, req: pd.DataFrame, steps: pd.DataFrame) -
 
 def predict_config(cfg: SystemConfig, workload: WorkloadProfile, profile: CostProfile, setup: Setup,
                    n_requests: int = 1000, seed: int = 0, level: float = LEVEL,
-                   noise: dict[str, CallNoise] | None = None, execution: Execution | None = None) -> dict:
+                   noise: dict[str, CallNoise] | None = None, execution: Execution | None = None,
+                   batch=None) -> dict:
     """Analytic mean and DES interval of one configuration's request latency; with ``noise`` (the
     fold's cost-model interval model) the interval also holds the cost model's uncertainty.
     ``execution``: how the measured runs executed (calls per step, prefix-cache block), default the
-    simulator's one-call, token-exact caching."""
+    simulator's one-call, token-exact caching. ``batch`` (``validate.batch.BatchSpread``, with ``noise``): a
+    simulated request is a run of a new batch (the between-batch term on every kind's offset)."""
     params = profile.params(setup.hardware)
     dep = setup.deployments(params)
     tables = CostTables(dep["base"], dep["small"], dep["draft"], workload, cfg.gamma, execution=execution or Execution())
@@ -122,7 +124,9 @@ def predict_config(cfg: SystemConfig, workload: WorkloadProfile, profile: CostPr
            "pred_acceptance_length": point["acceptance_length"], "des_requests": n_requests}
     if noise:
         rows, ops, secs = simulated_calls(cfg, req, steps)
-        wide = request_totals(secs, rows, ops, len(req), noise, 1, np.random.default_rng([seed, 1]))[:, 0]
+        bd = (batch.draws(sorted(set(ops) & set(noise)), (len(req), 1), np.random.default_rng([seed, 3]))
+              if batch is not None else None)
+        wide = request_totals(secs, rows, ops, len(req), noise, 1, np.random.default_rng([seed, 1]), bd)[:, 0]
         out["pi_low_s"], out["pi_high_s"] = float(np.quantile(wide, a)), float(np.quantile(wide, 1.0 - a))
         out["unmodelled_ops"] = ",".join(sorted(set(ops) - set(noise)))
     else:
@@ -138,8 +142,8 @@ def predict_config(cfg: SystemConfig, workload: WorkloadProfile, profile: CostPr
 
 def predict_distribution(ms: MeasuredSet, workload: WorkloadProfile, profile: CostProfile, setup: Setup,
                          n_requests: int = 1000, seed: int = 0, level: float = LEVEL,
-                         cost_uncertainty: bool = True) -> pd.DataFrame:
-    """One row per measured request with the configuration's predictions."""
+                         cost_uncertainty: bool = True, batch=None) -> pd.DataFrame:
+    """One row per measured request with the configuration's predictions (``batch``: see ``predict_config``)."""
     rows = []
     cache: dict = {}
     noise = noise_model(profile)[0] if cost_uncertainty else None
@@ -147,7 +151,7 @@ def predict_distribution(ms: MeasuredSet, workload: WorkloadProfile, profile: Co
         cfg, ex = config_of(r), execution_of(ms, r)
         if (cfg, ex) not in cache:
             cache[cfg, ex] = predict_config(cfg, workload, profile, setup, n_requests, seed, level, noise=noise,
-                                            execution=ex)
+                                            execution=ex, batch=batch)
         rows.append({**r.to_dict(), **cache[cfg, ex], "pi_level": level, "execution": _describe(ex)})
     return pd.DataFrame(rows)
 

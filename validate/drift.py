@@ -188,12 +188,16 @@ def batch_of(ms, run: str) -> str:
     return f"{hw.get('gpu_name') or hw.get('device') or hw.get('cpu') or '?'} {str(meta.get('created_at', ''))[:10]}"
 
 
-def interval_statement(fit_batches: set[str]) -> str:
+def interval_statement(fit_batches: set[str], between_batch: str | None = None) -> str:
+    if between_batch:
+        return (f"The intervals are for a run of a new batch (another machine, load or day): a between-batch term, its "
+                f"spread from the batches in {between_batch}, is added to the fit runs' run-to-run spread "
+                "(validate.batch); runs flagged for drift are inside that claim.")
     if len(fit_batches) <= 1:
         return ("The fit runs form one batch (one machine and period): the spread between batches or machines "
                 "cannot be estimated from them, so the 90% intervals are conditional on the same machine and load "
                 "as the fit runs. Runs flagged for drift are outside that condition; their coverage is reported "
-                "separately.")
+                "separately (--batch-spread gives intervals for a new batch).")
     return (f"The fit runs come from {len(fit_batches)} batches; the interval model pools their run offsets "
             "without a separate between-batch term (not yet hierarchical), so intervals for a new machine may "
             "still be too narrow.")

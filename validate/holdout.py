@@ -9,6 +9,9 @@ Rules (``--holdout``):
   whose configuration matches; each must be outside ``fit.runs``.
 - ``loro``: leave one run out: for every input run, refit the cost profile (same hardware,
   models and priors as ``--profile``) on all the other input runs and predict that run.
+- ``batches:A/B[/...]`` (``batches:0-3/4-7``): leave one batch out: each ``/``-separated group of runs (a
+  ``runs:`` spec) is a batch; per batch, refit the cost profile as ``loro`` on every input run outside it and
+  predict the batch (with ``--batch-spread``, the intervals are for a new batch: ``validate.batch``).
 - ``requests:SPEC``: hold out *requests*, not runs. ``requests:odd`` / ``requests:even`` predict
   the requests at odd / even index (0-based position in its run's request order) of every run
   and fit on the others; ``requests:kfold=K[,seed=S]`` splits all (run, request) pairs into K
@@ -237,6 +240,19 @@ def request_splits(ms: MeasuredSet, spec: str) -> list[tuple[str, list[RequestKe
             for i in range(k)]
 
 
+def batch_groups(rule: str, known: list[str]) -> list[set[str]]:
+    """The run keys of each ``/``-separated batch of ``batches:A/B[/...]``: at least 2, disjoint (InputError)."""
+    groups = [parse_run_rule(g, known) for g in rule[len("batches:"):].split("/") if g.strip()]
+    if len(groups) < 2:
+        raise InputError(None, "--holdout", f"{rule}: expected at least 2 batches, e.g. batches:0-3/4-7")
+    seen: set[str] = set()
+    for g in groups:
+        if g & seen:
+            raise InputError(None, "--holdout", f"{rule}: run(s) {', '.join(sorted(g & seen))} in two batches")
+        seen |= g
+    return groups
+
+
 def _runs_of(keys: list[RequestKey]) -> list[str]:
     return list(dict.fromkeys(r for r, _ in keys))
 
@@ -289,6 +305,17 @@ def _make_folds(ms: MeasuredSet, profile: CostProfile, setup: Setup, rule: str |
             folds.append(Fold(f"loro-{k}", train, [k], p, fit_requests=request_keys(ms, set(train)),
                               test_requests=request_keys(ms, {k})))
         return folds
+    if rule.startswith("batches:"):
+        folds = []
+        for g in batch_groups(rule, known):
+            test = [k for k in known if k in g]
+            train = [k for k in known if k not in g]
+            label = f"{test[0]}..{test[-1]}" if len(test) > 1 else test[0]
+            p = _refit(ms.select_runs(set(train)), profile, setup, f"{profile.name}-lobo", train,
+                       f"leave-one-batch-out fold {label}")
+            folds.append(Fold(f"lobo-{label}", train, test, p, fit_requests=request_keys(ms, set(train)),
+                              test_requests=request_keys(ms, set(test))))
+        return folds
     if rule.startswith("requests:"):
         folds = []
         for name, fit, test in request_splits(ms, rule[len("requests:"):]):
@@ -299,5 +326,5 @@ def _make_folds(ms: MeasuredSet, profile: CostProfile, setup: Setup, rule: str |
             folds.append(Fold(name, _runs_of(fit), _runs_of(test), p, unit="requests", fit_requests=fit,
                               test_requests=test))
         return folds
-    raise InputError(None, "--holdout", f"unknown rule {rule!r}; expected profile, runs:SPEC, config:KEY=VALUE, loro "
-                                        "or requests:odd|even|kfold=K[,seed=S]")
+    raise InputError(None, "--holdout", f"unknown rule {rule!r}; expected profile, runs:SPEC, config:KEY=VALUE, loro, "
+                                        "batches:A/B or requests:odd|even|kfold=K[,seed=S]")

@@ -30,7 +30,9 @@ residuals (``fit.per_op`` of the profile).
 - ε_i: iid draws from the within-run residual quantiles of kind o (inverse-CDF sampling).
 
 One u_o per request and draw, so call-level noise averages out over a request's calls while the
-run offset does not. The request total's central ``LEVEL`` interval over ``n_boot`` draws.
+run offset does not. With a ``validate.batch.BatchSpread`` (``--batch-spread``) u_o also holds a new
+batch's log factor relative to the fit batch (between-batch term; the old interval when its spread is
+0). The request total's central ``LEVEL`` interval over ``n_boot`` draws.
 Requests with a call kind the profile holds no residuals for get no interval (noted).
 """
 
@@ -239,9 +241,11 @@ def noise_model(profile: CostProfile, offsets: str = "loro") -> tuple[dict[str, 
 
 
 def request_totals(pred_s: np.ndarray, rows: np.ndarray, ops: np.ndarray, n_requests: int,
-                   noise: dict[str, CallNoise], n_boot: int, rng: np.random.Generator) -> np.ndarray:
+                   noise: dict[str, CallNoise], n_boot: int, rng: np.random.Generator,
+                   batch_draws: dict[str, np.ndarray] | None = None) -> np.ndarray:
     """(n_requests, n_boot) draws of the request totals Σ_i T̂_i exp(u_{r,o} + ε_i), one u per
-    request, kind and draw. Calls of a kind without a noise model count at T̂_i (callers flag them)."""
+    request, kind and draw. Calls of a kind without a noise model count at T̂_i (callers flag them).
+    ``batch_draws``: {kind: (n_requests, n_boot)} a new batch's log factor (``validate.batch``), added to u."""
     totals = np.zeros((n_requests, n_boot))
     joint = {}
     corr = getattr(noise, "corr", None)
@@ -258,6 +262,8 @@ def request_totals(pred_s: np.ndarray, rows: np.ndarray, ops: np.ndarray, n_requ
             continue
         nm = noise[op]
         off = joint[op] if op in joint else nm.offset.draw(rng, (n_requests, n_boot))
+        if batch_draws and op in batch_draws:
+            off = off + batch_draws[op]
         for start in range(0, len(p), 256):  # bounded memory
             sl = slice(start, start + 256)
             eps = nm.within(rng, (len(p[sl]), n_boot))
@@ -287,10 +293,12 @@ def e2e_predictive(requests: pd.DataFrame) -> OffsetPredictive | None:
 
 
 def replay(ms: MeasuredSet, profile: CostProfile, setup: Setup, n_boot: int = 1000, seed: int = 0,
-           level: float = LEVEL, e2e: OffsetPredictive | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+           level: float = LEVEL, e2e: OffsetPredictive | None = None, batch=None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per-request predictions with intervals, per-call predictions). ``e2e``: the predictive of a new run's
     log(end-to-end / modelled calls) (``e2e_predictive`` of the fit runs): the end-to-end prediction is the calls'
-    times exp(its location) and its intervals draw it with the call offsets; None: end-to-end = the calls."""
+    times exp(its location) and its intervals draw it with the call offsets; None: end-to-end = the calls.
+    ``batch``: a ``validate.batch.BatchSpread``: the intervals are for a run of a new batch (between-batch term
+    added to every kind's offset and to the end-to-end ratio, from its own random stream); None: the fit runs' batch."""
     calls = replay_calls(ms, profile, setup)
     rng = np.random.default_rng(seed)
     req = ms.requests.copy()
@@ -304,13 +312,17 @@ def replay(ms: MeasuredSet, profile: CostProfile, setup: Setup, n_boot: int = 10
         idx = {r: i for i, r in enumerate(req["request_id"])}
         rows = calls["request_id"].map(idx).to_numpy()
         ops = calls["op"].to_numpy().astype(str)
-        totals = request_totals(calls["predicted_s"].to_numpy(float), rows, ops, len(req), noise, n_boot, rng)
+        kinds = sorted(set(ops) & set(noise)) + (["e2e"] if batch is not None and "e2e" in batch.factors else [])
+        bd = batch.draws(kinds, (len(req), n_boot), np.random.default_rng([seed, 2])) if batch is not None else {}
+        totals = request_totals(calls["predicted_s"].to_numpy(float), rows, ops, len(req), noise, n_boot, rng, bd)
         a = (1.0 - level) / 2.0
         lo, hi = np.quantile(totals, a, axis=1), np.quantile(totals, 1.0 - a, axis=1)
         unmodelled = np.zeros(len(req), dtype=bool)
         unmodelled[np.unique(rows[~np.isin(ops, list(noise))])] = True
         lo[unmodelled], hi[unmodelled] = np.nan, np.nan
         etot = totals * np.exp(e2e.draw(rng, totals.shape)) if e2e is not None else totals
+        if "e2e" in bd:
+            etot = etot * np.exp(bd["e2e"])
         elo, ehi = np.quantile(etot, a, axis=1), np.quantile(etot, 1.0 - a, axis=1)
         elo[unmodelled], ehi[unmodelled] = np.nan, np.nan
         for lv in COVERAGE_LEVELS:

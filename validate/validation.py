@@ -151,6 +151,23 @@ def _fit_batches(ms: MeasuredSet, folds: list[Fold]) -> set[str]:
     return out
 
 
+def _fold_batch(between: tuple[str, dict] | None, fold: Fold, setup: Setup, notes: list[str]):
+    """The between-batch spread of the aggregates ``between`` ((path, content)) against the fold's profile (None
+    without); its figures go to ``notes``."""
+    if not between:
+        return None
+    from validate.batch import from_aggregates
+
+    b = from_aggregates(between[1], fold.profile, setup, source=between[0])
+    t = b.table()
+    notes.append(f"intervals, fold {fold.name}: for a run of a new batch: between-batch spread from {b.source}, "
+                 "log sd per kind " + ", ".join(f"{r.kind} {r.sd_log:.3f}" for r in t.itertuples())
+                 + " (validate.batch)")
+    kinds = sorted(set((fold.profile.fit or {}).get("per_op", {})) - {"all"})
+    notes.extend(f"intervals, fold {fold.name}: {n}" for n in b.predictives(kinds)[1])
+    return b
+
+
 def _drop_runs(df: pd.DataFrame | None, runs: list[str], col: str) -> pd.DataFrame | None:
     if df is None:
         return None
@@ -199,14 +216,23 @@ def check_plausible(profile, where: str | None, field_prefix: str, allow: bool) 
 
 def run_validation(inputs: list[str], profile_path: str, rule: str | None = None, workload_path: str | None = None,
                    distribution: bool = True, des_requests: int = 1000, n_boot: int = 1000, seed: int = 0,
-                   drift: str = "flag", allow_implausible: bool = False, level: float = 0.90) -> ValidationResult:
+                   drift: str = "flag", allow_implausible: bool = False, level: float = 0.90,
+                   between_batch: str | None = None) -> ValidationResult:
     """``drift``: ``flag`` keeps runs outside the fit runs' speed range in the figures (marked);
-    ``exclude`` leaves them out of every figure (listed in the report); see ``validate.drift``."""
+    ``exclude`` leaves them out of every figure (listed in the report); see ``validate.drift``.
+    ``between_batch``: per-problem aggregates whose problems are batches of the same setup: the intervals are for a
+    run of a new batch (``validate.batch``); None: for a run of the fit runs' batch."""
     from validate.drift import POLICIES, interval_statement
 
     if drift not in POLICIES:
         raise InputError(None, "--drift", f"expected {' or '.join(POLICIES)} (got {drift!r})")
     ms = load_measured(inputs)
+    if between_batch:  # a bad file fails before any refit
+        from validate.batch import read_aggregates
+
+        between = (between_batch, read_aggregates(between_batch))
+    else:
+        between = None
     if profile_path in PRIOR_PROFILES:
         profile, setup, notes = prior_for_runs(profile_path, ms.hint)
     else:
@@ -229,7 +255,8 @@ def run_validation(inputs: list[str], profile_path: str, rule: str | None = None
         test = fold_test_set(ms, fold)
         e2e, e2e_note = _fold_e2e(ms, fold)
         notes.append(e2e_note)
-        r, c = replay(test, fold.profile, setup, n_boot=n_boot, seed=seed, level=level, e2e=e2e)
+        batch = _fold_batch(between, fold, setup, notes)
+        r, c = replay(test, fold.profile, setup, n_boot=n_boot, seed=seed, level=level, e2e=e2e, batch=batch)
         r["fold"], c["fold"] = fold.name, fold.name
         kinds, runs = _fold_drift(fold, c, setup)
         dk.append(kinds)
@@ -242,7 +269,8 @@ def run_validation(inputs: list[str], profile_path: str, rule: str | None = None
             if w is None:
                 notes.append(f"distribution mode skipped: {wsrc}")
                 continue
-            d = predict_distribution(test, w, fold.profile, setup, n_requests=des_requests, seed=seed, level=level)
+            d = predict_distribution(test, w, fold.profile, setup, n_requests=des_requests, seed=seed, level=level,
+                                     batch=batch)
             d["fold"] = fold.name
             unmod = sorted({x for v in d["unmodelled_ops"].astype(str) for x in v.split(",") if x})
             if unmod:
@@ -277,7 +305,7 @@ def run_validation(inputs: list[str], profile_path: str, rule: str | None = None
                            folds=folds, replay=rep_df, calls=call_df, distribution=dist_df, notes=sorted(set(notes)),
                            workload_source=wsrc, drift_kinds=pd.concat(dk, ignore_index=True), drift_runs=drift_runs,
                            drift_policy=drift, drift_excluded=excluded,
-                           interval_statement=interval_statement(_fit_batches(ms, folds)))
+                           interval_statement=interval_statement(_fit_batches(ms, folds), between_batch))
     res.figures = figures(res)
     return res
 

@@ -17,6 +17,7 @@ import typer
 
 from simulator.errors import InputError
 from simulator.option_values import threshold_option
+from simulator.output_contract import writes
 
 
 def _setup_from(ms, hardware, tp, base_model, small_model, draft_model):
@@ -33,6 +34,7 @@ def _setup_from(ms, hardware, tp, base_model, small_model, draft_model):
                             draft_model or h.get("draft_model"))
 
 
+@writes(out="yaml")
 def fit(
     inputs: list[Path] = typer.Argument(..., help="run directories or SpecReason trace files/directories"),
     out: Path = typer.Option(..., "--out", help="cost profile YAML to write"),
@@ -86,6 +88,7 @@ def fit(
               f"{a['values']['compute_efficiency']:.3g} -> {'plausible' if a['physically_plausible'] else 'IMPOSSIBLE (above the physical maximum)'}")
 
 
+@writes(out="yaml")
 def fit_workload(
     inputs: list[Path] = typer.Argument(..., help="runner run directories (specsim calibrate run)"),
     out: Path = typer.Option(..., "--out", help="workload profile YAML to write"),
@@ -113,6 +116,7 @@ def fit_workload(
           f"{w.step_pmf_base.mean:.1f}, P(score>=7) {w.acceptance_probability(7):.3f}, a_1 {w.token_acceptance[0]:.3f}")
 
 
+@writes(out="yaml", report="folder")
 def fit_bench(
     run_dirs: list[Path] = typer.Argument(..., help="microbenchmark run directories (static-bench / microbench)"),
     out: Path = typer.Option(..., "--out", help="cost profile YAML to write (fitted on every record)"),
@@ -159,6 +163,7 @@ def fit_bench(
         print(f"  note: {note}")
 
 
+@writes(out="yaml")
 def fit_workload_traces(
     ctx: typer.Context,
     data: Path = typer.Argument(..., help="SpecReason per-step traces: a JSONL file or a folder of them"),
@@ -194,6 +199,7 @@ def import_specreason_cmd(
     print(summary_text(trace) if summary else f"{len(trace.requests)} runs, {len(trace.steps)} steps")
 
 
+@writes(out="yaml")
 def fit_accuracy(
     ctx: typer.Context,
     source: str = typer.Argument(..., help="aggregates (the SpecReason per-problem aggregates JSON) | runs (run "
@@ -214,6 +220,7 @@ def fit_accuracy(
     print(f"wrote {write_atomic(out, profile_yaml(prof, command_line(ctx)))}")
 
 
+@writes(out="folder")
 def published_priors(
     ctx: typer.Context,
     out: Path = typer.Option(..., "--out", help="folder for the two workload profiles (simulator/profiles: the "
@@ -222,7 +229,7 @@ def published_priors(
 ):
     """Coarse MATH500 and GPQA-Diamond workload priors from the SpecReason paper's published latencies (~1 min).
 
-    Example: specsim calibrate published-priors --out simulator/profiles"""
+    Example: specsim calibrate published-priors --out simulator/profiles --force (the shipped profiles: tracked)"""
     from calibrate.fit.published_priors import write_priors
     from simulator.command_line import command_line
 

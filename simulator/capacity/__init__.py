@@ -43,7 +43,8 @@ __all__ = [
     "DEFAULT_REQUEST_DOUBLINGS", "DEFAULT_REQUESTS", "DEFAULT_SLO_FACTOR", "DISPLAY", "EQUIVALENCE",
     "HORIZON_LATENCIES", "MAX_DOUBLINGS", "MAX_REQUEST_FACTOR", "WARM_STEP", "IntervalSpec", "LoadSpec", "Point",
     "Workers", "add_accuracy", "capacity_from_cli", "capacity_interval", "capacity_points", "capacity_table",
-    "default_slo", "search_grid", "DEFAULT_GRID_MAX", "evaluate", "serving_setup", "headline", "interval_rounds", "load_scenario", "paired_better", "point_latency",
+    "default_slo", "search_grid", "DEFAULT_GRID_MAX", "evaluate", "serving_setup", "headline", "interval_rounds",
+    "load_scenario", "paired_better", "point_latency",
     "rank_configurations", "recommend", "render_capacity_table", "requests_for", "run_point", "run_points",
     "search_capacity", "search_table", "single_request_latency", "mark_recommendation", "t_interval", "config_key",
 ]
@@ -52,30 +53,34 @@ def search_table(rs: ResolvedScenario, slo: Slo, load: LoadSpec, configs: list[S
                  acc_model, floor, gpu_hour_cost: float | None = None, target_qps: float | None = None,
                  workers: int | None = None, ray_address: str | None = None, only_eligible: bool = False,
                  progress=None, stop_below_best: bool = True, pool: Workers | None = None,
-                 serving: str | None = None) -> tuple[pd.DataFrame, dict, list[SystemConfig]]:
+                 serving: str | None = None, currency: str = "USD") -> tuple[pd.DataFrame, dict, list[SystemConfig]]:
     """The one capacity search behind ``specsim capacity`` and ``specsim report`` (issue 30): every searched
     configuration gets :func:`capacity_interval` with ``spec`` on the same seeds and run length, so both
-    commands print the same capacities, intervals and ranks. ``only_eligible``: configurations that do not
-    meet the accuracy floor are not searched (returned as the third value, never ranked nor printed with
-    a capacity). Returns (table best first with accuracy, ``standing`` and ``recommended``; the
+    commands print the same capacities, intervals and ranks. ``only_eligible``: configurations that cannot
+    be recommended are not searched unless their own accuracy is measured and the floor's reference has none
+    (``accuracy.searched``; the others are returned as the third value, never ranked nor printed with a
+    capacity). Returns (table best first with accuracy, ``standing`` and ``recommended``; the
     recommendation; the configurations left out). ``pool``: the workers to run on (default: new ones from
-    ``workers`` / ``ray_address``). ``serving``: a serving benchmark's workload (JSON, ``capacity.bench``)."""
-    from simulator.accuracy import floor_status
+    ``workers`` / ``ray_address``). ``serving``: a serving benchmark's workload (JSON, ``capacity.bench``);
+    ``currency``: of ``gpu_hour_cost`` (a ``currency`` column beside the costs)."""
+    from simulator.accuracy import searched
 
-    skipped = [c for c in configs if only_eligible and floor_status(acc_model, c, floor)[0] != "meets"]
+    skipped = [c for c in configs if only_eligible and not searched(acc_model, c, floor)[0]]
     keep = [c for c in configs if c not in skipped]
     points = [replace(p, interval=spec) for p in capacity_points(rs, slo, load, keep, serving)]
     rows = (interval_rounds(points, spec, workers, ray_address, progress, stop_below_best, pool)
             if spec.max_request_doublings == 0 and points
             else run_points(points, workers, ray_address, progress, pool))
-    df, rec = mark_recommendation(add_accuracy(capacity_table(rows, gpu_hour_cost, target_qps), acc_model, floor))
+    df, rec = mark_recommendation(add_accuracy(capacity_table(rows, gpu_hour_cost, target_qps, currency), acc_model,
+                                               floor))
     return df, rec, skipped
 
 
 def capacity_points(rs: ResolvedScenario, slo: Slo, load: LoadSpec, configs: list[SystemConfig] | None = None,
                     serving: str | None = None) -> list[Point]:
     configs = configs if configs is not None else rs.system_configs()
-    return [Point(str(rs.path), hw, tp, cfg, load, slo.text, serving=serving, grid=rs.overrides)
+    return [Point(str(rs.path), hw, tp, cfg, load, slo.text, serving=serving, pp=rs.scenario.base.pp,
+                  dp=rs.scenario.base.dp, grid=rs.overrides)
             for hw in rs.hardware_names for tp in rs.tps for cfg in configs]
 
 
@@ -84,12 +89,13 @@ DEFAULT_GRID_MAX = 12  # configurations (x hardware x TP) a search runs when the
 
 def search_grid(rs: ResolvedScenario, systems: list[str] | None = None, gammas: list[int] | None = None,
                 thresholds: list[int] | None = None, trim: bool = True) -> tuple[list[SystemConfig], str | None]:
-    """The configurations ``specsim capacity`` searches, and the note saying what was trimmed (None: nothing); ``specsim
-    report`` (``trim=False``) searches only the configurations that meet the accuracy floor, a few of them. The scenario's grid crossed with --system / --gamma / --threshold
-    (``rs.system_configs``); with ``trim``, a grid of more than DEFAULT_GRID_MAX searches (x hardware x TP) keeps
-    only the middle value of each knob the command line did not name (gamma 5 of 1..8, threshold 7 of 3,5,7,9): a
-    SpecReason search takes minutes of CPU per configuration, so the reference scenario's full grid (46
-    configurations) took hours. Naming the knobs (--gamma / --threshold) searches them all."""
+    """The configurations ``specsim capacity`` searches, and the note saying what was trimmed (None: nothing);
+    ``specsim report`` (``trim=False``) searches only the configurations whose accuracy allows it, a few of them.
+    The scenario's grid crossed with --system / --gamma / --threshold (``rs.system_configs``); with ``trim``, a grid
+    of more than DEFAULT_GRID_MAX searches (x hardware x TP) keeps only the middle value of each knob the command
+    line did not name (gamma 5 of 1..8, threshold 7 of 3,5,7,9): a SpecReason search takes minutes of CPU per
+    configuration, so the reference scenario's full grid (46 configurations) took hours. Naming the knobs (--gamma /
+    --threshold) searches them all."""
     configs = rs.system_configs(systems, gammas, thresholds)
     cells = len(rs.hardware_names) * len(rs.tps)
     if not trim or len(configs) * cells <= DEFAULT_GRID_MAX:
@@ -144,7 +150,7 @@ def serving_setup(rs: ResolvedScenario, bench_serve: str | None, arrival: str = 
 def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | None = None, users: list[int] | None = None,
                       systems: list[str] | None = None, gammas=None, thresholds=None, arrival: str = "poisson",
                       cv: float = 1.0, requests: int | None = None, seed: int | None = None,
-                      gpu_hour_cost: float | None = None, target_qps: float | None = None,
+                      gpu_hour_cost: float | None = None, target_qps: float | None = None, currency: str = "USD",
                       workers: int | None = None, ray_address: str | None = None,
                       arrivals_file: str | None = None, interval: IntervalSpec | None = None,
                       accuracy_floor: str | None = None, accuracy_margin: float | None = None,
@@ -166,13 +172,10 @@ def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | No
     ``announce(note)`` is told so before it starts (the note is also in the result's meta, ``grid_note``)."""
     from simulator.serving.arrivals import load_arrival_times
 
-    from simulator.systems import SYSTEMS
 
     rs = load_scenario(scenario, grid_overrides)
     sc = rs.scenario
-    for s in systems or []:
-        if s not in SYSTEMS:
-            raise InputError(None, "--system", f"unknown system {s!r}; known: {', '.join(SYSTEMS)}")
+    rs.check_systems(systems or [], None, "--system")
     if arrival not in ("poisson", "bursty"):
         raise InputError(None, "--arrival", f"expected poisson or bursty (got {arrival!r})")
     serving, serving_note = serving_setup(rs, bench_serve, arrival)
@@ -223,9 +226,10 @@ def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | No
         return df, meta
     df, rec, _ = search_table(rs, slo, load, configs, interval or IntervalSpec(), acc_model, floor, gpu_hour_cost,
                               target_qps, workers, ray_address, progress=progress, stop_below_best=stop_below_best,
-                              serving=serving)
+                              serving=serving, currency=currency)
     meta["accuracy_floor"] = floor.describe()
     meta["recommended"] = None if rec["best"] is None else rec["best"].label
     meta["recommended_ties"] = rec["ties"]
-    meta["headline"] = headline(df, rec, slo.text, gpu_hour_cost, target_qps)
+    meta["headline"] = headline(df, rec, slo.text, gpu_hour_cost, currency, target_qps)
+    meta["currency"] = currency
     return df, meta

@@ -196,10 +196,10 @@ def interval_rounds(points: list[Point], spec: IntervalSpec, workers: int | None
                     done[i] = True
             live = [i for i in range(n) if caps[i] and np.mean(caps[i]) > 0]
             if live and stop_below_best:
-                lead = max(live, key=lambda i: (np.mean(caps[i]) / points[i].tp, -i))
+                lead = max(live, key=lambda i: (np.mean(caps[i]) / points[i].gpus, -i))
                 for i in range(n):
-                    if not done[i] and i != lead and paired_better(tuple(caps[lead]), tuple(caps[i]), points[lead].tp,
-                                                                   points[i].tp):
+                    if not done[i] and i != lead and paired_better(tuple(caps[lead]), tuple(caps[i]), points[lead].gpus,
+                                                                   points[i].gpus):
                         done[i] = stopped[i] = True
             # the ETA's total: what is done, plus at most max_reps of those still running
             total = finished + sum(spec.max_reps - len(caps[i]) for i in range(n) if not done[i])
@@ -221,7 +221,7 @@ def interval_rounds(points: list[Point], spec: IntervalSpec, workers: int | None
 
 def _config(point: Point) -> dict:
     c = point.cfg
-    return {"hardware": point.hardware, "tp": point.tp, "system": c.system, "gamma": c.gamma,
+    return {"hardware": point.hardware, "tp": point.tp, "pp": point.pp, "dp": point.dp, "system": c.system, "gamma": c.gamma,
             "gamma_policy": c.gamma_policy, "threshold": c.threshold, "first_n": c.first_n, "label": c.label}
 
 

@@ -86,6 +86,13 @@ class Point:
     single_latency_s: float | None = None  # the configuration's single-request latency, once known (else computed)
     serving: str | None = None  # a serving benchmark's workload (ServingWorkload JSON) instead of the reasoning one
     grid: tuple = ()  # the scenario's grid overrides (--hardware / --tp: ResolvedScenario.overrides), for the workers
+    pp: int = 1  # the scenario's pipeline stages (base.pp)
+    dp: int = 1  # its data-parallel attention ranks (base.dp)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of one replica: tp x pp x dp."""
+        return self.tp * self.pp * self.dp
 
     @property
     def key(self) -> str:

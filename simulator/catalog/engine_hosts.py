@@ -13,6 +13,10 @@ step's shape -- stay per GPU in ``gpu_priors.yaml``):
 - ``front_end_serial_s`` t_fe (<= t_call, optional: absent, all of t_call): the part of t_call the one API-server
   process's CPU spends on a request, so requests arriving together pass it t_fe apart (``Execution.front_end``
   "serial", as the released runs predict `vllm serve`);
+- ``front_end_token_s`` t_tok (optional: absent, 0): the same process's CPU per output token it streams
+  (detokenising, the response chunk, the HTTP write), paid in turn with the calls' t_fe: each engine round's tokens
+  reach their clients once the front end has streamed them, before any call still waiting for its turn. No fitted
+  version carries it: the released runs do not support it (docs/serving-model.md, "Host costs by engine version");
 - ``async_overlap`` o: the share of t_step + S t_seq that async scheduling (vLLM ``--async-scheduling``: the
   scheduler prepares step k+1 while the GPU runs step k) hides behind the GPU. A step of an engine with
   ``async_scheduling: true`` costs ``GPU + (1 - o) (t_step + S t_seq)``.
@@ -36,7 +40,7 @@ from simulator.errors import InputError, pydantic_error_to_input_error
 from simulator.loading import read_yaml
 
 HOSTS_PATH = Path(__file__).with_name("engine_hosts.yaml")
-HOST_TERMS = ("step_overhead_s", "seq_overhead_s", "call_overhead_s", "front_end_serial_s")
+HOST_TERMS = ("step_overhead_s", "seq_overhead_s", "call_overhead_s", "front_end_serial_s", "front_end_token_s")
 ASYNC_DEFAULT_FROM = {"vllm": (0, 14)}  # the first version whose `vllm serve` runs async scheduling by default
 
 
@@ -61,6 +65,7 @@ class EngineVersion(BaseModel):
     seq_overhead_s: PriorParam
     call_overhead_s: PriorParam
     front_end_serial_s: PriorParam | None = None
+    front_end_token_s: PriorParam | None = None
     async_overlap: PriorParam
     fit: dict | None = None  # held-out errors of the fit that wrote it
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -77,21 +78,26 @@ class Replica:
         base_models = [deps["base"], deps["draft"]] if spec else [deps["base"]]
         max_out = workload.token_budget + workload.max_step_tokens + workload.answer_tokens + 2
         u_small, u_base = engine_utilizations(cfg.spec, *memory_fraction)
-        small_cap, small_res = kv_layout(u_small, [deps["small"]], execution, max_batch)
+        small_cap, small_res = kv_layout(u_small, [deps["small"]], execution, max_batch) if u_small > 0 else (0, 0)
         base_cap, base_res = kv_layout(u_base, base_models, execution, max_batch)
+        dp = deps["base"].dp  # data-parallel attention: dp ranks, each with vLLM's max_num_seqs and token budget
         self.engines = [
-            Engine("small", deps["small"], small_cap, max_batch,
+            Engine("small", deps["small"] or deps["base"], small_cap, max_batch,  # no small model: an idle engine
                    prefix_cache_block=block, token_budget=budget, seq_reserve_tokens=small_res, prefix_caching=caching),
-            Engine("base", deps["base"], base_cap, max_batch,
+            Engine("base", deps["base"], base_cap, max_batch * dp,
                    draft=deps["draft"] if spec else None, gamma=cfg.gamma, max_spec_iters=max_out,
-                   prefix_cache_block=block, gamma_policy=gamma_policy(cfg, deps, workload), token_budget=budget,
+                   prefix_cache_block=block, gamma_policy=gamma_policy(cfg, deps, workload),
+                   token_budget=budget * dp if budget is not None else None,
                    seq_reserve_tokens=base_res, prefix_caching=caching),
         ]
         self.t_call = deps["base"].cost.call_overhead_s
         fe = deps["base"].cost.front_end_serial_s  # the front-end process's own share of t_call (None: all of it)
         self.t_fe = self.t_call if fe is None else min(fe, self.t_call)
         self.serial_front_end = execution is not None and execution.front_end == "serial"
+        self.t_tok = deps["base"].cost.front_end_token_s if self.serial_front_end else 0.0
+        self._front_end_queue: deque[tuple[float, int]] = deque()
         self._front_end_free = 0.0
+        self._front_end_wake = -1.0  # pending wake-up for the next turn (-1: none)
         self.reqs: dict[int, _Req] = {}
         self.ready: list[tuple[float, int, int]] = []  # (ready_at, seq, rid): next call becomes queueable
         self._seq = 0
@@ -118,17 +124,57 @@ class Replica:
 
     def _schedule_call(self, rid: int, at: float) -> None:
         if self.serial_front_end:  # one front-end process spends t_fe of each call's t_call in turn (Execution.front_end)
-            at = max(at, self._front_end_free)
-            self._front_end_free = at + self.t_fe
-        heapq.heappush(self.ready, (at + self.t_call, self._seq, rid))
+            self._front_end_queue.append((at, rid))
+            self._front_end_turns()
+            return
+        self._ready_at(at + self.t_call, rid)
+
+    def _ready_at(self, t: float, rid: int) -> None:
+        heapq.heappush(self.ready, (t, self._seq, rid))
         self._seq += 1
         if not self.wake.triggered:
             self.wake.succeed()
+
+    def _front_end_turns(self, take_one: bool = False) -> None:
+        """Start queued calls' turns on the serial front end in order (a turn: once arrived and the front end is
+        free; the call reaches the engine t_call after). With t_tok > 0 (:meth:`_streamed`) a turn starts only when
+        due, the next one's start a wake-up in the ready heap (rid -1); ``take_one``: also one arrived call waiting
+        behind streaming (asyncio serves the output handler and waiting requests in turn: no starvation)."""
+        horizon = self.env.now + 1e-12 if self.t_tok > 0 else math.inf
+        q = self._front_end_queue
+        while q:
+            at, rid = q[0]
+            start = max(at, self._front_end_free)
+            if start > horizon and not (take_one and at <= horizon):
+                if self._front_end_wake < 0:
+                    self._front_end_wake = start
+                    self._ready_at(start, -1)
+                return
+            take_one = take_one and start <= horizon
+            q.popleft()
+            self._front_end_free = start + self.t_fe
+            self._ready_at(start + self.t_call, rid)
+
+    def _streamed(self, tokens: int, ends) -> float:
+        """The serial front end streams ``tokens`` output tokens at the end of each engine round (``ends``: their
+        times), after the work it has started (turns begun, earlier tokens, one waiting call's turn), before the
+        other waiting calls; returns when the last round's tokens reach their clients: f = max(end, f) + tokens t_tok
+        round by round."""
+        if tokens <= 0:
+            return float(ends[-1])
+        self._front_end_turns(take_one=True)  # turns due by now first, and one waiting call's turn
+        k, w = len(ends), tokens * self.t_tok
+        self._front_end_free = max(self._front_end_free + k * w, float(np.max(ends + w * np.arange(k, 0, -1))))
+        return self._front_end_free
 
     def _release_ready(self) -> None:
         now = self.env.now
         while self.ready and self.ready[0][0] <= now + 1e-12:
             _, _, rid = heapq.heappop(self.ready)
+            if rid < 0:  # the front end's next turn may start
+                self._front_end_wake = -1.0
+                self._front_end_turns()
+                continue
             r = self.reqs[rid]
             call = r.plan.calls[r.next_call]
             self.engines[call.engine].submit(rid, call)
@@ -181,7 +227,8 @@ class Replica:
                 else:
                     yield self.wake
                 continue
-            k = 1 if any(e.n_prefill for e in active) else min(MAX_ROUNDS_PER_EVENT, *(e.rounds_left() for e in active))
+            one_by_one = self.t_tok > 0 and self._front_end_queue  # calls take turns between rounds' streaming
+            k = 1 if one_by_one or any(e.n_prefill for e in active) else min(MAX_ROUNDS_PER_EVENT, *(e.rounds_left() for e in active))
             if k == 1:
                 # one round (scalar path): the common case of SpecReason's many short calls
                 one = self._one_round(active)
@@ -221,10 +268,15 @@ class Replica:
             for e, row in zip(active, rows):
                 offset += float(row[k - 1])
                 at = t0 + start + offset  # end of this engine's last iteration
-                self._advanced(e, k, at)
+                self._advanced(e, k, at, cs[:k] - cs[k - 1] + at)
 
-    def _advanced(self, e: Engine, k: int, at: float) -> None:
+    def _advanced(self, e: Engine, k: int, at: float, ends=None) -> None:
+        """``e`` ran ``k`` rounds, the last ending at ``at`` (``ends``: each round's end, k > 1)."""
+        decoding = len(e.act) - e.n_prefill
         first, done = e.advance(k)
+        # the clients have the tokens once the front end has streamed them (a k-round stretch has no prefill)
+        if self.t_tok > 0:
+            at = self._streamed(decoding + len(first), np.array([at]) if ends is None else ends)
         for s in first:
             r = self.reqs[e.jobs[s].rid]
             if math.isnan(r.first_token_at):
@@ -366,7 +418,7 @@ def simulate_serving(cfg: SystemConfig, deps: dict[str, Deployment], workload: W
             raise ValueError("sessions run without an early stop")
         n_requests = sum(len(x) for x in sessions)
         counter = [0]
-        for _ in range(_user_processes(arrivals, len(sessions))):
+        for _ in range(arrivals.processes(len(sessions))):
             env.process(session_user(counter))
     elif sessions is not None:
         if stop is not None:
@@ -378,7 +430,7 @@ def simulate_serving(cfg: SystemConfig, deps: dict[str, Deployment], workload: W
             env.process(session(rids, float(t)))
     elif isinstance(arrivals, ClosedLoopUsers):
         counter = [0]
-        for _ in range(_user_processes(arrivals, n_requests)):
+        for _ in range(arrivals.processes(n_requests)):
             env.process(user(counter, arrivals.think_time_s))
     else:
         times = arrivals.times(n_requests, arr_rng)
@@ -391,15 +443,6 @@ def simulate_serving(cfg: SystemConfig, deps: dict[str, Deployment], workload: W
     env.process(rep.gpu())
     env.run(until=rep.all_done)
     return _result(rep, arrivals, n_requests)
-
-
-def _user_processes(arrivals: ClosedLoopUsers, jobs: int) -> int:
-    """Closed-loop users worth simulating: at most one per request (or session) of the run -- a user beyond them never
-    sends one, so the results are those of ``arrivals.users`` users, and 10^8 users cost what ``jobs`` do."""
-    u = arrivals.users
-    if not (isinstance(u, (int, float, np.integer, np.floating)) and u >= 1 and float(u).is_integer()):
-        raise ValueError(f"closed-loop users must be an integer >= 1 (got {u!r})")
-    return int(min(u, jobs))
 
 
 def _itl_samples(rep: Replica) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -13,6 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import examples
+
 from simulator.capacity.table import capacity_table, config_key, config_names, headline, mark_recommendation
 
 
@@ -41,7 +43,7 @@ def _listed_ties(line: str) -> set[str]:
     return {t.strip() for t in line.split("within the interval of the best: ")[1].rstrip(".").split(",")}
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(st.lists(st.tuples(st.lists(st.floats(0.0, 10.0), min_size=3, max_size=3), st.sampled_from([1, 2]),
                           st.sampled_from(["meets", "meets", "fails", "unknown"])), min_size=1, max_size=6))
 def test_table_standing_and_best_line_are_one_rule(rows):
@@ -71,7 +73,7 @@ def test_an_excluded_leader_does_not_hide_the_ties():
     assert _listed_ties(headline(df, rec, "p99_latency<=10s")) == {"c2"}
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.floats(0.01, 100.0), st.lists(st.floats(0.05, 20.0), min_size=3, max_size=3))
 def test_replicas_at_the_lower_bound(target, caps):
     df = capacity_table(_rows([tuple(caps)], [2]), None, target)
@@ -104,6 +106,6 @@ def test_report_on_a_gamma_outside_the_grid(tmp_path, gamma):
     from simulator.capacity import IntervalSpec
     from simulator.capacity_report import build_report
 
-    path, line = build_report("cpu-smollm2", tmp_path / "r", requests=20, workers=1, systems=["specdecode"],
+    path, line, _ = build_report("cpu-smollm2", tmp_path / "r", requests=20, workers=1, systems=["specdecode"],
                               gammas=[gamma], interval=IntervalSpec(max_reps=3))
     assert path.is_file() and line.startswith(f"Best: specdecode g={gamma} on cpu")

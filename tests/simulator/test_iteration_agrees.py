@@ -30,6 +30,7 @@ from simulator.scenario import load_scenario
 from simulator.serving.engine import Engine
 from simulator.serving.pass_cost import PassCost, spec_iteration_times
 from simulator.spec_iteration import speculative_iteration
+from tests.conftest import examples
 
 # a separate draft model (CPU: hard roofline; A6000 at TP 2), a draft head (FP8), DeepSeek-R1's MTP module (MoE + MLA:
 # a pass time that is not affine in the aggregates)
@@ -70,7 +71,7 @@ def _draft_pass(dep):
     return None if dep.drafting.free else dep.pass_time
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(scenario=st.sampled_from(SCENARIOS), drafter=st.sampled_from(DRAFTERS), gamma=st.integers(0, 8),
        batch=st.integers(1, 64), context=st.integers(0, 6000))
 def test_tables_gamma_rule_and_serving_engine_price_the_iteration_by_the_one_function(scenario, drafter, gamma, batch,
@@ -91,7 +92,7 @@ def test_tables_gamma_rule_and_serving_engine_price_the_iteration_by_the_one_fun
     assert e._spec_time(gamma, 0, 0, 0, 0, batch, batch * context) == pytest.approx(sum(rule), rel=1e-9)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(scenario=st.sampled_from(SCENARIOS), drafter=st.sampled_from(DRAFTERS), gamma=st.integers(0, 6),
        dec=st.lists(st.integers(0, 5000), max_size=12),
        pref=st.lists(st.tuples(st.integers(1, 600), st.integers(0, 5000)), max_size=4))
@@ -128,7 +129,7 @@ def test_the_engine_with_prefills_is_the_passes_over_the_explicit_batches(scenar
     assert e._spec_time(gamma, N, KV, A, len(pref), nd, sum(dec)) == pytest.approx(want, rel=1e-9)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(scenario=st.sampled_from(AFFINE), width=st.integers(1, 3), gamma=st.integers(1, 8), batch=st.integers(1, 64),
        contexts=st.lists(st.integers(0, 200_000), min_size=1, max_size=40))
 def test_the_fused_evaluation_is_the_one_function_over_an_array_of_contexts(scenario, width, gamma, batch, contexts):

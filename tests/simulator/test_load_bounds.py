@@ -9,6 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import examples
+
 import specsim_cli.main as cli
 from simulator.errors import InputError
 from simulator.option_values import MAX_USERS, QPS_RANGE, check_requests, rate_list, user_list
@@ -27,7 +29,7 @@ def test_capacity_refuses_load_levels_out_of_bounds(capsys, args, field):
     assert rc == 2 and len(err) == 1 and err[0].startswith(f"error: {field}:"), err
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(st.integers(-10, 10 * MAX_USERS))
 def test_user_counts_within_bounds_or_refused(u):
     if 1 <= u <= MAX_USERS:
@@ -37,7 +39,7 @@ def test_user_counts_within_bounds_or_refused(u):
             user_list(str(u))
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(st.floats(allow_nan=True, allow_infinity=True))
 def test_rates_within_bounds_or_refused(q):
     if np.isfinite(q) and QPS_RANGE[0] <= q <= QPS_RANGE[1]:

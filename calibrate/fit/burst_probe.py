@@ -1,0 +1,164 @@
+"""What the released H100/H200 bursts say about their own admission (issue 37): the checks behind
+docs/serving-model.md's "Where it stops", each a table anyone can rerun.
+
+``python -m calibrate.fit.burst_probe engines`` -- per GPU and serving engine (vLLM, SGLang, TensorRT-LLM) over the
+table's bursts of >= 900 requests producing > 100 tokens each: the sequences the run streamed per median gap,
+``B_eff = output tok/s x median ITL`` (Little's law at the median step: the decoding batch if every running
+sequence got a token every step) and mean TTFT as a share of the run's duration. Raw measurements, no model.
+
+``python -m calibrate.fit.burst_probe prefill`` -- the released vLLM bursts that are nearly all prefill (1000 x ~128
+tokens in, 4 out): the matmul work 2 x active parameters x prompt tokens, per GPU, over the run's whole duration, as
+a share of the GPU's dense BF16 peak -- a lower bound on the rate the engine's compute-bound passes reached.
+
+``python -m calibrate.fit.burst_probe what-if`` -- the serving simulator's errors on groups of released vLLM runs
+under the catalog's host terms and under one changed assumption at a time: a serial front end that also pays
+``front_end_token_s`` per streamed token (with a smaller per-sequence step cost t_seq, as the bursts' median ITL
+asks), vLLM's A100 batching caps (256 sequences) on the H100/H200, and the H100/H200 compute efficiency scaled.
+In-sample screens (the catalog's own fit), not held-out figures."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from calibrate.fit.gpustack_import import GPUSTACK, TABLE, ReleasedRun, released_runs
+
+ENGINES = (("vllm", "vllm serve"), ("sglang", "python3 -m sglang"), ("trtllm", "trtllm-serve"))
+FIGS = ("out_tps", "ttft_ms", "itl_ms")
+
+
+def is_burst(requests: float, out_tok: float, concurrency) -> bool:
+    """A burst of the kind the H100/H200 rows miss: >= 900 requests at once, > 100 output tokens each."""
+    return (concurrency is None or pd.isna(concurrency)) and requests >= 900 and out_tok / requests > 100
+
+
+def engines_table(folder: Path | str = GPUSTACK) -> pd.DataFrame:
+    """Per (gpu, engine): bursts, median / min / max of B_eff, median of mean TTFT / duration, median output tok/s."""
+    d = pd.read_csv(Path(folder) / TABLE)
+    d = d[[is_burst(r.requests, r.out_tok, r.max_concurrency) for r in d.itertuples()]].copy()
+    cmd = d.serve_cmd.fillna("")
+    d["engine"] = "other"
+    for name, prefix in ENGINES:
+        d.loc[cmd.str.startswith(prefix), "engine"] = name
+    d["gpu"] = d.file.str.extract(r"__(\w+)\.md", expand=False)
+    d["b_eff"] = d.out_tps * d.median_itl_ms / 1e3
+    d["ttft_share"] = d.mean_ttft_ms / 1e3 / d.duration_s
+    g = d.groupby(["gpu", "engine"])
+    return pd.DataFrame({"bursts": g.size(), "b_eff_median": g.b_eff.median(), "b_eff_min": g.b_eff.min(),
+                         "b_eff_max": g.b_eff.max(), "ttft_share_median": g.ttft_share.median(),
+                         "out_tps_median": g.out_tps.median()}).reset_index()
+
+
+def prefill_table(runs: list[ReleasedRun]) -> pd.DataFrame:
+    """Per released vLLM burst of < 10 output tokens per request: its duration and the share of the GPU's dense
+    BF16 peak its prompts' matmuls (2 x active parameters per token, attention left out) took over it, per GPU."""
+    from simulator.catalog import get_hardware, get_model
+
+    rows = []
+    for r in runs:
+        if r.concurrency is not None or r.output_tokens >= 10:
+            continue
+        flops = 2.0 * get_model(r.model).active_params * r.input_tokens * r.requests
+        peak = get_hardware(r.gpu).dense_bf16_flops_per_s
+        rows.append({"run": r.key, "version": r.version, "gpu": r.gpu, "model": r.model, "tp": r.tp,
+                     "duration_s": r.measured["duration_s"], "mean_ttft_s": r.measured["mean_ttft_ms"] / 1e3,
+                     "share_of_peak": flops / (r.tp * r.measured["duration_s"] * peak)})
+    return pd.DataFrame(rows).sort_values(["gpu", "model"]).reset_index(drop=True)
+
+
+def _catalog_host(version: str) -> dict:
+    from simulator.catalog.engine_hosts import ServingEngine, engine_version
+
+    ev = engine_version(ServingEngine(version=version))
+    return {t: getattr(ev, t).value for t in ("seq_overhead_s", "call_overhead_s", "front_end_serial_s",
+                                               "async_overlap") if getattr(ev, t) is not None}
+
+
+def predict(run: ReleasedRun, host: dict | None = None, eta_scale: float = 1.0, caps: tuple | None = None) -> dict:
+    """The simulator's figures of ``run`` with the catalog's host terms of its version updated by ``host``, the
+    compute efficiencies (dense and MoE) x ``eta_scale`` on an H100 / H200, and ``caps`` = (max_num_seqs,
+    max_num_batched_tokens) replacing the run's batching on an H100 / H200."""
+    import calibrate.fit.released_predict as rp
+
+    hot = run.gpu != "a100-80gb"
+    if caps is not None and hot:
+        run = replace(run, max_num_seqs=caps[0], max_num_batched_tokens=caps[1])
+    terms = {**_catalog_host(run.version), **(host or {})}
+    if eta_scale == 1.0 or not hot:
+        return rp.predict_released(run, terms)
+    base = rp.run_params
+
+    def scaled(r, h=None):
+        hw, p = base(r, h)
+        return hw, replace(p, compute_efficiency=p.compute_efficiency * eta_scale,
+                           moe_compute_efficiency=(p.moe_compute_efficiency or p.compute_efficiency) * eta_scale)
+
+    rp.run_params = scaled
+    try:
+        return rp.predict_released(run, terms)
+    finally:
+        rp.run_params = base
+
+
+GROUPS = {
+    "h100/h200 bursts": lambda r: r.gpu != "a100-80gb" and is_burst(r.requests, r.requests * r.output_tokens,
+                                                                    r.concurrency),
+    "h100/h200 long prompts": lambda r: r.gpu != "a100-80gb" and r.input_tokens >= 1000 and r.output_tokens >= 16,
+    "a100 (fitted rows)": lambda r: r.gpu == "a100-80gb" and r.output_tokens >= 16,
+}
+VARIANTS = {
+    "catalog": {},
+    "t_seq 30 us + t_tok 200 us": {"host": {"seq_overhead_s": 3e-5, "front_end_token_s": 2e-4}},
+    "t_seq 60 us + t_tok 100 us": {"host": {"seq_overhead_s": 6e-5, "front_end_token_s": 1e-4}},
+    "H100/H200 at 256 seqs / 8192 tokens": {"caps": (256, 8192)},
+    "H100/H200 compute efficiency x 0.6": {"eta_scale": 0.6},
+}
+
+
+def what_if(runs: list[ReleasedRun], groups: list[str], variants: list[str]) -> pd.DataFrame:
+    """Per group and variant: runs, median |error| and median signed error (bias) of output throughput, mean TTFT
+    and median ITL, in %."""
+    rows = []
+    for g in groups:
+        sel = [r for r in runs if GROUPS[g](r)]
+        for v in variants:
+            err = np.array([[p[f] / m[f] - 1 for f in FIGS] for r in sel
+                            for p, m in [(predict(r, **VARIANTS[v]), _measured(r))]]) * 100
+            row = {"group": g, "variant": v, "runs": len(sel)}
+            for i, f in enumerate(FIGS):
+                row[f"{f} median |err| %"] = float(np.median(np.abs(err[:, i]))) if len(sel) else np.nan
+                row[f"{f} bias %"] = float(np.median(err[:, i])) if len(sel) else np.nan
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _measured(run: ReleasedRun) -> dict:
+    from calibrate.fit.released_predict import measured_figures
+
+    return measured_figures(run)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m calibrate.fit.burst_probe", description=__doc__.split("\n\n")[0])
+    ap.add_argument("table", choices=["engines", "prefill", "what-if"])
+    ap.add_argument("--released", type=Path, default=GPUSTACK, help="folder of serving_benchmarks.csv")
+    ap.add_argument("--group", action="append", choices=list(GROUPS), help="run groups (default: all)")
+    ap.add_argument("--variant", action="append", choices=list(VARIANTS), help="assumptions (default: all)")
+    a = ap.parse_args(argv)
+    pd.set_option("display.width", 250)
+    if a.table == "engines":
+        print(engines_table(a.released).round(2).to_string(index=False))
+        return
+    runs, _ = released_runs(a.released)
+    if a.table == "prefill":
+        print(prefill_table(runs).round(3).to_string(index=False))
+        return
+    print(what_if(runs, a.group or list(GROUPS), a.variant or list(VARIANTS)).round(1).to_string(index=False))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""calibrate/fit/burst_probe.py: the raw per-engine burst table (B_eff = output tok/s x median ITL) and the prefill
+share of peak, on small tables written here."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from calibrate.fit.burst_probe import engines_table, is_burst
+
+
+def _table(tmp_path, rows):
+    cols = ["file", "serve_cmd", "max_concurrency", "requests", "out_tok", "out_tps", "median_itl_ms", "mean_ttft_ms",
+            "duration_s"]
+    pd.DataFrame(rows, columns=cols).to_csv(tmp_path / "serving_benchmarks.csv", index=False)
+    return tmp_path
+
+
+def test_engines_table_is_littles_law_at_the_median_step_over_bursts_only(tmp_path):
+    folder = _table(tmp_path, [
+        ("m__h100.md", "vllm serve m", None, 1000, 200_000, 4000.0, 50.0, 10_000.0, 50.0),
+        ("m__h100.md", "vllm serve m", None, 1000, 200_000, 6000.0, 50.0, 5_000.0, 25.0),
+        ("m__h100.md", "python3 -m sglang.launch_server --model-path m", None, 1000, 200_000, 5000.0, 40.0, 4_000.0, 40.0),
+        ("m__h100.md", "vllm serve m", 4, 100, 20_000, 400.0, 10.0, 50.0, 50.0),  # closed loop: not a burst
+        ("m__h100.md", "vllm serve m", None, 1000, 4_000, 900.0, 200.0, 3_000.0, 4.0),  # 4 tokens each: not one
+    ])
+    t = engines_table(folder).set_index("engine")
+    assert t.loc["vllm", "bursts"] == 2 and t.loc["sglang", "bursts"] == 1
+    assert t.loc["vllm", "b_eff_median"] == pytest.approx((200 + 300) / 2)
+    assert t.loc["vllm", "ttft_share_median"] == pytest.approx(0.2)
+    assert t.loc["sglang", "b_eff_max"] == pytest.approx(200.0)
+
+
+@pytest.mark.parametrize("req,out,conc,want", [(1000, 200_000, None, True), (984, 190_000, float("nan"), True),
+                                               (1000, 4_000, None, False), (500, 100_000, None, False),
+                                               (1000, 200_000, 64, False)])
+def test_is_burst(req, out, conc, want):
+    assert is_burst(req, out, conc) is want
