@@ -155,6 +155,15 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
     return out / "report.md", line, excluded_text(acc_model, skipped, floor)
 
 
+def _at_lower_bound(b, dev: str) -> str:
+    """The Answer's replicas at the interval's lower bound, where they differ from those at the max rate."""
+    lo = b.get("replicas_lo", b.replicas)
+    if not np.isfinite(lo):
+        return "; no count is shown to suffice at the interval's lower bound (0 requests/s)"
+    return (f"; {int(lo)} = {int(b.gpus_lo)} {dev}(s) if the capacity is at its interval's lower bound "
+            f"({b.max_qps_lo:.3g} requests/s)" if lo != b.replicas else "")
+
+
 def _replicas(r, col: str) -> str:
     """Replicas (or GPUs) for the target at the max rate, with the count at the interval's lower bound where it is
     higher: ``3 (4)``."""
@@ -330,9 +339,7 @@ def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_ar
                      f"{currency} per {dev}-hour.")
         if target_qps:
             L.append(f"- For {target_qps:g} requests/s: **{int(b.replicas)} replica(s) = {int(b.gpus)} {dev}(s)**"
-                     + (f"; {int(b.replicas_lo)} = {int(b.gpus_lo)} {dev}(s) if the capacity is at its interval's lower "
-                        f"bound ({b.max_qps_lo:.3g} requests/s)" if b.get("replicas_lo", b.replicas) != b.replicas
-                        else "") + ".")
+                     + _at_lower_bound(b, dev) + ".")
         if not b.converged:
             L.append(f"- The interval did not reach ±{spec.target:.0%} of the rate within {spec.max_reps} replications "
                      f"(half-width {b.half_width_rel:.0%}); raise `--requests` for a final plan.")

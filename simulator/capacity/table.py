@@ -172,7 +172,9 @@ def headline(df: pd.DataFrame, rec: dict, slo_text: str, gpu_hour_cost: float | 
     if target_qps and np.isfinite(b.get("replicas", np.nan)):
         unit = "CPU host" if dev == "CPU host" else "GPU"
         fleet = f"; {target_qps:g} req/s takes {b.replicas:.0f} replica(s) = {b.gpus:.0f} {unit}(s)"
-        if np.isfinite(b.get("replicas_lo", np.nan)) and b.replicas_lo != b.replicas:
+        if "replicas_lo" in b and not np.isfinite(b.replicas_lo):
+            fleet += " (no count is shown to suffice: the interval's lower bound is 0)"
+        elif np.isfinite(b.get("replicas_lo", np.nan)) and b.replicas_lo != b.replicas:
             fleet += f" ({b.replicas_lo:.0f} = {b.gpus_lo:.0f} at the interval's lower bound)"
     ties = (f"; within the interval of the best: {', '.join(rec['ties'])}" if rec["ties"] else "; no other configuration "
             "within its interval")

@@ -88,6 +88,10 @@ def test_best_line_shows_both_replica_counts():
     df, rec = mark_recommendation(_with_accuracy(df, ["meets"]))
     line = headline(df, rec, "p99_latency<=10s", target_qps=10.0)
     assert "10 req/s takes 4 replica(s) = 4 GPU(s) (5 = 5 at the interval's lower bound)" in line, line
+    df = capacity_table(_rows([(0.0, 2.0, 4.0)], [1]), None, 10.0)  # the interval reaches 0: no count suffices
+    df, rec = mark_recommendation(_with_accuracy(df, ["meets"]))
+    line = headline(df, rec, "p99_latency<=10s", target_qps=10.0)
+    assert "takes 5 replica(s) = 5 GPU(s) (no count is shown to suffice: the interval's lower bound is 0)" in line, line
 
 
 def test_config_key_of_a_point_is_its_rows():
@@ -109,3 +113,13 @@ def test_report_on_a_gamma_outside_the_grid(tmp_path, gamma):
     path, line, _ = build_report("cpu-smollm2", tmp_path / "r", requests=20, workers=1, systems=["specdecode"],
                               gammas=[gamma], interval=IntervalSpec(max_reps=3))
     assert path.is_file() and line.startswith(f"Best: specdecode g={gamma} on cpu")
+
+
+def test_report_answer_gives_replicas_at_the_lower_bound():
+    from simulator.capacity_report import _at_lower_bound
+
+    row = pd.Series(dict(replicas=4.0, replicas_lo=5.0, gpus_lo=10.0, max_qps_lo=2.0))
+    assert _at_lower_bound(row, "GPU") == "; 5 = 10 GPU(s) if the capacity is at its interval's lower bound (2 requests/s)"
+    assert _at_lower_bound(row.copy().replace({5.0: 4.0}), "GPU") == ""  # the same count: nothing to add
+    zero = pd.Series(dict(replicas=4.0, replicas_lo=np.nan, gpus_lo=np.nan, max_qps_lo=0.0))
+    assert "no count is shown to suffice" in _at_lower_bound(zero, "GPU")  # never int(nan)
