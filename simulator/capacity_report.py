@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simulator.capacity import (DEFAULT_REQUESTS, IntervalSpec, LoadSpec, Workers, capacity_points, default_slo,
-                                headline, requests_for, run_points, search_table, serving_setup)
+from simulator.capacity import (DEFAULT_REQUESTS, IntervalSpec, LoadSpec, Workers, capacity_points, config_key,
+                                default_slo, headline, requests_for, run_points, search_table, serving_setup)
 from simulator.capacity.table import parallelism
 from simulator.errors import InputError
 from simulator.scenario import load_scenario
@@ -64,7 +64,8 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
                  workers: int | None = None, ray_address: str | None = None, accuracy_floor: str | None = None,
                  accuracy_margin: float | None = None, interval: IntervalSpec | None = None,
                  systems: list[str] | None = None, gammas: list[int] | None = None, thresholds: list[int] | None = None,
-                 progress=None, bench_serve: str | None = None, currency: str = "USD") -> tuple[Path, str, list[str]]:
+                 progress=None, bench_serve: str | None = None, currency: str = "USD",
+                 grid_overrides: dict | None = None) -> tuple[Path, str, list[str]]:
     """Accuracy first, then capacity: configurations that meet the accuracy floor, or whose own accuracy is
     measured while the floor's reference has none (``accuracy.searched``), get the replicated capacity search of ``specsim capacity`` (the same
     function, seeds and run length: the same figures); only those meeting the floor can be recommended. The
@@ -73,24 +74,30 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
     CSVs. Returns (report.md, the headline: best configuration and why, one line per reason configurations
     were not searched). ``bench_serve`` (or the
     scenario's ``serving_workload``): that serving workload's requests everywhere, searches and curves alike
-    (``simulator.capacity.bench``)."""
+    (``simulator.capacity.bench``). ``grid_overrides``: --hardware / --tp. The grid is never trimmed
+    (``capacity.search_grid``): the report searches only the configurations whose accuracy allows it."""
     from simulator.accuracy import excluded_text, parse_floor, scenario_accuracy
 
-    rs = load_scenario(scenario)
+    rs = load_scenario(scenario, grid_overrides)
     serving, serving_note = serving_setup(rs, bench_serve)
     slo = parse_slo(slo_text or default_slo(rs, serving), "--slo")
     floor = parse_floor(accuracy_floor, accuracy_margin)
     acc_model = scenario_accuracy(rs)
     load = LoadSpec(requests=requests or DEFAULT_REQUESTS, seed=rs.scenario.seed if seed is None else seed)
     spec = interval or IntervalSpec()
-    configs = rs.system_configs(systems, gammas, thresholds)
+    configs = rs.system_configs(systems, gammas, thresholds)  # never trimmed: only the eligible ones are searched
     if serving is not None:
         from simulator.capacity.bench import check_systems
 
         configs = check_systems(configs, bool(systems))
     if not configs:
         raise InputError(None, "--system", "no configuration left to search")
-    by_label = {p.cfg.label + f"|{p.hardware}|{p.tp}": p for p in capacity_points(rs, slo, load, configs, serving)}
+    # the points by the key of the rows they become (capacity.table.config_key), built and checked before the search
+    by_key = {}
+    for p in capacity_points(rs, slo, load, configs, serving):
+        if config_key(p) in by_key:
+            raise InputError(None, "--system", f"two configurations are both named {config_key(p)}")
+        by_key[config_key(p)] = p
     with Workers(workers, ray_address) as pool:  # one set of worker processes for both stages (their caches stay)
         # the same search as `specsim capacity` (simulator.capacity.search_table): configurations failing the
         # accuracy floor, or without accuracy data of their own, are not searched and get no capacity figure
@@ -105,7 +112,7 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
         pts = []
         if len(best):
             rates = np.geomspace(0.1 * best.max_qps.min(), 1.3 * best.max_qps.max(), CURVE_POINTS)
-            pts = [replace(by_label[f"{r.label}|{r.hardware}|{r.tp}"], rate=float(q),
+            pts = [replace(by_key[config_key(r)], rate=float(q),
                            single_latency_s=float(r.single_request_latency_s))
                    for r in best.itertuples() for q in rates if q <= 1.4 * r.max_qps]
         curves = pd.DataFrame(run_points(pts, pool=pool, progress=progress and (
@@ -123,7 +130,7 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
         from simulator.capacity.search import _plans
         from simulator.serving.replica import simulate_serving
 
-        bp = by_label[f"{b.label}|{b.hardware}|{b.tp}"]
+        bp = by_key[config_key(b)]
         mf = rs.scenario.memory_fraction
         n, _ = requests_for(bp, float(b.max_qps))
         if serving is not None:
@@ -140,12 +147,28 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
             "recommended": None if rec["best"] is None else rec["best"].label, "recommended_ties": rec["ties"],
             "resolved_scenario": rs.to_dict(), "serving_workload": serving and json.loads(serving)}
     _atomic_write(out / "resolved.json", lambda p: Path(p).write_text(json.dumps(meta, indent=1, default=str)))
-    line = headline(cap, rec, slo.text, gpu_hour_cost, currency)
+    line = headline(cap, rec, slo.text, gpu_hour_cost, currency, target_qps)
     meta["headline"] = line
     md = _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario, rec, floor, acc_model, spec,
                    skipped, line, serving_note, bench_serve, currency)
     _atomic_write(out / "report.md", lambda p: Path(p).write_text(md))
     return out / "report.md", line, excluded_text(acc_model, skipped, floor)
+
+
+def _at_lower_bound(b, dev: str) -> str:
+    """The Answer's replicas at the interval's lower bound, where they differ from those at the max rate."""
+    lo = b.get("replicas_lo", b.replicas)
+    if not np.isfinite(lo):
+        return "; no count is shown to suffice at the interval's lower bound (0 requests/s)"
+    return (f"; {int(lo)} = {int(b.gpus_lo)} {dev}(s) if the capacity is at its interval's lower bound "
+            f"({b.max_qps_lo:.3g} requests/s)" if lo != b.replicas else "")
+
+
+def _replicas(r, col: str) -> str:
+    """Replicas (or GPUs) for the target at the max rate, with the count at the interval's lower bound where it is
+    higher: ``3 (4)``."""
+    at, lo = getattr(r, col, np.nan), getattr(r, f"{col}_lo", np.nan)
+    return _fmt(at) + (f" ({_fmt(lo)})" if np.isfinite(at) and np.isfinite(lo) and lo != at else "")
 
 
 def _plot_curves(curves: pd.DataFrame, slo, path: str) -> None:
@@ -315,7 +338,8 @@ def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_ar
             L.append(f"- Cost at capacity: **{b.cost_per_1000_requests:.3g} {currency} per 1000 requests** at {gpu_hour_cost:g} "
                      f"{currency} per {dev}-hour.")
         if target_qps:
-            L.append(f"- For {target_qps:g} requests/s: **{int(b.replicas)} replica(s) = {int(b.gpus)} {dev}(s)**.")
+            L.append(f"- For {target_qps:g} requests/s: **{int(b.replicas)} replica(s) = {int(b.gpus)} {dev}(s)**"
+                     + _at_lower_bound(b, dev) + ".")
         if not b.converged:
             L.append(f"- The interval did not reach ±{spec.target:.0%} of the rate within {spec.max_reps} replications "
                      f"(half-width {b.half_width_rel:.0%}); raise `--requests` for a final plan.")
@@ -344,8 +368,10 @@ def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_ar
           f"one with measured accuracy whose floor cannot be judged (the reference's accuracy unknown) is searched "
           f"but never recommended. "
           f"Rank = 1 + the number of configurations whose per-{dev} capacity is higher with a paired 95% interval "
-          f"of the difference above {EQUIVALENCE:.0%} of the lower one; rank 1 beside the best = within the interval "
-          f"of the best (a tie). A configuration that sustains no load is not ranked.", "",
+          f"of the difference above {EQUIVALENCE:.0%} of the lower one. Standing: among the configurations that meet the "
+          f"accuracy floor, re-ranked alone, those of rank 1 beside the best are within the interval of the best (a "
+          f"tie; the Answer's list). A configuration that sustains no load is not ranked. Replicas for the target: at "
+          f"the max rate, and in brackets at the 95% interval's lower bound where that needs more.", "",
           "## Capacity, accuracy and cost per configuration", "",
           "| rank | configuration | hardware | TP | max req/s | 95% interval | converged | reps | standing | req/s per " + dev
           + f" | accuracy [95%] | floor | p99 latency at max (s) | cost / 1000 req ({currency}) | replicas | " + dev + "s |",
@@ -355,8 +381,7 @@ def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_ar
                  f"{'yes' if r.converged else ('no: stopped, below the best' if getattr(r, 'stopped_below_best', False) else '**no**')}"
                  f" | {int(r.replications)} | {r.standing} | "
                  f"{_fmt(r.qps_per_gpu)} | {_acc(r)} | {r.accuracy_floor} | {_fmt(r.latency_p99_s)} | "
-                 f"{_fmt(getattr(r, 'cost_per_1000_requests', np.nan))} | {_fmt(getattr(r, 'replicas', np.nan))} | "
-                 f"{_fmt(getattr(r, 'gpus', np.nan))} |")
+                 f"{_fmt(getattr(r, 'cost_per_1000_requests', np.nan))} | {_replicas(r, 'replicas')} | {_replicas(r, 'gpus')} |")
     from simulator.accuracy import excluded_text
 
     L += ["", "## Excluded configurations and why", ""]

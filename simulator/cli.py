@@ -17,21 +17,14 @@ import typer
 
 from simulator.errors import InputError
 from simulator.cli_show import show
-from simulator.option_values import (FIRST_N_MAX, GAMMA_MAX, currency_option, gamma_list_option, gpu_hour_cost_option,
-                                     int_list_option, threshold_list_option)
+from simulator.option_values import (FIRST_N_MAX, GAMMA_MAX, check_capacity_requests, check_requests, currency_option,
+                                     gamma_list_option, gpu_hour_cost_option, int_list_option, rate_list,
+                                     threshold_list_option, user_list)
 from simulator.output_contract import ForceOpt, writes
 from simulator.report_table import COLUMNS_HELP
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="The simulator's commands: what-if grids, scenarios, capacity planning, reports.")
-
-
-def _check_requests(requests: int | None, lo: int) -> None:
-    """--requests within [lo, MAX_REQUESTS]: the bound a scenario's `requests` has (simulator.scenario)."""
-    from simulator.scenario import MAX_REQUESTS
-
-    if requests is not None and not lo <= requests <= MAX_REQUESTS:
-        raise InputError(None, "--requests", f"must lie in {lo}..{MAX_REQUESTS:,} (got {requests:,})")
 
 
 def _check_seed(seed: int | None) -> None:
@@ -46,6 +39,14 @@ AccuracyFloorOpt = Annotated[Optional[str], typer.Option(
     "--accuracy-margin of it), a number in [0, 1], or none")]
 AccuracyMarginOpt = Annotated[Optional[float], typer.Option(
     "--accuracy-margin", help="allowed accuracy loss vs the reference system, within its 95% interval (default 0.05)")]
+# the grid's hardware and TP instead of the scenario's (whatif, capacity, report): _grid_overrides reads them
+HardwareOpt = Annotated[Optional[str], typer.Option("--hardware", help="run on this catalog hardware instead of the "
+                                                    "scenario's (specsim list hardware), e.g. h100-sxm or h100-sxm,h200")]
+
+
+def tp_option():
+    return int_list_option(None, "--tp", concept="tp", lo=1, hi=1024, help="tensor-parallel degrees instead of the "
+                           "scenario's", example="1,2")
 
 
 @app.command()
@@ -64,10 +65,8 @@ def whatif(
     out: Optional[Path] = typer.Option(None, help="write the results here, every column (table format: JSON for a "
                                        ".json name, parquet for .parquet, else CSV)"),
     columns: Optional[str] = typer.Option(None, "--columns", help=COLUMNS_HELP),
-    hardware: Optional[str] = typer.Option(None, "--hardware", help="run on this catalog hardware instead of the "
-                                           "scenario's (specsim list hardware), e.g. h100-sxm or h100-sxm,h200"),
-    tp: Optional[list[int]] = int_list_option(None, "--tp", concept="tp", lo=1, hi=1024,
-                                              help="tensor-parallel degrees instead of the scenario's", example="1,2"),
+    hardware: HardwareOpt = None,
+    tp: Optional[list[int]] = tp_option(),
     accuracy_floor: AccuracyFloorOpt = None,
     accuracy_margin: AccuracyMarginOpt = None,
     force: ForceOpt = False,
@@ -88,7 +87,7 @@ def whatif(
         raise InputError(None, "--format", f"expected table, csv or json (got {fmt!r})")
     if engine is not None and engine not in ("analytic", "des"):
         raise InputError(None, "--engine", f"expected analytic or des (got {engine!r})")
-    _check_requests(requests, 2)
+    check_requests(requests, 2)
     _check_seed(seed)
     from simulator.report_table import check_columns, job, write_output
 
@@ -135,19 +134,6 @@ def list_cmd(what: str = typer.Argument(..., help="hardware | models | scenarios
 
 
 app.command()(show)
-
-
-def _float_list(text: str | None, field: str) -> list[float] | None:
-    """'0.5,1,2' -> positive floats; errors name the option."""
-    if text is None:
-        return None
-    try:
-        vals = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise InputError(None, field, f"expected positive numbers like 0.5,1,2 (got {text!r})") from None
-    if not vals or any(not (v > 0 and v < float("inf")) for v in vals):
-        raise InputError(None, field, f"expected positive numbers like 0.5,1,2 (got {text!r})")
-    return vals
 
 
 # Options shared by `capacity` and `report` (declared once).
@@ -202,6 +188,8 @@ def capacity(
                                     "and the per-iteration goodput rule's gamma at that load's mean batch, and the "
                                     "same system run with gamma chosen per engine iteration by that rule (up to the "
                                     "largest --gamma); --gamma may include 0 (plain decoding)"),
+    hardware: HardwareOpt = None,
+    tp: Optional[list[int]] = tp_option(),
     force: ForceOpt = False,
 ):
     """Highest request rate one replica sustains under an SLO, per configuration; replicas and cost.
@@ -246,19 +234,23 @@ def capacity(
     if gamma and gamma[0] == 0 and not best_gamma:
         raise InputError(None, "--gamma", f"must lie in 1..{GAMMA_MAX} (got 0): 0, plain decoding, is --best-gamma's "
                          "baseline only")
-    user_counts = [int(u) for u in _float_list(users, "--users")] if users else None
+    user_counts = user_list(users)
+    rates = rate_list(qps)
+    check_capacity_requests(requests)
     if best_gamma and not user_counts:
         raise InputError(None, "--best-gamma", "needs --users (the concurrency levels to compare gammas at)")
+    grid = _grid_overrides(hardware, tp)
     what = "checking the SLO at the given load" if qps or users or arrivals_file else "searching each configuration's capacity"
     with job(f"capacity {scenario}: {what} (serving simulations on {workers or 'all'} local worker(s))") as j:
         df, meta = capacity_from_cli(
-            scenario, slo, qps=_float_list(qps, "--qps"), users=user_counts, systems=system,
+            scenario, slo, qps=rates, users=user_counts, systems=system,
             gammas=gamma, thresholds=threshold,
             arrival=arrival, cv=cv, requests=requests, seed=seed, gpu_hour_cost=gpu_hour_cost, currency=currency, target_qps=target_qps,
             workers=workers, ray_address=ray_address, arrivals_file=str(arrivals_file) if arrivals_file else None,
             interval=_interval(ci_target, max_replications), accuracy_floor=accuracy_floor, accuracy_margin=accuracy_margin,
             adaptive_gamma=best_gamma, gamma_policy=gamma_policy, progress=j.progress, stop_below_best=True,
-            bench_serve=bench_serve,
+            bench_serve=bench_serve, grid_overrides=grid, trim_grid=True,
+            announce=lambda note: typer.echo(f"note: {note}", err=True),
         )
     from simulator.report_table import render_best_gamma, render_capacity
 
@@ -268,12 +260,13 @@ def capacity(
 
         if not df["gamma"].notna().any():
             raise InputError(None, "--best-gamma", "no configuration with a draft (specdecode, specreason-decode) selected")
-        df = gamma_vs_concurrency(df[df["gamma"].notna()], load_scenario(scenario))
+        df = gamma_vs_concurrency(df[df["gamma"].notna()], load_scenario(scenario, grid))
         title = f"best gamma vs concurrency — {meta['scenario']}"
     else:
         title = f"capacity — {meta['scenario']} — SLO {meta['slo']}"
-        if meta.get("workload_note"):
-            title = f"note: {meta['workload_note']}\n{title}"
+        for key in ("workload_note", "grid_note"):
+            if meta.get(key):
+                title = f"note: {meta[key]}\n{title}"
     if fmt == "table" and best_gamma:
         render_best_gamma(df, title)
     elif fmt == "table":
@@ -308,6 +301,8 @@ def report(
     ci_target: CiTargetOpt = None,
     max_replications: MaxReplicationsOpt = None,
     bench_serve: BenchServeOpt = None,
+    hardware: HardwareOpt = None,
+    tp: Optional[list[int]] = tp_option(),
     force: ForceOpt = False,
 ):
     """Capacity-planning report (markdown + PNGs): latency vs load, SLO frontier, cost, assumptions.
@@ -324,7 +319,7 @@ def report(
     for name, v in (("--gpu-hour-cost", gpu_hour_cost), ("--target-qps", target_qps)):
         if v is not None and not v > 0:
             raise InputError(None, name, f"must be a positive number (got {v})")
-    _check_requests(requests, 20)
+    check_capacity_requests(requests)
     _check_seed(seed)
     from simulator.report_table import job, wrote
 
@@ -339,7 +334,8 @@ def report(
                                             currency=currency,
                                   accuracy_floor=accuracy_floor, accuracy_margin=accuracy_margin,
                                   interval=_interval(ci_target, max_replications), systems=system,
-                                  gammas=gamma, thresholds=threshold, progress=j.progress, bench_serve=bench_serve)
+                                  gammas=gamma, thresholds=threshold, progress=j.progress, bench_serve=bench_serve,
+                                  grid_overrides=_grid_overrides(hardware, tp))
     print(line)
     for text in excluded:  # never leave a configuration out in silence
         print(f"Excluded: {text}.")
@@ -467,7 +463,7 @@ def serve_workload(
 
     if fmt not in ("table", "json"):
         raise InputError(None, "--format", f"expected table or json (got {fmt!r})")
-    _check_requests(requests, 2)
+    check_requests(requests, 2)
     _check_seed(seed)
     out = serve_scenario(scenario, bench_serve, hardware, tp, requests, seed, prefix_caching)
     if fmt == "json":

@@ -29,6 +29,10 @@ THRESHOLD_MAX = 10  # SpecReason scores lie in 0..10; a threshold of 10 never ke
 # workload's chain comes near 100,000 steps (a step is >= 1 token; budgets are thousands of tokens)
 FIRST_N_MAX = 100_000
 INT_LIST_METAVAR = "<ints>"
+# Load levels (--requests, --users, --qps): the bounds of every command that simulates serving, checked here.
+MAX_USERS = 100_000  # closed-loop users at one level: an engine runs at most a few thousand sequences at once,
+#                      the rest only queue (and a user beyond the level's requests never sends one)
+QPS_RANGE = (1e-6, 1e6)  # offered requests/s at one level: one request per ~12 days .. a million a second
 
 
 def check_range(value: float, field: str, lo: float, hi: float) -> float:
@@ -37,6 +41,42 @@ def check_range(value: float, field: str, lo: float, hi: float) -> float:
     if not (isinstance(value, (int, float)) and math.isfinite(value) and lo <= value <= hi):
         raise InputError(None, field, f"must lie in {_num(lo)}..{_num(hi)} (got {_num(value)})")
     return value
+
+
+def check_requests(requests: int | None, lo: int, why: str = "") -> None:
+    """``--requests`` within [lo, MAX_REQUESTS] (the bound a scenario's ``requests`` has, ``simulator.scenario``):
+    the one check of every command's --requests (``why``: the reason for ``lo``, added to the message)."""
+    from simulator.scenario import MAX_REQUESTS
+
+    if requests is not None and not lo <= requests <= MAX_REQUESTS:
+        raise InputError(None, "--requests", f"must lie in {lo}..{MAX_REQUESTS:,} (got {requests:,}{why})")
+
+
+def check_capacity_requests(requests: int | None) -> None:
+    """``--requests`` of a capacity search or check (capacity, report, validate-capacity): at least 20."""
+    check_requests(requests, 20, "; percentiles need a few requests")
+
+
+def user_list(text: str | None, field: str = "--users") -> list[int] | None:
+    """``--users`` ('4,16' or '1-4'): closed-loop user counts, integers in 1..MAX_USERS (:func:`int_list`)."""
+    return None if text is None else int_list(text, field, 1, MAX_USERS)
+
+
+def rate_list(text: str | None, field: str = "--qps") -> list[float] | None:
+    """``--qps`` ('0.5,1,2'): offered request rates, each within QPS_RANGE (:func:`check_range`)."""
+    if text is None:
+        return None
+    try:
+        vals = [float(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise InputError(None, field, f"expected positive numbers like 0.5,1,2 (got {text!r})") from None
+    if not vals:
+        raise InputError(None, field, f"expected positive numbers like 0.5,1,2 (got {text!r})")
+    lo, hi = QPS_RANGE
+    for v in vals:
+        if not (math.isfinite(v) and lo <= v <= hi):
+            raise InputError(None, field, f"must lie in {lo:g}..{hi:g} requests/s (got {v:g})")
+    return vals
 
 
 def _num(x) -> str:

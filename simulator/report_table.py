@@ -234,14 +234,16 @@ CAPACITY_COLUMNS = {
     "ttft_mean_s": "TTFT s", "queue_delay_mean_s": "queue s", "goodput_qps": "goodput req/s", "slo_met": "SLO met",
     "base_batch_mean": "base batch", "small_batch_mean": "small batch", "base_utilization": "base util",
     "small_utilization": "small util", "base_kv_occupancy_max": "base KV max", "cost_per_1000_requests": "cost/1000 req",
-    "replicas": "replicas", "gpus": "GPUs", "window_throughput_qps": "thr req/s", "throughput_ratio": "thr/offered",
+    "replicas": "replicas", "replicas_lo": "replicas at 95% lo", "gpus": "GPUs", "gpus_lo": "GPUs at 95% lo",
+    "window_throughput_qps": "thr req/s", "throughput_ratio": "thr/offered",
     "queue_growth": "queue growth", "window_latencies": "window/latency", "sustain_tol": "tol",
     "latency_drift": "drift x", "evaluations": "sims",
 }
 CAPACITY_PRESETS = {
     "summary": ["rank", "label", "hardware", "tp", "rate_qps", "users", "max_qps", "max_qps_lo", "max_qps_hi", "converged",
                 "standing", "qps_per_gpu", "latency_p99_s", "goodput_qps", "slo_met", "cost_per_1000_requests", "replicas",
-                "gpus", "window_throughput_qps", "throughput_ratio", "queue_growth", "latency_drift", "evaluations"],
+                "replicas_lo", "gpus", "gpus_lo", "window_throughput_qps", "throughput_ratio", "queue_growth",
+                "latency_drift", "evaluations"],
     "all": list(CAPACITY_COLUMNS),
 }
 from simulator.serving.metrics import DRIFT_LIMIT  # noqa: E402  (the rule lives there)
@@ -257,14 +259,14 @@ CAPACITY_HELP = (
     f"at <= {DRIFT_LIMIT:g} with no significant latency trend: otherwise the queue is still growing, so SLO met = no "
     "even when p99 is under the bound); "
     "sims = serving simulations run by the search for that configuration; goodput req/s = requests per second "
-    "finishing within the SLO; cost/1000 req at --gpu-hour-cost, in --currency; replicas and GPUs (CPU hosts for a CPU scenario) "
-    "for --target-qps.")
+    "finishing within the SLO; cost/1000 req at --gpu-hour-cost, in --currency; replicas and GPUs (CPU hosts for a CPU "
+    "scenario) for --target-qps, at the max rate and at the 95% interval's lower bound (which may need one more).")
 
 
 def render_capacity(df: pd.DataFrame, title: str, columns: str | None = None, currency: str = "USD") -> None:
     names = dict(CAPACITY_COLUMNS, cost_per_1000_requests=f"cost/1000 req {currency}")
     if "hardware" in df.columns and len(df) and (df["hardware"].astype(str) == "cpu").all():
-        names.update(qps_per_gpu="req/s per CPU host", gpus="CPU hosts")
+        names.update(qps_per_gpu="req/s per CPU host", gpus="CPU hosts", gpus_lo="CPU hosts at 95% lo")
     spec = (columns or "").strip()
     default = CAPACITY_PRESETS["summary"]
     cols = choose_columns(df, None if spec in ("", "summary") else ("all" if spec == "all" else spec), names, default)

@@ -135,6 +135,7 @@ class ResolvedScenario:
     def __init__(self, scenario: Scenario, path: Path | None):
         self.scenario = scenario
         self.path = path
+        self.overrides: tuple = ()  # grid entries the command line replaced (load_scenario's grid_overrides), frozen
         self.file = str(path) if path else None
         self.workload = self._load_workload()
         self.cost_profiles = self._load_cost_profiles()
@@ -424,7 +425,9 @@ def load_scenario(ref: str | Path, grid_overrides: dict | None = None) -> Resolv
     if grid_overrides and isinstance(d, dict):
         d = {**d, "grid": {**(d.get("grid") or {}), **{k: v for k, v in grid_overrides.items() if v is not None}}}
     sc = validate_model(d, Scenario, path)
-    return ResolvedScenario(sc, path)
+    rs = ResolvedScenario(sc, path)
+    rs.overrides = tuple(sorted((k, tuple(v)) for k, v in (grid_overrides or {}).items() if v is not None))
+    return rs
 
 
 def list_scenarios() -> list[Path]:

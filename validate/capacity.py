@@ -196,8 +196,9 @@ def run(runs: list[str], scenario: str, slo: str, thresholds: list[int] | None, 
     for r in runs:
         if not Path(r).is_dir():
             raise InputError(r, "RUN_DIR", "not a directory")
-    if requests < 20:
-        raise InputError(None, "--requests", "must be >= 20 (percentiles need a few requests)")
+    from simulator.option_values import check_capacity_requests
+
+    check_capacity_requests(requests)
     levels = measured_levels(runs, slo)
     systems = sorted(levels.system.unique())
     rates = {s: sorted(levels[levels.system == s].rate_qps.tolist()) for s in systems}

@@ -416,7 +416,7 @@ def simulate_serving(cfg: SystemConfig, deps: dict[str, Deployment], workload: W
             raise ValueError("sessions run without an early stop")
         n_requests = sum(len(x) for x in sessions)
         counter = [0]
-        for _ in range(arrivals.users):
+        for _ in range(arrivals.processes(len(sessions))):
             env.process(session_user(counter))
     elif sessions is not None:
         if stop is not None:
@@ -428,7 +428,7 @@ def simulate_serving(cfg: SystemConfig, deps: dict[str, Deployment], workload: W
             env.process(session(rids, float(t)))
     elif isinstance(arrivals, ClosedLoopUsers):
         counter = [0]
-        for _ in range(arrivals.users):
+        for _ in range(arrivals.processes(n_requests)):
             env.process(user(counter, arrivals.think_time_s))
     else:
         times = arrivals.times(n_requests, arr_rng)
