@@ -15,6 +15,7 @@ from simulator.memory_plan import memory_plan
 from simulator.scenario import load_scenario
 from simulator.serving.kv_cache import kv_layout
 from specsim_cli.main import main
+from tests.conftest import examples
 
 MOE = ["deepseek-r1", "qwen3-235b-a22b", "qwen3-30b-a3b", "gpt-oss-120b"]
 
@@ -29,7 +30,7 @@ def pass_ms(d: Deployment, B: int, C: int = 2048) -> float:
     return d.batch_forward_time(n, c) * 1e3
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.sampled_from(MOE), st.sampled_from([1, 2]), st.sampled_from([2, 4, 8]), st.integers(1, 256), st.integers(1, 64))
 def test_a_dp_pass_grows_with_the_batch(model, tp, dp, B, more):
     d = dep(model, tp, dp)
@@ -37,7 +38,7 @@ def test_a_dp_pass_grows_with_the_batch(model, tp, dp, B, more):
     assert pass_ms(d, B + more) >= pass_ms(d, B) * (1 - 1e-12)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(st.sampled_from(MOE), st.sampled_from([1, 2]), st.sampled_from([2, 4, 8]))
 def test_dp_replicates_attention_and_spreads_experts(model, tp, dp):
     """Per GPU: the non-expert weights of a tp group (every rank holds them), the experts over tp * dp GPUs; the

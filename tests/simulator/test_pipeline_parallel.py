@@ -9,6 +9,7 @@ from simulator.cost_model import Deployment
 from simulator.cost_profile import prior_profile
 from simulator.memory_plan import memory_plan
 from simulator.serving.pass_cost import PassCost
+from tests.conftest import examples
 
 # dense GQA, a mixture of experts, latent attention + MoE (DeepSeek), sliding windows (gpt-oss)
 MODELS = ["qwen3-32b", "llama-3.1-8b", "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-r1", "gpt-oss-120b"]
@@ -29,7 +30,7 @@ cases = st.tuples(st.sampled_from(MODELS), st.sampled_from(GPUS), st.sampled_fro
                   st.integers(2, 8), st.integers(1, 2048), st.integers(0, 32768))
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(cases)
 def test_batch_one_latency_with_stages_is_no_less_than_pp1(case):
     """One sequence is one micro-batch: it crosses every stage in turn, so pp > 1 adds pp - 1 send/recv hops to the
@@ -42,7 +43,7 @@ def test_batch_one_latency_with_stages_is_no_less_than_pp1(case):
     assert many["total"] == pytest.approx(sum(v for k, v in many.items() if k != "total"), rel=1e-12)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(cases, st.integers(1, 16))
 def test_a_full_pipeline_costs_a_micro_batch_per_cycle(case, per_stage):
     """With S >= pp sequences the pp micro-batches fill the stages: a cycle (every sequence advances once) costs the
@@ -55,7 +56,7 @@ def test_a_full_pipeline_costs_a_micro_batch_per_cycle(case, per_stage):
     assert full["total"] <= breakdown(dep(model, hw, tp), S, T, C)["total"] + full["sendrecv"] * (1 + 1e-12)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.sampled_from(MODELS), st.sampled_from(GPUS), st.sampled_from([1, 2, 4, 8]), st.integers(1, 64),
        st.integers(1, 2048))
 def test_pp1_is_the_pass_without_stages(model, hw, tp, B, T):
@@ -67,7 +68,7 @@ def test_pp1_is_the_pass_without_stages(model, hw, tp, B, T):
     assert PassCost(d).batch(n, c) == pytest.approx(d.batch_forward_time(n, c), rel=1e-12)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.sampled_from(MODELS), st.sampled_from(["h100-sxm", "h200"]), st.sampled_from([2, 4, 8]), st.integers(1, 7))
 def test_memory_per_gpu_falls_with_stages(model, hw, tp, k):
     """Weights and KV per token per GPU are the model's over tp * pp GPUs; the KV cache holds more tokens."""
