@@ -77,18 +77,22 @@ def gpu_split(t_w, t_kv, t_comp, p: float):
     return gpu, gpu * share_m, kv_share
 
 
-DRAFT_KINDS = ("model", "head", "mtp", "ngram")
+DRAFT_KINDS = ("model", "head", "eagle3", "mtp", "block", "ngram")
 
 
 @dataclass(frozen=True)
 class Drafting:
-    """How a draft proposes tokens (a draft deployment's ``drafting``; docs in README "Draft kinds").
+    """How a draft proposes tokens (a draft deployment's ``drafting``; docs/model.md, docs/drafters.md).
 
     ``kind``: ``model`` -- a separate small model with its own full KV cache (the default);
     ``head`` -- an EAGLE / MTP-style head (the deployment's model is ``ModelSpec.draft_head`` of the
     target: a few layers of the target's width + LM head, fed the target's hidden states);
+    ``eagle3`` -- an EAGLE-3 head (``catalog.draft_heads.eagle3_head``: three target layers' features fused by a 3H x H
+    projection, one decoder layer whose attention reads [embedding, feature] (2H), its own reduced-vocabulary LM
+    head), one pass per drafted token;
     ``mtp`` -- the target's own multi-token-prediction module (``ModelSpec.mtp_head``: DeepSeek's MoE layer sharing
-    the embedding and LM head), one pass per drafted token;
+    the embedding and LM head), one pass per drafted token (vLLM runs module ``step mod n`` of n: one per pass);
+    ``block`` -- a block drafter (DSpark): the gamma drafts of an iteration in ONE pass of gamma tokens;
     ``ngram`` -- prompt lookup: no model, no GPU cost.
     ``tree_width``: w candidates per drafted position (1: a chain). A tree of width w drafts w tokens per
     level (one draft pass of w tokens) and the target verifies w*gamma + 1 tokens in one pass.
@@ -102,6 +106,8 @@ class Drafting:
             raise ValueError(f"unknown draft kind {self.kind!r}; known: {', '.join(DRAFT_KINDS)}")
         if self.tree_width < 1:
             raise ValueError("tree_width must be >= 1")
+        if self.kind == "block" and self.tree_width != 1:
+            raise ValueError("a block drafter drafts a chain (tree_width 1)")
 
     @property
     def free(self) -> bool:

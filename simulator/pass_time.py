@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.catalog import get_hardware, get_model
+from simulator.catalog.draft_heads import eagle3_head
 from simulator.cost_model import Deployment, Drafting
 from simulator.cost_profile import CostProfile, Param, prior_profile
 from simulator.errors import InputError
@@ -27,19 +28,20 @@ PARTS = ("weights", "kv", "compute", "allreduce", "step", "layers", "sequences",
 
 
 def draft_deployment(target: Deployment, draft: str, params) -> Deployment:
-    """``head`` / ``head:N``: an N-layer (default 1) EAGLE-style head of the target; ``mtp`` / ``mtp:N``: the
-    target's own MTP module (DeepSeek-V3/R1; its MoE layers under the target's expert parallelism); else a catalog
-    model."""
+    """``head`` / ``head:N``: an N-layer (default 1) EAGLE-style head of the target; ``eagle3`` / ``eagle3:N``: an
+    EAGLE-3 head (fused features, 32k draft vocabulary); ``block`` / ``block:N``: a block drafter of N head layers
+    (gamma drafts in one pass); ``mtp`` / ``mtp:N``: the target's own MTP module, one module per drafted token as
+    vLLM runs it (its MoE layers under the target's expert parallelism); else a catalog model."""
     kind = draft.partition(":")[0]
-    if kind in ("head", "mtp"):
-        n = draft.partition(":")[2] or ("1" if kind == "head" else str(target.model.mtp_layers or 1))
+    if kind in ("head", "eagle3", "block", "mtp"):
+        n = draft.partition(":")[2] or "1"
         if not n.isdigit() or int(n) < 1:
             raise InputError(None, "--draft", f"expected {kind} or {kind}:LAYERS with LAYERS >= 1 (got {draft!r})")
-        if kind == "head":
-            return Deployment(target.model.draft_head(int(n)), target.hardware, target.tp, params.for_role("draft"),
-                              Drafting(kind="head"))
+        if kind != "mtp":
+            m = eagle3_head(target.model, int(n)) if kind == "eagle3" else target.model.draft_head(int(n))
+            return Deployment(m, target.hardware, target.tp, params.for_role("draft"), Drafting(kind=kind))
         if not target.model.mtp_layers:
-            raise InputError(None, "--draft", f"{target.model.name} has no MTP module (mtp_layers 0): use head")
+            raise InputError(None, "--draft", f"{target.model.name} has no MTP module (mtp_layers 0): use head or eagle3")
         return Deployment(target.model.mtp_head(int(n)), target.hardware, target.tp, params.for_role("draft"),
                           Drafting(kind="mtp"), ep=target.ep)
     model = get_model(draft, None, "--draft").with_dtypes(target.model.weight_dtype, target.model.kv_dtype)

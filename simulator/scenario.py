@@ -16,8 +16,10 @@ from pydantic import Field, field_validator, model_validator
 from simulator.catalog import get_hardware, get_model
 from simulator.catalog.engine_hosts import ServingEngine
 from simulator.catalog.model_shape import tp_error
+from simulator.catalog.draft_heads import EAGLE3_DRAFT_VOCAB, eagle3_head
 from simulator.cost_model import Deployment, Drafting, expert_parallel_error
 from simulator.cost_profile import CostProfile, prior_profile
+from simulator.drafter_priors import PRIOR_KINDS, prior_acceptance
 from simulator.setup import Setup
 from simulator.errors import InputError
 from simulator.execution import Execution
@@ -205,7 +207,8 @@ class ResolvedScenario:
         kv = d.kv_dtype or sc.base.kv_dtype
         if d.kind == "model":
             if d.vocab is not None:
-                raise InputError(f, "draft.vocab", "only a head draft has its own vocabulary size (kind: head)")
+                raise InputError(f, "draft.vocab", "only a head draft has its own vocabulary size (kind: head, eagle3 "
+                                 "or block)")
             if d.model is None and sc.small is None:
                 return Drafting(d.kind, d.tree_width), None  # no draft: a plain deployment (_check_systems)
             name, fld = (d.model, "draft.model") if d.model else (sc.small.model, "small.model")
@@ -222,8 +225,14 @@ class ResolvedScenario:
                 raise InputError(f, "draft.acceptance", f"a {d.kind} draft needs its per-position acceptance "
                                  "(a: [a_1, ...], kind, source): the workload's token_acceptance is the separate model's")
             base = self._model(sc.base.model, "base.model")
-            if d.kind == "head":
+            if d.kind in ("head", "block"):
+                if d.kind == "block" and d.tree_width != 1:
+                    raise InputError(f, "draft.tree_width", "a block drafter drafts a chain (tree_width 1)")
                 m = base.draft_head(d.layers, d.vocab, d.fusion).with_dtypes(d.weight_dtype, kv)
+            elif d.kind == "eagle3":
+                if not d.fusion:
+                    raise InputError(f, "draft.fusion", "an EAGLE-3 head always fuses the target's features (3H x H)")
+                m = eagle3_head(base, d.layers, d.vocab or EAGLE3_DRAFT_VOCAB).with_dtypes(d.weight_dtype, kv)
             elif d.kind == "mtp":
                 if not base.mtp_layers:
                     raise InputError(f, "draft.kind", f"{base.name} has no MTP module (mtp_layers 0; num_nextn_predict_layers "
@@ -239,9 +248,15 @@ class ResolvedScenario:
                 raise InputError(f, "draft.tree_width", f"a tree of width {d.tree_width} at gamma={max(sc.grid.gamma)} "
                                  f"verifies {need} tokens per iteration, over draft.verify_budget={d.verify_budget}")
         if d.acceptance is not None:
+            a = d.acceptance.a
+            if a is None:
+                if d.kind not in PRIOR_KINDS:
+                    raise InputError(f, "draft.acceptance.al1", f"a prior from AL(1) needs draft.kind one of "
+                                     f"{', '.join(PRIOR_KINDS)} (got {d.kind}): give a")
+                a = prior_acceptance(d.kind, d.acceptance.al1)
             try:
                 self.workload = WorkloadProfile.model_validate(
-                    {**self.workload.model_dump(), "token_acceptance": list(d.acceptance.a)})
+                    {**self.workload.model_dump(), "token_acceptance": list(a)})
             except Exception as e:  # noqa: BLE001
                 raise InputError(f, "draft.acceptance.a", str(e).splitlines()[0]) from None
         return Drafting(d.kind, d.tree_width), m

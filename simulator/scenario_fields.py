@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
 from simulator.catalog.model_shape import DIMENSION_BOUNDS
 from simulator.catalog.models import KvDtype, WeightDtype
@@ -37,15 +37,26 @@ class ModelChoice(_Strict):
 
 
 class AcceptancePrior(_Strict):
-    """Per-position acceptance a_i = P(first i drafts accepted) of a draft, with where it comes from."""
+    """Per-position acceptance a_i = P(first i drafts accepted) of a draft, with where it comes from: ``a`` given,
+    or ``al1`` (the deployment's measured mean acceptance length at one draft, AL(1) = 1 + a_1) with the shape of
+    the drafter kind's measured curves (``simulator/drafter_priors.py``, docs/drafters.md; eagle3, mtp, block)."""
 
-    a: list[float] = Field(min_length=1, max_length=16)
+    a: list[float] | None = Field(default=None, min_length=1, max_length=16)
+    al1: float | None = Field(default=None, ge=1.0, le=2.0)
     kind: Literal["prior", "fitted", "measured"] = "prior"
     source: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _one(self) -> "AcceptancePrior":
+        if (self.a is None) == (self.al1 is None):
+            raise ValueError("give exactly one of a (a_1, a_2, ...) and al1 (the measured AL(1), in [1, 2])")
+        return self
 
     @field_validator("a")
     @classmethod
     def _a(cls, v):
+        if v is None:
+            return v
         if any(not 0.0 <= x <= 1.0 for x in v):
             raise ValueError("a_i must lie in [0, 1]")
         if any(v[i + 1] > v[i] + 1e-12 for i in range(len(v) - 1)):
@@ -54,19 +65,25 @@ class AcceptancePrior(_Strict):
 
 
 class DraftChoice(_Strict):
-    """What drafts for the base engine of speculative systems (README "Draft kinds").
+    """What drafts for the base engine of speculative systems (docs/model.md "Draft kinds", docs/drafters.md).
 
     ``kind: model`` (default) -- a separate model (``model``, default the small model) with its own KV cache,
     acceptance from the workload's ``token_acceptance`` unless ``acceptance`` is given;
     ``kind: head`` -- an EAGLE / MTP-style head of the base model (``layers`` decoder layers of its width,
     fusion projection, its LM head or an own one of ``vocab`` rows), needs ``acceptance``;
+    ``kind: eagle3`` -- an EAGLE-3 head of the base model as built (three target layers fused by a 3H x H
+    projection, ``layers`` decoder layers with a 2H-wide attention input, its own LM head of ``vocab`` rows,
+    default 32000), needs ``acceptance``;
     ``kind: mtp`` -- the base model's own multi-token-prediction module (DeepSeek-V3/R1: one MoE layer sharing the
-    embedding and LM head, run once per drafted token), needs ``acceptance``;
+    embedding and LM head, run once per drafted token; vLLM runs one of a checkpoint's n modules per token), needs
+    ``acceptance``;
+    ``kind: block`` -- a block drafter (DSpark): a head of ``layers`` layers (as ``head``) that drafts gamma tokens
+    in ONE pass, needs ``acceptance``;
     ``kind: ngram`` -- prompt lookup (no model cost), needs ``acceptance``.
     ``tree_width`` w > 1: tree drafting, the base verifies w*gamma + 1 tokens per iteration, at most
     ``verify_budget``."""
 
-    kind: Literal["model", "head", "mtp", "ngram"] = "model"
+    kind: Literal["model", "head", "eagle3", "mtp", "block", "ngram"] = "model"
     model: str | None = None
     tp: int | None = Field(default=None, ge=1, le=64, strict=True)  # old scenarios: the draft runs at the base TP
     weight_dtype: WeightDtype = "bf16"

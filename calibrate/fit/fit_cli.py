@@ -237,12 +237,45 @@ def published_priors(
         print(f"{path}: " + ", ".join(f"{k} {v:.3g}" for k, v in facts.items()))
 
 
+@writes(out="yaml", report="folder")
+def fit_drafter_curves(
+    folder: Path = typer.Argument(..., help="folder of AL(k) YAML files (../shared/data/engine-measurements/"
+                                            "acceptance-length-vs-k)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="priors YAML to write (the shipped one: "
+                                                           "simulator/catalog/drafter_priors.yaml)"),
+    report: Optional[Path] = typer.Option(None, "--report", help="report folder: held-out.md (the printed tables) "
+                                                                 "written there"),
+    date: Optional[str] = typer.Option(None, help="provenance date (default: today)"),
+):
+    """Acceptance priors per drafter kind (MTP, EAGLE-3, block) from measured AL(k) curves, with the held-out error
+    (leave one curve out within its kind) printed (docs/drafters.md; ~30 s).
+
+    Example: specsim calibrate fit-drafter-curves ../shared/data/engine-measurements/acceptance-length-vs-k --out simulator/catalog/drafter_priors.yaml"""
+    import datetime
+
+    import yaml
+
+    from calibrate.fit.drafter_curves import fit_report
+    from simulator.loading import write_atomic
+
+    doc, text = fit_report(folder, date or datetime.date.today().isoformat())
+    print(text, end="")
+    if out is not None:
+        write_atomic(out, "# Acceptance priors per drafter kind (docs/drafters.md). Written by specsim calibrate "
+                     "fit-drafter-curves; derived\n# parameters only (the measured curves are third-party data, "
+                     "not copied here).\n" + yaml.safe_dump(doc, sort_keys=False, width=120))
+        print(f"wrote {out}")
+    if report is not None:
+        print(f"wrote {write_atomic(report / 'held-out.md', text)}")
+
+
 def register(calibrate_app: typer.Typer) -> None:
     """Add ``fit``, ``fit-workload``, ``fit-bench``, ``fit-workload-traces``, ``import-specreason``, ``fit-accuracy``
-    and ``published-priors`` to the calibrate sub-app unless it already has them."""
+    ``published-priors`` and ``fit-drafter-curves`` to the calibrate sub-app unless it already has them."""
     names = {c.name or (c.callback.__name__ if c.callback else None) for c in calibrate_app.registered_commands}
     for name, fn in (("fit", fit), ("fit-workload", fit_workload), ("fit-bench", fit_bench),
                      ("fit-workload-traces", fit_workload_traces), ("import-specreason", import_specreason_cmd),
-                     ("fit-accuracy", fit_accuracy), ("published-priors", published_priors)):
+                     ("fit-accuracy", fit_accuracy), ("published-priors", published_priors),
+                     ("fit-drafter-curves", fit_drafter_curves)):
         if name not in names:
             calibrate_app.command(name)(fn)

@@ -407,7 +407,7 @@ class ModelSpec(LayerKinds):
         vocabulary). Its KV cache is its own layers' only; it shares the target's embedding (and LM head
         when ``vocab`` is None): no resident copy. A mixture-of-experts target's EAGLE head is dense (a layer of
         the target's attention and an MLP of ``intermediate`` features, as published EAGLE heads of MoE models);
-        its own MTP module is :meth:`mtp_head`."""
+        its own MTP module is :meth:`mtp_head`; an EAGLE-3 head ``catalog.draft_heads.eagle3_head``."""
         upd = {
             "name": f"{self.name}-head{layers}", "hf_id": None, "layers": layers, "published_params": None,
             "vocab": vocab or self.vocab, "extra_matmul_params": 2 * self.hidden * self.hidden if fusion else 0,
@@ -424,16 +424,15 @@ class ModelSpec(LayerKinds):
         return self.model_copy(update=upd)
 
     def mtp_head(self, layers: int | None = None) -> "ModelSpec":
-        """This model's own multi-token-prediction module as a draft (DeepSeek-V3/R1): ``layers`` (default
-        ``mtp_layers``) MoE decoder layers of the target's shape behind the projection of [embedding, hidden] (2H x
-        H), sharing the target's embedding and LM head (no resident copy); its KV cache is its own layer's. vLLM runs
-        the one published module k times to draft k tokens: one pass per drafted token, the same weights."""
+        """This model's own multi-token-prediction module as a draft: ``layers`` (default 1) MoE layers of the target's
+        shape behind the [embedding, hidden] projection (2H x H), sharing its embedding and LM head; its KV cache is its
+        own. vLLM runs ONE module per drafted token (module ``step mod n`` of n = ``mtp_layers``): 1 whatever n (the
+        other n - 1 modules' resident weights and KV are not counted; docs/drafters.md)."""
         if not self.mtp_layers:
             raise ValueError(f"{self.name} has no MTP module (mtp_layers = 0)")
-        n = layers or self.mtp_layers
+        n = layers or 1
         return self.model_copy(update={
-            "name": f"{self.name}-mtp{n}", "hf_id": None, "layers": n, "published_params": None,
-            "published_active_params": None,
+            "name": f"{self.name}-mtp{n}", "hf_id": None, "layers": n, "published_params": None, "published_active_params": None,
             "extra_matmul_params": 2 * self.hidden * self.hidden, "shares_target_embeddings": True,
             "tie_embeddings": True, "head_bytes_per_param": self.head_bytes, "first_k_dense_layers": 0, "mtp_layers": 0,
             "moe_every": 1, "linear_key_heads": 0, "linear_value_heads": 0, "linear_key_head_dim": None,

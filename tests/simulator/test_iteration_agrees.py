@@ -2,7 +2,7 @@
 the iteration for the what-if engines' batch-1 cost tables (``CostTables.draft_iter`` / ``verify_iter``), the γ rule
 (``gamma_choice.iteration_parts``) and the serving engine (``Engine._spec_time``; its stretches over arrays of
 contexts, fused in ``pass_cost.spec_iteration_times``). On random scenario / drafter (the scenario's own, a tree, prompt
-lookup) / γ / batch / context they agree:
+lookup, a block drafter) / γ / batch / context they agree:
 
 - the γ rule is the function on ``Deployment.pass_time``, float for float;
 - the cost tables at batch 1 are the function over the array of contexts (to 1e-12: array vs scalar evaluation);
@@ -36,7 +36,7 @@ from tests.conftest import examples
 # a pass time that is not affine in the aggregates)
 SCENARIOS = ["cpu-smollm2", "reference-a6000-qwq32b", "fp8-qwq32b-head-h100-h200", "moe-deepseek-r1-h200x8-mtp"]
 AFFINE = SCENARIOS[:3]
-DRAFTERS = ["own", "tree2", "tree3", "ngram"]
+DRAFTERS = ["own", "tree2", "tree3", "ngram", "block"]  # block: the gamma drafts in one pass (DSpark)
 
 
 @lru_cache(maxsize=None)
@@ -51,8 +51,8 @@ def _deps(name: str, drafter: str):
     d = deps["draft"]
     if drafter.startswith("tree"):
         d = dataclasses.replace(d, drafting=Drafting(d.drafting.kind, int(drafter[4:])))
-    elif drafter == "ngram":
-        d = dataclasses.replace(d, drafting=Drafting("ngram"))
+    elif drafter in ("ngram", "block"):
+        d = dataclasses.replace(d, drafting=Drafting(drafter))
     return rs, deps["base"], deps["small"], d
 
 
@@ -119,6 +119,8 @@ def test_the_engine_with_prefills_is_the_passes_over_the_explicit_batches(scenar
     if not d.drafting.free:
         if gamma == 0:  # the draft ingests the prefills only
             draft = d.batch_forward_time(pn, pc, one(len(pn))) if len(pn) else 0.0
+        elif d.drafting.kind == "block":  # one pass: the prefills + gamma tokens (gamma logit rows) per sequence
+            draft = batch(d, gamma, cd)
         else:
             draft = batch(d, w, cd) + sum(batch(d, w, cd + i, False) for i in range(1, gamma) if nd)
     want = draft + batch(b, v, cd)
