@@ -30,11 +30,12 @@ from simulator.drafter_priors import (FAMILIES, PRIOR_KINDS, acceptance_length, 
 from simulator.errors import InputError
 from simulator.scenario import load_scenario
 from simulator.spec_iteration import speculative_iteration
+from tests.conftest import examples
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(family=st.sampled_from(sorted(FAMILIES)), a1=st.floats(0.0, 1.0),
        params=st.lists(st.floats(-20.0, 20.0), min_size=2, max_size=2), k=st.integers(1, 16))
 def test_per_position_acceptance_non_increasing_in_unit_interval(family, a1, params, k):
@@ -46,7 +47,7 @@ def test_per_position_acceptance_non_increasing_in_unit_interval(family, a1, par
     assert np.all(np.diff(al) >= 0.0) and np.all(al <= np.arange(1, k + 1) + 1.0 + 1e-12)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.lists(st.floats(0.0, 1.0), min_size=1, max_size=16))
 def test_all_k_points_given_reproduce_al_exactly(xs):
     a = np.sort(np.asarray(xs))[::-1]  # any non-increasing a_1..a_k in [0, 1]
