@@ -1,16 +1,16 @@
 """What the released H100/H200 bursts say about their own admission (issue 37): the checks behind
 docs/serving-model.md's "Where it stops", each a table anyone can rerun.
 
-``python -m calibrate.fit.burst_probe engines`` -- per GPU and serving engine (vLLM, SGLang, TensorRT-LLM) over the
+``specsim calibrate burst-probe engines`` -- per GPU and serving engine (vLLM, SGLang, TensorRT-LLM) over the
 table's bursts of >= 900 requests producing > 100 tokens each: the sequences the run streamed per median gap,
 ``B_eff = output tok/s x median ITL`` (Little's law at the median step: the decoding batch if every running
 sequence got a token every step) and mean TTFT as a share of the run's duration. Raw measurements, no model.
 
-``python -m calibrate.fit.burst_probe prefill`` -- the released vLLM bursts that are nearly all prefill (1000 x ~128
+``specsim calibrate burst-probe prefill`` -- the released vLLM bursts that are nearly all prefill (1000 x ~128
 tokens in, 4 out): the matmul work 2 x active parameters x prompt tokens, per GPU, over the run's whole duration, as
 a share of the GPU's dense BF16 peak -- a lower bound on the rate the engine's compute-bound passes reached.
 
-``python -m calibrate.fit.burst_probe what-if`` -- the serving simulator's errors on groups of released vLLM runs
+``specsim calibrate burst-probe what-if`` -- the serving simulator's errors on groups of released vLLM runs
 under the catalog's host terms and under one changed assumption at a time: a serial front end that also pays
 ``front_end_token_s`` per streamed token (with a smaller per-sequence step cost t_seq, as the bursts' median ITL
 asks), vLLM's A100 batching caps (256 sequences) on the H100/H200, and the H100/H200 compute efficiency scaled.
@@ -18,12 +18,13 @@ In-sample screens (the catalog's own fit), not held-out figures."""
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import replace
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import pandas as pd
+import typer
 
 from calibrate.fit.gpustack_import import GPUSTACK, TABLE, ReleasedRun, released_runs
 
@@ -142,23 +143,32 @@ def _measured(run: ReleasedRun) -> dict:
     return measured_figures(run)
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m calibrate.fit.burst_probe", description=__doc__.split("\n\n")[0])
-    ap.add_argument("table", choices=["engines", "prefill", "what-if"])
-    ap.add_argument("--released", type=Path, default=GPUSTACK, help="folder of serving_benchmarks.csv")
-    ap.add_argument("--group", action="append", choices=list(GROUPS), help="run groups (default: all)")
-    ap.add_argument("--variant", action="append", choices=list(VARIANTS), help="assumptions (default: all)")
-    a = ap.parse_args(argv)
+def burst_probe(
+    table: str = typer.Argument(..., help="engines | prefill | what-if"),
+    released: Path = typer.Option(GPUSTACK, help="folder of serving_benchmarks.csv (GPUStack's released tables)"),
+    group: Optional[list[str]] = typer.Option(None, help=f"run groups, repeatable (default: all of {', '.join(GROUPS)})"),
+    variant: Optional[list[str]] = typer.Option(None, help=f"assumptions, repeatable (default: all of "
+                                                  f"{', '.join(VARIANTS)})"),
+):
+    """The burst study's tables (docs/serving-model.md): engines (B_eff = output tok/s x median ITL per engine),
+    prefill (the H100/H200 prefill rows' fraction of peak), what-if (the burst rows' bias under each assumption).
+
+    Example: specsim calibrate burst-probe engines"""
+    from simulator.errors import InputError
+
+    for name, got, known in (("table", [table], ("engines", "prefill", "what-if")), ("--group", group or [], GROUPS),
+                             ("--variant", variant or [], VARIANTS)):
+        bad = [g for g in got if g not in known]
+        if bad:
+            raise InputError(None, name, f"expected one of {', '.join(known)} (got {', '.join(bad)})")
+    if not (Path(released) / "serving_benchmarks.csv").is_file():
+        raise InputError(str(released), None, "expected a folder holding serving_benchmarks.csv")
     pd.set_option("display.width", 250)
-    if a.table == "engines":
-        print(engines_table(a.released).round(2).to_string(index=False))
+    if table == "engines":
+        print(engines_table(released).round(2).to_string(index=False))
         return
-    runs, _ = released_runs(a.released)
-    if a.table == "prefill":
+    runs, _ = released_runs(released)
+    if table == "prefill":
         print(prefill_table(runs).round(3).to_string(index=False))
         return
-    print(what_if(runs, a.group or list(GROUPS), a.variant or list(VARIANTS)).round(1).to_string(index=False))
-
-
-if __name__ == "__main__":
-    main()
+    print(what_if(runs, group or list(GROUPS), variant or list(VARIANTS)).round(1).to_string(index=False))

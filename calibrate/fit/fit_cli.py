@@ -271,11 +271,13 @@ def fit_drafter_curves(
 
 def register(calibrate_app: typer.Typer) -> None:
     """Add ``fit``, ``fit-workload``, ``fit-bench``, ``fit-workload-traces``, ``import-specreason``, ``fit-accuracy``
-    ``published-priors`` and ``fit-drafter-curves`` to the calibrate sub-app unless it already has them."""
+    ``published-priors``, ``fit-drafter-curves`` and ``burst-probe`` to the calibrate sub-app unless it already has them."""
+    from calibrate.fit.burst_probe import burst_probe
+
     names = {c.name or (c.callback.__name__ if c.callback else None) for c in calibrate_app.registered_commands}
     for name, fn in (("fit", fit), ("fit-workload", fit_workload), ("fit-bench", fit_bench),
                      ("fit-workload-traces", fit_workload_traces), ("import-specreason", import_specreason_cmd),
                      ("fit-accuracy", fit_accuracy), ("published-priors", published_priors),
-                     ("fit-drafter-curves", fit_drafter_curves)):
+                     ("fit-drafter-curves", fit_drafter_curves), ("burst-probe", burst_probe)):
         if name not in names:
             calibrate_app.command(name)(fn)

@@ -36,3 +36,13 @@ def test_engines_table_is_littles_law_at_the_median_step_over_bursts_only(tmp_pa
                                                (1000, 200_000, 64, False)])
 def test_is_burst(req, out, conc, want):
     assert is_burst(req, out, conc) is want
+
+
+def test_burst_probe_command_refuses_bad_tables_and_folders(tmp_path, capsys):
+    from specsim_cli.main import main
+
+    assert main(["calibrate", "burst-probe", "nope"]) == 2
+    assert "table" in capsys.readouterr().err
+    assert main(["calibrate", "burst-probe", "engines", "--released", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "serving_benchmarks.csv" in err and "Traceback" not in err
