@@ -20,7 +20,7 @@ decoder layer x, fitted (median of (measured - predicted) / L) on the other GPU'
 scored on the held-out ones. It is a diagnostic of the form (is the gap a per-layer constant that transfers?), not
 written to the catalog.
 
-    PYTHONPATH=$PWD python -m validate.inferencex [--data DIR] [--out DIR]
+    PYTHONPATH=$PWD python -m validate.inferencex [--data DIR] [--out DIR] [--without-t-mla]
 """
 
 from __future__ import annotations
@@ -68,8 +68,10 @@ def load_rows(data: Path = DATA) -> pd.DataFrame:
     return out
 
 
-def predict_rows(rows: pd.DataFrame) -> pd.DataFrame:
-    """Each row's predicted TPOT and its parts (ms), the catalog's parameters per GPU; ``error`` = pred / meas - 1."""
+def predict_rows(rows: pd.DataFrame, t_mla: bool = True) -> pd.DataFrame:
+    """Each row's predicted TPOT and its parts (ms), the catalog's parameters per GPU; ``error`` = pred / meas - 1.
+    ``t_mla`` False: the MLA module's fixed cost set to 0 (the model before issue 38, an ablation)."""
+    from dataclasses import replace
     from simulator.catalog import get_hardware, get_model
     from simulator.cost_model import Deployment
     from simulator.cost_profile import prior_profile
@@ -80,7 +82,9 @@ def predict_rows(rows: pd.DataFrame) -> pd.DataFrame:
         key = (r.hardware, int(r.d_tp), int(r.d_ep))
         if key not in deps:
             hw = get_hardware(GPUS[r.hardware])
-            deps[key] = Deployment(m, hw, int(r.d_tp), prior_profile(hw).params(hw), ep=int(r.d_ep))
+            c = prior_profile(hw).params(hw)
+            c = c if t_mla else replace(c, mla_layer_overhead_s=0.0)
+            deps[key] = Deployment(m, hw, int(r.d_tp), c, ep=int(r.d_ep))
         dep, B = deps[key], int(r.conc)
         isl, osl = MEAN_LENGTH * r.isl, MEAN_LENGTH * r.osl
         ctx = isl + osl / 2.0
@@ -118,23 +122,78 @@ def heldout_layer_cost(t: pd.DataFrame, by: str) -> pd.DataFrame:
     return pd.concat(rows, ignore_index=True)
 
 
+def moe_kernel_check(root: Path | None = None, max_tokens: int = 128) -> pd.DataFrame:
+    """The catalog's MoE layer terms (``calibrate.fit.gpu_profiles.moe_fit.predict``, the catalog's values) against
+    AIConfigurator's fused-MoE table at DeepSeek-R1's shape on one TP-8 GPU (EP 1, 128-block FP8; ``power_law_1.01``
+    routing with the MoE fit's skew from reports/moe-layer/params.yaml, and ``balanced``: min(E, N k) experts;
+    1..``max_tokens`` tokens), newest vLLM table of the H100 and B200; ``stream_us``: the touched experts' bytes at the
+    datasheet bandwidth (a floor no kernel beats). Empty when the tables are absent."""
+    from calibrate.fit.gpu_profiles import moe_fit
+    from simulator.catalog import get_hardware
+    from simulator.cost_profile import prior_profile
+
+    import yaml
+
+    root = Path(root) if root is not None else moe_fit.SHARED / "aiconfigurator-vllm-kernels"
+    fitted = yaml.safe_load((REPO / "reports" / "moe-layer" / "params.yaml").read_text(encoding="utf-8"))["params"]
+    skew = float(fitted["power_law_1.01.routing_skew"]["value"])  # the MoE fit's skew of this routing
+    own = {"moe_mem_efficiency": "expert_mem_efficiency", "moe_compute_efficiency": "expert_compute_efficiency"}
+    out = []
+    for folder, gpu in (("h100_sxm", "h100-sxm"), ("b200_sxm", "b200")):
+        paths = sorted((root / folder / "moe" / "vllm").glob("*/moe_perf.parquet"),
+                       key=lambda q: moe_fit._version_key(q.parent.name))
+        if not paths:
+            continue
+        d = pd.read_parquet(paths[-1])
+        d = d[(d["hidden_size"] == 7168) & (d["inter_size"] == 2048) & (d["num_experts"] == 256) & (d["topk"] == 8)
+              & (d["moe_dtype"] == "fp8_block") & (d["moe_tp_size"] == 8) & (d["moe_ep_size"] == 1)
+              & d["distribution"].isin(["power_law_1.01", "balanced"]) & (d["num_tokens"] <= max_tokens)]
+        f = pd.DataFrame({"gpu": gpu, "tokens": d["num_tokens"], "hidden": 7168, "inter": 2048, "experts": 256, "topk": 8,
+                          "tp": 8, "ep": 1, "distribution": d["distribution"].to_numpy(str), "dtype": "fp8_block", "mats": 3.0,
+                          "bytes_per_weight": 1.0, "rate": "fp8", "source": "aic",
+                          "time_s": d["latency"].to_numpy(float) * 1e-3}).reset_index(drop=True)
+        f = moe_fit._derived(f)
+        hw = get_hardware(gpu)
+        c = prior_profile(hw).params(hw)
+        vals = {f"{gpu}.{k}": getattr(c, own.get(k, k)) for k in moe_fit.KINDS}
+        vals["power_law_1.01.routing_skew"] = skew
+        f["predicted_s"] = moe_fit.predict(f, vals)
+        f["stream_us"] = f["bytes_gpu"] / hw.memory_bandwidth_bytes_per_s * 1e6
+        out.append(f[["gpu", "distribution", "tokens", "n_gpu", "stream_us", "time_s", "predicted_s"]])
+    if not out:
+        return pd.DataFrame(columns=["gpu", "distribution", "tokens", "n_gpu", "stream_us", "measured_us", "predicted_us",
+                                     "error"])
+    t = pd.concat(out, ignore_index=True).sort_values(["gpu", "distribution", "tokens"])
+    t = t.assign(measured_us=t["time_s"] * 1e6, predicted_us=t["predicted_s"] * 1e6)
+    t["error"] = t["predicted_us"] / t["measured_us"] - 1.0
+    return t[["gpu", "distribution", "tokens", "n_gpu", "stream_us", "measured_us", "predicted_us", "error"]].reset_index(drop=True)
+
+
 def _md(df: pd.DataFrame) -> str:
-    """A markdown table: APE / bias / error columns as signed percentages, other floats with 2 decimals."""
-    pct = {c for c in df.columns if c.endswith("ape") or c in ("bias", "error", "error_x")}
-    cell = lambda c, v: (f"{v:+.1%}" if c in pct else f"{v:.2f}" if isinstance(v, float) else str(v))  # noqa: E731
+    """A markdown table: APE columns as percentages, bias / error signed, other floats with 2 decimals."""
+    signed = {"bias", "error", "error_x"}
+
+    def cell(c, v):
+        if c in signed:
+            return f"{v:+.1%}"
+        if c.endswith("ape"):
+            return f"{v:.1%}"
+        return f"{v:.2f}" if isinstance(v, float) else str(v)
+
     lines = ["| " + " | ".join(df.columns) + " |", "|" + "---|" * len(df.columns)]
     lines += ["| " + " | ".join(cell(c, v) for c, v in zip(df.columns, r)) + " |" for r in df.itertuples(index=False)]
     return "\n".join(lines)
 
 
-def report(data: Path = DATA) -> dict[str, pd.DataFrame]:
-    t = predict_rows(load_rows(data))
+def report(data: Path = DATA, t_mla: bool = True) -> dict[str, pd.DataFrame]:
+    t = predict_rows(load_rows(data), t_mla)
     out = {"rows": t, "by_gpu_engine_ep": summarize(t, ("gpu", "engine", "ep")), "by_gpu": summarize(t, ("gpu",)),
            "by_engine": summarize(t, ("engine",))}
     for by in ("gpu", "engine"):
         h = heldout_layer_cost(t, by)
         s = summarize(h, ("fold",), "error_x").merge(h.groupby("fold", as_index=False)["x_us"].first(), on="fold")
         out[f"heldout_{by}"] = s
+    out["moe_kernel_check"] = moe_kernel_check()
     return out
 
 
@@ -144,9 +203,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m validate.inferencex", description=__doc__.split("\n")[0])
     ap.add_argument("--data", type=Path, default=DATA, help="the inferencex-deepseek-r1 folder")
     ap.add_argument("--out", type=Path, default=None, help="write rows.csv and summary.md here")
+    ap.add_argument("--without-t-mla", action="store_true", help="ablation: the MLA module's fixed cost set to 0")
     a = ap.parse_args(argv)
     try:
-        res = report(a.data)
+        res = report(a.data, not a.without_t_mla)
     except InputError as e:
         print(f"error: {e.one_line()}", file=sys.stderr)
         return 2
