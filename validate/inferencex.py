@@ -169,6 +169,26 @@ def moe_kernel_check(root: Path | None = None, max_tokens: int = 128) -> pd.Data
     return t[["gpu", "distribution", "tokens", "n_gpu", "stream_us", "measured_us", "predicted_us", "error"]].reset_index(drop=True)
 
 
+def gpustack_vllm_rows() -> pd.DataFrame:
+    """GPUStack's DeepSeek-R1 runs of ``vllm serve`` at <= ``MAX_CONC`` users (``calibrate.fit.gpustack_import``),
+    predicted by the serving simulator with the catalog's parameters (``calibrate.fit.released_predict``): mean TPOT.
+    Empty when the table is absent."""
+    from calibrate.fit.gpustack_import import released_runs
+    from calibrate.fit.released_predict import measured_figures, predict_released
+
+    try:
+        runs, _ = released_runs()
+    except (FileNotFoundError, InputError):
+        return pd.DataFrame(columns=["gpu", "vllm", "tp", "conc", "measured_ms", "predicted_ms", "error"])
+    out = []
+    for r in runs:
+        if r.model == MODEL and r.concurrency is not None and r.concurrency <= MAX_CONC:
+            p, m = predict_released(r)["tpot_ms"], measured_figures(r)["tpot_ms"]
+            out.append({"gpu": r.gpu, "vllm": r.version, "tp": r.tp, "conc": r.concurrency, "measured_ms": m,
+                        "predicted_ms": p, "error": p / m - 1.0})
+    return pd.DataFrame(out, columns=["gpu", "vllm", "tp", "conc", "measured_ms", "predicted_ms", "error"])
+
+
 def _md(df: pd.DataFrame) -> str:
     """A markdown table: APE columns as percentages, bias / error signed, other floats with 2 decimals."""
     signed = {"bias", "error", "error_x"}
@@ -194,6 +214,7 @@ def report(data: Path = DATA, t_mla: bool = True) -> dict[str, pd.DataFrame]:
         s = summarize(h, ("fold",), "error_x").merge(h.groupby("fold", as_index=False)["x_us"].first(), on="fold")
         out[f"heldout_{by}"] = s
     out["moe_kernel_check"] = moe_kernel_check()
+    out["gpustack_vllm"] = gpustack_vllm_rows()
     return out
 
 
@@ -203,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m validate.inferencex", description=__doc__.split("\n")[0])
     ap.add_argument("--data", type=Path, default=DATA, help="the inferencex-deepseek-r1 folder")
     ap.add_argument("--out", type=Path, default=None, help="write rows.csv and summary.md here")
-    ap.add_argument("--without-t-mla", action="store_true", help="ablation: the MLA module's fixed cost set to 0")
+    ap.add_argument("--without-t-mla", action="store_true", help="ablation: the MLA module's fixed cost set to 0 (InferenceX rows only)")
     a = ap.parse_args(argv)
     try:
         res = report(a.data, not a.without_t_mla)

@@ -130,3 +130,10 @@ def test_mla_fit_in_sample_on_the_module_tables():
     own = s[(s["fold"] == "own") & (s["gemm"] == mla_fit.FIT_GEMM)]
     assert set(own["gpu"]) == {"h100-sxm", "b200", "l40s"}
     assert (own["median_ape"] <= 0.10).all(), own  # reached: 5.6-7.8%
+
+
+def test_moe_routing_check_refuses_a_missing_records_file(tmp_path, capsys):
+    from validate.moe_routing import main
+
+    assert main(["--records", str(tmp_path / "none.csv")]) == 2
+    assert "no records file" in capsys.readouterr().err
