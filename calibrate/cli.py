@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from simulator.option_values import gamma_list_option, int_list_option, threshold_option
+from simulator.output_contract import writes
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 
@@ -28,6 +29,7 @@ def prepare_models_cmd(
 
 
 @app.command("cut-draft")
+@writes(out="folder")
 def cut_draft_cmd(
     model: Path = typer.Option(..., help="HF model folder"),
     layers: int = typer.Option(..., help="decoder layers to keep"),
@@ -42,6 +44,7 @@ def cut_draft_cmd(
 
 
 @app.command("run")
+@writes(out="runs")
 def run_cmd(
     engine: str = typer.Option("vllm", help="vllm | torch"),
     base: str = typer.Option(None, help="base model folder, or arch:NAME (catalog architecture, random weights)"),
@@ -96,6 +99,7 @@ def run_cmd(
 
 
 @app.command("microbench")
+@writes(out="runs")
 def microbench_cmd(
     engine: str = typer.Option("vllm", help="vllm | torch"),
     model: str = typer.Option(None, help="model folder"),
@@ -131,7 +135,9 @@ def microbench_cmd(
 
 @app.command("check-trace")
 def check_trace_cmd(run_dir: Path = typer.Argument(..., help="run directory")) -> None:
-    """Validate a run directory against the trace schema (exit 2 naming file:line on the first error).
+    """Validate a run directory as every reader does (fields, physical bounds, duplicates, orphans, missing files).
+
+    Exit 2 naming file:line and the field on the first error; "ok" means validate and the fits accept the folder.
 
     Example: specsim calibrate check-trace out/demo/run"""
     from calibrate.trace_schema import check_run_dir
@@ -141,6 +147,7 @@ def check_trace_cmd(run_dir: Path = typer.Argument(..., help="run directory")) -
 
 
 @app.command("static-bench")
+@writes(out="runs")
 def static_bench_cmd(
     arch: str = typer.Option(..., help="catalog architecture (random weights), e.g. qwq-32b"),
     out: Path = typer.Option(..., help="run directory"),
@@ -191,6 +198,7 @@ gpu_app = _register_gpu_profiles(app)
 
 
 @gpu_app.command("op-bench")
+@writes(out="runs")
 def op_bench_cmd(
     ctx: typer.Context,
     model: str = typer.Option(..., help="model shape, e.g. meta-llama/Llama-2-7b-hf (the shapes Vidur profiles; "
@@ -236,6 +244,7 @@ def import_aggregates_cmd(
 
 
 @app.command("fit-mixture")
+@writes(out="yaml")
 def fit_mixture_cmd(
     out: Path = typer.Option(..., help="output workload profile (YAML)"),
     aggregates: Path = typer.Option(None, help="per-problem aggregates JSON (default: the shared AIME traces')"),
@@ -257,6 +266,7 @@ def fit_mixture_cmd(
 
 
 @app.command("fit-acceptance")
+@writes(out="yaml")
 def fit_acceptance_cmd(
     runs: list[Path] = typer.Argument(None, help="run directories with speculative calls (one gamma per run)"),
     study: Path = typer.Option(None, help="a `specsim study specdecode` result.json instead of run directories"),
@@ -270,6 +280,9 @@ def fit_acceptance_cmd(
     predict_gammas: list[int] = gamma_list_option("4-8", "--predict-gammas", help="gammas to predict (a fitted one is "
                                                   "shown as fitted, not held-out)", example="4-8"),
     out: Path = typer.Option(None, help="write the per-position a_1..a_8 as a scenario's draft.acceptance (YAML)"),
+    drafter_kind: str = typer.Option(None, "--drafter-kind", help="eagle3 | mtp | block: positions beyond the fitted "
+                                     "gammas follow the kind's measured-curve prior (docs/drafters.md) instead of "
+                                     "repeating the last conditional rate"),
 ) -> None:
     """Per-position acceptance at small gamma -> acceptance length at larger gamma (per-position vs i.i.d. alpha).
 
@@ -280,14 +293,20 @@ def fit_acceptance_cmd(
     from calibrate.fit.fit_acceptance import acceptance_yaml, evaluate, fit, load, report
     from simulator.loading import write_atomic
 
+    from simulator.drafter_priors import PRIOR_KINDS
+    from simulator.errors import InputError
+
+    if drafter_kind is not None and drafter_kind not in PRIOR_KINDS:
+        raise InputError(None, "--drafter-kind", f"expected one of {', '.join(PRIOR_KINDS)} (got {drafter_kind!r})")
     data, src = load(runs, study, draft, metrics, metrics_before, _label_pairs(metrics_label), log)
-    model = fit(data, fit_gammas)
+    model = {**fit(data, fit_gammas), "drafter_kind": drafter_kind}
     typer.echo(report(data, model, evaluate(data, model, predict_gammas), predict_gammas))
     if out:
         typer.echo(f"wrote {write_atomic(out, acceptance_yaml(model, src))}")
 
 
 @app.command("spec-metrics")
+@writes(out="yaml")
 def spec_metrics_cmd(
     metrics: list[Path] = typer.Option(None, help="vLLM /metrics text (Prometheus); repeatable"),
     metrics_before: list[Path] = typer.Option(None, help="an earlier scrape of the same server per --metrics, in order"),

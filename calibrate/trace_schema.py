@@ -2,7 +2,9 @@
 
 Every field of every record kind is declared exactly once here: name, type, unit, meaning.
 ``docs/trace-format.md`` is the prose version of the same tables; ``check_record`` enforces them:
-missing or extra fields are errors, never zero-filled. A field marked optional (present only where it applies,
+missing or extra fields are errors, never zero-filled, and a number outside its physical range (``value_range``) is
+refused. ``check_jsonl`` refuses a file repeating a record's key (``RECORD_KEYS``); ``check_run_dir`` then checks the
+folder as a whole (``calibrate.trace_rules``). A field marked optional (present only where it applies,
 e.g. the speculative fields of a serving step) may be absent; when present it is checked like any other.
 
 A run directory holds:
@@ -241,6 +243,53 @@ _PY_TYPES: dict[str, tuple] = {
 }
 
 
+# Physical bounds of a typed number (``value_range``): a value outside them is not a measurement (a negative or 1e300 s
+# time, a 1e15-token context) and is refused naming the field and the bound, before any reader sizes an array by it.
+MAX_DURATION_S = 86400.0  # no engine call, step or request lasts a day
+MAX_RUN_S = 30 * 86400.0  # instants relative to a run's start: no run lasts a month
+UNIX_TIME_RANGE = (0.0, 4102444800.0)  # ``*_at`` instants: 1970 to 2100
+MAX_TOKENS = 10_000_000  # above any model's context window (the longest served are 1-2 M tokens)
+MAX_COUNT = 100_000_000  # ids, indices and counts (requests, steps, users, batch sizes, devices)
+RUN_OFFSET_FIELDS = ("arrival_s", "submitted_s", "first_token_s", "done_s", "started_s")
+FIELD_RANGES = {  # fields whose range is not their unit's
+    "score": (0.0, 9.0),  # a judge digit or the mean of digits
+    "threshold": (0.0, 10.0),  # 10 never accepts
+    "user": (-1, MAX_COUNT),  # -1: an open-loop arrival
+    "tensor_parallel": (1, 4096),
+    "seed": None,  # any integer a generator takes
+}
+
+
+def value_range(f: Field) -> tuple[float, float] | None:
+    """The closed range of a number (or of each number of a list) of field ``f``; None where none applies. By unit:
+    tokens in [0, MAX_TOKENS]; seconds: ``*_at`` Unix instants in UNIX_TIME_RANGE, the serving runs' instants
+    (RUN_OFFSET_FIELDS) in [0, MAX_RUN_S], durations in [0, MAX_DURATION_S]; a dimensionless int in [0, MAX_COUNT];
+    FIELD_RANGES overrides."""
+    if f.name in FIELD_RANGES:
+        return FIELD_RANGES[f.name]
+    if f.unit == "tokens":
+        return (0, MAX_TOKENS)
+    if f.unit == "s":
+        if f.name.endswith("_at"):
+            return UNIX_TIME_RANGE
+        return (0.0, MAX_RUN_S) if f.name in RUN_OFFSET_FIELDS else (0.0, MAX_DURATION_S)
+    if f.unit == "" and f.type in ("int", "list[int]"):
+        return (0, MAX_COUNT)
+    return None
+
+
+def _out_of_range(f: Field, v: Any) -> str | None:
+    rng = value_range(f)
+    if rng is None or isinstance(v, (str, bool, dict)):
+        return None
+    lo, hi = rng
+    for x in v if isinstance(v, list) else [v]:
+        if isinstance(x, (int, float)) and not lo <= x <= hi:
+            unit = f" {f.unit}" if f.unit else ""
+            return f"must be in [{lo:g}, {hi:g}]{unit} (got {x!r}): not a physically possible value"
+    return None
+
+
 def _check_value(f: Field, v: Any) -> str | None:
     if v is None:
         return None if f.nullable else "must not be null"
@@ -256,7 +305,7 @@ def _check_value(f: Field, v: Any) -> str | None:
     if isinstance(v, float) and not math.isfinite(v) or \
             f.type.startswith("list[") and any(isinstance(x, float) and not math.isfinite(x) for x in v):
         return f"must be a finite number (got {v!r})"
-    return None
+    return _out_of_range(f, v)
 
 
 def _check_block(block: Any, fields: dict[str, Field], where: str, name: str) -> None:
@@ -359,12 +408,20 @@ def jsonl_lines(path: str | Path) -> list[str]:
         raise InputError(str(path), None, f"cannot read ({type(e).__name__}: {e})") from None
 
 
-def check_jsonl(path: str | Path, kind: str) -> list[dict]:
-    """Load and validate a JSONL trace file (``.jsonl`` or ``.jsonl.gz``); every bad line is an
-    :class:`InputError` with file:line."""
+# What identifies a record within its file: a second record with the same key is a duplicated line (a copy, or two
+# runs appended into one folder), refused rather than counted twice. Microbench records may repeat a configuration.
+RECORD_KEYS = {"step": ("request_id", "step_index"), "request": ("request_id",), "serve_request": ("request_id",),
+               "serve_step": ("step_index",), "serve_call": ("request_id", "call_index")}
+
+
+def check_jsonl_lines(path: str | Path, kind: str) -> list[tuple[int, dict]]:
+    """Load and validate a JSONL trace file (``.jsonl`` or ``.jsonl.gz``): (line number, record) per record. Every
+    bad line is an :class:`InputError` with file:line; a record repeating another's key (:data:`RECORD_KEYS`) is one
+    naming both lines."""
     path = Path(path)
-    fields = _RECORD_FIELDS[kind]
-    out = []
+    fields, key = _RECORD_FIELDS[kind], RECORD_KEYS.get(kind)
+    out: list[tuple[int, dict]] = []
+    seen: dict[tuple, int] = {}
     for i, raw in enumerate(jsonl_lines(path), start=1):
         if not raw.strip():
             continue
@@ -372,12 +429,33 @@ def check_jsonl(path: str | Path, kind: str) -> list[dict]:
         check_record(rec, fields, str(path), i)
         if rec["kind"] != kind:
             raise InputError(f"{path}:{i}", "kind", f"expected {kind!r}, got {rec['kind']!r}")
-        out.append(rec)
+        if key is not None:
+            k = tuple(rec[n] for n in key)
+            if k in seen:
+                what = ", ".join(f"{n} {v}" for n, v in zip(key, k))
+                raise InputError(f"{path}:{i}", "/".join(key), f"duplicate record: {what} is also at {path}:{seen[k]} "
+                                 f"(each {kind} is recorded once; counting it twice would skew every figure)")
+            seen[k] = i
+        out.append((i, rec))
     return out
 
 
+def check_jsonl(path: str | Path, kind: str) -> list[dict]:
+    """The records of a JSONL trace file, validated by :func:`check_jsonl_lines`."""
+    return [rec for _, rec in check_jsonl_lines(path, kind)]
+
+
+RUN_FILES = (("step", "steps.jsonl"), ("request", "requests.jsonl"), ("microbench", "microbench.jsonl"),
+             ("serve_request", "serve_requests.jsonl"), ("serve_step", "serve_steps.jsonl"),
+             ("serve_call", "serve_calls.jsonl"), ("serve_small_step", "serve_small_steps.jsonl"))
+
+
 def check_run_dir(run_dir: str | Path) -> dict[str, list[dict]]:
-    """Validate a whole run directory: manifest, then every JSONL file present."""
+    """Validate a whole run directory: the manifest, every JSONL file present (each record by its fields), then the
+    folder as a whole (:func:`calibrate.trace_rules.check_run`: the files its kind needs, a known system, no orphan
+    step or call, counts that match). What this accepts, every reader of a run directory can use."""
+    from calibrate.trace_rules import check_run
+
     run_dir = Path(run_dir)
     manifest = run_dir / "run.json"
     if not manifest.is_file():
@@ -390,14 +468,13 @@ def check_run_dir(run_dir: str | Path) -> dict[str, list[dict]]:
         raise InputError(str(manifest), None, f"cannot read ({type(e).__name__}: {e})") from None
     meta = _loads_json(text, str(manifest))
     check_record(meta, RUN_FIELDS, str(manifest))
-    out: dict[str, list[dict]] = {"run": [meta]}
-    for kind, name in (("step", "steps.jsonl"), ("request", "requests.jsonl"), ("microbench", "microbench.jsonl"),
-                       ("serve_request", "serve_requests.jsonl"), ("serve_step", "serve_steps.jsonl"),
-                       ("serve_call", "serve_calls.jsonl")):
+    files: dict[str, tuple[Path, list[tuple[int, dict]]]] = {}
+    for kind, name in RUN_FILES:
         if (f := record_file(run_dir, name)) is not None:
-            out[kind] = check_jsonl(f, kind)
-    if (f := record_file(run_dir, "serve_small_steps.jsonl")) is not None:
-        out["serve_small_step"] = check_jsonl(f, "serve_step")
+            files[kind] = (f, check_jsonl_lines(f, "serve_step" if kind == "serve_small_step" else kind))
+    check_run(run_dir, meta, files)
+    out: dict[str, list[dict]] = {"run": [meta]}
+    out.update({kind: [rec for _, rec in lines] for kind, (_, lines) in files.items()})
     return out
 
 

@@ -44,6 +44,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from simulator.errors import InputError
+from simulator.option_values import FIRST_N_MAX
 from simulator.provenance import Provenance
 from simulator.systems import REGISTRY, SystemConfig
 
@@ -76,7 +77,7 @@ class Group(_Strict):
 class AccuracyEntry(_Strict):
     system: str
     threshold: int | None = Field(default=None, ge=0, le=10)
-    first_n: int = Field(default=0, ge=0)
+    first_n: int = Field(default=0, ge=0, le=FIRST_N_MAX)
     kind: str = Field(default="measured", pattern="^measured$")  # numbers come from graded answers only
     source: str
     conditions: str = ""
@@ -262,6 +263,50 @@ def floor_status(model: AccuracyModel, cfg: SystemConfig, floor: Floor) -> tuple
     if hi < 0:
         return "fails", what
     return "unknown", "inconclusive: " + what
+
+
+def searched(model: AccuracyModel, cfg: SystemConfig, floor: Floor) -> tuple[bool, str, str]:
+    """Whether ``specsim report`` searches a configuration's capacity, as (searched, floor verdict, why): one
+    that meets the floor is; so is one whose own accuracy is measured while the floor's reference system has
+    none (the floor cannot be judged): it gets a capacity and a place on the Pareto plot but is never
+    recommended. One that fails the floor, is inconclusive against it, or has no graded answers of its own is
+    not."""
+    status, why = floor_status(model, cfg, floor)
+    unjudged = (status == "unknown" and floor.kind == "relative" and model.estimate(cfg) is not None
+                and model.estimate(SystemConfig(system=floor.reference)) is None)
+    return status == "meets" or unjudged, status, why
+
+
+def excluded_text(model: AccuracyModel, configs: list[SystemConfig], floor: Floor) -> list[str]:
+    """What a report says of the configurations it did not search: one line per reason, naming them."""
+    groups: dict = {}
+    for c in configs:
+        _, status, why = searched(model, c, floor)
+        groups.setdefault((status, why), []).append(c.label)
+    return [f"{', '.join(labels)}: accuracy {st} ({why}); not searched" for (st, why), labels in groups.items()]
+
+
+def add_accuracy(df, model: AccuracyModel, floor: Floor):
+    """Accuracy columns (``accuracy``, ``accuracy_lo``, ``accuracy_hi``: NaN = unknown) and the floor's
+    verdict (``accuracy_floor``: meets | fails | unknown, ``accuracy_why``) per configuration (rows with
+    ``system``, ``gamma``, ``threshold``, ``first_n``): the one rule of whatif, capacity and report."""
+    import pandas as pd
+
+    df = df.copy()
+    est, stat, why = [], [], []
+    for r in df.itertuples():
+        cfg = SystemConfig(system=r.system, gamma=None if pd.isna(r.gamma) else int(r.gamma),
+                           threshold=None if pd.isna(r.threshold) else int(r.threshold), first_n=int(r.first_n))
+        est.append(model.estimate(cfg))
+        s, w = floor_status(model, cfg, floor)
+        stat.append(s)
+        why.append(w)
+    df["accuracy"] = [e.mean if e else np.nan for e in est]
+    df["accuracy_lo"] = [e.low if e else np.nan for e in est]
+    df["accuracy_hi"] = [e.high if e else np.nan for e in est]
+    df["accuracy_floor"] = stat
+    df["accuracy_why"] = why
+    return df
 
 
 # ---- loading ---------------------------------------------------------------------------------------

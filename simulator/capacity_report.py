@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
 import shlex
 from dataclasses import replace
 from pathlib import Path
@@ -20,8 +19,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simulator.capacity import (DEFAULT_REQUESTS, IntervalSpec, LoadSpec, Workers, capacity_points, default_slo,
-                                headline, requests_for, run_points, search_table, serving_setup)
+from simulator.capacity import (DEFAULT_REQUESTS, IntervalSpec, LoadSpec, Workers, capacity_points, config_key,
+                                default_slo, headline, requests_for, run_points, search_table, serving_setup)
+from simulator.capacity.table import parallelism
 from simulator.errors import InputError
 from simulator.scenario import load_scenario
 from simulator.serving.slo import parse_slo
@@ -53,18 +53,10 @@ ASSUMPTIONS = [
 
 
 def _atomic_write(path: Path, write) -> None:
-    """Write through a temporary file in the same folder, then rename over ``path``."""
-    from simulator.loading import temp_beside
+    """Write through a temporary file in the same folder, then rename over ``path`` (simulator.loading)."""
+    from simulator.loading import replace_atomic
 
-    fd, tmp = temp_beside(path)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    replace_atomic(path, write)
 
 
 def build_report(scenario: str, out: Path, slo_text: str | None = None, requests: int | None = None,
@@ -72,36 +64,45 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
                  workers: int | None = None, ray_address: str | None = None, accuracy_floor: str | None = None,
                  accuracy_margin: float | None = None, interval: IntervalSpec | None = None,
                  systems: list[str] | None = None, gammas: list[int] | None = None, thresholds: list[int] | None = None,
-                 progress=None, bench_serve: str | None = None) -> tuple[Path, str]:
-    """Accuracy first, then capacity: configurations that meet the accuracy floor get the replicated
-    capacity search of ``specsim capacity`` (the same function, seeds and run length: the same figures);
-    the others (fail / unknown: never recommended) are listed with their accuracy and get no capacity
-    figure (``--accuracy-floor none`` searches every configuration). Then the load curves; write
-    report.md, PNGs, CSVs. Returns (report.md, the headline: best configuration and why). ``bench_serve`` (or the
+                 progress=None, bench_serve: str | None = None, currency: str = "USD",
+                 grid_overrides: dict | None = None) -> tuple[Path, str, list[str]]:
+    """Accuracy first, then capacity: configurations that meet the accuracy floor, or whose own accuracy is
+    measured while the floor's reference has none (``accuracy.searched``), get the replicated capacity search of ``specsim capacity`` (the same
+    function, seeds and run length: the same figures); only those meeting the floor can be recommended. The
+    others (fail, inconclusive, or no accuracy data) are listed with the reason and get no capacity figure
+    (``--accuracy-floor none`` searches every configuration). Then the load curves; write report.md, PNGs,
+    CSVs. Returns (report.md, the headline: best configuration and why, one line per reason configurations
+    were not searched). ``bench_serve`` (or the
     scenario's ``serving_workload``): that serving workload's requests everywhere, searches and curves alike
-    (``simulator.capacity.bench``)."""
-    from simulator.accuracy import floor_status, parse_floor, scenario_accuracy
+    (``simulator.capacity.bench``). ``grid_overrides``: --hardware / --tp. The grid is never trimmed
+    (``capacity.search_grid``): the report searches only the configurations whose accuracy allows it."""
+    from simulator.accuracy import excluded_text, parse_floor, scenario_accuracy
 
-    rs = load_scenario(scenario)
+    rs = load_scenario(scenario, grid_overrides)
     serving, serving_note = serving_setup(rs, bench_serve)
     slo = parse_slo(slo_text or default_slo(rs, serving), "--slo")
     floor = parse_floor(accuracy_floor, accuracy_margin)
     acc_model = scenario_accuracy(rs)
     load = LoadSpec(requests=requests or DEFAULT_REQUESTS, seed=rs.scenario.seed if seed is None else seed)
     spec = interval or IntervalSpec()
-    configs = rs.system_configs(systems, gammas, thresholds)
+    configs = rs.system_configs(systems, gammas, thresholds)  # never trimmed: only the eligible ones are searched
     if serving is not None:
         from simulator.capacity.bench import check_systems
 
         configs = check_systems(configs, bool(systems))
     if not configs:
         raise InputError(None, "--system", "no configuration left to search")
-    by_label = {p.cfg.label + f"|{p.hardware}|{p.tp}": p for p in capacity_points(rs, slo, load, configs, serving)}
+    # the points by the key of the rows they become (capacity.table.config_key), built and checked before the search
+    by_key = {}
+    for p in capacity_points(rs, slo, load, configs, serving):
+        if config_key(p) in by_key:
+            raise InputError(None, "--system", f"two configurations are both named {config_key(p)}")
+        by_key[config_key(p)] = p
     with Workers(workers, ray_address) as pool:  # one set of worker processes for both stages (their caches stay)
-        # the same search as `specsim capacity` (simulator.capacity.search_table): configurations that cannot be
-        # recommended (accuracy floor not met) are not searched and get no capacity figure
+        # the same search as `specsim capacity` (simulator.capacity.search_table): configurations failing the
+        # accuracy floor, or without accuracy data of their own, are not searched and get no capacity figure
         cap, rec, skipped = search_table(rs, slo, load, configs, spec, acc_model, floor, gpu_hour_cost, target_qps,
-                                         only_eligible=True, pool=pool, progress=progress and (
+                                         currency=currency, only_eligible=True, pool=pool, progress=progress and (
                                              lambda d, t, r: progress(d, t, r, "search replications (at most)")),
                                          serving=serving)
         cap["interval"] = ["converged" if c else "not converged" for c in cap.converged]
@@ -111,7 +112,7 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
         pts = []
         if len(best):
             rates = np.geomspace(0.1 * best.max_qps.min(), 1.3 * best.max_qps.max(), CURVE_POINTS)
-            pts = [replace(by_label[f"{r.label}|{r.hardware}|{r.tp}"], rate=float(q),
+            pts = [replace(by_key[config_key(r)], rate=float(q),
                            single_latency_s=float(r.single_request_latency_s))
                    for r in best.itertuples() for q in rates if q <= 1.4 * r.max_qps]
         curves = pd.DataFrame(run_points(pts, pool=pool, progress=progress and (
@@ -129,7 +130,7 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
         from simulator.capacity.search import _plans
         from simulator.serving.replica import simulate_serving
 
-        bp = by_label[f"{b.label}|{b.hardware}|{b.tp}"]
+        bp = by_key[config_key(b)]
         mf = rs.scenario.memory_fraction
         n, _ = requests_for(bp, float(b.max_qps))
         if serving is not None:
@@ -142,16 +143,32 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
                                  (mf.small, mf.base), plans=plans, execution=rs.scenario.execution)
         _atomic_write(out / "engine_load.png", lambda p: _plot_engine_load(trace, f"{b.label} at {b.max_qps:.3g} req/s", p))
     meta = {"scenario": str(rs.path), "slo": slo.text, "requests_per_point": load.requests, "seed": load.seed,
-            "gpu_hour_cost": gpu_hour_cost, "target_qps": target_qps, "accuracy_floor": floor.describe(),
+            "gpu_hour_cost": gpu_hour_cost, "currency": currency, "target_qps": target_qps, "accuracy_floor": floor.describe(),
             "recommended": None if rec["best"] is None else rec["best"].label, "recommended_ties": rec["ties"],
             "resolved_scenario": rs.to_dict(), "serving_workload": serving and json.loads(serving)}
     _atomic_write(out / "resolved.json", lambda p: Path(p).write_text(json.dumps(meta, indent=1, default=str)))
-    line = headline(cap, rec, slo.text, gpu_hour_cost)
+    line = headline(cap, rec, slo.text, gpu_hour_cost, currency, target_qps)
     meta["headline"] = line
     md = _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario, rec, floor, acc_model, spec,
-                   skipped, line, serving_note, bench_serve)
+                   skipped, line, serving_note, bench_serve, currency)
     _atomic_write(out / "report.md", lambda p: Path(p).write_text(md))
-    return out / "report.md", line
+    return out / "report.md", line, excluded_text(acc_model, skipped, floor)
+
+
+def _at_lower_bound(b, dev: str) -> str:
+    """The Answer's replicas at the interval's lower bound, where they differ from those at the max rate."""
+    lo = b.get("replicas_lo", b.replicas)
+    if not np.isfinite(lo):
+        return "; no count is shown to suffice at the interval's lower bound (0 requests/s)"
+    return (f"; {int(lo)} = {int(b.gpus_lo)} {dev}(s) if the capacity is at its interval's lower bound "
+            f"({b.max_qps_lo:.3g} requests/s)" if lo != b.replicas else "")
+
+
+def _replicas(r, col: str) -> str:
+    """Replicas (or GPUs) for the target at the max rate, with the count at the interval's lower bound where it is
+    higher: ``3 (4)``."""
+    at, lo = getattr(r, col, np.nan), getattr(r, f"{col}_lo", np.nan)
+    return _fmt(at) + (f" ({_fmt(lo)})" if np.isfinite(at) and np.isfinite(lo) and lo != at else "")
 
 
 def _plot_curves(curves: pd.DataFrame, slo, path: str) -> None:
@@ -255,8 +272,8 @@ def _plot_pareto(cap: pd.DataFrame, path: str) -> None:
         k = known[known.system == s]
         if len(k):
             ax.errorbar(k.qps_per_gpu, k.accuracy, yerr=[(k.accuracy - k.accuracy_lo).clip(lower=0), (k.accuracy_hi - k.accuracy).clip(lower=0)],
-                        xerr=[((k.max_qps - k.max_qps_lo.fillna(k.max_qps)) / k.tp).clip(lower=0),
-                              ((k.max_qps_hi.fillna(k.max_qps) - k.max_qps) / k.tp).clip(lower=0)],
+                        xerr=[((k.max_qps - k.max_qps_lo.fillna(k.max_qps)) / k.gpus_per_replica).clip(lower=0),
+                              ((k.max_qps_hi.fillna(k.max_qps) - k.max_qps) / k.gpus_per_replica).clip(lower=0)],
                         fmt="none", ecolor=colors[s], alpha=0.4, lw=0.8)
             ax.scatter(k.qps_per_gpu, k.accuracy, s=size[k.index], color=colors[s], label=s, alpha=0.8)
         u = unknown[unknown.system == s]
@@ -297,7 +314,8 @@ def _acc(r) -> str:
 
 
 def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_arg, rec, floor, acc_model, spec,
-              skipped=(), line: str = "", serving_note: str | None = None, bench_serve: str | None = None) -> str:
+              skipped=(), line: str = "", serving_note: str | None = None, bench_serve: str | None = None,
+              currency: str = "USD") -> str:
     from simulator.capacity import EQUIVALENCE
 
     sc, w = rs.scenario, rs.workload
@@ -310,16 +328,18 @@ def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_ar
          f"_{sc.description}_  ", f"Generated {_dt.datetime.now().isoformat(timespec='seconds')} by `specsim report`.", "",
          "## Answer", "", f"Accuracy floor: {floor.describe()}.", ""]
     if b is not None:
-        L.append(f"- **Recommended: {b.label}** on {b.hardware} (TP={b.tp}): one replica sustains "
+        L.append(f"- **Recommended: {b.label}** on {b.hardware} ({parallelism(b)}): one replica sustains "
                  f"**{b.max_qps:.3g} requests/s** ({_ci(b)} 95% interval, {int(b.replications)} replications) under "
                  f"`{slo.text}` ({b.qps_per_gpu:.3g} requests/s per {dev}); accuracy {_acc(b)} ({b.accuracy_why}).")
         if rec["ties"]:
             L.append(f"- **Within the interval of the best** (tied: the paired 95% interval of the per-{dev} capacity "
                      f"difference over common seeds does not exceed {EQUIVALENCE:.0%}): {', '.join(rec['ties'])}.")
         if gpu_hour_cost:
-            L.append(f"- Cost at capacity: **{b.cost_per_1000_requests:.3g} per 1000 requests** at {gpu_hour_cost:g} per {dev}-hour.")
+            L.append(f"- Cost at capacity: **{b.cost_per_1000_requests:.3g} {currency} per 1000 requests** at {gpu_hour_cost:g} "
+                     f"{currency} per {dev}-hour.")
         if target_qps:
-            L.append(f"- For {target_qps:g} requests/s: **{int(b.replicas)} replica(s) = {int(b.gpus)} {dev}(s)**.")
+            L.append(f"- For {target_qps:g} requests/s: **{int(b.replicas)} replica(s) = {int(b.gpus)} {dev}(s)**"
+                     + _at_lower_bound(b, dev) + ".")
         if not b.converged:
             L.append(f"- The interval did not reach ±{spec.target:.0%} of the rate within {spec.max_reps} replications "
                      f"(half-width {b.half_width_rel:.0%}); raise `--requests` for a final plan.")
@@ -327,8 +347,9 @@ def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_ar
         L.append("- **No configuration can be recommended**: none is shown to meet the accuracy floor with a capacity "
                  f"above 0 under `{slo.text}`. See the excluded configurations below.")
     if len(skipped):
-        L.append(f"- {len(skipped)} configuration(s) were not searched: they do not meet the accuracy floor, so they "
-                 "cannot be recommended (listed below with the reason; `--accuracy-floor none` searches them too).")
+        L.append(f"- {len(skipped)} configuration(s) were not searched: they fail the accuracy floor, are inconclusive "
+                 "against it or have no accuracy data of their own, so they cannot be recommended (listed below with the reason; `--accuracy-floor "
+                 "none` searches them too).")
     from simulator.serving.metrics import DRIFT_LIMIT
 
     more = (f"then the run length is doubled up to {spec.max_request_doublings}x" if spec.max_request_doublings else
@@ -342,33 +363,33 @@ def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_ar
           f"{load.requests} requests per simulation: the search of `specsim capacity` (same seeds, same run length, "
           f"same figures). A configuration already significantly below the best (the paired test below) gets no more "
           f"replications: its rank cannot become 1 (converged: no: stopped). "
-          f"Configurations that do not meet the accuracy floor (never recommended) are not searched. "
+          f"Configurations that fail the accuracy floor, are inconclusive against it or have no accuracy data of "
+          f"their own are not searched; "
+          f"one with measured accuracy whose floor cannot be judged (the reference's accuracy unknown) is searched "
+          f"but never recommended. "
           f"Rank = 1 + the number of configurations whose per-{dev} capacity is higher with a paired 95% interval "
-          f"of the difference above {EQUIVALENCE:.0%} of the lower one; rank 1 beside the best = within the interval "
-          f"of the best (a tie). A configuration that sustains no load is not ranked.", "",
+          f"of the difference above {EQUIVALENCE:.0%} of the lower one. Standing: among the configurations that meet the "
+          f"accuracy floor, re-ranked alone, those of rank 1 beside the best are within the interval of the best (a "
+          f"tie; the Answer's list). A configuration that sustains no load is not ranked. Replicas for the target: at "
+          f"the max rate, and in brackets at the 95% interval's lower bound where that needs more.", "",
           "## Capacity, accuracy and cost per configuration", "",
           "| rank | configuration | hardware | TP | max req/s | 95% interval | converged | reps | standing | req/s per " + dev
-          + " | accuracy [95%] | floor | p99 latency at max (s) | cost / 1000 req | replicas | " + dev + "s |",
+          + f" | accuracy [95%] | floor | p99 latency at max (s) | cost / 1000 req ({currency}) | replicas | " + dev + "s |",
           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in cap.itertuples():
         L.append(f"| {'—' if pd.isna(r.rank) else r.rank} | {r.label} | {r.hardware} | {r.tp} | {_fmt(r.max_qps)} | {_ci(r)} | "
                  f"{'yes' if r.converged else ('no: stopped, below the best' if getattr(r, 'stopped_below_best', False) else '**no**')}"
                  f" | {int(r.replications)} | {r.standing} | "
                  f"{_fmt(r.qps_per_gpu)} | {_acc(r)} | {r.accuracy_floor} | {_fmt(r.latency_p99_s)} | "
-                 f"{_fmt(getattr(r, 'cost_per_1000_requests', np.nan))} | {_fmt(getattr(r, 'replicas', np.nan))} | "
-                 f"{_fmt(getattr(r, 'gpus', np.nan))} |")
-    from simulator.accuracy import floor_status
+                 f"{_fmt(getattr(r, 'cost_per_1000_requests', np.nan))} | {_replicas(r, 'replicas')} | {_replicas(r, 'gpus')} |")
+    from simulator.accuracy import excluded_text
 
-    ex = [(c.label, *floor_status(acc_model, c, floor)) for c in skipped]
     L += ["", "## Excluded configurations and why", ""]
-    if ex:
-        groups: dict = {}
-        for label, st, why in ex:
-            groups.setdefault((st, why), []).append(label)
-        for (st, why), labels in groups.items():
-            L.append(f"- {', '.join(labels)}: accuracy {st} ({why}); not searched.")
-    else:
-        L.append("- none: every configuration meets the accuracy floor.")
+    L += [f"- {t}." for t in excluded_text(acc_model, skipped, floor)] or ["- none: every configuration was searched."]
+    kept = cap[(cap.accuracy_floor != "meets") & (cap.max_qps > 0)]
+    if len(kept):
+        L.append(f"- {', '.join(kept.label)}: searched (accuracy measured) but not recommended: the accuracy floor "
+                 f"is not shown to be met ({'; '.join(dict.fromkeys(kept.accuracy_why))}).")
     zero = cap[cap.max_qps <= 0]
     if len(zero):
         L.append(f"- {', '.join(zero.label)}: no rate meets `{slo.text}` (sustain no load); not ranked.")
@@ -408,7 +429,7 @@ def _markdown(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario_ar
         p = rs.cost_profile(h)
         L.append(f"- Cost profile for {h}: `{p.name}`, {p.provenance.kind} — {p.provenance.source}")
     L += ["", "## Reproduce", "", "```", f"specsim report {scenario_arg} --out <DIR> --slo '{slo.text}' --requests {load.requests} "
-          f"--seed {load.seed}" + (f" --gpu-hour-cost {gpu_hour_cost:g}" if gpu_hour_cost else "")
+          f"--seed {load.seed}" + (f" --gpu-hour-cost {gpu_hour_cost:g} --currency {shlex.quote(currency)}" if gpu_hour_cost else "")
           + (f" --target-qps {target_qps:g}" if target_qps else "")
           + (" --bench-serve " + shlex.quote(bench_serve) if bench_serve else ""), "```", "",
           "Files: `capacity.csv`, `latency_vs_load.csv`, `resolved.json` (the resolved scenario and run settings).", ""]

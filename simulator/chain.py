@@ -130,6 +130,9 @@ def _stepwise_sums(workload: WorkloadProfile, qs: np.ndarray, fns: np.ndarray, n
         m = np.where(C[:, :B] > 1e-300, C[:, :B], 0.0)
     end_pmf = np.clip(irfft(E, nfft, axis=1)[:, :L], 0.0, None)
     end_pmf[:, B:] += end_B
+    # a row whose chain ended (answer, budget or step count) before step first_n: every step was the base model's
+    never = ~in_phase
+    A_pre[never], Hb_pre[never] = A[never], Hb[never]
     if alive.max() >= EPS_MASS:  # ran out of steps (the hazard is 1 past the step-count support: not reached)
         end_pmf[:, :B] += m
     return {"A": A, "Hb": Hb, "A_pre": A_pre, "Hb_pre": Hb_pre, "first": first, "end_pmf": end_pmf,
@@ -323,8 +326,9 @@ def _composed_sums(workload: WorkloadProfile, qs: np.ndarray, fns: np.ndarray, n
     Cont = Bk1 * F(A_pre_s - Hb_pre_s) + qc * S1 * F(A_ph - Hs_ph) + (1.0 - qc) * Bk1 * F(A_ph - Hb_ph)
     end_pmf = np.clip(irfft(E, n1, axis=1)[:, :L], 0.0, None)
     end_pmf[:, B:] += np.clip(irfft(Cont, n1, axis=1)[:, B:L], 0.0, None)
-    return {"A": A, "Hb": Hb, "A_pre": np.where(sw, A_pre_s, 0.0), "Hb_pre": np.where(sw, Hb_pre_s, 0.0),
-            "first": np.where(sw, m_start, 0.0), "end_pmf": end_pmf, "steps": A.sum(axis=1),
+    # A_pre_s sums j < min(first_n, J_stop): a row that stopped before first_n has every step in it (A_ph = 0)
+    return {"A": A, "Hb": Hb, "A_pre": A_pre_s, "Hb_pre": Hb_pre_s, "first": np.where(sw, m_start, 0.0),
+            "end_pmf": end_pmf, "steps": A.sum(axis=1),
             "small_prop": np.where(switched, A_ph.sum(axis=1), 0.0)}
 
 

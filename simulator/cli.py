@@ -17,19 +17,14 @@ import typer
 
 from simulator.errors import InputError
 from simulator.cli_show import show
-from simulator.option_values import GAMMA_MAX, gamma_list_option, int_list_option, threshold_list_option
+from simulator.option_values import (FIRST_N_MAX, GAMMA_MAX, check_capacity_requests, check_requests, currency_option,
+                                     gamma_list_option, gpu_hour_cost_option, int_list_option, rate_list,
+                                     threshold_list_option, user_list)
+from simulator.output_contract import ForceOpt, writes
 from simulator.report_table import COLUMNS_HELP
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="The simulator's commands: what-if grids, scenarios, capacity planning, reports.")
-
-
-def _check_requests(requests: int | None, lo: int) -> None:
-    """--requests within [lo, MAX_REQUESTS]: the bound a scenario's `requests` has (simulator.scenario)."""
-    from simulator.scenario import MAX_REQUESTS
-
-    if requests is not None and not lo <= requests <= MAX_REQUESTS:
-        raise InputError(None, "--requests", f"must lie in {lo}..{MAX_REQUESTS:,} (got {requests:,})")
 
 
 def _check_seed(seed: int | None) -> None:
@@ -38,34 +33,51 @@ def _check_seed(seed: int | None) -> None:
 
 
 # Options shared by several commands (declared once).
-ForceOpt = Annotated[bool, typer.Option("--force", help="overwrite a file git tracks, or write into a non-empty --out folder")]
+# --force: simulator.output_contract (the one output contract; @writes adds it where a command lacks it)
+AccuracyFloorOpt = Annotated[Optional[str], typer.Option(
+    "--accuracy-floor", help="recommend only configurations at least this accurate: vanilla-base (default: within "
+    "--accuracy-margin of it), a number in [0, 1], or none")]
+AccuracyMarginOpt = Annotated[Optional[float], typer.Option(
+    "--accuracy-margin", help="allowed accuracy loss vs the reference system, within its 95% interval (default 0.05)")]
+# the grid's hardware and TP instead of the scenario's (whatif, capacity, report): _grid_overrides reads them
+HardwareOpt = Annotated[Optional[str], typer.Option("--hardware", help="run on this catalog hardware instead of the "
+                                                    "scenario's (specsim list hardware), e.g. h100-sxm or h100-sxm,h200")]
+
+
+def tp_option():
+    return int_list_option(None, "--tp", concept="tp", lo=1, hi=1024, help="tensor-parallel degrees instead of the "
+                           "scenario's", example="1,2")
 
 
 @app.command()
+@writes(out="table")
 def whatif(
     scenario: str = typer.Argument(..., help="scenario YAML (path or name in scenarios/)"),
     system: Optional[list[str]] = typer.Option(None, "--system", help="restrict to these systems (repeatable)"),
     gamma: Optional[list[int]] = gamma_list_option(),
     threshold: Optional[list[int]] = threshold_list_option(),
-    first_n: Optional[list[int]] = int_list_option(None, "--first-n", concept="first_n", lo=0, hi=100_000,
+    first_n: Optional[list[int]] = int_list_option(None, "--first-n", concept="first_n", lo=0, hi=FIRST_N_MAX,
                                                    help="steps the base model writes first", example="0,2"),
     engine: Optional[str] = typer.Option(None, help="analytic | des (default: the scenario's)"),
     requests: Optional[int] = typer.Option(None, help="DES requests per grid point"),
     seed: Optional[int] = typer.Option(None, help="DES seed"),
     fmt: str = typer.Option("table", "--format", help="table | csv | json"),
-    out: Optional[Path] = typer.Option(None, help="write the results here (every column; CSV for table format)"),
+    out: Optional[Path] = typer.Option(None, help="write the results here, every column (table format: JSON for a "
+                                       ".json name, parquet for .parquet, else CSV)"),
     columns: Optional[str] = typer.Option(None, "--columns", help=COLUMNS_HELP),
-    hardware: Optional[str] = typer.Option(None, "--hardware", help="run on this catalog hardware instead of the "
-                                           "scenario's (specsim list hardware), e.g. h100-sxm or h100-sxm,h200"),
-    tp: Optional[list[int]] = int_list_option(None, "--tp", concept="tp", lo=1, hi=1024,
-                                              help="tensor-parallel degrees instead of the scenario's", example="1,2"),
+    hardware: HardwareOpt = None,
+    tp: Optional[list[int]] = tp_option(),
+    accuracy_floor: AccuracyFloorOpt = None,
+    accuracy_margin: AccuracyMarginOpt = None,
     force: ForceOpt = False,
 ):
     """Predict latency, speedup, small-step fraction, acceptance length and breakdown over the grid.
 
     The breakdown (--columns breakdown) splits each latency into small and base decode, prefill, scoring,
     drafting, verification and call overhead, all in seconds per request; they sum to the latency. The DES
-    engine adds p50/p90/p99 latency and a 99% interval of the mean.
+    engine adds p50/p90/p99 latency and a 99% interval of the mean. The last line names the fastest
+    configuration shown to meet the accuracy floor, and any faster one left out and why (accuracy unknown
+    or below the floor).
 
     Example: specsim whatif reference-a6000-qwq32b --system specreason-decode --gamma 3-6 --threshold 5,7
     """
@@ -75,17 +87,20 @@ def whatif(
         raise InputError(None, "--format", f"expected table, csv or json (got {fmt!r})")
     if engine is not None and engine not in ("analytic", "des"):
         raise InputError(None, "--engine", f"expected analytic or des (got {engine!r})")
-    _check_requests(requests, 2)
+    check_requests(requests, 2)
     _check_seed(seed)
-    from simulator.report_table import check_columns, check_out, job, write_output
+    from simulator.report_table import check_columns, job, write_output
 
-    check_out(out, fmt, force)
     check_columns(columns, extra=("engine", "steps", "requests", "accuracy", "accuracy_lo", "accuracy_hi"))
     kwargs = dict(systems=system, gammas=gamma, thresholds=threshold, first_ns=first_n, engine=engine, requests=requests, seed=seed,
-                  grid_overrides=_grid_overrides(hardware, tp))
+                  grid_overrides=_grid_overrides(hardware, tp), accuracy_floor=accuracy_floor, accuracy_margin=accuracy_margin)
     with job(f"whatif {scenario}" + (f": {engine} engine" if engine else "") + (f", {requests} requests per point" if requests else "")):
         df, title, meta = whatif_from_cli(scenario, **kwargs)
     write_output(df, fmt, out, title, meta, columns)
+    if fmt == "table":
+        from simulator.report_table import print_line
+
+        print_line(meta["best"])
 
 
 def _grid_overrides(hardware: str | None, tp: list[int] | None) -> dict | None:
@@ -121,25 +136,7 @@ def list_cmd(what: str = typer.Argument(..., help="hardware | models | scenarios
 app.command()(show)
 
 
-def _float_list(text: str | None, field: str) -> list[float] | None:
-    """'0.5,1,2' -> positive floats; errors name the option."""
-    if text is None:
-        return None
-    try:
-        vals = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise InputError(None, field, f"expected positive numbers like 0.5,1,2 (got {text!r})") from None
-    if not vals or any(not (v > 0 and v < float("inf")) for v in vals):
-        raise InputError(None, field, f"expected positive numbers like 0.5,1,2 (got {text!r})")
-    return vals
-
-
 # Options shared by `capacity` and `report` (declared once).
-AccuracyFloorOpt = Annotated[Optional[str], typer.Option(
-    "--accuracy-floor", help="recommend only configurations at least this accurate: vanilla-base (default: within "
-    "--accuracy-margin of it), a number in [0, 1], or none")]
-AccuracyMarginOpt = Annotated[Optional[float], typer.Option(
-    "--accuracy-margin", help="allowed accuracy loss vs the reference system, within its 95% interval (default 0.05)")]
 CiTargetOpt = Annotated[Optional[float], typer.Option(
     "--ci-target", help="replicate until the 95% interval half-width is at most this fraction of the capacity (default 0.10)")]
 MaxReplicationsOpt = Annotated[Optional[int], typer.Option("--max-replications", help="replications per configuration at most")]
@@ -151,6 +148,7 @@ BenchServeOpt = Annotated[Optional[str], typer.Option("--bench-serve", help=(
 
 
 @app.command()
+@writes(out="table")
 def capacity(
     scenario: str = typer.Argument(..., help="scenario YAML (path or name in scenarios/)"),
     slo: Optional[str] = typer.Option(None, help="SLO, e.g. 'p99_latency<=300s' or 'p90_latency<=60s,mean_ttft<=2s' "
@@ -167,12 +165,14 @@ def capacity(
     cv: float = typer.Option(1.0, help="coefficient of variation of inter-arrival gaps (bursty)"),
     requests: Optional[int] = typer.Option(None, help="requests simulated per load level"),
     seed: Optional[int] = typer.Option(None, help="base seed (default: the scenario's)"),
-    gpu_hour_cost: Optional[float] = typer.Option(None, "--gpu-hour-cost", help="price of one GPU-hour"),
+    gpu_hour_cost: Optional[float] = gpu_hour_cost_option(),
+    currency: str = currency_option(),
     target_qps: Optional[float] = typer.Option(None, "--target-qps", help="request rate to provision for"),
     workers: Optional[int] = typer.Option(None, help="local worker processes (default: all cores; 1 = serial)"),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="run the sweep on this Ray cluster"),
     fmt: str = typer.Option("table", "--format", help="table | csv | json"),
-    out: Optional[Path] = typer.Option(None, help="write the results here (every column)"),
+    out: Optional[Path] = typer.Option(None, help="write the results here, every column (table format: JSON for a "
+                                       ".json name, parquet for .parquet, else CSV)"),
     columns: Optional[str] = typer.Option(None, "--columns", help="table columns: summary (default) | all | a comma "
                                           "list of result columns, e.g. label,max_qps,latency_p99_s"),
     accuracy_floor: AccuracyFloorOpt = None,
@@ -188,6 +188,8 @@ def capacity(
                                     "and the per-iteration goodput rule's gamma at that load's mean batch, and the "
                                     "same system run with gamma chosen per engine iteration by that rule (up to the "
                                     "largest --gamma); --gamma may include 0 (plain decoding)"),
+    hardware: HardwareOpt = None,
+    tp: Optional[list[int]] = tp_option(),
     force: ForceOpt = False,
 ):
     """Highest request rate one replica sustains under an SLO, per configuration; replicas and cost.
@@ -201,7 +203,7 @@ def capacity(
     4 of the run's own mean latencies (a shorter run is rerun longer); drift x = mean latency of the last
     quarter of arrivals / the second quarter (a rate counts as sustained only at <= 1.25 and without a
     significant latency trend, so SLO met can be "no" while p99 is under the bound); sims = serving simulations the search ran for that configuration; goodput req/s = requests
-    per second finishing within the SLO; cost at --gpu-hour-cost; replicas and GPUs (CPU hosts for a CPU
+    per second finishing within the SLO; cost at --gpu-hour-cost, in --currency; replicas and GPUs (CPU hosts for a CPU
     scenario) for --target-qps. --out files get every column. The last line names the best configuration
     and why (the same line opens `specsim report`). SLO metrics: latency, ttft, queue_delay, tpot, itl
     (vllm bench serve's definitions).
@@ -212,11 +214,10 @@ def capacity(
     "vllm bench serve --dataset-name random --random-input-len 2048 --random-output-len 256"
     """
     from simulator.capacity import capacity_from_cli
-    from simulator.report_table import check_out, job, write_output
+    from simulator.report_table import job, write_output
 
     if fmt not in ("table", "csv", "json"):
         raise InputError(None, "--format", f"expected table, csv or json (got {fmt!r})")
-    check_out(out, fmt, force)
     if workers is not None and workers < 1:
         raise InputError(None, "--workers", "must be >= 1")
     _check_seed(seed)
@@ -233,19 +234,23 @@ def capacity(
     if gamma and gamma[0] == 0 and not best_gamma:
         raise InputError(None, "--gamma", f"must lie in 1..{GAMMA_MAX} (got 0): 0, plain decoding, is --best-gamma's "
                          "baseline only")
-    user_counts = [int(u) for u in _float_list(users, "--users")] if users else None
+    user_counts = user_list(users)
+    rates = rate_list(qps)
+    check_capacity_requests(requests)
     if best_gamma and not user_counts:
         raise InputError(None, "--best-gamma", "needs --users (the concurrency levels to compare gammas at)")
+    grid = _grid_overrides(hardware, tp)
     what = "checking the SLO at the given load" if qps or users or arrivals_file else "searching each configuration's capacity"
     with job(f"capacity {scenario}: {what} (serving simulations on {workers or 'all'} local worker(s))") as j:
         df, meta = capacity_from_cli(
-            scenario, slo, qps=_float_list(qps, "--qps"), users=user_counts, systems=system,
+            scenario, slo, qps=rates, users=user_counts, systems=system,
             gammas=gamma, thresholds=threshold,
-            arrival=arrival, cv=cv, requests=requests, seed=seed, gpu_hour_cost=gpu_hour_cost, target_qps=target_qps,
+            arrival=arrival, cv=cv, requests=requests, seed=seed, gpu_hour_cost=gpu_hour_cost, currency=currency, target_qps=target_qps,
             workers=workers, ray_address=ray_address, arrivals_file=str(arrivals_file) if arrivals_file else None,
             interval=_interval(ci_target, max_replications), accuracy_floor=accuracy_floor, accuracy_margin=accuracy_margin,
             adaptive_gamma=best_gamma, gamma_policy=gamma_policy, progress=j.progress, stop_below_best=True,
-            bench_serve=bench_serve,
+            bench_serve=bench_serve, grid_overrides=grid, trim_grid=True,
+            announce=lambda note: typer.echo(f"note: {note}", err=True),
         )
     from simulator.report_table import render_best_gamma, render_capacity
 
@@ -255,25 +260,27 @@ def capacity(
 
         if not df["gamma"].notna().any():
             raise InputError(None, "--best-gamma", "no configuration with a draft (specdecode, specreason-decode) selected")
-        df = gamma_vs_concurrency(df[df["gamma"].notna()], load_scenario(scenario))
+        df = gamma_vs_concurrency(df[df["gamma"].notna()], load_scenario(scenario, grid))
         title = f"best gamma vs concurrency — {meta['scenario']}"
     else:
         title = f"capacity — {meta['scenario']} — SLO {meta['slo']}"
-        if meta.get("workload_note"):
-            title = f"note: {meta['workload_note']}\n{title}"
+        for key in ("workload_note", "grid_note"):
+            if meta.get(key):
+                title = f"note: {meta[key]}\n{title}"
     if fmt == "table" and best_gamma:
         render_best_gamma(df, title)
     elif fmt == "table":
-        render_capacity(df, title, columns)
+        render_capacity(df, title, columns, currency)
         if meta.get("headline"):
             print(meta["headline"])
     if fmt != "table" or out is not None:
-        from simulator.report_table import file_format
+        from simulator.output_contract import file_format
 
         write_output(df, file_format(fmt, out) if out is not None else fmt, out, title, meta)
 
 
 @app.command()
+@writes(out="folder")
 def report(
     scenario: str = typer.Argument(..., help="scenario YAML (path or name in scenarios/)"),
     out: Path = typer.Option(..., help="output folder (created; an existing non-empty one needs --force)"),
@@ -284,7 +291,8 @@ def report(
     threshold: Optional[list[int]] = threshold_list_option(),
     requests: Optional[int] = typer.Option(None, help="requests simulated per load level"),
     seed: Optional[int] = typer.Option(None, help="base seed (default: the scenario's)"),
-    gpu_hour_cost: Optional[float] = typer.Option(None, "--gpu-hour-cost", help="price of one GPU-hour"),
+    gpu_hour_cost: Optional[float] = gpu_hour_cost_option(),
+    currency: str = currency_option(),
     target_qps: Optional[float] = typer.Option(None, "--target-qps", help="request rate to provision for"),
     workers: Optional[int] = typer.Option(None, help="local worker processes (default: all cores)"),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="run the sweep on this Ray cluster"),
@@ -293,24 +301,25 @@ def report(
     ci_target: CiTargetOpt = None,
     max_replications: MaxReplicationsOpt = None,
     bench_serve: BenchServeOpt = None,
+    hardware: HardwareOpt = None,
+    tp: Optional[list[int]] = tp_option(),
     force: ForceOpt = False,
 ):
     """Capacity-planning report (markdown + PNGs): latency vs load, SLO frontier, cost, assumptions.
 
     The capacities, intervals and ranks are those of `specsim capacity` (the same search, seeds and run length);
-    configurations below the accuracy floor are listed, not searched. The report's first line (also printed
-    here) names the best configuration and why.
+    configurations below the accuracy floor, or without accuracy data of their own, are listed (here and in the
+    report) with the reason, not searched; one with measured accuracy whose floor cannot be judged (the
+    reference's accuracy unknown) is searched and plotted, never recommended. The report's first line (also
+    printed here) names the best configuration and why.
 
     Example: specsim report cpu-smollm2 --out out/report-cpu --target-qps 2 --gpu-hour-cost 0.05
     """
     from simulator.capacity_report import build_report
-    from simulator.report_table import check_out
-
-    check_out(out, force=force, folder=True)
     for name, v in (("--gpu-hour-cost", gpu_hour_cost), ("--target-qps", target_qps)):
         if v is not None and not v > 0:
             raise InputError(None, name, f"must be a positive number (got {v})")
-    _check_requests(requests, 20)
+    check_capacity_requests(requests)
     _check_seed(seed)
     from simulator.report_table import job, wrote
 
@@ -321,46 +330,20 @@ def report(
             if sname not in SYSTEMS:
                 raise InputError(None, "--system", f"unknown system {sname!r}; known: {', '.join(SYSTEMS)}")
     with job(f"report {scenario}: capacity search, then latency-vs-load curves (serving simulations)") as j:
-        path, line = build_report(scenario, out, slo, requests, seed, gpu_hour_cost, target_qps, workers, ray_address,
+        path, line, excluded = build_report(scenario, out, slo, requests, seed, gpu_hour_cost, target_qps, workers, ray_address,
+                                            currency=currency,
                                   accuracy_floor=accuracy_floor, accuracy_margin=accuracy_margin,
                                   interval=_interval(ci_target, max_replications), systems=system,
-                                  gammas=gamma, thresholds=threshold, progress=j.progress, bench_serve=bench_serve)
+                                  gammas=gamma, thresholds=threshold, progress=j.progress, bench_serve=bench_serve,
+                                  grid_overrides=_grid_overrides(hardware, tp))
     print(line)
+    for text in excluded:  # never leave a configuration out in silence
+        print(f"Excluded: {text}.")
     wrote(path, f"markdown; PNGs and CSVs beside it in {out}")
 
 
-INIT_TEMPLATE = """\
-# A specreason-sim scenario (specsim init). Every field below is explained; `specsim show {path}` prints
-# it resolved with every default filled in, `specsim whatif {path}` runs its grid.
-name: {name}
-description: QwQ-32B base + R1-Distill-Qwen-1.5B small on 2x RTX A6000 (edit me)
-# hardware: a catalog name (specsim list hardware) and how many devices one replica has
-hardware: {{gpu: rtx-a6000, count: 2}}
-# base and small (reasoning) models: catalog names (specsim list models) or a path to a HF config.json;
-# tp = tensor-parallel degree
-base: {{model: qwq-32b, tp: 2}}
-small: {{model: r1-distill-qwen-1.5b, tp: 2}}
-# the workload model (steps, scores, acceptance) fitted from traces (specsim list workloads); use one fitted
-# for your base + small models: a borrowed one is flagged in every table
-workload: aime_qwq32b_r1-1.5b
-# cost profiles: prior (catalog priors per GPU) or fitted profiles (specsim list profiles)
-cost_profiles: [prior]
-# GPU memory share of each engine (the rest: activations, the other engine)
-memory_fraction: {{base: 0.8, small: 0.1}}
-# systems to compare: vanilla-base, vanilla-small, specdecode, specreason, specreason-decode
-systems: [vanilla-base, specdecode, specreason, specreason-decode]
-grid:
-  gamma: [2, 4, 6]        # draft tokens per verification (specdecode, specreason-decode), 1..16
-  threshold: [5, 7]       # SpecReason acceptance threshold 0..10 (10: never keep a small step)
-  first_n: [0]            # first steps always taken by the base model
-engine: analytic          # analytic (closed form) | des (discrete-event: adds p50/p90/p99)
-requests: 400             # DES requests per grid point
-slo: "p99_latency<=900s"  # capacity planning (specsim capacity / report)
-seed: 0
-"""
-
-
 @app.command()
+@writes(path="yaml")
 def init(
     path: Path = typer.Argument(..., help="scenario file to write, e.g. my-scenario.yaml"),
     force: bool = typer.Option(False, "--force", help="overwrite an existing file"),
@@ -370,6 +353,7 @@ def init(
     Example: specsim init my-scenario.yaml && specsim whatif my-scenario.yaml
     """
     from simulator.loading import write_atomic
+    from simulator.scenario_template import INIT_TEMPLATE
 
     if str(path).strip() == "" or path.suffix.lower() not in (".yaml", ".yml"):
         raise InputError(None, "path", f"expected a .yaml file name (got {str(path)!r})")
@@ -377,9 +361,8 @@ def init(
         raise InputError(None, "path", f"{path} is a folder; give a file name, e.g. {path / 'scenario.yaml'}")
     if path.exists() and not force:
         raise InputError(None, "path", f"{path} exists: refusing to overwrite it; pass --force or choose another name")
-    from simulator.report_table import check_out, wrote
+    from simulator.report_table import wrote
 
-    check_out(path, force=force)
     write_atomic(path, INIT_TEMPLATE.format(name=path.stem, path=path))
     wrote(path, "scenario; edit it, then specsim show / whatif / capacity")
 
@@ -403,6 +386,7 @@ def _interval(ci_target: float | None, max_replications: int | None):
 
 
 @app.command("pass-time")
+@writes(out="table")
 def pass_time(
     model: str = typer.Option(..., "--model", help="catalog model name (specsim list models) or a path to a HF config.json"),
     hardware: str = typer.Option(..., "--hardware", help="catalog hardware name, e.g. h100-sxm"),
@@ -414,35 +398,39 @@ def pass_time(
     context: list[int] = int_list_option("0", "--context", concept="context", lo=0, hi=10_000_000,
                                          help="cached tokens per sequence", example="0,4096"),
     dtype: str = typer.Option("bf16", "--dtype", help="weight dtype: bf16 | fp8 | int4"),
-    draft: Optional[str] = typer.Option(None, "--draft", help="draft: a catalog model, head[:LAYERS] (EAGLE-style) or mtp[:LAYERS] (the model's own MTP module)"),
+    draft: Optional[str] = typer.Option(None, "--draft", help="draft: a catalog model, head[:LAYERS] (EAGLE-style), eagle3[:LAYERS] (EAGLE-3 as built), block[:LAYERS] (gamma drafts in one pass) or mtp (the model's own MTP module, one per drafted token)"),
     ep: int = typer.Option(1, "--ep", help="expert parallelism of a mixture of experts: 1 (experts sharded by TP) or TP (whole experts per GPU)"),
+    pp: int = typer.Option(1, "--pp", help="pipeline-parallel stages (layers split over pp stages of --tp GPUs each)"),
+    dp: int = typer.Option(1, "--dp", help="data-parallel attention ranks of a mixture of experts (--ep = tp x dp); --batch is the replica's"),
     gamma: Optional[int] = typer.Option(None, "--gamma", help="draft tokens per speculative iteration (with --draft)"),
     profile: Optional[Path] = typer.Option(None, "--profile", help="cost profile YAML (default: the catalog's priors)"),
     fmt: str = typer.Option("table", "--format", help="table | csv | json"),
-    out: Optional[Path] = typer.Option(None, help="write the rows here (CSV for table format, JSON for a .json name)"),
+    out: Optional[Path] = typer.Option(None, help="write the rows here (table format: JSON for a .json name, "
+                                       "parquet for .parquet, else CSV)"),
     force: ForceOpt = False,
 ):
     """Predicted time of one engine step (pass_ms) with its breakdown; with --draft/--gamma also iteration_ms.
 
     A step runs B sequences with T new tokens each on C cached tokens each; the parts (weights, kv, compute,
-    allreduce, step, layers, sequences) sum to pass_ms. An iteration is gamma draft passes plus one
+    allreduce, step, layers, sequences, sendrecv: pipeline stages) sum to pass_ms; with --pp the step is one
+    pipeline cycle (every sequence advances once). An iteration is gamma draft passes plus one
     verification of gamma+1 tokens per sequence at context C.
 
     Example: specsim pass-time --model qwq-32b --hardware h100-sxm --tp 2 --batch 1,8,64 --context 4096
     """
     from simulator.pass_time import pass_time_table, render
-    from simulator.report_table import check_out, file_format, write_output
+    from simulator.output_contract import file_format
+    from simulator.report_table import write_output
 
     if fmt not in ("table", "csv", "json"):
         raise InputError(None, "--format", f"expected table, csv or json (got {fmt!r})")
-    check_out(out, fmt, force)
     prof = None
     if profile is not None:
         from simulator.cost_profile import CostProfile
         from simulator.loading import load_yaml_model
 
         prof = load_yaml_model(profile, CostProfile)
-    df, meta = pass_time_table(model, hardware, tp, batch, new_tokens, context, dtype, draft, gamma, prof, ep)
+    df, meta = pass_time_table(model, hardware, tp, batch, new_tokens, context, dtype, draft, gamma, prof, ep, pp, dp)
     if fmt == "table":
         render(df, meta)
         if out is not None:
@@ -475,7 +463,7 @@ def serve_workload(
 
     if fmt not in ("table", "json"):
         raise InputError(None, "--format", f"expected table or json (got {fmt!r})")
-    _check_requests(requests, 2)
+    check_requests(requests, 2)
     _check_seed(seed)
     out = serve_scenario(scenario, bench_serve, hardware, tp, requests, seed, prefix_caching)
     if fmt == "json":

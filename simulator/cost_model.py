@@ -77,18 +77,22 @@ def gpu_split(t_w, t_kv, t_comp, p: float):
     return gpu, gpu * share_m, kv_share
 
 
-DRAFT_KINDS = ("model", "head", "mtp", "ngram")
+DRAFT_KINDS = ("model", "head", "eagle3", "mtp", "block", "ngram")
 
 
 @dataclass(frozen=True)
 class Drafting:
-    """How a draft proposes tokens (a draft deployment's ``drafting``; docs in README "Draft kinds").
+    """How a draft proposes tokens (a draft deployment's ``drafting``; docs/model.md, docs/drafters.md).
 
     ``kind``: ``model`` -- a separate small model with its own full KV cache (the default);
     ``head`` -- an EAGLE / MTP-style head (the deployment's model is ``ModelSpec.draft_head`` of the
     target: a few layers of the target's width + LM head, fed the target's hidden states);
+    ``eagle3`` -- an EAGLE-3 head (``catalog.draft_heads.eagle3_head``: three target layers' features fused by a 3H x H
+    projection, one decoder layer whose attention reads [embedding, feature] (2H), its own reduced-vocabulary LM
+    head), one pass per drafted token;
     ``mtp`` -- the target's own multi-token-prediction module (``ModelSpec.mtp_head``: DeepSeek's MoE layer sharing
-    the embedding and LM head), one pass per drafted token;
+    the embedding and LM head), one pass per drafted token (vLLM runs module ``step mod n`` of n: one per pass);
+    ``block`` -- a block drafter (DSpark): the gamma drafts of an iteration in ONE pass of gamma tokens;
     ``ngram`` -- prompt lookup: no model, no GPU cost.
     ``tree_width``: w candidates per drafted position (1: a chain). A tree of width w drafts w tokens per
     level (one draft pass of w tokens) and the target verifies w*gamma + 1 tokens in one pass.
@@ -102,6 +106,8 @@ class Drafting:
             raise ValueError(f"unknown draft kind {self.kind!r}; known: {', '.join(DRAFT_KINDS)}")
         if self.tree_width < 1:
             raise ValueError("tree_width must be >= 1")
+        if self.kind == "block" and self.tree_width != 1:
+            raise ValueError("a block drafter drafts a chain (tree_width 1)")
 
     @property
     def free(self) -> bool:
@@ -116,17 +122,23 @@ class Drafting:
 CHAIN = Drafting()
 
 
-def expert_parallel_error(model: ModelSpec, tp: int, ep: int) -> str | None:
+def expert_parallel_error(model: ModelSpec, tp: int, ep: int, dp: int = 1) -> str | None:
     """Why ``ep`` cannot serve ``model`` at ``tp`` (None: it can). ep = 1: every expert sharded over the TP GPUs along
     its FFN dimension (the usual all-reduce); ep = tp: whole experts, experts / ep of them per GPU, attention still
-    tensor-parallel (vLLM's ``--enable-expert-parallel`` without data-parallel attention)."""
+    tensor-parallel (vLLM's ``--enable-expert-parallel`` without data-parallel attention); dp > 1: attention
+    replicated over dp ranks of tp GPUs (data-parallel attention), the experts over all of them: ep = tp * dp."""
+    if dp > 1:
+        if not model.is_moe:
+            return f"dp={dp} (data-parallel attention) needs a mixture-of-experts model ({model.name} is dense)"
+        if ep != tp * dp:
+            return f"ep={ep} must be tp x dp = {tp * dp} with dp={dp} (experts sharded over every GPU of the replica)"
     if ep == 1:
         return None
     if ep < 1:
         return f"must be >= 1 (got {ep})"
     if not model.is_moe:
         return f"ep={ep} needs a mixture-of-experts model ({model.name} is dense)"
-    if ep != tp:
+    if ep != tp * dp:
         return f"ep={ep} must be 1 (experts sharded by TP) or equal to tp={tp} (whole experts per GPU)"
     if model.experts % ep:
         return f"{model.name}'s {model.experts} routed experts are not divisible by ep={ep}"
@@ -139,7 +151,11 @@ class Deployment:
 
     A draft deployment carries its ``drafting`` (kind, tree width); every other deployment keeps the default.
     ``ep``: expert parallelism of a mixture of experts (1: experts sharded by TP; tp: whole experts per GPU,
-    all-to-all dispatch and combine per MoE layer; :func:`expert_parallel_error`)."""
+    all-to-all dispatch and combine per MoE layer; :func:`expert_parallel_error`).
+    ``pp``: pipeline parallelism, the layers split over pp stages of tp GPUs each (:meth:`pass_breakdown`); the
+    per-GPU memory (weights, KV) is the model's over tp * pp GPUs. ``dp``: data-parallel attention of a mixture of
+    experts (DeepSeek's deployment): dp ranks of tp GPUs, each with the attention and dense weights and its own
+    sequences' KV, the routed experts sharded over all tp * dp GPUs (ep = tp * dp; :meth:`_moe_breakdown`)."""
 
     model: ModelSpec
     hardware: HardwareSpec
@@ -147,25 +163,50 @@ class Deployment:
     cost: CostParams
     drafting: Drafting = CHAIN
     ep: int = 1
+    pp: int = 1
+    dp: int = 1
 
     def __post_init__(self):
-        if self.ep != 1:
-            err = expert_parallel_error(self.model, self.tp, self.ep)
+        if not 1 <= self.pp <= self.model.layers:
+            raise ValueError(f"pp={self.pp} must lie in 1..{self.model.layers} (the layers of {self.model.name})")
+        if self.dp < 1 or (self.dp > 1 and self.pp > 1):
+            raise ValueError(f"dp={self.dp} must be >= 1, and data-parallel attention runs without pipeline stages")
+        if self.ep != 1 or self.dp != 1:
+            err = expert_parallel_error(self.model, self.tp, self.ep, self.dp)
             if err:
                 raise ValueError(err)
 
     # ---- static quantities --------------------------------------------------------------
     @property
+    def gpus(self) -> int:
+        """GPUs of one replica: tp per pipeline stage, pp stages (or dp data-parallel attention ranks)."""
+        return self.tp * self.pp * self.dp
+
+    @property
+    def expert_shards(self) -> int:
+        """GPUs the routed experts are spread over: ep (whole experts per GPU), else tp (each expert sharded)."""
+        return self.ep if self.ep > 1 else self.tp
+
+    @property
     def weight_bytes_per_gpu(self) -> float:
-        return self.model.weight_bytes_read / self.tp
+        return self.model.weight_bytes_read / self.gpus
 
     @property
     def resident_bytes_per_gpu(self) -> float:
-        return 0.0 if self.drafting.free else self.model.weight_bytes_resident / self.tp
+        """Stored weights per GPU: the model over tp * pp GPUs; with data-parallel attention the non-expert weights
+        over tp (every rank holds them) and the routed experts over ep = tp * dp."""
+        if self.drafting.free:
+            return 0.0
+        m = self.model
+        if self.dp == 1:
+            return m.weight_bytes_resident / self.gpus
+        experts = m.moe_layers * m.experts * m.expert_bytes
+        return (m.weight_bytes_resident - experts) / self.tp + experts / self.ep
 
     @property
     def kv_bytes_per_token_per_gpu(self) -> float:
-        return 0.0 if self.drafting.free else self.model.kv_bytes_per_token(self.tp)
+        """KV bytes of one token on one GPU: its stage's layers (1/pp of them) over tp GPUs."""
+        return 0.0 if self.drafting.free else self.model.kv_bytes_per_token(self.tp) / self.pp
 
     # ---- the linear layers' GEMMs by kernel kind (simulator/catalog/quant_gemm.py): the one place the rule lives ----
     @cached_property
@@ -186,7 +227,8 @@ class Deployment:
     def streamed_weight_bytes_per_gpu(self) -> float:
         """The weight bytes a pass streams at eta_mem, with the quantised layer weights W_q counted at their kind's
         streaming efficiency:  (W - W_q + W_q / rm) / TP  (rm = 1 for bf16: the bytes as stored). A MoE model: its
-        non-expert weights (the experts stream at the MoE fit's own eta_moe)."""
+        non-expert weights (the experts stream at the MoE fit's own eta_moe). Pipeline stages: summed over them (the
+        time of a pass is the sum of its stages'; the memory per GPU is :attr:`weight_bytes_per_gpu`)."""
         m = self.model
         rm = self.gemm[1].mem_ratio.value
         routed = m.moe_layers * m.experts_per_token * m.expert_params
@@ -218,9 +260,13 @@ class Deployment:
 
         ``weights`` + ``kv`` + ``compute`` split the GPU time softmax_p(T_mem, T_comp) in proportion to
         each roof's p-th power (weights and KV share T_mem by their own times); ``allreduce``,
-        ``step`` (t_step), ``layers`` (L t_layer) and ``sequences`` (S t_seq) are added as they are.
-        A mixture of experts, latent attention, sliding windows or expert parallelism: :meth:`_moe_breakdown`."""
-        if not self.model.is_plain or self.ep != 1:
+        ``step`` (t_step), ``layers`` (L t_layer), ``sequences`` (S t_seq) and ``sendrecv`` (pipeline stages, 0 at
+        pp = 1) are added as they are.
+        A mixture of experts, latent attention, sliding windows or expert parallelism: :meth:`_moe_breakdown`;
+        pipeline parallelism: :meth:`_pipeline_breakdown`."""
+        if self.pp > 1:
+            return self._pipeline_breakdown(new_tokens, kv_tokens, attn_pairs, logit_rows, seqs)
+        if not self.model.is_plain or self.ep != 1 or self.dp != 1:
             return self._moe_breakdown(new_tokens, kv_tokens, attn_pairs, logit_rows, seqs)
         m, h, c = self.model, self.hardware, self.cost
         n = np.asarray(new_tokens, dtype=float)
@@ -241,6 +287,7 @@ class Deployment:
             "step": np.full_like(n, c.step_overhead_s),
             "layers": np.full_like(n, m.layers * c.layer_overhead_s + self.gemm_overhead_time),
             "sequences": np.asarray(seqs, dtype=float) * c.seq_overhead_s,
+            "sendrecv": np.zeros_like(n),  # pipeline stages' activations: _pipeline_breakdown
         }
         out["total"] = gpu + out["allreduce"] + self.overhead_time + out["sequences"]
         return out
@@ -259,16 +306,29 @@ class Deployment:
             allreduce: ep = 1 the Megatron all-reduces; ep = TP one all-reduce per layer (attention) + per dense layer,
                        and per MoE layer an all-to-all dispatch + combine of the tokens: 2 [t_ar + (ep-1)/ep N H b / B]
 
+        Data-parallel attention (dp > 1, ep = TP dp): the ranks step together (a MoE layer waits for every rank's
+        tokens), each with the busiest rank's share of the batch, r = min(dp, S) ranks busy: N, KV, attention, logit
+        rows and S above are the batch's / r (a rank's), except in the routed experts, which every GPU runs for the
+        tokens of all ranks: E_hit(N_all) experts of its E/ep, 2 L_moe k P_expert N_all / (ep F_e eta_moe_comp); the
+        all-to-all moves a rank's tokens, the attention all-reduce is within its tp GPUs (none at tp = 1).
+
         The soft roofline and its split into weights / KV / compute are the dense path's. A dense model with latent
         attention or sliding windows goes through the same lines with no MoE terms."""
         m, h, c = self.model, self.hardware, self.cost
-        n = np.asarray(new_tokens, dtype=float)
+        n_all = np.asarray(new_tokens, dtype=float)
         S = np.asarray(seqs, dtype=float)
+        n = n_all
+        if self.dp > 1:  # one rank's share of the batch (the busiest of min(dp, S) busy ranks)
+            r = np.clip(S, 1.0, float(self.dp))
+            n, S = n_all / r, S / r
+            kv_tokens, attn_pairs = np.asarray(kv_tokens, dtype=float) / r, np.asarray(attn_pairs, dtype=float) / r
+            logit_rows = np.asarray(logit_rows, dtype=float) / r
         bw = h.memory_bandwidth_bytes_per_s
-        hit = m.experts_hit(n) if not c.routing_skew else skewed_experts_hit(m.experts, m.experts_per_token, n, c.routing_skew)
+        hit = m.experts_hit(n_all) if not c.routing_skew else skewed_experts_hit(m.experts, m.experts_per_token, n_all,
+                                                                                 c.routing_skew)
         t_w = self.streamed_weight_bytes_per_gpu / (c.mem_efficiency * bw)
         if m.is_moe:
-            t_w = t_w + m.moe_layers * hit * m.expert_bytes / self.tp / (c.expert_mem_efficiency * bw)
+            t_w = t_w + m.moe_layers * hit * m.expert_bytes / self.expert_shards / (c.expert_mem_efficiency * bw)
         t_w = t_w * (1.0 + c.multi_token_penalty * (n >= 2))
         t_kv = m.kv_bytes(kv_tokens, self.tp, S) / (c.kv_efficiency * bw)
         routed = m.moe_layers * m.experts_per_token * m.expert_params
@@ -276,7 +336,7 @@ class Deployment:
         other = (2.0 * m.embedding_params * np.asarray(logit_rows, dtype=float) + m.attention_flops(attn_pairs, n, S)) / self.tp
         t_comp = (lin / self.matmul_flops_per_s + other / h.dense_bf16_flops_per_s) / c.compute_efficiency
         if m.is_moe:
-            t_comp = t_comp + 2.0 * routed * n / self.tp / (self.expert_flops_per_s * c.expert_compute_efficiency)
+            t_comp = t_comp + 2.0 * routed * n_all / self.expert_shards / (self.expert_flops_per_s * c.expert_compute_efficiency)
         gpu, mem, kv_share = gpu_split(t_w, t_kv, t_comp, c.roofline_p)
         moe_fixed = (c.moe_layer_overhead_s + (self.ep > 1) * c.moe_ep_overhead_s + hit / self.ep * c.expert_overhead_s
                      + n * m.experts_per_token * c.moe_token_overhead_s)
@@ -290,8 +350,40 @@ class Deployment:
             "step": np.full_like(n, c.step_overhead_s),
             "layers": np.broadcast_to(layers, n.shape).astype(float),
             "sequences": S * c.seq_overhead_s,
+            "sendrecv": np.zeros_like(n),
         }
         out["total"] = gpu + out["allreduce"] + out["step"] + out["layers"] + out["sequences"]
+        return out
+
+    def _pipeline_breakdown(self, new_tokens, kv_tokens, attn_pairs, logit_rows, seqs=1.0) -> dict:
+        """:meth:`pass_breakdown` with the layers split over pp stages (vLLM's pipeline parallelism: pp virtual
+        engines, one micro-batch in flight per stage). The pass is one pipeline cycle, in which every sequence of the
+        batch advances once:
+
+            m      = min(pp, S)                                    micro-batches (a sequence is in one of them)
+            T_pass = sum_stages T_stage(batch / m) + (pp - 1) (t_ar + (N / m) H b / B_link)
+
+        Each stage runs L/pp layers of every term (weights, KV, FLOPs, all-reduces, t_layer) of the same tp, so the
+        sum of the stage times of a micro-batch is the pp = 1 pass of that micro-batch at tp (the soft roofline is
+        homogeneous: pp stages of 1/pp each sum to the whole); the send/recv of its activations between consecutive
+        stages adds (pp - 1) hops of a link latency plus the hidden states of its tokens over the link. While that
+        micro-batch travels, the other m - 1 fill the other stages, so the cycle is one micro-batch's round trip:
+        at batch 1 the latency of pp = 1 plus the hops; at S >= pp the batch's cost is that of S/pp sequences.
+        Not modelled: uneven stages (the embedding and LM head on the end stages), per-micro-batch host work
+        serialised on the scheduler (t_step and t_seq are taken per micro-batch, overlapped), and a token budget per
+        micro-batch (the engine's budget stays one per pass)."""
+        from dataclasses import replace
+
+        n = np.asarray(new_tokens, dtype=float)
+        S = np.asarray(seqs, dtype=float)
+        m = np.clip(S, 1.0, float(self.pp))
+        whole = replace(self, pp=1).pass_breakdown(n / m, np.asarray(kv_tokens, dtype=float) / m,
+                                                   np.asarray(attn_pairs, dtype=float) / m,
+                                                   np.asarray(logit_rows, dtype=float) / m, S / m)
+        hop = self.cost.allreduce_latency_s + (n / m) * self.model.hidden * ACTIVATION_BYTES / self.hardware.link_bandwidth_bytes_per_s
+        out = dict(whole)
+        out["sendrecv"] = (self.pp - 1) * hop
+        out["total"] = whole["total"] + out["sendrecv"]
         return out
 
     @property
@@ -312,7 +404,7 @@ class Deployment:
             return self.allreduce_time(new_tokens)
         m, h, c = self.model, self.hardware, self.cost
         size = np.asarray(new_tokens, dtype=float) * m.hidden * ACTIVATION_BYTES
-        ar = c.allreduce_latency_s + 2.0 * (self.tp - 1) / self.tp * size / h.link_bandwidth_bytes_per_s
+        ar = (c.allreduce_latency_s + 2.0 * (self.tp - 1) / self.tp * size / h.link_bandwidth_bytes_per_s) * (self.tp > 1)
         a2a = 2.0 * (c.allreduce_latency_s + (self.ep - 1) / self.ep * size / h.link_bandwidth_bytes_per_s)
         return (2 * m.layers - m.moe_layers) * ar + m.moe_layers * a2a
 

@@ -31,8 +31,8 @@ COMPONENTS = (
 @dataclass
 class CostTables:
     base: Deployment
-    small: Deployment
-    draft: Deployment
+    small: Deployment | None  # None: a plain deployment (no small model; its tables are not built)
+    draft: Deployment | None  # None: no draft (a plain deployment); needs gamma None
     workload: WorkloadProfile | None
     gamma: int | None
     execution: Execution = field(default_factory=Execution)
@@ -43,9 +43,9 @@ class CostTables:
         if self.max_context is None:
             self.max_context = w.max_prompt_tokens + w.token_budget + w.max_step_tokens + w.answer_tokens + 4 * (self.gamma or 1) + 8
         x = np.arange(self.max_context + 1, dtype=float)
-        self.dec_small = np.asarray(self.small.decode_time(x), dtype=float)
+        self.dec_small = None if self.small is None else np.asarray(self.small.decode_time(x), dtype=float)
         self.dec_base = np.asarray(self.base.decode_time(x), dtype=float)
-        self.cum_small = np.concatenate([[0.0], np.cumsum(self.dec_small)])
+        self.cum_small = None if self.small is None else np.concatenate([[0.0], np.cumsum(self.dec_small)])
         self.cum_base = np.concatenate([[0.0], np.cumsum(self.dec_base)])
         if self.gamma is not None:
             # draft_iter[x] = sum_{i<gamma} T_level_draft(x + i) (a decode for a chain draft, a pass of w tokens

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from rich.console import Console
 from rich.table import Table
 
 from simulator.catalog import hardware_catalog, model_catalog
+from simulator.report_table import print_rich_table
 
 
 def listing(what: str) -> None:
-    con = Console(width=160)
     if what == "hardware":
         t = Table("name", "device", "BF16 TFLOP/s", "HBM GB/s", "memory GB", "link", "link GB/s", "source")
         for h in hardware_catalog().values():
@@ -50,4 +49,4 @@ def listing(what: str) -> None:
         for p in list_scenarios():
             d = read_yaml(p)
             t.add_row(p.stem, d.get("description", "") if isinstance(d, dict) else "")
-    con.print(t)
+    print_rich_table(t)

@@ -162,31 +162,41 @@ def temp_beside(path: str | Path) -> tuple[int, str]:
     return fd, tmp
 
 
-def write_atomic(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` via a temporary file in the same directory and os.replace."""
+def _refuse_non_regular(path: Path) -> None:
+    """An existing device node, FIFO or socket is never replaced by a file (simulator.output_contract)."""
+    if path.exists() and not path.is_file():
+        raise InputError(str(path), None, "not a regular file (a folder, device, FIFO or socket): refusing to write "
+                         "over it")
+
+
+def replace_atomic(path: str | Path, write) -> Path:
+    """Call ``write(tmp)`` on a temporary file beside ``path`` and rename it over ``path`` (a failed write leaves
+    the previous file whole and no temporary behind): every atomic write of the project goes through here."""
     path = Path(path)
+    _refuse_non_regular(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = temp_beside(path)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        write(tmp)
         os.replace(tmp, path)
-    except BaseException:
+    finally:
         Path(tmp).unlink(missing_ok=True)
-        raise
     return path
+
+
+def write_atomic(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` via a temporary file in the same directory and os.replace."""
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+
+    return replace_atomic(path, write)
 
 
 def save_figure_atomic(fig, path: str | Path, **savefig_kw) -> Path:
     """Save a matplotlib figure as PNG at ``path`` via a temporary file and os.replace (a failed save leaves
     the previous file whole)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = temp_beside(path)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, **{"dpi": 110, "bbox_inches": "tight", "format": "png", **savefig_kw})
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-    return path
+    return replace_atomic(path, lambda tmp: fig.savefig(tmp, **{"dpi": 110, "bbox_inches": "tight", "format": "png",
+                                                                 **savefig_kw}))

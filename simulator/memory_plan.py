@@ -220,11 +220,11 @@ def memory_plan(deployments: list[Deployment], utilization: float, max_num_batch
         if s:
             sliding += per * s / m.layers * m.sliding_window
         if per > 0.0:  # linear-attention layers: a fixed state per sequence (Qwen3-Next, Qwen3.5), no per-token KV
-            sliding += m.linear_state_bytes(d.tp)
+            sliding += m.linear_state_bytes(d.tp) / d.pp  # its stage's layers
     if full <= 0.0:  # every layer slides: count every layer per token, no reservation
         sliding = 0.0
     gpu = hw.interconnect != "none"
-    tp = deployments[0].tp
+    tp = deployments[0].gpus  # NCCL's buffers: one GPU of a multi-GPU replica (tp * pp)
     return MemoryPlan(
         hardware=hw.name, total_bytes=hw.reported_memory_bytes, utilization=float(utilization),
         weights_bytes=sum(d.resident_bytes_per_gpu for d in deployments),

@@ -24,7 +24,15 @@ from simulator.errors import InputError
 
 GAMMA_MAX = 16  # draft tokens per iteration the simulator models (scenario grid.gamma: 1..16)
 THRESHOLD_MAX = 10  # SpecReason scores lie in 0..10; a threshold of 10 never keeps a small step
+# SpecReason's first_n (steps the base model writes before the small model proposes), in a scenario's grid.first_n
+# and every --first-n: past a request's last step it changes nothing (every step is the base model's), and no
+# workload's chain comes near 100,000 steps (a step is >= 1 token; budgets are thousands of tokens)
+FIRST_N_MAX = 100_000
 INT_LIST_METAVAR = "<ints>"
+# Load levels (--requests, --users, --qps): the bounds of every command that simulates serving, checked here.
+MAX_USERS = 100_000  # closed-loop users at one level: an engine runs at most a few thousand sequences at once,
+#                      the rest only queue (and a user beyond the level's requests never sends one)
+QPS_RANGE = (1e-6, 1e6)  # offered requests/s at one level: one request per ~12 days .. a million a second
 
 
 def check_range(value: float, field: str, lo: float, hi: float) -> float:
@@ -33,6 +41,42 @@ def check_range(value: float, field: str, lo: float, hi: float) -> float:
     if not (isinstance(value, (int, float)) and math.isfinite(value) and lo <= value <= hi):
         raise InputError(None, field, f"must lie in {_num(lo)}..{_num(hi)} (got {_num(value)})")
     return value
+
+
+def check_requests(requests: int | None, lo: int, why: str = "") -> None:
+    """``--requests`` within [lo, MAX_REQUESTS] (the bound a scenario's ``requests`` has, ``simulator.scenario``):
+    the one check of every command's --requests (``why``: the reason for ``lo``, added to the message)."""
+    from simulator.scenario import MAX_REQUESTS
+
+    if requests is not None and not lo <= requests <= MAX_REQUESTS:
+        raise InputError(None, "--requests", f"must lie in {lo}..{MAX_REQUESTS:,} (got {requests:,}{why})")
+
+
+def check_capacity_requests(requests: int | None) -> None:
+    """``--requests`` of a capacity search or check (capacity, report, validate-capacity): at least 20."""
+    check_requests(requests, 20, "; percentiles need a few requests")
+
+
+def user_list(text: str | None, field: str = "--users") -> list[int] | None:
+    """``--users`` ('4,16' or '1-4'): closed-loop user counts, integers in 1..MAX_USERS (:func:`int_list`)."""
+    return None if text is None else int_list(text, field, 1, MAX_USERS)
+
+
+def rate_list(text: str | None, field: str = "--qps") -> list[float] | None:
+    """``--qps`` ('0.5,1,2'): offered request rates, each within QPS_RANGE (:func:`check_range`)."""
+    if text is None:
+        return None
+    try:
+        vals = [float(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise InputError(None, field, f"expected positive numbers like 0.5,1,2 (got {text!r})") from None
+    if not vals:
+        raise InputError(None, field, f"expected positive numbers like 0.5,1,2 (got {text!r})")
+    lo, hi = QPS_RANGE
+    for v in vals:
+        if not (math.isfinite(v) and lo <= v <= hi):
+            raise InputError(None, field, f"must lie in {lo:g}..{hi:g} requests/s (got {v:g})")
+    return vals
 
 
 def _num(x) -> str:
@@ -161,3 +205,31 @@ def threshold_option(default: float = 7.0,
     import typer
 
     return typer.Option(default, "--threshold", parser=parse_threshold, metavar="<float>", help=help)
+
+
+def parse_currency(value: Any) -> str:
+    """typer ``parser`` of ``--currency``: a code (``USD``, ``EUR``) or a currency sign (``€``), letters or signs
+    only, at most 8 characters: it is printed beside every cost."""
+    import unicodedata
+
+    text = str(value).strip()
+    if not 1 <= len(text) <= 8 or not all(ch.isalpha() or unicodedata.category(ch) == "Sc" for ch in text):
+        raise InputError(None, "--currency", f"expected a currency code such as USD or EUR, or a sign such as € "
+                         f"(letters or currency signs, at most 8; got {str(value)!r})")
+    return text
+
+
+def gpu_hour_cost_option() -> Any:
+    """``--gpu-hour-cost`` of the commands that price capacity (``capacity``, ``report``): one definition."""
+    import typer
+
+    return typer.Option(None, "--gpu-hour-cost", help="price of one GPU-hour (CPU host-hour for a CPU scenario), "
+                        "in --currency")
+
+
+def currency_option() -> Any:
+    """``--currency`` beside ``--gpu-hour-cost``: the currency printed with every cost (:func:`parse_currency`)."""
+    import typer
+
+    return typer.Option("USD", "--currency", parser=parse_currency, metavar="<code>",
+                        help="currency of --gpu-hour-cost, printed with every cost, e.g. USD, EUR or €")

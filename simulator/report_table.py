@@ -1,7 +1,9 @@
-"""Rendering of results DataFrames: rich table, CSV, JSON (the CLI's only output paths).
+"""Rendering of results DataFrames: rich table, CSV, JSON, parquet (the CLI's only output paths; which outputs a
+command may write is simulator/output_contract.py's to check).
 
-Terminal tables take rich's own width (the terminal's, 80 when piped) and show a chosen set of
-columns (``--columns``: a preset or a comma list); files always get every column.
+Tables show a chosen set of columns (``--columns``: a preset or a comma list); files always get every
+column. No number or name is ever split over lines (:func:`print_rich_table`): piped or redirected, a
+table prints at its full width; on a terminal only headers and names wrap, at spaces.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import InputError
+from simulator.output_contract import file_format
 
 # result column -> terminal header (units in the header; "s" = seconds per request)
 TABLE_COLUMNS = {
@@ -107,23 +110,53 @@ def fold_constant(df: pd.DataFrame, cols: list[str], names: dict[str, str], titl
     return keep, title + (f" — {', '.join(fixed)}" if fixed else "")
 
 
-def print_table(df: pd.DataFrame, title: str, cols: list[str], names: dict[str, str], caption: str | None = None) -> None:
-    """A rich table at the console's own width (rich shrinks and wraps columns to fit)."""
-    from rich import box
+def print_rich_table(t, stderr: bool = False, console=None) -> None:
+    """Print a rich table so that no cell is cut inside a word: each column is at least as wide as its longest
+    word (numbers and names never wrap); piped or redirected (not a terminal) with COLUMNS unset, at the
+    table's full width (no wrapping at all); on a terminal or at a set COLUMNS, wider columns wrap at spaces and
+    a table wider than that runs past it rather than split a value. ``console``: print there."""
+    import os
+
     from rich.console import Console
+    from rich.text import Text
+
+    for col in t.columns:
+        text = [c.plain if isinstance(c, Text) else str(c) for c in (col.header, *col.cells)]
+        longest = max((Text(w).cell_len for c in text for w in c.split()), default=1)
+        col.min_width = max(col.min_width or 0, longest)
+    con = console or Console(stderr=stderr)
+    need = con.measure(t, options=con.options.update_width(100_000))
+    full = not con.is_terminal and not os.environ.get("COLUMNS")
+    con.width = need.maximum if full else max(con.width, need.minimum)
+    con.print(t, crop=False)  # rich may lay a narrowed table out wider than the width: never cut it
+
+
+def print_line(text: str) -> None:
+    """A line of prose under a table (stdout): like the tables, one line when piped with COLUMNS unset (grep
+    finds it whole), else wrapped at spaces to the terminal's width or COLUMNS."""
+    import os
+
+    from rich.console import Console
+
+    con = Console()
+    con.print(text, markup=False, highlight=False, soft_wrap=not con.is_terminal and not os.environ.get("COLUMNS"))
+
+
+def print_table(df: pd.DataFrame, title: str, cols: list[str], names: dict[str, str], caption: str | None = None) -> None:
+    """A rich table of ``cols`` (:func:`print_rich_table`: values never split)."""
+    from rich import box
     from rich.table import Table
 
     cols, title = fold_constant(df, cols, names, title)
     t = Table(title=title, caption=caption, show_lines=False, box=box.SIMPLE_HEAD, pad_edge=False)
-    console = Console()
     for c in cols:  # headers on two lines (what / unit): narrow columns without wrapping values
         head = names.get(c, c)
         if " " in head and len(head) > 6:
             head = "\n".join(head.rsplit(" ", 1))
-        t.add_column(head, justify="left" if c in ("hardware", "system", "label") else "right", overflow="fold")
+        t.add_column(head, justify="left" if c in ("hardware", "system", "label") else "right")
     for row in df[cols].itertuples(index=False):
         t.add_row(*(_fmt(v) for v in row))
-    console.print(t)
+    print_rich_table(t)
 
 
 def render_table(df: pd.DataFrame, title: str, columns: str | None = None) -> None:
@@ -138,62 +171,22 @@ def render_table(df: pd.DataFrame, title: str, columns: str | None = None) -> No
     print_table(df, title, cols, TABLE_COLUMNS, caption)
 
 
-def check_out(out: Path | None, fmt: str = "table", force: bool = False, folder: bool = False) -> None:
-    """The one --out contract, checked before any work (issue 30): a file (``folder``: a folder for multi-file
-    results); its extension agrees with --format (.csv / .json; with the table format the extension picks the
-    file's format, anything else is CSV); an existing folder given for a file, a non-empty folder, or a file git
-    tracks (a committed report) is refused unless --force; the destination must be writable."""
-    import os
-    import subprocess
-
-    if out is None:
-        return
-    if str(out).strip() == "":
-        raise InputError(None, "--out", "empty path")
-    out = Path(out)
-    if folder:
-        if out.exists() and not out.is_dir():
-            raise InputError(None, "--out", f"{out} is a file; this command writes a folder")
-        if out.is_dir() and any(out.iterdir()) and not force:
-            raise InputError(None, "--out", f"{out} is a folder that is not empty: its files would mix with the new "
-                             "ones; give a new folder or pass --force")
-    else:
-        if out.is_dir():
-            raise InputError(None, "--out", f"{out} is a folder; give a file name, e.g. {out / 'results.csv'}")
-        suf = out.suffix.lower()
-        if fmt in ("csv", "json") and suf in (".csv", ".json") and suf != "." + fmt:
-            raise InputError(None, "--out", f"{out} ends in {suf} but --format is {fmt}: the names must agree")
-        if out.exists() and not force:
-            try:
-                tracked = subprocess.run(["git", "ls-files", "--error-unmatch", out.name], cwd=out.resolve().parent,
-                                         capture_output=True, timeout=10).returncode == 0
-            except (OSError, subprocess.SubprocessError):
-                tracked = False
-            if tracked:
-                raise InputError(None, "--out", f"{out} is a file git tracks (committed): refusing to overwrite it; "
-                                 "pass --force or write elsewhere")
-    anc = out if folder and out.is_dir() else out.parent
-    while not anc.exists() and anc != anc.parent:
-        anc = anc.parent
-    if not anc.is_dir() or not os.access(anc, os.W_OK | os.X_OK):
-        raise InputError(None, "--out", f"cannot write under {anc}")
-
-
-def file_format(fmt: str, out: Path) -> str:
-    """The format of the file --out names: --format's, or with the table format its extension's (.json) or CSV."""
-    if fmt == "table":
-        return "json" if Path(out).suffix.lower() == ".json" else "csv"
-    return fmt
-
-
 def write_output(df: pd.DataFrame, fmt: str, out: Path | None, title: str, meta: dict, columns: str | None = None) -> None:
+    """Print (table) or write the results: CSV, JSON (meta + rows) or parquet (rows, meta in the schema's metadata),
+    the file's format as :func:`simulator.output_contract.file_format` says."""
     if fmt == "table":
         render_table(df, title, columns)
-        if out is not None and file_format(fmt, out) == "json":
-            write_output(df, "json", out, title, meta)
+        if out is not None and file_format(fmt, out) != "csv":
+            write_output(df, file_format(fmt, out), out, title, meta)
         elif out is not None:
             _atomic_write(out, df.to_csv(index=False))
             wrote(out, f"{len(df)} rows, all {len(df.columns)} columns, CSV")
+        return
+    if fmt == "parquet":
+        if out is None:
+            raise InputError(None, "--format", "parquet is written to a file only: give --out NAME.parquet")
+        write_parquet(df, out, meta)
+        wrote(out, f"{len(df)} rows, all {len(df.columns)} columns, parquet")
         return
     if fmt == "csv":
         text = df.to_csv(index=False)
@@ -213,6 +206,19 @@ def wrote(path: Path | str, what: str = "") -> None:
     print(f"wrote {path}" + (f" ({what})" if what else ""), file=sys.stderr)
 
 
+def write_parquet(df: pd.DataFrame, path: Path, meta: dict) -> None:
+    """``df`` as parquet at ``path``, atomically; ``meta`` (JSON) in the file's key-value metadata under ``specsim``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from simulator.loading import replace_atomic
+
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                           b"specsim": json.dumps(meta, default=str).encode()})
+    replace_atomic(path, lambda tmp: pq.write_table(table, tmp))
+
+
 def _atomic_write(path: Path, text: str) -> None:
     """Write next to the target then rename: an interrupted run never leaves half a file (simulator.loading)."""
     from simulator.loading import write_atomic
@@ -228,14 +234,16 @@ CAPACITY_COLUMNS = {
     "ttft_mean_s": "TTFT s", "queue_delay_mean_s": "queue s", "goodput_qps": "goodput req/s", "slo_met": "SLO met",
     "base_batch_mean": "base batch", "small_batch_mean": "small batch", "base_utilization": "base util",
     "small_utilization": "small util", "base_kv_occupancy_max": "base KV max", "cost_per_1000_requests": "cost/1000 req",
-    "replicas": "replicas", "gpus": "GPUs", "window_throughput_qps": "thr req/s", "throughput_ratio": "thr/offered",
+    "replicas": "replicas", "replicas_lo": "replicas at 95% lo", "gpus": "GPUs", "gpus_lo": "GPUs at 95% lo",
+    "window_throughput_qps": "thr req/s", "throughput_ratio": "thr/offered",
     "queue_growth": "queue growth", "window_latencies": "window/latency", "sustain_tol": "tol",
     "latency_drift": "drift x", "evaluations": "sims",
 }
 CAPACITY_PRESETS = {
     "summary": ["rank", "label", "hardware", "tp", "rate_qps", "users", "max_qps", "max_qps_lo", "max_qps_hi", "converged",
                 "standing", "qps_per_gpu", "latency_p99_s", "goodput_qps", "slo_met", "cost_per_1000_requests", "replicas",
-                "gpus", "window_throughput_qps", "throughput_ratio", "queue_growth", "latency_drift", "evaluations"],
+                "replicas_lo", "gpus", "gpus_lo", "window_throughput_qps", "throughput_ratio", "queue_growth",
+                "latency_drift", "evaluations"],
     "all": list(CAPACITY_COLUMNS),
 }
 from simulator.serving.metrics import DRIFT_LIMIT  # noqa: E402  (the rule lives there)
@@ -251,14 +259,14 @@ CAPACITY_HELP = (
     f"at <= {DRIFT_LIMIT:g} with no significant latency trend: otherwise the queue is still growing, so SLO met = no "
     "even when p99 is under the bound); "
     "sims = serving simulations run by the search for that configuration; goodput req/s = requests per second "
-    "finishing within the SLO; cost/1000 req at --gpu-hour-cost; replicas and GPUs (CPU hosts for a CPU scenario) "
-    "for --target-qps.")
+    "finishing within the SLO; cost/1000 req at --gpu-hour-cost, in --currency; replicas and GPUs (CPU hosts for a CPU "
+    "scenario) for --target-qps, at the max rate and at the 95% interval's lower bound (which may need one more).")
 
 
-def render_capacity(df: pd.DataFrame, title: str, columns: str | None = None) -> None:
-    names = dict(CAPACITY_COLUMNS)
+def render_capacity(df: pd.DataFrame, title: str, columns: str | None = None, currency: str = "USD") -> None:
+    names = dict(CAPACITY_COLUMNS, cost_per_1000_requests=f"cost/1000 req {currency}")
     if "hardware" in df.columns and len(df) and (df["hardware"].astype(str) == "cpu").all():
-        names.update(qps_per_gpu="req/s per CPU host", gpus="CPU hosts")
+        names.update(qps_per_gpu="req/s per CPU host", gpus="CPU hosts", gpus_lo="CPU hosts at 95% lo")
     spec = (columns or "").strip()
     default = CAPACITY_PRESETS["summary"]
     cols = choose_columns(df, None if spec in ("", "summary") else ("all" if spec == "all" else spec), names, default)

@@ -11,147 +11,43 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from simulator.catalog import get_hardware, get_model
 from simulator.catalog.engine_hosts import ServingEngine
-from simulator.catalog.models import KvDtype, WeightDtype
+from simulator.catalog.model_shape import tp_error
+from simulator.catalog.draft_heads import EAGLE3_DRAFT_VOCAB, eagle3_head
 from simulator.cost_model import Deployment, Drafting, expert_parallel_error
 from simulator.cost_profile import CostProfile, prior_profile
+from simulator.drafter_priors import PRIOR_KINDS, prior_acceptance
 from simulator.setup import Setup
 from simulator.errors import InputError
 from simulator.execution import Execution
 from simulator.serving.bench_workload import ServingWorkload
 from simulator.loading import load_yaml_model, read_yaml, validate_model
+from simulator.option_values import FIRST_N_MAX, check_range
 from simulator.systems import REGISTRY, SYSTEMS, SystemConfig, expand_systems
 from simulator.workload import WorkloadProfile
+from simulator.scenario_fields import (  # noqa: F401 - the scenario's parts, importable from here as before
+    AcceptancePrior, DraftChoice, Grid, HardwareChoice, MemoryFraction, ModelChoice, _Strict)
 
 PROFILES_DIR = Path(__file__).with_name("profiles")
 SCENARIOS_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 
 
 
+PLAIN_SYSTEMS = ("vanilla-base",)  # a scenario without a small model runs these unless it names its systems
+
 MAX_REQUESTS = 10_000_000  # simulated requests per grid point or load level: the YAML and every --requests (one bound)
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class HardwareChoice(_Strict):
-    gpu: str
-    count: int = Field(default=1, ge=1, le=64)
-
-
-class ModelChoice(_Strict):
-    model: str  # a catalog name or a path to a Hugging Face config.json (relative to the scenario file)
-    tp: int = Field(default=1, ge=1, le=64)
-    # expert parallelism of a mixture of experts: 1 (experts sharded by TP) or the TP degree (whole experts per GPU)
-    ep: int = Field(default=1, ge=1, le=64)
-    weight_dtype: WeightDtype = "bf16"  # bf16 | fp16 | fp8 (W8A8 where the GPU has FP8 tensor cores) | int4 (weight-only)
-    kv_dtype: KvDtype = "bf16"  # bf16 | fp16 | fp8 KV cache
-
-
-class AcceptancePrior(_Strict):
-    """Per-position acceptance a_i = P(first i drafts accepted) of a draft, with where it comes from."""
-
-    a: list[float] = Field(min_length=1, max_length=16)
-    kind: Literal["prior", "fitted", "measured"] = "prior"
-    source: str = Field(min_length=1)
-
-    @field_validator("a")
-    @classmethod
-    def _a(cls, v):
-        if any(not 0.0 <= x <= 1.0 for x in v):
-            raise ValueError("a_i must lie in [0, 1]")
-        if any(v[i + 1] > v[i] + 1e-12 for i in range(len(v) - 1)):
-            raise ValueError("a_i = P(first i accepted) must be non-increasing in i")
-        return v
-
-
-class DraftChoice(_Strict):
-    """What drafts for the base engine of speculative systems (README "Draft kinds").
-
-    ``kind: model`` (default) -- a separate model (``model``, default the small model) with its own KV cache,
-    acceptance from the workload's ``token_acceptance`` unless ``acceptance`` is given;
-    ``kind: head`` -- an EAGLE / MTP-style head of the base model (``layers`` decoder layers of its width,
-    fusion projection, its LM head or an own one of ``vocab`` rows), needs ``acceptance``;
-    ``kind: mtp`` -- the base model's own multi-token-prediction module (DeepSeek-V3/R1: one MoE layer sharing the
-    embedding and LM head, run once per drafted token), needs ``acceptance``;
-    ``kind: ngram`` -- prompt lookup (no model cost), needs ``acceptance``.
-    ``tree_width`` w > 1: tree drafting, the base verifies w*gamma + 1 tokens per iteration, at most
-    ``verify_budget``."""
-
-    kind: Literal["model", "head", "mtp", "ngram"] = "model"
-    model: str | None = None
-    tp: int | None = Field(default=None, ge=1, le=64)  # accepted for old scenarios; the draft runs at the base's TP
-    weight_dtype: WeightDtype = "bf16"
-    kv_dtype: KvDtype | None = None  # default: the base model's
-    layers: int = Field(default=1, ge=1, le=16)
-    vocab: int | None = Field(default=None, ge=1)
-    fusion: bool = True
-    tree_width: int = Field(default=1, ge=1, le=64)
-    verify_budget: int = Field(default=64, ge=2, le=4096)
-    acceptance: AcceptancePrior | None = None
-
-
-class MemoryFraction(_Strict):
-    """Each engine's vLLM ``gpu_memory_utilization`` when the small and base engines share the GPUs (specreason);
-    a system that runs one engine gives it base + small (vLLM's default 0.9; ``serving/kv_cache.py``)."""
-
-    base: float = Field(default=0.8, gt=0, le=1)
-    small: float = Field(default=0.1, gt=0, le=1)
-
-    @classmethod
-    def of_total(cls, total: float) -> "MemoryFraction":
-        """A whole-GPU utilization split between colocated engines in the default ratio (base 8 : small 1)."""
-        d = cls()
-        return cls(base=total * d.base / (d.base + d.small), small=total * d.small / (d.base + d.small))
-
-
-class Grid(_Strict):
-    gamma: list[int] = Field(default=[5], min_length=1)
-    threshold: list[int] = Field(default=[7], min_length=1)
-    first_n: list[int] = Field(default=[0], min_length=1)
-    tp: list[int] | None = None
-    hardware: list[str] | None = None
-
-    @field_validator("gamma")
-    @classmethod
-    def _gamma(cls, v):
-        for g in v:
-            if not 1 <= g <= 16:
-                raise ValueError(f"gamma must be in 1..16 (got {g})")
-        return v
-
-    @field_validator("threshold")
-    @classmethod
-    def _threshold(cls, v):
-        for t in v:
-            if not 0 <= t <= 10:
-                raise ValueError(f"threshold must be in 0..10 (10: never keep a small step; got {t})")
-        return v
-
-    @field_validator("first_n")
-    @classmethod
-    def _first_n(cls, v):
-        if any(n < 0 for n in v):
-            raise ValueError("first_n must be >= 0")
-        return v
-
-    @field_validator("tp")
-    @classmethod
-    def _tp(cls, v):
-        if v is not None and any(t < 1 for t in v):
-            raise ValueError("tp must be >= 1")
-        return v
-
 
 class Scenario(_Strict):
     name: str
     description: str = ""
     hardware: HardwareChoice
     base: ModelChoice
-    small: ModelChoice
+    # the small model (step writer of specreason, default draft of specdecode); None: a plain deployment of the base
+    # model alone, whose systems default to vanilla-base and may not use a small model (``uses_small_model``)
+    small: ModelChoice | None = None
     draft: DraftChoice = Field(default_factory=DraftChoice)  # default: the small model drafts
     workload: str
     workload_overrides: dict = Field(default_factory=dict)
@@ -162,15 +58,15 @@ class Scenario(_Strict):
     # {base, small}; ``memory_fraction`` is its older name (per engine). Resolved into memory_fraction.
     gpu_memory_utilization: float | MemoryFraction | None = Field(default=None)
     memory_fraction: MemoryFraction = Field(default_factory=MemoryFraction)
-    systems: list[str] = Field(default=list(SYSTEMS), min_length=1)
+    systems: list[str] = Field(default_factory=lambda: list(SYSTEMS), min_length=1)
     grid: Grid = Field(default_factory=Grid)
     engine: Literal["analytic", "des"] = "analytic"
     # how the engine runs calls: prefix-cache block size, vanilla/specdecode step by step (simulator/execution.py)
     execution: Execution = Field(default_factory=Execution)
     slo: str | None = None  # capacity planning, e.g. "p99_latency<=300s" (specsim capacity / report)
     accuracy: str | None = None  # accuracy profile (simulator/accuracy.py); default: accuracy_<workload>.yaml if shipped
-    requests: int = Field(default=1000, ge=2, le=MAX_REQUESTS)
-    seed: int = Field(default=0, ge=0, lt=2**63)  # the CLI's --seed bounds
+    requests: int = Field(default=1000, ge=2, le=MAX_REQUESTS, strict=True)
+    seed: int = Field(default=0, ge=0, lt=2**63, strict=True)  # the CLI's --seed bounds
     # plain serving as benchmarks define it (simulator/serving/bench_workload.py): lengths, shared prefixes, sessions,
     # arrivals; or a `vllm bench serve ...` command line (a string, or {command: ...})
     serving_workload: ServingWorkload | None = None
@@ -215,6 +111,12 @@ class Scenario(_Strict):
         self.memory_fraction = u if isinstance(u, MemoryFraction) else MemoryFraction.of_total(float(u))
         return self
 
+    @model_validator(mode="after")
+    def _plain_deployment(self):
+        if self.small is None and "systems" not in self.model_fields_set:
+            self.systems = list(PLAIN_SYSTEMS)
+        return self
+
     @property
     def memory_field(self) -> str:
         """The scenario field that set the memory split (for error messages)."""
@@ -235,13 +137,19 @@ class ResolvedScenario:
     def __init__(self, scenario: Scenario, path: Path | None):
         self.scenario = scenario
         self.path = path
+        self.overrides: tuple = ()  # grid entries the command line replaced (load_scenario's grid_overrides), frozen
         self.file = str(path) if path else None
         self.workload = self._load_workload()
         self.cost_profiles = self._load_cost_profiles()
         self.base_model = self._model(scenario.base.model, "base.model").with_dtypes(
             scenario.base.weight_dtype, scenario.base.kv_dtype)
-        self.small_model = self._model(scenario.small.model, "small.model").with_dtypes(
+        self.small_model = None if scenario.small is None else self._model(scenario.small.model, "small.model").with_dtypes(
             scenario.small.weight_dtype, scenario.small.kv_dtype)
+        for k in ("pp", "dp"):
+            if scenario.small is not None and getattr(scenario.small, k) != 1:
+                raise InputError(self.file, f"small.{k}", f"{k} is the base model's deployment (base.{k}); the small "
+                                 f"model runs on the base's GPUs: leave small.{k} at 1")
+        self.check_systems(scenario.systems, self.file, "systems")
         self.drafting, self.draft_model = self._resolve_draft()
         self.hardware_names = scenario.grid.hardware or [scenario.hardware.gpu]
         for i, h in enumerate(self.hardware_names):
@@ -267,13 +175,42 @@ class ResolvedScenario:
     def speculative(self) -> bool:
         return any(REGISTRY[s].draft for s in self.scenario.systems)
 
+    def uses_small_model(self, system: str) -> bool:
+        """The system runs the small model: it writes steps (vanilla-small, specreason), or it drafts with the
+        default draft (``draft.kind: model`` without ``draft.model``)."""
+        spec, d = REGISTRY[system], self.scenario.draft
+        return spec.small_writes_steps or (spec.draft and d.kind == "model" and d.model is None)
+
+    def check_systems(self, systems: list[str], f: str | None, field: str) -> None:
+        """The systems this scenario can run (the scenario's ``systems`` or a command's ``--system``): known names;
+        a plain deployment (no ``small``) runs no system that needs the small model; pipeline parallelism
+        (``base.pp`` > 1) serves the base model alone (vanilla-base). ``field``: ``systems`` or ``--system``."""
+        sc = self.scenario
+        for i, name in enumerate(systems):
+            fld = f"{field}[{i}]" if f is not None else field
+            if name not in REGISTRY:
+                raise InputError(f, fld, f"unknown system {name!r}; known: {', '.join(SYSTEMS)}")
+            if sc.small is None and self.uses_small_model(name):
+                why = ("its draft is the small model: give draft.model, or a draft of kind head, mtp or ngram"
+                       if REGISTRY[name].draft else "the small model writes its steps")
+                raise InputError(f, fld, f"{name} needs a small model and scenario {self.file} has "
+                                 f"none (no small:): {why}; a plain deployment runs {', '.join(PLAIN_SYSTEMS)}")
+            for k, what in (("pp", "pipeline parallelism"), ("dp", "data-parallel attention")):
+                v = getattr(sc.base, k)
+                if v > 1 and (REGISTRY[name].uses_small or not REGISTRY[name].uses_base):
+                    raise InputError(f, fld, f"{name} with base.{k}={v}: {what} is modelled for the base model "
+                                     f"alone (vanilla-base); use {k}: 1 for this system")
+
     def _resolve_draft(self):
         """(Drafting, draft ModelSpec) from ``draft``; checks it and applies its acceptance to the workload."""
         sc, f, d = self.scenario, self.file, self.scenario.draft
         kv = d.kv_dtype or sc.base.kv_dtype
         if d.kind == "model":
             if d.vocab is not None:
-                raise InputError(f, "draft.vocab", "only a head draft has its own vocabulary size (kind: head)")
+                raise InputError(f, "draft.vocab", "only a head draft has its own vocabulary size (kind: head, eagle3 "
+                                 "or block)")
+            if d.model is None and sc.small is None:
+                return Drafting(d.kind, d.tree_width), None  # no draft: a plain deployment (_check_systems)
             name, fld = (d.model, "draft.model") if d.model else (sc.small.model, "small.model")
             m = self._model(name, fld)
             if self.speculative and m.tokenizer_id != self.base_model.tokenizer_id:
@@ -288,8 +225,14 @@ class ResolvedScenario:
                 raise InputError(f, "draft.acceptance", f"a {d.kind} draft needs its per-position acceptance "
                                  "(a: [a_1, ...], kind, source): the workload's token_acceptance is the separate model's")
             base = self._model(sc.base.model, "base.model")
-            if d.kind == "head":
+            if d.kind in ("head", "block"):
+                if d.kind == "block" and d.tree_width != 1:
+                    raise InputError(f, "draft.tree_width", "a block drafter drafts a chain (tree_width 1)")
                 m = base.draft_head(d.layers, d.vocab, d.fusion).with_dtypes(d.weight_dtype, kv)
+            elif d.kind == "eagle3":
+                if not d.fusion:
+                    raise InputError(f, "draft.fusion", "an EAGLE-3 head always fuses the target's features (3H x H)")
+                m = eagle3_head(base, d.layers, d.vocab or EAGLE3_DRAFT_VOCAB).with_dtypes(d.weight_dtype, kv)
             elif d.kind == "mtp":
                 if not base.mtp_layers:
                     raise InputError(f, "draft.kind", f"{base.name} has no MTP module (mtp_layers 0; num_nextn_predict_layers "
@@ -305,9 +248,15 @@ class ResolvedScenario:
                 raise InputError(f, "draft.tree_width", f"a tree of width {d.tree_width} at gamma={max(sc.grid.gamma)} "
                                  f"verifies {need} tokens per iteration, over draft.verify_budget={d.verify_budget}")
         if d.acceptance is not None:
+            a = d.acceptance.a
+            if a is None:
+                if d.kind not in PRIOR_KINDS:
+                    raise InputError(f, "draft.acceptance.al1", f"a prior from AL(1) needs draft.kind one of "
+                                     f"{', '.join(PRIOR_KINDS)} (got {d.kind}): give a")
+                a = prior_acceptance(d.kind, d.acceptance.al1)
             try:
                 self.workload = WorkloadProfile.model_validate(
-                    {**self.workload.model_dump(), "token_acceptance": list(d.acceptance.a)})
+                    {**self.workload.model_dump(), "token_acceptance": list(a)})
             except Exception as e:  # noqa: BLE001
                 raise InputError(f, "draft.acceptance.a", str(e).splitlines()[0]) from None
         return Drafting(d.kind, d.tree_width), m
@@ -359,29 +308,38 @@ class ResolvedScenario:
                                                                  serving_engine=self.scenario.serving_engine)
 
     def check_placement(self, hw_name: str, tp: int) -> None:
-        """TP divides the heads, fits the GPU count, and each model fits its memory share."""
+        """TP shards every model (``catalog/model_shape.tp_error``), fits the GPU count, and each engine starts in its
+        memory share (``memory_check.check_plan``): the rules ``specsim pass-time`` checks too (``check_step``)."""
         sc, f = self.scenario, self.file
         hw = get_hardware(hw_name, f)
         tp_field = "grid.tp" if sc.grid.tp else "base.tp"
-        if tp > sc.hardware.count:
-            raise InputError(f, tp_field, f"tp={tp} exceeds hardware.count={sc.hardware.count}")
+        pp, dp = sc.base.pp, sc.base.dp
+        if tp * pp * dp > sc.hardware.count:
+            raise InputError(f, tp_field, f"tp={tp}" + (f" x pp={pp}" if pp > 1 else "") + (f" x dp={dp}" if dp > 1 else "")
+                             + f" exceeds hardware.count={sc.hardware.count}")
+        if pp > 1 and dp > 1:
+            raise InputError(f, "base.dp", "data-parallel attention with pipeline stages is not modelled: pp or dp 1")
+        if pp > self.base_model.layers:
+            raise InputError(f, "base.pp", f"pp={pp} exceeds base model {self.base_model.name}'s "
+                             f"{self.base_model.layers} layers (one stage holds at least one layer)")
         for role, m in (("base", self.base_model), ("small", self.small_model), ("draft", self.draft_model)):
-            if role == "draft" and self.drafting.free:
+            if m is None or (role == "draft" and self.drafting.free):
                 continue
-            if m.heads % tp:
-                raise InputError(f, tp_field, f"tp={tp} does not divide {role} model {m.name}'s {m.heads} attention heads")
-        err = expert_parallel_error(self.base_model, tp, sc.base.ep)
+            err = tp_error(m, tp)
+            if err:
+                raise InputError(f, tp_field, f"{role} model: {err}")
+        err = expert_parallel_error(self.base_model, tp, sc.base.ep, dp)
         if err:
             raise InputError(f, "base.ep", err)
-        err = expert_parallel_error(self.small_model, tp, sc.small.ep)
+        err = self.small_model and expert_parallel_error(self.small_model, tp, sc.small.ep)
         if err:
             raise InputError(f, "small.ep", err)
         if sc.memory_fraction.base + sc.memory_fraction.small > 1.0:
             raise InputError(f, sc.memory_field, "base + small must not exceed 1")
         from simulator.memory_check import check_plan
 
-        for plan, what, length, fld, util in self.engine_plans(hw_name, tp):
-            check_plan(self, plan, what, length, fld, util, tp)
+        for plan, what, length, fld, _ in self.engine_plans(hw_name, tp):
+            check_plan(self, plan, what, length, fld, tp)
 
     def engine_plans(self, hw_name: str, tp: int, length: int | None = None):
         """The vLLM memory plan of every engine the scenario's systems start (``simulator/memory_check.py``)."""
@@ -404,32 +362,48 @@ class ResolvedScenario:
                 return True
             return norm(wname) in {norm(hf), norm(model.name)}
 
-        if same(self.base_model, w.base_model) and same(self.small_model, w.small_model):
+        def fits(base, small) -> bool:  # a plain deployment compares its base model alone
+            return same(self.base_model, base) and (self.small_model is None or same(self.small_model, small))
+
+        if fits(w.base_model, w.small_model):
             return None
         from simulator.loading import read_yaml
 
         match = []
         for p in sorted(PROFILES_DIR.glob("workload_*.yaml")):
             d = read_yaml(p)
-            if isinstance(d, dict) and same(self.base_model, d.get("base_model")) and same(self.small_model, d.get("small_model")):
+            if isinstance(d, dict) and fits(d.get("base_model"), d.get("small_model")):
                 match.append(p.stem[len("workload_"):])
+        ours = " + ".join(m.name for m in (self.base_model, self.small_model) if m is not None)
         return (f"workload {w.name} was fitted for {w.base_model} + {w.small_model}, not this scenario's "
-                f"{self.base_model.name} + {self.small_model.name}: its step counts, scores and acceptance are borrowed; "
+                f"{ours}: its step counts, scores and acceptance are borrowed; "
                 + (f"matching workload(s): {', '.join(match)}" if match else "no shipped workload matches these models"))
 
     def system_configs(self, systems: list[str] | None = None, gammas: list[int] | None = None,
                        thresholds: list[int] | None = None) -> list[SystemConfig]:
         """The scenario's grid of configurations; ``systems``/``gammas``/``thresholds`` override its values."""
         g = self.scenario.grid
+        if systems:
+            self.check_systems(systems, None, "--system")
         return expand_systems(systems or self.scenario.systems, gammas or g.gamma, thresholds or g.threshold, g.first_n)
 
-    def deployments(self, hw_name: str, tp: int) -> dict[str, Deployment]:
+    def deployments(self, hw_name: str, tp: int) -> dict[str, Deployment | None]:
+        """{role: Deployment} of base, small and draft; a role the scenario does not have (a plain deployment's small
+        model and draft) is None, and no system of the scenario runs it (``_check_systems``)."""
         hw = get_hardware(hw_name)
         params = self.cost_profile(hw_name).params(hw)
         sc = self.scenario
-        draft_ep = sc.base.ep if self.draft_model.is_moe and not self.drafting.free else 1
-        models = {"base": self.base_model, "small": self.small_model, "draft": self.draft_model}
-        return Setup(hw, tp, models, self.drafting, {"base": sc.base.ep, "small": sc.small.ep, "draft": draft_ep}).deployments(params)
+        m = self.roles
+        draft_ep = sc.base.ep if "draft" in m and m["draft"].is_moe and not self.drafting.free else 1
+        ep = {"base": sc.base.ep, "small": sc.small.ep if sc.small else 1, "draft": draft_ep}
+        deps = Setup(hw, tp, m, self.drafting, ep, pp={"base": sc.base.pp}, dp={"base": sc.base.dp}).deployments(params)
+        return {"small": None, "draft": None, **deps}
+
+    @property
+    def roles(self) -> dict:
+        """{role: ModelSpec} of the models the scenario has (base; small and draft unless a plain deployment)."""
+        m = {"base": self.base_model, "small": self.small_model, "draft": self.draft_model}
+        return {r: x for r, x in m.items() if x is not None}
 
     def to_dict(self) -> dict:
         """The scenario with every default filled in (``specsim show``)."""
@@ -439,7 +413,7 @@ class ResolvedScenario:
             "cost_profiles": {h: self.cost_profile(h).model_dump(mode="json") for h in self.hardware_names},
             "drafting": {"kind": self.drafting.kind, "tree_width": self.drafting.tree_width},
             "models": {r: m.model_dump(mode="json") | {"params_computed": m.params}
-                       for r, m in (("base", self.base_model), ("small", self.small_model), ("draft", self.draft_model))},
+                       for r, m in self.roles.items()},
             "hardware": {h: get_hardware(h).model_dump(mode="json") for h in self.hardware_names},
         }
         from simulator.memory_check import plan_view
@@ -466,7 +440,9 @@ def load_scenario(ref: str | Path, grid_overrides: dict | None = None) -> Resolv
     if grid_overrides and isinstance(d, dict):
         d = {**d, "grid": {**(d.get("grid") or {}), **{k: v for k, v in grid_overrides.items() if v is not None}}}
     sc = validate_model(d, Scenario, path)
-    return ResolvedScenario(sc, path)
+    rs = ResolvedScenario(sc, path)
+    rs.overrides = tuple(sorted((k, tuple(v)) for k, v in (grid_overrides or {}).items() if v is not None))
+    return rs
 
 
 def list_scenarios() -> list[Path]:

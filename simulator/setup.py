@@ -2,7 +2,7 @@
 role's :class:`~simulator.cost_model.Deployment` from it with a set of cost parameters.
 
 Used by the scenario (``simulator.scenario``), the fitters (``calibrate.fit``) and validation (``validate``): a role's
-deployment is ``Deployment(model, hardware, tp, params.for_role(role), drafting, ep)`` in this one place."""
+deployment is ``Deployment(model, hardware, tp, params.for_role(role), drafting, ep, pp, dp)`` in this one place."""
 
 from __future__ import annotations
 
@@ -16,13 +16,16 @@ from simulator.cost_profile import CostParams
 @dataclass
 class Setup:
     """What the calls ran on: catalog hardware, TP degree, catalog models per role (base, small, and draft for
-    speculative calls); optionally the draft's ``drafting`` (kind, tree) and expert parallelism per role."""
+    speculative calls); optionally the draft's ``drafting`` (kind, tree), expert, pipeline and attention-data
+    parallelism per role."""
 
     hardware: HardwareSpec
     tp: int
     models: dict[str, ModelSpec]
     drafting: Drafting = CHAIN
     ep: dict[str, int] = field(default_factory=dict)
+    pp: dict[str, int] = field(default_factory=dict)
+    dp: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_names(cls, hardware: str, tp: int, base: str, small: str, draft: str | None = None) -> "Setup":
@@ -37,5 +40,6 @@ class Setup:
         """{role: Deployment} of ``models`` (default: the setup's) under ``params`` (each role's
         ``params.for_role(role)``; the draft role with the setup's drafting)."""
         return {r: Deployment(m, self.hardware, self.tp, params.for_role(r),
-                              drafting=self.drafting if r == "draft" else CHAIN, ep=self.ep.get(r, 1))
+                              drafting=self.drafting if r == "draft" else CHAIN, ep=self.ep.get(r, 1),
+                              pp=self.pp.get(r, 1), dp=self.dp.get(r, 1))
                 for r, m in (models or self.models).items()}

@@ -10,6 +10,7 @@ An iteration of nd decoding sequences with contexts c_j (total C = sum c_j) at �
 
     draft pass 0       the prefills + w tokens on c_j per decoding sequence              (none for a free drafter)
     draft pass i       w tokens on c_j + i per decoding sequence, i = 1..γ-1             (none for a free drafter)
+    (a block drafter:  ONE draft pass: the prefills + γ tokens (γ logit rows) on c_j per decoding sequence)
     verification       the prefills + v tokens (v logit rows) on c_j per decoding sequence
 
 γ = 0 (a γ policy's plain decoding, or no draft): no draft pass, except the draft ingesting the prefills (if any);
@@ -51,6 +52,9 @@ def speculative_iteration(target_pass, draft_pass, drafting: Drafting, gamma: in
         if gamma == 0:  # no draft pass: the draft only ingests the prefills
             if N:
                 d = draft_pass(N, KV, A, n_pref, n_pref)
+        elif drafting.kind == "block":  # one pass of gamma tokens on c_j per decoding sequence
+            n = nd * gamma
+            d = draft_pass(N + n, KV + cd + n, A + gamma * cd + nd * (gamma * (gamma + 1) // 2), n_pref + n, B)
         elif w == 1:  # a chain: one token on c_j + i per decoding sequence (its attention pairs are its KV)
             d = draft_pass(N + nd, KV + cd + nd, A + cd + nd, B, B)
             if nd:

@@ -22,6 +22,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from simulator.option_values import FIRST_N_MAX
+
 
 @dataclass(frozen=True)
 class SystemSpec:
@@ -109,7 +111,7 @@ class SystemConfig(BaseModel):
     system: str
     gamma: int | None = Field(default=None, ge=0, le=64)  # 0: no speculation (plain decoding); scenarios take 1..16
     threshold: int | None = Field(default=None, ge=0, le=10)  # 10: never keep (every step scored, then regenerated)
-    first_n: int = Field(default=0, ge=0)
+    first_n: int = Field(default=0, ge=0, le=FIRST_N_MAX)
     # how the base engine picks γ per iteration: ``fixed`` (gamma every iteration) or ``goodput`` (the expected-
     # goodput rule of ``simulator.gamma_choice`` at the running batch, 0..gamma): serving simulator only
     gamma_policy: Literal["fixed", "goodput"] = "fixed"

@@ -18,12 +18,36 @@ stderr, never a traceback (``SPECSIM_DEBUG=1`` re-raises unexpected errors).
 from __future__ import annotations
 
 import re
+import signal
 import sys
 
-import typer
 
-from simulator.cli import app as simulator_app
-from simulator.errors import InputError
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, turned into an exception (:func:`interrupts`) so that it unwinds like Ctrl-C: workers stopped, no
+    partial file (writes are atomic), one line, exit 143."""
+
+
+_SIGNALS: list[int] = []  # the interrupts main() received (typer turns them into a silent exit code 130)
+_SAID: list[bool] = []  # the interrupt's line was printed (once per main())
+
+
+def _interrupted(e: BaseException | None = None) -> int:
+    """The one line (printed once) and exit code of an interrupt: 130 for Ctrl-C (SIGINT), 143 for SIGTERM."""
+    term = isinstance(e, Terminated) or (e is None and signal.SIGTERM in _SIGNALS)
+    if not _SAID:
+        print(f"{'terminated (SIGTERM)' if term else 'interrupted (Ctrl-C)'}: stopped; no partial file written",
+              file=sys.stderr, flush=True)
+        _SAID.append(True)
+    return 128 + (signal.SIGTERM if term else signal.SIGINT)
+
+
+try:  # Ctrl-C while the command tree imports: the one line, not a traceback through the import machinery
+    import typer
+
+    from simulator.cli import app as simulator_app
+    from simulator.errors import InputError
+except KeyboardInterrupt as _e:
+    sys.exit(_interrupted(_e))
 
 APP_HELP = ("Simulate, fit and validate speculative reasoning (SpecReason) and speculative decoding on "
             "reasoning models: what-if grids, capacity planning, real runs, validation.")
@@ -183,9 +207,10 @@ def run_app(typer_app: typer.Typer, argv: list[str] | None, prog_name: str) -> i
         return e.exit_code
     except SystemExit as e:  # a command's sys.exit(code) (validate: 1 above the bar, 2 cannot judge)
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
-    except (typer.Abort, KeyboardInterrupt):
-        print("aborted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        return _interrupted(e)
+    except typer.Abort as e:
+        return _interrupted(e.__cause__ if isinstance(e.__cause__, KeyboardInterrupt) else KeyboardInterrupt())
     except typer.TyperException as e:  # typer's (vendored click) usage errors
         if type(e).__name__ == "NoArgsIsHelpError":  # a bare group: its help was printed; not a mistake
             return 0
@@ -273,12 +298,85 @@ def _hide_flag_types() -> None:
     TyperArgument.display_type_rich = argument_type
 
 
+_KEEP_BREAK = re.compile(r"\s|[-*•]\s|\d+[.)]\s")  # a line that starts an indented block, a bullet or a numbered item
+
+
+def reflow(paragraph: str) -> str:
+    """One help paragraph with its source line breaks joined (a line starting an indented block, a bullet or a
+    numbered item keeps its break; a paragraph opening with ``\\b`` is left as written)."""
+    if paragraph.startswith("\b"):
+        return paragraph
+    lines = paragraph.split("\n")
+    out = lines[0]
+    for line in lines[1:]:
+        out += ("\n" + line) if _KEEP_BREAK.match(line) else (" " + line.strip())
+    return out
+
+
+def _reflow_help() -> None:
+    """Help paragraphs read as paragraphs: typer keeps every line break of a docstring, so rich wrapped each
+    source line on its own (ragged lines); here each paragraph is joined (:func:`reflow`) and wrapped once."""
+    from typer import rich_utils
+
+    if getattr(rich_utils, "_specsim_reflow", False):
+        return
+    orig = rich_utils._fix_linebreaks
+    rich_utils._fix_linebreaks = lambda paragraphs, markup_mode: orig([reflow(p) for p in paragraphs], markup_mode)
+    rich_utils._specsim_reflow = True
+
+
+def interrupts() -> dict:
+    """Ctrl-C (SIGINT) raises KeyboardInterrupt and SIGTERM :class:`Terminated`, both recorded (typer reports either
+    as a bare exit code 130); set by :func:`main` only (never on import), inherited by no worker
+    (``simulator.capacity.parallel.worker_signals`` restores the defaults there). Returns the handlers replaced."""
+    def on_signal(signum, frame):
+        _SIGNALS.append(signum)
+        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        return {}
+    return {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+
+
+def stop_children() -> None:
+    """After an interrupt: any ``multiprocessing`` child still running (a pool the interrupted code did not close
+    itself) is stopped, so no worker outlives the command."""
+    import multiprocessing
+
+    from simulator.capacity.parallel import stop_processes
+
+    stop_processes(multiprocessing.active_children())
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Console-script entry point (:func:`run_app` over the whole ``specsim`` command tree)."""
-    argv = quiet_engines(argv)
-    _hide_flag_types()
-    ensure_registered()
-    return run_app(app, argv, "specsim")
+    """Console-script entry point (:func:`run_app` over the whole ``specsim`` command tree). Ctrl-C or SIGTERM, at any
+    point (registering the groups' imports included): every worker process stopped, one line, exit 130 / 143."""
+    del _SIGNALS[:], _SAID[:]
+    previous = interrupts()
+    try:
+        argv = quiet_engines(argv)
+        _hide_flag_types()
+        _reflow_help()
+        ensure_registered()
+        rc = run_app(app, argv, "specsim")
+        if _SIGNALS or _SAID:
+            rc = _interrupted()
+    except KeyboardInterrupt as e:
+        rc = _interrupted(e)
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    if _SIGNALS or _SAID:
+        try:
+            stop_children()
+        except KeyboardInterrupt:  # a second Ctrl-C while stopping: stop harder, say nothing more
+            import multiprocessing
+
+            for p in multiprocessing.active_children():
+                p.kill()
+    return rc
 
 
 if __name__ == "__main__":

@@ -8,11 +8,26 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, settings
 
 from simulator.catalog import get_hardware, get_model
 from simulator.cost_model import Deployment
 from simulator.cost_profile import CostParams, prior_profile
 from simulator.workload import WorkloadProfile
+
+# Hypothesis profiles. "ci" (the default) keeps every property and each test's own example count, without the
+# per-example deadline or the too-slow health check: on a loaded 2-core machine a slow example is not a failure.
+# "thorough" (`pytest --hypothesis-profile thorough`, local runs) draws ten times the examples of every test,
+# including those that set their own count through examples(n).
+settings.register_profile("ci", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True)
+settings.register_profile("thorough", parent=settings.get_profile("ci"), max_examples=1000)
+settings.load_profile(os.environ.get("SPECSIM_HYPOTHESIS_PROFILE", "ci"))
+
+
+def examples(n: int) -> int:
+    """A test's example count under the active profile: n, or 10 n under "thorough" (scaled from its 1000)."""
+    return max(n, round(n * settings.default.max_examples / 100))
+
 
 SMALL_WORKLOAD = {
     "name": "test-small",

@@ -1,6 +1,6 @@
 """Imports point one way (issues 16 and 29), for every package:
 
-    simulator  <-  calibrate.{trace_schema, spec_metrics} (the contracts)  <-  calibrate.run | calibrate.fit
+    simulator  <-  calibrate.{trace_schema, trace_rules, spec_metrics} (the contracts)  <-  calibrate.run | calibrate.fit
                <-  calibrate (cli, study: compose run and fit)  <-  validate  <-  specsim_cli
 
 ``calibrate.run`` (engines, runners: the only code needing torch or vLLM) and ``calibrate.fit`` (loading, fitters,
@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("simulator", "calibrate", "validate", "specsim_cli")
-CONTRACTS = ("calibrate.trace_schema", "calibrate.spec_metrics")
+CONTRACTS = ("calibrate.trace_schema", "calibrate.trace_rules", "calibrate.spec_metrics")
 # (layer of a module, the layers it may import); a module's layer is the longest matching prefix of its name.
 LAYERS = {
     "simulator": {"simulator"},

@@ -37,6 +37,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from simulator.errors import InputError
+
 # The accuracy bar on the held-out median APE of end-to-end latency (docs/cpu-campaign.md: how it was set): a
 # benchmark, `make validate-cpu`, on an otherwise idle machine. CI (tests/calibrate/test_cpu_campaign.py) checks the
 # looser sanity bound below instead: wall-clock timings of real engines on a loaded 2-core machine are not a bar a
@@ -78,18 +80,37 @@ CONFIGS = (
 )
 
 
-def fit_names() -> list[str]:
-    return [c.name for c in CONFIGS if not c.holdout]
+def select(names: str | list[str] | None = None) -> tuple[CampaignConfig, ...]:
+    """The campaign's configurations named (comma list or list; None or "all": every one), in CONFIGS order. A
+    subset must keep at least one fit and one held-out configuration (the campaign fits, then predicts)."""
+    if names is None or names == "all":
+        return CONFIGS
+    want = [n.strip() for n in (names.split(",") if isinstance(names, str) else names) if n.strip()]
+    known = {c.name for c in CONFIGS}
+    bad = [n for n in want if n not in known]
+    if bad:
+        raise InputError(None, "--configs", f"unknown configuration {', '.join(bad)}; expected names from "
+                         f"{', '.join(c.name for c in CONFIGS)}")
+    chosen = tuple(c for c in CONFIGS if c.name in want)
+    if not any(c.holdout for c in chosen) or all(c.holdout for c in chosen):
+        raise InputError(None, "--configs", "needs at least one fit configuration ("
+                         f"{', '.join(c.name for c in CONFIGS if not c.holdout)}) and one held-out one ("
+                         f"{', '.join(c.name for c in CONFIGS if c.holdout)})")
+    return chosen
 
 
-def holdout_names() -> list[str]:
-    return [c.name for c in CONFIGS if c.holdout]
+def fit_names(configs=CONFIGS) -> list[str]:
+    return [c.name for c in configs if not c.holdout]
 
 
-def run_order() -> list[CampaignConfig]:
+def holdout_names(configs=CONFIGS) -> list[str]:
+    return [c.name for c in configs if c.holdout]
+
+
+def run_order(configs=CONFIGS) -> list[CampaignConfig]:
     """Fit and held-out configurations interleaved in time (fit, held-out, fit, ...): a load that drifts over the
     campaign hits both sides alike instead of the held-out half alone (they ran last)."""
-    fit, ho = [c for c in CONFIGS if not c.holdout], [c for c in CONFIGS if c.holdout]
+    fit, ho = [c for c in configs if not c.holdout], [c for c in configs if c.holdout]
     out = []
     for i in range(max(len(fit), len(ho))):
         out += [x[i] for x in (fit, ho) if i < len(x)]
@@ -111,14 +132,13 @@ def within_config_spread(run_dirs: list[Path]) -> float:
     configuration's requests (what load does to one configuration's timings; NaN with fewer than 2 requests)."""
     import numpy as np
 
-    from calibrate.trace_schema import check_jsonl, record_file
+    from calibrate.trace_schema import check_run_dir, record_file
 
     cvs = []
     for d in run_dirs:
-        f = record_file(d, "requests.jsonl")
-        if f is None:
+        if record_file(d, "requests.jsonl") is None:
             continue
-        r = check_jsonl(f, "request")
+        r = check_run_dir(d)["request"]
         spt = np.array([x["latency_s"] / max(x["small_tokens"] + x["base_tokens"], 1) for x in r], dtype=float)
         if len(spt) >= 2 and spt.mean() > 0:
             cvs.append(float(spt.std(ddof=1) / spt.mean()))
@@ -140,7 +160,7 @@ def model_paths(cache: Path) -> tuple[Path, Path]:
 
 def run_campaign(out: Path, base: Path, draft: Path, *, engine: str = "vllm", requests: int = 3, budget: int = 48,
                  step_max: int = 24, warmup: int = 1, seed: int = 0, dataset: str = "gsm_symbolic",
-                 log=print) -> dict[str, float]:
+                 log=print, configs=CONFIGS) -> dict[str, float]:
     """Every configuration into ``out/runs/NAME`` (resumed if present), fit and held-out interleaved (``run_order``);
     per configuration: seconds, 1-minute load average and mean CPU clock at its start and end; a configuration whose
     load changed by more than ``LOAD_CHANGE`` is run once more (``NAME:repeated``) and, if it changes again, listed
@@ -152,7 +172,7 @@ def run_campaign(out: Path, base: Path, draft: Path, *, engine: str = "vllm", re
     from calibrate.run.runner import EngineSpec, run_system
 
     times: dict = {"load_changed": []}
-    for c in run_order():
+    for c in run_order(configs):
         for attempt in (1, 2):
             load0, mhz0 = _loadavg(), _cpu_mhz()
             t0 = time.perf_counter()
@@ -208,13 +228,14 @@ def fit_profile(run_dirs: list[Path], out: Path, *, name: str, date: str | None 
     return prof
 
 
-def validate_holdout(run_dirs: list[Path], profile: Path, report: Path, bar: float | None, command: str = ""):
+def validate_holdout(run_dirs: list[Path], profile: Path, report: Path, bar: float | None, command: str = "",
+                     configs=CONFIGS):
     from validate.report import write_report
     from validate.validation import run_validation
 
     # the profile was fitted on this campaign's own fit runs a moment ago: an implausible value is reported in the
     # notes (as validate does for the profiles it refits itself), not a reason to stop the campaign
-    res = run_validation([str(p) for p in run_dirs], str(profile), "runs:" + ",".join(holdout_names()),
+    res = run_validation([str(p) for p in run_dirs], str(profile), "runs:" + ",".join(holdout_names(configs)),
                          distribution=True, des_requests=400, allow_implausible=True)
     write_report(res, report, command, bar, "e2e")
     return res
@@ -229,34 +250,39 @@ def _params(prof) -> dict:
 
 def run_all(out: Path, *, requests: int = 3, budget: int = 48, step_max: int = 24, warmup: int = 1, seed: int = 0,
             engine: str = "vllm", model_cache: Path = Path(".cache/models"), max_median_ape: float = DEFAULT_BAR,
-            sanity: bool = False, fit_all_out: Path | None = None, date: str | None = None, command: str = "") -> int:
+            sanity: bool = False, fit_all_out: Path | None = None, date: str | None = None, command: str = "",
+            configs: str | None = None) -> int:
     """The whole campaign (module docstring): runs, fit, held-out validation, ``OUT/summary.json``; prints the figures.
     Returns 0, or 1 when the held-out median APE is above the bar (``sanity``: above :func:`sanity_bar`)."""
+    chosen = select(configs)
     out = Path(out)
+    base, draft = model_paths(model_cache)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    base, draft = model_paths(model_cache)
-    print(f"campaign -> {out}/runs ({engine}, {requests} requests x {len(CONFIGS)} configurations)")
+    print(f"campaign -> {out}/runs ({engine}, {requests} requests x {len(chosen)} configurations)")
     per_config = run_campaign(out, base, draft, engine=engine, requests=requests, budget=budget,
-                              step_max=step_max, warmup=warmup, seed=seed)
+                              step_max=step_max, warmup=warmup, seed=seed, configs=chosen)
     t_runs = time.perf_counter() - t0
 
-    runs = {c.name: out / "runs" / c.name for c in CONFIGS}
+    runs = {c.name: out / "runs" / c.name for c in chosen}
     t1 = time.perf_counter()
-    prof = fit_profile([runs[n] for n in fit_names()], out / "profile_fit.yaml", name="cpu-vllm-campaign-fit",
-                       date=date, command=command + "  # fit on " + ",".join(fit_names()))
+    prof = fit_profile([runs[n] for n in fit_names(chosen)], out / "profile_fit.yaml", name="cpu-vllm-campaign-fit",
+                       date=date, command=command + "  # fit on " + ",".join(fit_names(chosen)))
     t_fit = time.perf_counter() - t1
     t2 = time.perf_counter()
-    res = validate_holdout(list(runs.values()), out / "profile_fit.yaml", out / "report", max_median_ape, command)
+    res = validate_holdout(list(runs.values()), out / "profile_fit.yaml", out / "report", max_median_ape, command,
+                           chosen)
     t_val = time.perf_counter() - t2
+    from validate.metrics import percent, summary_text
+
     e2e, calls = res.figures["replay_e2e"], res.figures["replay_calls"]
     head = e2e.iloc[0]
     spread = within_config_spread(list(runs.values()))
     summary = {
         "command": command, "runtime_s": {"campaign": round(t_runs, 1), "per_config": per_config,
                                           "fit": round(t_fit, 1), "validate": round(t_val, 1)},
-        "fit_configs": fit_names(), "holdout_configs": holdout_names(), "bar": max_median_ape,
-        "run_order": [c.name for c in run_order()], "load_changed": per_config.get("load_changed", []),
+        "fit_configs": fit_names(chosen), "holdout_configs": holdout_names(chosen), "bar": max_median_ape,
+        "run_order": [c.name for c in run_order(chosen)], "load_changed": per_config.get("load_changed", []),
         "within_config_spread": spread, "sanity_bar": sanity_bar(spread),
         "judged_against": "sanity" if sanity else "bar",
         "heldout_e2e": {k: (float(head[k]) if k != "n" else int(head[k]))
@@ -275,18 +301,18 @@ def run_all(out: Path, *, requests: int = 3, budget: int = 48, step_max: int = 2
         pall = fit_profile(list(runs.values()), fit_all_out, name="cpu-vllm032", date=date,
                            command=command + "  # fit on all configurations")
         summary["fit_all_params"] = _params(pall)
-    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
-    print(f"fit on {', '.join(fit_names())}: " + ", ".join(f"{k}={v['value']:.4g}[{v['kind'][0]}]"
-                                                          for k, v in summary["fit_params"].items()))
-    print(f"held out {', '.join(holdout_names())}: n={head['n']} e2e median APE {100 * head['median_ape']:.1f}% "
-          f"p90 {100 * head['p90_ape']:.1f}% bias {100 * head['bias']:+.1f}% coverage {100 * head['coverage']:.0f}% "
-          f"(calls: median APE {100 * calls.iloc[0]['median_ape']:.1f}%)")
+    from simulator.loading import write_atomic
+
+    write_atomic(out / "summary.json", json.dumps(summary, indent=1, default=str))
+    print(f"fit on {', '.join(fit_names(chosen))}: " + ", ".join(f"{k}={v['value']:.4g}[{v['kind'][0]}]"
+                                                                for k, v in summary["fit_params"].items()))
+    print(f"held out {', '.join(holdout_names(chosen))}: e2e {summary_text(head)} "
+          f"(calls: median APE {percent(calls.iloc[0]['median_ape'], 'no calls to compare', '.1f')})")
     if summary["heldout_distribution"]:
         d = summary["heldout_distribution"]
-        print(f"held out, distribution mode (workload refitted on the fit runs): median APE {100 * d['median_ape']:.1f}% "
-              f"p90 {100 * d['p90_ape']:.1f}% bias {100 * d['bias']:+.1f}% coverage {100 * d['coverage']:.0f}%")
+        print(f"held out, distribution mode (workload refitted on the fit runs): {summary_text(d)}")
     print(f"runtime: campaign {t_runs:.0f} s, fit {t_fit:.0f} s, validate {t_val:.0f} s; report {out / 'report' / 'report.md'}")
-    loads = [per_config.get(f"{c.name}:loadavg1") for c in run_order()]
+    loads = [per_config.get(f"{c.name}:loadavg1") for c in run_order(chosen)]
     print(f"load: 1-min load average per configuration {', '.join(f'{x:.1f}' for x in loads if x is not None)}; "
           f"within-configuration spread {100 * spread:.1f}% (sanity bound {100 * sanity_bar(spread):.0f}%)")
     if summary["load_changed"]:

@@ -46,6 +46,7 @@ import typer
 
 from simulator.errors import InputError
 from simulator.option_values import threshold_list_option
+from simulator.output_contract import writes
 from simulator.serving.metrics import WARMUP_FRACTION
 
 
@@ -195,8 +196,9 @@ def run(runs: list[str], scenario: str, slo: str, thresholds: list[int] | None, 
     for r in runs:
         if not Path(r).is_dir():
             raise InputError(r, "RUN_DIR", "not a directory")
-    if requests < 20:
-        raise InputError(None, "--requests", "must be >= 20 (percentiles need a few requests)")
+    from simulator.option_values import check_capacity_requests
+
+    check_capacity_requests(requests)
     levels = measured_levels(runs, slo)
     systems = sorted(levels.system.unique())
     rates = {s: sorted(levels[levels.system == s].rate_qps.tolist()) for s in systems}
@@ -217,6 +219,7 @@ def run(runs: list[str], scenario: str, slo: str, thresholds: list[int] | None, 
 def register(app) -> None:
     """``specsim validate-capacity`` on the composed command tree (specsim_cli)."""
     @app.command("validate-capacity")
+    @writes(out="folder")
     def validate_capacity_cmd(
         ctx: typer.Context,
         runs: list[Path] = typer.Argument(..., help="serve-systems Poisson run directories (SYSTEM/poisson-R)"),

@@ -18,9 +18,11 @@ from typing import Optional
 import typer
 
 from simulator.errors import InputError
+from simulator.output_contract import writes
 from validate.campaign import DEFAULT_BAR  # stdlib only: the engines are imported when a campaign runs
 
 
+@writes(report="folder")
 def validate(
     inputs: list[Path] = typer.Argument(..., help="run directories or SpecReason trace files/directories"),
     profile: Path = typer.Option(..., "--profile", help="cost profile (specsim calibrate fit / fit-bench), or prior | "
@@ -49,6 +51,7 @@ def validate(
     """Predict measured held-out runs (trace replay and distribution mode) and report the errors.
 
     Example: specsim validate RUN_DIR... --profile cost.yaml --holdout requests:kfold=2 --out out/validation"""
+    from validate.metrics import summary_text
     from validate.report import write_report
     from validate.validation import headline, run_validation
 
@@ -82,9 +85,7 @@ def validate(
     for key, label in (("replay_e2e", "replay e2e"), ("replay_calls", "replay calls"), ("distribution", "distribution")):
         if key in f:
             a = f[key].iloc[0]
-            print(f"  {label:13s} n={a['n']:3d} median APE {100 * a['median_ape']:.1f}% p90 {100 * a['p90_ape']:.1f}% "
-                  f"bias {100 * a['bias']:+.1f}% coverage {100 * a['coverage']:.0f}% "
-                  f"(median {100 * level:g}% interval width {100 * a['pi_rel_width']:.0f}% of the prediction)")
+            print(f"  {label:13s} {summary_text(a, level)}")
     cov = f.get("coverage_levels")
     if cov is not None and len(cov):
         for scope, g in cov.groupby("scope", sort=False):
@@ -147,6 +148,7 @@ def validate_drift(
             print("\n" + unseen_batch_check(str(aggregates), str(traces), str(profile)))
 
 
+@writes(out="runs", fit_all_out="yaml")
 def validate_cpu(
     ctx: typer.Context,
     out: Path = typer.Option(..., help="campaign folder (OUT/runs resumed if present; profile_fit.yaml, report/, "
@@ -164,6 +166,9 @@ def validate_cpu(
                                 "within-configuration spread)) instead of --max-median-ape"),
     fit_all_out: Optional[Path] = typer.Option(None, help="also fit on every configuration into this cost profile"),
     date: Optional[str] = typer.Option(None, help="provenance date of the profiles (default: today)"),
+    configs: str = typer.Option("all", help="comma list of the campaign's configurations to run (vanilla-base, "
+                                "specdecode-g1..g4, specreason-t0/t6/t7/t10), at least one fit and one held-out; "
+                                "default all nine"),
 ):
     """A small real campaign on this CPU (vLLM, SmolLM2-135M + its 6-layer cut) -> fit -> held-out validation (~4 min).
 
@@ -173,7 +178,7 @@ def validate_cpu(
 
     rc = run_all(out, requests=requests, budget=budget, step_max=step_max, warmup=warmup, seed=seed, engine=engine,
                  model_cache=model_cache, max_median_ape=max_median_ape, sanity=sanity, fit_all_out=fit_all_out,
-                 date=date, command=command_line(ctx))
+                 date=date, command=command_line(ctx), configs=configs)
     if rc:
         sys.exit(rc)
 

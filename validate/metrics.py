@@ -59,6 +59,25 @@ def summarize(predicted, measured, low=None, high=None) -> dict:
     return out
 
 
+def percent(value: float, why: str, spec: str = ".0f") -> str:
+    """A fraction as a percentage in a line of text (``spec``: its format, e.g. ``+.1f``), or ``n/a (why)`` when
+    it is not a number: never ``nan%``."""
+    v = float(value)
+    return f"{100 * v:{spec}}%" if np.isfinite(v) else f"n/a ({why})"
+
+
+def summary_text(a, level: float | None = None) -> str:
+    """One :func:`summarize` row as text: n, median / p90 APE, bias, interval coverage and width (``level``: the
+    interval's nominal level); a figure that does not exist says why."""
+    none = "no requests to compare" if not a["n"] else None
+    no_pi = none or "no prediction intervals"
+    text = (f"n={a['n']:3d} median APE {percent(a['median_ape'], none, '.1f')} p90 {percent(a['p90_ape'], none, '.1f')} "
+            f"bias {percent(a['bias'], none, '+.1f')} coverage {percent(a['coverage'], no_pi)}")
+    if level is not None:
+        text += f" (median {100 * level:g}% interval width {percent(a['pi_rel_width'], no_pi)} of the prediction)"
+    return text
+
+
 def summarize_frame(df: pd.DataFrame, pred: str, meas: str, low: str | None = None, high: str | None = None,
                     by: list[str] | None = None) -> pd.DataFrame:
     """:func:`summarize` over all rows and, with ``by``, per group (first row: ``all``)."""

@@ -28,6 +28,7 @@ import pandas as pd
 
 from calibrate.fit.fit_mixture import THRESHOLD, ProblemAggregate, fit_mixture, load_aggregates, shared_profile
 from simulator.analytic import MixturePredictor, chain_for
+from simulator.output_contract import writes
 from simulator.systems import SystemConfig
 
 CFG = SystemConfig(system="specreason", threshold=THRESHOLD)
@@ -190,6 +191,7 @@ def register(calibrate_app) -> None:
     import typer
 
     @calibrate_app.command("validate-mixture")
+    @writes(out="folder")
     def validate_mixture_cmd(
         out: Path = typer.Option(..., help="report folder (report.md, folds.csv, summary.csv), e.g. out/mixture-validation"),
         aggregates: Path = typer.Option(None, help="per-problem aggregates JSON (default: the shared AIME traces')"),

@@ -132,7 +132,13 @@ def fit(data: Data, fit_gammas) -> dict:
 
 
 def per_position(model: dict, gamma: int) -> np.ndarray:
+    """a_1..a_gamma: the fitted conditional rates, beyond them the last one repeated or, with the model's
+    ``drafter_kind`` (eagle3 / mtp / block), the kind prior's shape (``simulator.drafter_priors.extend``)."""
     c = list(model["conditional"])
+    if model.get("drafter_kind") and gamma > len(c):
+        from simulator.drafter_priors import extend
+
+        return np.asarray(extend(np.cumprod(c), model["drafter_kind"], gamma))
     while len(c) < gamma:
         c.append(c[-1])
     return np.cumprod(c[:gamma])
@@ -182,9 +188,11 @@ def report(data: Data, model: dict, rows: list[dict], predict_gammas) -> str:
 
 def acceptance_yaml(model: dict, source: str, positions: int = 8) -> str:
     """``draft.acceptance`` of a scenario (a, kind: fitted, source), checked by the scenario's own model."""
+    beyond = (f"follow the {model['drafter_kind']} prior's shape (docs/drafters.md)" if model.get("drafter_kind")
+              else "repeat the last conditional rate")
     return draft_acceptance_yaml(per_position(model, positions), "fitted", source,
                                  f"per-position acceptance fitted by `specsim calibrate fit-acceptance` (gamma "
-                                 f"{model['fit_gammas']}; positions beyond them repeat the last conditional rate)")
+                                 f"{model['fit_gammas']}; positions beyond them {beyond})")
 
 
 def draft_acceptance_yaml(a, kind: str, source: str, comment: str) -> str:

@@ -17,6 +17,7 @@ import typer
 
 from simulator.errors import InputError
 from simulator.option_values import threshold_option
+from simulator.output_contract import writes
 
 
 def _setup_from(ms, hardware, tp, base_model, small_model, draft_model):
@@ -33,6 +34,7 @@ def _setup_from(ms, hardware, tp, base_model, small_model, draft_model):
                             draft_model or h.get("draft_model"))
 
 
+@writes(out="yaml")
 def fit(
     inputs: list[Path] = typer.Argument(..., help="run directories or SpecReason trace files/directories"),
     out: Path = typer.Option(..., "--out", help="cost profile YAML to write"),
@@ -86,6 +88,7 @@ def fit(
               f"{a['values']['compute_efficiency']:.3g} -> {'plausible' if a['physically_plausible'] else 'IMPOSSIBLE (above the physical maximum)'}")
 
 
+@writes(out="yaml")
 def fit_workload(
     inputs: list[Path] = typer.Argument(..., help="runner run directories (specsim calibrate run)"),
     out: Path = typer.Option(..., "--out", help="workload profile YAML to write"),
@@ -113,6 +116,7 @@ def fit_workload(
           f"{w.step_pmf_base.mean:.1f}, P(score>=7) {w.acceptance_probability(7):.3f}, a_1 {w.token_acceptance[0]:.3f}")
 
 
+@writes(out="yaml", report="folder")
 def fit_bench(
     run_dirs: list[Path] = typer.Argument(..., help="microbenchmark run directories (static-bench / microbench)"),
     out: Path = typer.Option(..., "--out", help="cost profile YAML to write (fitted on every record)"),
@@ -159,6 +163,7 @@ def fit_bench(
         print(f"  note: {note}")
 
 
+@writes(out="yaml")
 def fit_workload_traces(
     ctx: typer.Context,
     data: Path = typer.Argument(..., help="SpecReason per-step traces: a JSONL file or a folder of them"),
@@ -194,6 +199,7 @@ def import_specreason_cmd(
     print(summary_text(trace) if summary else f"{len(trace.requests)} runs, {len(trace.steps)} steps")
 
 
+@writes(out="yaml")
 def fit_accuracy(
     ctx: typer.Context,
     source: str = typer.Argument(..., help="aggregates (the SpecReason per-problem aggregates JSON) | runs (run "
@@ -214,6 +220,7 @@ def fit_accuracy(
     print(f"wrote {write_atomic(out, profile_yaml(prof, command_line(ctx)))}")
 
 
+@writes(out="folder")
 def published_priors(
     ctx: typer.Context,
     out: Path = typer.Option(..., "--out", help="folder for the two workload profiles (simulator/profiles: the "
@@ -222,7 +229,7 @@ def published_priors(
 ):
     """Coarse MATH500 and GPQA-Diamond workload priors from the SpecReason paper's published latencies (~1 min).
 
-    Example: specsim calibrate published-priors --out simulator/profiles"""
+    Example: specsim calibrate published-priors --out simulator/profiles --force (the shipped profiles: tracked)"""
     from calibrate.fit.published_priors import write_priors
     from simulator.command_line import command_line
 
@@ -230,12 +237,45 @@ def published_priors(
         print(f"{path}: " + ", ".join(f"{k} {v:.3g}" for k, v in facts.items()))
 
 
+@writes(out="yaml", report="folder")
+def fit_drafter_curves(
+    folder: Path = typer.Argument(..., help="folder of AL(k) YAML files (../shared/data/engine-measurements/"
+                                            "acceptance-length-vs-k)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="priors YAML to write (the shipped one: "
+                                                           "simulator/catalog/drafter_priors.yaml)"),
+    report: Optional[Path] = typer.Option(None, "--report", help="report folder: held-out.md (the printed tables) "
+                                                                 "written there"),
+    date: Optional[str] = typer.Option(None, help="provenance date (default: today)"),
+):
+    """Acceptance priors per drafter kind (MTP, EAGLE-3, block) from measured AL(k) curves, with the held-out error
+    (leave one curve out within its kind) printed (docs/drafters.md; ~30 s).
+
+    Example: specsim calibrate fit-drafter-curves ../shared/data/engine-measurements/acceptance-length-vs-k --out simulator/catalog/drafter_priors.yaml"""
+    import datetime
+
+    import yaml
+
+    from calibrate.fit.drafter_curves import fit_report
+    from simulator.loading import write_atomic
+
+    doc, text = fit_report(folder, date or datetime.date.today().isoformat())
+    print(text, end="")
+    if out is not None:
+        write_atomic(out, "# Acceptance priors per drafter kind (docs/drafters.md). Written by specsim calibrate "
+                     "fit-drafter-curves; derived\n# parameters only (the measured curves are third-party data, "
+                     "not copied here).\n" + yaml.safe_dump(doc, sort_keys=False, width=120))
+        print(f"wrote {out}")
+    if report is not None:
+        print(f"wrote {write_atomic(report / 'held-out.md', text)}")
+
+
 def register(calibrate_app: typer.Typer) -> None:
     """Add ``fit``, ``fit-workload``, ``fit-bench``, ``fit-workload-traces``, ``import-specreason``, ``fit-accuracy``
-    and ``published-priors`` to the calibrate sub-app unless it already has them."""
+    ``published-priors`` and ``fit-drafter-curves`` to the calibrate sub-app unless it already has them."""
     names = {c.name or (c.callback.__name__ if c.callback else None) for c in calibrate_app.registered_commands}
     for name, fn in (("fit", fit), ("fit-workload", fit_workload), ("fit-bench", fit_bench),
                      ("fit-workload-traces", fit_workload_traces), ("import-specreason", import_specreason_cmd),
-                     ("fit-accuracy", fit_accuracy), ("published-priors", published_priors)):
+                     ("fit-accuracy", fit_accuracy), ("published-priors", published_priors),
+                     ("fit-drafter-curves", fit_drafter_curves)):
         if name not in names:
             calibrate_app.command(name)(fn)

@@ -40,6 +40,7 @@ import yaml
 
 from calibrate.fit.import_specreason import SpecReasonTrace, steps_upto_answer
 from simulator.errors import InputError
+from simulator.loading import write_atomic
 from simulator.workload import WorkloadProfile
 
 SCORE_PSEUDO_COUNT = 0.5
@@ -246,7 +247,5 @@ def profile_to_yaml(profile: WorkloadProfile, command: str = REGENERATE, about: 
 
 def write_workload_yaml(profile: WorkloadProfile, out: str | Path, command: str = REGENERATE) -> Path:
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(profile_to_yaml(profile, command), encoding="utf-8")
-    return out
+    return write_atomic(out, profile_to_yaml(profile, command))
 

@@ -26,6 +26,7 @@ import pandas as pd
 
 from calibrate.fit.gpustack_import import ReleasedRun
 from calibrate.fit.released_predict import measured_figures, predict_released
+from simulator.loading import write_atomic
 
 # fitted: t_seq, t_lat (the concurrent part of t_call), t_fe (its serial part), async overlap
 FIT_TERMS = ("seq_overhead_s", "call_latency_s", "front_end_serial_s", "async_overlap")
@@ -250,6 +251,4 @@ def put_versions(path, entries: list[dict], provenance: dict | None = None) -> N
     if provenance is not None:
         raw["provenance"] = provenance
     head = "".join(line for line in open(path) if line.startswith("#"))
-    with open(path, "w") as fh:
-        fh.write(head)
-        yaml.safe_dump(raw, fh, sort_keys=False, width=120)
+    write_atomic(path, head + yaml.safe_dump(raw, sort_keys=False, width=120))

@@ -21,6 +21,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from calibrate.trace_rules import DURATION_ABS_TOL, DURATION_REL_TOL
+from calibrate.trace_schema import MAX_DURATION_S
 from simulator.errors import InputError
 from simulator.systems import spec_of
 
@@ -223,14 +225,9 @@ SPECREASON_HINT = {"hardware": "a100-80gb", "tp": 2, "base_model": "qwq-32b", "s
                                     "2x A100-80GB SXM (TP=2); the A6000 alternative is reported in fit.hardware_alternatives"}
 
 
-# Physical bounds on measured durations (issue 27): every duration finite and >= 0; the calls of a step no longer
-# than the step, the steps of a run (request) no longer than the run; steps start in order (no negative gap). Timers
-# are read separately, so "no longer than" allows DURATION_REL_TOL + DURATION_ABS_TOL s.
-DURATION_REL_TOL = 0.02
-DURATION_ABS_TOL = 0.005
-MAX_DURATION_S = 86400.0  # no engine call, step or request of one request at a time lasts a day
-
-
+# Physical bounds on measured durations: every duration finite, >= 0 and under a day (the trace contract's
+# MAX_DURATION_S); the calls of a step no longer than the step, the steps of a run no longer than the run, within the
+# timers' tolerance (calibrate.trace_rules, which checks run directories by the same rule).
 def _bad_duration(values: np.ndarray, allow_nan: bool) -> np.ndarray:
     v = np.asarray(values, dtype=float)
     bad = ~np.isfinite(v) | (v < 0) | (v > MAX_DURATION_S)
@@ -269,33 +266,6 @@ def check_specreason_durations(path: str, steps: pd.DataFrame, requests: pd.Data
             if tot == tot and run in per_run.index and _longer(per_run[run], tot):
                 raise InputError(path, f"run {run}: step_time", f"steps summing to no more than the run's recorded "
                                                                 f"{tot:.4g} s (got {per_run[run]:.4g} s)")
-
-
-def check_run_dir_durations(path: str, steps: list[dict], requests: list[dict]) -> None:
-    """Bounds of a run directory's durations: per step call times finite and >= 0, no step's calls longer than its
-    request, steps of a request starting in order (no negative gap)."""
-    lat = {r["request_id"]: r["latency_s"] for r in requests}
-    for r in requests:
-        for col in ("latency_s", "small_time_s", "score_time_s", "base_time_s"):
-            v = r.get(col)
-            if v is not None and _bad_duration(np.array([v]), allow_nan=False)[0]:
-                raise InputError(f"{path}/requests.jsonl", f"request {r['request_id']}: {col}",
-                                 f"a finite duration in [0, {MAX_DURATION_S:g}] s (got {v!r})")
-    last: dict = {}
-    for s in sorted(steps, key=lambda x: (x["request_id"], x["step_index"])):
-        rid, j = s["request_id"], s["step_index"]
-        where = f"request {rid} step {j}"
-        for col in ("small_time_s", "score_time_s", "base_time_s"):
-            if _bad_duration(np.array([s[col]]), allow_nan=False)[0]:
-                raise InputError(f"{path}/steps.jsonl", f"{where}: {col}", f"a finite duration in [0, {MAX_DURATION_S:g}] s (got {s[col]!r})")
-            if rid in lat and _longer(np.array([s[col]]), np.array([lat[rid]]))[0]:
-                raise InputError(f"{path}/steps.jsonl", f"{where}: {col}", f"no longer than the request's latency_s "
-                                                                        f"{lat[rid]:.4g} s (got {s[col]:.4g} s)")
-        t = s.get("started_at")
-        if t and rid in last and last[rid] and t < last[rid] - DURATION_ABS_TOL:
-            raise InputError(f"{path}/steps.jsonl", f"{where}: started_at", f"a step starting after the previous one "
-                                                                          f"(negative gap of {last[rid] - t:.4g} s)")
-        last[rid] = t
 
 
 def _specreason_set(path: Path, prompt_tokens: int, judge_tokens: int) -> MeasuredSet:
@@ -348,7 +318,6 @@ def _run_dir_set(path: Path) -> MeasuredSet:
 
     calls, meta = calls_from_run_dir(path)
     recs = check_run_dir(path)
-    check_run_dir_durations(str(path), recs.get("step", []), recs.get("request", []))
     key = run_dir_key(path)
     steps = pd.DataFrame(recs.get("step", []))
     content = run_content_hash([*recs.get("request", []), *recs.get("step", [])])

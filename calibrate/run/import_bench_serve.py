@@ -28,7 +28,8 @@ measured send instants are replayed (``poisson`` mode, ``rate_per_s`` the offere
 ``inf`` without a cap: every request at once). Without ``start_times`` a closed loop's send instants are
 reconstructed the way the client makes them (a request goes when one of the N slots frees, in order); an open
 loop without them is refused. Failed requests (non-empty ``errors`` entry) are dropped and counted in
-``run.json`` (``options.bench.failed``); every request failing is an error.
+``run.json`` (``options.bench.failed``); every request failing is an error. The summary's ``completed`` and ``failed``
+must equal the lists' counts of requests without and with an error (a mismatch names both numbers).
 
 Written (``specsim calibrate import-bench-serve``, or in memory by ``validate/serving`` when it is given the JSON
 itself): ``run.json`` (kind ``serve``, engine ``vllm-bench-serve``), ``serve_requests.jsonl`` (one record per
@@ -130,6 +131,22 @@ def _rate(v, where: str) -> float:
     return float(v)
 
 
+def _check_header_counts(data: dict, where: str, n: int, failed: int) -> None:
+    """The summary's ``completed`` / ``failed`` (vLLM counts them from the same outputs as the lists) against the
+    lists: ``n - failed`` requests without an error, ``failed`` with one. A header that disagrees is a hand-edited
+    or mixed file, refused naming both numbers; ``completed`` 0 is a run in which no request succeeded."""
+    for name, from_lists in (("completed", n - failed), ("failed", failed)):
+        if name not in data:  # older versions write no ``failed``
+            continue
+        said = _num(data[name], where, name, "a request count >= 0", integer=True)
+        if said != from_lists:
+            raise InputError(where, name, f"{said} in the result header, but the per-request lists hold {from_lists} "
+                             f"(of {n} requests, {n - failed} without an error, {failed} with one): the header and "
+                             "the lists disagree")
+        if name == "completed" and said == 0:
+            raise InputError(where, name, f"0: no request of this run completed ({failed} failed): nothing to import")
+
+
 def read_bench_json(path: str | Path) -> BenchResult:
     """Read and check one result JSON (the last object of an ``--append-result`` file with several)."""
     path = Path(path)
@@ -203,9 +220,10 @@ def read_bench_json(path: str | Path) -> BenchResult:
         if "start_times" in lists:
             st = _num(lists["start_times"][i], where, at("start_times"), "a send instant in seconds", minimum=-math.inf)
         reqs.append(BenchRequest(i, pt, ot, ttft, itl, lat, st))
+    _check_header_counts(data, where, n, failed)
     if not reqs:
         raise InputError(where, keys.get("errors", "errors"), f"every one of the {n} requests failed (first error: "
-                         f"{str(errors[0])[:80]!r})")
+                         f"{str(errors[0])[:80]!r}): nothing to import")
     rate = _rate(data.get("request_rate", "inf"), where)
     mc = data.get("max_concurrency")
     if mc is not None:

@@ -40,6 +40,7 @@ from typing import Callable, Optional
 from calibrate.run.server_process import (CLI, CPU_ENV, HOST, _now, free_port, interrupt_on_signals, scrape, start,
                                           stop_group, stop_stale, wait_healthy)
 from simulator.errors import InputError
+from simulator.output_contract import writes
 
 PROVENANCE = "provenance.json"
 
@@ -306,6 +307,7 @@ def register(calibrate_app) -> None:
     import typer
 
     @calibrate_app.command("serve-bench")
+    @writes(out="runs")
     def serve_bench_cmd(
         model: Path = typer.Option(Path(".cache/models/smollm2-135m-instruct"), help="model folder served by vllm serve"),
         concurrency: str = typer.Option("1,2,4,8", help="closed-loop levels (vllm bench serve --max-concurrency); '' for none"),
@@ -353,6 +355,7 @@ def register(calibrate_app) -> None:
                    f"validate: specsim validate-serving {out}/*/ --profile PROFILE --out REPORT")
 
     @calibrate_app.command("import-bench-serve")
+    @writes(out="folder")
     def import_bench_serve_cmd(
         results: list[Path] = typer.Argument(..., help="vllm bench serve result JSONs (--save-result --save-detailed)"),
         out: Optional[Path] = typer.Option(None, help="folder: one serving-run folder per JSON (named after it); "

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from simulator.errors import InputError
+from simulator.output_contract import writes
 
 from calibrate.run.serve_bench import ServerSpec
 from calibrate.run.server_process import CLI, HOST, free_port, interrupt_on_signals, start, stop_group, wait_healthy
@@ -144,6 +145,7 @@ def register(calibrate_app) -> None:
     from simulator.option_values import threshold_option
 
     @calibrate_app.command("serve-specreason")
+    @writes(out="runs")
     def serve_specreason_cmd(
         system: str = typer.Option("specreason", help="vanilla-base | vanilla-small | specdecode | specreason | specreason-decode"),
         base: Path = typer.Option(Path(".cache/models/smollm2-135m-instruct"), help="base model folder (its own server)"),

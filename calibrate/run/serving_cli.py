@@ -13,6 +13,7 @@ import typer
 
 from simulator.errors import InputError
 from simulator.option_values import threshold_option
+from simulator.output_contract import writes
 
 
 def _arrivals(users: str, poisson_rate: list[float], seed: int) -> tuple:
@@ -30,6 +31,7 @@ def register(calibrate_app: typer.Typer) -> None:
     """Add ``specsim calibrate serve-run`` and ``serve-systems`` to the ``calibrate`` sub-app."""
 
     @calibrate_app.command("serve-run")
+    @writes(out="runs")
     def serve_run_cmd(
         base: Path = typer.Option(Path(".cache/models/smollm2-135m-instruct"), help="base model folder"),
         users: str = typer.Option("1,2,4,8", help="closed-loop levels: comma-separated user counts ('' for none)"),
@@ -68,6 +70,7 @@ def register(calibrate_app: typer.Typer) -> None:
             typer.echo(str(d))
 
     @calibrate_app.command("serve-systems")
+    @writes(out="runs")
     def serve_systems_cmd(
         base: Path = typer.Option(Path(".cache/models/smollm2-135m-instruct"), help="base model folder"),
         small: Path = typer.Option(Path(".cache/models/smollm2-135m-instruct-draft6l"), help="small model folder"),

@@ -9,11 +9,13 @@ from pathlib import Path
 import typer
 
 from simulator.option_values import gamma_list_option, int_list_text
+from simulator.output_contract import writes
 
 app = typer.Typer(help="Studies on real small models + the simulator.", no_args_is_help=True)
 
 
 @app.command("specdecode")
+@writes(out="folder")
 def specdecode(
     out: Path = typer.Option(..., "--out", help="report directory"),
     problems: int = typer.Option(10, "--problems", help="held-out GSM8K problems"),
@@ -47,6 +49,7 @@ def specdecode(
 
 
 @app.command("draft-head")
+@writes(out="folder")
 def draft_head(
     out: Path = typer.Option(..., "--out", help="report directory"),
     problems: int = typer.Option(10, "--problems", help="held-out GSM8K problems"),

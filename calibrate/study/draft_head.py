@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from simulator.errors import InputError
+from simulator.loading import write_atomic
 
 
 def _torch():
@@ -99,7 +100,7 @@ def save_head(head, out_dir: Path, meta: dict) -> Path:
 
     out_dir.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in head.state_dict().items()}, str(out_dir / "head.safetensors"))
-    (out_dir / "head.json").write_text(json.dumps(meta, indent=1, default=float))
+    write_atomic(out_dir / "head.json", json.dumps(meta, indent=1, default=float))
     return out_dir / "head.safetensors"
 
 

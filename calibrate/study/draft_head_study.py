@@ -12,6 +12,7 @@ import numpy as np
 
 from calibrate.study.draft_head import head_runs, require_model_dir, save_head, train_head, validate_gamma
 from calibrate.study.run import _cpu_model
+from simulator.loading import save_figure_atomic, write_atomic
 
 # -- the study: train, replay against the study's drafts, time, report ----------------------------------
 
@@ -203,7 +204,7 @@ def write_report(res: dict, out: Path) -> None:
     for r in res["speedup"]:
         for lg_key in ("log",):
             r.pop(lg_key, None)
-    (out / "results.json").write_text(json.dumps(res, indent=1, default=float))
+    write_atomic(out / "results.json", json.dumps(res, indent=1, default=float))
     gammas = sorted(int(g) for g in next(iter(acc.values()))["per_gamma"])
     gmax = max(gammas)
     names = list(acc)
@@ -265,7 +266,7 @@ def write_report(res: dict, out: Path) -> None:
     L += ["", "E[M] timed: from the first timed run of the timed problem(s) only (the replay covers all held-out problems).",
           "", "## Files", "", "- `results.json`: everything above, the thinned training curve, `token_acceptance` "
           "(a_1..a_8 of the head, for a simulator workload / `draft.acceptance`).", "- `acceptance.png`.", ""]
-    (out / "README.md").write_text("\n".join(L))
+    write_atomic(out / "README.md", "\n".join(L))
 
 
 def _plot(acc: dict, gammas: list[int], path: Path) -> None:
@@ -283,5 +284,5 @@ def _plot(acc: dict, gammas: list[int], path: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path)
+    save_figure_atomic(fig, path, dpi=None, bbox_inches=None)
     plt.close(fig)

@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from simulator.loading import save_figure_atomic, write_atomic
+
 
 def _plt():
     import matplotlib
@@ -34,7 +36,7 @@ def _fig_acceptance(res, out: Path) -> None:
         x.grid(alpha=0.3)
     ax[0].legend()
     fig.tight_layout()
-    fig.savefig(out / "acceptance.png", dpi=80)
+    save_figure_atomic(fig, out / "acceptance.png", dpi=80, bbox_inches=None)
     plt.close(fig)
 
 
@@ -54,7 +56,7 @@ def _fig_speedup(df: pd.DataFrame, out: Path) -> None:
     ax[0][0].set_ylabel("speedup over vanilla target")
     ax[0][0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out / "speedup.png", dpi=80)
+    save_figure_atomic(fig, out / "speedup.png", dpi=80, bbox_inches=None)
     plt.close(fig)
 
 
@@ -83,7 +85,7 @@ def _fig_rejections(bd: dict, steps: dict, out: Path, draft: str) -> None:
             x.set(title=f"SpecReason: share of small-model steps scored < 7 by {k}", ylim=(0, 1))
         x.tick_params(axis="x", rotation=30)
     fig.tight_layout()
-    fig.savefig(out / "rejections.png", dpi=80)
+    save_figure_atomic(fig, out / "rejections.png", dpi=80, bbox_inches=None)
     plt.close(fig)
 
 
@@ -106,7 +108,7 @@ def _fig_distill(res, df: pd.DataFrame, out: Path) -> None:
         x.grid(alpha=0.3)
         x.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out / "distill.png", dpi=80)
+    save_figure_atomic(fig, out / "distill.png", dpi=80, bbox_inches=None)
     plt.close(fig)
 
 
@@ -121,12 +123,12 @@ def write_report(res: dict, out: Path) -> Path:
     drafts = list(res["acceptance"])
     # the distilled cut (if any) is the most informative: an untrained cut rejects nearly everything
     main = next((d for d in drafts if d.endswith("distilled")), next((d for d in drafts if d.startswith("cut")), drafts[0]))
-    (out / "figures.json").write_text(json.dumps(_summary(res, df), indent=1, default=float))  # first: survives a plot failure
+    write_atomic(out / "figures.json", json.dumps(_summary(res, df), indent=1, default=float))  # first: survives a plot failure
     _fig_acceptance(res, out)
     _fig_speedup(df, out)
     _fig_rejections(res["token_breakdowns"][main], res["step_breakdowns"], out, main)
     _fig_distill(res, df, out)
-    (out / "README.md").write_text(_markdown(res, df, main))
+    write_atomic(out / "README.md", _markdown(res, df, main))
     return out
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from simulator.errors import InputError
+from simulator.loading import write_atomic
 
 DRAFT_CHOICES = ("cut4", "cut6", "cut8", "cut15", "ngram", "bf16copy")
 
@@ -200,7 +201,7 @@ def run_study(cfg: StudyConfig, out: Path, command: str, log=print) -> dict:
     from calibrate.study.report import write_report
 
     out.mkdir(parents=True, exist_ok=True)
-    (out / "result.json").write_text(__import__("json").dumps(result, default=float))  # raw; re-render with write_report
+    write_atomic(out / "result.json", __import__("json").dumps(result, default=float))  # raw; re-render with write_report
 
     write_report(result, out)
     return result

@@ -30,9 +30,10 @@ from simulator.capacity.search import (CONFIDENCE, DEFAULT_CI_TARGET, DEFAULT_MA
                                        point_latency, requests_for, search_capacity, single_request_latency,
                                        t_interval)
 from simulator.capacity.table import (DISPLAY, EQUIVALENCE, add_accuracy, capacity_table, config_key, headline,
-                                      paired_better, rank_configurations, recommend, render_capacity_table,
-                                      standing)
+                                      mark_recommendation, paired_better, rank_configurations, recommend,
+                                      render_capacity_table)
 from simulator.errors import InputError
+from simulator.option_values import int_list_text
 from simulator.scenario import ResolvedScenario, load_scenario
 from simulator.serving.slo import Slo, parse_slo
 from simulator.systems import SystemConfig
@@ -42,57 +43,76 @@ __all__ = [
     "DEFAULT_REQUEST_DOUBLINGS", "DEFAULT_REQUESTS", "DEFAULT_SLO_FACTOR", "DISPLAY", "EQUIVALENCE",
     "HORIZON_LATENCIES", "MAX_DOUBLINGS", "MAX_REQUEST_FACTOR", "WARM_STEP", "IntervalSpec", "LoadSpec", "Point",
     "Workers", "add_accuracy", "capacity_from_cli", "capacity_interval", "capacity_points", "capacity_table",
-    "default_slo", "evaluate", "serving_setup", "headline", "interval_rounds", "load_scenario", "paired_better", "point_latency",
+    "default_slo", "search_grid", "DEFAULT_GRID_MAX", "evaluate", "serving_setup", "headline", "interval_rounds",
+    "load_scenario", "paired_better", "point_latency",
     "rank_configurations", "recommend", "render_capacity_table", "requests_for", "run_point", "run_points",
-    "search_capacity", "search_table", "single_request_latency", "standing", "t_interval",
+    "search_capacity", "search_table", "single_request_latency", "mark_recommendation", "t_interval", "config_key",
 ]
 
 def search_table(rs: ResolvedScenario, slo: Slo, load: LoadSpec, configs: list[SystemConfig], spec: "IntervalSpec",
                  acc_model, floor, gpu_hour_cost: float | None = None, target_qps: float | None = None,
                  workers: int | None = None, ray_address: str | None = None, only_eligible: bool = False,
                  progress=None, stop_below_best: bool = True, pool: Workers | None = None,
-                 serving: str | None = None) -> tuple[pd.DataFrame, dict, list[SystemConfig]]:
+                 serving: str | None = None, currency: str = "USD") -> tuple[pd.DataFrame, dict, list[SystemConfig]]:
     """The one capacity search behind ``specsim capacity`` and ``specsim report`` (issue 30): every searched
     configuration gets :func:`capacity_interval` with ``spec`` on the same seeds and run length, so both
-    commands print the same capacities, intervals and ranks. ``only_eligible``: configurations that do not
-    meet the accuracy floor are not searched (returned as the third value, never ranked nor printed with
-    a capacity). Returns (table best first with accuracy, ``standing`` and ``recommended``; the
+    commands print the same capacities, intervals and ranks. ``only_eligible``: configurations that cannot
+    be recommended are not searched unless their own accuracy is measured and the floor's reference has none
+    (``accuracy.searched``; the others are returned as the third value, never ranked nor printed with a
+    capacity). Returns (table best first with accuracy, ``standing`` and ``recommended``; the
     recommendation; the configurations left out). ``pool``: the workers to run on (default: new ones from
-    ``workers`` / ``ray_address``). ``serving``: a serving benchmark's workload (JSON, ``capacity.bench``)."""
-    from simulator.accuracy import floor_status
+    ``workers`` / ``ray_address``). ``serving``: a serving benchmark's workload (JSON, ``capacity.bench``);
+    ``currency``: of ``gpu_hour_cost`` (a ``currency`` column beside the costs)."""
+    from simulator.accuracy import searched
 
-    skipped = [c for c in configs if only_eligible and floor_status(acc_model, c, floor)[0] != "meets"]
+    skipped = [c for c in configs if only_eligible and not searched(acc_model, c, floor)[0]]
     keep = [c for c in configs if c not in skipped]
     points = [replace(p, interval=spec) for p in capacity_points(rs, slo, load, keep, serving)]
     rows = (interval_rounds(points, spec, workers, ray_address, progress, stop_below_best, pool)
             if spec.max_request_doublings == 0 and points
             else run_points(points, workers, ray_address, progress, pool))
-    df = add_accuracy(capacity_table(rows, gpu_hour_cost, target_qps), acc_model, floor)
-    rec = recommend(df)
-    best = rec["best"]
-    picks = {config_key(best), *rec["tie_keys"]} if best is not None else set()
-    df["recommended"] = [config_key(r) in picks and r.accuracy_floor == "meets" and r.max_qps > 0 for r in df.itertuples()]
-    st = []
-    for r in df.itertuples():
-        if not r.max_qps > 0:
-            st.append("sustains no load")
-        elif r.accuracy_floor != "meets":
-            st.append(f"excluded: accuracy {r.accuracy_floor}")
-        elif best is not None and r.label == best.label and r.hardware == best.hardware and r.tp == best.tp:
-            st.append("best")
-        elif r.recommended:
-            st.append("within the interval of the best")
-        else:
-            st.append("below the best")
-    df["standing"] = st
+    df, rec = mark_recommendation(add_accuracy(capacity_table(rows, gpu_hour_cost, target_qps, currency), acc_model,
+                                               floor))
     return df, rec, skipped
 
 
 def capacity_points(rs: ResolvedScenario, slo: Slo, load: LoadSpec, configs: list[SystemConfig] | None = None,
                     serving: str | None = None) -> list[Point]:
     configs = configs if configs is not None else rs.system_configs()
-    return [Point(str(rs.path), hw, tp, cfg, load, slo.text, serving=serving)
+    return [Point(str(rs.path), hw, tp, cfg, load, slo.text, serving=serving, pp=rs.scenario.base.pp,
+                  dp=rs.scenario.base.dp, grid=rs.overrides)
             for hw in rs.hardware_names for tp in rs.tps for cfg in configs]
+
+
+DEFAULT_GRID_MAX = 12  # configurations (x hardware x TP) a search runs when the grid's knobs are not named
+
+
+def search_grid(rs: ResolvedScenario, systems: list[str] | None = None, gammas: list[int] | None = None,
+                thresholds: list[int] | None = None, trim: bool = True) -> tuple[list[SystemConfig], str | None]:
+    """The configurations ``specsim capacity`` searches, and the note saying what was trimmed (None: nothing);
+    ``specsim report`` (``trim=False``) searches only the configurations whose accuracy allows it, a few of them.
+    The scenario's grid crossed with --system / --gamma / --threshold (``rs.system_configs``); with ``trim``, a grid
+    of more than DEFAULT_GRID_MAX searches (x hardware x TP) keeps only the middle value of each knob the command
+    line did not name (gamma 5 of 1..8, threshold 7 of 3,5,7,9): a SpecReason search takes minutes of CPU per
+    configuration, so the reference scenario's full grid (46 configurations) took hours. Naming the knobs (--gamma /
+    --threshold) searches them all."""
+    configs = rs.system_configs(systems, gammas, thresholds)
+    cells = len(rs.hardware_names) * len(rs.tps)
+    if not trim or len(configs) * cells <= DEFAULT_GRID_MAX:
+        return configs, None
+    g, t = rs.scenario.grid.gamma, rs.scenario.grid.threshold
+    keep_g = gammas or [g[len(g) // 2]]
+    keep_t = thresholds or [t[len(t) // 2]]
+    trimmed = rs.system_configs(systems, keep_g, keep_t)
+    if len(trimmed) == len(configs):
+        return configs, None
+    knobs = [(name, full, keep) for name, full, keep, named in (("gamma", g, keep_g, gammas),
+                                                                ("threshold", t, keep_t, thresholds))
+             if not named and any(getattr(c, name) is not None for c in configs)]
+    what = ", ".join(f"{name} {keep[0]} of {int_list_text(full)}" for name, full, keep in knobs)
+    full = " ".join(f"--{name} {int_list_text(full)}" for name, full, _ in knobs)
+    return trimmed, (f"default grid trimmed to {len(trimmed) * cells} of {len(configs) * cells} searches ({what}: "
+                     f"the middle values; a SpecReason search takes minutes of CPU); the full grid: {full}")
 
 
 def default_slo(rs: ResolvedScenario, serving: str | None = None) -> str:
@@ -130,12 +150,14 @@ def serving_setup(rs: ResolvedScenario, bench_serve: str | None, arrival: str = 
 def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | None = None, users: list[int] | None = None,
                       systems: list[str] | None = None, gammas=None, thresholds=None, arrival: str = "poisson",
                       cv: float = 1.0, requests: int | None = None, seed: int | None = None,
-                      gpu_hour_cost: float | None = None, target_qps: float | None = None,
+                      gpu_hour_cost: float | None = None, target_qps: float | None = None, currency: str = "USD",
                       workers: int | None = None, ray_address: str | None = None,
                       arrivals_file: str | None = None, interval: IntervalSpec | None = None,
                       accuracy_floor: str | None = None, accuracy_margin: float | None = None,
                       adaptive_gamma: bool = False, gamma_policy: str = "fixed", progress=None,
-                      stop_below_best: bool = False, bench_serve: str | None = None) -> tuple[pd.DataFrame, dict]:
+                      stop_below_best: bool = False, bench_serve: str | None = None,
+                      grid_overrides: dict | None = None, trim_grid: bool = False,
+                      announce=None) -> tuple[pd.DataFrame, dict]:
     """Resolve, validate, run. With --qps/--users/--arrivals-file: the SLO check at those loads;
     else the capacity search. ``adaptive_gamma``: each drafting configuration at the grid's largest γ also
     runs with γ chosen per engine iteration (``gamma_policy="goodput"``, up to that γ); ``gamma_policy``
@@ -144,16 +166,16 @@ def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | No
     more replications (:func:`interval_rounds`); False (the default for library callers such as
     validate-capacity) gives every configuration its own interval to the target. ``bench_serve``: a ``vllm bench
     serve`` line whose workload (its shape; the search sets the rate) replaces the scenario's (its
-    ``serving_workload`` is used when set): :mod:`simulator.capacity.bench`."""
+    ``serving_workload`` is used when set): :mod:`simulator.capacity.bench`. ``grid_overrides``: the grid's hardware
+    / TP instead of the scenario's (--hardware / --tp, as ``whatif``); the workers load the same (``Point.grid``).
+    ``trim_grid`` (the command: True): a search over a large default grid is trimmed (:func:`search_grid`), and
+    ``announce(note)`` is told so before it starts (the note is also in the result's meta, ``grid_note``)."""
     from simulator.serving.arrivals import load_arrival_times
 
-    from simulator.systems import SYSTEMS, expand_systems
 
-    rs = load_scenario(scenario)
+    rs = load_scenario(scenario, grid_overrides)
     sc = rs.scenario
-    for s in systems or []:
-        if s not in SYSTEMS:
-            raise InputError(None, "--system", f"unknown system {s!r}; known: {', '.join(SYSTEMS)}")
+    rs.check_systems(systems or [], None, "--system")
     if arrival not in ("poisson", "bursty"):
         raise InputError(None, "--arrival", f"expected poisson or bursty (got {arrival!r})")
     serving, serving_note = serving_setup(rs, bench_serve, arrival)
@@ -163,15 +185,17 @@ def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | No
     for name, v in (("--gpu-hour-cost", gpu_hour_cost), ("--target-qps", target_qps)):
         if v is not None and not (v > 0 and math.isfinite(v)):
             raise InputError(None, name, f"must be a positive number (got {v})")
-    from simulator.scenario import MAX_REQUESTS
+    from simulator.option_values import check_capacity_requests
 
-    if requests is not None and not 20 <= requests <= MAX_REQUESTS:
-        raise InputError(None, "--requests", f"must lie in 20..{MAX_REQUESTS:,} (got {requests:,}; percentiles need a few requests)")
+    check_capacity_requests(requests)
     from simulator.accuracy import parse_floor, scenario_accuracy
 
     floor = parse_floor(accuracy_floor, accuracy_margin)
     acc_model = scenario_accuracy(rs)
-    configs = expand_systems(systems or sc.systems, gammas or sc.grid.gamma, thresholds or sc.grid.threshold, sc.grid.first_n)
+    searching = not (qps or users or arrivals_file)
+    configs, grid_note = search_grid(rs, systems, gammas, thresholds, trim=trim_grid and searching)
+    if grid_note and announce:
+        announce(grid_note)
     if gamma_policy != "fixed":
         configs = [SystemConfig(**{**c.model_dump(), "gamma_policy": gamma_policy}) if c.gamma else c for c in configs]
     if adaptive_gamma:
@@ -185,6 +209,8 @@ def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | No
     points = [replace(p, interval=interval or IntervalSpec()) for p in capacity_points(rs, slo, load, configs, serving)]
     meta = {"scenario": str(rs.path), "slo": slo.text, "arrivals": arrival if arrival == "poisson" else f"bursty cv={cv}",
             "requests_per_point": load.requests, "seed": load.seed}
+    if grid_note:
+        meta["grid_note"] = grid_note
     if serving_note:
         meta["workload_note"] = serving_note
         meta["serving_workload"] = serving
@@ -200,9 +226,10 @@ def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | No
         return df, meta
     df, rec, _ = search_table(rs, slo, load, configs, interval or IntervalSpec(), acc_model, floor, gpu_hour_cost,
                               target_qps, workers, ray_address, progress=progress, stop_below_best=stop_below_best,
-                              serving=serving)
+                              serving=serving, currency=currency)
     meta["accuracy_floor"] = floor.describe()
     meta["recommended"] = None if rec["best"] is None else rec["best"].label
     meta["recommended_ties"] = rec["ties"]
-    meta["headline"] = headline(df, rec, slo.text, gpu_hour_cost)
+    meta["headline"] = headline(df, rec, slo.text, gpu_hour_cost, currency, target_qps)
+    meta["currency"] = currency
     return df, meta

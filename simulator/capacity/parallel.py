@@ -41,29 +41,51 @@ class Workers:
     def __enter__(self) -> "Workers":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, et, ev, tb) -> None:
+        self.close(abort=et is not None)
 
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
+    def close(self, abort: bool = False) -> None:
+        """Shut the local processes down: after their tasks (default), or -- ``abort``, on an interrupt or an error
+        -- at once: queued tasks cancelled, running ones stopped (SIGTERM, then SIGKILL after a second)."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        if not abort:
+            pool.shutdown()
+            return
+        procs = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        stop_processes(procs)
 
     def map(self, fn, args: list[tuple], on_done=None, cost=None) -> list:
         """``[fn(*a) for a in args]``; ``on_done(j, result)`` as task j finishes; ``cost(j)``: a guess of task j's
-        cost, the costliest started first (no straggler starts last)."""
+        cost, the costliest started first (no straggler starts last). Interrupted (Ctrl-C, SIGTERM turned into an
+        exception by the command line) or failed, it stops every worker before the exception goes on: no task
+        outlives the call that wanted it."""
+        try:
+            return self._map(fn, args, on_done, cost)
+        except BaseException:
+            self.close(abort=True)
+            raise
+
+    def _map(self, fn, args: list[tuple], on_done=None, cost=None) -> list:
         out: list = [None] * len(args)
         order = sorted(range(len(args)), key=lambda j: -cost(j)) if cost else list(range(len(args)))
         if self._ray is not None:
             remote = self._ray.remote(fn)
             refs = {remote.remote(*args[j]): j for j in order}
             pending = list(refs)
-            while pending:
-                done, pending = self._ray.wait(pending, num_returns=1)
-                j = refs[done[0]]
-                out[j] = self._ray.get(done[0])
-                if on_done:
-                    on_done(j, out[j])
+            try:
+                while pending:
+                    done, pending = self._ray.wait(pending, num_returns=1)
+                    j = refs[done[0]]
+                    out[j] = self._ray.get(done[0])
+                    if on_done:
+                        on_done(j, out[j])
+            except BaseException:
+                for ref in pending:
+                    self._ray.cancel(ref, force=True)
+                raise
             return out
         if self.n <= 1 or (self._pool is None and len(args) <= 1):
             for j in order:
@@ -74,7 +96,7 @@ class Workers:
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=self.n)
+            self._pool = ProcessPoolExecutor(max_workers=self.n, initializer=worker_signals)
         futs = {self._pool.submit(fn, *args[j]): j for j in order}
         for f in as_completed(futs):
             j = futs[f]
@@ -82,6 +104,40 @@ class Workers:
             if on_done:
                 on_done(j, out[j])
         return out
+
+
+def worker_signals() -> None:
+    """A worker process's signals (its pool's initializer): Ctrl-C reaches the whole foreground process group, but only
+    the parent acts on it (it stops the workers: :meth:`Workers.close`), so a worker ignores SIGINT; SIGTERM kills it
+    (the default, whatever handler the parent had when it forked); and on Linux it gets SIGTERM when its parent
+    dies, so even a parent killed outright (SIGKILL) leaves no worker computing."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the parent's close() is the only stop
+        return
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def stop_processes(procs, grace_s: float = 1.0) -> None:
+    """Stop ``multiprocessing`` processes now: SIGTERM, up to ``grace_s`` for all of them to end, then SIGKILL."""
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join(1.0)
 
 
 def _timed_reps(point: Point, ks: list[int], prior: list[float], rel_tol: float) -> tuple[list[dict], float]:
@@ -140,10 +196,10 @@ def interval_rounds(points: list[Point], spec: IntervalSpec, workers: int | None
                     done[i] = True
             live = [i for i in range(n) if caps[i] and np.mean(caps[i]) > 0]
             if live and stop_below_best:
-                lead = max(live, key=lambda i: (np.mean(caps[i]) / points[i].tp, -i))
+                lead = max(live, key=lambda i: (np.mean(caps[i]) / points[i].gpus, -i))
                 for i in range(n):
-                    if not done[i] and i != lead and paired_better(tuple(caps[lead]), tuple(caps[i]), points[lead].tp,
-                                                                   points[i].tp):
+                    if not done[i] and i != lead and paired_better(tuple(caps[lead]), tuple(caps[i]), points[lead].gpus,
+                                                                   points[i].gpus):
                         done[i] = stopped[i] = True
             # the ETA's total: what is done, plus at most max_reps of those still running
             total = finished + sum(spec.max_reps - len(caps[i]) for i in range(n) if not done[i])
@@ -165,7 +221,7 @@ def interval_rounds(points: list[Point], spec: IntervalSpec, workers: int | None
 
 def _config(point: Point) -> dict:
     c = point.cfg
-    return {"hardware": point.hardware, "tp": point.tp, "system": c.system, "gamma": c.gamma,
+    return {"hardware": point.hardware, "tp": point.tp, "pp": point.pp, "dp": point.dp, "system": c.system, "gamma": c.gamma,
             "gamma_policy": c.gamma_policy, "threshold": c.threshold, "first_n": c.first_n, "label": c.label}
 
 

@@ -85,6 +85,14 @@ class Point:
     interval: "IntervalSpec | None" = None  # with rate None: replicate the search to a confidence interval
     single_latency_s: float | None = None  # the configuration's single-request latency, once known (else computed)
     serving: str | None = None  # a serving benchmark's workload (ServingWorkload JSON) instead of the reasoning one
+    grid: tuple = ()  # the scenario's grid overrides (--hardware / --tp: ResolvedScenario.overrides), for the workers
+    pp: int = 1  # the scenario's pipeline stages (base.pp)
+    dp: int = 1  # its data-parallel attention ranks (base.dp)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of one replica: tp x pp x dp."""
+        return self.tp * self.pp * self.dp
 
     @property
     def key(self) -> str:
@@ -109,13 +117,14 @@ class IntervalSpec:
 
 
 @lru_cache(maxsize=8)
-def _scenario(path: str) -> ResolvedScenario:
-    return load_scenario(path)
+def _scenario(path: str, grid: tuple = ()) -> ResolvedScenario:
+    """The scenario a point names, with its grid overrides (``Point.grid``), loaded once per process."""
+    return load_scenario(path, {k: list(v) for k, v in grid} or None)
 
 
 @lru_cache(maxsize=256)
-def _single_latency_cached(path: str, hw: str, tp: int, cfg: SystemConfig) -> float:
-    return single_request_latency(_scenario(path), hw, tp, cfg, cached=False, predictor=_predictor(path))
+def _single_latency_cached(path: str, grid: tuple, hw: str, tp: int, cfg: SystemConfig) -> float:
+    return single_request_latency(_scenario(path, grid), hw, tp, cfg, cached=False, predictor=_predictor(path))
 
 
 @lru_cache(maxsize=8)
@@ -128,18 +137,18 @@ def _predictor(path: str):
 
 
 @lru_cache(maxsize=64)
-def _serving_latency_cached(path: str, hw: str, tp: int, cfg: SystemConfig, js: str) -> float:
+def _serving_latency_cached(path: str, grid: tuple, hw: str, tp: int, cfg: SystemConfig, js: str) -> float:
     from simulator.capacity.bench import idle_latency
 
-    return idle_latency(_scenario(path), hw, tp, cfg, js)
+    return idle_latency(_scenario(path, grid), hw, tp, cfg, js)
 
 
 def single_request_latency(rs: ResolvedScenario, hw: str, tp: int, cfg: SystemConfig, cached: bool = True,
                            predictor=None) -> float:
     """Analytic mean latency of one request on an idle replica (``analytic.predict``; ``predictor``: a
     ``MixturePredictor`` of ``rs.workload`` whose chains are reused)."""
-    if cached and rs.path is not None and _scenario(str(rs.path)) is rs:
-        return _single_latency_cached(str(rs.path), hw, tp, cfg)
+    if cached and rs.path is not None and _scenario(str(rs.path), rs.overrides) is rs:
+        return _single_latency_cached(str(rs.path), rs.overrides, hw, tp, cfg)
     from simulator.analytic import predict
     from simulator.cost_tables import CostTables
 
@@ -157,8 +166,8 @@ def point_latency(point: Point) -> float:
     if point.single_latency_s is not None:
         return point.single_latency_s
     if point.serving is not None:
-        return _serving_latency_cached(point.scenario, point.hardware, point.tp, point.cfg, point.serving)
-    return single_request_latency(_scenario(point.scenario), point.hardware, point.tp, point.cfg)
+        return _serving_latency_cached(point.scenario, point.grid, point.hardware, point.tp, point.cfg, point.serving)
+    return single_request_latency(_scenario(point.scenario, point.grid), point.hardware, point.tp, point.cfg)
 
 
 def requests_for(point: Point, rate: float, span_s: float | None = None) -> tuple[int, bool]:
@@ -184,7 +193,7 @@ def _plans(point: Point, n: int) -> list:
     key = (point.scenario, point.cfg, point.seed, point.serving)
     have = _PLANS.get(key)
     if have is None or len(have) < n:
-        rs = _scenario(point.scenario)
+        rs = _scenario(point.scenario, point.grid)
         if point.serving is not None:  # request i depends on how many are drawn: draw the longest run's at once
             from simulator.capacity.bench import plans
 
@@ -204,7 +213,7 @@ def evaluate(point: Point, rate: float | None = None, users: int | None = None, 
     the row's figures are lower bounds and say ``stopped_early``)."""
     from simulator.serving.arrivals import load_arrival_times
 
-    rs = _scenario(point.scenario)
+    rs = _scenario(point.scenario, point.grid)
     mf = rs.scenario.memory_fraction
     n = point.load.requests
     capped = False

@@ -20,8 +20,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from simulator.accuracy import add_accuracy  # noqa: F401  (re-exported: the rule lives there)
 from simulator.capacity.search import CONFIDENCE, t_interval
-from simulator.systems import SystemConfig
 
 EQUIVALENCE = 0.05  # differences below 5% of the capacity are ties (seed-to-seed spread of a few percent)
 
@@ -44,7 +44,7 @@ def rank_configurations(df: pd.DataFrame) -> pd.DataFrame:
     the configurations neither better nor worse than it (intervals that do not separate). A configuration
     that sustains no load (capacity 0) is never ranked: ``rank`` NA, no ties (issue 30)."""
     caps = [tuple(c) if isinstance(c, (tuple, list)) else (float(q),) for c, q in zip(df.get("capacities", df.max_qps), df.max_qps)]
-    tps = df.tp.tolist()
+    tps = (df.gpus_per_replica if "gpus_per_replica" in df else df.tp).tolist()  # per GPU of a replica
     n = len(df)
     live = [bool(q > 0) for q in df.max_qps]
     better = np.zeros((n, n), bool)  # better[i, j]: i beats j
@@ -60,66 +60,70 @@ def rank_configurations(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def standing(df: pd.DataFrame) -> list[str]:
-    """Per row of a ranked table (best first): ``best``, ``within the interval of the best`` (rank 1 beside
-    it: the paired interval does not separate them), ``below the best`` or ``sustains no load``."""
-    out, seen = [], False
-    for r in df.itertuples():
-        if pd.isna(r.rank) or not r.max_qps > 0:
-            out.append("sustains no load")
-        elif r.rank == 1 and not seen:
-            out.append("best")
-            seen = True
-        elif r.rank == 1:
-            out.append("within the interval of the best")
+def mark_recommendation(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """The one rule behind the table's ``standing`` and ``recommended`` columns and the Best line (:func:`headline`):
+    :func:`recommend`'s best and ties. Per row: ``best``, ``within the interval of the best`` (exactly the rows the
+    Best line lists), ``below the best``, ``excluded: accuracy ...`` or ``sustains no load``. Returns (the table with
+    both columns, the recommendation)."""
+    df = df.copy()
+    rec = recommend(df)
+    best = rec["best"]
+    best_key = config_key(best) if best is not None else None
+    meets = (df.accuracy_floor == "meets").tolist() if "accuracy_floor" in df else [True] * len(df)
+    st, picked = [], []
+    for r, ok in zip(df.itertuples(), meets):
+        key = config_key(r)
+        if not r.max_qps > 0:
+            st.append("sustains no load")
+        elif not ok:
+            st.append(f"excluded: accuracy {r.accuracy_floor}")
+        elif key == best_key:
+            st.append("best")
+        elif key in rec["tie_keys"]:
+            st.append("within the interval of the best")
         else:
-            out.append("below the best")
-    return out
+            st.append("below the best")
+        picked.append(st[-1] in ("best", "within the interval of the best"))
+    df["standing"] = st
+    df["recommended"] = picked
+    return df, rec
 
 
-def capacity_table(rows: list[dict], gpu_hour_cost: float | None, target_qps: float | None) -> pd.DataFrame:
-    """Rows of ``capacity_interval`` (or ``search_capacity``) -> one line per configuration with costs,
-    ranks and ties; best (rank, then mean capacity per GPU) first."""
+def capacity_table(rows: list[dict], gpu_hour_cost: float | None, target_qps: float | None,
+                   currency: str = "USD") -> pd.DataFrame:
+    """Rows of ``capacity_interval`` (or ``search_capacity``) -> one line per configuration with costs (in
+    ``currency``, column ``currency``), ranks and ties; best (rank, then mean capacity per GPU) first."""
     df = pd.DataFrame(rows)
-    df["gpus_per_replica"] = df.tp
-    df["qps_per_gpu"] = df.max_qps / df.tp
+    df["gpus_per_replica"] = df.tp * (df.pp if "pp" in df else 1) * (df.dp if "dp" in df else 1)  # tp x pp x dp
+    df["qps_per_gpu"] = df.max_qps / df.gpus_per_replica
     with np.errstate(divide="ignore"):
-        df["cost_per_1000_requests"] = (1000.0 * df.tp * gpu_hour_cost / (3600.0 * df.max_qps)
+        df["cost_per_1000_requests"] = (1000.0 * df.gpus_per_replica * gpu_hour_cost / (3600.0 * df.max_qps)
                                         if gpu_hour_cost else np.nan)
+    if gpu_hour_cost:
+        df["currency"] = currency
     if target_qps:
-        df["replicas"] = [math.ceil(target_qps / q) if q > 0 else np.nan for q in df.max_qps]
-        df["gpus"] = df.replicas * df.tp
+        df["replicas"] = replicas_for(target_qps, df.max_qps)
+        df["gpus"] = df.replicas * df.gpus_per_replica
+        if "max_qps_lo" in df:  # at the interval's lower bound: the replicas the target needs if capacity is that low
+            df["replicas_lo"] = replicas_for(target_qps, df.max_qps_lo)
+            df["gpus_lo"] = df.replicas_lo * df.gpus_per_replica
         if gpu_hour_cost:
             df["fleet_cost_per_hour"] = df.gpus * gpu_hour_cost
     df = rank_configurations(df)
     df = df.sort_values(["rank", "qps_per_gpu", "max_qps"], ascending=[True, False, False], kind="stable",
                         na_position="last").reset_index(drop=True)
-    df["standing"] = standing(df)
+    df = mark_recommendation(df)[0]
     for c in ("gamma", "threshold"):
         df[c] = pd.array([None if v is None or v != v else int(v) for v in df[c]], dtype="Int64")
     return df
 
 
-def add_accuracy(df: pd.DataFrame, model, floor) -> pd.DataFrame:
-    """Accuracy columns (``accuracy``, ``accuracy_lo``, ``accuracy_hi``: NaN = unknown) and the floor's
-    verdict (``accuracy_floor``: meets | fails | unknown, ``accuracy_why``) per configuration."""
-    from simulator.accuracy import floor_status
-
-    df = df.copy()
-    est, stat, why = [], [], []
-    for r in df.itertuples():
-        cfg = SystemConfig(system=r.system, gamma=None if pd.isna(r.gamma) else int(r.gamma),
-                           threshold=None if pd.isna(r.threshold) else int(r.threshold), first_n=int(r.first_n))
-        est.append(model.estimate(cfg))
-        s, w = floor_status(model, cfg, floor)
-        stat.append(s)
-        why.append(w)
-    df["accuracy"] = [e.mean if e else np.nan for e in est]
-    df["accuracy_lo"] = [e.low if e else np.nan for e in est]
-    df["accuracy_hi"] = [e.high if e else np.nan for e in est]
-    df["accuracy_floor"] = stat
-    df["accuracy_why"] = why
-    return df
+def replicas_for(target_qps: float, capacity) -> list[float]:
+    """Replicas that serve ``target_qps`` at each capacity: ceil(target / capacity); NaN where it is 0 or unknown (a
+    lower bound of 0: no number of replicas is shown to be enough)."""
+    with np.errstate(divide="ignore", over="ignore"):
+        need = [target_qps / q if q > 0 else np.inf for q in capacity]
+    return [float(math.ceil(n)) if math.isfinite(n) else np.nan for n in need]
 
 
 def recommend(df: pd.DataFrame) -> dict:
@@ -128,7 +132,7 @@ def recommend(df: pd.DataFrame) -> dict:
     ok = df[(df.accuracy_floor == "meets") & (df.max_qps > 0)] if "accuracy_floor" in df else df[df.max_qps > 0]
     if not len(ok):
         return {"best": None, "ties": [], "tie_keys": set(), "capacity": 0.0}
-    ok = rank_configurations(ok.drop(columns=["rank", "ties", "standing"], errors="ignore"))
+    ok = rank_configurations(ok.drop(columns=["rank", "ties", "standing", "recommended"], errors="ignore"))
     ok = ok.sort_values(["rank", "qps_per_gpu"], ascending=[True, False], kind="stable", na_position="last")
     b = ok.iloc[0]
     tied = ok.iloc[1:][(ok["rank"].iloc[1:] == 1).fillna(False).to_numpy(bool)]
@@ -137,8 +141,10 @@ def recommend(df: pd.DataFrame) -> dict:
 
 
 def config_key(r) -> tuple:
-    """What tells the rows of a capacity table apart: the configuration's label on its hardware and TP."""
-    return (r.label, str(r.hardware), int(r.tp))
+    """What tells the rows of a capacity table apart: the configuration's label on its hardware and TP -- of a table
+    row, or of a search point (``capacity.search.Point``: the row it becomes has the same key)."""
+    label = r.cfg.label if hasattr(r, "cfg") else r.label
+    return (label, str(r.hardware), int(r.tp))
 
 
 def config_names(rows: pd.DataFrame, table: pd.DataFrame) -> list[str]:
@@ -148,7 +154,8 @@ def config_names(rows: pd.DataFrame, table: pd.DataFrame) -> list[str]:
     return [f"{l} [{h} tp={t}]" if many else l for l, h, t in zip(rows.label, rows.hardware, rows.tp)]
 
 
-def headline(df: pd.DataFrame, rec: dict, slo_text: str, gpu_hour_cost: float | None = None) -> str:
+def headline(df: pd.DataFrame, rec: dict, slo_text: str, gpu_hour_cost: float | None = None, currency: str = "USD",
+             target_qps: float | None = None) -> str:
     """One line: the best configuration and why (capacity with its interval, accuracy, cost) -- the first
     line of every report and the line ``specsim capacity`` prints under its table."""
     b = rec["best"]
@@ -159,12 +166,27 @@ def headline(df: pd.DataFrame, rec: dict, slo_text: str, gpu_hour_cost: float | 
     conv = "" if bool(b.get("converged", True)) else ", interval not converged"
     acc = (f"accuracy {b.accuracy:.3f}" if np.isfinite(b.get("accuracy", np.nan)) else "accuracy unknown") + \
         f" ({b.accuracy_why})"
-    cost = (f"; {b.cost_per_1000_requests:.3g} per 1000 requests at {gpu_hour_cost:g} per {dev}-hour"
+    cost = (f"; {b.cost_per_1000_requests:.3g} {currency} per 1000 requests at {gpu_hour_cost:g} {currency} per {dev}-hour"
             if gpu_hour_cost and np.isfinite(b.get("cost_per_1000_requests", np.nan)) else "")
+    fleet = ""
+    if target_qps and np.isfinite(b.get("replicas", np.nan)):
+        unit = "CPU host" if dev == "CPU host" else "GPU"
+        fleet = f"; {target_qps:g} req/s takes {b.replicas:.0f} replica(s) = {b.gpus:.0f} {unit}(s)"
+        if "replicas_lo" in b and not np.isfinite(b.replicas_lo):
+            fleet += " (no count is shown to suffice: the interval's lower bound is 0)"
+        elif np.isfinite(b.get("replicas_lo", np.nan)) and b.replicas_lo != b.replicas:
+            fleet += f" ({b.replicas_lo:.0f} = {b.gpus_lo:.0f} at the interval's lower bound)"
     ties = (f"; within the interval of the best: {', '.join(rec['ties'])}" if rec["ties"] else "; no other configuration "
             "within its interval")
-    return (f"Best: {b.label} on {b.hardware} TP={b.tp}: {b.max_qps:.3g} req/s per replica{ci} (95% interval{conv}) "
-            f"under {slo_text}, {b.qps_per_gpu:.3g} req/s per {dev}; {acc}{cost}{ties}.")
+    return (f"Best: {b.label} on {b.hardware} {parallelism(b)}: {b.max_qps:.3g} req/s per replica{ci} (95% interval{conv}) "
+            f"under {slo_text}, {b.qps_per_gpu:.3g} req/s per {dev}; {acc}{cost}{fleet}{ties}.")
+
+
+def parallelism(row) -> str:
+    """``TP=t`` of a configuration row, ``TP=t x PP=p`` with pipeline stages, ``x DP=d`` with data-parallel
+    attention."""
+    pp, dp = int(row.get("pp", 1) or 1), int(row.get("dp", 1) or 1)
+    return f"TP={row.tp}" + (f" x PP={pp}" if pp > 1 else "") + (f" x DP={dp}" if dp > 1 else "")
 
 
 DISPLAY = {
@@ -174,15 +196,17 @@ DISPLAY = {
     "accuracy_floor": "acc floor", "recommended": "pick", "latency_mean_s": "mean s", "latency_p99_s": "p99 s",
     "ttft_mean_s": "TTFT s", "queue_delay_mean_s": "queue s", "goodput_qps": "goodput/s", "slo_met": "SLO",
     "base_batch_mean": "base batch", "small_batch_mean": "small batch", "base_utilization": "base util",
-    "small_utilization": "small util", "base_kv_occupancy_max": "base KV max", "cost_per_1000_requests": "$/1000 req",
-    "replicas": "replicas", "gpus": "GPUs", "evaluations": "sims", "window_throughput_qps": "thr/s",
+    "small_utilization": "small util", "base_kv_occupancy_max": "base KV max", "cost_per_1000_requests": "cost/1000 req",
+    "replicas": "replicas", "replicas_lo": "replicas at lo", "gpus": "GPUs", "gpus_lo": "GPUs at lo",
+    "evaluations": "sims", "window_throughput_qps": "thr/s",
     "throughput_ratio": "thr/offered", "queue_growth": "queue growth", "latency_drift": "drift", "latency_growth": "growth",
 }
 
 
 def render_capacity_table(df: pd.DataFrame, title: str) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from simulator.report_table import print_rich_table
 
     keep = {"accuracy", "accuracy_floor"}
     cols = [c for c in DISPLAY if c in df.columns and (c in keep or not df[c].isna().all())]
@@ -192,4 +216,4 @@ def render_capacity_table(df: pd.DataFrame, title: str) -> None:
     for row in df[cols].itertuples(index=False):
         t.add_row(*(("unknown" if c.startswith("accuracy") else "-") if v is None or v is pd.NA or (isinstance(v, float) and v != v)
                     else f"{v:.3g}" if isinstance(v, (float, np.floating)) else str(v) for c, v in zip(cols, row)))
-    Console(width=max(120, 11 * len(cols))).print(t)
+    print_rich_table(t)

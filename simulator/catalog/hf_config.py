@@ -110,6 +110,8 @@ def _arch_of(raw: dict, file: str) -> str:
     known = ", ".join(sorted(k for k in KNOWN_ARCHITECTURES if not k.endswith("_text")))
     mt = raw.get("model_type")
     if mt is not None:
+        if not isinstance(mt, str):
+            raise InputError(file, "model_type", f"expected a string (got {mt!r})")
         if mt not in KNOWN_ARCHITECTURES:
             if _llama_like(raw):
                 trusted = [k for k in (*LLAMA_FIELDS, "num_key_value_heads", "head_dim", "tie_word_embeddings",
@@ -121,6 +123,8 @@ def _arch_of(raw: dict, file: str) -> str:
         return KNOWN_ARCHITECTURES[mt]
     archs = raw.get("architectures")
     if isinstance(archs, list) and archs:
+        if not isinstance(archs[0], str):
+            raise InputError(file, "architectures", f"expected a list of class names (got {archs[0]!r} first)")
         if archs[0] not in ARCHITECTURE_CLASSES:
             raise InputError(file, "architectures", f"unknown architecture {archs[0]!r}; known: "
                              f"{', '.join(sorted(ARCHITECTURE_CLASSES))}")
@@ -267,13 +271,46 @@ def _arch_fields(f: _Fields, file: str, arch: str, layers: int) -> dict:
     return out
 
 
+def _decoder(raw: dict, arch: str) -> tuple[dict, str]:
+    """(the decoder's fields, their prefix): multimodal configs nest the decoder under text_config."""
+    if arch in NESTED_TEXT and isinstance(raw.get("text_config"), dict):
+        top = {k: raw[k] for k in ("torch_dtype", "dtype", "quantization_config", "tie_word_embeddings") if k in raw}
+        return {**top, **raw["text_config"]}, "text_config."
+    return raw, ""
+
+
+# ModelSpec field -> the config.json fields it is read from (the first one present names it in an error)
+CONFIG_NAMES = {"layers": ("num_hidden_layers",), "hidden": ("hidden_size",), "heads": ("num_attention_heads",),
+                "kv_heads": ("num_key_value_heads", "num_attention_heads"), "vocab": ("vocab_size",),
+                "intermediate": ("intermediate_size", "intermediate_size_mlp", "moe_intermediate_size"),
+                "head_dim": ("head_dim", "hidden_size"), "experts": ("num_experts", "num_local_experts", "n_routed_experts"),
+                "experts_per_token": ("num_experts_per_tok", "experts_per_token"),
+                "expert_intermediate": ("moe_intermediate_size", "intermediate_size"),
+                "shared_experts": ("n_shared_experts", "shared_expert_intermediate_size"),
+                "shared_expert_intermediate": ("shared_expert_intermediate_size",),
+                "first_k_dense_layers": ("first_k_dense_replace",), "index_heads": ("index_n_heads",),
+                "sliding_window": ("sliding_window", "attention_chunk_size"), "moe_every": ("interleave_moe_layer_step",),
+                "full_attention_every": ("layer_types", "full_attention_interval", "sliding_window_pattern",
+                                         "no_rope_layers", "no_rope_layer_interval"),
+                "mtp_layers": ("num_nextn_predict_layers", "mtp_num_hidden_layers"),
+                "linear_key_heads": ("linear_num_key_heads",), "linear_value_heads": ("linear_num_value_heads",),
+                "linear_conv_kernel": ("linear_conv_kernel_dim",)}
+
+
+def config_field(raw: dict, spec_field: str) -> str:
+    """The config.json field (with its text_config. prefix) a ModelSpec field was read from."""
+    try:
+        dec, prefix = _decoder(raw, _arch_of(raw, ""))
+    except InputError:
+        dec, prefix = raw, ""
+    names = CONFIG_NAMES.get(spec_field, (spec_field,))
+    return prefix + next((n for n in names if n in dec), names[0])
+
+
 def spec_fields(raw: dict, file: str) -> dict:
     """ModelSpec fields of one parsed config.json (no name, no catalog match)."""
     arch = _arch_of(raw, file)
-    prefix = ""
-    if arch in NESTED_TEXT and isinstance(raw.get("text_config"), dict):  # multimodal configs nest the decoder
-        top = {k: raw[k] for k in ("torch_dtype", "dtype", "quantization_config", "tie_word_embeddings") if k in raw}
-        raw, prefix = {**top, **raw["text_config"]}, "text_config."
+    raw, prefix = _decoder(raw, arch)
     f = _Fields(raw, file, prefix)
     layers = f.req("num_hidden_layers")
     hidden = f.req("hidden_size")
@@ -281,7 +318,7 @@ def spec_fields(raw: dict, file: str) -> dict:
     out = {"arch": arch, "layers": layers, "hidden": hidden, "heads": heads,
            "kv_heads": f.opt("num_key_value_heads", heads), "vocab": f.req("vocab_size"),
            "tie_embeddings": f.opt("tie_word_embeddings", TIE_DEFAULT.get(arch, False), bool),
-           "head_dim": f.opt("head_dim", None) or hidden // heads}
+           "head_dim": f.opt("head_dim", None) or (hidden // heads if heads else None)}
     if arch == "qwen2":
         out["qkv_bias"] = True
     elif arch in ("llama", "gpt_oss", "llama4"):
@@ -326,7 +363,8 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     try:
         spec = ModelSpec.model_validate({"name": name or default_name, **fields})
     except ValidationError as e:
-        raise pydantic_error_to_input_error(file, e) from None
+        err = pydantic_error_to_input_error(file, e)
+        raise InputError(file, config_field(raw, err.field) if err.field else None, err.message) from None
     hf = raw.get("_name_or_path") or None
     match = catalog_match(spec, hf)
     upd = {"hf_id": hf or (match.hf_id if match else None)}

@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 # Fields a draft head built from a target drops (a dense full-attention layer; a local window it keeps): their defaults
 PLAIN_LAYER = {"moe_every": 1, "linear_key_heads": 0, "linear_value_heads": 0,
@@ -63,16 +63,16 @@ def skewed_experts_hit(experts: int, k: int, tokens, skew: float = 0.0):
 class LayerKinds(BaseModel):
     """The layer-kind fields of a model (module docstring); every default is a plain decoder layer."""
 
-    moe_every: int = Field(default=1, ge=1)
+    moe_every: int = 1
     local_attention: Literal["sliding", "chunked"] = "sliding"
-    linear_key_heads: int = Field(default=0, ge=0)
-    linear_value_heads: int = Field(default=0, ge=0)
-    linear_key_head_dim: int | None = Field(default=None, ge=1)
-    linear_value_head_dim: int | None = Field(default=None, ge=1)
-    linear_conv_kernel: int = Field(default=4, ge=1)
-    index_topk: int | None = Field(default=None, ge=1)
-    index_heads: int | None = Field(default=None, ge=1)
-    index_head_dim: int | None = Field(default=None, ge=1)
+    linear_key_heads: int = 0
+    linear_value_heads: int = 0
+    linear_key_head_dim: int | None = None
+    linear_value_head_dim: int | None = None
+    linear_conv_kernel: int = 4
+    index_topk: int | None = None
+    index_heads: int | None = None
+    index_head_dim: int | None = None
 
     def _check_kinds(self) -> None:
         if self.linear_value_heads:

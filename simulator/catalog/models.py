@@ -7,8 +7,10 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
+from simulator.catalog.model_shape import DIMENSION_BOUNDS, dimension_error
 from simulator.catalog.layer_kinds import PLAIN_LAYER, LayerKinds, skewed_experts_hit  # noqa: F401 (re-exported)
 from simulator.errors import InputError, pydantic_error_to_input_error
 from simulator.loading import read_yaml
@@ -43,20 +45,21 @@ MLA_DECODE_MAX_TOKENS = 16
 
 class ModelSpec(LayerKinds):
     """A decoder-only transformer's shape. ``head_dim`` may differ from hidden/heads (Qwen3, Gemma 3). Interleaved MoE,
-    chunked local, linear and sparse attention: :class:`~simulator.catalog.layer_kinds.LayerKinds`."""
+    chunked local, linear and sparse attention: :class:`~simulator.catalog.layer_kinds.LayerKinds`. Every dimension's
+    bounds and laws (a boolean is no integer): :mod:`simulator.catalog.model_shape`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
     hf_id: str | None = None
     arch: Arch
-    layers: int = Field(ge=1)
-    hidden: int = Field(ge=1)
-    heads: int = Field(ge=1)
-    kv_heads: int = Field(ge=1)
-    head_dim: int = Field(ge=1)
-    intermediate: int = Field(ge=1)
-    vocab: int = Field(ge=1)
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
     tie_embeddings: bool
     qkv_bias: bool = False
     published_params: float | None = None
@@ -80,31 +83,39 @@ class ModelSpec(LayerKinds):
     # ``expert_intermediate`` features, each token routed to ``experts_per_token`` (top-k) of them, and
     # ``shared_experts`` always-on experts of ``shared_expert_intermediate`` features each. The first
     # ``first_k_dense_layers`` layers (DeepSeek) are dense, with ``intermediate`` features.
-    experts: int = Field(default=0, ge=0)
-    experts_per_token: int = Field(default=0, ge=0)
-    expert_intermediate: int | None = Field(default=None, ge=1)
-    shared_experts: int = Field(default=0, ge=0)
-    shared_expert_intermediate: int | None = Field(default=None, ge=1)  # None: expert_intermediate
-    first_k_dense_layers: int = Field(default=0, ge=0)
+    experts: int = 0
+    experts_per_token: int = 0
+    expert_intermediate: int | None = None
+    shared_experts: int = 0
+    shared_expert_intermediate: int | None = None  # None: expert_intermediate
+    first_k_dense_layers: int = 0
     router_bias: bool = False  # a bias (DeepSeek: the score-correction bias) per expert
     # The routed experts' storage dtype when it differs from the other layer weights (gpt-oss: MXFP4 experts,
     # bf16 attention and router); None: ``weight_dtype``. ``expert_bytes_per_param`` follows it.
     expert_weight_dtype: WeightDtype | None = None
     expert_bytes_per_param: float | None = Field(default=None, gt=0)
     # ---- multi-head latent attention (DeepSeek V2/V3; kv_lora_rank None: standard GQA attention) -------------
-    q_lora_rank: int | None = Field(default=None, ge=1)  # None with MLA: a full q projection
-    kv_lora_rank: int | None = Field(default=None, ge=1)
-    qk_rope_head_dim: int | None = Field(default=None, ge=1)
-    qk_nope_head_dim: int | None = Field(default=None, ge=1)
-    v_head_dim: int | None = Field(default=None, ge=1)
+    q_lora_rank: int | None = None  # None with MLA: a full q projection
+    kv_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+    qk_nope_head_dim: int | None = None
+    v_head_dim: int | None = None
     # ---- sliding-window attention: sliding layers keep (and read) at most ``sliding_window`` tokens of KV.
     # ``full_attention_every`` P: layer i (from 0) is full attention iff (i + 1) % P == 0 (gpt-oss: 2, alternating;
     # Gemma 3: 6, five local to one global); None with a window: every layer slides (Mistral-7B v0.1).
-    sliding_window: int | None = Field(default=None, ge=1)
-    full_attention_every: int | None = Field(default=None, ge=1)
+    sliding_window: int | None = None
+    full_attention_every: int | None = None
     # ---- multi-token prediction (DeepSeek-V3/R1): MTP modules after the model (not in ``params``: the published
     # totals count the main model; loaded only when the MTP module drafts, as a ``draft.kind: mtp``).
-    mtp_layers: int = Field(default=0, ge=0)
+    mtp_layers: int = 0
+
+    @field_validator(*DIMENSION_BOUNDS, mode="before")
+    @classmethod
+    def _dimension(cls, v, info: ValidationInfo):
+        err = dimension_error(info.field_name, v, info.data)
+        if err:
+            raise PydanticCustomError("dimension", err)
+        return v
 
     @model_validator(mode="after")
     def _consistent(self) -> "ModelSpec":
@@ -396,7 +407,7 @@ class ModelSpec(LayerKinds):
         vocabulary). Its KV cache is its own layers' only; it shares the target's embedding (and LM head
         when ``vocab`` is None): no resident copy. A mixture-of-experts target's EAGLE head is dense (a layer of
         the target's attention and an MLP of ``intermediate`` features, as published EAGLE heads of MoE models);
-        its own MTP module is :meth:`mtp_head`."""
+        its own MTP module is :meth:`mtp_head`; an EAGLE-3 head ``catalog.draft_heads.eagle3_head``."""
         upd = {
             "name": f"{self.name}-head{layers}", "hf_id": None, "layers": layers, "published_params": None,
             "vocab": vocab or self.vocab, "extra_matmul_params": 2 * self.hidden * self.hidden if fusion else 0,
@@ -413,16 +424,15 @@ class ModelSpec(LayerKinds):
         return self.model_copy(update=upd)
 
     def mtp_head(self, layers: int | None = None) -> "ModelSpec":
-        """This model's own multi-token-prediction module as a draft (DeepSeek-V3/R1): ``layers`` (default
-        ``mtp_layers``) MoE decoder layers of the target's shape behind the projection of [embedding, hidden] (2H x
-        H), sharing the target's embedding and LM head (no resident copy); its KV cache is its own layer's. vLLM runs
-        the one published module k times to draft k tokens: one pass per drafted token, the same weights."""
+        """This model's own multi-token-prediction module as a draft: ``layers`` (default 1) MoE layers of the target's
+        shape behind the [embedding, hidden] projection (2H x H), sharing its embedding and LM head; its KV cache is its
+        own. vLLM runs ONE module per drafted token (module ``step mod n`` of n = ``mtp_layers``): 1 whatever n (the
+        other n - 1 modules' resident weights and KV are not counted; docs/drafters.md)."""
         if not self.mtp_layers:
             raise ValueError(f"{self.name} has no MTP module (mtp_layers = 0)")
-        n = layers or self.mtp_layers
+        n = layers or 1
         return self.model_copy(update={
-            "name": f"{self.name}-mtp{n}", "hf_id": None, "layers": n, "published_params": None,
-            "published_active_params": None,
+            "name": f"{self.name}-mtp{n}", "hf_id": None, "layers": n, "published_params": None, "published_active_params": None,
             "extra_matmul_params": 2 * self.hidden * self.hidden, "shares_target_embeddings": True,
             "tie_embeddings": True, "head_bytes_per_param": self.head_bytes, "first_k_dense_layers": 0, "mtp_layers": 0,
             "moe_every": 1, "linear_key_heads": 0, "linear_value_heads": 0, "linear_key_head_dim": None,

@@ -79,6 +79,14 @@ class ClosedLoopUsers:
     def label(self) -> str:
         return f"closed({self.users} users, think {self.think_time_s:g}s)"
 
+    def processes(self, jobs: int) -> int:
+        """Users worth simulating for a run of ``jobs`` requests (or sessions): at most one per job -- a user beyond
+        them never sends one, so the results are those of ``users`` users, and 10^8 users cost what ``jobs`` do."""
+        u = self.users
+        if not (isinstance(u, (int, float, np.integer, np.floating)) and u >= 1 and float(u).is_integer()):
+            raise ValueError(f"closed-loop users must be an integer >= 1 (got {u!r})")
+        return int(min(u, jobs))
+
 
 @dataclass(frozen=True)
 class StagedArrivals:

@@ -49,11 +49,12 @@ def engine_plan(utilization: float, deployments: list[Deployment], execution: Ex
 
 def kv_layout(utilization: float, deployments: list[Deployment], execution: Execution | None = None,
               max_num_seqs: int | None = None, vllm_version: str | None = None) -> tuple[int, int]:
-    """(capacity in tokens, KV tokens each running sequence reserves) of an engine holding ``deployments``."""
+    """(capacity in tokens, KV tokens each running sequence reserves) of an engine holding ``deployments``; with
+    data-parallel attention the dp ranks' caches together (a sequence lives on one rank)."""
     if utilization <= 0.0:  # the engine does not run (engine_utilizations)
         return 0, 0
     p = engine_plan(utilization, deployments, execution, max_num_seqs, vllm_version=vllm_version)
-    return p.kv_tokens, p.seq_reserve_tokens
+    return p.kv_tokens * deployments[0].dp, p.seq_reserve_tokens
 
 
 def kv_capacity_tokens(utilization: float, deployments: list[Deployment], execution: Execution | None = None) -> int:

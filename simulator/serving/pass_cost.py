@@ -25,9 +25,9 @@ _SCALAR = (float, int, np.float64)
 class PassCost:
     def __init__(self, dep: Deployment):
         m, h, c = dep.model, dep.hardware, dep.cost
-        # mixtures of experts, latent attention, sliding windows, expert parallelism: not affine in the aggregates
-        # (experts hit grow with the tokens): the one formula itself, evaluated per call
-        self.dep = dep if (not m.is_plain or getattr(dep, "ep", 1) != 1) else None
+        # mixtures of experts, latent attention, sliding windows, expert parallelism, pipeline stages: not affine in
+        # the aggregates (experts hit grow with the tokens; micro-batches with the sequences): the one formula itself
+        self.dep = dep if (not m.is_plain or getattr(dep, "ep", 1) != 1 or getattr(dep, "pp", 1) != 1) else None
         bw = c.mem_efficiency * h.memory_bandwidth_bytes_per_s
         fl = c.compute_efficiency * h.dense_bf16_flops_per_s
         self.m0 = dep.streamed_weight_bytes_per_gpu / bw

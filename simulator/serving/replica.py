@@ -46,7 +46,6 @@ ENGINE_COLUMNS = ["engine", "at", "duration_s", "rounds", "batch", "kv_used_toke
 @dataclass
 class ServingResult:
     """Per-request rows (``REQUEST_COLUMNS``), per-engine timeline (``ENGINE_COLUMNS``), facts."""
-
     requests: pd.DataFrame
     timeline: pd.DataFrame
     info: dict = field(default_factory=dict)
@@ -78,15 +77,16 @@ class Replica:
         base_models = [deps["base"], deps["draft"]] if spec else [deps["base"]]
         max_out = workload.token_budget + workload.max_step_tokens + workload.answer_tokens + 2
         u_small, u_base = engine_utilizations(cfg.spec, *memory_fraction)
-        small_cap, small_res = kv_layout(u_small, [deps["small"]], execution, max_batch)
+        small_cap, small_res = kv_layout(u_small, [deps["small"]], execution, max_batch) if u_small > 0 else (0, 0)
         base_cap, base_res = kv_layout(u_base, base_models, execution, max_batch)
-        self.engines = [
-            Engine("small", deps["small"], small_cap, max_batch,
-                   prefix_cache_block=block, token_budget=budget, seq_reserve_tokens=small_res, prefix_caching=caching),
-            Engine("base", deps["base"], base_cap, max_batch,
+        dp = deps["base"].dp  # data-parallel attention: dp ranks, each with vLLM's max_num_seqs and token budget
+        self.engines = [  # no small model: an idle small engine (zero KV capacity)
+            Engine("small", deps["small"] or deps["base"], small_cap, max_batch, prefix_cache_block=block,
+                   token_budget=budget, seq_reserve_tokens=small_res, prefix_caching=caching),
+            Engine("base", deps["base"], base_cap, max_batch * dp,
                    draft=deps["draft"] if spec else None, gamma=cfg.gamma, max_spec_iters=max_out,
-                   prefix_cache_block=block, gamma_policy=gamma_policy(cfg, deps, workload), token_budget=budget,
-                   seq_reserve_tokens=base_res, prefix_caching=caching),
+                   prefix_cache_block=block, gamma_policy=gamma_policy(cfg, deps, workload),
+                   token_budget=budget and budget * dp, seq_reserve_tokens=base_res, prefix_caching=caching),
         ]
         self.t_call = deps["base"].cost.call_overhead_s
         fe = deps["base"].cost.front_end_serial_s  # the front-end process's own share of t_call (None: all of it)
@@ -416,7 +416,7 @@ def simulate_serving(cfg: SystemConfig, deps: dict[str, Deployment], workload: W
             raise ValueError("sessions run without an early stop")
         n_requests = sum(len(x) for x in sessions)
         counter = [0]
-        for _ in range(arrivals.users):
+        for _ in range(arrivals.processes(len(sessions))):
             env.process(session_user(counter))
     elif sessions is not None:
         if stop is not None:
@@ -428,7 +428,7 @@ def simulate_serving(cfg: SystemConfig, deps: dict[str, Deployment], workload: W
             env.process(session(rids, float(t)))
     elif isinstance(arrivals, ClosedLoopUsers):
         counter = [0]
-        for _ in range(arrivals.users):
+        for _ in range(arrivals.processes(n_requests)):
             env.process(user(counter, arrivals.think_time_s))
     else:
         times = arrivals.times(n_requests, arr_rng)

@@ -103,7 +103,8 @@ class Stretches:
         ctx = kvs + Gs[:k].astype(float)
         g, d, vt = self.g_cur, self.pc_draft, self.vt_cur
         if d is not None:
-            t = spec_iteration_times(d, self.pc, g, B, vt, ctx, self._drafting.tree_width)
+            t = None if self._drafting.kind == "block" else spec_iteration_times(d, self.pc, g, B, vt, ctx,
+                                                                                 self._drafting.tree_width)
             if t is not None:
                 return t
         # the one iteration over the k rounds' contexts, one pass at a time (the fused form's reference)

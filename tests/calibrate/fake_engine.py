@@ -1,11 +1,13 @@
 """A character-level fake engine: a test double for the orchestrator's unit tests only.
 
 Token ids are Unicode code points. The model writes scripted steps: step k of ``writer(k)``;
-the judge returns the digit ``judge(step_text)`` with logprob ~0.
+the judge returns the digit ``judge(step_text)`` with logprob ~0. A call's time is the wall time
+the call took (as a real engine's is), so a run's call times never exceed its requests' latencies.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 from calibrate.run.engine import Engine, Generation, Sampling, ScoreResult
@@ -29,6 +31,7 @@ class FakeEngine(Engine):
         return self.encode(f"<user>{question}</user>\n")
 
     def generate(self, prompt_ids, max_tokens, stop, sampling: Sampling, seed) -> Generation:
+        t0 = time.perf_counter()
         self.calls.append(("generate", len(prompt_ids)))
         context = self.decode(prompt_ids).split("</user>\n", 1)[1]
         text = self.writer(context.count("\n\n"))
@@ -36,16 +39,17 @@ class FakeEngine(Engine):
         finish = "stop" if self.decode(ids).endswith("\n\n") else "length"
         drafted = [len(ids)] * self.gamma
         accepted = [len(ids) // (i + 2) for i in range(self.gamma)]
-        return Generation(ids, self.decode(ids), finish, 0.001 * len(ids), len(prompt_ids), len(prompt_ids) - 1,
+        return Generation(ids, self.decode(ids), finish, time.perf_counter() - t0, len(prompt_ids), len(prompt_ids) - 1,
                           drafted if self.gamma else [], accepted if self.gamma else [])
 
     def score(self, prompt_ids, top_k: int = 10) -> ScoreResult:
+        t0 = time.perf_counter()
         self.calls.append(("score", len(prompt_ids)))
         text = self.decode(prompt_ids)
         step = text.rsplit("[Judge]", 1)[0].rstrip("\n").rsplit("\n\n", 1)[-1]
         d = self.judge(step) if self.judge else 9
         top = {str(d): -0.01, "x": -5.0}
-        return ScoreResult(top, 0.0005, len(prompt_ids), len(prompt_ids) - 80)
+        return ScoreResult(top, time.perf_counter() - t0, len(prompt_ids), len(prompt_ids) - 80)
 
     @property
     def tokenizer_key(self) -> str:

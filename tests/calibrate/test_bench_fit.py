@@ -155,6 +155,7 @@ def test_bad_inputs_are_one_line_exit_2_and_keep_earlier_outputs(h100_runs, tmp_
     unknown = write_run(tmp_path / "unknown", manifest("nope-1b"), [record("decode", 1, 1, 64, 0, 0.01)] * 3)
     nogpu = write_run(tmp_path / "nogpu", manifest("qwq-32b", gpu="Mystery X1"), [record("decode", 1, 1, 64, 0, 0.01)] * 3)
     nap = write_run(tmp_path / "nap", manifest("qwq-32b"), [record("decode", 1, 1, 64, 0, 0.01), record("nap", 1, 1, 64, 0, 0.01)])
+    out = [*out, "--force"]  # the report folder is not empty now: without --force the output contract refuses first
     cases = [
         ([str(tmp_path / "missing"), *out], "missing: not found"),
         ([str(bad), *out], f"{bad / 'microbench.jsonl'}:2: wall_time_s: expected float"),

@@ -25,7 +25,7 @@ from calibrate.trace_schema import SCHEMA_VERSION
 from simulator.errors import InputError
 from simulator.workload import WorkloadProfile, load_workload
 from tests.calibrate.fake_engine import FakeEngine
-from tests.conftest import REPO
+from tests.conftest import REPO, examples
 
 PROFILES = REPO / "simulator" / "profiles"
 
@@ -160,7 +160,7 @@ def test_cli_writes_a_loadable_profile_and_bad_input_exits_2(tmp_path):
     assert out.read_bytes() == before  # nothing already written is lost
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(counts=st.lists(st.integers(1, 30), min_size=1, max_size=40))
 def test_km_without_censoring_is_the_empirical_distribution(counts):
     """Law: with every chain answered, the fitted N distribution is the sample's own pmf."""

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from simulator.errors import InputError
+from tests.conftest import examples
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "data" / "specreason-aime-traces"
@@ -90,6 +91,9 @@ def mutate(doc: dict, path: tuple, kind: str, text_fmt: str, draw_int: int) -> t
     return dump(d), field
 
 
+RUN_MANIFEST = ROOT / "tests/data/serve_specreason/inproc-t6b/run.json"
+
+
 def _docs():
     from calibrate.trace_schema import SCHEMA_VERSION  # noqa: F401  (the runner's record shapes)
 
@@ -98,7 +102,7 @@ def _docs():
         "cost_profile": ("yaml", yaml.safe_load((ROOT / "simulator/profiles/cost_cpu-vllm032.yaml").read_text())),
         "workload_profile": ("yaml", yaml.safe_load((ROOT / "simulator/profiles/workload_cpu_gsm_smollm2.yaml").read_text())),
         # a real runner's manifest: every block (hardware, models, sampling, options) filled in
-        "run_manifest": ("json", json.loads((ROOT / "tests/data/serve_specreason/inproc-t6b/run.json").read_text())),
+        "run_manifest": ("json", json.loads(RUN_MANIFEST.read_text())),
     }
     if DATA.is_dir():
         out["specreason_record"] = ("json", json.loads((DATA / "problem60-runs0-7.jsonl").open().readline()))
@@ -138,6 +142,8 @@ def _load(kind: str, raw: bytes, tmp: Path) -> None:
         d = tmp / "run"
         d.mkdir()
         (d / "run.json").write_bytes(raw)
+        for name in ("steps.jsonl", "requests.jsonl"):  # the manifest's own records: a run directory needs them
+            shutil.copy(RUN_MANIFEST.parent / name, d / name)
         from calibrate.trace_schema import check_run_dir
 
         check_run_dir(d)
@@ -149,7 +155,7 @@ def _paths(kind):
 
 
 @pytest.mark.parametrize("kind", list(DOCS))
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
+@settings(max_examples=examples(EXAMPLES), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
           phases=[Phase.explicit, Phase.reuse, Phase.generate])  # no shrinking: the draw is printed on failure
 @given(data=st.data())
 def test_mutated_input_is_valid_or_one_line_naming_file_and_field(kind, data, tmp_path_factory):
@@ -177,7 +183,7 @@ def test_mutated_input_is_valid_or_one_line_naming_file_and_field(kind, data, tm
         # a file cut at a line end can still be a valid document (later keys have defaults)
         assert mut not in ("garbage", "extra", "duplicate", "nan", "inf") or deliberate, f"{mut} {path} was accepted"
     created = sorted(x.name for x in tmp.rglob("*"))
-    assert len(created) == len(before) + (2 if kind == "run_manifest" else 1)  # only the input itself
+    assert len(created) == len(before) + (4 if kind == "run_manifest" else 1)  # only the input itself
     shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -30,9 +30,14 @@ def _manifest() -> dict:
 
 
 def _run_dir(tmp_path: Path, raw: bytes) -> Path:
+    """``raw`` as the manifest of a run directory whose records are a committed SpecReason run's."""
+    import shutil
+
     d = tmp_path / "run"
     d.mkdir()
     (d / "run.json").write_bytes(raw)
+    for name in ("steps.jsonl", "requests.jsonl"):
+        shutil.copy(ROOT / "tests/data/serve_specreason/http-t6" / name, d / name)
     return d
 
 

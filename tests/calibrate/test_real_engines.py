@@ -92,3 +92,21 @@ def test_microbench_torch_writes_valid_records(model_cache, tmp_path):
     assert {r["op"] for r in recs} == {"decode", "prefill", "score", "verify", "draft"}
     assert all(r["wall_time_s"] > 0 for r in recs)
     assert [r["cached_tokens"] for r in recs if r["op"] == "prefill"] == [0, 32]
+
+
+def test_live_exposition_of_the_in_process_engine(vllm_pair, tmp_path):
+    """prometheus_client's text of the in-process speculative engine (what /metrics serves) -> the drafts and
+    per-position counts ``LLM.get_metrics()`` gives for the same engine (calibrate.spec_metrics reads /metrics)."""
+    import numpy as np
+    import prometheus_client
+
+    from calibrate.spec_metrics import from_prometheus
+
+    _, base_sd, _ = vllm_pair
+    _run("specdecode", base_sd, None)
+    m = base_sd.spec_metrics()
+    p = tmp_path / "metrics.txt"
+    p.write_bytes(prometheus_client.generate_latest())
+    a, n = from_prometheus([p])[3]
+    assert n == m["vllm:spec_decode_num_drafts"] >= 1
+    assert a == pytest.approx(np.array(m["vllm:spec_decode_num_accepted_tokens_per_pos"]) / n)

@@ -83,11 +83,37 @@ def test_failed_requests_are_dropped_and_counted(tmp_path):
     raw = _raw()
     raw["errors"][1] = "HTTP 500"
     raw["ttfts"][1], raw["output_lens"][1], raw["itls"][1] = 0.0, 0, []
+    raw["completed"], raw["failed"] = 3, 1  # as vLLM counts them
     res = read_bench_json(_write(tmp_path, raw))
     assert len(res.requests) == 3 and res.failed == 1
     raw["errors"] = ["boom"] * 4
+    raw["completed"], raw["failed"] = 0, 4
+    with pytest.raises(InputError, match="no request of this run completed [(]4 failed[)]") as e:
+        read_bench_json(_write(tmp_path, raw))
+    assert e.value.field == "completed"
+    for k in ("completed", "failed"):  # a version without the header counts: the lists alone
+        raw.pop(k)
     with pytest.raises(InputError, match="every one of the 4 requests failed"):
         read_bench_json(_write(tmp_path, raw))
+
+
+@pytest.mark.parametrize("header, field, said, lists", [
+    ({"completed": 0, "failed": 4}, "completed", 0, 4),  # every request marked failed in the header only
+    ({"completed": 4, "failed": 1}, "failed", 1, 0),
+    ({"completed": 5}, "completed", 5, 4),
+])
+def test_result_header_counts_must_match_the_lists(tmp_path, header, field, said, lists):
+    """``completed=0, failed=4`` over four error-free requests used to import as "4 requests (0 failed)"."""
+    raw = _raw()
+    raw.update(header)
+    p = _write(tmp_path, raw)
+    with pytest.raises(InputError) as e:
+        read_bench_json(p)
+    assert e.value.file == str(p) and e.value.field == field, e.value.one_line()
+    assert e.value.message.startswith(f"{said} in the result header, but the per-request lists hold {lists} ")
+    r = _cli("calibrate", "import-bench-serve", str(p), "--out", str(tmp_path / "imp"))
+    assert r.returncode == 2 and r.stderr.strip() == f"error: {e.value.one_line()}", r.stderr
+    assert not (tmp_path / "imp").exists()
 
 
 def test_open_loop_replays_send_instants(tmp_path):
@@ -243,8 +269,8 @@ def test_validate_serving_speculative_bench_runs(tmp_path):
     # the acceptance of the speculative closed-1 (its own JSON) predicts it; the plain closed-1 is not speculative
     assert r.returncode == 0 and "acceptance from closed-1: gamma 2" in r.stderr, r.stderr
     assert "speculative runs held out (profile+acceptance-fit" not in r.stdout  # the only speculative run is the fit one
-    r = _cli("validate-serving", str(SPEC / "result.json"), "--profile", str(PROFILE), "--out", str(tmp_path / "rep"))
-    assert r.returncode == 0, r.stderr
+    r = _cli("validate-serving", str(SPEC / "result.json"), "--profile", str(PROFILE), "--out", str(tmp_path / "rep2"))
+    assert r.returncode == 0, r.stderr  # a new folder: the first report's folder is not empty (the output contract)
     assert "speculative runs held out (profile, n=6)" in r.stdout and "acceptance length median APE" in r.stdout
 
 

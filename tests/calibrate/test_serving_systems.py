@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
+from unittest import mock
 
 import pytest
 
@@ -131,7 +133,9 @@ def run_fake(system: str, arrivals, n: int = 6, budget: int = 90):
     def start(i):
         return lambda: run_request(cfg, probs[i], i, eng["base"], eng["small"] if system != "vanilla-base" else None, i)
 
-    facts = serve(used, broker, start, probs, arrivals, sleep=clock.sleep, write=lambda k, r: recs.append((k, r)))
+    # the orchestrator times a request on the same (fake) clock as its calls, as it does on the broker's real one
+    with mock.patch("calibrate.run.orchestrator.time", SimpleNamespace(perf_counter=clock, time=time.time)):
+        facts = serve(used, broker, start, probs, arrivals, sleep=clock.sleep, write=lambda k, r: recs.append((k, r)))
     return recs, facts, engines, log, (cfg, probs, fake)
 
 

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import specsim_cli.main as cli
 from calibrate.spec_metrics import from_logs, from_prometheus
 from simulator.errors import InputError
+from tests.conftest import examples
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "spec_metrics"
 K4, K2, NGRAM = DATA / "draft6l-k4", DATA / "draft6l-k2", DATA / "ngram-k4"
@@ -247,7 +248,7 @@ def _exposition(n, per_pos, total: bool, labels: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(_counts(), st.booleans(), st.sampled_from(['engine="0",model_name="m"', 'model_name="a\\"b",engine="3"']))
 def test_any_valid_counts_round_trip_to_cumulative_rates(tmp_path_factory, counts, total, labels):
     k, n, per_pos = counts
@@ -263,24 +264,3 @@ def test_any_valid_counts_round_trip_to_cumulative_rates(tmp_path_factory, count
     log.write_text(LINE.format(mal=f"{1 + sum(per_pos) / n:.2f}", acc=sum(per_pos), dr=k * n, rates=rates) + "\n")
     (g2, (a2, n2)), = from_logs([log]).items()
     assert (g2, n2) == (k, n) and a2 == pytest.approx(a, abs=5.001e-4)
-
-
-# ---- a live engine (slow): vLLM's own exposition parses to the counters it reports ---------------------------
-@pytest.mark.real_engine
-def test_live_exposition_of_the_in_process_engine(vllm_pair, tmp_path):
-    """prometheus_client's text of the in-process speculative engine (what /metrics serves) -> the drafts and
-    per-position counts ``LLM.get_metrics()`` gives for the same engine."""
-    import prometheus_client
-
-    from calibrate.run.datasets import Problem
-    from calibrate.run.orchestrator import RunConfig, run_request
-
-    _, base_sd, _ = vllm_pair
-    problem = Problem("t0", "Tom has 3 boxes with 4 apples each. He eats 2 apples. How many apples are left?", "10")
-    run_request(RunConfig(system="specdecode", budget_tokens=24, step_max_tokens=8), problem, 0, base_sd, None, seed=0)
-    m = base_sd.spec_metrics()
-    p = tmp_path / "metrics.txt"
-    p.write_bytes(prometheus_client.generate_latest())
-    a, n = from_prometheus([p])[3]
-    assert n == m["vllm:spec_decode_num_drafts"] >= 1
-    assert a == pytest.approx(np.array(m["vllm:spec_decode_num_accepted_tokens_per_pos"]) / n)

@@ -15,6 +15,7 @@ import numpy as np
 
 from specsim_cli.main import main
 from tests.validate.test_validate import make_run_dir
+from tests.conftest import examples
 
 ROOT = Path(__file__).resolve().parents[2]
 

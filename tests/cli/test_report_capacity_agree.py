@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from simulator.capacity import capacity_table, recommend
 from specsim_cli.main import main
+from tests.conftest import examples
 
 SC = "scenarios/cpu-smollm2.yaml"
 SMALL = ["--requests", "40", "--workers", "1", "--max-replications", "3", "--seed", "2", "--slo", "p99_latency<=40s"]
@@ -57,7 +58,7 @@ def test_report_and_capacity_agree_within_the_interval(tmp_path, capsys):
 rows = st.lists(st.tuples(st.sampled_from([0.0, 0.0, 0.3, 0.5, 1.0]), st.floats(0.8, 1.2)), min_size=1, max_size=6)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(rows)
 def test_a_configuration_that_sustains_no_load_is_never_ranked(spec):
     data = []

@@ -16,6 +16,7 @@ from simulator.errors import InputError
 from simulator.scenario import load_scenario
 from simulator.systems import SystemConfig
 from specsim_cli.main import main
+from tests.conftest import examples
 
 AIME = "simulator/profiles/accuracy_aime_qwq32b_r1-1.5b.yaml"
 
@@ -83,7 +84,7 @@ def _table(n_cfg: int, seed: int) -> tuple[pd.DataFrame, AccuracyModel]:
     return rank_configurations(pd.DataFrame(rows)), model
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.integers(3, 7), st.integers(0, 10_000), st.floats(0, 1), st.floats(0, 1), st.booleans())
 def test_a_higher_floor_never_raises_the_recommended_capacity(n_cfg, seed, f1, f2, relative):
     df, model = _table(n_cfg, seed)

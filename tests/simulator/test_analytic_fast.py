@@ -16,7 +16,7 @@ from simulator.chain import run_chains
 from simulator.cost_tables import CostTables
 from simulator.execution import Execution
 from simulator.systems import SystemConfig
-from tests.conftest import deployments, make_workload
+from tests.conftest import deployments, make_workload, examples
 
 FIELDS = ("small_first", "small_rest", "score_rest", "score_prompt", "base_gen", "base_prompt", "regen_continue",
           "end_pmf", "steps", "small_proposals", "small_kept", "base_steps")
@@ -64,14 +64,14 @@ ROWS = st.lists(st.tuples(st.one_of(st.sampled_from([0.0, 1.0, 1.000000000000000
                           st.sampled_from([0, 0, 1, 3, 70, np.inf])), min_size=1, max_size=6)
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(chain_workloads(), ROWS)
 def test_composed_dp_equals_stepwise(w, rows):
     qs, fns = [r[0] for r in rows], [r[1] for r in rows]
     _assert_same(run_chains(w, qs, fns, method="stepwise"), run_chains(w, qs, fns))
 
 
-@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(chain_workloads(shared_hazard=False), ROWS)
 def test_auto_dp_equals_stepwise_when_hazards_differ(w, rows):
     """Mixed rows whose hazards differ go stepwise; the result is the stepwise one either way."""
@@ -79,7 +79,7 @@ def test_auto_dp_equals_stepwise_when_hazards_differ(w, rows):
     _assert_same(run_chains(w, qs, fns, method="stepwise"), run_chains(w, qs, fns))
 
 
-@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25), deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(chain_workloads(), st.floats(0.0, 1.0), st.sampled_from([0, 2, 64, np.inf]), st.floats(1.5, 60))
 def test_composed_dp_applies_where_documented(w, q, first_n, mean_steps):
     """Shared hazards and first_n <= 64 (below n_max) or infinite: the composed evaluation applies to every chain
@@ -131,7 +131,7 @@ def _catchup_loop(tables, w):
 HW = st.sampled_from([("rtx-a6000", 2), ("h100-sxm", 1), ("a100-80gb", 2), ("l40s", 2)])
 
 
-@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25), deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(chain_workloads(), HW, st.sampled_from([1, 16, 128]), st.integers(1, 300), st.integers(1, 100))
 def test_vectorised_prefill_expectations_equal_the_loop(w, hw, block, prompt, judge):
     w = w.model_copy(update={"prompt_tokens": prompt, "judge_template_tokens": judge})

@@ -15,9 +15,10 @@ from simulator.scenario import load_scenario
 from simulator.serving import ClosedLoopUsers, PoissonArrivals
 from simulator.serving.arrivals import BurstyArrivals, StagedArrivals
 from simulator.serving.bench_workload import Lengths, ServingWorkload
+from tests.conftest import examples
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(i=st.integers(1, 100_000), o=st.integers(1, 100_000), r=st.sampled_from([0.0, 0.1, 0.5, 0.9]),
        p=st.integers(0, 5000), rate=st.one_of(st.just("inf"), st.floats(0.01, 1000)),
        b=st.sampled_from([1.0, 0.5, 2.0]), c=st.one_of(st.none(), st.integers(1, 512)), n=st.integers(1, 100_000))
@@ -59,7 +60,7 @@ def test_bad_command_lines_name_the_option(line, field):
         assert e.value.field == field
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(kind=st.sampled_from(["fixed", "uniform", "lognormal"]), t=st.integers(1, 5000), r=st.floats(0, 0.95),
        sigma=st.floats(0, 1.5), seed=st.integers(0, 2**31))
 def test_lengths_stay_in_their_bounds(kind, t, r, sigma, seed):

@@ -28,6 +28,7 @@ from simulator.serving.slo import parse_slo
 from simulator.systems import SystemConfig
 from specsim_cli.main import main
 from tests.simulator.test_capacity_sustain import check_row, fixed_scenario
+from tests.conftest import examples
 
 VANILLA = SystemConfig(system="vanilla-base")
 SC = "scenarios/cpu-smollm2.yaml"
@@ -109,7 +110,7 @@ def test_parse_tpot_and_itl():
         parse_slo("p99_tbt<=50ms")
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(lat=st.lists(st.floats(0.5, 50), min_size=1, max_size=30), share=st.floats(0.0, 0.9),
        out=st.lists(st.integers(1, 400), min_size=30, max_size=30), gaps=st.lists(st.floats(1e-3, 1.0), min_size=1, max_size=40),
        w=st.lists(st.integers(0, 9), min_size=40, max_size=40), stat=st.sampled_from(["mean", "p50", "p90", "p99"]))

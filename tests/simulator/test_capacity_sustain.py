@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from simulator.capacity import IntervalSpec, LoadSpec, Point, capacity_interval, evaluate, requests_for
 from simulator.serving.metrics import HORIZON_LATENCIES, stationarity, sustain
 from simulator.systems import SystemConfig
+from tests.conftest import examples
 
 VANILLA = SystemConfig(system="vanilla-base")
 
@@ -94,7 +95,7 @@ def test_h200_qps_8_with_800_requests_is_not_sustained(tmp_path):
 
 
 # ---- the law over random small scenarios ----------------------------------------------------------
-@settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(6), deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(prompt=st.sampled_from([128, 512, 2048]), output=st.sampled_from([32, 128, 256]),
        seqs=st.sampled_from([None, 4, 16]), slo_factor=st.sampled_from([3.0, 20.0, 200.0]),
        seed=st.integers(0, 50), requests=st.sampled_from([40, 80]))

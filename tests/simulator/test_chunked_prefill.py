@@ -15,6 +15,7 @@ from simulator.scenario import load_scenario
 from simulator.serving import ClosedLoopUsers, PoissonArrivals, simulate_serving
 from simulator.serving.engine import Engine
 from simulator.systems import SystemConfig
+from tests.conftest import examples
 
 VANILLA = SystemConfig(system="vanilla-base")
 SPECDECODE = SystemConfig(system="specdecode", gamma=2)
@@ -26,7 +27,7 @@ def cpu():
     return rs, rs.deployments("cpu", 1), (rs.scenario.memory_fraction.small, rs.scenario.memory_fraction.base)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(pending=st.lists(st.integers(0, 5000), min_size=1, max_size=20), dec=st.integers(0, 600),
        budget=st.one_of(st.none(), st.integers(1, 9000)))
 def test_chunks_fill_the_budget_in_admission_order(cpu, pending, dec, budget):

@@ -33,7 +33,7 @@ from simulator.scenario import load_scenario
 from simulator.serving import PoissonArrivals, simulate_serving
 from simulator.serving.engine import Engine
 from simulator.systems import SystemConfig
-from tests.conftest import deployments, make_workload
+from tests.conftest import deployments, make_workload, examples
 from tests.simulator.test_engines_agree import workloads
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -123,7 +123,7 @@ def test_alpha_one_batched_engine_advances_every_sequence_by_gamma_plus_one(kind
 TARGETS = [n for n, m in model_catalog().items() if m.params > 5e9 and not m.is_linear_hybrid and m.index_topk is None]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.sampled_from(TARGETS), st.integers(1, 4), st.integers(1, 30), st.sampled_from(["h100-sxm", "h200", "rtx-a6000", "a100-80gb"]),
        st.sampled_from([1, 2]), st.integers(0, 20000), st.sampled_from(["bf16", "fp8"]))
 def test_head_never_slower_to_draft_than_a_separate_model_with_more_layers(target, k, extra, hw_name, tp, ctx, dtype):
@@ -146,7 +146,7 @@ def test_ngram_draft_costs_nothing_and_holds_no_memory():
 
 
 # ---- dtypes -----------------------------------------------------------------------------------------
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(st.sampled_from(sorted(model_catalog())), st.sampled_from([1, 2, 4, 8]), st.integers(0, 30000),
        st.sampled_from(["h100-sxm", "h200", "a100-80gb", "l40s", "cpu"]))
 def test_fp8_and_int4_never_increase_bytes_or_decode_time(name, tp, ctx, hw_name):
@@ -203,7 +203,7 @@ N_EX = 4
 
 @pytest.mark.parametrize("kind,width", KINDS)
 @pytest.mark.parametrize("system", ["specdecode", "specreason-decode"])
-@settings(max_examples=N_EX, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow],
+@settings(max_examples=examples(N_EX), deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow],
           phases=[Phase.explicit, Phase.generate])
 @given(data=st.data())
 def test_des_mean_within_its_ci_of_analytic_for_every_draft_kind(system, kind, width, data):

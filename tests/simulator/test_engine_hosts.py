@@ -14,6 +14,7 @@ from simulator.cost_model import Deployment
 from simulator.catalog import get_model
 from simulator.cost_profile import prior_profile
 from simulator.errors import InputError
+from tests.conftest import examples
 
 VERSIONS = [e.version for e in engine_hosts()["vllm"]]
 
@@ -88,7 +89,7 @@ def test_explicit_host_values_replace_the_catalogs():
     assert p.seq_overhead_s.value == pytest.approx(1e-5) and p.call_overhead_s.value == 1e-3
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(batch=st.integers(1, 512), ctx=st.integers(1, 8192), version=st.sampled_from(VERSIONS))
 def test_async_scheduling_never_slows_a_step(batch, ctx, version):
     h, m = get_hardware("h100-sxm"), get_model("qwen3-8b")

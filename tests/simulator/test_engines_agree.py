@@ -11,7 +11,7 @@ from simulator.cost_tables import CostTables
 from simulator.des import simulate, summarize
 from simulator.execution import Execution
 from simulator.systems import SYSTEMS, SystemConfig
-from tests.conftest import deployments, make_workload
+from tests.conftest import deployments, make_workload, examples
 
 
 @st.composite
@@ -53,7 +53,7 @@ BLOCKS = st.sampled_from([1, 16, 128])
 
 @pytest.mark.parametrize("step_calls", [False, True], ids=["one-call", "step-calls"])
 @pytest.mark.parametrize("system", SYSTEMS)
-@settings(max_examples=5, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow],
+@settings(max_examples=examples(5), deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow],
           phases=[Phase.explicit, Phase.generate])  # no shrinking: it would hunt for the sampling flukes
 @given(data=st.data())
 def test_des_mean_within_its_ci_of_analytic(system, step_calls, data):
@@ -78,7 +78,7 @@ def _latency(cfg, w, hw_tp, ex: Execution) -> float:
 
 
 @pytest.mark.parametrize("system", SYSTEMS)
-@settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(8), deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_block_caching_never_lowers_latency(system, data):
     """Whole-block caching only moves tokens from cached to new: no prefill gets cheaper."""
@@ -90,7 +90,7 @@ def test_block_caching_never_lowers_latency(system, data):
         assert lat[0] == lat[1] == lat[2]
 
 
-@settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(30), deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(workloads(), st.sampled_from(["vanilla-base", "vanilla-small"]), HW, st.sampled_from([1, 16, 128]))
 def test_step_calls_never_lower_vanilla_latency(w, system, hw_tp, block):
     """Step by step every token costs what it costs in one call (the step's first token is a 1-token
@@ -148,7 +148,7 @@ def test_default_execution_reproduces_pinned_numbers(workload, ex):
             assert d["ci_low_s"] <= PINNED_ANALYTIC[cfg.label] <= d["ci_high_s"], (cfg.label, d)
 
 
-@settings(max_examples=25, deadline=None, derandomize=True)
+@settings(max_examples=examples(25), deadline=None, derandomize=True)
 @given(workloads(), st.integers(0, 3))
 def test_raising_threshold_never_lowers_base_fraction(w, first_n):
     fracs = []
@@ -158,7 +158,7 @@ def test_raising_threshold_never_lowers_base_fraction(w, first_n):
     assert all(b >= a - 1e-9 for a, b in zip(fracs, fracs[1:]))
 
 
-@settings(max_examples=25, deadline=None, derandomize=True)
+@settings(max_examples=examples(25), deadline=None, derandomize=True)
 @given(workloads(), st.floats(0.0, 1.0), st.integers(0, 4))
 def test_tokens_and_probability_are_conserved(w, q, first_n):
     occ = run_chain(w, q, first_n)
@@ -221,7 +221,7 @@ def test_same_seed_same_requests_in_the_des_and_the_serving_simulator(workload, 
                                                for p in plans]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.lists(st.floats(0.01, 1.0), min_size=1, max_size=12))
 def test_steps_follow_the_step_count_pmf(weights):
     """With no budget in reach, the number of steps is distributed as the workload's step-count pmf N (the

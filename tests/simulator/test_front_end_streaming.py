@@ -19,6 +19,7 @@ from simulator.scenario import load_scenario
 from simulator.serving.arrivals import ReplayArrivals
 from simulator.serving.replica import simulate_serving
 from simulator.systems import SystemConfig
+from tests.conftest import examples
 
 
 def _run(n: int, t_tok: float, out: int = 24, t_fe: float = 0.002, front_end: str = "serial", t_call: float = 0.004):
@@ -59,14 +60,14 @@ def test_a_lone_request_waits_only_for_its_own_tokens_streaming(t_tok):
     assert np.array_equal(a.info["itl"][1], b.info["itl"][1])
 
 
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=examples(8), deadline=None)
 @given(st.floats(1e-4, 2e-2))
 def test_the_front_end_delivers_at_most_one_token_per_t_tok(t_tok):
     res = _run(16, t_tok)
     assert _throughput(res) <= 1.0 / t_tok * (1 + 1e-9)
 
 
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=examples(6), deadline=None)
 @given(st.floats(1e-4, 5e-3), st.floats(1.2, 4.0))
 def test_a_bursts_throughput_falls_as_streaming_costs_more(t_tok, k):
     lo, hi = _throughput(_run(16, t_tok)), _throughput(_run(16, t_tok * k))

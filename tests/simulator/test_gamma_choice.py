@@ -14,6 +14,7 @@ from simulator.catalog import get_hardware, get_model
 from simulator.cost_model import Deployment, Drafting
 from simulator.cost_profile import prior_profile
 from simulator.gamma_choice import best_gamma_vs_concurrency, gamma_rule_table, goodput_gamma, iteration_time
+from tests.conftest import examples
 
 
 def _deps(draft_kind: str = "model", hw: str = "h100-sxm"):
@@ -47,7 +48,7 @@ def test_no_acceptance_never_speculates():
         assert goodput_gamma(t, d, np.zeros(6), b, 1000, 6).gamma == 0
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(alpha=st.floats(0.0, 1.0), batch=st.integers(1, 512), context=st.integers(0, 16384), gmax=st.integers(1, 8))
 def test_rule_never_worse_than_plain_decoding_and_picks_the_max(alpha, batch, context, gmax):
     t, d = _deps()

@@ -27,6 +27,7 @@ from simulator.scenario import load_scenario
 from simulator.serving import ClosedLoopUsers, PoissonArrivals, simulate_serving
 from simulator.serving.metrics import summarize_serving
 from simulator.systems import SystemConfig
+from tests.conftest import examples
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +104,7 @@ def test_perfect_free_drafting_at_one_user_always_drafts_the_max(cpu):
     assert iters == need
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(alpha=st.floats(0.0, 1.0), batch=st.integers(1, 64), context=st.integers(0, 20000), gmax=st.integers(1, 8),
        kind=st.sampled_from(["model", "head", "ngram"]), width=st.integers(1, 3))
 def test_engine_policy_on_a_decode_only_batch_is_the_rule(alpha, batch, context, gmax, kind, width):
@@ -124,7 +125,7 @@ def test_engine_policy_on_a_decode_only_batch_is_the_rule(alpha, batch, context,
     assert e.g_cur == goodput_gamma(deps["base"], draft, a, batch, context, gmax).gamma
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(times=st.lists(st.floats(1e-4, 1.0), min_size=2, max_size=9), nd=st.integers(1, 64), nf=st.integers(0, 64))
 def test_best_goodput_maximises_tokens_per_second(times, nd, nf):
     em = list(np.cumsum([1.0] + [0.5] * (len(times) - 1)))

@@ -94,7 +94,7 @@ def _write_bad(tmp_path, name, **change):
     ({"num_hidden_layers": "48"}, "num_hidden_layers: expected a non-negative integer"),
     ({"model_type": None, "architectures": ["FalconForCausalLM"]}, "architectures: unknown architecture"),
     ({"quantization_config": {"quant_method": "bitsandbytes"}}, "quantization_config.quant_method"),
-    ({"num_experts_per_tok": 300}, "experts_per_token must lie in 1..experts=128"),
+    ({"num_experts": 16, "num_experts_per_tok": 20}, "experts_per_token must lie in 1..experts=16"),
 ])
 def test_bad_config_is_one_line_exit_2(tmp_path, capsys, change, field):
     p = _write_bad(tmp_path, "config.json", **change)

@@ -2,7 +2,7 @@
 the iteration for the what-if engines' batch-1 cost tables (``CostTables.draft_iter`` / ``verify_iter``), the γ rule
 (``gamma_choice.iteration_parts``) and the serving engine (``Engine._spec_time``; its stretches over arrays of
 contexts, fused in ``pass_cost.spec_iteration_times``). On random scenario / drafter (the scenario's own, a tree, prompt
-lookup) / γ / batch / context they agree:
+lookup, a block drafter) / γ / batch / context they agree:
 
 - the γ rule is the function on ``Deployment.pass_time``, float for float;
 - the cost tables at batch 1 are the function over the array of contexts (to 1e-12: array vs scalar evaluation);
@@ -30,12 +30,13 @@ from simulator.scenario import load_scenario
 from simulator.serving.engine import Engine
 from simulator.serving.pass_cost import PassCost, spec_iteration_times
 from simulator.spec_iteration import speculative_iteration
+from tests.conftest import examples
 
 # a separate draft model (CPU: hard roofline; A6000 at TP 2), a draft head (FP8), DeepSeek-R1's MTP module (MoE + MLA:
 # a pass time that is not affine in the aggregates)
 SCENARIOS = ["cpu-smollm2", "reference-a6000-qwq32b", "fp8-qwq32b-head-h100-h200", "moe-deepseek-r1-h200x8-mtp"]
 AFFINE = SCENARIOS[:3]
-DRAFTERS = ["own", "tree2", "tree3", "ngram"]
+DRAFTERS = ["own", "tree2", "tree3", "ngram", "block"]  # block: the gamma drafts in one pass (DSpark)
 
 
 @lru_cache(maxsize=None)
@@ -50,8 +51,8 @@ def _deps(name: str, drafter: str):
     d = deps["draft"]
     if drafter.startswith("tree"):
         d = dataclasses.replace(d, drafting=Drafting(d.drafting.kind, int(drafter[4:])))
-    elif drafter == "ngram":
-        d = dataclasses.replace(d, drafting=Drafting("ngram"))
+    elif drafter in ("ngram", "block"):
+        d = dataclasses.replace(d, drafting=Drafting(drafter))
     return rs, deps["base"], deps["small"], d
 
 
@@ -70,7 +71,7 @@ def _draft_pass(dep):
     return None if dep.drafting.free else dep.pass_time
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(scenario=st.sampled_from(SCENARIOS), drafter=st.sampled_from(DRAFTERS), gamma=st.integers(0, 8),
        batch=st.integers(1, 64), context=st.integers(0, 6000))
 def test_tables_gamma_rule_and_serving_engine_price_the_iteration_by_the_one_function(scenario, drafter, gamma, batch,
@@ -91,7 +92,7 @@ def test_tables_gamma_rule_and_serving_engine_price_the_iteration_by_the_one_fun
     assert e._spec_time(gamma, 0, 0, 0, 0, batch, batch * context) == pytest.approx(sum(rule), rel=1e-9)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(scenario=st.sampled_from(SCENARIOS), drafter=st.sampled_from(DRAFTERS), gamma=st.integers(0, 6),
        dec=st.lists(st.integers(0, 5000), max_size=12),
        pref=st.lists(st.tuples(st.integers(1, 600), st.integers(0, 5000)), max_size=4))
@@ -118,6 +119,8 @@ def test_the_engine_with_prefills_is_the_passes_over_the_explicit_batches(scenar
     if not d.drafting.free:
         if gamma == 0:  # the draft ingests the prefills only
             draft = d.batch_forward_time(pn, pc, one(len(pn))) if len(pn) else 0.0
+        elif d.drafting.kind == "block":  # one pass: the prefills + gamma tokens (gamma logit rows) per sequence
+            draft = batch(d, gamma, cd)
         else:
             draft = batch(d, w, cd) + sum(batch(d, w, cd + i, False) for i in range(1, gamma) if nd)
     want = draft + batch(b, v, cd)
@@ -128,7 +131,7 @@ def test_the_engine_with_prefills_is_the_passes_over_the_explicit_batches(scenar
     assert e._spec_time(gamma, N, KV, A, len(pref), nd, sum(dec)) == pytest.approx(want, rel=1e-9)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(scenario=st.sampled_from(AFFINE), width=st.integers(1, 3), gamma=st.integers(1, 8), batch=st.integers(1, 64),
        contexts=st.lists(st.integers(0, 200_000), min_size=1, max_size=40))
 def test_the_fused_evaluation_is_the_one_function_over_an_array_of_contexts(scenario, width, gamma, batch, contexts):

@@ -20,6 +20,7 @@ from simulator.cost_model import Deployment
 from simulator.cost_profile import prior_profile
 from simulator.memory_plan import memory_plan
 from specsim_cli.main import main
+from tests.conftest import examples
 
 CONFIGS = Path(__file__).resolve().parents[2] / "tests" / "data" / "hf_configs"
 NEW = ("glm-4.5-air", "glm-4.5", "qwen3-next-80b-a3b", "qwen3.5-9b", "qwen3.5-35b-a3b", "deepseek-v3.2",
@@ -48,8 +49,10 @@ def test_published_counts_within_tolerance(name):
 
 @pytest.mark.parametrize("name", NEW)
 def test_pass_time_runs_on_each_config(name, capsys):
-    code = main(["pass-time", "--model", str(CONFIGS / name), "--hardware", "h100-sxm", "--batch", "1,64",
-                 "--context", "4096", "--format", "json"])
+    """On eight H200s, where each fits (DeepSeek-V3.2 in its published FP8)."""
+    dtype = ["--dtype", "fp8"] if name == "deepseek-v3.2" else []
+    code = main(["pass-time", "--model", str(CONFIGS / name), "--hardware", "h200", "--tp", "8", *dtype,
+                 "--batch", "1,64", "--context", "4096", "--format", "json"])
     out = capsys.readouterr()
     assert code == 0, out.err
     rows = json.loads(out.out)["results"]
@@ -133,7 +136,7 @@ def test_unknown_non_llama_model_type_is_still_refused(tmp_path):
             load_hf_config(tmp_path / "config.json")
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(name=st.sampled_from(NEW + CATALOG_ONLY), t1=st.integers(0, 300_000), t2=st.integers(0, 300_000),
        seqs=st.integers(1, 64))
 def test_kv_reads_grow_with_tokens_and_never_exceed_the_full_cache(name, t1, t2, seqs):

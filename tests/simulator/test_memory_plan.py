@@ -10,6 +10,7 @@ from simulator.cost_model import Deployment
 from simulator.cost_profile import prior_profile
 from simulator.memory_plan import GIB, cudagraphs_counted, memory_plan
 from specsim_cli.main import main
+from tests.conftest import examples
 
 MODELS = ["llama-3.1-8b", "qwen3-32b", "qwen3-0.6b", "qwen3-30b-a3b", "gpt-oss-20b", "gemma-3-270m"]
 GPUS = ["h100-sxm", "a100-80gb", "h200", "l40s", "rtx-a6000"]
@@ -26,7 +27,7 @@ plans = st.tuples(st.sampled_from(MODELS), st.sampled_from(GPUS), st.floats(0.05
                   st.sampled_from([1, 16, 32]))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(plans, st.floats(0.0, 0.5), st.floats(1.0, 2.0))
 def test_capacity_grows_with_utilization_and_memory(p, du, scale):
     model, hw, u, tokens, block = p
@@ -38,7 +39,7 @@ def test_capacity_grows_with_utilization_and_memory(p, du, scale):
     assert memory_plan([bigger], u, tokens, block_size=block).kv_tokens >= a.kv_tokens
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(plans, st.integers(1, 8), st.floats(0.0, 20.0))
 def test_capacity_falls_with_batched_tokens_and_weights(p, times, extra_gib):
     model, hw, u, tokens, block = p
@@ -51,7 +52,7 @@ def test_capacity_falls_with_batched_tokens_and_weights(p, times, extra_gib):
     assert fp8.weights_bytes < a.weights_bytes and fp8.kv_tokens >= a.kv_tokens
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(plans)
 def test_fp8_kv_doubles_the_tokens_up_to_one_block(p):
     model, hw, u, tokens, block = p

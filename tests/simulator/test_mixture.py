@@ -19,7 +19,7 @@ from simulator.des import simulate, summarize
 from simulator.execution import Execution
 from simulator.request_model import RequestSampler
 from simulator.systems import SYSTEMS, SystemConfig
-from tests.conftest import SMALL_WORKLOAD, deployments, make_workload
+from tests.conftest import SMALL_WORKLOAD, deployments, make_workload, examples
 
 CONFIGS = [SystemConfig(system="vanilla-base"), SystemConfig(system="vanilla-small"), SystemConfig(system="specdecode", gamma=3),
            SystemConfig(system="specreason", threshold=5, first_n=1),
@@ -58,7 +58,7 @@ def mixtures(draw):
 
 
 @pytest.mark.parametrize("system", SYSTEMS)
-@settings(max_examples=4, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow],
+@settings(max_examples=examples(4), deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow],
           phases=[Phase.explicit, Phase.generate])
 @given(data=st.data())
 def test_des_mean_within_its_ci_of_the_analytic_mixture(system, data):
@@ -76,7 +76,7 @@ def test_des_mean_within_its_ci_of_the_analytic_mixture(system, data):
     assert d["ci_low_s"] <= a["latency_s"] <= d["ci_high_s"], (cfg.label, a["latency_s"], d)
 
 
-@settings(max_examples=10, deadline=None, derandomize=True)
+@settings(max_examples=examples(10), deadline=None, derandomize=True)
 @given(mixtures(), st.integers(0, 3))
 def test_kept_share_monotone_in_threshold_per_problem_and_overall(w, first_n):
     cfgs = [SystemConfig(system="specreason", threshold=t, first_n=first_n) for t in range(11)]

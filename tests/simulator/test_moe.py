@@ -13,6 +13,7 @@ from simulator.catalog.models import WEIGHT_DTYPE_BYTES
 from simulator.cost_model import Deployment, Drafting, expert_parallel_error
 from simulator.cost_profile import prior_profile
 from simulator.errors import InputError
+from tests.conftest import examples
 
 MOE = ("deepseek-r1", "qwen3-235b-a22b", "qwen3-30b-a3b", "gpt-oss-120b", "gpt-oss-20b", "mixtral-8x7b")
 # (published total, published active: per token with embedding and LM head; gpt-oss's model card leaves the
@@ -185,7 +186,7 @@ def _step(d, B, T, C):
     return d.batch_forward_time(n, c, np.ones(B))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(d=mdeps, B=st.integers(1, 128), T=st.integers(1, 600), C=st.integers(0, 20000))
 def test_moe_pass_time_is_monotone_in_batch_tokens_and_context(d, B, T, C):
     t = _step(d, B, T, C)
@@ -194,14 +195,14 @@ def test_moe_pass_time_is_monotone_in_batch_tokens_and_context(d, B, T, C):
     assert _step(d, B, T, C + 64) >= t * (1 - 1e-12)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(d=mdeps, k=st.integers(1, 15), C=st.integers(0, 20000))
 def test_moe_verifying_k_plus_1_costs_no_more_than_k_plus_1_decodes(d, k, C):
     assert d.verify_time(k, C) <= (k + 1) * d.decode_time(C) * (1 + 1e-12)
     assert d.verify_time(k, C) >= d.decode_time(C) * (1 - 1e-12)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(d=mdeps, B=st.integers(1, 64), T=st.integers(1, 600), C=st.integers(0, 20000))
 def test_moe_breakdown_sums_to_the_total_and_each_part_is_nonnegative(d, B, T, C):
     n, c = np.full(B, float(T)), np.full(B, float(C))

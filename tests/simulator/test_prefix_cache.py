@@ -15,6 +15,7 @@ from simulator.serving.bench_workload import ServingWorkload, simulate_workload
 from simulator.serving.metrics import summarize_serving
 from simulator.serving.prefix_cache import PrefixCache
 from simulator.systems import SystemConfig
+from tests.conftest import examples
 
 SPECREASON = SystemConfig(system="specreason", threshold=5)
 
@@ -39,7 +40,7 @@ def _run(cpu, sw, on=True, block=16, seed=0, mf=None):
                              execution=Execution(prefix_caching=on, prefix_cache_block=block))
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=examples(12), deadline=None)
 @given(n_prompts=st.integers(0, 4), block=st.sampled_from([1, 16, 128]), rate=st.floats(0.2, 4.0),
        seed=st.integers(0, 2**31))
 def test_hit_rate_is_a_rate_and_counts_every_prompt_token(cpu, n_prompts, block, rate, seed):
@@ -54,7 +55,7 @@ def test_hit_rate_is_a_rate_and_counts_every_prompt_token(cpu, n_prompts, block,
         assert s["prefix_cache_hits_tokens"] == 0
 
 
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=examples(8), deadline=None)
 @given(seed=st.integers(0, 2**31), rate=st.floats(0.2, 3.0))
 def test_without_shared_prefixes_caching_on_and_off_agree(cpu, seed, rate):
     """One call per request and nothing shared: the cache has nothing to give, so every figure is the same."""
@@ -85,7 +86,7 @@ def test_per_request_caching_is_what_on_and_off_differ_by(cpu):
     assert lat[False] > lat[True]
 
 
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=examples(8), deadline=None)
 @given(seed=st.integers(0, 2**31), more=st.integers(2, 6), block=st.sampled_from([1, 16]))
 def test_more_sharing_never_prefills_more(cpu, seed, more, block):
     """Fewer distinct system prompts (the same lengths otherwise) never raise the tokens prefilled, with room
@@ -97,7 +98,7 @@ def test_more_sharing_never_prefills_more(cpu, seed, more, block):
     assert pre(few) <= pre(many)
 
 
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=examples(8), deadline=None)
 @given(seed=st.integers(0, 2**31), n_prompts=st.integers(1, 30), rate=st.floats(1.0, 20.0))
 def test_kv_never_exceeds_capacity_under_eviction(cpu, seed, n_prompts, rate):
     """Many distinct prompts in a small KV cache: entries are evicted, and the KV in use (running sequences +
@@ -136,7 +137,7 @@ def test_session_turns_hit_their_history(cpu):
             assert r.arrival_at[b] >= r.done_at[a] + think[b] - 1e-9
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(ops=st.lists(st.tuples(st.integers(0, 5), st.integers(1, 300), st.integers(0, 300)), min_size=1, max_size=40),
        block=st.sampled_from([1, 16]), cap=st.integers(200, 2000))
 def test_cache_bookkeeping(ops, block, cap):

@@ -11,6 +11,7 @@ from simulator.catalog.quant_gemm import gemm_kind, gemm_kind_name, quant_catalo
 from simulator.cost_model import Deployment
 from simulator.cost_profile import prior_profile
 from simulator.errors import InputError
+from tests.conftest import examples
 
 MODELS = ["qwen3-8b", "qwen3-32b", "llama-3.1-8b", "qwq-32b", "llama-3.1-70b"]
 GPUS = ["a100-80gb", "h100-sxm", "h200", "l40s", "b200"]
@@ -40,13 +41,13 @@ def test_fitted_kinds_are_physical():
         assert cat.kinds[name].compute_ratio.value <= 1.0
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.sampled_from(MODELS), st.sampled_from(GPUS), st.sampled_from([1, 2, 4]), st.integers(0, 20000))
 def test_weight_only_batch1_at_least_as_fast_as_bf16(model, gpu, tp, ctx):
     assert dep(model, "int4", gpu, tp).decode_time(ctx) <= dep(model, "bf16", gpu, tp).decode_time(ctx) * (1 + 1e-12)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.sampled_from(MODELS), st.sampled_from(["a100-80gb", "h100-sxm", "l40s"]), st.sampled_from(["int4", "fp8"]),
        st.integers(8192, 65536))
 def test_weight_only_above_the_ridge_not_faster_than_bf16(model, gpu, dtype, tokens):
@@ -56,7 +57,7 @@ def test_weight_only_above_the_ridge_not_faster_than_bf16(model, gpu, dtype, tok
     assert d.prefill_time(tokens) >= dep(model, "bf16", gpu).prefill_time(tokens)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.sampled_from(MODELS), st.sampled_from(GPUS), st.sampled_from(["bf16", "fp8", "fp8_block", "int4", "nvfp4"]))
 def test_time_monotone_in_tokens(model, gpu, dtype):
     n = np.array([1, 2, 4, 16, 64, 256, 1024, 4096, 16384], dtype=float)

@@ -20,6 +20,7 @@ from simulator.serving.metrics import littles_law, number_in_system, summarize_s
 from simulator.serving.pass_cost import PassCost
 from simulator.request_model import BASE, SMALL, RequestSampler
 from simulator.systems import SystemConfig
+from tests.conftest import examples
 
 VANILLA = SystemConfig(system="vanilla-base")
 SPECDECODE = SystemConfig(system="specdecode", gamma=2)
@@ -40,7 +41,7 @@ def analytic_latency(rs, deps, cfg, execution=None) -> float:
 
 
 # ---- the cost model inside the loop ---------------------------------------------------------
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 600), st.integers(0, 9000), st.integers(1, 9)), min_size=1, max_size=40),
        st.sampled_from(["cpu-smollm2", "reference-a6000-qwq32b"]), st.sampled_from(["base", "small"]))
 def test_pass_cost_equals_batch_forward_time(batch, scenario, role):
@@ -177,7 +178,7 @@ def test_closed_loop_never_exceeds_users(cpu):
 
 
 # ---- arrivals --------------------------------------------------------------------------------
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(st.floats(0.05, 50.0), st.floats(0.3, 4.0), st.integers(0, 2**31))
 def test_bursty_gaps_have_the_requested_rate_and_cv(rate, cv, seed):
     gaps = np.diff(BurstyArrivals(rate, cv).times(20000, np.random.default_rng(seed)))
@@ -259,7 +260,7 @@ def test_itl_conserves_chunks_and_time(cpu, cfg, users):
         assert s["mean_itl_ms"] == pytest.approx(s["mean_tpot_ms"], rel=0.02)
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(st.lists(st.tuples(st.floats(0, 100), st.integers(1, 5)), min_size=1, max_size=30), st.floats(0.01, 0.99))
 def test_weighted_quantile_is_the_quantile_of_the_repeated_samples(pairs, q):
     from simulator.serving.metrics import weighted_quantile

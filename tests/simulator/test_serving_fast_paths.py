@@ -24,6 +24,7 @@ from simulator.serving.engine import Engine
 from simulator.serving.pass_cost import PassCost, spec_iteration_times
 from simulator.serving.replica import Replica
 from simulator.systems import SystemConfig
+from tests.conftest import examples
 
 
 @pytest.fixture(scope="module", params=["cpu-smollm2", "reference-a6000-qwq32b"])
@@ -32,7 +33,7 @@ def deps(request):
     return rs.deployments(rs.hardware_names[0], rs.tps[0])
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.integers(1, 256), st.lists(st.integers(0, 200_000), min_size=1, max_size=50), st.integers(1, 9))
 def test_array_fast_path_is_the_general_path(deps, batch, contexts, vt):
     for role in ("base", "small", "draft"):
@@ -45,7 +46,7 @@ def test_array_fast_path_is_the_general_path(deps, batch, contexts, vt):
         assert np.array_equal(fast, general)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.integers(1, 64), st.lists(st.integers(0, 200_000), min_size=1, max_size=40), st.integers(1, 8))
 def test_one_evaluation_of_a_speculative_iteration_is_its_passes_one_by_one(deps, batch, contexts, gamma):
     d, b = PassCost(deps["draft"]), PassCost(deps["base"])

@@ -10,6 +10,7 @@ from simulator.catalog import get_hardware, get_model
 from simulator.cost_model import Deployment
 from simulator.cost_profile import prior_profile
 from simulator.serving.kv_cache import engine_plan, kv_layout
+from tests.conftest import examples
 
 
 def dep(model: str, hw: str = "h100-sxm", tp: int = 1, weights: str = "bf16") -> Deployment:
@@ -28,7 +29,7 @@ def test_models_without_windows_keep_the_per_token_count(name):
     assert cap == 16 * int(free // (16 * d.kv_bytes_per_token_per_gpu)) > 0
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.integers(1, 64), st.integers(128, 200_000))
 def test_a_window_model_charges_its_tokens_bytes_exactly_past_the_window(seqs, length):
     """seqs sequences of ``length`` >= window tokens: (tokens + reservations) x full-layer bytes = the model's own

@@ -12,7 +12,7 @@ from simulator.catalog import get_hardware, get_model
 from simulator.speculative import (expected_tokens_per_iteration, iid_acceptance, iteration_occupancy,
                                    leviathan_expected_tokens, leviathan_speedup, tokens_per_iteration_pmf)
 from simulator.systems import SystemConfig
-from tests.conftest import flat_params, make_workload
+from tests.conftest import flat_params, make_workload, examples
 
 alphas = st.floats(min_value=0.0, max_value=0.99)
 gammas = st.integers(min_value=1, max_value=12)
@@ -60,7 +60,7 @@ def _const_cost_deployments(c_ratio: float):
     return b, Deployment(draft_model, h, 1, p)
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=examples(15), deadline=None)
 @given(st.floats(min_value=0.3, max_value=0.9), st.integers(min_value=1, max_value=8), st.sampled_from([0.05, 0.1, 0.2]))
 def test_engine_speedup_matches_leviathan_on_long_generations(alpha, gamma, c):
     b, d = _const_cost_deployments(c)

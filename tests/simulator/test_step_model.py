@@ -12,6 +12,7 @@ from simulator.catalog import get_hardware, get_model
 from simulator.cost_model import Deployment, soft_roofline
 from simulator.cost_profile import prior_profile
 from simulator.serving.pass_cost import PassCost
+from tests.conftest import examples
 
 MODELS = ("r1-distill-qwen-1.5b", "qwen3-8b", "qwq-32b", "llama-3.1-70b")
 GPUS = ("h100-sxm", "a100-80gb", "rtx-a6000", "l40s", "b200", "h200")
@@ -36,7 +37,7 @@ def _step(d, B, T, C):
     return d.batch_forward_time(n, c, np.ones(B))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(a=st.floats(0, 1.0), b=st.floats(0, 1.0), p=st.floats(1.0, 80.0))
 def test_soft_roofline_lies_between_max_and_sum(a, b, p):
     t = float(soft_roofline(a, b, p))
@@ -44,7 +45,7 @@ def test_soft_roofline_lies_between_max_and_sum(a, b, p):
     assert float(soft_roofline(a, b, float("inf"))) == max(a, b)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(d=deps, B=st.integers(1, 128), T=st.integers(1, 600), C=st.integers(0, 20000))
 def test_pass_time_is_monotone_in_batch_tokens_and_context(d, B, T, C):
     t = _step(d, B, T, C)
@@ -53,14 +54,14 @@ def test_pass_time_is_monotone_in_batch_tokens_and_context(d, B, T, C):
     assert _step(d, B, T, C + 64) >= t
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(d=deps, k=st.integers(1, 15), C=st.integers(0, 20000))
 def test_verifying_k_plus_1_costs_no_more_than_k_plus_1_decodes(d, k, C):
     assert d.verify_time(k, C) <= (k + 1) * d.decode_time(C) * (1 + 1e-12)
     assert d.verify_time(k, C) >= d.decode_time(C) * (1 - 1e-12)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(d=deps, B=st.integers(1, 64), T=st.integers(1, 600), C=st.integers(0, 20000))
 def test_breakdown_sums_to_the_total_and_each_part_is_nonnegative(d, B, T, C):
     n, c = np.full(B, float(T)), np.full(B, float(C))
@@ -71,7 +72,7 @@ def test_breakdown_sums_to_the_total_and_each_part_is_nonnegative(d, B, T, C):
     assert float(bd["total"]) == pytest.approx(_step(d, B, T, C), rel=1e-12)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(d=deps, n=st.lists(st.integers(1, 40), min_size=1, max_size=12), c=st.integers(0, 8000))
 def test_pass_cost_hot_path_equals_the_one_formula(d, n, c):
     n = np.asarray(n, dtype=float)
@@ -106,7 +107,7 @@ COMPUTE_BOUND_PAIRS = [("qwen3-32b", g) for g in ("h100-sxm", "a100-80gb", "rtx-
     ("qwen3-8b", "rtx-a6000")]
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(pair=st.sampled_from(COMPUTE_BOUND_PAIRS), a1=st.floats(0.5, 0.95), decay=st.floats(0.85, 1.0),
        context=st.integers(0, 256))
 def test_speculation_benefit_does_not_grow_towards_compute_bound(pair, a1, decay, context):
@@ -142,7 +143,7 @@ def test_speculation_benefit_does_not_grow_towards_compute_bound(pair, a1, decay
     assert all(b <= a * (1 + 1e-3) for a, b in zip(gain, gain[1:])), gain
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(model=st.sampled_from(("qwen3-30b-a3b", "deepseek-r1", "gpt-oss-120b")), gpu=st.sampled_from(("h100-sxm", "h200", "b200")),
        tp=st.sampled_from([1, 2, 8]), n=st.lists(st.integers(1, 40), min_size=1, max_size=12), c=st.integers(0, 8000))
 def test_pass_cost_equals_the_formula_for_moe_mla_and_windowed_models(model, gpu, tp, n, c):

@@ -17,6 +17,7 @@ from scipy import stats
 from simulator.errors import InputError
 from validate.batch import BatchSpread, lobo_aggregates
 from validate.replay import CallNoise, OffsetPredictive, request_totals
+from tests.conftest import examples
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = next((p for p in (Path("/work/shared/data"), ROOT.parent / "shared" / "data") if p.is_dir()), None)
@@ -41,7 +42,7 @@ def _width(batch: BatchSpread | None, seed: int = 0, n_boot: int = 2000) -> tupl
     return lo, hi, tot
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=examples(15), deadline=None)
 @given(sd1=st.floats(0.0, 0.4), extra=st.floats(0.02, 0.4))
 def test_interval_widens_with_between_batch_spread(sd1, extra):
     """More spread between batches -> a wider interval for a run of a new batch (same draws otherwise)."""

@@ -11,6 +11,7 @@ import pytest
 
 from specsim_cli.main import main
 from tests.validate.test_validate import _setup, make_run_dir
+from tests.conftest import examples
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "data" / "specreason-aime-traces"

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from calibrate.run.serving_run import ClosedLoop, ServeRequest, StepReport, drive
 from tests.calibrate.test_serving_run import FakeClock as Clock
+from tests.conftest import examples
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECSIM = [sys.executable, "-m", "specsim_cli"]
@@ -207,7 +208,7 @@ def test_bad_speculative_inputs_exit_2(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(a1=st.floats(0, 1), ratio=st.floats(0, 1), gamma=st.integers(1, 6),
        r=st.lists(st.integers(0, 200), min_size=1, max_size=5), seed=st.integers(0, 2**16))
 def test_split_iterations_conserves_tokens(a1, ratio, gamma, r, seed):

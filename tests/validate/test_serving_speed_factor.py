@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from calibrate.fit.fit_cost import load_profile
 from simulator.setup import Setup
 from validate.serving.fit import _step_times, fit_step_params, one_shape, step_aggregates
+from tests.conftest import examples
 
 PROFILE = "simulator/profiles/cost_cpu-epyc-vllm032.yaml"
 
@@ -33,7 +34,7 @@ def _steps(batch: int, new: int, contexts) -> pd.DataFrame:
                          "context_tokens": [[int(c)] * batch for c in contexts], "engine": "base"})
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(s=st.floats(0.2, 8.0), batch=st.integers(1, 64), new=st.integers(1, 512), ctx=st.integers(0, 8000))
 def test_slowed_scales_every_pass_exactly(setup_params, s, batch, new, ctx):
     setup, params = setup_params

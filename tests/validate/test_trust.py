@@ -18,6 +18,7 @@ from simulator.loading import write_atomic
 from simulator.errors import InputError
 from tests.calibrate.test_fit_cost import TRUE as FIT_TRUE, _setup as fit_setup, synthetic_calls
 from tests.validate.test_validate import _true_profile, make_run_dir
+from tests.conftest import examples
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECSIM = [sys.executable, "-m", "specsim_cli"]
@@ -191,7 +192,7 @@ def test_impossible_durations_exit_2_naming_run_and_step(tmp_path, upd, field):
     _edit_step(run, 3, **upd)
     r = _run(["validate", str(run), "--profile", "datasheet", "--out", str(tmp_path / "rep"), "--no-distribution"])
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
-    assert r.stderr.startswith(f"error: {run}/steps.jsonl: request 0 step 3: {field}:"), r.stderr
+    assert r.stderr.startswith(f"error: {run}/steps.jsonl:4: {field}:"), r.stderr  # step 3 is line 4
     assert not (tmp_path / "rep").exists()
 
 

@@ -19,6 +19,7 @@ from calibrate.trace_schema import SCHEMA_VERSION
 from simulator.cost_profile import CostParams
 from simulator.systems import SystemConfig
 from validate.metrics import ape, coverage, summarize
+from tests.conftest import examples
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "data" / "specreason-aime-traces"
@@ -72,7 +73,7 @@ def make_run_dir(path: Path, rng: np.random.Generator, threshold: float = 7.0, s
     """A SpecReason run whose call times come from the cost model at TRUE (times lognormal noise)."""
     path.mkdir(parents=True)
     (path / "run.json").write_text(json.dumps(_manifest(threshold)))
-    recs, reqs = [], []
+    recs = []
     for rid in range(n_requests):
         ctx = 200
         for j in range(steps):
@@ -89,6 +90,7 @@ def make_run_dir(path: Path, rng: np.random.Generator, threshold: float = 7.0, s
                          "started_at": 0.0})
             ctx += kb or ks
     _write_steps(path, recs)
+    _write_requests(path, recs, n_requests)  # provisional (1 s calls): the run directory is read for its calls
     # times from the model, keyed by (request, step, op)
     calls, _ = calls_from_run_dir(path)
     t = CallPredictor(calls, _setup()).predict(CostParams(**{**_shape(), **TRUE})) * np.exp(rng.normal(0, sigma, len(calls)))
@@ -99,6 +101,12 @@ def make_run_dir(path: Path, rng: np.random.Generator, threshold: float = 7.0, s
         s["score_time_s"] = float(key[(*k, "score")])
         s["base_time_s"] = float(key.get((*k, "base_generate"), 0.0))
     _write_steps(path, recs)
+    _write_requests(path, recs, n_requests)
+    return path
+
+
+def _write_requests(path: Path, recs: list[dict], n_requests: int) -> None:
+    reqs = []
     for rid in range(n_requests):
         mine = [s for s in recs if s["request_id"] == rid]
         tot = {f: sum(s[f] for s in mine) for f in ("small_time_s", "score_time_s", "base_time_s")}
@@ -111,7 +119,6 @@ def make_run_dir(path: Path, rng: np.random.Generator, threshold: float = 7.0, s
                      **tot, "spec_drafted_tokens": 0, "spec_accepted_tokens": 0, "stop_reason": "answer", "answer": "1",
                      "reference_answer": "1", "correct": True, "latency_s": sum(tot.values()), "started_at": 0.0})
     (path / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in reqs))
-    return path
 
 
 def _write_steps(path: Path, recs: list[dict]) -> None:
@@ -218,7 +225,7 @@ def _fake_set(sizes: list[int]):
     return MeasuredSet(pd.DataFrame(columns=["request_id"]), pd.DataFrame(rows), ["x"], "run_dir", {})
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(sizes=st.lists(st.integers(1, 9), min_size=1, max_size=6), k=st.integers(2, 6), seed=st.integers(0, 2**16))
 def test_request_kfold_partitions_stratified_and_deterministic(sizes, k, seed):
     from simulator.errors import InputError
@@ -326,7 +333,7 @@ def test_cli_bad_requests_spec_exits_2_one_line(tmp_path):
 
 
 # ---- prediction intervals ---------------------------------------------------------------------------
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(sd=st.floats(0.01, 1.0), n=st.integers(3, 30), mean=st.floats(-1, 1))
 def test_t_predictive_widens_as_fit_runs_shrink(sd, n, mean):
     """Same sample mean and sd, fewer fit runs -> a wider interval for the next run's offset; many runs ->
@@ -395,7 +402,7 @@ def test_distribution_interval_adds_cost_uncertainty(workload):
     from simulator.des import simulate
     from validate.distribution import simulated_calls
     from validate.replay import CallNoise, OffsetPredictive, request_totals
-    from tests.conftest import deployments
+    from tests.conftest import deployments, examples
 
     b, s = deployments()
     for cfg in (SystemConfig(system="specreason", threshold=7), SystemConfig(system="vanilla-base")):

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 from simulator.errors import InputError
+from simulator.output_contract import writes
 
 from .compare import validate_serving
 from .report import _pct, _spct, speed_drift, write_report
@@ -49,6 +50,7 @@ def register(app) -> None:
     import typer
 
     @app.command("validate-serving")
+    @writes(report="folder")
     def validate_serving_cmd(
         run_dirs: Optional[list[Path]] = typer.Argument(None, help="serve-run directories (specsim calibrate serve-run), `vllm bench serve` result JSONs (--save-result --save-detailed) or their imports"),
         profile: Optional[Path] = typer.Option(None, "--profile", help="cost profile YAML (fitted; its fit.setup names the models); required with run directories"),

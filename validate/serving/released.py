@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from simulator.loading import write_atomic
+
 
 def _md(df: pd.DataFrame) -> str:
     cols = list(df.columns)
@@ -31,7 +33,7 @@ def validate_released(folder: Path, holdouts: list[str], out: Path, command: str
 
     runs, skipped = released_runs(folder)
     out.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(sorted(skipped.items()), columns=["reason", "rows"]).to_csv(out / "skipped.csv", index=False)
+    write_atomic(out / "skipped.csv", pd.DataFrame(sorted(skipped.items()), columns=["reason", "rows"]).to_csv(index=False))
     lines = [f"# Released serving tables, held out\n\nCommand: `{command}`\n\nData: `{folder}`; {len(runs)} vLLM runs "
              f"predicted, skipped: " + "; ".join(f"{k}: {v}" for k, v in sorted(skipped.items())) + "\n",
              "Figures: median and p90 of |predicted / measured - 1| and the median signed error (bias), in %, over "
@@ -42,19 +44,19 @@ def validate_released(folder: Path, holdouts: list[str], out: Path, command: str
     head = {}
     for by in holdouts:
         table, fits = holdout(runs, by)
-        table.to_csv(out / f"heldout-{by}.csv", index=False)
-        (out / f"fits-{by}.json").write_text(json.dumps(fits, indent=1, sort_keys=True))
+        write_atomic(out / f"heldout-{by}.csv", table.to_csv(index=False))
+        write_atomic(out / f"fits-{by}.json", json.dumps(fits, indent=1, sort_keys=True))
         lines.append(f"## Held out by {by}\n")
         for g in ("version", "gpu"):
             s = summary(table, g)
-            s.to_csv(out / f"summary-{by}-by-{g}.csv", index=False)
+            write_atomic(out / f"summary-{by}-by-{g}.csv", s.to_csv(index=False))
             lines += [f"Per {g}:\n", _md(s), ""]
             if g == "version":
                 head[by] = s[s[g] == "all"].iloc[0].to_dict()
     if catalog is not None:
         fitted = fit_hosts(runs)
-        (out / "fits-all.json").write_text(json.dumps(fitted, indent=1, sort_keys=True))
+        write_atomic(out / "fits-all.json", json.dumps(fitted, indent=1, sort_keys=True))
         write_catalog(fitted, catalog, f"{folder.name}/serving_benchmarks.csv via `{command}`", date or "")
         lines += ["## Fit on every run (written to the engine catalog)\n", "```", json.dumps(fitted, indent=1), "```"]
-    (out / "report.md").write_text("\n".join(lines) + "\n")
+    write_atomic(out / "report.md", "\n".join(lines) + "\n")
     return head

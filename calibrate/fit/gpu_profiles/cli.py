@@ -11,6 +11,8 @@ from typing import Optional
 
 import typer
 
+from simulator.output_contract import writes
+
 GPU_HELP = ("GPU models: the engine-level step model's and the MoE layer's fits, the GPU priors' transfer and checks, "
             "the GPU step campaign's plan, predictions and summary.")
 
@@ -33,6 +35,7 @@ def register(app: typer.Typer) -> typer.Typer:
     app.add_typer(gpu, name="gpu", help=GPU_HELP)
 
     @app.command("import-vidur")
+    @writes(out="csv")
     def import_vidur_cmd(
         folder: Path = typer.Argument(..., help="Vidur data/profiling-style folder (compute/, network/)"),
         out: Path = typer.Option(..., help="records CSV to write (+ OUT.provenance.yaml)"),
@@ -48,6 +51,7 @@ def register(app: typer.Typer) -> typer.Typer:
         typer.echo(f"wrote {len(df)} records to {out} ({', '.join(f'{k} {v}' for k, v in df['op'].value_counts().items())})")
 
     @app.command("import-aiconfigurator")
+    @writes(out="csv")
     def import_aic_cmd(
         folder: Path = typer.Argument(..., help="AIConfigurator systems/data-style folder (<gpu>/{gemm,attention,comm}/...)"),
         out: Path = typer.Option(..., help="records CSV to write (+ OUT.provenance.yaml)"),
@@ -64,6 +68,7 @@ def register(app: typer.Typer) -> typer.Typer:
         typer.echo(f"wrote {len(df)} records to {out} ({', '.join(f'{k} {v}' for k, v in df['op'].value_counts().items())})")
 
     @app.command("import-llmservingsim")
+    @writes(out="csv")
     def import_lss_cmd(
         folder: Path = typer.Argument(..., help="LLMServingSim perf_models-style folder (<GPU>/<org>/<model>/tp<N>/)"),
         out: Path = typer.Option(..., help="records CSV to write (+ OUT.provenance.yaml)"),
@@ -80,6 +85,7 @@ def register(app: typer.Typer) -> typer.Typer:
         typer.echo(f"wrote {len(df)} records to {out} ({', '.join(f'{k} {v}' for k, v in df['op'].value_counts().items())})")
 
     @app.command("import-llm-inference-bench")
+    @writes(out="csv")
     def import_lib_cmd(
         file: Path = typer.Argument(..., help="LLM-Inference-Bench All_results.csv"),
         out: Path = typer.Option(..., help="runs CSV to write (+ OUT.provenance.yaml)"),
@@ -99,6 +105,7 @@ def register(app: typer.Typer) -> typer.Typer:
         typer.echo(f"wrote {len(df)} runs to {out} ({sum(prov['rows_dropped'].values())} inconsistent rows dropped)")
 
     @app.command("fit-gpu")
+    @writes(out="yaml")
     def fit_gpu_cmd(
         records: list[Path] = typer.Argument(..., help="records CSVs (import-vidur / import-aiconfigurator output)"),
         gpu: str = typer.Option(..., help="catalog hardware name, e.g. a100-80gb"),
@@ -133,6 +140,7 @@ def register(app: typer.Typer) -> typer.Typer:
 
 def _register_gpu(gpu: typer.Typer) -> None:
     @gpu.command("fit-engine")
+    @writes(report="folder", priors="yaml")
     def fit_engine_cmd(
         ctx: typer.Context,
         report: Path = typer.Option(..., "--report", help="report folder (report.md, heldout.csv, params.yaml), written "
@@ -154,6 +162,7 @@ def _register_gpu(gpu: typer.Typer) -> None:
         typer.echo(f"wrote {report}" + (f" and {priors}" if priors else ""))
 
     @gpu.command("fit-moe")
+    @writes(report="folder", priors="yaml")
     def fit_moe_cmd(
         ctx: typer.Context,
         report: Path = typer.Option(..., "--report", help="report folder (report.md, heldout.csv, params.yaml), written "
@@ -172,6 +181,7 @@ def _register_gpu(gpu: typer.Typer) -> None:
         typer.echo(fit_and_report(records, report, priors, date, command_line(ctx)).to_string(index=False))
 
     @gpu.command("fit-quant")
+    @writes(report="folder", out="yaml")
     def fit_quant_cmd(
         ctx: typer.Context,
         report: Path = typer.Option(..., "--report", help="report folder (report.md, heldout.csv, kernel_ratios.csv, bursts.csv)"),
@@ -188,6 +198,7 @@ def _register_gpu(gpu: typer.Typer) -> None:
         typer.echo(fit_and_report(report, out, date, command_line(ctx)).round(1).to_string(index=False))
 
     @gpu.command("transfer-priors")
+    @writes(out="yaml")
     def transfer_priors_cmd(
         ctx: typer.Context,
         out: Path = typer.Option(..., help="GPU priors YAML to write (simulator/catalog/gpu_priors.yaml: the catalog's)"),
@@ -209,6 +220,7 @@ def _register_gpu(gpu: typer.Typer) -> None:
         typer.echo(f"wrote {out}")
 
     @gpu.command("validate-kernels")
+    @writes(out="folder")
     def validate_kernels_cmd(
         ctx: typer.Context,
         out: Path = typer.Option(..., help="folder for report.md and figures.csv"),
@@ -231,6 +243,7 @@ def _register_gpu(gpu: typer.Typer) -> None:
         typer.echo(f"wrote {path}")
 
     @gpu.command("check-priors")
+    @writes(out="folder")
     def check_priors_cmd(
         ctx: typer.Context,
         out: Path = typer.Option(..., help="folder for report.md"),
@@ -247,6 +260,7 @@ def _register_gpu(gpu: typer.Typer) -> None:
         typer.echo(f"\nwrote {out / 'report.md'}")
 
     @gpu.command("spec-sweep")
+    @writes(out="folder")
     def spec_sweep_cmd(
         ctx: typer.Context,
         out: Path = typer.Option(..., "--out", "--report", help="folder for report.md and itl.csv"),
@@ -278,6 +292,7 @@ def _register_gpu(gpu: typer.Typer) -> None:
         typer.echo("eta_comp fitted on the MTP arm: %.3f ± %.3f" % res["eta_comp_mtp"])
 
     @gpu.command("step-plan")
+    @writes(out="json")
     def step_plan_cmd(
         out: Path = typer.Option(..., help="plan JSON to write (the points calibrate/run/gpu_step_bench.py times)"),
         models: Optional[str] = typer.Option(None, "--model", "--models",
@@ -304,6 +319,7 @@ def _register_gpu(gpu: typer.Typer) -> None:
         typer.echo(f"wrote {write_atomic(out, json.dumps(make_plan(names, max_seconds, grid=grid), indent=1))}")
 
     @gpu.command("step-predict")
+    @writes(out="csv")
     def step_predict_cmd(
         plan: Path = typer.Argument(..., help="plan JSON (calibrate gpu step-plan)"),
         hardware: str = typer.Option(..., help="catalog hardware whose priors predict, e.g. h200"),

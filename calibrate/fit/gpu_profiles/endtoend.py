@@ -27,6 +27,7 @@ from scipy.stats import theilslopes
 from simulator.catalog import get_hardware, get_model
 from simulator.cost_model import Deployment
 from simulator.cost_profile import prior_profile
+from simulator.loading import write_atomic
 
 TRACES = "../shared/data/specreason-aime-traces"
 PROMPT_TOKENS = 200  # the AIME workload profile's prompt_tokens (a shared prior)
@@ -126,5 +127,5 @@ def write_report(traces: str, out: Path, command: str) -> str:
              "for the 4x A100 setup.", ""] + _md(res["b"], _f)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "report.md").write_text("\n".join(text) + "\n", encoding="utf-8")
+    write_atomic(out / "report.md", "\n".join(text) + "\n")
     return "\n".join(text)

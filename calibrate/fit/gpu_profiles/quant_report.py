@@ -12,6 +12,7 @@ import yaml
 
 from calibrate.fit.gpu_profiles import quant_fit as qf
 from calibrate.fit.gpu_profiles.engine_data import _commit
+from simulator.loading import write_atomic
 
 WEIGHT_ONLY_PRIORS = {
     "mem_ratio": (1.0, "prior: Marlin streams 4-/8-bit weights at the bf16 GEMV's efficiency (IST-DASLab/marlin README: "
@@ -59,9 +60,9 @@ def fit_and_report(report: Path, out: Path | None, date: str | None, command: st
     weight_only, held_wo, preds = qf.weight_only_fit(bursts)
     held = pd.concat([qf.kernel_heldout(tables, ratios), held_wo], ignore_index=True)
     report.mkdir(parents=True, exist_ok=True)
-    held.round(2).to_csv(report / "heldout.csv", index=False)
-    ratios.round(6).to_csv(report / "kernel_ratios.csv", index=False)
-    preds.round(4).to_csv(report / "bursts.csv", index=False)
+    write_atomic(report / "heldout.csv", held.round(2).to_csv(index=False))
+    write_atomic(report / "kernel_ratios.csv", ratios.round(6).to_csv(index=False))
+    write_atomic(report / "bursts.csv", preds.round(4).to_csv(index=False))
     pooled, per_gpu = kinds_yaml(ratios, weight_only, bursts, date)
     cols = [c for c in held.columns if c.endswith("pct")]
     text = [f"# Quantised GEMM kinds: fit and held-out checks ({date})", "", f"Command: `{command}`", "",
@@ -72,11 +73,11 @@ def fit_and_report(report: Path, out: Path | None, date: str | None, command: st
             ratios.drop(columns=["table"]).round(4).to_markdown(index=False), "",
             "## A100 bursts (weight-only: before = bf16 GEMMs reading fewer bytes; after = rc fitted on the other model)", "",
             preds.round(3).to_markdown(index=False), ""]
-    (report / "report.md").write_text("\n".join(text), encoding="utf-8")
+    write_atomic(report / "report.md", "\n".join(text))
     if out is not None:
         doc = {"kinds": pooled, "gpu_kinds": per_gpu,
                "fit": {"command": command, "date": date, "heldout": held.round(2).to_dict(orient="records")}}
         header = ("# Quantised GEMM kinds relative to bf16 GEMMs (simulator/catalog/quant_gemm.py; docs/gpu-cost-model.md).\n"
                   f"# Regenerate (do not edit by hand):\n#   {command}\n")
-        out.write_text(header + yaml.safe_dump(doc, sort_keys=False, width=120), encoding="utf-8")
+        write_atomic(out, header + yaml.safe_dump(doc, sort_keys=False, width=120))
     return held

@@ -30,6 +30,7 @@ from calibrate.fit.gpu_profiles.fit import (AR_PARAMS, COMPUTE_PARAMS, Predictor
 from calibrate.fit.gpu_profiles.kernel_model import KernelParams, OpArrays, constant_roofline_time
 from simulator.catalog import get_hardware
 from simulator.cost_profile import prior_profile
+from simulator.loading import write_atomic
 
 KERNELS_PER_LAYER = 10  # Vidur's per-layer ops (9-10) + attention: how today's t_layer maps to a per-kernel cost
 
@@ -164,9 +165,9 @@ def _table(df: pd.DataFrame) -> str:
 
 def write_report(fig: pd.DataFrame, out: Path, command: str, inputs: list[str]) -> Path:
     out.mkdir(parents=True, exist_ok=True)
-    fig.to_csv(out / "figures.csv", index=False)
+    write_atomic(out / "figures.csv", fig.to_csv(index=False))
     summ = summary(fig)
-    summ.to_csv(out / "summary.csv", index=False)
+    write_atomic(out / "summary.csv", summ.to_csv(index=False))
     wide = fig.pivot_table(index=["split", "fold", "level"], columns="model", values=["median_ape", "p90_ape", "bias"],
                            sort=False)
     wide.columns = [f"{m} {v}" for v, m in wide.columns]
@@ -179,7 +180,7 @@ def write_report(fig: pd.DataFrame, out: Path, command: str, inputs: list[str]) 
             "## Summary (median over folds)", "", _table(summ), "", "## Every fold", "",
             _table(wide[order].reset_index())]
     path = out / "report.md"
-    path.write_text("\n".join(text) + "\n", encoding="utf-8")
+    write_atomic(path, "\n".join(text) + "\n")
     return path
 
 

@@ -1,0 +1,25 @@
+"""An EAGLE-3 draft head as built, from its target's shape (docs/drafters.md); EAGLE-1 heads and MTP modules are
+``ModelSpec.draft_head`` / ``ModelSpec.mtp_head``."""
+
+from __future__ import annotations
+
+from simulator.catalog.models import ModelSpec
+
+EAGLE3_DRAFT_VOCAB = 32000  # the reduced draft vocabulary of the published EAGLE-3 heads (draft_vocab_size)
+
+
+def eagle3_head(target: ModelSpec, layers: int = 1, vocab: int = EAGLE3_DRAFT_VOCAB) -> ModelSpec:
+    """An EAGLE-3 head of ``target`` as vLLM's ``llama_eagle3`` builds it: the features of three target layers fused
+    by a 3H x H projection (``fc``), ``layers`` dense decoder layers of the target's shape (as ``draft_head``) whose
+    first q/k/v projections read [token embedding, fused feature] (2H wide: their input weights doubled), and its own
+    LM head of ``vocab`` rows (the reduced draft vocabulary; the draft-to-target id map is a lookup, no matmul); the
+    input embedding is the target's. The fc is priced in every draft pass, an upper bound: vLLM runs it on the
+    target's features in the first draft pass only (the later passes feed the head's own H-wide output back)."""
+    head = target.draft_head(layers, vocab, fusion=False)
+    if head.is_mla:
+        qkv_in = ((head.q_lora_rank or head.heads * (head.qk_nope_head_dim + head.qk_rope_head_dim))
+                  + head.kv_lora_rank + head.qk_rope_head_dim)
+    else:
+        qkv_in = (head.heads + 2 * head.kv_heads) * head.head_dim
+    return head.model_copy(update={"name": f"{target.name}-eagle3",
+                                   "extra_matmul_params": 3 * target.hidden * target.hidden + target.hidden * qkv_in})
