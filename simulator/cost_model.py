@@ -301,7 +301,8 @@ class Deployment:
                      + KV(kv_tokens, S) / (eta_kv BW)                         (MLA latent; sliding layers <= window)
             T_comp = (2 P_other N / F_w + (2 V H L_log + attention FLOPs) / F) / (TP eta_comp)
                      + 2 L_moe k P_expert N / (TP F_e eta_moe_comp)
-            layers = L t_layer + L_moe (t_moe + [ep > 1] t_ep + E_hit / ep t_expert + N k t_tok)   (MoE kernels' costs)
+            layers = L (t_layer + [MLA] t_mla) + L_moe (t_moe + [ep > 1] t_ep + E_hit / ep t_expert + N k t_tok)
+                     (MLA module's and MoE kernels' fixed costs)
             allreduce: ep = 1 the Megatron all-reduces; ep = TP one all-reduce per layer (attention) + per dense layer,
                        and per MoE layer an all-to-all dispatch + combine of the tokens: 2 [t_ar + (ep-1)/ep N H b / B]
 
@@ -339,7 +340,8 @@ class Deployment:
         gpu, mem, kv_share = gpu_split(t_w, t_kv, t_comp, c.roofline_p)
         moe_fixed = (c.moe_layer_overhead_s + (self.ep > 1) * c.moe_ep_overhead_s + hit / self.ep * c.expert_overhead_s
                      + n * m.experts_per_token * c.moe_token_overhead_s)
-        layers = m.layers * c.layer_overhead_s + self.gemm_overhead_time + m.moe_layers * moe_fixed
+        layers = (m.layers * (c.layer_overhead_s + m.is_mla * c.mla_layer_overhead_s) + self.gemm_overhead_time
+                  + m.moe_layers * moe_fixed)
         out = {
             "weights": mem * (1.0 - kv_share),
             "kv": mem * kv_share,

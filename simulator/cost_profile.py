@@ -69,6 +69,9 @@ class CostProfile(BaseModel):
     expert_overhead_s: Param | None = None
     moe_token_overhead_s: Param | None = None  # per routed (token, expert) pair: alignment, permutation, scatter
     moe_ep_overhead_s: Param | None = None  # per MoE layer under expert parallelism (the expert map's extra kernels)
+    # Latent attention (issue 38, docs/moe.md): the MLA module's fixed cost per layer beyond a dense layer's (its extra
+    # kernels: q_a / kv_a norms, q_b, the absorbed BMMs, the split-K combine). None: 0.
+    mla_layer_overhead_s: Param | None = None
     fit: dict | None = None  # goodness of fit written by calibration (residuals per op)
 
     def params(self, hardware: HardwareSpec) -> "CostParams":
@@ -93,6 +96,7 @@ class CostProfile(BaseModel):
             expert_overhead_s=self.expert_overhead_s.value if self.expert_overhead_s else 0.0,
             moe_token_overhead_s=self.moe_token_overhead_s.value if self.moe_token_overhead_s else 0.0,
             moe_ep_overhead_s=self.moe_ep_overhead_s.value if self.moe_ep_overhead_s else 0.0,
+            mla_layer_overhead_s=self.mla_layer_overhead_s.value if self.mla_layer_overhead_s else 0.0,
         )
 
 
@@ -119,6 +123,7 @@ class CostParams:
     expert_overhead_s: float = 0.0
     moe_token_overhead_s: float = 0.0  # per routed (token, expert) pair, on every GPU
     moe_ep_overhead_s: float = 0.0  # per MoE layer when ep > 1
+    mla_layer_overhead_s: float = 0.0  # per latent-attention layer (CostProfile)
     # Routing skew s: expert e's popularity ~ e^-s (0: uniform routing; simulator.catalog.models.skewed_experts_hit)
     routing_skew: float = 0.0
 
@@ -267,4 +272,5 @@ def prior_profile(hardware: HardwareSpec, engine: str = "vllm", serving_engine=N
         expert_overhead_s=pick("expert_overhead_s", None),
         moe_token_overhead_s=pick("moe_token_overhead_s", None),
         moe_ep_overhead_s=pick("moe_ep_overhead_s", None),
+        mla_layer_overhead_s=pick("mla_layer_overhead_s", None),
     )

@@ -1,0 +1,244 @@
+"""DeepSeek-R1 at low concurrency: the InferenceX serving rows predicted with catalog parameters (issue 38 item 5).
+
+Data (read, never copied): ``../shared/data/engine-measurements/inferencex-deepseek-r1/results_no_speculation.csv``
+(README there). Rows used: aggregated single-node runs (``disagg`` and ``multinode`` false), FP8 weights, concurrency
+<= ``MAX_CONC``, pure tensor parallelism for attention (``d_dpa`` false; ``d_ep`` 1 or the TP degree: the cost model's
+two expert layouts), on the GPUs of the hardware catalog (H200, B200; the H100 has no such row). FP4 rows are left out
+(no FP4 expert term in the MoE fit), DP-attention rows too (not modelled).
+
+Per row, with the catalog's parameters for the GPU (``prior_profile``; nothing fitted here)::
+
+    TPOT = t_decode(B = conc, C = isl' + osl'/2) + (conc - 1) t_prefill(isl') / osl'
+
+the decode step of the ``conc`` sequences at their mean context, plus the prefills of the other users that stall a
+request's decode (closed loop: each user starts one new request per ``osl'`` tokens; SGLang and TensorRT-LLM run a
+prompt as its own step at these loads). isl', osl': the mean lengths of InferenceX's random prompts (uniform on
+[0.8 L, L]: 0.9 L). Measured: ``median_tpot_ms``.
+
+Held-out diagnostic (:func:`heldout_layer_cost`): the one term the rows say is short, an extra fixed cost per
+decoder layer x, fitted (median of (measured - predicted) / L) on the other GPU's rows (or the other engine's) and
+scored on the held-out ones. It is a diagnostic of the form (is the gap a per-layer constant that transfers?), not
+written to the catalog.
+
+    PYTHONPATH=$PWD python -m validate.inferencex [--data DIR] [--out DIR] [--without-t-mla]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from simulator.errors import InputError
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO.parent / "shared" / "data" / "engine-measurements" / "inferencex-deepseek-r1"
+TABLE = "results_no_speculation.csv"
+COLUMNS = ("hardware", "framework", "precision", "disagg", "multinode", "d_tp", "d_ep", "d_dpa", "isl", "osl", "conc",
+           "date", "median_tpot_ms")
+GPUS = {"h200": "h200", "b200": "b200", "h100": "h100-sxm"}  # InferenceX hardware -> catalog hardware
+MAX_CONC = 8
+MEAN_LENGTH = 0.9  # random lengths uniform on [0.8 L, L] (README: range ratio 0.8)
+MODEL = "deepseek-r1"
+
+
+def load_rows(data: Path = DATA) -> pd.DataFrame:
+    """The rows this check uses (module docstring); InputError naming the file and column when it is not the table."""
+    path = Path(data) / TABLE
+    if not path.is_file():
+        raise InputError(str(path), None, "no InferenceX table (../shared/data/engine-measurements/inferencex-deepseek-r1)")
+    try:
+        d = pd.read_csv(path)
+    except (OSError, ValueError) as e:
+        raise InputError(str(path), None, f"not a readable CSV ({type(e).__name__}: {e})") from None
+    missing = [c for c in COLUMNS if c not in d.columns]
+    if missing:
+        raise InputError(str(path), missing[0], "missing column (expected the InferenceX flattened results)")
+    for c in ("disagg", "multinode", "d_dpa"):
+        d[c] = d[c].astype(str).str.lower().map({"true": True, "false": False})
+        if d[c].isna().any():
+            raise InputError(str(path), c, "expected true / false in every row")
+    keep = ((~d["disagg"]) & (~d["multinode"]) & (~d["d_dpa"]) & (d["precision"] == "fp8") & (d["conc"] <= MAX_CONC)
+            & d["hardware"].isin(GPUS) & ((d["d_ep"] == 1) | (d["d_ep"] == d["d_tp"])))
+    out = d[keep & d["median_tpot_ms"].notna()].reset_index(drop=True)
+    if out.empty:
+        raise InputError(str(path), None, "no pure-TP FP8 rows at concurrency <= %d on H200 / B200 / H100" % MAX_CONC)
+    return out
+
+
+def predict_rows(rows: pd.DataFrame, t_mla: bool = True) -> pd.DataFrame:
+    """Each row's predicted TPOT and its parts (ms), the catalog's parameters per GPU; ``error`` = pred / meas - 1.
+    ``t_mla`` False: the MLA module's fixed cost set to 0 (the model before issue 38, an ablation)."""
+    from dataclasses import replace
+    from simulator.catalog import get_hardware, get_model
+    from simulator.cost_model import Deployment
+    from simulator.cost_profile import prior_profile
+
+    m = get_model(MODEL).with_dtypes("fp8")
+    deps, out = {}, []
+    for r in rows.itertuples(index=False):
+        key = (r.hardware, int(r.d_tp), int(r.d_ep))
+        if key not in deps:
+            hw = get_hardware(GPUS[r.hardware])
+            c = prior_profile(hw).params(hw)
+            c = c if t_mla else replace(c, mla_layer_overhead_s=0.0)
+            deps[key] = Deployment(m, hw, int(r.d_tp), c, ep=int(r.d_ep))
+        dep, B = deps[key], int(r.conc)
+        isl, osl = MEAN_LENGTH * r.isl, MEAN_LENGTH * r.osl
+        ctx = isl + osl / 2.0
+        dec = dep.batch_forward_time(np.ones(B), np.full(B, ctx))
+        pre = float(dep.prefill_time(isl))
+        stall = (B - 1) * pre / osl
+        out.append({"gpu": r.hardware, "engine": r.framework, "tp": int(r.d_tp), "ep": int(r.d_ep), "isl": int(r.isl),
+                    "osl": int(r.osl), "conc": B, "date": r.date, "measured_ms": float(r.median_tpot_ms),
+                    "decode_ms": dec * 1e3, "prefill_stall_ms": stall * 1e3, "predicted_ms": (dec + stall) * 1e3})
+    t = pd.DataFrame(out)
+    t["error"] = t["predicted_ms"] / t["measured_ms"] - 1.0
+    return t
+
+
+def summarize(t: pd.DataFrame, by: tuple[str, ...], err: str = "error") -> pd.DataFrame:
+    g = t.assign(ae=t[err].abs()).groupby(list(by))
+    return g.agg(rows=("ae", "size"), median_ape=("ae", "median"), p90_ape=("ae", lambda x: float(np.quantile(x, 0.9))),
+                 bias=(err, "median")).reset_index()
+
+
+def heldout_layer_cost(t: pd.DataFrame, by: str) -> pd.DataFrame:
+    """Leave each value of ``by`` (gpu | engine) out: x = median over the other rows of (measured - predicted) / L
+    (seconds per decoder layer), added to every layer of the held-out rows' decode step; their error after it."""
+    from simulator.catalog import get_model
+
+    layers = get_model(MODEL).layers
+    rows = []
+    for v in sorted(set(t[by])):
+        train, test = t[t[by] != v], t[t[by] == v].copy()
+        x_ms = float(np.median((train["measured_ms"] - train["predicted_ms"]) / layers))
+        test["x_us"] = x_ms * 1e3
+        test["error_x"] = (test["predicted_ms"] + layers * x_ms) / test["measured_ms"] - 1.0
+        test["fold"] = f"{by}-out:{v}"
+        rows.append(test)
+    return pd.concat(rows, ignore_index=True)
+
+
+def moe_kernel_check(root: Path | None = None, max_tokens: int = 128) -> pd.DataFrame:
+    """The catalog's MoE layer terms (``calibrate.fit.gpu_profiles.moe_fit.predict``, the catalog's values) against
+    AIConfigurator's fused-MoE table at DeepSeek-R1's shape on one TP-8 GPU (EP 1, 128-block FP8; ``power_law_1.01``
+    routing with the MoE fit's skew from reports/moe-layer/params.yaml, and ``balanced``: min(E, N k) experts;
+    1..``max_tokens`` tokens), newest vLLM table of the H100 and B200; ``stream_us``: the touched experts' bytes at the
+    datasheet bandwidth (a floor no kernel beats). Empty when the tables are absent."""
+    from calibrate.fit.gpu_profiles import moe_fit
+    from simulator.catalog import get_hardware
+    from simulator.cost_profile import prior_profile
+
+    import yaml
+
+    root = Path(root) if root is not None else moe_fit.SHARED / "aiconfigurator-vllm-kernels"
+    fitted = yaml.safe_load((REPO / "reports" / "moe-layer" / "params.yaml").read_text(encoding="utf-8"))["params"]
+    skew = float(fitted["power_law_1.01.routing_skew"]["value"])  # the MoE fit's skew of this routing
+    own = {"moe_mem_efficiency": "expert_mem_efficiency", "moe_compute_efficiency": "expert_compute_efficiency"}
+    out = []
+    for folder, gpu in (("h100_sxm", "h100-sxm"), ("b200_sxm", "b200")):
+        paths = sorted((root / folder / "moe" / "vllm").glob("*/moe_perf.parquet"),
+                       key=lambda q: moe_fit._version_key(q.parent.name))
+        if not paths:
+            continue
+        d = pd.read_parquet(paths[-1])
+        d = d[(d["hidden_size"] == 7168) & (d["inter_size"] == 2048) & (d["num_experts"] == 256) & (d["topk"] == 8)
+              & (d["moe_dtype"] == "fp8_block") & (d["moe_tp_size"] == 8) & (d["moe_ep_size"] == 1)
+              & d["distribution"].isin(["power_law_1.01", "balanced"]) & (d["num_tokens"] <= max_tokens)]
+        f = pd.DataFrame({"gpu": gpu, "tokens": d["num_tokens"], "hidden": 7168, "inter": 2048, "experts": 256, "topk": 8,
+                          "tp": 8, "ep": 1, "distribution": d["distribution"].to_numpy(str), "dtype": "fp8_block", "mats": 3.0,
+                          "bytes_per_weight": 1.0, "rate": "fp8", "source": "aic",
+                          "time_s": d["latency"].to_numpy(float) * 1e-3}).reset_index(drop=True)
+        f = moe_fit._derived(f)
+        hw = get_hardware(gpu)
+        c = prior_profile(hw).params(hw)
+        vals = {f"{gpu}.{k}": getattr(c, own.get(k, k)) for k in moe_fit.KINDS}
+        vals["power_law_1.01.routing_skew"] = skew
+        f["predicted_s"] = moe_fit.predict(f, vals)
+        f["stream_us"] = f["bytes_gpu"] / hw.memory_bandwidth_bytes_per_s * 1e6
+        out.append(f[["gpu", "distribution", "tokens", "n_gpu", "stream_us", "time_s", "predicted_s"]])
+    if not out:
+        return pd.DataFrame(columns=["gpu", "distribution", "tokens", "n_gpu", "stream_us", "measured_us", "predicted_us",
+                                     "error"])
+    t = pd.concat(out, ignore_index=True).sort_values(["gpu", "distribution", "tokens"])
+    t = t.assign(measured_us=t["time_s"] * 1e6, predicted_us=t["predicted_s"] * 1e6)
+    t["error"] = t["predicted_us"] / t["measured_us"] - 1.0
+    return t[["gpu", "distribution", "tokens", "n_gpu", "stream_us", "measured_us", "predicted_us", "error"]].reset_index(drop=True)
+
+
+def gpustack_vllm_rows() -> pd.DataFrame:
+    """GPUStack's DeepSeek-R1 runs of ``vllm serve`` at <= ``MAX_CONC`` users (``calibrate.fit.gpustack_import``),
+    predicted by the serving simulator with the catalog's parameters (``calibrate.fit.released_predict``): mean TPOT.
+    Empty when the table is absent."""
+    from calibrate.fit.gpustack_import import released_runs
+    from calibrate.fit.released_predict import measured_figures, predict_released
+
+    try:
+        runs, _ = released_runs()
+    except (FileNotFoundError, InputError):
+        return pd.DataFrame(columns=["gpu", "vllm", "tp", "conc", "measured_ms", "predicted_ms", "error"])
+    out = []
+    for r in runs:
+        if r.model == MODEL and r.concurrency is not None and r.concurrency <= MAX_CONC:
+            p, m = predict_released(r)["tpot_ms"], measured_figures(r)["tpot_ms"]
+            out.append({"gpu": r.gpu, "vllm": r.version, "tp": r.tp, "conc": r.concurrency, "measured_ms": m,
+                        "predicted_ms": p, "error": p / m - 1.0})
+    return pd.DataFrame(out, columns=["gpu", "vllm", "tp", "conc", "measured_ms", "predicted_ms", "error"])
+
+
+def _md(df: pd.DataFrame) -> str:
+    """A markdown table: APE columns as percentages, bias / error signed, other floats with 2 decimals."""
+    signed = {"bias", "error", "error_x"}
+
+    def cell(c, v):
+        if c in signed:
+            return f"{v:+.1%}"
+        if c.endswith("ape"):
+            return f"{v:.1%}"
+        return f"{v:.2f}" if isinstance(v, float) else str(v)
+
+    lines = ["| " + " | ".join(df.columns) + " |", "|" + "---|" * len(df.columns)]
+    lines += ["| " + " | ".join(cell(c, v) for c, v in zip(df.columns, r)) + " |" for r in df.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def report(data: Path = DATA, t_mla: bool = True) -> dict[str, pd.DataFrame]:
+    t = predict_rows(load_rows(data), t_mla)
+    out = {"rows": t, "by_gpu_engine_ep": summarize(t, ("gpu", "engine", "ep")), "by_gpu": summarize(t, ("gpu",)),
+           "by_engine": summarize(t, ("engine",))}
+    for by in ("gpu", "engine"):
+        h = heldout_layer_cost(t, by)
+        s = summarize(h, ("fold",), "error_x").merge(h.groupby("fold", as_index=False)["x_us"].first(), on="fold")
+        out[f"heldout_{by}"] = s
+    out["moe_kernel_check"] = moe_kernel_check()
+    out["gpustack_vllm"] = gpustack_vllm_rows()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m validate.inferencex", description=__doc__.split("\n")[0])
+    ap.add_argument("--data", type=Path, default=DATA, help="the inferencex-deepseek-r1 folder")
+    ap.add_argument("--out", type=Path, default=None, help="write rows.csv and summary.md here")
+    ap.add_argument("--without-t-mla", action="store_true", help="ablation: the MLA module's fixed cost set to 0 (InferenceX rows only)")
+    a = ap.parse_args(argv)
+    try:
+        res = report(a.data, not a.without_t_mla)
+    except InputError as e:
+        print(f"error: {e.one_line()}", file=sys.stderr)
+        return 2
+    text = "\n\n".join(f"### {k}\n\n" + _md(v.round(4)) for k, v in res.items() if k != "rows")
+    print(text)
+    if a.out is not None:
+        a.out.mkdir(parents=True, exist_ok=True)
+        res["rows"].round(4).to_csv(a.out / "rows.csv", index=False)
+        (a.out / "summary.md").write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""The MoE layer fit held out by GPU without AIConfigurator's ``balanced`` rows (issue 38, a diagnostic).
+
+The ``balanced`` rows of the fused-MoE tables run below the streaming floor of the min(E, N k) experts the MoE fit
+reads them as touching (``validate.inferencex.moe_kernel_check``: DeepSeek's shape, 16+ tokens, H100 and B200). This
+refits the MoE terms (``calibrate.fit.gpu_profiles.moe_fit``: the same rows, fitter and folds) on the power-law
+routed rows (and LLMServingSim's) only and prints the held-out errors by GPU; the catalog is not touched. Compare
+with reports/moe-layer/report.md (every routing). ~15 min on a 2-core VM.
+
+    PYTHONPATH=$PWD python -m validate.moe_routing [--records out/gpu-records/aiconfigurator.csv] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from simulator.errors import InputError
+
+
+def heldout_without_balanced(records: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(summary by fold and source on the fitted dtypes, every held-out row) of the MoE fit without ``balanced``."""
+    from calibrate.fit.gpu_profiles import moe_fit
+
+    aic, _ = moe_fit.load_aic(Path(records))
+    try:
+        lss = moe_fit.load_lss()
+    except FileNotFoundError:
+        lss = pd.DataFrame()
+    every = pd.concat([aic, lss], ignore_index=True) if len(lss) else aic
+    every = every[every["distribution"] != "balanced"].reset_index(drop=True)
+    f = every[every["dtype"].isin(moe_fit.FIT_DTYPES) | (every["source"] == "lss")].reset_index(drop=True)
+    h = moe_fit.heldout(f)
+    return moe_fit.summarize(h), h
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m validate.moe_routing", description=__doc__.split("\n")[0])
+    ap.add_argument("--records", type=Path, default=Path("out/gpu-records/aiconfigurator.csv"))
+    ap.add_argument("--out", type=Path, default=None, help="write summary.csv here")
+    a = ap.parse_args(argv)
+    try:
+        s, _ = heldout_without_balanced(a.records)
+    except InputError as e:
+        print(f"error: {e.one_line()}", file=sys.stderr)
+        return 2
+    print(s.to_string(index=False))
+    if a.out is not None:
+        a.out.mkdir(parents=True, exist_ok=True)
+        s.to_csv(a.out / "summary.csv", index=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
