@@ -1,8 +1,8 @@
 """The ``specsim`` console script (`specsim --help`): the whole command tree and its error contract.
 
 The tree: the simulator's own commands (``simulator/cli.py``: whatif, list, show, capacity, report, init,
-pass-time), ``validate``, ``validate-serving``, ``validate-capacity``, ``validate-drift``, ``validate-cpu`` and
-``validate-gpu-summary`` (``validate/cli.py``, ``validate/serving``, ``validate/capacity.py``), the ``calibrate``
+pass-time), ``validate``, ``validate-serving``, ``validate-capacity``, ``validate-drift``, ``validate-cpu``,
+``validate-inferencex``, ``validate-moe-routing`` and ``validate-gpu-summary`` (``validate/cli.py``, ``validate/serving``, ``validate/capacity.py``), the ``calibrate``
 group (``calibrate/cli.py`` plus ``fit``, ``fit-workload`` ... from ``calibrate/fit/fit_cli.py``, the ``calibrate gpu``
 group from ``calibrate/fit/gpu_profiles/cli.py``, ``serve-run``, ``serve-systems``) and the ``study`` group
 (``calibrate/study/cli.py``). No other module has a ``python -m`` entry point except two that must run outside the

@@ -147,7 +147,8 @@ def _commands(app, args) -> list[str]:
 def test_specsim_help_lists_the_composed_commands(composed):
     assert _commands(composed, []) == ["whatif", "list", "show", "capacity", "report", "init", "pass-time", "serve-workload", "validate",
                                        "validate-serving", "validate-capacity", "validate-drift", "validate-cpu",
-                                       "validate-gpu-summary", "calibrate", "study"]
+                                       "validate-inferencex", "validate-moe-routing", "validate-gpu-summary",
+                                       "calibrate", "study"]
     assert {"run", "fit", "fit-workload", "serve-run", "serve-systems", "gpu"} <= set(_commands(composed, ["calibrate"]))
     assert {"fit-engine", "fit-moe", "op-bench", "step-plan"} <= set(_commands(composed, ["calibrate", "gpu"]))
 

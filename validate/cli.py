@@ -199,6 +199,37 @@ def validate_gpu_summary(
     print(text, end="")
 
 
+@writes(out="folder")
+def validate_inferencex(
+    data: Path = typer.Option(Path("../shared/data/engine-measurements/inferencex-deepseek-r1"),
+                              help="the inferencex-deepseek-r1 folder (results_no_speculation.csv)"),
+    out: Optional[Path] = typer.Option(None, help="folder for rows.csv and summary.md"),
+    without_t_mla: bool = typer.Option(False, "--without-t-mla", help="ablation: the MLA module's fixed cost set to 0"),
+):
+    """DeepSeek-R1 FP8 TP 8 per-token time at 1-8 users on H200 / B200 (InferenceX, SGLang and TensorRT-LLM) with
+    catalog parameters only, held out by GPU and by engine (docs/moe.md).
+
+    Example: specsim validate-inferencex --out reports/deepseek-low-concurrency"""
+    from validate.inferencex import write_report
+
+    print(write_report(data, out, not without_t_mla))
+
+
+@writes(out="folder")
+def validate_moe_routing(
+    records: Path = typer.Option(Path("out/gpu-records/aiconfigurator.csv"),
+                                 help="op records CSV with AIConfigurator's moe rows (calibrate import-aiconfigurator)"),
+    out: Optional[Path] = typer.Option(None, help="folder for summary.csv"),
+):
+    """The MoE layer held out by GPU without AIConfigurator's balanced-routing rows (they run faster than reading the
+    experts they touch): a check, the catalog untouched (docs/moe.md).
+
+    Example: specsim validate-moe-routing --out reports/moe-layer-power-law"""
+    from validate.moe_routing import write_summary
+
+    print(write_summary(records, out))
+
+
 def _add(app: typer.Typer, commands) -> None:
     names = {c.name or (c.callback.__name__ if c.callback else None) for c in app.registered_commands}
     for name, fn in commands:
@@ -213,5 +244,6 @@ def register(app: typer.Typer) -> None:
 
 def register_checks(app: typer.Typer) -> None:
     """Add ``validate-drift``, ``validate-cpu`` and ``validate-gpu-summary`` unless ``app`` has them."""
-    _add(app, (("validate-drift", validate_drift), ("validate-cpu", validate_cpu),
+    _add(app, (("validate-drift", validate_drift), ("validate-cpu", validate_cpu), ("validate-inferencex", validate_inferencex),
+               ("validate-moe-routing", validate_moe_routing),
                ("validate-gpu-summary", validate_gpu_summary)))

@@ -20,12 +20,11 @@ decoder layer x, fitted (median of (measured - predicted) / L) on the other GPU'
 scored on the held-out ones. It is a diagnostic of the form (is the gap a per-layer constant that transfers?), not
 written to the catalog.
 
-    PYTHONPATH=$PWD python -m validate.inferencex [--data DIR] [--out DIR] [--without-t-mla]
+    specsim validate-inferencex [--data DIR] [--out DIR] [--without-t-mla]
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -218,27 +217,14 @@ def report(data: Path = DATA, t_mla: bool = True) -> dict[str, pd.DataFrame]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    import argparse
+def write_report(data: Path, out: Path | None, with_t_mla: bool = True) -> str:
+    """The tables as markdown (printed by ``specsim validate-inferencex``); with ``out``: OUT/rows.csv, OUT/summary.md."""
+    from simulator.loading import write_atomic
 
-    ap = argparse.ArgumentParser(prog="python -m validate.inferencex", description=__doc__.split("\n")[0])
-    ap.add_argument("--data", type=Path, default=DATA, help="the inferencex-deepseek-r1 folder")
-    ap.add_argument("--out", type=Path, default=None, help="write rows.csv and summary.md here")
-    ap.add_argument("--without-t-mla", action="store_true", help="ablation: the MLA module's fixed cost set to 0 (InferenceX rows only)")
-    a = ap.parse_args(argv)
-    try:
-        res = report(a.data, not a.without_t_mla)
-    except InputError as e:
-        print(f"error: {e.one_line()}", file=sys.stderr)
-        return 2
+    res = report(data, with_t_mla)
     text = "\n\n".join(f"### {k}\n\n" + _md(v.round(4)) for k, v in res.items() if k != "rows")
-    print(text)
-    if a.out is not None:
-        a.out.mkdir(parents=True, exist_ok=True)
-        res["rows"].round(4).to_csv(a.out / "rows.csv", index=False)
-        (a.out / "summary.md").write_text(text + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        write_atomic(out / "rows.csv", res["rows"].round(4).to_csv(index=False))
+        write_atomic(out / "summary.md", text + "\n")
+    return text

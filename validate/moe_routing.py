@@ -6,12 +6,11 @@ refits the MoE terms (``calibrate.fit.gpu_profiles.moe_fit``: the same rows, fit
 routed rows (and LLMServingSim's) only and prints the held-out errors by GPU; the catalog is not touched. Compare
 with reports/moe-layer/report.md (every routing). ~15 min on a 2-core VM.
 
-    PYTHONPATH=$PWD python -m validate.moe_routing [--records out/gpu-records/aiconfigurator.csv] [--out DIR]
+    specsim validate-moe-routing [--records out/gpu-records/aiconfigurator.csv] [--out DIR]
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -35,24 +34,13 @@ def heldout_without_balanced(records: Path) -> tuple[pd.DataFrame, pd.DataFrame]
     return moe_fit.summarize(h), h
 
 
-def main(argv: list[str] | None = None) -> int:
-    import argparse
+def write_summary(records: Path, out: Path | None) -> str:
+    """The held-out table without the balanced rows (printed by ``specsim validate-moe-routing``); with
+    ``out``: OUT/summary.csv."""
+    from simulator.loading import write_atomic
 
-    ap = argparse.ArgumentParser(prog="python -m validate.moe_routing", description=__doc__.split("\n")[0])
-    ap.add_argument("--records", type=Path, default=Path("out/gpu-records/aiconfigurator.csv"))
-    ap.add_argument("--out", type=Path, default=None, help="write summary.csv here")
-    a = ap.parse_args(argv)
-    try:
-        s, _ = heldout_without_balanced(a.records)
-    except InputError as e:
-        print(f"error: {e.one_line()}", file=sys.stderr)
-        return 2
-    print(s.to_string(index=False))
-    if a.out is not None:
-        a.out.mkdir(parents=True, exist_ok=True)
-        s.to_csv(a.out / "summary.csv", index=False)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    s, _ = heldout_without_balanced(records)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        write_atomic(out / "summary.csv", s.to_csv(index=False))
+    return s.to_string(index=False)

@@ -23,12 +23,11 @@ GEMM rows (DeepSeek's checkpoints); the bf16-GEMM rows are scored with the same 
 older kernel-only layout (``generation_mla_perf``: no projections), left out. Fitted with the one fitter
 (:func:`calibrate.fit.fit_cost.fit_log_times`); held out by GPU (each GPU's t_mla the median of the others').
 
-    python -m calibrate.fit.gpu_profiles.mla_fit --report reports/mla-layer --priors simulator/catalog/gpu_priors.yaml --date 2026-11-28
+    specsim calibrate gpu fit-mla --report reports/mla-layer --priors simulator/catalog/gpu_priors.yaml --date 2026-11-28
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -162,29 +161,18 @@ def catalog_priors(values: dict, gpus: list[str], fitted: list[str]) -> dict[str
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
+def fit_and_report(data: Path, report: Path, priors: Path | None, date: str | None, command: str) -> str:
+    """Fit t_mla per GPU, held out by GPU -> REPORT/report.md + heldout.csv; with ``priors`` merge the fitted values
+    into that catalog file. Returns the report's text (``specsim calibrate gpu fit-mla``)."""
     from calibrate.fit.gpu_profiles.engine_report import merge_priors_file
     from simulator.catalog import hardware_catalog
     from simulator.loading import write_atomic
 
-    ap = argparse.ArgumentParser(prog="python -m calibrate.fit.gpu_profiles.mla_fit", description=__doc__.split("\n")[0])
-    ap.add_argument("--report", type=Path, required=True)
-    ap.add_argument("--priors", type=Path, default=None)
-    ap.add_argument("--date", default=None)
-    ap.add_argument("--data", type=Path, default=ROOT)
-    a = ap.parse_args(argv)
-    command = "python -m calibrate.fit.gpu_profiles.mla_fit " + " ".join(argv if argv is not None else sys.argv[1:])
-    try:
-        f = load_mla(a.data)
-    except InputError as e:
-        print(f"error: {e.one_line()}", file=sys.stderr)
-        return 2
+    f = load_mla(data)
     h = heldout(f)
     s = summarize(h)
     own = h[h["fold"] == "own"].groupby("gpu")["t_mla_s"].first()
-    lines = [f"# MLA module fixed cost t_mla, held out by GPU ({a.date or 'undated'})", "", f"Command: `{command}`", "",
+    lines = [f"# MLA module fixed cost t_mla, held out by GPU ({date or 'undated'})", "", f"Command: `{command}`", "",
              "Model and data: `calibrate/fit/gpu_profiles/mla_fit.py` (docstring), docs/moe.md. AIConfigurator commit "
              f"{_commit(ROOT)}; tables: " + ", ".join(f"{g} vLLM {v}" for g, v in f.groupby("gpu")["version"].first().items())
              + f"; {len(f)} rows (bf16 KV, batch <= {MAX_BATCH}, context <= {MAX_STEP}); fitted on `{FIT_GEMM}` rows.", "",
@@ -192,18 +180,13 @@ def main(argv: list[str] | None = None) -> int:
     lines += [f"| {r.fold} | {r.gpu} | {r.gemm} | {r.points} | {r.t_mla_us:.1f} | {r.median_ape:.1%} | {r.p90_ape:.1%} | "
               f"{r.bias:+.1%} |" for r in s.itertuples()]
     text = "\n".join(lines) + "\n"
-    a.report.mkdir(parents=True, exist_ok=True)
-    write_atomic(a.report / "report.md", text)
-    write_atomic(a.report / "heldout.csv", h.drop(columns=["version"]).to_csv(index=False, float_format="%.5g"))
-    print(text)
-    if a.priors:
+    report.mkdir(parents=True, exist_ok=True)
+    write_atomic(report / "report.md", text)
+    write_atomic(report / "heldout.csv", h.drop(columns=["version"]).to_csv(index=False, float_format="%.5g"))
+    if priors:
         gpus = [g for g, hw in hardware_catalog().items() if hw.interconnect != "none"]
         values = {f"{g}.{KIND}": float(v) for g, v in own.items()}
-        merge_priors_file(a.priors, catalog_priors(values, gpus, sorted(own.index)), command, evidence="mla_layer_fit",
+        merge_priors_file(priors, catalog_priors(values, gpus, sorted(own.index)), command, evidence="mla_layer_fit",
                           says="# Then the MLA module fit (issue 38) adds mla_layer_overhead_s (do not edit by hand):",
                           marks=("mla_fit", "MLA module"))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return text
