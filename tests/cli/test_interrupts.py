@@ -105,9 +105,11 @@ def test_interrupt_stops_the_whole_tree(tmp_path, how):
 
 def test_ctrl_c_while_importing_prints_one_line():
     """Ctrl-C half a second in: the command tree is still importing (seconds on this machine)."""
+    # as from a terminal: SIGINT at its default (a pytest-xdist worker ignores it, and a child inherits SIG_IGN,
+    # under which the interpreter drops a Ctrl-C that arrives before specsim installs its own handler)
     p = subprocess.Popen([sys.executable, "-m", "specsim_cli", "capacity", "cpu-smollm2"], cwd=ROOT,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+                         text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     time.sleep(0.5)
     rc, err, _ = _interrupt(p, lambda: p.send_signal(signal.SIGINT))
     assert rc == 130 and "Traceback" not in err, err
