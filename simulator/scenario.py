@@ -25,7 +25,6 @@ from simulator.errors import InputError
 from simulator.execution import Execution
 from simulator.serving.bench_workload import ServingWorkload
 from simulator.loading import load_yaml_model, read_yaml, validate_model
-from simulator.option_values import FIRST_N_MAX, check_range
 from simulator.systems import REGISTRY, SYSTEMS, SystemConfig, expand_systems
 from simulator.workload import WorkloadProfile
 from simulator.scenario_fields import (  # noqa: F401 - the scenario's parts, importable from here as before

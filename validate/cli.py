@@ -201,8 +201,8 @@ def validate_gpu_summary(
 
 @writes(out="folder")
 def validate_inferencex(
-    data: Path = typer.Option(Path("../shared/data/engine-measurements/inferencex-deepseek-r1"),
-                              help="the inferencex-deepseek-r1 folder (results_no_speculation.csv)"),
+    data: Optional[Path] = typer.Option(None, help="the inferencex-deepseek-r1 folder (results_no_speculation.csv; "
+                                        "default: ../shared/data/engine-measurements/ beside the repository)"),
     out: Optional[Path] = typer.Option(None, help="folder for rows.csv and summary.md"),
     without_t_mla: bool = typer.Option(False, "--without-t-mla", help="ablation: the MLA module's fixed cost set to 0"),
 ):
@@ -210,9 +210,9 @@ def validate_inferencex(
     catalog parameters only, held out by GPU and by engine (docs/moe.md).
 
     Example: specsim validate-inferencex --out reports/deepseek-low-concurrency"""
-    from validate.inferencex import write_report
+    from validate.inferencex import DATA, write_report
 
-    print(write_report(data, out, not without_t_mla))
+    print(write_report(data or DATA, out, not without_t_mla))
 
 
 @writes(out="folder")

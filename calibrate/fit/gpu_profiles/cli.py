@@ -187,16 +187,16 @@ def _register_gpu(gpu: typer.Typer) -> None:
         report: Path = typer.Option(..., "--report", help="report folder (report.md, heldout.csv)"),
         priors: Optional[Path] = typer.Option(None, help="catalog priors YAML to update (simulator/catalog/gpu_priors.yaml)"),
         date: Optional[str] = typer.Option(None, help="provenance date (default: undated)"),
-        data: Path = typer.Option(Path("../shared/data/aiconfigurator-vllm-kernels"),
-                                  help="AIConfigurator's kernel tables (the MLA module rows)"),
+        data: Optional[Path] = typer.Option(None, help="AIConfigurator's kernel tables (the MLA module rows; default: "
+                                            "../shared/data/aiconfigurator-vllm-kernels beside the repository)"),
     ) -> None:
         """Fit the MLA module's fixed cost per layer (t_mla) per GPU on AIConfigurator's MLA tables, held out by GPU.
 
         Example: specsim calibrate gpu fit-mla --report reports/mla-layer --priors simulator/catalog/gpu_priors.yaml"""
-        from calibrate.fit.gpu_profiles.mla_fit import fit_and_report
+        from calibrate.fit.gpu_profiles.mla_fit import ROOT, fit_and_report
         from simulator.command_line import command_line
 
-        typer.echo(fit_and_report(data, report, priors, date, command_line(ctx)))
+        typer.echo(fit_and_report(data or ROOT, report, priors, date, command_line(ctx)))
 
     @gpu.command("fit-quant")
     @writes(report="folder", out="yaml")
