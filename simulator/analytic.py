@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from functools import cached_property, wraps
 
 import numpy as np
-from scipy.signal import correlate
 
 from simulator.chain import ChainOccupancy, run_chain, run_chains
 from simulator.cost_tables import COMPONENTS, CostTables
@@ -39,6 +38,8 @@ def _corr(values: np.ndarray, start: int, weights: np.ndarray, n: int) -> np.nda
     seg = values[start : start + n + len(weights) - 1]
     if len(seg) < n + len(weights) - 1:
         seg = np.concatenate([seg, np.full(n + len(weights) - 1 - len(seg), values[-1])])
+    from scipy.signal import correlate  # heavy import, paid only by the analytic engine
+
     return correlate(seg, weights, mode="valid", method="fft")
 
 

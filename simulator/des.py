@@ -19,7 +19,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import simpy
-from scipy import stats
 
 from simulator.cost_tables import COMPONENTS, CostTables
 from simulator.call_time import ANSWER, BASE, SCORE, SMALL, CallArrays, call_costs
@@ -129,6 +128,8 @@ def summarize(requests: pd.DataFrame, level: float = 0.99) -> dict:
     lat = requests["latency_s"].to_numpy()
     n = len(lat)
     se = lat.std(ddof=1) / np.sqrt(n) if n > 1 else np.nan
+    from scipy import stats  # heavy import, only for the confidence interval
+
     half = stats.t.ppf(0.5 + level / 2, n - 1) * se if n > 1 else np.nan
     out = {
         "latency_s": float(lat.mean()), "latency_p50_s": float(np.percentile(lat, 50)),

@@ -20,7 +20,6 @@ from typing import Annotated, Literal, Union
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from scipy import stats
 
 
 @dataclass(frozen=True)
@@ -120,6 +119,8 @@ class LogNormal(_Base):
 
     def compile(self) -> IntPMF:
         v = np.arange(self.min, self.max + 1)
+        from scipy import stats  # a third of a second at start-up: imported where used
+
         dist = stats.lognorm(s=self.sigma, scale=self.median)
         # mass of [v - 0.5, v + 0.5), the ends absorb the tails
         edges = np.concatenate([[-np.inf], v[1:] - 0.5, [np.inf]])

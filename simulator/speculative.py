@@ -11,7 +11,6 @@ so E[M] = 1 + sum_{i=1..gamma} a_i; with a_i = alpha^i this is (1 - alpha^(gamma
 from __future__ import annotations
 
 import numpy as np
-from scipy.signal import lfilter
 
 
 def iid_acceptance(alpha: float, gamma: int) -> np.ndarray:
@@ -53,7 +52,10 @@ def iteration_occupancy(a: np.ndarray, length: int) -> np.ndarray:
     impulse = np.zeros(length)
     if length:
         impulse[0] = 1.0
-    # u - sum_m p_m u[. - m] = delta: an all-pole IIR filter
+    # u - sum_m p_m u[. - m] = delta: an all-pole IIR filter (scipy.signal imported here: it
+    # costs half a second at start-up, paid by every CLI call otherwise)
+    from scipy.signal import lfilter
+
     return lfilter([1.0], np.concatenate([[1.0], -p]), impulse)
 
 
