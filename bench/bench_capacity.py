@@ -6,7 +6,7 @@ with an earlier commit's: CPU seconds, their ratio, the simulations run and whet
 Default: the reference report's search on part of its grid (reference-a6000-qwq32b: vanilla-base and specdecode
 gamma 3 and 5; the report's run length, 300 requests per simulation; 3 replications each; its SLO, p99 <= 900 s),
 one configuration after another in one process, so the CPU time is the search's own. ``--report`` also times the
-whole report (``simulator.capacity_report.build_report`` on that scenario, every configuration, default workers) in
+whole report (``simulator.report.capacity_report.build_report`` on that scenario, every configuration, default workers) in
 both trees: wall seconds, and CPU seconds of the process and its workers.
 
 The earlier code is exported with ``git archive REF simulator`` into a temporary folder and run with PYTHONPATH
@@ -29,9 +29,9 @@ SEARCH = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
 from dataclasses import replace
-from simulator.capacity import IntervalSpec, LoadSpec, capacity_interval, capacity_points, load_scenario
-from simulator.serving.slo import parse_slo
-from simulator.systems import SystemConfig
+from simulator.studies.capacity import IntervalSpec, LoadSpec, capacity_interval, capacity_points, load_scenario
+from simulator.engines.serving.slo import parse_slo
+from simulator.inputs.systems import SystemConfig
 scenario, requests, reps, slo = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 configs = [SystemConfig(system=s.split(":")[0], gamma=int(s.split(":")[1]) if ":" in s else None) for s in sys.argv[6:]]
 rs = load_scenario(scenario)
@@ -47,7 +47,7 @@ REPORT = r"""
 import json, resource, sys, tempfile, time
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
-from simulator.capacity_report import build_report
+from simulator.report.capacity_report import build_report
 w = time.perf_counter()
 with tempfile.TemporaryDirectory() as out:
     build_report(sys.argv[2], Path(out) / "r")

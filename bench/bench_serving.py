@@ -15,10 +15,10 @@ import argparse
 import statistics
 import time
 
-from simulator.capacity import LoadSpec, Point, search_capacity, single_request_latency
-from simulator.scenario import load_scenario
-from simulator.serving import PoissonArrivals, simulate_serving
-from simulator.systems import SystemConfig
+from simulator.studies.capacity import LoadSpec, Point, search_capacity, single_request_latency
+from simulator.inputs.scenario import load_scenario
+from simulator.engines.serving import PoissonArrivals, simulate_serving
+from simulator.inputs.systems import SystemConfig
 
 SCENARIO = "scenarios/cpu-smollm2.yaml"
 CONFIGS = [SystemConfig(system="vanilla-base"), SystemConfig(system="specdecode", gamma=4),

@@ -20,9 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from simulator.scenario import load_scenario
-from simulator.systems import SystemConfig
-from simulator.whatif import run_grid
+from simulator.inputs.scenario import load_scenario
+from simulator.inputs.systems import SystemConfig
+from simulator.studies.whatif import run_grid
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,9 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 _GRID_TIMER = r"""
 import sys, time
 sys.path.insert(0, ".")
-from simulator.scenario import load_scenario, PROFILES_DIR
-from simulator.workload import load_workload
-from simulator.whatif import run_grid
+from simulator.inputs.scenario import load_scenario, PROFILES_DIR
+from simulator.inputs.workload import load_workload
+from simulator.studies.whatif import run_grid
 rs = load_scenario("scenarios/reference-a6000-qwq32b.yaml")
 rs1 = load_scenario("scenarios/reference-a6000-qwq32b.yaml")
 # the single-problem AIME #60 workload: its file before the mixture was workload_aime_qwq32b_r1-1.5b.yaml
@@ -100,8 +100,8 @@ def main() -> None:
     t = _median_time(lambda: run_grid(rs, engine="analytic"), args.repeats)
     print(f"analytic, reference grid ({n_points} points, budget 8192): {t:.3f} s per grid -> {n_points / t:.1f} predictions/s")
 
-    from simulator.scenario import PROFILES_DIR
-    from simulator.workload import load_workload
+    from simulator.inputs.scenario import PROFILES_DIR
+    from simulator.inputs.workload import load_workload
 
     rs1 = load_scenario("scenarios/reference-a6000-qwq32b.yaml")
     rs1.workload = load_workload(PROFILES_DIR / "workload_aime60_qwq32b_r1-1.5b.yaml")
@@ -110,8 +110,8 @@ def main() -> None:
           f"{t1:.3f} s per grid -> {n_points / t1:.1f} predictions/s")
 
     # the chain DP alone: every chain the reference grid needs, per problem of the mixture, both evaluations
-    from simulator.analytic import chain_key
-    from simulator.chain import run_chains
+    from simulator.engines.analytic import chain_key
+    from simulator.engines.chain import run_chains
 
     configs = rs.system_configs()
     parts = [(w, sorted({chain_key(c, w) for c in [SystemConfig(system="vanilla-base"), *configs]}))
@@ -130,8 +130,8 @@ def main() -> None:
     t2 = _median_time(lambda: run_grid(rs2, engine="analytic"), args.repeats)
     print(f"analytic, H100/H200 x TP grid ({n2} points): {t2:.3f} s per grid -> {n2 / t2:.1f} predictions/s")
 
-    from simulator.cost_tables import CostTables
-    from simulator.des import simulate
+    from simulator.cost.cost_tables import CostTables
+    from simulator.engines.des import simulate
 
     dep = rs.deployments("rtx-a6000", 2)
     for cfg in (SystemConfig(system="specreason", threshold=7), SystemConfig(system="specreason-decode", threshold=7, gamma=5),

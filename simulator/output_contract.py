@@ -17,7 +17,7 @@ existing device node, FIFO or socket is refused, never replaced; a file git trac
 folder: one that is neither empty nor an earlier run, or that git tracks) and a folder given for a file are refused
 unless ``--force``; an extension that names another format (``--out x.parquet`` for CSV, ``--out x.csv`` for a YAML
 profile, ``--out out/report.md`` for a folder) is refused; the destination must be writable. Every file is written
-atomically (``simulator.loading.write_atomic``: a temporary sibling renamed over the target), and while a command
+atomically (``simulator.inputs.loading.write_atomic``: a temporary sibling renamed over the target), and while a command
 runs it holds an exclusive lock on each output path, so a second run into the same file or folder is refused at
 once with a message naming the first (it does not wait).
 """

@@ -4,9 +4,9 @@ The tree: the simulator's own commands (``simulator/cli.py``: whatif, list, show
 pass-time), ``validate``, ``validate-serving``, ``validate-capacity``, ``validate-drift``, ``validate-cpu``,
 ``validate-inferencex``, ``validate-moe-routing`` and ``validate-gpu-summary`` (``validate/cli.py``, ``validate/serving``, ``validate/capacity.py``), the ``calibrate``
 group (``calibrate/cli.py`` plus ``fit``, ``fit-workload`` ... from ``calibrate/fit/fit_cli.py``, the ``calibrate gpu``
-group from ``calibrate/fit/gpu_profiles/cli.py``, ``serve-run``, ``serve-systems``) and the ``study`` group
-(``calibrate/study/cli.py``). No other module has a ``python -m`` entry point except two that must run outside the
-tree (docs/cli.md): ``calibrate/run/vllm_cli.py`` and ``calibrate/run/gpu_step_bench.py``. The groups from ``calibrate`` and
+group from ``calibrate/gpu_priors/cli.py``, ``serve-run``, ``serve-systems``) and the ``study`` group
+(``calibrate/measure/study/cli.py``). No other module has a ``python -m`` entry point except two that must run outside the
+tree (docs/cli.md): ``calibrate/measure/vllm_cli.py`` and ``calibrate/measure/gpu_step_bench.py``. The groups from ``calibrate`` and
 ``validate`` are registered on first use (:func:`ensure_registered`); their modules import heavy
 engines lazily, inside the commands.
 
@@ -94,14 +94,14 @@ def _register_subapps() -> None:
 
     _register_fit(calibrate_app)
     _register_validate(_validate_commands)
-    # study (calibrate/study/cli.py): torch and the models are imported only when a study runs
-    from calibrate.study.cli import app as study_app
+    # study (calibrate/measure/study/cli.py): torch and the models are imported only when a study runs
+    from calibrate.measure.study.cli import app as study_app
 
     app.add_typer(study_app, name="study", help="Speculative decoding study on real small models (torch, CPU) "
                   "against the simulator's predictions.")
-    # calibrate serve-run, serve-systems + validate-serving (calibrate/run/serving_cli.py, validate/serving):
+    # calibrate serve-run, serve-systems + validate-serving (calibrate/measure/serving_cli.py, validate/serving):
     # concurrent requests
-    from calibrate.run.serving_cli import register as _register_serving
+    from calibrate.measure.serving_cli import register as _register_serving
     from validate.serving import register as _register_validate_serving
 
     _register_serving(calibrate_app)
@@ -129,7 +129,7 @@ def _announce_when_long(typer_app: typer.Typer, name: str, what: str) -> None:
     (``report_table.job``); the command's own code (in other packages) stays as it is."""
     import functools
 
-    from simulator.report_table import job
+    from simulator.report.report_table import job
 
     for info in typer_app.registered_commands:
         if (info.name or getattr(info.callback, "__name__", None)) == name and info.callback is not None \
@@ -328,7 +328,7 @@ def _reflow_help() -> None:
 def interrupts() -> dict:
     """Ctrl-C (SIGINT) raises KeyboardInterrupt and SIGTERM :class:`Terminated`, both recorded (typer reports either
     as a bare exit code 130); set by :func:`main` only (never on import), inherited by no worker
-    (``simulator.capacity.parallel.worker_signals`` restores the defaults there). Returns the handlers replaced."""
+    (``simulator.studies.capacity.parallel.worker_signals`` restores the defaults there). Returns the handlers replaced."""
     def on_signal(signum, frame):
         _SIGNALS.append(signum)
         raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
@@ -345,7 +345,7 @@ def stop_children() -> None:
     itself) is stopped, so no worker outlives the command."""
     import multiprocessing
 
-    from simulator.capacity.parallel import stop_processes
+    from simulator.studies.capacity.parallel import stop_processes
 
     stop_processes(multiprocessing.active_children())
 

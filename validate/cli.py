@@ -189,7 +189,7 @@ def validate_gpu_summary(
     """One table of the GPU campaign's held-out figures -> ANALYSIS/summary.md (and printed).
 
     Example: specsim validate-gpu-summary RES/analysis"""
-    from simulator.loading import write_atomic
+    from simulator.inputs.loading import write_atomic
     from validate.gpu_campaign_summary import summarize
 
     if not analysis.is_dir():

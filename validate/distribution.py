@@ -1,13 +1,13 @@
 """Distribution mode: only fitted distributions (workload profile + cost profile) through the
 simulator's engines, compared with held-out measured requests. Tests the whole model.
 
-Per configuration: the analytic engine's expected latency (``simulator.analytic``) is the
+Per configuration: the analytic engine's expected latency (``simulator.engines.analytic``) is the
 point prediction for every request of that configuration. Measured: each request's modelled
 call time up to the workload model's end rule (``to_answer_s``; for the SpecReason traces the
 first answer step, the rule the workload profile was fitted with). Censored requests (no answer
 inside the recording) are left out and counted.
 
-Prediction interval (level ``LEVEL``) for one request. The DES (``simulator.des``) samples
+Prediction interval (level ``LEVEL``) for one request. The DES (``simulator.engines.des``) samples
 ``n_requests`` requests from the workload distributions, timed by the fitted cost model: that is
 the workload's spread alone, as if the cost model were exact. The measured calls are not: the
 same cost-model uncertainty as trace replay (``validate.replay``) is put on every simulated call,
@@ -35,15 +35,15 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from simulator.setup import Setup
+from simulator.cost.setup import Setup
 from calibrate.fit.measured import MeasuredSet
-from simulator.analytic import predict as analytic_predict
-from simulator.cost_profile import CostProfile
-from simulator.cost_tables import CostTables
-from simulator.execution import Execution
-from simulator.des import simulate
-from simulator.systems import SystemConfig, spec_of
-from simulator.workload import WorkloadProfile
+from simulator.engines.analytic import predict as analytic_predict
+from simulator.cost.cost_profile import CostProfile
+from simulator.cost.cost_tables import CostTables
+from simulator.cost.execution import Execution
+from simulator.engines.des import simulate
+from simulator.inputs.systems import SystemConfig, spec_of
+from simulator.inputs.workload import WorkloadProfile
 from validate.replay import COVERAGE_LEVELS, CallNoise, level_columns, noise_model, request_totals
 
 LEVEL = 0.90
@@ -158,7 +158,7 @@ def predict_distribution(ms: MeasuredSet, workload: WorkloadProfile, profile: Co
 
 def execution_of(ms: MeasuredSet, request_row) -> Execution:
     """The measured run's execution semantics: the runner's run directories record (or reveal) them
-    (``calibrate.run.run_directory.execution_of_run``: a call per step, vLLM's prefix-cache block); other
+    (``calibrate.measure.run_directory.execution_of_run``: a call per step, vLLM's prefix-cache block); other
     inputs (the SpecReason reference traces) get the simulator's default."""
     src = request_row.get("source") if hasattr(request_row, "get") else None
     if ms.kind != "run_dir" or not src:
@@ -168,7 +168,7 @@ def execution_of(ms: MeasuredSet, request_row) -> Execution:
 
 @lru_cache(maxsize=256)
 def _run_execution(run_dir: str) -> Execution:
-    from calibrate.run.run_directory import execution_of_run
+    from calibrate.measure.run_directory import execution_of_run
 
     e = execution_of_run(run_dir)
     return Execution(prefix_cache_block=e["prefix_cache_block"], step_calls=e["step_calls"])

@@ -37,9 +37,9 @@ from pathlib import Path
 import numpy as np
 
 from calibrate.fit.fit_cost import build_profile, fit_cost, loro_run_offsets, run_hashes_of
-from simulator.setup import Setup
+from simulator.cost.setup import Setup
 from calibrate.fit.measured import MeasuredSet, _suffix_match, parse_run_rule, resolve_run_names
-from simulator.cost_profile import CostProfile, prior_profile
+from simulator.cost.cost_profile import CostProfile, prior_profile
 from simulator.errors import InputError
 
 RequestKey = tuple[str, str]  # (run key, request id as in MeasuredSet.requests)

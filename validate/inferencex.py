@@ -25,6 +25,8 @@ written to the catalog.
 
 from __future__ import annotations
 
+from simulator.paths import REPO
+
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +34,6 @@ import pandas as pd
 
 from simulator.errors import InputError
 
-REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data" / "engine-measurements" / "inferencex-deepseek-r1"
 TABLE = "results_no_speculation.csv"
 COLUMNS = ("hardware", "framework", "precision", "disagg", "multinode", "d_tp", "d_ep", "d_dpa", "isl", "osl", "conc",
@@ -72,8 +73,8 @@ def predict_rows(rows: pd.DataFrame, t_mla: bool = True) -> pd.DataFrame:
     ``t_mla`` False: the MLA module's fixed cost set to 0 (the model before issue 38, an ablation)."""
     from dataclasses import replace
     from simulator.catalog import get_hardware, get_model
-    from simulator.cost_model import Deployment
-    from simulator.cost_profile import prior_profile
+    from simulator.cost.cost_model import Deployment
+    from simulator.cost.cost_profile import prior_profile
 
     m = get_model(MODEL).with_dtypes("fp8")
     deps, out = {}, []
@@ -122,14 +123,14 @@ def heldout_layer_cost(t: pd.DataFrame, by: str) -> pd.DataFrame:
 
 
 def moe_kernel_check(root: Path | None = None, max_tokens: int = 128) -> pd.DataFrame:
-    """The catalog's MoE layer terms (``calibrate.fit.gpu_profiles.moe_fit.predict``, the catalog's values) against
+    """The catalog's MoE layer terms (``calibrate.gpu_priors.moe_fit.predict``, the catalog's values) against
     AIConfigurator's fused-MoE table at DeepSeek-R1's shape on one TP-8 GPU (EP 1, 128-block FP8; ``power_law_1.01``
     routing with the MoE fit's skew from reports/moe-layer/params.yaml, and ``balanced``: min(E, N k) experts;
     1..``max_tokens`` tokens), newest vLLM table of the H100 and B200; ``stream_us``: the touched experts' bytes at the
     datasheet bandwidth (a floor no kernel beats). Empty when the tables are absent."""
-    from calibrate.fit.gpu_profiles import moe_fit
+    from calibrate.gpu_priors import moe_fit
     from simulator.catalog import get_hardware
-    from simulator.cost_profile import prior_profile
+    from simulator.cost.cost_profile import prior_profile
 
     import yaml
 
@@ -219,7 +220,7 @@ def report(data: Path = DATA, t_mla: bool = True) -> dict[str, pd.DataFrame]:
 
 def write_report(data: Path, out: Path | None, with_t_mla: bool = True) -> str:
     """The tables as markdown (printed by ``specsim validate-inferencex``); with ``out``: OUT/rows.csv, OUT/summary.md."""
-    from simulator.loading import write_atomic
+    from simulator.inputs.loading import write_atomic
 
     res = report(data, with_t_mla)
     text = "\n\n".join(f"### {k}\n\n" + _md(v.round(4)) for k, v in res.items() if k != "rows")

@@ -27,9 +27,9 @@ import numpy as np
 import pandas as pd
 
 from calibrate.fit.fit_mixture import THRESHOLD, ProblemAggregate, fit_mixture, load_aggregates, shared_profile
-from simulator.analytic import MixturePredictor, chain_for
+from simulator.engines.analytic import MixturePredictor, chain_for
 from simulator.output_contract import writes
-from simulator.systems import SystemConfig
+from simulator.inputs.systems import SystemConfig
 
 CFG = SystemConfig(system="specreason", threshold=THRESHOLD)
 # Published (SpecReason paper, QwQ-32B + R1-1.5B, AIME): latency at threshold 3 -> 7 and first-n 0 -> 40
@@ -116,9 +116,9 @@ def summarize_folds(df: pd.DataFrame) -> pd.DataFrame:
 
 def paper_ratios(workload) -> dict:
     """Latency t=7 / t=3 and first-n 40 / 0 on the reference scenario (analytic), with this workload."""
-    from simulator.analytic import predict
-    from simulator.cost_tables import CostTables
-    from simulator.scenario import load_scenario
+    from simulator.engines.analytic import predict
+    from simulator.cost.cost_tables import CostTables
+    from simulator.inputs.scenario import load_scenario
 
     rs = load_scenario("reference-a6000-qwq32b")
     d = rs.deployments(rs.hardware_names[0], rs.tps[0])
@@ -133,9 +133,9 @@ def paper_ratios(workload) -> dict:
 
 def run(out: str | Path, aggregates_path=None, data_dir=None) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     from calibrate.fit.fit_mixture import AGGREGATES, DATA_DIR
-    from simulator.loading import write_atomic
-    from simulator.scenario import PROFILES_DIR
-    from simulator.workload import load_workload
+    from simulator.inputs.loading import write_atomic
+    from simulator.inputs.scenario import PROFILES_DIR
+    from simulator.inputs.workload import load_workload
 
     aggs = load_aggregates(aggregates_path or AGGREGATES)
     shared, sigma, _ = shared_profile(data_dir or DATA_DIR)

@@ -2,7 +2,7 @@
 
 The ``balanced`` rows of the fused-MoE tables run below the streaming floor of the min(E, N k) experts the MoE fit
 reads them as touching (``validate.inferencex.moe_kernel_check``: DeepSeek's shape, 16+ tokens, H100 and B200). This
-refits the MoE terms (``calibrate.fit.gpu_profiles.moe_fit``: the same rows, fitter and folds) on the power-law
+refits the MoE terms (``calibrate.gpu_priors.moe_fit``: the same rows, fitter and folds) on the power-law
 routed rows (and LLMServingSim's) only and prints the held-out errors by GPU; the catalog is not touched. Compare
 with reports/moe-layer/report.md (every routing). ~15 min on a 2-core VM.
 
@@ -20,7 +20,7 @@ from simulator.errors import InputError
 
 def heldout_without_balanced(records: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(summary by fold and source on the fitted dtypes, every held-out row) of the MoE fit without ``balanced``."""
-    from calibrate.fit.gpu_profiles import moe_fit
+    from calibrate.gpu_priors import moe_fit
 
     aic, _ = moe_fit.load_aic(Path(records))
     try:
@@ -37,7 +37,7 @@ def heldout_without_balanced(records: Path) -> tuple[pd.DataFrame, pd.DataFrame]
 def write_summary(records: Path, out: Path | None) -> str:
     """The held-out table without the balanced rows (printed by ``specsim validate-moe-routing``); with
     ``out``: OUT/summary.csv."""
-    from simulator.loading import write_atomic
+    from simulator.inputs.loading import write_atomic
 
     s, _ = heldout_without_balanced(records)
     if out is not None:

@@ -45,9 +45,9 @@ import pandas as pd
 from scipy import stats
 
 from calibrate.fit.fit_cost import CallPredictor
-from simulator.setup import Setup
+from simulator.cost.setup import Setup
 from calibrate.fit.measured import MeasuredSet
-from simulator.cost_profile import CostProfile
+from simulator.cost.cost_profile import CostProfile
 from simulator.errors import InputError
 
 LEVEL = 0.90
@@ -99,7 +99,7 @@ def _runs_setup(s: dict, hint: dict) -> tuple[Setup, list[str]]:
 
 
 PRIOR_PROFILES = {"prior": "the hardware's prior (simulator/catalog/gpu_priors.yaml where the GPU has derived "
-                             "priors, else datasheet-era figures): simulator.cost_profile.prior_profile",
+                             "priors, else datasheet-era figures): simulator.cost.cost_profile.prior_profile",
                   "datasheet": "the datasheet-era prior (HardwareSpec.datasheet_era(): no derived GPU priors)"}
 
 
@@ -108,7 +108,7 @@ def prior_for_runs(kind: str, hint: dict) -> tuple[CostProfile, Setup, list[str]
     recorded, with the models they name. Every run is held out (the profile was fitted on none)."""
     import dataclasses
 
-    from simulator.cost_profile import prior_profile
+    from simulator.cost.cost_profile import prior_profile
 
     if not hint.get("hardware"):
         raise InputError(None, "--profile", f"{kind}: the inputs do not say which hardware they ran on")

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from calibrate.fit.fit_cost import PARAM_NAMES
-from simulator.loading import save_figure_atomic, write_atomic
+from simulator.inputs.loading import save_figure_atomic, write_atomic
 from validate.validation import ValidationResult
 
 

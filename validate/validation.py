@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from calibrate.fit.fit_cost import load_profile
-from simulator.setup import Setup
+from simulator.cost.setup import Setup
 from calibrate.fit.measured import MeasuredSet, load_measured, run_key
 from simulator.errors import InputError
 from validate.distribution import predict_config, predict_distribution
@@ -51,7 +51,7 @@ class ValidationResult:
 
 def _fold_workload(ms: MeasuredSet, fold: Fold, workload_path: str | None):
     """The fold's workload profile: ``--workload`` as given, else refitted on the fold's fit runs."""
-    from simulator.workload import load_workload
+    from simulator.inputs.workload import load_workload
 
     if workload_path:
         return load_workload(workload_path), f"--workload {workload_path} (as given; the user vouches it is out of sample)"
@@ -96,7 +96,7 @@ def _attach_vanilla(d: pd.DataFrame, ms: MeasuredSet, w, profile, setup, des_req
     if van.empty:
         d["measured_vanilla_s"], d["pred_vanilla_s"] = np.nan, np.nan
         return
-    from simulator.systems import SystemConfig
+    from simulator.inputs.systems import SystemConfig
 
     from validate.distribution import execution_of
 
@@ -197,9 +197,9 @@ def _drop_unusable(rep_df: pd.DataFrame, dist_df: pd.DataFrame | None, call_df: 
 
 
 def check_plausible(profile, where: str | None, field_prefix: str, allow: bool) -> list[str]:
-    """A profile with a parameter outside its physical range (``simulator.cost_profile.implausible``: an efficiency
+    """A profile with a parameter outside its physical range (``simulator.cost.cost_profile.implausible``: an efficiency
     above 1, or ``kind: rejected``) is refused (InputError, exit 2) unless ``allow``; then its notes."""
-    from simulator.cost_profile import implausible
+    from simulator.cost.cost_profile import implausible
 
     bad = implausible(profile)
     if not bad:
@@ -242,7 +242,7 @@ def run_validation(inputs: list[str], profile_path: str, rule: str | None = None
     folds = make_folds(ms, profile, setup, rule)
     for fold in folds:  # folds refitted here (loro, requests:...): never silent, but not refused (no user's profile)
         if fold.profile is not profile:
-            from simulator.cost_profile import implausible
+            from simulator.cost.cost_profile import implausible
 
             bad = implausible(fold.profile)
             if bad:

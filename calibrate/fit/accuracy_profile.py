@@ -1,17 +1,17 @@
 """Build an accuracy profile from data (``specsim calibrate fit-accuracy --help``).
 
 Two sources: the SpecReason runs' per-problem aggregates (``aggregates``: a JSON file, read by
-:func:`simulator.accuracy.from_aggregates`) or our runner's run directories (``runs``: read here with
+:func:`simulator.inputs.accuracy.from_aggregates`) or our runner's run directories (``runs``: read here with
 :func:`calibrate.fit.fit_workload_runs.read_run`, their graded answers handed to
-:func:`simulator.accuracy.from_graded_runs` as plain :class:`~simulator.accuracy.GradedRun` records, so the
-simulator never reads run directories itself). The model and the profile format: ``simulator/accuracy.py``.
+:func:`simulator.inputs.accuracy.from_graded_runs` as plain :class:`~simulator.inputs.accuracy.GradedRun` records, so the
+simulator never reads run directories itself). The model and the profile format: ``simulator/inputs/accuracy.py``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from simulator.accuracy import PROFILES_DIR, AccuracyProfile, GradedRun, from_aggregates, from_graded_runs
+from simulator.inputs.accuracy import PROFILES_DIR, AccuracyProfile, GradedRun, from_aggregates, from_graded_runs
 from simulator.errors import InputError
 
 
@@ -26,7 +26,7 @@ def graded_run(path: str | Path) -> GradedRun:
 
 
 def from_runs(paths: list[str | Path], workload) -> AccuracyProfile:
-    """The runner's graded answers of runs at the workload's budget (:func:`simulator.accuracy.from_graded_runs`)."""
+    """The runner's graded answers of runs at the workload's budget (:func:`simulator.inputs.accuracy.from_graded_runs`)."""
     return from_graded_runs([graded_run(p) for p in paths], workload)
 
 
@@ -34,7 +34,7 @@ def from_runs(paths: list[str | Path], workload) -> AccuracyProfile:
 def build(source: str, inputs: list[str | Path], workload: str) -> AccuracyProfile:
     """The profile from ``aggregates`` (one JSON file) or ``runs`` (run directories) for ``workload`` (a profile name,
     e.g. ``aime_qwq32b_r1-1.5b``, or a YAML path): its models, budget and problems."""
-    from simulator.workload import load_workload
+    from simulator.inputs.workload import load_workload
 
     if source not in ("aggregates", "runs"):
         raise InputError(None, "SOURCE", f"expected aggregates or runs (got {source!r})")

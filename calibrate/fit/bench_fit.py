@@ -1,13 +1,13 @@
 """Fit the cost model to microbenchmark run directories and validate it on held-out records (issue 15).
 
 Input: run directories of ``specsim calibrate static-bench`` / ``microbench`` (``run.json`` + ``microbench.jsonl``
-or ``.jsonl.gz``, checked by :func:`calibrate.trace_schema.check_run_dir`). ``run.json`` names the architecture
+or ``.jsonl.gz``, checked by :func:`calibrate.contracts.trace_schema.check_run_dir`). ``run.json`` names the architecture
 (a catalog entry), its depth (a cut model keeps the catalog's shape with fewer layers), the dtype, the engine
 and the detected hardware (:func:`simulator.catalog.hardware.catalog_hardware`).
 
-Prediction of a record: the cost model's one pass formula, :meth:`simulator.cost_model.Deployment.pass_time`,
+Prediction of a record: the cost model's one pass formula, :meth:`simulator.cost.cost_model.Deployment.pass_time`,
 over the batch aggregates of each pass the op ran (B identical sequences: what
-:meth:`~simulator.cost_model.Deployment.batch_forward_time` does for one pass). The adapter, per op:
+:meth:`~simulator.cost.cost_model.Deployment.batch_forward_time` does for one pass). The adapter, per op:
 
     decode / draft   n passes j = 0..n-1; each: B sequences, 1 new token at context c + j, 1 logit row each
     prefill / score  1 pass: B sequences, n new tokens on c cached ones
@@ -23,7 +23,7 @@ time of steps at contexts c + 3 .. c + 3 + steps: costed at c (the KV difference
 ``draft`` records (microbench ``--draft``) are skipped: run.json does not name the draft's architecture.
 
 Fit: :func:`calibrate.fit.fit_cost.fit_log_times` (the one fitter) around the hardware's prior
-(:func:`simulator.cost_profile.prior_profile`). Held-out validation: each fold refits on its training records only
+(:func:`simulator.cost.cost_profile.prior_profile`). Held-out validation: each fold refits on its training records only
 and predicts the rest; the same points are also scored with the transferred prior (the catalog with
 ``simulator/catalog/gpu_priors.yaml``) and the datasheet-era prior (``HardwareSpec.datasheet_era()``).
 """
@@ -38,10 +38,10 @@ import numpy as np
 import pandas as pd
 
 from calibrate.fit.fit_cost import PARAM_NAMES, CostFit, LogFit, ape, build_profile, fit_log_times
-from simulator.setup import Setup
+from simulator.cost.setup import Setup
 from simulator.catalog import HardwareSpec, ModelSpec, get_hardware, get_model
-from simulator.cost_model import Deployment
-from simulator.cost_profile import CostParams, CostProfile, prior_profile
+from simulator.cost.cost_model import Deployment
+from simulator.cost.cost_profile import CostParams, CostProfile, prior_profile
 from simulator.errors import InputError
 
 GENERATE_OPS = ("decode", "draft")  # n tokens generated: n passes
@@ -134,7 +134,7 @@ def load_run(path: str | Path) -> tuple[BenchRun, pd.DataFrame]:
     """One run directory, validated by the trace schema; its microbench records as a table."""
     from simulator.catalog.hardware import catalog_hardware
     from calibrate.fit.measured import run_dir_key
-    from calibrate.trace_schema import check_run_dir, jsonl_lines, record_file
+    from calibrate.contracts.trace_schema import check_run_dir, jsonl_lines, record_file
 
     path = Path(path)
     if not path.is_dir():

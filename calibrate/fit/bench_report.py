@@ -13,7 +13,7 @@ import pandas as pd
 
 from calibrate.fit.bench_fit import PREDICTORS, BenchFitResult
 from calibrate.fit.fit_cost import PARAM_NAMES
-from simulator.loading import save_figure_atomic, write_atomic
+from simulator.inputs.loading import save_figure_atomic, write_atomic
 
 LABELS = {"fitted": "fitted on the rest", "transferred_prior": "transferred prior", "datasheet_prior": "datasheet prior"}
 

@@ -6,7 +6,7 @@ acceptance-length-vs-k/``): per file one target model and drafter, ``{model: {th
 for k = 1..8, the drafter named in the header comment ``key = num_speculative_tokens (MTP|EAGLE3|DSpark level)``.
 Each (file, thinking mode) is one curve of its kind: ``mtp``, ``eagle3`` or ``block`` (DSpark).
 
-Model (:mod:`simulator.drafter_priors`): a_i = P(first i drafts accepted) from a family's shape; the level
+Model (:mod:`simulator.inputs.drafter_priors`): a_i = P(first i drafts accepted) from a family's shape; the level
 a_1 = AL(1) - 1 is the deployment's own, the shape parameters are fitted on the other curves of the kind
 (least squares of the relative AL(k) error, k = 1..8, each curve at its own AL(1)). For a block drafter (k tokens in
 one pass) the drafts of a k-block may depend on k, so AL(k) - AL(k-1) is the marginal gain of a longer block, not a
@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import minimize
 
-from simulator.drafter_priors import FAMILIES, acceptance_length, extend_with, from_acceptance_length, per_position
+from simulator.inputs.drafter_priors import FAMILIES, acceptance_length, extend_with, from_acceptance_length, per_position
 from simulator.errors import InputError
-from simulator.loading import read_yaml
+from simulator.inputs.loading import read_yaml
 
 UPSTREAM = "SemiAnalysisAI/InferenceX golden_al_distribution/*.yaml @ 843c6254ff69b567f772f6a5fd97675af3d04431"
 KIND_OF_LEVEL = {"mtp": "mtp", "eagle3": "eagle3", "dspark": "block"}
@@ -132,7 +132,7 @@ def measured_points(curve: Curve, m: int) -> list[float]:
 
 def held_out_from_points(curves: list[Curve], family: str, m: int) -> dict[str, np.ndarray]:
     """As :func:`held_out`, the level being the left-out curve's own a_1..a_m (:func:`measured_points`) and the
-    positions beyond m the shape fitted on the other curves of its kind (:func:`simulator.drafter_priors.extend_with`)."""
+    positions beyond m the shape fitted on the other curves of its kind (:func:`simulator.inputs.drafter_priors.extend_with`)."""
     out = {}
     for c in curves:
         rest = [o for o in curves if o is not c and o.kind == c.kind]

@@ -4,9 +4,9 @@ Input, per gamma g: a_i(g) = P(first i drafts accepted) for i = 1..g and the dra
 measured on -- from
 
 - run directories (``steps.jsonl``: ``spec_accepted_per_pos[i] / spec_drafted_per_pos[0]``, read through
-  ``calibrate.trace_schema.check_run_dir``);
+  ``calibrate.contracts.trace_schema.check_run_dir``);
 - the speculative-decoding study's ``result.json`` (``acceptance.<draft>.per_gamma``);
-- a vLLM server's ``/metrics`` text or its ``SpecDecoding metrics:`` log lines (``calibrate.spec_metrics``).
+- a vLLM server's ``/metrics`` text or its ``SpecDecoding metrics:`` log lines (``calibrate.contracts.spec_metrics``).
 
 Every input becomes :class:`Measurement` records that pass :func:`check_measurement` -- the one place the rules
 live (gamma >= 1, drafts a whole number >= 1, ``len(a) == gamma``, finite, a_i in [0, 1], a_1 >= a_2 >= ...) --
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from calibrate.spec_metrics import Data, Measurement, check_measurement, is_number, pool  # the acceptance contract
+from calibrate.contracts.spec_metrics import Data, Measurement, check_measurement, is_number, pool  # the acceptance contract
 from simulator.errors import InputError
 
 
@@ -64,7 +64,7 @@ def from_runs(run_dirs) -> Data:
     drafted), a_i = ``spec_accepted_per_pos[i-1] / n`` -- a draft shorter than i counts as not accepted at i, as
     vLLM counts. The drafted counts are checked by the same rules (``spec_drafted_per_pos[i-1] / n`` is a share
     that cannot grow with position). Calls that drafted nothing are skipped."""
-    from calibrate.trace_schema import check_run_dir, record_file
+    from calibrate.contracts.trace_schema import check_run_dir, record_file
 
     accepted = []
     for d in run_dirs:
@@ -104,7 +104,7 @@ def load(runs=None, study=None, draft="ngram", metrics=None, metrics_before=None
         return from_study(study, draft), f"{study} draft {draft}"
     if runs:
         return from_runs(runs), ", ".join(str(r) for r in runs)
-    from calibrate.spec_metrics import from_logs, from_prometheus
+    from calibrate.contracts.spec_metrics import from_logs, from_prometheus
 
     if metrics:
         src = ", ".join(str(p) for p in metrics)
@@ -133,10 +133,10 @@ def fit(data: Data, fit_gammas) -> dict:
 
 def per_position(model: dict, gamma: int) -> np.ndarray:
     """a_1..a_gamma: the fitted conditional rates, beyond them the last one repeated or, with the model's
-    ``drafter_kind`` (eagle3 / mtp / block), the kind prior's shape (``simulator.drafter_priors.extend``)."""
+    ``drafter_kind`` (eagle3 / mtp / block), the kind prior's shape (``simulator.inputs.drafter_priors.extend``)."""
     c = list(model["conditional"])
     if model.get("drafter_kind") and gamma > len(c):
-        from simulator.drafter_priors import extend
+        from simulator.inputs.drafter_priors import extend
 
         return np.asarray(extend(np.cumprod(c), model["drafter_kind"], gamma))
     while len(c) < gamma:
@@ -196,9 +196,9 @@ def acceptance_yaml(model: dict, source: str, positions: int = 8) -> str:
 
 
 def draft_acceptance_yaml(a, kind: str, source: str, comment: str) -> str:
-    """The YAML of a scenario's ``draft.acceptance``; validated by ``simulator.scenario.AcceptancePrior`` first."""
-    from simulator.loading import validate_model
-    from simulator.scenario import AcceptancePrior
+    """The YAML of a scenario's ``draft.acceptance``; validated by ``simulator.inputs.scenario.AcceptancePrior`` first."""
+    from simulator.inputs.loading import validate_model
+    from simulator.inputs.scenario import AcceptancePrior
 
     prior = validate_model({"a": [round(float(x), 6) for x in a], "kind": kind, "source": source},
                            AcceptancePrior, "draft.acceptance (to write)")

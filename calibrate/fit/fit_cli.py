@@ -21,7 +21,7 @@ from simulator.output_contract import writes
 
 
 def _setup_from(ms, hardware, tp, base_model, small_model, draft_model):
-    from simulator.setup import Setup
+    from simulator.cost.setup import Setup
 
     h = ms.hint
     pick = {"hardware": hardware or h.get("hardware"), "base": base_model or h.get("base_model"),
@@ -54,7 +54,7 @@ def fit(
     Example: specsim calibrate fit RUN_DIR... --hardware cpu --base-model smollm2-135m --small-model smollm2-135m-cut6 --out cost.yaml"""
     from calibrate.fit.fit_cost import fit_measured, profile_to_yaml
     from calibrate.fit.measured import load_measured, parse_run_rule
-    from simulator.loading import write_atomic
+    from simulator.inputs.loading import write_atomic
 
     ms = load_measured([str(p) for p in inputs])
     if runs:
@@ -100,9 +100,9 @@ def fit_workload(
     """Fit the workload (step counts and lengths, scores, per-position acceptance) from run directories.
 
     Example: specsim calibrate fit-workload RUN_DIR... --out workload.yaml"""
-    from simulator.loading import write_atomic
+    from simulator.inputs.loading import write_atomic
     from calibrate.fit.fit_workload_runs import fit_workload_from_runs, workload_yaml
-    from simulator.workload import load_workload
+    from simulator.inputs.workload import load_workload
 
     w0 = load_workload(prior) if prior else None
     res = fit_workload_from_runs([str(p) for p in inputs], prior=w0, form=form, name=name, date=date)
@@ -136,8 +136,8 @@ def fit_bench(
     from calibrate.fit.bench_fit import run_fit_bench
     from calibrate.fit.bench_report import write_report
     from calibrate.fit.fit_cost import profile_to_yaml
-    from simulator.loading import write_atomic
-    from simulator.report_table import job
+    from simulator.inputs.loading import write_atomic
+    from simulator.report.report_table import job
 
     # the command as parsed (sys.argv is not this command's when main(argv) is called in-process)
     opts = [("--out", out), ("--report", report), *[("--holdout-arch", a) for a in holdout_arch or []],
@@ -212,9 +212,9 @@ def fit_accuracy(
 
     Example: specsim calibrate fit-accuracy runs RUN_DIR... --workload cpu_gsm_smollm2 --out A.yaml"""
     from calibrate.fit.accuracy_profile import build
-    from simulator.accuracy import profile_yaml
+    from simulator.inputs.accuracy import profile_yaml
     from simulator.command_line import command_line
-    from simulator.loading import write_atomic
+    from simulator.inputs.loading import write_atomic
 
     prof = build(source, [str(p) for p in inputs], workload)
     print(f"wrote {write_atomic(out, profile_yaml(prof, command_line(ctx)))}")
@@ -256,7 +256,7 @@ def fit_drafter_curves(
     import yaml
 
     from calibrate.fit.drafter_curves import fit_report
-    from simulator.loading import write_atomic
+    from simulator.inputs.loading import write_atomic
 
     doc, text = fit_report(folder, date or datetime.date.today().isoformat())
     print(text, end="")

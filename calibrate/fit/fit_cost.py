@@ -1,9 +1,9 @@
-"""Fit a :class:`~simulator.cost_profile.CostProfile` to measured engine calls.
+"""Fit a :class:`~simulator.cost.cost_profile.CostProfile` to measured engine calls.
 
 Input contract: a *call table* (``calibrate.fit.measured.CALL_COLUMNS``, one row per measured engine
 call) and its measured set (``calibrate.fit.measured``: loaders, run keys, hold-out rules).
 
-Model of one call (the cost model's own equations, ``simulator.cost_model``; only its
+Model of one call (the cost model's own equations, ``simulator.cost.cost_model``; only its
 parameters are fitted)::
 
     T_call = t_call + T_fwd(n, c) + sum_{j=0}^{k-2} T_dec(c + n + j)           (generate / score)
@@ -30,6 +30,8 @@ posterior relative sd exceeds ``MAX_REL_STDERR`` is reported as *prior-dominated
 
 from __future__ import annotations
 
+from simulator.paths import REPO
+
 import datetime as _dt
 import json
 import os
@@ -41,11 +43,11 @@ import pandas as pd
 import yaml
 
 from simulator.catalog import HardwareSpec, get_hardware
-from simulator.cost_model import Deployment
-from simulator.cost_profile import CostParams, CostProfile, Param, beyond_physical_max, implausible, prior_profile
+from simulator.cost.cost_model import Deployment
+from simulator.cost.cost_profile import CostParams, CostProfile, Param, beyond_physical_max, implausible, prior_profile
 from calibrate.fit.measured import MeasuredSet
 from simulator.errors import InputError
-from simulator.setup import Setup
+from simulator.cost.setup import Setup
 from simulator.provenance import Provenance
 
 PARAM_NAMES = ("mem_efficiency", "compute_efficiency", "step_overhead_s", "layer_overhead_s",
@@ -62,7 +64,7 @@ BOUNDS = {"mem_efficiency": (1e-3, 10.0), "compute_efficiency": (1e-3, 10.0), "s
           "roofline_p": (1.0, 64.0), "multi_token_penalty": (1e-6, 1.0), "kv_mem_efficiency": (1e-3, 10.0),
           "draft_step_overhead_s": (1e-7, 1.0),
           "eager_mem_efficiency": (1e-3, 10.0)}  # a nuisance of eager layer profiles (engine_fit): not a fraction
-# Carried from the prior as they are by call fits (the engine-level fit, calibrate.fit.gpu_profiles.engine_fit, sets them)
+# Carried from the prior as they are by call fits (the engine-level fit, calibrate.gpu_priors.engine_fit, sets them)
 SHAPE_NAMES = ("roofline_p", "multi_token_penalty", "kv_mem_efficiency", "draft_step_overhead_s")
 ZEROABLE = ZEROABLE + ("multi_token_penalty", "draft_step_overhead_s")
 FIX_ORDER = FIX_ORDER + ("multi_token_penalty", "draft_step_overhead_s", "kv_mem_efficiency", "roofline_p")
@@ -84,12 +86,12 @@ RESIDUAL_QUANTILES = 101  # stored per op in the profile, for prediction interva
 # ---- the predictor -------------------------------------------------------------------------------
 class CallPredictor:
     """T_call of a fixed table of measured calls through the one call-time function
-    (:func:`simulator.call_time.call_costs`); ``predict(params)`` rebuilds the cost tables (cheap) and
+    (:func:`simulator.cost.call_time.call_costs`); ``predict(params)`` rebuilds the cost tables (cheap) and
     looks every call up. Measured calls carry no per-iteration acceptances: a speculative call's
     ``spec_iterations`` are spread evenly over its output."""
 
     def __init__(self, calls: pd.DataFrame, setup: Setup):
-        from simulator.call_time import BASE, GEN, SCORE, SMALL, CallArrays
+        from simulator.cost.call_time import BASE, GEN, SCORE, SMALL, CallArrays
 
         self.setup = setup
         self.n_calls = len(calls)
@@ -114,9 +116,9 @@ class CallPredictor:
         return self.setup.deployments(params)
 
     def components(self, params: CostParams) -> dict[str, np.ndarray]:
-        """Seconds of every call by component (``simulator.cost_tables.COMPONENTS``)."""
-        from simulator.call_time import call_costs
-        from simulator.cost_tables import CostTables
+        """Seconds of every call by component (``simulator.cost.cost_tables.COMPONENTS``)."""
+        from simulator.cost.call_time import call_costs
+        from simulator.cost.cost_tables import CostTables
 
         d = self.deployments(params)
         tables = {g: CostTables(d["base"], d["small"], d["draft"], None, g or None, max_context=self.max_context + g)
@@ -210,7 +212,7 @@ def fit_log_times(predict, y: np.ndarray, prior_vals: dict[str, float], candidat
     of the raw log residuals in log-parameter space, s = 1.4826 MAD of the residuals.
 
     Used for engine calls (:func:`fit_cost`), engine steps (``validate.serving.fit_step_params``) and the
-    engine-level GPU step model (``calibrate.fit.gpu_profiles.engine_fit``). ``names``: the parameters (default
+    engine-level GPU step model (``calibrate.gpu_priors.engine_fit``). ``names``: the parameters (default
     the cost profile's seven); a grouped fit names one per group (``GROUP.kind``: bounds, zeroing and the fix
     order go by the kind, :func:`base_name`) and passes ``build`` (values -> what ``predict`` takes;
     default a :class:`CostParams`)."""
@@ -437,7 +439,7 @@ def profile_to_yaml(profile: CostProfile, command: str,
 
 
 def load_profile(path: str | Path) -> CostProfile:
-    from simulator.loading import load_yaml_model
+    from simulator.inputs.loading import load_yaml_model
 
     return load_yaml_model(path, CostProfile)
 
@@ -473,7 +475,7 @@ def run_hashes_of(ms: MeasuredSet) -> dict[str, str]:
 
 
 def _rel(p: str) -> str:
-    repo = Path(__file__).resolve().parents[2]
+    repo = REPO
     try:
         return Path(os.path.relpath(Path(p).resolve(), repo)).as_posix()
     except ValueError:

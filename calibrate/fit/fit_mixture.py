@@ -32,6 +32,8 @@ Commands::
 
 from __future__ import annotations
 
+from simulator.paths import shared
+
 import datetime as _dt
 import json
 import math
@@ -42,9 +44,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from scipy import optimize, stats
 
 from simulator.errors import InputError, pydantic_error_to_input_error
-from simulator.workload import WorkloadProfile
+from simulator.inputs.workload import WorkloadProfile
 
-DATA_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "specreason-aime-traces"
+DATA_DIR = shared("specreason-aime-traces")
 AGGREGATES = DATA_DIR / "per-problem-aggregates.json"
 MIXTURE_PROFILE = "simulator/profiles/workload_aime_qwq32b_r1-1.5b.yaml"
 REGENERATE = f".venv/bin/specsim calibrate fit-mixture --out {MIXTURE_PROFILE}"
@@ -176,7 +178,7 @@ def _steps_dist(median: float, sigma: float) -> dict:
 
 
 def expected_steps(w: WorkloadProfile, threshold: int = THRESHOLD) -> float:
-    from simulator.chain import run_chain
+    from simulator.engines.chain import run_chain
 
     return run_chain(w, w.acceptance_probability(threshold), 0).steps
 

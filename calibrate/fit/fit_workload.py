@@ -1,4 +1,4 @@
-"""Fit a :class:`~simulator.workload.WorkloadProfile` from imported SpecReason step traces.
+"""Fit a :class:`~simulator.inputs.workload.WorkloadProfile` from imported SpecReason step traces.
 
 What is fitted from the data and what is a prior (details and figures: docs/workload-fit.md):
 
@@ -30,6 +30,8 @@ Command: ``.venv/bin/specsim calibrate fit-workload-traces ../shared/data/specre
 
 from __future__ import annotations
 
+from simulator.paths import REPO
+
 import datetime as _dt
 from pathlib import Path
 from typing import Literal
@@ -40,8 +42,8 @@ import yaml
 
 from calibrate.fit.import_specreason import SpecReasonTrace, steps_upto_answer
 from simulator.errors import InputError
-from simulator.loading import write_atomic
-from simulator.workload import WorkloadProfile
+from simulator.inputs.loading import write_atomic
+from simulator.inputs.workload import WorkloadProfile
 
 SCORE_PSEUDO_COUNT = 0.5
 MAX_STEP_TOKENS = 512
@@ -231,7 +233,7 @@ def _repo_relative(path: Path) -> str:
     (symlinks are not resolved: ``../shared`` stays ``../shared`` when it is a link)."""
     import os
 
-    repo = Path(os.path.abspath(Path(__file__).parents[2]))
+    repo = REPO
     return Path(os.path.relpath(os.path.abspath(path), repo)).as_posix()
 
 

@@ -1,4 +1,4 @@
-"""Fit a :class:`~simulator.workload.WorkloadProfile` from the runner's own run directories.
+"""Fit a :class:`~simulator.inputs.workload.WorkloadProfile` from the runner's own run directories.
 
 ``specsim calibrate fit-workload RUNDIR... --out W.yaml [--prior W0.yaml] [--form empirical|parametric]``.
 Every field comes from the runs when they can identify it, else from the prior profile (or a
@@ -47,8 +47,8 @@ import yaml
 
 from calibrate.fit.fit_workload import SCORE_PSEUDO_COUNT, _repo_relative, acceptance_prior, score_pmf, steps_km_with_geometric_tail
 from simulator.errors import InputError
-from simulator.systems import spec_of
-from simulator.workload import WorkloadProfile
+from simulator.inputs.systems import spec_of
+from simulator.inputs.workload import WorkloadProfile
 
 EVENT_STOPS = ("answer", "eos")
 MAX_STEPS_POINT_MASS = 4096
@@ -69,7 +69,7 @@ class RunData:
 
 
 def read_run(path: str | Path) -> RunData:
-    from calibrate.trace_schema import check_run_dir
+    from calibrate.contracts.trace_schema import check_run_dir
 
     p = Path(path)
     if not (p / "run.json").is_file():
@@ -138,7 +138,7 @@ def _length_dist(lengths: np.ndarray, cap: int, form: str) -> dict:
 
 
 def _chains(runs: list[RunData], chain: str) -> pd.DataFrame:
-    """Step counts and stops of the runs whose systems write their chain as ``chain`` (``simulator.systems``)."""
+    """Step counts and stops of the runs whose systems write their chain as ``chain`` (``simulator.inputs.systems``)."""
     rows = [r.requests[["num_steps", "stop_reason"]] for r in runs if spec_of(r.system).chain == chain]
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["num_steps", "stop_reason"])
 

@@ -10,6 +10,8 @@ pipeline parallelism, speculative decoding, vLLM 0.17's ``--performance-mode``, 
 
 from __future__ import annotations
 
+from simulator.paths import REPO
+
 import re
 import shlex
 from collections import Counter
@@ -20,7 +22,6 @@ import pandas as pd
 
 from simulator.errors import InputError
 
-REPO = Path(__file__).resolve().parents[2]
 GPUSTACK = REPO.parent / "shared" / "data" / "engine-measurements" / "gpustack-performance-lab"
 TABLE = "serving_benchmarks.csv"
 COLUMNS = ("file", "hardware", "engine_versions", "section", "serve_cmd", "max_concurrency", "requests", "in_tok",

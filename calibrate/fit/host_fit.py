@@ -26,7 +26,7 @@ import pandas as pd
 
 from calibrate.fit.gpustack_import import ReleasedRun
 from calibrate.fit.released_predict import measured_figures, predict_released
-from simulator.loading import write_atomic
+from simulator.inputs.loading import write_atomic
 
 # fitted: t_seq, t_lat (the concurrent part of t_call), t_fe (its serial part), async overlap
 FIT_TERMS = ("seq_overhead_s", "call_latency_s", "front_end_serial_s", "async_overlap")
@@ -242,7 +242,7 @@ def put_versions(path, entries: list[dict], provenance: dict | None = None) -> N
     versions and keeping the others (and the file's leading comments); ``provenance``: the file's new provenance."""
     import yaml
 
-    from simulator.loading import read_yaml
+    from simulator.inputs.loading import read_yaml
 
     raw = read_yaml(path)
     names = {e["version"] for e in entries}

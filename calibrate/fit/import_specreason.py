@@ -55,6 +55,8 @@ Command: ``.venv/bin/specsim calibrate import-specreason DATA [--summary]``.
 
 from __future__ import annotations
 
+from simulator.paths import shared
+
 import json
 from collections import Counter
 from dataclasses import dataclass, field
@@ -64,9 +66,9 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import InputError
-from simulator.loading import unique_json_object
+from simulator.inputs.loading import unique_json_object
 
-DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "specreason-aime-traces"
+DEFAULT_DATA_DIR = shared("specreason-aime-traces")
 ANSWER_MARKERS = ("boxed", "Answer:", "ANSWER:")
 STEP_TIME_TOLERANCE_S = 0.005
 MAX_COUNT = 2**53  # counts and ids above this lose precision as floats and overflow pandas' int64 sums

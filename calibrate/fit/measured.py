@@ -4,7 +4,7 @@ A *call table* (``CALL_COLUMNS``) has one row per measured engine call; a :class
 per-request measurements (``REQUEST_COLUMNS``) and where they came from. Loaders:
 
 - :func:`calls_from_specreason`: the shared SpecReason per-step traces (``calibrate.fit.import_specreason``);
-- :func:`calls_from_run_dir`: the runner's run directories (``calibrate.trace_schema``);
+- :func:`calls_from_run_dir`: the runner's run directories (``calibrate.contracts.trace_schema``);
 - :func:`load_measured`: any mix of those paths (one kind per call).
 
 Runs are keyed by their full id (:func:`run_key`, :func:`run_dir_key`); :func:`resolve_run_names` and
@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibrate.trace_rules import DURATION_ABS_TOL, DURATION_REL_TOL
-from calibrate.trace_schema import MAX_DURATION_S
+from calibrate.contracts.trace_rules import DURATION_ABS_TOL, DURATION_REL_TOL
+from calibrate.contracts.trace_schema import MAX_DURATION_S
 from simulator.errors import InputError
-from simulator.systems import spec_of
+from simulator.inputs.systems import spec_of
 
 CALL_COLUMNS = [
     "source",          # file or run directory the call came from
@@ -88,7 +88,7 @@ def calls_from_specreason(steps: pd.DataFrame, prompt_tokens: int, judge_templat
 
 def calls_from_run_dir(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
     """Calls of one runner run directory (``run.json`` + ``steps.jsonl``), validated by the schema."""
-    from calibrate.trace_schema import check_run_dir
+    from calibrate.contracts.trace_schema import check_run_dir
 
     run_dir = Path(run_dir)
     recs = check_run_dir(run_dir)
@@ -227,7 +227,7 @@ SPECREASON_HINT = {"hardware": "a100-80gb", "tp": 2, "base_model": "qwq-32b", "s
 
 # Physical bounds on measured durations: every duration finite, >= 0 and under a day (the trace contract's
 # MAX_DURATION_S); the calls of a step no longer than the step, the steps of a run no longer than the run, within the
-# timers' tolerance (calibrate.trace_rules, which checks run directories by the same rule).
+# timers' tolerance (calibrate.contracts.trace_rules, which checks run directories by the same rule).
 def _bad_duration(values: np.ndarray, allow_nan: bool) -> np.ndarray:
     v = np.asarray(values, dtype=float)
     bad = ~np.isfinite(v) | (v < 0) | (v > MAX_DURATION_S)
@@ -314,7 +314,7 @@ def _hint_from_manifest(meta: dict) -> dict:
 
 
 def _run_dir_set(path: Path) -> MeasuredSet:
-    from calibrate.trace_schema import check_run_dir
+    from calibrate.contracts.trace_schema import check_run_dir
 
     calls, meta = calls_from_run_dir(path)
     recs = check_run_dir(path)
@@ -347,8 +347,8 @@ def load_measured(paths: list[str | Path], prompt_tokens: int | None = None,
     if not paths:
         raise InputError(None, "inputs", "give at least one run directory or trace file")
     if prompt_tokens is None or judge_tokens is None:
-        from simulator.workload import load_workload
-        from simulator.scenario import PROFILES_DIR
+        from simulator.inputs.workload import load_workload
+        from simulator.inputs.scenario import PROFILES_DIR
 
         w = load_workload(PROFILES_DIR / "workload_aime60_qwq32b_r1-1.5b.yaml")
         prompt_tokens = w.prompt_tokens if prompt_tokens is None else prompt_tokens

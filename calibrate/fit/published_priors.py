@@ -32,7 +32,7 @@ import numpy as np
 from scipy import optimize
 
 from calibrate.fit.fit_mixture import tilt
-from simulator.workload import WorkloadProfile
+from simulator.inputs.workload import WorkloadProfile
 
 PUBLISHED_SPECREASON_LATENCY_S = {  # SpecReason, QwQ-32B + R1-1.5B, threshold 3 -> 7 (the paper, via issue 12)
     "aime": (109.4, 261.9), "math500": (35.7, 69.2), "gpqa-diamond": (72.7, 223.0)}
@@ -43,10 +43,10 @@ DATASETS = {"math500": "MATH500", "gpqa-diamond": "GPQA-Diamond"}
 
 
 def _latency(workload: WorkloadProfile, threshold: int) -> float:
-    from simulator.analytic import predict
-    from simulator.cost_tables import CostTables
-    from simulator.scenario import load_scenario
-    from simulator.systems import SystemConfig
+    from simulator.engines.analytic import predict
+    from simulator.cost.cost_tables import CostTables
+    from simulator.inputs.scenario import load_scenario
+    from simulator.inputs.systems import SystemConfig
 
     rs = load_scenario("reference-a6000-qwq32b")
     d = rs.deployments(rs.hardware_names[0], rs.tps[0])
@@ -105,9 +105,9 @@ def write_priors(out: Path, command: str, date: str | None = None) -> list[tuple
     """Fit the MATH500 and GPQA-Diamond priors and write them as ``OUT/workload_KEY_qwq32b_r1-1.5b.yaml``; each path
     with the figures it reproduces."""
     from calibrate.fit.fit_workload import profile_to_yaml
-    from simulator.loading import write_atomic
-    from simulator.scenario import PROFILES_DIR
-    from simulator.workload import load_workload
+    from simulator.inputs.loading import write_atomic
+    from simulator.inputs.scenario import PROFILES_DIR
+    from simulator.inputs.workload import load_workload
 
     mix = load_workload(PROFILES_DIR / "workload_aime_qwq32b_r1-1.5b.yaml")
     base = load_workload(PROFILES_DIR / "workload_aime60_qwq32b_r1-1.5b.yaml")

@@ -17,7 +17,7 @@ from calibrate.fit.gpustack_import import ReleasedRun
 
 def _workload(max_tokens: int):
     """A workload profile for replayed plans: only its token bounds matter to the replica."""
-    from simulator.workload import WorkloadProfile
+    from simulator.inputs.workload import WorkloadProfile
 
     return WorkloadProfile.model_validate({
         "name": "released-bench", "dataset": "random", "base_model": "released", "small_model": "released",
@@ -32,7 +32,7 @@ def _workload(max_tokens: int):
 FIGURES = ("tpot", "ttft", "out_tps", "itl", "mean_itl")  # predicted vs measured: mean TPOT, mean TTFT, output tokens/s, median and mean ITL
 MEASURED = {"tpot": "mean_tpot_ms", "ttft": "mean_ttft_ms", "out_tps": "out_tps", "itl": "median_itl_ms",
             "mean_itl": "mean_itl_ms"}
-SMALL_SHARE = 0.0  # a vanilla-base replica runs one engine: it gets small + base shares (simulator.serving.kv_cache)
+SMALL_SHARE = 0.0  # a vanilla-base replica runs one engine: it gets small + base shares (simulator.engines.serving.kv_cache)
 
 
 def run_params(run: ReleasedRun, host: dict | None = None):
@@ -40,7 +40,7 @@ def run_params(run: ReleasedRun, host: dict | None = None):
     (``host``: explicit host terms, the fitter's trial values: step/seq/call overheads, async_overlap)."""
     from simulator.catalog import get_hardware
     from simulator.catalog.engine_hosts import ServingEngine
-    from simulator.cost_profile import prior_profile
+    from simulator.cost.cost_profile import prior_profile
 
     hw = get_hardware(run.gpu)
     eng = ServingEngine(name=run.engine, version=run.version, async_scheduling=run.async_scheduling)
@@ -51,13 +51,13 @@ def predict_released(run: ReleasedRun, host: dict | None = None, max_requests: i
     """Predicted figures of ``run`` (``tpot_ms``, ``ttft_ms``, ``out_tps``; ``batch_mean``: sequences per step).
     ``max_requests``: simulate the first that many of a burst only (the burst's tail is the same queue; stated)."""
     from simulator.catalog import get_model
-    from simulator.execution import Execution
-    from simulator.request_model import BASE, Call, RequestPlan
-    from simulator.serving.arrivals import ClosedLoopUsers, ReplayArrivals
-    from simulator.serving.metrics import itl_summary
-    from simulator.serving.replica import simulate_serving
-    from simulator.setup import Setup
-    from simulator.systems import SystemConfig
+    from simulator.cost.execution import Execution
+    from simulator.engines.request_model import BASE, Call, RequestPlan
+    from simulator.engines.serving.arrivals import ClosedLoopUsers, ReplayArrivals
+    from simulator.engines.serving.metrics import itl_summary
+    from simulator.engines.serving.replica import simulate_serving
+    from simulator.cost.setup import Setup
+    from simulator.inputs.systems import SystemConfig
 
     hw, params = run_params(run, host)
     m = get_model(run.model).with_dtypes(run.weight_dtype, run.kv_dtype)

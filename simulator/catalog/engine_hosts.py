@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from simulator.catalog.hardware import PriorParam
 from simulator.errors import InputError, pydantic_error_to_input_error
-from simulator.loading import read_yaml
+from simulator.inputs.loading import read_yaml
 
 HOSTS_PATH = Path(__file__).with_name("engine_hosts.yaml")
 HOST_TERMS = ("step_overhead_s", "seq_overhead_s", "call_overhead_s", "front_end_serial_s", "front_end_token_s")

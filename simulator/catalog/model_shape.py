@@ -7,7 +7,7 @@ and widths at most a power of two at least four times the largest of any publish
 names the largest we know of; every kind of head shares the heads' and head_dim's bounds); token counts (an
 attention window, a sparse top-k) at most 2^24 = 16.8M tokens, longer than any context a model serves. A value past a bound is a typo or a unit slip (an extra zero, a count in the
 wrong field) that the cost model would otherwise price without complaint: a hidden size of 1e9 is 1e18 parameters.
-Whether a model within the bounds fits a GPU is the memory check's question (``simulator/memory_check.py``).
+Whether a model within the bounds fits a GPU is the memory check's question (``simulator/cost/memory_check.py``).
 
 **Laws** (with the bounds, :func:`dimension_error`): the KV heads divide the attention heads (grouped-query attention
 shares each KV head among heads / kv_heads query heads; transformers and vLLM refuse any other split); at most

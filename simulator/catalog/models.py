@@ -13,7 +13,7 @@ from pydantic_core import PydanticCustomError
 from simulator.catalog.model_shape import DIMENSION_BOUNDS, dimension_error
 from simulator.catalog.layer_kinds import PLAIN_LAYER, LayerKinds, skewed_experts_hit  # noqa: F401 (re-exported)
 from simulator.errors import InputError, pydantic_error_to_input_error
-from simulator.loading import read_yaml
+from simulator.inputs.loading import read_yaml
 
 CATALOG_PATH = Path(__file__).with_name("models.yaml")
 PARAM_TOLERANCE = 0.03

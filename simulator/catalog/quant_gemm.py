@@ -19,7 +19,7 @@ A kind's parameters (each a value with its kind and source, written by ``specsim
     mem_ratio        rm: its weight-streaming efficiency below the ridge relative to bf16's (eta_mem,kind = rm eta_mem)
     gemm_overhead_s  t_q: extra fixed time per GEMM against a bf16 GEMM (activation quantisation, scale reads)
 
-The rule that uses them (one place: :func:`simulator.cost_model.linear_terms`)."""
+The rule that uses them (one place: :func:`simulator.cost.cost_model.linear_terms`)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from simulator.catalog.hardware import HardwareSpec, PriorParam
 from simulator.errors import InputError, pydantic_error_to_input_error
-from simulator.loading import read_yaml
+from simulator.inputs.loading import read_yaml
 
 QUANT_PATH = Path(__file__).with_name("quant_gemm.yaml")
 GEMM_KINDS = ("bf16", "w8a8-fp8", "w8a8-fp8-block", "w4a4-fp4", "w8a16-fp8", "w4a16")

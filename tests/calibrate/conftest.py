@@ -11,7 +11,7 @@ import pytest
 
 def _vllm_engine(**kw):
     pytest.importorskip("vllm")
-    from calibrate.run.vllm_engine import VllmEngine
+    from calibrate.measure.vllm_engine import VllmEngine
 
     return VllmEngine(dtype="float32", max_model_len=2048, **kw)
 
@@ -30,7 +30,7 @@ def vllm_pair(model_cache):
 
 @pytest.fixture(scope="module")
 def torch_pair(model_cache):
-    from calibrate.run.torch_engine import TorchEngine
+    from calibrate.measure.torch_engine import TorchEngine
 
     base = TorchEngine(model_cache["base"], dtype="float32")
     base_sd = TorchEngine(model_cache["base"], draft_dir=model_cache["draft"], gamma=3, dtype="float32")

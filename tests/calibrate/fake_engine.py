@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from calibrate.run.engine import Engine, Generation, Sampling, ScoreResult
+from calibrate.measure.engine import Engine, Generation, Sampling, ScoreResult
 
 
 class FakeEngine(Engine):

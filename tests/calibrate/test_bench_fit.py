@@ -11,8 +11,8 @@ import pytest
 
 from calibrate.fit.bench_fit import BenchPredictor, load_bench, rule_mask, run_fit_bench
 from simulator.catalog import get_hardware, get_model
-from simulator.cost_model import Deployment
-from simulator.cost_profile import CostParams, prior_profile
+from simulator.cost.cost_model import Deployment
+from simulator.cost.cost_profile import CostParams, prior_profile
 from specsim_cli.main import main
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -179,7 +179,7 @@ def test_bad_inputs_are_one_line_exit_2_and_keep_earlier_outputs(h100_runs, tmp_
 def cpu_runs(tmp_path_factory):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from calibrate.run.static_bench import StaticPlan, run_static_bench
+    from calibrate.measure.static_bench import StaticPlan, run_static_bench
 
     root = tmp_path_factory.mktemp("static")
     plan = StaticPlan(contexts=[32, 96], batches=[1, 2], new_tokens=[16], cached_tokens=[0, 32], gammas=[1, 3],

@@ -22,7 +22,7 @@ def _cli(*args, timeout=600):
 
 
 def _manifest():
-    from calibrate.trace_schema import SCHEMA_VERSION
+    from calibrate.contracts.trace_schema import SCHEMA_VERSION
 
     return {"schema_version": SCHEMA_VERSION, "kind": "run", "created_at": "2026-01-01T00:00:00+00:00",
             "engine": "fake", "engine_version": "0", "hardware": {}, "models": {}, "dtype": "float32",

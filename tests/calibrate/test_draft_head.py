@@ -13,7 +13,7 @@ from specsim_cli.main import main
 # -- no torch needed ------------------------------------------------------------------------------------
 
 def test_validate_gamma_and_missing_model_dir(tmp_path):
-    from calibrate.study.draft_head import require_model_dir, validate_gamma
+    from calibrate.measure.study.draft_head import require_model_dir, validate_gamma
 
     assert validate_gamma(3) == 3
     for bad in (0, -1):
@@ -40,11 +40,11 @@ def real(model_cache):
     import torch
     from transformers import AutoTokenizer
 
-    from calibrate.run.datasets import INSTRUCTION
-    from calibrate.study import draft_head as dh
-    from calibrate.study.greedy_spec import vanilla_decode
-    from calibrate.study.measure import load_causal_lm
-    from calibrate.run.torch_engine import KVState
+    from calibrate.measure.datasets import INSTRUCTION
+    from calibrate.measure.study import draft_head as dh
+    from calibrate.measure.study.greedy_spec import vanilla_decode
+    from calibrate.measure.study.measure import load_causal_lm
+    from calibrate.measure.torch_engine import KVState
 
     torch.set_num_threads(1)
     d = model_cache["base"]
@@ -79,8 +79,8 @@ def test_head_shapes_and_frozen_parts(real):
 
 @pytest.mark.real_engine
 def test_exact_replay_equals_head_decoder_and_greedy(real):
-    from calibrate.study.acceptance import replay_greedy
-    from calibrate.study.greedy_spec import HeadDrafter, HiddenKVState, speculative_decode
+    from calibrate.measure.study.acceptance import replay_greedy
+    from calibrate.measure.study.greedy_spec import HeadDrafter, HiddenKVState, speculative_decode
 
     target, prompt, want = real["target"], real["prompt"], real["want"]
     logs = []
@@ -121,7 +121,7 @@ class _OracleHead:
 
 @pytest.mark.real_engine
 def test_oracle_head_gives_gamma_plus_one_tokens_per_iteration(real):
-    from calibrate.study.greedy_spec import HeadDrafter, HiddenKVState, speculative_decode
+    from calibrate.measure.study.greedy_spec import HeadDrafter, HiddenKVState, speculative_decode
 
     target, prompt, want = real["target"], real["prompt"], real["want"]
     oracle = _OracleHead(prompt + want, target.config.vocab_size, target.config)
@@ -137,7 +137,7 @@ def test_oracle_head_gives_gamma_plus_one_tokens_per_iteration(real):
 
 @pytest.mark.real_engine
 def test_speculative_decode_rejects_gamma_below_one(real):
-    from calibrate.study.greedy_spec import HeadDrafter, HiddenKVState, speculative_decode
+    from calibrate.measure.study.greedy_spec import HeadDrafter, HiddenKVState, speculative_decode
 
     with pytest.raises(InputError):
         speculative_decode(HiddenKVState(real["target"]), HeadDrafter(real["head"]), real["prompt"], 8, 0, real["eos"])

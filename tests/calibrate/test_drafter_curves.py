@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from calibrate.fit.drafter_curves import held_out, read_curves, summary
-from simulator.drafter_priors import kind_prior
+from simulator.inputs.drafter_priors import kind_prior
 from simulator.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""The engine-level step model's fit (calibrate.fit.gpu_profiles.engine_fit): recovery of known parameters from
+"""The engine-level step model's fit (calibrate.gpu_priors.engine_fit): recovery of known parameters from
 synthetic layer passes, whole runs and speculative iterations made by its own predictors; properties of the fit
 on the shared engine measurements (skipped where ../shared/data is absent)."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibrate.fit.gpu_profiles import engine_data as ed, engine_fit as ef
+from calibrate.gpu_priors import engine_data as ed, engine_fit as ef
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 TRUTH = {"roofline_p": 3.5, "multi_token_penalty": 0.06, "kv_mem_efficiency": 0.7,
@@ -73,7 +73,7 @@ def test_a_gpu_without_engine_evidence_takes_its_own_gemm_fraction_times_the_eng
     its own compute-bound GEMMs' fraction of F times the median engine/kernel ratio of the engine-fitted GPUs; the
     catalog holds what the rule gives (regenerated with fit-engine, not edited by hand)."""
     from simulator.catalog import hardware_catalog
-    from simulator.cost_profile import prior_profile
+    from simulator.cost.cost_profile import prior_profile
 
     gemm = ef.kernel_compute_efficiency()
     assert gemm, "no GEMM table read"

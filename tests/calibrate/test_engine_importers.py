@@ -15,11 +15,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibrate.fit.gpu_profiles.import_llm_inference_bench import (BENCH_COLUMNS, THROUGHPUT_COUNTS,
+from calibrate.gpu_priors.import_llm_inference_bench import (BENCH_COLUMNS, THROUGHPUT_COUNTS,
                                                                import_llm_inference_bench, load_llm_inference_bench)
-from calibrate.fit.gpu_profiles.import_llmservingsim import (MODELS, import_llmservingsim,
+from calibrate.gpu_priors.import_llmservingsim import (MODELS, import_llmservingsim,
                                                          load_llmservingsim_attention, load_llmservingsim_layers)
-from calibrate.fit.gpu_profiles.records import DENSE_OPS, NON_CATALOG_GPUS, read_records, sidecar_path, write_records
+from calibrate.contracts.op_records import DENSE_OPS, NON_CATALOG_GPUS, read_records, sidecar_path, write_records
 from simulator.catalog import hardware_catalog
 from simulator.errors import InputError
 
@@ -234,7 +234,7 @@ def test_llmservingsim_attention_time_unit_is_milliseconds(lss_real):
 
 @needs_lss
 def test_import_llmservingsim_real_shared_data(lss_real, tmp_path):
-    from calibrate.fit.gpu_profiles.fit import fit_rows
+    from calibrate.gpu_priors.fit import fit_rows
 
     df, prov = import_llmservingsim(LSS)
     assert set(df.gpu) <= set(hardware_catalog()) and set(df.op) <= set(DENSE_OPS)

@@ -1,4 +1,4 @@
-"""calibrate.run.run_directory.execution_of_run: the simulator's execution semantics of a runner run."""
+"""calibrate.measure.run_directory.execution_of_run: the simulator's execution semantics of a runner run."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-from calibrate.run.run_directory import execution_of_run
+from calibrate.measure.run_directory import execution_of_run
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "reports" / "cpu-campaign" / "runs" / "specreason-t10"

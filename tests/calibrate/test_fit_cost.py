@@ -10,8 +10,8 @@ import pytest
 
 from calibrate.fit.fit_cost import CallPredictor, Setup, build_profile, fit_cost, load_profile, profile_to_yaml
 from calibrate.fit.measured import CALL_COLUMNS
-from simulator.loading import write_atomic
-from simulator.cost_profile import CostParams, prior_profile
+from simulator.inputs.loading import write_atomic
+from simulator.cost.cost_profile import CostParams, prior_profile
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "specreason-aime-traces"
 TRUE = {"mem_efficiency": 0.7, "compute_efficiency": 0.45, "step_overhead_s": 3e-3, "layer_overhead_s": 15e-6,

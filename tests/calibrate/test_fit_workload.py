@@ -16,7 +16,7 @@ from calibrate.fit.fit_workload import (
     write_workload_yaml,
 )
 from calibrate.fit.import_specreason import DEFAULT_DATA_DIR, import_specreason, steps_upto_answer
-from simulator.workload import load_workload
+from simulator.inputs.workload import load_workload
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = REPO / "simulator" / "profiles" / "workload_aime60_qwq32b_r1-1.5b.yaml"

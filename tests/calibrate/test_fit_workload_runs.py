@@ -17,13 +17,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from calibrate.run.datasets import Problem
+from calibrate.measure.datasets import Problem
 from calibrate.fit.fit_workload_runs import fit_workload_from_runs
-from calibrate.run.orchestrator import RunConfig, run_request
-from calibrate.run.run_directory import RunDirectory
-from calibrate.trace_schema import SCHEMA_VERSION
+from calibrate.measure.orchestrator import RunConfig, run_request
+from calibrate.measure.run_directory import RunDirectory
+from calibrate.contracts.trace_schema import SCHEMA_VERSION
 from simulator.errors import InputError
-from simulator.workload import WorkloadProfile, load_workload
+from simulator.inputs.workload import WorkloadProfile, load_workload
 from tests.calibrate.fake_engine import FakeEngine
 from tests.conftest import REPO, examples
 
@@ -81,7 +81,7 @@ def test_vanilla_runs_recover_step_counts_lengths_and_verbosity(tmp_path):
     assert w.step_pmf_base.mean == pytest.approx(np.mean([x["base_tokens"] for x in steps]), rel=1e-9)
     assert fit.parts["steps_per_request.base"].fitted and fit.parts["verbosity"].fitted
     assert not fit.parts["scores"].fitted and not fit.parts["token_acceptance"].fitted
-    from calibrate.run.orchestrator import INSTRUCTION
+    from calibrate.measure.orchestrator import INSTRUCTION
 
     assert w.prompt_tokens == len(FakeEngine(str).chat_prompt(f"{INSTRUCTION}\n\nWhat is 6*7?"))
     assert w.answer_tokens == 0 and w.token_budget == 10_000 and w.max_step_tokens == 64
@@ -94,7 +94,7 @@ def test_specreason_runs_fit_scores_and_judge_template(tmp_path):
     assert np.abs(np.asarray(w.scores) - p).max() < 0.04
     # FakeEngine.score reports 80 uncached tokens: judge template + step = 80 - ... is recorded as
     # new + cached - context - step; the fake's judge template is its encode(JUDGE_TEMPLATE)
-    from calibrate.run.orchestrator import JUDGE_TEMPLATE
+    from calibrate.measure.orchestrator import JUDGE_TEMPLATE
 
     assert w.judge_template_tokens == len(JUDGE_TEMPLATE)
     # no vanilla runs: N_base from the mixed chains, no small entry
@@ -120,8 +120,8 @@ def test_all_censored_gives_a_point_mass_beyond_the_budget(tmp_path):
     assert w.steps_pmf_base.min == w.steps_pmf_base.max == int(np.ceil(60 / shortest)) + 1
     assert "censored" in fit.parts["steps_per_request.base"].how
     # the budget binds before N: every simulated request ends on the budget, as every measured one did
-    from simulator.request_model import RequestSampler
-    from simulator.systems import SystemConfig as SimConfig
+    from simulator.engines.request_model import RequestSampler
+    from simulator.inputs.systems import SystemConfig as SimConfig
 
     plans = RequestSampler(SimConfig(system="vanilla-base"), w).plans(200, 0)
     assert {p.stop_reason for p in plans} == {"budget"}

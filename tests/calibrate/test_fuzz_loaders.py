@@ -95,7 +95,7 @@ RUN_MANIFEST = ROOT / "tests/data/serve_specreason/inproc-t6b/run.json"
 
 
 def _docs():
-    from calibrate.trace_schema import SCHEMA_VERSION  # noqa: F401  (the runner's record shapes)
+    from calibrate.contracts.trace_schema import SCHEMA_VERSION  # noqa: F401  (the runner's record shapes)
 
     out = {
         "scenario": ("yaml", yaml.safe_load((ROOT / "scenarios" / "cpu-smollm2.yaml").read_text())),
@@ -117,7 +117,7 @@ def _load(kind: str, raw: bytes, tmp: Path) -> None:
     if kind == "scenario":
         p = tmp / "s.yaml"
         p.write_bytes(raw)
-        from simulator.scenario import load_scenario
+        from simulator.inputs.scenario import load_scenario
 
         load_scenario(p).to_dict()
     elif kind == "cost_profile":
@@ -129,7 +129,7 @@ def _load(kind: str, raw: bytes, tmp: Path) -> None:
     elif kind == "workload_profile":
         p = tmp / "w.yaml"
         p.write_bytes(raw)
-        from simulator.workload import load_workload
+        from simulator.inputs.workload import load_workload
 
         load_workload(p)
     elif kind == "specreason_record":
@@ -144,7 +144,7 @@ def _load(kind: str, raw: bytes, tmp: Path) -> None:
         (d / "run.json").write_bytes(raw)
         for name in ("steps.jsonl", "requests.jsonl"):  # the manifest's own records: a run directory needs them
             shutil.copy(RUN_MANIFEST.parent / name, d / name)
-        from calibrate.trace_schema import check_run_dir
+        from calibrate.contracts.trace_schema import check_run_dir
 
         check_run_dir(d)
 

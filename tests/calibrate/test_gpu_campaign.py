@@ -26,7 +26,7 @@ def test_static_stage_dry_run_packs_valid_records(tmp_path):
         assert {"static-r1-distill-qwen-1.5b/microbench.jsonl", "static-r1-distill-qwen-1.5b/bandwidth.json"} <= names
         bw = json.load(tf.extractfile("static-r1-distill-qwen-1.5b/bandwidth.json"))
     assert bw["catalog_hardware"] == "cpu" and len(bw["decode"]) == 4
-    from calibrate.trace_schema import check_run_dir
+    from calibrate.contracts.trace_schema import check_run_dir
 
     assert len(check_run_dir(tmp_path / "out" / "work" / "static-r1-distill-qwen-1.5b")["microbench"]) > 0
 
@@ -39,7 +39,7 @@ def test_ops_stage_dry_run_reads_back_through_the_vidur_importer(tmp_path):
                        env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert (tmp_path / "out" / "ops.tar.gz").is_file()
-    from calibrate.fit.gpu_profiles.import_vidur import import_vidur
+    from calibrate.gpu_priors.import_vidur import import_vidur
 
     records, _ = import_vidur(tmp_path / "out" / "work" / "vidur-ours")
     assert set(records["source_op"]) >= {"attn_pre_proj", "mlp_up_proj", "mlp_down_proj", "attn_post_proj"}

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibrate.fit.gpu_profiles.import_vidur import OP_KIND, SHAPE_COLUMNS, STATS, gemm_shape, import_vidur
-from calibrate.fit.gpu_profiles.records import RECORD_COLUMNS, read_records, sidecar_path, write_records
+from calibrate.gpu_priors.import_vidur import OP_KIND, SHAPE_COLUMNS, STATS, gemm_shape, import_vidur
+from calibrate.contracts.op_records import RECORD_COLUMNS, read_records, sidecar_path, write_records
 from simulator.errors import InputError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -106,7 +106,7 @@ def test_read_records_rejects_bad_rows(tmp_path):
 
 def test_import_aiconfigurator_tiny_tables(tmp_path):
     pytest.importorskip("pyarrow")
-    from calibrate.fit.gpu_profiles.import_aiconfigurator import import_aiconfigurator
+    from calibrate.gpu_priors.import_aiconfigurator import import_aiconfigurator
 
     common = dict(framework="VLLM", version="0.14.0", device="NVIDIA L40S", kernel_source="k")
     g = tmp_path / "l40s" / "gemm" / "vllm" / "0.14.0"
@@ -130,7 +130,7 @@ def test_import_aiconfigurator_tiny_tables(tmp_path):
 
 def _named_gpus() -> set[str]:
     """Catalog hardware names plus the documented non-catalog ones: what a record's ``gpu`` may be."""
-    from calibrate.fit.gpu_profiles.records import NON_CATALOG_GPUS
+    from calibrate.contracts.op_records import NON_CATALOG_GPUS
     from simulator.catalog import hardware_catalog
 
     return set(hardware_catalog()) | set(NON_CATALOG_GPUS)
@@ -180,7 +180,7 @@ def test_vidur_allreduce_of_an_unknown_gpu_names_the_file_exit_2(tmp_path):
 
 @pytest.mark.skipif(not (SHARED / "vidur-gpu-profiles").is_dir(), reason="../shared/data/vidur-gpu-profiles absent")
 def test_import_vidur_real_shared_data():
-    from calibrate.fit.gpu_profiles.import_vidur import GPU_NAMES
+    from calibrate.gpu_priors.import_vidur import GPU_NAMES
 
     df, prov = import_vidur(SHARED / "vidur-gpu-profiles")
     # properties, not today's list of GPUs: the shared data keeps growing
@@ -198,14 +198,14 @@ def aic_real():
     if not (SHARED / "aiconfigurator-vllm-kernels").is_dir():
         pytest.skip("../shared/data/aiconfigurator-vllm-kernels absent")
     pytest.importorskip("pyarrow")
-    from calibrate.fit.gpu_profiles.import_aiconfigurator import import_aiconfigurator
+    from calibrate.gpu_priors.import_aiconfigurator import import_aiconfigurator
 
     return import_aiconfigurator(SHARED / "aiconfigurator-vllm-kernels")
 
 
 def test_import_aiconfigurator_real_shared_data(aic_real, tmp_path):
-    from calibrate.fit.gpu_profiles.fit import fit_rows
-    from calibrate.fit.gpu_profiles.records import DENSE_OPS, OPS
+    from calibrate.gpu_priors.fit import fit_rows
+    from calibrate.contracts.op_records import DENSE_OPS, OPS
     from simulator.catalog import hardware_catalog
 
     df, prov = aic_real
@@ -258,7 +258,7 @@ def test_aiconfigurator_older_and_newer_layouts(tmp_path):
     """Older NCCL tables without runtime columns (from collection_meta.yaml), extra power columns, MoE, MLA
     and MLA-BMM tables, and B200 -> b200: all read."""
     pytest.importorskip("pyarrow")
-    from calibrate.fit.gpu_profiles.import_aiconfigurator import import_aiconfigurator
+    from calibrate.gpu_priors.import_aiconfigurator import import_aiconfigurator
 
     _parquet(tmp_path, "h100_sxm/comm/nccl/2.23/nccl_perf.parquet",
              [{"nccl_dtype": "half", "num_gpus": 8, "message_size": 1024, "kernel_source": "NCCL", "op_name": op,
@@ -302,7 +302,7 @@ def test_aiconfigurator_skips_and_names_tables_it_cannot_read(tmp_path):
     """An unknown table, an unknown column, a missing column, a GPU with no name: each skipped with its reason
     (provenance + one stderr warning line); the rest imported, exit 0."""
     pytest.importorskip("pyarrow")
-    from calibrate.fit.gpu_profiles.import_aiconfigurator import import_aiconfigurator
+    from calibrate.gpu_priors.import_aiconfigurator import import_aiconfigurator
 
     gemm = _aic_common(op_name="gemm", gemm_dtype="bfloat16", m=8, n=1024, k=512, latency=0.01)
     _parquet(tmp_path, "l40s/gemm/vllm/0.14.0/gemm_perf.parquet", [gemm])
@@ -328,13 +328,13 @@ def test_aiconfigurator_skips_and_names_tables_it_cannot_read(tmp_path):
 
 # ---- the kernel model: hand-computed cases, recovery from synthetic data ------------------------------
 def _records(rows: list[dict]) -> pd.DataFrame:
-    from calibrate.fit.gpu_profiles.records import empty_row, frame
+    from calibrate.contracts.op_records import empty_row, frame
 
     return frame([{**empty_row(), "source": "synthetic", "dtype": "bfloat16", "model": "m", **r} for r in rows])
 
 
 def test_kernel_model_hand_computed():
-    from calibrate.fit.gpu_profiles.kernel_model import Datasheet, KernelParams, OpArrays
+    from calibrate.gpu_priors.kernel_model import Datasheet, KernelParams, OpArrays
 
     hw = Datasheet(bandwidth=1e12, flops=100e12)
     p = KernelParams(mem_efficiency=0.5, compute_efficiency=0.5, gemm_tile_tokens=64, attn_compute_efficiency=0.25,
@@ -357,8 +357,8 @@ def test_kernel_model_hand_computed():
 
 
 def test_fit_recovers_known_parameters_from_synthetic_data():
-    from calibrate.fit.gpu_profiles.fit import COMPUTE_PARAMS, Predictor, fit_params
-    from calibrate.fit.gpu_profiles.kernel_model import KernelParams
+    from calibrate.gpu_priors.fit import COMPUTE_PARAMS, Predictor, fit_params
+    from calibrate.gpu_priors.kernel_model import KernelParams
 
     rng = np.random.default_rng(0)
     rows = []
@@ -386,8 +386,8 @@ def test_fit_recovers_known_parameters_from_synthetic_data():
 
 
 def test_allreduce_fit_recovers_latency_and_bandwidth():
-    from calibrate.fit.gpu_profiles.fit import AR_PARAMS, Predictor, fit_params
-    from calibrate.fit.gpu_profiles.kernel_model import KernelParams
+    from calibrate.gpu_priors.fit import AR_PARAMS, Predictor, fit_params
+    from calibrate.gpu_priors.kernel_model import KernelParams
 
     rows = [{"op": "allreduce", "gpu": "a100-80gb", "message_bytes": float(s), "num_gpus": g, "link": "nvlink",
              "backend": "vllm_graph"} for g in (2, 4, 8) for s in 2.0 ** np.arange(10, 28)]
@@ -403,7 +403,7 @@ def test_shipped_gpu_profiles_have_provenance():
     import yaml
 
     for gpu in ("a100-80gb", "a40", "l40s"):
-        prof = yaml.safe_load((REPO / "simulator" / "profiles" / f"gpu_{gpu}.yaml").read_text())
+        prof = yaml.safe_load((REPO / "calibrate" / "gpu_priors" / "profiles" / f"gpu_{gpu}.yaml").read_text())
         assert prof["hardware"] == gpu and prof["provenance"]["kind"] == "fitted" and prof["provenance"]["sources"]
         for name, p in prof["params"].items():
             assert p["kind"] in ("calibrated", "prior") and p["source"], name

@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from calibrate.fit import gpu_step_plan as gsp
-from calibrate.fit.gpu_profiles import engine_data as ed, engine_fit as ef
+from calibrate.gpu_priors import step_plan as gsp
+from calibrate.gpu_priors import engine_data as ed, engine_fit as ef
 from simulator.errors import InputError
 
 REPO = Path(__file__).resolve().parents[2]
-BENCH = REPO / "calibrate" / "run" / "gpu_step_bench.py"
+BENCH = REPO / "calibrate" / "measure" / "gpu_step_bench.py"
 
 
 def tiny_plan(tmp_path: Path, allow_cpu: bool = True) -> Path:
@@ -120,7 +120,7 @@ def test_committed_step_model_predicts_our_records_once_the_bench_costs_are_fitt
     if d.empty:
         pytest.skip("no campaign records committed")
     from simulator.catalog import get_hardware
-    from simulator.cost_profile import prior_profile
+    from simulator.cost.cost_profile import prior_profile
 
     frozen = {}
     for g in sorted(set(d["gpu"])):

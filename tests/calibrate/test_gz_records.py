@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from calibrate.trace_schema import check_run_dir, record_file
+from calibrate.contracts.trace_schema import check_run_dir, record_file
 from simulator.errors import InputError
 
 RUN = Path(__file__).resolve().parents[2] / "reports" / "cpu-campaign-v2" / "runs" / "specreason-t6"

@@ -1,5 +1,5 @@
 """Issue 27: the run manifest's loader gaps the fuzz test used to skip (tests/calibrate/test_fuzz_loaders.py),
-each closed in calibrate/trace_schema.py and pinned here by the input that used to get through. The gaps kept on
+each closed in calibrate/contracts/trace_schema.py and pinned here by the input that used to get through. The gaps kept on
 purpose (each model's description, ``options``, a profile's provenance and fit blocks) are listed with why in
 docs/validation.md ("Loader gaps kept on purpose"); the last test checks that list against the fuzz test's."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from calibrate.trace_schema import RUN_FIELDS, SCHEMA_VERSION, check_record, check_run_dir
+from calibrate.contracts.trace_schema import RUN_FIELDS, SCHEMA_VERSION, check_record, check_run_dir
 from simulator.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,7 +97,7 @@ def test_a_non_finite_number_inside_a_block_is_an_error(tmp_path, block, path):
 
 @pytest.mark.parametrize("block,key", [("hardware", "gpu_nmae"), ("sampling", "temprature")])
 def test_an_unknown_key_in_hardware_or_sampling_is_an_error_naming_it(tmp_path, block, key):
-    """hardware and sampling have fixed keys (calibrate.run.hardware.detect_hardware / serve_bench's fingerprint;
+    """hardware and sampling have fixed keys (calibrate.measure.hardware.detect_hardware / serve_bench's fingerprint;
     the runners' sampling): a misspelt one was kept without a word."""
     m = _manifest()
     m[block][key] = 1
@@ -123,7 +123,7 @@ def test_a_model_role_that_is_not_an_object_is_an_error(tmp_path):
 
 def test_a_non_finite_time_in_a_record_is_an_error_naming_file_line_and_field(tmp_path):
     """Typed numbers of every record kind are finite (json.loads turns NaN / Infinity / 1e999 into floats)."""
-    from calibrate.trace_schema import STEP_FIELDS
+    from calibrate.contracts.trace_schema import STEP_FIELDS
 
     rec = {f.name: 0 for f in STEP_FIELDS.values()}
     rec.update(schema_version=SCHEMA_VERSION, kind="step", proposer="base", score=None, digit_logprobs={},
@@ -137,7 +137,7 @@ def test_a_non_finite_time_in_a_record_is_an_error_naming_file_line_and_field(tm
 
 
 def test_a_repeated_key_in_a_jsonl_record_is_an_error_naming_file_and_line(tmp_path):
-    from calibrate.trace_schema import check_jsonl
+    from calibrate.contracts.trace_schema import check_jsonl
 
     p = tmp_path / "requests.jsonl"
     p.write_text('{"schema_version": 1, "kind": "request", "kind": "request"}\n')
@@ -150,7 +150,7 @@ def test_every_committed_manifest_still_loads():
     """The closed hardware and sampling blocks accept every run.json the project holds."""
     import gzip
 
-    from calibrate.trace_schema import _loads_json
+    from calibrate.contracts.trace_schema import _loads_json
 
     seen = 0
     for top in ("reports", "tests/data"):

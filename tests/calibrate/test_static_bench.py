@@ -44,7 +44,7 @@ def test_chunked_cache_fill_equals_one_pass():
     activations on a GPU); the cache it leaves gives the next token the same logits as one whole pass."""
     import torch
 
-    from calibrate.run.static_bench import StaticRunner
+    from calibrate.measure.static_bench import StaticRunner
 
     r = StaticRunner("smollm2-135m", 2, "float32", "cpu", "none", 64)
     ids = r._ids(2, 40)
@@ -61,7 +61,7 @@ def test_chunked_cache_fill_equals_one_pass():
 
 @pytest.mark.real_engine
 def test_points_past_the_time_budget_are_skipped_and_listed(tmp_path):
-    from calibrate.run.static_bench import StaticPlan, run_static_bench
+    from calibrate.measure.static_bench import StaticPlan, run_static_bench
 
     plan = StaticPlan(contexts=[16], batches=[1], new_tokens=[8], cached_tokens=[0], gammas=[1], decode_tokens=2,
                       repeats=1)
@@ -76,7 +76,7 @@ def test_points_past_the_time_budget_are_skipped_and_listed(tmp_path):
 def test_compiled_decode_step_runs_whole_graph(tmp_path):
     """The GPU path compiles the decode step with fullgraph=True (CUDA graphs come on top on a GPU): a graph
     break in the model's forward with a static cache would fail every GPU point; here inductor compiles it on CPU."""
-    from calibrate.run.static_bench import StaticPlan, run_static_bench
+    from calibrate.measure.static_bench import StaticPlan, run_static_bench
 
     plan = StaticPlan(contexts=[24], batches=[1], new_tokens=[8], cached_tokens=[0], gammas=[1], decode_tokens=2,
                       repeats=1)
@@ -87,7 +87,7 @@ def test_compiled_decode_step_runs_whole_graph(tmp_path):
 
 @pytest.mark.real_engine
 def test_pass_times_give_every_pass_its_repeats():
-    from calibrate.run.static_bench import StaticRunner
+    from calibrate.measure.static_bench import StaticRunner
 
     r = StaticRunner("smollm2-135m", 1, "float32", "cpu", "none", 64)
     times = r.pass_times(24, [(8, 1), (3, 3)], repeats=2)

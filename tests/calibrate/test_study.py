@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from calibrate.study.acceptance import (acceptance_length, conditional_acceptance, per_position_acceptance,
+from calibrate.measure.study.acceptance import (acceptance_length, conditional_acceptance, per_position_acceptance,
                                         replay_greedy, run_lengths, speedup_iid, speedup_per_position)
-from calibrate.study.token_classes import step_offsets, token_class
+from calibrate.measure.study.token_classes import step_offsets, token_class
 from specsim_cli.main import main
 
 MODEL_DIR = Path(".cache/models/smollm2-135m-instruct")
@@ -57,7 +57,7 @@ def test_speedup_limits():
 
 
 def test_transfer_acceptance_bounded_and_monotone():
-    from calibrate.study.simulate import transfer_acceptance
+    from calibrate.measure.study.simulate import transfer_acceptance
 
     a = transfer_acceptance([0.7, 0.48, 0.31], [0.3, 0.1, 0.03], [0.5, 0.25, 0.1])
     assert all(0 <= x <= 1 for x in a) and a == sorted(a, reverse=True) and a[0] > 0.7
@@ -77,10 +77,10 @@ def test_study_cli_bad_options_exit_2(args, tmp_path, capsys):
 def test_greedy_speculative_equals_target_greedy(tmp_path, model_cache):
     import torch
 
-    from calibrate.run.model_cache import cut_draft
-    from calibrate.study.greedy_spec import ModelDrafter, NgramDrafter, speculative_decode, vanilla_decode
-    from calibrate.study.measure import load_causal_lm
-    from calibrate.run.torch_engine import KVState
+    from calibrate.measure.model_cache import cut_draft
+    from calibrate.measure.study.greedy_spec import ModelDrafter, NgramDrafter, speculative_decode, vanilla_decode
+    from calibrate.measure.study.measure import load_causal_lm
+    from calibrate.measure.torch_engine import KVState
     from transformers import AutoTokenizer
 
     MODEL_DIR = model_cache["base"]

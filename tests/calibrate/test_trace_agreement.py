@@ -3,7 +3,7 @@ validate can read the folder, and a folder one refuses the other refuses with th
 file (``file:line`` for a record) and the field.
 
 The family: mutated copies of a committed run (``tests/data/serve_specreason/http-t6``: 3 SpecReason requests, 7
-steps). Each mutation is a case the trace contract (``calibrate/trace_schema.py``, ``calibrate/trace_rules.py``)
+steps). Each mutation is a case the trace contract (``calibrate/contracts/trace_schema.py``, ``calibrate/contracts/trace_rules.py``)
 refuses; add one to MUTATIONS to grow the family."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from calibrate.trace_schema import (MAX_DURATION_S, MAX_TOKENS, RUN_FIELDS, STEP_FIELDS, SERVE_REQUEST_FIELDS,
+from calibrate.contracts.trace_schema import (MAX_DURATION_S, MAX_TOKENS, RUN_FIELDS, STEP_FIELDS, SERVE_REQUEST_FIELDS,
                                     check_record, value_range)
 from simulator.errors import InputError
 from specsim_cli import main as cli
@@ -159,7 +159,7 @@ SERVE_MUTATIONS = {
 
 
 def test_the_unmutated_serving_run_is_ok_for_both(tmp_path, capsys):
-    from calibrate.run.import_bench_serve import write_run
+    from calibrate.measure.import_bench_serve import write_run
 
     d = write_run(BENCH, tmp_path / "closed-1")
     rc, out, err = _run(["calibrate", "check-trace", d], capsys)
@@ -170,7 +170,7 @@ def test_the_unmutated_serving_run_is_ok_for_both(tmp_path, capsys):
 
 @pytest.mark.parametrize("name", list(SERVE_MUTATIONS))
 def test_check_trace_and_validate_serving_refuse_alike(tmp_path, capsys, name):
-    from calibrate.run.import_bench_serve import write_run
+    from calibrate.measure.import_bench_serve import write_run
 
     mutate, starts, contains = SERVE_MUTATIONS[name]
     d = write_run(BENCH, tmp_path / "closed-1")

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from calibrate.trace_schema import REQUEST_FIELDS, STEP_FIELDS, check_jsonl, check_record
+from calibrate.contracts.trace_schema import REQUEST_FIELDS, STEP_FIELDS, check_jsonl, check_record
 from simulator.errors import InputError
 from tests.calibrate.test_orchestrator import run
 

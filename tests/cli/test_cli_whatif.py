@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator.scenario import list_scenarios
+from simulator.inputs.scenario import list_scenarios
 from specsim_cli.main import main
 
 REF = "scenarios/reference-a6000-qwq32b.yaml"
@@ -172,7 +172,7 @@ def test_bad_slo_in_scenario(tmp_path, capsys):
 def test_breakdown_columns_sum_to_latency(capsys):
     import pandas as pd
 
-    from simulator.report_table import BREAKDOWN, with_remainder
+    from simulator.report.report_table import BREAKDOWN, with_remainder
 
     code, out, err = run_cli(["whatif", REF, "--format", "csv"], capsys)
     assert code == 0, err

@@ -1,5 +1,5 @@
 """Files the project writes get the mode a plain open() would give them (0666 less the umask), not mkstemp's 0600
-(issue 27): every atomic write goes through simulator.loading.temp_beside."""
+(issue 27): every atomic write goes through simulator.inputs.loading.temp_beside."""
 
 import os
 import stat
@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 def test_atomic_writes_follow_the_umask(tmp_path):
     import matplotlib.pyplot as plt
 
-    from simulator.loading import save_figure_atomic, write_atomic
+    from simulator.inputs.loading import save_figure_atomic, write_atomic
 
     old = os.umask(0o022)
     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from simulator.scenario import load_scenario
+from simulator.inputs.scenario import load_scenario
 from specsim_cli.main import main
 
 

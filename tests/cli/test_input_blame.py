@@ -41,7 +41,7 @@ def test_an_undecodable_file_is_named(tmp_path, capsys):
 
 
 def test_an_unexpected_error_names_the_input(tmp_path, capsys, monkeypatch):
-    import simulator.whatif as w
+    import simulator.studies.whatif as w
 
     def boom(*a, **k):
         raise ZeroDivisionError("x")

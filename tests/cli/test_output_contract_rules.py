@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import specsim_cli.main as cli
 from simulator.errors import InputError
-from simulator.loading import write_atomic
+from simulator.inputs.loading import write_atomic
 from simulator.output_contract import FORMAT_EXTS, KNOWN_EXTS, check_out, file_format, output_lock
 from tests.conftest import examples
 

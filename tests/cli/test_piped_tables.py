@@ -1,5 +1,5 @@
 """Tables read through a real pipe (stdout not a terminal, COLUMNS unset): every row on one line, every numeric
-cell parses, no name split over lines (simulator.report_table.print_rich_table)."""
+cell parses, no name split over lines (simulator.report.report_table.print_rich_table)."""
 
 from __future__ import annotations
 

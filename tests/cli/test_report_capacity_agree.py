@@ -11,7 +11,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.capacity import capacity_table, recommend
+from simulator.studies.capacity import capacity_table, recommend
 from specsim_cli.main import main
 from tests.conftest import examples
 
@@ -93,10 +93,10 @@ def test_rounds_stop_only_configurations_below_the_best_and_match_the_single_sea
     """interval_rounds (the search both commands run): a configuration not stopped early has exactly
     capacity_interval's figures; one stopped is significantly below the leader (the ranking's paired test);
     serial and two workers give the same rows."""
-    from simulator.capacity import (IntervalSpec, LoadSpec, capacity_interval, capacity_points, interval_rounds,
+    from simulator.studies.capacity import (IntervalSpec, LoadSpec, capacity_interval, capacity_points, interval_rounds,
                                     paired_better)
-    from simulator.scenario import load_scenario
-    from simulator.serving.slo import parse_slo
+    from simulator.inputs.scenario import load_scenario
+    from simulator.engines.serving.slo import parse_slo
 
     rs = load_scenario(SC)
     pts = capacity_points(rs, parse_slo("p99_latency<=40s"), LoadSpec(requests=40, seed=1))[::8][:3]

@@ -9,12 +9,12 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.accuracy import (AccuracyModel, AccuracyProfile, Floor, floor_status, load_accuracy_profile,
+from simulator.inputs.accuracy import (AccuracyModel, AccuracyProfile, Floor, floor_status, load_accuracy_profile,
                                 model_for_workload, parse_floor)
-from simulator.capacity import add_accuracy, rank_configurations, recommend
+from simulator.studies.capacity import add_accuracy, rank_configurations, recommend
 from simulator.errors import InputError
-from simulator.scenario import load_scenario
-from simulator.systems import SystemConfig
+from simulator.inputs.scenario import load_scenario
+from simulator.inputs.systems import SystemConfig
 from specsim_cli.main import main
 from tests.conftest import examples
 
@@ -99,7 +99,7 @@ def test_a_higher_floor_never_raises_the_recommended_capacity(n_cfg, seed, f1, f
 
 
 def test_more_replications_never_widen_the_interval_in_expectation():
-    from simulator.capacity import t_interval
+    from simulator.studies.capacity import t_interval
 
     rng = np.random.default_rng(0)
     caps = rng.lognormal(np.log(0.05), 0.15, size=(4000, 12))  # per-replication capacities
@@ -148,7 +148,7 @@ def test_bad_floor_options():
 
 
 def test_whatif_shows_accuracy_or_unknown():
-    from simulator.whatif import run_grid
+    from simulator.studies.whatif import run_grid
 
     rs = load_scenario("reference-a6000-qwq32b")
     df = run_grid(rs, configs=[SystemConfig(system="vanilla-base"), SystemConfig(system="specreason", threshold=7),

@@ -45,7 +45,7 @@ def test_a_gpu_added_in_one_file_runs_end_to_end(catalog_with_h20, tmp_path, cap
     assert hwcat.hardware_for_device("NVIDIA H20") == "h20"
     assert hwcat.hardware_for_device("NVIDIA H200") == "h200"  # the longer pattern wins
     assert hwcat.data_labels("aiconfigurator")["h20_sxm"] == "h20" and hwcat.same_chip()["h20"] == "h100-sxm"
-    from calibrate.fit.gpu_profiles.transfer import targets
+    from calibrate.gpu_priors.transfer import targets
 
     assert "h20" in targets()
     rc = cli.main(["pass-time", "--model", "qwen3-8b", "--hardware", "h20", "--batch", "1,8", "--format", "csv"])

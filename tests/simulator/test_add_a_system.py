@@ -1,4 +1,4 @@
-"""Adding a system is one file (issue 29): a ``SystemSpec`` in ``simulator/systems.py``'s ``REGISTRY``. Every rule that
+"""Adding a system is one file (issue 29): a ``SystemSpec`` in ``simulator/inputs/systems.py``'s ``REGISTRY``. Every rule that
 depends on the system reads its spec, never its name, so an entry added at run time (a copy of an existing system under
 another name) is accepted by the scenario loader and the CLI and behaves exactly as the system it copies, in the
 analytic engine and in the discrete-event simulator."""
@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 import specsim_cli.main as cli
-from simulator.systems import REGISTRY, SYSTEMS, SystemSpec
+from simulator.inputs.systems import REGISTRY, SYSTEMS, SystemSpec
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -58,10 +58,10 @@ def test_an_unknown_system_is_refused_by_name(tmp_path, capsys):
 
 def test_the_des_runs_an_added_system_like_the_one_it_copies(copies):
     """The discrete-event simulator, same seed: the copy's requests are the original's, call for call."""
-    from simulator.cost_tables import CostTables
-    from simulator.des import simulate
-    from simulator.scenario import load_scenario
-    from simulator.systems import SystemConfig
+    from simulator.cost.cost_tables import CostTables
+    from simulator.engines.des import simulate
+    from simulator.inputs.scenario import load_scenario
+    from simulator.inputs.systems import SystemConfig
 
     rs = load_scenario(REPO / "scenarios" / "reference-a6000-qwq32b.yaml")
     dep = rs.deployments(rs.hardware_names[0], rs.tps[0])

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from simulator.analytic import CostVectors, MixturePredictor, chain_for, predict_point
-from simulator.chain import run_chains
-from simulator.cost_tables import CostTables
-from simulator.execution import Execution
-from simulator.systems import SystemConfig
+from simulator.engines.analytic import CostVectors, MixturePredictor, chain_for, predict_point
+from simulator.engines.chain import run_chains
+from simulator.cost.cost_tables import CostTables
+from simulator.cost.execution import Execution
+from simulator.inputs.systems import SystemConfig
 from tests.conftest import deployments, make_workload, examples
 
 FIELDS = ("small_first", "small_rest", "score_rest", "score_prompt", "base_gen", "base_prompt", "regen_continue",
@@ -91,8 +91,8 @@ def test_composed_dp_applies_where_documented(w, q, first_n, mean_steps):
 
 
 def test_composed_dp_on_the_shipped_profiles():
-    from simulator.scenario import PROFILES_DIR
-    from simulator.workload import load_workload
+    from simulator.inputs.scenario import PROFILES_DIR
+    from simulator.inputs.workload import load_workload
 
     w = load_workload(PROFILES_DIR / "workload_aime60_qwq32b_r1-1.5b.yaml")  # h_s, h_b differ by rounding only
     keys = [(0.0, np.inf), (1.0, 0), (w.acceptance_probability(3), 0), (w.acceptance_probability(7), 0),

@@ -1,4 +1,4 @@
-"""Serving workloads as benchmarks define them (simulator/serving/bench_workload.py): vllm bench serve command
+"""Serving workloads as benchmarks define them (simulator/engines/serving/bench_workload.py): vllm bench serve command
 lines in and out, lengths, early EOS, arrivals, errors naming file and field."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.errors import InputError
-from simulator.scenario import load_scenario
-from simulator.serving import ClosedLoopUsers, PoissonArrivals
-from simulator.serving.arrivals import BurstyArrivals, StagedArrivals
-from simulator.serving.bench_workload import Lengths, ServingWorkload
+from simulator.inputs.scenario import load_scenario
+from simulator.engines.serving import ClosedLoopUsers, PoissonArrivals
+from simulator.engines.serving.arrivals import BurstyArrivals, StagedArrivals
+from simulator.engines.serving.bench_workload import Lengths, ServingWorkload
 from tests.conftest import examples
 
 

@@ -13,10 +13,10 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from simulator.capacity import LoadSpec, Point, capacity_table, evaluate, run_points, search_capacity
+from simulator.studies.capacity import LoadSpec, Point, capacity_table, evaluate, run_points, search_capacity
 from simulator.errors import InputError
-from simulator.serving.slo import parse_slo
-from simulator.systems import SystemConfig
+from simulator.engines.serving.slo import parse_slo
+from simulator.inputs.systems import SystemConfig
 from specsim_cli.main import main
 
 SC = "scenarios/cpu-smollm2.yaml"
@@ -163,7 +163,7 @@ def test_cli_replayed_arrivals(tmp_path, capsys):
 
 
 def test_overload_is_caught_by_the_drift_check(tmp_path):
-    from simulator.serving.metrics import DRIFT_LIMIT
+    from simulator.engines.serving.metrics import DRIFT_LIMIT
 
     # at most 4 sequences per engine (the scenario's execution.max_num_seqs, the one place that sets it): ~0.6
     # requests/s of capacity, offered 5/s
@@ -177,7 +177,7 @@ def test_overload_is_caught_by_the_drift_check(tmp_path):
 
 
 def test_stationarity_rejects_a_growing_backlog_and_keeps_a_stable_one():
-    from simulator.serving.metrics import latency_drift, stationarity
+    from simulator.engines.serving.metrics import latency_drift, stationarity
 
     rng = np.random.default_rng(0)
     n = 300

@@ -1,5 +1,5 @@
 """The capacity search on a serving benchmark's workload (``--bench-serve`` / ``serving_workload``,
-``simulator.capacity.bench``) and the SLO terms of such benchmarks (TPOT, ITL, ``simulator.serving.slo``):
+``simulator.studies.capacity.bench``) and the SLO terms of such benchmarks (TPOT, ITL, ``simulator.engines.serving.slo``):
 
 - a capacity is found and never lies above the throughput simulated at it (the sustain law of
   ``test_capacity_sustain``);
@@ -21,11 +21,11 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.capacity import IntervalSpec, LoadSpec, Point, capacity_interval, evaluate
+from simulator.studies.capacity import IntervalSpec, LoadSpec, Point, capacity_interval, evaluate
 from simulator.errors import InputError
-from simulator.serving.bench_workload import ServingWorkload
-from simulator.serving.slo import parse_slo
-from simulator.systems import SystemConfig
+from simulator.engines.serving.bench_workload import ServingWorkload
+from simulator.engines.serving.slo import parse_slo
+from simulator.inputs.systems import SystemConfig
 from specsim_cli.main import main
 from tests.simulator.test_capacity_sustain import check_row, fixed_scenario
 from tests.conftest import examples
@@ -83,8 +83,8 @@ def test_a_tighter_ttft_slo_never_sustains_more(tmp_path):
 
 
 def test_specdecode_serves_the_same_requests(tmp_path):
-    from simulator.capacity.bench import plans
-    from simulator.scenario import load_scenario
+    from simulator.studies.capacity.bench import plans
+    from simulator.inputs.scenario import load_scenario
 
     rs = load_scenario(small_scenario(tmp_path))
     js = workload()

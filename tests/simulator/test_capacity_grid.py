@@ -9,10 +9,10 @@ import json
 import pytest
 
 import specsim_cli.main as cli
-from simulator.capacity import DEFAULT_GRID_MAX, LoadSpec, capacity_points, search_grid
-from simulator.capacity.search import _scenario
-from simulator.scenario import load_scenario
-from simulator.serving.slo import parse_slo
+from simulator.studies.capacity import DEFAULT_GRID_MAX, LoadSpec, capacity_points, search_grid
+from simulator.studies.capacity.search import _scenario
+from simulator.inputs.scenario import load_scenario
+from simulator.engines.serving.slo import parse_slo
 
 
 def _option(command: str, name: str):
@@ -89,7 +89,7 @@ def test_trimming_keeps_what_the_command_line_names(systems, gammas, thresholds)
 def test_the_note_comes_before_the_search_and_the_search_gets_the_trimmed_grid(monkeypatch, capsys):
     """The command announces the trimmed grid on stderr before searching, and searches exactly the trimmed grid (the
     search itself is replaced here by a double that records its configurations and stops)."""
-    import simulator.capacity as capacity
+    import simulator.studies.capacity as capacity
 
     seen = []
 

@@ -15,12 +15,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-import simulator.capacity.search as search
-from simulator.capacity import (IntervalSpec, LoadSpec, Point, Workers, capacity_points, evaluate, interval_rounds,
+import simulator.studies.capacity.search as search
+from simulator.studies.capacity import (IntervalSpec, LoadSpec, Point, Workers, capacity_points, evaluate, interval_rounds,
                                 run_points, search_capacity, search_table, single_request_latency)
-from simulator.scenario import load_scenario
-from simulator.serving.slo import parse_slo
-from simulator.systems import SystemConfig
+from simulator.inputs.scenario import load_scenario
+from simulator.engines.serving.slo import parse_slo
+from simulator.inputs.systems import SystemConfig
 
 SC = "scenarios/cpu-smollm2.yaml"
 LOAD = LoadSpec(requests=60, seed=4)
@@ -92,7 +92,7 @@ def test_one_or_two_workers_and_a_shared_pool_give_the_same_rows():
 
 
 def test_search_table_is_the_same_on_one_process_and_on_a_pool():
-    from simulator.accuracy import parse_floor, scenario_accuracy
+    from simulator.inputs.accuracy import parse_floor, scenario_accuracy
 
     rs = load_scenario(SC)
     args = (rs, parse_slo("p99_latency<=40s"), LOAD, [VANILLA, SPECDECODE], IntervalSpec(max_reps=3),

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import examples
 
-from simulator.capacity.table import capacity_table, config_key, config_names, headline, mark_recommendation
+from simulator.studies.capacity.table import capacity_table, config_key, config_names, headline, mark_recommendation
 
 
 def _rows(caps: list[tuple[float, ...]], tps: list[int]) -> list[dict]:
@@ -95,9 +95,9 @@ def test_best_line_shows_both_replica_counts():
 
 
 def test_config_key_of_a_point_is_its_rows():
-    from simulator.capacity import LoadSpec, capacity_points, load_scenario
-    from simulator.serving.slo import parse_slo
-    from simulator.systems import SystemConfig
+    from simulator.studies.capacity import LoadSpec, capacity_points, load_scenario
+    from simulator.engines.serving.slo import parse_slo
+    from simulator.inputs.systems import SystemConfig
 
     rs = load_scenario("cpu-smollm2")
     cfg = SystemConfig(system="specdecode", gamma=3)
@@ -107,8 +107,8 @@ def test_config_key_of_a_point_is_its_rows():
 
 @pytest.mark.parametrize("gamma", [3])  # not in cpu-smollm2's grid (1, 2, 4, 6): a KeyError after the search before
 def test_report_on_a_gamma_outside_the_grid(tmp_path, gamma):
-    from simulator.capacity import IntervalSpec
-    from simulator.capacity_report import build_report
+    from simulator.studies.capacity import IntervalSpec
+    from simulator.report.capacity_report import build_report
 
     path, line, _ = build_report("cpu-smollm2", tmp_path / "r", requests=20, workers=1, systems=["specdecode"],
                               gammas=[gamma], interval=IntervalSpec(max_reps=3))
@@ -116,7 +116,7 @@ def test_report_on_a_gamma_outside_the_grid(tmp_path, gamma):
 
 
 def test_report_answer_gives_replicas_at_the_lower_bound():
-    from simulator.capacity_report import _at_lower_bound
+    from simulator.report.capacity_report import _at_lower_bound
 
     row = pd.Series(dict(replicas=4.0, replicas_lo=5.0, gpus_lo=10.0, max_qps_lo=2.0))
     assert _at_lower_bound(row, "GPU") == "; 5 = 10 GPU(s) if the capacity is at its interval's lower bound (2 requests/s)"

@@ -20,9 +20,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulator.capacity import IntervalSpec, LoadSpec, Point, capacity_interval, evaluate, requests_for
-from simulator.serving.metrics import HORIZON_LATENCIES, stationarity, sustain
-from simulator.systems import SystemConfig
+from simulator.studies.capacity import IntervalSpec, LoadSpec, Point, capacity_interval, evaluate, requests_for
+from simulator.engines.serving.metrics import HORIZON_LATENCIES, stationarity, sustain
+from simulator.inputs.systems import SystemConfig
 from tests.conftest import examples
 
 VANILLA = SystemConfig(system="vanilla-base")
@@ -103,7 +103,7 @@ def test_no_capacity_above_the_throughput_simulated_at_it(tmp_path, prompt, outp
     sc = fixed_scenario(tmp_path, prompt, output, gpu="h100-sxm", model="qwen3-1.7b", small="qwen3-1.7b", tp=1,
                         max_num_seqs=seqs)
     p0 = Point(sc, "h100-sxm", 1, VANILLA, LoadSpec(requests=requests, seed=seed), "p99_latency<=1s")
-    from simulator.capacity import point_latency
+    from simulator.studies.capacity import point_latency
 
     slo = f"p99_latency<={slo_factor * point_latency(p0):.4g}s"
     p = Point(sc, "h100-sxm", 1, VANILLA, LoadSpec(requests=requests, seed=seed), slo)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from simulator.capacity import recommend
-from simulator.capacity.table import config_key, rank_configurations
+from simulator.studies.capacity import recommend
+from simulator.studies.capacity.table import config_key, rank_configurations
 
 
 def _table():
@@ -34,7 +34,7 @@ def test_one_gpu_one_tp_keeps_bare_labels():
 
 
 def test_the_interval_keeps_the_search_resolution_when_replications_agree():
-    from simulator.capacity.search import IntervalSpec, interval_fields
+    from simulator.studies.capacity.search import IntervalSpec, interval_fields
 
     spec = IntervalSpec(rel_tol=0.04)
     f = interval_fields([6.0, 6.0, 6.0], spec)  # warm-started replications bisecting to the same lower bracket

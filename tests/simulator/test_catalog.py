@@ -3,8 +3,8 @@ from hypothesis import given, strategies as st
 
 from simulator.catalog import get_hardware, get_model, hardware_catalog, model_catalog
 from simulator.catalog.models import ModelSpec
-from simulator.cost_model import Deployment
-from simulator.cost_profile import prior_profile
+from simulator.cost.cost_model import Deployment
+from simulator.cost.cost_profile import prior_profile
 from simulator.errors import InputError
 
 REQUIRED_MODELS = ["qwq-32b", "skywork-or1-32b-preview", "r1-distill-qwen-1.5b", "zr1-1.5b", "r1-distill-llama-70b",

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.execution import Execution
-from simulator.scenario import load_scenario
-from simulator.serving import ClosedLoopUsers, PoissonArrivals, simulate_serving
-from simulator.serving.engine import Engine
-from simulator.systems import SystemConfig
+from simulator.cost.execution import Execution
+from simulator.inputs.scenario import load_scenario
+from simulator.engines.serving import ClosedLoopUsers, PoissonArrivals, simulate_serving
+from simulator.engines.serving.engine import Engine
+from simulator.inputs.systems import SystemConfig
 from tests.conftest import examples
 
 VANILLA = SystemConfig(system="vanilla-base")

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from simulator.catalog import get_hardware, get_model
-from simulator.cost_model import Deployment
-from simulator.cost_profile import CostParams
+from simulator.cost.cost_model import Deployment
+from simulator.cost.cost_profile import CostParams
 from tests.conftest import flat_params
 
 
@@ -89,9 +89,9 @@ def test_seq_overhead_is_paid_once_per_sequence(arch, hw):
 
 
 def test_profiles_without_seq_overhead_load_with_zero():
-    from simulator.cost_profile import prior_profile
-    from simulator.loading import load_yaml_model
-    from simulator.cost_profile import CostProfile
+    from simulator.cost.cost_profile import prior_profile
+    from simulator.inputs.loading import load_yaml_model
+    from simulator.cost.cost_profile import CostProfile
     from tests.conftest import REPO
 
     old = load_yaml_model(REPO / "simulator/profiles/cost_a100-80gb-vllm082-specreason-traces.yaml", CostProfile)
@@ -99,7 +99,7 @@ def test_profiles_without_seq_overhead_load_with_zero():
     assert prior_profile(get_hardware("cpu")).seq_overhead_s.value > 0
 
 
-# ---- prefix caching in whole blocks (simulator.execution) ---------------------------------------
+# ---- prefix caching in whole blocks (simulator.cost.execution) ---------------------------------------
 @pytest.mark.parametrize("new, cached, block, want_new, want_cached", [
     (1, 100, 16, 5, 96),  # the tail of the last partial block (4 tokens) is prefilled again
     (1, 128, 128, 1, 128),  # a full block is reused; the new token is computed
@@ -110,15 +110,15 @@ def test_profiles_without_seq_overhead_load_with_zero():
     (3, 100, 1, 3, 100),  # block 1: token-exact caching
 ])
 def test_cache_split_by_hand(new, cached, block, want_new, want_cached):
-    from simulator.execution import cache_split
+    from simulator.cost.execution import cache_split
 
     n, c = cache_split(new, cached, block)
     assert (int(n), int(c)) == (want_new, want_cached)
 
 
 def test_cost_tables_prefill_applies_block_caching_vectorised(workload):
-    from simulator.cost_tables import CostTables
-    from simulator.execution import Execution, cache_split
+    from simulator.cost.cost_tables import CostTables
+    from simulator.cost.execution import Execution, cache_split
     from tests.conftest import deployments
 
     b, s = deployments()

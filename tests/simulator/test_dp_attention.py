@@ -8,12 +8,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from simulator.catalog import get_hardware, get_model
-from simulator.cost_model import Deployment, expert_parallel_error
-from simulator.cost_profile import prior_profile
+from simulator.cost.cost_model import Deployment, expert_parallel_error
+from simulator.cost.cost_profile import prior_profile
 from simulator.errors import InputError
-from simulator.memory_plan import memory_plan
-from simulator.scenario import load_scenario
-from simulator.serving.kv_cache import kv_layout
+from simulator.cost.memory_plan import memory_plan
+from simulator.inputs.scenario import load_scenario
+from simulator.engines.serving.kv_cache import kv_layout
 from specsim_cli.main import main
 from tests.conftest import examples
 

@@ -21,18 +21,18 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
-from simulator.analytic import CostVectors, chain_for, predict_point
+from simulator.engines.analytic import CostVectors, chain_for, predict_point
 from simulator.catalog import get_hardware, get_model, model_catalog
-from simulator.cost_model import Deployment, Drafting
-from simulator.cost_profile import prior_profile
-from simulator.cost_tables import CostTables
-from simulator.des import simulate, summarize
+from simulator.cost.cost_model import Deployment, Drafting
+from simulator.cost.cost_profile import prior_profile
+from simulator.cost.cost_tables import CostTables
+from simulator.engines.des import simulate, summarize
 from simulator.errors import InputError
-from simulator.request_model import Call, RequestSampler
-from simulator.scenario import load_scenario
-from simulator.serving import PoissonArrivals, simulate_serving
-from simulator.serving.engine import Engine
-from simulator.systems import SystemConfig
+from simulator.engines.request_model import Call, RequestSampler
+from simulator.inputs.scenario import load_scenario
+from simulator.engines.serving import PoissonArrivals, simulate_serving
+from simulator.engines.serving.engine import Engine
+from simulator.inputs.systems import SystemConfig
 from tests.conftest import deployments, make_workload, examples
 from tests.simulator.test_engines_agree import workloads
 

@@ -23,13 +23,13 @@ from hypothesis import given, settings, strategies as st
 
 from simulator.catalog import get_hardware, get_model
 from simulator.catalog.draft_heads import eagle3_head
-from simulator.cost_model import Deployment, Drafting
-from simulator.cost_profile import prior_profile
-from simulator.drafter_priors import (FAMILIES, PRIOR_KINDS, acceptance_length, extend, from_acceptance_length,
+from simulator.cost.cost_model import Deployment, Drafting
+from simulator.cost.cost_profile import prior_profile
+from simulator.inputs.drafter_priors import (FAMILIES, PRIOR_KINDS, acceptance_length, extend, from_acceptance_length,
                                       kind_prior, per_position, prior_acceptance)
 from simulator.errors import InputError
-from simulator.scenario import load_scenario
-from simulator.spec_iteration import speculative_iteration
+from simulator.inputs.scenario import load_scenario
+from simulator.cost.spec_iteration import speculative_iteration
 from tests.conftest import examples
 
 ROOT = Path(__file__).resolve().parents[2]

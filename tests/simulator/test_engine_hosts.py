@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 from simulator.catalog import get_hardware
 from simulator.catalog.engine_hosts import (ASYNC_DEFAULT_FROM, HOST_TERMS, ServingEngine, async_on, engine_hosts,
                                             engine_version, host_terms)
-from simulator.cost_model import Deployment
+from simulator.cost.cost_model import Deployment
 from simulator.catalog import get_model
-from simulator.cost_profile import prior_profile
+from simulator.cost.cost_profile import prior_profile
 from simulator.errors import InputError
 from tests.conftest import examples
 
@@ -103,7 +103,7 @@ def test_async_scheduling_never_slows_a_step(batch, ctx, version):
 def test_scenario_field_selects_the_version(tmp_path):
     import yaml
 
-    from simulator.scenario import load_scenario
+    from simulator.inputs.scenario import load_scenario
 
     src = load_scenario("cpu-smollm2").scenario.model_dump(mode="json", exclude_defaults=True)
     src.update(hardware={"gpu": "h100-sxm", "count": 1}, cost_profiles=["prior"],

@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
-from simulator.analytic import CostVectors, chain_for, predict_point
-from simulator.chain import run_chain
-from simulator.cost_tables import CostTables
-from simulator.des import simulate, summarize
-from simulator.execution import Execution
-from simulator.systems import SYSTEMS, SystemConfig
+from simulator.engines.analytic import CostVectors, chain_for, predict_point
+from simulator.engines.chain import run_chain
+from simulator.cost.cost_tables import CostTables
+from simulator.engines.des import simulate, summarize
+from simulator.cost.execution import Execution
+from simulator.inputs.systems import SYSTEMS, SystemConfig
 from tests.conftest import deployments, make_workload, examples
 
 
@@ -123,7 +123,7 @@ PINNED_ANALYTIC = {
     "vanilla-base": 10.96526903050944, "vanilla-small": 0.8477735392049001, "specdecode g=3": 5.061634430678056,
     "specreason t=5 n=1": 8.001618855636497, "specreason-decode g=3 t=5 n=1": 4.84491304421603,
 }
-# The DES's pinned means went away with the one request model (simulator/request_model.py): its
+# The DES's pinned means went away with the one request model (simulator/engines/request_model.py): its
 # sampler draws differently, so the DES is held to the pinned analytic numbers statistically instead.
 DES_CHECKED = ("vanilla-base", "specdecode g=3", "specreason-decode g=3 t=5 n=1")
 
@@ -205,7 +205,7 @@ def test_threshold_zero_keeps_every_small_step_and_first_n_is_honoured(workload)
 @pytest.mark.parametrize("step_calls", [False, True])
 def test_same_seed_same_requests_in_the_des_and_the_serving_simulator(workload, step_calls):
     """One sampler: request i of a seed is the same request in both engines, whatever the request count."""
-    from simulator.request_model import RequestSampler
+    from simulator.engines.request_model import RequestSampler
 
     b, s = deployments()
     for cfg in _pinned_configs():
@@ -227,8 +227,8 @@ def test_steps_follow_the_step_count_pmf(weights):
     """With no budget in reach, the number of steps is distributed as the workload's step-count pmf N (the
     answer hazard h[j] = P(N = j+1 | N > j)): P(steps = k) = P(N = k), and the chain DP of a base-model chain
     (every proposal rejected) has E[steps] = E[N]."""
-    from simulator.distributions import IntPMF
-    from simulator.workload import answer_hazard
+    from simulator.inputs.distributions import IntPMF
+    from simulator.inputs.workload import answer_hazard
 
     n = len(weights)
     pmf = IntPMF.from_weights(np.arange(1, n + 1), np.asarray(weights))

@@ -11,13 +11,13 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
 import specsim_cli.main as cli
-from simulator.analytic import CostVectors, chain_for, predict_point
-from simulator.chain import run_chains
-from simulator.cost_tables import CostTables
-from simulator.des import simulate, summarize
+from simulator.engines.analytic import CostVectors, chain_for, predict_point
+from simulator.engines.chain import run_chains
+from simulator.cost.cost_tables import CostTables
+from simulator.engines.des import simulate, summarize
 from simulator.option_values import FIRST_N_MAX
-from simulator.scenario import SCENARIOS_DIR
-from simulator.systems import SystemConfig
+from simulator.inputs.scenario import SCENARIOS_DIR
+from simulator.inputs.systems import SystemConfig
 from tests.conftest import deployments, make_workload
 
 FIELDS = ("small_first", "small_rest", "score_rest", "score_prompt", "base_gen", "base_prompt", "regen_continue",

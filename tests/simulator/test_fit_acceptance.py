@@ -14,8 +14,8 @@ import yaml
 import specsim_cli.main as cli
 from calibrate.fit.fit_acceptance import Measurement, acceptance_yaml, check_measurement, evaluate, fit, from_study, report
 from simulator.errors import InputError
-from simulator.loading import read_yaml
-from simulator.scenario import load_scenario
+from simulator.inputs.loading import read_yaml
+from simulator.inputs.scenario import load_scenario
 
 
 def _data(cond, gammas=range(1, 9), n=1000):

@@ -13,12 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.execution import Execution
-from simulator.request_model import BASE, Call, RequestPlan
-from simulator.scenario import load_scenario
-from simulator.serving.arrivals import ReplayArrivals
-from simulator.serving.replica import simulate_serving
-from simulator.systems import SystemConfig
+from simulator.cost.execution import Execution
+from simulator.engines.request_model import BASE, Call, RequestPlan
+from simulator.inputs.scenario import load_scenario
+from simulator.engines.serving.arrivals import ReplayArrivals
+from simulator.engines.serving.replica import simulate_serving
+from simulator.inputs.systems import SystemConfig
 from tests.conftest import examples
 
 

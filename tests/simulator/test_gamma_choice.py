@@ -1,4 +1,4 @@
-"""simulator.gamma_choice: the per-iteration expected-goodput γ rule and the best-γ-vs-concurrency table."""
+"""simulator.engines.gamma_choice: the per-iteration expected-goodput γ rule and the best-γ-vs-concurrency table."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.catalog import get_hardware, get_model
-from simulator.cost_model import Deployment, Drafting
-from simulator.cost_profile import prior_profile
-from simulator.gamma_choice import best_gamma_vs_concurrency, gamma_rule_table, goodput_gamma, iteration_time
+from simulator.cost.cost_model import Deployment, Drafting
+from simulator.cost.cost_profile import prior_profile
+from simulator.engines.gamma_choice import best_gamma_vs_concurrency, gamma_rule_table, goodput_gamma, iteration_time
 from tests.conftest import examples
 
 

@@ -18,15 +18,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-import simulator.serving.replica as replica_mod
-from simulator.cost_model import Drafting
-from simulator.gamma_choice import GoodputPolicy, best_goodput, goodput_gamma, iteration_time
-from simulator.request_model import Call, RequestSampler
-from simulator.serving.engine import Engine, Job
-from simulator.scenario import load_scenario
-from simulator.serving import ClosedLoopUsers, PoissonArrivals, simulate_serving
-from simulator.serving.metrics import summarize_serving
-from simulator.systems import SystemConfig
+import simulator.engines.serving.replica as replica_mod
+from simulator.cost.cost_model import Drafting
+from simulator.engines.gamma_choice import GoodputPolicy, best_goodput, goodput_gamma, iteration_time
+from simulator.engines.request_model import Call, RequestSampler
+from simulator.engines.serving.engine import Engine, Job
+from simulator.inputs.scenario import load_scenario
+from simulator.engines.serving import ClosedLoopUsers, PoissonArrivals, simulate_serving
+from simulator.engines.serving.metrics import summarize_serving
+from simulator.inputs.systems import SystemConfig
 from tests.conftest import examples
 
 

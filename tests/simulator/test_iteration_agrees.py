@@ -1,4 +1,4 @@
-"""One speculative iteration, one definition (issue 29): ``simulator.spec_iteration.speculative_iteration`` prices
+"""One speculative iteration, one definition (issue 29): ``simulator.cost.spec_iteration.speculative_iteration`` prices
 the iteration for the what-if engines' batch-1 cost tables (``CostTables.draft_iter`` / ``verify_iter``), the γ rule
 (``gamma_choice.iteration_parts``) and the serving engine (``Engine._spec_time``; its stretches over arrays of
 contexts, fused in ``pass_cost.spec_iteration_times``). On random scenario / drafter (the scenario's own, a tree, prompt
@@ -23,13 +23,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.cost_model import Drafting
-from simulator.cost_tables import CostTables
-from simulator.gamma_choice import iteration_parts
-from simulator.scenario import load_scenario
-from simulator.serving.engine import Engine
-from simulator.serving.pass_cost import PassCost, spec_iteration_times
-from simulator.spec_iteration import speculative_iteration
+from simulator.cost.cost_model import Drafting
+from simulator.cost.cost_tables import CostTables
+from simulator.engines.gamma_choice import iteration_parts
+from simulator.inputs.scenario import load_scenario
+from simulator.engines.serving.engine import Engine
+from simulator.engines.serving.pass_cost import PassCost, spec_iteration_times
+from simulator.cost.spec_iteration import speculative_iteration
 from tests.conftest import examples
 
 # a separate draft model (CPU: hard roofline; A6000 at TP 2), a draft head (FP8), DeepSeek-R1's MTP module (MoE + MLA:

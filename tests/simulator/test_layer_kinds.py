@@ -16,9 +16,9 @@ from simulator.catalog import get_hardware, get_model
 from simulator.catalog.hf_config import UnknownArchitectureWarning, load_hf_config
 from simulator.catalog.layer_kinds import PLAIN_LAYER
 from simulator.catalog.models import PARAM_TOLERANCE
-from simulator.cost_model import Deployment
-from simulator.cost_profile import prior_profile
-from simulator.memory_plan import memory_plan
+from simulator.cost.cost_model import Deployment
+from simulator.cost.cost_profile import prior_profile
+from simulator.cost.memory_plan import memory_plan
 from specsim_cli.main import main
 from tests.conftest import examples
 

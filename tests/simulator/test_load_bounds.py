@@ -14,9 +14,9 @@ from tests.conftest import examples
 import specsim_cli.main as cli
 from simulator.errors import InputError
 from simulator.option_values import MAX_USERS, QPS_RANGE, check_requests, rate_list, user_list
-from simulator.scenario import MAX_REQUESTS, load_scenario
-from simulator.serving import ClosedLoopUsers, simulate_serving
-from simulator.systems import SystemConfig
+from simulator.inputs.scenario import MAX_REQUESTS, load_scenario
+from simulator.engines.serving import ClosedLoopUsers, simulate_serving
+from simulator.inputs.systems import SystemConfig
 
 
 @pytest.mark.parametrize("args, field", [

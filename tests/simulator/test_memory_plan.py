@@ -1,4 +1,4 @@
-"""vLLM's start-up memory plan (simulator/memory_plan.py): its laws, a logged vLLM figure, and the memory check."""
+"""vLLM's start-up memory plan (simulator/cost/memory_plan.py): its laws, a logged vLLM figure, and the memory check."""
 
 from dataclasses import replace
 
@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from simulator.catalog import get_hardware, get_model
-from simulator.cost_model import Deployment
-from simulator.cost_profile import prior_profile
-from simulator.memory_plan import GIB, cudagraphs_counted, memory_plan
+from simulator.cost.cost_model import Deployment
+from simulator.cost.cost_profile import prior_profile
+from simulator.cost.memory_plan import GIB, cudagraphs_counted, memory_plan
 from specsim_cli.main import main
 from tests.conftest import examples
 
@@ -97,7 +97,7 @@ def _scenario(tmp_path, gpu="a100-80gb", model="qwen3-32b", memory="", systems="
 
 
 def test_qwen3_32b_at_tp1_on_an_a100_80gb_is_served(tmp_path):
-    from simulator.scenario import load_scenario
+    from simulator.inputs.scenario import load_scenario
 
     rs = load_scenario(_scenario(tmp_path, systems="vanilla-base, specdecode"))
     [(plan, what, n, fld, u)] = [x for x in rs.engine_plans("a100-80gb", 1) if x[1] == "qwen3-32b"]
@@ -117,7 +117,7 @@ def test_what_vllm_refuses_is_refused_in_its_words(tmp_path, capsys, memory, wor
 
 
 def test_colocated_engines_split_and_both_names_are_rejected(tmp_path, capsys):
-    from simulator.scenario import load_scenario
+    from simulator.inputs.scenario import load_scenario
 
     rs = load_scenario(_scenario(tmp_path, gpu="h100-sxm", model="qwen3-8b", memory="gpu_memory_utilization: 0.9",
                                  systems="vanilla-base, specreason"))

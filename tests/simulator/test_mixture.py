@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
-from simulator.analytic import MixturePredictor, predict
-from simulator.cost_tables import CostTables
-from simulator.des import simulate, summarize
-from simulator.execution import Execution
-from simulator.request_model import RequestSampler
-from simulator.systems import SYSTEMS, SystemConfig
+from simulator.engines.analytic import MixturePredictor, predict
+from simulator.cost.cost_tables import CostTables
+from simulator.engines.des import simulate, summarize
+from simulator.cost.execution import Execution
+from simulator.engines.request_model import RequestSampler
+from simulator.inputs.systems import SYSTEMS, SystemConfig
 from tests.conftest import SMALL_WORKLOAD, deployments, make_workload, examples
 
 CONFIGS = [SystemConfig(system="vanilla-base"), SystemConfig(system="vanilla-small"), SystemConfig(system="specdecode", gamma=3),

@@ -1,4 +1,4 @@
-"""One set of shape, TP and memory rules (``simulator/catalog/model_shape.py``, ``simulator/memory_check.py``) for
+"""One set of shape, TP and memory rules (``simulator/catalog/model_shape.py``, ``simulator/cost/memory_check.py``) for
 every model and every command that places one: bounded integer dimensions, KV heads dividing heads, TP sharding
 heads and KV heads, the weights and the KV cache fitting; ``pass-time``, ``whatif`` and ``capacity`` refuse the same
 placement in the same words; a scenario takes no boolean for an integer."""
@@ -14,7 +14,7 @@ import specsim_cli.main as cli
 from simulator.catalog import get_model
 from simulator.catalog.model_shape import DIMENSION_BOUNDS
 from simulator.catalog.models import ModelSpec, model_catalog
-from simulator.scenario import SCENARIOS_DIR
+from simulator.inputs.scenario import SCENARIOS_DIR
 from tests.conftest import examples
 
 CONFIGS = Path(__file__).resolve().parents[2] / "tests" / "data" / "hf_configs"

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from simulator.catalog import get_hardware, get_model
 from simulator.catalog.models import WEIGHT_DTYPE_BYTES
-from simulator.cost_model import Deployment, Drafting, expert_parallel_error
-from simulator.cost_profile import prior_profile
+from simulator.cost.cost_model import Deployment, Drafting, expert_parallel_error
+from simulator.cost.cost_profile import prior_profile
 from simulator.errors import InputError
 from tests.conftest import examples
 
@@ -222,7 +222,7 @@ def test_more_tp_never_increases_per_gpu_bytes_of_moe_models():
 
 
 def test_mtp_draft_iteration_costs_one_moe_layer_pass_per_token():
-    from simulator.gamma_choice import iteration_parts
+    from simulator.engines.gamma_choice import iteration_parts
 
     hw = get_hardware("h200")
     c = prior_profile(hw).params(hw)
@@ -257,7 +257,7 @@ systems: [vanilla-base]
     ("qwen3-235b-a22b", "h100-sxm", 8, 8, "bf16", True),
 ])
 def test_fits_in_memory_counts_every_expert(tmp_path, model, gpu, count, tp, dtype, fits):
-    from simulator.scenario import load_scenario
+    from simulator.inputs.scenario import load_scenario
 
     p = tmp_path / "s.yaml"
     p.write_text(SC.format(model=model, gpu=gpu, count=count, tp=tp, dtype=dtype))
@@ -269,7 +269,7 @@ def test_fits_in_memory_counts_every_expert(tmp_path, model, gpu, count, tp, dty
 
 
 def test_mtp_kind_needs_a_model_with_an_mtp_module(tmp_path):
-    from simulator.scenario import load_scenario
+    from simulator.inputs.scenario import load_scenario
 
     text = SC.format(model="qwen3-30b-a3b", gpu="h100-sxm", count=1, tp=1, dtype="fp8").replace(
         "systems: [vanilla-base]", "systems: [vanilla-base, specdecode]\ndraft: {kind: mtp, acceptance: {a: [0.8], "

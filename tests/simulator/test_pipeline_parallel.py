@@ -5,10 +5,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from simulator.catalog import get_hardware, get_model
-from simulator.cost_model import Deployment
-from simulator.cost_profile import prior_profile
-from simulator.memory_plan import memory_plan
-from simulator.serving.pass_cost import PassCost
+from simulator.cost.cost_model import Deployment
+from simulator.cost.cost_profile import prior_profile
+from simulator.cost.memory_plan import memory_plan
+from simulator.engines.serving.pass_cost import PassCost
 from tests.conftest import examples
 
 # dense GQA, a mixture of experts, latent attention + MoE (DeepSeek), sliding windows (gpt-oss)

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from simulator.errors import InputError
-from simulator.scenario import SCENARIOS_DIR, load_scenario
+from simulator.inputs.scenario import SCENARIOS_DIR, load_scenario
 from specsim_cli.main import main
 
 PLAIN = "h100x8-qwen3-235b-plain"
@@ -129,7 +129,7 @@ def test_pass_time_with_stages(capsys):
 
 
 def test_a_replica_counts_tp_times_pp_gpus():
-    from simulator.capacity.table import capacity_table, parallelism
+    from simulator.studies.capacity.table import capacity_table, parallelism
 
     rows = [{"label": "vanilla-base", "system": "vanilla-base", "gamma": None, "threshold": None, "first_n": 0,
              "hardware": "h100-sxm", "tp": 4, "pp": 2, "max_qps": 8.0,

@@ -1,4 +1,4 @@
-"""Prefix caching in the serving engines (simulator/serving/prefix_cache.py): laws on random workloads and on the
+"""Prefix caching in the serving engines (simulator/engines/serving/prefix_cache.py): laws on random workloads and on the
 cache alone. Small CPU scenario; no timings."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.execution import Execution
-from simulator.scenario import load_scenario
-from simulator.serving import PoissonArrivals, simulate_serving
-from simulator.serving.bench_workload import ServingWorkload, simulate_workload
-from simulator.serving.metrics import summarize_serving
-from simulator.serving.prefix_cache import PrefixCache
-from simulator.systems import SystemConfig
+from simulator.cost.execution import Execution
+from simulator.inputs.scenario import load_scenario
+from simulator.engines.serving import PoissonArrivals, simulate_serving
+from simulator.engines.serving.bench_workload import ServingWorkload, simulate_workload
+from simulator.engines.serving.metrics import summarize_serving
+from simulator.engines.serving.prefix_cache import PrefixCache
+from simulator.inputs.systems import SystemConfig
 from tests.conftest import examples
 
 SPECREASON = SystemConfig(system="specreason", threshold=5)
@@ -68,8 +68,8 @@ def test_per_request_caching_is_what_on_and_off_differ_by(cpu):
     """A multi-call system without shared prefixes: on, a request's calls reuse its own prefix; off, every call
     re-prefills its context, in the serving engine and in the single-request engines alike (at low load the
     serving latency is the analytic one either way, tests/simulator/test_serving.py's law)."""
-    from simulator.analytic import CostVectors, chain_for, predict_point
-    from simulator.cost_tables import CostTables
+    from simulator.engines.analytic import CostVectors, chain_for, predict_point
+    from simulator.cost.cost_tables import CostTables
 
     rs, deps, mf = cpu
     lat = {}
@@ -169,8 +169,8 @@ def test_cache_bookkeeping(ops, block, cap):
 def test_a_preempted_call_rehits_what_it_wrote(cpu, evicted):
     """vLLM V1 frees a preempted request's blocks with their hashes: placed again, it re-prefills only what was
     evicted meanwhile (its tail, or everything if its entry went), and its lookup is not counted as a new query."""
-    from simulator.request_model import Call
-    from simulator.serving.engine import Engine
+    from simulator.engines.request_model import Call
+    from simulator.engines.serving.engine import Engine
 
     _rs, deps, _mf = cpu
     e = Engine("base", deps["base"], 10**6, 8)

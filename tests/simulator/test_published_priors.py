@@ -2,8 +2,8 @@
 
 import pytest
 
-from simulator.scenario import PROFILES_DIR, load_scenario
-from simulator.workload import load_workload
+from simulator.inputs.scenario import PROFILES_DIR, load_scenario
+from simulator.inputs.workload import load_workload
 
 
 @pytest.mark.parametrize("key", ["math500", "gpqa-diamond"])

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from simulator.catalog import get_hardware, get_model
 from simulator.catalog.quant_gemm import gemm_kind, gemm_kind_name, quant_catalog, read_quant_catalog
-from simulator.cost_model import Deployment
-from simulator.cost_profile import prior_profile
+from simulator.cost.cost_model import Deployment
+from simulator.cost.cost_profile import prior_profile
 from simulator.errors import InputError
 from tests.conftest import examples
 
@@ -79,7 +79,7 @@ def test_bad_catalog_names_file_and_field(tmp_path):
 def test_a100_weight_only_bursts_with_catalog_kinds():
     """The fitted kinds predict GPUStack's A100 FP8 / AWQ bursts (vLLM 0.11) within 10% where bf16 GEMMs reading fewer
     bytes were 25-40% too fast."""
-    from calibrate.fit.gpu_profiles import quant_fit as qf
+    from calibrate.gpu_priors import quant_fit as qf
 
     if not qf.GPUSTACK.is_file():
         pytest.skip("GPUStack serving data absent")

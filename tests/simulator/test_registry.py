@@ -4,13 +4,13 @@ engine (analytic, DES, serving) runs it with the same numbers as the system it c
 import numpy as np
 import pytest
 
-from simulator import systems
-from simulator.analytic import predict
-from simulator.cost_tables import CostTables
-from simulator.des import simulate
-from simulator.request_model import RequestSampler
-from simulator.serving import PoissonArrivals, simulate_serving
-from simulator.systems import REGISTRY, SystemConfig, SystemSpec, expand_systems
+from simulator.inputs import systems
+from simulator.engines.analytic import predict
+from simulator.cost.cost_tables import CostTables
+from simulator.engines.des import simulate
+from simulator.engines.request_model import RequestSampler
+from simulator.engines.serving import PoissonArrivals, simulate_serving
+from simulator.inputs.systems import REGISTRY, SystemConfig, SystemSpec, expand_systems
 from tests.conftest import deployments, make_workload
 
 

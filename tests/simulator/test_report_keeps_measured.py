@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from simulator.accuracy import PROFILES_DIR, excluded_text, parse_floor, scenario_accuracy, searched
-from simulator.scenario import load_scenario
-from simulator.systems import SystemConfig
+from simulator.inputs.accuracy import PROFILES_DIR, excluded_text, parse_floor, scenario_accuracy, searched
+from simulator.inputs.scenario import load_scenario
+from simulator.inputs.systems import SystemConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,18 +8,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.analytic import CostVectors, chain_for, predict_point
-from simulator.cost_tables import CostTables
+from simulator.engines.analytic import CostVectors, chain_for, predict_point
+from simulator.cost.cost_tables import CostTables
 from simulator.errors import InputError
-from simulator.execution import Execution
-from simulator.scenario import load_scenario
-from simulator.serving import (BurstyArrivals, ClosedLoopUsers, PoissonArrivals, load_arrival_times,
+from simulator.cost.execution import Execution
+from simulator.inputs.scenario import load_scenario
+from simulator.engines.serving import (BurstyArrivals, ClosedLoopUsers, PoissonArrivals, load_arrival_times,
                                simulate_serving)
-from simulator.serving.kv_cache import engine_plan, kv_capacity_tokens
-from simulator.serving.metrics import littles_law, number_in_system, summarize_serving
-from simulator.serving.pass_cost import PassCost
-from simulator.request_model import BASE, SMALL, RequestSampler
-from simulator.systems import SystemConfig
+from simulator.engines.serving.kv_cache import engine_plan, kv_capacity_tokens
+from simulator.engines.serving.metrics import littles_law, number_in_system, summarize_serving
+from simulator.engines.serving.pass_cost import PassCost
+from simulator.engines.request_model import BASE, SMALL, RequestSampler
+from simulator.inputs.systems import SystemConfig
 from tests.conftest import examples
 
 VANILLA = SystemConfig(system="vanilla-base")
@@ -219,7 +219,7 @@ def test_replay_drives_the_simulation(cpu, tmp_path):
 def test_vllm_benchmark_names_and_goodput_bounds(cpu):
     """Serving summaries carry `vllm bench serve`'s field names (ms), TPOT from TTFT and latency, and goodput
     never above the throughput."""
-    from simulator.serving.slo import parse_slo
+    from simulator.engines.serving.slo import parse_slo
 
     rs, deps, mf = cpu
     res = simulate_serving(SPECREASON, deps, rs.workload, PoissonArrivals(0.5), 60, 3, mf)
@@ -229,7 +229,7 @@ def test_vllm_benchmark_names_and_goodput_bounds(cpu):
     assert s["mean_ttft_ms"] == pytest.approx(1e3 * s["ttft_mean_s"], rel=0, abs=1e-6)
     assert s["request_throughput"] == s["throughput_qps"]
     assert 0 <= s["goodput_qps"] <= s["throughput_qps"] + 1e-12
-    from simulator.serving.metrics import steady
+    from simulator.engines.serving.metrics import steady
 
     st = steady(res.requests, 0.1)
     st = st[st.output_tokens > 1]
@@ -263,7 +263,7 @@ def test_itl_conserves_chunks_and_time(cpu, cfg, users):
 @settings(max_examples=examples(50), deadline=None)
 @given(st.lists(st.tuples(st.floats(0, 100), st.integers(1, 5)), min_size=1, max_size=30), st.floats(0.01, 0.99))
 def test_weighted_quantile_is_the_quantile_of_the_repeated_samples(pairs, q):
-    from simulator.serving.metrics import weighted_quantile
+    from simulator.engines.serving.metrics import weighted_quantile
 
     x = np.array([p[0] for p in pairs])
     w = np.array([p[1] for p in pairs])

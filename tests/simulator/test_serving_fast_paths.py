@@ -15,15 +15,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import simulator.serving.stretch as stretch_mod
-from simulator.execution import Execution
-from simulator.request_model import Call
-from simulator.scenario import load_scenario
-from simulator.serving import BurstyArrivals, ClosedLoopUsers, PoissonArrivals, simulate_serving
-from simulator.serving.engine import Engine
-from simulator.serving.pass_cost import PassCost, spec_iteration_times
-from simulator.serving.replica import Replica
-from simulator.systems import SystemConfig
+import simulator.engines.serving.stretch as stretch_mod
+from simulator.cost.execution import Execution
+from simulator.engines.request_model import Call
+from simulator.inputs.scenario import load_scenario
+from simulator.engines.serving import BurstyArrivals, ClosedLoopUsers, PoissonArrivals, simulate_serving
+from simulator.engines.serving.engine import Engine
+from simulator.engines.serving.pass_cost import PassCost, spec_iteration_times
+from simulator.engines.serving.replica import Replica
+from simulator.inputs.systems import SystemConfig
 from tests.conftest import examples
 
 

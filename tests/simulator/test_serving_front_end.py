@@ -10,12 +10,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from simulator.execution import Execution
-from simulator.request_model import BASE, Call, RequestPlan
-from simulator.scenario import load_scenario
-from simulator.serving import ClosedLoopUsers
-from simulator.serving.replica import simulate_serving
-from simulator.systems import SystemConfig
+from simulator.cost.execution import Execution
+from simulator.engines.request_model import BASE, Call, RequestPlan
+from simulator.inputs.scenario import load_scenario
+from simulator.engines.serving import ClosedLoopUsers
+from simulator.engines.serving.replica import simulate_serving
+from simulator.inputs.systems import SystemConfig
 
 
 def _run(users: int, front_end: str, t_call: float = 0.05, t_fe: float | None = None):

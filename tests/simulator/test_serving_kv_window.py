@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from simulator.catalog import get_hardware, get_model
-from simulator.cost_model import Deployment
-from simulator.cost_profile import prior_profile
-from simulator.serving.kv_cache import engine_plan, kv_layout
+from simulator.cost.cost_model import Deployment
+from simulator.cost.cost_profile import prior_profile
+from simulator.engines.serving.kv_cache import engine_plan, kv_layout
 from tests.conftest import examples
 
 

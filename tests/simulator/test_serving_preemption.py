@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.gamma_choice import GoodputPolicy
-from simulator.request_model import Call
-from simulator.scenario import load_scenario
-from simulator.serving.engine import Engine
+from simulator.engines.gamma_choice import GoodputPolicy
+from simulator.engines.request_model import Call
+from simulator.inputs.scenario import load_scenario
+from simulator.engines.serving.engine import Engine
 
 
 def _engine(kind: str) -> Engine:

@@ -4,14 +4,14 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from simulator.analytic import CostVectors, chain_for, predict_point
-from simulator.cost_model import Deployment
-from simulator.cost_profile import CostParams
-from simulator.cost_tables import CostTables
+from simulator.engines.analytic import CostVectors, chain_for, predict_point
+from simulator.cost.cost_model import Deployment
+from simulator.cost.cost_profile import CostParams
+from simulator.cost.cost_tables import CostTables
 from simulator.catalog import get_hardware, get_model
-from simulator.speculative import (expected_tokens_per_iteration, iid_acceptance, iteration_occupancy,
+from simulator.engines.speculative import (expected_tokens_per_iteration, iid_acceptance, iteration_occupancy,
                                    leviathan_expected_tokens, leviathan_speedup, tokens_per_iteration_pmf)
-from simulator.systems import SystemConfig
+from simulator.inputs.systems import SystemConfig
 from tests.conftest import flat_params, make_workload, examples
 
 alphas = st.floats(min_value=0.0, max_value=0.99)

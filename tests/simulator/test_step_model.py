@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.catalog import get_hardware, get_model
-from simulator.cost_model import Deployment, soft_roofline
-from simulator.cost_profile import prior_profile
-from simulator.serving.pass_cost import PassCost
+from simulator.cost.cost_model import Deployment, soft_roofline
+from simulator.cost.cost_profile import prior_profile
+from simulator.engines.serving.pass_cost import PassCost
 from tests.conftest import examples
 
 MODELS = ("r1-distill-qwen-1.5b", "qwen3-8b", "qwq-32b", "llama-3.1-70b")
@@ -113,9 +113,9 @@ COMPUTE_BOUND_PAIRS = [("qwen3-32b", g) for g in ("h100-sxm", "a100-80gb", "rtx-
 def test_speculation_benefit_does_not_grow_towards_compute_bound(pair, a1, decay, context):
     """Issue 25's law on the engine-level step: past a moderate batch, adding sequences moves the verification
     towards the compute roof, so the goodput gain of the best gamma over plain decoding never grows, and the best
-    gamma is found on the same rule (simulator.gamma_choice.goodput_gamma)."""
-    from simulator.cost_model import Drafting
-    from simulator.gamma_choice import goodput_gamma
+    gamma is found on the same rule (simulator.engines.gamma_choice.goodput_gamma)."""
+    from simulator.cost.cost_model import Drafting
+    from simulator.engines.gamma_choice import goodput_gamma
 
     from dataclasses import replace
 

@@ -1,13 +1,13 @@
 """whatif's Best line: the fastest configuration shown to meet the accuracy floor (the rule of capacity and report,
-simulator.accuracy.floor_status); faster ones with unknown or failing accuracy are named, never picked."""
+simulator.inputs.accuracy.floor_status); faster ones with unknown or failing accuracy are named, never picked."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from simulator.accuracy import parse_floor
-from simulator.whatif import best_line, whatif_from_cli
+from simulator.inputs.accuracy import parse_floor
+from simulator.studies.whatif import best_line, whatif_from_cli
 
 
 def test_small_model_alone_does_not_win_silently():

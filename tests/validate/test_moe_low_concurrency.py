@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from simulator.catalog import get_hardware, get_model
 from simulator.catalog.models import skewed_experts_hit
-from simulator.cost_model import Deployment
-from simulator.cost_profile import prior_profile
+from simulator.cost.cost_model import Deployment
+from simulator.cost.cost_profile import prior_profile
 from tests.conftest import examples
 
 MOE = ("deepseek-r1", "qwen3-235b-a22b", "qwen3-30b-a3b", "gpt-oss-120b", "mixtral-8x7b")
@@ -71,7 +71,7 @@ def test_catalog_gpus_carry_a_nonnegative_t_mla():
 
 
 def test_mla_fit_recovers_a_planted_fixed_cost():
-    from calibrate.fit.gpu_profiles import mla_fit
+    from calibrate.gpu_priors import mla_fit
 
     f = pd.DataFrame({"gpu": ["h100-sxm"] * 4 + ["b200"] * 4, "gemm": "fp8_block", "heads": 16,
                       "batch": [1, 4, 16, 64] * 2, "context": [1024, 2048, 4096, 8192] * 2})
@@ -123,7 +123,7 @@ def test_deepseek_r1_low_concurrency_tpot_within_15_percent_median_per_gpu():
 
 @pytest.mark.skipif(not _shared(), reason="../shared/data/aiconfigurator-vllm-kernels absent")
 def test_mla_fit_in_sample_on_the_module_tables():
-    from calibrate.fit.gpu_profiles import mla_fit
+    from calibrate.gpu_priors import mla_fit
 
     if not (mla_fit.ROOT / "h100_sxm").is_dir():
         pytest.skip("AIConfigurator tables absent")

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from calibrate.run.serving_run import ClosedLoop, ServeRequest, StepReport, drive
+from calibrate.measure.serving_run import ClosedLoop, ServeRequest, StepReport, drive
 from tests.calibrate.test_serving_run import FakeClock as Clock
 from tests.conftest import examples
 
@@ -75,7 +75,7 @@ def _manifest(users: int, gamma: int, n: int) -> dict:
 
 def _spec_run_dir(path: Path, users: int, gamma: int = 2, alpha: float = 0.6, n: int = 8, seed: int = 0,
                   drop_spec_fields: bool = False) -> Path:
-    from calibrate.run.run_directory import RunDirectory
+    from calibrate.measure.run_directory import RunDirectory
 
     clock = Clock()
     got, steps = drive(SpecDouble(clock, gamma, alpha, seed), _reqs(n, seed), ClosedLoop(users), clock=clock,
@@ -92,7 +92,7 @@ def _spec_run_dir(path: Path, users: int, gamma: int = 2, alpha: float = 0.6, n:
 
 
 def test_driver_writes_speculative_fields_that_add_up(tmp_path):
-    from calibrate.trace_schema import check_run_dir
+    from calibrate.contracts.trace_schema import check_run_dir
 
     d = check_run_dir(_spec_run_dir(tmp_path / "closed-3", 3, gamma=3))
     reqs = {r["request_id"]: r for r in d["serve_request"]}
@@ -109,7 +109,7 @@ def test_driver_writes_speculative_fields_that_add_up(tmp_path):
 
 def test_plain_records_stay_valid_without_speculative_fields(tmp_path):
     """The speculative fields are optional: a plain run's records (and every record written before them) check."""
-    from calibrate.trace_schema import SERVE_STEP_FIELDS, check_record
+    from calibrate.contracts.trace_schema import SERVE_STEP_FIELDS, check_record
 
     clock = Clock()
     _got, steps = drive(SpecDouble(clock, 2, 0.5), _reqs(2), ClosedLoop(1), clock=clock, sleep=clock.sleep)
@@ -214,7 +214,7 @@ def test_bad_speculative_inputs_exit_2(tmp_path):
 def test_split_iterations_conserves_tokens(a1, ratio, gamma, r, seed):
     """The sampler's one iteration rule: each segment's iterations produce exactly r tokens, 1..gamma+1 each,
     at increasing offsets starting at 0."""
-    from simulator.speculative import iteration_cdf, split_iterations
+    from simulator.engines.speculative import iteration_cdf, split_iterations
 
     a = a1 * ratio ** np.arange(gamma)  # non-increasing a_i in [0, 1]
     seg, g, toks = split_iterations(iteration_cdf(a), np.array(r), np.random.default_rng(seed))

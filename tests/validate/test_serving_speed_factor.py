@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from calibrate.fit.fit_cost import load_profile
-from simulator.setup import Setup
+from simulator.cost.setup import Setup
 from validate.serving.fit import _step_times, fit_step_params, one_shape, step_aggregates
 from tests.conftest import examples
 

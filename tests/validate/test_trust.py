@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from calibrate.fit.fit_cost import build_profile, fit_cost, profile_to_yaml
-from simulator.cost_profile import implausible
-from simulator.cost_profile import Param
-from simulator.loading import write_atomic
+from simulator.cost.cost_profile import implausible
+from simulator.cost.cost_profile import Param
+from simulator.inputs.loading import write_atomic
 from simulator.errors import InputError
 from tests.calibrate.test_fit_cost import TRUE as FIT_TRUE, _setup as fit_setup, synthetic_calls
 from tests.validate.test_validate import _true_profile, make_run_dir
@@ -45,7 +45,7 @@ def test_physical_maximum_follows_the_hardware_catalog():
     """A datasheet peak bounds an efficiency at 1; the CPU entry's bandwidth is a prior below what 2 vCPUs stream, so
     its memory efficiencies may reach ceiling / prior (the CI machine's torch walkthrough fitted 1.28) but not beyond."""
     from simulator.catalog import hardware_catalog
-    from simulator.cost_profile import PHYSICAL_MAX, physical_max
+    from simulator.cost.cost_profile import PHYSICAL_MAX, physical_max
 
     for h in hardware_catalog().values():
         hi = physical_max(h)
@@ -59,7 +59,7 @@ def test_physical_maximum_follows_the_hardware_catalog():
     cpu = physical_max("cpu")["mem_efficiency"]
     assert 1.28 < cpu < 10  # a real 2-vCPU bound, not a switch-off
 
-    from simulator.setup import Setup
+    from simulator.cost.setup import Setup
 
     setup = Setup.from_names("cpu", 1, "smollm2-135m", "smollm2-135m-cut6")
     for value, ok in ((1.28, True), (cpu * 1.05, False)):
@@ -109,12 +109,12 @@ def test_cli_validate_implausible_exit_2_one_line_and_kinds_printed(tmp_path):
 
 # ---- the mixture's point prediction --------------------------------------------------------------------------------
 def test_mixture_point_prediction_is_the_mixture_mean():
-    from simulator.analytic import predict
-    from simulator.cost_model import Deployment
-    from simulator.cost_profile import prior_profile
-    from simulator.cost_tables import CostTables
-    from simulator.systems import SystemConfig
-    from simulator.workload import load_workload
+    from simulator.engines.analytic import predict
+    from simulator.cost.cost_model import Deployment
+    from simulator.cost.cost_profile import prior_profile
+    from simulator.cost.cost_tables import CostTables
+    from simulator.inputs.systems import SystemConfig
+    from simulator.inputs.workload import load_workload
     from validate.distribution import predict_config
 
     w = load_workload(ROOT / "simulator/profiles/workload_aime_qwq32b_r1-1.5b.yaml")

@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 
 from calibrate.fit.fit_cost import CallPredictor, Setup, build_profile, fit_cost, profile_to_yaml
 from calibrate.fit.measured import calls_from_run_dir, load_measured
-from simulator.loading import write_atomic
-from calibrate.trace_schema import SCHEMA_VERSION
-from simulator.cost_profile import CostParams
-from simulator.systems import SystemConfig
+from simulator.inputs.loading import write_atomic
+from calibrate.contracts.trace_schema import SCHEMA_VERSION
+from simulator.cost.cost_profile import CostParams
+from simulator.inputs.systems import SystemConfig
 from validate.metrics import ape, coverage, summarize
 from tests.conftest import examples
 
@@ -33,7 +33,7 @@ def _shape() -> dict:
     synthetic runs are timed with it so the 'true' profile reproduces them exactly."""
     from calibrate.fit.fit_cost import SHAPE_NAMES
     from simulator.catalog import get_hardware
-    from simulator.cost_profile import prior_profile
+    from simulator.cost.cost_profile import prior_profile
 
     hw = get_hardware("a100-80gb")
     p = prior_profile(hw).params(hw)
@@ -127,7 +127,7 @@ def _write_steps(path: Path, recs: list[dict]) -> None:
 
 def _true_profile(path: Path, runs: list[str]) -> Path:
     """A profile at TRUE, with residual quantiles from a noiseless fit (for the interval sampler)."""
-    from simulator.cost_profile import Param
+    from simulator.cost.cost_profile import Param
 
     setup = _setup()
     ms = load_measured([str(p) for p in path.parent.glob("run*")])
@@ -398,8 +398,8 @@ def test_interval_coverage_near_nominal_with_known_run_offsets():
 def test_distribution_interval_adds_cost_uncertainty(workload):
     """Every simulated second is assigned to one call; with no cost noise the widened latencies are the
     DES's own; with a known offset they scale by exp(offset); with real noise the interval widens."""
-    from simulator.cost_tables import CostTables
-    from simulator.des import simulate
+    from simulator.cost.cost_tables import CostTables
+    from simulator.engines.des import simulate
     from validate.distribution import simulated_calls
     from validate.replay import CallNoise, OffsetPredictive, request_totals
     from tests.conftest import deployments, examples

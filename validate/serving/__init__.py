@@ -1,5 +1,5 @@
 """Serving-model validation: measured concurrent runs (``specsim calibrate serve-run``) against
-the serving simulator (``simulator.serving``), request by request and run by run.
+the serving simulator (``simulator.engines.serving``), request by request and run by run.
 
 Prediction = trace replay through the serving simulator: the same arrivals (open loop: the
 measured arrival instants via ``ReplayArrivals``; closed loop: the same N users with no think

@@ -45,7 +45,7 @@ def client_steps(run: ServingRun) -> pd.DataFrame:
 def fit_client(runs: list[ServingRun], params, setup) -> tuple[object, dict]:
     """The step fit for one-user `vllm bench serve` runs, in two stages: the step-time parameters on the decode
     steps (the ITLs: one sequence, one token each), then ``call_overhead_s`` -- paid once per request before it is
-    scheduled (``simulator.serving.replica``) -- as the median of TTFT minus the predicted prefill pass. A server's
+    scheduled (``simulator.engines.serving.replica``) -- as the median of TTFT minus the predicted prefill pass. A server's
     per-request cost (HTTP, tokenization, scheduling hand-off) is then not charged to prefill compute, where it
     would grow with the prompt and with the batch."""
     from dataclasses import replace

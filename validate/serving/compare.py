@@ -45,8 +45,8 @@ def validate_serving(run_dirs: list[str | Path], profile_path: str | Path, fit_l
     """Replay every run with the profile, the profile with its step parameters re-fitted on ``fit_levels``,
     and -- for speculative runs, with ``acceptance_levels`` -- the best of those with per-position acceptance
     measured on the named runs only (each gamma from its own runs) instead of each request's own."""
-    from simulator.cost_profile import CostProfile
-    from simulator.loading import load_yaml_model
+    from simulator.cost.cost_profile import CostProfile
+    from simulator.inputs.loading import load_yaml_model
     from validate.replay import setup_from_profile
 
     if not run_dirs:

@@ -25,7 +25,7 @@ def step_aggregates(steps: pd.DataFrame) -> dict[str, np.ndarray]:
 
 def _step_times(params, setup, agg) -> np.ndarray:
     """Each step's pass time on its own engine's deployment (base or small model)."""
-    from simulator.serving.pass_cost import PassCost
+    from simulator.engines.serving.pass_cost import PassCost
 
     deps = setup.deployments(params)
     out = np.empty(len(agg["N"]))

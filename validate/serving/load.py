@@ -42,9 +42,9 @@ class ServingRun:
 def load_run(path: str | Path) -> ServingRun:
     """A serve-run / serve-systems directory, or a `vllm bench serve` result JSON (``--save-result --save-detailed``)
     or the folder ``specsim calibrate import-bench-serve`` made of one (requests and client ITLs, no engine steps)."""
-    from calibrate.run.import_bench_serve import is_bench_source, load_bench_run
-    from calibrate.run.serving_run import load_serving_run
-    from calibrate.trace_schema import SERVE_STEP_FIELDS
+    from calibrate.measure.import_bench_serve import is_bench_source, load_bench_run
+    from calibrate.measure.serving_run import load_serving_run
+    from calibrate.contracts.trace_schema import SERVE_STEP_FIELDS
 
     bench = is_bench_source(path)
     d = load_bench_run(path) if bench else load_serving_run(path)
@@ -86,10 +86,10 @@ def _bench_acceptance(path: Path, gamma: int, meta: dict) -> tuple[int, list[flo
     """A speculative bench level's per-position acceptance over the level: what `vllm bench serve` itself recorded
     (``spec_decode_num_drafts``, ``spec_decode_per_position_acceptance_rates``: recent versions read the server's
     counters around the run), else the difference of the server's /metrics scrapes around it (``metrics_before.txt``
-    / ``metrics_after.txt`` beside the result, as serve-bench writes them, read by ``calibrate.spec_metrics``).
+    / ``metrics_after.txt`` beside the result, as serve-bench writes them, read by ``calibrate.contracts.spec_metrics``).
     Either passes the one acceptance rule set (``calibrate.fit.fit_acceptance.check_measurement``)."""
     from calibrate.fit.fit_acceptance import Measurement, check_measurement
-    from calibrate.spec_metrics import from_prometheus
+    from calibrate.contracts.spec_metrics import from_prometheus
 
     summ = ((meta.get("options") or {}).get("bench") or {}).get("summary") or {}
     if summ.get("spec_decode_per_position_acceptance_rates") and summ.get("spec_decode_num_drafts"):

@@ -12,7 +12,7 @@ MEMORY_FRACTION = (0.3, 0.5)  # scenarios/cpu-smollm2.yaml's split; KV never bin
 # A measured cross-request prefix hit (the engine's cached tokens on a request's first call of an engine: blocks
 # of other requests' prompts, a common chat template or system prompt) replays as one shared head segment: every
 # such call's first ``cached`` tokens are taken to be the head of one common sequence, so the simulator's prefix
-# cache hits them once a call has computed them (simulator.serving.prefix_cache).
+# cache hits them once a call has computed them (simulator.engines.serving.prefix_cache).
 SHARED_HEAD = ("measured-shared-head",)
 
 
@@ -24,7 +24,7 @@ def shared_head(cached_tokens: int) -> tuple:
 def replay_plans(req: pd.DataFrame, spec_cum: dict[tuple[int, int], np.ndarray] | None = None):
     """One base-engine call per measured request (its own token counts); on a speculative run each call's
     iterations (``spec_cum``: tokens produced after each verification, (request, 0) -> cumulative counts)."""
-    from simulator.request_model import BASE, Call, RequestPlan
+    from simulator.engines.request_model import BASE, Call, RequestPlan
 
     plans = []
     for r in req.itertuples():
@@ -107,8 +107,8 @@ def acceptance_from_runs(runs: list[ServingRun]) -> dict[tuple[int, str], dict]:
 
 def sampled_spec_cum(run: ServingRun, a: list[float], seed: int = 0) -> dict[tuple[int, int], np.ndarray]:
     """Every speculating call's iterations drawn from per-position acceptance ``a`` with the simulator's own rule
-    (``simulator.speculative.split_iterations``), each call from its own seeded stream."""
-    from simulator.speculative import iteration_cdf, split_iterations
+    (``simulator.engines.speculative.split_iterations``), each call from its own seeded stream."""
+    from simulator.engines.speculative import iteration_cdf, split_iterations
 
     cdf = iteration_cdf(np.asarray(a, float))
     out = {}
@@ -133,7 +133,7 @@ def replay_system_plans(calls: pd.DataFrame, requests: pd.DataFrame, spec: dict 
     """Whole-system runs: each request's measured calls in order, on their engines, with the measured
     prompt / cached / output tokens (block-granular prefix-cache hits included: they are measured); the
     speculating calls with their iterations (``spec``: (request, call) -> cumulative tokens)."""
-    from simulator.request_model import BASE, SMALL, Call, RequestPlan
+    from simulator.engines.request_model import BASE, SMALL, Call, RequestPlan
 
     plans = []
     by_req = {rid: d for rid, d in calls.groupby("request_id", sort=True)}
@@ -155,7 +155,7 @@ def replay_system_plans(calls: pd.DataFrame, requests: pd.DataFrame, spec: dict 
 
 
 def _workload():
-    from simulator.workload import WorkloadProfile
+    from simulator.inputs.workload import WorkloadProfile
 
     # only the token bounds matter to a replica serving replayed plans
     return WorkloadProfile.model_validate({
@@ -185,10 +185,10 @@ def predict_run(run: ServingRun, params, setup, acceptance: list[float] | None =
 
     A speculative run replays each request's measured iterations, or -- with ``acceptance`` (a_1..a_gamma) --
     iterations drawn from it."""
-    from simulator.execution import Execution
-    from simulator.serving.arrivals import ClosedLoopUsers, ReplayArrivals
-    from simulator.serving.replica import simulate_serving
-    from simulator.systems import SystemConfig, spec_of
+    from simulator.cost.execution import Execution
+    from simulator.engines.serving.arrivals import ClosedLoopUsers, ReplayArrivals
+    from simulator.engines.serving.replica import simulate_serving
+    from simulator.inputs.systems import SystemConfig, spec_of
 
     spec = None
     if run.gamma and run.client_spec is not None:  # bench level: iterations drawn from its own /metrics acceptance
@@ -278,7 +278,7 @@ def _measured_hit_rate(run: ServingRun) -> float:
 
 def predicted_run_figures(res, one_engine: bool = True) -> dict:
     """Run-level figures of a replay; ITL over every round (as measured: the whole run), one-engine runs only."""
-    from simulator.serving.metrics import itl_summary
+    from simulator.engines.serving.metrics import itl_summary
 
     r = res.requests
     span = float(r.done_at.max() - r.arrival_at.min())

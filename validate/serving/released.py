@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from simulator.loading import write_atomic
+from simulator.inputs.loading import write_atomic
 
 
 def _md(df: pd.DataFrame) -> str:

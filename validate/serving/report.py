@@ -27,7 +27,7 @@ def _level_key(label: str) -> tuple:
 
 
 def plots(v: ServingValidation, out: Path) -> list[str]:
-    from simulator.loading import save_figure_atomic
+    from simulator.inputs.loading import save_figure_atomic
     from validate.report import _plt
 
     plt = _plt()
@@ -233,7 +233,7 @@ def speed_drift(v: ServingValidation) -> list[str]:
 
 
 def write_report(v: ServingValidation, out: str | Path, command: str, profile_path: str | Path, bar: float | None) -> Path:
-    from simulator.loading import write_atomic
+    from simulator.inputs.loading import write_atomic
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,1 @@
+"""What the stages exchange: the trace schema and its rules, spec-decoding metrics, measured op records."""

@@ -1,0 +1,401 @@
+"""The MoE layer's expert GEMMs (issue 26): the cost model's MoE terms fitted on kernel tables, held out by GPU.
+
+What the cost model says one MoE layer's routed experts cost on one GPU (``Deployment._moe_breakdown``'s terms,
+restricted to the experts of one layer; docs/moe.md)::
+
+    T = t_moe + n_gpu t_expert + softmax_p(n_gpu W_e / (eta_moe BW) (1 + j [N >= 2]),  2 N k W_e' / (TP EP F eta_moe_comp))
+
+n_gpu: the experts this GPU runs = (distinct experts hit) / EP; W_e: one expert's bytes on this GPU (gated: 3 H I,
+plain: 2 H I, over the TP shards, in the expert dtype); W_e': its weights; F the dtype's tensor-core rate (FP8 where
+the GPU has FP8 cores, else bf16); p and j the catalog's engine-level step shape (frozen). Per GPU four parameters:
+``moe_mem_efficiency``, ``moe_compute_efficiency``, ``moe_layer_overhead_s`` (routing, permutation and the fused
+kernels' fixed cost) and ``expert_overhead_s`` (per expert a GPU runs). Fitted with the one fitter
+(:func:`calibrate.fit.fit_cost.fit_log_times`, grouped names ``GPU.kind``).
+
+Data (read, never copied):
+
+``aic``  AIConfigurator's vLLM ``moe`` tables (records ``op == moe`` of ``specsim calibrate import-aiconfigurator``;
+         A100, L40S, H100, B200; CUDA-graph replays of vLLM's fused MoE kernels): the newest vLLM version per GPU,
+         dtypes bf16, FP8 (per-tensor and 128-block), INT4 and MXFP4 weight-only. Distinct experts hit: ``balanced``
+         routing assigns the N k (token, expert) pairs round-robin, min(E, N k) experts; ``power_law_*`` rows use the
+         uniform-routing expectation E [1 - (1 - k/E)^N] (the cost model's own; at E = 128, k = 8 the power-law rows'
+         times match it within a few experts for N = 4-32, read off the H100 table). Left out, with the reason in the
+         report: NVFP4 and MXFP4 x MXFP8 rows (no FP4 rate in the hardware catalog) and working sets under twice the
+         GPU's L2 (the table replays one layer's experts, which stay in cache: the L40S serves 8 experts of 9.4 MB at
+         N = 1 faster than its DRAM can; a model's layers evict each other). Nemotron-3 shapes (hidden 2688, top-22) are
+         squared-ReLU experts of two matrices (their published configs; counted as gated they would beat the datasheet
+         bandwidth). At most ``MAX_ROWS`` rows per (GPU, dtype, routing), seed 0.
+``lss``  LLMServingSim's layer profiles of Mixtral-8x7B (H100) and Phi-mini-MoE (RTX A6000): one expert's three linears
+         on all N tokens (N on the engine fit's grid, 1-2048), timed one by one in eager PyTorch (``import_llmservingsim``). Predicted as one expert (E = k =
+         1); their eager launch cost is this source's own nuisance (``lss-<gpu>.moe_layer_overhead_s``), never
+         transferred.
+
+Held out (:func:`heldout`): each GPU in turn; its four parameters transferred (the median of the fitted GPUs'),
+its LSS launch cost (a nuisance) fitted on its own rows with everything else frozen.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from calibrate.gpu_priors.engine_data import ENGINE, LSS_TOKENS, SHARED, _commit
+from calibrate.gpu_priors.engine_fit import SAME_CHIP
+from simulator.catalog import get_hardware, hardware_catalog
+from simulator.catalog.models import WEIGHT_DTYPE_BYTES
+from simulator.cost.cost_model import soft_roofline
+from simulator.cost.cost_profile import prior_profile
+from simulator.errors import InputError
+
+RECORDS = Path("out/gpu-records/aiconfigurator.csv")
+KINDS = ("moe_mem_efficiency", "moe_compute_efficiency", "moe_layer_overhead_s", "expert_overhead_s",
+         "moe_token_overhead_s", "moe_ep_overhead_s")
+PRIORS = {"moe_mem_efficiency": 0.8, "moe_compute_efficiency": 0.5, "moe_layer_overhead_s": 15e-6,
+          "expert_overhead_s": 0.5e-6, "moe_token_overhead_s": 10e-9, "moe_ep_overhead_s": 10e-6, "routing_skew": 0.5}
+BOUNDS = {"moe_mem_efficiency": (1e-3, 1.0), "moe_compute_efficiency": (1e-3, 1.0),
+          "moe_layer_overhead_s": (1e-9, 1e-2), "expert_overhead_s": (1e-10, 1e-3),
+          "moe_token_overhead_s": (1e-13, 1e-6), "moe_ep_overhead_s": (1e-9, 1e-2), "routing_skew": (1e-3, 4.0)}
+# dtypes the fit uses (those of the shipped MoE scenarios' kernels: bf16, DeepSeek's 128-block FP8, gpt-oss's MXFP4);
+# the other tables are scored with the fitted parameters, a check of one efficiency per GPU across kernels
+FIT_DTYPES = ("bfloat16", "fp8_block", "w4a16_mxfp4")
+# AIConfigurator moe_dtype -> (bytes per weight, tensor-core rate: fp8 | bf16)
+DTYPES = {"bfloat16": (2.0, "bf16"), "fp8": (1.0, "fp8"), "fp8_block": (1.0, "fp8"),
+          "int4_wo": (WEIGHT_DTYPE_BYTES["int4"], "bf16"), "w4a16_mxfp4": (WEIGHT_DTYPE_BYTES["mxfp4"], "bf16")}
+SKIPPED_DTYPES = {"nvfp4": "no FP4 tensor-core rate in the hardware catalog",
+                  "w4a8_mxfp4_mxfp8": "no FP4 tensor-core rate in the hardware catalog"}
+# L2 cache per GPU (datasheets): working sets below twice this stay cache-resident in a replayed table
+L2_BYTES = {n: h.l2_bytes for n, h in hardware_catalog().items() if h.l2_bytes}  # hardware.yaml l2_bytes
+FIT_GPUS = ("a100-80gb", "l40s", "h100-sxm", "b200")
+MAX_ROWS = 400
+LSS_MODELS = {"mistralai/Mixtral-8x7B-v0.1": "mixtral-8x7b", "microsoft/Phi-mini-MoE-instruct": "phi-mini-moe"}
+
+
+def _version_key(v: str) -> tuple:
+    return tuple(int(x) if x.isdigit() else -1 for x in str(v).split(".")[:3])
+
+
+def gated(hidden, topk) -> np.ndarray:
+    """Gated (SwiGLU: 3 matrices) unless a Nemotron-3 shape (squared ReLU: 2 matrices)."""
+    return ~((np.asarray(hidden) == 2688) | (np.asarray(topk) == 22))
+
+
+def load_aic(path: Path = RECORDS) -> tuple[pd.DataFrame, dict]:
+    """The AIConfigurator MoE rows the fit uses (module docstring) and the counts of what was left out and why."""
+    cols = ["source_file", "source_row", "gpu", "op", "tokens", "hidden", "expert_intermediate", "experts", "topk",
+            "tp", "ep", "distribution", "dtype", "version", "backend", "time_s"]
+    if not Path(path).is_file():
+        raise InputError(str(path), None, "no records file (run: specsim calibrate import-aiconfigurator "
+                         "../shared/data/aiconfigurator-vllm-kernels --out out/gpu-records/aiconfigurator.csv)")
+    d = pd.read_csv(path, usecols=cols, low_memory=False)
+    d = d[d["op"] == "moe"].copy()
+    if d.empty:
+        raise InputError(str(path), "op", "no moe records (records schema >= 2)")
+    newest = d.groupby("gpu")["version"].agg(lambda v: max(set(v), key=_version_key))
+    d = d[d["version"] == d["gpu"].map(newest)]
+    left = {f"{k} rows": int((d["dtype"] == k).sum()) for k in SKIPPED_DTYPES}
+    left = {f"{k}: {SKIPPED_DTYPES[k.split(' ')[0]]}": v for k, v in left.items() if v}
+    d = d[d["dtype"].isin(DTYPES)].copy()
+    d["mats"] = np.where(gated(d["hidden"], d["topk"]), 3.0, 2.0)
+    d["bytes_per_weight"] = d["dtype"].map(lambda x: DTYPES[x][0])
+    d["rate"] = d["dtype"].map(lambda x: DTYPES[x][1])
+    d["source"] = "aic"
+    d = d.rename(columns={"expert_intermediate": "inter"})
+    d = _derived(d)
+    small = d["bytes_gpu"] < 2 * d["gpu"].map(L2_BYTES)
+    left["working set under 2x the GPU's L2 (cache-resident in a replayed table)"] = int(small.sum())
+    d = d[~small]
+    parts = [g.sample(min(len(g), MAX_ROWS), random_state=0) for _, g in d.groupby(["gpu", "dtype", "distribution"])]
+    out = pd.concat(parts, ignore_index=True)
+    left["subsampled away (at most %d rows per GPU, dtype, routing; seed 0)" % MAX_ROWS] = int(len(d) - len(out))
+    return out, {"versions": {g: str(v) for g, v in newest.items()}, "left_out": left}
+
+
+def load_lss(root: Path | None = None) -> pd.DataFrame:
+    """LLMServingSim's MoE expert linears: per (GPU, model, tokens) the median of w1, w3 and w2, summed."""
+    from calibrate.gpu_priors.import_llmservingsim import MODELS, load_llmservingsim_layers
+
+    d = load_llmservingsim_layers(root or ENGINE / "llmservingsim-layer-profiles")
+    d = d[d["model"].isin(LSS_MODELS) & d["module"].isin(["expert.w1", "expert.w2", "expert.w3"]) & (d["tp"] == 1)
+          & d["tokens"].isin(LSS_TOKENS)]
+    med = d.groupby(["gpu", "model", "tokens", "module"], as_index=False)["time_s"].median()
+    out = med.groupby(["gpu", "model", "tokens"], as_index=False)["time_s"].sum()
+    shape = out["model"].map(MODELS)
+    out["hidden"] = shape.map(lambda s: s["hidden"]).astype(float)
+    out["inter"] = shape.map(lambda s: s["intermediate"]).astype(float)
+    out["experts"], out["topk"], out["tp"], out["ep"], out["mats"] = 1.0, 1.0, 1.0, 1.0, 3.0
+    out["bytes_per_weight"], out["rate"], out["dtype"] = 2.0, "bf16", "float16"
+    out["distribution"], out["source"] = "one expert", "lss"
+    out["model"] = out["model"].map(LSS_MODELS)
+    return _derived(out)
+
+
+def _derived(d: pd.DataFrame) -> pd.DataFrame:
+    """Per row: its expert weights, bytes per weight, FLOPs on this GPU (module docstring); the experts it hits
+    depend on the routing skew, a parameter (:func:`experts_hit`)."""
+    N, k = d["tokens"].to_numpy(float), d["topk"].to_numpy(float)
+    tp, ep = d["tp"].to_numpy(float), d["ep"].to_numpy(float)
+    w = d["mats"].to_numpy(float) * d["hidden"].to_numpy(float) * d["inter"].to_numpy(float)
+    d = d.copy()
+    d["expert_bytes_gpu"] = w / tp * d["bytes_per_weight"].to_numpy(float)
+    d["flops_gpu"] = 2.0 * N * k * w / (tp * ep)
+    d["n_gpu"] = experts_hit(d, {}) / ep
+    d["bytes_gpu"] = d["n_gpu"] * d["expert_bytes_gpu"]
+    return d
+
+
+def routing_of(d: pd.DataFrame) -> np.ndarray:
+    return d["distribution"].to_numpy(str)
+
+
+def experts_hit(d: pd.DataFrame, values: dict) -> np.ndarray:
+    """Distinct experts a row's N tokens hit: ``balanced`` min(E, N k) (round-robin); one expert 1; a skewed routing
+    (``power_law_*``) with the skew s of :func:`simulator.catalog.models.skewed_experts_hit` (fitted per label,
+    ``<label>.routing_skew``; s = 0 is uniform routing)."""
+    from simulator.catalog.models import skewed_experts_hit
+
+    N, E, k = (d[c].to_numpy(float) for c in ("tokens", "experts", "topk"))
+    lab = routing_of(d)
+    out = np.where(lab == "balanced", np.minimum(E, N * k), 1.0)
+    for label in sorted(set(lab) - {"balanced", "one expert"}):
+        m = lab == label
+        s = values.get(f"{label}.routing_skew", 0.0)
+        keys = np.stack([E[m], k[m], N[m]], axis=1)
+        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+        vals = np.array([skewed_experts_hit(int(e), int(kk), n, s) for e, kk, n in uniq])
+        out[m] = vals[inv.ravel()]
+    return out
+
+
+class Arrays:
+    """A frame's per-row constants, computed once (the fitter evaluates the prediction thousands of times)."""
+
+    def __init__(self, f: pd.DataFrame):
+        self.f = f
+        self.gpus = sorted(set(f["gpu"]))
+        gi = f["gpu"].map({g: i for i, g in enumerate(self.gpus)}).to_numpy(int)
+        self.gi = gi
+        hw = [get_hardware(g) for g in self.gpus]
+        pri = [prior_profile(h).params(h) for h in hw]
+        fp8 = f["rate"].to_numpy(str) == "fp8"
+        bf = np.array([h.dense_bf16_flops_per_s for h in hw])[gi]
+        f8 = np.array([h.dense_fp8_flops_per_s or h.dense_bf16_flops_per_s for h in hw])[gi]
+        self.F = np.where(fp8, f8, bf)
+        self.BW = np.array([h.memory_bandwidth_bytes_per_s for h in hw])[gi]
+        self.p = np.array([c.roofline_p for c in pri])[gi]
+        self.j = np.array([c.multi_token_penalty for c in pri])[gi]
+        self.N = f["tokens"].to_numpy(float)
+        self.k = f["topk"].to_numpy(float)
+        self.ep = f["ep"].to_numpy(float)
+        self.eb = f["expert_bytes_gpu"].to_numpy(float)
+        self.flops = f["flops_gpu"].to_numpy(float)
+        self.lss = f["source"].to_numpy(str) == "lss"
+        self.labels = sorted(set(routing_of(f)) - {"balanced", "one expert"})
+        self._hit_key, self._hit = None, None
+
+    def hit(self, values: dict) -> np.ndarray:
+        key = tuple(values.get(f"{lab}.routing_skew", 0.0) for lab in self.labels)
+        if key != self._hit_key:
+            self._hit_key, self._hit = key, experts_hit(self.f, values)
+        return self._hit
+
+
+def predict(f, values: dict) -> np.ndarray:
+    """Seconds per row from a grouped parameter dict (``GPU.kind``; LSS rows: ``lss-GPU.moe_layer_overhead_s``;
+    ``<routing label>.routing_skew``). ``f``: a frame or its :class:`Arrays`."""
+    a = f if isinstance(f, Arrays) else Arrays(f)
+    par = lambda k: np.array([values.get(f"{g}.{k}", PRIORS[k]) for g in a.gpus])[a.gi]  # noqa: E731
+    lss_fixed = np.array([values.get(f"lss-{g}.moe_layer_overhead_s", 100e-6) for g in a.gpus])[a.gi]
+    n = a.hit(values) / a.ep
+    t_mem = n * a.eb / (par("moe_mem_efficiency") * a.BW) * (1.0 + a.j * (a.N >= 2))
+    t_comp = a.flops / (a.F * par("moe_compute_efficiency"))
+    gpu = np.empty(len(t_mem))
+    for p in np.unique(a.p):  # the cost model's own soft roofline, per GPU's p (one shared value today)
+        m = a.p == p
+        gpu[m] = soft_roofline(t_mem[m], t_comp[m], float(p))
+    fixed = np.where(a.lss, lss_fixed, par("moe_layer_overhead_s") + n * par("expert_overhead_s")
+                     + a.N * a.k * par("moe_token_overhead_s") + (a.ep > 1) * par("moe_ep_overhead_s"))
+    return fixed + gpu
+
+
+def names_for(f: pd.DataFrame) -> tuple[str, ...]:
+    names = [f"{lab}.routing_skew" for lab in sorted(set(routing_of(f)) - {"balanced", "one expert"})]
+    for g in sorted(set(f["gpu"])):
+        src = set(f.loc[f["gpu"] == g, "source"])
+        if "aic" in src:
+            names += [f"{g}.{k}" for k in KINDS]
+        else:  # one expert's linears only: the streaming and compute rates, no fused-kernel costs
+            names += [f"{g}.moe_mem_efficiency", f"{g}.moe_compute_efficiency"]
+        if "lss" in src:
+            names.append(f"lss-{g}.moe_layer_overhead_s")
+    return tuple(names)
+
+
+def prior_of(name: str) -> float:
+    return 100e-6 if name.startswith("lss-") else PRIORS[name.rsplit(".", 1)[-1]]
+
+
+def fit(f: pd.DataFrame, frozen: dict | None = None):
+    from calibrate.fit.fit_cost import fit_log_times
+
+    frozen = dict(frozen or {})
+    names = names_for(f)
+    prior = {n: frozen.get(n, prior_of(n)) for n in names}
+    cand = tuple(n for n in names if n not in frozen)
+    y = np.log(f["time_s"].to_numpy(float))
+    a = Arrays(f)
+    return fit_log_times(lambda v: predict(a, v), y, prior, cand, names=names, build=lambda v: v, bounds=BOUNDS)
+
+
+def transferred(values: dict, gpu: str, from_gpus: list[str]) -> dict:
+    """A GPU without (or held out of) the fit: the median of the fitted GPUs' values of each kind."""
+    out = dict(values)
+    for k in KINDS:
+        vals = [values[f"{g}.{k}"] for g in from_gpus if f"{g}.{k}" in values]
+        if vals:
+            out[f"{gpu}.{k}"] = float(np.median(vals))
+    return out
+
+
+def heldout(f: pd.DataFrame, score: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Leave each GPU out: fit the others' rows of ``f``, transfer, score the GPU's rows of ``score`` (default ``f``;
+    e.g. every dtype while the fit uses ``FIT_DTYPES``); an LSS launch cost is fitted on the GPU's own LSS rows."""
+    score = f if score is None else score
+    rows = []
+    for g in sorted(set(f["gpu"])):
+        train, test = f[f["gpu"] != g].reset_index(drop=True), score[score["gpu"] == g].reset_index(drop=True)
+        fr = fit(train)
+        vals = transferred(fr.values, g, sorted(set(train["gpu"])))
+        lss = test[test["source"] == "lss"].reset_index(drop=True)
+        if len(lss):
+            frozen = {n: vals[n] for n in names_for(lss) if not n.startswith("lss-") and n in vals}
+            vals.update(fit(lss, frozen=frozen).values)
+        p = predict(test, vals)
+        out = test.copy()
+        out["fold"], out["predicted_s"] = f"gpu-out:{g}", p
+        out["error"] = p / out["time_s"].to_numpy(float) - 1.0
+        rows.append(out)
+    return pd.concat(rows, ignore_index=True)
+
+
+def summarize(h: pd.DataFrame, by=("fold", "source")) -> pd.DataFrame:
+    g = h.assign(ae=h["error"].abs()).groupby(list(by))
+    return g.agg(points=("ae", "size"), median_ape=("ae", "median"), p90_ape=("ae", lambda x: float(np.quantile(x, 0.9))),
+                 bias=("error", "median")).reset_index()
+
+
+# ---- catalog priors -----------------------------------------------------------------------------------------------
+def catalog_priors(fr, gpus: list[str]) -> dict[str, dict]:
+    """The MoE parameters for every catalog GPU: fitted where its fused-kernel (AIConfigurator) rows are, else a
+    same-chip GPU's, else the median of the fitted GPUs (each with its kind and source). LLMServingSim's eager
+    one-expert linears (RTX A6000) time dense GEMMs, not the fused kernel: they are scored, not written."""
+    from calibrate.gpu_priors.engine_report import _p
+
+    v, se = fr.values, fr.stderr
+    src = "MoE layer fit (calibrate.gpu_priors.moe_fit, docs/moe.md): AIConfigurator vLLM fused-MoE tables"
+    fused = lambda g, k: f"{g}.{k}" in fr.fitted and f"{g}.moe_layer_overhead_s" in v  # noqa: E731
+    out = {}
+    for g in gpus:
+        p = {}
+        for k in KINDS:
+            chip = SAME_CHIP.get(g)
+            if fused(g, k):
+                p[k] = _p(v[f"{g}.{k}"], "calibrated", src, se.get(f"{g}.{k}"))
+            elif chip and fused(chip, k):
+                p[k] = _p(v[f"{chip}.{k}"], "transferred", f"same chip as {chip}: {src}", se.get(f"{chip}.{k}"))
+            else:
+                fitted = [x for x in FIT_GPUS if fused(x, k)]
+                if not fitted:
+                    continue
+                p[k] = _p(float(np.median([v[f"{x}.{k}"] for x in fitted])), "transferred",
+                          f"median of the fitted GPUs ({', '.join(fitted)}): {src}")
+        out[g] = p
+    return out
+
+
+def update_priors_file(path: Path, priors: dict[str, dict], command: str) -> None:
+    """Merge the MoE parameters into the catalog's priors file (the other parameters stay); the header names the
+    command."""
+    from calibrate.gpu_priors.engine_report import merge_priors_file
+
+    merge_priors_file(path, priors, command, evidence="moe_layer_fit",
+                      says="# Then the MoE layer fit (issue 26) adds the moe_* terms (do not edit by hand):",
+                      marks=("moe_fit", "fit-moe", "MoE layer"))
+
+
+# ---- report -------------------------------------------------------------------------------------------------------
+def write_report(out: Path, f: pd.DataFrame, meta: dict, fr, h: pd.DataFrame, command: str, date: str) -> None:
+    from simulator.inputs.loading import write_atomic
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    h = h.assign(ep_band=np.where(h["ep"] <= 1, "1", np.where(h["ep"] <= 16, "2-16", ">= 32")))
+    keep = ["fold", "source", "gpu", "dtype", "distribution", "tokens", "hidden", "inter", "experts", "topk", "tp",
+            "ep", "n_gpu", "time_s", "predicted_s", "error"]
+    write_atomic(out / "heldout.csv", h[keep].to_csv(index=False, float_format="%.5g"))
+    fitted = h[h["dtype"].isin(FIT_DTYPES) | (h["source"] == "lss")]
+    by_gpu = summarize(fitted, ("fold", "source"))
+    by_dtype = summarize(h, ("fold", "dtype"))
+    by_dist = summarize(fitted[fitted["source"] == "aic"], ("distribution", "ep_band"))
+    write_atomic(out / "summary.csv", by_gpu.to_csv(index=False))
+    lines = [f"# MoE layer (routed experts) fit and held-out errors by GPU ({date})", "",
+             f"Command: `{command}`", "",
+             "Model (docs/moe.md, `calibrate/gpu_priors/moe_fit.py`): T = t_moe + n_gpu t_expert + softmax_p(n_gpu W_e / "
+             "(eta_moe BW) (1 + j [N >= 2]), 2 N k W_e / (TP EP F eta_moe_comp)), n_gpu = distinct experts hit / EP, "
+             "p and j the catalog's step shape. Fitted with `calibrate.fit.fit_cost.fit_log_times`.", "",
+             "## Data", "", f"AIConfigurator vLLM `moe` tables, newest version per GPU: "
+             + ", ".join(f"{g} {v}" for g, v in meta["versions"].items())
+             + f"; {int((f['source'] == 'aic').sum())} rows used; LLMServingSim expert linears: "
+             f"{int((f['source'] == 'lss').sum())} rows (Mixtral-8x7B on H100, Phi-mini-MoE on RTX A6000).", "",
+             "Left out: " + "; ".join(f"{k}: {v}" for k, v in meta["left_out"].items()) + ".", "",
+             "## Parameters (fitted on every GPU)", "", "| parameter | value | stderr / why fixed |", "|---|---|---|"]
+    for n, x in fr.values.items():
+        lines.append(f"| {n} | {x:.4g} | {('±%.2g' % fr.stderr[n]) if n in fr.stderr else fr.fixed.get(n, '')} |")
+    lines += ["", "## Held-out errors, leaving one GPU out", "",
+              "Each GPU's parameters transferred as the median of the other GPUs' fit (an LLMServingSim GPU's eager "
+              "launch cost fitted on its own rows). APE = |predicted / measured - 1|; bias = median signed error. "
+              f"Fitted dtypes ({', '.join(FIT_DTYPES)}) and the LLMServingSim rows:", "",
+              "| fold | source | points | median APE | p90 APE | bias |", "|---|---|---|---|---|---|"]
+    for r in by_gpu.itertuples():
+        lines.append(f"| {r.fold} | {r.source} | {r.points} | {r.median_ape:.1%} | {r.p90_ape:.1%} | {r.bias:+.1%} |")
+    lines += ["", "By dtype, every table (dtypes outside the fit scored with the same parameters: one efficiency per "
+              "GPU across its kernels):", "", "| fold | dtype | points | median APE | p90 APE | bias |",
+              "|---|---|---|---|---|---|"]
+    for r in by_dtype.itertuples():
+        lines.append(f"| {r.fold} | {r.dtype} | {r.points} | {r.median_ape:.1%} | {r.p90_ape:.1%} | {r.bias:+.1%} |")
+    lines += ["", "By routing and expert parallelism (fitted dtypes, every fold): skewed routing at high EP runs longer "
+              "than the expected per-GPU load predicts (the busiest GPU sets the time):", "",
+              "| routing | EP | points | median APE | p90 APE | bias |", "|---|---|---|---|---|---|"]
+    for r in by_dist.itertuples():
+        lines.append(f"| {r.distribution} | {r.ep_band} | {r.points} | {r.median_ape:.1%} | {r.p90_ape:.1%} | {r.bias:+.1%} |")
+    write_atomic(out / "report.md", "\n".join(lines) + "\n")
+    import yaml
+
+    prov = {"date": date, "command": command, "data": {"aiconfigurator": _commit(SHARED / "aiconfigurator-vllm-kernels"),
+            "llmservingsim": _commit(ENGINE / "llmservingsim-layer-profiles")}, "versions": meta["versions"],
+            "left_out": meta["left_out"],
+            "params": {n: {"value": float(f"{x:.5g}"), **({"stderr": float(f"{fr.stderr[n]:.3g}")} if n in fr.stderr
+                                                          else {"fixed": fr.fixed.get(n, "")})} for n, x in fr.values.items()}}
+    write_atomic(out / "params.yaml", yaml.safe_dump(prov, sort_keys=False, width=120))
+
+
+def fit_and_report(records: Path, report: Path, priors: Path | None, date: str | None, command: str) -> pd.DataFrame:
+    """The fit on the AIConfigurator rows of ``records`` (+ LLMServingSim's, when ../shared/data has them), its held-out
+    folds and ``REPORT/{report.md, heldout.csv, params.yaml}``; with ``priors``, the catalog priors file updated.
+    Returns the held-out summary (:func:`summarize`)."""
+    aic, meta = load_aic(Path(records))
+    try:
+        lss = load_lss()
+    except FileNotFoundError:
+        lss = pd.DataFrame()
+    every = pd.concat([aic, lss], ignore_index=True) if len(lss) else aic
+    f = every[every["dtype"].isin(FIT_DTYPES) | (every["source"] == "lss")].reset_index(drop=True)
+    fr = fit(f)
+    h = heldout(f, every)
+    write_report(Path(report), f, meta, fr, h, command, date or _dt.date.today().isoformat())
+    if priors:
+        gpus = [g for g, hw in hardware_catalog().items() if hw.interconnect != "none"]
+        update_priors_file(Path(priors), catalog_priors(fr, gpus), command)
+    return summarize(h)

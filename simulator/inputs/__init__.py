@@ -1,0 +1,1 @@
+"""What a simulation is given: scenarios, workloads, systems, accuracy, drafter priors, distributions."""

@@ -1,0 +1,1 @@
+"""Tables, listings and plots of the studies' results."""

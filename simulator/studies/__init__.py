@@ -1,0 +1,1 @@
+"""What-if grids and capacity searches over the engines."""

@@ -1,0 +1,235 @@
+"""Capacity planning: the highest request rate one replica sustains under an SLO, per configuration (system,
+gamma, threshold, TP, hardware), with a confidence interval, and what a target rate costs. The one search behind
+``specsim capacity`` and ``specsim report`` (:func:`search_table`).
+
+The package, by concern:
+
+- :mod:`simulator.studies.capacity.search`: one configuration's search -- load levels, a rate's simulation (stopped as soon
+  as its SLO is certainly missed), the bracketing search per replication, replications to a 95% interval;
+- :mod:`simulator.studies.capacity.parallel`: where the work runs (this process, local processes, Ray) and the rounds of
+  replications across configurations (configurations the leader already beats stop early);
+- :mod:`simulator.studies.capacity.table`: ranks and ties (paired tests over common seeds), costs, accuracy, the
+  recommendation and its headline;
+- here: the table of a whole grid (:func:`search_table`) and the ``specsim capacity`` entry point.
+
+Every name of the former single module is importable from here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pandas as pd
+
+from simulator.studies.capacity.parallel import Workers, interval_rounds, run_point, run_points
+from simulator.studies.capacity.search import (CONFIDENCE, DEFAULT_CI_TARGET, DEFAULT_MAX_REPS, DEFAULT_MIN_REPS,
+                                       DEFAULT_REL_TOL, DEFAULT_REQUEST_DOUBLINGS, DEFAULT_REQUESTS,
+                                       DEFAULT_SLO_FACTOR, HORIZON_LATENCIES, MAX_DOUBLINGS, MAX_REQUEST_FACTOR,
+                                       WARM_STEP, IntervalSpec, LoadSpec, Point, capacity_interval, evaluate,
+                                       point_latency, requests_for, search_capacity, single_request_latency,
+                                       t_interval)
+from simulator.studies.capacity.table import (DISPLAY, EQUIVALENCE, add_accuracy, capacity_table, config_key, headline,
+                                      mark_recommendation, paired_better, rank_configurations, recommend,
+                                      render_capacity_table)
+from simulator.errors import InputError
+from simulator.option_values import int_list_text
+from simulator.inputs.scenario import ResolvedScenario, load_scenario
+from simulator.engines.serving.slo import Slo, parse_slo
+from simulator.inputs.systems import SystemConfig
+
+__all__ = [
+    "CONFIDENCE", "DEFAULT_CI_TARGET", "DEFAULT_MAX_REPS", "DEFAULT_MIN_REPS", "DEFAULT_REL_TOL",
+    "DEFAULT_REQUEST_DOUBLINGS", "DEFAULT_REQUESTS", "DEFAULT_SLO_FACTOR", "DISPLAY", "EQUIVALENCE",
+    "HORIZON_LATENCIES", "MAX_DOUBLINGS", "MAX_REQUEST_FACTOR", "WARM_STEP", "IntervalSpec", "LoadSpec", "Point",
+    "Workers", "add_accuracy", "capacity_from_cli", "capacity_interval", "capacity_points", "capacity_table",
+    "default_slo", "search_grid", "DEFAULT_GRID_MAX", "evaluate", "serving_setup", "headline", "interval_rounds",
+    "load_scenario", "paired_better", "point_latency",
+    "rank_configurations", "recommend", "render_capacity_table", "requests_for", "run_point", "run_points",
+    "search_capacity", "search_table", "single_request_latency", "mark_recommendation", "t_interval", "config_key",
+]
+
+def search_table(rs: ResolvedScenario, slo: Slo, load: LoadSpec, configs: list[SystemConfig], spec: "IntervalSpec",
+                 acc_model, floor, gpu_hour_cost: float | None = None, target_qps: float | None = None,
+                 workers: int | None = None, ray_address: str | None = None, only_eligible: bool = False,
+                 progress=None, stop_below_best: bool = True, pool: Workers | None = None,
+                 serving: str | None = None, currency: str = "USD") -> tuple[pd.DataFrame, dict, list[SystemConfig]]:
+    """The one capacity search behind ``specsim capacity`` and ``specsim report`` (issue 30): every searched
+    configuration gets :func:`capacity_interval` with ``spec`` on the same seeds and run length, so both
+    commands print the same capacities, intervals and ranks. ``only_eligible``: configurations that cannot
+    be recommended are not searched unless their own accuracy is measured and the floor's reference has none
+    (``accuracy.searched``; the others are returned as the third value, never ranked nor printed with a
+    capacity). Returns (table best first with accuracy, ``standing`` and ``recommended``; the
+    recommendation; the configurations left out). ``pool``: the workers to run on (default: new ones from
+    ``workers`` / ``ray_address``). ``serving``: a serving benchmark's workload (JSON, ``capacity.bench``);
+    ``currency``: of ``gpu_hour_cost`` (a ``currency`` column beside the costs)."""
+    from simulator.inputs.accuracy import searched
+
+    skipped = [c for c in configs if only_eligible and not searched(acc_model, c, floor)[0]]
+    keep = [c for c in configs if c not in skipped]
+    points = [replace(p, interval=spec) for p in capacity_points(rs, slo, load, keep, serving)]
+    rows = (interval_rounds(points, spec, workers, ray_address, progress, stop_below_best, pool)
+            if spec.max_request_doublings == 0 and points
+            else run_points(points, workers, ray_address, progress, pool))
+    df, rec = mark_recommendation(add_accuracy(capacity_table(rows, gpu_hour_cost, target_qps, currency), acc_model,
+                                               floor))
+    return df, rec, skipped
+
+
+def capacity_points(rs: ResolvedScenario, slo: Slo, load: LoadSpec, configs: list[SystemConfig] | None = None,
+                    serving: str | None = None) -> list[Point]:
+    configs = configs if configs is not None else rs.system_configs()
+    return [Point(str(rs.path), hw, tp, cfg, load, slo.text, serving=serving, pp=rs.scenario.base.pp,
+                  dp=rs.scenario.base.dp, grid=rs.overrides)
+            for hw in rs.hardware_names for tp in rs.tps for cfg in configs]
+
+
+DEFAULT_GRID_MAX = 12  # configurations (x hardware x TP) a search runs when the grid's knobs are not named
+
+
+def search_grid(rs: ResolvedScenario, systems: list[str] | None = None, gammas: list[int] | None = None,
+                thresholds: list[int] | None = None, trim: bool = True) -> tuple[list[SystemConfig], str | None]:
+    """The configurations ``specsim capacity`` searches, and the note saying what was trimmed (None: nothing);
+    ``specsim report`` (``trim=False``) searches only the configurations whose accuracy allows it, a few of them.
+    The scenario's grid crossed with --system / --gamma / --threshold (``rs.system_configs``); with ``trim``, a grid
+    of more than DEFAULT_GRID_MAX searches (x hardware x TP) keeps only the middle value of each knob the command
+    line did not name (gamma 5 of 1..8, threshold 7 of 3,5,7,9): a SpecReason search takes minutes of CPU per
+    configuration, so the reference scenario's full grid (46 configurations) took hours. Naming the knobs (--gamma /
+    --threshold) searches them all."""
+    configs = rs.system_configs(systems, gammas, thresholds)
+    cells = len(rs.hardware_names) * len(rs.tps)
+    if not trim or len(configs) * cells <= DEFAULT_GRID_MAX:
+        return configs, None
+    g, t = rs.scenario.grid.gamma, rs.scenario.grid.threshold
+    keep_g = gammas or [g[len(g) // 2]]
+    keep_t = thresholds or [t[len(t) // 2]]
+    trimmed = rs.system_configs(systems, keep_g, keep_t)
+    if len(trimmed) == len(configs):
+        return configs, None
+    knobs = [(name, full, keep) for name, full, keep, named in (("gamma", g, keep_g, gammas),
+                                                                ("threshold", t, keep_t, thresholds))
+             if not named and any(getattr(c, name) is not None for c in configs)]
+    what = ", ".join(f"{name} {keep[0]} of {int_list_text(full)}" for name, full, keep in knobs)
+    full = " ".join(f"--{name} {int_list_text(full)}" for name, full, _ in knobs)
+    return trimmed, (f"default grid trimmed to {len(trimmed) * cells} of {len(configs) * cells} searches ({what}: "
+                     f"the middle values; a SpecReason search takes minutes of CPU); the full grid: {full}")
+
+
+def default_slo(rs: ResolvedScenario, serving: str | None = None) -> str:
+    """The scenario's ``slo`` if set, else p99 latency <= DEFAULT_SLO_FACTOR x vanilla-base's
+    single-request latency (first hardware/TP; ``serving``: of that workload's requests)."""
+    if rs.scenario.slo:
+        return rs.scenario.slo
+    hw, tp, vb = rs.hardware_names[0], rs.tps[0], SystemConfig(system="vanilla-base")
+    if serving is not None:
+        from simulator.studies.capacity.bench import idle_latency
+
+        lat = idle_latency(rs, hw, tp, vb, serving)
+    else:
+        lat = single_request_latency(rs, hw, tp, vb)
+    return f"p99_latency<={DEFAULT_SLO_FACTOR * lat:.4g}s"
+
+
+def serving_setup(rs: ResolvedScenario, bench_serve: str | None, arrival: str = "poisson") -> tuple[str | None, str | None]:
+    """A capacity command's serving workload (``--bench-serve`` or the scenario's ``serving_workload``) as
+    (JSON or None, the note: what of its load the search ignores)."""
+    from simulator.studies.capacity import bench
+
+    sw = bench.resolve(rs, bench_serve)
+    if sw is None:
+        return None, None
+    if arrival != "poisson":
+        raise InputError(None, "--arrival", "with a serving workload its burstiness sets the arrivals (vllm bench "
+                         "serve's --burstiness in the --bench-serve line, or serving_workload.burstiness)")
+    shape = "Poisson" if sw.burstiness == 1.0 else f"Gamma gaps of burstiness {sw.burstiness:g}"
+    note = (f"serving workload {sw.source or 'serving_workload'} ({shape} arrivals): the search sets the load; "
+            f"ignored: " + ", ".join(bench.load_notes(sw)))
+    return sw.model_dump_json(), note
+
+
+def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | None = None, users: list[int] | None = None,
+                      systems: list[str] | None = None, gammas=None, thresholds=None, arrival: str = "poisson",
+                      cv: float = 1.0, requests: int | None = None, seed: int | None = None,
+                      gpu_hour_cost: float | None = None, target_qps: float | None = None, currency: str = "USD",
+                      workers: int | None = None, ray_address: str | None = None,
+                      arrivals_file: str | None = None, interval: IntervalSpec | None = None,
+                      accuracy_floor: str | None = None, accuracy_margin: float | None = None,
+                      adaptive_gamma: bool = False, gamma_policy: str = "fixed", progress=None,
+                      stop_below_best: bool = False, bench_serve: str | None = None,
+                      grid_overrides: dict | None = None, trim_grid: bool = False,
+                      announce=None) -> tuple[pd.DataFrame, dict]:
+    """Resolve, validate, run. With --qps/--users/--arrivals-file: the SLO check at those loads;
+    else the capacity search. ``adaptive_gamma``: each drafting configuration at the grid's largest γ also
+    runs with γ chosen per engine iteration (``gamma_policy="goodput"``, up to that γ); ``gamma_policy``
+    other than fixed: every drafting configuration runs with that policy, up to its γ. ``stop_below_best``
+    (the ``specsim capacity`` command and the report: True): configurations the leader already beats get no
+    more replications (:func:`interval_rounds`); False (the default for library callers such as
+    validate-capacity) gives every configuration its own interval to the target. ``bench_serve``: a ``vllm bench
+    serve`` line whose workload (its shape; the search sets the rate) replaces the scenario's (its
+    ``serving_workload`` is used when set): :mod:`simulator.studies.capacity.bench`. ``grid_overrides``: the grid's hardware
+    / TP instead of the scenario's (--hardware / --tp, as ``whatif``); the workers load the same (``Point.grid``).
+    ``trim_grid`` (the command: True): a search over a large default grid is trimmed (:func:`search_grid`), and
+    ``announce(note)`` is told so before it starts (the note is also in the result's meta, ``grid_note``)."""
+    from simulator.engines.serving.arrivals import load_arrival_times
+
+
+    rs = load_scenario(scenario, grid_overrides)
+    sc = rs.scenario
+    rs.check_systems(systems or [], None, "--system")
+    if arrival not in ("poisson", "bursty"):
+        raise InputError(None, "--arrival", f"expected poisson or bursty (got {arrival!r})")
+    serving, serving_note = serving_setup(rs, bench_serve, arrival)
+    slo = parse_slo(slo_text or default_slo(rs, serving))
+    if not (cv > 0 and math.isfinite(cv)):
+        raise InputError(None, "--cv", f"must be a positive number (got {cv})")
+    for name, v in (("--gpu-hour-cost", gpu_hour_cost), ("--target-qps", target_qps)):
+        if v is not None and not (v > 0 and math.isfinite(v)):
+            raise InputError(None, name, f"must be a positive number (got {v})")
+    from simulator.option_values import check_capacity_requests
+
+    check_capacity_requests(requests)
+    from simulator.inputs.accuracy import parse_floor, scenario_accuracy
+
+    floor = parse_floor(accuracy_floor, accuracy_margin)
+    acc_model = scenario_accuracy(rs)
+    searching = not (qps or users or arrivals_file)
+    configs, grid_note = search_grid(rs, systems, gammas, thresholds, trim=trim_grid and searching)
+    if grid_note and announce:
+        announce(grid_note)
+    if gamma_policy != "fixed":
+        configs = [SystemConfig(**{**c.model_dump(), "gamma_policy": gamma_policy}) if c.gamma else c for c in configs]
+    if adaptive_gamma:
+        gmax = max((c.gamma for c in configs if c.gamma), default=0)
+        configs += [SystemConfig(**{**c.model_dump(), "gamma_policy": "goodput"}) for c in configs if c.gamma and c.gamma == gmax]
+    if serving is not None:
+        from simulator.studies.capacity.bench import check_systems
+
+        configs = check_systems(configs, bool(systems))
+    load = LoadSpec(arrival, cv, requests or DEFAULT_REQUESTS, sc.seed if seed is None else seed)
+    points = [replace(p, interval=interval or IntervalSpec()) for p in capacity_points(rs, slo, load, configs, serving)]
+    meta = {"scenario": str(rs.path), "slo": slo.text, "arrivals": arrival if arrival == "poisson" else f"bursty cv={cv}",
+            "requests_per_point": load.requests, "seed": load.seed}
+    if grid_note:
+        meta["grid_note"] = grid_note
+    if serving_note:
+        meta["workload_note"] = serving_note
+        meta["serving_workload"] = serving
+    elif rs.workload_note():
+        meta["workload_note"] = rs.workload_note()
+    if arrivals_file:
+        load_arrival_times(arrivals_file)  # validate once, here: errors name the file and line
+    if qps or users or arrivals_file:
+        levels = [dict(rate=q) for q in qps or []] + [dict(users=u) for u in users or []]
+        levels += [dict(replay=str(arrivals_file))] if arrivals_file else []
+        pts = [replace(p, **lv) for p in points for lv in levels]
+        df = pd.DataFrame(run_points(pts, workers, ray_address, progress))
+        return df, meta
+    df, rec, _ = search_table(rs, slo, load, configs, interval or IntervalSpec(), acc_model, floor, gpu_hour_cost,
+                              target_qps, workers, ray_address, progress=progress, stop_below_best=stop_below_best,
+                              serving=serving, currency=currency)
+    meta["accuracy_floor"] = floor.describe()
+    meta["recommended"] = None if rec["best"] is None else rec["best"].label
+    meta["recommended_ties"] = rec["ties"]
+    meta["headline"] = headline(df, rec, slo.text, gpu_hour_cost, currency, target_qps)
+    meta["currency"] = currency
+    return df, meta
