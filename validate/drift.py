@@ -231,7 +231,7 @@ def aggregate_speed_factors(aggregates: str | Path | dict, profile, setup, promp
     (half the run's tokens), and predicted with the profile; factor = measured / predicted time per kind.
     No interval: the aggregates hold no spread."""
     from calibrate.fit.fit_cost import CallPredictor
-    from calibrate.fit.measured import CALL_COLUMNS
+    from calibrate.contracts.call_table import CALL_COLUMNS
 
     data = aggregates if isinstance(aggregates, dict) else json.loads(Path(aggregates).read_text(encoding="utf-8"))
     params = profile.params(setup.hardware)

@@ -38,7 +38,7 @@ import numpy as np
 
 from calibrate.fit.fit_cost import build_profile, fit_cost, loro_run_offsets, run_hashes_of
 from simulator.cost.setup import Setup
-from calibrate.fit.measured import MeasuredSet, _suffix_match, parse_run_rule, resolve_run_names
+from calibrate.fit.measured import MeasuredSet, parse_run_rule, resolve_run_names, suffix_match as _suffix_match
 from simulator.cost.cost_profile import CostProfile, prior_profile
 from simulator.errors import InputError
 

@@ -1,6 +1,6 @@
 """Fit a :class:`~simulator.cost.cost_profile.CostProfile` to measured engine calls.
 
-Input contract: a *call table* (``calibrate.fit.measured.CALL_COLUMNS``, one row per measured engine
+Input contract: a *call table* (``calibrate.contracts.call_table.CALL_COLUMNS``, one row per measured engine
 call) and its measured set (``calibrate.fit.measured``: loaders, run keys, hold-out rules).
 
 Model of one call (the cost model's own equations, ``simulator.cost.cost_model``; only its
@@ -45,6 +45,7 @@ import yaml
 from simulator.catalog import HardwareSpec, get_hardware
 from simulator.cost.cost_model import Deployment
 from simulator.cost.cost_profile import CostParams, CostProfile, Param, beyond_physical_max, implausible, prior_profile
+from calibrate.contracts.call_table import check_call_table
 from calibrate.fit.measured import MeasuredSet
 from simulator.errors import InputError
 from simulator.cost.setup import Setup
@@ -93,6 +94,7 @@ class CallPredictor:
     def __init__(self, calls: pd.DataFrame, setup: Setup):
         from simulator.cost.call_time import BASE, GEN, SCORE, SMALL, CallArrays
 
+        check_call_table(calls)
         self.setup = setup
         self.n_calls = len(calls)
         new = calls["new_tokens"].to_numpy(np.int64)

@@ -1,7 +1,8 @@
-"""Measured engine calls: the call-table contract, loaders for every supported source, run keys and hold-out rules.
+"""Measured engine calls: loaders of call tables from every supported source, run keys and hold-out rules.
 
-A *call table* (``CALL_COLUMNS``) has one row per measured engine call; a :class:`MeasuredSet` adds the
-per-request measurements (``REQUEST_COLUMNS``) and where they came from. Loaders:
+A *call table* (``CALL_COLUMNS``, the contract in :mod:`calibrate.contracts.call_table`) has one row per measured
+engine call; a :class:`MeasuredSet` adds the per-request measurements (``REQUEST_COLUMNS``) and where they came from.
+Loaders:
 
 - :func:`calls_from_specreason`: the shared SpecReason per-step traces (``calibrate.fit.import_specreason``);
 - :func:`calls_from_run_dir`: the runner's run directories (``calibrate.contracts.trace_schema``);
@@ -21,27 +22,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from calibrate.contracts.call_table import CALL_COLUMNS, REQUEST_COLUMNS
 from calibrate.contracts.trace_rules import DURATION_ABS_TOL, DURATION_REL_TOL
 from calibrate.contracts.trace_schema import MAX_DURATION_S
 from simulator.errors import InputError
 from simulator.inputs.systems import spec_of
 
-CALL_COLUMNS = [
-    "source",          # file or run directory the call came from
-    "run_id",          # independent run (held-out unit)
-    "request_id",      # request within the run
-    "config",          # configuration label (system and knobs)
-    "system", "threshold", "gamma",
-    "step_index",
-    "role",            # model that served the call: base | small
-    "op",              # small_generate | score | base_generate | spec_generate
-    "new_tokens",      # prompt tokens not in the prefix cache
-    "cached_tokens",   # prompt tokens served from the prefix cache
-    "output_tokens",   # generated tokens (score: 1)
-    "spec_gamma",      # speculative tokens per iteration (spec_generate only, else 0)
-    "spec_iterations",  # verification iterations (spec_generate only, else 0)
-    "wall_s",          # measured wall time of the call
-]
+
 # ---- loaders -------------------------------------------------------------------------------------
 def _label(system: str, threshold, gamma) -> str:
     parts = [system]
@@ -127,15 +114,6 @@ def calls_from_run_dir(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
 
 
 # ---- measured sets: calls + per-request measurements from any supported input --------------------
-REQUEST_COLUMNS = [
-    "source", "run_id", "run_key", "request_id", "config", "system", "threshold", "gamma",
-    "measured_s",            # sum of the modelled engine calls (what replay predicts)
-    "measured_e2e_s",        # end-to-end wall time as recorded (incl. calls the model does not know)
-    "to_answer_s",           # modelled calls up to the end rule of the workload model (distribution mode)
-    "to_answer_censored",    # the request never reached that end inside the recording
-    "steps", "small_step_fraction", "acceptance_length",
-    "run_hash",              # content hash of the run's requests and steps (run_content_hash): its identity
-]
 
 
 def run_content_hash(records) -> str:
@@ -196,7 +174,7 @@ def run_dir_key(path: str | Path) -> str:
         return p.as_posix()
 
 
-def _suffix_match(name: str, key: str) -> bool:
+def suffix_match(name: str, key: str) -> bool:
     """``name`` and ``key`` name the same run up to a leading path: equal, or one ends with ``/`` + the other."""
     return name == key or key.endswith("/" + name) or name.endswith("/" + key)
 
@@ -210,7 +188,7 @@ def resolve_run_names(names, known: list[str], what: str = "runs") -> dict[str, 
         if name in known:
             out[name] = name
             continue
-        hits = [k for k in known if _suffix_match(name, k)]
+        hits = [k for k in known if suffix_match(name, k)]
         if len(hits) > 1:
             raise InputError(None, what, f"run {name!r} is ambiguous: it matches input runs {', '.join(hits[:4])}"
                                          f"{' ...' if len(hits) > 4 else ''}; name runs by their full key")
