@@ -192,7 +192,7 @@ def lobo_aggregates(factors: dict[str, dict[str, float]], run_scale: dict[str, O
 def lobo_report(aggregates: str, profile_path: str, level: float = 0.90) -> str:
     """What ``specsim validate-drift --lobo`` adds: the between-batch spread per kind and the leave-one-batch-out
     coverage over the aggregates' problems, old interval (run-to-run only) against new (with the between-batch term)."""
-    from calibrate.fit.fit_cost import load_profile
+    from simulator.cost.cost_profile import load_profile
     from validate.replay import noise_model, setup_from_profile
 
     profile = load_profile(profile_path)
@@ -252,7 +252,7 @@ def unseen_batch_check(aggregates: str, traces: str, profile_path: str, level: f
     mean inside a run's interval is the weakest check: a run of that batch strays further."""
     import dataclasses
 
-    from calibrate.fit.fit_cost import load_profile
+    from simulator.cost.cost_profile import load_profile
     from calibrate.fit.import_specreason import import_specreason
     from validate.drift import aggregate_speed_factors, trace_aggregates
     from validate.replay import CallNoise, noise_model, request_totals, setup_from_profile, t_predictive

@@ -217,7 +217,8 @@ def _setup():
 
 def fit_profile(run_dirs: list[Path], out: Path, *, name: str, date: str | None = None, command: str = ""):
     """Fit the cost profile on these run directories (all their calls) and write it."""
-    from calibrate.fit.fit_cost import fit_measured, profile_to_yaml
+    from calibrate.fit.fit_cost import fit_measured
+    from simulator.cost.cost_profile import profile_to_yaml
     from calibrate.fit.measured import load_measured
     from simulator.inputs.loading import write_atomic
 

@@ -280,7 +280,7 @@ def drift_report(aggregates: str, profile_path: str, traces: str | None = None) 
     """What ``specsim validate-drift`` prints: the aggregates' speed factors against the profile, flagged against its
     fit range, with the hardware that would explain them; with ``traces`` (per-step traces), the aggregate method's
     error on their runs first."""
-    from calibrate.fit.fit_cost import load_profile
+    from simulator.cost.cost_profile import load_profile
     from simulator.errors import InputError
     from validate.replay import setup_from_profile
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibrate.fit.fit_cost import load_profile
+from simulator.cost.cost_profile import load_profile
 from simulator.cost.setup import Setup
 from calibrate.fit.measured import MeasuredSet, load_measured, run_key
 from simulator.errors import InputError

@@ -52,7 +52,8 @@ def fit(
     """Fit the cost-model parameters to measured call times (robust least squares, stderrs, identifiability).
 
     Example: specsim calibrate fit RUN_DIR... --hardware cpu --base-model smollm2-135m --small-model smollm2-135m-cut6 --out cost.yaml"""
-    from calibrate.fit.fit_cost import fit_measured, profile_to_yaml
+    from calibrate.fit.fit_cost import fit_measured
+    from simulator.cost.cost_profile import profile_to_yaml
     from calibrate.fit.measured import load_measured, parse_run_rule
     from simulator.inputs.loading import write_atomic
 
@@ -135,7 +136,7 @@ def fit_bench(
     Example: specsim calibrate fit-bench out/h100-qwq out/h100-r1 --out bench.yaml --report out/bench-report"""
     from calibrate.fit.bench_fit import run_fit_bench
     from calibrate.fit.bench_report import write_report
-    from calibrate.fit.fit_cost import profile_to_yaml
+    from simulator.cost.cost_profile import profile_to_yaml
     from simulator.inputs.loading import write_atomic
     from simulator.report.report_table import job
 

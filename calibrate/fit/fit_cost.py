@@ -33,14 +33,12 @@ from __future__ import annotations
 from simulator.paths import REPO
 
 import datetime as _dt
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from simulator.catalog import HardwareSpec, get_hardware
 from simulator.cost.cost_model import Deployment
@@ -431,19 +429,6 @@ def build_profile(fit: CostFit, setup: Setup, *, name: str, engine: str, inputs:
         **{n: getattr(prior, n) for n in SHAPE_NAMES},  # the step's shape: the hardware's prior, as it is
         fit=fit_block,
     )
-
-
-def profile_to_yaml(profile: CostProfile, command: str,
-                    what: str = "Cost profile fitted by calibrate.fit.fit_cost (see fit: for inputs, method, residuals per op).") -> str:
-    header = f"# {what}\n# Regenerate (do not edit by hand):\n#   {command}\n"
-    data = json.loads(profile.model_dump_json(exclude_none=True))
-    return header + yaml.safe_dump(data, sort_keys=False, width=120, default_flow_style=None)
-
-
-def load_profile(path: str | Path) -> CostProfile:
-    from simulator.inputs.loading import load_yaml_model
-
-    return load_yaml_model(path, CostProfile)
 
 
 def fit_measured(ms: MeasuredSet, setup: Setup, *, engine: str, hardware_note: str, command: str,

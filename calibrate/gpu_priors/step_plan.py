@@ -290,7 +290,7 @@ def summarize(folder: Path, heldout: Path | None = None) -> str:
         return text
     # the fitted profile: this GPU's catalog priors (the engine fit with these records; kinds and sources per
     # parameter) as a cost profile file any command takes with --profile
-    from calibrate.fit.fit_cost import profile_to_yaml
+    from simulator.cost.cost_profile import profile_to_yaml
     from simulator.cost.cost_profile import prior_profile
 
     prof = prior_profile(hw)

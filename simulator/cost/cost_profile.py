@@ -1,14 +1,18 @@
 """A cost profile: the cost model's named parameters for one (hardware, engine) pair, each with its kind and source
 (:class:`Param`, :class:`CostProfile`, as stored in YAML), the plain numbers a pass is computed with
 (:class:`CostParams`), the physical range a fitted value must lie in (:func:`physical_max`, :func:`implausible`) and the
-profile before any calibration (:func:`prior_profile`). The pass formula that uses them: :mod:`simulator.cost.cost_model`."""
+profile before any calibration (:func:`prior_profile`); its YAML reader and writer (:func:`load_profile`,
+:func:`profile_to_yaml`). The pass formula that uses them: :mod:`simulator.cost.cost_model`."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
+import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from simulator.catalog import HardwareSpec
@@ -274,3 +278,20 @@ def prior_profile(hardware: HardwareSpec, engine: str = "vllm", serving_engine=N
         moe_ep_overhead_s=pick("moe_ep_overhead_s", None),
         mla_layer_overhead_s=pick("mla_layer_overhead_s", None),
     )
+
+
+# ---- the profile as stored: YAML ---------------------------------------------------------------------
+def profile_to_yaml(profile: CostProfile, command: str,
+                    what: str = "Cost profile fitted by calibrate.fit.fit_cost (see fit: for inputs, method, residuals per op).") -> str:
+    """``profile`` as the YAML file it is stored in: a header comment (``what``, the command that regenerates it), then
+    its fields in declaration order (None fields left out)."""
+    header = f"# {what}\n# Regenerate (do not edit by hand):\n#   {command}\n"
+    data = json.loads(profile.model_dump_json(exclude_none=True))
+    return header + yaml.safe_dump(data, sort_keys=False, width=120, default_flow_style=None)
+
+
+def load_profile(path: str | Path) -> CostProfile:
+    """The cost profile stored at ``path`` (YAML), validated; a bad file is an InputError naming it."""
+    from simulator.inputs.loading import load_yaml_model
+
+    return load_yaml_model(path, CostProfile)

@@ -191,7 +191,7 @@ def cpu_runs(tmp_path_factory):
 
 @pytest.mark.real_engine
 def test_cpu_static_bench_records_fit_and_report_end_to_end(cpu_runs, tmp_path, capsys):
-    from calibrate.fit.fit_cost import load_profile
+    from simulator.cost.cost_profile import load_profile
 
     prof, rep = tmp_path / "cpu-bench.yaml", tmp_path / "report"
     code = main(["calibrate", "fit-bench", *cpu_runs, "--out", str(prof), "--report", str(rep),

@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibrate.fit.fit_cost import CallPredictor, Setup, build_profile, fit_cost, load_profile, profile_to_yaml
+from calibrate.fit.fit_cost import CallPredictor, Setup, build_profile, fit_cost
+from simulator.cost.cost_profile import load_profile, profile_to_yaml
 from calibrate.contracts.call_table import CALL_COLUMNS
 from simulator.inputs.loading import write_atomic
 from simulator.cost.cost_profile import CostParams, prior_profile

@@ -123,7 +123,7 @@ def _load(kind: str, raw: bytes, tmp: Path) -> None:
     elif kind == "cost_profile":
         p = tmp / "c.yaml"
         p.write_bytes(raw)
-        from calibrate.fit.fit_cost import load_profile
+        from simulator.cost.cost_profile import load_profile
 
         load_profile(p)
     elif kind == "workload_profile":

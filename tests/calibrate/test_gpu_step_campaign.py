@@ -145,7 +145,7 @@ def test_summary_and_profile_of_a_campaign_folder(tmp_path):
     assert "Before the fit" in text and "| all | graph steps |" in text
     b = __import__("pandas").read_csv(dst / "before-fit.csv")
     assert np.allclose(b["error"], b["device_ms"] / b["measured_ms"] - 1, atol=1e-4)
-    from calibrate.fit.fit_cost import load_profile
+    from simulator.cost.cost_profile import load_profile
 
     assert load_profile(dst / "profile-h100-sxm.yaml").hardware == "h100-sxm"
     with pytest.raises(InputError):

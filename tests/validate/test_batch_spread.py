@@ -142,7 +142,7 @@ needs_data = pytest.mark.skipif(AGG is None or not AGG.is_file(), reason="../sha
 def test_aggregates_spread_and_leave_one_batch_out_on_the_shared_data():
     """Every kind the aggregates show has a finite, positive spread; leave one problem-batch out, the new interval
     covers at least as many pairs as the old and is no narrower; it covers at the stated level or better."""
-    from calibrate.fit.fit_cost import load_profile
+    from simulator.cost.cost_profile import load_profile
     from validate.batch import aggregate_log_factors
     from validate.replay import noise_model, setup_from_profile
 

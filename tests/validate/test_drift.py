@@ -98,7 +98,7 @@ def test_hardware_fingerprint_is_the_roofline_ratio():
 
 @pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
 def test_problems_62_70_are_flagged_slower_on_the_base_model():
-    from calibrate.fit.fit_cost import load_profile
+    from simulator.cost.cost_profile import load_profile
     from validate.drift import aggregate_speed_factors, fit_ranges, flag_runs, method_check
     from validate.replay import setup_from_profile
 

@@ -169,7 +169,7 @@ def test_a_run_recorded_by_folder_name_is_its_recorded_directory_or_a_copy_of_it
     was fitted on that directory and its copies (same run.json), not on every run whose folder is so named."""
     import shutil
 
-    from calibrate.fit.fit_cost import load_profile
+    from simulator.cost.cost_profile import load_profile
     from calibrate.fit.measured import load_measured
     from validate.holdout import profile_fit_keys
 

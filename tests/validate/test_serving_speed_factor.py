@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from calibrate.fit.fit_cost import load_profile
+from simulator.cost.cost_profile import load_profile
 from simulator.cost.setup import Setup
 from validate.serving.fit import _step_times, fit_step_params, one_shape, step_aggregates
 from tests.conftest import examples

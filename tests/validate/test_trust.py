@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from calibrate.fit.fit_cost import build_profile, fit_cost, profile_to_yaml
+from calibrate.fit.fit_cost import build_profile, fit_cost
+from simulator.cost.cost_profile import profile_to_yaml
 from simulator.cost.cost_profile import implausible
 from simulator.cost.cost_profile import Param
 from simulator.inputs.loading import write_atomic
@@ -72,7 +73,7 @@ def test_physical_maximum_follows_the_hardware_catalog():
 
 
 def _bad_profile(tmp_path: Path, kind: str) -> Path:
-    from calibrate.fit.fit_cost import load_profile
+    from simulator.cost.cost_profile import load_profile
 
     good = _true_profile(tmp_path / "true.yaml", runs=["runA"])
     prof = load_profile(good).model_copy(

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from calibrate.fit.fit_cost import CallPredictor, Setup, build_profile, fit_cost, profile_to_yaml
+from calibrate.fit.fit_cost import CallPredictor, Setup, build_profile, fit_cost
+from simulator.cost.cost_profile import profile_to_yaml
 from calibrate.fit.measured import calls_from_run_dir, load_measured
 from simulator.inputs.loading import write_atomic
 from calibrate.contracts.trace_schema import SCHEMA_VERSION
@@ -433,7 +434,7 @@ def test_pi_rel_width_in_summary():
 def test_runs_are_replayed_with_their_own_models_on_the_profiles_hardware():
     """A profile's parameters belong to its hardware and TP; the models are the runs' (a profile fitted on one
     model pair, or on microbenchmarks, predicts runs of another model on that hardware)."""
-    from calibrate.fit.fit_cost import load_profile
+    from simulator.cost.cost_profile import load_profile
     from validate.replay import setup_for_runs
 
     profile = load_profile(Path(__file__).resolve().parents[2] / "simulator" / "profiles" / "cost_cpu-vllm032.yaml")
