@@ -134,8 +134,8 @@ def fit_bench(
     """Fit the cost model to microbenchmark records (static-bench) and validate it on held-out architectures/shapes.
 
     Example: specsim calibrate fit-bench out/h100-qwq out/h100-r1 --out bench.yaml --report out/bench-report"""
-    from calibrate.fit.bench_fit import run_fit_bench
-    from calibrate.fit.bench_report import write_report
+    from validate.bench import run_fit_bench
+    from validate.bench_report import write_report
     from simulator.cost.cost_profile import profile_to_yaml
     from simulator.inputs.loading import write_atomic
     from simulator.report.report_table import job

@@ -1,5 +1,5 @@
-"""``specsim calibrate fit-bench`` (issue 15): the cost model fitted to microbenchmark run directories and validated
-on held-out architectures / shapes (``calibrate/fit/bench_fit.py``, ``calibrate/fit/bench_report.py``)."""
+"""``specsim calibrate fit-bench``: the cost model fitted to microbenchmark run directories (``calibrate/fit/bench_fit.py``)
+and validated on held-out architectures / shapes (``validate/bench.py``, ``validate/bench_report.py``)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibrate.fit.bench_fit import BenchPredictor, load_bench, rule_mask, run_fit_bench
+from calibrate.fit.bench_fit import BenchPredictor, load_bench
 from simulator.catalog import get_hardware, get_model
 from simulator.cost.cost_model import Deployment
 from simulator.cost.cost_profile import CostParams, prior_profile
 from specsim_cli.main import main
+from validate.bench import rule_mask, run_fit_bench
 
 H100 = "NVIDIA H100 80GB HBM3"
 ARCHS = ("r1-distill-qwen-1.5b", "qwen2.5-7b", "qwq-32b")

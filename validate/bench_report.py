@@ -1,4 +1,4 @@
-"""The report of ``specsim calibrate fit-bench`` (:mod:`calibrate.fit.bench_fit`): ``report.md`` (held-out tables and the
+"""The report of ``specsim calibrate fit-bench`` (:mod:`validate.bench`): ``report.md`` (held-out tables and the
 command that reproduces them), ``heldout.csv`` (every held-out point), ``heldout.png`` (predicted vs measured, log-log,
 per op and fold) and ``summary.json`` (provenance and the same figures); every file written atomically. Held-out
 errors only: the profile's in-sample residuals stay in its ``fit:`` block and are not validation."""
@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
-from calibrate.fit.bench_fit import PREDICTORS, BenchFitResult
 from calibrate.fit.fit_cost import PARAM_NAMES
 from simulator.inputs.loading import save_figure_atomic, write_atomic
+from simulator.report.plots import pyplot
+from validate.bench import PREDICTORS, BenchFitResult
 
 LABELS = {"fitted": "fitted on the rest", "transferred_prior": "transferred prior", "datasheet_prior": "datasheet prior"}
 
@@ -84,10 +84,7 @@ def report_markdown(res: BenchFitResult, command: str, profile_path: str) -> str
 
 
 def plot_heldout(points: pd.DataFrame, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     folds = list(dict.fromkeys(points["fold"]))
