@@ -1,9 +1,10 @@
 """Acceptance priors per drafter kind from measured AL(k) curves (docs/drafters.md; ``specsim calibrate
 fit-drafter-curves``).
 
-Input: a folder of InferenceX ``golden_al_distribution`` YAML files (``../shared/data/engine-measurements/
-acceptance-length-vs-k/``): per file one target model and drafter, ``{model: {thinking_on|thinking_off: {k: AL}}}``
-for k = 1..8, the drafter named in the header comment ``key = num_speculative_tokens (MTP|EAGLE3|DSpark level)``.
+Input: a folder of InferenceX ``golden_al_distribution`` YAML files (the shared data's
+``engine-measurements/acceptance-length-vs-k/``): per file one target model and drafter,
+``{model: {thinking_on|thinking_off: {k: AL}}}`` for k = 1..8, the drafter named in the header comment
+``key = num_speculative_tokens (MTP|EAGLE3|DSpark level)``.
 Each (file, thinking mode) is one curve of its kind: ``mtp``, ``eagle3`` or ``block`` (DSpark).
 
 Model (:mod:`simulator.inputs.drafter_priors`): a_i = P(first i drafts accepted) from a family's shape; the level

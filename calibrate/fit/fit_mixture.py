@@ -1,6 +1,6 @@
 """A workload as a mixture over problems, fitted from per-step runs *and* per-problem aggregates.
 
-Inputs (``../shared/data/specreason-aime-traces/``): the per-step runs of one problem (AIME #60,
+Inputs (the shared data's ``specreason-aime-traces/``, :data:`DATA_DIR`): the per-step runs of one problem (AIME #60,
 runs 0-7) and the per-problem aggregates of ten problems (60, 62-70: means over each problem's
 runs of steps, kept / rejected steps, tokens by producer, times by call kind; no per-step
 records). The form is a shared shape with per-problem parameters:
@@ -25,7 +25,7 @@ Shared across problems by assumption (not identifiable from means): the prompt a
 
 Commands::
 
-    specsim calibrate import-aggregates ../shared/data/specreason-aime-traces/per-problem-aggregates.json
+    specsim calibrate import-aggregates SHARED_DATA/specreason-aime-traces/per-problem-aggregates.json
     specsim calibrate fit-mixture --out simulator/profiles/workload_aime_qwq32b_r1-1.5b.yaml
     specsim calibrate validate-mixture --out out/mixture-validation     # leave one problem out
 """

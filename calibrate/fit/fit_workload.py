@@ -24,8 +24,7 @@ What is fitted from the data and what is a prior (details and figures: docs/work
 - ``answer_tokens`` 0: the answer (``\\boxed{}``) is written inside the thinking chain and the
   request ends at that step; no separate answer phase runs.
 
-Command: ``.venv/bin/specsim calibrate fit-workload-traces ../shared/data/specreason-aime-traces
---out simulator/profiles/workload_aime60_qwq32b_r1-1.5b.yaml``.
+Command: :data:`REGENERATE` (the traces: the shared data's ``specreason-aime-traces``).
 """
 
 from __future__ import annotations
@@ -156,6 +155,22 @@ def steps_km_with_geometric_tail(observed, event, coverage: float = TAIL_COVERAG
 
 
 # ---- fit ---------------------------------------------------------------------------------------
+def _method_text(n_runs: int, n_steps: int, n_base: int, n_scored: int, finish_rule: str, steps_info: dict) -> str:
+    """``provenance.method``: what was fitted from how much data, and which fields are priors."""
+    return (
+        f"fitted from {n_runs} runs / {n_steps} steps (finish rule {finish_rule}): step_tokens = empirical "
+        f"source token counts clipped to [1, {MAX_STEP_TOKENS}] ({n_steps} small proposals, {n_base} base "
+        f"regenerations); scores = empirical pmf of {n_scored} greedy scores + {SCORE_PSEUDO_COUNT} pseudo-count per "
+        f"score; steps_per_request = Kaplan-Meier ({steps_info['events']} answered, {steps_info['censored']} censored) "
+        f"with a geometric tail (censored MLE mean {steps_info['geometric_mle_mean_steps']:.1f} steps) for the "
+        f"leftover mass {steps_info['km_leftover_mass']:.3f}. PRIORS (not in the data): verbosity 1.0 (no vanilla "
+        f"runs); token_acceptance a_i = prod(c_j), c_j = {ACCEPTANCE_PRIOR_FIRST} - {ACCEPTANCE_PRIOR_DECAY}(j-1) "
+        f"(no speculative decoding in the runs, no published figure for this pair found); prompt_tokens and "
+        f"judge_template_tokens estimated as chars/{CHARS_PER_TOKEN:g} + {CHAT_TEMPLATE_TOKENS} template tokens "
+        f"(not recorded); answer_tokens 0 (answer written inside the thinking chain)."
+    )
+
+
 def fit_workload_from_steps(
     steps: pd.DataFrame,
     requests: pd.DataFrame,
@@ -178,19 +193,7 @@ def fit_workload_from_steps(
     steps_dist, steps_info = steps_km_with_geometric_tail(observed, event)
     scored = steps[~steps["scoring_skipped"]]
     base_tokens = steps["base_tokens"].dropna()
-    n_runs, n_steps = len(requests), len(steps)
-    method = (
-        f"fitted from {n_runs} runs / {n_steps} steps (finish rule {finish_rule}): step_tokens = empirical "
-        f"source token counts clipped to [1, {MAX_STEP_TOKENS}] ({n_steps} small proposals, {len(base_tokens)} base "
-        f"regenerations); scores = empirical pmf of {len(scored)} greedy scores + {SCORE_PSEUDO_COUNT} pseudo-count per "
-        f"score; steps_per_request = Kaplan-Meier ({steps_info['events']} answered, {steps_info['censored']} censored) "
-        f"with a geometric tail (censored MLE mean {steps_info['geometric_mle_mean_steps']:.1f} steps) for the "
-        f"leftover mass {steps_info['km_leftover_mass']:.3f}. PRIORS (not in the data): verbosity 1.0 (no vanilla "
-        f"runs); token_acceptance a_i = prod(c_j), c_j = {ACCEPTANCE_PRIOR_FIRST} - {ACCEPTANCE_PRIOR_DECAY}(j-1) "
-        f"(no speculative decoding in the runs, no published figure for this pair found); prompt_tokens and "
-        f"judge_template_tokens estimated as chars/{CHARS_PER_TOKEN:g} + {CHAT_TEMPLATE_TOKENS} template tokens "
-        f"(not recorded); answer_tokens 0 (answer written inside the thinking chain)."
-    )
+    method = _method_text(len(requests), len(steps), len(base_tokens), len(scored), finish_rule, steps_info)
     prompt = _USER_TEMPLATE.replace("{problem}", _AIME_PROBLEM_60)
     data = {
         "name": "aime60_qwq32b_r1-1.5b",
@@ -224,13 +227,13 @@ def fit_workload_from_steps(
 def fit_workload_from_trace(trace: SpecReasonTrace, finish_rule: Literal["first_answer", "recorded"] = "first_answer",
                             date: str | None = None) -> WorkloadProfile:
     steps = steps_upto_answer(trace) if finish_rule == "first_answer" else trace.steps
-    source = ", ".join(_repo_relative(p) for p in trace.sources)
+    source = ", ".join(repo_relative(p) for p in trace.sources)
     return fit_workload_from_steps(steps, trace.requests, source=source, finish_rule=finish_rule, date=date)
 
 
-def _repo_relative(path: Path) -> str:
+def repo_relative(path: Path) -> str:
     """Data paths as seen from the repository root, so the profile does not depend on the caller's cwd
-    (symlinks are not resolved: ``../shared`` stays ``../shared`` when it is a link)."""
+    (symlinks are not resolved: a linked data folder keeps the path it is reached by)."""
     import os
 
     repo = REPO

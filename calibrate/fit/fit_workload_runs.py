@@ -45,7 +45,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from calibrate.fit.fit_workload import SCORE_PSEUDO_COUNT, _repo_relative, acceptance_prior, score_pmf, steps_km_with_geometric_tail
+from calibrate.fit.fit_workload import (SCORE_PSEUDO_COUNT, acceptance_prior, repo_relative, score_pmf,
+                                        steps_km_with_geometric_tail)
 from simulator.errors import InputError
 from simulator.inputs.systems import spec_of
 from simulator.inputs.workload import WorkloadProfile
@@ -230,55 +231,55 @@ def select_run_requests(run: RunData, ids) -> RunData:
     return RunData(run.path, run.meta, steps, reqs)
 
 
-def fit_workload_from_runs(paths: list[str | Path], *, prior: WorkloadProfile | None = None, form: str = "empirical",
-                           name: str | None = None, date: str | None = None,
-                           requests: dict | None = None) -> WorkloadFit:
-    """Fit the workload on the run directories ``paths``. ``requests`` (optional) restricts the fit to
-    some requests: ``{run_path: ids}`` keeps, for each run listed, only the requests whose
-    ``request_id`` is in ``ids`` (the runs not listed keep all theirs; a run left with no request is
-    dropped). Held-out validation uses it to fit on one fold's requests only."""
-    if form not in ("empirical", "parametric"):
-        raise InputError(None, "--form", f"expected empirical or parametric (got {form!r})")
-    if not paths:
-        raise InputError(None, "inputs", "give at least one run directory")
+def _runs_to_fit(paths: list[str | Path], requests: dict | None) -> tuple[list[RunData], str]:
+    """The run directories ``paths``, read, with the request filter applied; and the filter's note for the method."""
     runs = [read_run(p) for p in paths]
-    filtered = ""
-    if requests is not None:
-        keep = {Path(k).resolve(): v for k, v in requests.items()}
-        unknown = sorted(str(k) for k in keep if k not in {r.path.resolve() for r in runs})
-        if unknown:
-            raise InputError(None, "requests", f"request filter names run(s) not among the inputs: {', '.join(unknown)}")
-        runs = [select_run_requests(r, keep[r.path.resolve()]) if r.path.resolve() in keep else r for r in runs]
-        runs = [r for r in runs if len(r.requests)]
-        if not runs:
-            raise InputError(None, "requests", "the request filter leaves no request to fit on")
-        filtered = f" (request filter: {len(keep)} run(s) restricted)"
-    budget = _common(runs, "budget_tokens", lambda m: m["budget_tokens"])
-    cap = _common(runs, "step_max_tokens", lambda m: m["sampling"]["step_max_tokens"])
+    if requests is None:
+        return runs, ""
+    keep = {Path(k).resolve(): v for k, v in requests.items()}
+    unknown = sorted(str(k) for k in keep if k not in {r.path.resolve() for r in runs})
+    if unknown:
+        raise InputError(None, "requests", f"request filter names run(s) not among the inputs: {', '.join(unknown)}")
+    runs = [select_run_requests(r, keep[r.path.resolve()]) if r.path.resolve() in keep else r for r in runs]
+    runs = [r for r in runs if len(r.requests)]
+    if not runs:
+        raise InputError(None, "requests", "the request filter leaves no request to fit on")
+    return runs, f" (request filter: {len(keep)} run(s) restricted)"
+
+
+def _from_prior(prior: WorkloadProfile | None, key: str, why: str) -> Part:
+    """A field the runs cannot identify: the prior profile's (or the generic prior's), with why."""
+    if prior is not None:
+        return Part(None, False, f"{key}: from prior {prior.name} ({why})")
+    return Part(None, False, f"{key}: generic prior ({why})")
+
+
+def _step_token_parts(runs: list[RunData], cap: int, form: str, prior) -> tuple[dict[str, Part], dict[str, int]]:
+    """``step_tokens.small`` / ``.base``, and the shortest step of each model's chains (the most steps the budget
+    allows is ceil(B / shortest))."""
     parts: dict[str, Part] = {}
-
-    def from_prior(key: str, why: str):
-        if prior is not None:
-            return Part(None, False, f"{key}: from prior {prior.name} ({why})")
-        return Part(None, False, f"{key}: generic prior ({why})")
-
     lengths = {w: _step_lengths(runs, w) for w in ("small", "base")}
     for w in ("small", "base"):
         if len(lengths[w]):
             parts[f"step_tokens.{w}"] = Part(_length_dist(lengths[w], cap, form), True,
                                              f"step_tokens.{w}: {len(lengths[w])} steps, {form}")
         else:
-            parts[f"step_tokens.{w}"] = from_prior(f"step_tokens.{w}", f"no {w}-model steps in the runs")
-    # shortest step of each model's chains: the most steps the budget allows is ceil(B / shortest)
+            parts[f"step_tokens.{w}"] = _from_prior(prior, f"step_tokens.{w}", f"no {w}-model steps in the runs")
     shortest = {w: int(max(v.min(), 1)) if len(v) else 1 for w, v in lengths.items()}
+    return parts, shortest
 
+
+def _step_count_parts(runs: list[RunData], form: str, budget: int, shortest: dict[str, int], prior) -> dict[str, Part]:
+    """``steps_per_request.base`` (vanilla base chains, else the mixed SpecReason chains), ``.small`` (vanilla small
+    chains, when base ones exist) and ``verbosity`` (their means' ratio when both are identified)."""
+    parts: dict[str, Part] = {}
     base_chains = _chains(runs, "base")
     mixed = False
     if base_chains.empty:
         base_chains, mixed = _chains(runs, "speculative"), True
     means: dict[str, float | None] = {}
     if base_chains.empty:
-        parts["steps_per_request.base"] = from_prior("steps_per_request.base", "no base or SpecReason chains")
+        parts["steps_per_request.base"] = _from_prior(prior, "steps_per_request.base", "no base or SpecReason chains")
         means["base"] = None
     else:
         d, how, means["base"] = _step_count_dist(base_chains, form, budget,
@@ -299,7 +300,12 @@ def fit_workload_from_runs(paths: list[str | Path], *, prior: WorkloadProfile | 
         parts["verbosity"] = Part(prior.verbosity if prior else 1.0, False,
                                   "verbosity: " + (f"from prior {prior.name}" if prior else "1.0 prior")
                                   + " (needs step counts of both models from answered vanilla chains)")
+    return parts
 
+
+def _score_and_prompt_parts(runs: list[RunData], prior) -> dict[str, Part]:
+    """``scores``, ``token_acceptance``, ``prompt_tokens`` and ``judge_template_tokens``."""
+    parts: dict[str, Part] = {}
     scored = [r.steps.loc[r.steps["score"].notna(), "score"] for r in runs
               if spec_of(r.system).scores_steps and not r.steps.empty]
     scores = pd.concat(scored).to_numpy(dtype=float) if scored else np.array([])
@@ -307,16 +313,16 @@ def fit_workload_from_runs(paths: list[str | Path], *, prior: WorkloadProfile | 
         parts["scores"] = Part(score_pmf(scores), True, f"scores: {len(scores)} scored proposals, empirical pmf "
                                                         f"+ {SCORE_PSEUDO_COUNT} pseudo-count per score")
     else:
-        parts["scores"] = from_prior("scores", "no scored steps")
+        parts["scores"] = _from_prior(prior, "scores", "no scored steps")
 
     acc = _acceptance(runs)
     parts["token_acceptance"] = (Part(acc[0], True, f"token_acceptance: {acc[1]}") if acc else
-                                 from_prior("token_acceptance", "no speculative-decoding runs"))
+                                 _from_prior(prior, "token_acceptance", "no speculative-decoding runs"))
 
     prompts = [r.steps.loc[r.steps["step_index"] == 0, "context_tokens"] for r in runs if not r.steps.empty]
     p = _median_int(pd.concat(prompts)) if prompts else None
     parts["prompt_tokens"] = (Part(p, True, "prompt_tokens: median first-step context") if p else
-                              from_prior("prompt_tokens", "no steps"))
+                              _from_prior(prior, "prompt_tokens", "no steps"))
     judge = []
     for r in runs:
         if spec_of(r.system).scores_steps and not r.steps.empty:
@@ -324,26 +330,35 @@ def fit_workload_from_runs(paths: list[str | Path], *, prior: WorkloadProfile | 
             judge.extend((s["score_new_tokens"] + s["score_cached_tokens"] - s["context_tokens"] - s["small_tokens"]).tolist())
     j = _median_int(judge)
     parts["judge_template_tokens"] = (Part(max(j, 1), True, "judge_template_tokens: median scoring prompt - context - step")
-                                      if j is not None else from_prior("judge_template_tokens", "no scoring calls"))
+                                      if j is not None else _from_prior(prior, "judge_template_tokens", "no scoring calls"))
+    return parts
 
-    generic = {"steps_per_request.base": {"kind": "geometric", "mean": 6, "min": 1, "max": 60},
-               "step_tokens.small": {"kind": "lognormal", "median": min(24, cap), "sigma": 0.6, "min": 1, "max": cap},
-               "step_tokens.base": {"kind": "lognormal", "median": min(24, cap), "sigma": 0.5, "min": 1, "max": cap},
-               "scores": [0.1] * 10, "token_acceptance": acceptance_prior(), "prompt_tokens": 120,
-               "judge_template_tokens": 70}
 
-    def value(key: str):
-        part = parts[key]
-        if part.fitted or part.value is not None:
-            return part.value
-        if prior is not None:
-            obj = prior
-            for k in key.split("."):
-                obj = getattr(obj, k)
-            return obj.model_dump(mode="json") if hasattr(obj, "model_dump") else obj
-        return generic[key]
+def _generic_prior(cap: int) -> dict:
+    """What a field takes when the runs cannot identify it and no prior profile is given."""
+    return {"steps_per_request.base": {"kind": "geometric", "mean": 6, "min": 1, "max": 60},
+            "step_tokens.small": {"kind": "lognormal", "median": min(24, cap), "sigma": 0.6, "min": 1, "max": cap},
+            "step_tokens.base": {"kind": "lognormal", "median": min(24, cap), "sigma": 0.5, "min": 1, "max": cap},
+            "scores": [0.1] * 10, "token_acceptance": acceptance_prior(), "prompt_tokens": 120,
+            "judge_template_tokens": 70}
 
-    models = {role: Path(str(info.get("path", "?"))).name for r in runs for role, info in (r.meta.get("models") or {}).items()}
+
+def _value(parts: dict[str, Part], key: str, prior: WorkloadProfile | None, cap: int):
+    """A field's YAML value: fitted, else the prior profile's, else the generic prior's."""
+    part = parts[key]
+    if part.fitted or part.value is not None:
+        return part.value
+    if prior is not None:
+        obj = prior
+        for k in key.split("."):
+            obj = getattr(obj, k)
+        return obj.model_dump(mode="json") if hasattr(obj, "model_dump") else obj
+    return _generic_prior(cap)[key]
+
+
+def _provenance(runs: list[RunData], parts: dict[str, Part], form: str, filtered: str, date: str | None,
+                models: dict[str, str]) -> dict:
+    """The profile's provenance: the runs, and which fields they fitted and which are priors (``method``)."""
     engines = sorted({f"{r.meta.get('engine')}-{r.meta.get('engine_version')}" for r in runs})
     hw = runs[0].meta.get("hardware", {})
     fitted = sorted(k for k, v in parts.items() if v.fitted)
@@ -352,25 +367,49 @@ def fit_workload_from_runs(paths: list[str | Path], *, prior: WorkloadProfile | 
               f"{sum(len(r.requests) for r in runs)} requests{filtered}. FITTED: " + "; ".join(parts[k].how for k in fitted)
               + ". PRIOR: " + ("; ".join(parts[k].how for k in from_prior_keys) if from_prior_keys else "none")
               + ". answer_tokens 0 (no separate answer phase in the runner).")
+    return {
+        "kind": "fitted" if fitted else "prior",
+        "source": ", ".join(repo_relative(r.path) for r in runs),
+        "method": method,
+        "date": date or _dt.date.today().isoformat(),
+        "hardware": f"{hw.get('cpu_model') or hw.get('gpu_name') or '?'} (run.json hardware; token counts do not depend on it)",
+        "engine": ", ".join(engines),
+        "models": sorted(set(models.values())),
+        "seed": ",".join(str(s) for s in sorted({r.meta.get("seed") for r in runs})),
+    }
+
+
+def fit_workload_from_runs(paths: list[str | Path], *, prior: WorkloadProfile | None = None, form: str = "empirical",
+                           name: str | None = None, date: str | None = None,
+                           requests: dict | None = None) -> WorkloadFit:
+    """Fit the workload on the run directories ``paths``. ``requests`` (optional) restricts the fit to
+    some requests: ``{run_path: ids}`` keeps, for each run listed, only the requests whose
+    ``request_id`` is in ``ids`` (the runs not listed keep all theirs; a run left with no request is
+    dropped). Held-out validation uses it to fit on one fold's requests only."""
+    if form not in ("empirical", "parametric"):
+        raise InputError(None, "--form", f"expected empirical or parametric (got {form!r})")
+    if not paths:
+        raise InputError(None, "inputs", "give at least one run directory")
+    runs, filtered = _runs_to_fit(paths, requests)
+    budget = _common(runs, "budget_tokens", lambda m: m["budget_tokens"])
+    cap = _common(runs, "step_max_tokens", lambda m: m["sampling"]["step_max_tokens"])
+    parts, shortest = _step_token_parts(runs, cap, form, prior)
+    parts.update(_step_count_parts(runs, form, budget, shortest, prior))
+    parts.update(_score_and_prompt_parts(runs, prior))
+
+    def value(key: str):
+        return _value(parts, key, prior, cap)
+
+    models = {role: Path(str(info.get("path", "?"))).name for r in runs for role, info in (r.meta.get("models") or {}).items()}
     steps = {"base": value("steps_per_request.base")}
     if "steps_per_request.small" in parts:
         steps["small"] = parts["steps_per_request.small"].value
-    datasets = sorted({str(r.meta.get("dataset")) for r in runs})
     data = {
         "name": name or f"runs_{models.get('base', models.get('small', 'model'))}",
-        "dataset": ", ".join(datasets),
+        "dataset": ", ".join(sorted({str(r.meta.get("dataset")) for r in runs})),
         "base_model": models.get("base", models.get("small", "?")),
         "small_model": models.get("small", "?"),
-        "provenance": {
-            "kind": "fitted" if fitted else "prior",
-            "source": ", ".join(_repo_relative(r.path) for r in runs),
-            "method": method,
-            "date": date or _dt.date.today().isoformat(),
-            "hardware": f"{hw.get('cpu_model') or hw.get('gpu_name') or '?'} (run.json hardware; token counts do not depend on it)",
-            "engine": ", ".join(engines),
-            "models": sorted(set(models.values())),
-            "seed": ",".join(str(s) for s in sorted({r.meta.get("seed") for r in runs})),
-        },
+        "provenance": _provenance(runs, parts, form, filtered, date, models),
         "prompt_tokens": value("prompt_tokens"),
         "answer_tokens": 0,
         "judge_template_tokens": value("judge_template_tokens"),

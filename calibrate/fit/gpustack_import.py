@@ -1,6 +1,6 @@
 """GPUStack performance lab's released `vllm bench serve` table as serving runs to predict.
 
-``../shared/data/engine-measurements/gpustack-performance-lab/serving_benchmarks.csv`` (README there): one row per
+``engine-measurements/gpustack-performance-lab/serving_benchmarks.csv`` in the shared data (README there): one row per
 benchmark block, with the server command above it. :func:`released_runs` turns each vLLM row into a
 :class:`ReleasedRun` -- catalog model and weight dtype, GPU, TP / EP, vLLM version, the server's batching knobs
 (``--max-num-batched-tokens``, ``--max-num-seqs``, ``--gpu-memory-utilization``, ``--async-scheduling``,
@@ -10,7 +10,7 @@ pipeline parallelism, speculative decoding, vLLM 0.17's ``--performance-mode``, 
 
 from __future__ import annotations
 
-from simulator.paths import REPO
+from simulator.paths import shared
 
 import re
 import shlex
@@ -22,7 +22,7 @@ import pandas as pd
 
 from simulator.errors import InputError
 
-GPUSTACK = REPO.parent / "shared" / "data" / "engine-measurements" / "gpustack-performance-lab"
+GPUSTACK = shared("engine-measurements", "gpustack-performance-lab")
 TABLE = "serving_benchmarks.csv"
 COLUMNS = ("file", "hardware", "engine_versions", "section", "serve_cmd", "max_concurrency", "requests", "in_tok",
            "out_tok", "duration_s", "out_tps", "mean_ttft_ms", "median_ttft_ms", "mean_tpot_ms", "median_tpot_ms",

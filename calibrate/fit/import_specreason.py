@@ -2,7 +2,7 @@
 
 Source format: the per-run pickles of ``spec_reason.py`` (ruipeterpan/specreason, and the
 per-step-timing fork RuthvikAtte/specreason) converted to JSONL, one record per reasoning
-step, field names kept from the source (see ``../shared/data/specreason-aime-traces/README.md``).
+step, field names kept from the source (see ``specreason-aime-traces/README.md`` in the shared data).
 
 Each line is validated once (required fields, types, ranges); a bad line raises
 :class:`~simulator.errors.InputError` naming the file, ``line N`` and the field. Unknown
