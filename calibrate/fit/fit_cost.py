@@ -59,7 +59,7 @@ ZEROABLE = ("step_overhead_s", "layer_overhead_s", "call_overhead_s", "allreduce
 BOUNDS = {"mem_efficiency": (1e-3, 10.0), "compute_efficiency": (1e-3, 10.0), "step_overhead_s": (1e-7, 1.0),
           "layer_overhead_s": (1e-9, 1e-2), "call_overhead_s": (1e-6, 10.0), "allreduce_latency_s": (1e-9, 1e-2),
           "seq_overhead_s": (1e-9, 0.1),
-          # the step's shape (issue 24; engine-level fits only): p of the soft roofline, the GEMV->GEMM jump, eta_kv
+          # the step's shape (engine-level fits only): p of the soft roofline, the GEMV->GEMM jump, eta_kv
           "roofline_p": (1.0, 64.0), "multi_token_penalty": (1e-6, 1.0), "kv_mem_efficiency": (1e-3, 10.0),
           "draft_step_overhead_s": (1e-7, 1.0),
           "eager_mem_efficiency": (1e-3, 10.0)}  # a nuisance of eager layer profiles (engine_fit): not a fraction
@@ -74,7 +74,7 @@ def base_name(name: str) -> str:
     return name.rsplit(".", 1)[-1]
 F_SCALE = 0.05
 # Width of the log-normal prior around each parameter's prior value (1.0: a factor e either way, in
-# units of F_SCALE-scaled residuals). Held-out median APE of the CPU campaigns was flat for 0.5-2.
+# units of F_SCALE-scaled residuals); chosen on the CPU campaigns' held-out error (docs/results.md).
 PRIOR_LOG_SD = 1.0
 NO_SIGNAL = 1e-8  # mean |d log T / d log p| below which a parameter has no signal in the data
 MAX_REL_STDERR = 0.5
@@ -188,6 +188,89 @@ class LogFit:
     prior_dominated: dict[str, float] = field(default_factory=dict)  # estimated, posterior relative sd > MAX_REL_STDERR
 
 
+def _best_start(objective, x0: np.ndarray, lo: np.ndarray, hi: np.ndarray, free: list[str], prior_vals: dict,
+                start: dict[str, float] | None):
+    """The lowest-cost ``least_squares`` solution over the efficiency starts (prior x ``START_SCALES``), or from one
+    start at ``start`` (a refit near a known solution: leave-one-run-out)."""
+    from scipy.optimize import least_squares
+
+    res = None
+    for scale in (START_SCALES if start is None else (None,)):
+        if scale is None:
+            xs = np.log(np.maximum([start.get(n, prior_vals[n]) or prior_vals[n] for n in free], 1e-300))
+        else:
+            xs = x0 + np.array([np.log(scale) if base_name(n) in ("mem_efficiency", "compute_efficiency") else 0.0
+                                for n in free])
+        xs = np.clip(xs, lo + 1e-9, hi - 1e-9)
+        cand = least_squares(objective, xs, bounds=(lo, hi), loss="soft_l1", f_scale=F_SCALE, x_scale=1.0)
+        if res is None or cand.cost < res.cost - 1e-12:
+            res = cand
+    return res
+
+
+def _unfit(free: list[str], col: np.ndarray, x: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+           bnd: dict) -> dict[str, tuple[str, bool]]:
+    """The parameters the solution at ``x`` cannot keep: name -> (why, set to zero rather than to its prior). No
+    signal (Jacobian column ``col`` ~0) -> its prior; an overhead at its lower bound -> zero; any other bound -> prior."""
+    bad: dict[str, tuple[str, bool]] = {}
+    for k, n in enumerate(free):
+        if col[k] <= NO_SIGNAL:
+            bad[n] = (f"no signal in the data (Jacobian column ~0, mean |d log T / d log p| = {col[k]:.1e})", False)
+        elif base_name(n) in ZEROABLE and x[k] - lo[k] < 1e-3:
+            bad[n] = (f"set to zero: ran to its lower bound {bnd[base_name(n)][0]:g} (negligible beside the other terms)", True)
+        elif min(x[k] - lo[k], hi[k] - x[k]) < 1e-3:
+            bad[n] = (f"ran to its bound {bnd[base_name(n)]} (the data pushes it outside the physical range)", False)
+    return bad
+
+
+def _correlation(cov: np.ndarray, free: list[str]) -> dict[str, float]:
+    """Posterior correlations of the fitted parameters, ``a~b`` -> r (none with fewer than two)."""
+    if len(free) < 2:
+        return {}
+    d = np.sqrt(np.diag(cov))
+    c = cov / np.outer(d, d)
+    return {f"{free[i]}~{free[j]}": round(float(c[i, j]), 4) for i in range(len(free)) for j in range(i + 1, len(free))}
+
+
+@dataclass
+class _Solution:
+    """One pass of the fit over the free parameters: all values, the posterior covariance and relative sds, and the
+    parameters it could not keep (:func:`_unfit`)."""
+
+    vals: dict[str, float]
+    cov: np.ndarray
+    rel: np.ndarray
+    bad: dict[str, tuple[str, bool]]
+
+
+def _solve(predict, build, y: np.ndarray, prior_vals: dict, base_vals: dict, free: list[str], bnd: dict,
+           start: dict[str, float] | None) -> _Solution:
+    """The posterior mode of the log parameters ``free`` (the rest at ``base_vals``), its covariance
+    s^2 (J^T J + (F_SCALE / PRIOR_LOG_SD)^2 I)^-1 and what it cannot keep."""
+    def resid(logx):
+        v = dict(base_vals)
+        v.update({n: float(np.exp(lx)) for n, lx in zip(free, logx)})
+        return np.log(predict(build(v))) - y
+
+    lo = np.log([bnd[base_name(n)][0] for n in free])
+    hi = np.log([bnd[base_name(n)][1] for n in free])
+    x0 = np.clip(np.log(np.maximum([prior_vals[n] for n in free], 1e-300)), lo + 1e-9, hi - 1e-9)
+    prior_w = F_SCALE / PRIOR_LOG_SD
+
+    def objective(lx):
+        return np.concatenate([resid(lx), prior_w * (lx - x0)])
+
+    res = _best_start(objective, x0, lo, hi, free, prior_vals, start)
+    r = resid(res.x)
+    J = central_jacobian(resid, res.x)
+    sc = _robust_scale(r)
+    col = np.linalg.norm(J, axis=0) / np.sqrt(len(r))
+    cov = sc**2 * np.linalg.inv(J.T @ J + prior_w**2 * np.eye(len(free)))
+    vals = dict(base_vals)
+    vals.update({n: float(np.exp(lx)) for n, lx in zip(free, res.x)})
+    return _Solution(vals, cov, np.sqrt(np.abs(np.diag(cov))), _unfit(free, col, res.x, lo, hi, bnd))
+
+
 def fit_log_times(predict, y: np.ndarray, prior_vals: dict[str, float], candidates: tuple[str, ...] = PARAM_NAMES,
                   *, names: tuple[str, ...] = PARAM_NAMES, build=None, bounds: dict | None = None,
                   start: dict[str, float] | None = None) -> LogFit:
@@ -199,9 +282,8 @@ def fit_log_times(predict, y: np.ndarray, prior_vals: dict[str, float], candidat
     Why a prior and not "fit what is identifiable, put the rest back at its prior": the call data pin
     *combinations* (e.g. per-token decode = weights / bandwidth + layers x layer overhead + step overhead).
     Putting one member of a combination back at its prior forces a cost the data may reject, and the
-    others then run to their bounds one after another: on a 2-core VM whose per-step overhead is below
-    the prior, all but one parameter ended at its prior and the held-out error was 21%. The prior resolves
-    the directions the data do not pin towards the prior and leaves the pinned combinations to the data.
+    others then run to their bounds one after another (docs/cpu-campaign.md). The prior resolves the
+    directions the data do not pin towards the prior and leaves the pinned combinations to the data.
 
     Per parameter, after the fit: no signal (Jacobian column ~0) -> its prior, exactly; an overhead
     (``ZEROABLE``) run to its lower bound -> **zero** (the data say it is negligible); any other bound ->
@@ -216,81 +298,34 @@ def fit_log_times(predict, y: np.ndarray, prior_vals: dict[str, float], candidat
     the cost profile's seven); a grouped fit names one per group (``GROUP.kind``: bounds, zeroing and the fix
     order go by the kind, :func:`base_name`) and passes ``build`` (values -> what ``predict`` takes;
     default a :class:`CostParams`)."""
-    from scipy.optimize import least_squares
-
     build = build or _params
     bnd = {**BOUNDS, **(bounds or {})}  # by kind; ``bounds`` narrows them for one fit (e.g. eta <= 1)
     order = lambda n: FIX_ORDER.index(base_name(n)) if base_name(n) in FIX_ORDER else len(FIX_ORDER)  # noqa: E731
     free = [n for n in names if n in candidates]
     fixed: dict[str, str] = {n: "not a fit candidate" for n in names if n not in candidates}
     zeroed: list[str] = []
-    vals = dict(prior_vals)
-    cov, rel = np.zeros((0, 0)), np.zeros(0)
+    sol = _Solution(dict(prior_vals), np.zeros((0, 0)), np.zeros(0), {})
     for _ in range(len(names) + 1):
         base_vals = {**prior_vals, **dict.fromkeys(zeroed, 0.0)}
-
-        def resid(logx, free=free, base_vals=base_vals):
-            v = dict(base_vals)
-            v.update({n: float(np.exp(lx)) for n, lx in zip(free, logx)})
-            return np.log(predict(build(v))) - y
-
         if not free:
-            vals, cov, rel = dict(base_vals), np.zeros((0, 0)), np.zeros(0)
+            sol = _Solution(dict(base_vals), np.zeros((0, 0)), np.zeros(0), {})
             break
-        lo = np.log([bnd[base_name(n)][0] for n in free])
-        hi = np.log([bnd[base_name(n)][1] for n in free])
-        x0 = np.clip(np.log(np.maximum([prior_vals[n] for n in free], 1e-300)), lo + 1e-9, hi - 1e-9)
-        prior_w = F_SCALE / PRIOR_LOG_SD
-
-        def objective(lx, resid=resid, x0=x0):
-            return np.concatenate([resid(lx), prior_w * (lx - x0)])
-
-        res = None
-        for scale in (START_SCALES if start is None else (None,)):
-            if scale is None:  # one start at given values (a refit near a known solution: leave-one-run-out)
-                xs = np.log(np.maximum([start.get(n, prior_vals[n]) or prior_vals[n] for n in free], 1e-300))
-            else:
-                xs = x0 + np.array([np.log(scale) if base_name(n) in ("mem_efficiency", "compute_efficiency") else 0.0
-                                    for n in free])
-            xs = np.clip(xs, lo + 1e-9, hi - 1e-9)
-            cand = least_squares(objective, xs, bounds=(lo, hi), loss="soft_l1", f_scale=F_SCALE, x_scale=1.0)
-            if res is None or cand.cost < res.cost - 1e-12:
-                res = cand
-        r = resid(res.x)
-        J = central_jacobian(resid, res.x)
-        sc = _robust_scale(r)
-        col = np.linalg.norm(J, axis=0) / np.sqrt(len(r))
-        cov = sc**2 * np.linalg.inv(J.T @ J + prior_w**2 * np.eye(len(free)))
-        rel = np.sqrt(np.abs(np.diag(cov)))
-        vals = dict(base_vals)
-        vals.update({n: float(np.exp(lx)) for n, lx in zip(free, res.x)})
-        bad: dict[str, tuple[str, bool]] = {}  # name -> (why, set to zero rather than to its prior)
-        for k, n in enumerate(free):
-            if col[k] <= NO_SIGNAL:
-                bad[n] = (f"no signal in the data (Jacobian column ~0, mean |d log T / d log p| = {col[k]:.1e})", False)
-            elif base_name(n) in ZEROABLE and res.x[k] - lo[k] < 1e-3:
-                bad[n] = (f"set to zero: ran to its lower bound {bnd[base_name(n)][0]:g} (negligible beside the other terms)", True)
-            elif min(res.x[k] - lo[k], hi[k] - res.x[k]) < 1e-3:
-                bad[n] = (f"ran to its bound {bnd[base_name(n)]} (the data pushes it outside the physical range)", False)
-        if not bad:
+        sol = _solve(predict, build, y, prior_vals, base_vals, free, bnd, start)
+        if not sol.bad:
             break
-        worst = min(bad, key=order)  # one at a time; the least physical first
-        fixed[worst], to_zero = bad[worst]
+        worst = min(sol.bad, key=order)  # one at a time; the least physical first
+        fixed[worst], to_zero = sol.bad[worst]
         if to_zero:
             zeroed.append(worst)
         free = [n for n in free if n != worst]
+    vals, rel = sol.vals, sol.rel
     stderr = {n: float(vals[n] * rel[k]) for k, n in enumerate(free)}
     weak = {n: float(rel[k]) for k, n in enumerate(free) if rel[k] > MAX_REL_STDERR}
-    corr_out = {}
-    if len(free) > 1:
-        d = np.sqrt(np.diag(cov))
-        c = cov / np.outer(d, d)
-        corr_out = {f"{free[i]}~{free[j]}": round(float(c[i, j]), 4)
-                    for i in range(len(free)) for j in range(i + 1, len(free))}
     for n in names:
         if n not in free and n not in fixed:
             fixed[n] = "not a fit candidate"
-    return LogFit(vals, stderr, free, fixed, corr_out, np.log(predict(build(vals))) - y, tuple(zeroed), weak)
+    return LogFit(vals, stderr, free, fixed, _correlation(sol.cov, free), np.log(predict(build(vals))) - y,
+                  tuple(zeroed), weak)
 
 
 def fit_cost(calls: pd.DataFrame, setup: Setup, prior: CostProfile | None = None,
@@ -368,42 +403,37 @@ def goodness_of_fit(res: pd.DataFrame, loro: dict[str, dict[str, float]] | None 
     return out
 
 
-def build_profile(fit: CostFit, setup: Setup, *, name: str, engine: str, inputs: list[str], runs: list[str],
-                  hardware_note: str, date: str | None = None, command: str = "",
-                  loro: dict[str, dict[str, float]] | None = None, run_hashes: dict[str, str] | None = None
-                  ) -> CostProfile:
-    """The fitted :class:`CostProfile`: calibrated Params carry their stderr and source; the rest stay priors."""
-    date = date or _dt.date.today().isoformat()
-    src = f"calibrated on {len(fit.residuals)} calls of runs {', '.join(runs)} ({'; '.join(inputs)})"
-    prior = prior_profile(setup.hardware, engine)
-    rejected = beyond_physical_max({n: fit.values[n] for n in fit.fitted}, setup.hardware)
+def _profile_param(n: str, fit: CostFit, setup: Setup, prior: CostProfile, rejected: dict[str, str], src: str) -> Param:
+    """Parameter ``n`` of the fitted profile: rejected (outside its physical range), calibrated, prior-dominated
+    (marked a prior, with the posterior mode as its value), zeroed, or kept at its prior, each with its source."""
+    if n in rejected:
+        se = f" (+- {fit.stderr[n]:.3g})" if n in fit.stderr else ""
+        return Param(value=float(f"{fit.values[n]:.6g}"), kind="rejected", stderr=float(f"{fit.stderr[n]:.3g}"),
+                     source=f"rejected: fitted {rejected[n]}{se}, outside the physical "
+                            f"range (the assumed hardware, models or token accounting do not fit these calls); "
+                            f"{src}")
+    if n in fit.fitted:
+        weak = fit.prior_dominated.get(n)
+        if weak is None:
+            return Param(value=float(f"{fit.values[n]:.6g}"), kind="calibrated", source=src,
+                         stderr=float(f"{fit.stderr[n]:.3g}"))
+        return Param(value=float(f"{fit.values[n]:.6g}"), kind="prior", stderr=float(f"{fit.stderr[n]:.3g}"),
+                     source=f"prior-dominated: posterior mode of prior {fit.prior[n]:.4g} and {src}; posterior "
+                            f"relative sd {weak:.2g} > {MAX_REL_STDERR} (the data do not pin it apart from the "
+                            f"other parameters)")
+    if n in fit.zeroed:
+        return Param(value=0.0, kind="calibrated", source=f"{src}; {fit.fixed[n]}")
+    if n == "allreduce_latency_s":
+        return Param(value=fit.values[n], kind="prior",
+                     source=f"hardware catalog prior ({setup.hardware.name}); {fit.fixed.get(n, '')}")
+    old = getattr(prior, n)
+    return Param(value=old.value, kind="prior", source=f"{old.source}; kept: {fit.fixed.get(n, '')}")
 
-    def param(n: str) -> Param:
-        if n in rejected:
-            se = f" (+- {fit.stderr[n]:.3g})" if n in fit.stderr else ""
-            return Param(value=float(f"{fit.values[n]:.6g}"), kind="rejected", stderr=float(f"{fit.stderr[n]:.3g}"),
-                         source=f"rejected: fitted {rejected[n]}{se}, outside the physical "
-                                f"range (the assumed hardware, models or token accounting do not fit these calls); "
-                                f"{src}")
-        if n in fit.fitted:
-            weak = fit.prior_dominated.get(n)
-            if weak is None:
-                return Param(value=float(f"{fit.values[n]:.6g}"), kind="calibrated", source=src,
-                             stderr=float(f"{fit.stderr[n]:.3g}"))
-            # estimated, but mostly by its prior: marked as a prior, with the posterior mode as its value
-            return Param(value=float(f"{fit.values[n]:.6g}"), kind="prior", stderr=float(f"{fit.stderr[n]:.3g}"),
-                         source=f"prior-dominated: posterior mode of prior {fit.prior[n]:.4g} and {src}; posterior "
-                                f"relative sd {weak:.2g} > {MAX_REL_STDERR} (the data do not pin it apart from the "
-                                f"other parameters)")
-        if n in fit.zeroed:
-            return Param(value=0.0, kind="calibrated", source=f"{src}; {fit.fixed[n]}")
-        if n == "allreduce_latency_s":
-            return Param(value=fit.values[n], kind="prior",
-                         source=f"hardware catalog prior ({setup.hardware.name}); {fit.fixed.get(n, '')}")
-        old = getattr(prior, n)
-        return Param(value=old.value, kind="prior", source=f"{old.source}; kept: {fit.fixed.get(n, '')}")
 
-    fit_block = {
+def _fit_block(fit: CostFit, setup: Setup, *, inputs: list[str], runs: list[str], hardware_note: str, date: str,
+               command: str, rejected: dict[str, str], loro, run_hashes) -> dict:
+    """The profile's ``fit:`` block: method, inputs, what was fitted / zeroed / kept, and goodness of fit per op."""
+    return {
         "method": f"scipy least_squares on log call time, loss soft_l1 (f_scale {F_SCALE}), log-parameter space; "
                   f"posterior mode with a log-normal prior (sd {PRIOR_LOG_SD} in F_SCALE units) around each prior "
                   f"value; stderr = p * sqrt(diag(s^2 (J^T J + (F_SCALE/PRIOR_LOG_SD)^2 I)^-1)), s = 1.4826 MAD of "
@@ -420,12 +450,25 @@ def build_profile(fit: CostFit, setup: Setup, *, name: str, engine: str, inputs:
         "correlation": fit.correlation,
         "per_op": goodness_of_fit(fit.residuals, loro),
     }
+
+
+def build_profile(fit: CostFit, setup: Setup, *, name: str, engine: str, inputs: list[str], runs: list[str],
+                  hardware_note: str, date: str | None = None, command: str = "",
+                  loro: dict[str, dict[str, float]] | None = None, run_hashes: dict[str, str] | None = None
+                  ) -> CostProfile:
+    """The fitted :class:`CostProfile`: calibrated Params carry their stderr and source; the rest stay priors."""
+    date = date or _dt.date.today().isoformat()
+    src = f"calibrated on {len(fit.residuals)} calls of runs {', '.join(runs)} ({'; '.join(inputs)})"
+    prior = prior_profile(setup.hardware, engine)
+    rejected = beyond_physical_max({n: fit.values[n] for n in fit.fitted}, setup.hardware)
+    fit_block = _fit_block(fit, setup, inputs=inputs, runs=runs, hardware_note=hardware_note, date=date,
+                           command=command, rejected=rejected, loro=loro, run_hashes=run_hashes)
     return CostProfile(
         name=name, hardware=setup.hardware.name, engine=engine,
         provenance=Provenance(kind="fitted", source=src, method="calibrate.fit.fit_cost (see fit.method)", date=date,
                               hardware=f"{setup.hardware.display} x{setup.tp} (TP={setup.tp}); {hardware_note}",
                               engine=engine, models=[m.name for m in setup.models.values()]),
-        **{n: param(n) for n in PARAM_NAMES},
+        **{n: _profile_param(n, fit, setup, prior, rejected, src) for n in PARAM_NAMES},
         **{n: getattr(prior, n) for n in SHAPE_NAMES},  # the step's shape: the hardware's prior, as it is
         fit=fit_block,
     )
