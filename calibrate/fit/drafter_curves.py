@@ -20,6 +20,7 @@ in-sample); thinking on/off as a covariate (the shape from the same mode's curve
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,11 +31,13 @@ from scipy.optimize import minimize
 from simulator.inputs.drafter_priors import FAMILIES, acceptance_length, extend_with, from_acceptance_length, per_position
 from simulator.errors import InputError
 from simulator.inputs.loading import read_yaml
+from simulator.paths import REPO, SHARED_DATA
 
 UPSTREAM = "SemiAnalysisAI/InferenceX golden_al_distribution/*.yaml @ 843c6254ff69b567f772f6a5fd97675af3d04431"
 KIND_OF_LEVEL = {"mtp": "mtp", "eagle3": "eagle3", "dspark": "block"}
 MODES = ("thinking_on", "thinking_off")
 K = 8
+_SHARED_SEEN_FROM_REPO = Path(os.path.relpath(SHARED_DATA, REPO)).as_posix()  # the third-party data folder
 POINTS = (2, 3, 4)  # measured positions a deployment's /metrics gives (its k), for the held-out check from /metrics
 
 
@@ -194,7 +197,7 @@ def fit_report(folder: str | Path, date: str) -> tuple[dict, str]:
         lines.append(f"| {family}, level: the deployment's a_1..a_{m} (/metrics at k = {m}) | "
                      + " | ".join(f"{100 * sp[k][0]:.1f} / {100 * sp[k][1]:.1f}" for k in sorted(s)) + " |")
     lines += ["", f"Per curve ({family}, level from AL(1)): held-out max error over k = 1..{K}, percent, and the k "
-              "where it occurs (the measured values stay in ../shared/data).", "",
+              f"where it occurs (the measured values stay in {_SHARED_SEEN_FROM_REPO}).", "",
               "| kind | curve | max error | at k |", "|---|---|---|---|"]
     for c in curves:
         e = errs[family][c.name]

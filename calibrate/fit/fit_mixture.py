@@ -238,6 +238,8 @@ def shared_profile(data_dir: str | Path = DATA_DIR) -> tuple[WorkloadProfile, fl
 def fit_mixture(aggregates: dict[str, ProblemAggregate], shared: WorkloadProfile, sigma: float,
                 problems: list[str] | None = None, date: str | None = None, source: str = "") -> WorkloadProfile:
     """The mixture over ``problems`` (default: all), each with weight 1 (a random problem of the set)."""
+    from calibrate.fit.fit_workload import repo_relative
+
     names = problems or list(aggregates)
     if not names:
         raise InputError(None, "problems", "no problem to fit")
@@ -261,7 +263,7 @@ def fit_mixture(aggregates: dict[str, ProblemAggregate], shared: WorkloadProfile
         "problems": probs,
     })
     data["provenance"] = {**data["provenance"], "kind": "fitted", "method": method,
-                          "source": source or f"../shared/data/specreason-aime-traces ({UPSTREAM})",
+                          "source": source or f"{repo_relative(DATA_DIR)} ({UPSTREAM})",
                           "date": date or _dt.date.today().isoformat()}
     return WorkloadProfile.model_validate(data)
 

