@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from calibrate.fit.fit_cost import PARAM_NAMES
+from calibrate.fit.log_time_fit import PARAM_NAMES
 from simulator.inputs.loading import save_figure_atomic, write_atomic
 from simulator.report.plots import pyplot
 from validate.bench import PREDICTORS, BenchFitResult

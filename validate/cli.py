@@ -113,7 +113,7 @@ def validate(
 def param_kinds(profile) -> str:
     """``mem_efficiency 0.855 [calibrated], ...``: each cost parameter with its kind (``rejected``: outside its
     physical range)."""
-    from calibrate.fit.fit_cost import PARAM_NAMES
+    from calibrate.fit.log_time_fit import PARAM_NAMES
 
     out = []
     for n in PARAM_NAMES:

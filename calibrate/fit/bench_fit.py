@@ -22,7 +22,7 @@ over the batch aggregates of each pass the op ran (B identical sequences: what
 time of steps at contexts c + 3 .. c + 3 + steps: costed at c (the KV difference is < 1% of a pass's bytes).
 ``draft`` records (microbench ``--draft``) are skipped: run.json does not name the draft's architecture.
 
-Fit: :func:`calibrate.fit.fit_cost.fit_log_times` (the one fitter) around the hardware's prior
+Fit: :func:`calibrate.fit.log_time_fit.fit_log_times` (the one fitter) around the hardware's prior
 (:func:`simulator.cost.cost_profile.prior_profile`): :func:`fit_records` on any subset of the records (a held-out
 fold's training records), :func:`fit_profile` on all of them, with provenance.
 """
@@ -36,7 +36,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibrate.fit.fit_cost import PARAM_NAMES, CostFit, LogFit, build_profile, fit_log_times
+from calibrate.fit.fit_cost import CostFit, build_profile
+from calibrate.fit.log_time_fit import PARAM_NAMES, LogFit, fit_log_times
 from simulator.cost.setup import Setup
 from simulator.catalog import HardwareSpec, ModelSpec, get_hardware, get_model
 from simulator.cost.cost_model import Deployment

@@ -1,4 +1,4 @@
-"""What the released H100/H200 bursts say about their own admission (issue 37): the checks behind
+"""What the released H100/H200 bursts say about their own admission: the checks behind
 docs/serving-model.md's "Where it stops", each a table anyone can rerun.
 
 ``specsim calibrate burst-probe engines`` -- per GPU and serving engine (vLLM, SGLang, TensorRT-LLM) over the

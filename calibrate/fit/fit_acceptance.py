@@ -1,4 +1,4 @@
-"""Acceptance extrapolation (issue 17): per-position acceptance measured at small gamma predicts larger gamma.
+"""Acceptance extrapolation: per-position acceptance measured at small gamma predicts larger gamma.
 
 Input, per gamma g: a_i(g) = P(first i drafts accepted) for i = 1..g and the drafts (verify iterations) it was
 measured on -- from

@@ -1,8 +1,8 @@
 """Coarse dataset priors from the SpecReason paper's published latencies (MATH500, GPQA-Diamond).
 
 We have per-step data for AIME only. For MATH500 and GPQA-Diamond (QwQ-32B + R1-Distill-Qwen-1.5B,
-budget 8192) the paper states only SpecReason latencies at threshold 3 and 7 (issue 12, quoting the
-paper; the paper's latencies came from its own cost formula, not from wall clocks):
+budget 8192) the paper states only SpecReason latencies at threshold 3 and 7 (the paper's latencies came
+from its own cost formula, not from wall clocks):
 
     MATH500 35.7 -> 69.2 s,  AIME 109.4 -> 261.9 s,  GPQA-Diamond 72.7 -> 223.0 s   (threshold 3 -> 7)
 
@@ -34,7 +34,7 @@ from scipy import optimize
 from calibrate.fit.fit_mixture import tilt
 from simulator.inputs.workload import WorkloadProfile
 
-PUBLISHED_SPECREASON_LATENCY_S = {  # SpecReason, QwQ-32B + R1-1.5B, threshold 3 -> 7 (the paper, via issue 12)
+PUBLISHED_SPECREASON_LATENCY_S = {  # SpecReason, QwQ-32B + R1-1.5B, threshold 3 -> 7 (the paper)
     "aime": (109.4, 261.9), "math500": (35.7, 69.2), "gpqa-diamond": (72.7, 223.0)}
 SOURCE = ("SpecReason (Pan et al. 2025) published SpecReason latencies, QwQ-32B + R1-Distill-Qwen-1.5B, threshold 3 -> 7: "
           "MATH500 35.7 -> 69.2 s, AIME 109.4 -> 261.9 s, GPQA-Diamond 72.7 -> 223.0 s (quoted in issue 12; the paper's "

@@ -223,7 +223,7 @@ def fit(obs: dict[str, Obs], frozen: dict | None = None, only: tuple[str, ...] |
 
 
 def _fit_once(obs: dict[str, Obs], frozen: dict | None = None, only: tuple[str, ...] | None = None) -> EngineFit:
-    from calibrate.fit.fit_cost import fit_log_times
+    from calibrate.fit.log_time_fit import fit_log_times
 
     frozen = {**stream_frozen(obs), **dict(frozen or {})}
     names = names_for(obs)

@@ -110,7 +110,7 @@ def predict(f: pd.DataFrame, values: dict) -> np.ndarray:
 
 
 def fit(f: pd.DataFrame):
-    from calibrate.fit.fit_cost import fit_log_times
+    from calibrate.fit.log_time_fit import fit_log_times
 
     names = tuple(f"{g}.{KIND}" for g in sorted(set(f["gpu"])))
     y = np.log(f["time_s"].to_numpy(float))

@@ -238,7 +238,7 @@ def prior_of(name: str) -> float:
 
 
 def fit(f: pd.DataFrame, frozen: dict | None = None):
-    from calibrate.fit.fit_cost import fit_log_times
+    from calibrate.fit.log_time_fit import fit_log_times
 
     frozen = dict(frozen or {})
     names = names_for(f)

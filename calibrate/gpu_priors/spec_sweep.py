@@ -116,7 +116,7 @@ def predict(d: pd.DataFrame, eta_comp: float | None = None, engine: ServingEngin
 def fit_eta_comp(d: pd.DataFrame, host: dict | None = None) -> tuple[float, float]:
     """eta_comp of the B200 from the rows given (the one fitter, log ITL, around the catalog's value); ``host``:
     explicit host terms (:func:`predict`)."""
-    from calibrate.fit.fit_cost import fit_log_times
+    from calibrate.fit.log_time_fit import fit_log_times
 
     hw = get_hardware("b200")
     prior = prior_profile(hw).params(hw).compute_efficiency

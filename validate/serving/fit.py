@@ -67,7 +67,7 @@ def fit_step_params(steps: pd.DataFrame, params, setup) -> tuple[object, dict]:
     (:func:`fit_speed_factor`).
 
     Returns (new CostParams, fit facts: values, relative stderrs, kept-at-prior reasons, residual figures)."""
-    from calibrate.fit.fit_cost import PARAM_NAMES, fit_log_times
+    from calibrate.fit.log_time_fit import PARAM_NAMES, fit_log_times
 
     agg = step_aggregates(steps)
     if one_shape(agg):
