@@ -1,2 +1,3 @@
-"""The fit side of calibration: measured-run loading, every fitter, importers of third-party data, GPU profiles.
-Reads runs only through ``calibrate.contracts.trace_schema`` and ``calibrate.contracts.spec_metrics``; never imports ``calibrate.measure``."""
+"""The fit side of calibration: measured-run loading, every fitter, importers of third-party data.
+Reads runs only through ``calibrate.contracts`` (trace schema, spec metrics, call table); never imports
+``calibrate.measure``. Held-out validation of what is fitted here lives in ``validate``."""
