@@ -154,3 +154,13 @@ def test_real_traces_a100_plausible_a6000_impossible():
     assert prof.allreduce_latency_s.kind == "prior"
     assert prof.fit["per_op"]["all"]["median_ape"] < 0.08
     assert not prof.fit["hardware_alternatives"]["rtx-a6000"]["physically_plausible"]
+
+
+def test_a_call_table_lacking_a_column_is_an_input_error():
+    """The call-table contract (calibrate.contracts.call_table): every column present, extra columns ride along."""
+    from simulator.errors import InputError
+
+    calls = synthetic_calls(5, np.random.default_rng(0))
+    CallPredictor(calls.assign(predicted_s=1.0), _setup())  # an extra column is fine
+    with pytest.raises(InputError, match="call table lacks column\\(s\\) spec_iterations"):
+        CallPredictor(calls.drop(columns=["spec_iterations"]), _setup())
