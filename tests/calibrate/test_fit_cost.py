@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -13,8 +12,9 @@ from simulator.cost.cost_profile import load_profile, profile_to_yaml
 from calibrate.contracts.call_table import CALL_COLUMNS
 from simulator.inputs.loading import write_atomic
 from simulator.cost.cost_profile import CostParams, prior_profile
+from simulator.paths import shared
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "specreason-aime-traces"
+DATA = shared("specreason-aime-traces")
 TRUE = {"mem_efficiency": 0.7, "compute_efficiency": 0.45, "step_overhead_s": 3e-3, "layer_overhead_s": 15e-6,
         "call_overhead_s": 0.05, "allreduce_latency_s": 8e-6}
 # layer overhead and all-reduce latency are not identifiable from one TP degree: the fit keeps them at the
@@ -148,7 +148,7 @@ def test_real_traces_a100_plausible_a6000_impossible():
     ms = load_measured([str(DATA)]).select_runs({"0", "1", "2", "3"})
     prof = fit_measured(ms, _setup(), engine="vllm-0.8.2", hardware_note="test", command="pytest",
                         alternatives=["rtx-a6000"])
-    # with the kernel-profile priors (issue 13) the A100 fit lands at the roofline's edge: plausible within 2 stderr
+    # with the kernel-profile priors the A100 fit lands at the roofline's edge: plausible within 2 stderr
     eff = prof.mem_efficiency
     assert 0.5 < eff.value and eff.value - 2 * eff.stderr <= 1.0 and eff.kind == "calibrated", eff
     assert prof.allreduce_latency_s.kind == "prior"
