@@ -30,7 +30,7 @@ from simulator.inputs.loading import load_yaml_model, read_yaml, validate_model
 from simulator.inputs.systems import REGISTRY, SYSTEMS, SystemConfig, expand_systems
 from simulator.inputs.workload import WorkloadProfile
 from simulator.inputs.scenario_fields import (  # noqa: F401 - the scenario's parts, importable from here as before
-    AcceptancePrior, DraftChoice, Grid, HardwareChoice, MemoryFraction, ModelChoice, _Strict)
+    AcceptancePrior, DraftChoice, Grid, HardwareChoice, MemoryFraction, ModelChoice, StrictModel)
 
 
 
@@ -39,7 +39,7 @@ PLAIN_SYSTEMS = ("vanilla-base",)  # a scenario without a small model runs these
 
 MAX_REQUESTS = 10_000_000  # simulated requests per grid point or load level: the YAML and every --requests (one bound)
 
-class Scenario(_Strict):
+class Scenario(StrictModel):
     name: str
     description: str = ""
     hardware: HardwareChoice

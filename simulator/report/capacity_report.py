@@ -3,7 +3,7 @@
 Contents: the answer first (best configuration, its capacity and cost), the capacity and
 cost table of every configuration, latency-vs-load curves of each system's best
 configuration, the SLO frontier (capacity of every configuration), the assumptions, and the
-provenance of the workload and cost profiles. Plots use matplotlib's Agg backend; every file
+provenance of the workload and cost profiles. Plots are drawn through ``simulator.report.plots.pyplot()``; every file
 is written to a temporary name in the output folder and renamed into place, so a reader never
 sees a half-written file.
 """
@@ -25,6 +25,7 @@ from simulator.studies.capacity.table import parallelism
 from simulator.errors import InputError
 from simulator.inputs.scenario import load_scenario
 from simulator.engines.serving.slo import parse_slo
+from simulator.report.plots import pyplot
 
 CURVE_POINTS = 12
 ASSUMPTIONS = [
@@ -127,7 +128,7 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
     _atomic_write(out / "pareto.png", lambda p: _plot_pareto(cap, p))
     b = rec["best"] if rec["best"] is not None else (cap.iloc[0] if len(cap) else None)
     if b is not None and b.max_qps > 0:  # engine load over time for the best configuration at its capacity
-        from simulator.studies.capacity.search import _plans
+        from simulator.studies.capacity.search import point_plans
         from simulator.engines.serving.replica import simulate_serving
 
         bp = by_key[config_key(b)]
@@ -136,7 +137,7 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
         if serving is not None:
             from simulator.studies.capacity.bench import arrivals as serving_arrivals
 
-            arr, plans = serving_arrivals(serving, float(b.max_qps)), _plans(bp, n)
+            arr, plans = serving_arrivals(serving, float(b.max_qps)), point_plans(bp, n)
         else:
             arr, plans = load.arrivals(float(b.max_qps)), None
         trace = simulate_serving(bp.cfg, rs.deployments(bp.hardware, bp.tp), rs.workload, arr, n, bp.seed,
@@ -172,11 +173,7 @@ def _replicas(r, col: str) -> str:
 
 
 def _plot_curves(curves: pd.DataFrame, slo, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for label, g in curves.groupby("label", sort=False):
         g = g.sort_values("rate_qps")
@@ -201,11 +198,7 @@ def _plot_curves(curves: pd.DataFrame, slo, path: str) -> None:
 
 
 def _plot_engine_load(trace, title: str, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
     for name, e in trace.timeline.groupby("engine", sort=False):
         if not len(e):
@@ -224,11 +217,7 @@ def _plot_engine_load(trace, title: str, path: str) -> None:
 
 
 def _plot_frontier(cap: pd.DataFrame, slo, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     c = cap.sort_values("max_qps")
     labels = [f"{r.label} [{r.hardware} tp={r.tp}]" for r in c.itertuples()]
     systems = list(dict.fromkeys(cap.system))
@@ -255,11 +244,7 @@ def pareto_front(cap: pd.DataFrame) -> pd.Series:
 
 
 def _plot_pareto(cap: pd.DataFrame, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     systems = list(dict.fromkeys(cap.system))
     colors = {s: plt.cm.tab10(i) for i, s in enumerate(systems)}
     front = pareto_front(cap)

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from simulator.studies.capacity.search import (IntervalSpec, Point, _reps_task, at_capacity, capacity_interval, evaluate,
+from simulator.studies.capacity.search import (IntervalSpec, Point, reps_task, at_capacity, capacity_interval, evaluate,
                                        interval_fields, search_capacity, t_interval)
 from simulator.studies.capacity.table import paired_better
 from simulator.errors import InputError
@@ -141,9 +141,9 @@ def stop_processes(procs, grace_s: float = 1.0) -> None:
 
 
 def _timed_reps(point: Point, ks: list[int], prior: list[float], rel_tol: float) -> tuple[list[dict], float]:
-    """Worker: :func:`_reps_task` and the CPU seconds it took (a scheduling hint only)."""
+    """Worker: :func:`reps_task` and the CPU seconds it took (a scheduling hint only)."""
     t = time.process_time()
-    rows = _reps_task(point, ks, prior, rel_tol)
+    rows = reps_task(point, ks, prior, rel_tol)
     return rows, time.process_time() - t
 
 
