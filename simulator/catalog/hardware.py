@@ -76,7 +76,7 @@ class HardwareSpec(BaseModel):
         return self.memory_reported_bytes if self.memory_reported_bytes is not None else self.memory_bytes
 
     def datasheet_era(self) -> "HardwareSpec":
-        """This GPU as the catalog had it before the kernel-profile priors (issue 13): for before/after checks."""
+        """This GPU as the catalog had it before the kernel-profile priors: for before/after checks."""
         if self.cost_prior is None:
             return self
         return self.model_copy(update={"cost_prior": None, "link_bandwidth_bytes_per_s": self.datasheet_link_bandwidth_bytes_per_s,

@@ -147,7 +147,7 @@ class ModelSpec(LayerKinds):
     @property
     def is_plain(self) -> bool:
         """A dense model with standard (GQA) attention over its whole context: the original cost formulas apply
-        unchanged (every catalog model before issue 26)."""
+        unchanged."""
         return not self.is_moe and not self.is_mla and self.sliding_window is None and not self.is_linear_hybrid
 
     # ---- shape-derived quantities -------------------------------------------------------

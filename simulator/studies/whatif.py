@@ -103,7 +103,7 @@ def whatif_from_cli(scenario: str, systems=None, gammas=None, thresholds=None, f
             "accuracy_floor": floor.describe(), "best": best_line(df, floor)}
     title = f"{sc.name} — {engine} engine — workload {rs.workload.name}"
     note = rs.workload_note()
-    if note:  # a borrowed workload is said in the table's header (issue 30)
+    if note:  # a borrowed workload is said in the table's header
         title = f"note: {note}\n{title}"
         meta["workload_note"] = note
     return df, title, meta

@@ -54,7 +54,7 @@ def search_table(rs: ResolvedScenario, slo: Slo, load: LoadSpec, configs: list[S
                  workers: int | None = None, ray_address: str | None = None, only_eligible: bool = False,
                  progress=None, stop_below_best: bool = True, pool: Workers | None = None,
                  serving: str | None = None, currency: str = "USD") -> tuple[pd.DataFrame, dict, list[SystemConfig]]:
-    """The one capacity search behind ``specsim capacity`` and ``specsim report`` (issue 30): every searched
+    """The one capacity search behind ``specsim capacity`` and ``specsim report``: every searched
     configuration gets :func:`capacity_interval` with ``spec`` on the same seeds and run length, so both
     commands print the same capacities, intervals and ranks. ``only_eligible``: configurations that cannot
     be recommended are not searched unless their own accuracy is measured and the floor's reference has none

@@ -1,4 +1,4 @@
-"""Where the capacity work runs: this process, local worker processes or a Ray cluster (issue 30).
+"""Where the capacity work runs: this process, local worker processes or a Ray cluster.
 
 One :class:`Workers` can serve a whole command: the report's capacity search and its load curves share the same
 processes, which keep their scenario, request-plan and single-request-latency caches between stages. Results never
@@ -150,7 +150,7 @@ def _timed_reps(point: Point, ks: list[int], prior: list[float], rel_tol: float)
 def interval_rounds(points: list[Point], spec: IntervalSpec, workers: int | None = None,
                     ray_address: str | None = None, progress=None, stop_below_best: bool = True,
                     pool: Workers | None = None) -> list[dict]:
-    """Capacity intervals of many configurations in rounds (issue 30: the report in a minute): every
+    """Capacity intervals of many configurations in rounds: every
     configuration gets ``spec.min_reps`` replications, then one more per round while its interval is wider
     than ``spec.target`` -- unless (``stop_below_best``) a configuration whose per-GPU capacity is
     significantly higher (paired, :func:`paired_better`, the ranking's own test) already exists: its rank cannot

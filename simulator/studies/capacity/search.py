@@ -18,8 +18,7 @@ Replications are added (at least ``min_reps``) until the t-interval of the mean 
 ``target`` x the mean; if ``max_reps`` replications do not get there the row says so (``converged`` False, the
 interval as it is). The run length (requests per simulation) is the same for every configuration and seed of a
 comparison (``max_request_doublings`` = 0 by default): a shorter run admits a higher rate before the backlog shows,
-so capacities measured at different run lengths are not comparable (seen in the issue-18 seed table before this
-default). Raise ``--requests`` for tighter runs.
+so capacities measured at different run lengths are not comparable. Raise ``--requests`` for tighter runs.
 """
 
 from __future__ import annotations
