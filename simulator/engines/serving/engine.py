@@ -159,7 +159,7 @@ class Engine(Stretches):
     def drop_cache(self, rid: int) -> None:
         self.pcache.drop(rid)
 
-    def _evict_until(self, need: int) -> bool:
+    def evict_until(self, need: int) -> bool:
         """Evict cached prefixes (LRU) until ``need`` tokens are free; True if they are."""
         free = self.capacity - self.pinned - self.pcache.tokens
         if free >= need:
@@ -189,7 +189,7 @@ class Engine(Stretches):
                     kept, cached, paths = pcache.kept(0, job.own, known, total, job.own_cut), 0, ()
                 # room for the prefill plus one round of growth of the batch it joins (no admit/preempt ping-pong)
                 need = total - cached + self.reserve + (n_act + 1) * grow
-                if not self._evict_until(need) and n_act > 0:
+                if not self.evict_until(need) and n_act > 0:
                     if paths:
                         pcache.release(paths)
                     return  # wait for room (head-of-line, FIFO)
@@ -201,7 +201,7 @@ class Engine(Stretches):
                 job.held = sum([n for _k, n in c.prefix]) if paths else 0
             else:
                 need = job.kv + job.pending + self.reserve + (n_act + 1) * grow
-                if not self._evict_until(need) and n_act > 0:
+                if not self.evict_until(need) and n_act > 0:
                     return  # wait for room (head-of-line, FIFO)
             waiting.popleft()
             self._place(job)

@@ -300,7 +300,7 @@ class Replica:
         one = []
         for e in active:
             t, g0 = e.round_time()
-            if e.capacity - e.kv_used < g0 and not e._evict_until(g0) and e.n_active > 1:
+            if e.capacity - e.kv_used < g0 and not e.evict_until(g0) and e.n_active > 1:
                 e.preempt_youngest()
                 return None
             one.append(t)
@@ -335,7 +335,7 @@ class Replica:
         growth = []
         for e in active:
             g0 = e.first_growth()  # the first round's growth: room for it, or a preemption, before any array work
-            if not e._evict_until(g0) and len(e.act) > 1:
+            if not e.evict_until(g0) and len(e.act) > 1:
                 e.preempt_youngest()
                 return None
             Gs = e.stretch_growth(k)
@@ -358,7 +358,7 @@ class Replica:
             k = min(k, 1 + int(cs[: k - 1].searchsorted(t_next, side="left")))
         for e, Gs in zip(active, growth):  # room for the k rounds' growth
             if e.pcache.lru_tokens:
-                e._evict_until(int(Gs[k]) if Gs is not None else k * len(e.act))
+                e.evict_until(int(Gs[k]) if Gs is not None else k * len(e.act))
         return k, rows, cs
 
 
