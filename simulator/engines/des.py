@@ -8,8 +8,7 @@ resource: a request holds it for its calls back to back (requests run one at a t
 no call ever waits; concurrent requests, batching and queueing are ``simulator.engines.serving``).
 
 Costs are evaluated for all requests' calls at once by the one call-time function
-(:func:`simulator.cost.call_time.call_costs`: table look-ups and bincounts), so the engine runs at a few
-hundred thousand simulated steps per second.
+(:func:`simulator.cost.call_time.call_costs`: table look-ups and bincounts), not call by call in Python.
 
 Returns per-request and per-step pandas DataFrames.
 """

@@ -93,9 +93,8 @@ def search_grid(rs: ResolvedScenario, systems: list[str] | None = None, gammas: 
     ``specsim report`` (``trim=False``) searches only the configurations whose accuracy allows it, a few of them.
     The scenario's grid crossed with --system / --gamma / --threshold (``rs.system_configs``); with ``trim``, a grid
     of more than DEFAULT_GRID_MAX searches (x hardware x TP) keeps only the middle value of each knob the command
-    line did not name (gamma 5 of 1..8, threshold 7 of 3,5,7,9): a SpecReason search takes minutes of CPU per
-    configuration, so the reference scenario's full grid (46 configurations) took hours. Naming the knobs (--gamma /
-    --threshold) searches them all."""
+    line did not name (gamma 5 of 1..8, threshold 7 of 3,5,7,9): a SpecReason capacity search is costly per
+    configuration, and a full grid multiplies that cost. Naming the knobs (--gamma / --threshold) searches them all."""
     configs = rs.system_configs(systems, gammas, thresholds)
     cells = len(rs.hardware_names) * len(rs.tps)
     if not trim or len(configs) * cells <= DEFAULT_GRID_MAX:
