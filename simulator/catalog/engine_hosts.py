@@ -31,7 +31,6 @@ scheduling on by default", roadmap Q4 2025); older versions need ``--async-sched
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
