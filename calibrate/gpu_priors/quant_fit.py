@@ -191,7 +191,7 @@ def burst_duration(model: str, weight_dtype: str, requests: int, input_tokens: i
     """Predicted duration of a burst (every request at t = 0) on one A100 with vLLM's ``vllm serve`` defaults there
     (those of the released-table importer) and the host terms of the run's vLLM version; ``kind``: the quantised
     kind's parameters to price it with (None: the catalog's)."""
-    from simulator.studies.capacity.search import _scenario
+    from simulator.studies.capacity.search import cached_scenario as _scenario
     from simulator.catalog import get_model
     from simulator.catalog.engine_hosts import ServingEngine
     from simulator.cost.cost_model import Deployment
