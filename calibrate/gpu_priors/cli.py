@@ -366,7 +366,7 @@ def _register_gpu(gpu: typer.Typer) -> None:
         """Per campaign folder: summary.md, before-fit.csv and the GPU's profile (before- and after-fit errors).
 
         Example: specsim calibrate gpu step-summary reports/gpu-campaign-h200 --heldout reports/gpu-step-model/heldout.csv"""
-        from calibrate.gpu_priors.step_plan import summarize
+        from validate.gpu_step_summary import summarize
 
         for f in folders:
             summarize(f, heldout)
