@@ -11,16 +11,8 @@ import pandas as pd
 
 from calibrate.fit.fit_cost import PARAM_NAMES
 from simulator.inputs.loading import save_figure_atomic, write_atomic
+from simulator.report.plots import pyplot
 from validate.validation import ValidationResult
-
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def _scatter(ax, d: pd.DataFrame, meas: str, title: str, pre: str = "") -> None:
@@ -37,7 +29,7 @@ def _scatter(ax, d: pd.DataFrame, meas: str, title: str, pre: str = "") -> None:
 
 
 def plots(res: ValidationResult, out: Path) -> list[str]:
-    plt = _plt()
+    plt = pyplot()
     names = []
     # predicted vs measured
     panels = [(res.replay, "measured_e2e_s", "replay: end-to-end", "e2e_")]

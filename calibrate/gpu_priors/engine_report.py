@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibrate.gpu_priors.engine_data import ENGINE, SHAPE, SHARED, Obs, _campaign_provenance, _commit, load_all
+from calibrate.gpu_priors.engine_data import (ENGINE, SHAPE, SHARED, Obs, campaign_provenance, data_commit,
+                                             load_all)
 from calibrate.gpu_priors.engine_fit import (SAME_CHIP, EngineFit, b200_baseline_check, engine_to_kernel_ratios, fit,
                                                    heldout, kernel_chip, kernel_compute_efficiency,
                                                    kernel_stream_efficiency, stream_efficiency_for, summarize)
@@ -17,10 +18,11 @@ from calibrate.gpu_priors.engine_fit import (SAME_CHIP, EngineFit, b200_baseline
 # ---- catalog priors, report ------------------------------------------------------------------------------
 STEP_PARAMS = ("mem_efficiency", "compute_efficiency", "layer_overhead_s", "step_overhead_s", "seq_overhead_s",
                "draft_step_overhead_s", "roofline_p", "multi_token_penalty", "kv_mem_efficiency")
-DRAFT_HEAD_FOR_PRIOR = "eagle1"  # a plain one-layer head's pass (EAGLE-3's mid-2025 vLLM pass cost 3.7x more)
+DRAFT_HEAD_FOR_PRIOR = "eagle1"  # a plain one-layer head's pass (EAGLE-3's mid-2025 vLLM pass cost several times more)
 
 
-def _p(value, kind, source, stderr=None) -> dict:
+def prior_entry(value, kind, source, stderr=None) -> dict:
+    """One catalog prior: its value (4 significant digits), kind, source and, where finite, its standard error."""
     out = {"value": float(f"{value:.4g}"), "kind": kind, "source": source}
     if stderr is not None and np.isfinite(stderr):
         out["stderr"] = float(f"{stderr:.3g}")
@@ -51,14 +53,14 @@ def catalog_priors(fr: EngineFit, gpus: list[str], existing: dict, gpu_sources: 
         if e is None:
             med = float(np.median([k["mem_efficiency"] for k in kernel.values()]))
             listed = ", ".join(f"{k} {x['mem_efficiency']:.3f}" for k, x in kernel.items())
-            p["mem_efficiency"] = _p(med, "transferred", f"median of the kernel-table weight streams ({listed}) x this GPU's BW")
+            p["mem_efficiency"] = prior_entry(med, "transferred", f"median of the kernel-table weight streams ({listed}) x this GPU's BW")
         else:
-            p["mem_efficiency"] = _p(e[0], e[1], e[2])
+            p["mem_efficiency"] = prior_entry(e[0], e[1], e[2])
         own = g if g in fitted_gpus else SAME_CHIP.get(g) if SAME_CHIP.get(g) in fitted_gpus else None
         own = own or next((a for a, b in SAME_CHIP.items() if b == g and a in fitted_gpus), None)
         if own is not None:
             n = f"{own}.compute_efficiency"
-            p["compute_efficiency"] = _p(v[n], "calibrated" if own == g else "transferred",
+            p["compute_efficiency"] = prior_entry(v[n], "calibrated" if own == g else "transferred",
                                          f"{eng}: {'' if own == g else f'same chip as {own}: '}"
                                          f"{' / '.join(SOURCE_NAMES[x] for x in gpu_sources.get(own, ['lss', 'lib']))}"
                                          f", passes above the ridge", se.get(n))
@@ -66,33 +68,33 @@ def catalog_priors(fr: EngineFit, gpus: list[str], existing: dict, gpu_sources: 
             p["compute_efficiency"] = existing[g]["compute_efficiency"]
         elif (chip := kernel_chip(g, gemm)) and ratio is not None:
             k = gemm[chip]
-            p["compute_efficiency"] = _p(k["compute_efficiency"] * ratio, "transferred",
+            p["compute_efficiency"] = prior_entry(k["compute_efficiency"] * ratio, "transferred",
                                          f"{eng}: this GPU's own GEMM kernels x the engine/kernel ratio: "
                                          f"{k['source']}; x {ratio:.3f}, the median over the engine-fitted GPUs with a "
                                          f"GEMM table ({ratio_list})")
         else:
             vals = [v[f"{x}.compute_efficiency"] for x in fitted_gpus]
-            p["compute_efficiency"] = _p(float(np.median(vals)), "transferred",
+            p["compute_efficiency"] = prior_entry(float(np.median(vals)), "transferred",
                                          f"{eng}: median of the fitted GPUs ({', '.join(fitted_gpus)}) x this GPU's F")
         here = g == "h100-sxm"
         src_v1 = ("vLLM V1 batch-1 decode and speculative iterations on an H100 (vllm-spec-decode-batch1, Llama-3.1-8B)"
                   + ("" if here else "; transferred as measured (host-side and graph-replay costs, assumed the same on this GPU)"))
-        p["layer_overhead_s"] = _p(v["v1.layer_overhead_s"], "calibrated" if here else "transferred",
+        p["layer_overhead_s"] = prior_entry(v["v1.layer_overhead_s"], "calibrated" if here else "transferred",
                                    f"{eng}: per layer under CUDA graphs; {src_v1}", se.get("v1.layer_overhead_s"))
-        p["step_overhead_s"] = _p(v["v1.step_overhead_s"], "calibrated" if here else "transferred",
+        p["step_overhead_s"] = prior_entry(v["v1.step_overhead_s"], "calibrated" if here else "transferred",
                                   f"{eng}: per engine step; {src_v1}", se.get("v1.step_overhead_s"))
         n = f"v1-{DRAFT_HEAD_FOR_PRIOR}.draft_step_overhead_s"
         if n in v:
-            p["draft_step_overhead_s"] = _p(v[n], "calibrated" if here else "transferred",
+            p["draft_step_overhead_s"] = prior_entry(v[n], "calibrated" if here else "transferred",
                                             f"{eng}: one head pass inside a speculative step (the TPOT x acceptance slope "
                                             f"in k of an EAGLE-1 head); EAGLE-3's pass: {v.get('v1-eagle3.draft_step_overhead_s', float('nan')) * 1e3:.2f} ms; "
                                             f"{src_v1}", se.get(n))
-        p["seq_overhead_s"] = _p(v["lib.seq_overhead_s"], "transferred",
+        p["seq_overhead_s"] = prior_entry(v["lib.seq_overhead_s"], "transferred",
                                  f"{eng}: per sequence per step, LLM-Inference-Bench vLLM ~0.5 offline runs (A100, H100, "
                                  f"GH200; batch 1-64); today's engines not measured per sequence here: an upper bound",
                                  se.get("lib.seq_overhead_s"))
         for n in SHAPE:
-            p[n] = _p(v[n], "calibrated" if n in fr.fitted else "prior",
+            p[n] = prior_entry(v[n], "calibrated" if n in fr.fitted else "prior",
                       f"{eng}: shared by every GPU (LLMServingSim layer passes 1-2048 tokens, H100 and RTX A6000; "
                       f"LLM-Inference-Bench runs; vLLM V1 verification passes; our GPU campaign's CUDA-graph decode "
                       f"steps, H100 and H200, batch 1-256, context 1k-16k)", se.get(n))
@@ -144,11 +146,11 @@ def write_report(out: Path, obs: dict[str, Obs], fr: EngineFit, h: pd.DataFrame,
     prov = {"date": date, "command": command, "method": "calibrate.fit.fit_cost.fit_log_times on log step / run times "
             "(posterior mode, soft-L1); eta_mem per GPU frozen at the kernel-table weight stream",
             "sources": {s: {"rows": len(o), "gpus": sorted(set(o.frame["gpu"]))} for s, o in obs.items()},
-            "data": {"engine-measurements": _commit(ENGINE / "llmservingsim-layer-profiles"),
-                     "llm-inference-bench": _commit(ENGINE / "llm-inference-bench"),
-                     "aiconfigurator": _commit(SHARED / "aiconfigurator-vllm-kernels"),
+            "data": {"engine-measurements": data_commit(ENGINE / "llmservingsim-layer-profiles"),
+                     "llm-inference-bench": data_commit(ENGINE / "llm-inference-bench"),
+                     "aiconfigurator": data_commit(SHARED / "aiconfigurator-vllm-kernels"),
                      "vllm-spec-decode-batch1": "vLLM issue #20780 (transcribed)",
-                     "gpu-campaign": _campaign_provenance()},
+                     "gpu-campaign": campaign_provenance()},
             "params": {n: {"value": float(f"{x:.5g}"), **({"stderr": float(f"{fr.stderr[n]:.3g}")} if n in fr.stderr else
                                                           {"fixed": fr.fixed.get(n, "")})} for n, x in fr.values.items()}}
     write_atomic(out / "params.yaml", yaml.safe_dump(prov, sort_keys=False, width=120))

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibrate.gpu_priors.engine_data import SHARED, _commit
+from calibrate.gpu_priors.engine_data import SHARED, data_commit
 from calibrate.gpu_priors.engine_fit import SAME_CHIP
 from simulator.errors import InputError
 
@@ -145,19 +145,19 @@ def summarize(h: pd.DataFrame) -> pd.DataFrame:
 def catalog_priors(values: dict, gpus: list[str], fitted: list[str]) -> dict[str, dict]:
     """t_mla for every catalog GPU: fitted where its module table is, else a same-chip GPU's, else the median of the
     fitted GPUs."""
-    from calibrate.gpu_priors.engine_report import _p
+    from calibrate.gpu_priors.engine_report import prior_entry
 
     src = "MLA module fit (calibrate.gpu_priors.mla_fit, docs/moe.md): AIConfigurator vLLM MLA generation-module tables"
     out = {}
     for g in gpus:
         chip = SAME_CHIP.get(g)
         if g in fitted:
-            out[g] = {KIND: _p(values[f"{g}.{KIND}"], "calibrated", src)}
+            out[g] = {KIND: prior_entry(values[f"{g}.{KIND}"], "calibrated", src)}
         elif chip in fitted:
-            out[g] = {KIND: _p(values[f"{chip}.{KIND}"], "transferred", f"same chip as {chip}: {src}")}
+            out[g] = {KIND: prior_entry(values[f"{chip}.{KIND}"], "transferred", f"same chip as {chip}: {src}")}
         else:
             med = float(np.median([values[f"{x}.{KIND}"] for x in fitted]))
-            out[g] = {KIND: _p(med, "transferred", f"median of the fitted GPUs ({', '.join(fitted)}): {src}")}
+            out[g] = {KIND: prior_entry(med, "transferred", f"median of the fitted GPUs ({', '.join(fitted)}): {src}")}
     return out
 
 
@@ -174,7 +174,7 @@ def fit_and_report(data: Path, report: Path, priors: Path | None, date: str | No
     own = h[h["fold"] == "own"].groupby("gpu")["t_mla_s"].first()
     lines = [f"# MLA module fixed cost t_mla, held out by GPU ({date or 'undated'})", "", f"Command: `{command}`", "",
              "Model and data: `calibrate/gpu_priors/mla_fit.py` (docstring), docs/moe.md. AIConfigurator commit "
-             f"{_commit(ROOT)}; tables: " + ", ".join(f"{g} vLLM {v}" for g, v in f.groupby("gpu")["version"].first().items())
+             f"{data_commit(ROOT)}; tables: " + ", ".join(f"{g} vLLM {v}" for g, v in f.groupby("gpu")["version"].first().items())
              + f"; {len(f)} rows (bf16 KV, batch <= {MAX_BATCH}, context <= {MAX_STEP}); fitted on `{FIT_GEMM}` rows.", "",
              "| fold | gpu | GEMM | points | t_mla (us) | median APE | p90 APE | bias |", "|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r.fold} | {r.gpu} | {r.gemm} | {r.points} | {r.t_mla_us:.1f} | {r.median_ape:.1%} | {r.p90_ape:.1%} | "

@@ -28,9 +28,9 @@ def _level_key(label: str) -> tuple:
 
 def plots(v: ServingValidation, out: Path) -> list[str]:
     from simulator.inputs.loading import save_figure_atomic
-    from validate.report import _plt
+    from simulator.report.plots import pyplot
 
-    plt = _plt()
+    plt = pyplot()
     pr = v.per_run
     names = []
     models = [m for m in pr.model.unique() if m != "measured"]
