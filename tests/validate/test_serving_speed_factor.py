@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from calibrate.fit.fit_cost import load_profile
 from simulator.cost.setup import Setup
-from validate.serving.fit import _step_times, fit_step_params, one_shape, step_aggregates
+from validate.serving.fit import fit_step_params, one_shape, step_aggregates, step_times as _step_times
 from tests.conftest import examples
 
 PROFILE = "simulator/profiles/cost_cpu-epyc-vllm032.yaml"
