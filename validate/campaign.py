@@ -1,4 +1,4 @@
-"""A small real campaign on CPU -> cost-profile fit -> held-out validation (issue 4, end to end).
+"""A small real campaign on CPU -> cost-profile fit -> held-out validation, end to end.
 
     specsim validate-cpu --out DIR [--requests 3] [--budget 48] [--step-max 24] [--engine vllm]
                          [--max-median-ape 0.20] [--fit-all-out PROFILE.yaml]

@@ -1,4 +1,4 @@
-"""The latent-attention (MLA) layer's fixed cost (issue 38): t_mla fitted on AIConfigurator's MLA module tables.
+"""The latent-attention (MLA) layer's fixed cost: t_mla fitted on AIConfigurator's MLA module tables.
 
 What the step model charges one decode layer's attention without this term (``Deployment._moe_breakdown``; dense
 per-layer cost, docs/gpu-cost-model.md)::
@@ -15,7 +15,7 @@ MLA layer (every decoder layer of DeepSeek-V3/R1). Subtracting the whole t_layer
 over a whole dense layer's fixed cost (no double counting, a lower estimate).
 
 Data (read, never copied): ``<gpu>/mla/vllm/<newest>/mla_generation_module_perf.parquet`` of
-``../shared/data/aiconfigurator-vllm-kernels`` (H100, B200, L40S: DeepSeek-V3's MLA module, 1-128 heads per GPU,
+the shared data's ``aiconfigurator-vllm-kernels`` (H100, B200, L40S: DeepSeek-V3's MLA module, 1-128 heads per GPU,
 batch 1-1024, context 2-131k; vLLM 0.24's FlashAttention-MLA / FlashInfer-MLA / Triton-MLA backends). Used: bf16 KV
 cache (the catalog's KV dtype), batch <= ``MAX_BATCH``, context <= ``MAX_STEP`` (decode at the loads the step model
 serves; longer contexts are the attention kernel's own rate, which the KV term covers). Fitted on the ``fp8_block``

@@ -1,4 +1,4 @@
-"""The MoE layer's expert GEMMs (issue 26): the cost model's MoE terms fitted on kernel tables, held out by GPU.
+"""The MoE layer's expert GEMMs: the cost model's MoE terms fitted on kernel tables, held out by GPU.
 
 What the cost model says one MoE layer's routed experts cost on one GPU (``Deployment._moe_breakdown``'s terms,
 restricted to the experts of one layer; docs/moe.md)::
@@ -382,7 +382,7 @@ def write_report(out: Path, f: pd.DataFrame, meta: dict, fr, h: pd.DataFrame, co
 
 
 def fit_and_report(records: Path, report: Path, priors: Path | None, date: str | None, command: str) -> pd.DataFrame:
-    """The fit on the AIConfigurator rows of ``records`` (+ LLMServingSim's, when ../shared/data has them), its held-out
+    """The fit on the AIConfigurator rows of ``records`` (+ LLMServingSim's, when the shared data has them), its held-out
     folds and ``REPORT/{report.md, heldout.csv, params.yaml}``; with ``priors``, the catalog priors file updated.
     Returns the held-out summary (:func:`summarize`)."""
     aic, meta = load_aic(Path(records))

@@ -40,8 +40,7 @@ def one_shape(agg: dict) -> bool:
     one-user run's decode steps, whatever their context (prompts and outputs of varied lengths). They then pin how fast
     this machine runs the profile's engine, not how the step time grows with the batch: re-fitting single terms would
     put the whole difference into one (the memory term, constant in the batch) and flatten the batch scaling the profile
-    was fitted for. (A one-user ladder with prompts of 51-77 tokens: TPOT p50 at 2-8 users 15.0% off with the terms
-    re-fitted, docs/serve-bench.md.)"""
+    was fitted for (docs/serve-bench.md: a one-user ladder with the terms re-fitted)."""
     return np.unique(agg["N"]).size == 1 and np.unique(agg["L"]).size == 1
 
 
