@@ -1,4 +1,4 @@
-"""The GPU step campaign (issue 31): the bench runs for real (CPU dry run of the same code), the plan covers the
+"""The GPU step campaign: the bench runs for real (CPU dry run of the same code), the plan covers the
 issue's points, the before-run predictions are the pass formula's device part, our committed records load, and
 the committed step model predicts them once the bench's own fixed costs are fitted."""
 

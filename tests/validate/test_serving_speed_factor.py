@@ -1,4 +1,4 @@
-"""Issue 28: steps of one shape (a one-user `vllm bench serve` run's decode steps) pin the machine's speed, not the
+"""Steps of one shape (a one-user `vllm bench serve` run's decode steps) pin the machine's speed, not the
 batch scaling: the step fit then scales every term of the profile by one factor, and larger batches keep the profile's
 growth instead of the flat growth a single re-fitted efficiency would give."""
 
