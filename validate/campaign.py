@@ -1,4 +1,4 @@
-"""A small real campaign on CPU -> cost-profile fit -> held-out validation (issue 4, end to end).
+"""A small real campaign on CPU -> cost-profile fit -> held-out validation, end to end.
 
     specsim validate-cpu --out DIR [--requests 3] [--budget 48] [--step-max 24] [--engine vllm]
                          [--max-median-ape 0.20] [--fit-all-out PROFILE.yaml]
@@ -249,12 +249,65 @@ def _params(prof) -> dict:
                       "allreduce_latency_s", "seq_overhead_s") if getattr(prof, n) is not None}
 
 
+def _row_figures(row, cols: tuple[str, ...]) -> dict:
+    return {k: (float(row[k]) if k != "n" else int(row[k])) for k in cols}
+
+
+def _summary(command: str, times: tuple[float, float, float], per_config: dict, chosen, bar: float, spread: float,
+             sanity: bool, res, prof) -> dict:
+    """summary.json's content: runtimes, which configurations were fitted and held out, the held-out figures, the
+    fitted parameters."""
+    t_runs, t_fit, t_val = times
+    e2e, calls = res.figures["replay_e2e"], res.figures["replay_calls"]
+    return {
+        "command": command, "runtime_s": {"campaign": round(t_runs, 1), "per_config": per_config,
+                                          "fit": round(t_fit, 1), "validate": round(t_val, 1)},
+        "fit_configs": fit_names(chosen), "holdout_configs": holdout_names(chosen), "bar": bar,
+        "run_order": [c.name for c in run_order(chosen)], "load_changed": per_config.get("load_changed", []),
+        "within_config_spread": spread, "sanity_bar": sanity_bar(spread),
+        "judged_against": "sanity" if sanity else "bar",
+        "heldout_e2e": _row_figures(e2e.iloc[0], ("n", "median_ape", "mean_ape", "p90_ape", "bias", "coverage")),
+        "heldout_calls": _row_figures(calls.iloc[0], ("n", "median_ape", "p90_ape", "bias", "coverage")),
+        "per_config_e2e": e2e.to_dict(orient="records"),
+        "heldout_distribution": (_row_figures(res.figures["distribution"].iloc[0],
+                                              ("n", "median_ape", "p90_ape", "bias", "coverage"))
+                                 if "distribution" in res.figures else None),
+        "configs": json.loads(res.figures["configs"].to_json(orient="records")),
+        "fit_params": _params(prof), "fit_per_op": prof.fit["per_op"],
+    }
+
+
+def _print_figures(summary: dict, res, out: Path, chosen, per_config: dict, spread: float,
+                   times: tuple[float, float, float]) -> None:
+    """The fit, the held-out figures, the runtimes and the machine's load, as the campaign ends."""
+    from validate.metrics import percent, summary_text
+
+    head, calls = res.figures["replay_e2e"].iloc[0], res.figures["replay_calls"]
+    t_runs, t_fit, t_val = times
+    print(f"fit on {', '.join(fit_names(chosen))}: " + ", ".join(f"{k}={v['value']:.4g}[{v['kind'][0]}]"
+                                                                for k, v in summary["fit_params"].items()))
+    print(f"held out {', '.join(holdout_names(chosen))}: e2e {summary_text(head)} "
+          f"(calls: median APE {percent(calls.iloc[0]['median_ape'], 'no calls to compare', '.1f')})")
+    if summary["heldout_distribution"]:
+        d = summary["heldout_distribution"]
+        print(f"held out, distribution mode (workload refitted on the fit runs): {summary_text(d)}")
+    print(f"runtime: campaign {t_runs:.0f} s, fit {t_fit:.0f} s, validate {t_val:.0f} s; report {out / 'report' / 'report.md'}")
+    loads = [per_config.get(f"{c.name}:loadavg1") for c in run_order(chosen)]
+    print(f"load: 1-min load average per configuration {', '.join(f'{x:.1f}' for x in loads if x is not None)}; "
+          f"within-configuration spread {100 * spread:.1f}% (sanity bound {100 * sanity_bar(spread):.0f}%)")
+    if summary["load_changed"]:
+        print(f"WARNING: the load changed mid-way twice in {', '.join(summary['load_changed'])}: their timings are "
+              "contended (reported, not judged as a clean run)", file=sys.stderr)
+
+
 def run_all(out: Path, *, requests: int = 3, budget: int = 48, step_max: int = 24, warmup: int = 1, seed: int = 0,
             engine: str = "vllm", model_cache: Path = Path(".cache/models"), max_median_ape: float = DEFAULT_BAR,
             sanity: bool = False, fit_all_out: Path | None = None, date: str | None = None, command: str = "",
             configs: str | None = None) -> int:
     """The whole campaign (module docstring): runs, fit, held-out validation, ``OUT/summary.json``; prints the figures.
     Returns 0, or 1 when the held-out median APE is above the bar (``sanity``: above :func:`sanity_bar`)."""
+    from simulator.inputs.loading import write_atomic
+
     chosen = select(configs)
     out = Path(out)
     base, draft = model_paths(model_cache)
@@ -274,51 +327,15 @@ def run_all(out: Path, *, requests: int = 3, budget: int = 48, step_max: int = 2
     res = validate_holdout(list(runs.values()), out / "profile_fit.yaml", out / "report", max_median_ape, command,
                            chosen)
     t_val = time.perf_counter() - t2
-    from validate.metrics import percent, summary_text
-
-    e2e, calls = res.figures["replay_e2e"], res.figures["replay_calls"]
-    head = e2e.iloc[0]
     spread = within_config_spread(list(runs.values()))
-    summary = {
-        "command": command, "runtime_s": {"campaign": round(t_runs, 1), "per_config": per_config,
-                                          "fit": round(t_fit, 1), "validate": round(t_val, 1)},
-        "fit_configs": fit_names(chosen), "holdout_configs": holdout_names(chosen), "bar": max_median_ape,
-        "run_order": [c.name for c in run_order(chosen)], "load_changed": per_config.get("load_changed", []),
-        "within_config_spread": spread, "sanity_bar": sanity_bar(spread),
-        "judged_against": "sanity" if sanity else "bar",
-        "heldout_e2e": {k: (float(head[k]) if k != "n" else int(head[k]))
-                        for k in ("n", "median_ape", "mean_ape", "p90_ape", "bias", "coverage")},
-        "heldout_calls": {k: (float(calls.iloc[0][k]) if k != "n" else int(calls.iloc[0][k]))
-                          for k in ("n", "median_ape", "p90_ape", "bias", "coverage")},
-        "per_config_e2e": e2e.to_dict(orient="records"),
-        "heldout_distribution": ({k: (float(res.figures["distribution"].iloc[0][k]) if k != "n"
-                                      else int(res.figures["distribution"].iloc[0][k]))
-                                  for k in ("n", "median_ape", "p90_ape", "bias", "coverage")}
-                                 if "distribution" in res.figures else None),
-        "configs": json.loads(res.figures["configs"].to_json(orient="records")),
-        "fit_params": _params(prof), "fit_per_op": prof.fit["per_op"],
-    }
+    summary = _summary(command, (t_runs, t_fit, t_val), per_config, chosen, max_median_ape, spread, sanity, res, prof)
     if fit_all_out:
         pall = fit_profile(list(runs.values()), fit_all_out, name="cpu-vllm032", date=date,
                            command=command + "  # fit on all configurations")
         summary["fit_all_params"] = _params(pall)
-    from simulator.inputs.loading import write_atomic
-
     write_atomic(out / "summary.json", json.dumps(summary, indent=1, default=str))
-    print(f"fit on {', '.join(fit_names(chosen))}: " + ", ".join(f"{k}={v['value']:.4g}[{v['kind'][0]}]"
-                                                                for k, v in summary["fit_params"].items()))
-    print(f"held out {', '.join(holdout_names(chosen))}: e2e {summary_text(head)} "
-          f"(calls: median APE {percent(calls.iloc[0]['median_ape'], 'no calls to compare', '.1f')})")
-    if summary["heldout_distribution"]:
-        d = summary["heldout_distribution"]
-        print(f"held out, distribution mode (workload refitted on the fit runs): {summary_text(d)}")
-    print(f"runtime: campaign {t_runs:.0f} s, fit {t_fit:.0f} s, validate {t_val:.0f} s; report {out / 'report' / 'report.md'}")
-    loads = [per_config.get(f"{c.name}:loadavg1") for c in run_order(chosen)]
-    print(f"load: 1-min load average per configuration {', '.join(f'{x:.1f}' for x in loads if x is not None)}; "
-          f"within-configuration spread {100 * spread:.1f}% (sanity bound {100 * sanity_bar(spread):.0f}%)")
-    if summary["load_changed"]:
-        print(f"WARNING: the load changed mid-way twice in {', '.join(summary['load_changed'])}: their timings are "
-              "contended (reported, not judged as a clean run)", file=sys.stderr)
+    _print_figures(summary, res, out, chosen, per_config, spread, (t_runs, t_fit, t_val))
+    head = res.figures["replay_e2e"].iloc[0]
     bar, what = (sanity_bar(spread), "sanity bound") if sanity else (max_median_ape, "bar")
     if head["median_ape"] > bar:
         print(f"FAIL: held-out median APE (e2e) {100 * head['median_ape']:.2f}% > {what} {100 * bar:.2f}%",

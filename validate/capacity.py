@@ -1,4 +1,4 @@
-"""Validate the capacity answer itself against real vLLM (issue 18): the highest Poisson rate one
+"""Validate the capacity answer itself against real vLLM: the highest Poisson rate one
 replica sustains under an SLO, measured with a short sweep, against ``specsim capacity``'s prediction
 and interval from profiles fitted on *other* loads.
 

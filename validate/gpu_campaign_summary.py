@@ -1,4 +1,4 @@
-"""One table of the GPU campaign's held-out figures (issue 15), from what ``scripts/gpu_campaign.sh analyze`` wrote.
+"""One table of the GPU campaign's held-out figures, from what ``scripts/gpu_campaign.sh analyze`` wrote.
 
     specsim validate-gpu-summary RES/analysis        # -> RES/analysis/summary.md (+ printed)
 

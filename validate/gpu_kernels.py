@@ -1,8 +1,9 @@
 """Held-out figures of the GPU kernel model against (a) today's catalog priors and (b) a
 constant-efficiency roofline fitted on the same training rows.
 
-    .venv/bin/specsim calibrate gpu validate-kernels --vidur ../shared/data/vidur-gpu-profiles \\
-        --aiconfigurator ../shared/data/aiconfigurator-vllm-kernels --out out/gpu-validation
+    .venv/bin/specsim calibrate gpu validate-kernels --out out/gpu-validation
+
+(the Vidur and AIConfigurator folders default to the shared data's).
 
 Splits (train -> test; every model refitted on the train rows only):
 - ``lomo``: leave one model out, per GPU (Vidur per-layer ops: A100, A40);
@@ -37,7 +38,7 @@ from simulator.inputs.loading import write_atomic
 def catalog_prior(gpu: str) -> KernelParams:
     """Today's catalog prior in kernel form: eta_mem 0.8, eta_comp 0.6 for every op, no tiles, t_layer
     spread over the layer's kernels, NCCL latency + datasheet link bandwidth."""
-    h = get_hardware(gpu).datasheet_era()  # the priors before issue 13's derived ones (gpu_priors.yaml)
+    h = get_hardware(gpu).datasheet_era()  # the datasheet-era priors, before the derived ones (gpu_priors.yaml)
     c = prior_profile(h).params(h)
     return KernelParams(mem_efficiency=c.mem_efficiency, compute_efficiency=c.compute_efficiency, gemm_tile_tokens=1.0,
                         attn_compute_efficiency=c.compute_efficiency, row_mem_efficiency=c.mem_efficiency,

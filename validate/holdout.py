@@ -264,6 +264,59 @@ def make_folds(ms: MeasuredSet, profile: CostProfile, setup: Setup, rule: str | 
     return folds
 
 
+def _config_test(ms: MeasuredSet, rule: str) -> set:
+    """The runs ``config:KEY=VALUE`` names."""
+    key, _, value = rule[7:].partition("=")
+    if key not in ms.requests.columns or not value:
+        raise InputError(None, "--holdout", "expected config:KEY=VALUE with KEY one of system, threshold, gamma, config")
+    col = ms.requests[key].astype(str).str.replace(r"\.0$", "", regex=True)
+    test = set(ms.requests.loc[col == value, "run_key"])
+    if not test:
+        raise InputError(None, "--holdout", f"no run has {key}={value}")
+    return test
+
+
+def _loro_folds(ms: MeasuredSet, profile: CostProfile, setup: Setup, known: list[str]) -> list[Fold]:
+    """Leave one run out: the profile refitted on the other runs."""
+    if len(known) < 2:
+        raise InputError(None, "--holdout", "loro needs at least 2 runs")
+    folds = []
+    for k in known:
+        train = [x for x in known if x != k]
+        p = _refit(ms.select_runs(set(train)), profile, setup, f"{profile.name}-loro-{k}", train,
+                   f"leave-one-run-out fold {k}")
+        folds.append(Fold(f"loro-{k}", train, [k], p, fit_requests=request_keys(ms, set(train)),
+                          test_requests=request_keys(ms, {k})))
+    return folds
+
+
+def _batch_folds(ms: MeasuredSet, profile: CostProfile, setup: Setup, rule: str, known: list[str]) -> list[Fold]:
+    """Leave one batch of runs out: the profile refitted on the other batches."""
+    folds = []
+    for g in batch_groups(rule, known):
+        test = [k for k in known if k in g]
+        train = [k for k in known if k not in g]
+        label = f"{test[0]}..{test[-1]}" if len(test) > 1 else test[0]
+        p = _refit(ms.select_runs(set(train)), profile, setup, f"{profile.name}-lobo", train,
+                   f"leave-one-batch-out fold {label}")
+        folds.append(Fold(f"lobo-{label}", train, test, p, fit_requests=request_keys(ms, set(train)),
+                          test_requests=request_keys(ms, set(test))))
+    return folds
+
+
+def _request_folds(ms: MeasuredSet, profile: CostProfile, setup: Setup, rule: str) -> list[Fold]:
+    """Requests split within the runs: the profile refitted on each fold's fit requests."""
+    folds = []
+    for name, fit, test in request_splits(ms, rule[len("requests:"):]):
+        fit_set = set(fit)
+        assert not fit_set & set(test), "request folds must not overlap"  # also checked by check_out_of_sample
+        p = _refit(select_requests(ms, fit), profile, setup, f"{profile.name}-{name}", _runs_of(fit),
+                   f"{rule} fold {name} ({len(fit)} fit requests)")
+        folds.append(Fold(name, _runs_of(fit), _runs_of(test), p, unit="requests", fit_requests=fit,
+                          test_requests=test))
+    return folds
+
+
 def _make_folds(ms: MeasuredSet, profile: CostProfile, setup: Setup, rule: str | None) -> list[Fold]:
     known = ms.run_keys
     fit_runs, fit_in_inputs = profile_fit_keys(ms, profile)
@@ -280,51 +333,15 @@ def _make_folds(ms: MeasuredSet, profile: CostProfile, setup: Setup, rule: str |
             raise InputError(None, "--holdout", "every input run was used to fit the profile; give held-out runs "
                                                 "(or --holdout loro / requests:kfold=K)")
         return [given("held-out", test)]
-    if rule.startswith("runs:"):
-        test = parse_run_rule(rule[5:], known)
-        _disjoint(test, fit_runs, rule)
-        return [given(rule, [k for k in known if k in test])]
-    if rule.startswith("config:"):
-        key, _, value = rule[7:].partition("=")
-        if key not in ms.requests.columns or not value:
-            raise InputError(None, "--holdout", "expected config:KEY=VALUE with KEY one of system, threshold, gamma, config")
-        col = ms.requests[key].astype(str).str.replace(r"\.0$", "", regex=True)
-        test = set(ms.requests.loc[col == value, "run_key"])
-        if not test:
-            raise InputError(None, "--holdout", f"no run has {key}={value}")
+    if rule.startswith("runs:") or rule.startswith("config:"):
+        test = parse_run_rule(rule[5:], known) if rule.startswith("runs:") else _config_test(ms, rule)
         _disjoint(test, fit_runs, rule)
         return [given(rule, [k for k in known if k in test])]
     if rule == "loro":
-        if len(known) < 2:
-            raise InputError(None, "--holdout", "loro needs at least 2 runs")
-        folds = []
-        for k in known:
-            train = [x for x in known if x != k]
-            p = _refit(ms.select_runs(set(train)), profile, setup, f"{profile.name}-loro-{k}", train,
-                       f"leave-one-run-out fold {k}")
-            folds.append(Fold(f"loro-{k}", train, [k], p, fit_requests=request_keys(ms, set(train)),
-                              test_requests=request_keys(ms, {k})))
-        return folds
+        return _loro_folds(ms, profile, setup, known)
     if rule.startswith("batches:"):
-        folds = []
-        for g in batch_groups(rule, known):
-            test = [k for k in known if k in g]
-            train = [k for k in known if k not in g]
-            label = f"{test[0]}..{test[-1]}" if len(test) > 1 else test[0]
-            p = _refit(ms.select_runs(set(train)), profile, setup, f"{profile.name}-lobo", train,
-                       f"leave-one-batch-out fold {label}")
-            folds.append(Fold(f"lobo-{label}", train, test, p, fit_requests=request_keys(ms, set(train)),
-                              test_requests=request_keys(ms, set(test))))
-        return folds
+        return _batch_folds(ms, profile, setup, rule, known)
     if rule.startswith("requests:"):
-        folds = []
-        for name, fit, test in request_splits(ms, rule[len("requests:"):]):
-            fit_set = set(fit)
-            assert not fit_set & set(test), "request folds must not overlap"  # also checked by check_out_of_sample
-            p = _refit(select_requests(ms, fit), profile, setup, f"{profile.name}-{name}", _runs_of(fit),
-                       f"{rule} fold {name} ({len(fit)} fit requests)")
-            folds.append(Fold(name, _runs_of(fit), _runs_of(test), p, unit="requests", fit_requests=fit,
-                              test_requests=test))
-        return folds
+        return _request_folds(ms, profile, setup, rule)
     raise InputError(None, "--holdout", f"unknown rule {rule!r}; expected profile, runs:SPEC, config:KEY=VALUE, loro, "
                                         "batches:A/B or requests:odd|even|kfold=K[,seed=S]")

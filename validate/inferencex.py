@@ -1,6 +1,6 @@
-"""DeepSeek-R1 at low concurrency: the InferenceX serving rows predicted with catalog parameters (issue 38 item 5).
+"""DeepSeek-R1 at low concurrency: the InferenceX serving rows predicted with catalog parameters.
 
-Data (read, never copied): ``../shared/data/engine-measurements/inferencex-deepseek-r1/results_no_speculation.csv``
+Data (read, never copied): the shared data's ``engine-measurements/inferencex-deepseek-r1/results_no_speculation.csv``
 (README there). Rows used: aggregated single-node runs (``disagg`` and ``multinode`` false), FP8 weights, concurrency
 <= ``MAX_CONC``, pure tensor parallelism for attention (``d_dpa`` false; ``d_ep`` 1 or the TP degree: the cost model's
 two expert layouts), on the GPUs of the hardware catalog (H200, B200; the H100 has no such row). FP4 rows are left out
@@ -25,16 +25,15 @@ written to the catalog.
 
 from __future__ import annotations
 
-from simulator.paths import REPO
-
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from simulator.errors import InputError
+from simulator.paths import REPO, shared
 
-DATA = REPO.parent / "shared" / "data" / "engine-measurements" / "inferencex-deepseek-r1"
+DATA = shared("engine-measurements", "inferencex-deepseek-r1")
 TABLE = "results_no_speculation.csv"
 COLUMNS = ("hardware", "framework", "precision", "disagg", "multinode", "d_tp", "d_ep", "d_dpa", "isl", "osl", "conc",
            "date", "median_tpot_ms")
@@ -70,7 +69,7 @@ def load_rows(data: Path = DATA) -> pd.DataFrame:
 
 def predict_rows(rows: pd.DataFrame, t_mla: bool = True) -> pd.DataFrame:
     """Each row's predicted TPOT and its parts (ms), the catalog's parameters per GPU; ``error`` = pred / meas - 1.
-    ``t_mla`` False: the MLA module's fixed cost set to 0 (the model before issue 38, an ablation)."""
+    ``t_mla`` False: the MLA module's fixed cost set to 0 (the model without the MLA term, an ablation)."""
     from dataclasses import replace
     from simulator.catalog import get_hardware, get_model
     from simulator.cost.cost_model import Deployment

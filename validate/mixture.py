@@ -7,8 +7,8 @@ measured means. The 90% interval is the 5-95% spread of the fit problems' own pr
 between-problem uncertainty: which problem comes next is unknown). Latency uses a per-call time
 model fitted on the fit problems' aggregates only (seconds per small-model token, per base-model
 token, per scoring call: ratios of sums), because the aggregates carry no per-call records for a
-cost-model fit; its machine-speed caveat is reported beside it (problem 60's runs ran ~1.6x faster
-per base token than those of 62-70).
+cost-model fit; its machine-speed caveat is reported beside it (problem 60's runs ran faster per
+base token than those of 62-70).
 
 The same folds are scored for the old single-problem profile (problem 60's per-step fit, the
 default before the mixture), which predicts the same request for every problem.
@@ -33,7 +33,7 @@ from simulator.inputs.systems import SystemConfig
 
 CFG = SystemConfig(system="specreason", threshold=THRESHOLD)
 # Published (SpecReason paper, QwQ-32B + R1-1.5B, AIME): latency at threshold 3 -> 7 and first-n 0 -> 40
-# (../shared/REFERENCE.md; the paper's latencies come from its own cost formula, a coarse prior).
+# (the shared REFERENCE.md; the paper's latencies come from its own cost formula, a coarse prior).
 PUBLISHED = {"aime_t7_over_t3": 261.9 / 109.4, "aime_firstn40_over_0": 292.6 / 270.4}
 
 

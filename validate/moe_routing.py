@@ -1,10 +1,10 @@
-"""The MoE layer fit held out by GPU without AIConfigurator's ``balanced`` rows (issue 38, a diagnostic).
+"""The MoE layer fit held out by GPU without AIConfigurator's ``balanced`` rows (a diagnostic).
 
 The ``balanced`` rows of the fused-MoE tables run below the streaming floor of the min(E, N k) experts the MoE fit
 reads them as touching (``validate.inferencex.moe_kernel_check``: DeepSeek's shape, 16+ tokens, H100 and B200). This
 refits the MoE terms (``calibrate.gpu_priors.moe_fit``: the same rows, fitter and folds) on the power-law
 routed rows (and LLMServingSim's) only and prints the held-out errors by GPU; the catalog is not touched. Compare
-with reports/moe-layer/report.md (every routing). ~15 min on a 2-core VM.
+with reports/moe-layer/report.md (every routing). Slow: every fold refits the MoE terms.
 
     specsim validate-moe-routing [--records out/gpu-records/aiconfigurator.csv] [--out DIR]
 """

@@ -11,16 +11,8 @@ import pandas as pd
 
 from calibrate.fit.log_time_fit import PARAM_NAMES
 from simulator.inputs.loading import save_figure_atomic, write_atomic
+from simulator.report.plots import pyplot
 from validate.validation import ValidationResult
-
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def _scatter(ax, d: pd.DataFrame, meas: str, title: str, pre: str = "") -> None:
@@ -36,10 +28,8 @@ def _scatter(ax, d: pd.DataFrame, meas: str, title: str, pre: str = "") -> None:
     ax.legend(fontsize=8)
 
 
-def plots(res: ValidationResult, out: Path) -> list[str]:
-    plt = _plt()
-    names = []
-    # predicted vs measured
+def _scatter_figure(plt, res: ValidationResult, out: Path) -> str:
+    """Predicted vs measured: replay end to end, and the distribution mode's requests to their first answer."""
     panels = [(res.replay, "measured_e2e_s", "replay: end-to-end", "e2e_")]
     if res.distribution is not None:
         ok = res.distribution[~res.distribution["to_answer_censored"].astype(bool)]
@@ -49,29 +39,32 @@ def plots(res: ValidationResult, out: Path) -> list[str]:
         _scatter(ax, d, meas, title, pre)
     save_figure_atomic(fig, out / "predicted_vs_measured.png")
     plt.close(fig)
-    names.append("predicted_vs_measured.png")
-    # calibration: nominal vs measured coverage of the central intervals
-    cov = res.figures.get("coverage_levels")
-    if cov is not None and len(cov):
-        fig, ax = plt.subplots(figsize=(5, 4.5))
-        ax.plot([0, 100], [0, 100], "k--", lw=1, label="perfectly calibrated")
-        for scope, g in cov.groupby("scope", sort=False):
-            n = int(g["n"].max())
-            ax.plot(100 * g["nominal"], 100 * g["coverage"], "o-", label=f"{scope} (n={n})")
-            if n:  # binomial sd of a coverage estimate on n requests, at the nominal level
-                sd = 100 * np.sqrt(g["nominal"] * (1 - g["nominal"]) / n)
-                ax.fill_between(100 * g["nominal"], 100 * g["nominal"] - 2 * sd, 100 * g["nominal"] + 2 * sd,
-                                color="grey", alpha=0.12)
-        ax.set_xlim(40, 100)
-        ax.set_ylim(0, 102)
-        ax.set_xlabel("nominal interval level (%)")
-        ax.set_ylabel("held-out requests inside (%)")
-        ax.set_title("interval calibration (grey: ±2 binomial sd)")
-        ax.legend(fontsize=8)
-        save_figure_atomic(fig, out / "calibration.png")
-        plt.close(fig)
-        names.append("calibration.png")
-    # error CDFs
+    return "predicted_vs_measured.png"
+
+
+def _calibration_figure(plt, cov: pd.DataFrame, out: Path) -> str:
+    """Nominal vs measured coverage of the central intervals."""
+    fig, ax = plt.subplots(figsize=(5, 4.5))
+    ax.plot([0, 100], [0, 100], "k--", lw=1, label="perfectly calibrated")
+    for scope, g in cov.groupby("scope", sort=False):
+        n = int(g["n"].max())
+        ax.plot(100 * g["nominal"], 100 * g["coverage"], "o-", label=f"{scope} (n={n})")
+        if n:  # binomial sd of a coverage estimate on n requests, at the nominal level
+            sd = 100 * np.sqrt(g["nominal"] * (1 - g["nominal"]) / n)
+            ax.fill_between(100 * g["nominal"], 100 * g["nominal"] - 2 * sd, 100 * g["nominal"] + 2 * sd,
+                            color="grey", alpha=0.12)
+    ax.set_xlim(40, 100)
+    ax.set_ylim(0, 102)
+    ax.set_xlabel("nominal interval level (%)")
+    ax.set_ylabel("held-out requests inside (%)")
+    ax.set_title("interval calibration (grey: ±2 binomial sd)")
+    ax.legend(fontsize=8)
+    save_figure_atomic(fig, out / "calibration.png")
+    plt.close(fig)
+    return "calibration.png"
+
+
+def _error_cdf_figure(plt, res: ValidationResult, out: Path) -> str:
     fig, ax = plt.subplots(figsize=(5.5, 4))
     series = [("replay, requests e2e", res.replay["predicted_e2e_s"] / res.replay["measured_e2e_s"] - 1),
               ("replay, requests calls", res.replay["predicted_s"] / res.replay["measured_s"] - 1),
@@ -90,9 +83,12 @@ def plots(res: ValidationResult, out: Path) -> list[str]:
     ax.set_title("error CDF (held-out)")
     save_figure_atomic(fig, out / "error_cdf.png")
     plt.close(fig)
-    names.append("error_cdf.png")
-    # knob sweeps where the data has them
-    cfg = res.figures["configs"]
+    return "error_cdf.png"
+
+
+def _sweep_figures(plt, cfg: pd.DataFrame, out: Path) -> list[str]:
+    """Latency against the threshold and speedup against gamma, where the data sweep them."""
+    names = []
     for knob, ycol, fname in (("threshold", "s", "latency_vs_threshold.png"), ("gamma", "speedup", "speedup_vs_gamma.png")):
         d = cfg[cfg[knob].notna() & (cfg[knob] != 0)]
         if d[knob].nunique() < 2 or (ycol == "speedup" and d["measured_speedup"].isna().all()):
@@ -115,6 +111,17 @@ def plots(res: ValidationResult, out: Path) -> list[str]:
         plt.close(fig)
         names.append(fname)
     return names
+
+
+def plots(res: ValidationResult, out: Path) -> list[str]:
+    """The report's figures; returns their file names."""
+    plt = pyplot()
+    names = [_scatter_figure(plt, res, out)]
+    cov = res.figures.get("coverage_levels")
+    if cov is not None and len(cov):
+        names.append(_calibration_figure(plt, cov, out))
+    names.append(_error_cdf_figure(plt, res, out))
+    return names + _sweep_figures(plt, res.figures["configs"], out)
 
 
 def _table(df: pd.DataFrame, pct: tuple[str, ...] = ("median_ape", "mean_ape", "p90_ape", "bias", "mean_bias", "coverage",
@@ -177,13 +184,9 @@ def _drift_section(res: ValidationResult) -> list[str]:
     return lines
 
 
-def markdown(res: ValidationResult, images: list[str], command: str, bar: float | None, target: str,
-             value: float) -> str:
-    f = res.figures
-    lines = ["# Validation report", "", f"Command: `{command}`", "",
-             f"Inputs: {', '.join(res.inputs)}  ", f"Cost profile: `{res.profile_path}` "
-             f"({res.setup.hardware.name}, TP={res.setup.tp}, models {', '.join(m.name for m in res.setup.models.values())})  ",
-             f"Hold-out rule: `{res.rule}`", "", "## What was fitted on what", "",
+def _folds_section(res: ValidationResult) -> list[str]:
+    """What each fold fitted on what, and its requests as (run, request) keys."""
+    lines = ["## What was fitted on what", "",
              "| fold | cost profile fitted on runs | predicted runs | " + " | ".join(PARAM_NAMES) + " |",
              "|---|---|---|" + "---|" * len(PARAM_NAMES)]
     for fold in res.folds:
@@ -205,16 +208,16 @@ def markdown(res: ValidationResult, images: list[str], command: str, bar: float 
         n_test = "" if fold.test_requests is None else f"{len(fold.test_requests)}: "
         lines.append(f"| {fold.name} | {fold.unit} | {n_fit}{_keys_text(fold.fit_requests)} | "
                      f"{n_test}{_keys_text(fold.test_requests)} |")
-    lines += ["", f"Distribution mode workload: {res.workload_source or 'not run'}", ""]
-    if bar is not None:
-        verdict = "PASS" if value <= bar else "FAIL"
-        lines += [f"**Bar**: median APE ({target}) {100 * value:.2f}% vs max {100 * bar:.2f}% → **{verdict}**", ""]
-    lv = int(round(100 * float(res.replay["pi_level"].iloc[0]))) if "pi_level" in res.replay.columns and len(res.replay) else 90
-    lines += ["## Interval calibration", "",
-              f"Share of held-out requests inside their central interval at each nominal level (`--level` sets the "
-              f"one in the tables below: {lv}%); calibration.png plots it. With n requests a coverage estimate has a "
-              "binomial sd of sqrt(p(1-p)/n).", "", _table(f["coverage_levels"].assign(
-                  nominal=[f"{100 * v:g}%" for v in f["coverage_levels"]["nominal"]])), ""]
+    return lines
+
+
+def _prediction_sections(f: dict, lv: int) -> list[str]:
+    """Interval calibration, trace replay and (where run) the distribution mode, at interval level ``lv`` %."""
+    lines = ["## Interval calibration", "",
+             f"Share of held-out requests inside their central interval at each nominal level (`--level` sets the "
+             f"one in the tables below: {lv}%); calibration.png plots it. With n requests a coverage estimate has a "
+             "binomial sd of sqrt(p(1-p)/n).", "", _table(f["coverage_levels"].assign(
+                 nominal=[f"{100 * v:g}%" for v in f["coverage_levels"]["nominal"]])), ""]
     lines += ["## Trace replay (cost model alone, the runs' own steps)", "",
               f"{lv}% intervals: a new run's log offset per call kind from the Student-t predictive of the fit runs' "
               "offsets (mean, sd·sqrt(1+1/n), n-1 dof) plus iid within-run residuals per call; `pi_rel_width` = "
@@ -232,6 +235,25 @@ def markdown(res: ValidationResult, images: list[str], command: str, bar: float 
                   "they hold the workload's spread and the cost model's uncertainty.", "",
                   "Per request (measured = modelled calls up to the first answer; censored requests left out):", "",
                   _table(f["distribution"]), "", "Means per configuration:", "", _table(f["distribution_means"]), ""]
+    return lines
+
+
+def markdown(res: ValidationResult, images: list[str], command: str, bar: float | None, target: str,
+             value: float) -> str:
+    """report.md's text: inputs, folds, the bar's verdict, the prediction tables, drift, and what the model leaves
+    out."""
+    f = res.figures
+    lines = ["# Validation report", "", f"Command: `{command}`", "",
+             f"Inputs: {', '.join(res.inputs)}  ", f"Cost profile: `{res.profile_path}` "
+             f"({res.setup.hardware.name}, TP={res.setup.tp}, models {', '.join(m.name for m in res.setup.models.values())})  ",
+             f"Hold-out rule: `{res.rule}`", ""]
+    lines += _folds_section(res)
+    lines += ["", f"Distribution mode workload: {res.workload_source or 'not run'}", ""]
+    if bar is not None:
+        verdict = "PASS" if value <= bar else "FAIL"
+        lines += [f"**Bar**: median APE ({target}) {100 * value:.2f}% vs max {100 * bar:.2f}% → **{verdict}**", ""]
+    lv = int(round(100 * float(res.replay["pi_level"].iloc[0]))) if "pi_level" in res.replay.columns and len(res.replay) else 90
+    lines += _prediction_sections(f, lv)
     lines += _drift_section(res)
     lines += ["## Per configuration (replay)", "", _table(f["configs"]), ""]
     r = res.replay

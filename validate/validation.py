@@ -214,6 +214,90 @@ def check_plausible(profile, where: str | None, field_prefix: str, allow: bool) 
             + "; ".join(f"{n} {w}" for n, w in bad.items())]
 
 
+def _profile_and_setup(profile_path: str, ms: MeasuredSet, allow_implausible: bool):
+    """The profile the folds start from (a catalog prior named, or a profile file checked for plausibility), the
+    setup of the runs, and the notes so far."""
+    if profile_path in PRIOR_PROFILES:
+        return prior_for_runs(profile_path, ms.hint)
+    profile = load_profile(profile_path)
+    setup, notes = setup_for_runs(profile, ms.hint)
+    notes += check_plausible(profile, str(profile_path), "", allow_implausible)
+    return profile, setup, notes
+
+
+def _refit_warnings(folds: list[Fold], profile) -> list[str]:
+    """Folds refitted here (loro, requests:...): never silent, but not refused (no user's profile)."""
+    from simulator.cost.cost_profile import implausible
+
+    out = []
+    for fold in folds:
+        if fold.profile is not profile:
+            bad = implausible(fold.profile)
+            if bad:
+                out.append(f"WARNING: fold {fold.name}: the refitted profile has parameter(s) outside their physical "
+                           "range, kind rejected: " + "; ".join(f"{n} {w}" for n, w in bad.items())
+                           + " (its predictions are reported as they are)")
+    return out
+
+
+@dataclass(frozen=True)
+class _Options:
+    """How each fold is predicted (``run_validation``'s arguments of the same names)."""
+    distribution: bool
+    workload_path: str | None
+    des_requests: int
+    n_boot: int
+    seed: int
+    level: float
+
+
+def _predict_fold(ms: MeasuredSet, fold: Fold, setup: Setup, between, o: _Options, notes: list[str]):
+    """One fold's held-out requests replayed (and, with ``o.distribution``, predicted from the workload): (replay
+    rows, call rows, drift kinds, drift runs, distribution rows or None, the workload's source or None when not
+    run); notes go to ``notes``."""
+    check_out_of_sample(fold)  # never report in-sample error as validation
+    test = fold_test_set(ms, fold)
+    e2e, e2e_note = _fold_e2e(ms, fold)
+    notes.append(e2e_note)
+    batch = _fold_batch(between, fold, setup, notes)
+    r, c = replay(test, fold.profile, setup, n_boot=o.n_boot, seed=o.seed, level=o.level, e2e=e2e, batch=batch)
+    r["fold"], c["fold"] = fold.name, fold.name
+    kinds, runs = _fold_drift(fold, c, setup)
+    notes += [f"intervals, fold {fold.name}: {n}" for n in interval_notes(fold.profile, c["op"].unique())]
+    if not o.distribution:
+        return r, c, kinds, runs, None, None
+    w, wsrc = _fold_workload(ms, fold, o.workload_path)
+    if w is None:
+        notes.append(f"distribution mode skipped: {wsrc}")
+        return r, c, kinds, runs, None, wsrc
+    d = predict_distribution(test, w, fold.profile, setup, n_requests=o.des_requests, seed=o.seed, level=o.level,
+                             batch=batch)
+    d["fold"] = fold.name
+    unmod = sorted({x for v in d["unmodelled_ops"].astype(str) for x in v.split(",") if x})
+    if unmod:
+        notes.append(f"distribution intervals, fold {fold.name}: no cost-model residuals for "
+                     f"{', '.join(unmod)}: those simulated calls keep their DES times")
+    _attach_vanilla(d, ms, w, fold.profile, setup, o.des_requests, o.seed)
+    return r, c, kinds, runs, d, wsrc
+
+
+def _apply_drift(rep_df, dist_df, call_df, flagged: list[str], drift: str):
+    """Marks the flagged runs' rows; with ``drift == "exclude"`` leaves them out: (replay, distribution, calls,
+    excluded runs)."""
+    for df in (rep_df, dist_df):
+        if df is not None:
+            df["drift_flag"] = df["run_key"].astype(str).isin(flagged)
+    excluded: list[str] = []
+    if drift == "exclude" and flagged:
+        excluded = flagged
+        rep_df, dist_df = _drop_runs(rep_df, excluded, "run_key"), _drop_runs(dist_df, excluded, "run_key")
+        call_df = _drop_runs(call_df, excluded, "run_id")
+        if rep_df.empty:
+            raise InputError(None, "--drift", f"exclude: every held-out run ({', '.join(excluded)}) is outside the fit "
+                                              "runs' speed range; nothing left to judge")
+    return rep_df, dist_df, call_df, excluded
+
+
 def run_validation(inputs: list[str], profile_path: str, rule: str | None = None, workload_path: str | None = None,
                    distribution: bool = True, des_requests: int = 1000, n_boot: int = 1000, seed: int = 0,
                    drift: str = "flag", allow_implausible: bool = False, level: float = 0.90,
@@ -233,66 +317,25 @@ def run_validation(inputs: list[str], profile_path: str, rule: str | None = None
         between = (between_batch, read_aggregates(between_batch))
     else:
         between = None
-    if profile_path in PRIOR_PROFILES:
-        profile, setup, notes = prior_for_runs(profile_path, ms.hint)
-    else:
-        profile = load_profile(profile_path)
-        setup, notes = setup_for_runs(profile, ms.hint)
-        notes += check_plausible(profile, str(profile_path), "", allow_implausible)
+    profile, setup, notes = _profile_and_setup(profile_path, ms, allow_implausible)
     folds = make_folds(ms, profile, setup, rule)
-    for fold in folds:  # folds refitted here (loro, requests:...): never silent, but not refused (no user's profile)
-        if fold.profile is not profile:
-            from simulator.cost.cost_profile import implausible
-
-            bad = implausible(fold.profile)
-            if bad:
-                notes.append(f"WARNING: fold {fold.name}: the refitted profile has parameter(s) outside their physical "
-                             "range, kind rejected: " + "; ".join(f"{n} {w}" for n, w in bad.items())
-                             + " (its predictions are reported as they are)")
+    notes += _refit_warnings(folds, profile)
+    o = _Options(distribution, workload_path, des_requests, n_boot, seed, level)
     reps, calls, dists, wsrc, dk, dr = [], [], [], "", [], []
     for fold in folds:
-        check_out_of_sample(fold)  # never report in-sample error as validation
-        test = fold_test_set(ms, fold)
-        e2e, e2e_note = _fold_e2e(ms, fold)
-        notes.append(e2e_note)
-        batch = _fold_batch(between, fold, setup, notes)
-        r, c = replay(test, fold.profile, setup, n_boot=n_boot, seed=seed, level=level, e2e=e2e, batch=batch)
-        r["fold"], c["fold"] = fold.name, fold.name
-        kinds, runs = _fold_drift(fold, c, setup)
+        r, c, kinds, runs, d, src = _predict_fold(ms, fold, setup, between, o, notes)
         dk.append(kinds)
         dr.append(runs)
         reps.append(r)
         calls.append(c)
-        notes += [f"intervals, fold {fold.name}: {n}" for n in interval_notes(fold.profile, c["op"].unique())]
-        if distribution:
-            w, wsrc = _fold_workload(ms, fold, workload_path)
-            if w is None:
-                notes.append(f"distribution mode skipped: {wsrc}")
-                continue
-            d = predict_distribution(test, w, fold.profile, setup, n_requests=des_requests, seed=seed, level=level,
-                                     batch=batch)
-            d["fold"] = fold.name
-            unmod = sorted({x for v in d["unmodelled_ops"].astype(str) for x in v.split(",") if x})
-            if unmod:
-                notes.append(f"distribution intervals, fold {fold.name}: no cost-model residuals for "
-                             f"{', '.join(unmod)}: those simulated calls keep their DES times")
-            _attach_vanilla(d, ms, w, fold.profile, setup, des_requests, seed)
+        wsrc = wsrc if src is None else src
+        if d is not None:
             dists.append(d)
     drift_runs = pd.concat(dr, ignore_index=True)
     flagged = list(drift_runs.loc[drift_runs["drift_flag"].astype(bool), "run_key"])
     rep_df, call_df = pd.concat(reps, ignore_index=True), pd.concat(calls, ignore_index=True)
     dist_df = pd.concat(dists, ignore_index=True) if dists else None
-    for df in (rep_df, dist_df):
-        if df is not None:
-            df["drift_flag"] = df["run_key"].astype(str).isin(flagged)
-    excluded: list[str] = []
-    if drift == "exclude" and flagged:
-        excluded = flagged
-        rep_df, dist_df = _drop_runs(rep_df, excluded, "run_key"), _drop_runs(dist_df, excluded, "run_key")
-        call_df = _drop_runs(call_df, excluded, "run_id")
-        if rep_df.empty:
-            raise InputError(None, "--drift", f"exclude: every held-out run ({', '.join(excluded)}) is outside the fit "
-                                              "runs' speed range; nothing left to judge")
+    rep_df, dist_df, call_df, excluded = _apply_drift(rep_df, dist_df, call_df, flagged, drift)
     rep_df, dist_df, unusable = _drop_unusable(rep_df, dist_df, call_df)
     notes += unusable
     if distribution and dist_df is not None:

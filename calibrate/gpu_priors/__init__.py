@@ -1,4 +1,4 @@
-"""GPU kernel profiles (third party) -> measured op records -> a GPU cost model that transfers (issue 13).
+"""GPU kernel profiles (third party) -> measured op records -> a GPU cost model that transfers.
 
 - :mod:`.records`: the op-record contract (columns, units, provenance sidecar), atomic writes;
 - :mod:`.import_vidur`, :mod:`.import_aiconfigurator`: the two public layouts into that contract;

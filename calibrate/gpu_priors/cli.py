@@ -271,7 +271,7 @@ def _register_gpu(gpu: typer.Typer) -> None:
         """The GPU priors end to end, before (datasheet era) and after: decode time per token of the SpecReason traces.
 
         Example: specsim calibrate gpu check-priors --out out/gpu-e2e"""
-        from calibrate.gpu_priors.endtoend import write_report
+        from validate.gpu_priors_endtoend import write_report
         from simulator.command_line import command_line
 
         typer.echo(write_report(traces, out, command_line(ctx)))
@@ -289,7 +289,8 @@ def _register_gpu(gpu: typer.Typer) -> None:
         """Speculation under load on a GPU no fit saw: the B200 closed-loop sweep, predicted per arm and concurrency.
 
         Example: specsim calibrate gpu spec-sweep --out reports/b200-speculation"""
-        from calibrate.gpu_priors.spec_sweep import SWEEP, run, write_sweep_version
+        from calibrate.gpu_priors.spec_sweep import SWEEP, write_sweep_version
+        from validate.spec_sweep import run
         from simulator.errors import InputError
 
         if not SWEEP.is_dir():
@@ -366,7 +367,7 @@ def _register_gpu(gpu: typer.Typer) -> None:
         """Per campaign folder: summary.md, before-fit.csv and the GPU's profile (before- and after-fit errors).
 
         Example: specsim calibrate gpu step-summary reports/gpu-campaign-h200 --heldout reports/gpu-step-model/heldout.csv"""
-        from calibrate.gpu_priors.step_plan import summarize
+        from validate.gpu_step_summary import summarize
 
         for f in folders:
             summarize(f, heldout)

@@ -1,11 +1,9 @@
-"""The engine-level step model's observations (issue 24): each source's measured times, read from
-``../shared/data/engine-measurements`` and our GPU campaign's records, and how the one pass formula
+"""The engine-level step model's observations: each source's measured times, read from the shared data's
+``engine-measurements`` and our GPU campaign's records, and how the one pass formula
 (:meth:`simulator.cost.cost_model.Deployment.pass_time`) predicts them from a parameter dict. The sources, the parameters
 and the fit: :mod:`calibrate.gpu_priors.engine_fit`."""
 
 from __future__ import annotations
-
-from simulator.paths import REPO
 
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -16,8 +14,9 @@ import pandas as pd
 from simulator.catalog import get_hardware, get_model
 from simulator.cost.cost_model import Deployment, Drafting
 from simulator.cost.cost_profile import CostParams
+from simulator.paths import REPO, SHARED_DATA
 
-SHARED = REPO.parent / "shared" / "data"
+SHARED = SHARED_DATA
 CAMPAIGN_RECORDS = "reports/gpu-campaign-*/run-*/records.jsonl"
 OURS_FIT_OPS = ("decode", "prefill", "head")
 ENGINE = SHARED / "engine-measurements"
@@ -315,7 +314,7 @@ def load_all(sources=tuple(LOADERS)) -> dict[str, Obs]:
     return out
 
 
-def _campaign_provenance() -> dict:
+def campaign_provenance() -> dict:
     """Per campaign run folder: GPU, driver, torch / CUDA, date (from its run.json)."""
     import json
 
@@ -329,6 +328,7 @@ def _campaign_provenance() -> dict:
     return out
 
 
-def _commit(folder: Path) -> str:
+def data_commit(folder: Path) -> str:
+    """The source commit a shared data folder records (its ``SOURCE_COMMIT`` file), "?" where it has none."""
     f = folder / "SOURCE_COMMIT"
     return f.read_text(encoding="utf-8").strip()[:40] if f.is_file() else "?"

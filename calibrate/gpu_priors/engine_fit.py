@@ -1,8 +1,8 @@
-"""The engine-level GPU step model (issue 24): the cost model's one pass formula fitted on what engines measure.
+"""The engine-level GPU step model: the cost model's one pass formula fitted on what engines measure.
 
 Kernel tables time one operator at a time, eagerly; an engine replays CUDA graphs, samples, schedules. This
 module fits :meth:`simulator.cost.cost_model.Deployment.pass_time` (no other formula) on engine-level evidence in
-``../shared/data/engine-measurements`` and scores it on held-out folds. Sources (each an *observation
+the shared data's ``engine-measurements`` and scores it on held-out folds. Sources (each an *observation
 group*; the engine versions differ, so each source has its own fixed costs):
 
 ``lss``     LLMServingSim's vLLM layer modules timed one by one (H100, RTX A6000; eager, PyTorch profiler): one
@@ -14,11 +14,11 @@ group*; the engine versions differ, so each source has its own fixed costs):
             one batch of B sequences, L prompt tokens then L output tokens. Predicted as prefill passes then L-1
             decode steps at their growing context. Pins eta_mem, t_layer (models of 32 and 80 layers, TP 1-4),
             eta_kv (KV streaming at batch 64 x 4k context), and this engine version's own t_step and t_seq.
-``v1``      vLLM V1 batch-1 speculative decoding on an H100 (vLLM issue #20780; Llama-3.1-8B): the plain TPOT and
+``v1``      vLLM V1 batch-1 speculative decoding on an H100 (vllm-project/vllm#20780; Llama-3.1-8B): the plain TPOT and
             one speculative iteration (TPOT x acceptance length) of EAGLE-1 / EAGLE-3 heads at k = 2..7 =
             k head passes + one verification pass of k+1 tokens. Pins today's t_step under CUDA graphs, the
             head pass's fixed cost (``v1.draft_step_overhead_s``) and the verification's growth with k.
-``ours``    our own GPU campaign (issue 31; ``reports/gpu-campaign-<gpu>/run-*/records.jsonl``, written by
+``ours``    our own GPU campaign (``reports/gpu-campaign-<gpu>/run-*/records.jsonl``, written by
             ``calibrate/measure/gpu_step_bench.py`` on a lent H100 / H200): whole decoder steps of three models (1.5B, 8B,
             32B) replayed as CUDA graphs and timed by CUDA events (no host time): decode at batch 1-256 and
             context 1k-16k, prefill passes, a 1-layer draft head. Pins eta_kv and eta_comp on these GPUs and the

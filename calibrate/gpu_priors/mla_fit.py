@@ -1,4 +1,4 @@
-"""The latent-attention (MLA) layer's fixed cost (issue 38): t_mla fitted on AIConfigurator's MLA module tables.
+"""The latent-attention (MLA) layer's fixed cost: t_mla fitted on AIConfigurator's MLA module tables.
 
 What the step model charges one decode layer's attention without this term (``Deployment._moe_breakdown``; dense
 per-layer cost, docs/gpu-cost-model.md)::
@@ -15,7 +15,7 @@ MLA layer (every decoder layer of DeepSeek-V3/R1). Subtracting the whole t_layer
 over a whole dense layer's fixed cost (no double counting, a lower estimate).
 
 Data (read, never copied): ``<gpu>/mla/vllm/<newest>/mla_generation_module_perf.parquet`` of
-``../shared/data/aiconfigurator-vllm-kernels`` (H100, B200, L40S: DeepSeek-V3's MLA module, 1-128 heads per GPU,
+the shared data's ``aiconfigurator-vllm-kernels`` (H100, B200, L40S: DeepSeek-V3's MLA module, 1-128 heads per GPU,
 batch 1-1024, context 2-131k; vLLM 0.24's FlashAttention-MLA / FlashInfer-MLA / Triton-MLA backends). Used: bf16 KV
 cache (the catalog's KV dtype), batch <= ``MAX_BATCH``, context <= ``MAX_STEP`` (decode at the loads the step model
 serves; longer contexts are the attention kernel's own rate, which the KV term covers). Fitted on the ``fp8_block``
@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibrate.gpu_priors.engine_data import SHARED, _commit
+from calibrate.gpu_priors.engine_data import SHARED, data_commit
 from calibrate.gpu_priors.engine_fit import SAME_CHIP
 from simulator.errors import InputError
 
@@ -145,19 +145,19 @@ def summarize(h: pd.DataFrame) -> pd.DataFrame:
 def catalog_priors(values: dict, gpus: list[str], fitted: list[str]) -> dict[str, dict]:
     """t_mla for every catalog GPU: fitted where its module table is, else a same-chip GPU's, else the median of the
     fitted GPUs."""
-    from calibrate.gpu_priors.engine_report import _p
+    from calibrate.gpu_priors.engine_report import prior_entry
 
     src = "MLA module fit (calibrate.gpu_priors.mla_fit, docs/moe.md): AIConfigurator vLLM MLA generation-module tables"
     out = {}
     for g in gpus:
         chip = SAME_CHIP.get(g)
         if g in fitted:
-            out[g] = {KIND: _p(values[f"{g}.{KIND}"], "calibrated", src)}
+            out[g] = {KIND: prior_entry(values[f"{g}.{KIND}"], "calibrated", src)}
         elif chip in fitted:
-            out[g] = {KIND: _p(values[f"{chip}.{KIND}"], "transferred", f"same chip as {chip}: {src}")}
+            out[g] = {KIND: prior_entry(values[f"{chip}.{KIND}"], "transferred", f"same chip as {chip}: {src}")}
         else:
             med = float(np.median([values[f"{x}.{KIND}"] for x in fitted]))
-            out[g] = {KIND: _p(med, "transferred", f"median of the fitted GPUs ({', '.join(fitted)}): {src}")}
+            out[g] = {KIND: prior_entry(med, "transferred", f"median of the fitted GPUs ({', '.join(fitted)}): {src}")}
     return out
 
 
@@ -174,7 +174,7 @@ def fit_and_report(data: Path, report: Path, priors: Path | None, date: str | No
     own = h[h["fold"] == "own"].groupby("gpu")["t_mla_s"].first()
     lines = [f"# MLA module fixed cost t_mla, held out by GPU ({date or 'undated'})", "", f"Command: `{command}`", "",
              "Model and data: `calibrate/gpu_priors/mla_fit.py` (docstring), docs/moe.md. AIConfigurator commit "
-             f"{_commit(ROOT)}; tables: " + ", ".join(f"{g} vLLM {v}" for g, v in f.groupby("gpu")["version"].first().items())
+             f"{data_commit(ROOT)}; tables: " + ", ".join(f"{g} vLLM {v}" for g, v in f.groupby("gpu")["version"].first().items())
              + f"; {len(f)} rows (bf16 KV, batch <= {MAX_BATCH}, context <= {MAX_STEP}); fitted on `{FIT_GEMM}` rows.", "",
              "| fold | gpu | GEMM | points | t_mla (us) | median APE | p90 APE | bias |", "|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r.fold} | {r.gpu} | {r.gemm} | {r.points} | {r.t_mla_us:.1f} | {r.median_ape:.1%} | {r.p90_ape:.1%} | "

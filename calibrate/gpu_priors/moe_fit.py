@@ -1,4 +1,4 @@
-"""The MoE layer's expert GEMMs (issue 26): the cost model's MoE terms fitted on kernel tables, held out by GPU.
+"""The MoE layer's expert GEMMs: the cost model's MoE terms fitted on kernel tables, held out by GPU.
 
 What the cost model says one MoE layer's routed experts cost on one GPU (``Deployment._moe_breakdown``'s terms,
 restricted to the experts of one layer; docs/moe.md)::
@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibrate.gpu_priors.engine_data import ENGINE, LSS_TOKENS, SHARED, _commit
+from calibrate.gpu_priors.engine_data import ENGINE, LSS_TOKENS, SHARED, data_commit
 from calibrate.gpu_priors.engine_fit import SAME_CHIP
 from simulator.catalog import get_hardware, hardware_catalog
 from simulator.catalog.models import WEIGHT_DTYPE_BYTES
@@ -291,7 +291,7 @@ def catalog_priors(fr, gpus: list[str]) -> dict[str, dict]:
     """The MoE parameters for every catalog GPU: fitted where its fused-kernel (AIConfigurator) rows are, else a
     same-chip GPU's, else the median of the fitted GPUs (each with its kind and source). LLMServingSim's eager
     one-expert linears (RTX A6000) time dense GEMMs, not the fused kernel: they are scored, not written."""
-    from calibrate.gpu_priors.engine_report import _p
+    from calibrate.gpu_priors.engine_report import prior_entry
 
     v, se = fr.values, fr.stderr
     src = "MoE layer fit (calibrate.gpu_priors.moe_fit, docs/moe.md): AIConfigurator vLLM fused-MoE tables"
@@ -302,14 +302,14 @@ def catalog_priors(fr, gpus: list[str]) -> dict[str, dict]:
         for k in KINDS:
             chip = SAME_CHIP.get(g)
             if fused(g, k):
-                p[k] = _p(v[f"{g}.{k}"], "calibrated", src, se.get(f"{g}.{k}"))
+                p[k] = prior_entry(v[f"{g}.{k}"], "calibrated", src, se.get(f"{g}.{k}"))
             elif chip and fused(chip, k):
-                p[k] = _p(v[f"{chip}.{k}"], "transferred", f"same chip as {chip}: {src}", se.get(f"{chip}.{k}"))
+                p[k] = prior_entry(v[f"{chip}.{k}"], "transferred", f"same chip as {chip}: {src}", se.get(f"{chip}.{k}"))
             else:
                 fitted = [x for x in FIT_GPUS if fused(x, k)]
                 if not fitted:
                     continue
-                p[k] = _p(float(np.median([v[f"{x}.{k}"] for x in fitted])), "transferred",
+                p[k] = prior_entry(float(np.median([v[f"{x}.{k}"] for x in fitted])), "transferred",
                           f"median of the fitted GPUs ({', '.join(fitted)}): {src}")
         out[g] = p
     return out
@@ -373,8 +373,8 @@ def write_report(out: Path, f: pd.DataFrame, meta: dict, fr, h: pd.DataFrame, co
     write_atomic(out / "report.md", "\n".join(lines) + "\n")
     import yaml
 
-    prov = {"date": date, "command": command, "data": {"aiconfigurator": _commit(SHARED / "aiconfigurator-vllm-kernels"),
-            "llmservingsim": _commit(ENGINE / "llmservingsim-layer-profiles")}, "versions": meta["versions"],
+    prov = {"date": date, "command": command, "data": {"aiconfigurator": data_commit(SHARED / "aiconfigurator-vllm-kernels"),
+            "llmservingsim": data_commit(ENGINE / "llmservingsim-layer-profiles")}, "versions": meta["versions"],
             "left_out": meta["left_out"],
             "params": {n: {"value": float(f"{x:.5g}"), **({"stderr": float(f"{fr.stderr[n]:.3g}")} if n in fr.stderr
                                                           else {"fixed": fr.fixed.get(n, "")})} for n, x in fr.values.items()}}
@@ -382,7 +382,7 @@ def write_report(out: Path, f: pd.DataFrame, meta: dict, fr, h: pd.DataFrame, co
 
 
 def fit_and_report(records: Path, report: Path, priors: Path | None, date: str | None, command: str) -> pd.DataFrame:
-    """The fit on the AIConfigurator rows of ``records`` (+ LLMServingSim's, when ../shared/data has them), its held-out
+    """The fit on the AIConfigurator rows of ``records`` (+ LLMServingSim's, when the shared data has them), its held-out
     folds and ``REPORT/{report.md, heldout.csv, params.yaml}``; with ``priors``, the catalog priors file updated.
     Returns the held-out summary (:func:`summarize`)."""
     aic, meta = load_aic(Path(records))

@@ -3,7 +3,7 @@
 
 Two sources, one per family of kinds:
 
-- **W8A8 FP8 / FP8 block / NVFP4** -- AIConfigurator's vLLM GEMM tables (``../shared/data/aiconfigurator-vllm-kernels``:
+- **W8A8 FP8 / FP8 block / NVFP4** -- AIConfigurator's vLLM GEMM tables (shared data ``aiconfigurator-vllm-kernels``:
   bf16, fp8, fp8_block, nvfp4 linear layers timed in CUDA graphs on H100, L40S, B200). Per (GPU, dtype) a kernel model
 
       t(m, n, k) = t0 + softmax_p(bytes / (em BW), 2 m n k / (ec F_peak)),   bytes = n k b_w + 2 (m k + m n),  p = 3
@@ -12,7 +12,7 @@ Two sources, one per family of kinds:
   (rc = ec_q / ec_bf16, rm = em_q / em_bf16, t_q = t0_q - t0_bf16), pooled over GPUs by their geometric mean (t_q: the
   mean). Held out by GPU: each GPU's quantised rows predicted from its own bf16 fit and the other GPUs' ratios.
 - **Weight-only (W8A16 FP8-Marlin, W4A16 AWQ-Marlin) on A100** -- GPUStack's ``vllm serve`` bursts of 1000 requests of
-  Qwen3-14B / 32B in bf16, FP8 and AWQ on one A100 (vLLM 0.11; ``../shared/data/engine-measurements/
+  Qwen3-14B / 32B in bf16, FP8 and AWQ on one A100 (vLLM 0.11; shared data ``engine-measurements/
   gpustack-performance-lab``). Each burst is predicted by the serving simulator (the catalog's A100 priors with the
   host terms of the run's vLLM version, vLLM's A100 ``vllm serve`` defaults as the released-table importer takes them:
   max_num_seqs 256, max_num_batched_tokens 2048, gpu_memory_utilization 0.9; every request at the burst's mean input /
@@ -23,9 +23,8 @@ Two sources, one per family of kinds:
 
 from __future__ import annotations
 
-from simulator.paths import SCENARIOS_DIR
-
 import re
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +38,7 @@ from simulator.catalog.hardware import data_labels
 from simulator.catalog.quant_gemm import GemmKind, gemm_kind
 from simulator.cost.cost_model import soft_roofline
 from simulator.errors import InputError
+from simulator.paths import SCENARIOS_DIR
 
 AIC = SHARED / "aiconfigurator-vllm-kernels"
 GPUSTACK = ENGINE / "gpustack-performance-lab" / "serving_benchmarks.csv"
@@ -186,12 +186,19 @@ def load_bursts(path: Path = GPUSTACK) -> pd.DataFrame:
     return pd.DataFrame(rows).drop_duplicates(["model", "weight_dtype"]).reset_index(drop=True)
 
 
+@lru_cache(maxsize=1)
+def _burst_workload():
+    """The workload the bursts are priced with (the shipped H100/H200 Qwen3 scenario's), loaded once per process."""
+    from simulator.inputs.scenario import load_scenario
+
+    return load_scenario(str(SCENARIOS_DIR / "modern-h100-h200-qwen3.yaml"), None).workload
+
+
 def burst_duration(model: str, weight_dtype: str, requests: int, input_tokens: int, output_tokens: int, vllm: str,
                    kind: GemmKind | None = None) -> float:
     """Predicted duration of a burst (every request at t = 0) on one A100 with vLLM's ``vllm serve`` defaults there
     (those of the released-table importer) and the host terms of the run's vLLM version; ``kind``: the quantised
     kind's parameters to price it with (None: the catalog's)."""
-    from simulator.studies.capacity.search import _scenario
     from simulator.catalog import get_model
     from simulator.catalog.engine_hosts import ServingEngine
     from simulator.cost.cost_model import Deployment
@@ -210,7 +217,7 @@ def burst_duration(model: str, weight_dtype: str, requests: int, input_tokens: i
     small = Deployment(get_model("qwen3-0.6b"), hw, 1, p)  # no small-model traffic: the replica needs its engine
     plans = [RequestPlan([Call(BASE, input_tokens, 0, output_tokens)], output_tokens, output_tokens, 1, 0, "length")
              for _ in range(requests)]
-    wl = _scenario(str(SCENARIOS_DIR / "modern-h100-h200-qwen3.yaml")).workload
+    wl = _burst_workload()
     batched_tokens, seqs = DEFAULT_BATCHING["a100-80gb"]
     ex = Execution(max_num_batched_tokens=batched_tokens, max_num_seqs=seqs)
     res = simulate_serving(SystemConfig(system="vanilla-base"), {"base": dep, "small": small}, wl,

@@ -11,7 +11,7 @@ import pandas as pd
 import yaml
 
 from calibrate.gpu_priors import quant_fit as qf
-from calibrate.gpu_priors.engine_data import _commit
+from calibrate.gpu_priors.engine_data import data_commit
 from simulator.inputs.loading import write_atomic
 
 WEIGHT_ONLY_PRIORS = {
@@ -27,7 +27,7 @@ def _param(value: float, kind: str, source: str) -> dict:
 
 def kinds_yaml(ratios: pd.DataFrame, weight_only: dict[str, float], bursts: pd.DataFrame, date: str) -> tuple[dict, dict]:
     """(pooled kinds, per-GPU kinds) as the catalog stores them, each value with its kind and source."""
-    aic = f"AIConfigurator vLLM GEMM tables (ai-dynamo/aiconfigurator @ {_commit(qf.AIC)[:12]})"
+    aic = f"AIConfigurator vLLM GEMM tables (ai-dynamo/aiconfigurator @ {data_commit(qf.AIC)[:12]})"
     pooled, per_gpu = {}, {}
     for dtype, r in ratios.groupby("dtype"):
         kind, _b, peak = qf.AIC_KINDS[dtype]
@@ -42,7 +42,7 @@ def kinds_yaml(ratios: pd.DataFrame, weight_only: dict[str, float], bursts: pd.D
                 k: _param(max(0.0, getattr(row, k)), "calibrated",
                           f"{aic}: {row.table}, {dtype} vs bf16 kernel fits ({row.rows} GEMMs); {date}")
                 for k in ("compute_ratio", "mem_ratio", "gemm_overhead_s")}}
-    src = (f"GPUStack performance lab (gpustack/gpustack @ {_commit(qf.GPUSTACK.parent)[:12]}): vllm serve bursts of "
+    src = (f"GPUStack performance lab (gpustack/gpustack @ {data_commit(qf.GPUSTACK.parent)[:12]}): vllm serve bursts of "
            f"1000 requests on one A100 (vLLM {', '.join(sorted(set(bursts['vllm'])))}), Qwen3-14B/32B, predicted by the "
            f"serving simulator; {date}")
     for kind, rc in weight_only.items():

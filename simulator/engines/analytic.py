@@ -298,71 +298,11 @@ def predict_point(cfg: SystemConfig, occ: ChainOccupancy, vec: CostVectors) -> d
     spec_ = cfg.spec
     vanilla = spec_.one_call
     if vanilla and tb.execution.step_calls and spec_.chain == "small":
-        # step by step with the small model: the chain with q = 1 and no scoring, then the answer call
-        answer = np.dot(occ.end_pmf, vec.small_answer_prefill) if vec.A > 0 else 0.0
-        comp["call_overhead_s"] = tb.call_s * (occ.small_proposals + (1.0 if vec.A > 0 else 0.0))
-        comp["small_decode_s"] = float(np.dot(occ.small_first + occ.small_rest, vec.small_decode)
-                                       + np.dot(occ.end_pmf, vec.small_answer_decode))
-        comp["small_prefill_s"] = float(np.dot(occ.small_first, vec.small_prefill_first)
-                                        + np.dot(occ.small_rest, vec.small_prefill_rest) + answer)
-        thinking = occ.mean_thinking_tokens
-        small_frac = 1.0
+        thinking, small_frac = _small_steps(occ, vec, comp)
     elif vanilla and not tb.execution.step_calls:
-        sf_total = _vanilla_tokens_survival(occ, vec.A)
-        P = vec.P
-        comp["call_overhead_s"] = tb.call_s
-        if cfg.drafts:
-            n = len(sf_total) - 1
-            u = vec.occupancy_u[:n]
-            comp["base_prefill_s"] = vec.base_prompt_prefill
-            comp["draft_s"] = vec.draft_prompt_prefill + float(np.dot(u * sf_total[1:], tb.draft_iter[P + 1 : P + 1 + n]))
-            comp["verify_s"] = float(np.dot(u * sf_total[1:], tb.verify_iter[P + 1 : P + 1 + n]))
-        else:
-            who = "base" if spec_.chain == "base" else "small"
-            dec = tb.dec_base if who == "base" else tb.dec_small
-            n = len(sf_total) - 1
-            comp[f"{who}_prefill_s"] = float(tb.prefill(who, P, 0))
-            comp[f"{who}_decode_s"] = float(np.dot(sf_total[1:], dec[P + 1 : P + 1 + n]))
-        pmf = np.diff(np.concatenate([[0.0], 1.0 - sf_total]))
-        thinking = float(np.dot(np.arange(len(pmf)), pmf)) - vec.A
-        small_frac = 1.0 if spec_.chain == "small" else 0.0
+        thinking, small_frac = _one_call(cfg, occ, vec, comp)
     else:
-        # specreason(-decode); vanilla-base / specdecode step by step are its base-only chain
-        # (q = 0, first_n = inf: no small proposals, no scoring)
-        spec = cfg.drafts
-        reason = not vanilla
-        calls = 2 * occ.small_proposals + occ.base_steps + (1.0 if vec.A > 0 else 0.0)
-        comp["call_overhead_s"] = tb.call_s * calls
-        if reason:
-            comp["small_decode_s"] = float(np.dot(occ.small_first + occ.small_rest, vec.small_decode))
-            comp["small_prefill_s"] = float(
-                np.dot(occ.small_first, vec.small_prefill_first)
-                + np.dot(occ.small_rest, vec.small_prefill_rest)
-                + np.dot(occ.regen_continue, vec.small_catchup_charge)
-            )
-            score_rest, score_prompt = vec.score
-            comp["scoring_s"] = float(np.dot(occ.score_rest, score_rest) + occ.score_prompt * score_prompt)
-        base_mass = occ.base_gen.copy()
-        base_mass[0] += occ.base_prompt
-        comp["base_prefill_s"] = float(
-            np.dot(occ.base_gen, vec.base_prefill) + occ.base_prompt * vec.base_prompt_prefill
-            + np.dot(occ.end_pmf, vec.answer_prefill)
-        )
-        if spec:
-            d_rest, d_prompt = vec.draft_score if reason else (np.zeros(vec.B), 0.0)
-            sd_draft, sd_verify = vec.base_spec
-            ans_draft, ans_verify = vec.answer_spec
-            comp["draft_s"] = float(
-                np.dot(base_mass, sd_draft) + np.dot(occ.base_gen, vec.draft_prefill)
-                + occ.base_prompt * vec.draft_prompt_prefill
-                + np.dot(occ.score_rest, d_rest) + occ.score_prompt * d_prompt
-                + np.dot(occ.end_pmf, ans_draft) + (np.dot(occ.end_pmf, vec.draft_prefill_end) if vec.A > 0 else 0.0)
-            )
-            comp["verify_s"] = float(np.dot(base_mass, sd_verify) + np.dot(occ.end_pmf, ans_verify))
-        else:
-            comp["base_decode_s"] = float(np.dot(base_mass, vec.base_decode) + np.dot(occ.end_pmf, vec.answer_decode))
-        thinking = occ.mean_thinking_tokens
-        small_frac = occ.small_kept / occ.steps if reason else 0.0
+        thinking, small_frac = _chain_calls(cfg, occ, vec, comp)
     latency = float(sum(comp.values()))
     acc_len = expected_tokens_per_iteration(vec.workload.acceptance_per_position(gamma)) if gamma else np.nan
     return {
@@ -373,3 +313,86 @@ def predict_point(cfg: SystemConfig, occ: ChainOccupancy, vec: CostVectors) -> d
         "steps": occ.steps,
         **comp,
     }
+
+
+def _small_steps(occ: ChainOccupancy, vec: CostVectors, comp: dict) -> tuple[float, float]:
+    """Vanilla-small step by step: the chain with q = 1 and no scoring, then the answer call. Fills ``comp``;
+    returns (thinking tokens, small-step fraction)."""
+    tb = vec.tables
+    answer = np.dot(occ.end_pmf, vec.small_answer_prefill) if vec.A > 0 else 0.0
+    comp["call_overhead_s"] = tb.call_s * (occ.small_proposals + (1.0 if vec.A > 0 else 0.0))
+    comp["small_decode_s"] = float(np.dot(occ.small_first + occ.small_rest, vec.small_decode)
+                                   + np.dot(occ.end_pmf, vec.small_answer_decode))
+    comp["small_prefill_s"] = float(np.dot(occ.small_first, vec.small_prefill_first)
+                                    + np.dot(occ.small_rest, vec.small_prefill_rest) + answer)
+    thinking = occ.mean_thinking_tokens
+    small_frac = 1.0
+    return thinking, small_frac
+
+
+def _one_call(cfg: SystemConfig, occ: ChainOccupancy, vec: CostVectors, comp: dict) -> tuple[float, float]:
+    """A vanilla system or specdecode as one call over the whole chain. Fills ``comp``; returns (thinking tokens,
+    small-step fraction)."""
+    tb = vec.tables
+    spec_ = cfg.spec
+    sf_total = _vanilla_tokens_survival(occ, vec.A)
+    P = vec.P
+    comp["call_overhead_s"] = tb.call_s
+    if cfg.drafts:
+        n = len(sf_total) - 1
+        u = vec.occupancy_u[:n]
+        comp["base_prefill_s"] = vec.base_prompt_prefill
+        comp["draft_s"] = vec.draft_prompt_prefill + float(np.dot(u * sf_total[1:], tb.draft_iter[P + 1 : P + 1 + n]))
+        comp["verify_s"] = float(np.dot(u * sf_total[1:], tb.verify_iter[P + 1 : P + 1 + n]))
+    else:
+        who = "base" if spec_.chain == "base" else "small"
+        dec = tb.dec_base if who == "base" else tb.dec_small
+        n = len(sf_total) - 1
+        comp[f"{who}_prefill_s"] = float(tb.prefill(who, P, 0))
+        comp[f"{who}_decode_s"] = float(np.dot(sf_total[1:], dec[P + 1 : P + 1 + n]))
+    pmf = np.diff(np.concatenate([[0.0], 1.0 - sf_total]))
+    thinking = float(np.dot(np.arange(len(pmf)), pmf)) - vec.A
+    small_frac = 1.0 if spec_.chain == "small" else 0.0
+    return thinking, small_frac
+
+
+def _chain_calls(cfg: SystemConfig, occ: ChainOccupancy, vec: CostVectors, comp: dict) -> tuple[float, float]:
+    """SpecReason(-decode); vanilla-base / specdecode step by step are its base-only chain (q = 0, first_n = inf:
+    no small proposals, no scoring). Fills ``comp``; returns (thinking tokens, small-step fraction)."""
+    tb = vec.tables
+    vanilla = cfg.spec.one_call
+    spec = cfg.drafts
+    reason = not vanilla
+    calls = 2 * occ.small_proposals + occ.base_steps + (1.0 if vec.A > 0 else 0.0)
+    comp["call_overhead_s"] = tb.call_s * calls
+    if reason:
+        comp["small_decode_s"] = float(np.dot(occ.small_first + occ.small_rest, vec.small_decode))
+        comp["small_prefill_s"] = float(
+            np.dot(occ.small_first, vec.small_prefill_first)
+            + np.dot(occ.small_rest, vec.small_prefill_rest)
+            + np.dot(occ.regen_continue, vec.small_catchup_charge)
+        )
+        score_rest, score_prompt = vec.score
+        comp["scoring_s"] = float(np.dot(occ.score_rest, score_rest) + occ.score_prompt * score_prompt)
+    base_mass = occ.base_gen.copy()
+    base_mass[0] += occ.base_prompt
+    comp["base_prefill_s"] = float(
+        np.dot(occ.base_gen, vec.base_prefill) + occ.base_prompt * vec.base_prompt_prefill
+        + np.dot(occ.end_pmf, vec.answer_prefill)
+    )
+    if spec:
+        d_rest, d_prompt = vec.draft_score if reason else (np.zeros(vec.B), 0.0)
+        sd_draft, sd_verify = vec.base_spec
+        ans_draft, ans_verify = vec.answer_spec
+        comp["draft_s"] = float(
+            np.dot(base_mass, sd_draft) + np.dot(occ.base_gen, vec.draft_prefill)
+            + occ.base_prompt * vec.draft_prompt_prefill
+            + np.dot(occ.score_rest, d_rest) + occ.score_prompt * d_prompt
+            + np.dot(occ.end_pmf, ans_draft) + (np.dot(occ.end_pmf, vec.draft_prefill_end) if vec.A > 0 else 0.0)
+        )
+        comp["verify_s"] = float(np.dot(base_mass, sd_verify) + np.dot(occ.end_pmf, ans_verify))
+    else:
+        comp["base_decode_s"] = float(np.dot(base_mass, vec.base_decode) + np.dot(occ.end_pmf, vec.answer_decode))
+    thinking = occ.mean_thinking_tokens
+    small_frac = occ.small_kept / occ.steps if reason else 0.0
+    return thinking, small_frac

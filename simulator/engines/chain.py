@@ -163,173 +163,224 @@ def _composed_sums(workload: WorkloadProfile, qs: np.ndarray, fns: np.ndarray, n
     matrix product: about s + 4 J / s FFTs of length 2B per row for J steps instead of 2 J of length B + K.
     The j < first_n steps (base only) are stepped. The stopping rule is the stepwise one: the first j at which
     every row's mass below B is under EPS_MASS (that mass comes from the giant and baby steps by dot products);
-    a chain that has not stopped by n_max goes stepwise. Equal to the stepwise DP to ~1e-13 relative
-    (tests/simulator/test_analytic_fast.py): the sums are the same, the FFT round-off differs.
+    a chain that has not stopped by n_max goes stepwise. Equal to the stepwise DP up to FFT round-off
+    (tests/simulator/test_analytic_fast.py): the sums are the same.
     """
-    R = len(qs)
-    B, K = workload.token_budget, workload.max_step_tokens
-    L = B + K
-    finite = np.isfinite(fns)
-    if (finite & ((fns > COMPOSED_MAX_FIRST_N) | (fns != np.floor(fns)) | (fns >= n_max))).any() or (fns < 0).any():
+    comp = _Composition.prepare(workload, qs, fns, n_max)
+    if comp is None:
         return None
-    f = np.where(finite, np.maximum(fns, 0), 0).astype(int)  # first step of the Q phase
-    qe = np.where(finite, qs, 0.0)  # a row that never switches steps with Bk throughout
-    ps, pb = workload.step_pmf_small.dense(K + 1), workload.step_pmf_base.dense(K + 1)
-    hs = answer_hazard(workload.steps_pmf_small, n_max)
-    hb = answer_hazard(workload.steps_pmf_base, n_max)
-    nfft = next_fast_len(max(2 * B - 1, B + K + 1), real=True)
-    s = int(max(2, min(COMPOSED_MAX_BLOCK, (nfft - 1) // K + 1)))  # (s - 1) K < nfft: baby powers do not wrap
-
-    # ---- j < first_n: base steps, stepped (few) -------------------------------------------------------
-    fmax = int(f.max())
-    ms = np.zeros((fmax + 1, R, B))
-    ms[0, :, 0] = 1.0
-    alive1 = np.ones((R, max(fmax, 1)))
-    if fmax > 0:
-        n1 = next_fast_len(L, real=True)
-        Bk1 = rfft(pb, n1)
-        for j in range(fmax):
-            alive1[:, j] = ms[j].sum(axis=1)
-            C = irfft(rfft(ms[j], n1, axis=1) * Bk1, n1, axis=1)[:, :B] * (1.0 - hb[j])
-            ms[j + 1] = np.where(C > 1e-300, C, 0.0)
-    m_start = ms[f, np.arange(R)]  # (R, B)
-
-    # ---- the Q phase: coefficients per row over n (j = f + n) -----------------------------------------
-    n_len = n_max + 1
-    one_s = qe == 1.0  # small steps only (w_b = 0)
-    mixed = ~one_s & (qe != 0.0)  # both kernels (q outside [0, 1] by rounding included)
-    g = np.zeros((R, n_len))
-    ws, wb = np.zeros((R, n_len)), np.zeros((R, n_len))
-    for r in range(R):
-        span = n_max - f[r]
-        if span > 0:
-            g[r, :span] = (1.0 - hs[f[r]:]) if one_s[r] else (1.0 - hb[f[r]:])
-            ws[r, :span], wb[r, :span] = hs[f[r]:], hb[f[r]:]
-    c = np.ones((R, n_len))
-    c[:, 1:] = np.cumprod(g[:, :-1], axis=1)
-    Q = qe[:, None] * ps + (1.0 - qe)[:, None] * pb
-    Qf = rfft(Q, nfft, axis=1)
-    babies_f = np.empty((R, s, Qf.shape[1]), dtype=complex)
-    babies_f[:, 0] = 1.0
-    for k in range(1, s):
-        np.multiply(babies_f[:, k - 1], Qf, out=babies_f[:, k])
-    babies = np.empty((R, s, B))  # Q^k mod x^B, k < s (row by row: FFTs of moderate batches run faster)
-    for r in range(R):
-        babies[r] = irfft(babies_f[r], nfft, axis=1)[:, :B]
-    babies[:, 0, :] = 0.0
-    babies[:, 0, 0] = 1.0
-    G1_f = rfft(_mulmod(babies[:, s - 1], Qf, nfft, B), nfft, axis=1)  # Q^s mod x^B
-    # the mass below B: alive_(f+si+k) = c_(si+k) sum_(t<B) (m_f G_i Q^k)[t] = c_(si+k) <Q^k, cumsum(U_i) reversed>,
-    # U_i = m_f G_i mod x^B (G_i itself where first_n = 0)
-    later = np.nonzero(f > 0)[0]
-    m_start_f = rfft(m_start[later], nfft, axis=1) if len(later) else None
-    # stop index per row: the first j with mass below B under EPS_MASS (phase-1 steps first)
-    J_row = np.full(R, -1)
-    for r in range(R):
-        low = np.nonzero(alive1[r, : f[r]] < EPS_MASS)[0]
-        if len(low):
-            J_row[r] = low[0]
-    giants, giants_f = [np.zeros((R, B))], [np.ones((R, Qf.shape[1]), dtype=complex)]
-    giants[0][:, 0] = 1.0
-    i = 0
-    while True:
-        todo = np.nonzero(J_row < 0)[0]
-        if len(todo):
-            # the mass below B only falls with j: look inside a block only where it ends under EPS_MASS
-            a = c[todo, i * s : (i + 1) * s] if (i + 1) * s <= n_len else \
-                np.pad(c[todo, i * s :], ((0, 0), (0, (i + 1) * s - n_len)))
-            U = giants[i][todo]
-            if m_start_f is not None:
-                for t, r in enumerate(todo):
-                    if f[r] > 0:
-                        U[t] = irfft(giants_f[i][r] * m_start_f[np.searchsorted(later, r)], nfft)[:B]
-            cs = np.cumsum(U, axis=1)[:, ::-1]
-            end = a[:, -1] * np.einsum("rb,rb->r", babies[todo, s - 1], cs)
-            for t, r in enumerate(todo):
-                if end[t] < EPS_MASS:
-                    low = np.nonzero(a[t] * (babies[r] @ cs[t]) < EPS_MASS)[0]
-                    J_row[r] = f[r] + i * s + low[0]
-        if (J_row >= 0).all():
-            J_stop = int(J_row.max())
-            if ((i + 1) * s + f >= J_stop).all():
-                break
-        if ((J_row < 0) & ((i + 1) * s + f >= n_max)).any() or (J_row >= n_max).any():
-            return None  # not stopped by n_max: the stepwise DP (adds the mass left)
-        G = irfft(giants_f[i] * G1_f, nfft, axis=1)[:, :B]
-        giants.append(G)
-        giants_f.append(rfft(G, nfft, axis=1))
-        i += 1
-    if J_stop >= n_max:
+    comp.step_base_phase()
+    comp.phase_coefficients()
+    comp.baby_steps()
+    if not comp.find_stop() or not comp.mixed_rows_bounded():
         return None
-    N = np.maximum(J_stop - f, 0)  # Q-phase terms per row
-    # mixed rows with h_s != h_b: bound the dropped q (h_b - h_s) S terms (first order) against the unit mass
-    for r in np.nonzero(mixed)[0]:
-        n = int(N[r])
-        d = qe[r] * np.abs(hb[f[r] : f[r] + n] - hs[f[r] : f[r] + n])
-        if n == 0 or not d.any():
-            continue
-        e, tot = 0.0, 0.0
-        for k in range(n):  # e_(k+1) = e_k g_k + |delta_k| c_k  (>= the first-order coefficient)
-            e = e * g[r, k] + d[k] * c[r, k]
-            tot += e
-        if tot > COMPOSED_HAZARD_TOL:
+    comp.phase_sums()
+    return comp.result()
+
+
+class _Composition:
+    """The state of one composed evaluation (:func:`_composed_sums`), built phase by phase: R rows, budget B,
+    step tokens up to K, f the first step of each row's Q phase, qe its keep-probability (0 for a row that never
+    switches), ps / pb the step pmfs, hs / hb the answer hazards, FFTs of length nfft, baby-step block s."""
+
+    @classmethod
+    def prepare(cls, workload: WorkloadProfile, qs: np.ndarray, fns: np.ndarray, n_max: int) -> "_Composition | None":
+        """The evaluation's constants, or None where the composition does not apply to these first_n."""
+        finite = np.isfinite(fns)
+        if (finite & ((fns > COMPOSED_MAX_FIRST_N) | (fns != np.floor(fns)) | (fns >= n_max))).any() or (fns < 0).any():
             return None
+        self = cls()
+        self.R, self.n_max, self.finite = len(qs), n_max, finite
+        self.B, self.K = workload.token_budget, workload.max_step_tokens
+        self.L = self.B + self.K
+        self.f = np.where(finite, np.maximum(fns, 0), 0).astype(int)  # first step of the Q phase
+        self.qe = np.where(finite, qs, 0.0)  # a row that never switches steps with Bk throughout
+        self.ps, self.pb = workload.step_pmf_small.dense(self.K + 1), workload.step_pmf_base.dense(self.K + 1)
+        self.hs = answer_hazard(workload.steps_pmf_small, n_max)
+        self.hb = answer_hazard(workload.steps_pmf_base, n_max)
+        self.nfft = next_fast_len(max(2 * self.B - 1, self.B + self.K + 1), real=True)
+        self.s = int(max(2, min(COMPOSED_MAX_BLOCK, (self.nfft - 1) // self.K + 1)))  # (s - 1) K < nfft: no wrap
+        return self
 
-    # ---- sums over the Q phase: sum_n w(f+n) c_n Q^n for w = 1, h_b (h_s for q = 1) and, in a mixed row whose
-    # hazards differ, h_s too -------------------------------------------------------------------------------
-    n_g = max(1, -(-int(N.max()) // s))
-    width = n_g * s
-    mixed_hs = [r for r in range(R) if mixed[r] and N[r] > 0
-                and not np.array_equal(hs[f[r] : f[r] + N[r]], hb[f[r] : f[r] + N[r]])]
-    n_seq = 3 if mixed_hs else 2
-    coef = np.zeros((R, n_seq, width))
-    for r in range(R):
-        n = int(N[r])
-        coef[r, 0, :n] = c[r, :n]
-        coef[r, 1, :n] = (ws if one_s[r] else wb)[r, :n] * c[r, :n]
+    def step_base_phase(self) -> None:
+        """j < first_n: base steps, stepped (few): ``ms[j]``, the mass alive per step, ``m_start`` = m at first_n."""
+        R, B, f = self.R, self.B, self.f
+        fmax = int(f.max())
+        ms = np.zeros((fmax + 1, R, B))
+        ms[0, :, 0] = 1.0
+        alive1 = np.ones((R, max(fmax, 1)))
+        if fmax > 0:
+            n1 = next_fast_len(self.L, real=True)
+            Bk1 = rfft(self.pb, n1)
+            for j in range(fmax):
+                alive1[:, j] = ms[j].sum(axis=1)
+                C = irfft(rfft(ms[j], n1, axis=1) * Bk1, n1, axis=1)[:, :B] * (1.0 - self.hb[j])
+                ms[j + 1] = np.where(C > 1e-300, C, 0.0)
+        self.ms, self.alive1 = ms, alive1
+        self.m_start = ms[f, np.arange(R)]  # (R, B)
+
+    def phase_coefficients(self) -> None:
+        """The Q phase's coefficients per row over n (j = f + n): g_n, c_n and the hazard weights."""
+        R, f, hs, hb, qe, n_max = self.R, self.f, self.hs, self.hb, self.qe, self.n_max
+        self.n_len = n_len = n_max + 1
+        self.one_s = one_s = qe == 1.0  # small steps only (w_b = 0)
+        self.mixed = ~one_s & (qe != 0.0)  # both kernels (q outside [0, 1] by rounding included)
+        g = np.zeros((R, n_len))
+        ws, wb = np.zeros((R, n_len)), np.zeros((R, n_len))
+        for r in range(R):
+            span = n_max - f[r]
+            if span > 0:
+                g[r, :span] = (1.0 - hs[f[r]:]) if one_s[r] else (1.0 - hb[f[r]:])
+                ws[r, :span], wb[r, :span] = hs[f[r]:], hb[f[r]:]
+        c = np.ones((R, n_len))
+        c[:, 1:] = np.cumprod(g[:, :-1], axis=1)
+        self.g, self.ws, self.wb, self.c = g, ws, wb, c
+
+    def baby_steps(self) -> None:
+        """Q, the baby steps Q^0..Q^(s-1) mod x^B and the first giant step Q^s mod x^B (with their FFTs)."""
+        R, s, B, nfft = self.R, self.s, self.B, self.nfft
+        Q = self.qe[:, None] * self.ps + (1.0 - self.qe)[:, None] * self.pb
+        self.Qf = Qf = rfft(Q, nfft, axis=1)
+        babies_f = np.empty((R, s, Qf.shape[1]), dtype=complex)
+        babies_f[:, 0] = 1.0
+        for k in range(1, s):
+            np.multiply(babies_f[:, k - 1], Qf, out=babies_f[:, k])
+        babies = np.empty((R, s, B))  # Q^k mod x^B, k < s (row by row: FFTs of moderate batches run faster)
+        for r in range(R):
+            babies[r] = irfft(babies_f[r], nfft, axis=1)[:, :B]
+        babies[:, 0, :] = 0.0
+        babies[:, 0, 0] = 1.0
+        self.babies = babies
+        self.G1_f = rfft(_mulmod(babies[:, s - 1], Qf, nfft, B), nfft, axis=1)  # Q^s mod x^B
+
+    def find_stop(self) -> bool:
+        """The giant steps up to the stop index ``J_stop`` (the first j with every row's mass below B under EPS_MASS,
+        phase-1 steps first); False: not stopped by n_max (the stepwise DP adds the mass left)."""
+        R, f, s, n_max = self.R, self.f, self.s, self.n_max
+        # the mass below B: alive_(f+si+k) = c_(si+k) sum_(t<B) (m_f G_i Q^k)[t] = c_(si+k) <Q^k, cumsum(U_i) reversed>,
+        # U_i = m_f G_i mod x^B (G_i itself where first_n = 0)
+        self.later = later = np.nonzero(f > 0)[0]
+        self.m_start_f = rfft(self.m_start[later], self.nfft, axis=1) if len(later) else None
+        J_row = np.full(R, -1)
+        for r in range(R):
+            low = np.nonzero(self.alive1[r, : f[r]] < EPS_MASS)[0]
+            if len(low):
+                J_row[r] = low[0]
+        giants, self.giants_f = [np.zeros((R, self.B))], [np.ones((R, self.Qf.shape[1]), dtype=complex)]
+        giants[0][:, 0] = 1.0
+        i = 0
+        while True:
+            todo = np.nonzero(J_row < 0)[0]
+            if len(todo):
+                self._stops_in_block(i, todo, giants[i][todo], J_row)
+            if (J_row >= 0).all():
+                J_stop = int(J_row.max())
+                if ((i + 1) * s + f >= J_stop).all():
+                    break
+            if ((J_row < 0) & ((i + 1) * s + f >= n_max)).any() or (J_row >= n_max).any():
+                return False
+            G = irfft(self.giants_f[i] * self.G1_f, self.nfft, axis=1)[:, : self.B]
+            giants.append(G)
+            self.giants_f.append(rfft(G, self.nfft, axis=1))
+            i += 1
+        self.J_stop = J_stop
+        return J_stop < n_max
+
+    def _stops_in_block(self, i: int, todo: np.ndarray, U: np.ndarray, J_row: np.ndarray) -> None:
+        """Set ``J_row`` of the rows in ``todo`` whose mass below B ends under EPS_MASS inside giant block i (the
+        mass only falls with j: look inside a block only where it ends there)."""
+        s, n_len, c, f = self.s, self.n_len, self.c, self.f
+        a = c[todo, i * s : (i + 1) * s] if (i + 1) * s <= n_len else \
+            np.pad(c[todo, i * s :], ((0, 0), (0, (i + 1) * s - n_len)))
+        if self.m_start_f is not None:
+            for t, r in enumerate(todo):
+                if f[r] > 0:
+                    U[t] = irfft(self.giants_f[i][r] * self.m_start_f[np.searchsorted(self.later, r)], self.nfft)[: self.B]
+        cs = np.cumsum(U, axis=1)[:, ::-1]
+        end = a[:, -1] * np.einsum("rb,rb->r", self.babies[todo, s - 1], cs)
+        for t, r in enumerate(todo):
+            if end[t] < EPS_MASS:
+                low = np.nonzero(a[t] * (self.babies[r] @ cs[t]) < EPS_MASS)[0]
+                J_row[r] = f[r] + i * s + low[0]
+
+    def mixed_rows_bounded(self) -> bool:
+        """Mixed rows with h_s != h_b: the dropped q (h_b - h_s) S terms (first order), bounded against the unit
+        mass, stay within COMPOSED_HAZARD_TOL (else False: the stepwise DP)."""
+        f, hs, hb = self.f, self.hs, self.hb
+        self.N = N = np.maximum(self.J_stop - f, 0)  # Q-phase terms per row
+        for r in np.nonzero(self.mixed)[0]:
+            n = int(N[r])
+            d = self.qe[r] * np.abs(hb[f[r] : f[r] + n] - hs[f[r] : f[r] + n])
+            if n == 0 or not d.any():
+                continue
+            e, tot = 0.0, 0.0
+            for k in range(n):  # e_(k+1) = e_k g_k + |delta_k| c_k  (>= the first-order coefficient)
+                e = e * self.g[r, k] + d[k] * self.c[r, k]
+                tot += e
+            if tot > COMPOSED_HAZARD_TOL:
+                return False
+        return True
+
+    def phase_sums(self) -> None:
+        """Sums over the Q phase: sum_n w(f+n) c_n Q^n for w = 1, h_b (h_s for q = 1) and, in a mixed row whose
+        hazards differ, h_s too: ``A_ph``, ``Hb_ph``, ``Hs_ph``."""
+        R, s, B, nfft, f, N, hs, hb = self.R, self.s, self.B, self.nfft, self.f, self.N, self.hs, self.hb
+        n_g = max(1, -(-int(N.max()) // s))
+        width = n_g * s
+        mixed_hs = [r for r in range(R) if self.mixed[r] and N[r] > 0
+                    and not np.array_equal(hs[f[r] : f[r] + N[r]], hb[f[r] : f[r] + N[r]])]
+        n_seq = 3 if mixed_hs else 2
+        coef = np.zeros((R, n_seq, width))
+        for r in range(R):
+            n = int(N[r])
+            coef[r, 0, :n] = self.c[r, :n]
+            coef[r, 1, :n] = (self.ws if self.one_s[r] else self.wb)[r, :n] * self.c[r, :n]
+            if n_seq == 3:
+                coef[r, 2, :n] = self.ws[r, :n] * self.c[r, :n]
+        coef = coef.reshape(R, n_seq * n_g, s)
+        acc = np.zeros((R, n_seq, nfft // 2 + 1), dtype=complex)
+        for r in range(R):  # inner sums sum_k a_(s i + k) Q^k by one matrix product, then sum_i Q^(s i) (inner sum i)
+            combos_f = rfft((coef[r] @ self.babies[r]).reshape(n_seq, n_g, B), nfft, axis=2)
+            for i in range(n_g):
+                acc[r] += combos_f[:, i] * self.giants_f[i][r]
+        sums = irfft(acc, nfft, axis=2)[:, :, :B]
+        if len(self.later):  # from m_f: (m_f * sum) mod x^B
+            sums[self.later] = _mulmod(sums[self.later], self.m_start_f[:, None, :], nfft, B)
+        self.A_ph = sums[:, 0]
+        # h_b- and h_s-weighted sums (h_b = h_s where the rows share one; a q = 1 row needs only h_s, q = 0 only h_b)
+        self.Hb_ph = np.where(self.one_s[:, None], 0.0, sums[:, 1])
+        self.Hs_ph = sums[:, 2] if n_seq == 3 else sums[:, 1]
         if n_seq == 3:
-            coef[r, 2, :n] = ws[r, :n] * c[r, :n]
-    coef = coef.reshape(R, n_seq * n_g, s)
-    acc = np.zeros((R, n_seq, nfft // 2 + 1), dtype=complex)
-    for r in range(R):  # inner sums sum_k a_(s i + k) Q^k by one matrix product, then sum_i Q^(s i) (inner sum i)
-        combos_f = rfft((coef[r] @ babies[r]).reshape(n_seq, n_g, B), nfft, axis=2)
-        for i in range(n_g):
-            acc[r] += combos_f[:, i] * giants_f[i][r]
-    sums = irfft(acc, nfft, axis=2)[:, :, :B]
-    if len(later):  # from m_f: (m_f * sum) mod x^B
-        sums[later] = _mulmod(sums[later], m_start_f[:, None, :], nfft, B)
-    A_ph = sums[:, 0]
-    # h_b-weighted and h_s-weighted sums (h_b = h_s where the rows share one; a q = 1 row needs only h_s, q = 0 only h_b)
-    Hb_ph = np.where(one_s[:, None], 0.0, sums[:, 1])
-    Hs_ph = sums[:, 2] if n_seq == 3 else sums[:, 1]
-    if n_seq == 3:
-        pure = np.ones(R, bool)
-        pure[mixed_hs] = False
-        Hs_ph = np.where(pure[:, None], sums[:, 1], sums[:, 2])
+            pure = np.ones(R, bool)
+            pure[mixed_hs] = False
+            self.Hs_ph = np.where(pure[:, None], sums[:, 1], sums[:, 2])
 
-    # ---- j < first_n sums, and the stepwise variables --------------------------------------------------
-    A_pre_s, Hb_pre_s = np.zeros((R, B)), np.zeros((R, B))
-    for r in range(R):
-        for j in range(min(int(f[r]), J_stop)):
-            A_pre_s[r] += ms[j, r]
-            Hb_pre_s[r] += hb[j] * ms[j, r]
-    switched = finite & (f < J_stop)
-    A = A_pre_s + A_ph
-    Hb = Hb_pre_s + Hb_ph
-    sw = switched[:, None]
-    # end of the chain: by the answer (h weights) below and above B, by the budget (the rest) from B on
-    n1 = next_fast_len(L, real=True)
-    S1, Bk1 = rfft(ps, n1), rfft(pb, n1)
-    F = lambda x: rfft(x, n1, axis=1)  # noqa: E731
-    qc = qe[:, None]
-    E = Bk1 * F(Hb_pre_s) + qc * S1 * F(Hs_ph) + (1.0 - qc) * Bk1 * F(Hb_ph)
-    Cont = Bk1 * F(A_pre_s - Hb_pre_s) + qc * S1 * F(A_ph - Hs_ph) + (1.0 - qc) * Bk1 * F(A_ph - Hb_ph)
-    end_pmf = np.clip(irfft(E, n1, axis=1)[:, :L], 0.0, None)
-    end_pmf[:, B:] += np.clip(irfft(Cont, n1, axis=1)[:, B:L], 0.0, None)
-    # A_pre_s sums j < min(first_n, J_stop): a row that stopped before first_n has every step in it (A_ph = 0)
-    return {"A": A, "Hb": Hb, "A_pre": A_pre_s, "Hb_pre": Hb_pre_s, "first": np.where(sw, m_start, 0.0),
-            "end_pmf": end_pmf, "steps": A.sum(axis=1),
-            "small_prop": np.where(switched, A_ph.sum(axis=1), 0.0)}
+    def result(self) -> dict:
+        """The j < first_n sums and the stepwise DP's variables (the end-token pmf by the answer and the budget)."""
+        R, B, L, f, J_stop, hb = self.R, self.B, self.L, self.f, self.J_stop, self.hb
+        A_ph, Hb_ph, Hs_ph = self.A_ph, self.Hb_ph, self.Hs_ph
+        A_pre_s, Hb_pre_s = np.zeros((R, B)), np.zeros((R, B))
+        for r in range(R):
+            for j in range(min(int(f[r]), J_stop)):
+                A_pre_s[r] += self.ms[j, r]
+                Hb_pre_s[r] += hb[j] * self.ms[j, r]
+        switched = self.finite & (f < J_stop)
+        A = A_pre_s + A_ph
+        Hb = Hb_pre_s + Hb_ph
+        sw = switched[:, None]
+        # end of the chain: by the answer (h weights) below and above B, by the budget (the rest) from B on
+        n1 = next_fast_len(L, real=True)
+        S1, Bk1 = rfft(self.ps, n1), rfft(self.pb, n1)
+        F = lambda x: rfft(x, n1, axis=1)  # noqa: E731
+        qc = self.qe[:, None]
+        E = Bk1 * F(Hb_pre_s) + qc * S1 * F(Hs_ph) + (1.0 - qc) * Bk1 * F(Hb_ph)
+        Cont = Bk1 * F(A_pre_s - Hb_pre_s) + qc * S1 * F(A_ph - Hs_ph) + (1.0 - qc) * Bk1 * F(A_ph - Hb_ph)
+        end_pmf = np.clip(irfft(E, n1, axis=1)[:, :L], 0.0, None)
+        end_pmf[:, B:] += np.clip(irfft(Cont, n1, axis=1)[:, B:L], 0.0, None)
+        # A_pre_s sums j < min(first_n, J_stop): a row that stopped before first_n has every step in it (A_ph = 0)
+        return {"A": A, "Hb": Hb, "A_pre": A_pre_s, "Hb_pre": Hb_pre_s, "first": np.where(sw, self.m_start, 0.0),
+                "end_pmf": end_pmf, "steps": A.sum(axis=1),
+                "small_prop": np.where(switched, A_ph.sum(axis=1), 0.0)}
 
 
 def _occupancies(workload: WorkloadProfile, qs: np.ndarray, fns: np.ndarray, sums: dict) -> list[ChainOccupancy]:

@@ -8,8 +8,7 @@ resource: a request holds it for its calls back to back (requests run one at a t
 no call ever waits; concurrent requests, batching and queueing are ``simulator.engines.serving``).
 
 Costs are evaluated for all requests' calls at once by the one call-time function
-(:func:`simulator.cost.call_time.call_costs`: table look-ups and bincounts), so the engine runs at a few
-hundred thousand simulated steps per second.
+(:func:`simulator.cost.call_time.call_costs`: table look-ups and bincounts), not call by call in Python.
 
 Returns per-request and per-step pandas DataFrames.
 """
@@ -63,10 +62,26 @@ def simulate(cfg: SystemConfig, tables: CostTables, n_requests: int, seed,
     call_req = np.repeat(np.arange(n_req), n_calls)
     call_total = sum(comp.values())
     req_comp = {c: np.bincount(call_req, weights=v, minlength=n_req) for c, v in comp.items()}
-    kind, engine = calls.kind, calls.engine
-    answer_s = np.bincount(call_req, weights=np.where(kind == ANSWER, call_total, 0.0), minlength=n_req)
-    # per-step seconds by role: the small model's call, the scoring call, the base model's call
+    answer_s = np.bincount(call_req, weights=np.where(calls.kind == ANSWER, call_total, 0.0), minlength=n_req)
     n_steps = np.array([r.steps for r in reqs])
+    step_s = _step_seconds(reqs, calls, call_req, call_total, n_steps)
+    latency = _run_events(np.bincount(call_req, weights=call_total, minlength=n_req))
+    iters = np.array([len(r.it_call) for r in reqs])
+    spec_tokens = np.array([int(r.it_tokens.sum()) for r in reqs])
+    req_df = pd.DataFrame({
+        "request": np.arange(n_req), "problem": [r.problem for r in reqs], "latency_s": latency,
+        "steps": n_steps, "small_steps": [r.small_steps for r in reqs],
+        "thinking_tokens": [r.thinking_tokens for r in reqs], "stop_reason": [r.stop_reason for r in reqs],
+        "iterations": iters, "spec_tokens": spec_tokens, "answer_s": answer_s, **req_comp,
+    })
+    return req_df, _steps_frame(reqs, n_steps, *step_s)
+
+
+def _step_seconds(reqs: list[SampledRequest], calls: CallArrays, call_req: np.ndarray, call_total: np.ndarray,
+                  n_steps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-step seconds by role, steps of all requests in order: the small model's call, the scoring call, the
+    base model's call."""
+    kind, engine = calls.kind, calls.engine
     step_off = np.concatenate([[0], np.cumsum(n_steps)[:-1]])
     cstep = _cat(reqs, "call_step")
     on_step = cstep >= 0
@@ -75,12 +90,15 @@ def simulate(cfg: SystemConfig, tables: CostTables, n_requests: int, seed,
     ct = call_total[on_step]
     role = np.where(kind[on_step] == SCORE, 1, np.where(engine[on_step] == SMALL, 0, 2))
     small_s, scoring_s, base_s = (np.bincount(gstep, weights=np.where(role == k, ct, 0.0), minlength=tot) for k in range(3))
+    return small_s, scoring_s, base_s
 
-    # the discrete-event run: one process per request, holding the shared GPUs for its calls
+
+def _run_events(per_req: np.ndarray) -> np.ndarray:
+    """The discrete-event run: one process per request, holding the shared GPUs for its calls (``per_req``
+    seconds); returns each request's latency."""
     env = simpy.Environment()
     gpus = simpy.Resource(env, capacity=1)
-    latency = np.zeros(n_req)
-    per_req = np.bincount(call_req, weights=call_total, minlength=n_req)
+    latency = np.zeros(len(per_req))
 
     def one_request(i: int):
         start = env.now
@@ -90,23 +108,21 @@ def simulate(cfg: SystemConfig, tables: CostTables, n_requests: int, seed,
         latency[i] = env.now - start
 
     def driver():
-        for i in range(n_req):
+        for i in range(len(per_req)):
             yield env.process(one_request(i))
 
     env.process(driver())
     env.run()
+    return latency
 
-    iters = np.array([len(r.it_call) for r in reqs])
-    spec_tokens = np.array([int(r.it_tokens.sum()) for r in reqs])
-    req_df = pd.DataFrame({
-        "request": np.arange(n_req), "problem": [r.problem for r in reqs], "latency_s": latency,
-        "steps": n_steps, "small_steps": [r.small_steps for r in reqs],
-        "thinking_tokens": [r.thinking_tokens for r in reqs], "stop_reason": [r.stop_reason for r in reqs],
-        "iterations": iters, "spec_tokens": spec_tokens, "answer_s": answer_s, **req_comp,
-    })
+
+def _steps_frame(reqs: list[SampledRequest], n_steps: np.ndarray, small_s: np.ndarray, scoring_s: np.ndarray,
+                 base_s: np.ndarray) -> pd.DataFrame:
+    """One row per step of every request (:data:`STEP_COLUMNS`)."""
+    n_req = len(reqs)
     cat = lambda name: _cat(reqs, name)  # noqa: E731
     producer, score = cat("step_producer"), cat("step_score")
-    steps_df = pd.DataFrame({
+    return pd.DataFrame({
         "request": np.repeat(np.arange(n_req), n_steps),
         "step": np.concatenate([np.arange(k) for k in n_steps]),
         "problem": np.repeat([r.problem for r in reqs], n_steps),
@@ -120,7 +136,6 @@ def simulate(cfg: SystemConfig, tables: CostTables, n_requests: int, seed,
         "small_s": small_s, "scoring_s": scoring_s, "base_s": base_s,
         "step_s": small_s + scoring_s + base_s,
     }, columns=list(STEP_COLUMNS))
-    return req_df, steps_df
 
 
 def summarize(requests: pd.DataFrame, level: float = 0.99) -> dict:

@@ -1,5 +1,5 @@
 """Which γ at which load: the expected-goodput γ rule per engine iteration, and the best fixed γ per
-concurrency from serving simulations (issue 17).
+concurrency from serving simulations.
 
 **Per-iteration rule** (SmartSpec, arXiv 2406.14066, adapted to this cost model): for a batch of B
 decoding sequences at context c, speculating with γ drafts per sequence gives
@@ -106,13 +106,23 @@ class GoodputPolicy:
         return best_goodput(self.em, [iter_time(g) for g in range(self.gamma_max + 1)], n_decoding, n_first)
 
 
+def _goodput_policy(cfg, workload) -> GoodputPolicy:
+    """The expected-goodput rule up to the configuration's γ, on its workload's acceptance."""
+    return GoodputPolicy(workload.acceptance_per_position(cfg.gamma), cfg.gamma)
+
+
+# ``SystemConfig.gamma_policy`` name -> (configuration, workload) -> the serving engine's γ policy (None: fixed γ)
+GAMMA_POLICIES = {"fixed": lambda cfg, workload: None, "goodput": _goodput_policy}
+
+
 def gamma_policy(cfg, deps: dict, workload) -> GoodputPolicy | None:
-    """The base engine's γ policy of a configuration (None: fixed γ)."""
+    """The base engine's γ policy of a configuration (None: fixed γ), looked up in :data:`GAMMA_POLICIES`."""
     if not cfg.adaptive or not cfg.drafts:
         return None
-    if cfg.gamma_policy == "goodput":
-        return GoodputPolicy(workload.acceptance_per_position(cfg.gamma), cfg.gamma)
-    raise ValueError(f"unknown gamma_policy {cfg.gamma_policy!r}")
+    make = GAMMA_POLICIES.get(cfg.gamma_policy)
+    if make is None:
+        raise ValueError(f"unknown gamma_policy {cfg.gamma_policy!r}")
+    return make(cfg, workload)
 
 
 def gamma_rule_table(target: Deployment, draft: Deployment | None, acceptance, batches, context: int,

@@ -17,7 +17,7 @@ from simulator.errors import InputError, pydantic_error_to_input_error
 M = TypeVar("M", bound=BaseModel)
 
 
-MAX_YAML_ALIASES = 100  # a scenario or profile needs none or a few; an alias bomb needs thousands (issue 30)
+MAX_YAML_ALIASES = 100  # a scenario or profile needs none or a few; an alias bomb needs thousands
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

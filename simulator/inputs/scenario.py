@@ -30,7 +30,7 @@ from simulator.inputs.loading import load_yaml_model, read_yaml, validate_model
 from simulator.inputs.systems import REGISTRY, SYSTEMS, SystemConfig, expand_systems
 from simulator.inputs.workload import WorkloadProfile
 from simulator.inputs.scenario_fields import (  # noqa: F401 - the scenario's parts, importable from here as before
-    AcceptancePrior, DraftChoice, Grid, HardwareChoice, MemoryFraction, ModelChoice, _Strict)
+    AcceptancePrior, DraftChoice, Grid, HardwareChoice, MemoryFraction, ModelChoice, StrictModel)
 
 
 
@@ -39,7 +39,7 @@ PLAIN_SYSTEMS = ("vanilla-base",)  # a scenario without a small model runs these
 
 MAX_REQUESTS = 10_000_000  # simulated requests per grid point or load level: the YAML and every --requests (one bound)
 
-class Scenario(_Strict):
+class Scenario(StrictModel):
     name: str
     description: str = ""
     hardware: HardwareChoice
@@ -260,7 +260,9 @@ class ResolvedScenario:
                 raise InputError(f, "draft.acceptance.a", str(e).splitlines()[0]) from None
         return Drafting(d.kind, d.tree_width), m
 
-    def _ref(self, ref: str, prefix: str) -> Path:
+    def ref_path(self, ref: str, prefix: str) -> Path:
+        """The file a profile reference names: a YAML path (relative to the scenario's folder) or a shipped
+        profile's name (``PREFIX_NAME.yaml`` in the profiles folder)."""
         if ref.endswith((".yaml", ".yml")):
             p = Path(ref)
             if not p.is_absolute() and self.path is not None:
@@ -269,7 +271,7 @@ class ResolvedScenario:
         return PROFILES_DIR / f"{prefix}_{ref}.yaml"
 
     def _load_workload(self) -> WorkloadProfile:
-        p = self._ref(self.scenario.workload, "workload")
+        p = self.ref_path(self.scenario.workload, "workload")
         if not p.is_file():
             raise InputError(self.file, "workload", f"workload profile {self.scenario.workload!r} not found ({p})")
         data = read_yaml(p)
@@ -294,7 +296,7 @@ class ResolvedScenario:
         for i, ref in enumerate(self.scenario.cost_profiles):
             if ref == "prior":
                 continue
-            p = self._ref(ref, "cost")
+            p = self.ref_path(ref, "cost")
             if not p.is_file():
                 raise InputError(self.file, f"cost_profiles[{i}]", f"cost profile {ref!r} not found ({p})")
             prof = load_yaml_model(p, CostProfile)
@@ -349,7 +351,7 @@ class ResolvedScenario:
     # ---- views -----------------------------------------------------------------------------
     def workload_note(self) -> str | None:
         """None when the workload was fitted for this scenario's base and small models; else one line saying whose
-        workload it borrows and which shipped workloads match these models, if any (issue 30: no silent borrowing)."""
+        workload it borrows and which shipped workloads match these models, if any (no silent borrowing)."""
         w = self.workload
 
         def norm(x) -> str:

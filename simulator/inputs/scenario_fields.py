@@ -13,16 +13,16 @@ from simulator.errors import InputError
 from simulator.option_values import FIRST_N_MAX, check_range
 
 
-class _Strict(BaseModel):
+class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class HardwareChoice(_Strict):
+class HardwareChoice(StrictModel):
     gpu: str
     count: int = Field(default=1, ge=1, le=64, strict=True)
 
 
-class ModelChoice(_Strict):
+class ModelChoice(StrictModel):
     model: str  # a catalog name or a path to a Hugging Face config.json (relative to the scenario file)
     tp: int = Field(default=1, ge=1, le=64, strict=True)
     # pipeline parallelism: the layers split over pp stages of tp GPUs each (tp * pp GPUs per replica; base only)
@@ -36,7 +36,7 @@ class ModelChoice(_Strict):
     kv_dtype: KvDtype = "bf16"  # bf16 | fp16 | fp8 KV cache
 
 
-class AcceptancePrior(_Strict):
+class AcceptancePrior(StrictModel):
     """Per-position acceptance a_i = P(first i drafts accepted) of a draft, with where it comes from: ``a`` given,
     or ``al1`` (the deployment's measured mean acceptance length at one draft, AL(1) = 1 + a_1) with the shape of
     the drafter kind's measured curves (``simulator/inputs/drafter_priors.py``, docs/drafters.md; eagle3, mtp, block)."""
@@ -64,7 +64,7 @@ class AcceptancePrior(_Strict):
         return v
 
 
-class DraftChoice(_Strict):
+class DraftChoice(StrictModel):
     """What drafts for the base engine of speculative systems (docs/model.md "Draft kinds", docs/drafters.md).
 
     ``kind: model`` (default) -- a separate model (``model``, default the small model) with its own KV cache,
@@ -96,7 +96,7 @@ class DraftChoice(_Strict):
     acceptance: AcceptancePrior | None = None
 
 
-class MemoryFraction(_Strict):
+class MemoryFraction(StrictModel):
     """Each engine's vLLM ``gpu_memory_utilization`` when the small and base engines share the GPUs (specreason);
     a system that runs one engine gives it base + small (vLLM's default 0.9; ``serving/kv_cache.py``)."""
 
@@ -110,7 +110,7 @@ class MemoryFraction(_Strict):
         return cls(base=total * d.base / (d.base + d.small), small=total * d.small / (d.base + d.small))
 
 
-class Grid(_Strict):
+class Grid(StrictModel):
     gamma: list[StrictInt] = Field(default=[5], min_length=1)
     threshold: list[StrictInt] = Field(default=[7], min_length=1)
     first_n: list[StrictInt] = Field(default=[0], min_length=1)

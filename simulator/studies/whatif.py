@@ -16,15 +16,12 @@ named beside it, never picked.
 
 from __future__ import annotations
 
-import zlib
-from typing import Literal
-
 import numpy as np
 import pandas as pd
 
 from simulator.engines.analytic import MixturePredictor
 from simulator.cost.cost_tables import COMPONENTS, CostTables
-from simulator.engines.des import simulate, summarize
+from simulator.engines.registry import GridPoint, get_engine
 from simulator.inputs.scenario import ResolvedScenario
 from simulator.inputs.systems import SystemConfig
 
@@ -32,14 +29,15 @@ KEY_COLUMNS = ["hardware", "tp", "system", "gamma", "threshold", "first_n"]
 RESULT_COLUMNS = [*KEY_COLUMNS, "engine", "latency_s", "speedup", "small_step_fraction", "acceptance_length",
                   "thinking_tokens", "steps", *COMPONENTS]
 ACCURACY_COLUMNS = ["accuracy", "accuracy_lo", "accuracy_hi", "accuracy_floor", "accuracy_why"]  # NaN: unknown
-DES_COLUMNS = ["latency_p50_s", "latency_p90_s", "latency_p99_s", "ci_low_s", "ci_high_s", "requests"]
 
 
-def run_grid(rs: ResolvedScenario, engine: Literal["analytic", "des"] | None = None, configs: list[SystemConfig] | None = None,
+def run_grid(rs: ResolvedScenario, engine: str | None = None, configs: list[SystemConfig] | None = None,
              requests: int | None = None, seed: int | None = None, floor=None) -> pd.DataFrame:
-    """Predict every grid point; vanilla-base is always computed as the speedup reference. ``floor``: the
+    """Predict every grid point with the engine registered as ``engine`` (default: the scenario's;
+    :mod:`simulator.engines.registry`); vanilla-base is always computed as the speedup reference. ``floor``: the
     accuracy floor judged in ``accuracy_floor`` (default: ``parse_floor(None)``)."""
     engine = engine or rs.scenario.engine
+    impl = get_engine(engine)
     requests = requests or rs.scenario.requests
     seed = rs.scenario.seed if seed is None else seed
     configs = configs if configs is not None else rs.system_configs()
@@ -60,14 +58,8 @@ def run_grid(rs: ResolvedScenario, engine: Literal["analytic", "des"] | None = N
                 if g not in tables:
                     tables[g] = CostTables(dep["base"], dep["small"], dep["draft"], w, g, execution=ex)
                     vectors[g] = mix.vectors(tables[g], shared=vectors[None])  # gamma-free vectors once per hardware/TP
-                if engine == "analytic":
-                    out = mix.predict(cfg, vectors[g])
-                else:
-                    # a distinct, reproducible stream per grid point
-                    point_seed = [seed, zlib.crc32(f"{hw}|{tp}|{cfg.label}".encode())]
-                    req, _ = simulate(cfg, tables[g], requests, np.random.SeedSequence(point_seed).generate_state(1)[0])
-                    out = summarize(req)
-                    out["acceptance_length"] = mix.predict(cfg, vectors[g])["acceptance_length"] if g else np.nan
+                point = GridPoint(cfg, tables[g], mix, vectors[g], f"{hw}|{tp}|{cfg.label}", requests, seed)
+                out = impl.predict(point).row()
                 rows.append({"hardware": hw, "tp": tp, "system": cfg.system, "gamma": cfg.gamma,
                              "threshold": cfg.threshold, "first_n": cfg.first_n, "engine": engine,
                              "in_grid": cfg in configs, **out})
@@ -81,7 +73,7 @@ def run_grid(rs: ResolvedScenario, engine: Literal["analytic", "des"] | None = N
     from simulator.inputs.accuracy import add_accuracy, parse_floor, scenario_accuracy
 
     df = add_accuracy(df, scenario_accuracy(rs), floor or parse_floor(None))
-    cols = RESULT_COLUMNS + ([c for c in DES_COLUMNS if c in df.columns] if engine == "des" else [])
+    cols = RESULT_COLUMNS + list(impl.columns)
     return df[cols + ACCURACY_COLUMNS]
 
 
@@ -106,12 +98,12 @@ def whatif_from_cli(scenario: str, systems=None, gammas=None, thresholds=None, f
     meta = {"scenario": str(rs.path), "name": sc.name, "engine": engine, "workload": rs.workload.name,
             "workload_provenance": rs.workload.provenance.model_dump(mode="json"),
             "cost_profiles": {h: rs.cost_profile(h).provenance.model_dump(mode="json") for h in rs.hardware_names},
-            "requests": requests or sc.requests if engine == "des" else None,
-            "seed": (sc.seed if seed is None else seed) if engine == "des" else None,
+            "requests": requests or sc.requests if get_engine(engine).samples else None,
+            "seed": (sc.seed if seed is None else seed) if get_engine(engine).samples else None,
             "accuracy_floor": floor.describe(), "best": best_line(df, floor)}
     title = f"{sc.name} — {engine} engine — workload {rs.workload.name}"
     note = rs.workload_note()
-    if note:  # a borrowed workload is said in the table's header (issue 30)
+    if note:  # a borrowed workload is said in the table's header
         title = f"note: {note}\n{title}"
         meta["workload_note"] = note
     return df, title, meta

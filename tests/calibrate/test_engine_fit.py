@@ -69,7 +69,7 @@ def test_engine_fit_on_shared_measurements_is_physical_and_holds_out():
 
 @pytest.mark.skipif(not (SHARED / "aiconfigurator-vllm-kernels").is_dir(), reason="kernel tables absent")
 def test_a_gpu_without_engine_evidence_takes_its_own_gemm_fraction_times_the_engine_to_kernel_ratio():
-    """The compute fraction transfer (issue 25): a kernel-profiled GPU with no engine measurement above the ridge takes
+    """The compute fraction transfer: a kernel-profiled GPU with no engine measurement above the ridge takes
     its own compute-bound GEMMs' fraction of F times the median engine/kernel ratio of the engine-fitted GPUs; the
     catalog holds what the rule gives (regenerated with fit-engine, not edited by hand)."""
     from simulator.catalog import hardware_catalog

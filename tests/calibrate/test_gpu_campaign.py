@@ -1,4 +1,4 @@
-"""The GPU campaign script's CPU dry run (issue 15): the same script and stages the device runs, tiny sizes."""
+"""The GPU campaign script's CPU dry run: the same script and stages the device runs, tiny sizes."""
 
 import json
 import os

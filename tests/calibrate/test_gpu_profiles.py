@@ -1,4 +1,4 @@
-"""GPU kernel profiles (issue 13): importers, the kernel cost model, fits and transfer.
+"""GPU kernel profiles: importers, the kernel cost model, fits and transfer.
 
 Real third-party data (../shared/data) is read where present; those tests skip cleanly without it.
 """

@@ -1,4 +1,4 @@
-"""The GPU step campaign (issue 31): the bench runs for real (CPU dry run of the same code), the plan covers the
+"""The GPU step campaign: the bench runs for real (CPU dry run of the same code), the plan covers the
 issue's points, the before-run predictions are the pass formula's device part, our committed records load, and
 the committed step model predicts them once the bench's own fixed costs are fitted."""
 
@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from calibrate.gpu_priors import step_plan as gsp
+from validate.gpu_step_summary import summarize
 from calibrate.gpu_priors import engine_data as ed, engine_fit as ef
 from simulator.errors import InputError
 
@@ -141,7 +142,7 @@ def test_summary_and_profile_of_a_campaign_folder(tmp_path):
         pytest.skip("no campaign folder committed")
     dst = tmp_path / "gpu-campaign-h100"
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("summary.md", "before-fit.csv", "profile-*.yaml"))
-    text = gsp.summarize(dst)
+    text = summarize(dst)
     assert "Before the fit" in text and "| all | graph steps |" in text
     b = __import__("pandas").read_csv(dst / "before-fit.csv")
     assert np.allclose(b["error"], b["device_ms"] / b["measured_ms"] - 1, atol=1e-4)
@@ -149,7 +150,7 @@ def test_summary_and_profile_of_a_campaign_folder(tmp_path):
 
     assert load_profile(dst / "profile-h100-sxm.yaml").hardware == "h100-sxm"
     with pytest.raises(InputError):
-        gsp.summarize(tmp_path / "empty")
+        summarize(tmp_path / "empty")
 
 
 @pytest.mark.parametrize("gpu,hardware", [("h100", "h100-sxm"), ("h200", "h200")])
@@ -169,7 +170,7 @@ def test_heldout_grid_is_never_fitted_and_its_summary_reproduces_the_before_run_
     assert max(p["batch"] for m in plan["models"] for p in m["points"] if p["op"] == "verify") > max(campaign_batches)
     dst = tmp_path / "h"
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("summary.md", "before-fit.csv"))
-    text = gsp.summarize(dst)
+    text = summarize(dst)
     assert "never fitted" in text and "engine fit's values" in text and not list(dst.glob("profile-*.yaml"))
     import pandas as pd
 

@@ -231,7 +231,7 @@ def test_step_fit_recovers_a_known_per_sequence_overhead():
     import pandas as pd
 
     from simulator.cost.cost_profile import CostParams
-    from validate.serving import _step_times, fit_step_params, step_aggregates
+    from validate.serving import fit_step_params, step_aggregates, step_times as _step_times
 
     from calibrate.fit.fit_cost import Setup
 

@@ -1,16 +1,17 @@
-"""The B200 speculation sweep check (issue 25): laws of the predictions and the held-out shape."""
+"""The B200 speculation sweep check: laws of the predictions and the held-out shape."""
 
 import numpy as np
 import pytest
 
 from calibrate.gpu_priors import spec_sweep as ss
+from validate import spec_sweep as vss
 
 pytestmark = pytest.mark.skipif(not ss.SWEEP.is_dir(), reason="../shared/data absent")
 
 
 @pytest.fixture(scope="module")
 def out():
-    return ss.run()
+    return vss.run()
 
 
 def test_predictions_grow_with_load_and_speculation_helps_less_under_load(out):

@@ -10,7 +10,7 @@ import pytest
 
 import specsim_cli.main as cli
 from simulator.studies.capacity import DEFAULT_GRID_MAX, LoadSpec, capacity_points, search_grid
-from simulator.studies.capacity.search import _scenario
+from simulator.studies.capacity.search import cached_scenario
 from simulator.inputs.scenario import load_scenario
 from simulator.engines.serving.slo import parse_slo
 
@@ -35,9 +35,9 @@ def test_points_carry_the_overridden_grid_to_the_workers():
     pts = capacity_points(rs, parse_slo("p99_latency<=40s"), LoadSpec(), rs.system_configs(["vanilla-base"]))
     assert {(p.hardware, p.tp) for p in pts} == {("h200", 1), ("h200", 2), ("b200", 1), ("b200", 2)}
     # a worker process rebuilds the scenario from the point alone: the same grid, not the YAML's
-    again = _scenario(pts[0].scenario, pts[0].grid)
+    again = cached_scenario(pts[0].scenario, pts[0].grid)
     assert again.hardware_names == ["h200", "b200"] and again.tps == [1, 2]
-    assert _scenario(pts[0].scenario).hardware_names == ["rtx-a6000"]
+    assert cached_scenario(pts[0].scenario).hardware_names == ["rtx-a6000"]
 
 
 def test_capacity_on_other_hardware(capsys):

@@ -109,7 +109,7 @@ def test_single_request_latency_is_the_same_cached_shared_or_carried():
     rs = load_scenario(SC)
     for cfg in (VANILLA, SPECDECODE, SystemConfig(system="specdecode", gamma=4), SPECREASON):
         fresh = single_request_latency(rs, "cpu", 1, cfg, cached=False)
-        assert single_request_latency(search._scenario(SC), "cpu", 1, cfg) == fresh
+        assert single_request_latency(search.cached_scenario(SC), "cpu", 1, cfg) == fresh
         assert search.point_latency(point(cfg)) == fresh
         assert search.point_latency(point(cfg, single_latency_s=fresh)) == fresh
     row = search_capacity(point(SPECDECODE))

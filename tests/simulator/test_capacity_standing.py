@@ -116,7 +116,7 @@ def test_report_on_a_gamma_outside_the_grid(tmp_path, gamma):
 
 
 def test_report_answer_gives_replicas_at_the_lower_bound():
-    from simulator.report.capacity_report import _at_lower_bound
+    from simulator.report.capacity_markdown import _at_lower_bound
 
     row = pd.Series(dict(replicas=4.0, replicas_lo=5.0, gpus_lo=10.0, max_qps_lo=2.0))
     assert _at_lower_bound(row, "GPU") == "; 5 = 10 GPU(s) if the capacity is at its interval's lower bound (2 requests/s)"

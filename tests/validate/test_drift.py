@@ -1,4 +1,4 @@
-"""Issue 14 drift: speed factors per call kind, flag against the fit runs' range, scope, hardware
+"""Drift: speed factors per call kind, flag against the fit runs' range, scope, hardware
 fingerprint, the --drift policy's exit codes, coverage reported apart for flagged runs."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 38 item 5: the MoE step's laws at small batch, the MLA module's fixed cost t_mla (its fit on the
+"""The MoE step's laws at small batch, the MLA module's fixed cost t_mla (its fit on the
 AIConfigurator module tables) and DeepSeek-R1's low-concurrency TPOT on the InferenceX rows (validate.inferencex)."""
 
 from dataclasses import replace

@@ -1,4 +1,4 @@
-"""Issue 14 regressions: run identity (full keys, duplicates refused, no held-out run in any fit),
+"""Regressions: run identity (full keys, duplicates refused, no held-out run in any fit),
 a censored-only held-out set, exit codes and one-line errors."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 28: a `vllm bench serve` ladder on a shared VM can change speed between levels. A decode step of more
+"""A `vllm bench serve` ladder on a shared VM can change speed between levels. A decode step of more
 sequences is never faster on one machine, so a held-out level whose measured TPOT p50 is below the 1-user fit level's
 is flagged as speed drift (report and stdout), never silently scored as model error. Runs: reports/serve-bench-cpu."""
 

@@ -1,4 +1,4 @@
-"""Issue 28: steps of one shape (a one-user `vllm bench serve` run's decode steps) pin the machine's speed, not the
+"""Steps of one shape (a one-user `vllm bench serve` run's decode steps) pin the machine's speed, not the
 batch scaling: the step fit then scales every term of the profile by one factor, and larger batches keep the profile's
 growth instead of the flat growth a single re-fitted efficiency would give."""
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from simulator.cost.cost_profile import load_profile
 from simulator.cost.setup import Setup
-from validate.serving.fit import _step_times, fit_step_params, one_shape, step_aggregates
+from validate.serving.fit import fit_step_params, one_shape, step_aggregates, step_times as _step_times
 from tests.conftest import examples
 
 PROFILE = "simulator/profiles/cost_cpu-epyc-vllm032.yaml"

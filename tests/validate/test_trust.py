@@ -1,4 +1,4 @@
-"""Issue 27: validation a user can trust -- impossible fits are not calibrated, no silent pass, physical bounds on
+"""Validation a user can trust -- impossible fits are not calibrated, no silent pass, physical bounds on
 durations, the mixture's point prediction, interval levels and coverage at several levels."""
 
 from __future__ import annotations

@@ -35,8 +35,7 @@ Layout (one concept per module):
 
 from .cli import register
 from .compare import ServingValidation, speedup_table, validate_serving
-from .fit import FIT_PARAMS, SEQ_OVERHEAD_START, fit_step_params, step_aggregates
-from .fit import _step_times  # noqa: F401  (tests import it from here, as before the split)
+from .fit import FIT_PARAMS, SEQ_OVERHEAD_START, fit_step_params, step_aggregates, step_times
 from .load import ServingRun, load_run
 from .predict import (MEMORY_FRACTION, measured_run_figures, predict_run, predicted_run_figures,
                       replay_plans, replay_system_plans)
@@ -44,5 +43,5 @@ from .report import plots, write_report
 
 __all__ = ["FIT_PARAMS", "MEMORY_FRACTION", "SEQ_OVERHEAD_START", "ServingRun", "ServingValidation",
            "fit_step_params", "load_run", "measured_run_figures", "plots", "predict_run", "predicted_run_figures",
-           "register", "replay_plans", "replay_system_plans", "speedup_table", "step_aggregates", "validate_serving",
-           "write_report"]
+           "register", "replay_plans", "replay_system_plans", "speedup_table", "step_aggregates", "step_times",
+           "validate_serving", "write_report"]

@@ -12,7 +12,7 @@ from simulator.errors import InputError
 from simulator.output_contract import writes
 
 from .compare import validate_serving
-from .report import _pct, _spct, speed_drift, write_report
+from .report import pct as _pct, spct as _spct, speed_drift, write_report
 
 LOGGER = "validate.serving"
 

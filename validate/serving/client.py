@@ -50,7 +50,7 @@ def fit_client(runs: list[ServingRun], params, setup) -> tuple[object, dict]:
     would grow with the prompt and with the batch."""
     from dataclasses import replace
 
-    from .fit import _step_times, fit_step_params, step_aggregates
+    from .fit import step_times, fit_step_params, step_aggregates
 
     st = pd.concat([client_steps(r) for r in runs], ignore_index=True)
     dec, pre = st[st.prefill_requests == 0], st[st.prefill_requests == 1]
@@ -58,7 +58,7 @@ def fit_client(runs: list[ServingRun], params, setup) -> tuple[object, dict]:
         raise InputError(str(runs[0].path), "--fit-levels", "a one-user bench run with at least 2 output tokens per "
                          "request is needed to fit on")
     p2, facts = fit_step_params(dec, params, setup)
-    gap = pre.duration_s.to_numpy(float) - _step_times(p2, setup, step_aggregates(pre))
+    gap = pre.duration_s.to_numpy(float) - step_times(p2, setup, step_aggregates(pre))
     call = float(max(0.0, np.median(gap)))
     facts["values"]["call_overhead_s"] = float(f"{call:.4g}")
     facts["rel_stderr"]["call_overhead_s"] = float("inf")

@@ -23,7 +23,7 @@ def step_aggregates(steps: pd.DataFrame) -> dict[str, np.ndarray]:
             "L": steps.running.to_numpy(float), "t": steps.duration_s.to_numpy(float), "engine": eng}
 
 
-def _step_times(params, setup, agg) -> np.ndarray:
+def step_times(params, setup, agg) -> np.ndarray:
     """Each step's pass time on its own engine's deployment (base or small model)."""
     from simulator.engines.serving.pass_cost import PassCost
 
@@ -40,8 +40,7 @@ def one_shape(agg: dict) -> bool:
     one-user run's decode steps, whatever their context (prompts and outputs of varied lengths). They then pin how fast
     this machine runs the profile's engine, not how the step time grows with the batch: re-fitting single terms would
     put the whole difference into one (the memory term, constant in the batch) and flatten the batch scaling the profile
-    was fitted for. (A one-user ladder with prompts of 51-77 tokens: TPOT p50 at 2-8 users 15.0% off with the terms
-    re-fitted, docs/serve-bench.md.)"""
+    was fitted for (docs/serve-bench.md: a one-user ladder with the terms re-fitted)."""
     return np.unique(agg["N"]).size == 1 and np.unique(agg["L"]).size == 1
 
 
@@ -49,7 +48,7 @@ def fit_speed_factor(steps: pd.DataFrame, params, setup) -> tuple[object, dict]:
     """One-shape steps (:func:`one_shape`): the machine's speed factor s = median(measured / predicted step time),
     applied to every term (``CostParams.slowed``), so the profile's batch scaling carries over to larger batches."""
     agg = step_aggregates(steps)
-    r = np.log(agg["t"]) - np.log(_step_times(params, setup, agg))
+    r = np.log(agg["t"]) - np.log(step_times(params, setup, agg))
     s = float(np.exp(np.median(r)))
     se = 1.2533 * float(np.std(r, ddof=1)) / np.sqrt(len(r)) if len(r) > 1 else float("inf")  # of the median, in log
     new = params.slowed(s)
@@ -75,7 +74,7 @@ def fit_step_params(steps: pd.DataFrame, params, setup) -> tuple[object, dict]:
     y = np.log(agg["t"])
     start = {n: float(getattr(params, n)) for n in PARAM_NAMES}
     start["seq_overhead_s"] = start["seq_overhead_s"] or SEQ_OVERHEAD_START
-    f = fit_log_times(lambda p: _step_times(p, setup, agg), y, start, FIT_PARAMS)
+    f = fit_log_times(lambda p: step_times(p, setup, agg), y, start, FIT_PARAMS)
     new = replace(params, **{k: float(f.values[k]) for k in FIT_PARAMS})
     facts = {"steps": len(y), "values": {k: float(f"{f.values[k]:.4g}") for k in FIT_PARAMS},
              "rel_stderr": {k: float(f"{f.stderr[k] / f.values[k]:.3g}") if k in f.stderr else float("inf") for k in FIT_PARAMS},

@@ -7,16 +7,19 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
-from .compare import ServingValidation, _errors, speedup_table
+from .compare import ServingValidation, error_figures, speedup_table
 from .fit import FIT_PARAMS
 
 
-def _pct(x: float) -> str:
+def pct(x: float) -> str:
+    """A fraction as a percentage with one decimal; "n/a" when missing."""
     return "n/a" if x is None or not np.isfinite(x) else f"{100 * x:.1f}%"
 
 
-def _spct(x: float) -> str:
+def spct(x: float) -> str:
+    """A signed fraction as a signed percentage with one decimal; "n/a" when missing."""
     return "n/a" if x is None or not np.isfinite(x) else f"{100 * x:+.1f}%"
 
 
@@ -26,46 +29,97 @@ def _level_key(label: str) -> tuple:
     return (system, kind != "closed", float(v) if v.replace(".", "", 1).isdigit() else 0.0)
 
 
-def plots(v: ServingValidation, out: Path) -> list[str]:
-    from simulator.inputs.loading import save_figure_atomic
-    from validate.report import _plt
+_STYLE = {"measured": dict(marker="o", color="k", ls="none", ms=7), "profile": dict(marker="s", ls="--", color="tab:blue"),
+          "profile+step-fit": dict(marker="^", ls="-", color="tab:orange"),
+          "profile+step-fit+acceptance-fit": dict(marker="v", ls=":", color="tab:red")}
+_LOAD_FIGURES = (
+    ("latency_vs_concurrency.png", ("latency_p50_s", "ttft_p50_s"), ("median latency (s)", "median TTFT (s)")),
+    ("throughput_vs_concurrency.png", ("throughput_rps", "output_tok_per_s"), ("throughput (requests/s)", "output tokens/s")),
+)
 
-    plt = _plt()
+
+def _load_axes(ax, pr: pd.DataFrame, col: str, systems: list, colors: dict, models: list) -> None:
+    """One run figure against load: closed-loop runs by users, Poisson runs at their measured mean batch."""
+    for sysname in systems:
+        ps = pr[pr.system == sysname]
+        closed, pois = ps[ps["mode"] == "closed"], ps[ps["mode"] == "poisson"]
+        tag = f"{sysname} " if len(systems) > 1 else ""
+        for m in ["measured", *models]:
+            st = dict(_STYLE.get(m, {}))
+            if len(systems) > 1:
+                st["color"] = colors[sysname] if m != "measured" else st.get("color", "k")
+                if m == "measured":
+                    st.update(mfc=colors[sysname], color=colors[sysname])
+            d = closed[closed.model == m].groupby("users")[col].median()
+            if len(d):
+                ax.plot(d.index, d.values, label=f"{tag}{m} (closed loop)", **st)
+            dp = pois[pois.model == m]
+            if len(dp):
+                g = dp.groupby("rate_per_s")
+                # open loop: placed at the measured time-weighted batch size of the run
+                xb = pois[pois.model == "measured"].groupby("rate_per_s")["batch_mean"].median()
+                ax.plot(xb.loc[list(g.groups)].values, g[col].median().values, ls="none", mfc="none",
+                        marker=st.get("marker", "x"), color=st.get("color", "grey"),
+                        ms=9, label=f"{tag}{m} (Poisson, at measured mean batch)")
+
+
+def _speedup_figure(plt, sp: pd.DataFrame, models: list, colors: dict, out: Path) -> str:
+    from simulator.inputs.loading import save_figure_atomic
+
+    fig, ax = plt.subplots(figsize=(5.5, 4.2))
+    sps = list(dict.fromkeys(sp.system))
+    for sysname in sps:
+        for m in ["measured", *models]:
+            d = sp[(sp.system == sysname) & (sp.model == m) & (sp["mode"] == "closed")].groupby("users")["speedup"].median()
+            if len(d):
+                st = dict(_STYLE.get(m, {}))
+                if len(sps) > 1:
+                    st["color"] = colors.get(sysname, "grey")
+                ax.plot(d.index, d.values, label=f"{sysname} {m}" if len(sps) > 1 else m, **st)
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("closed-loop users")
+    ax.set_ylabel(f"speedup over {sp.baseline.iloc[0]} (mean latency ratio)")
+    ax.set_title(f"{', '.join(sps)} under load")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    save_figure_atomic(fig, out / "speedup_vs_concurrency.png")
+    plt.close(fig)
+    return "speedup_vs_concurrency.png"
+
+
+def _step_figure(plt, v: ServingValidation, models: list, out: Path) -> str:
+    from simulator.inputs.loading import save_figure_atomic
+
+    fig, ax = plt.subplots(figsize=(5.5, 4.2))
+    for m in ["measured", *models]:
+        d = v.steps[v.steps.model == (models[0] if m == "measured" else m)]
+        g = d.groupby("batch")["measured_s" if m == "measured" else "predicted_s"].median() * 1000
+        ax.plot(g.index, g.values, label=m, **_STYLE.get(m, {}))
+    ax.set_xlabel("batch size (decode-only steps)")
+    ax.set_ylabel("median step time (ms)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    save_figure_atomic(fig, out / "step_time_vs_batch.png")
+    plt.close(fig)
+    return "step_time_vs_batch.png"
+
+
+def plots(v: ServingValidation, out: Path) -> list[str]:
+    """The figures (latency and throughput against load, the speedup, step time by batch); returns their names."""
+    from simulator.inputs.loading import save_figure_atomic
+    from simulator.report.plots import pyplot
+
+    plt = pyplot()
     pr = v.per_run
     names = []
     models = [m for m in pr.model.unique() if m != "measured"]
-    style = {"measured": dict(marker="o", color="k", ls="none", ms=7), "profile": dict(marker="s", ls="--", color="tab:blue"),
-             "profile+step-fit": dict(marker="^", ls="-", color="tab:orange"),
-             "profile+step-fit+acceptance-fit": dict(marker="v", ls=":", color="tab:red")}
     systems = list(dict.fromkeys(pr.system))
     colors = {s: f"C{i % 10}" for i, s in enumerate(systems)}  # one colour per system, cycling
-    for fname, cols, ylabels in (
-        ("latency_vs_concurrency.png", ("latency_p50_s", "ttft_p50_s"), ("median latency (s)", "median TTFT (s)")),
-        ("throughput_vs_concurrency.png", ("throughput_rps", "output_tok_per_s"), ("throughput (requests/s)", "output tokens/s")),
-    ):
+    for fname, cols, ylabels in _LOAD_FIGURES:
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
         for ax, col, yl in zip(axes, cols, ylabels):
-            for sysname in systems:
-                ps = pr[pr.system == sysname]
-                closed, pois = ps[ps["mode"] == "closed"], ps[ps["mode"] == "poisson"]
-                tag = f"{sysname} " if len(systems) > 1 else ""
-                for m in ["measured", *models]:
-                    st = dict(style.get(m, {}))
-                    if len(systems) > 1:
-                        st["color"] = colors[sysname] if m != "measured" else st.get("color", "k")
-                        if m == "measured":
-                            st.update(mfc=colors[sysname], color=colors[sysname])
-                    d = closed[closed.model == m].groupby("users")[col].median()
-                    if len(d):
-                        ax.plot(d.index, d.values, label=f"{tag}{m} (closed loop)", **st)
-                    dp = pois[pois.model == m]
-                    if len(dp):
-                        g = dp.groupby("rate_per_s")
-                        # open loop: placed at the measured time-weighted batch size of the run
-                        xb = pois[pois.model == "measured"].groupby("rate_per_s")["batch_mean"].median()
-                        ax.plot(xb.loc[list(g.groups)].values, g[col].median().values, ls="none", mfc="none",
-                                marker=st.get("marker", "x"), color=st.get("color", "grey"),
-                                ms=9, label=f"{tag}{m} (Poisson, at measured mean batch)")
+            _load_axes(ax, pr, col, systems, colors, models)
             ax.set_xscale("log", base=2)
             ax.set_xlabel("closed-loop users / Poisson: measured mean batch")
             ax.set_ylabel(yl)
@@ -76,39 +130,9 @@ def plots(v: ServingValidation, out: Path) -> list[str]:
         names.append(fname)
     sp = speedup_table(v)
     if len(sp):
-        fig, ax = plt.subplots(figsize=(5.5, 4.2))
-        sps = list(dict.fromkeys(sp.system))
-        for sysname in sps:
-            for m in ["measured", *models]:
-                d = sp[(sp.system == sysname) & (sp.model == m) & (sp["mode"] == "closed")].groupby("users")["speedup"].median()
-                if len(d):
-                    st = dict(style.get(m, {}))
-                    if len(sps) > 1:
-                        st["color"] = colors.get(sysname, "grey")
-                    ax.plot(d.index, d.values, label=f"{sysname} {m}" if len(sps) > 1 else m, **st)
-        ax.axhline(1.0, color="grey", lw=0.8)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("closed-loop users")
-        ax.set_ylabel(f"speedup over {sp.baseline.iloc[0]} (mean latency ratio)")
-        ax.set_title(f"{', '.join(sps)} under load")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        save_figure_atomic(fig, out / "speedup_vs_concurrency.png")
-        plt.close(fig)
-        names.append("speedup_vs_concurrency.png")
+        names.append(_speedup_figure(plt, sp, models, colors, out))
     if len(v.steps):
-        fig, ax = plt.subplots(figsize=(5.5, 4.2))
-        for m in ["measured", *models]:
-            d = v.steps[v.steps.model == (models[0] if m == "measured" else m)]
-            g = d.groupby("batch")["measured_s" if m == "measured" else "predicted_s"].median() * 1000
-            ax.plot(g.index, g.values, label=m, **style.get(m, {}))
-        ax.set_xlabel("batch size (decode-only steps)")
-        ax.set_ylabel("median step time (ms)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        save_figure_atomic(fig, out / "step_time_vs_batch.png")
-        plt.close(fig)
-        names.append("step_time_vs_batch.png")
+        names.append(_step_figure(plt, v, models, out))
     return names
 
 
@@ -121,8 +145,8 @@ def _speculative_section(v: ServingValidation) -> list[str]:
     L = ["", "## Speculative decoding under load", ""]
     if h:
         L += [f"Held-out speculative requests ({h['model']}, n={h['latency_n']}): latency median APE "
-              f"{_pct(h['latency_median_ape'])} (bias {_spct(h['latency_bias'])}), TPOT median APE {_pct(h['tpot_median_ape'])} "
-              f"(bias {_spct(h['tpot_bias'])}), acceptance length median APE {_pct(h['accept_len_median_ape'])}.", ""]
+              f"{pct(h['latency_median_ape'])} (bias {spct(h['latency_bias'])}), TPOT median APE {pct(h['tpot_median_ape'])} "
+              f"(bias {spct(h['tpot_bias'])}), acceptance length median APE {pct(h['accept_len_median_ape'])}.", ""]
     acc = v.headline.get("acceptance")
     if acc:
         L += ["Acceptance used by the `…+acceptance-fit` rows (a_i = P(at least i drafts accepted), measured on "
@@ -138,8 +162,8 @@ def _speculative_section(v: ServingValidation) -> list[str]:
         m = d[d.model == "measured"].iloc[0]
         for _, p in d[d.model != "measured"].iterrows():
             L.append(f"| {p.label} | {p.model} | {p.role} | {1e3 * m.tpot_median_s:.1f} / {1e3 * p.tpot_median_s:.1f} | "
-                     f"{_pct(p.tpot_median_ape)} | {_spct(p.tpot_bias)} | {m.accept_len_mean:.3f} / {p.accept_len_mean:.3f} | "
-                     f"{_pct(p.latency_median_ape)} |")
+                     f"{pct(p.tpot_median_ape)} | {spct(p.tpot_bias)} | {m.accept_len_mean:.3f} / {p.accept_len_mean:.3f} | "
+                     f"{pct(p.latency_median_ape)} |")
     L += ["", "Acceptance length = output tokens per verification (accepted drafts + 1; vLLM's mean acceptance length). "
           "Models without `" + "+acceptance-fit` replay each request's own measured verifications (timing alone is "
           "predicted); `+acceptance-fit` draws them from the named runs' a_i (timing and acceptance predicted)."]
@@ -154,9 +178,9 @@ def _itl_section(v: ServingValidation) -> list[str]:
     h = v.headline.get("itl")
     L = ["", "## Inter-token latency (ITL, one-engine runs)", ""]
     if h:
-        L += [f"Held-out runs ({h['model']}, {h['runs']} runs): run mean ITL median APE {_pct(h['itl_mean_median_ape'])} "
-              f"(bias {_spct(h['itl_mean_bias'])}); run p99 ITL median APE {_pct(h['itl_p99_median_ape'])} "
-              f"(bias {_spct(h['itl_p99_bias'])}).", ""]
+        L += [f"Held-out runs ({h['model']}, {h['runs']} runs): run mean ITL median APE {pct(h['itl_mean_median_ape'])} "
+              f"(bias {spct(h['itl_mean_bias'])}); run p99 ITL median APE {pct(h['itl_p99_median_ape'])} "
+              f"(bias {spct(h['itl_p99_bias'])}).", ""]
     L += ["| run | model | role | mean ITL meas / pred (ms) | p99 ITL meas / pred (ms) |", "|---|---|---|---|---|"]
     runs = pr[pr.model == "measured"].dropna(subset=["itl_mean_ms"]).run
     for run in sorted(runs.unique(), key=lambda r: (_level_key(pr[pr.run == r].label.iloc[0]), r)):
@@ -184,7 +208,7 @@ def _bench_section(v: ServingValidation) -> list[str]:
     L = ["", "## `vllm bench serve` runs: vLLM's summary figures, measured / predicted", ""]
     if h:
         L += [f"Held-out runs ({h['model']}, {h['runs']} runs), median over runs of the absolute error (bias): "
-              + "; ".join(f"{name} {_pct(h[f'{k}_median_ape'])} ({_spct(h[f'{k}_bias'])})" for k, name in BENCH_FIGURES)
+              + "; ".join(f"{name} {pct(h[f'{k}_median_ape'])} ({spct(h[f'{k}_bias'])})" for k, name in BENCH_FIGURES)
               + ".", ""]
     L += ["| run | model | role | TTFT p50 (ms) | TPOT p50 (ms) | ITL p50 (ms) | ITL p99 (ms) | output tok/s |",
           "|---|---|---|---|---|---|---|---|"]
@@ -232,37 +256,25 @@ def speed_drift(v: ServingValidation) -> list[str]:
     return out
 
 
-def write_report(v: ServingValidation, out: str | Path, command: str, profile_path: str | Path, bar: float | None) -> Path:
-    from simulator.inputs.loading import write_atomic
+def _fit_section(f: dict) -> list[str]:
+    """The step fit's parameters (where the validation fitted them)."""
+    L = ["## Step fit (batch scaling)", "",
+         f"Fitted on the {f['steps']} engine steps of levels {', '.join(f['levels'])} only; those runs are "
+         "marked *fit (in-sample)* below and excluded from the headline.", "",
+         "| parameter | value | relative stderr |", "|---|---|---|"]
+    L += [f"| `{k}` | {f['values'][k]:.4g} | "
+          + (f"{f['notes'][k]} |" if k in f.get("notes", {}) else f"{f['rel_stderr'][k]:.3g} |"
+             if np.isfinite(f["rel_stderr"][k]) else
+             f"kept at the profile's value: {f['kept_at_prior'].get(k, 'not pinned')} |")
+          for k in f["values"]]
+    return L + ["", f"Median |log residual| of the fit steps: {f['median_abs_log_residual']:.3f}.", ""]
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    figs = plots(v, out)
-    write_atomic(out / "per_request.csv", v.per_request.to_csv(index=False))
-    write_atomic(out / "per_run.csv", v.per_run.to_csv(index=False))
-    h = v.headline
-    L = ["# Serving-model validation against real vLLM (concurrent requests)", "",
-         f"Command: `{command}`", "", f"Cost profile: `{profile_path}`", ""]
-    L += [f"**Headline** ({h['model']}, held-out requests only, n={h['latency_n']}): latency median APE "
-          f"{_pct(h['latency_median_ape'])}, p90 {_pct(h['latency_p90_ape'])}, bias {_spct(h['latency_bias'])}; "
-          f"TTFT median APE {_pct(h['ttft_median_ape'])}, p90 {_pct(h['ttft_p90_ape'])}, bias {_spct(h['ttft_bias'])}."
-          + (f" Bar: {_pct(bar)}." if bar is not None else ""), ""]
-    if v.fit:
-        f = v.fit
-        L += ["## Step fit (batch scaling)", "",
-              f"Fitted on the {f['steps']} engine steps of levels {', '.join(f['levels'])} only; those runs are "
-              "marked *fit (in-sample)* below and excluded from the headline.", "",
-              "| parameter | value | relative stderr |", "|---|---|---|"]
-        L += [f"| `{k}` | {f['values'][k]:.4g} | "
-              + (f"{f['notes'][k]} |" if k in f.get("notes", {}) else f"{f['rel_stderr'][k]:.3g} |"
-                 if np.isfinite(f["rel_stderr"][k]) else
-                 f"kept at the profile's value: {f['kept_at_prior'].get(k, 'not pinned')} |")
-              for k in f["values"]]
-        L += ["", f"Median |log residual| of the fit steps: {f['median_abs_log_residual']:.3f}.", ""]
-    L += ["## Per run", "",
-          "| run | model | role | n | median latency meas/pred (s) | latency median APE | p90 APE | bias | "
-          "TTFT median APE | TTFT bias | req/s meas/pred | out tok/s meas/pred | mean batch meas/pred |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+
+def _per_run_section(v: ServingValidation) -> list[str]:
+    L = ["## Per run", "",
+         "| run | model | role | n | median latency meas/pred (s) | latency median APE | p90 APE | bias | "
+         "TTFT median APE | TTFT bias | req/s meas/pred | out tok/s meas/pred | mean batch meas/pred |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     pr = v.per_run
     for run in sorted(pr.run.unique(), key=lambda r: (_level_key(pr[pr.run == r].label.iloc[0]), r)):
         d = pr[pr.run == run]
@@ -270,35 +282,48 @@ def write_report(v: ServingValidation, out: str | Path, command: str, profile_pa
         for _, p in d[d.model != "measured"].iterrows():
             folder = Path(run).parents[1].name if "/" in p.label else Path(run).parent.name
             L.append(f"| {folder}/{p.label} | {p.model} | {p.role} | {p.n} | "
-                     f"{m.latency_p50_s:.2f} / {p.latency_p50_s:.2f} | {_pct(p.latency_median_ape)} | "
-                     f"{_pct(p.latency_p90_ape)} | {_spct(p.latency_bias)} | {_pct(p.ttft_median_ape)} | "
-                     f"{_spct(p.ttft_bias)} | {m.throughput_rps:.3f} / {p.throughput_rps:.3f} | "
+                     f"{m.latency_p50_s:.2f} / {p.latency_p50_s:.2f} | {pct(p.latency_median_ape)} | "
+                     f"{pct(p.latency_p90_ape)} | {spct(p.latency_bias)} | {pct(p.ttft_median_ape)} | "
+                     f"{spct(p.ttft_bias)} | {m.throughput_rps:.3f} / {p.throughput_rps:.3f} | "
                      f"{m.output_tok_per_s:.1f} / {p.output_tok_per_s:.1f} | {m.batch_mean:.2f} / {p.batch_mean:.2f} |")
-    # per level, held out, all repeats pooled
-    L += ["", "## Per concurrency level (held-out requests, repeats pooled)", "",
-          "| level | model | n | latency median APE | p90 APE | bias | TTFT median APE | TTFT bias |", "|---|---|---|---|---|---|---|---|"]
+    return L
+
+
+def _per_level_section(v: ServingValidation) -> list[str]:
+    """Per level, held out, all repeats pooled."""
+    L = ["", "## Per concurrency level (held-out requests, repeats pooled)", "",
+         "| level | model | n | latency median APE | p90 APE | bias | TTFT median APE | TTFT bias |", "|---|---|---|---|---|---|---|---|"]
     q = v.per_request
     for (label, model), d in sorted(q[q.role == "held out"].groupby(["label", "model"]), key=lambda kv: (_level_key(kv[0][0]), kv[0][1])):
-        e, t = _errors(d, "pred_latency_s", "latency_s"), _errors(d, "pred_ttft_s", "ttft_s")
-        L.append(f"| {label} | {model} | {e['n']} | {_pct(e['median_ape'])} | {_pct(e['p90_ape'])} | {_spct(e['bias'])} | "
-                 f"{_pct(t['median_ape'])} | {_spct(t['bias'])} |")
-    L += _speculative_section(v)
-    L += _itl_section(v)
-    L += _bench_section(v)
+        e, t = error_figures(d, "pred_latency_s", "latency_s"), error_figures(d, "pred_ttft_s", "ttft_s")
+        L.append(f"| {label} | {model} | {e['n']} | {pct(e['median_ape'])} | {pct(e['p90_ape'])} | {spct(e['bias'])} | "
+                 f"{pct(t['median_ape'])} | {spct(t['bias'])} |")
+    return L
+
+
+def _speedup_section(v: ServingValidation, out: Path) -> list[str]:
+    """The speedup over the baseline system under load, written to ``speedup.csv`` too (none without a baseline)."""
+    from simulator.inputs.loading import write_atomic
+
     sp = speedup_table(v)
-    if len(sp):
-        mods = [m for m in v.per_run.model.unique() if m != "measured"]
-        L += ["", f"## Speedup over {sp.baseline.iloc[0]} under load (mean latency ratio, median over repeats)", "",
-              "| system | level | measured | " + " | ".join(mods) + " |", "|---|---|---|" + "---|" * len(mods)]
-        piv = sp.groupby(["system", "level", "model"])["speedup"].median().unstack("model")
-        for key in sorted(piv.index, key=lambda k: (k[0], _level_key(k[1]))):
-            L.append(f"| {key[0]} | {key[1]} | " + " | ".join(
-                f"{piv.loc[key, m]:.3f}" if m in piv and np.isfinite(piv.loc[key, m]) else "n/a" for m in ["measured", *mods])
-                + " |")
-        write_atomic(out / "speedup.csv", sp.to_csv(index=False))
-    L += ["", "## Figures", ""] + [f"![{n}]({n})" for n in figs]
-    L += ["", "## Provenance", "", "| run | created | engine | hardware | loadavg before → after | wall s | run command |",
-          "|---|---|---|---|---|---|---|"]
+    if not len(sp):
+        return []
+    mods = [m for m in v.per_run.model.unique() if m != "measured"]
+    L = ["", f"## Speedup over {sp.baseline.iloc[0]} under load (mean latency ratio, median over repeats)", "",
+         "| system | level | measured | " + " | ".join(mods) + " |", "|---|---|---|" + "---|" * len(mods)]
+    piv = sp.groupby(["system", "level", "model"])["speedup"].median().unstack("model")
+    for key in sorted(piv.index, key=lambda k: (k[0], _level_key(k[1]))):
+        L.append(f"| {key[0]} | {key[1]} | " + " | ".join(
+            f"{piv.loc[key, m]:.3f}" if m in piv and np.isfinite(piv.loc[key, m]) else "n/a" for m in ["measured", *mods])
+            + " |")
+    write_atomic(out / "speedup.csv", sp.to_csv(index=False))
+    return L
+
+
+def _provenance_section(v: ServingValidation) -> list[str]:
+    """Each run's provenance, then the models and how the runs were made."""
+    L = ["", "## Provenance", "", "| run | created | engine | hardware | loadavg before → after | wall s | run command |",
+         "|---|---|---|---|---|---|---|"]
     for r in v.runs:
         o = r.meta["options"]
         L.append(f"| {r.path} | {r.meta['created_at']} | {r.meta['engine']} {r.meta['engine_version']} | "
@@ -315,6 +340,34 @@ def write_report(v: ServingValidation, out: str | Path, command: str, profile_pa
     else:
         L += ["", f"Models: {models}; dtype {r0.meta['dtype']}, seed {r0.meta['seed']}, greedy, EOS ignored, output "
               "length per request fixed by the seed.", ""]
+    return L
+
+
+def write_report(v: ServingValidation, out: str | Path, command: str, profile_path: str | Path, bar: float | None) -> Path:
+    """report.md, per_request.csv, per_run.csv, summary.json, the figures and (with a baseline) speedup.csv."""
+    from simulator.inputs.loading import write_atomic
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    figs = plots(v, out)
+    write_atomic(out / "per_request.csv", v.per_request.to_csv(index=False))
+    write_atomic(out / "per_run.csv", v.per_run.to_csv(index=False))
+    h = v.headline
+    L = ["# Serving-model validation against real vLLM (concurrent requests)", "",
+         f"Command: `{command}`", "", f"Cost profile: `{profile_path}`", ""]
+    L += [f"**Headline** ({h['model']}, held-out requests only, n={h['latency_n']}): latency median APE "
+          f"{pct(h['latency_median_ape'])}, p90 {pct(h['latency_p90_ape'])}, bias {spct(h['latency_bias'])}; "
+          f"TTFT median APE {pct(h['ttft_median_ape'])}, p90 {pct(h['ttft_p90_ape'])}, bias {spct(h['ttft_bias'])}."
+          + (f" Bar: {pct(bar)}." if bar is not None else ""), ""]
+    if v.fit:
+        L += _fit_section(v.fit)
+    L += _per_run_section(v) + _per_level_section(v)
+    L += _speculative_section(v)
+    L += _itl_section(v)
+    L += _bench_section(v)
+    L += _speedup_section(v, out)
+    L += ["", "## Figures", ""] + [f"![{n}]({n})" for n in figs]
+    L += _provenance_section(v)
     write_atomic(out / "report.md", "\n".join(L) + "\n")
     write_atomic(out / "summary.json", json.dumps({"command": command, "headline": h, "fit": v.fit,
                                                    "per_run": json.loads(v.per_run.to_json(orient="records"))}, indent=1))

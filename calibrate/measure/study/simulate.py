@@ -41,7 +41,7 @@ def simulate_cpu_speedups(a: np.ndarray, draft_layers: int | None, gammas: list[
     """specdecode / vanilla-base latency ratio on the CPU scenario with the measured a_i and a
     draft of ``draft_layers`` layers of SmolLM2-135M (None: the scenario's cut6)."""
     from simulator.engines.analytic import CostVectors, chain_for, predict_point
-    from simulator.catalog.models import get_model
+    from simulator.catalog.model_lookup import get_model
     from simulator.cost.cost_model import Deployment
     from simulator.cost.cost_tables import CostTables
     from simulator.inputs.systems import SystemConfig

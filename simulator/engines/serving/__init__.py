@@ -4,7 +4,7 @@ One concept per module: ``arrivals`` (when requests come), ``kv_cache`` (static 
 ``prefix_cache`` (KV reused across calls and requests), ``bench_workload`` (plain serving workloads as benchmarks
 define them), ``engine`` (one continuous-batching engine), ``replica`` (colocated engines on shared GPUs,
 the SimPy process; requests come from ``simulator.engines.request_model``, the sampler of the
-single-request DES), ``metrics`` (summaries, goodput, Little's law), ``slo`` (SLO strings).
+single-request DES), ``clients`` (who sends them: open loop, closed-loop users, sessions), ``metrics`` (summaries, goodput, Little's law), ``slo`` (SLO strings).
 """
 
 from simulator.engines.serving.arrivals import (BurstyArrivals, ClosedLoopUsers, PoissonArrivals, ReplayArrivals,

@@ -1,4 +1,4 @@
-"""Stopping an open-loop serving run as soon as its SLO is certainly missed (issue 30: hopeless rates stop early).
+"""Stopping an open-loop serving run as soon as its SLO is certainly missed (hopeless rates stop early).
 
 Every SLO statistic (a mean, or a percentile as ``numpy.percentile`` computes it) never decreases when a sample
 increases. At time t each steady request's value has a lower bound:

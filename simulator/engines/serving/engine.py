@@ -159,7 +159,7 @@ class Engine(Stretches):
     def drop_cache(self, rid: int) -> None:
         self.pcache.drop(rid)
 
-    def _evict_until(self, need: int) -> bool:
+    def evict_until(self, need: int) -> bool:
         """Evict cached prefixes (LRU) until ``need`` tokens are free; True if they are."""
         free = self.capacity - self.pinned - self.pcache.tokens
         if free >= need:
@@ -189,7 +189,7 @@ class Engine(Stretches):
                     kept, cached, paths = pcache.kept(0, job.own, known, total, job.own_cut), 0, ()
                 # room for the prefill plus one round of growth of the batch it joins (no admit/preempt ping-pong)
                 need = total - cached + self.reserve + (n_act + 1) * grow
-                if not self._evict_until(need) and n_act > 0:
+                if not self.evict_until(need) and n_act > 0:
                     if paths:
                         pcache.release(paths)
                     return  # wait for room (head-of-line, FIFO)
@@ -201,7 +201,7 @@ class Engine(Stretches):
                 job.held = sum([n for _k, n in c.prefix]) if paths else 0
             else:
                 need = job.kv + job.pending + self.reserve + (n_act + 1) * grow
-                if not self._evict_until(need) and n_act > 0:
+                if not self.evict_until(need) and n_act > 0:
                     return  # wait for room (head-of-line, FIFO)
             waiting.popleft()
             self._place(job)
@@ -400,7 +400,7 @@ class Engine(Stretches):
 
     def advance(self, k: int) -> tuple[list[int], list[int]]:
         """Apply k iterations. Returns (slots whose first prefill just ended, finished jobs' slots)."""
-        act, kvl, pend, rem, started = self.act, self.kv, self.pending, self.remaining, self.started
+        act, kvl, rem = self.act, self.kv, self.remaining
         first: list[int] = []
         done: list[int] = []
         spec = self.spec
@@ -409,37 +409,7 @@ class Engine(Stretches):
         if spec and len(act) > self.n_prefill:  # iterations that decoded speculatively, by γ
             self.gamma_rounds[self.g_cur] = self.gamma_rounds.get(self.g_cur, 0) + k
         if self.n_prefill:  # k == 1 here; the chunks are the ones the round's time was evaluated with
-            # the same chunks as the round's time (a function of the state, which has not moved since)
-            nd = sum(1 for s in act if pend[s] == 0)
-            chunk = self._chunks(nd * (self.vt_cur if spec else 1))
-            for s in act:
-                p = pend[s]
-                if p > 0:
-                    c = chunk.get(s, 0)
-                    if c == 0:
-                        continue  # waits for budget: neither prefills nor decodes this iteration
-                    kvl[s] += c
-                    pend[s] = p - c
-                    if pend[s] > 0:
-                        continue  # a partial chunk: its first token comes with its last chunk
-                    self.n_prefill -= 1
-                    if not started[s]:
-                        first.append(s)
-                        rem[s] -= 1  # the prefill produces the first token
-                        started[s] = True
-                elif spec:
-                    j = self.it[s]
-                    prod = min(self._cum_at(s, j + k) - self._cum_at(s, j), rem[s])
-                    self.it[s] = j + k
-                    kvl[s] += prod
-                    rem[s] -= prod
-                    grown += prod
-                else:
-                    kvl[s] += k
-                    rem[s] -= k
-                    grown += k
-                if rem[s] <= 0:
-                    done.append(s)
+            grown = self._advance_prefilling(k, first, done)
         elif spec:
             it, cum_at = self.it, self._cum_at
             for s in act:
@@ -460,6 +430,45 @@ class Engine(Stretches):
             grown = k * len(act)
         self.pinned += grown
         return first, done
+
+    def _advance_prefilling(self, k: int, first: list[int], done: list[int]) -> int:
+        """One iteration (k == 1) of a batch with prefills: each prefill takes its chunk, each decoding slot its
+        tokens; appends to ``first`` and ``done`` as :meth:`advance` returns them; returns the tokens grown."""
+        act, kvl, pend, rem, started = self.act, self.kv, self.pending, self.remaining, self.started
+        spec = self.spec
+        grown = 0
+        # the same chunks as the round's time (a function of the state, which has not moved since)
+        nd = sum(1 for s in act if pend[s] == 0)
+        chunk = self._chunks(nd * (self.vt_cur if spec else 1))
+        for s in act:
+            p = pend[s]
+            if p > 0:
+                c = chunk.get(s, 0)
+                if c == 0:
+                    continue  # waits for budget: neither prefills nor decodes this iteration
+                kvl[s] += c
+                pend[s] = p - c
+                if pend[s] > 0:
+                    continue  # a partial chunk: its first token comes with its last chunk
+                self.n_prefill -= 1
+                if not started[s]:
+                    first.append(s)
+                    rem[s] -= 1  # the prefill produces the first token
+                    started[s] = True
+            elif spec:
+                j = self.it[s]
+                prod = min(self._cum_at(s, j + k) - self._cum_at(s, j), rem[s])
+                self.it[s] = j + k
+                kvl[s] += prod
+                rem[s] -= prod
+                grown += prod
+            else:
+                kvl[s] += k
+                rem[s] -= k
+                grown += k
+            if rem[s] <= 0:
+                done.append(s)
+        return grown
 
     def finish(self, s: int) -> Job:
         """Release a finished call's slot; its context stays cached (the request's next call, or with

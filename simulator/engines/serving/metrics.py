@@ -229,6 +229,20 @@ def summarize_serving(res: ServingResult, slo: Slo | None = None, warmup_fractio
         "queue_delay_mean_s": float(q.mean()),
         "output_tokens_per_s": float(req.output_tokens.sum() / span) if span > 0 else np.nan,
     }
+    _add_bench_names(out, st, lat, ttft)
+    if "itl" in res.info:
+        out.update(itl_summary(*res.info["itl"], since=float(st.arrival_at.min()) if len(st) else 0.0))
+    _add_engine_figures(out, res, span)
+    if slo is not None:
+        _add_slo_figures(out, res, slo, req, st, stop, warmup_fraction, closed_loop)
+    if stop is not None:
+        out["stopped_early"] = True
+        out["stopped_at_s"] = float(stop)
+    return out
+
+
+def _add_bench_names(out: dict, st: pd.DataFrame, lat: np.ndarray, ttft: np.ndarray) -> None:
+    """The latency figures again under `vllm bench serve`'s names, with TPOT and ITL."""
     # the same quantities under `vllm bench serve`'s names (ms, steady-state requests); TPOT is a request's mean
     # gap between output tokens after the first, (latency - TTFT) / (output tokens - 1); ITL is every gap
     # between successive output chunks of a generating call (one per engine iteration: a speculative iteration
@@ -245,8 +259,10 @@ def summarize_serving(res: ServingResult, slo: Slo | None = None, warmup_fractio
         "p99_tpot_ms": float(np.percentile(tpot, 99)) if len(tpot) else np.nan,
         "mean_e2el_ms": float(lat.mean() * 1e3), "p99_e2el_ms": float(np.percentile(lat, 99) * 1e3),
     })
-    if "itl" in res.info:
-        out.update(itl_summary(*res.info["itl"], since=float(st.arrival_at.min()) if len(st) else 0.0))
+
+
+def _add_engine_figures(out: dict, res: ServingResult, span: float) -> None:
+    """Per engine: utilization, batch and KV occupancy, preemptions; prefix-cache hits; the base engine's mean γ."""
     tl = res.timeline
     for name in ("small", "base"):
         e = tl[tl.engine == name]
@@ -269,27 +285,28 @@ def summarize_serving(res: ServingResult, slo: Slo | None = None, warmup_fractio
     if gr:  # speculative base engine: the mean γ over its decoding iterations (constant unless a policy picks it)
         n = sum(gr.values())
         out["base_gamma_mean"] = float(sum(g * c for g, c in gr.items()) / n) if n else np.nan
-    if slo is not None:
-        ok = slo.per_request_ok(st)
-        out["slo_attainment"] = float(ok.mean()) if len(ok) else np.nan
-        # requests finishing within the SLO per second: the share within the SLO times the completed rate,
-        # never above the throughput (and so never above the offered load once the run is stationary)
-        out["goodput_qps"] = float(out["slo_attainment"] * out["throughput_qps"]) if len(ok) else 0.0
-        itl = steady_itl(res.info["itl"], float(st.arrival_at.min()) if len(st) else 0.0) if "itl" in res.info else None
-        if stop is None:
-            out.update(stationarity(req, warmup_fraction, closed_loop))
-            out["slo_met"] = slo.met(st, itl) and out["stationary"]
-        else:  # not judged: the SLO alone already fails
-            out.update({"latency_growth": np.nan, "latency_growth_t": np.nan, "latency_drift": np.nan,
-                        "window_offered_qps": np.nan, "window_throughput_qps": np.nan, "throughput_ratio": np.nan,
-                        "queue_growth": np.nan, "window_arrivals": 0, "window_latencies": np.nan, "sustain_tol": np.nan,
-                        "too_short": False, "keeps_up": None,
-                        "sustained": False, "stationary": False, "slo_met": False})
-        out.update(slo.values(st, itl))
-    if stop is not None:
-        out["stopped_early"] = True
-        out["stopped_at_s"] = float(stop)
-    return out
+
+
+def _add_slo_figures(out: dict, res: ServingResult, slo: Slo, req: pd.DataFrame, st: pd.DataFrame, stop,
+                     warmup_fraction: float, closed_loop: bool) -> None:
+    """SLO attainment, goodput, the stationarity verdict (not judged for a run stopped early) and the SLO's
+    statistics."""
+    ok = slo.per_request_ok(st)
+    out["slo_attainment"] = float(ok.mean()) if len(ok) else np.nan
+    # requests finishing within the SLO per second: the share within the SLO times the completed rate,
+    # never above the throughput (and so never above the offered load once the run is stationary)
+    out["goodput_qps"] = float(out["slo_attainment"] * out["throughput_qps"]) if len(ok) else 0.0
+    itl = steady_itl(res.info["itl"], float(st.arrival_at.min()) if len(st) else 0.0) if "itl" in res.info else None
+    if stop is None:
+        out.update(stationarity(req, warmup_fraction, closed_loop))
+        out["slo_met"] = slo.met(st, itl) and out["stationary"]
+    else:  # not judged: the SLO alone already fails
+        out.update({"latency_growth": np.nan, "latency_growth_t": np.nan, "latency_drift": np.nan,
+                    "window_offered_qps": np.nan, "window_throughput_qps": np.nan, "throughput_ratio": np.nan,
+                    "queue_growth": np.nan, "window_arrivals": 0, "window_latencies": np.nan, "sustain_tol": np.nan,
+                    "too_short": False, "keeps_up": None,
+                    "sustained": False, "stationary": False, "slo_met": False})
+    out.update(slo.values(st, itl))
 
 
 def weighted_quantile(x: np.ndarray, w: np.ndarray, q: float) -> float:

@@ -29,7 +29,8 @@ import simpy
 from simulator.cost.cost_model import Deployment
 from simulator.cost.execution import Execution
 from simulator.engines.gamma_choice import gamma_policy
-from simulator.engines.serving.arrivals import ArrivalProcess, ClosedLoopUsers
+from simulator.engines.serving.arrivals import ArrivalProcess
+from simulator.engines.serving.clients import start_clients
 from simulator.engines.serving.engine import Engine
 from simulator.engines.serving.kv_cache import engine_utilizations, kv_layout
 from simulator.engines.request_model import RequestPlan, RequestSampler
@@ -201,23 +202,13 @@ class Replica:
 
     # ---- the shared GPU -------------------------------------------------------------------
     def gpu(self):
+        """The GPU process: rounds of every engine with work, one SimPy timeout per round or per k-round stretch."""
         env = self.env
-        engines = self.engines
-        isnan = math.isnan
-        timeline = self.timeline
         while True:
             if self.ready and self.ready[0][0] <= env.now + 1e-12:
                 self._release_ready()
-            for e in engines:
-                if e.waiting:
-                    e.admit()
-                    if e.admitted_rids:
-                        for rid in e.admitted_rids:
-                            r = self.reqs[rid]
-                            if isnan(r.first_admit_at):
-                                r.first_admit_at = env.now
-                        e.admitted_rids.clear()
-            active = [e for e in engines if e.act]
+            self._admit()
+            active = [e for e in self.engines if e.act]
             if not active:
                 self.wake = env.event()
                 if self.ready:
@@ -228,45 +219,67 @@ class Replica:
             one_by_one = self.t_tok > 0 and self._front_end_queue  # calls take turns between rounds' streaming
             k = 1 if one_by_one or any(e.n_prefill for e in active) else min(MAX_ROUNDS_PER_EVENT, *(e.rounds_left() for e in active))
             if k == 1:
-                # one round (scalar path): the common case of SpecReason's many short calls
-                one = self._one_round(active)
-                if one is None:
-                    continue  # preempted: re-plan
-                t0 = env.now
-                duration = one[0] if len(one) == 1 else one[0] + one[1]
-                n_dec = sum([len(e.act) - e.n_prefill for e in active])
-                if n_dec:
-                    self.itl_rounds.append((t0, duration, n_dec))
-                for e, t in zip(active, one):
-                    e.busy_s += t
-                    timeline.append((e.name, t0, t, 1, len(e.act), e.pinned + e.cache_tokens, e.capacity,
-                                     len(e.waiting)))
-                yield env.timeout(duration)
-                offset = 0.0
-                for e, t in zip(active, one):
-                    offset += t
-                    at = t0 + offset  # end of this engine's iteration
-                    self._advanced(e, 1, at)
-                continue
-            plan = self._plan_rounds(active, k)
-            if plan is None:
-                continue  # preempted: re-plan
-            k, rows, cs = plan
-            # cs = cumulative round times (sequential, numpy cumsum): the k rounds end at cs[k-1]
-            duration = float(cs[k - 1])
-            start = float(cs[k - 2]) if k > 1 else 0.0
-            t0 = env.now
-            self.itl_stretches.append((t0, cs[:k], sum([len(e.act) for e in active])))
-            for e, row in zip(active, rows):
-                busy = float(row[:k].sum())
-                e.busy_s += busy
-                timeline.append((e.name, t0, busy, k, len(e.act), e.pinned + e.cache_tokens, e.capacity, len(e.waiting)))
-            yield env.timeout(duration)
-            offset = 0.0
-            for e, row in zip(active, rows):
-                offset += float(row[k - 1])
-                at = t0 + start + offset  # end of this engine's last iteration
-                self._advanced(e, k, at, cs[:k] - cs[k - 1] + at)
+                yield from self._round(active)
+            else:
+                yield from self._stretch(active, k)
+
+    def _admit(self) -> None:
+        """Each engine admits what it can of its waiting calls; a request's first admission is noted."""
+        isnan = math.isnan
+        for e in self.engines:
+            if e.waiting:
+                e.admit()
+                if e.admitted_rids:
+                    for rid in e.admitted_rids:
+                        r = self.reqs[rid]
+                        if isnan(r.first_admit_at):
+                            r.first_admit_at = self.env.now
+                    e.admitted_rids.clear()
+
+    def _round(self, active: list[Engine]):
+        """One round (scalar path): the common case of SpecReason's many short calls (nothing: preempted, re-plan)."""
+        env, timeline = self.env, self.timeline
+        one = self._one_round(active)
+        if one is None:
+            return  # preempted: re-plan
+        t0 = env.now
+        duration = one[0] if len(one) == 1 else one[0] + one[1]
+        n_dec = sum([len(e.act) - e.n_prefill for e in active])
+        if n_dec:
+            self.itl_rounds.append((t0, duration, n_dec))
+        for e, t in zip(active, one):
+            e.busy_s += t
+            timeline.append((e.name, t0, t, 1, len(e.act), e.pinned + e.cache_tokens, e.capacity,
+                             len(e.waiting)))
+        yield env.timeout(duration)
+        offset = 0.0
+        for e, t in zip(active, one):
+            offset += t
+            at = t0 + offset  # end of this engine's iteration
+            self._advanced(e, 1, at)
+
+    def _stretch(self, active: list[Engine], k: int):
+        """Up to ``k`` identical rounds in one timeout (nothing: preempted, re-plan)."""
+        env = self.env
+        plan = self._plan_rounds(active, k)
+        if plan is None:
+            return  # preempted: re-plan
+        k, rows, cs = plan
+        # cs = cumulative round times (sequential, numpy cumsum): the k rounds end at cs[k-1]
+        duration = float(cs[k - 1])
+        start = float(cs[k - 2]) if k > 1 else 0.0
+        t0 = env.now
+        self.itl_stretches.append((t0, cs[:k], sum([len(e.act) for e in active])))
+        for e, row in zip(active, rows):
+            busy = float(row[:k].sum())
+            e.busy_s += busy
+            self.timeline.append((e.name, t0, busy, k, len(e.act), e.pinned + e.cache_tokens, e.capacity, len(e.waiting)))
+        yield env.timeout(duration)
+        offset = 0.0
+        for e, row in zip(active, rows):
+            offset += float(row[k - 1])
+            at = t0 + start + offset  # end of this engine's last iteration
+            self._advanced(e, k, at, cs[:k] - cs[k - 1] + at)
 
     def _advanced(self, e: Engine, k: int, at: float, ends=None) -> None:
         """``e`` ran ``k`` rounds, the last ending at ``at`` (``ends``: each round's end, k > 1)."""
@@ -287,7 +300,7 @@ class Replica:
         one = []
         for e in active:
             t, g0 = e.round_time()
-            if e.capacity - e.kv_used < g0 and not e._evict_until(g0) and e.n_active > 1:
+            if e.capacity - e.kv_used < g0 and not e.evict_until(g0) and e.n_active > 1:
                 e.preempt_youngest()
                 return None
             one.append(t)
@@ -322,7 +335,7 @@ class Replica:
         growth = []
         for e in active:
             g0 = e.first_growth()  # the first round's growth: room for it, or a preemption, before any array work
-            if not e._evict_until(g0) and len(e.act) > 1:
+            if not e.evict_until(g0) and len(e.act) > 1:
                 e.preempt_youngest()
                 return None
             Gs = e.stretch_growth(k)
@@ -345,7 +358,7 @@ class Replica:
             k = min(k, 1 + int(cs[: k - 1].searchsorted(t_next, side="left")))
         for e, Gs in zip(active, growth):  # room for the k rounds' growth
             if e.pcache.lru_tokens:
-                e._evict_until(int(Gs[k]) if Gs is not None else k * len(e.act))
+                e.evict_until(int(Gs[k]) if Gs is not None else k * len(e.act))
         return k, rows, cs
 
 
@@ -377,66 +390,7 @@ def simulate_serving(cfg: SystemConfig, deps: dict[str, Deployment], workload: W
     env = simpy.Environment()
     rep = Replica(env, cfg, deps, workload, memory_fraction, max_batch, execution)
 
-    def open_loop(times: np.ndarray):
-        for rid, t in enumerate(times):
-            if t > env.now:
-                yield env.timeout(t - env.now)
-            rep.submit(rid, plans[rid])
-
-    def user(next_rid: list[int], think_s: float):
-        while next_rid[0] < n_requests:
-            rid = next_rid[0]
-            next_rid[0] += 1
-            ev = env.event()
-            rep.done_events[rid] = ev
-            rep.submit(rid, plans[rid])
-            yield ev
-            if think_s > 0:
-                yield env.timeout(arr_rng.exponential(think_s))
-
-    def session(rids: list[int], t: float):
-        if t > env.now:
-            yield env.timeout(t - env.now)
-        for k, rid in enumerate(rids):
-            if k and think_s[rid] > 0:
-                yield env.timeout(float(think_s[rid]))
-            ev = env.event()
-            rep.done_events[rid] = ev
-            rep.submit(rid, plans[rid])
-            yield ev
-
-    def session_user(next_s: list[int]):  # a closed-loop user runs one session after another
-        while next_s[0] < len(sessions):
-            i = next_s[0]
-            next_s[0] += 1
-            yield from session(sessions[i], env.now)
-
-    if sessions is not None and isinstance(arrivals, ClosedLoopUsers):
-        if stop is not None:
-            raise ValueError("sessions run without an early stop")
-        n_requests = sum(len(x) for x in sessions)
-        counter = [0]
-        for _ in range(arrivals.processes(len(sessions))):
-            env.process(session_user(counter))
-    elif sessions is not None:
-        if stop is not None:
-            raise ValueError("sessions run without an early stop")
-        times = arrivals.times(len(sessions), arr_rng)
-        sessions = sessions[: len(times)]
-        n_requests = sum(len(x) for x in sessions)
-        for rids, t in zip(sessions, times):
-            env.process(session(rids, float(t)))
-    elif isinstance(arrivals, ClosedLoopUsers):
-        counter = [0]
-        for _ in range(arrivals.processes(n_requests)):
-            env.process(user(counter, arrivals.think_time_s))
-    else:
-        times = arrivals.times(n_requests, arr_rng)
-        n_requests = len(times)
-        env.process(open_loop(times))
-        if stop is not None:
-            rep.stop = stop.start(n_requests, rep.t_call)
-
+    n_requests = start_clients(env, rep, arrivals, plans, n_requests, arr_rng, stop, sessions, think_s)
     rep.n_target = n_requests
     env.process(rep.gpu())
     env.run(until=rep.all_done)

@@ -2,7 +2,7 @@
 :class:`simulator.engines.serving.engine.Engine`): the KV growth and the times of the next k decode-only iterations,
 evaluated at once as numpy vectors, so a long generation costs one event per change of the batch, not one per token.
 
-Three rules keep every float the same as evaluating one iteration, one pass, at a time (issue 30; tested in
+Three rules keep every float the same as evaluating one iteration, one pass, at a time (tested in
 ``tests/simulator/test_serving_fast_paths.py``):
 
 - element r of a stretch depends only on the engine's state and the tokens produced before round r (integer sums,

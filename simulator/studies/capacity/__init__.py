@@ -54,7 +54,7 @@ def search_table(rs: ResolvedScenario, slo: Slo, load: LoadSpec, configs: list[S
                  workers: int | None = None, ray_address: str | None = None, only_eligible: bool = False,
                  progress=None, stop_below_best: bool = True, pool: Workers | None = None,
                  serving: str | None = None, currency: str = "USD") -> tuple[pd.DataFrame, dict, list[SystemConfig]]:
-    """The one capacity search behind ``specsim capacity`` and ``specsim report`` (issue 30): every searched
+    """The one capacity search behind ``specsim capacity`` and ``specsim report``: every searched
     configuration gets :func:`capacity_interval` with ``spec`` on the same seeds and run length, so both
     commands print the same capacities, intervals and ranks. ``only_eligible``: configurations that cannot
     be recommended are not searched unless their own accuracy is measured and the floor's reference has none
@@ -93,9 +93,8 @@ def search_grid(rs: ResolvedScenario, systems: list[str] | None = None, gammas: 
     ``specsim report`` (``trim=False``) searches only the configurations whose accuracy allows it, a few of them.
     The scenario's grid crossed with --system / --gamma / --threshold (``rs.system_configs``); with ``trim``, a grid
     of more than DEFAULT_GRID_MAX searches (x hardware x TP) keeps only the middle value of each knob the command
-    line did not name (gamma 5 of 1..8, threshold 7 of 3,5,7,9): a SpecReason search takes minutes of CPU per
-    configuration, so the reference scenario's full grid (46 configurations) took hours. Naming the knobs (--gamma /
-    --threshold) searches them all."""
+    line did not name (gamma 5 of 1..8, threshold 7 of 3,5,7,9): a SpecReason capacity search is costly per
+    configuration, and a full grid multiplies that cost. Naming the knobs (--gamma / --threshold) searches them all."""
     configs = rs.system_configs(systems, gammas, thresholds)
     cells = len(rs.hardware_names) * len(rs.tps)
     if not trim or len(configs) * cells <= DEFAULT_GRID_MAX:

@@ -1,4 +1,4 @@
-"""Where the capacity work runs: this process, local worker processes or a Ray cluster (issue 30).
+"""Where the capacity work runs: this process, local worker processes or a Ray cluster.
 
 One :class:`Workers` can serve a whole command: the report's capacity search and its load curves share the same
 processes, which keep their scenario, request-plan and single-request-latency caches between stages. Results never
@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from simulator.studies.capacity.search import (IntervalSpec, Point, _reps_task, at_capacity, capacity_interval, evaluate,
+from simulator.studies.capacity.search import (IntervalSpec, Point, reps_task, at_capacity, capacity_interval, evaluate,
                                        interval_fields, search_capacity, t_interval)
 from simulator.studies.capacity.table import paired_better
 from simulator.errors import InputError
@@ -141,16 +141,16 @@ def stop_processes(procs, grace_s: float = 1.0) -> None:
 
 
 def _timed_reps(point: Point, ks: list[int], prior: list[float], rel_tol: float) -> tuple[list[dict], float]:
-    """Worker: :func:`_reps_task` and the CPU seconds it took (a scheduling hint only)."""
+    """Worker: :func:`reps_task` and the CPU seconds it took (a scheduling hint only)."""
     t = time.process_time()
-    rows = _reps_task(point, ks, prior, rel_tol)
+    rows = reps_task(point, ks, prior, rel_tol)
     return rows, time.process_time() - t
 
 
 def interval_rounds(points: list[Point], spec: IntervalSpec, workers: int | None = None,
                     ray_address: str | None = None, progress=None, stop_below_best: bool = True,
                     pool: Workers | None = None) -> list[dict]:
-    """Capacity intervals of many configurations in rounds (issue 30: the report in a minute): every
+    """Capacity intervals of many configurations in rounds: every
     configuration gets ``spec.min_reps`` replications, then one more per round while its interval is wider
     than ``spec.target`` -- unless (``stop_below_best``) a configuration whose per-GPU capacity is
     significantly higher (paired, :func:`paired_better`, the ranking's own test) already exists: its rank cannot
@@ -188,35 +188,45 @@ def interval_rounds(points: list[Point], spec: IntervalSpec, workers: int | None
                 per_rep[i] = cpu / len(ks)
                 if points[i].single_latency_s is None and res:  # the other workers need not compute it again
                     points[i] = replace(points[i], single_latency_s=res[0]["single_request_latency_s"])
-            for i in range(n):
-                if done[i]:
-                    continue
-                m, half = t_interval(caps[i])
-                if m == 0.0 or half <= spec.target * m or len(caps[i]) >= spec.max_reps:
-                    done[i] = True
-            live = [i for i in range(n) if caps[i] and np.mean(caps[i]) > 0]
-            if live and stop_below_best:
-                lead = max(live, key=lambda i: (np.mean(caps[i]) / points[i].gpus, -i))
-                for i in range(n):
-                    if not done[i] and i != lead and paired_better(tuple(caps[lead]), tuple(caps[i]), points[lead].gpus,
-                                                                   points[i].gpus):
-                        done[i] = stopped[i] = True
+            _decide(points, caps, spec, stop_below_best, done, stopped)
             # the ETA's total: what is done, plus at most max_reps of those still running
             total = finished + sum(spec.max_reps - len(caps[i]) for i in range(n) if not done[i])
             tasks = [(i, [len(caps[i])]) for i in range(n) if not done[i]]
     finally:
         if own:
             pool.close()
-    out = []
-    for i, p in enumerate(points):
-        m = float(np.mean(caps[i]))
-        rep = rows[i][int(np.argmin([abs(c - m) for c in caps[i]]))]
-        out.append({**_config(p), **rep, **interval_fields(caps[i], spec), "replications": len(caps[i]),
-                    "requests_per_run": p.load.requests, "stopped_below_best": stopped[i],
-                    "capacities": tuple(float(c) for c in caps[i]),
-                    "evaluations": sum(r["evaluations"] for r in rows[i]),
-                    "bracketed": all(r.get("bracketed", True) for r in rows[i]), **at_capacity(rows[i])})
-    return out
+    return [_interval_row(p, caps[i], rows[i], stopped[i], spec) for i, p in enumerate(points)]
+
+
+def _decide(points: list[Point], caps: list[list[float]], spec: IntervalSpec, stop_below_best: bool,
+            done: list[bool], stopped: list[bool]) -> None:
+    """After a round: a configuration is done when its interval is narrow enough (or it sustains nothing, or has
+    ``max_reps``), or stopped when one with significantly higher per-GPU capacity exists (``stop_below_best``)."""
+    n = len(points)
+    for i in range(n):
+        if done[i]:
+            continue
+        m, half = t_interval(caps[i])
+        if m == 0.0 or half <= spec.target * m or len(caps[i]) >= spec.max_reps:
+            done[i] = True
+    live = [i for i in range(n) if caps[i] and np.mean(caps[i]) > 0]
+    if live and stop_below_best:
+        lead = max(live, key=lambda i: (np.mean(caps[i]) / points[i].gpus, -i))
+        for i in range(n):
+            if not done[i] and i != lead and paired_better(tuple(caps[lead]), tuple(caps[i]), points[lead].gpus,
+                                                           points[i].gpus):
+                done[i] = stopped[i] = True
+
+
+def _interval_row(p: Point, caps: list[float], rows: list[dict], stopped: bool, spec: IntervalSpec) -> dict:
+    """One configuration's row: the replication nearest the mean capacity, with the interval and its counts."""
+    m = float(np.mean(caps))
+    rep = rows[int(np.argmin([abs(c - m) for c in caps]))]
+    return {**_config(p), **rep, **interval_fields(caps, spec), "replications": len(caps),
+            "requests_per_run": p.load.requests, "stopped_below_best": stopped,
+            "capacities": tuple(float(c) for c in caps),
+            "evaluations": sum(r["evaluations"] for r in rows),
+            "bracketed": all(r.get("bracketed", True) for r in rows), **at_capacity(rows)}
 
 
 def _config(point: Point) -> dict:

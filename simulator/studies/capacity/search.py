@@ -18,8 +18,7 @@ Replications are added (at least ``min_reps``) until the t-interval of the mean 
 ``target`` x the mean; if ``max_reps`` replications do not get there the row says so (``converged`` False, the
 interval as it is). The run length (requests per simulation) is the same for every configuration and seed of a
 comparison (``max_request_doublings`` = 0 by default): a shorter run admits a higher rate before the backlog shows,
-so capacities measured at different run lengths are not comparable (seen in the issue-18 seed table before this
-default). Raise ``--requests`` for tighter runs.
+so capacities measured at different run lengths are not comparable. Raise ``--requests`` for tighter runs.
 """
 
 from __future__ import annotations
@@ -117,14 +116,14 @@ class IntervalSpec:
 
 
 @lru_cache(maxsize=8)
-def _scenario(path: str, grid: tuple = ()) -> ResolvedScenario:
+def cached_scenario(path: str, grid: tuple = ()) -> ResolvedScenario:
     """The scenario a point names, with its grid overrides (``Point.grid``), loaded once per process."""
     return load_scenario(path, {k: list(v) for k, v in grid} or None)
 
 
 @lru_cache(maxsize=256)
 def _single_latency_cached(path: str, grid: tuple, hw: str, tp: int, cfg: SystemConfig) -> float:
-    return single_request_latency(_scenario(path, grid), hw, tp, cfg, cached=False, predictor=_predictor(path))
+    return single_request_latency(cached_scenario(path, grid), hw, tp, cfg, cached=False, predictor=_predictor(path))
 
 
 @lru_cache(maxsize=8)
@@ -133,21 +132,21 @@ def _predictor(path: str):
     gamma of a system) are computed once, one configuration at a time, as ``analytic.predict`` computes them."""
     from simulator.engines.analytic import MixturePredictor
 
-    return MixturePredictor(_scenario(path).workload)
+    return MixturePredictor(cached_scenario(path).workload)
 
 
 @lru_cache(maxsize=64)
 def _serving_latency_cached(path: str, grid: tuple, hw: str, tp: int, cfg: SystemConfig, js: str) -> float:
     from simulator.studies.capacity.bench import idle_latency
 
-    return idle_latency(_scenario(path, grid), hw, tp, cfg, js)
+    return idle_latency(cached_scenario(path, grid), hw, tp, cfg, js)
 
 
 def single_request_latency(rs: ResolvedScenario, hw: str, tp: int, cfg: SystemConfig, cached: bool = True,
                            predictor=None) -> float:
     """Analytic mean latency of one request on an idle replica (``analytic.predict``; ``predictor``: a
     ``MixturePredictor`` of ``rs.workload`` whose chains are reused)."""
-    if cached and rs.path is not None and _scenario(str(rs.path), rs.overrides) is rs:
+    if cached and rs.path is not None and cached_scenario(str(rs.path), rs.overrides) is rs:
         return _single_latency_cached(str(rs.path), rs.overrides, hw, tp, cfg)
     from simulator.engines.analytic import predict
     from simulator.cost.cost_tables import CostTables
@@ -167,7 +166,7 @@ def point_latency(point: Point) -> float:
         return point.single_latency_s
     if point.serving is not None:
         return _serving_latency_cached(point.scenario, point.grid, point.hardware, point.tp, point.cfg, point.serving)
-    return single_request_latency(_scenario(point.scenario, point.grid), point.hardware, point.tp, point.cfg)
+    return single_request_latency(cached_scenario(point.scenario, point.grid), point.hardware, point.tp, point.cfg)
 
 
 def requests_for(point: Point, rate: float, span_s: float | None = None) -> tuple[int, bool]:
@@ -184,7 +183,7 @@ def requests_for(point: Point, rate: float, span_s: float | None = None) -> tupl
 _PLANS: dict = {}
 
 
-def _plans(point: Point, n: int) -> list:
+def point_plans(point: Point, n: int) -> list:
     """Requests 0..n-1 of the point's replication, sampled once per (configuration, seed) and reused at every
     rate of its search (request i is the same for every n and every rate: common random numbers), so a search
     samples its requests once instead of once per simulation. The serving simulator only reads them."""
@@ -193,7 +192,7 @@ def _plans(point: Point, n: int) -> list:
     key = (point.scenario, point.cfg, point.seed, point.serving)
     have = _PLANS.get(key)
     if have is None or len(have) < n:
-        rs = _scenario(point.scenario, point.grid)
+        rs = cached_scenario(point.scenario, point.grid)
         if point.serving is not None:  # request i depends on how many are drawn: draw the longest run's at once
             from simulator.studies.capacity.bench import plans
 
@@ -213,7 +212,7 @@ def evaluate(point: Point, rate: float | None = None, users: int | None = None, 
     the row's figures are lower bounds and say ``stopped_early``)."""
     from simulator.engines.serving.arrivals import load_arrival_times
 
-    rs = _scenario(point.scenario, point.grid)
+    rs = cached_scenario(point.scenario, point.grid)
     mf = rs.scenario.memory_fraction
     n = point.load.requests
     capped = False
@@ -235,7 +234,7 @@ def evaluate(point: Point, rate: float | None = None, users: int | None = None, 
         stop = SloStop(slo, WARMUP_FRACTION) if stop_early and open_loop and slo.stops_early else None
         res = simulate_serving(point.cfg, rs.deployments(point.hardware, point.tp), rs.workload, arrivals,
                                n, point.seed, (mf.small, mf.base),
-                               plans=None if replay and point.serving is None else _plans(point, n),
+                               plans=None if replay and point.serving is None else point_plans(point, n),
                                execution=rs.scenario.execution, stop=stop)
         return summarize_serving(res, slo, closed_loop=bool(users)), res
 
@@ -399,7 +398,7 @@ def at_capacity(rows: list[dict]) -> dict:
             "queue_growth": max(r["queue_growth"] for r in live), "window_arrivals": min(r["window_arrivals"] for r in live)}
 
 
-def _reps_task(point: Point, ks: list[int], prior: list[float], rel_tol: float) -> list[dict]:
+def reps_task(point: Point, ks: list[int], prior: list[float], rel_tol: float) -> list[dict]:
     """Worker: replications ``ks`` of the point's search, each warm-started from the mean of the capacities
     so far (``prior`` then these), exactly as :func:`capacity_interval` does."""
     caps, rows = list(prior), []

@@ -42,7 +42,7 @@ def paired_better(a: tuple, b: tuple, tp_a: int = 1, tp_b: int = 1, confidence: 
 def rank_configurations(df: pd.DataFrame) -> pd.DataFrame:
     """``rank`` = 1 + configurations significantly better (paired, :func:`paired_better`), and ``ties``:
     the configurations neither better nor worse than it (intervals that do not separate). A configuration
-    that sustains no load (capacity 0) is never ranked: ``rank`` NA, no ties (issue 30)."""
+    that sustains no load (capacity 0) is never ranked: ``rank`` NA, no ties."""
     caps = [tuple(c) if isinstance(c, (tuple, list)) else (float(q),) for c, q in zip(df.get("capacities", df.max_qps), df.max_qps)]
     tps = (df.gpus_per_replica if "gpus_per_replica" in df else df.tp).tolist()  # per GPU of a replica
     n = len(df)

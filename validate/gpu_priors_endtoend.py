@@ -3,7 +3,7 @@
     .venv/bin/specsim calibrate gpu check-priors --out out/gpu-e2e
 
 (a) Decode time per token of the third-party SpecReason traces (QwQ-32B + R1-Distill-Qwen-1.5B, vLLM
-    0.8.2, TP=2; ../shared/data/specreason-aime-traces): measured = slope of a call's wall time vs its
+    0.8.2, TP=2; the shared data's ``specreason-aime-traces``): measured = slope of a call's wall time vs its
     output tokens (Theil-Sen, scored, and OLS over the per-step calls of problem 60, runs 0-7; the intercept holds
     the HTTP round trips and the prefill), predicted = the cost model's mean decode time per token over
     the same calls' tokens and contexts (prompt 200 tokens + kept tokens before the step), on the stated
@@ -11,7 +11,7 @@
     (includes each call's fixed part, so an upper bound on the decode time per token).
 (b) Time-per-token ratio of the paper's two setups (R1-Distill-Llama-70B TP=4 on 4x A100-80GB vs
     QwQ-32B TP=2 on 2x RTX A6000) and of R1-Distill-Qwen-1.5B on both, decode at a 4096-token context.
-    ../shared/REFERENCE.md states the setups (section 1) and datasheets (section 3) but no measured time
+    The shared REFERENCE.md states the setups (section 1) and datasheets (section 3) but no measured time
     per token for the A100 setup, so there is no published ratio to score; the measured A6000-side
     figures are the traces' (a).
 """
@@ -28,8 +28,9 @@ from simulator.catalog import get_hardware, get_model
 from simulator.cost.cost_model import Deployment
 from simulator.cost.cost_profile import prior_profile
 from simulator.inputs.loading import write_atomic
+from simulator.paths import shared
 
-TRACES = "../shared/data/specreason-aime-traces"
+TRACES = str(shared("specreason-aime-traces"))
 PROMPT_TOKENS = 200  # the AIME workload profile's prompt_tokens (a shared prior)
 RATIO_CONTEXT = 4096
 
