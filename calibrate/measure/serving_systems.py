@@ -43,9 +43,10 @@ from typing import Callable
 
 from calibrate.measure.broker import Broker, BrokeredEngine, CallSlot
 from calibrate.measure.engine import Sampling
-from calibrate.measure.serving_run import (Arrivals, ClosedLoop, PoissonLoop, _finish_manifest, _step_record, check_levels,
-                                  level_complete, loadavg, partial_dir, publish_level)
+from calibrate.contracts.serving_records import step_record
 from calibrate.contracts.trace_schema import SCHEMA_VERSION
+from calibrate.measure.serving_run import (Arrivals, ClosedLoop, PoissonLoop, check_levels, finish_manifest, level_complete,
+                                           loadavg, partial_dir, publish_level)
 from simulator.errors import InputError
 from simulator.inputs.systems import REGISTRY, SYSTEMS, spec_of
 
@@ -160,7 +161,7 @@ def serve(engines: dict, broker: Broker, start_request: Callable[[int], Callable
             facts["steps"][role] += 1
             facts["busy_s"][role] += te - ts
             if rep.request_ids:
-                rec = _step_record(step_index[role], ts, te - ts, rep, prompt_len[role])
+                rec = step_record(step_index[role], ts, te - ts, rep, prompt_len[role])
                 step_index[role] += 1
                 if rep.spec_tokens is not None:
                     now_out = {str(o.request_id): _out_tokens(o) for o in rep.raw}
@@ -339,7 +340,7 @@ def run_system_serving(cfg: SystemServeConfig, out: str | Path, *, command: str 
                     rd.write(kind, rec)
             finally:
                 rd.close()
-            _finish_manifest(tmp, loadavg(), facts["wall_s"])
+            finish_manifest(tmp, loadavg(), facts["wall_s"])
             publish_level(tmp, d)
             log(f"{system} {arr.label}: {cfg.requests} requests in {facts['wall_s']:.1f} s, {facts['rounds']} rounds, "
                 f"host {facts['host_s']:.1f} s, loadavg {loadavg()[:1]}")
