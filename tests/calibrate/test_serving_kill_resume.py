@@ -78,7 +78,8 @@ def _run(out: Path, slow: float) -> subprocess.Popen:
 
 
 def test_killed_serve_run_leaves_no_half_written_level_and_resumes(tmp_path):
-    from calibrate.measure.serving_run import level_complete, load_serving_run
+    from calibrate.contracts.serving_records import load_serving_run
+    from calibrate.measure.serving_run import level_complete
 
     out = tmp_path / "rep1"
     p = _run(out, 0.05)

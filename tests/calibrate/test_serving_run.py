@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from calibrate.measure.serving_run import ClosedLoop, PoissonLoop, ServeRequest, StepReport, drive
+from calibrate.contracts.serving_records import ServeRequest, StepReport
+from calibrate.measure.serving_run import ClosedLoop, PoissonLoop, drive
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECSIM = [sys.executable, "-m", "specsim_cli"]

@@ -17,7 +17,8 @@ import pytest
 from calibrate.measure.datasets import Problem
 from calibrate.measure.engine import Generation, ScoreResult
 from calibrate.measure.orchestrator import RunConfig, run_request
-from calibrate.measure.serving_run import ClosedLoop, PoissonLoop, StepReport
+from calibrate.contracts.serving_records import StepReport
+from calibrate.measure.serving_run import ClosedLoop, PoissonLoop
 from calibrate.measure.broker import Broker, BrokeredEngine
 from calibrate.measure.serving_systems import SystemServeConfig, serve
 from simulator.errors import InputError

@@ -57,7 +57,7 @@ def test_speedup_limits():
 
 
 def test_transfer_acceptance_bounded_and_monotone():
-    from calibrate.measure.study.simulate import transfer_acceptance
+    from validate.study.simulate import transfer_acceptance
 
     a = transfer_acceptance([0.7, 0.48, 0.31], [0.3, 0.1, 0.03], [0.5, 0.25, 0.1])
     assert all(0 <= x <= 1 for x in a) and a == sorted(a, reverse=True) and a[0] > 0.7

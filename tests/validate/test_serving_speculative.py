@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from calibrate.measure.serving_run import ClosedLoop, ServeRequest, StepReport, drive
+from calibrate.contracts.serving_records import ServeRequest, StepReport
+from calibrate.measure.serving_run import ClosedLoop, drive
 from tests.calibrate.test_serving_run import FakeClock as Clock
 from tests.conftest import examples
 

@@ -43,7 +43,7 @@ def load_run(path: str | Path) -> ServingRun:
     """A serve-run / serve-systems directory, or a `vllm bench serve` result JSON (``--save-result --save-detailed``)
     or the folder ``specsim calibrate import-bench-serve`` made of one (requests and client ITLs, no engine steps)."""
     from calibrate.measure.import_bench_serve import is_bench_source, load_bench_run
-    from calibrate.measure.serving_run import load_serving_run
+    from calibrate.contracts.serving_records import load_serving_run
     from calibrate.contracts.trace_schema import SERVE_STEP_FIELDS
 
     bench = is_bench_source(path)

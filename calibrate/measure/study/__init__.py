@@ -1,6 +1,6 @@
-"""Speculative-decoding study (issue 6): measured acceptance, speedup and rejections on real
-small models, the three predictions (i.i.d. closed form, per-position form, full simulator),
-a distilled draft, and the what-if transfer to the reference deployments.
+"""Speculative-decoding study, its measurements: greedy and speculative decoding on real small models (torch, CPU),
+teacher-forced draft matches replayed into acceptance, a distilled draft and an EAGLE-style draft head.
 
-Entry point: ``specsim study specdecode`` (``calibrate/measure/study/cli.py``) -> ``run.run_study``.
-"""
+``experiment.measure_study`` and ``draft_head_runs.measure_draft_head`` measure; ``validate.study`` compares the
+measurements with the simulator's predictions and writes the reports. Entry points: ``specsim study specdecode`` /
+``specsim study draft-head`` (``calibrate/measure/study/cli.py``)."""

@@ -33,7 +33,7 @@ def specdecode(
     """Acceptance vs gamma, measured vs predicted speedup, rejections, a distilled draft, what-if.
 
     Example: specsim study specdecode --problems 10 --gamma 1-8 --draft cut4,ngram --out out/specdecode-study"""
-    from calibrate.measure.study.run import StudyConfig, run_study
+    from validate.study.run import StudyConfig, run_study
 
     cfg = StudyConfig(problems=problems, max_new_tokens=max_new_tokens, gammas=list(gammas),
                       drafts=[d.strip() for d in drafts.split(",") if d.strip()], timed_problems=timed_problems,
@@ -79,7 +79,7 @@ def draft_head(
     from simulator.errors import InputError
 
     from calibrate.measure.study.draft_head import require_model_dir
-    from calibrate.measure.study.draft_head_study import run_draft_head_study
+    from validate.study.draft_head_study import run_draft_head_study
     g, tg = list(gammas), list(timed_gammas)
     for name, val, lo in (("--problems", problems, 1), ("--timed-problems", timed_problems, 1), ("--repeats", repeats, 1),
                           ("--train-problems", train_problems, 1), ("--epochs", epochs, 1), ("--batch", batch, 1),

@@ -1,4 +1,4 @@
-"""An EAGLE-1-style draft head for a llama target (issue 17a), trained on CPU in minutes.
+"""An EAGLE-1-style draft head for a llama target, trained on CPU in minutes.
 
 Architecture, at head position j (which drafts the token after ``ids[j + 1]``)::
 
@@ -129,6 +129,53 @@ def target_features(target, ids: list[int]):
 
 # -- training -------------------------------------------------------------------------------------------
 
+def _precompute(target, sequences: list[list[int]], prompt_lens: list[int] | None, torch):
+    """(per sequence (ids, features, argmax, prompt length), seconds it took, per-dimension feature RMS)."""
+    t0 = time.perf_counter()
+    data = []
+    for i, ids in enumerate(sequences):
+        f, am = target_features(target, ids)
+        data.append((torch.tensor(ids), f, am, prompt_lens[i] if prompt_lens else 1))
+    precompute_s = time.perf_counter() - t0
+    scale = torch.cat([f[1:] for _, f, _, _ in data]).pow(2).mean(0).sqrt().clamp_min(1e-3)  # per-dimension RMS
+    return data, precompute_s, scale
+
+
+def _batch_loss(head, chunk, scale, feature_weight: float, unroll: int, bf16: bool, torch):
+    """(loss, first-step CE, first-step feature term, first-step logits, labels, CE mask) of one batch."""
+    tokens, feats, tgt_f, labels, mask, ce_mask, pos = _batch(chunk, torch)
+    cache = head.new_cache() if unroll > 1 else None
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        g, logits = head(tokens, feats, pos, cache=cache, ce_mask=ce_mask)
+        ce = torch.nn.functional.cross_entropy(logits, labels[ce_mask])
+        reg = torch.nn.functional.smooth_l1_loss(g[mask] / scale, tgt_f[mask] / scale)
+        loss = ce + feature_weight * reg
+        for st in range(2, unroll + 1):  # chain step st: each position fed the previous step's own feature
+            k = st - 1
+            m_s, ce_s = _shift(mask, k, torch), _shift(ce_mask, k, torch)
+            g, lg_s = head.chain_step(_shift(tokens, k, torch), g, pos + k, cache, ce_mask=ce_s)
+            loss = loss + torch.nn.functional.cross_entropy(lg_s, _shift(labels, k, torch)[ce_s]) \
+                + feature_weight * torch.nn.functional.smooth_l1_loss(g[m_s] / scale,
+                                                                      _shift(tgt_f, k, torch)[m_s] / scale)
+    return loss, ce, reg, logits, labels, ce_mask
+
+
+def _train_record(sequences, data, hist: list[dict], params, scale, settings: dict, step: int, total: int,
+                  stopped: bool, precompute_s: float, t1: float, c1: float) -> dict:
+    positions = int(sum(len(ids) - 1 for ids in sequences))
+    ce_positions = int(sum(len(ids) - 1 - max(0, p - 2) for ids, _, _, p in data))
+    return {"sequences": len(sequences), "positions": positions, "ce_positions": ce_positions, **settings,
+            "feature_rms_median": float(scale.median()), "feature_rms_max": float(scale.max()), "steps": step, "planned_steps": total,
+            "stopped_at_budget": stopped, "precompute_s": precompute_s, "train_s": time.perf_counter() - t1, "train_cpu_s": time.process_time() - c1,
+            "trainable_params": int(sum(p.numel() for p in params)),
+            "loss_first": hist[0]["loss"] if hist else None, "ce_first": hist[0]["ce"] if hist else None,
+            "reg_first": hist[0]["reg"] if hist else None,
+            "ce_last": float(np.mean([h["ce"] for h in hist[-5:]])) if hist else None,
+            "reg_last": float(np.mean([h["reg"] for h in hist[-5:]])) if hist else None,
+            "train_top1_last": float(np.mean([h["train_top1"] for h in hist[-5:]])) if hist else None,
+            "history": hist}
+
+
 def train_head(target, sequences: list[list[int]], prompt_lens: list[int] | None = None, *, epochs: int = 4, batch: int = 8, lr: float = 1e-3,
                feature_weight: float = 1.0, unroll: int = 3, bf16: bool = False, seed: int = 0, max_train_s: float = 600.0, log=print):
     """Train a fresh head on the target's own features and argmax tokens over ``sequences`` (prompt + greedy y).
@@ -143,18 +190,12 @@ def train_head(target, sequences: list[list[int]], prompt_lens: list[int] | None
     torch = _torch()
     torch.manual_seed(seed)
     rng = random.Random(seed)
-    t0 = time.perf_counter()
-    data = []
-    for i, ids in enumerate(sequences):
-        f, am = target_features(target, ids)
-        data.append((torch.tensor(ids), f, am, prompt_lens[i] if prompt_lens else 1))
-    precompute_s = time.perf_counter() - t0
-    scale = torch.cat([f[1:] for _, f, _, _ in data]).pow(2).mean(0).sqrt().clamp_min(1e-3)  # per-dimension RMS
+    data, precompute_s, scale = _precompute(target, sequences, prompt_lens, torch)
     for p in target.parameters():  # frozen: no weight gradients for the shared embedding / LM head
         p.requires_grad_(False)
     head = build_head(target)
     head.train()
-    # bf16 autocast is optional: on this CPU it made a training step no faster (2.9 vs 2.5 s), so fp32 by default
+    # bf16 autocast is optional (it did not make a CPU training step faster), so fp32 by default
     params = head.trainable()
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     n_batches = (len(data) + batch - 1) // batch
@@ -166,20 +207,7 @@ def train_head(target, sequences: list[list[int]], prompt_lens: list[int] | None
         rng.shuffle(order)
         for b in range(n_batches):
             chunk = [data[i] for i in order[b * batch:(b + 1) * batch]]
-            tokens, feats, tgt_f, labels, mask, ce_mask, pos = _batch(chunk, torch)
-            cache = head.new_cache() if unroll > 1 else None
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                g, logits = head(tokens, feats, pos, cache=cache, ce_mask=ce_mask)
-                ce = torch.nn.functional.cross_entropy(logits, labels[ce_mask])
-                reg = torch.nn.functional.smooth_l1_loss(g[mask] / scale, tgt_f[mask] / scale)
-                loss = ce + feature_weight * reg
-                for st in range(2, unroll + 1):  # chain step st: each position fed the previous step's own feature
-                    k = st - 1
-                    m_s, ce_s = _shift(mask, k, torch), _shift(ce_mask, k, torch)
-                    g, lg_s = head.chain_step(_shift(tokens, k, torch), g, pos + k, cache, ce_mask=ce_s)
-                    loss = loss + torch.nn.functional.cross_entropy(lg_s, _shift(labels, k, torch)[ce_s]) \
-                        + feature_weight * torch.nn.functional.smooth_l1_loss(g[m_s] / scale,
-                                                                              _shift(tgt_f, k, torch)[m_s] / scale)
+            loss, ce, reg, logits, labels, ce_mask = _batch_loss(head, chunk, scale, feature_weight, unroll, bf16, torch)
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -200,19 +228,9 @@ def train_head(target, sequences: list[list[int]], prompt_lens: list[int] | None
             log(f"  head training stopped at the {max_train_s:.0f} CPU-s budget (step {step}/{total})")
             break
     head.eval()
-    positions = int(sum(len(ids) - 1 for ids in sequences))
-    ce_positions = int(sum(len(ids) - 1 - max(0, p - 2) for ids, _, _, p in data))
-    rec = {"sequences": len(sequences), "positions": positions, "ce_positions": ce_positions, "epochs": epochs, "batch": batch, "lr": lr,
-           "feature_weight": feature_weight, "unroll": unroll, "bf16_autocast": bf16, "feature_rms_median": float(scale.median()), "feature_rms_max": float(scale.max()), "steps": step, "planned_steps": total,
-           "stopped_at_budget": stopped, "precompute_s": precompute_s, "train_s": time.perf_counter() - t1, "train_cpu_s": time.process_time() - c1,
-           "trainable_params": int(sum(p.numel() for p in params)),
-           "loss_first": hist[0]["loss"] if hist else None, "ce_first": hist[0]["ce"] if hist else None,
-           "reg_first": hist[0]["reg"] if hist else None,
-           "ce_last": float(np.mean([h["ce"] for h in hist[-5:]])) if hist else None,
-           "reg_last": float(np.mean([h["reg"] for h in hist[-5:]])) if hist else None,
-           "train_top1_last": float(np.mean([h["train_top1"] for h in hist[-5:]])) if hist else None,
-           "history": hist}
-    return head, rec
+    settings = {"epochs": epochs, "batch": batch, "lr": lr, "feature_weight": feature_weight, "unroll": unroll,
+                "bf16_autocast": bf16}
+    return head, _train_record(sequences, data, hist, params, scale, settings, step, total, stopped, precompute_s, t1, c1)
 
 
 def _shift(x, k: int, torch):

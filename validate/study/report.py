@@ -1,4 +1,4 @@
-"""The study report: markdown + PNG figures + figures.json (the only place that plots)."""
+"""The speculative-decoding study's report: markdown + PNG figures + figures.json."""
 
 from __future__ import annotations
 
@@ -9,19 +9,11 @@ import numpy as np
 import pandas as pd
 
 from simulator.inputs.loading import save_figure_atomic, write_atomic
-
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+from simulator.report.plots import pyplot
 
 
 def _fig_acceptance(res, out: Path) -> None:
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(1, 3, figsize=(15, 4))
     for d, a in res["acceptance"].items():
         gs = sorted(int(g) for g in a["per_gamma"])
@@ -41,7 +33,7 @@ def _fig_acceptance(res, out: Path) -> None:
 
 
 def _fig_speedup(df: pd.DataFrame, out: Path) -> None:
-    plt = _plt()
+    plt = pyplot()
     drafts = list(dict.fromkeys(df.draft))
     fig, ax = plt.subplots(1, len(drafts), figsize=(4 * len(drafts), 3.6), sharey=True, squeeze=False)
     for x, d in zip(ax[0], drafts):
@@ -61,7 +53,7 @@ def _fig_speedup(df: pd.DataFrame, out: Path) -> None:
 
 
 def _fig_rejections(bd: dict, steps: dict, out: Path, draft: str) -> None:
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(2, 3, figsize=(15, 7))
     for x, (k, col) in zip(ax[0], (("token_class", "token_class"), ("step_offset", "step_offset_bin"),
                                     ("entropy", "entropy_bin"))):
@@ -92,7 +84,7 @@ def _fig_rejections(bd: dict, steps: dict, out: Path, draft: str) -> None:
 def _fig_distill(res, df: pd.DataFrame, out: Path) -> None:
     if not res["distill"]:
         return
-    plt = _plt()
+    plt = pyplot()
     b = res["distill"]["base_draft"]
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
     for d in (b, f"{b}-distilled"):
@@ -142,7 +134,7 @@ def _summary(res, df) -> dict:
 
 def _markdown(res, df, main) -> str:
     p = res["provenance"]
-    L = [f"# Speculative decoding on a reasoning task (issue 6)", "",
+    L = [f"# Speculative decoding on a reasoning task", "",
          f"Reproduce: `{p['command']}`  ", f"Runtime {p['runtime_s'] / 60:.1f} min on {p['cpu_model']} "
          f"({p['hardware']}, torch threads {p['threads']}); torch {p['torch']}, transformers {p['transformers']}; "
          f"{p['dtype']}; date {p['date']}; seed {p['seed']}.  ",

@@ -10,8 +10,9 @@ import numpy as np
 import pandas as pd
 
 from calibrate.measure.study.token_classes import OPENERS
+from simulator.paths import shared
 
-DEFAULT_TRACES = Path("..") / "shared" / "data" / "specreason-aime-traces"
+DEFAULT_TRACES = shared("specreason-aime-traces")
 
 
 def _rate_table(df: pd.DataFrame, by: str, match_col: str) -> pd.DataFrame:
