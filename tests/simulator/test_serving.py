@@ -263,7 +263,7 @@ def test_itl_conserves_chunks_and_time(cpu, cfg, users):
 @settings(max_examples=examples(50), deadline=None)
 @given(st.lists(st.tuples(st.floats(0, 100), st.integers(1, 5)), min_size=1, max_size=30), st.floats(0.01, 0.99))
 def test_weighted_quantile_is_the_quantile_of_the_repeated_samples(pairs, q):
-    from simulator.engines.serving.metrics import weighted_quantile
+    from simulator.engines.serving.slo import weighted_quantile
 
     x = np.array([p[0] for p in pairs])
     w = np.array([p[1] for p in pairs])

@@ -50,7 +50,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.engines.serving.replica import ServingResult
-from simulator.engines.serving.slo import Slo
+from simulator.engines.serving.slo import Slo, weighted_quantiles
 
 WARMUP_FRACTION = 0.1
 DRIFT_LIMIT = 1.25  # unstable if the last quarter's mean latency exceeds 1.25x the second quarter's
@@ -307,19 +307,6 @@ def _add_slo_figures(out: dict, res: ServingResult, slo: Slo, req: pd.DataFrame,
                     "too_short": False, "keeps_up": None,
                     "sustained": False, "stationary": False, "slo_met": False})
     out.update(slo.values(st, itl))
-
-
-def weighted_quantile(x: np.ndarray, w: np.ndarray, q: float) -> float:
-    """The q-quantile of samples x with integer weights w (inverse CDF: the smallest x with F(x) >= q)."""
-    return weighted_quantiles(x, w, (q,))[0]
-
-
-def weighted_quantiles(x: np.ndarray, w: np.ndarray, qs) -> list[float]:
-    """:func:`weighted_quantile` at each of ``qs``, sorting once."""
-    o = np.argsort(x, kind="stable")
-    c = np.cumsum(w[o])
-    xs = x[o]
-    return [float(xs[min(int(np.searchsorted(c, q * c[-1], side="left")), len(x) - 1)]) for q in qs]
 
 
 def steady_itl(itl: tuple, since: float) -> tuple[np.ndarray, np.ndarray]:

@@ -65,8 +65,6 @@ class SloTerm:
         if weights is not None:
             if q is None:
                 return float((samples * weights).sum() / weights.sum())
-            from simulator.engines.serving.metrics import weighted_quantile
-
             return weighted_quantile(samples, weights, q / 100.0)
         return float(np.mean(samples)) if q is None else float(np.percentile(samples, q))
 
@@ -139,3 +137,16 @@ def parse_slo(text: str, field: str = "--slo") -> Slo:
             raise InputError(None, field, f"limit must be a positive number of seconds (got {m['value']})")
         terms.append(SloTerm("p50" if stat == "median" else stat, METRICS[metric], limit))
     return Slo(tuple(terms), text.strip())
+
+
+def weighted_quantile(x: np.ndarray, w: np.ndarray, q: float) -> float:
+    """The q-quantile of samples x with integer weights w (inverse CDF: the smallest x with F(x) >= q)."""
+    return weighted_quantiles(x, w, (q,))[0]
+
+
+def weighted_quantiles(x: np.ndarray, w: np.ndarray, qs) -> list[float]:
+    """:func:`weighted_quantile` at each of ``qs``, sorting once."""
+    o = np.argsort(x, kind="stable")
+    c = np.cumsum(w[o])
+    xs = x[o]
+    return [float(xs[min(int(np.searchsorted(c, q * c[-1], side="left")), len(x) - 1)]) for q in qs]
