@@ -16,7 +16,6 @@ from typing import Annotated, Optional
 import typer
 
 from simulator.errors import InputError
-from simulator.cli_show import show
 from simulator.option_values import (FIRST_N_MAX, GAMMA_MAX, check_capacity_requests, check_requests, currency_option,
                                      gamma_list_option, gpu_hour_cost_option, int_list_option, rate_list,
                                      threshold_list_option, user_list)
@@ -118,22 +117,6 @@ def _grid_overrides(hardware: str | None, tp: list[int] | None) -> dict | None:
         for h in hw:
             get_hardware(h, None, "--hardware")
     return {"hardware": hw, "tp": tp}
-
-
-@app.command("list")
-def list_cmd(what: str = typer.Argument(..., help="hardware | models | scenarios | workloads | profiles")):
-    """List the hardware catalog, the model catalog, the shipped scenarios, workloads or profiles.
-
-    Example: specsim list hardware
-    """
-    from simulator.report.listing import listing
-
-    if what not in ("hardware", "models", "scenarios", "workloads", "profiles"):
-        raise InputError(None, "what", f"expected hardware, models, scenarios, workloads or profiles (got {what!r})")
-    listing(what)
-
-
-app.command()(show)
 
 
 # Options shared by `capacity` and `report` (declared once).
@@ -340,31 +323,6 @@ def report(
     for text in excluded:  # never leave a configuration out in silence
         print(f"Excluded: {text}.")
     wrote(path, f"markdown; PNGs and CSVs beside it in {out}")
-
-
-@app.command()
-@writes(path="yaml")
-def init(
-    path: Path = typer.Argument(..., help="scenario file to write, e.g. my-scenario.yaml"),
-    force: bool = typer.Option(False, "--force", help="overwrite an existing file"),
-):
-    """Write a commented scenario to start from (the reference setup, every field explained).
-
-    Example: specsim init my-scenario.yaml && specsim whatif my-scenario.yaml
-    """
-    from simulator.inputs.loading import write_atomic
-    from simulator.inputs.scenario_template import INIT_TEMPLATE
-
-    if str(path).strip() == "" or path.suffix.lower() not in (".yaml", ".yml"):
-        raise InputError(None, "path", f"expected a .yaml file name (got {str(path)!r})")
-    if path.is_dir():
-        raise InputError(None, "path", f"{path} is a folder; give a file name, e.g. {path / 'scenario.yaml'}")
-    if path.exists() and not force:
-        raise InputError(None, "path", f"{path} exists: refusing to overwrite it; pass --force or choose another name")
-    from simulator.report.report_table import wrote
-
-    write_atomic(path, INIT_TEMPLATE.format(name=path.stem, path=path))
-    wrote(path, "scenario; edit it, then specsim show / whatif / capacity")
 
 
 def _interval(ci_target: float | None, max_replications: int | None):
