@@ -78,7 +78,7 @@ def whatif(
     configuration shown to meet the accuracy floor, and any faster one left out and why (accuracy unknown
     or below the floor).
 
-    Example: specsim whatif reference-a6000-qwq32b --system specreason-decode --gamma 3-6 --threshold 5,7
+    Example: specsim simulate whatif reference-a6000-qwq32b --system specreason-decode --gamma 3-6 --threshold 5,7
     """
     from simulator.studies.whatif import whatif_from_cli
 
@@ -188,12 +188,12 @@ def capacity(
     significant latency trend, so SLO met can be "no" while p99 is under the bound); sims = serving simulations the search ran for that configuration; goodput req/s = requests
     per second finishing within the SLO; cost at --gpu-hour-cost, in --currency; replicas and GPUs (CPU hosts for a CPU
     scenario) for --target-qps. --out files get every column. The last line names the best configuration
-    and why (the same line opens `specsim report`). SLO metrics: latency, ttft, queue_delay, tpot, itl
+    and why (the same line opens `specsim simulate report`). SLO metrics: latency, ttft, queue_delay, tpot, itl
     (vllm bench serve's definitions).
 
-    Example: specsim capacity cpu-smollm2 --system specreason --threshold 5 --target-qps 2
+    Example: specsim simulate capacity cpu-smollm2 --system specreason --threshold 5 --target-qps 2
 
-    Example: specsim capacity modern-h100-h200-qwen3 --slo p99_ttft<=2s --target-qps 20 --bench-serve
+    Example: specsim simulate capacity modern-h100-h200-qwen3 --slo p99_ttft<=2s --target-qps 20 --bench-serve
     "vllm bench serve --dataset-name random --random-input-len 2048 --random-output-len 256"
     """
     from simulator.studies.capacity import capacity_from_cli
@@ -290,13 +290,13 @@ def report(
 ):
     """Capacity-planning report (markdown + PNGs): latency vs load, SLO frontier, cost, assumptions.
 
-    The capacities, intervals and ranks are those of `specsim capacity` (the same search, seeds and run length);
+    The capacities, intervals and ranks are those of `specsim simulate capacity` (the same search, seeds and run length);
     configurations below the accuracy floor, or without accuracy data of their own, are listed (here and in the
     report) with the reason, not searched; one with measured accuracy whose floor cannot be judged (the
     reference's accuracy unknown) is searched and plotted, never recommended. The report's first line (also
     printed here) names the best configuration and why.
 
-    Example: specsim report cpu-smollm2 --out out/report-cpu --target-qps 2 --gpu-hour-cost 0.05
+    Example: specsim simulate report cpu-smollm2 --out out/report-cpu --target-qps 2 --gpu-hour-cost 0.05
     """
     from simulator.report.capacity_report import build_report
     for name, v in (("--gpu-hour-cost", gpu_hour_cost), ("--target-qps", target_qps)):
@@ -374,7 +374,7 @@ def pass_time(
     pipeline cycle (every sequence advances once). An iteration is gamma draft passes plus one
     verification of gamma+1 tokens per sequence at context C.
 
-    Example: specsim pass-time --model qwq-32b --hardware h100-sxm --tp 2 --batch 1,8,64 --context 4096
+    Example: specsim simulate pass-time --model qwq-32b --hardware h100-sxm --tp 2 --batch 1,8,64 --context 4096
     """
     from simulator.cost.pass_time import pass_time_table, render
     from simulator.output_contract import file_format
@@ -412,7 +412,7 @@ def serve_workload(
 ):
     """Plain serving of one workload by one replica of the base model, as `vllm bench serve` reports it.
 
-    Example: specsim serve-workload cpu-smollm2 --bench-serve "vllm bench serve --random-input-len 512
+    Example: specsim simulate serve-workload cpu-smollm2 --bench-serve "vllm bench serve --random-input-len 512
     --random-output-len 64 --random-prefix-len 256 --request-rate 1 --num-prompts 200"
     """
     import json

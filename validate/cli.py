@@ -1,4 +1,4 @@
-"""``specsim validate``: thin entry point over :mod:`validate.validation` and :mod:`validate.report`; and
+"""``specsim validate runs``: thin entry point over :mod:`validate.validation` and :mod:`validate.report`; and
 ``validate-drift`` (:mod:`validate.drift`), ``validate-cpu`` (:mod:`validate.campaign`) and ``validate-gpu-summary``
 (:mod:`validate.gpu_campaign_summary`).
 
@@ -25,7 +25,7 @@ from validate.campaign import DEFAULT_BAR  # stdlib only: the engines are import
 @writes(report="folder")
 def validate(
     inputs: list[Path] = typer.Argument(..., help="run directories or SpecReason trace files/directories"),
-    profile: Path = typer.Option(..., "--profile", help="cost profile (specsim calibrate fit / fit-bench), or prior | "
+    profile: Path = typer.Option(..., "--profile", help="cost profile (specsim fit cost / fit bench), or prior | "
                                                         "datasheet: the runs' hardware before any calibration"),
     report: Path = typer.Option(..., "--out", "--report", help="report folder: report.md, PNGs and CSVs"),
     holdout: Optional[str] = typer.Option(None, "--holdout", help="profile (default) | runs:4-7 | config:KEY=VALUE | loro | "
@@ -50,7 +50,7 @@ def validate(
 ):
     """Predict measured held-out runs (trace replay and distribution mode) and report the errors.
 
-    Example: specsim validate RUN_DIR... --profile cost.yaml --holdout requests:kfold=2 --out out/validation"""
+    Example: specsim validate runs RUN_DIR... --profile cost.yaml --holdout requests:kfold=2 --out out/validation"""
     from validate.metrics import summary_text
     from validate.report import write_report
     from validate.validation import headline, run_validation
@@ -133,7 +133,7 @@ def validate_drift(
 ):
     """Drift of runs seen only as aggregates: speed factors against a profile's fit range, and what would explain them.
 
-    Example: specsim validate-drift --aggregates ../shared/data/specreason-aime-traces/per-problem-aggregates.json
+    Example: specsim validate drift --aggregates ../shared/data/specreason-aime-traces/per-problem-aggregates.json
     --profile simulator/profiles/cost_a100-80gb-vllm082-specreason-runs0-3.yaml"""
     from validate.drift import drift_report
 
@@ -159,7 +159,7 @@ def validate_cpu(
     warmup: int = typer.Option(1, help="discarded warm-up requests per configuration"),
     seed: int = typer.Option(0, help="run seed (request i samples with seed + i)"),
     engine: str = typer.Option("vllm", help="vllm | torch"),
-    model_cache: Path = typer.Option(Path(".cache/models"), help="model cache folder (specsim calibrate prepare-models)"),
+    model_cache: Path = typer.Option(Path(".cache/models"), help="model cache folder (specsim measure prepare-models)"),
     max_median_ape: float = typer.Option(DEFAULT_BAR, help="bar on the held-out median APE of end-to-end latency "
                                                            "(exit 1 above)"),
     sanity: bool = typer.Option(False, "--sanity", help="judge CI's load-tolerant sanity bound (max(35%, 2 x the "
@@ -172,7 +172,7 @@ def validate_cpu(
 ):
     """A small real campaign on this CPU (vLLM, SmolLM2-135M + its 6-layer cut) -> fit -> held-out validation (~4 min).
 
-    Example: specsim validate-cpu --out out/validate-cpu"""
+    Example: specsim validate cpu --out out/validate-cpu"""
     from simulator.command_line import command_line
     from validate.campaign import run_all
 
@@ -188,7 +188,7 @@ def validate_gpu_summary(
 ):
     """One table of the GPU campaign's held-out figures -> ANALYSIS/summary.md (and printed).
 
-    Example: specsim validate-gpu-summary RES/analysis"""
+    Example: specsim validate gpu-summary RES/analysis"""
     from simulator.inputs.loading import write_atomic
     from validate.gpu_campaign_summary import summarize
 
@@ -209,7 +209,7 @@ def validate_inferencex(
     """DeepSeek-R1 FP8 TP 8 per-token time at 1-8 users on H200 / B200 (InferenceX, SGLang and TensorRT-LLM) with
     catalog parameters only, held out by GPU and by engine (docs/moe.md).
 
-    Example: specsim validate-inferencex --out reports/deepseek-low-concurrency"""
+    Example: specsim validate inferencex --out reports/deepseek-low-concurrency"""
     from validate.inferencex import DATA, write_report
 
     print(write_report(data or DATA, out, not without_t_mla))
@@ -218,13 +218,13 @@ def validate_inferencex(
 @writes(out="folder")
 def validate_moe_routing(
     records: Path = typer.Option(Path("out/gpu-records/aiconfigurator.csv"),
-                                 help="op records CSV with AIConfigurator's moe rows (calibrate import-aiconfigurator)"),
+                                 help="op records CSV with AIConfigurator's moe rows (specsim import aiconfigurator)"),
     out: Optional[Path] = typer.Option(None, help="folder for summary.csv"),
 ):
     """The MoE layer held out by GPU without AIConfigurator's balanced-routing rows (they run faster than reading the
     experts they touch): a check, the catalog untouched (docs/moe.md).
 
-    Example: specsim validate-moe-routing --out reports/moe-layer-power-law"""
+    Example: specsim validate moe-routing --out reports/moe-layer-power-law"""
     from validate.moe_routing import write_summary
 
     print(write_summary(records, out))

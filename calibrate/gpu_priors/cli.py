@@ -1,4 +1,4 @@
-"""``specsim calibrate import-vidur | import-aiconfigurator | import-llmservingsim | import-llm-inference-bench |
+"""``specsim import vidur | import-aiconfigurator | import-llmservingsim | import-llm-inference-bench |
 fit-gpu`` and the ``specsim calibrate gpu ...`` group: the engine-level step model's and the MoE layer's fits, the
 GPU priors' transfer and checks, the B200 speculation sweep, the GPU step campaign's plan, predictions and summary
 (thin: parse, call, print). Bad input: one line ``error: FILE: ...`` on stderr, exit 2 (the ``specsim`` error
@@ -42,7 +42,7 @@ def register(app: typer.Typer) -> typer.Typer:
     ) -> None:
         """Vidur's per-layer op and all-reduce profiles -> measured op records (our contract).
 
-        Example: specsim calibrate import-vidur ../shared/data/vidur-gpu-profiles --out out/gpu-records/vidur.csv"""
+        Example: specsim import vidur ../shared/data/vidur-gpu-profiles --out out/gpu-records/vidur.csv"""
         from calibrate.gpu_priors.import_vidur import import_vidur
         from calibrate.contracts.op_records import write_records
 
@@ -58,7 +58,7 @@ def register(app: typer.Typer) -> typer.Typer:
     ) -> None:
         """AIConfigurator's collected vLLM kernel tables -> measured op records (our contract).
 
-        Example: specsim calibrate import-aiconfigurator ../shared/data/aiconfigurator-vllm-kernels --out out/gpu-records/aiconfigurator.csv"""
+        Example: specsim import aiconfigurator ../shared/data/aiconfigurator-vllm-kernels --out out/gpu-records/aiconfigurator.csv"""
         from calibrate.gpu_priors.import_aiconfigurator import import_aiconfigurator
         from calibrate.contracts.op_records import write_records
 
@@ -75,7 +75,7 @@ def register(app: typer.Typer) -> typer.Typer:
     ) -> None:
         """LLMServingSim's per-module layer and attention profiles -> measured op records (our contract).
 
-        Example: specsim calibrate import-llmservingsim FOLDER --out out/gpu-records/llmservingsim.csv"""
+        Example: specsim import llmservingsim FOLDER --out out/gpu-records/llmservingsim.csv"""
         from calibrate.gpu_priors.import_llmservingsim import import_llmservingsim
         from calibrate.contracts.op_records import write_records
 
@@ -92,7 +92,7 @@ def register(app: typer.Typer) -> typer.Typer:
     ) -> None:
         """LLM-Inference-Bench's whole offline-batch runs -> one row per consistent run (our names and units).
 
-        Example: specsim calibrate import-llm-inference-bench All_results.csv --out out/gpu-records/lib-runs.csv"""
+        Example: specsim import llm-inference-bench All_results.csv --out out/gpu-records/lib-runs.csv"""
         import datetime as dt
 
         from calibrate.gpu_priors.import_llm_inference_bench import BENCH_COLUMNS, import_llm_inference_bench
@@ -114,7 +114,7 @@ def register(app: typer.Typer) -> typer.Typer:
     ) -> None:
         """Fit the GPU kernel model's named parameters for one GPU and write the profile with provenance.
 
-        Example: specsim calibrate fit-gpu out/gpu-records/vidur.csv out/gpu-records/aiconfigurator.csv --gpu a100-80gb --out out/gpu_a100-80gb.yaml"""
+        Example: specsim fit gpu out/gpu-records/vidur.csv out/gpu-records/aiconfigurator.csv --gpu a100-80gb --out out/gpu_a100-80gb.yaml"""
         import sys
 
         import pandas as pd
@@ -131,7 +131,8 @@ def register(app: typer.Typer) -> typer.Typer:
                 meta = yaml.safe_load(side.read_text(encoding="utf-8")) or {}
                 inputs[meta.get("source", str(r))] = (f"{meta.get('source_path', r)} (repo {meta.get('source_repo', '?')}"
                                                       f" @ {str(meta.get('source_commit', '?'))[:12]})")
-        command = "specsim calibrate fit-gpu " + " ".join(sys.argv[sys.argv.index("fit-gpu") + 1:]) if "fit-gpu" in sys.argv else "specsim calibrate fit-gpu"
+        command = "specsim fit gpu " + " ".join(sys.argv[3:]) if sys.argv[1:3] in (["fit", "gpu"], ["calibrate", "fit-gpu"]) \
+            else "specsim fit gpu"
         prof = build_gpu_profile(pd.concat(frames, ignore_index=True), gpu, inputs, command, date)
         write_gpu_profile(prof, out, command)
         typer.echo(f"wrote {out}: " + ", ".join(f"{k}={v['value']:.4g} ({v['kind']})" for k, v in prof["params"].items()))
@@ -151,7 +152,7 @@ def _register_gpu(gpu: typer.Typer) -> None:
     ) -> None:
         """Fit the engine-level GPU step model on ../shared/data/engine-measurements and our GPU campaign (~4 min).
 
-        Example: specsim calibrate gpu fit-engine --report out/gpu-step-model --no-heldout"""
+        Example: specsim fit engine --report out/gpu-step-model --no-heldout"""
         from calibrate.gpu_priors.engine_fit import summarize
         from calibrate.gpu_priors.engine_report import fit_and_report
         from simulator.command_line import command_line
@@ -168,13 +169,13 @@ def _register_gpu(gpu: typer.Typer) -> None:
         report: Path = typer.Option(..., "--report", help="report folder (report.md, heldout.csv, params.yaml), written "
                                     "beside the --priors catalog update"),
         records: Path = typer.Option(Path("out/gpu-records/aiconfigurator.csv"),
-                                     help="op records CSV with AIConfigurator's moe rows (calibrate import-aiconfigurator)"),
+                                     help="op records CSV with AIConfigurator's moe rows (specsim import aiconfigurator)"),
         priors: Optional[Path] = typer.Option(None, help="catalog priors YAML to update (simulator/catalog/gpu_priors.yaml)"),
         date: Optional[str] = typer.Option(None, help="provenance date (default: today)"),
     ) -> None:
         """Fit the cost model's MoE terms on AIConfigurator / LLMServingSim MoE rows, held out by GPU (~15 min).
 
-        Example: specsim calibrate gpu fit-moe --report out/moe-layer"""
+        Example: specsim fit moe --report out/moe-layer"""
         from calibrate.gpu_priors.moe_fit import fit_and_report
         from simulator.command_line import command_line
 
@@ -192,7 +193,7 @@ def _register_gpu(gpu: typer.Typer) -> None:
     ) -> None:
         """Fit the MLA module's fixed cost per layer (t_mla) per GPU on AIConfigurator's MLA tables, held out by GPU.
 
-        Example: specsim calibrate gpu fit-mla --report reports/mla-layer --priors simulator/catalog/gpu_priors.yaml"""
+        Example: specsim fit mla --report reports/mla-layer --priors simulator/catalog/gpu_priors.yaml"""
         from calibrate.gpu_priors.mla_fit import ROOT, fit_and_report
         from simulator.command_line import command_line
 
@@ -209,7 +210,7 @@ def _register_gpu(gpu: typer.Typer) -> None:
         """Fit the quantised GEMM kinds (FP8, FP8 block, NVFP4 on AIConfigurator's GEMM tables; weight-only FP8 / AWQ on
         GPUStack's A100 bursts), held out by GPU and by model (~1 min).
 
-        Example: specsim calibrate gpu fit-quant --report reports/quant-gemm --out simulator/catalog/quant_gemm.yaml"""
+        Example: specsim fit quant --report reports/quant-gemm --out simulator/catalog/quant_gemm.yaml"""
         from calibrate.gpu_priors.quant_report import fit_and_report
         from simulator.command_line import command_line
 
@@ -221,12 +222,12 @@ def _register_gpu(gpu: typer.Typer) -> None:
         ctx: typer.Context,
         out: Path = typer.Option(..., help="GPU priors YAML to write (simulator/catalog/gpu_priors.yaml: the catalog's)"),
         records: Optional[list[Path]] = typer.Option(
-            None, help="records CSV of calibrate import-vidur / import-aiconfigurator (repeatable; default: "
+            None, help="records CSV of specsim import vidur / aiconfigurator (repeatable; default: "
                        "out/gpu-records/vidur.csv and out/gpu-records/aiconfigurator.csv)"),
     ) -> None:
         """Whole-pass cost priors for every catalog GPU, from the measured kernel profiles (transferred where unprofiled).
 
-        Example: specsim calibrate gpu transfer-priors --records out/gpu-records/vidur.csv --out out/gpu_priors.yaml"""
+        Example: specsim fit transfer-priors --records out/gpu-records/vidur.csv --out out/gpu_priors.yaml"""
         from calibrate.gpu_priors.transfer import STEP_PRIORS, write_priors
         from simulator.command_line import command_line
 
@@ -248,7 +249,7 @@ def _register_gpu(gpu: typer.Typer) -> None:
     ) -> None:
         """Held-out figures of the GPU kernel model against the catalog priors and a constant-efficiency roofline.
 
-        Example: specsim calibrate gpu validate-kernels --out out/gpu-validation"""
+        Example: specsim validate kernels --out out/gpu-validation"""
         import sys
 
         from validate.gpu_kernels import load_inputs, run, summary, write_report
@@ -270,7 +271,7 @@ def _register_gpu(gpu: typer.Typer) -> None:
     ) -> None:
         """The GPU priors end to end, before (datasheet era) and after: decode time per token of the SpecReason traces.
 
-        Example: specsim calibrate gpu check-priors --out out/gpu-e2e"""
+        Example: specsim validate priors --out out/gpu-e2e"""
         from calibrate.gpu_priors.endtoend import write_report
         from simulator.command_line import command_line
 
@@ -288,7 +289,7 @@ def _register_gpu(gpu: typer.Typer) -> None:
     ) -> None:
         """Speculation under load on a GPU no fit saw: the B200 closed-loop sweep, predicted per arm and concurrency.
 
-        Example: specsim calibrate gpu spec-sweep --out reports/b200-speculation"""
+        Example: specsim validate spec-sweep --out reports/b200-speculation"""
         from calibrate.gpu_priors.spec_sweep import SWEEP, run, write_sweep_version
         from simulator.errors import InputError
 
@@ -321,7 +322,7 @@ def _register_gpu(gpu: typer.Typer) -> None:
     ) -> None:
         """The GPU step campaign's plan: decode, verification, draft-head and prefill points per catalog model.
 
-        Example: specsim calibrate gpu step-plan --out plan.json"""
+        Example: specsim measure step-plan --out plan.json"""
         import json
 
         from calibrate.gpu_priors.step_plan import GRIDS, make_plan
@@ -339,7 +340,7 @@ def _register_gpu(gpu: typer.Typer) -> None:
     @gpu.command("step-predict")
     @writes(out="csv")
     def step_predict_cmd(
-        plan: Path = typer.Argument(..., help="plan JSON (calibrate gpu step-plan)"),
+        plan: Path = typer.Argument(..., help="plan JSON (specsim measure step-plan)"),
         hardware: str = typer.Option(..., help="catalog hardware whose priors predict, e.g. h200"),
         out: Path = typer.Option(..., help="predictions CSV to write (predicted-before-fit.csv)"),
         engine_fit: Optional[Path] = typer.Option(None, "--engine-fit", help="an engine fit's params.yaml: adds "
@@ -347,7 +348,7 @@ def _register_gpu(gpu: typer.Typer) -> None:
     ) -> None:
         """The step model's prediction of every planned point, written before the run so the comparison is held out.
 
-        Example: specsim calibrate gpu step-predict plan.json --hardware h200 --out predicted-before-fit.csv"""
+        Example: specsim measure step-predict plan.json --hardware h200 --out predicted-before-fit.csv"""
         import json
 
         from calibrate.gpu_priors.step_plan import load_fitted_values, predict
@@ -365,7 +366,7 @@ def _register_gpu(gpu: typer.Typer) -> None:
     ) -> None:
         """Per campaign folder: summary.md, before-fit.csv and the GPU's profile (before- and after-fit errors).
 
-        Example: specsim calibrate gpu step-summary reports/gpu-campaign-h200 --heldout reports/gpu-step-model/heldout.csv"""
+        Example: specsim validate step-summary reports/gpu-campaign-h200 --heldout reports/gpu-step-model/heldout.csv"""
         from calibrate.gpu_priors.step_plan import summarize
 
         for f in folders:

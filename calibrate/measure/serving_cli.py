@@ -1,5 +1,5 @@
-"""``specsim calibrate serve-run`` (one engine, fixed-length generations: :mod:`calibrate.measure.serving_run`) and
-``specsim calibrate serve-systems`` (whole systems, the small and base engines colocated:
+"""``specsim measure serve-run`` (one engine, fixed-length generations: :mod:`calibrate.measure.serving_run`) and
+``specsim measure serve-systems`` (whole systems, the small and base engines colocated:
 :mod:`calibrate.measure.serving_systems`): concurrent requests on the real vLLM engine, closed loop of N users and/or
 Poisson arrivals. The engines are imported when a command runs."""
 
@@ -28,7 +28,7 @@ def _arrivals(users: str, poisson_rate: list[float], seed: int) -> tuple:
 
 
 def register(calibrate_app: typer.Typer) -> None:
-    """Add ``specsim calibrate serve-run`` and ``serve-systems`` to the ``calibrate`` sub-app."""
+    """Add ``specsim measure serve-run`` and ``serve-systems`` to the ``calibrate`` sub-app."""
 
     @calibrate_app.command("serve-run")
     @writes(out="runs")
@@ -51,7 +51,7 @@ def register(calibrate_app: typer.Typer) -> None:
     ) -> None:
         """Concurrent requests on the real vLLM engine (closed loop of N users / Poisson), per-step trace.
 
-        Example: specsim calibrate serve-run --users 1,2,4,8 --poisson-rate 1.5 --requests 24 --out out/serving-cpu"""
+        Example: specsim measure serve-run --users 1,2,4,8 --poisson-rate 1.5 --requests 24 --out out/serving-cpu"""
         from calibrate.measure.serving_run import ServeConfig, run_serving
 
         arr = _arrivals(users, poisson_rate, seed)
@@ -92,7 +92,7 @@ def register(calibrate_app: typer.Typer) -> None:
     ) -> None:
         """Concurrent requests through whole systems (SpecReason: small + base engines colocated), per-call trace.
 
-        Example: specsim calibrate serve-systems --system vanilla-base --system specreason --users 1,2 --out out/serving-systems"""
+        Example: specsim measure serve-systems --system vanilla-base --system specreason --users 1,2 --out out/serving-systems"""
         from calibrate.measure.serving_systems import SystemServeConfig, run_system_serving
 
         arr = _arrivals(users, poisson_rate, seed)

@@ -11,3 +11,4 @@ COMMANDS = {
     "specreason": ("calibrate", "import-specreason"),
     "aggregates": ("calibrate", "import-aggregates"),
 }
+DEFINED = {"bench-serve": "specsim_cli.commands.serving:import_bench_serve_cmd"}

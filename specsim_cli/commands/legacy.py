@@ -13,7 +13,7 @@ import typer
 ANNOUNCED = {
     (): (("validate", "validate: fitting and predicting the held-out runs (trace replay, then distribution mode)"),
          ("validate-serving", "validate-serving: fitting step times and replaying the measured levels"),
-         ("validate-capacity", "validate-capacity: judging the measured levels, searching the predicted capacity")),
+),
     ("calibrate",): (("fit", "calibrate fit: robust least squares over the measured calls"),
                      ("fit-workload", "calibrate fit-workload: fitting the workload distributions")),
 }
@@ -22,46 +22,45 @@ ANNOUNCED = {
 def _announce_when_long(typer_app: typer.Typer, name: str, what: str) -> None:
     """Wrap a registered command so that, past a few seconds, it says what it is doing and when it is done
     (``report_table.job``); the command's own code (in other packages) stays as it is."""
-    from simulator.report.report_table import job
-
     for info in typer_app.registered_commands:
         if (info.name or getattr(info.callback, "__name__", None)) == name and info.callback is not None \
                 and not getattr(info.callback, "_announced", False):
-            inner = info.callback
+            info.callback = announcing(info.callback, what)
 
-            @functools.wraps(inner)
-            def wrapper(*args, __inner=inner, **kwargs):
-                with job(what, after_s=3.0):
-                    return __inner(*args, **kwargs)
 
-            wrapper._announced = True
-            info.callback = wrapper
+def announcing(inner, what: str):
+    """``inner`` wrapped so that, past a few seconds, it says ``what`` it is doing and when it is done."""
+    from simulator.report.report_table import job
+
+    @functools.wraps(inner)
+    def wrapper(*args, **kwargs):
+        with job(what, after_s=3.0):
+            return inner(*args, **kwargs)
+
+    wrapper._announced = True
+    return wrapper
 
 
 def _calibrate_app() -> typer.Typer:
-    """The former ``calibrate`` group: calibrate/cli.py's app plus the fitters, the serving runners and the mixture's
-    validation registered on it."""
+    """The former ``calibrate`` group: calibrate/cli.py's app plus the fitters and the serving runners registered on
+    it."""
     from calibrate.cli import app as calibrate_app
     from calibrate.fit.fit_cli import register as register_fit
     from calibrate.measure.serving_cli import register as register_serving
-    from validate.mixture import register as register_mixture
 
     register_fit(calibrate_app)
     register_serving(calibrate_app)
-    register_mixture(calibrate_app)
     return calibrate_app
 
 
 def _validate_app() -> typer.Typer:
     """The former top-level ``validate`` and ``validate-*`` commands."""
-    from validate.capacity import register as register_capacity
     from validate.cli import register, register_checks
     from validate.serving import register as register_serving
 
     app = typer.Typer(add_completion=False)
     register(app)
     register_serving(app)
-    register_capacity(app)
     register_checks(app)
     return app
 

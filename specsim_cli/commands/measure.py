@@ -19,6 +19,13 @@ COMMANDS = {
     "step-plan": ("calibrate", "gpu", "step-plan"),
     "step-predict": ("calibrate", "gpu", "step-predict"),
 }
+# commands defined in specsim_cli (name -> "module:function"); the others come from their former definition
+DEFINED = {
+    "serve-bench": "specsim_cli.commands.serving:serve_bench_cmd",
+    "serve-specreason": "specsim_cli.commands.serving:serve_specreason_cmd",
+    "compare-serve": "specsim_cli.commands.serving:compare_serve_cmd",
+    "burst-probe": "specsim_cli.commands.serving:burst_probe",
+}
 # sub-groups: name -> (help, {new name: former path})
 GROUPS = {
     "study": ("Speculative decoding study on real small models (torch, CPU) against the simulator's predictions.",

@@ -60,22 +60,44 @@ def resolve(ctx, path: tuple[str, ...]):
     return cmd
 
 
+def defined_command(name: str, where: str, announced: str | None = None):
+    """The click command of the typer function ``where`` ("module:function"), imported now; ``announced``: what it
+    says it is doing past a few seconds (``report_table.job``)."""
+    import importlib
+
+    import typer
+    from typer.models import CommandInfo
+
+    module, _, function = where.partition(":")
+    callback = getattr(importlib.import_module(module), function)
+    if announced:
+        from specsim_cli.commands.legacy import announcing
+
+        callback = announcing(callback, announced)
+    return typer.main.get_command_from_info(CommandInfo(name=name, callback=callback), pretty_exceptions_short=True,
+                                            rich_markup_mode=typer.core.DEFAULT_MARKUP_MODE)
+
+
 class TaskGroup(TyperGroup):
     """A task group whose commands come from :mod:`specsim_cli.commands.legacy` by their former path, on first use;
     ``default``: the command an unknown first word runs (with a note), for a group that was a command."""
 
-    def __init__(self, name: str, help: str, table: dict, groups: dict | None = None, default: str | None = None):
-        super().__init__(name=name, help=help, no_args_is_help=True)
-        self.table = dict(table)
-        self.default = default
-        for sub, (sub_help, sub_table) in (groups or {}).items():
-            self.add_command(TaskGroup(sub, sub_help, sub_table))
+    def __init__(self, name: str, module=None, *, help: str | None = None, table: dict | None = None):
+        super().__init__(name=name, help=help or module.HELP, no_args_is_help=True)
+        self.table = dict(table if table is not None else module.COMMANDS)
+        self.defined = dict(getattr(module, "DEFINED", {}))
+        self.announced = dict(getattr(module, "ANNOUNCED", {}))
+        self.default = getattr(module, "DEFAULT", None)
+        for sub, (sub_help, sub_table) in getattr(module, "GROUPS", {}).items():
+            self.add_command(TaskGroup(sub, help=sub_help, table=sub_table))
 
     def list_commands(self, ctx) -> list[str]:
         return [*self.table, *(n for n in self.commands if n not in self.table)]
 
     def get_command(self, ctx, name: str):
-        if name not in self.commands and name in self.table:
+        if name not in self.commands and name in self.defined:
+            self.commands[name] = defined_command(name, self.defined[name], self.announced.get(name))
+        elif name not in self.commands and name in self.table:
             from specsim_cli.commands.legacy import command
 
             cmd = copy.copy(command(self.table[name]))
@@ -128,8 +150,7 @@ class RootGroup(TyperGroup):
         super().__init__(**kwargs)
         names = former_names()
         for group, module in TASKS:
-            self.add_command(TaskGroup(group, module.HELP, module.COMMANDS, getattr(module, "GROUPS", None),
-                                       getattr(module, "DEFAULT", None)))
+            self.add_command(TaskGroup(group, module))
         for first in dict.fromkeys(old[0] for old in names if len(old) > 1):
             self.add_command(FormerGroup((first,), names))
         self.former = {old[0]: new for old, new in names.items() if len(old) == 1 and old[0] not in self.commands}

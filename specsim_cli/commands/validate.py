@@ -18,4 +18,10 @@ COMMANDS = {
     "spec-sweep": ("calibrate", "gpu", "spec-sweep"),
     "trace": ("calibrate", "check-trace"),
 }
+DEFINED = {
+    "capacity": "specsim_cli.commands.checks:validate_capacity_cmd",
+    "mixture": "specsim_cli.commands.checks:validate_mixture_cmd",
+}
+# defined commands that, past a few seconds, say what they are doing (the others: specsim_cli.commands.legacy)
+ANNOUNCED = {"capacity": "validate-capacity: judging the measured levels, searching the predicted capacity"}
 DEFAULT = "runs"  # an unknown first word: the former `specsim validate RUN...`

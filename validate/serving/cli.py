@@ -1,4 +1,4 @@
-"""``specsim validate-serving``."""
+"""``specsim validate serving``."""
 
 from __future__ import annotations
 
@@ -46,13 +46,13 @@ def _progress_to_stderr() -> None:
 
 
 def register(app) -> None:
-    """Add ``specsim validate-serving`` to the main app."""
+    """Add ``specsim validate serving`` to the main app."""
     import typer
 
     @app.command("validate-serving")
     @writes(report="folder")
     def validate_serving_cmd(
-        run_dirs: Optional[list[Path]] = typer.Argument(None, help="serve-run directories (specsim calibrate serve-run), `vllm bench serve` result JSONs (--save-result --save-detailed) or their imports"),
+        run_dirs: Optional[list[Path]] = typer.Argument(None, help="serve-run directories (specsim measure serve-run), `vllm bench serve` result JSONs (--save-result --save-detailed) or their imports"),
         profile: Optional[Path] = typer.Option(None, "--profile", help="cost profile YAML (fitted; its fit.setup names the models); required with run directories"),
         report: Path = typer.Option(..., "--out", "--report", help="report folder: report.md, CSVs and figures"),
         fit_levels: Optional[str] = typer.Option(None, "--fit-levels",
@@ -67,7 +67,7 @@ def register(app) -> None:
     ) -> None:
         """Predict measured concurrent runs with the serving simulator (trace replay); report errors and figures.
 
-        Example: specsim validate-serving reports/serve-bench-cpu/quiet/closed-* --profile simulator/profiles/cost_cpu-epyc-vllm032.yaml --fit-levels closed-1 --out out/serve-bench-quiet-report"""
+        Example: specsim validate serving reports/serve-bench-cpu/quiet/closed-* --profile simulator/profiles/cost_cpu-epyc-vllm032.yaml --fit-levels closed-1 --out out/serve-bench-quiet-report"""
         if released is not None:
             _released(released, holdout, report, fit_hosts)
             return
