@@ -238,29 +238,6 @@ def _register_gpu(gpu: typer.Typer) -> None:
                                                if n not in STEP_PRIORS))
         typer.echo(f"wrote {out}")
 
-    @gpu.command("validate-kernels")
-    @writes(out="folder")
-    def validate_kernels_cmd(
-        ctx: typer.Context,
-        out: Path = typer.Option(..., help="folder for report.md and figures.csv"),
-        vidur: str = typer.Option("../shared/data/vidur-gpu-profiles", help="Vidur data/profiling-style folder"),
-        aiconfigurator: str = typer.Option("../shared/data/aiconfigurator-vllm-kernels",
-                                           help="AIConfigurator systems/data-style folder"),
-    ) -> None:
-        """Held-out figures of the GPU kernel model against the catalog priors and a constant-efficiency roofline.
-
-        Example: specsim validate kernels --out out/gpu-validation"""
-        import sys
-
-        from validate.gpu_kernels import load_inputs, run, summary, write_report
-        from simulator.command_line import command_line
-
-        df, inputs = load_inputs(vidur, aiconfigurator)
-        fig = run(df, log=lambda s: print(s, file=sys.stderr))
-        path = write_report(fig, out, command_line(ctx), inputs)
-        typer.echo(summary(fig).to_string(index=False, float_format=lambda v: f"{100 * v:.1f}%"))
-        typer.echo(f"wrote {path}")
-
     @gpu.command("check-priors")
     @writes(out="folder")
     def check_priors_cmd(

@@ -1,5 +1,6 @@
-"""``validate capacity`` and ``validate mixture``: each parses its options, calls one library function
-(``validate.capacity.run``, ``validate.mixture.run``) and prints; the library is imported inside the command."""
+"""``validate capacity``, ``validate mixture`` and ``validate kernels``: each parses its options, calls one library
+function (``validate.capacity``, ``validate.mixture``, ``validate.gpu_kernels``) and prints; the library is imported
+inside the command."""
 
 from __future__ import annotations
 
@@ -46,3 +47,26 @@ def validate_mixture_cmd(
     typer.echo(f"leave-one-problem-out: fitting one mixture per held-out problem, writing {out} ...")
     _, _, text = run(out, aggregates, data)
     typer.echo(text)
+
+
+@writes(out="folder")
+def validate_kernels_cmd(
+    ctx: typer.Context,
+    out: Path = typer.Option(..., help="folder for report.md and figures.csv"),
+    vidur: str = typer.Option("../shared/data/vidur-gpu-profiles", help="Vidur data/profiling-style folder"),
+    aiconfigurator: str = typer.Option("../shared/data/aiconfigurator-vllm-kernels",
+                                       help="AIConfigurator systems/data-style folder"),
+) -> None:
+    """Held-out figures of the GPU kernel model against the catalog priors and a constant-efficiency roofline.
+
+    Example: specsim validate kernels --out out/gpu-validation"""
+    import sys
+
+    from validate.gpu_kernels import load_inputs, run, summary, write_report
+    from simulator.command_line import command_line
+
+    df, inputs = load_inputs(vidur, aiconfigurator)
+    fig = run(df, log=lambda s: print(s, file=sys.stderr))
+    path = write_report(fig, out, command_line(ctx), inputs)
+    typer.echo(summary(fig).to_string(index=False, float_format=lambda v: f"{100 * v:.1f}%"))
+    typer.echo(f"wrote {path}")

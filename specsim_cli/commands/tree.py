@@ -112,10 +112,19 @@ class TaskGroup(TyperGroup):
         return super().resolve_command(ctx, args)
 
     def parse_args(self, ctx, args):
-        if self.default and args and args[0] not in self.list_commands(ctx) and args[0] not in ctx.help_option_names:
+        if self.default and args and self.former_call(ctx, args[0]):
             note(f"{self.name} RUN...", f"{self.name} {self.default} RUN...")
             args = [self.default, *args]
         return super().parse_args(ctx, args)
+
+    def former_call(self, ctx, first: str) -> bool:
+        """``first`` opens a call of the former command (an option, or a path), not a sub-command (a misspelt one
+        stays a usage error)."""
+        from pathlib import Path
+
+        if first in self.list_commands(ctx) or first in ctx.help_option_names:
+            return False
+        return first.startswith("-") or "/" in first or Path(first).exists()
 
 
 class FormerGroup(TyperGroup):

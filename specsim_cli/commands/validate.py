@@ -21,6 +21,7 @@ COMMANDS = {
 DEFINED = {
     "capacity": "specsim_cli.commands.checks:validate_capacity_cmd",
     "mixture": "specsim_cli.commands.checks:validate_mixture_cmd",
+    "kernels": "specsim_cli.commands.checks:validate_kernels_cmd",
 }
 # defined commands that, past a few seconds, say what they are doing (the others: specsim_cli.commands.legacy)
 ANNOUNCED = {"capacity": "validate-capacity: judging the measured levels, searching the predicted capacity"}
