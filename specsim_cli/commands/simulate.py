@@ -2,11 +2,11 @@
 time, one workload's plain serving)."""
 
 HELP = "Predict from a scenario: what-if grids, capacity planning, reports, one engine step's time."
-# new name -> the command's former path (every former name keeps working, hidden: specsim_cli.commands.aliases)
+# new name -> (its function, "module:function" under specsim_cli.commands; its former name, a hidden alias)
 COMMANDS = {
-    "whatif": ("whatif",),
-    "capacity": ("capacity",),
-    "report": ("report",),
-    "pass-time": ("pass-time",),
-    "serve-workload": ("serve-workload",),
+    "whatif": ("predict:whatif", "whatif"),
+    "capacity": ("predict:capacity", "capacity"),
+    "report": ("predict:report", "report"),
+    "pass-time": ("predict:pass_time", "pass-time"),
+    "serve-workload": ("predict:serve_workload", "serve-workload"),
 }

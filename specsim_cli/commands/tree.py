@@ -1,7 +1,7 @@
 """The one ``specsim`` command tree by task: ``simulate``, ``measure``, ``import``, ``fit``, ``validate`` (one module
 each in ``specsim_cli/commands/``, each a table of its commands), plus ``list``, ``show`` and ``init``.
 
-A task group loads its commands when one is asked for (``specsim --help`` imports no library). Every former name
+A task group imports its commands' module when one is asked for (``specsim --help`` imports no library). Every former name
 (``specsim calibrate fit-workload``, ``specsim validate-serving``, ``specsim calibrate gpu fit-engine`` ...) keeps
 working for one release as a hidden alias: it prints one line on stderr naming the new command, then runs it (same
 options, output and exit code). ``specsim validate RUN...`` (the former command, now a group) runs ``validate runs``.
@@ -10,6 +10,7 @@ options, output and exit code). ``specsim validate RUN...`` (the former command,
 from __future__ import annotations
 
 import copy
+import functools
 import sys
 
 from typer.core import TyperGroup
@@ -24,11 +25,11 @@ def former_names() -> dict[tuple[str, ...], tuple[str, ...]]:
     """Every former command path -> its new path (the aliases; docs/cli.md has the same table)."""
     out = {}
     for group, module in TASKS:
-        for new, old in module.COMMANDS.items():
-            out[old] = (group, new)
+        for new, (_, old) in module.COMMANDS.items():
+            out[tuple(old.split())] = (group, new)
         for sub, (_, table) in getattr(module, "GROUPS", {}).items():
-            for new, old in table.items():
-                out[old] = (group, sub, new)
+            for new, (_, old) in table.items():
+                out[tuple(old.split())] = (group, sub, new)
     return out
 
 
@@ -52,64 +53,94 @@ def noted(cmd, old: tuple[str, ...], new: tuple[str, ...]):
     return alias
 
 
-def resolve(ctx, path: tuple[str, ...]):
-    """The command at ``path`` (new names) in the tree ``ctx`` belongs to."""
-    cmd = ctx.find_root().command
-    for word in path:
-        cmd = cmd.get_command(ctx, word)
-    return cmd
+def command_at(path: tuple[str, ...]):
+    """The command at ``path`` (new names, a task group's command), from the tables."""
+    module = dict(TASKS)[path[0]]
+    table = module.COMMANDS if len(path) == 2 else module.GROUPS[path[1]][1]
+    return defined_command(path[-1], table[path[-1]][0], getattr(module, "ANNOUNCED", {}).get(path[-1]))
 
 
+def announcing(inner, what: str):
+    """``inner`` wrapped so that, past a few seconds, it says ``what`` it is doing and when it is done."""
+
+    @functools.wraps(inner)
+    def wrapper(*args, **kwargs):
+        from simulator.report.report_table import job
+
+        with job(what, after_s=3.0):
+            return inner(*args, **kwargs)
+
+    return wrapper
+
+
+@functools.cache
 def defined_command(name: str, where: str, announced: str | None = None):
-    """The click command of the typer function ``where`` ("module:function"), imported now; ``announced``: what it
-    says it is doing past a few seconds (``report_table.job``)."""
+    """The click command of the typer function ``where`` ("module:function", the module under
+    ``specsim_cli.commands`` unless dotted), imported now; ``announced``: what it says it is doing past a few seconds
+    (``report_table.job``)."""
     import importlib
 
     import typer
     from typer.models import CommandInfo
 
     module, _, function = where.partition(":")
-    callback = getattr(importlib.import_module(module), function)
+    callback = getattr(importlib.import_module(module if "." in module else f"specsim_cli.commands.{module}"), function)
     if announced:
-        from specsim_cli.commands.legacy import announcing
-
         callback = announcing(callback, announced)
     return typer.main.get_command_from_info(CommandInfo(name=name, callback=callback), pretty_exceptions_short=True,
                                             rich_markup_mode=typer.core.DEFAULT_MARKUP_MODE)
 
 
-class TaskGroup(TyperGroup):
-    """A task group whose commands come from :mod:`specsim_cli.commands.legacy` by their former path, on first use;
-    ``default``: the command an unknown first word runs (with a note), for a group that was a command."""
+class LazyGroup(TyperGroup):
+    """A group whose commands are made on first use (:meth:`make`); ``commands`` (click's dict, walked by tools and
+    typer's "did you mean") makes them all."""
+
+    def __init__(self, **kwargs):
+        self._commands = {}
+        super().__init__(**kwargs)
+
+    @property
+    def commands(self) -> dict:
+        for name in self.lazy_names():
+            self.get_command(None, name)
+        return self._commands
+
+    @commands.setter
+    def commands(self, value) -> None:
+        self._commands = dict(value or {})
+
+    def lazy_names(self) -> list[str]:
+        return []
+
+    def make(self, name: str):
+        return None
+
+    def list_commands(self, ctx) -> list[str]:
+        return [*self.lazy_names(), *(n for n in self._commands if n not in self.lazy_names())]
+
+    def get_command(self, ctx, name: str):
+        if name not in self._commands and name in self.lazy_names():
+            self._commands[name] = self.make(name)
+        return self._commands.get(name)
+
+
+class TaskGroup(LazyGroup):
+    """A task group: its module's table of commands (each imported on first use), sub-groups, and ``default``: the
+    command a path or an option as first word runs (with a note), for a group that was a command."""
 
     def __init__(self, name: str, module=None, *, help: str | None = None, table: dict | None = None):
         super().__init__(name=name, help=help or module.HELP, no_args_is_help=True)
         self.table = dict(table if table is not None else module.COMMANDS)
-        self.defined = dict(getattr(module, "DEFINED", {}))
         self.announced = dict(getattr(module, "ANNOUNCED", {}))
         self.default = getattr(module, "DEFAULT", None)
         for sub, (sub_help, sub_table) in getattr(module, "GROUPS", {}).items():
-            self.add_command(TaskGroup(sub, help=sub_help, table=sub_table))
+            self._commands[sub] = TaskGroup(sub, help=sub_help, table=sub_table)
 
-    def list_commands(self, ctx) -> list[str]:
-        return [*self.table, *(n for n in self.commands if n not in self.table)]
+    def lazy_names(self) -> list[str]:
+        return list(self.table)
 
-    def get_command(self, ctx, name: str):
-        if name not in self.commands and name in self.defined:
-            self.commands[name] = defined_command(name, self.defined[name], self.announced.get(name))
-        elif name not in self.commands and name in self.table:
-            from specsim_cli.commands.legacy import command
-
-            cmd = copy.copy(command(self.table[name]))
-            cmd.name = name
-            self.commands[name] = cmd
-        return self.commands.get(name)
-
-    def resolve_command(self, ctx, args):
-        if args and args[0] not in self.commands:  # typer's "did you mean" reads self.commands
-            for name in self.table:
-                self.get_command(ctx, name)
-        return super().resolve_command(ctx, args)
+    def make(self, name: str):
+        return defined_command(name, self.table[name][0], self.announced.get(name))
 
     def parse_args(self, ctx, args):
         if self.default and args and self.former_call(ctx, args[0]):
@@ -127,29 +158,24 @@ class TaskGroup(TyperGroup):
         return first.startswith("-") or "/" in first or Path(first).exists()
 
 
-class FormerGroup(TyperGroup):
+class FormerGroup(LazyGroup):
     """A former group (``calibrate``, ``calibrate gpu``, ``study``), hidden: each of its commands is the new one,
     :func:`noted`."""
 
     def __init__(self, path: tuple[str, ...], names: dict):
-        super().__init__(name=path[-1], help=f"Former group: its commands moved to the task groups (specsim --help).",
+        super().__init__(name=path[-1], help="Former group: its commands moved to the task groups (specsim --help).",
                          no_args_is_help=True, hidden=True)
         self.path = path
         self.names = {old[len(path)]: new for old, new in names.items()
                       if old[:len(path)] == path and len(old) == len(path) + 1}
-        subs = {old[len(path)] for old in names if old[:len(path)] == path and len(old) > len(path) + 1}
-        for sub in subs:
-            self.add_command(FormerGroup((*path, sub), names))
+        for sub in dict.fromkeys(old[len(path)] for old in names if old[:len(path)] == path and len(old) > len(path) + 1):
+            self._commands[sub] = FormerGroup((*path, sub), names)
 
-    def list_commands(self, ctx) -> list[str]:
-        return [*self.names, *self.commands]
+    def lazy_names(self) -> list[str]:
+        return list(self.names)
 
-    def get_command(self, ctx, name: str):
-        if name in self.commands:
-            return self.commands[name]
-        if name in self.names:
-            return noted(resolve(ctx, self.names[name]), (*self.path, name), self.names[name])
-        return None
+    def make(self, name: str):
+        return noted(command_at(self.names[name]), (*self.path, name), self.names[name])
 
 
 class RootGroup(TyperGroup):
@@ -171,5 +197,5 @@ class RootGroup(TyperGroup):
         if name in self.commands:
             return self.commands[name]
         if name in self.former:
-            return noted(resolve(ctx, self.former[name]), (name,), self.former[name])
+            return noted(command_at(self.former[name]), (name,), self.former[name])
         return None

@@ -2,27 +2,25 @@
 ``specsim validate RUN...`` (the former ``specsim validate``) still runs ``validate runs``, with a note."""
 
 HELP = "Validate predictions against held-out measurements, and check inputs (exit 1: a quality bar failed)."
+# new name -> (its function, "module:function" under specsim_cli.commands; its former name, a hidden alias)
 COMMANDS = {
-    "runs": ("validate",),
-    "serving": ("validate-serving",),
-    "capacity": ("validate-capacity",),
-    "drift": ("validate-drift",),
-    "cpu": ("validate-cpu",),
-    "inferencex": ("validate-inferencex",),
-    "moe-routing": ("validate-moe-routing",),
-    "gpu-summary": ("validate-gpu-summary",),
-    "mixture": ("calibrate", "validate-mixture"),
-    "kernels": ("calibrate", "gpu", "validate-kernels"),
-    "step-summary": ("calibrate", "gpu", "step-summary"),
-    "priors": ("calibrate", "gpu", "check-priors"),
-    "spec-sweep": ("calibrate", "gpu", "spec-sweep"),
-    "trace": ("calibrate", "check-trace"),
+    "runs": ("validations:validate", "validate"),
+    "serving": ("validate.serving.cli:validate_serving_cmd", "validate-serving"),
+    "capacity": ("checks:validate_capacity_cmd", "validate-capacity"),
+    "drift": ("validations:validate_drift", "validate-drift"),
+    "cpu": ("validations:validate_cpu", "validate-cpu"),
+    "inferencex": ("validations:validate_inferencex", "validate-inferencex"),
+    "moe-routing": ("validations:validate_moe_routing", "validate-moe-routing"),
+    "gpu-summary": ("validations:validate_gpu_summary", "validate-gpu-summary"),
+    "mixture": ("checks:validate_mixture_cmd", "calibrate validate-mixture"),
+    "kernels": ("checks:validate_kernels_cmd", "calibrate gpu validate-kernels"),
+    "step-summary": ("gpu:step_summary_cmd", "calibrate gpu step-summary"),
+    "priors": ("gpu:check_priors_cmd", "calibrate gpu check-priors"),
+    "spec-sweep": ("gpu:spec_sweep_cmd", "calibrate gpu spec-sweep"),
+    "trace": ("runs:check_trace_cmd", "calibrate check-trace"),
 }
-DEFINED = {
-    "capacity": "specsim_cli.commands.checks:validate_capacity_cmd",
-    "mixture": "specsim_cli.commands.checks:validate_mixture_cmd",
-    "kernels": "specsim_cli.commands.checks:validate_kernels_cmd",
-}
-# defined commands that, past a few seconds, say what they are doing (the others: specsim_cli.commands.legacy)
-ANNOUNCED = {"capacity": "validate-capacity: judging the measured levels, searching the predicted capacity"}
-DEFAULT = "runs"  # an unknown first word: the former `specsim validate RUN...`
+# commands that, past a few seconds, say what they are doing and when they are done (report_table.job)
+ANNOUNCED = {"runs": "validate: fitting and predicting the held-out runs (trace replay, then distribution mode)",
+             "serving": "validate-serving: fitting step times and replaying the measured levels",
+             "capacity": "validate-capacity: judging the measured levels, searching the predicted capacity"}
+DEFAULT = "runs"  # an unknown first word that is a path or an option: the former `specsim validate RUN...`

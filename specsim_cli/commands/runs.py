@@ -1,4 +1,6 @@
-"""``specsim calibrate ...`` commands. Heavy engines are imported inside the commands."""
+"""The run-side commands (``measure prepare-models | cut-draft | run | microbench | static-bench | op-bench |
+spec-metrics``), ``validate trace``, ``import aggregates``, ``fit mixture | acceptance``. Heavy engines are imported
+inside the commands."""
 
 from __future__ import annotations
 
@@ -6,13 +8,11 @@ from pathlib import Path
 
 import typer
 
+from calibrate.measure.op_bench import DEFAULT_TOKENS  # stdlib only: torch is imported when a bench runs
 from simulator.option_values import gamma_list_option, int_list_option, threshold_option
 from simulator.output_contract import writes
 
-app = typer.Typer(no_args_is_help=True, add_completion=False)
 
-
-@app.command("prepare-models")
 def prepare_models_cmd(
     cache: Path = typer.Option(Path(".cache/models"), help="model cache folder"),
     gemma: bool = typer.Option(False, help="also convert Gemma-3-270M (different vocab: not a SmolLM2 draft)"),
@@ -28,7 +28,6 @@ def prepare_models_cmd(
         typer.echo(f"{name}: {path}")
 
 
-@app.command("cut-draft")
 @writes(out="folder")
 def cut_draft_cmd(
     model: Path = typer.Option(..., help="HF model folder"),
@@ -43,7 +42,6 @@ def cut_draft_cmd(
     typer.echo(str(cut_draft(model, layers, out)))
 
 
-@app.command("run")
 @writes(out="runs")
 def run_cmd(
     engine: str = typer.Option("vllm", help="vllm | torch"),
@@ -98,7 +96,6 @@ def run_cmd(
     typer.echo(f"wrote {out} ({prog.summary()})")
 
 
-@app.command("microbench")
 @writes(out="runs")
 def microbench_cmd(
     engine: str = typer.Option("vllm", help="vllm | torch"),
@@ -133,7 +130,6 @@ def microbench_cmd(
     typer.echo(f"wrote {n} records to {out}/microbench.jsonl")
 
 
-@app.command("check-trace")
 def check_trace_cmd(run_dir: Path = typer.Argument(..., help="run directory")) -> None:
     """Validate a run directory as every reader does (fields, physical bounds, duplicates, orphans, missing files).
 
@@ -146,7 +142,6 @@ def check_trace_cmd(run_dir: Path = typer.Argument(..., help="run directory")) -
     typer.echo(", ".join(f"{len(v)} {k}" for k, v in out.items()) + " record(s): ok")
 
 
-@app.command("static-bench")
 @writes(out="runs")
 def static_bench_cmd(
     arch: str = typer.Option(..., help="catalog architecture (random weights), e.g. qwq-32b"),
@@ -180,15 +175,6 @@ def static_bench_cmd(
                      log=typer.echo, max_seconds=max_seconds or None)
 
 
-# GPU kernel profiles (issue 13): import-vidur, import-aiconfigurator, ..., fit-gpu, and the gpu group (fits, checks,
-# the step campaign's plan); op-bench, on the run side, joins the gpu group here
-from calibrate.gpu_priors.cli import register as _register_gpu_profiles  # noqa: E402
-from calibrate.measure.op_bench import DEFAULT_TOKENS  # noqa: E402  (stdlib only: torch is imported when a bench runs)
-
-gpu_app = _register_gpu_profiles(app)
-
-
-@gpu_app.command("op-bench")
 @writes(out="runs")
 def op_bench_cmd(
     ctx: typer.Context,
@@ -213,8 +199,7 @@ def op_bench_cmd(
     typer.echo(f"wrote {csv}", err=True)
 
 
-# Workload mixtures over problems (issue 12): import-aggregates, fit-mixture (validate-mixture: validate/mixture.py)
-@app.command("import-aggregates")
+# Workload mixtures over problems: import aggregates, fit mixture (validate mixture: specsim_cli/commands/checks.py)
 def import_aggregates_cmd(
     path: Path = typer.Argument(..., help="per-problem aggregates JSON (SpecReason experiment_summary layout)"),
 ) -> None:
@@ -234,7 +219,6 @@ def import_aggregates_cmd(
                    f"{v.total_tokens:15.0f}  {speed[pid]['base_s_per_token']:12.4f}")
 
 
-@app.command("fit-mixture")
 @writes(out="yaml")
 def fit_mixture_cmd(
     out: Path = typer.Option(..., help="output workload profile (YAML)"),
@@ -256,7 +240,6 @@ def fit_mixture_cmd(
     typer.echo(f"wrote {write_atomic(out, mixture_to_yaml(prof))} ({len(prof.problems)} problems)")
 
 
-@app.command("fit-acceptance")
 @writes(out="yaml")
 def fit_acceptance_cmd(
     runs: list[Path] = typer.Argument(None, help="run directories with speculative calls (one gamma per run)"),
@@ -296,7 +279,6 @@ def fit_acceptance_cmd(
         typer.echo(f"wrote {write_atomic(out, acceptance_yaml(model, src))}")
 
 
-@app.command("spec-metrics")
 @writes(out="yaml")
 def spec_metrics_cmd(
     metrics: list[Path] = typer.Option(None, help="vLLM /metrics text (Prometheus); repeatable"),

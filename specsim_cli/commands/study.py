@@ -11,10 +11,7 @@ import typer
 from simulator.option_values import gamma_list_option, int_list_text
 from simulator.output_contract import writes
 
-app = typer.Typer(help="Studies on real small models + the simulator.", no_args_is_help=True)
 
-
-@app.command("specdecode")
 @writes(out="folder")
 def specdecode(
     out: Path = typer.Option(..., "--out", help="report directory"),
@@ -48,7 +45,6 @@ def specdecode(
     print(f"wrote {out / 'README.md'}")
 
 
-@app.command("draft-head")
 @writes(out="folder")
 def draft_head(
     out: Path = typer.Option(..., "--out", help="report directory"),

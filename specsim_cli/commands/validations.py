@@ -1,6 +1,6 @@
 """``specsim validate runs``: thin entry point over :mod:`validate.validation` and :mod:`validate.report`; and
-``validate-drift`` (:mod:`validate.drift`), ``validate-cpu`` (:mod:`validate.campaign`) and ``validate-gpu-summary``
-(:mod:`validate.gpu_campaign_summary`).
+``validate drift`` (:mod:`validate.drift`), ``validate cpu`` (:mod:`validate.campaign`), ``validate inferencex``,
+``validate moe-routing`` and ``validate gpu-summary`` (:mod:`validate.gpu_campaign_summary`).
 
 Exit codes: 0 ok, 1 the median APE is above ``--max-median-ape``, 2 bad input (one line) or a case the
 tool cannot judge: no uncensored held-out run for distribution mode, or (``--drift flag``, the
@@ -228,22 +228,3 @@ def validate_moe_routing(
     from validate.moe_routing import write_summary
 
     print(write_summary(records, out))
-
-
-def _add(app: typer.Typer, commands) -> None:
-    names = {c.name or (c.callback.__name__ if c.callback else None) for c in app.registered_commands}
-    for name, fn in commands:
-        if name not in names:
-            app.command(name)(fn)
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``validate`` unless ``app`` has it."""
-    _add(app, (("validate", validate),))
-
-
-def register_checks(app: typer.Typer) -> None:
-    """Add ``validate-drift``, ``validate-cpu`` and ``validate-gpu-summary`` unless ``app`` has them."""
-    _add(app, (("validate-drift", validate_drift), ("validate-cpu", validate_cpu), ("validate-inferencex", validate_inferencex),
-               ("validate-moe-routing", validate_moe_routing),
-               ("validate-gpu-summary", validate_gpu_summary)))

@@ -1,12 +1,6 @@
-"""The simulator's own commands (``whatif``, ``list``, ``show`` (``simulator/cli_show.py``), ``capacity``, ``report``,
-``init``, ``pass-time``, ``serve-workload``): each parses, calls one library function, prints.
-
-This module imports nothing from ``calibrate`` or ``validate`` (tests/simulator/test_layering.py). The
-``specsim`` console script is ``specsim_cli.main``: it adds these commands to the whole tree (with the
-``calibrate``, ``validate`` and ``study`` groups) and runs it under the error contract -- exit 0 success,
-1 a quality bar failed, 2 bad input or a usage mistake, always one line ``error: ...`` on stderr.
-Commands raise :class:`~simulator.errors.InputError` for bad input; ``specsim_cli.main.run_app`` prints it.
-"""
+"""The prediction commands (``simulate whatif | capacity | report | pass-time | serve-workload``): each parses, calls
+one library function, prints. Commands raise :class:`~simulator.errors.InputError` for bad input;
+``specsim_cli.main.run_app`` prints it (exit 2, one line ``error: ...``)."""
 
 from __future__ import annotations
 
@@ -21,9 +15,6 @@ from simulator.option_values import (FIRST_N_MAX, GAMMA_MAX, check_capacity_requ
                                      threshold_list_option, user_list)
 from simulator.output_contract import ForceOpt, writes
 from simulator.report.report_table import COLUMNS_HELP
-
-app = typer.Typer(no_args_is_help=True, add_completion=False,
-                  help="The simulator's commands: what-if grids, scenarios, capacity planning, reports.")
 
 
 def _check_seed(seed: int | None) -> None:
@@ -48,7 +39,6 @@ def tp_option():
                            "scenario's", example="1,2")
 
 
-@app.command()
 @writes(out="table")
 def whatif(
     scenario: str = typer.Argument(..., help="scenario YAML (path or name in scenarios/)"),
@@ -130,7 +120,6 @@ BenchServeOpt = Annotated[Optional[str], typer.Option("--bench-serve", help=(
     "ignored, and the title says so"))]
 
 
-@app.command()
 @writes(out="table")
 def capacity(
     scenario: str = typer.Argument(..., help="scenario YAML (path or name in scenarios/)"),
@@ -262,7 +251,6 @@ def capacity(
         write_output(df, file_format(fmt, out) if out is not None else fmt, out, title, meta)
 
 
-@app.command()
 @writes(out="folder")
 def report(
     scenario: str = typer.Argument(..., help="scenario YAML (path or name in scenarios/)"),
@@ -343,7 +331,6 @@ def _interval(ci_target: float | None, max_replications: int | None):
     return spec
 
 
-@app.command("pass-time")
 @writes(out="table")
 def pass_time(
     model: str = typer.Option(..., "--model", help="catalog model name (specsim list models) or a path to a HF config.json"),
@@ -397,7 +384,6 @@ def pass_time(
     write_output(df, fmt, out, "", meta)
 
 
-@app.command("serve-workload")
 def serve_workload(
     scenario: str = typer.Argument(..., help="scenario YAML (path or name in scenarios/)"),
     bench_serve: Optional[str] = typer.Option(None, "--bench-serve", help="a `vllm bench serve ...` command line "

@@ -1,9 +1,9 @@
-"""``specsim fit cost`` / ``fit-workload`` / ``fit-bench`` / ``fit-workload-traces`` / ``import-specreason`` /
-``fit-accuracy`` / ``published-priors``: thin entry points over :mod:`calibrate.fit.fit_cost`,
+"""``specsim fit cost | workload | bench | workload-traces | accuracy | published-priors | drafter-curves`` and
+``import specreason``: thin entry points over :mod:`calibrate.fit.fit_cost`,
 :mod:`calibrate.fit.fit_workload_runs`, :mod:`calibrate.fit.bench_fit`, :mod:`calibrate.fit.fit_workload`,
 :mod:`calibrate.fit.import_specreason`, :mod:`calibrate.fit.accuracy_profile` and :mod:`calibrate.fit.published_priors`.
 
-Registered on the ``calibrate`` sub-app by :func:`register` (called from ``specsim_cli.main``).
+Named in the task groups' tables (``specsim_cli/commands/fit.py``, ``imports.py``).
 """
 
 from __future__ import annotations
@@ -267,15 +267,3 @@ def fit_drafter_curves(
         print(f"wrote {out}")
     if report is not None:
         print(f"wrote {write_atomic(report / 'held-out.md', text)}")
-
-
-def register(calibrate_app: typer.Typer) -> None:
-    """Add ``fit``, ``fit-workload``, ``fit-bench``, ``fit-workload-traces``, ``import-specreason``, ``fit-accuracy``
-    ``published-priors`` and ``fit-drafter-curves`` to the calibrate sub-app unless it already has them."""
-    names = {c.name or (c.callback.__name__ if c.callback else None) for c in calibrate_app.registered_commands}
-    for name, fn in (("fit", fit), ("fit-workload", fit_workload), ("fit-bench", fit_bench),
-                     ("fit-workload-traces", fit_workload_traces), ("import-specreason", import_specreason_cmd),
-                     ("fit-accuracy", fit_accuracy), ("published-priors", published_priors),
-                     ("fit-drafter-curves", fit_drafter_curves)):
-        if name not in names:
-            calibrate_app.command(name)(fn)
