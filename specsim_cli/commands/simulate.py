@@ -5,7 +5,7 @@ HELP = "Predict from a scenario: what-if grids, capacity planning, reports, one 
 # new name -> (its function, "module:function" under specsim_cli.commands; its former name, a hidden alias)
 COMMANDS = {
     "whatif": ("predict:whatif", "whatif"),
-    "capacity": ("predict:capacity", "capacity"),
+    "capacity": ("capacity:capacity", "capacity"),
     "report": ("predict:report", "report"),
     "pass-time": ("predict:pass_time", "pass-time"),
     "serve-workload": ("predict:serve_workload", "serve-workload"),
