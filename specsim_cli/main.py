@@ -215,7 +215,7 @@ def _hide_flag_types() -> None:
         if getattr(self, "is_flag", False):
             return None
         shown = orig(self, ctx)
-        # a repeatable option shows its element's type (<str>), not typer's "<list[str]>" (issue 30)
+        # a repeatable option shows its element's type (<str>), not typer's "<list[str]>"
         return _element_type(shown)
 
     TyperOption.display_type_rich = display_type_rich

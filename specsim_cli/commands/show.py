@@ -32,7 +32,7 @@ def show(what: str = typer.Argument(..., metavar="SCENARIO_OR_PROFILE",
         rs = load_scenario(path)
         d = rs.to_dict()
         note = rs.workload_note()
-        if note:  # a borrowed workload is said where the scenario is shown (issue 30)
+        if note:  # a borrowed workload is said where the scenario is shown
             print(f"# note: {note}")
         if section is None or section == "resolved":
             for h in rs.hardware_names:

@@ -51,21 +51,10 @@ def validate(
     """Predict measured held-out runs (trace replay and distribution mode) and report the errors.
 
     Example: specsim validate runs RUN_DIR... --profile cost.yaml --holdout requests:kfold=2 --out out/validation"""
-    from validate.metrics import summary_text
     from validate.report import write_report
-    from validate.validation import headline, run_validation
+    from validate.validation import NothingToValidate, run_validation
 
-    if bar_target not in ("e2e", "calls", "distribution"):
-        raise InputError(None, "--bar-target", f"expected e2e, calls or distribution (got {bar_target!r})")
-    if max_median_ape is not None and not max_median_ape > 0:
-        raise InputError(None, "--max-median-ape", "must be > 0 (a fraction, e.g. 0.05)")
-    if des_requests < 2:
-        raise InputError(None, "--des-requests", "must be >= 2")
-    if seed < 0:
-        raise InputError(None, "--seed", f"must be >= 0 (got {seed})")
-    if not 0.0 < level < 1.0:
-        raise InputError(None, "--level", f"a fraction between 0 and 1, e.g. 0.9 (got {level})")
-    from validate.validation import NothingToValidate
+    _check_validate_options(bar_target, max_median_ape, des_requests, seed, level)
 
     try:
         res = run_validation([str(p) for p in inputs], str(profile), holdout, str(workload) if workload else None,
@@ -77,8 +66,31 @@ def validate(
         sys.exit(1)
     command = "specsim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     path = write_report(res, report, command, max_median_ape, bar_target)
-    f = res.figures
     print(f"wrote {path}")
+    _print_figures(res, level)
+    _judge(res, path, drift, bar_target, max_median_ape)
+
+
+def _check_validate_options(bar_target: str, max_median_ape: float | None, des_requests: int, seed: int,
+                            level: float) -> None:
+    """``validate runs``' options checked before any work."""
+    if bar_target not in ("e2e", "calls", "distribution"):
+        raise InputError(None, "--bar-target", f"expected e2e, calls or distribution (got {bar_target!r})")
+    if max_median_ape is not None and not max_median_ape > 0:
+        raise InputError(None, "--max-median-ape", "must be > 0 (a fraction, e.g. 0.05)")
+    if des_requests < 2:
+        raise InputError(None, "--des-requests", "must be >= 2")
+    if seed < 0:
+        raise InputError(None, "--seed", f"must be >= 0 (got {seed})")
+    if not 0.0 < level < 1.0:
+        raise InputError(None, "--level", f"a fraction between 0 and 1, e.g. 0.9 (got {level})")
+
+
+def _print_figures(res, level: float) -> None:
+    """The parameters' kinds, the errors per mode, the coverage per level and the notes of a validation."""
+    from validate.metrics import summary_text
+
+    f = res.figures
     one = len({id(fd.profile) for fd in res.folds}) == 1
     for fold in res.folds[:1] if one else res.folds:
         print(f"  parameters ({'profile' if one else f'fold {fold.name}'}): {param_kinds(fold.profile)}")
@@ -94,6 +106,12 @@ def validate(
     for n in res.notes:  # never skip a mode silently
         if n.startswith(("distribution mode skipped", "WARNING")) or "left out" in n:
             print(f"  note: {n}")
+
+
+def _judge(res, path: Path, drift: str, bar_target: str, max_median_ape: float | None) -> None:
+    """Drifted runs (exit 2 with ``--drift flag``: the bar is not judged), then the bar (exit 1 above it)."""
+    from validate.validation import headline
+
     flagged = res.flagged_runs
     if flagged:
         d = res.drift_runs.set_index("run_key")
