@@ -13,7 +13,7 @@
 #   4. bash scripts/gpu_campaign.sh ops "$OUT"
 #   5. bash scripts/gpu_campaign.sh steps reports/gpu-campaign-h200/plan.json "$OUT"           (~40 s; torch only, no setup)
 #      engine steps under CUDA graphs (issue 31): decode batch 1-256 x context 1k-16k, verification k+1 = 2..9, a draft
-#      head; the plan and the model's predictions are made here first (specsim calibrate gpu step-plan / step-predict)
+#      head; the plan and the model's predictions are made here first (specsim measure step-plan / step-predict)
 # then here: put every returned tarball in one folder RES and run `scripts/gpu_campaign.sh analyze RES`.
 #   scripts/gpu_campaign.sh static OUT [--tiny]          # static-KV-cache + CUDA-graph bench of three architectures
 #   scripts/gpu_campaign.sh ops OUT [--tiny]             # per-layer op timings in Vidur's layout (two Vidur shapes)
@@ -72,7 +72,7 @@ case "$cmd" in
               --gamma 1,2,4,8 --decode-tokens 32 --repeats 3 --dtype bfloat16 --max-seconds "$STATIC_MAX_S")
       fi
       echo "static-bench $arch -> $dir" >&2
-      py specsim_cli calibrate static-bench --arch "$arch" --out "$dir" "${opts[@]}" \
+      py specsim_cli measure static-bench --arch "$arch" --out "$dir" "${opts[@]}" \
         || { failed=$((failed + 1)); echo "static-bench $arch failed; packing what it wrote" >&2; }
       tar -czf "$OUT/static-$arch.tar.gz" -C "$OUT/work" "static-$arch"
     done
@@ -81,7 +81,7 @@ case "$cmd" in
     ;;
   ops)
     # one TP shard of one layer per (tokens, TP) on this one GPU, as Vidur's profiler; read back with
-    # `specsim calibrate import-vidur OUT/vidur-ours` next to the public A100/A40 profiles
+    # `specsim import vidur OUT/vidur-ours` next to the public A100/A40 profiles
     OUT="${1:?usage: $0 ops OUT [--tiny]}"
     OUT="$(absdir "$OUT")"
     TINY="${2:-}"
@@ -93,7 +93,7 @@ case "$cmd" in
       opts=(--tokens 1,16 --tp 1,2 --repeats 3 --dtype float32 --device cpu)
     fi
     for m in $models; do
-      py specsim_cli calibrate gpu op-bench --model "$m" --out "$OUT/work/vidur-ours" "${opts[@]}"
+      py specsim_cli measure op-bench --model "$m" --out "$OUT/work/vidur-ours" "${opts[@]}"
     done
     tar -czf "$OUT/ops.tar.gz" -C "$OUT/work" vidur-ours
     ls -la "$OUT"
@@ -134,7 +134,7 @@ JSONL
         esac
         dir="$OUT/work/e2e-$base/$name"
         echo "e2e $base + $small: $name -> $dir" >&2
-        py specsim_cli calibrate run --engine torch --base "arch:$base" \
+        py specsim_cli measure run --engine torch --base "arch:$base" \
           --small "arch:$small" --system "$system" --threshold "$thr" --gamma "$gamma" --dataset "jsonl:$problems" --out "$dir" "${opts[@]}" \
           || { failed=$((failed + 1)); echo "e2e $base $name failed" >&2; }
       done
@@ -167,7 +167,7 @@ JSONL
     # the transferred and the datasheet priors (static-bench/report.md)
     static=("$X"/static-*/)
     if [ -d "${static[0]}" ]; then
-      py specsim_cli calibrate fit-bench "${static[@]}" --out "$A/bench.yaml" \
+      py specsim_cli fit bench "${static[@]}" --out "$A/bench.yaml" \
         --report "$A/static-bench" --name gpu-campaign-static-bench || { failed=$((failed + 1)); echo "fit-bench failed" >&2; }
     fi
     first=""
@@ -176,26 +176,26 @@ JSONL
       pair="$(basename "$d")"
       fit=()
       for c in vanilla-base vanilla-small specreason-t0; do [ -d "$d$c" ] && fit+=("$d$c"); done
-      py specsim_cli calibrate fit "${fit[@]}" --out "$A/profile-$pair.yaml" \
+      py specsim_cli fit cost "${fit[@]}" --out "$A/profile-$pair.yaml" \
         --name "gpu-campaign-$pair"
-      py specsim_cli validate "$d"*/ --profile "$A/profile-$pair.yaml" \
+      py specsim_cli validate runs "$d"*/ --profile "$A/profile-$pair.yaml" \
         --out "$A/configs-$pair" --no-distribution --drift exclude --allow-implausible || echo "configs-$pair: exit $?" >&2
       if [ -z "$first" ]; then
         first="$pair"
       else
-        py specsim_cli validate "$d"*/ --profile "$A/profile-$first.yaml" \
+        py specsim_cli validate runs "$d"*/ --profile "$A/profile-$first.yaml" \
           --out "$A/transfer-$pair" --no-distribution --drift exclude --allow-implausible || echo "transfer-$pair: exit $?" >&2
       fi
       if [ -f "$A/bench.yaml" ]; then  # the static-bench profile (CUDA graphs) predicting the eager engine's requests
-        py specsim_cli validate "$d"*/ --profile "$A/bench.yaml" \
+        py specsim_cli validate runs "$d"*/ --profile "$A/bench.yaml" \
           --out "$A/from-bench-$pair" --no-distribution --drift exclude --allow-implausible || echo "from-bench-$pair: exit $?" >&2
       fi
       for prior in prior datasheet; do  # before any calibration: the transferred GPU prior and the datasheet-era one
-        py specsim_cli validate "$d"*/ --profile "$prior" \
+        py specsim_cli validate runs "$d"*/ --profile "$prior" \
           --out "$A/from-$prior-$pair" --no-distribution --drift exclude --allow-implausible || echo "from-$prior-$pair: exit $?" >&2
       done
     done
-    py specsim_cli validate-gpu-summary "$A" || failed=$((failed + 1))
+    py specsim_cli validate gpu-summary "$A" || failed=$((failed + 1))
     ls -la "$A"
     exit $((failed > 0))
     ;;

@@ -1,4 +1,4 @@
-"""The values of options that several ``specsim`` commands share, parsed and checked in one place (issue 30).
+"""The values of options that several ``specsim`` commands share, parsed and checked in one place.
 
 **Lists of integers.** Every option that takes a list of integers (``--gamma`` and ``--threshold`` where a command
 sweeps them, ``--tp``, ``--batch``, ``--context``, ``--fit-gammas`` ...) has one syntax, :func:`int_list`: a value

@@ -1,14 +1,12 @@
 """The ``specsim`` console script (`specsim --help`): the whole command tree and its error contract.
 
-The tree: the simulator's own commands (``simulator/cli.py``: whatif, list, show, capacity, report, init,
-pass-time), ``validate``, ``validate-serving``, ``validate-capacity``, ``validate-drift``, ``validate-cpu``,
-``validate-inferencex``, ``validate-moe-routing`` and ``validate-gpu-summary`` (``validate/cli.py``, ``validate/serving``, ``validate/capacity.py``), the ``calibrate``
-group (``calibrate/cli.py`` plus ``fit``, ``fit-workload`` ... from ``calibrate/fit/fit_cli.py``, the ``calibrate gpu``
-group from ``calibrate/gpu_priors/cli.py``, ``serve-run``, ``serve-systems``) and the ``study`` group
-(``calibrate/measure/study/cli.py``). No other module has a ``python -m`` entry point except two that must run outside the
-tree (docs/cli.md): ``calibrate/measure/vllm_cli.py`` and ``calibrate/measure/gpu_step_bench.py``. The groups from ``calibrate`` and
-``validate`` are registered on first use (:func:`ensure_registered`); their modules import heavy
-engines lazily, inside the commands.
+The tree, by task (``specsim_cli/commands/``, one module per group): ``simulate`` (whatif, capacity, report, pass-time,
+serve-workload), ``measure`` (every command that runs an engine or a real system), ``import`` (every importer),
+``fit`` (every fitter), ``validate`` (every validation), plus ``list``, ``show`` and ``init``. Every former name keeps
+working for one release as a hidden alias that names its new command on stderr (docs/cli.md has the table). No other
+module has a ``python -m`` entry point except two that must run outside the tree (docs/cli.md):
+``calibrate/measure/vllm_cli.py`` and ``calibrate/measure/gpu_step_bench.py``. A task group imports its commands'
+modules on first use, and those import heavy engines lazily, inside the commands.
 
 Error contract (:func:`run_app`): exit 0 success, 1 a quality bar failed (``validate``), 2 bad
 input, a usage mistake or a case the tool cannot judge -- always one line ``error: ...`` on
@@ -44,20 +42,16 @@ def _interrupted(e: BaseException | None = None) -> int:
 try:  # Ctrl-C while the command tree imports: the one line, not a traceback through the import machinery
     import typer
 
-    from simulator.cli import app as simulator_app
     from simulator.errors import InputError
+    from specsim_cli.commands.top import app as top_app
+    from specsim_cli.commands.tree import RootGroup
 except KeyboardInterrupt as _e:
     sys.exit(_interrupted(_e))
 
 APP_HELP = ("Simulate, fit and validate speculative reasoning (SpecReason) and speculative decoding on "
             "reasoning models: what-if grids, capacity planning, real runs, validation.")
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=APP_HELP)
-# Typers added without a name have their commands merged into the top level, in this order:
-# the simulator's commands first, then validate / validate-serving, then the groups (calibrate, study).
-app.add_typer(simulator_app)
-_validate_commands = typer.Typer(add_completion=False)
-app.add_typer(_validate_commands)
-_registered = False
+app = typer.Typer(cls=RootGroup, no_args_is_help=True, add_completion=False, help=APP_HELP)
+app.add_typer(top_app)  # list, show, init; the task groups are RootGroup's own
 
 
 def package_version() -> str:
@@ -84,95 +78,41 @@ def _root(version: bool = typer.Option(False, "--version", callback=_print_versi
     """Simulate, fit and validate speculative reasoning and speculative decoding on reasoning models."""
 
 
-def _register_subapps() -> None:
-    from calibrate.cli import app as calibrate_app
-
-    app.add_typer(calibrate_app, name="calibrate", help="Run the real systems, microbenchmark, fit profiles.")
-    # calibrate fit + validate (calibrate/fit/fit_cli.py, validate/cli.py); both import heavy parts lazily
-    from calibrate.fit.fit_cli import register as _register_fit
-    from validate.cli import register as _register_validate
-
-    _register_fit(calibrate_app)
-    _register_validate(_validate_commands)
-    # study (calibrate/measure/study/cli.py): torch and the models are imported only when a study runs
-    from calibrate.measure.study.cli import app as study_app
-
-    app.add_typer(study_app, name="study", help="Speculative decoding study on real small models (torch, CPU) "
-                  "against the simulator's predictions.")
-    # calibrate serve-run, serve-systems + validate-serving (calibrate/measure/serving_cli.py, validate/serving):
-    # concurrent requests
-    from calibrate.measure.serving_cli import register as _register_serving
-    from validate.serving import register as _register_validate_serving
-
-    _register_serving(calibrate_app)
-    _register_validate_serving(_validate_commands)
-    from validate.capacity import register as _register_validate_capacity
-    from validate.mixture import register as _register_validate_mixture
-
-    _register_validate_mixture(calibrate_app)
-
-    _register_validate_capacity(_validate_commands)
-    from validate.cli import register_checks as _register_validate_checks
-
-    _register_validate_checks(_validate_commands)
-    for typer_app, name, what in (
-            (_validate_commands, "validate", "validate: fitting and predicting the held-out runs (trace replay, then distribution mode)"),
-            (_validate_commands, "validate-serving", "validate-serving: fitting step times and replaying the measured levels"),
-            (_validate_commands, "validate-capacity", "validate-capacity: judging the measured levels, searching the predicted capacity"),
-            (calibrate_app, "fit", "calibrate fit: robust least squares over the measured calls"),
-            (calibrate_app, "fit-workload", "calibrate fit-workload: fitting the workload distributions")):
-        _announce_when_long(typer_app, name, what)
-
-
-def _announce_when_long(typer_app: typer.Typer, name: str, what: str) -> None:
-    """Wrap a registered command so that, past a few seconds, it says what it is doing and when it is done
-    (``report_table.job``); the command's own code (in other packages) stays as it is."""
-    import functools
-
-    from simulator.report.report_table import job
-
-    for info in typer_app.registered_commands:
-        if (info.name or getattr(info.callback, "__name__", None)) == name and info.callback is not None \
-                and not getattr(info.callback, "_announced", False):
-            inner = info.callback
-
-            @functools.wraps(inner)
-            def wrapper(*args, __inner=inner, **kwargs):
-                with job(what, after_s=3.0):
-                    return __inner(*args, **kwargs)
-
-            wrapper._announced = True
-            info.callback = wrapper
-
-
 def ensure_registered() -> None:
-    """Register the sub-command groups once."""
-    global _registered
-    if not _registered:
-        _register_subapps()
-        _registered = True
+    """Nothing to register any more: the task groups load their commands on first use (kept for callers)."""
 
 
 def full_app() -> typer.Typer:
-    """The whole ``specsim`` tree, sub-command groups registered (e.g. for ``typer.testing.CliRunner``)."""
-    ensure_registered()
+    """The whole ``specsim`` tree (e.g. for ``typer.testing.CliRunner``)."""
     return app
 
 
 def command_tree(groups: bool = False) -> list[tuple[tuple[str, ...], object]]:
-    """Every command of the ``specsim`` tree as (path, click command), depth first in registration order; with
-    ``groups``, the groups too (the root's path is ``()``). What the help, naming and usage-error checks walk."""
+    """Every command of the ``specsim`` tree as (path, click command), depth first in the order listed, former names
+    (hidden aliases) left out; with ``groups``, the groups too (the root's path is ``()``). What the help, naming
+    and usage-error checks walk."""
+    root = typer.main.get_command(full_app())
+    ctx = root.make_context("specsim", [], resilient_parsing=True)
     out = []
 
     def walk(cmd, path):
-        subs = getattr(cmd, "commands", None)
+        subs = cmd.list_commands(ctx) if hasattr(cmd, "list_commands") else []
         if groups or not subs:
             out.append((path, cmd))
-        for name, sub in (subs or {}).items():
-            walk(sub, (*path, name))
+        for name in subs:
+            sub = cmd.get_command(ctx, name)
+            if sub is not None and not sub.hidden:
+                walk(sub, (*path, name))
 
-    walk(typer.main.get_command(full_app()), ())
+    walk(root, ())
     return out
+
+
+def former_commands() -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+    """Every former command path with its new path (the hidden aliases)."""
+    from specsim_cli.commands.tree import former_names
+
+    return list(former_names().items())
 
 
 def _one_line(text: str) -> str:
@@ -275,7 +215,7 @@ def _hide_flag_types() -> None:
         if getattr(self, "is_flag", False):
             return None
         shown = orig(self, ctx)
-        # a repeatable option shows its element's type (<str>), not typer's "<list[str]>" (issue 30)
+        # a repeatable option shows its element's type (<str>), not typer's "<list[str]>"
         return _element_type(shown)
 
     TyperOption.display_type_rich = display_type_rich

@@ -161,7 +161,7 @@ def undeclared_imports(mods: dict[str, Path], base: set[str], extras: dict[str, 
 def test_the_walk_finds_every_package_and_lazy_imports():
     mods = modules()
     assert "specsim_cli.__main__" in mods
-    for m in ("simulator.cli", "calibrate.contracts.trace_schema", "validate.cli", "specsim_cli.main", "calibrate.measure.vllm_engine",
+    for m in ("specsim_cli.commands.predict", "calibrate.contracts.trace_schema", "specsim_cli.commands.validations", "specsim_cli.main", "calibrate.measure.vllm_engine",
               "calibrate.gpu_priors.import_aiconfigurator"):
         assert m in mods, m
     assert len(mods) > 100

@@ -37,8 +37,6 @@ FORBIDDEN = ("calibrate", "validate", "specsim_cli")  # packages above simulator
 
 def layer_of(module: str) -> str | None:
     """The layer a dotted module name belongs to; None for a third-party or standard-library module."""
-    if module.startswith("calibrate.") and module.rsplit(".", 1)[-1] in ("cli", "fit_cli", "serving_cli"):
-        return "specsim_cli"  # INTERIM (issue 39 in flight): command modules move to specsim_cli
     for name in (*_CAL, *PACKAGES):
         if module == name or module.startswith(name + "."):
             return name
@@ -121,8 +119,8 @@ def test_every_package_imports_only_downward():
     assert not bad, "imports against the layering (module docstring):\n" + "\n".join(bad)
 
 
-def test_importing_the_simulator_cli_loads_no_upper_package():
-    code = ("import sys, simulator.cli, simulator.inputs.accuracy, simulator.studies.whatif\n"
+def test_importing_the_simulator_loads_no_upper_package():
+    code = ("import sys, simulator.inputs.accuracy, simulator.studies.whatif, simulator.studies.capacity\n"
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'calibrate', 'validate', 'specsim_cli'}))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
@@ -146,20 +144,29 @@ def _commands(app, args) -> list[str]:
     return [m.group(1) for m in re.finditer(r"^[│|] +([a-z][a-z0-9-]*) {2,}", panel, flags=re.M)]
 
 
-def test_specsim_help_lists_the_composed_commands(composed):
-    assert _commands(composed, []) == ["whatif", "list", "show", "capacity", "report", "init", "pass-time", "serve-workload", "validate",
-                                       "validate-serving", "validate-capacity", "validate-drift", "validate-cpu",
-                                       "validate-inferencex", "validate-moe-routing", "validate-gpu-summary",
-                                       "calibrate", "study"]
-    assert {"run", "fit", "fit-workload", "serve-run", "serve-systems", "gpu"} <= set(_commands(composed, ["calibrate"]))
-    assert {"fit-engine", "fit-moe", "op-bench", "step-plan"} <= set(_commands(composed, ["calibrate", "gpu"]))
+def test_specsim_help_lists_the_task_groups(composed):
+    assert _commands(composed, []) == ["simulate", "measure", "import", "fit", "validate", "list", "show", "init"]
+    assert _commands(composed, ["simulate"]) == ["whatif", "capacity", "report", "pass-time", "serve-workload"]
+    assert {"run", "microbench", "serve-run", "serve-systems", "serve-bench", "op-bench", "study"} \
+        <= set(_commands(composed, ["measure"]))
+    assert {"vidur", "aiconfigurator", "specreason", "bench-serve"} <= set(_commands(composed, ["import"]))
+    assert {"cost", "workload", "gpu", "engine", "moe", "mla", "drafter-curves"} <= set(_commands(composed, ["fit"]))
+    assert {"runs", "serving", "capacity", "cpu", "mixture", "kernels", "step-summary"} \
+        <= set(_commands(composed, ["validate"]))
+    assert _commands(composed, ["measure", "study"]) == ["specdecode", "draft-head"]
 
 
-def test_the_simulator_app_alone_has_only_its_own_commands():
-    from simulator.cli import app
+def test_the_commands_are_defined_in_one_place():
+    """Every command's function lives in specsim_cli/commands/ (the option helpers in simulator/ and validate serving's
+    command are the exceptions named here); a library module declares no typer app."""
+    from specsim_cli.main import command_tree
 
-    names = {c.name or c.callback.__name__ for c in app.registered_commands}
-    assert names == {"whatif", "list", "show", "capacity", "report", "init", "pass-time", "serve-workload"} and not app.registered_groups
+    where = {" ".join(p): c.callback.__module__ for p, c in command_tree()}
+    outside = {n: m for n, m in where.items() if not m.startswith("specsim_cli.commands.")}
+    assert outside == {"validate serving": "validate.serving.cli"}, outside
+    apps = [str(p.relative_to(ROOT)) for pkg in ("simulator", "calibrate", "validate")
+            for p in sorted((ROOT / pkg).rglob("*.py")) if "typer.Typer(" in p.read_text(encoding="utf-8")]
+    assert apps == [], apps
 
 
 def test_console_script_points_at_the_composed_main():

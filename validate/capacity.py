@@ -38,15 +38,11 @@ import datetime as _dt
 import json
 import math
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 import pandas as pd
-import typer
 
 from simulator.errors import InputError
-from simulator.option_values import threshold_list_option
-from simulator.output_contract import writes
 from simulator.engines.serving.metrics import WARMUP_FRACTION
 
 
@@ -214,26 +210,3 @@ def run(runs: list[str], scenario: str, slo: str, thresholds: list[int] | None, 
               f"{'consistent' if r.consistent else 'NOT consistent'} (predicted/measured {r.predicted_over_measured:.2f})")
     print(f"report {path}")
     return table
-
-
-def register(app) -> None:
-    """``specsim validate-capacity`` on the composed command tree (specsim_cli)."""
-    @app.command("validate-capacity")
-    @writes(out="folder")
-    def validate_capacity_cmd(
-        ctx: typer.Context,
-        runs: list[Path] = typer.Argument(..., help="serve-systems Poisson run directories (SYSTEM/poisson-R)"),
-        scenario: str = typer.Option(..., help="scenario YAML whose profiles come from other loads"),
-        slo: str = typer.Option(..., help="SLO, e.g. 'p90_latency<=12s'"),
-        threshold: Optional[list[int]] = threshold_list_option(),
-        requests: int = typer.Option(300, help="simulated requests per run (the capacity search's run length)"),
-        seed: int = typer.Option(0, help="simulation seed"),
-        out: Path = typer.Option(..., help="report folder"),
-    ):
-        """Measured capacity (a real Poisson sweep) against specsim capacity's prediction and interval.
-
-        Example: specsim validate-capacity RUN_DIR... --scenario scenarios/cpu-serve-capacity.yaml --slo "p90_latency<=12s" --out R"""
-        from simulator.command_line import command_line
-
-        run([str(r) for r in runs], scenario, slo, threshold, requests, seed, out, command_line(ctx))
-

@@ -28,7 +28,6 @@ import pandas as pd
 
 from calibrate.fit.fit_mixture import THRESHOLD, ProblemAggregate, fit_mixture, load_aggregates, shared_profile
 from simulator.engines.analytic import MixturePredictor, chain_for
-from simulator.output_contract import writes
 from simulator.inputs.systems import SystemConfig
 
 CFG = SystemConfig(system="specreason", threshold=THRESHOLD)
@@ -184,22 +183,3 @@ def run(out: str | Path, aggregates_path=None, data_dir=None) -> tuple[pd.DataFr
     write_atomic(out / "summary.csv", summ.to_csv(index=False))
     write_atomic(out / "report.md", text)
     return folds, summ, text
-
-
-def register(calibrate_app) -> None:
-    """Add ``specsim calibrate validate-mixture`` (registered from here: validate sits above calibrate)."""
-    import typer
-
-    @calibrate_app.command("validate-mixture")
-    @writes(out="folder")
-    def validate_mixture_cmd(
-        out: Path = typer.Option(..., help="report folder (report.md, folds.csv, summary.csv), e.g. out/mixture-validation"),
-        aggregates: Path = typer.Option(None, help="per-problem aggregates JSON (default: the shared AIME traces')"),
-        data: Path = typer.Option(None, help="per-step SpecReason traces (default: the shared ones)"),
-    ) -> None:
-        """Leave-one-problem-out validation of the workload mixture (~3 min): tokens, kept share, latency per held-out problem.
-
-        Example: specsim calibrate validate-mixture --out out/mixture-validation"""
-        typer.echo(f"leave-one-problem-out: fitting one mixture per held-out problem, writing {out} ...")
-        _, _, text = run(out, aggregates, data)
-        typer.echo(text)

@@ -20,11 +20,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 import pandas as pd
-import typer
 
 from calibrate.fit.gpustack_import import GPUSTACK, TABLE, ReleasedRun, released_runs
 
@@ -141,34 +139,3 @@ def _measured(run: ReleasedRun) -> dict:
     from calibrate.fit.released_predict import measured_figures
 
     return measured_figures(run)
-
-
-def burst_probe(
-    table: str = typer.Argument(..., help="engines | prefill | what-if"),
-    released: Path = typer.Option(GPUSTACK, help="folder of serving_benchmarks.csv (GPUStack's released tables)"),
-    group: Optional[list[str]] = typer.Option(None, help=f"run groups, repeatable (default: all of {', '.join(GROUPS)})"),
-    variant: Optional[list[str]] = typer.Option(None, help=f"assumptions, repeatable (default: all of "
-                                                  f"{', '.join(VARIANTS)})"),
-):
-    """The burst study's tables (docs/serving-model.md): engines (B_eff = output tok/s x median ITL per engine),
-    prefill (the H100/H200 prefill rows' fraction of peak), what-if (the burst rows' bias under each assumption).
-
-    Example: specsim calibrate burst-probe engines"""
-    from simulator.errors import InputError
-
-    for name, got, known in (("table", [table], ("engines", "prefill", "what-if")), ("--group", group or [], GROUPS),
-                             ("--variant", variant or [], VARIANTS)):
-        bad = [g for g in got if g not in known]
-        if bad:
-            raise InputError(None, name, f"expected one of {', '.join(known)} (got {', '.join(bad)})")
-    if not (Path(released) / "serving_benchmarks.csv").is_file():
-        raise InputError(str(released), None, "expected a folder holding serving_benchmarks.csv")
-    pd.set_option("display.width", 250)
-    if table == "engines":
-        print(engines_table(released).round(2).to_string(index=False))
-        return
-    runs, _ = released_runs(released)
-    if table == "prefill":
-        print(prefill_table(runs).round(3).to_string(index=False))
-        return
-    print(what_if(runs, group or list(GROUPS), variant or list(VARIANTS)).round(1).to_string(index=False))

@@ -31,16 +31,14 @@ import os
 import platform
 import shlex
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable
 
 from calibrate.measure.server_process import (CLI, CPU_ENV, HOST, free_port, interrupt_on_signals, scrape, start, utc_now,
                                           stop_group, stop_stale, wait_healthy)
 from simulator.errors import InputError
-from simulator.output_contract import writes
 
 PROVENANCE = "provenance.json"
 
@@ -311,78 +309,3 @@ def _spec_line(d: Path, server: ServerSpec) -> str:
     except InputError as e:
         return f"; /metrics: {e.one_line()}"
     return "; " + summary(data).replace("\n", "; ")
-
-
-# ---- CLI --------------------------------------------------------------------------------------
-def register(calibrate_app) -> None:
-    """Add ``specsim calibrate serve-bench`` and ``specsim calibrate import-bench-serve``."""
-    import typer
-
-    @calibrate_app.command("serve-bench")
-    @writes(out="runs")
-    def serve_bench_cmd(
-        model: Path = typer.Option(Path(".cache/models/smollm2-135m-instruct"), help="model folder served by vllm serve"),
-        concurrency: str = typer.Option("1,2,4,8", help="closed-loop levels (vllm bench serve --max-concurrency); '' for none"),
-        request_rate: str = typer.Option("", help="open-loop levels, req/s (vllm bench serve --request-rate), comma-separated"),
-        num_prompts: int = typer.Option(16, help="requests per level"),
-        input_len: int = typer.Option(64, help="random prompt tokens per request"),
-        output_len: int = typer.Option(32, help="generated tokens per request (EOS ignored)"),
-        seed: int = typer.Option(0, help="vllm bench serve --seed (prompts)"),
-        draft: Optional[Path] = typer.Option(None, help="draft model folder: speculative decoding (vLLM draft_model)"),
-        gamma: int = typer.Option(0, help="speculative tokens per iteration (with --draft)"),
-        dtype: str = typer.Option("float32", help="vllm serve --dtype"),
-        max_model_len: int = typer.Option(2048, help="vllm serve --max-model-len"),
-        prefix_caching: bool = typer.Option(False, help="vLLM prefix caching across requests"),
-        enforce_eager: bool = typer.Option(True, help="vllm serve --enforce-eager (no graph capture/compile)"),
-        server_arg: list[str] = typer.Option([], "--server-arg", help="extra vllm serve argument; repeatable, e.g. --server-arg=--tensor-parallel-size=2"),
-        bench_arg: list[str] = typer.Option([], "--bench-arg", help="extra vllm bench serve argument; repeatable"),
-        startup_timeout: float = typer.Option(600.0, help="seconds to wait for /health"),
-        level_timeout: float = typer.Option(1800.0, help="seconds one level's vllm bench serve may run"),
-        out: Path = typer.Option(..., help="run folder: provenance.json, server.log, one folder per level (complete ones kept)"),
-    ) -> None:
-        """Real `vllm serve` + `vllm bench serve` over a ladder of levels; /metrics per level; imports each result.
-
-        Example: specsim calibrate serve-bench --concurrency 1,2,4,8 --num-prompts 24 --input-len 64 --output-len 32 --out out/serve-bench/cpu"""
-        if num_prompts < 1 or input_len < 1 or output_len < 1:
-            raise InputError(None, "--num-prompts", "--num-prompts, --input-len and --output-len must be >= 1")
-        if (draft is None) != (gamma == 0):
-            raise InputError(None, "--gamma", "give --draft DIR with --gamma K >= 1, or neither")
-        if gamma < 0:
-            raise InputError(None, "--gamma", f"must be >= 0 (got {gamma})")
-        for p, name in ((model, "--model"), (draft, "--draft")):
-            if p is not None and not (p / "config.json").is_file():
-                raise InputError(str(p), name, "expected a model folder with config.json (specsim calibrate prepare-models)")
-        levels = parse_levels(concurrency, request_rate)
-        server = ServerSpec(model=str(model), served_name=model.name, dtype=dtype, max_model_len=max_model_len,
-                            draft=str(draft) if draft else None, gamma=gamma, prefix_caching=prefix_caching,
-                            enforce_eager=enforce_eager, extra_args=list(server_arg))
-        bench = BenchSpec(input_len=input_len, output_len=output_len, num_prompts=num_prompts, seed=seed,
-                          extra_args=list(bench_arg))
-        command = "specsim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-        res = run_ladder(server, bench, levels, out, startup_timeout, level_timeout,
-                         log=lambda m: typer.echo(m, err=True), command=command)
-        for r in res:
-            typer.echo(("kept  " if r.skipped else "new   ") + r.summary_line)
-        typer.echo(f"wrote {out} ({sum(not r.skipped for r in res)} new level(s), {sum(r.skipped for r in res)} kept); "
-                   f"validate: specsim validate-serving {out}/*/ --profile PROFILE --out REPORT")
-
-    @calibrate_app.command("import-bench-serve")
-    @writes(out="folder")
-    def import_bench_serve_cmd(
-        results: list[Path] = typer.Argument(..., help="vllm bench serve result JSONs (--save-result --save-detailed)"),
-        out: Optional[Path] = typer.Option(None, help="folder: one serving-run folder per JSON (named after it); "
-                                                      "without it, only check and summarise"),
-    ) -> None:
-        """Check `vllm bench serve` result JSONs and write them in the serving-run format (every file checked first).
-
-        Example: specsim calibrate import-bench-serve results/*.json --out out/imported"""
-        from calibrate.measure.import_bench_serve import read_bench_json, summary_line, write_run
-
-        parsed = [read_bench_json(p) for p in results]  # every input checked before anything is written
-        names = [p.stem for p in results]
-        if out is not None and len(set(names)) != len(names):
-            raise InputError(None, "RESULTS", "two result files share a name: import them into separate --out folders")
-        for p, r in zip(results, parsed):
-            typer.echo(summary_line(r))
-            if out is not None:
-                typer.echo(f"wrote {write_run(p, out / p.stem)}")

@@ -138,7 +138,7 @@ def test_rule_mask_holds_out_any_matching_condition():
 
 # ---- bad input: one line, exit 2, nothing already written lost --------------------------------------------------
 def _run(args, capsys) -> tuple[int, str]:
-    code = main(["calibrate", "fit-bench", *args])
+    code = main(["fit", "bench", *args])
     err = capsys.readouterr().err
     assert "Traceback" not in err
     return code, err.strip()
@@ -195,7 +195,7 @@ def test_cpu_static_bench_records_fit_and_report_end_to_end(cpu_runs, tmp_path, 
     from simulator.cost.cost_profile import load_profile
 
     prof, rep = tmp_path / "cpu-bench.yaml", tmp_path / "report"
-    code = main(["calibrate", "fit-bench", *cpu_runs, "--out", str(prof), "--report", str(rep),
+    code = main(["fit", "bench", *cpu_runs, "--out", str(prof), "--report", str(rep),
                  "--holdout-rule", "context>32,gamma>1", "--date", "2026-11-25"])
     cap = capsys.readouterr()
     assert code == 0, cap.err

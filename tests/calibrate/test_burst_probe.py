@@ -41,8 +41,8 @@ def test_is_burst(req, out, conc, want):
 def test_burst_probe_command_refuses_bad_tables_and_folders(tmp_path, capsys):
     from specsim_cli.main import main
 
-    assert main(["calibrate", "burst-probe", "nope"]) == 2
+    assert main(["measure", "burst-probe", "nope"]) == 2
     assert "table" in capsys.readouterr().err
-    assert main(["calibrate", "burst-probe", "engines", "--released", str(tmp_path)]) == 2
+    assert main(["measure", "burst-probe", "engines", "--released", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "serving_benchmarks.csv" in err and "Traceback" not in err

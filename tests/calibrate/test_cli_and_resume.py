@@ -17,7 +17,8 @@ from tests.conftest import REPO
 
 def _cli(*args, timeout=600):
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    return subprocess.run([sys.executable, "-m", "specsim_cli", "calibrate", *map(str, args)], cwd=REPO, env=env,
+    new = {"check-trace": ["validate", "trace"], "run": ["measure", "run"]}[str(args[0])]  # the commands' new names
+    return subprocess.run([sys.executable, "-m", "specsim_cli", *new, *map(str, args[1:])], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 

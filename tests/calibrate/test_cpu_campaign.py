@@ -24,7 +24,7 @@ SUBSET = "vanilla-base,specreason-t7,specdecode-g2,specreason-t10"
 def test_configs_subset_must_name_known_fit_and_held_out_configurations(tmp_path, capsys):
     for bad, expect in (("vanilla-base,nope", "unknown configuration nope"),
                         ("vanilla-base,specdecode-g1", "one held-out"), ("specdecode-g2", "one held-out")):
-        assert main(["validate-cpu", "--out", str(tmp_path / "x"), "--configs", bad]) == 2
+        assert main(["validate", "cpu", "--out", str(tmp_path / "x"), "--configs", bad]) == 2
         err = capsys.readouterr().err
         assert expect in err and "Traceback" not in err
     assert not (tmp_path / "x").exists()  # refused before anything was written
@@ -37,7 +37,7 @@ def test_cpu_campaign_runs_fit_and_predicts_the_held_out_configurations(model_ca
     from validate import campaign
 
     out = tmp_path / "campaign"
-    rc = main(["validate-cpu", "--out", str(out), "--configs", SUBSET, "--requests", "2", "--budget", "24",
+    rc = main(["validate", "cpu", "--out", str(out), "--configs", SUBSET, "--requests", "2", "--budget", "24",
                "--step-max", "12", "--max-median-ape", "1e9"])
     assert rc == 0
     for f in ("profile_fit.yaml", "summary.json", "report/report.md", "report/replay_requests.csv"):

@@ -27,7 +27,7 @@ def test_validate_gamma_and_missing_model_dir(tmp_path):
                                   ["--timed-problems", "3", "--problems", "2"], ["--model-cache", "MISSING"]])
 def test_draft_head_cli_bad_input_exit_2(args, tmp_path, capsys):
     args = [str(tmp_path / "missing-cache") if a == "MISSING" else a for a in args]
-    assert main(["study", "draft-head", "--out", str(tmp_path / "r"), *args]) == 2
+    assert main(["measure", "study", "draft-head", "--out", str(tmp_path / "r"), *args]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and "\n" not in err
     assert not (tmp_path / "r").exists()

@@ -74,7 +74,7 @@ def test_bad_curve_files_name_file_and_field(tmp_path, text, field):
 def test_bad_curve_file_exits_2_with_one_line(tmp_path):
     d = _write(tmp_path, "m:\n  thinking_on: {1: 1.8}\n")
     out = tmp_path / "priors.yaml"
-    r = subprocess.run([sys.executable, "-m", "specsim_cli", "calibrate", "fit-drafter-curves", str(d), "--out", str(out)],
+    r = subprocess.run([sys.executable, "-m", "specsim_cli", "fit", "drafter-curves", str(d), "--out", str(out)],
                        capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "x_mtp.yaml" in r.stderr, r.stderr
     assert not out.exists()

@@ -130,7 +130,7 @@ def test_llmservingsim_records_hand_computed(lss_folder):
 
 def test_llmservingsim_cli_writes_records_with_provenance(lss_folder, tmp_path):
     out = tmp_path / "r.csv"
-    r = _specsim("calibrate", "import-llmservingsim", lss_folder, "--out", out)
+    r = _specsim("import", "llmservingsim", lss_folder, "--out", out)
     assert r.returncode == 0, r.stderr
     back = read_records(out)
     assert len(back) and set(back.source) == {"llmservingsim"} and sidecar_path(out).is_file()
@@ -145,7 +145,7 @@ def test_bad_llmservingsim_layers_exit_2_one_line(lss_folder, tmp_path, edit, fi
     p = lss_folder / "H100" / "meta-llama" / "Llama-3.1-8B" / "tp2" / "layers.csv"
     edit(pd.read_csv(p)).to_csv(p, index=False)
     out = tmp_path / "o.csv"
-    r = _specsim("calibrate", "import-llmservingsim", lss_folder, "--out", out)
+    r = _specsim("import", "llmservingsim", lss_folder, "--out", out)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {p}") and field in lines[0], lines
@@ -170,7 +170,7 @@ def test_llmservingsim_skips_and_names_what_it_cannot_interpret(lss_folder, tmp_
     assert "no shape table" in prov["files_skipped"]["H100/Qwen/Qwen3-32B/tp1/layers.csv"]
     assert prov["modules_unknown"] == {"mystery_proj": 1} and "mystery_proj" not in set(df.source_op)
     out = tmp_path / "r.csv"
-    r = _specsim("calibrate", "import-llmservingsim", lss_folder, "--out", out)
+    r = _specsim("import", "llmservingsim", lss_folder, "--out", out)
     assert r.returncode == 0, r.stderr
     warn = r.stderr.strip().splitlines()
     assert len(warn) == 1 and warn[0].startswith("warning: skipped 2 table(s)") and "mystery_proj" in warn[0]
@@ -283,7 +283,7 @@ def test_llm_inference_bench_tiny_table(tmp_path):
     assert prov["rows_dropped"] == {"llama.cpp: Throughput = (input + output) / latency": 1}
     assert prov["source_commit"].startswith("4211f5d4") and prov["licence"].startswith("BSD-3-Clause")
     out = tmp_path / "runs.csv"
-    r = _specsim("calibrate", "import-llm-inference-bench", p, "--out", out)
+    r = _specsim("import", "llm-inference-bench", p, "--out", out)
     assert r.returncode == 0, r.stderr
     back = pd.read_csv(out, keep_default_na=False)
     assert list(back.columns) == list(BENCH_COLUMNS) and len(back) == 4
@@ -300,7 +300,7 @@ def test_bad_llm_inference_bench_exits_2_one_line(tmp_path, edit, field):
     p = write_bench(tmp_path / "All_results.csv", BENCH_ROWS)
     edit(pd.read_csv(p)).to_csv(p, index=False)
     out = tmp_path / "o.csv"
-    r = _specsim("calibrate", "import-llm-inference-bench", p, "--out", out)
+    r = _specsim("import", "llm-inference-bench", p, "--out", out)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {p}: ") and field in lines[0], lines

@@ -147,14 +147,14 @@ def test_cli_writes_a_loadable_profile_and_bad_input_exits_2(tmp_path):
     r = write_run(tmp_path / "sr", "specreason", 10)
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     out = tmp_path / "w.yaml"
-    ok = subprocess.run([sys.executable, "-m", "specsim_cli", "calibrate", "fit-workload", str(r), "--out", str(out),
+    ok = subprocess.run([sys.executable, "-m", "specsim_cli", "fit", "workload", str(r), "--out", str(out),
                          "--form", "parametric"], cwd=REPO, env=env, capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     w = load_workload(out)
     assert isinstance(w, WorkloadProfile) and w.step_tokens.small.kind == "lognormal"
     assert "Regenerate" in out.read_text()
     before = out.read_bytes()
-    bad = subprocess.run([sys.executable, "-m", "specsim_cli", "calibrate", "fit-workload", str(tmp_path / "nope"),
+    bad = subprocess.run([sys.executable, "-m", "specsim_cli", "fit", "workload", str(tmp_path / "nope"),
                           "--out", str(out)], cwd=REPO, env=env, capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("error: ") and bad.stderr.strip().count("\n") == 0
     assert out.read_bytes() == before  # nothing already written is lost

@@ -80,7 +80,7 @@ def test_bad_vidur_csv_exits_2_one_line_nothing_written(tmp_path, edit, field):
     p = write_vidur_mlp(tmp_path / "in")
     edit(pd.read_csv(p)).to_csv(p, index=False)
     out = tmp_path / "o.csv"
-    r = _specsim("calibrate", "import-vidur", tmp_path / "in", "--out", out)
+    r = _specsim("import", "vidur", tmp_path / "in", "--out", out)
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {p}: ") and field in lines[0]
@@ -124,7 +124,7 @@ def test_import_aiconfigurator_tiny_tables(tmp_path):
     # a non-numeric latency names file, row and column; exit 2
     pd.DataFrame([{**common, "op_name": "gemm", "gemm_dtype": "bfloat16", "m": 8, "n": 1024, "k": 512, "latency": "slow"}]
                  ).to_parquet(g / "gemm_perf.parquet")
-    r = _specsim("calibrate", "import-aiconfigurator", tmp_path, "--out", tmp_path / "o.csv")
+    r = _specsim("import", "aiconfigurator", tmp_path, "--out", tmp_path / "o.csv")
     assert r.returncode == 2 and r.stderr.strip() == f"error: {g / 'gemm_perf.parquet'}: row 1: column latency: not a number ('slow')"
 
 
@@ -172,7 +172,7 @@ def test_vidur_allreduce_of_an_unknown_gpu_names_the_file_exit_2(tmp_path):
     with pytest.raises(InputError, match="unknown GPU prefix 'mi300'"):
         import_vidur(tmp_path / "in")
     out = tmp_path / "o.csv"
-    r = _specsim("calibrate", "import-vidur", tmp_path / "in", "--out", out)
+    r = _specsim("import", "vidur", tmp_path / "in", "--out", out)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {bad}: ") and not out.exists()
@@ -318,7 +318,7 @@ def test_aiconfigurator_skips_and_names_tables_it_cannot_read(tmp_path):
     for rel, (_, why) in skipped.items():
         assert why in prov["files_skipped"][rel], rel
     out = tmp_path / "o.csv"
-    r = _specsim("calibrate", "import-aiconfigurator", tmp_path, "--out", out)
+    r = _specsim("import", "aiconfigurator", tmp_path, "--out", out)
     assert r.returncode == 0, r.stderr
     warn = [line for line in r.stderr.strip().splitlines() if line]
     assert len(warn) == 1 and warn[0].startswith("warning: skipped 4 table(s)")

@@ -97,13 +97,13 @@ def test_update_priors_file_merges_and_keeps_the_rest(tmp_path):
 
 
 def test_missing_records_is_one_line_exit_2(tmp_path, capsys):
-    code = main(["calibrate", "gpu", "fit-moe", "--records", str(tmp_path / "none.csv"), "--report", str(tmp_path / "r")])
+    code = main(["fit", "moe", "--records", str(tmp_path / "none.csv"), "--report", str(tmp_path / "r")])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "none.csv: no records file" in err
     f = tmp_path / "x.csv"
     pd.DataFrame({c: [] for c in ["source_file", "source_row", "gpu", "op", "tokens", "hidden", "expert_intermediate",
                                   "experts", "topk", "tp", "ep", "distribution", "dtype", "version", "backend",
                                   "time_s"]}).to_csv(f, index=False)
-    code = main(["calibrate", "gpu", "fit-moe", "--records", str(f), "--report", str(tmp_path / "r")])
+    code = main(["fit", "moe", "--records", str(f), "--report", str(tmp_path / "r")])
     err = capsys.readouterr().err
     assert code == 2 and "op: no moe records" in err

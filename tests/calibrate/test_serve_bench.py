@@ -78,7 +78,7 @@ def _env(tmp_path, bench_sleep="0.2"):
 
 
 def _cmd(out, levels="1,2,3"):
-    return [sys.executable, "-m", "specsim_cli", "calibrate", "serve-bench", "--model", str(_model_dir(out)),
+    return [sys.executable, "-m", "specsim_cli", "measure", "serve-bench", "--model", str(_model_dir(out)),
             "--concurrency", levels, "--num-prompts", "4", "--out", str(out)]
 
 

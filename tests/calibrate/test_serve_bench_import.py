@@ -111,7 +111,7 @@ def test_result_header_counts_must_match_the_lists(tmp_path, header, field, said
         read_bench_json(p)
     assert e.value.file == str(p) and e.value.field == field, e.value.one_line()
     assert e.value.message.startswith(f"{said} in the result header, but the per-request lists hold {lists} ")
-    r = _cli("calibrate", "import-bench-serve", str(p), "--out", str(tmp_path / "imp"))
+    r = _cli("import", "bench-serve", str(p), "--out", str(tmp_path / "imp"))
     assert r.returncode == 2 and r.stderr.strip() == f"error: {e.value.one_line()}", r.stderr
     assert not (tmp_path / "imp").exists()
 
@@ -174,31 +174,31 @@ def test_cli_bad_input_one_line_exit_2_nothing_written(tmp_path):
     raw = _raw()
     raw.pop("ttfts")
     bad = _write(tmp_path, raw, "bad.json")
-    r = _cli("calibrate", "import-bench-serve", str(DATA / "closed-1.json"), str(bad), "--out", str(tmp_path / "o"))
+    r = _cli("import", "bench-serve", str(DATA / "closed-1.json"), str(bad), "--out", str(tmp_path / "o"))
     assert r.returncode == 2 and r.stderr == f"error: {bad}: ttfts: per-request detail missing: run `vllm bench " \
                                              "serve` with --save-result --save-detailed\n"
     assert not (tmp_path / "o").exists()
-    r = _cli("validate-serving", str(bad), "--profile", str(PROFILE), "--out", str(tmp_path / "rep"))
+    r = _cli("validate", "serving", str(bad), "--profile", str(PROFILE), "--out", str(tmp_path / "rep"))
     assert r.returncode == 2 and r.stderr.startswith(f"error: {bad}: ttfts: ") and r.stderr.count("\n") == 1
     assert not (tmp_path / "rep").exists()
 
 
 def test_validate_serving_takes_the_jsons_directly(tmp_path):
     rep = tmp_path / "rep"
-    r = _cli("validate-serving", str(DATA / "closed-1.json"), str(DATA / "closed-2.json"), "--profile", str(PROFILE),
+    r = _cli("validate", "serving", str(DATA / "closed-1.json"), str(DATA / "closed-2.json"), "--profile", str(PROFILE),
              "--out", str(rep))
     assert r.returncode == 0, r.stderr
     assert "held out (profile, n=8)" in r.stdout and "ITL of 2 held-out one-engine runs" in r.stdout
     assert (rep / "report.md").is_file()
     # one request at a time, the client's timings are the engine's steps: the step fit takes closed-1 ...
-    r = _cli("validate-serving", str(DATA / "closed-1.json"), str(DATA / "closed-2.json"), "--profile", str(PROFILE),
+    r = _cli("validate", "serving", str(DATA / "closed-1.json"), str(DATA / "closed-2.json"), "--profile", str(PROFILE),
              "--out", str(tmp_path / "rep2"), "--fit-levels", "closed-1")
     assert r.returncode == 0 and "held out (profile+step-fit, n=4)" in r.stdout, r.stderr
     # two stages: step parameters on the 4 x 7 decode steps (ITLs), then the per-request call overhead from TTFT
     assert "step fit on 28 engine steps of 1 runs (closed-1)" in r.stderr and "call_overhead_s" in r.stderr
     assert "median of TTFT - predicted prefill pass over 4 requests" in (tmp_path / "rep2" / "report.md").read_text()
     # ... but a concurrent level implies no steps (who shared one is not seen)
-    r = _cli("validate-serving", str(DATA / "closed-1.json"), str(DATA / "closed-2.json"), "--profile", str(PROFILE),
+    r = _cli("validate", "serving", str(DATA / "closed-1.json"), str(DATA / "closed-2.json"), "--profile", str(PROFILE),
              "--out", str(tmp_path / "rep3"), "--fit-levels", "closed-2")
     assert r.returncode == 2 and "fit on closed-1" in r.stderr and r.stderr.count("\n") == 1, r.stderr
 
@@ -264,12 +264,12 @@ def test_speculative_bench_run_acceptance_from_the_json_and_from_metrics(tmp_pat
 
 
 def test_validate_serving_speculative_bench_runs(tmp_path):
-    r = _cli("validate-serving", str(SPEC / "result.json"), str(DATA / "closed-1.json"), "--profile", str(PROFILE),
+    r = _cli("validate", "serving", str(SPEC / "result.json"), str(DATA / "closed-1.json"), "--profile", str(PROFILE),
              "--out", str(tmp_path / "rep"), "--acceptance-levels", "closed-1")
     # the acceptance of the speculative closed-1 (its own JSON) predicts it; the plain closed-1 is not speculative
     assert r.returncode == 0 and "acceptance from closed-1: gamma 2" in r.stderr, r.stderr
     assert "speculative runs held out (profile+acceptance-fit" not in r.stdout  # the only speculative run is the fit one
-    r = _cli("validate-serving", str(SPEC / "result.json"), "--profile", str(PROFILE), "--out", str(tmp_path / "rep2"))
+    r = _cli("validate", "serving", str(SPEC / "result.json"), "--profile", str(PROFILE), "--out", str(tmp_path / "rep2"))
     assert r.returncode == 0, r.stderr  # a new folder: the first report's folder is not empty (the output contract)
     assert "speculative runs held out (profile, n=6)" in r.stdout and "acceptance length median APE" in r.stdout
 

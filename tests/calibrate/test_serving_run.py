@@ -162,16 +162,16 @@ def test_validate_serving_bad_input_exits_2(tmp_path):
     rec["latency_s"] = "slow"
     lines[1] = json.dumps(rec)
     p.write_text("\n".join(lines) + "\n")
-    r = _run(["validate-serving", str(run), "--profile", prof, "--out", str(tmp_path / "rep")])
+    r = _run(["validate", "serving", str(run), "--profile", prof, "--out", str(tmp_path / "rep")])
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert "serve_requests.jsonl:2" in r.stderr and "latency_s" in r.stderr
     # a run directory that is not a serving run
-    r = _run(["validate-serving", str(tmp_path / "missing"), "--profile", prof, "--out", str(tmp_path / "rep")])
+    r = _run(["validate", "serving", str(tmp_path / "missing"), "--profile", prof, "--out", str(tmp_path / "rep")])
     assert r.returncode == 2 and "run.json" in r.stderr and "Traceback" not in r.stderr
     # every run a fit run: nothing held out
     good = _fake_run_dir(tmp_path / "ok" / "closed-2")
-    r = _run(["validate-serving", str(good), "--profile", prof, "--out", str(tmp_path / "rep"), "--fit-levels", "closed-2"])
+    r = _run(["validate", "serving", str(good), "--profile", prof, "--out", str(tmp_path / "rep"), "--fit-levels", "closed-2"])
     assert r.returncode == 2 and "--fit-levels" in r.stderr and "held out" in r.stderr
 
 

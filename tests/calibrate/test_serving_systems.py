@@ -217,7 +217,7 @@ def test_bad_configs_are_input_errors(tmp_path):
         SystemServeConfig(systems=("specreason",), threshold=11, **base).check()
     with pytest.raises(InputError, match="users"):
         SystemServeConfig(systems=("specreason",), base="b", small="s", arrivals=(ClosedLoop(0),)).check()
-    r = subprocess.run(SPECSIM + ["calibrate", "serve-systems", "--system", "specdecode", "--out", str(tmp_path / "x")],
+    r = subprocess.run(SPECSIM + ["measure", "serve-systems", "--system", "specdecode", "--out", str(tmp_path / "x")],
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2 and "Traceback" not in r.stderr and "--gamma" in r.stderr
     assert not (tmp_path / "x").exists()
@@ -269,7 +269,7 @@ def test_validate_serving_replays_whole_system_runs(tmp_path):
     c0 = run.calls[run.calls.request_id == 0].iloc[0]
     assert (plans[0].calls[0].engine, plans[0].calls[0].new_tokens, plans[0].calls[0].cached_tokens) == \
            (0, int(c0.prompt_tokens - c0.cached_tokens), int(c0.cached_tokens))
-    r = subprocess.run(SPECSIM + ["validate-serving", *map(str, dirs), "--profile",
+    r = subprocess.run(SPECSIM + ["validate", "serving", *map(str, dirs), "--profile",
                                   str(ROOT / "simulator/profiles/cost_cpu-vllm032.yaml"), "--fit-levels", "closed-1",
                                   "--out", str(tmp_path / "rep")], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr

@@ -71,7 +71,7 @@ def test_real_log_lines_agree_with_the_final_scrape(run):
 
 def test_two_servers_two_gammas_fit_through_the_cli(tmp_path, capsys):
     out = tmp_path / "acc.yaml"
-    rc, text, _ = _cli(["calibrate", "fit-acceptance", "--metrics", K2 / "after.txt", "--metrics", K4 / "after.txt",
+    rc, text, _ = _cli(["fit", "acceptance", "--metrics", K2 / "after.txt", "--metrics", K4 / "after.txt",
                         "--fit-gammas", "2", "--predict-gammas", "4", "--out", out], capsys)
     assert rc == 0 and re.search(r"^\s+4\s+held-out", text, re.M) and out.is_file()
     assert "kind: fitted" in out.read_text()
@@ -79,7 +79,7 @@ def test_two_servers_two_gammas_fit_through_the_cli(tmp_path, capsys):
 
 def test_spec_metrics_command_writes_a_measured_acceptance(tmp_path, capsys):
     out = tmp_path / "acc.yaml"
-    rc, text, _ = _cli(["calibrate", "spec-metrics", "--log", NGRAM / "server.log", "--out", out], capsys)
+    rc, text, _ = _cli(["measure", "spec-metrics", "--log", NGRAM / "server.log", "--out", out], capsys)
     assert rc == 0 and text.startswith("gamma 4: ") and "kind: measured" in out.read_text()
 
 
@@ -141,30 +141,30 @@ DR = 'vllm:spec_decode_num_drafts_total{engine="0",model_name="smollm2-135m"}'
 def test_bad_metrics_are_one_line_exit_2(tmp_path, capsys, old, new, expect):
     bad = _edit_k4(tmp_path, old, new)
     out = tmp_path / "acc.yaml"
-    rc, _, err = _cli(["calibrate", "fit-acceptance", "--metrics", bad, "--fit-gammas", "4", "--out", out], capsys)
+    rc, _, err = _cli(["fit", "acceptance", "--metrics", bad, "--fit-gammas", "4", "--out", out], capsys)
     line = _one_error(err)
     assert rc == 2 and not out.exists() and str(bad) in line and expect in line, line
 
 
 def test_bad_scrape_pairs_are_one_line_exit_2(tmp_path, capsys):
     # before taken after a restart: counters went down
-    rc, _, err = _cli(["calibrate", "fit-acceptance", "--metrics", K4 / "before.txt", "--metrics-before", K4 / "after.txt"],
+    rc, _, err = _cli(["fit", "acceptance", "--metrics", K4 / "before.txt", "--metrics-before", K4 / "after.txt"],
                       capsys)
     assert rc == 2 and "a counter cannot go down between scrapes" in _one_error(err)
     # scrapes of different servers (gamma 4 vs 2)
-    rc, _, err = _cli(["calibrate", "fit-acceptance", "--metrics", K4 / "after.txt", "--metrics-before", K2 / "before.txt"],
+    rc, _, err = _cli(["fit", "acceptance", "--metrics", K4 / "after.txt", "--metrics-before", K2 / "before.txt"],
                       capsys)
     assert rc == 2 and "k = 2 before, 4 after" in _one_error(err)
     # no drafts between two identical scrapes
-    rc, _, err = _cli(["calibrate", "spec-metrics", "--metrics", K4 / "after.txt", "--metrics-before", K4 / "after.txt"],
+    rc, _, err = _cli(["measure", "spec-metrics", "--metrics", K4 / "after.txt", "--metrics-before", K4 / "after.txt"],
                       capsys)
     assert rc == 2 and "drafts (verify iterations) must be a whole number >= 1 (got 0.0)" in _one_error(err)
     # a file that is not vLLM /metrics at all, and --metrics-before without --metrics
     empty = tmp_path / "m.txt"
     empty.write_text("# nothing\nprocess_cpu_seconds_total 1.5\n")
-    rc, _, err = _cli(["calibrate", "spec-metrics", "--metrics", empty], capsys)
+    rc, _, err = _cli(["measure", "spec-metrics", "--metrics", empty], capsys)
     assert rc == 2 and "no spec-decode counters" in _one_error(err)
-    rc, _, err = _cli(["calibrate", "fit-acceptance", "--log", K4 / "server.log", "--metrics-before", empty], capsys)
+    rc, _, err = _cli(["fit", "acceptance", "--log", K4 / "server.log", "--metrics-before", empty], capsys)
     assert rc == 2 and "--metrics-before: needs --metrics" in _one_error(err)
 
 
@@ -197,7 +197,7 @@ def test_bad_log_lines_are_one_line_exit_2(tmp_path, capsys, line, expect):
     log = tmp_path / "server.log"
     log.write_text(f"INFO 11-25 21:24:36 [loggers.py:335] Engine 000: Avg prompt throughput: 4.3 tokens/s\n{line}\n")
     out = tmp_path / "acc.yaml"
-    rc, _, err = _cli(["calibrate", "fit-acceptance", "--log", log, "--fit-gammas", "4", "--out", out], capsys)
+    rc, _, err = _cli(["fit", "acceptance", "--log", log, "--fit-gammas", "4", "--out", out], capsys)
     msg = _one_error(err)
     assert rc == 2 and not out.exists() and str(log) in msg and expect in msg, msg
 

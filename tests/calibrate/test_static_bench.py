@@ -13,11 +13,11 @@ pytest.importorskip("transformers")
 @pytest.mark.real_engine
 def test_static_bench_writes_valid_records_and_bandwidth(tmp_path, capsys):
     out = tmp_path / "sb"
-    code = main(["calibrate", "static-bench", "--arch", "smollm2-135m", "--layers", "2", "--out", str(out),
+    code = main(["measure", "static-bench", "--arch", "smollm2-135m", "--layers", "2", "--out", str(out),
                  "--context", "32,96", "--batch", "1,2", "--new-tokens", "16", "--cached-tokens", "0,32",
                  "--gamma", "1,3", "--decode-tokens", "3", "--repeats", "1", "--dtype", "float32"])
     assert code == 0, capsys.readouterr().err
-    assert main(["calibrate", "check-trace", str(out)]) == 0
+    assert main(["validate", "trace", str(out)]) == 0
     recs = [json.loads(l) for l in (out / "microbench.jsonl").read_text().splitlines()]
     ops = {r["op"] for r in recs}
     assert ops == {"decode", "prefill", "score", "verify"}
@@ -30,10 +30,10 @@ def test_static_bench_writes_valid_records_and_bandwidth(tmp_path, capsys):
 
 
 def test_static_bench_bad_options_exit_2(tmp_path, capsys):
-    code = main(["calibrate", "static-bench", "--arch", "smollm2-135m", "--out", str(tmp_path / "x"), "--context", "0,5"])
+    code = main(["measure", "static-bench", "--arch", "smollm2-135m", "--out", str(tmp_path / "x"), "--context", "0,5"])
     err = capsys.readouterr().err
     assert code == 2 and "--context: must lie in 1..10000000 (got 0)" in err and len(err.strip().splitlines()) == 1
-    code = main(["calibrate", "static-bench", "--arch", "nope-1b", "--out", str(tmp_path / "y"), "--layers", "1"])
+    code = main(["measure", "static-bench", "--arch", "nope-1b", "--out", str(tmp_path / "y"), "--layers", "1"])
     err = capsys.readouterr().err
     assert code == 2 and "unknown architecture" in err
 

@@ -67,7 +67,7 @@ def test_transfer_acceptance_bounded_and_monotone():
 @pytest.mark.parametrize("args", [["--gamma", "0-3"], ["--gamma", "x"], ["--draft", "cut4,bogus"],
                                   ["--problems", "0"], ["--timed-gammas", "9", "--gamma", "1-8"]])
 def test_study_cli_bad_options_exit_2(args, tmp_path, capsys):
-    assert main(["study", "specdecode", "--out", str(tmp_path / "r"), *args]) == 2
+    assert main(["measure", "study", "specdecode", "--out", str(tmp_path / "r"), *args]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and "\n" not in err
     assert not (tmp_path / "r").exists()

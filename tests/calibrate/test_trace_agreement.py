@@ -118,9 +118,9 @@ def _copy(tmp_path: Path) -> Path:
 def test_the_unmutated_run_is_ok_for_both(tmp_path, capsys):
     """The control: the same folder unmutated passes check-trace and validate reads it (exit 0, a report)."""
     d = _copy(tmp_path)
-    rc, out, err = _run(["calibrate", "check-trace", d], capsys)
+    rc, out, err = _run(["validate", "trace", d], capsys)
     assert rc == 0 and out.strip() == "1 run, 7 step, 3 request record(s): ok", (out, err)
-    rc, out, err = _run(["validate", d, "--profile", "prior", "--no-distribution", "--out", tmp_path / "rep"], capsys)
+    rc, out, err = _run(["validate", "runs", d, "--profile", "prior", "--no-distribution", "--out", tmp_path / "rep"], capsys)
     assert rc == 0 and (tmp_path / "rep" / "report.md").is_file(), err
     assert "replay e2e    n=  3" in out  # 3 requests, each counted once
 
@@ -130,9 +130,9 @@ def test_check_trace_and_validate_refuse_alike(tmp_path, capsys, name):
     mutate, starts, contains = MUTATIONS[name]
     d = _copy(tmp_path)
     mutate(d)
-    rc_check, out, err_check = _run(["calibrate", "check-trace", d], capsys)
+    rc_check, out, err_check = _run(["validate", "trace", d], capsys)
     assert rc_check == 2 and "ok" not in out, (name, out)
-    rc_val, _, err_val = _run(["validate", d, "--profile", "prior", "--no-distribution", "--out", tmp_path / "rep"],
+    rc_val, _, err_val = _run(["validate", "runs", d, "--profile", "prior", "--no-distribution", "--out", tmp_path / "rep"],
                               capsys)
     assert rc_val == 2 and not (tmp_path / "rep").exists(), (name, err_val)
     assert err_check == err_val, (name, err_check, err_val)  # one validation: the same line
@@ -162,9 +162,9 @@ def test_the_unmutated_serving_run_is_ok_for_both(tmp_path, capsys):
     from calibrate.measure.import_bench_serve import write_run
 
     d = write_run(BENCH, tmp_path / "closed-1")
-    rc, out, err = _run(["calibrate", "check-trace", d], capsys)
+    rc, out, err = _run(["validate", "trace", d], capsys)
     assert rc == 0 and out.strip() == "1 run, 4 serve_request record(s): ok", (out, err)
-    rc, out, err = _run(["validate-serving", d, "--profile", SERVE_PROFILE, "--out", tmp_path / "rep"], capsys)
+    rc, out, err = _run(["validate", "serving", d, "--profile", SERVE_PROFILE, "--out", tmp_path / "rep"], capsys)
     assert rc == 0 and (tmp_path / "rep").is_dir(), err
 
 
@@ -175,8 +175,8 @@ def test_check_trace_and_validate_serving_refuse_alike(tmp_path, capsys, name):
     mutate, starts, contains = SERVE_MUTATIONS[name]
     d = write_run(BENCH, tmp_path / "closed-1")
     mutate(d)
-    rc_check, out, err_check = _run(["calibrate", "check-trace", d], capsys)
-    rc_val, _, err_val = _run(["validate-serving", d, "--profile", SERVE_PROFILE, "--out", tmp_path / "rep"], capsys)
+    rc_check, out, err_check = _run(["validate", "trace", d], capsys)
+    rc_val, _, err_val = _run(["validate", "serving", d, "--profile", SERVE_PROFILE, "--out", tmp_path / "rep"], capsys)
     assert rc_check == rc_val == 2 and not (tmp_path / "rep").exists(), (name, out, err_val)
     assert err_check == err_val, (name, err_check, err_val)
     line = err_check.strip()

@@ -39,16 +39,16 @@ def test_killed_fit_and_validate_leave_no_half_written_output(tmp_path, monkeypa
 
     monkeypatch.setattr(os, "replace", killed)
     try:
-        main(["calibrate", "fit", a, b, "--out", str(prof)])
+        main(["fit", "cost", a, b, "--out", str(prof)])
     except Killed:
         pass
     assert not prof.exists() and not list(tmp_path.glob(".cost.yaml.*"))  # temporary removed, target never half
     monkeypatch.setattr(os, "replace", real)
-    assert main(["calibrate", "fit", a, b, "--out", str(prof)]) == 0
+    assert main(["fit", "cost", a, b, "--out", str(prof)]) == 0
     good = prof.read_text()
     monkeypatch.setattr(os, "replace", killed)
     try:
-        main(["calibrate", "fit", a, "--out", str(prof)])  # a kill while overwriting keeps the old profile whole
+        main(["fit", "cost", a, "--out", str(prof)])  # a kill while overwriting keeps the old profile whole
     except Killed:
         pass
     assert prof.read_text() == good

@@ -21,7 +21,7 @@ def run_cli(args, capsys):
 
 @pytest.mark.parametrize("path", list_scenarios(), ids=lambda p: p.stem)
 def test_every_shipped_scenario_runs_analytic(path, capsys):
-    code, out, err = run_cli(["whatif", str(path), "--format", "json"], capsys)
+    code, out, err = run_cli(["simulate", "whatif", str(path), "--format", "json"], capsys)
     assert code == 0, err
     res = json.loads(out)["results"]
     assert res and all(r["latency_s"] > 0 for r in res)
@@ -29,7 +29,7 @@ def test_every_shipped_scenario_runs_analytic(path, capsys):
 
 
 def test_reference_grid_has_all_five_systems_gamma_by_threshold(capsys):
-    code, out, err = run_cli(["whatif", REF, "--format", "json"], capsys)
+    code, out, err = run_cli(["simulate", "whatif", REF, "--format", "json"], capsys)
     assert code == 0, err
     res = json.loads(out)["results"]
     systems = {r["system"] for r in res}
@@ -41,7 +41,7 @@ def test_reference_grid_has_all_five_systems_gamma_by_threshold(capsys):
 
 
 def test_des_engine_through_cli_agrees_with_analytic(capsys):
-    args = ["whatif", "cpu-smollm2", "--system", "specreason", "--threshold", "5", "--format", "json"]
+    args = ["simulate", "whatif", "cpu-smollm2", "--system", "specreason", "--threshold", "5", "--format", "json"]
     code, out_a, _ = run_cli(args, capsys)
     code_d, out_d, err = run_cli(args + ["--engine", "des", "--requests", "600", "--seed", "3"], capsys)
     assert code == code_d == 0, err
@@ -53,7 +53,7 @@ def test_des_engine_through_cli_agrees_with_analytic(capsys):
 
 def test_csv_out_file(tmp_path, capsys):
     out = tmp_path / "grid.csv"
-    code, _, err = run_cli(["whatif", "cpu-smollm2", "--format", "csv", "--out", str(out)], capsys)
+    code, _, err = run_cli(["simulate", "whatif", "cpu-smollm2", "--format", "csv", "--out", str(out)], capsys)
     assert code == 0, err
     head = out.read_text().splitlines()[0].split(",")
     assert head[:6] == ["hardware", "tp", "system", "gamma", "threshold", "first_n"]
@@ -91,7 +91,7 @@ def test_bad_scenarios_give_one_line_exit_2(tmp_path, capsys, edit, field):
     old, new = edit
     assert old in BASE_SCENARIO
     p = _write(tmp_path, BASE_SCENARIO.replace(old, new, 1))
-    code, out, err = run_cli(["whatif", str(p)], capsys)
+    code, out, err = run_cli(["simulate", "whatif", str(p)], capsys)
     assert code == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and str(p) in lines[0] and field in lines[0], err
@@ -99,7 +99,7 @@ def test_bad_scenarios_give_one_line_exit_2(tmp_path, capsys, edit, field):
 
 def test_malformed_yaml(tmp_path, capsys):
     p = _write(tmp_path, "name: x\nhardware: {gpu: [\n")
-    code, _, err = run_cli(["whatif", str(p)], capsys)
+    code, _, err = run_cli(["simulate", "whatif", str(p)], capsys)
     assert code == 2 and str(p) in err and "malformed YAML" in err and len(err.strip().splitlines()) == 1
 
 
@@ -108,12 +108,12 @@ def test_malformed_yaml(tmp_path, capsys):
     (["--engine", "magic"], "--engine"), (["--system", "turbo"], "--system"), (["--format", "xml"], "--format"),
 ])
 def test_bad_options(capsys, args, field):
-    code, _, err = run_cli(["whatif", REF, *args], capsys)
+    code, _, err = run_cli(["simulate", "whatif", REF, *args], capsys)
     assert code == 2 and field in err and len(err.strip().splitlines()) == 1
 
 
 def test_missing_scenario_file(capsys):
-    code, _, err = run_cli(["whatif", "no/such/file.yaml"], capsys)
+    code, _, err = run_cli(["simulate", "whatif", "no/such/file.yaml"], capsys)
     assert code == 2 and "not found" in err
 
 
@@ -139,7 +139,7 @@ def test_execution_field_reaches_the_engines(tmp_path, capsys):
     lat = {}
     for name, ex in (("exact", ""), ("block", "execution: {prefix_cache_block: 128}\n"),
                      ("both", "execution: {prefix_cache_block: 128, step_calls: true}\n")):
-        code, out, err = run_cli(["whatif", str(_write(tmp_path, cpu + ex, f"{name}.yaml")), *args], capsys)
+        code, out, err = run_cli(["simulate", "whatif", str(_write(tmp_path, cpu + ex, f"{name}.yaml")), *args], capsys)
         assert code == 0, err
         lat[name] = {r["system"]: r["latency_s"] for r in json.loads(out)["results"]}
     assert lat["block"]["vanilla-base"] == lat["exact"]["vanilla-base"]
@@ -154,17 +154,17 @@ def test_draft_weights_count_in_the_base_memory_share(tmp_path, capsys):
     # engine with the whole 0.95 and fit
     text = (Path("scenarios/modern-h100-h200-qwen3.yaml").read_text().replace("tp: [2, 4]", "tp: [1]")
             .replace("memory_fraction: {base: 0.88, small: 0.1}", "memory_fraction: {base: 0.85, small: 0.1}"))
-    code, _, err = run_cli(["whatif", str(_write(tmp_path, text))], capsys)
+    code, _, err = run_cli(["simulate", "whatif", str(_write(tmp_path, text))], capsys)
     assert code == 2 and "memory_fraction.base" in err and "draft qwen3-1.7b" in err
     # without a speculative system the draft is not placed, and the same TP=1 fits
     text = text.replace("systems: [vanilla-base, specdecode, specreason, specreason-decode]", "systems: [vanilla-base, specreason]")
-    code, _, err = run_cli(["whatif", str(_write(tmp_path, text, "t.yaml")), "--format", "csv"], capsys)
+    code, _, err = run_cli(["simulate", "whatif", str(_write(tmp_path, text, "t.yaml")), "--format", "csv"], capsys)
     assert code == 0, err
 
 
 def test_bad_slo_in_scenario(tmp_path, capsys):
     p = _write(tmp_path, BASE_SCENARIO.replace('slo: "p99_latency<=900s"', 'slo: "p99_latency<=soon"'))
-    code, _, err = run_cli(["whatif", str(p)], capsys)
+    code, _, err = run_cli(["simulate", "whatif", str(p)], capsys)
     assert code == 2 and f"{p}: slo:" in err
 
 
@@ -174,7 +174,7 @@ def test_breakdown_columns_sum_to_latency(capsys):
 
     from simulator.report.report_table import BREAKDOWN, with_remainder
 
-    code, out, err = run_cli(["whatif", REF, "--format", "csv"], capsys)
+    code, out, err = run_cli(["simulate", "whatif", REF, "--format", "csv"], capsys)
     assert code == 0, err
     import io
 
@@ -185,22 +185,22 @@ def test_breakdown_columns_sum_to_latency(capsys):
 
 def test_table_fits_80_columns_and_columns_option(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
-    code, out, err = run_cli(["whatif", REF], capsys)
+    code, out, err = run_cli(["simulate", "whatif", REF], capsys)
     assert code == 0, err
     assert max(len(line) for line in out.splitlines()) <= 80
     assert "call overhead" not in out  # the summary preset
-    code, out, err = run_cli(["whatif", REF, "--system", "specreason", "--threshold", "7", "--columns", "breakdown"], capsys)
+    code, out, err = run_cli(["simulate", "whatif", REF, "--system", "specreason", "--threshold", "7", "--columns", "breakdown"], capsys)
     flat = " ".join(out.split())
     assert code == 0 and "call" in flat and "sum to latency" in flat
-    code, out, err = run_cli(["whatif", REF, "--system", "specreason", "--threshold", "7", "--columns", "system,latency_s"], capsys)
+    code, out, err = run_cli(["simulate", "whatif", REF, "--system", "specreason", "--threshold", "7", "--columns", "system,latency_s"], capsys)
     assert code == 0 and "speedup" not in out and "latency" in out
-    code, _, err = run_cli(["whatif", REF, "--columns", "nope"], capsys)
+    code, _, err = run_cli(["simulate", "whatif", REF, "--columns", "nope"], capsys)
     assert code == 2 and err.count("\n") == 1 and "--columns" in err
 
 
 def test_csv_file_gets_every_column_and_says_where(tmp_path, capsys):
     out = tmp_path / "g.csv"
-    code, _, err = run_cli(["whatif", "cpu-smollm2", "--system", "specreason", "--threshold", "5", "--out", str(out)], capsys)
+    code, _, err = run_cli(["simulate", "whatif", "cpu-smollm2", "--system", "specreason", "--threshold", "5", "--out", str(out)], capsys)
     assert code == 0 and f"wrote {out}" in err
     assert {"call_overhead_s", "small_prefill_s", "base_prefill_s"} <= set(out.read_text().splitlines()[0].split(","))
 
@@ -213,7 +213,7 @@ def test_show_section(capsys):
 
 
 def test_help_is_for_users(capsys):
-    for args in (["--help"], ["study", "--help"], ["calibrate", "prepare-models", "--help"]):
+    for args in (["--help"], ["study", "--help"], ["measure", "prepare-models", "--help"]):
         code, out, _ = run_cli(args, capsys)
         assert code == 0 and "<bool>" not in out and "issue" not in out and "thin entry" not in out
 
@@ -223,17 +223,17 @@ def test_verbose_anywhere_is_taken_out_and_engines_quiet_by_default(monkeypatch)
 
     monkeypatch.delenv("SPECSIM_VERBOSE", raising=False)
     monkeypatch.delenv("VLLM_LOGGING_LEVEL", raising=False)
-    assert cli.quiet_engines(["whatif", "x"]) == ["whatif", "x"]
+    assert cli.quiet_engines(["simulate", "whatif", "x"]) == ["simulate", "whatif", "x"]
     import os
 
     assert os.environ["VLLM_LOGGING_LEVEL"] == "ERROR"
-    assert cli.quiet_engines(["calibrate", "run", "--verbose"]) == ["calibrate", "run"]
+    assert cli.quiet_engines(["measure", "run", "--verbose"]) == ["measure", "run"]
     assert os.environ["SPECSIM_VERBOSE"] == "1"
 
 
 def test_capacity_cpu_replicas_are_not_gpus(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
-    code, out, err = run_cli(["capacity", "cpu-smollm2", "--system", "specreason", "--threshold", "5", "--qps", "0.02",
+    code, out, err = run_cli(["simulate", "capacity", "cpu-smollm2", "--system", "specreason", "--threshold", "5", "--qps", "0.02",
                               "--requests", "40", "--workers", "1"], capsys)
     assert code == 0, err
     assert "GPU" not in out and "drift" in out and "offered" in out

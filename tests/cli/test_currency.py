@@ -27,19 +27,19 @@ def test_bad_currency_is_an_input_error(bad):
 
 
 def test_capacity_prints_the_currency(capsys):
-    assert main(["capacity", *SMALL, "--currency", "EUR"]) == 0
+    assert main(["simulate", "capacity", *SMALL, "--currency", "EUR"]) == 0
     out = capsys.readouterr().out
     head = out[:out.index("───")].split()  # the header: what on one line, the unit (currency) under it
     assert "cost/1000" in head and "EUR" in head
     assert "EUR per 1000 requests at 0.5 EUR per CPU host-hour" in " ".join(out.split())
-    assert main(["capacity", *SMALL, "--format", "json"]) == 0
+    assert main(["simulate", "capacity", *SMALL, "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["meta"]["currency"] == "USD" and {r["currency"] for r in doc["results"]} == {"USD"}
 
 
 def test_report_prints_the_currency(tmp_path, capsys):
     out = tmp_path / "r"
-    assert main(["report", *SMALL, "--currency", "GBP", "--out", str(out)]) == 0
+    assert main(["simulate", "report", *SMALL, "--currency", "GBP", "--out", str(out)]) == 0
     assert "GBP per 1000 requests" in capsys.readouterr().out
     md = (out / "report.md").read_text()
     assert "cost / 1000 req (GBP)" in md and "GBP per CPU host-hour" in md and "--currency GBP" in md
@@ -47,6 +47,6 @@ def test_report_prints_the_currency(tmp_path, capsys):
 
 
 def test_bad_currency_exit_2(capsys):
-    assert main(["capacity", "cpu-smollm2", "--currency", "1 2"]) == 2
+    assert main(["simulate", "capacity", "cpu-smollm2", "--currency", "1 2"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--currency" in err and "Traceback" not in err

@@ -6,7 +6,7 @@ import pytest
 
 from specsim_cli.main import command_tree, main
 
-SIMULATOR_COMMANDS = ["whatif", "list", "show", "capacity", "report", "pass-time", "init"]
+SIMULATOR_COMMANDS = ["simulate whatif", "list", "show", "simulate capacity", "simulate report", "simulate pass-time", "init"]
 # options without a description in commands other engineers own (calibrate/, validate/ ...): reported in issue 30,
 # kept visible here as expected failures until their owners describe them
 KNOWN_GAPS: set[str] = set()  # commands allowed to lack option descriptions (none left)
@@ -33,7 +33,7 @@ def test_each_command_shows_an_example(name, capsys):
 @pytest.mark.parametrize("name", SIMULATOR_COMMANDS)
 def test_help_has_no_artefacts(name, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
-    assert main([name, "--help"]) == 0
+    assert main([*name.split(), "--help"]) == 0
     out = capsys.readouterr().out
     for bad in ("%%", "<list[", "{scenario}", "{what}", "{"):
         assert bad not in out, f"specsim {name} --help shows {bad!r}"

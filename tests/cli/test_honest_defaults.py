@@ -14,7 +14,7 @@ def test_a_borrowed_workload_is_said_in_the_table_header_and_in_show(capsys, mon
     assert load_scenario("cpu-smollm2").workload_note() is None
     note = load_scenario("modern-h100-h200-qwen3").workload_note()
     assert note and "qwen3-32b" in note and "Qwen/QwQ-32B" in note
-    assert main(["whatif", "modern-h100-h200-qwen3", "--system", "vanilla-base"]) == 0
+    assert main(["simulate", "whatif", "modern-h100-h200-qwen3", "--system", "vanilla-base"]) == 0
     assert "note: workload aime_qwq32b_r1-1.5b was fitted for" in capsys.readouterr().out
     assert main(["show", "modern-h100-h200-qwen3", "--section", "workload"]) == 0
     assert capsys.readouterr().out.startswith("# note: workload aime_qwq32b_r1-1.5b was fitted for")
@@ -40,7 +40,7 @@ def test_list_workloads_and_profiles(capsys):
 
 
 def test_whatif_hardware_and_tp_overrides(capsys):
-    assert main(["whatif", "reference-a6000-qwq32b", "--system", "vanilla-base", "--hardware", "h100-sxm,h200",
+    assert main(["simulate", "whatif", "reference-a6000-qwq32b", "--system", "vanilla-base", "--hardware", "h100-sxm,h200",
                  "--tp", "2", "--format", "csv"]) == 0
     import io
 
@@ -48,10 +48,10 @@ def test_whatif_hardware_and_tp_overrides(capsys):
 
     df = pd.read_csv(io.StringIO(capsys.readouterr().out))
     assert set(df.hardware) == {"h100-sxm", "h200"} and set(df.tp) == {2}
-    assert main(["whatif", "reference-a6000-qwq32b", "--hardware", "nope"]) == 2
+    assert main(["simulate", "whatif", "reference-a6000-qwq32b", "--hardware", "nope"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --hardware:") and "\n" not in err
-    assert main(["whatif", "reference-a6000-qwq32b", "--tp", "0"]) == 2
+    assert main(["simulate", "whatif", "reference-a6000-qwq32b", "--tp", "0"]) == 2
     assert capsys.readouterr().err.startswith("error: --tp:")
 
 

@@ -18,7 +18,7 @@ def test_a_huge_token_budget_is_blamed_on_token_budget(tmp_path, capsys):
     d["workload_overrides"] = {"token_budget": 1e9}
     p = tmp_path / "s.yaml"
     p.write_text(yaml.safe_dump(d))
-    assert main(["whatif", str(p)]) == 2
+    assert main(["simulate", "whatif", str(p)]) == 2
     err = _one_line_err(capsys)
     assert err.startswith(f"error: {p}: workload_overrides.token_budget:") and "memory_fraction" not in err
     w = yaml.safe_load(open("simulator/profiles/workload_cpu_gsm_smollm2.yaml"))
@@ -28,14 +28,14 @@ def test_a_huge_token_budget_is_blamed_on_token_budget(tmp_path, capsys):
     d.pop("workload_overrides")
     d["workload"] = str(wp)
     p.write_text(yaml.safe_dump(d))
-    assert main(["whatif", str(p)]) == 2
+    assert main(["simulate", "whatif", str(p)]) == 2
     assert _one_line_err(capsys).startswith(f"error: {wp}: token_budget:")
 
 
 def test_an_undecodable_file_is_named(tmp_path, capsys):
     b = tmp_path / "arrivals.csv"
     b.write_bytes(bytes(range(128, 256)) * 3)
-    assert main(["capacity", "cpu-smollm2", "--arrivals-file", str(b), "--system", "vanilla-base"]) == 2
+    assert main(["simulate", "capacity", "cpu-smollm2", "--arrivals-file", str(b), "--system", "vanilla-base"]) == 2
     err = _one_line_err(capsys)
     assert str(b) in err and "UTF-8" in err
 
@@ -48,6 +48,6 @@ def test_an_unexpected_error_names_the_input(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(w, "whatif_from_cli", boom)
     monkeypatch.delenv("SPECSIM_DEBUG", raising=False)
-    assert main(["whatif", "scenarios/cpu-smollm2.yaml"]) == 2
+    assert main(["simulate", "whatif", "scenarios/cpu-smollm2.yaml"]) == 2
     err = _one_line_err(capsys)
     assert err.startswith("error: scenarios/cpu-smollm2.yaml: cannot handle this input (ZeroDivisionError")

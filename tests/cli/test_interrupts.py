@@ -1,4 +1,4 @@
-"""Ctrl-C and SIGTERM stop the whole process tree (issue 41 item 4): a real ``python -m specsim_cli capacity`` with
+"""Ctrl-C and SIGTERM stop the whole process tree (issue 41 item 4): a real ``python -m specsim_cli simulate capacity`` with
 local workers is interrupted once its workers run; it must exit within a few seconds with one line and 130 (SIGINT)
 or 143 (SIGTERM), leave no worker process alive and no partial ``--out`` file. Processes are found in /proc (no
 psutil); Linux only."""
@@ -46,7 +46,7 @@ def _alive(pid: int) -> bool:
 
 def _start(out: Path) -> subprocess.Popen:
     # the CPU scenario's 20 SpecReason configurations: a search of minutes, so the workers are busy at the signal
-    cmd = [sys.executable, "-m", "specsim_cli", "capacity", "cpu-smollm2", "--system", "specreason", "--system",
+    cmd = [sys.executable, "-m", "specsim_cli", "simulate", "capacity", "cpu-smollm2", "--system", "specreason", "--system",
            "specreason-decode", "--gamma", "1,2,4,6", "--threshold", "3,5,7,9", "--workers", "2", "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -107,7 +107,7 @@ def test_ctrl_c_while_importing_prints_one_line():
     """Ctrl-C half a second in: the command tree is still importing (seconds on this machine)."""
     # as from a terminal: SIGINT at its default (a pytest-xdist worker ignores it, and a child inherits SIG_IGN,
     # under which the interpreter drops a Ctrl-C that arrives before specsim installs its own handler)
-    p = subprocess.Popen([sys.executable, "-m", "specsim_cli", "capacity", "cpu-smollm2"], cwd=ROOT,
+    p = subprocess.Popen([sys.executable, "-m", "specsim_cli", "simulate", "capacity", "cpu-smollm2"], cwd=ROOT,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     time.sleep(0.5)

@@ -17,12 +17,12 @@ ROOT = Path(__file__).resolve().parents[2]
 # run outside the specsim tree: vLLM's own CLI in a subprocess; a script copied alone to a GPU machine with only torch
 STANDALONE = {"calibrate/measure/vllm_cli.py", "calibrate/measure/gpu_step_bench.py"}
 # the commands that replaced the python -m entry points (issue 29)
-CONVERTED = ["calibrate fit-workload-traces", "calibrate import-specreason", "calibrate fit-accuracy",
-             "calibrate published-priors", "calibrate gpu fit-engine", "calibrate gpu fit-moe",
-             "calibrate gpu transfer-priors", "calibrate gpu validate-kernels", "calibrate gpu check-priors",
-             "calibrate gpu spec-sweep", "calibrate gpu step-plan", "calibrate gpu step-predict",
-             "calibrate gpu step-summary", "calibrate gpu op-bench", "validate-capacity", "validate-drift",
-             "validate-cpu", "validate-gpu-summary"]
+CONVERTED = ["fit workload-traces", "import specreason", "fit accuracy",
+             "fit published-priors", "fit engine", "fit moe",
+             "fit transfer-priors", "validate kernels", "validate priors",
+             "validate spec-sweep", "measure step-plan", "measure step-predict",
+             "validate step-summary", "measure op-bench", "validate capacity", "validate drift",
+             "validate cpu", "validate gpu-summary"]
 
 
 def _is_main_guard(node: ast.AST) -> bool:
@@ -71,10 +71,10 @@ def test_every_former_entry_point_is_a_command_of_the_tree():
 
 
 def test_bad_input_to_a_converted_command_is_one_line_exit_2(tmp_path, capsys):
-    rc = main(["validate-gpu-summary", str(tmp_path / "nope")])
+    rc = main(["validate", "gpu-summary", str(tmp_path / "nope")])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and err[0].startswith("error: ") and "nope" in err[0]
-    rc = main(["calibrate", "gpu", "step-plan", "--out", str(tmp_path / "p.json"), "--model", "no-such-model"])
+    rc = main(["measure", "step-plan", "--out", str(tmp_path / "p.json"), "--model", "no-such-model"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "--model" in err[0] and not (tmp_path / "p.json").exists()
 
@@ -83,10 +83,10 @@ def test_step_plan_then_step_predict(tmp_path):
     import json
 
     plan = tmp_path / "plan.json"
-    assert main(["calibrate", "gpu", "step-plan", "--out", str(plan), "--model", "r1-distill-qwen-1.5b"]) == 0
+    assert main(["measure", "step-plan", "--out", str(plan), "--model", "r1-distill-qwen-1.5b"]) == 0
     assert [m["spec"]["name"] for m in json.loads(plan.read_text())["models"]] == ["r1-distill-qwen-1.5b"]
     out = tmp_path / "pred.csv"
-    assert main(["calibrate", "gpu", "step-predict", str(plan), "--hardware", "h200", "--out", str(out)]) == 0
+    assert main(["measure", "step-predict", str(plan), "--hardware", "h200", "--out", str(out)]) == 0
     assert out.read_text().startswith("model,hardware,op,")
 
 

@@ -53,7 +53,7 @@ def _concept_options(word: str) -> list[tuple[str, object]]:
 
 def test_the_walk_sees_the_tree():
     names = {n for n, _ in COMMANDS}
-    assert {"whatif", "capacity", "validate-capacity", "calibrate microbench", "study specdecode"} <= names
+    assert {"simulate whatif", "simulate capacity", "validate capacity", "measure microbench", "measure study specdecode"} <= names
     assert len(_concept_options("gamma")) >= 15 and len(_concept_options("threshold")) >= 8
 
 
@@ -106,8 +106,8 @@ def test_threshold_is_one_list_type_where_swept_and_one_checked_number_where_one
         else:
             other.append(f"specsim {n} {p.opts}: {_annotation(p)} parser {parser!r}")
     assert not other, f"threshold options neither the shared list parser nor the shared single check: {other}"
-    assert {n for n, _, _ in lists} >= {"whatif", "capacity", "report", "validate-capacity"}
-    assert {"calibrate run", "calibrate serve-specreason", "calibrate serve-systems"} <= set(singles)
+    assert {n for n, _, _ in lists} >= {"simulate whatif", "simulate capacity", "simulate report", "validate capacity"}
+    assert {"measure run", "measure serve-specreason", "measure serve-systems"} <= set(singles)
     for n, p, parser in lists:
         assert (parser.concept, parser.field, parser.lo, parser.hi) == ("threshold", "--threshold", 0, THRESHOLD_MAX), n
         assert p.multiple and p.callback is not None, n
@@ -131,8 +131,8 @@ def test_report_is_a_primary_name_only_beside_another_output():
 
 
 @pytest.mark.parametrize("args", [
-    ["whatif", "cpu-smollm2", "--system", "specdecode", "--gamma", "2-3", "--gamma", "5", "--format", "json"],
-    ["whatif", "cpu-smollm2", "--system", "specdecode", "--gamma", "2,3,5", "--format", "json"],
+    ["simulate", "whatif", "cpu-smollm2", "--system", "specdecode", "--gamma", "2-3", "--gamma", "5", "--format", "json"],
+    ["simulate", "whatif", "cpu-smollm2", "--system", "specdecode", "--gamma", "2,3,5", "--format", "json"],
 ])
 def test_repeated_and_listed_values_are_the_same_grid(args, capsys):
     import json
@@ -150,12 +150,12 @@ def test_older_names_still_run_the_commands_the_committed_reports_recorded(tmp_p
 
     root = Path(__file__).resolve().parents[2]
     data, profile = root / "tests/data/bench_serve", root / "simulator/profiles/cost_cpu-epyc-vllm032.yaml"
-    assert main(["validate-serving", str(data / "closed-1.json"), str(data / "closed-2.json"), "--profile",
+    assert main(["validate", "serving", str(data / "closed-1.json"), str(data / "closed-2.json"), "--profile",
                  str(profile), "--report", str(tmp_path / "rep")]) == 0
     assert (tmp_path / "rep" / "report.md").is_file()
     capsys.readouterr()
     # the old name reaches the same parser: the same error as --gamma's, naming the option's primary name
-    assert main(["study", "specdecode", "--out", str(tmp_path / "s"), "--gammas", "0-3"]) == 2
+    assert main(["measure", "study", "specdecode", "--out", str(tmp_path / "s"), "--gammas", "0-3"]) == 2
     assert capsys.readouterr().err == "error: --gamma: must lie in 1..16 (got 0)\n"
 
 

@@ -26,9 +26,9 @@ def test_tracked_file_is_refused_without_force(tmp_path, capsys):
     f = tmp_path / "committed.csv"
     f.write_text("keep\n")
     subprocess.run(["git", "-C", str(tmp_path), "add", "committed.csv"], check=True)
-    rc, out, err = _run(["pass-time", "--model", "qwen3-8b", "--hardware", "h100-sxm", "--out", f], capsys)
+    rc, out, err = _run(["simulate", "pass-time", "--model", "qwen3-8b", "--hardware", "h100-sxm", "--out", f], capsys)
     assert rc == 2 and "git tracks" in err and f.read_text() == "keep\n"
-    rc, out, err = _run(["pass-time", "--model", "qwen3-8b", "--hardware", "h100-sxm", "--out", f, "--force"], capsys)
+    rc, out, err = _run(["simulate", "pass-time", "--model", "qwen3-8b", "--hardware", "h100-sxm", "--out", f, "--force"], capsys)
     assert rc == 0 and "pass_ms" in f.read_text()
 
 
@@ -41,14 +41,14 @@ def test_bad_out_paths_are_refused_before_work(tmp_path, capsys, make, args, wor
     p = make(tmp_path)
     if p.name == "adir":
         p.mkdir()
-    rc, out, err = _run(["whatif", "reference-a6000-qwq32b", *[a.format(p=p) for a in args]], capsys)
+    rc, out, err = _run(["simulate", "whatif", "reference-a6000-qwq32b", *[a.format(p=p) for a in args]], capsys)
     assert rc == 2 and words in err and err.count("\n") == 1, err
     assert not list(tmp_path.glob("*.tmp")) and not (REPO / "out.tmp").exists()
 
 
 def test_json_name_with_table_format_writes_json(tmp_path, capsys):
     f = tmp_path / "rows.json"
-    rc, out, err = _run(["pass-time", "--model", "qwen3-8b", "--hardware", "h100-sxm", "--out", f], capsys)
+    rc, out, err = _run(["simulate", "pass-time", "--model", "qwen3-8b", "--hardware", "h100-sxm", "--out", f], capsys)
     assert rc == 0 and json.loads(f.read_text())["results"][0]["pass_ms"] > 0
 
 
@@ -56,5 +56,5 @@ def test_report_refuses_a_non_empty_folder(tmp_path, capsys):
     d = tmp_path / "rep"
     d.mkdir()
     (d / "old.md").write_text("stale\n")
-    rc, out, err = _run(["report", "cpu-smollm2", "--out", d], capsys)
+    rc, out, err = _run(["simulate", "report", "cpu-smollm2", "--out", d], capsys)
     assert rc == 2 and "not empty" in err and (d / "old.md").read_text() == "stale\n"

@@ -18,7 +18,7 @@ from simulator.inputs.loading import write_atomic
 from simulator.output_contract import FORMAT_EXTS, KNOWN_EXTS, check_out, file_format, output_lock
 from tests.conftest import examples
 
-PASS_TIME = ["pass-time", "--model", "qwen3-8b", "--hardware", "h100-sxm", "--batch", "1,8"]
+PASS_TIME = ["simulate", "pass-time", "--model", "qwen3-8b", "--hardware", "h100-sxm", "--batch", "1,8"]
 
 
 def _run(args, capsys):
@@ -75,7 +75,7 @@ def test_write_atomic_itself_never_replaces_a_fifo(tmp_path):
 def test_a_second_run_into_an_output_being_written_is_refused(tmp_path, capsys):
     out = tmp_path / "rep"
     with output_lock([(out, "--out")]):  # the first run, still writing
-        rc, err = _run(["report", "cpu-smollm2", "--out", out], capsys)
+        rc, err = _run(["simulate", "report", "cpu-smollm2", "--out", out], capsys)
         assert rc == 2 and "being written by another specsim run" in err and f"pid {os.getpid()}" in err
         assert not out.exists()
         rc, err = _run([*PASS_TIME, "--out", tmp_path / "other.csv"], capsys)  # another output is not held
@@ -87,7 +87,7 @@ def test_a_second_run_into_an_output_being_written_is_refused(tmp_path, capsys):
 def test_the_lock_is_released_when_the_command_fails(tmp_path, capsys):
     out = tmp_path / "rows.csv"
     for _ in range(2):  # the second run would say "being written" if the first kept the lock
-        rc, err = _run(["pass-time", "--model", "no-such-model", "--hardware", "h100-sxm", "--out", out], capsys)
+        rc, err = _run(["simulate", "pass-time", "--model", "no-such-model", "--hardware", "h100-sxm", "--out", out], capsys)
         assert rc == 2 and "being written" not in err and not out.exists()
 
 
@@ -119,8 +119,8 @@ def test_init_keeps_its_rules_under_the_contract(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args", [
-    ["calibrate", "spec-metrics", "--metrics", Path(__file__).parents[1] / "data/spec_metrics/draft6l-k2/after.txt"],
-    ["whatif", "reference-a6000-qwq32b", "--system", "vanilla-base"],
+    ["measure", "spec-metrics", "--metrics", Path(__file__).parents[1] / "data/spec_metrics/draft6l-k2/after.txt"],
+    ["simulate", "whatif", "reference-a6000-qwq32b", "--system", "vanilla-base"],
 ])
 def test_the_reported_overwrites_of_readme_are_refused(capsys, args):
     """Issue 41, "Data lost": these wrote over the committed README.md with exit 0."""
@@ -132,7 +132,7 @@ def test_the_reported_overwrites_of_readme_are_refused(capsys, args):
 
 def test_two_outputs_of_one_command_must_differ(tmp_path, capsys):
     same = tmp_path / "x"
-    rc, err = _run(["calibrate", "fit-bench", tmp_path, "--out", same, "--report", same], capsys)
+    rc, err = _run(["fit", "bench", tmp_path, "--out", same, "--report", same], capsys)
     assert rc == 2 and "give each output its own path" in err and not same.exists()
 
 

@@ -70,8 +70,8 @@ def _snapshot(path: Path):
 
 def test_the_walk_finds_every_writing_command_and_each_declares_its_outputs():
     names = {n for n, _, _ in COMMANDS}
-    assert {"whatif", "validate", "calibrate fit", "calibrate fit-workload", "calibrate spec-metrics", "pass-time",
-            "calibrate gpu fit-engine", "calibrate gpu step-plan", "study specdecode"} <= names, names
+    assert {"simulate whatif", "validate runs", "fit cost", "fit workload", "measure spec-metrics", "simulate pass-time",
+            "fit engine", "measure step-plan", "measure study specdecode"} <= names, names
     bad = [f"{n}: {[p.opts[0] for p in outs]} vs {declared_outputs(cmd.callback)}" for n, cmd, outs in COMMANDS
            if {p.name for p in outs} != set(declared_outputs(cmd.callback))]
     assert not bad, f"output options without @writes: {bad}"
@@ -115,9 +115,9 @@ def test_every_output_refuses_each_case_before_any_work(tmp_path, capsys, name, 
 
 
 def test_validate_refuses_the_tracked_docs_folder(tmp_path, capsys):
-    cmd = next(c for n, c, _ in COMMANDS if n == "validate")
+    cmd = next(c for n, c, _ in COMMANDS if n == "validate runs")
     before = _snapshot(REPO / "docs")
-    rc = cli.main(_argv("validate", cmd, "report", REPO / "docs", tmp_path))
+    rc = cli.main(_argv("validate runs", cmd, "report", REPO / "docs", tmp_path))
     err = capsys.readouterr().err
     assert rc == 2 and "docs is a folder that is not empty" in err, err
     assert _snapshot(REPO / "docs") == before

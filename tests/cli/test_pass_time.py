@@ -18,7 +18,7 @@ def _run(args, capsys):
 
 
 def test_pass_time_csv_has_pass_ms_and_its_breakdown(capsys):
-    rc, out, err = _run(["pass-time", "--model", "qwen3-8b", "--hardware", "h100-sxm", "--batch", "1,16",
+    rc, out, err = _run(["simulate", "pass-time", "--model", "qwen3-8b", "--hardware", "h100-sxm", "--batch", "1,16",
                          "--new-tokens", "1,5", "--context", "0,4096", "--format", "csv"], capsys)
     assert rc == 0, err
     df = pd.read_csv(io.StringIO(out))
@@ -31,13 +31,13 @@ def test_pass_time_csv_has_pass_ms_and_its_breakdown(capsys):
 
 
 def test_pass_time_iteration_with_a_draft(capsys):
-    rc, out, err = _run(["pass-time", "--model", "qwen3-32b", "--hardware", "h100-sxm", "--draft", "head",
+    rc, out, err = _run(["simulate", "pass-time", "--model", "qwen3-32b", "--hardware", "h100-sxm", "--draft", "head",
                          "--gamma", "3", "--context", "2048", "--format", "json"], capsys)
     assert rc == 0, err
     row = json.loads(out)["results"][0]
     assert row["iteration_ms"] == pytest.approx(row["draft_ms"] + row["verify_ms"])
     assert row["pass_ms"] < row["verify_ms"] < 4 * row["pass_ms"]  # a 4-token verification: more than one decode, less than 4
-    rc, out, err = _run(["pass-time", "--model", "qwen3-32b", "--hardware", "h100-sxm", "--draft", "qwen3-0.6b",
+    rc, out, err = _run(["simulate", "pass-time", "--model", "qwen3-32b", "--hardware", "h100-sxm", "--draft", "qwen3-0.6b",
                          "--gamma", "4", "--format", "csv"], capsys)
     assert rc == 0, err and "iteration_ms" in out
 
@@ -57,14 +57,14 @@ def test_pass_time_iteration_with_a_draft(capsys):
     (["--model", "qwen3-8b", "--hardware", "h100-sxm", "--draft", "mtp", "--gamma", "2"], "--draft"),
 ])
 def test_pass_time_bad_values_one_line_exit_2(args, field, capsys):
-    rc, out, err = _run(["pass-time", *args], capsys)
+    rc, out, err = _run(["simulate", "pass-time", *args], capsys)
     assert rc == 2 and err.count("\n") == 1 and err.startswith("error:") and field in err, err
 
 
 def test_pass_time_expert_parallel_and_mtp_draft(capsys):
     """--ep moves DeepSeek-R1's experts whole onto the GPUs (the MoE layers' all-reduce becomes an all-to-all);
     --draft mtp drafts with the model's own MTP module, under the same expert parallelism."""
-    base = ["pass-time", "--model", "deepseek-r1", "--hardware", "h200", "--tp", "8", "--dtype", "fp8",
+    base = ["simulate", "pass-time", "--model", "deepseek-r1", "--hardware", "h200", "--tp", "8", "--dtype", "fp8",
             "--batch", "1,64", "--context", "4096", "--draft", "mtp", "--gamma", "2", "--format", "csv"]
     rows = {}
     for ep in ("1", "8"):

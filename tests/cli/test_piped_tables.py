@@ -47,7 +47,7 @@ def check_rows(rows: list[list[str]], names: set[str], n_rows: int) -> None:
 
 
 def test_whatif_breakdown_piped_is_whole():
-    out = piped("whatif", "reference-a6000-qwq32b", "--system", "specreason-decode", "--system", "vanilla-base",
+    out = piped("simulate", "whatif", "reference-a6000-qwq32b", "--system", "specreason-decode", "--system", "vanilla-base",
                 "--gamma", "3", "--threshold", "5,7", "--columns", "breakdown")
     check_rows(body(out), {"vanilla-base", "specreason-decode"}, 3)
     best = [ln for ln in out.splitlines() if ln.startswith("Best: ")]
@@ -55,7 +55,7 @@ def test_whatif_breakdown_piped_is_whole():
 
 
 def test_des_table_piped_is_whole():
-    out = piped("whatif", "reference-a6000-qwq32b", "--engine", "des", "--requests", "20", "--system", "vanilla-base",
+    out = piped("simulate", "whatif", "reference-a6000-qwq32b", "--engine", "des", "--requests", "20", "--system", "vanilla-base",
                 "--system", "specreason", "--threshold", "3,5,7")
     rows = body(out)
     check_rows(rows, {"vanilla-base", "specreason"}, 4)
@@ -63,7 +63,7 @@ def test_des_table_piped_is_whole():
 
 
 def test_capacity_piped_is_whole():
-    out = piped("capacity", "cpu-smollm2", "--system", "vanilla-base", "--system", "specreason", "--threshold", "5",
+    out = piped("simulate", "capacity", "cpu-smollm2", "--system", "vanilla-base", "--system", "specreason", "--threshold", "5",
                 "--qps", "1,2", "--requests", "20", "--workers", "1")
     check_rows(body(out), {"vanilla-base", "specreason t=5"}, 4)
 

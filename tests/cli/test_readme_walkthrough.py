@@ -40,7 +40,7 @@ def all_walkthrough_blocks() -> list[str]:
 def test_walkthrough_blocks_are_found_and_write_under_out():
     readme = walkthrough_blocks((ROOT / "README.md").read_text(encoding="utf-8"))
     assert len(readme) >= 4, "README lost its walkthrough markers"
-    for use in ("specsim whatif", "specsim capacity", "specsim calibrate run", "specsim validate"):
+    for use in ("specsim simulate whatif", "specsim simulate capacity", "specsim measure run", "specsim validate runs"):
         assert any(use in b for b in readme), f"the README has no walkthrough block running `{use}`"
     for f in walkthrough_files():
         text = f.read_text(encoding="utf-8")

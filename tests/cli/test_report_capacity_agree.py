@@ -29,10 +29,10 @@ def _tiny(tmp_path):
 
 def test_report_and_capacity_agree_within_the_interval(tmp_path, capsys):
     path = _tiny(tmp_path)
-    assert main(["capacity", str(path), *SMALL, "--format", "csv"]) == 0
+    assert main(["simulate", "capacity", str(path), *SMALL, "--format", "csv"]) == 0
     cap = pd.read_csv(io.StringIO(capsys.readouterr().out)).set_index("label")
     out = tmp_path / "rep"
-    assert main(["report", str(path), "--out", str(out), *SMALL]) == 0
+    assert main(["simulate", "report", str(path), "--out", str(out), *SMALL]) == 0
     cap_io = capsys.readouterr()
     printed = cap_io.out.strip().splitlines()
     assert "ETA ~" in cap_io.err and "search replications" in cap_io.err  # progress with an ETA
@@ -82,7 +82,7 @@ def test_a_configuration_that_sustains_no_load_is_never_ranked(spec):
 
 def test_capacity_table_prints_converged_and_standing(tmp_path, capsys):
     path = _tiny(tmp_path)
-    assert main(["capacity", str(path), *SMALL, "--system", "vanilla-base", "--columns",
+    assert main(["simulate", "capacity", str(path), *SMALL, "--system", "vanilla-base", "--columns",
                  "label,max_qps,max_qps_lo,max_qps_hi,converged,standing"]) == 0
     out = capsys.readouterr().out
     assert "converged" in out and "standing" in out and "best" in out

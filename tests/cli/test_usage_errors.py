@@ -12,7 +12,7 @@ import pytest
 import specsim_cli.main as cli
 
 # subcommands whose parameters are all optional: no arguments is a valid call (and would run the job)
-VALID_WITHOUT_ARGS = {("calibrate", "prepare-models"), ("validate-inferencex",)}  # every option has a default
+VALID_WITHOUT_ARGS = {("measure", "prepare-models"), ("validate", "inferencex")}  # every option has a default
 
 
 def _tree() -> list[tuple[tuple[str, ...], object]]:
@@ -20,8 +20,8 @@ def _tree() -> list[tuple[tuple[str, ...], object]]:
 
 
 TREE = _tree()
-COMMANDS = [p for p, c in TREE if not getattr(c, "commands", None)]
-GROUPS = [p for p, c in TREE if getattr(c, "commands", None)]
+COMMANDS = [p for p, c in TREE if not hasattr(c, "list_commands")]
+GROUPS = [p for p, c in TREE if hasattr(c, "list_commands")]
 
 
 def _run(args, capsys) -> tuple[int, str, str]:
@@ -38,8 +38,8 @@ def _one_error_line(err: str) -> str:
 
 
 def test_the_tree_is_walked():
-    assert ("whatif",) in COMMANDS and ("calibrate", "fit") in COMMANDS and ("validate",) in COMMANDS
-    assert ("calibrate",) in GROUPS and len(COMMANDS) >= 15
+    assert ("simulate", "whatif") in COMMANDS and ("fit", "cost") in COMMANDS and ("validate", "runs") in COMMANDS
+    assert ("fit",) in GROUPS and ("measure", "study") in GROUPS and len(COMMANDS) >= 15
 
 
 @pytest.mark.parametrize("path", COMMANDS, ids=" ".join)
@@ -68,13 +68,13 @@ def test_bare_group_prints_help_exit_0_and_unknown_subcommand_exit_2(path, capsy
 
 
 @pytest.mark.parametrize("args, expect", [
-    (["whatf", "x"], "Did you mean 'whatif'?"),
-    (["whatif", "reference-a6000-qwq32b", "--gama", "3"], "--gamma"),
+    (["simulate", "whatf", "x"], "Did you mean 'whatif'?"),
+    (["simulate", "whatif", "reference-a6000-qwq32b", "--gama", "3"], "--gamma"),
     (["list"], "Missing argument"),
-    (["whatif", "reference-a6000-qwq32b", "--requests", "abc"], "Invalid value for '--requests'"),
-    (["calibrate", "fitt"], "Did you mean 'fit'?"),
-    (["validate", "x", "--profile"], "requires an argument"),
-    (["calibrate", "run", "--engine", "torch", "--small", "arch:nope", "--system", "vanilla-small", "--out", "/nonexistent/x"],
+    (["simulate", "whatif", "reference-a6000-qwq32b", "--requests", "abc"], "Invalid value for '--requests'"),
+    (["fitt"], "Did you mean 'fit'?"),
+    (["validate", "runs", "x", "--profile"], "requires an argument"),
+    (["measure", "run", "--engine", "torch", "--small", "arch:nope", "--system", "vanilla-small", "--out", "/nonexistent/x"],
      "--small: arch:nope: unknown architecture 'nope'"),
 ])
 def test_issue_examples(args, expect, capsys):
@@ -101,9 +101,9 @@ def test_without_engines_or_click_in_a_subprocess():
              "            raise ImportError(f'No module named {name!r}')\n"
              "sys.meta_path.insert(0, _Absent())\n")
     for code, expect in (
-        (block + "from specsim_cli.main import main; sys.exit(main(['whatf', 'x']))", "Did you mean 'whatif'?"),
-        (block + "from specsim_cli.main import main; sys.exit(main(['calibrate', 'run', '--sytem', 'x']))", "--sytem"),
-        (block + "from specsim_cli.main import main; sys.exit(main(['calibrate', 'fit', '--outt', 'x']))", "--outt"),
+        (block + "from specsim_cli.main import main; sys.exit(main(['simulate', 'whatf', 'x']))", "Did you mean 'whatif'?"),
+        (block + "from specsim_cli.main import main; sys.exit(main(['measure', 'run', '--sytem', 'x']))", "--sytem"),
+        (block + "from specsim_cli.main import main; sys.exit(main(['fit', 'cost', '--outt', 'x']))", "--outt"),
     ):
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
@@ -119,35 +119,35 @@ def test_yaml_alias_bomb_is_refused_fast(tmp_path, capsys):
         prev = name
     f = tmp_path / "bomb.yaml"
     f.write_text("\n".join(lines) + "\n")
-    rc, out, err = _run(["whatif", str(f)], capsys)
+    rc, out, err = _run(["simulate", "whatif", str(f)], capsys)
     # refused by the expansion bound before anything walks the expanded tree (without it: minutes, then a field error)
     assert rc == 2 and "expands to more than" in err and err.count("\n") == 1
 
 
-@pytest.mark.parametrize("args", [["whatif", "reference-a6000-qwq32b", "--engine", "des", "--requests", "1000000000"],
-                                  ["capacity", "cpu-smollm2", "--requests", "1000000000"],
-                                  ["whatif", "reference-a6000-qwq32b", "--gamma", "3-1"]])
+@pytest.mark.parametrize("args", [["simulate", "whatif", "reference-a6000-qwq32b", "--engine", "des", "--requests", "1000000000"],
+                                  ["simulate", "capacity", "cpu-smollm2", "--requests", "1000000000"],
+                                  ["simulate", "whatif", "reference-a6000-qwq32b", "--gamma", "3-1"]])
 def test_cli_bounds_match_the_yaml_bounds(args, capsys):
     rc, out, err = _run(args, capsys)
     assert rc == 2 and err.count("\n") == 1 and ("--requests" in err or "--gamma" in err), err
 
 
 @pytest.mark.parametrize("args, expect", [
-    (["whatif", "reference-a6000-qwq32b", "--gamma", "3-1"], "error: --gamma: empty range '3-1': write it low-high, e.g. 1-3"),
-    (["whatif", "reference-a6000-qwq32b", "--gamma", "x"], "error: --gamma: expected an integer, a range like 1-8 or a list like 3,5,7 (got 'x')"),
-    (["whatif", "reference-a6000-qwq32b", "--gamma", "2,17"], "error: --gamma: must lie in 1..16 (got 17)"),
-    (["whatif", "reference-a6000-qwq32b", "--threshold", "11"], "error: --threshold: must lie in 0..10 (got 11)"),
-    (["capacity", "cpu-smollm2", "--threshold", "5-11"], "error: --threshold: must lie in 0..10 (got 11)"),
-    (["capacity", "cpu-smollm2", "--gamma", "0,2"],
+    (["simulate", "whatif", "reference-a6000-qwq32b", "--gamma", "3-1"], "error: --gamma: empty range '3-1': write it low-high, e.g. 1-3"),
+    (["simulate", "whatif", "reference-a6000-qwq32b", "--gamma", "x"], "error: --gamma: expected an integer, a range like 1-8 or a list like 3,5,7 (got 'x')"),
+    (["simulate", "whatif", "reference-a6000-qwq32b", "--gamma", "2,17"], "error: --gamma: must lie in 1..16 (got 17)"),
+    (["simulate", "whatif", "reference-a6000-qwq32b", "--threshold", "11"], "error: --threshold: must lie in 0..10 (got 11)"),
+    (["simulate", "capacity", "cpu-smollm2", "--threshold", "5-11"], "error: --threshold: must lie in 0..10 (got 11)"),
+    (["simulate", "capacity", "cpu-smollm2", "--gamma", "0,2"],
      "error: --gamma: must lie in 1..16 (got 0): 0, plain decoding, is --best-gamma's baseline only"),
-    (["validate-capacity", "x", "--scenario", "s", "--slo", "p90_latency<=1s", "--out", "o", "--threshold", "11"],
+    (["validate", "capacity", "x", "--scenario", "s", "--slo", "p90_latency<=1s", "--out", "o", "--threshold", "11"],
      "error: --threshold: must lie in 0..10 (got 11)"),
-    (["calibrate", "run", "--system", "specreason", "--threshold", "11", "--out", "o"], "error: --threshold: must lie in 0..10 (got 11)"),
-    (["calibrate", "run", "--system", "specreason", "--threshold", "x", "--out", "o"], "error: --threshold: expected a number in 0..10 (got 'x')"),
-    (["calibrate", "serve-systems", "--threshold", "-1", "--out", "o"], "error: --threshold: must lie in 0..10 (got -1)"),
-    (["calibrate", "microbench", "--gammas", "3-1", "--out", "o"], "error: --gamma: empty range '3-1': write it low-high, e.g. 1-3"),
-    (["study", "specdecode", "--gamma", "x", "--out", "o"], "error: --gamma: expected an integer, a range like 1-8 or a list like 3,5,7 (got 'x')"),
-    (["calibrate", "fit-acceptance", "--fit-gammas", "3-1"], "error: --fit-gammas: empty range '3-1': write it low-high, e.g. 1-3"),
+    (["measure", "run", "--system", "specreason", "--threshold", "11", "--out", "o"], "error: --threshold: must lie in 0..10 (got 11)"),
+    (["measure", "run", "--system", "specreason", "--threshold", "x", "--out", "o"], "error: --threshold: expected a number in 0..10 (got 'x')"),
+    (["measure", "serve-systems", "--threshold", "-1", "--out", "o"], "error: --threshold: must lie in 0..10 (got -1)"),
+    (["measure", "microbench", "--gammas", "3-1", "--out", "o"], "error: --gamma: empty range '3-1': write it low-high, e.g. 1-3"),
+    (["measure", "study", "specdecode", "--gamma", "x", "--out", "o"], "error: --gamma: expected an integer, a range like 1-8 or a list like 3,5,7 (got 'x')"),
+    (["fit", "acceptance", "--fit-gammas", "3-1"], "error: --fit-gammas: empty range '3-1': write it low-high, e.g. 1-3"),
 ])
 def test_one_parser_one_wording_for_gamma_and_threshold(args, expect, capsys, tmp_path, monkeypatch):
     """Issue 30: every --gamma / --threshold goes through simulator.option_values: the same syntax, bounds and

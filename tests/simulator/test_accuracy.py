@@ -133,7 +133,7 @@ def test_bad_accuracy_profile_exits_2_naming_file_and_field(tmp_path, capsys, ed
     sc["accuracy"] = str(bad)
     scp = tmp_path / "sc.yaml"
     scp.write_text(yaml.safe_dump(sc))
-    assert main(["whatif", str(scp), "--system", "vanilla-base"]) == 2
+    assert main(["simulate", "whatif", str(scp), "--system", "vanilla-base"]) == 2
     errs = [l for l in capsys.readouterr().err.strip().splitlines() if l.startswith("error:")]
     assert len(errs) == 1 and str(bad) in errs[0] and field in errs[0]  # (a progress line may precede it)
 

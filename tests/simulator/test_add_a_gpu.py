@@ -48,7 +48,7 @@ def test_a_gpu_added_in_one_file_runs_end_to_end(catalog_with_h20, tmp_path, cap
     from calibrate.gpu_priors.transfer import targets
 
     assert "h20" in targets()
-    rc = cli.main(["pass-time", "--model", "qwen3-8b", "--hardware", "h20", "--batch", "1,8", "--format", "csv"])
+    rc = cli.main(["simulate", "pass-time", "--model", "qwen3-8b", "--hardware", "h20", "--batch", "1,8", "--format", "csv"])
     out = capsys.readouterr()
     assert rc == 0, out.err
     sc = yaml.safe_load((REPO / "scenarios" / "modern-h100-h200-qwen3.yaml").read_text(encoding="utf-8"))
@@ -57,7 +57,7 @@ def test_a_gpu_added_in_one_file_runs_end_to_end(catalog_with_h20, tmp_path, cap
     sc["systems"] = ["vanilla-base", "specdecode"]
     f = tmp_path / "h20.yaml"
     f.write_text(yaml.safe_dump(sc, sort_keys=False), encoding="utf-8")
-    rc = cli.main(["whatif", str(f), "--format", "csv"])
+    rc = cli.main(["simulate", "whatif", str(f), "--format", "csv"])
     out = capsys.readouterr()
     assert rc == 0, out.err
     assert "h20" in out.out

@@ -39,7 +39,7 @@ def test_a_system_added_in_one_place_runs_like_the_one_it_copies(copies, tmp_pat
     sc["grid"].update(gamma=[3], threshold=[7])
     f = tmp_path / "copies.yaml"
     f.write_text(yaml.safe_dump(sc, sort_keys=False), encoding="utf-8")
-    rc = cli.main(["whatif", str(f), "--format", "csv"])
+    rc = cli.main(["simulate", "whatif", str(f), "--format", "csv"])
     out = capsys.readouterr()
     assert rc == 0, out.err
     rows = _rows(out.out)
@@ -51,7 +51,7 @@ def test_a_system_added_in_one_place_runs_like_the_one_it_copies(copies, tmp_pat
 
 
 def test_an_unknown_system_is_refused_by_name(tmp_path, capsys):
-    rc = cli.main(["whatif", "scenarios/reference-a6000-qwq32b.yaml", "--system", "spec-copy"])
+    rc = cli.main(["simulate", "whatif", "scenarios/reference-a6000-qwq32b.yaml", "--system", "spec-copy"])
     err = capsys.readouterr().err
     assert rc == 2 and "unknown system 'spec-copy'" in err and err.count("\n") == 1
 

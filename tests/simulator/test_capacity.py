@@ -108,21 +108,21 @@ def test_capacity_table_costs():
 
 # ---- CLI --------------------------------------------------------------------------------------
 def test_cli_errors_are_one_line(capsys):
-    assert main(["capacity", SC, "--slo", "p99_lat<=3"]) == 2
+    assert main(["simulate", "capacity", SC, "--slo", "p99_lat<=3"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --slo") and "\n" not in err
-    assert main(["capacity", SC, "--slo", "p99_latency<=3", "--qps", "1,x"]) == 2
-    assert main(["capacity", SC, "--slo", "p99_latency<=3", "--arrival", "weibull"]) == 2
+    assert main(["simulate", "capacity", SC, "--slo", "p99_latency<=3", "--qps", "1,x"]) == 2
+    assert main(["simulate", "capacity", SC, "--slo", "p99_latency<=3", "--arrival", "weibull"]) == 2
     try:
         import ray  # noqa: F401
     except ImportError:
-        assert main(["capacity", SC, "--slo", "p99_latency<=3", "--ray-address", "auto", "--system", "vanilla-base",
+        assert main(["simulate", "capacity", SC, "--slo", "p99_latency<=3", "--ray-address", "auto", "--system", "vanilla-base",
                      "--requests", "20"]) == 2
         assert "ray is not installed" in capsys.readouterr().err
 
 
 def test_cli_capacity_at_given_loads(capsys):
-    assert main(["capacity", SC, "--slo", "p99_latency<=40s", "--qps", "0.5", "--users", "2", "--system", "vanilla-base",
+    assert main(["simulate", "capacity", SC, "--slo", "p99_latency<=40s", "--qps", "0.5", "--users", "2", "--system", "vanilla-base",
                  "--requests", "40", "--format", "csv", "--workers", "1"]) == 0
     out = capsys.readouterr().out
     df = pd.read_csv(__import__("io").StringIO(out))
@@ -135,7 +135,7 @@ def test_report_writes_complete_files(tmp_path):
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(sc))
     out = tmp_path / "rep"
-    assert main(["report", str(path), "--out", str(out), "--requests", "40", "--gpu-hour-cost", "1",
+    assert main(["simulate", "report", str(path), "--out", str(out), "--requests", "40", "--gpu-hour-cost", "1",
                  "--target-qps", "2", "--workers", "1", "--slo", "p99_latency<=40s"]) == 0
     names = sorted(p.name for p in out.iterdir())
     assert names == ["capacity.csv", "engine_load.png", "latency_vs_load.csv", "latency_vs_load.png", "pareto.png",
@@ -151,14 +151,14 @@ def test_report_writes_complete_files(tmp_path):
 def test_cli_replayed_arrivals(tmp_path, capsys):
     f = tmp_path / "arrivals.jsonl"
     f.write_text("\n".join(f'{{"arrival_s": {0.7 * i}}}' for i in range(30)))
-    assert main(["capacity", SC, "--slo", "p99_latency<=60s", "--arrivals-file", str(f), "--system", "vanilla-base",
+    assert main(["simulate", "capacity", SC, "--slo", "p99_latency<=60s", "--arrivals-file", str(f), "--system", "vanilla-base",
                  "--format", "json", "--workers", "1"]) == 0
     import json
 
     (row,) = json.loads(capsys.readouterr().out)["results"]
     assert row["requests"] == 30 and row["replay"] == str(f)
     f.write_text("0\n1\n-3\n")
-    assert main(["capacity", SC, "--slo", "p99_latency<=60s", "--arrivals-file", str(f)]) == 2
+    assert main(["simulate", "capacity", SC, "--slo", "p99_latency<=60s", "--arrivals-file", str(f)]) == 2
     assert "line 3" in capsys.readouterr().err
 
 

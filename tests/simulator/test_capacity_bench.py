@@ -144,21 +144,21 @@ def test_tpot_and_itl_are_vllms(lat, share, out, gaps, w, stat):
                                           ("vllm bench serve --frobnicate 3", "--frobnicate"),
                                           ("vllm bench serve --request-rate fast", "--request-rate")])
 def test_bench_serve_errors_exit_2_naming_the_option(capsys, line, option):
-    assert main(["capacity", SC, "--bench-serve", line, "--qps", "1"]) == 2
+    assert main(["simulate", "capacity", SC, "--bench-serve", line, "--qps", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: --bench-serve: {option}") and "\n" not in err
 
 
 def test_bench_serve_refuses_what_it_cannot_search(capsys):
     line = "vllm bench serve --random-input-len 64 --random-output-len 8"
-    assert main(["capacity", SC, "--bench-serve", line, "--system", "specreason"]) == 2
+    assert main(["simulate", "capacity", SC, "--bench-serve", line, "--system", "specreason"]) == 2
     assert capsys.readouterr().err.startswith("error: --system: specreason has no plain-serving form")
-    assert main(["capacity", SC, "--bench-serve", line, "--arrival", "bursty"]) == 2
+    assert main(["simulate", "capacity", SC, "--bench-serve", line, "--arrival", "bursty"]) == 2
     assert capsys.readouterr().err.startswith("error: --arrival")
 
 
 def test_capacity_help_documents_bench_serve(capsys):
-    assert main(["capacity", "--help"]) == 0
+    assert main(["simulate", "capacity", "--help"]) == 0
     out = " ".join(capsys.readouterr().out.replace("│", " ").split())  # rich's panel borders out
     assert "--bench-serve" in out and "vllm bench serve" in out and "tpot" in out
 
@@ -166,7 +166,7 @@ def test_capacity_help_documents_bench_serve(capsys):
 def test_a_rate_in_the_line_is_ignored_with_a_note(capsys):
     line = ("vllm bench serve --dataset-name random --random-input-len 256 --random-output-len 16 --random-prefix-len 128 "
             "--request-rate 7 --num-prompts 50 --model x")
-    assert main(["capacity", SC, "--bench-serve", line, "--qps", "0.2", "--slo", "p99_ttft<=60s", "--requests", "40",
+    assert main(["simulate", "capacity", SC, "--bench-serve", line, "--qps", "0.2", "--slo", "p99_ttft<=60s", "--requests", "40",
                  "--format", "json", "--workers", "1"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert "ignored: its request rate 7/s, its 50 prompts" in res["meta"]["workload_note"]
@@ -179,7 +179,7 @@ def test_a_rate_in_the_line_is_ignored_with_a_note(capsys):
 def test_report_searches_and_plots_the_workload(tmp_path):
     line = "vllm bench serve --random-input-len 256 --random-output-len 16 --random-prefix-len 128 --request-rate 7"
     out = tmp_path / "rep"
-    assert main(["report", SC, "--out", str(out), "--bench-serve", line, "--system", "vanilla-base", "--requests", "40",
+    assert main(["simulate", "report", SC, "--out", str(out), "--bench-serve", line, "--system", "vanilla-base", "--requests", "40",
                  "--max-replications", "3", "--slo", "p99_ttft<=30s", "--workers", "1"]) == 0
     cap, curves = pd.read_csv(out / "capacity.csv"), pd.read_csv(out / "latency_vs_load.csv")
     assert list(cap.label) == ["vanilla-base"] and cap.max_qps.iloc[0] > 0

@@ -17,15 +17,15 @@ from simulator.engines.serving.slo import parse_slo
 
 def _option(command: str, name: str):
     for path, cmd in cli.command_tree():
-        if path == (command,):
+        if path == tuple(command.split()):
             return next(p for p in cmd.params if name in p.opts)
     raise AssertionError(command)
 
 
 @pytest.mark.parametrize("name", ["--hardware", "--tp"])
 def test_capacity_and_report_take_whatifs_grid_options(name):
-    ref = _option("whatif", name)
-    for command in ("capacity", "report"):
+    ref = _option("simulate whatif", name)
+    for command in ("simulate capacity", "simulate report"):
         opt = _option(command, name)
         assert (opt.help, opt.metavar, opt.multiple) == (ref.help, ref.metavar, ref.multiple), command
 
@@ -41,7 +41,7 @@ def test_points_carry_the_overridden_grid_to_the_workers():
 
 
 def test_capacity_on_other_hardware(capsys):
-    rc = cli.main(["capacity", "cpu-smollm2", "--system", "vanilla-base", "--hardware", "h100-sxm", "--tp", "1",
+    rc = cli.main(["simulate", "capacity", "cpu-smollm2", "--system", "vanilla-base", "--hardware", "h100-sxm", "--tp", "1",
                    "--requests", "20", "--max-replications", "3", "--workers", "1", "--format", "json"])
     out = capsys.readouterr()
     assert rc == 0, out.err
@@ -51,7 +51,7 @@ def test_capacity_on_other_hardware(capsys):
 
 @pytest.mark.parametrize("args, field", [(["--hardware", "no-such-gpu"], "--hardware"), (["--tp", "0"], "--tp")])
 def test_capacity_grid_options_refuse_bad_values(capsys, args, field):
-    rc = cli.main(["capacity", "cpu-smollm2", "--system", "vanilla-base", *args])
+    rc = cli.main(["simulate", "capacity", "cpu-smollm2", "--system", "vanilla-base", *args])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and field in err[0], err
 

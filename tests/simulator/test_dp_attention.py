@@ -78,10 +78,10 @@ def test_a_dp_scenario_runs_and_counts_its_gpus(tmp_path, capsys):
                  "base: {model: deepseek-r1, tp: 1, dp: 8, ep: 8, weight_dtype: fp8}\nworkload: aime_qwq32b_r1-1.5b\n")
     rs = load_scenario(str(p))
     assert rs.deployments("h200", 1)["base"].gpus == 8
-    assert main(["whatif", str(p), "--format", "json"]) == 0
+    assert main(["simulate", "whatif", str(p), "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["results"][0]["latency_s"] > 0
     short = "vllm bench serve --dataset-name random --random-input-len 256 --random-output-len 32 --num-prompts 20"
-    code = main(["capacity", str(p), "--slo", "p99_ttft<=2s", "--requests", "20", "--workers", "1",
+    code = main(["simulate", "capacity", str(p), "--slo", "p99_ttft<=2s", "--requests", "20", "--workers", "1",
                  "--max-replications", "3", "--bench-serve", short, "--format", "json"])
     out = capsys.readouterr()
     assert code == 0, out.err

@@ -262,7 +262,7 @@ def test_bad_draft_configs_name_file_and_field(tmp_path, change, field):
 
 def test_bad_draft_config_exits_2_with_one_line(tmp_path):
     p = _scenario(tmp_path, draft={"tree_width": 8, "verify_budget": 32})
-    r = subprocess.run([sys.executable, "-m", "specsim_cli", "whatif", str(p)], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "specsim_cli", "simulate", "whatif", str(p)], capture_output=True, text=True,
                        cwd=ROOT, timeout=120)
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()

@@ -174,6 +174,6 @@ def test_fit_acceptance_with_a_drafter_kind_extends_by_its_shape(tmp_path):
     np.testing.assert_allclose(fitted(model, 8), extend(fitted(model, 2), "eagle3", 8), rtol=1e-12)
     plain = {**model, "drafter_kind": None}
     assert fitted(plain, 4)[3] / fitted(plain, 4)[2] == pytest.approx(0.75)  # the last conditional rate repeats
-    r = subprocess.run([sys.executable, "-m", "specsim_cli", "calibrate", "fit-acceptance", "--metrics", "x.txt",
+    r = subprocess.run([sys.executable, "-m", "specsim_cli", "fit", "acceptance", "--metrics", "x.txt",
                         "--drafter-kind", "medusa"], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 2 and "--drafter-kind" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr

@@ -103,7 +103,7 @@ def _run(args, capsys):
 def test_reference_scenario_latency_does_not_fall_past_the_chain(capsys):
     """first_n 400 and 1000 lie past (nearly) every chain of the reference workload: their latency is the base
     model's step by step, above first_n 200's and about vanilla-base's."""
-    rc, out, err = _run(["whatif", "reference-a6000-qwq32b", "--system", "specreason", "--system", "vanilla-base",
+    rc, out, err = _run(["simulate", "whatif", "reference-a6000-qwq32b", "--system", "specreason", "--system", "vanilla-base",
                          "--threshold", "3", "--first-n", "0,200,400,1000", "--format", "csv"], capsys)
     assert rc == 0, err
     df = pd.read_csv(io.StringIO(out))
@@ -118,12 +118,12 @@ def test_first_n_is_bounded_the_same_in_a_scenario_and_on_the_command_line(tmp_p
     for value, cli_value in ((FIRST_N_MAX + 1, str(FIRST_N_MAX + 1)), (100_000_000, "100000000")):
         p = tmp_path / "s.yaml"
         p.write_text(text.replace("first_n: [0]", f"first_n: [{value}]"))
-        rc, _, yaml_err = _run(["whatif", str(p), "--system", "specreason"], capsys)
-        rc2, _, cli_err = _run(["whatif", "reference-a6000-qwq32b", "--system", "specreason", "--first-n", cli_value],
+        rc, _, yaml_err = _run(["simulate", "whatif", str(p), "--system", "specreason"], capsys)
+        rc2, _, cli_err = _run(["simulate", "whatif", "reference-a6000-qwq32b", "--system", "specreason", "--first-n", cli_value],
                                capsys)
         assert rc == rc2 == 2 and yaml_err.count("\n") == cli_err.count("\n") == 1
         want = f"must lie in 0..{FIRST_N_MAX} (got {value})"
         assert "grid.first_n" in yaml_err and want in yaml_err and "--first-n" in cli_err and want in cli_err
     p.write_text(text.replace("first_n: [0]", "first_n: [true]"))
-    rc, _, err = _run(["whatif", str(p), "--system", "specreason"], capsys)
+    rc, _, err = _run(["simulate", "whatif", str(p), "--system", "specreason"], capsys)
     assert rc == 2 and "grid.first_n" in err and "valid integer" in err

@@ -85,7 +85,7 @@ def _one_error(err: str) -> str:
 def test_bad_study_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, gamma, entry, field, expect):
     path = _study(tmp_path, {**GOOD, gamma: entry})
     out = tmp_path / "acc.yaml"
-    rc, stdout, err = _cli(["calibrate", "fit-acceptance", "--study", path, "--draft", "d", "--out", out], capsys)
+    rc, stdout, err = _cli(["fit", "acceptance", "--study", path, "--draft", "d", "--out", out], capsys)
     line = _one_error(err)
     assert rc == 2 and not out.exists() and not stdout.strip()
     assert line.startswith(f"error: {path}: acceptance.d.{field}: ") and expect in line, line
@@ -124,7 +124,7 @@ def _run_dir(tmp_path, edit) -> Path:
 def test_bad_run_dir_is_one_line_exit_2(tmp_path, capsys, edit, expect):
     d = _run_dir(tmp_path, edit)
     out = tmp_path / "acc.yaml"
-    rc, _, err = _cli(["calibrate", "fit-acceptance", d, "--fit-gammas", "2", "--out", out], capsys)
+    rc, _, err = _cli(["fit", "acceptance", d, "--fit-gammas", "2", "--out", out], capsys)
     line = _one_error(err)
     assert rc == 2 and not out.exists()
     assert line.startswith(f"error: {d / 'steps.jsonl'}: ") and expect in line, line
@@ -140,12 +140,12 @@ def test_fitted_gammas_are_not_reported_as_held_out(tmp_path, capsys):
     assert [ln.split()[:2] for ln in text.splitlines() if ln.strip()[:1].isdigit()] == [
         ["2", "fitted"], ["3", "fitted"], ["4", "held-out"], ["5", "held-out"]]
     # the CLI on a study: --fit-gammas 1-5 with the default --predict-gammas 4-8 -> 4 and 5 are fitted
-    rc, out, _ = _cli(["calibrate", "fit-acceptance", "--study", REPO / "reports/specdecode-study/result.json",
+    rc, out, _ = _cli(["fit", "acceptance", "--study", REPO / "reports/specdecode-study/result.json",
                        "--fit-gammas", "1-5"], capsys)
     roles = {int(ln.split()[0]): ln.split()[1] for ln in out.splitlines() if ln.strip()[:1].isdigit()}
     assert rc == 0 and roles == {4: "fitted", 5: "fitted", 6: "held-out", 7: "held-out", 8: "held-out"}
     assert "over 3 held-out gammas" in out
-    rc, out, _ = _cli(["calibrate", "fit-acceptance", "--study", REPO / "reports/specdecode-study/result.json",
+    rc, out, _ = _cli(["fit", "acceptance", "--study", REPO / "reports/specdecode-study/result.json",
                        "--fit-gammas", "1-8"], capsys)
     assert rc == 0 and "no held-out gamma" in out and "held-out " not in out.replace("no held-out gamma", "")
 
@@ -153,7 +153,7 @@ def test_fitted_gammas_are_not_reported_as_held_out(tmp_path, capsys):
 def test_out_is_a_draft_acceptance_the_scenario_loader_accepts(tmp_path, capsys):
     """--out goes into a scenario's draft.acceptance and loads through the real scenario loader."""
     out = tmp_path / "acc.yaml"
-    rc, _, _ = _cli(["calibrate", "fit-acceptance", "--study", REPO / "reports/specdecode-study/result.json",
+    rc, _, _ = _cli(["fit", "acceptance", "--study", REPO / "reports/specdecode-study/result.json",
                      "--draft", "ngram", "--out", out], capsys)
     assert rc == 0
     written = read_yaml(out)

@@ -103,7 +103,7 @@ def test_cli_best_gamma_rule_agrees_with_the_simulated_best(tmp_path):
     from specsim_cli.main import full_app
 
     out = tmp_path / "bg.csv"
-    r = CliRunner().invoke(full_app(), ["capacity", "fp8-qwq32b-head-h100-h200", "--system", "specdecode", "--users", "1,16",
+    r = CliRunner().invoke(full_app(), ["simulate", "capacity", "fp8-qwq32b-head-h100-h200", "--system", "specdecode", "--users", "1,16",
                                         "--gamma", "0-5", "--best-gamma", "--requests", "60", "--workers", "1",
                                         "--out", str(out)])
     assert r.exit_code == 0, r.output
@@ -119,6 +119,6 @@ def test_cli_best_gamma_rule_agrees_with_the_simulated_best(tmp_path):
 def test_cli_best_gamma_without_users_exits_2(capsys):
     from specsim_cli.main import main
 
-    assert main(["capacity", "fp8-qwq32b-head-h100-h200", "--best-gamma"]) == 2
+    assert main(["simulate", "capacity", "fp8-qwq32b-head-h100-h200", "--best-gamma"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--users" in err[0]

@@ -161,13 +161,13 @@ def test_cli_gamma_policy(tmp_path, capsys):
     from specsim_cli.main import main
 
     out = tmp_path / "c.csv"
-    assert main(["capacity", "cpu-serve-capacity", "--system", "specdecode", "--system", "vanilla-base", "--gamma", "3",
+    assert main(["simulate", "capacity", "cpu-serve-capacity", "--system", "specdecode", "--system", "vanilla-base", "--gamma", "3",
                  "--users", "4", "--gamma-policy", "goodput", "--requests", "30", "--workers", "1", "--out", str(out)]) == 0
     d = pd.read_csv(out, comment="#")
     assert sorted(d.label) == ["specdecode g=auto<=3", "vanilla-base"]
     assert set(d.gamma_policy) == {"goodput", "fixed"}
     capsys.readouterr()
     for extra in (["--gamma-policy", "sometimes"], ["--gamma-policy", "goodput", "--best-gamma", "--users", "2"]):
-        assert main(["capacity", "cpu-serve-capacity", *extra]) == 2
+        assert main(["simulate", "capacity", "cpu-serve-capacity", *extra]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "--gamma-policy" in err[0]

@@ -67,7 +67,7 @@ def test_nested_text_config_and_unmatched_name(tmp_path):
 
 
 def test_pass_time_takes_a_config_path(capsys):
-    args = ["pass-time", "--model", str(CONFIGS / "qwen3-30b-a3b" / "config.json"), "--hardware", "h100-sxm",
+    args = ["simulate", "pass-time", "--model", str(CONFIGS / "qwen3-30b-a3b" / "config.json"), "--hardware", "h100-sxm",
             "--batch", "1,64", "--format", "json"]
     code, out, err = cli(args, capsys)
     assert code == 0, err
@@ -98,13 +98,13 @@ def _write_bad(tmp_path, name, **change):
 ])
 def test_bad_config_is_one_line_exit_2(tmp_path, capsys, change, field):
     p = _write_bad(tmp_path, "config.json", **change)
-    code, out, err = cli(["pass-time", "--model", str(p), "--hardware", "h100-sxm"], capsys)
+    code, out, err = cli(["simulate", "pass-time", "--model", str(p), "--hardware", "h100-sxm"], capsys)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and err.startswith(f"error: {p}:") and field in err, err
 
 
 def test_shipped_bad_fixtures(capsys):
-    code, _, err = cli(["pass-time", "--model", str(CONFIGS / "bad" / "missing-field.json"), "--hardware", "h100-sxm"],
+    code, _, err = cli(["simulate", "pass-time", "--model", str(CONFIGS / "bad" / "missing-field.json"), "--hardware", "h100-sxm"],
                        capsys)
     assert code == 2 and err.count("\n") == 1 and "moe_intermediate_size: missing required field" in err, err
 
@@ -112,9 +112,9 @@ def test_shipped_bad_fixtures(capsys):
 def test_not_json_and_missing_path(tmp_path, capsys):
     p = tmp_path / "config.json"
     p.write_text("{not json")
-    code, _, err = cli(["pass-time", "--model", str(p), "--hardware", "h100-sxm"], capsys)
+    code, _, err = cli(["simulate", "pass-time", "--model", str(p), "--hardware", "h100-sxm"], capsys)
     assert code == 2 and "not JSON" in err and err.count("\n") == 1
-    code, _, err = cli(["pass-time", "--model", str(tmp_path / "nothing" / "config.json"), "--hardware", "h100-sxm"], capsys)
+    code, _, err = cli(["simulate", "pass-time", "--model", str(tmp_path / "nothing" / "config.json"), "--hardware", "h100-sxm"], capsys)
     assert code == 2 and "--model: no config.json" in err
 
 
@@ -150,7 +150,7 @@ def test_scenario_model_field_takes_a_config_path_relative_to_the_scenario(tmp_p
     (d / "config.json").write_text((CONFIGS / "qwen3-30b-a3b" / "config.json").read_text())
     sc = tmp_path / "s.yaml"
     sc.write_text(SCENARIO.format(base="models/q30/config.json", tp=1, ep=1))
-    code, out, err = cli(["whatif", str(sc), "--format", "json"], capsys)
+    code, out, err = cli(["simulate", "whatif", str(sc), "--format", "json"], capsys)
     assert code == 0, err
     assert {r["system"] for r in json.loads(out)["results"]} == {"vanilla-base", "specreason"}
 
@@ -160,15 +160,15 @@ def test_experts_not_divisible_by_ep_is_one_line_exit_2(tmp_path, capsys):
     p = _write_bad(tmp_path, "config.json", num_experts=60)
     sc = tmp_path / "s.yaml"
     sc.write_text(SCENARIO.format(base="config.json", tp=8, ep=8))
-    code, out, err = cli(["whatif", str(sc)], capsys)
+    code, out, err = cli(["simulate", "whatif", str(sc)], capsys)
     assert code == 2 and out == "" and err.count("\n") == 1
     assert "base.ep: " in err and "60 routed experts are not divisible by ep=8" in err, err
     # ep must be 1 or the TP degree; a dense model has no experts to spread
     sc.write_text(SCENARIO.format(base="config.json", tp=8, ep=4))
-    code, _, err = cli(["whatif", str(sc)], capsys)
+    code, _, err = cli(["simulate", "whatif", str(sc)], capsys)
     assert code == 2 and "ep=4 must be 1 (experts sharded by TP) or equal to tp=8" in err
     sc.write_text(SCENARIO.format(base="qwen3-8b", tp=8, ep=8))
-    code, _, err = cli(["whatif", str(sc)], capsys)
+    code, _, err = cli(["simulate", "whatif", str(sc)], capsys)
     assert code == 2 and "needs a mixture-of-experts model" in err
 
 

@@ -51,7 +51,7 @@ def test_published_counts_within_tolerance(name):
 def test_pass_time_runs_on_each_config(name, capsys):
     """On eight H200s, where each fits (DeepSeek-V3.2 in its published FP8)."""
     dtype = ["--dtype", "fp8"] if name == "deepseek-v3.2" else []
-    code = main(["pass-time", "--model", str(CONFIGS / name), "--hardware", "h200", "--tp", "8", *dtype,
+    code = main(["simulate", "pass-time", "--model", str(CONFIGS / name), "--hardware", "h200", "--tp", "8", *dtype,
                  "--batch", "1,64", "--context", "4096", "--format", "json"])
     out = capsys.readouterr()
     assert code == 0, out.err

@@ -24,7 +24,7 @@ from simulator.inputs.systems import SystemConfig
     (["--qps", "1e300"], "--qps"), (["--qps", "0"], "--qps"), (["--qps", "nan"], "--qps"), (["--qps", "inf"], "--qps"),
     (["--requests", "5"], "--requests"), (["--requests", str(MAX_REQUESTS + 1)], "--requests")])
 def test_capacity_refuses_load_levels_out_of_bounds(capsys, args, field):
-    rc = cli.main(["capacity", "cpu-smollm2", "--system", "vanilla-base", *args])
+    rc = cli.main(["simulate", "capacity", "cpu-smollm2", "--system", "vanilla-base", *args])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and err[0].startswith(f"error: {field}:"), err
 

@@ -111,7 +111,7 @@ def test_qwen3_32b_at_tp1_on_an_a100_80gb_is_served(tmp_path):
 ])
 def test_what_vllm_refuses_is_refused_in_its_words(tmp_path, capsys, memory, words):
     p = _scenario(tmp_path, memory=memory)
-    assert main(["whatif", str(p)]) == 2
+    assert main(["simulate", "whatif", str(p)]) == 2
     err = capsys.readouterr().err.strip()
     assert f"{p}: gpu_memory_utilization:" in err and words in err and "\n" not in err
 
@@ -126,5 +126,5 @@ def test_colocated_engines_split_and_both_names_are_rejected(tmp_path, capsys):
     assert utils[("qwen3-8b", "gpu_memory_utilization.base")] == pytest.approx(0.8)
     assert utils[("qwen3-0.6b", "gpu_memory_utilization.small")] == pytest.approx(0.1)
     p = _scenario(tmp_path, memory="gpu_memory_utilization: 0.9\nmemory_fraction: {base: 0.8, small: 0.1}")
-    assert main(["whatif", str(p)]) == 2
+    assert main(["simulate", "whatif", str(p)]) == 2
     assert "not both" in capsys.readouterr().err

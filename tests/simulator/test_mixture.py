@@ -163,7 +163,7 @@ def test_bad_aggregates_exit_2_with_one_line(tmp_path, mutate, field):
     mutate(good)
     path = tmp_path / "agg.json"
     path.write_text(json.dumps(good))
-    r = subprocess.run([sys.executable, "-m", "specsim_cli", "calibrate", "import-aggregates", str(path)],
+    r = subprocess.run([sys.executable, "-m", "specsim_cli", "import", "aggregates", str(path)],
                        capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
     assert r.returncode == 2, r.stderr
     lines = [x for x in r.stderr.splitlines() if x.strip()]

@@ -58,13 +58,13 @@ def _config(tmp_path, name, nested=False, **change):
 ])
 def test_bad_shapes_in_a_config_are_one_line_naming_the_field(tmp_path, capsys, name, change, want):
     p = _config(tmp_path, name, **change)
-    rc, out, err = _run(["pass-time", "--model", str(p), "--hardware", "h100-sxm"], capsys)
+    rc, out, err = _run(["simulate", "pass-time", "--model", str(p), "--hardware", "h100-sxm"], capsys)
     assert _one_line(rc, out, err) and err.startswith(f"error: {p}: {want}"), err
 
 
 def test_a_nested_decoder_field_is_named_with_its_prefix(tmp_path, capsys):
     p = _config(tmp_path, "llama-4-scout-17b-16e", nested=True, num_key_value_heads=7)
-    rc, out, err = _run(["pass-time", "--model", str(p), "--hardware", "h200", "--tp", "8"], capsys)
+    rc, out, err = _run(["simulate", "pass-time", "--model", str(p), "--hardware", "h200", "--tp", "8"], capsys)
     assert _one_line(rc, out, err) and "text_config.num_key_value_heads: 7 KV heads do not divide 40" in err, err
 
 
@@ -93,24 +93,24 @@ TP_CASES = [(3, "tp=3 does not divide qwq-32b's 40 attention heads"),
 
 @pytest.mark.parametrize("tp, want", TP_CASES)
 def test_pass_time_whatif_and_capacity_refuse_the_same_tp(tmp_path, capsys, tp, want):
-    rc, out, err = _run(["pass-time", "--model", "qwq-32b", "--hardware", "h100-sxm", "--tp", str(tp)], capsys)
+    rc, out, err = _run(["simulate", "pass-time", "--model", "qwq-32b", "--hardware", "h100-sxm", "--tp", str(tp)], capsys)
     assert _one_line(rc, out, err) and err.startswith(f"error: --tp: {want}"), err
     sc = tmp_path / "s.yaml"
     sc.write_text(REFERENCE.replace("count: 2}", "count: 8}"))
-    rc, out, err = _run(["whatif", str(sc), "--system", "vanilla-base", "--tp", str(tp)], capsys)
+    rc, out, err = _run(["simulate", "whatif", str(sc), "--system", "vanilla-base", "--tp", str(tp)], capsys)
     assert _one_line(rc, out, err) and f"grid.tp: base model: {want}" in err, err
     sc.write_text(REFERENCE.replace("count: 2}", "count: 8}").replace("base: {model: qwq-32b, tp: 2}",
                                                                         f"base: {{model: qwq-32b, tp: {tp}}}"))
-    rc, out, err = _run(["capacity", str(sc), "--system", "vanilla-base"], capsys)
+    rc, out, err = _run(["simulate", "capacity", str(sc), "--system", "vanilla-base"], capsys)
     assert _one_line(rc, out, err) and f"base.tp: base model: {want}" in err, err
 
 
 def test_pass_time_and_whatif_refuse_weights_past_the_gpu_alike(capsys):
-    rc, out, err = _run(["pass-time", "--model", "qwq-32b", "--hardware", "rtx-a6000", "--tp", "1"], capsys)
+    rc, out, err = _run(["simulate", "pass-time", "--model", "qwq-32b", "--hardware", "rtx-a6000", "--tp", "1"], capsys)
     assert _one_line(rc, out, err) and err.startswith("error: --tp: ") and "weights need 61.03 GiB per GPU" in err, err
-    rc, out, err = _run(["whatif", "reference-a6000-qwq32b", "--system", "vanilla-base", "--tp", "1"], capsys)
+    rc, out, err = _run(["simulate", "whatif", "reference-a6000-qwq32b", "--system", "vanilla-base", "--tp", "1"], capsys)
     assert _one_line(rc, out, err) and "grid.tp" in err and "weights need 61.03 GiB per GPU" in err, err
-    rc, out, err = _run(["pass-time", "--model", "qwq-32b", "--hardware", "rtx-a6000", "--tp", "2"], capsys)
+    rc, out, err = _run(["simulate", "pass-time", "--model", "qwq-32b", "--hardware", "rtx-a6000", "--tp", "2"], capsys)
     assert rc == 0, err
 
 
@@ -119,7 +119,7 @@ def test_pass_time_and_whatif_refuse_weights_past_the_gpu_alike(capsys):
     (["--model", "qwen3-8b", "--context", "1000000"], "--context", "To serve at least one request with max_model_len"),
 ])
 def test_pass_time_refuses_a_step_the_kv_cache_cannot_hold(capsys, args, option, words):
-    rc, out, err = _run(["pass-time", "--hardware", "h100-sxm", *args], capsys)
+    rc, out, err = _run(["simulate", "pass-time", "--hardware", "h100-sxm", *args], capsys)
     assert _one_line(rc, out, err) and err.startswith(f"error: {option}: ") and words in err, err
 
 
@@ -134,5 +134,5 @@ def test_a_scenario_takes_no_boolean_for_an_integer(tmp_path, capsys, old, new, 
     sc = tmp_path / "s.yaml"
     assert old in REFERENCE
     sc.write_text(REFERENCE.replace(old, new))
-    rc, out, err = _run(["whatif", str(sc), "--system", "vanilla-base"], capsys)
+    rc, out, err = _run(["simulate", "whatif", str(sc), "--system", "vanilla-base"], capsys)
     assert _one_line(rc, out, err) and f"{sc}: {field}: Input should be a valid integer" in err, err

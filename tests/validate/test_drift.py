@@ -44,7 +44,7 @@ def runs(tmp_path_factory):
     slow_down(paths["E"], 2.0)
     slow_down(paths["F"], 2.0, ("score_time_s", "base_time_s"))
     prof = tmp / "cost.yaml"
-    assert main(["calibrate", "fit", *(str(paths[n]) for n in "ABC"), "--out", str(prof)]) == 0
+    assert main(["fit", "cost", *(str(paths[n]) for n in "ABC"), "--out", str(prof)]) == 0
     return tmp, paths, prof
 
 

@@ -95,7 +95,7 @@ def test_inferencex_refuses_a_missing_table_or_column(tmp_path, capsys):
     (tmp_path / TABLE).write_text("hardware,framework\nh200,sglang\n")
     with pytest.raises(InputError, match="precision: missing column"):
         load_rows(tmp_path)
-    assert main(["validate-inferencex", "--data", str(tmp_path)]) == 2
+    assert main(["validate", "inferencex", "--data", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "error" in err and "precision: missing column" in err and "Traceback" not in err
 
@@ -138,5 +138,5 @@ def test_mla_fit_in_sample_on_the_module_tables():
 def test_moe_routing_check_refuses_a_missing_records_file(tmp_path, capsys):
     from specsim_cli.main import main
 
-    assert main(["validate-moe-routing", "--records", str(tmp_path / "none.csv")]) == 2
+    assert main(["validate", "moe-routing", "--records", str(tmp_path / "none.csv")]) == 2
     assert "no records file" in capsys.readouterr().err

@@ -60,7 +60,7 @@ def test_runs_with_the_same_last_component_stay_distinct(tmp_path):
 def test_duplicate_run_id_across_trace_files_is_one_line_exit_2(tmp_path, capsys):
     d = write_traces(tmp_path / "t", {"results/60/0": "x/0"}, "a.jsonl")
     write_traces(d, {"results/60/1": "x/0"}, "b.jsonl")
-    rc, err = _cli(["validate", d, "--profile", PROFILE, "--out", tmp_path / "rep"], capsys)
+    rc, err = _cli(["validate", "runs", d, "--profile", PROFILE, "--out", tmp_path / "rep"], capsys)
     assert rc == 2 and len(err.strip().splitlines()) == 1
     assert "a.jsonl" in err and "b.jsonl" in err and "'x/0'" in err
     assert not (tmp_path / "rep").exists()
@@ -72,7 +72,7 @@ def test_duplicate_run_dir_is_one_line_exit_2(tmp_path, capsys):
     from tests.validate.test_validate import make_run_dir
 
     d = make_run_dir(tmp_path / "runA", np.random.default_rng(0), n_requests=1, steps=4)
-    rc, err = _cli(["calibrate", "fit", d, d, "--out", tmp_path / "c.yaml"], capsys)
+    rc, err = _cli(["fit", "cost", d, d, "--out", tmp_path / "c.yaml"], capsys)
     assert rc == 2 and "occurs twice" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "c.yaml").exists()
 
@@ -83,7 +83,7 @@ def test_short_fit_run_name_matching_several_inputs_is_refused(tmp_path, capsys)
     was fitted cannot be told, so nothing is validated (exit 2), rather than dropping held-out runs."""
     d = write_traces(tmp_path / "t", {"results/60/0": "results/60/0", "results/60/1": "results/60/1",
                                       "results/60/5": "a/7/0", "results/60/6": "b/3/0"})
-    rc, err = _cli(["validate", d, "--profile", PROFILE, "--out", tmp_path / "rep", "--no-distribution"], capsys)
+    rc, err = _cli(["validate", "runs", d, "--profile", PROFILE, "--out", tmp_path / "rep", "--no-distribution"], capsys)
     assert rc == 2 and "ambiguous" in err and "a/7/0" in err and "b/3/0" in err
     assert not (tmp_path / "rep").exists()
 
@@ -118,7 +118,7 @@ def test_distribution_mode_never_refits_on_held_out_runs(tmp_path, monkeypatch):
 @pytest.mark.parametrize("holdout", ["runs:results/60/2", "runs:2", "config:system=specreason", "runs:2,a/7/0"])
 def test_any_overlap_of_fit_and_held_out_runs_exits_2(tmp_path, capsys, holdout):
     d = write_traces(tmp_path / "t", {"results/60/2": "results/60/2", "results/60/5": "a/7/0"})
-    rc, err = _cli(["validate", d, "--profile", full_key_profile(tmp_path), "--out", tmp_path / "rep",
+    rc, err = _cli(["validate", "runs", d, "--profile", full_key_profile(tmp_path), "--out", tmp_path / "rep",
                     "--holdout", holdout], capsys)
     assert rc == 2 and "results/60/2" in err and "in-sample" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "rep").exists()
@@ -136,17 +136,17 @@ def test_leaking_fold_is_refused_before_the_workload_refit():
 @needs_data
 def test_censored_only_held_out_set_exits_2_saying_so(tmp_path, capsys):
     """Run 4 of problem 60 never reached an answer inside the recording (censored)."""
-    rc, err = _cli(["validate", DATA, "--profile", PROFILE, "--holdout", "runs:4", "--out", tmp_path / "rep",
+    rc, err = _cli(["validate", "runs", DATA, "--profile", PROFILE, "--holdout", "runs:4", "--out", tmp_path / "rep",
                     "--des-requests", "30"], capsys)
     assert rc == 2 and "no uncensored held-out run to judge" in err and "results/60/4" in err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "rep").exists()
-    rc, err = _cli(["validate", DATA, "--profile", PROFILE, "--holdout", "runs:4", "--out", tmp_path / "rep",
+    rc, err = _cli(["validate", "runs", DATA, "--profile", PROFILE, "--holdout", "runs:4", "--out", tmp_path / "rep",
                     "--no-distribution"], capsys)  # replay still judges it
     assert rc == 0, err
 
 
 def test_whatif_negative_seed_is_one_line_exit_2(capsys):
-    rc, err = _cli(["whatif", "reference-a6000-qwq32b", "--engine", "des", "--seed", "-1"], capsys)
+    rc, err = _cli(["simulate", "whatif", "reference-a6000-qwq32b", "--engine", "des", "--seed", "-1"], capsys)
     assert rc == 2 and err.strip() == "error: --seed: must be an integer >= 0 (got -1)"
 
 

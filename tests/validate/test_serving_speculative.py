@@ -190,21 +190,21 @@ def test_bad_speculative_inputs_exit_2(tmp_path):
     plain = _spec_run_dir(tmp_path / "p" / "closed-2", 2, gamma=0)
     rep = str(tmp_path / "rep")
     # acceptance from runs that hold no speculative run
-    r = _run(["validate-serving", str(plain), "--profile", PROFILE, "--out", rep, "--acceptance-levels", "closed-2"])
+    r = _run(["validate", "serving", str(plain), "--profile", PROFILE, "--out", rep, "--acceptance-levels", "closed-2"])
     assert r.returncode == 2 and "--acceptance-levels" in r.stderr and "Traceback" not in r.stderr
     for extra, field in ((["--fit-levels", "specdecode-g2/closed-2"], "--fit-levels"),  # speculative steps as fit data
                          (["--acceptance-levels", "closed-9"], "--acceptance-levels")):  # no such level
-        r = _run(["validate-serving", str(spec), str(plain), "--profile", PROFILE, "--out", rep, *extra])
+        r = _run(["validate", "serving", str(spec), str(plain), "--profile", PROFILE, "--out", rep, *extra])
         assert r.returncode == 2 and field in r.stderr and "Traceback" not in r.stderr, (extra, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1
     # a speculative run recorded without the per-step fields cannot be replayed: one line naming the field
     old = _spec_run_dir(tmp_path / "old" / "closed-2", 2, drop_spec_fields=True)
-    r = _run(["validate-serving", str(old), "--profile", PROFILE, "--out", rep])
+    r = _run(["validate", "serving", str(old), "--profile", PROFILE, "--out", rep])
     assert r.returncode == 2 and "spec_tokens" in r.stderr and "Traceback" not in r.stderr
     # serve-run: gamma without a draft, and a draft with gamma 0
-    r = _run(["calibrate", "serve-run", "--gamma", "2", "--out", str(tmp_path / "o")])
+    r = _run(["measure", "serve-run", "--gamma", "2", "--out", str(tmp_path / "o")])
     assert r.returncode == 2 and "--gamma" in r.stderr and "Traceback" not in r.stderr
-    r = _run(["calibrate", "serve-run", "--draft", str(tmp_path / "nodraft"), "--out", str(tmp_path / "o")])
+    r = _run(["measure", "serve-run", "--draft", str(tmp_path / "nodraft"), "--out", str(tmp_path / "o")])
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert not (tmp_path / "o").exists()
 

@@ -98,7 +98,7 @@ def test_cli_validate_implausible_exit_2_one_line_and_kinds_printed(tmp_path):
     make_run_dir(tmp_path / "runA", np.random.default_rng(1))
     make_run_dir(tmp_path / "runB", np.random.default_rng(2))
     bad = _bad_profile(tmp_path, "rejected")
-    common = ["validate", str(tmp_path / "runB"), "--profile", str(bad), "--no-distribution"]
+    common = ["validate", "runs", str(tmp_path / "runB"), "--profile", str(bad), "--no-distribution"]
     r = _run([*common, "--out", str(tmp_path / "rep")])
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
     assert r.stderr.startswith(f"error: {bad}: compute_efficiency:") and not (tmp_path / "rep").exists()
@@ -149,7 +149,7 @@ def test_no_usable_held_out_request_fails_with_nothing_to_validate(tmp_path):
     make_run_dir(tmp_path / "runB", np.random.default_rng(2))
     _zero_times(tmp_path / "runB")
     prof = _true_profile(tmp_path / "true.yaml", runs=["runA"])
-    r = _run(["validate", str(tmp_path / "runB"), "--profile", str(prof), "--no-distribution",
+    r = _run(["validate", "runs", str(tmp_path / "runB"), "--profile", str(prof), "--no-distribution",
               "--out", str(tmp_path / "rep")])  # no --max-median-ape: still a failure
     assert r.returncode == 1 and "nothing to validate" in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert not (tmp_path / "rep").exists()
@@ -168,7 +168,7 @@ def test_trace_with_zero_timings_is_nothing_to_validate(tmp_path):
                 r[k] = 0.0
     f = tmp_path / "mine.jsonl"
     f.write_text("".join(json.dumps(r) + "\n" for r in one))
-    r = _run(["validate", str(f), "--profile", "simulator/profiles/cost_a100-80gb-vllm082-specreason-runs0-3.yaml",
+    r = _run(["validate", "runs", str(f), "--profile", "simulator/profiles/cost_a100-80gb-vllm082-specreason-runs0-3.yaml",
               "--out", str(tmp_path / "rep"), "--no-distribution"])
     assert r.returncode == 1 and "nothing to validate" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
@@ -191,7 +191,7 @@ def test_impossible_durations_exit_2_naming_run_and_step(tmp_path, upd, field):
         (run / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
         upd = {"started_at": 1000.0 + 2 - 100.0}
     _edit_step(run, 3, **upd)
-    r = _run(["validate", str(run), "--profile", "datasheet", "--out", str(tmp_path / "rep"), "--no-distribution"])
+    r = _run(["validate", "runs", str(run), "--profile", "datasheet", "--out", str(tmp_path / "rep"), "--no-distribution"])
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.startswith(f"error: {run}/steps.jsonl:4: {field}:"), r.stderr  # step 3 is line 4
     assert not (tmp_path / "rep").exists()
@@ -206,7 +206,7 @@ def test_trace_call_of_1e9_s_exit_2(tmp_path, key, value, what):
     lines[i][key] = value
     f = tmp_path / "t.jsonl"
     f.write_text("".join(json.dumps(r) + "\n" for r in lines))
-    r = _run(["validate", str(f), "--profile", "datasheet", "--out", str(tmp_path / "rep"), "--no-distribution"])
+    r = _run(["validate", "runs", str(f), "--profile", "datasheet", "--out", str(tmp_path / "rep"), "--no-distribution"])
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
     assert f"run results/60/2 step {lines[i]['step_id']}:" in r.stderr and what in r.stderr, r.stderr
 
@@ -245,14 +245,14 @@ def test_fit_run_renamed_into_the_holdout_is_the_same_run(tmp_path):
     for name in ("runA", "runB", "runC"):
         make_run_dir(tmp_path / name, rng, sigma=0.05)
     prof = tmp_path / "cost.yaml"
-    r = _run(["calibrate", "fit", str(tmp_path / "runA"), str(tmp_path / "runB"), "--out", str(prof)])
+    r = _run(["fit", "cost", str(tmp_path / "runA"), str(tmp_path / "runB"), "--out", str(prof)])
     assert r.returncode == 0, r.stderr
     shutil.copytree(tmp_path / "runA", tmp_path / "hold" / "renamed")  # a fit run under another name
-    r = _run(["validate", str(tmp_path / "runC"), str(tmp_path / "hold" / "renamed"), "--profile", str(prof),
+    r = _run(["validate", "runs", str(tmp_path / "runC"), str(tmp_path / "hold" / "renamed"), "--profile", str(prof),
               "--no-distribution", "--out", str(tmp_path / "rep")])
     assert r.returncode == 2 and "under another name" in r.stderr and "runA" in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "rep").exists()
-    r = _run(["validate", str(tmp_path / "runA"), str(tmp_path / "hold" / "renamed"), "--profile", str(prof),
+    r = _run(["validate", "runs", str(tmp_path / "runA"), str(tmp_path / "hold" / "renamed"), "--profile", str(prof),
               "--no-distribution", "--out", str(tmp_path / "rep")])  # the same run twice among the inputs
     assert r.returncode == 2 and "same content" in r.stderr, r.stderr
 
@@ -291,10 +291,10 @@ def test_level_option_and_coverage_at_four_levels(tmp_path):
     cov = wide.figures["coverage_levels"]
     assert list(cov.loc[cov["scope"] == "replay e2e", "nominal"]) == [0.5, 0.8, 0.9, 0.95]
     assert (cov.groupby("scope")["inside"].apply(lambda s: s.is_monotonic_increasing)).all()
-    r = _run(["validate", str(tmp_path / "runB"), "--profile", str(prof), "--no-distribution", "--level", "1.5",
+    r = _run(["validate", "runs", str(tmp_path / "runB"), "--profile", str(prof), "--no-distribution", "--level", "1.5",
               "--out", str(tmp_path / "rep")])
     assert r.returncode == 2 and "--level" in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    r = _run(["validate", str(tmp_path / "runB"), str(tmp_path / "runC"), "--profile", str(prof), "--no-distribution",
+    r = _run(["validate", "runs", str(tmp_path / "runB"), str(tmp_path / "runC"), "--profile", str(prof), "--no-distribution",
               "--level", "0.8", "--out", str(tmp_path / "rep2")])
     assert r.returncode in (0, 2) and "Traceback" not in r.stderr, r.stderr  # 2: drift flag (a noiseless profile)
     assert "median 80% interval width" in r.stdout
@@ -352,7 +352,7 @@ def test_campaign_main_judges_the_sanity_bound_and_records_load(tmp_path, monkey
     monkeypatch.setattr(campaign, "run_campaign", lambda *a, **k: per)
     from specsim_cli.main import main
 
-    rc = main(["validate-cpu", "--out", str(tmp_path), "--sanity"])
+    rc = main(["validate", "cpu", "--out", str(tmp_path), "--sanity"])
     s = json.loads((tmp_path / "summary.json").read_text())
     assert s["judged_against"] == "sanity" and s["sanity_bar"] == campaign.sanity_bar(s["within_config_spread"])
     assert s["load_changed"] == ["specdecode-g3"] and s["run_order"][1] == "specdecode-g2"

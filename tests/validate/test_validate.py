@@ -168,10 +168,10 @@ def test_cli_fit_validate_exit_codes(tmp_path):
     for name in ("runA", "runB", "runC"):
         make_run_dir(tmp_path / name, rng, sigma=0.05)
     prof = tmp_path / "cost.yaml"
-    r = _run(["calibrate", "fit", str(tmp_path / "runA"), str(tmp_path / "runB"), "--out", str(prof)])
+    r = _run(["fit", "cost", str(tmp_path / "runA"), str(tmp_path / "runB"), "--out", str(prof)])
     assert r.returncode == 0, r.stderr
     assert "calibrated" in prof.read_text()
-    common = ["validate", str(tmp_path / "runA"), str(tmp_path / "runB"), str(tmp_path / "runC"), "--profile", str(prof),
+    common = ["validate", "runs", str(tmp_path / "runA"), str(tmp_path / "runB"), str(tmp_path / "runC"), "--profile", str(prof),
               "--no-distribution"]
     ok = _run([*common, "--out", str(tmp_path / "rep"), "--max-median-ape", "0.5"])
     assert ok.returncode == 0, ok.stderr
@@ -191,9 +191,9 @@ def test_cli_malformed_input_exits_2_one_line(tmp_path):
         fh.write("{not json\n")
     prof = tmp_path / "p.yaml"
     prof.write_text("name: x\n")
-    r = _run(["validate", str(d), "--profile", str(prof), "--out", str(tmp_path / "rep")])
+    r = _run(["validate", "runs", str(d), "--profile", str(prof), "--out", str(tmp_path / "rep")])
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    r = _run(["calibrate", "fit", str(d), "--out", str(tmp_path / "o.yaml")])
+    r = _run(["fit", "cost", str(d), "--out", str(tmp_path / "o.yaml")])
     assert r.returncode == 2 and "steps.jsonl" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
@@ -327,7 +327,7 @@ def _requests_holdout_end_to_end(tmp_path):
 def test_cli_bad_requests_spec_exits_2_one_line(tmp_path):
     d = make_run_dir(tmp_path / "runA", np.random.default_rng(6), n_requests=2, steps=5)
     prof = _true_profile(tmp_path / "p.yaml", runs=[])
-    r = _run(["validate", str(d), "--profile", str(prof), "--out", str(tmp_path / "rep"), "--holdout",
+    r = _run(["validate", "runs", str(d), "--profile", str(prof), "--out", str(tmp_path / "rep"), "--holdout",
               "requests:kfold=two"])
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert "requests:kfold=two" in r.stderr
@@ -456,7 +456,7 @@ def test_profile_prior_and_datasheet_predict_every_run_on_its_own_hardware(tmp_p
     if not runs.is_dir():
         pytest.skip("committed CPU campaign runs absent")
     for kind in ("prior", "datasheet"):
-        rc = main(["validate", str(runs / "vanilla-base"), str(runs / "specdecode-g4"), "--profile", kind,
+        rc = main(["validate", "runs", str(runs / "vanilla-base"), str(runs / "specdecode-g4"), "--profile", kind,
                    "--out", str(tmp_path / kind), "--no-distribution", "--drift", "exclude"])
         assert rc == 0, capsys.readouterr().err
         text = (tmp_path / kind / "report.md").read_text()

@@ -1,4 +1,4 @@
-"""``specsim validate-serving``."""
+"""``specsim validate serving``."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import shlex
 import sys
 from pathlib import Path
 from typing import Optional
+
+import typer
 
 from simulator.errors import InputError
 from simulator.output_contract import writes
@@ -45,67 +47,68 @@ def _progress_to_stderr() -> None:
         pkg.setLevel(logging.INFO)
 
 
+@writes(report="folder")
+def validate_serving_cmd(
+    run_dirs: Optional[list[Path]] = typer.Argument(None, help="serve-run directories (specsim measure serve-run), `vllm bench serve` result JSONs (--save-result --save-detailed) or their imports"),
+    profile: Optional[Path] = typer.Option(None, "--profile", help="cost profile YAML (fitted; its fit.setup names the models); required with run directories"),
+    report: Path = typer.Option(..., "--out", "--report", help="report folder: report.md, CSVs and figures"),
+    fit_levels: Optional[str] = typer.Option(None, "--fit-levels",
+                                             help="re-fit the step-time parameters on these levels only, e.g. closed-1,closed-2"),
+    acceptance_levels: Optional[str] = typer.Option(
+        None, "--acceptance-levels", help="speculative runs whose per-position acceptance predicts every run of "
+                                           "their gamma (e.g. specdecode-g2/closed-1); default: each request's own"),
+    max_median_ape: Optional[float] = typer.Option(None, "--max-median-ape", help="exit 1 above this held-out latency median APE"),
+    released: Optional[Path] = typer.Option(None, "--released", help="a released `vllm bench serve` table folder (e.g. ../shared/data/engine-measurements/gpustack-performance-lab): predict its runs held out instead"),
+    holdout: str = typer.Option("gpu,version", "--holdout", help="with --released: gpu, version or both (comma-separated)"),
+    fit_hosts: Optional[Path] = typer.Option(None, "--fit-hosts", help="with --released: also fit every run and write the host terms into this engine catalog (simulator/catalog/engine_hosts.yaml)"),
+) -> None:
+    """Predict measured concurrent runs with the serving simulator (trace replay); report errors and figures.
+
+    Example: specsim validate serving reports/serve-bench-cpu/quiet/closed-* --profile simulator/profiles/cost_cpu-epyc-vllm032.yaml --fit-levels closed-1 --out out/serve-bench-quiet-report"""
+    if released is not None:
+        _released(released, holdout, report, fit_hosts)
+        return
+    if not run_dirs or profile is None:
+        raise InputError(None, "RUN_DIRS", "give run directories and --profile, or --released DIR")
+    if max_median_ape is not None and not max_median_ape > 0:
+        raise InputError(None, "--max-median-ape", f"must be > 0 (got {max_median_ape})")
+    levels = [x.strip() for x in fit_levels.split(",") if x.strip()] if fit_levels else None
+    _progress_to_stderr()
+    acc = [x.strip() for x in acceptance_levels.split(",") if x.strip()] if acceptance_levels else None
+    v = validate_serving(run_dirs, profile, levels, acc)
+    command = "specsim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    path = write_report(v, report, command, profile, max_median_ape)
+    h = v.headline
+    typer.echo(f"held out ({h['model']}, n={h['latency_n']}): latency median APE {_pct(h['latency_median_ape'])} "
+               f"p90 {_pct(h['latency_p90_ape'])} bias {_spct(h['latency_bias'])}; TTFT median APE "
+               f"{_pct(h['ttft_median_ape'])}; report {path}")
+    for w in speed_drift(v):
+        typer.echo(w)
+    if "speculative" in h:
+        sp = h["speculative"]
+        typer.echo(f"speculative runs held out ({sp['model']}, n={sp['latency_n']}): latency median APE "
+                   f"{_pct(sp['latency_median_ape'])}, TPOT median APE {_pct(sp['tpot_median_ape'])} bias "
+                   f"{_spct(sp['tpot_bias'])}, acceptance length median APE {_pct(sp['accept_len_median_ape'])}")
+    if "itl" in h:
+        it = h["itl"]
+        typer.echo(f"ITL of {it['runs']} held-out one-engine runs: mean median APE {_pct(it['itl_mean_median_ape'])} "
+                   f"(bias {_spct(it['itl_mean_bias'])}), p99 median APE {_pct(it['itl_p99_median_ape'])} "
+                   f"(bias {_spct(it['itl_p99_bias'])})")
+    if "bench" in h:
+        from .compare import BENCH_FIGURES
+
+        b = h["bench"]
+        typer.echo(f"vllm bench serve runs held out ({b['model']}, {b['runs']} runs), median APE (bias): "
+                   + ", ".join(f"{name} {_pct(b[f'{k}_median_ape'])} ({_spct(b[f'{k}_bias'])})" for k, name in BENCH_FIGURES))
+    if max_median_ape is not None and h["latency_median_ape"] > max_median_ape:
+        typer.echo(f"FAIL: held-out latency median APE {_pct(h['latency_median_ape'])} > {_pct(max_median_ape)}", err=True)
+        raise typer.Exit(1)
+
+
 def register(app) -> None:
-    """Add ``specsim validate-serving`` to the main app."""
-    import typer
-
-    @app.command("validate-serving")
-    @writes(report="folder")
-    def validate_serving_cmd(
-        run_dirs: Optional[list[Path]] = typer.Argument(None, help="serve-run directories (specsim calibrate serve-run), `vllm bench serve` result JSONs (--save-result --save-detailed) or their imports"),
-        profile: Optional[Path] = typer.Option(None, "--profile", help="cost profile YAML (fitted; its fit.setup names the models); required with run directories"),
-        report: Path = typer.Option(..., "--out", "--report", help="report folder: report.md, CSVs and figures"),
-        fit_levels: Optional[str] = typer.Option(None, "--fit-levels",
-                                                 help="re-fit the step-time parameters on these levels only, e.g. closed-1,closed-2"),
-        acceptance_levels: Optional[str] = typer.Option(
-            None, "--acceptance-levels", help="speculative runs whose per-position acceptance predicts every run of "
-                                               "their gamma (e.g. specdecode-g2/closed-1); default: each request's own"),
-        max_median_ape: Optional[float] = typer.Option(None, "--max-median-ape", help="exit 1 above this held-out latency median APE"),
-        released: Optional[Path] = typer.Option(None, "--released", help="a released `vllm bench serve` table folder (e.g. ../shared/data/engine-measurements/gpustack-performance-lab): predict its runs held out instead"),
-        holdout: str = typer.Option("gpu,version", "--holdout", help="with --released: gpu, version or both (comma-separated)"),
-        fit_hosts: Optional[Path] = typer.Option(None, "--fit-hosts", help="with --released: also fit every run and write the host terms into this engine catalog (simulator/catalog/engine_hosts.yaml)"),
-    ) -> None:
-        """Predict measured concurrent runs with the serving simulator (trace replay); report errors and figures.
-
-        Example: specsim validate-serving reports/serve-bench-cpu/quiet/closed-* --profile simulator/profiles/cost_cpu-epyc-vllm032.yaml --fit-levels closed-1 --out out/serve-bench-quiet-report"""
-        if released is not None:
-            _released(released, holdout, report, fit_hosts)
-            return
-        if not run_dirs or profile is None:
-            raise InputError(None, "RUN_DIRS", "give run directories and --profile, or --released DIR")
-        if max_median_ape is not None and not max_median_ape > 0:
-            raise InputError(None, "--max-median-ape", f"must be > 0 (got {max_median_ape})")
-        levels = [x.strip() for x in fit_levels.split(",") if x.strip()] if fit_levels else None
-        _progress_to_stderr()
-        acc = [x.strip() for x in acceptance_levels.split(",") if x.strip()] if acceptance_levels else None
-        v = validate_serving(run_dirs, profile, levels, acc)
-        command = "specsim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-        path = write_report(v, report, command, profile, max_median_ape)
-        h = v.headline
-        typer.echo(f"held out ({h['model']}, n={h['latency_n']}): latency median APE {_pct(h['latency_median_ape'])} "
-                   f"p90 {_pct(h['latency_p90_ape'])} bias {_spct(h['latency_bias'])}; TTFT median APE "
-                   f"{_pct(h['ttft_median_ape'])}; report {path}")
-        for w in speed_drift(v):
-            typer.echo(w)
-        if "speculative" in h:
-            sp = h["speculative"]
-            typer.echo(f"speculative runs held out ({sp['model']}, n={sp['latency_n']}): latency median APE "
-                       f"{_pct(sp['latency_median_ape'])}, TPOT median APE {_pct(sp['tpot_median_ape'])} bias "
-                       f"{_spct(sp['tpot_bias'])}, acceptance length median APE {_pct(sp['accept_len_median_ape'])}")
-        if "itl" in h:
-            it = h["itl"]
-            typer.echo(f"ITL of {it['runs']} held-out one-engine runs: mean median APE {_pct(it['itl_mean_median_ape'])} "
-                       f"(bias {_spct(it['itl_mean_bias'])}), p99 median APE {_pct(it['itl_p99_median_ape'])} "
-                       f"(bias {_spct(it['itl_p99_bias'])})")
-        if "bench" in h:
-            from .compare import BENCH_FIGURES
-
-            b = h["bench"]
-            typer.echo(f"vllm bench serve runs held out ({b['model']}, {b['runs']} runs), median APE (bias): "
-                       + ", ".join(f"{name} {_pct(b[f'{k}_median_ape'])} ({_spct(b[f'{k}_bias'])})" for k, name in BENCH_FIGURES))
-        if max_median_ape is not None and h["latency_median_ape"] > max_median_ape:
-            typer.echo(f"FAIL: held-out latency median APE {_pct(h['latency_median_ape'])} > {_pct(max_median_ape)}", err=True)
-            raise typer.Exit(1)
+    """Add the command as ``validate-serving`` to ``app`` (the tree names it ``validate serving``:
+    ``specsim_cli/commands/validate.py``)."""
+    app.command("validate-serving")(validate_serving_cmd)
 
 
 def _released(folder: Path, holdout: str, out: Path, catalog: Path | None) -> None:

@@ -18,7 +18,7 @@ Every name of the former single module is importable from here.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
@@ -42,7 +42,7 @@ __all__ = [
     "CONFIDENCE", "DEFAULT_CI_TARGET", "DEFAULT_MAX_REPS", "DEFAULT_MIN_REPS", "DEFAULT_REL_TOL",
     "DEFAULT_REQUEST_DOUBLINGS", "DEFAULT_REQUESTS", "DEFAULT_SLO_FACTOR", "DISPLAY", "EQUIVALENCE",
     "HORIZON_LATENCIES", "MAX_DOUBLINGS", "MAX_REQUEST_FACTOR", "WARM_STEP", "IntervalSpec", "LoadSpec", "Point",
-    "Workers", "add_accuracy", "capacity_from_cli", "capacity_interval", "capacity_points", "capacity_table",
+    "Workers", "add_accuracy", "CapacityRequest", "Where", "capacity_study", "capacity_from_cli", "capacity_interval", "capacity_points", "capacity_table",
     "default_slo", "search_grid", "DEFAULT_GRID_MAX", "evaluate", "serving_setup", "headline", "interval_rounds",
     "load_scenario", "paired_better", "point_latency",
     "rank_configurations", "recommend", "render_capacity_table", "requests_for", "run_point", "run_points",
@@ -146,67 +146,105 @@ def serving_setup(rs: ResolvedScenario, bench_serve: str | None, arrival: str = 
     return sw.model_dump_json(), note
 
 
-def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | None = None, users: list[int] | None = None,
-                      systems: list[str] | None = None, gammas=None, thresholds=None, arrival: str = "poisson",
-                      cv: float = 1.0, requests: int | None = None, seed: int | None = None,
-                      gpu_hour_cost: float | None = None, target_qps: float | None = None, currency: str = "USD",
-                      workers: int | None = None, ray_address: str | None = None,
-                      arrivals_file: str | None = None, interval: IntervalSpec | None = None,
-                      accuracy_floor: str | None = None, accuracy_margin: float | None = None,
-                      adaptive_gamma: bool = False, gamma_policy: str = "fixed", progress=None,
-                      stop_below_best: bool = False, bench_serve: str | None = None,
-                      grid_overrides: dict | None = None, trim_grid: bool = False,
-                      announce=None) -> tuple[pd.DataFrame, dict]:
-    """Resolve, validate, run. With --qps/--users/--arrivals-file: the SLO check at those loads;
-    else the capacity search. ``adaptive_gamma``: each drafting configuration at the grid's largest γ also
-    runs with γ chosen per engine iteration (``gamma_policy="goodput"``, up to that γ); ``gamma_policy``
-    other than fixed: every drafting configuration runs with that policy, up to its γ. ``stop_below_best``
-    (the ``specsim capacity`` command and the report: True): configurations the leader already beats get no
-    more replications (:func:`interval_rounds`); False (the default for library callers such as
-    validate-capacity) gives every configuration its own interval to the target. ``bench_serve``: a ``vllm bench
-    serve`` line whose workload (its shape; the search sets the rate) replaces the scenario's (its
-    ``serving_workload`` is used when set): :mod:`simulator.studies.capacity.bench`. ``grid_overrides``: the grid's hardware
-    / TP instead of the scenario's (--hardware / --tp, as ``whatif``); the workers load the same (``Point.grid``).
-    ``trim_grid`` (the command: True): a search over a large default grid is trimmed (:func:`search_grid`), and
-    ``announce(note)`` is told so before it starts (the note is also in the result's meta, ``grid_note``)."""
-    from simulator.engines.serving.arrivals import load_arrival_times
+@dataclass(frozen=True)
+class CapacityRequest:
+    """What a capacity run asks of a scenario. With ``qps`` / ``users`` / ``arrivals_file``: the SLO check at those
+    loads; else the capacity search. ``adaptive_gamma``: each drafting configuration at the grid's largest γ also
+    runs with γ chosen per engine iteration (``gamma_policy="goodput"``, up to that γ); ``gamma_policy`` other than
+    fixed: every drafting configuration runs with that policy, up to its γ. ``stop_below_best`` (the ``specsim
+    simulate capacity`` command and the report: True): configurations the leader already beats get no more
+    replications (:func:`interval_rounds`); False (the default for library callers such as validate capacity) gives
+    every configuration its own interval to the target. ``bench_serve``: a ``vllm bench serve`` line whose workload
+    (its shape; the search sets the rate) replaces the scenario's (its ``serving_workload`` is used when set):
+    :mod:`simulator.studies.capacity.bench`. ``trim_grid`` (the command: True): a search over a large default grid
+    is trimmed (:func:`search_grid`)."""
+
+    slo_text: str | None = None
+    qps: list[float] | None = None
+    users: list[int] | None = None
+    arrivals_file: str | None = None
+    systems: list[str] | None = None
+    gammas: list[int] | None = None
+    thresholds: list[int] | None = None
+    arrival: str = "poisson"
+    cv: float = 1.0
+    requests: int | None = None
+    seed: int | None = None
+    gpu_hour_cost: float | None = None
+    target_qps: float | None = None
+    currency: str = "USD"
+    interval: IntervalSpec | None = None
+    accuracy_floor: str | None = None
+    accuracy_margin: float | None = None
+    adaptive_gamma: bool = False
+    gamma_policy: str = "fixed"
+    stop_below_best: bool = False
+    bench_serve: str | None = None
+    trim_grid: bool = False
+
+    @property
+    def at_loads(self) -> bool:
+        """The SLO check at given loads, not the search."""
+        return bool(self.qps or self.users or self.arrivals_file)
 
 
-    rs = load_scenario(scenario, grid_overrides)
-    sc = rs.scenario
-    rs.check_systems(systems or [], None, "--system")
-    if arrival not in ("poisson", "bursty"):
-        raise InputError(None, "--arrival", f"expected poisson or bursty (got {arrival!r})")
-    serving, serving_note = serving_setup(rs, bench_serve, arrival)
-    slo = parse_slo(slo_text or default_slo(rs, serving))
-    if not (cv > 0 and math.isfinite(cv)):
-        raise InputError(None, "--cv", f"must be a positive number (got {cv})")
-    for name, v in (("--gpu-hour-cost", gpu_hour_cost), ("--target-qps", target_qps)):
+@dataclass(frozen=True)
+class Where:
+    """Where a capacity run's simulations run and whom it tells: local ``workers`` or a Ray cluster, ``progress``
+    (called per finished simulation), ``announce(note)`` (told of a trimmed grid before the search starts)."""
+
+    workers: int | None = None
+    ray_address: str | None = None
+    progress: object = None
+    announce: object = None
+
+
+def _checked(rs: ResolvedScenario, req: CapacityRequest):
+    """The request checked against the scenario, in the order the errors are reported: (serving workload, its note,
+    SLO, accuracy floor, accuracy model)."""
+    req_systems = req.systems or []
+    rs.check_systems(req_systems, None, "--system")
+    if req.arrival not in ("poisson", "bursty"):
+        raise InputError(None, "--arrival", f"expected poisson or bursty (got {req.arrival!r})")
+    serving, serving_note = serving_setup(rs, req.bench_serve, req.arrival)
+    slo = parse_slo(req.slo_text or default_slo(rs, serving))
+    if not (req.cv > 0 and math.isfinite(req.cv)):
+        raise InputError(None, "--cv", f"must be a positive number (got {req.cv})")
+    for name, v in (("--gpu-hour-cost", req.gpu_hour_cost), ("--target-qps", req.target_qps)):
         if v is not None and not (v > 0 and math.isfinite(v)):
             raise InputError(None, name, f"must be a positive number (got {v})")
     from simulator.option_values import check_capacity_requests
 
-    check_capacity_requests(requests)
+    check_capacity_requests(req.requests)
     from simulator.inputs.accuracy import parse_floor, scenario_accuracy
 
-    floor = parse_floor(accuracy_floor, accuracy_margin)
-    acc_model = scenario_accuracy(rs)
-    searching = not (qps or users or arrivals_file)
-    configs, grid_note = search_grid(rs, systems, gammas, thresholds, trim=trim_grid and searching)
+    return serving, serving_note, slo, parse_floor(req.accuracy_floor, req.accuracy_margin), scenario_accuracy(rs)
+
+
+def _configs(rs: ResolvedScenario, req: CapacityRequest, serving, announce) -> tuple[list[SystemConfig], str | None]:
+    """The configurations to run (the grid, trimmed for a large default search; γ policies applied)."""
+    configs, grid_note = search_grid(rs, req.systems, req.gammas, req.thresholds,
+                                     trim=req.trim_grid and not req.at_loads)
     if grid_note and announce:
         announce(grid_note)
-    if gamma_policy != "fixed":
-        configs = [SystemConfig(**{**c.model_dump(), "gamma_policy": gamma_policy}) if c.gamma else c for c in configs]
-    if adaptive_gamma:
+    if req.gamma_policy != "fixed":
+        configs = [SystemConfig(**{**c.model_dump(), "gamma_policy": req.gamma_policy}) if c.gamma else c
+                   for c in configs]
+    if req.adaptive_gamma:
         gmax = max((c.gamma for c in configs if c.gamma), default=0)
-        configs += [SystemConfig(**{**c.model_dump(), "gamma_policy": "goodput"}) for c in configs if c.gamma and c.gamma == gmax]
+        configs += [SystemConfig(**{**c.model_dump(), "gamma_policy": "goodput"})
+                    for c in configs if c.gamma and c.gamma == gmax]
     if serving is not None:
         from simulator.studies.capacity.bench import check_systems
 
-        configs = check_systems(configs, bool(systems))
-    load = LoadSpec(arrival, cv, requests or DEFAULT_REQUESTS, sc.seed if seed is None else seed)
-    points = [replace(p, interval=interval or IntervalSpec()) for p in capacity_points(rs, slo, load, configs, serving)]
-    meta = {"scenario": str(rs.path), "slo": slo.text, "arrivals": arrival if arrival == "poisson" else f"bursty cv={cv}",
+        configs = check_systems(configs, bool(req.systems))
+    return configs, grid_note
+
+
+def _meta(rs: ResolvedScenario, req: CapacityRequest, slo: Slo, load: LoadSpec, grid_note, serving,
+          serving_note) -> dict:
+    meta = {"scenario": str(rs.path), "slo": slo.text,
+            "arrivals": req.arrival if req.arrival == "poisson" else f"bursty cv={req.cv}",
             "requests_per_point": load.requests, "seed": load.seed}
     if grid_note:
         meta["grid_note"] = grid_note
@@ -215,14 +253,47 @@ def capacity_from_cli(scenario: str, slo_text: str | None, qps: list[float] | No
         meta["serving_workload"] = serving
     elif rs.workload_note():
         meta["workload_note"] = rs.workload_note()
-    if arrivals_file:
-        load_arrival_times(arrivals_file)  # validate once, here: errors name the file and line
-    if qps or users or arrivals_file:
-        levels = [dict(rate=q) for q in qps or []] + [dict(users=u) for u in users or []]
-        levels += [dict(replay=str(arrivals_file))] if arrivals_file else []
+    return meta
+
+
+def capacity_study(rs: ResolvedScenario, req: CapacityRequest, where: Where = Where()) -> tuple[pd.DataFrame, dict]:
+    """Check ``req`` against the scenario ``rs`` (loaded with any command-line overrides: ``load_scenario``), then
+    run it: the SLO check at the given loads, or the capacity search with its recommendation."""
+    from simulator.engines.serving.arrivals import load_arrival_times
+
+    serving, serving_note, slo, floor, acc_model = _checked(rs, req)
+    configs, grid_note = _configs(rs, req, serving, where.announce)
+    load = LoadSpec(req.arrival, req.cv, req.requests or DEFAULT_REQUESTS,
+                    rs.scenario.seed if req.seed is None else req.seed)
+    interval = req.interval or IntervalSpec()
+    points = [replace(p, interval=interval) for p in capacity_points(rs, slo, load, configs, serving)]
+    meta = _meta(rs, req, slo, load, grid_note, serving, serving_note)
+    if req.arrivals_file:
+        load_arrival_times(req.arrivals_file)  # validate once, here: errors name the file and line
+    if req.at_loads:
+        levels = [dict(rate=q) for q in req.qps or []] + [dict(users=u) for u in req.users or []]
+        levels += [dict(replay=str(req.arrivals_file))] if req.arrivals_file else []
         pts = [replace(p, **lv) for p in points for lv in levels]
-        df = pd.DataFrame(run_points(pts, workers, ray_address, progress))
-        return df, meta
+        return pd.DataFrame(run_points(pts, where.workers, where.ray_address, where.progress)), meta
+    df, rec, _ = search_table(rs, slo, load, configs, interval, acc_model, floor, req.gpu_hour_cost, req.target_qps,
+                              where.workers, where.ray_address, progress=where.progress,
+                              stop_below_best=req.stop_below_best, serving=serving, currency=req.currency)
+    meta["accuracy_floor"] = floor.describe()
+    meta["recommended"] = None if rec["best"] is None else rec["best"].label
+    meta["recommended_ties"] = rec["ties"]
+    meta["headline"] = headline(df, rec, slo.text, req.gpu_hour_cost, req.currency, req.target_qps)
+    meta["currency"] = req.currency
+    return df, meta
+
+
+def capacity_from_cli(scenario: str, slo_text: str | None = None, *, grid_overrides: dict | None = None,
+                      workers: int | None = None, ray_address: str | None = None, progress=None, announce=None,
+                      **request) -> tuple[pd.DataFrame, dict]:
+    """:func:`capacity_study` for a scenario named by path or name (library callers: validate capacity); ``request``:
+    the :class:`CapacityRequest` fields."""
+    rs = load_scenario(scenario, grid_overrides)
+    return capacity_study(rs, CapacityRequest(slo_text=slo_text, **request), Where(workers, ray_address, progress,
+                                                                                   announce))
     df, rec, _ = search_table(rs, slo, load, configs, interval or IntervalSpec(), acc_model, floor, gpu_hour_cost,
                               target_qps, workers, ray_address, progress=progress, stop_below_best=stop_below_best,
                               serving=serving, currency=currency)

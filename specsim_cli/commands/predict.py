@@ -1,12 +1,6 @@
-"""The simulator's own commands (``whatif``, ``list``, ``show`` (``simulator/cli_show.py``), ``capacity``, ``report``,
-``init``, ``pass-time``, ``serve-workload``): each parses, calls one library function, prints.
-
-This module imports nothing from ``calibrate`` or ``validate`` (tests/simulator/test_layering.py). The
-``specsim`` console script is ``specsim_cli.main``: it adds these commands to the whole tree (with the
-``calibrate``, ``validate`` and ``study`` groups) and runs it under the error contract -- exit 0 success,
-1 a quality bar failed, 2 bad input or a usage mistake, always one line ``error: ...`` on stderr.
-Commands raise :class:`~simulator.errors.InputError` for bad input; ``specsim_cli.main.run_app`` prints it.
-"""
+"""The prediction commands (``simulate whatif | capacity | report | pass-time | serve-workload``): each parses, calls
+one library function, prints. Commands raise :class:`~simulator.errors.InputError` for bad input;
+``specsim_cli.main.run_app`` prints it (exit 2, one line ``error: ...``)."""
 
 from __future__ import annotations
 
@@ -16,18 +10,14 @@ from typing import Annotated, Optional
 import typer
 
 from simulator.errors import InputError
-from simulator.cli_show import show
 from simulator.option_values import (FIRST_N_MAX, GAMMA_MAX, check_capacity_requests, check_requests, currency_option,
                                      gamma_list_option, gpu_hour_cost_option, int_list_option, rate_list,
                                      threshold_list_option, user_list)
 from simulator.output_contract import ForceOpt, writes
 from simulator.report.report_table import COLUMNS_HELP
 
-app = typer.Typer(no_args_is_help=True, add_completion=False,
-                  help="The simulator's commands: what-if grids, scenarios, capacity planning, reports.")
 
-
-def _check_seed(seed: int | None) -> None:
+def check_seed(seed: int | None) -> None:
     if seed is not None and not 0 <= seed < 2**63:
         raise InputError(None, "--seed", f"must be an integer >= 0 (got {seed})")
 
@@ -39,7 +29,7 @@ AccuracyFloorOpt = Annotated[Optional[str], typer.Option(
     "--accuracy-margin of it), a number in [0, 1], or none")]
 AccuracyMarginOpt = Annotated[Optional[float], typer.Option(
     "--accuracy-margin", help="allowed accuracy loss vs the reference system, within its 95% interval (default 0.05)")]
-# the grid's hardware and TP instead of the scenario's (whatif, capacity, report): _grid_overrides reads them
+# the grid's hardware and TP instead of the scenario's (whatif, capacity, report): grid_overrides reads them
 HardwareOpt = Annotated[Optional[str], typer.Option("--hardware", help="run on this catalog hardware instead of the "
                                                     "scenario's (specsim list hardware), e.g. h100-sxm or h100-sxm,h200")]
 
@@ -49,7 +39,6 @@ def tp_option():
                            "scenario's", example="1,2")
 
 
-@app.command()
 @writes(out="table")
 def whatif(
     scenario: str = typer.Argument(..., help="scenario YAML (path or name in scenarios/)"),
@@ -79,7 +68,7 @@ def whatif(
     configuration shown to meet the accuracy floor, and any faster one left out and why (accuracy unknown
     or below the floor).
 
-    Example: specsim whatif reference-a6000-qwq32b --system specreason-decode --gamma 3-6 --threshold 5,7
+    Example: specsim simulate whatif reference-a6000-qwq32b --system specreason-decode --gamma 3-6 --threshold 5,7
     """
     from simulator.studies.whatif import whatif_from_cli
 
@@ -88,12 +77,12 @@ def whatif(
     if engine is not None and engine not in ("analytic", "des"):
         raise InputError(None, "--engine", f"expected analytic or des (got {engine!r})")
     check_requests(requests, 2)
-    _check_seed(seed)
+    check_seed(seed)
     from simulator.report.report_table import check_columns, job, write_output
 
     check_columns(columns, extra=("engine", "steps", "requests", "accuracy", "accuracy_lo", "accuracy_hi"))
     kwargs = dict(systems=system, gammas=gamma, thresholds=threshold, first_ns=first_n, engine=engine, requests=requests, seed=seed,
-                  grid_overrides=_grid_overrides(hardware, tp), accuracy_floor=accuracy_floor, accuracy_margin=accuracy_margin)
+                  grid_overrides=grid_overrides(hardware, tp), accuracy_floor=accuracy_floor, accuracy_margin=accuracy_margin)
     with job(f"whatif {scenario}" + (f": {engine} engine" if engine else "") + (f", {requests} requests per point" if requests else "")):
         df, title, meta = whatif_from_cli(scenario, **kwargs)
     write_output(df, fmt, out, title, meta, columns)
@@ -103,7 +92,7 @@ def whatif(
         print_line(meta["best"])
 
 
-def _grid_overrides(hardware: str | None, tp: list[int] | None) -> dict | None:
+def grid_overrides(hardware: str | None, tp: list[int] | None) -> dict | None:
     """--hardware / --tp -> the scenario grid's hardware / tp lists (names checked against the catalog here, so
     an error names the option)."""
     if hardware is None and tp is None:
@@ -120,22 +109,6 @@ def _grid_overrides(hardware: str | None, tp: list[int] | None) -> dict | None:
     return {"hardware": hw, "tp": tp}
 
 
-@app.command("list")
-def list_cmd(what: str = typer.Argument(..., help="hardware | models | scenarios | workloads | profiles")):
-    """List the hardware catalog, the model catalog, the shipped scenarios, workloads or profiles.
-
-    Example: specsim list hardware
-    """
-    from simulator.report.listing import listing
-
-    if what not in ("hardware", "models", "scenarios", "workloads", "profiles"):
-        raise InputError(None, "what", f"expected hardware, models, scenarios, workloads or profiles (got {what!r})")
-    listing(what)
-
-
-app.command()(show)
-
-
 # Options shared by `capacity` and `report` (declared once).
 CiTargetOpt = Annotated[Optional[float], typer.Option(
     "--ci-target", help="replicate until the 95% interval half-width is at most this fraction of the capacity (default 0.10)")]
@@ -147,139 +120,6 @@ BenchServeOpt = Annotated[Optional[str], typer.Option("--bench-serve", help=(
     "ignored, and the title says so"))]
 
 
-@app.command()
-@writes(out="table")
-def capacity(
-    scenario: str = typer.Argument(..., help="scenario YAML (path or name in scenarios/)"),
-    slo: Optional[str] = typer.Option(None, help="SLO, e.g. 'p99_latency<=300s' or 'p90_latency<=60s,mean_ttft<=2s' "
-                                      "(default: the scenario's slo, else p99 <= 3x vanilla-base's single-request latency)"),
-    qps: Optional[str] = typer.Option(None, help="check the SLO at these request rates (e.g. 0.5,1,2) instead of searching"),
-    users: Optional[str] = typer.Option(None, help="check the SLO with these closed-loop user counts (e.g. 4,16)"),
-    arrivals_file: Optional[Path] = typer.Option(None, "--arrivals-file",
-                                                 help="check the SLO on arrival times replayed from a CSV/JSONL file"),
-    system: Optional[list[str]] = typer.Option(None, "--system", help="restrict to these systems (repeatable)"),
-    gamma: Optional[list[int]] = gamma_list_option(None, lo=0, help="draft tokens per iteration, 1..16 (0, plain "
-                                                   "decoding, only with --best-gamma)"),
-    threshold: Optional[list[int]] = threshold_list_option(),
-    arrival: str = typer.Option("poisson", help="poisson | bursty"),
-    cv: float = typer.Option(1.0, help="coefficient of variation of inter-arrival gaps (bursty)"),
-    requests: Optional[int] = typer.Option(None, help="requests simulated per load level"),
-    seed: Optional[int] = typer.Option(None, help="base seed (default: the scenario's)"),
-    gpu_hour_cost: Optional[float] = gpu_hour_cost_option(),
-    currency: str = currency_option(),
-    target_qps: Optional[float] = typer.Option(None, "--target-qps", help="request rate to provision for"),
-    workers: Optional[int] = typer.Option(None, help="local worker processes (default: all cores; 1 = serial)"),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="run the sweep on this Ray cluster"),
-    fmt: str = typer.Option("table", "--format", help="table | csv | json"),
-    out: Optional[Path] = typer.Option(None, help="write the results here, every column (table format: JSON for a "
-                                       ".json name, parquet for .parquet, else CSV)"),
-    columns: Optional[str] = typer.Option(None, "--columns", help="table columns: summary (default) | all | a comma "
-                                          "list of result columns, e.g. label,max_qps,latency_p99_s"),
-    accuracy_floor: AccuracyFloorOpt = None,
-    accuracy_margin: AccuracyMarginOpt = None,
-    ci_target: CiTargetOpt = None,
-    max_replications: MaxReplicationsOpt = None,
-    gamma_policy: str = typer.Option("fixed", "--gamma-policy", help="fixed | goodput: with goodput every drafting "
-                                     "configuration chooses gamma per engine iteration by the expected-goodput rule, "
-                                     "up to its --gamma (serving simulator)"),
-    bench_serve: BenchServeOpt = None,
-    best_gamma: bool = typer.Option(False, "--best-gamma", help="with --users: per user count the gamma with the "
-                                    "highest output throughput (its TPOT and throughput, gammas within 5% as ties) "
-                                    "and the per-iteration goodput rule's gamma at that load's mean batch, and the "
-                                    "same system run with gamma chosen per engine iteration by that rule (up to the "
-                                    "largest --gamma); --gamma may include 0 (plain decoding)"),
-    hardware: HardwareOpt = None,
-    tp: Optional[list[int]] = tp_option(),
-    force: ForceOpt = False,
-):
-    """Highest request rate one replica sustains under an SLO, per configuration; replicas and cost.
-
-    Columns: max req/s = the highest Poisson rate one replica sustains: SLO met, and while requests arrive
-    the replica keeps up (docs/capacity.md); thr req/s = requests completed per second in that window at the
-    rate shown (a search: the mean over replications at their max rates); thr/offered = its ratio to the
-    offered rate, which must stay within tol (2 sd of the Poisson count of the window's arrivals), so no max
-    rate exceeds the throughput simulated at it by more than 1 / (1 - tol); queue growth = rise of the
-    requests in the system over the window / the arrivals expected in it (also <= tol); the window must span
-    4 of the run's own mean latencies (a shorter run is rerun longer); drift x = mean latency of the last
-    quarter of arrivals / the second quarter (a rate counts as sustained only at <= 1.25 and without a
-    significant latency trend, so SLO met can be "no" while p99 is under the bound); sims = serving simulations the search ran for that configuration; goodput req/s = requests
-    per second finishing within the SLO; cost at --gpu-hour-cost, in --currency; replicas and GPUs (CPU hosts for a CPU
-    scenario) for --target-qps. --out files get every column. The last line names the best configuration
-    and why (the same line opens `specsim report`). SLO metrics: latency, ttft, queue_delay, tpot, itl
-    (vllm bench serve's definitions).
-
-    Example: specsim capacity cpu-smollm2 --system specreason --threshold 5 --target-qps 2
-
-    Example: specsim capacity modern-h100-h200-qwen3 --slo p99_ttft<=2s --target-qps 20 --bench-serve
-    "vllm bench serve --dataset-name random --random-input-len 2048 --random-output-len 256"
-    """
-    from simulator.studies.capacity import capacity_from_cli
-    from simulator.report.report_table import job, write_output
-
-    if fmt not in ("table", "csv", "json"):
-        raise InputError(None, "--format", f"expected table, csv or json (got {fmt!r})")
-    if workers is not None and workers < 1:
-        raise InputError(None, "--workers", "must be >= 1")
-    _check_seed(seed)
-    from simulator.report.report_table import CAPACITY_COLUMNS, CAPACITY_PRESETS, check_columns
-
-    check_columns(columns, CAPACITY_COLUMNS, extra=("offered_qps", "throughput_qps", "latency_p50_s", "latency_p90_s",
-                                                    "ttft_p99_s", "slo_attainment", "gpus_per_replica",
-                                                    "fleet_cost_per_hour", "stationary", "sustained", "too_short"),
-                  presets=tuple(CAPACITY_PRESETS))
-    if gamma_policy not in ("fixed", "goodput"):
-        raise InputError(None, "--gamma-policy", f"expected fixed or goodput (got {gamma_policy!r})")
-    if gamma_policy != "fixed" and best_gamma:
-        raise InputError(None, "--gamma-policy", "--best-gamma already runs the goodput policy beside every fixed gamma")
-    if gamma and gamma[0] == 0 and not best_gamma:
-        raise InputError(None, "--gamma", f"must lie in 1..{GAMMA_MAX} (got 0): 0, plain decoding, is --best-gamma's "
-                         "baseline only")
-    user_counts = user_list(users)
-    rates = rate_list(qps)
-    check_capacity_requests(requests)
-    if best_gamma and not user_counts:
-        raise InputError(None, "--best-gamma", "needs --users (the concurrency levels to compare gammas at)")
-    grid = _grid_overrides(hardware, tp)
-    what = "checking the SLO at the given load" if qps or users or arrivals_file else "searching each configuration's capacity"
-    with job(f"capacity {scenario}: {what} (serving simulations on {workers or 'all'} local worker(s))") as j:
-        df, meta = capacity_from_cli(
-            scenario, slo, qps=rates, users=user_counts, systems=system,
-            gammas=gamma, thresholds=threshold,
-            arrival=arrival, cv=cv, requests=requests, seed=seed, gpu_hour_cost=gpu_hour_cost, currency=currency, target_qps=target_qps,
-            workers=workers, ray_address=ray_address, arrivals_file=str(arrivals_file) if arrivals_file else None,
-            interval=_interval(ci_target, max_replications), accuracy_floor=accuracy_floor, accuracy_margin=accuracy_margin,
-            adaptive_gamma=best_gamma, gamma_policy=gamma_policy, progress=j.progress, stop_below_best=True,
-            bench_serve=bench_serve, grid_overrides=grid, trim_grid=True,
-            announce=lambda note: typer.echo(f"note: {note}", err=True),
-        )
-    from simulator.report.report_table import render_best_gamma, render_capacity
-
-    if best_gamma:
-        from simulator.engines.gamma_choice import gamma_vs_concurrency
-        from simulator.inputs.scenario import load_scenario
-
-        if not df["gamma"].notna().any():
-            raise InputError(None, "--best-gamma", "no configuration with a draft (specdecode, specreason-decode) selected")
-        df = gamma_vs_concurrency(df[df["gamma"].notna()], load_scenario(scenario, grid))
-        title = f"best gamma vs concurrency — {meta['scenario']}"
-    else:
-        title = f"capacity — {meta['scenario']} — SLO {meta['slo']}"
-        for key in ("workload_note", "grid_note"):
-            if meta.get(key):
-                title = f"note: {meta[key]}\n{title}"
-    if fmt == "table" and best_gamma:
-        render_best_gamma(df, title)
-    elif fmt == "table":
-        render_capacity(df, title, columns, currency)
-        if meta.get("headline"):
-            print(meta["headline"])
-    if fmt != "table" or out is not None:
-        from simulator.output_contract import file_format
-
-        write_output(df, file_format(fmt, out) if out is not None else fmt, out, title, meta)
-
-
-@app.command()
 @writes(out="folder")
 def report(
     scenario: str = typer.Argument(..., help="scenario YAML (path or name in scenarios/)"),
@@ -307,20 +147,20 @@ def report(
 ):
     """Capacity-planning report (markdown + PNGs): latency vs load, SLO frontier, cost, assumptions.
 
-    The capacities, intervals and ranks are those of `specsim capacity` (the same search, seeds and run length);
+    The capacities, intervals and ranks are those of `specsim simulate capacity` (the same search, seeds and run length);
     configurations below the accuracy floor, or without accuracy data of their own, are listed (here and in the
     report) with the reason, not searched; one with measured accuracy whose floor cannot be judged (the
     reference's accuracy unknown) is searched and plotted, never recommended. The report's first line (also
     printed here) names the best configuration and why.
 
-    Example: specsim report cpu-smollm2 --out out/report-cpu --target-qps 2 --gpu-hour-cost 0.05
+    Example: specsim simulate report cpu-smollm2 --out out/report-cpu --target-qps 2 --gpu-hour-cost 0.05
     """
     from simulator.report.capacity_report import build_report
     for name, v in (("--gpu-hour-cost", gpu_hour_cost), ("--target-qps", target_qps)):
         if v is not None and not v > 0:
             raise InputError(None, name, f"must be a positive number (got {v})")
     check_capacity_requests(requests)
-    _check_seed(seed)
+    check_seed(seed)
     from simulator.report.report_table import job, wrote
 
     if system:
@@ -333,41 +173,16 @@ def report(
         path, line, excluded = build_report(scenario, out, slo, requests, seed, gpu_hour_cost, target_qps, workers, ray_address,
                                             currency=currency,
                                   accuracy_floor=accuracy_floor, accuracy_margin=accuracy_margin,
-                                  interval=_interval(ci_target, max_replications), systems=system,
+                                  interval=interval_spec(ci_target, max_replications), systems=system,
                                   gammas=gamma, thresholds=threshold, progress=j.progress, bench_serve=bench_serve,
-                                  grid_overrides=_grid_overrides(hardware, tp))
+                                  grid_overrides=grid_overrides(hardware, tp))
     print(line)
     for text in excluded:  # never leave a configuration out in silence
         print(f"Excluded: {text}.")
     wrote(path, f"markdown; PNGs and CSVs beside it in {out}")
 
 
-@app.command()
-@writes(path="yaml")
-def init(
-    path: Path = typer.Argument(..., help="scenario file to write, e.g. my-scenario.yaml"),
-    force: bool = typer.Option(False, "--force", help="overwrite an existing file"),
-):
-    """Write a commented scenario to start from (the reference setup, every field explained).
-
-    Example: specsim init my-scenario.yaml && specsim whatif my-scenario.yaml
-    """
-    from simulator.inputs.loading import write_atomic
-    from simulator.inputs.scenario_template import INIT_TEMPLATE
-
-    if str(path).strip() == "" or path.suffix.lower() not in (".yaml", ".yml"):
-        raise InputError(None, "path", f"expected a .yaml file name (got {str(path)!r})")
-    if path.is_dir():
-        raise InputError(None, "path", f"{path} is a folder; give a file name, e.g. {path / 'scenario.yaml'}")
-    if path.exists() and not force:
-        raise InputError(None, "path", f"{path} exists: refusing to overwrite it; pass --force or choose another name")
-    from simulator.report.report_table import wrote
-
-    write_atomic(path, INIT_TEMPLATE.format(name=path.stem, path=path))
-    wrote(path, "scenario; edit it, then specsim show / whatif / capacity")
-
-
-def _interval(ci_target: float | None, max_replications: int | None):
+def interval_spec(ci_target: float | None, max_replications: int | None):
     """The capacity search's replication rule from --ci-target / --max-replications (None: the defaults)."""
     from dataclasses import replace
 
@@ -385,7 +200,6 @@ def _interval(ci_target: float | None, max_replications: int | None):
     return spec
 
 
-@app.command("pass-time")
 @writes(out="table")
 def pass_time(
     model: str = typer.Option(..., "--model", help="catalog model name (specsim list models) or a path to a HF config.json"),
@@ -416,7 +230,7 @@ def pass_time(
     pipeline cycle (every sequence advances once). An iteration is gamma draft passes plus one
     verification of gamma+1 tokens per sequence at context C.
 
-    Example: specsim pass-time --model qwq-32b --hardware h100-sxm --tp 2 --batch 1,8,64 --context 4096
+    Example: specsim simulate pass-time --model qwq-32b --hardware h100-sxm --tp 2 --batch 1,8,64 --context 4096
     """
     from simulator.cost.pass_time import pass_time_table, render
     from simulator.output_contract import file_format
@@ -439,7 +253,6 @@ def pass_time(
     write_output(df, fmt, out, "", meta)
 
 
-@app.command("serve-workload")
 def serve_workload(
     scenario: str = typer.Argument(..., help="scenario YAML (path or name in scenarios/)"),
     bench_serve: Optional[str] = typer.Option(None, "--bench-serve", help="a `vllm bench serve ...` command line "
@@ -454,7 +267,7 @@ def serve_workload(
 ):
     """Plain serving of one workload by one replica of the base model, as `vllm bench serve` reports it.
 
-    Example: specsim serve-workload cpu-smollm2 --bench-serve "vllm bench serve --random-input-len 512
+    Example: specsim simulate serve-workload cpu-smollm2 --bench-serve "vllm bench serve --random-input-len 512
     --random-output-len 64 --random-prefix-len 256 --request-rate 1 --num-prompts 200"
     """
     import json
@@ -464,7 +277,7 @@ def serve_workload(
     if fmt not in ("table", "json"):
         raise InputError(None, "--format", f"expected table or json (got {fmt!r})")
     check_requests(requests, 2)
-    _check_seed(seed)
+    check_seed(seed)
     out = serve_scenario(scenario, bench_serve, hardware, tp, requests, seed, prefix_caching)
     if fmt == "json":
         typer.echo(json.dumps(out, indent=1, default=float))

@@ -1,4 +1,6 @@
-"""``specsim calibrate ...`` commands. Heavy engines are imported inside the commands."""
+"""The run-side commands (``measure prepare-models | cut-draft | run | microbench | static-bench | op-bench |
+spec-metrics``), ``validate trace``, ``import aggregates``, ``fit mixture | acceptance``. Heavy engines are imported
+inside the commands."""
 
 from __future__ import annotations
 
@@ -6,13 +8,11 @@ from pathlib import Path
 
 import typer
 
+from calibrate.measure.op_bench import DEFAULT_TOKENS  # stdlib only: torch is imported when a bench runs
 from simulator.option_values import gamma_list_option, int_list_option, threshold_option
 from simulator.output_contract import writes
 
-app = typer.Typer(no_args_is_help=True, add_completion=False)
 
-
-@app.command("prepare-models")
 def prepare_models_cmd(
     cache: Path = typer.Option(Path(".cache/models"), help="model cache folder"),
     gemma: bool = typer.Option(False, help="also convert Gemma-3-270M (different vocab: not a SmolLM2 draft)"),
@@ -20,7 +20,7 @@ def prepare_models_cmd(
 ) -> None:
     """Convert the PyPI GGUF models into HF folders in the model cache (once) and cut the default draft.
 
-    Example: specsim calibrate prepare-models --cache .cache/models"""
+    Example: specsim measure prepare-models --cache .cache/models"""
     from calibrate.measure.model_cache import GEMMA3, SMOLLM2, prepare_models
 
     models = (SMOLLM2, GEMMA3) if gemma else (SMOLLM2,)
@@ -28,7 +28,6 @@ def prepare_models_cmd(
         typer.echo(f"{name}: {path}")
 
 
-@app.command("cut-draft")
 @writes(out="folder")
 def cut_draft_cmd(
     model: Path = typer.Option(..., help="HF model folder"),
@@ -37,13 +36,12 @@ def cut_draft_cmd(
 ) -> None:
     """Cut a draft model: first LAYERS decoder layers + final norm + LM head, same tokenizer.
 
-    Example: specsim calibrate cut-draft --model .cache/models/smollm2-135m-instruct --layers 4 --out out/draft4l"""
+    Example: specsim measure cut-draft --model .cache/models/smollm2-135m-instruct --layers 4 --out out/draft4l"""
     from calibrate.measure.model_cache import cut_draft
 
     typer.echo(str(cut_draft(model, layers, out)))
 
 
-@app.command("run")
 @writes(out="runs")
 def run_cmd(
     engine: str = typer.Option("vllm", help="vllm | torch"),
@@ -72,7 +70,7 @@ def run_cmd(
 ) -> None:
     """Run one system over a dataset slice, writing a resumable trace directory.
 
-    Example: specsim calibrate run --engine vllm --system specreason --base .cache/models/smollm2-135m-instruct --small .cache/models/smollm2-135m-instruct-draft6l --requests 2 --out out/demo/run"""
+    Example: specsim measure run --engine vllm --system specreason --base .cache/models/smollm2-135m-instruct --small .cache/models/smollm2-135m-instruct-draft6l --requests 2 --out out/demo/run"""
     from calibrate.measure.engine import Sampling
     from calibrate.measure.orchestrator import RunConfig
     from calibrate.measure.progress import RunProgress
@@ -98,7 +96,6 @@ def run_cmd(
     typer.echo(f"wrote {out} ({prog.summary()})")
 
 
-@app.command("microbench")
 @writes(out="runs")
 def microbench_cmd(
     engine: str = typer.Option("vllm", help="vllm | torch"),
@@ -124,7 +121,7 @@ def microbench_cmd(
 ) -> None:
     """Time decode, prefill, scoring, draft and verify ops into OUT/microbench.jsonl.
 
-    Example: specsim calibrate microbench --engine torch --arch qwen3-0.6b --layers 2 --out out/demo/microbench"""
+    Example: specsim measure microbench --engine torch --arch qwen3-0.6b --layers 2 --out out/demo/microbench"""
     from calibrate.measure.microbench import MicrobenchPlan, run_microbench
 
     plan = MicrobenchPlan(contexts=contexts, batches=batches, new_tokens=new_tokens, cached_tokens=cached_tokens,
@@ -133,20 +130,18 @@ def microbench_cmd(
     typer.echo(f"wrote {n} records to {out}/microbench.jsonl")
 
 
-@app.command("check-trace")
 def check_trace_cmd(run_dir: Path = typer.Argument(..., help="run directory")) -> None:
     """Validate a run directory as every reader does (fields, physical bounds, duplicates, orphans, missing files).
 
     Exit 2 naming file:line and the field on the first error; "ok" means validate and the fits accept the folder.
 
-    Example: specsim calibrate check-trace out/demo/run"""
+    Example: specsim validate trace out/demo/run"""
     from calibrate.contracts.trace_schema import check_run_dir
 
     out = check_run_dir(run_dir)
     typer.echo(", ".join(f"{len(v)} {k}" for k, v in out.items()) + " record(s): ok")
 
 
-@app.command("static-bench")
 @writes(out="runs")
 def static_bench_cmd(
     arch: str = typer.Option(..., help="catalog architecture (random weights), e.g. qwq-32b"),
@@ -171,7 +166,7 @@ def static_bench_cmd(
 ) -> None:
     """Static-KV-cache (+ CUDA-graph) torch microbenchmark, with achieved bandwidth per decode point.
 
-    Example: specsim calibrate static-bench --arch qwq-32b --out out/h100-qwq"""
+    Example: specsim measure static-bench --arch qwq-32b --out out/h100-qwq"""
     from calibrate.measure.static_bench import StaticPlan, run_static_bench
 
     plan = StaticPlan(contexts=contexts, batches=batches, new_tokens=new_tokens, cached_tokens=cached_tokens,
@@ -180,24 +175,6 @@ def static_bench_cmd(
                      log=typer.echo, max_seconds=max_seconds or None)
 
 
-# vllm serve + vllm bench serve (issue 28): serve-bench, import-bench-serve
-from calibrate.measure.serve_bench import register as _register_serve_bench  # noqa: E402
-
-_register_serve_bench(app)
-from calibrate.measure.serve_specreason import register as _register_serve_specreason  # noqa: E402
-
-_register_serve_specreason(app)
-
-
-# GPU kernel profiles (issue 13): import-vidur, import-aiconfigurator, ..., fit-gpu, and the gpu group (fits, checks,
-# the step campaign's plan); op-bench, on the run side, joins the gpu group here
-from calibrate.gpu_priors.cli import register as _register_gpu_profiles  # noqa: E402
-from calibrate.measure.op_bench import DEFAULT_TOKENS  # noqa: E402  (stdlib only: torch is imported when a bench runs)
-
-gpu_app = _register_gpu_profiles(app)
-
-
-@gpu_app.command("op-bench")
 @writes(out="runs")
 def op_bench_cmd(
     ctx: typer.Context,
@@ -212,9 +189,9 @@ def op_bench_cmd(
     dtype: str = typer.Option("bfloat16", help="torch dtype"),
     repeats: int = typer.Option(20, help="timed repeats per point (min/max/mean/median/std recorded)"),
 ) -> None:
-    """Per-layer operator timings (torch) in Vidur's mlp.csv layout, read back by calibrate import-vidur.
+    """Per-layer operator timings (torch) in Vidur's mlp.csv layout, read back by specsim import vidur.
 
-    Example: specsim calibrate gpu op-bench --model meta-llama/Llama-2-7b-hf --out out/vidur-ours --tp 1,2"""
+    Example: specsim measure op-bench --model meta-llama/Llama-2-7b-hf --out out/vidur-ours --tp 1,2"""
     from calibrate.measure.op_bench import write_op_bench
     from simulator.command_line import command_line
 
@@ -222,14 +199,13 @@ def op_bench_cmd(
     typer.echo(f"wrote {csv}", err=True)
 
 
-# Workload mixtures over problems (issue 12): import-aggregates, fit-mixture (validate-mixture: validate/mixture.py)
-@app.command("import-aggregates")
+# Workload mixtures over problems: import aggregates, fit mixture (validate mixture: specsim_cli/commands/checks.py)
 def import_aggregates_cmd(
     path: Path = typer.Argument(..., help="per-problem aggregates JSON (SpecReason experiment_summary layout)"),
 ) -> None:
     """Read per-problem aggregates (validated) and print what they pin per problem and the machine speed they imply.
 
-    Example: specsim calibrate import-aggregates ../shared/data/specreason-aime-traces/per-problem-aggregates.json"""
+    Example: specsim import aggregates ../shared/data/specreason-aime-traces/per-problem-aggregates.json"""
     from calibrate.fit.fit_mixture import load_aggregates, machine_speed
 
     aggs = load_aggregates(path)
@@ -243,7 +219,6 @@ def import_aggregates_cmd(
                    f"{v.total_tokens:15.0f}  {speed[pid]['base_s_per_token']:12.4f}")
 
 
-@app.command("fit-mixture")
 @writes(out="yaml")
 def fit_mixture_cmd(
     out: Path = typer.Option(..., help="output workload profile (YAML)"),
@@ -254,7 +229,7 @@ def fit_mixture_cmd(
 ) -> None:
     """Fit a workload mixture over problems: shapes from the per-step runs, per-problem levels from the aggregates.
 
-    Example: specsim calibrate fit-mixture --out out/workload_aime_mixture.yaml"""
+    Example: specsim fit mixture --out out/workload_aime_mixture.yaml"""
     from calibrate.fit.fit_mixture import AGGREGATES, DATA_DIR, fit_mixture, load_aggregates, mixture_to_yaml, shared_profile
     from simulator.inputs.loading import write_atomic
 
@@ -265,11 +240,10 @@ def fit_mixture_cmd(
     typer.echo(f"wrote {write_atomic(out, mixture_to_yaml(prof))} ({len(prof.problems)} problems)")
 
 
-@app.command("fit-acceptance")
 @writes(out="yaml")
 def fit_acceptance_cmd(
     runs: list[Path] = typer.Argument(None, help="run directories with speculative calls (one gamma per run)"),
-    study: Path = typer.Option(None, help="a `specsim study specdecode` result.json instead of run directories"),
+    study: Path = typer.Option(None, help="a `specsim measure study specdecode` result.json instead of run directories"),
     draft: str = typer.Option("ngram", help="the study's draft to fit (with --study)"),
     metrics: list[Path] = typer.Option(None, help="vLLM /metrics text (Prometheus), one scrape per server/gamma; repeatable"),
     metrics_before: list[Path] = typer.Option(None, help="an earlier scrape of the same server per --metrics, in order: "
@@ -289,7 +263,7 @@ def fit_acceptance_cmd(
     Every input is checked first (rates in [0, 1], non-increasing, gamma entries, drafts >= 1); --out is written
     only after that, atomically.
 
-    Example: specsim calibrate fit-acceptance RUN_DIR... --fit-gammas 1-3 --predict-gammas 4-8"""
+    Example: specsim fit acceptance RUN_DIR... --fit-gammas 1-3 --predict-gammas 4-8"""
     from calibrate.fit.fit_acceptance import acceptance_yaml, evaluate, fit, load, report
     from simulator.inputs.loading import write_atomic
 
@@ -305,7 +279,6 @@ def fit_acceptance_cmd(
         typer.echo(f"wrote {write_atomic(out, acceptance_yaml(model, src))}")
 
 
-@app.command("spec-metrics")
 @writes(out="yaml")
 def spec_metrics_cmd(
     metrics: list[Path] = typer.Option(None, help="vLLM /metrics text (Prometheus); repeatable"),
@@ -317,7 +290,7 @@ def spec_metrics_cmd(
 ) -> None:
     """Per-position acceptance a_i = P(first i drafts accepted) a vLLM server measured (/metrics or its logs).
 
-    Example: specsim calibrate spec-metrics --metrics after.txt --metrics-before before.txt --out acceptance.yaml"""
+    Example: specsim measure spec-metrics --metrics after.txt --metrics-before before.txt --out acceptance.yaml"""
     from calibrate.fit.fit_acceptance import load, measured_yaml
     from calibrate.contracts.spec_metrics import summary
     from simulator.errors import InputError

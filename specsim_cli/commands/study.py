@@ -1,4 +1,4 @@
-"""``specsim study specdecode``: thin entry point (parse, run_study, print)."""
+"""``specsim measure study specdecode``: thin entry point (parse, run_study, print)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,7 @@ import typer
 from simulator.option_values import gamma_list_option, int_list_text
 from simulator.output_contract import writes
 
-app = typer.Typer(help="Studies on real small models + the simulator.", no_args_is_help=True)
 
-
-@app.command("specdecode")
 @writes(out="folder")
 def specdecode(
     out: Path = typer.Option(..., "--out", help="report directory"),
@@ -32,7 +29,7 @@ def specdecode(
 ) -> None:
     """Acceptance vs gamma, measured vs predicted speedup, rejections, a distilled draft, what-if.
 
-    Example: specsim study specdecode --problems 10 --gamma 1-8 --draft cut4,ngram --out out/specdecode-study"""
+    Example: specsim measure study specdecode --problems 10 --gamma 1-8 --draft cut4,ngram --out out/specdecode-study"""
     from validate.study.run import StudyConfig, run_study
 
     cfg = StudyConfig(problems=problems, max_new_tokens=max_new_tokens, gammas=list(gammas),
@@ -40,7 +37,7 @@ def specdecode(
                       timed_gammas=list(timed_gammas), train_steps=train_steps, train_problems=train_problems,
                       seed=seed).validate()
     cmd = "specsim " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv and "specsim" in sys.argv[0] else \
-        "specsim study specdecode " + f"--problems {problems} --max-new-tokens {max_new_tokens} " \
+        "specsim measure study specdecode " + f"--problems {problems} --max-new-tokens {max_new_tokens} " \
         f"--gamma {int_list_text(gammas)} --draft {drafts} --timed-problems {timed_problems} " \
         f"--timed-gammas {int_list_text(timed_gammas)} --train-steps {train_steps} " \
         f"--train-problems {train_problems} --seed {seed} --out {out}"
@@ -48,7 +45,6 @@ def specdecode(
     print(f"wrote {out / 'README.md'}")
 
 
-@app.command("draft-head")
 @writes(out="folder")
 def draft_head(
     out: Path = typer.Option(..., "--out", help="report directory"),
@@ -68,14 +64,14 @@ def draft_head(
     max_train_s: float = typer.Option(600.0, "--max-train-s", help="stop head training after this many CPU seconds (all threads)"),
     distill_steps: int = typer.Option(60, "--distill-steps", help="distil cut4 as the study does (0 = skip)"),
     compare_cut: bool = typer.Option(True, "--compare-cut/--no-compare-cut", help="include cut4 (and its distilled copy)"),
-    model_cache: Path = typer.Option(Path(".cache/models"), "--model-cache", help="folder of the prepared models (specsim calibrate prepare-models)"),
+    model_cache: Path = typer.Option(Path(".cache/models"), "--model-cache", help="folder of the prepared models (specsim measure prepare-models)"),
     train_threads: int = typer.Option(2, "--train-threads", help="torch threads for greedy targets, training, replay "
                                       "(timing always uses 1); 1 is faster when other jobs load the box"),
     seed: int = typer.Option(0, "--seed", help="problem sampling and training seed"),
 ) -> None:
     """EAGLE-style 1-layer draft head: train on CPU, exact-replay acceptance vs the study's drafts, wall clock.
 
-    Example: specsim study draft-head --problems 10 --gamma 1-8 --out out/draft-head"""
+    Example: specsim measure study draft-head --problems 10 --gamma 1-8 --out out/draft-head"""
     from simulator.errors import InputError
 
     from calibrate.measure.study.draft_head import require_model_dir
@@ -98,7 +94,7 @@ def draft_head(
            "lr": lr, "feature_weight": feature_weight, "unroll": unroll, "max_train_s": max_train_s, "distill_steps": distill_steps,
            "compare_cut": compare_cut, "model_cache": str(model_cache), "seed": seed, "threads": 1, "train_threads": train_threads}
     cmd = "specsim " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv and "specsim" in sys.argv[0] else \
-        "specsim study draft-head " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in (
+        "specsim measure study draft-head " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in (
             ("problems", problems), ("max_new_tokens", max_new_tokens), ("gamma", int_list_text(gammas)),
             ("timed_problems", timed_problems), ("timed_gammas", int_list_text(timed_gammas)), ("repeats", repeats),
             ("train_problems", train_problems), ("epochs", epochs), ("batch", batch), ("lr", lr),

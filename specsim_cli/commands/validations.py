@@ -1,6 +1,6 @@
-"""``specsim validate``: thin entry point over :mod:`validate.validation` and :mod:`validate.report`; and
-``validate-drift`` (:mod:`validate.drift`), ``validate-cpu`` (:mod:`validate.campaign`) and ``validate-gpu-summary``
-(:mod:`validate.gpu_campaign_summary`).
+"""``specsim validate runs``: thin entry point over :mod:`validate.validation` and :mod:`validate.report`; and
+``validate drift`` (:mod:`validate.drift`), ``validate cpu`` (:mod:`validate.campaign`), ``validate inferencex``,
+``validate moe-routing`` and ``validate gpu-summary`` (:mod:`validate.gpu_campaign_summary`).
 
 Exit codes: 0 ok, 1 the median APE is above ``--max-median-ape``, 2 bad input (one line) or a case the
 tool cannot judge: no uncensored held-out run for distribution mode, or (``--drift flag``, the
@@ -25,7 +25,7 @@ from validate.campaign import DEFAULT_BAR  # stdlib only: the engines are import
 @writes(report="folder")
 def validate(
     inputs: list[Path] = typer.Argument(..., help="run directories or SpecReason trace files/directories"),
-    profile: Path = typer.Option(..., "--profile", help="cost profile (specsim calibrate fit / fit-bench), or prior | "
+    profile: Path = typer.Option(..., "--profile", help="cost profile (specsim fit cost / fit bench), or prior | "
                                                         "datasheet: the runs' hardware before any calibration"),
     report: Path = typer.Option(..., "--out", "--report", help="report folder: report.md, PNGs and CSVs"),
     holdout: Optional[str] = typer.Option(None, "--holdout", help="profile (default) | runs:4-7 | config:KEY=VALUE | loro | "
@@ -50,22 +50,11 @@ def validate(
 ):
     """Predict measured held-out runs (trace replay and distribution mode) and report the errors.
 
-    Example: specsim validate RUN_DIR... --profile cost.yaml --holdout requests:kfold=2 --out out/validation"""
-    from validate.metrics import summary_text
+    Example: specsim validate runs RUN_DIR... --profile cost.yaml --holdout requests:kfold=2 --out out/validation"""
     from validate.report import write_report
-    from validate.validation import headline, run_validation
+    from validate.validation import NothingToValidate, run_validation
 
-    if bar_target not in ("e2e", "calls", "distribution"):
-        raise InputError(None, "--bar-target", f"expected e2e, calls or distribution (got {bar_target!r})")
-    if max_median_ape is not None and not max_median_ape > 0:
-        raise InputError(None, "--max-median-ape", "must be > 0 (a fraction, e.g. 0.05)")
-    if des_requests < 2:
-        raise InputError(None, "--des-requests", "must be >= 2")
-    if seed < 0:
-        raise InputError(None, "--seed", f"must be >= 0 (got {seed})")
-    if not 0.0 < level < 1.0:
-        raise InputError(None, "--level", f"a fraction between 0 and 1, e.g. 0.9 (got {level})")
-    from validate.validation import NothingToValidate
+    _check_validate_options(bar_target, max_median_ape, des_requests, seed, level)
 
     try:
         res = run_validation([str(p) for p in inputs], str(profile), holdout, str(workload) if workload else None,
@@ -77,8 +66,31 @@ def validate(
         sys.exit(1)
     command = "specsim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     path = write_report(res, report, command, max_median_ape, bar_target)
-    f = res.figures
     print(f"wrote {path}")
+    _print_figures(res, level)
+    _judge(res, path, drift, bar_target, max_median_ape)
+
+
+def _check_validate_options(bar_target: str, max_median_ape: float | None, des_requests: int, seed: int,
+                            level: float) -> None:
+    """``validate runs``' options checked before any work."""
+    if bar_target not in ("e2e", "calls", "distribution"):
+        raise InputError(None, "--bar-target", f"expected e2e, calls or distribution (got {bar_target!r})")
+    if max_median_ape is not None and not max_median_ape > 0:
+        raise InputError(None, "--max-median-ape", "must be > 0 (a fraction, e.g. 0.05)")
+    if des_requests < 2:
+        raise InputError(None, "--des-requests", "must be >= 2")
+    if seed < 0:
+        raise InputError(None, "--seed", f"must be >= 0 (got {seed})")
+    if not 0.0 < level < 1.0:
+        raise InputError(None, "--level", f"a fraction between 0 and 1, e.g. 0.9 (got {level})")
+
+
+def _print_figures(res, level: float) -> None:
+    """The parameters' kinds, the errors per mode, the coverage per level and the notes of a validation."""
+    from validate.metrics import summary_text
+
+    f = res.figures
     one = len({id(fd.profile) for fd in res.folds}) == 1
     for fold in res.folds[:1] if one else res.folds:
         print(f"  parameters ({'profile' if one else f'fold {fold.name}'}): {param_kinds(fold.profile)}")
@@ -94,6 +106,12 @@ def validate(
     for n in res.notes:  # never skip a mode silently
         if n.startswith(("distribution mode skipped", "WARNING")) or "left out" in n:
             print(f"  note: {n}")
+
+
+def _judge(res, path: Path, drift: str, bar_target: str, max_median_ape: float | None) -> None:
+    """Drifted runs (exit 2 with ``--drift flag``: the bar is not judged), then the bar (exit 1 above it)."""
+    from validate.validation import headline
+
     flagged = res.flagged_runs
     if flagged:
         d = res.drift_runs.set_index("run_key")
@@ -133,7 +151,7 @@ def validate_drift(
 ):
     """Drift of runs seen only as aggregates: speed factors against a profile's fit range, and what would explain them.
 
-    Example: specsim validate-drift --aggregates ../shared/data/specreason-aime-traces/per-problem-aggregates.json
+    Example: specsim validate drift --aggregates ../shared/data/specreason-aime-traces/per-problem-aggregates.json
     --profile simulator/profiles/cost_a100-80gb-vllm082-specreason-runs0-3.yaml"""
     from validate.drift import drift_report
 
@@ -159,7 +177,7 @@ def validate_cpu(
     warmup: int = typer.Option(1, help="discarded warm-up requests per configuration"),
     seed: int = typer.Option(0, help="run seed (request i samples with seed + i)"),
     engine: str = typer.Option("vllm", help="vllm | torch"),
-    model_cache: Path = typer.Option(Path(".cache/models"), help="model cache folder (specsim calibrate prepare-models)"),
+    model_cache: Path = typer.Option(Path(".cache/models"), help="model cache folder (specsim measure prepare-models)"),
     max_median_ape: float = typer.Option(DEFAULT_BAR, help="bar on the held-out median APE of end-to-end latency "
                                                            "(exit 1 above)"),
     sanity: bool = typer.Option(False, "--sanity", help="judge CI's load-tolerant sanity bound (max(35%, 2 x the "
@@ -172,7 +190,7 @@ def validate_cpu(
 ):
     """A small real campaign on this CPU (vLLM, SmolLM2-135M + its 6-layer cut) -> fit -> held-out validation (~4 min).
 
-    Example: specsim validate-cpu --out out/validate-cpu"""
+    Example: specsim validate cpu --out out/validate-cpu"""
     from simulator.command_line import command_line
     from validate.campaign import run_all
 
@@ -188,7 +206,7 @@ def validate_gpu_summary(
 ):
     """One table of the GPU campaign's held-out figures -> ANALYSIS/summary.md (and printed).
 
-    Example: specsim validate-gpu-summary RES/analysis"""
+    Example: specsim validate gpu-summary RES/analysis"""
     from simulator.inputs.loading import write_atomic
     from validate.gpu_campaign_summary import summarize
 
@@ -209,7 +227,7 @@ def validate_inferencex(
     """DeepSeek-R1 FP8 TP 8 per-token time at 1-8 users on H200 / B200 (InferenceX, SGLang and TensorRT-LLM) with
     catalog parameters only, held out by GPU and by engine (docs/moe.md).
 
-    Example: specsim validate-inferencex --out reports/deepseek-low-concurrency"""
+    Example: specsim validate inferencex --out reports/deepseek-low-concurrency"""
     from validate.inferencex import DATA, write_report
 
     print(write_report(data or DATA, out, not without_t_mla))
@@ -218,32 +236,13 @@ def validate_inferencex(
 @writes(out="folder")
 def validate_moe_routing(
     records: Path = typer.Option(Path("out/gpu-records/aiconfigurator.csv"),
-                                 help="op records CSV with AIConfigurator's moe rows (calibrate import-aiconfigurator)"),
+                                 help="op records CSV with AIConfigurator's moe rows (specsim import aiconfigurator)"),
     out: Optional[Path] = typer.Option(None, help="folder for summary.csv"),
 ):
     """The MoE layer held out by GPU without AIConfigurator's balanced-routing rows (they run faster than reading the
     experts they touch): a check, the catalog untouched (docs/moe.md).
 
-    Example: specsim validate-moe-routing --out reports/moe-layer-power-law"""
+    Example: specsim validate moe-routing --out reports/moe-layer-power-law"""
     from validate.moe_routing import write_summary
 
     print(write_summary(records, out))
-
-
-def _add(app: typer.Typer, commands) -> None:
-    names = {c.name or (c.callback.__name__ if c.callback else None) for c in app.registered_commands}
-    for name, fn in commands:
-        if name not in names:
-            app.command(name)(fn)
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``validate`` unless ``app`` has it."""
-    _add(app, (("validate", validate),))
-
-
-def register_checks(app: typer.Typer) -> None:
-    """Add ``validate-drift``, ``validate-cpu`` and ``validate-gpu-summary`` unless ``app`` has them."""
-    _add(app, (("validate-drift", validate_drift), ("validate-cpu", validate_cpu), ("validate-inferencex", validate_inferencex),
-               ("validate-moe-routing", validate_moe_routing),
-               ("validate-gpu-summary", validate_gpu_summary)))

@@ -32,7 +32,7 @@ def show(what: str = typer.Argument(..., metavar="SCENARIO_OR_PROFILE",
         rs = load_scenario(path)
         d = rs.to_dict()
         note = rs.workload_note()
-        if note:  # a borrowed workload is said where the scenario is shown (issue 30)
+        if note:  # a borrowed workload is said where the scenario is shown
             print(f"# note: {note}")
         if section is None or section == "resolved":
             for h in rs.hardware_names:
@@ -54,7 +54,7 @@ def show(what: str = typer.Argument(..., metavar="SCENARIO_OR_PROFILE",
 _PROFILE_KINDS = ("cost", "gpu", "workload", "accuracy")  # paths.profile_dir(KIND)/KIND_NAME.yaml (specsim list profiles)
 _KIND_MEANING = ("calibrated: fitted on measured runs; prior: an engineering figure, not fitted; datasheet: from the "
                  "hardware's datasheet;", "transferred: from other profiled hardware; rejected: fitted outside its "
-                 "physical range, not a calibration (specsim validate refuses it without --allow-implausible)")
+                 "physical range, not a calibration (specsim validate runs refuses it without --allow-implausible)")
 
 
 def _profile_kind(doc: object) -> str | None:

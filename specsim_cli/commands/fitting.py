@@ -1,9 +1,9 @@
-"""``specsim calibrate fit`` / ``fit-workload`` / ``fit-bench`` / ``fit-workload-traces`` / ``import-specreason`` /
-``fit-accuracy`` / ``published-priors``: thin entry points over :mod:`calibrate.fit.fit_cost`,
+"""``specsim fit cost | workload | bench | workload-traces | accuracy | published-priors | drafter-curves`` and
+``import specreason``: thin entry points over :mod:`calibrate.fit.fit_cost`,
 :mod:`calibrate.fit.fit_workload_runs`, :mod:`calibrate.fit.bench_fit`, :mod:`calibrate.fit.fit_workload`,
 :mod:`calibrate.fit.import_specreason`, :mod:`calibrate.fit.accuracy_profile` and :mod:`calibrate.fit.published_priors`.
 
-Registered on the ``calibrate`` sub-app by :func:`register` (called from ``specsim_cli.main``).
+Named in the task groups' tables (``specsim_cli/commands/fit.py``, ``imports.py``).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def fit(
 ):
     """Fit the cost-model parameters to measured call times (robust least squares, stderrs, identifiability).
 
-    Example: specsim calibrate fit RUN_DIR... --hardware cpu --base-model smollm2-135m --small-model smollm2-135m-cut6 --out cost.yaml"""
+    Example: specsim fit cost RUN_DIR... --hardware cpu --base-model smollm2-135m --small-model smollm2-135m-cut6 --out cost.yaml"""
     from calibrate.fit.fit_cost import fit_measured
     from simulator.cost.cost_profile import profile_to_yaml
     from calibrate.fit.measured import load_measured, parse_run_rule
@@ -63,7 +63,7 @@ def fit(
     setup = _setup_from(ms, hardware, tp, base_model, small_model, draft_model)
     if tp is not None and tp < 1:
         raise InputError(None, "--tp", "must be >= 1")
-    command = "specsim calibrate fit " + " ".join(shlex.quote(a) for a in sys.argv[3:]) if len(sys.argv) > 3 else ""
+    command = "specsim fit cost " + " ".join(shlex.quote(a) for a in sys.argv[3:]) if len(sys.argv) > 3 else ""
     prof = fit_measured(ms, setup, engine=ms.hint.get("engine", "vllm"), hardware_note=ms.hint.get("hardware_note", ""),
                         command=command, name=name, alternatives=alternative or [], date=date)
     write_atomic(out, profile_to_yaml(prof, command))
@@ -91,7 +91,7 @@ def fit(
 
 @writes(out="yaml")
 def fit_workload(
-    inputs: list[Path] = typer.Argument(..., help="runner run directories (specsim calibrate run)"),
+    inputs: list[Path] = typer.Argument(..., help="runner run directories (specsim measure run)"),
     out: Path = typer.Option(..., "--out", help="workload profile YAML to write"),
     prior: Optional[Path] = typer.Option(None, "--prior", help="workload profile supplying what the runs cannot identify"),
     form: str = typer.Option("empirical", "--form", help="empirical | parametric (lognormal step lengths, geometric N)"),
@@ -100,14 +100,14 @@ def fit_workload(
 ):
     """Fit the workload (step counts and lengths, scores, per-position acceptance) from run directories.
 
-    Example: specsim calibrate fit-workload RUN_DIR... --out workload.yaml"""
+    Example: specsim fit workload RUN_DIR... --out workload.yaml"""
     from simulator.inputs.loading import write_atomic
     from calibrate.fit.fit_workload_runs import fit_workload_from_runs, workload_yaml
     from simulator.inputs.workload import load_workload
 
     w0 = load_workload(prior) if prior else None
     res = fit_workload_from_runs([str(p) for p in inputs], prior=w0, form=form, name=name, date=date)
-    command = "specsim calibrate fit-workload " + " ".join(shlex.quote(a) for a in sys.argv[3:])
+    command = "specsim fit workload " + " ".join(shlex.quote(a) for a in sys.argv[3:])
     write_atomic(out, workload_yaml(res.profile, command))
     w = res.profile
     print(f"wrote {out}: {w.name} (budget {w.token_budget}, step cap {w.max_step_tokens})")
@@ -133,7 +133,7 @@ def fit_bench(
 ):
     """Fit the cost model to microbenchmark records (static-bench) and validate it on held-out architectures/shapes.
 
-    Example: specsim calibrate fit-bench out/h100-qwq out/h100-r1 --out bench.yaml --report out/bench-report"""
+    Example: specsim fit bench out/h100-qwq out/h100-r1 --out bench.yaml --report out/bench-report"""
     from validate.bench import run_fit_bench
     from validate.bench_report import write_report
     from simulator.cost.cost_profile import profile_to_yaml
@@ -145,7 +145,7 @@ def fit_bench(
             *[("--holdout-rule", r) for r in holdout_rule or []], ("--hardware", hardware), ("--name", name), ("--date", date)]
     command = shlex.join(["specsim", "calibrate", "fit-bench", *map(str, run_dirs),
                           *[str(x) for k, v in opts if v is not None for x in (k, v)]])
-    with job("calibrate fit-bench: fitting every fold and the profile", after_s=3.0):
+    with job("specsim fit bench: fitting every fold and the profile", after_s=3.0):
         res = run_fit_bench([str(p) for p in run_dirs], holdout_archs=holdout_arch, rules=holdout_rule,
                             hardware=hardware, command=command, name=name, date=date)
     # every input checked and every figure computed before anything is written
@@ -175,7 +175,7 @@ def fit_workload_traces(
 ):
     """Fit the workload (step counts and lengths, scores) from third-party SpecReason per-step traces.
 
-    Example: specsim calibrate fit-workload-traces ../shared/data/specreason-aime-traces --out W.yaml"""
+    Example: specsim fit workload-traces ../shared/data/specreason-aime-traces --out W.yaml"""
     from calibrate.fit.fit_workload import fit_workload_from_trace, write_workload_yaml
     from calibrate.fit.import_specreason import import_specreason
     from simulator.command_line import command_line
@@ -193,7 +193,7 @@ def import_specreason_cmd(
 ):
     """Read and check SpecReason per-step traces (every line validated); count them, or summarise them.
 
-    Example: specsim calibrate import-specreason ../shared/data/specreason-aime-traces --summary"""
+    Example: specsim import specreason ../shared/data/specreason-aime-traces --summary"""
     from calibrate.fit.import_specreason import import_specreason, summary_text
 
     trace = import_specreason(data, threshold)
@@ -204,14 +204,14 @@ def import_specreason_cmd(
 def fit_accuracy(
     ctx: typer.Context,
     source: str = typer.Argument(..., help="aggregates (the SpecReason per-problem aggregates JSON) | runs (run "
-                                           "directories of specsim calibrate run)"),
+                                           "directories of specsim measure run)"),
     inputs: list[Path] = typer.Argument(..., help="the aggregates JSON file, or the run directories"),
     workload: str = typer.Option(..., help="workload profile name or YAML path (its models, budget and problems)"),
     out: Path = typer.Option(..., "--out", help="accuracy profile YAML to write"),
 ):
     """Build an accuracy profile (answer accuracy per system and threshold) from aggregates or graded runs.
 
-    Example: specsim calibrate fit-accuracy runs RUN_DIR... --workload cpu_gsm_smollm2 --out A.yaml"""
+    Example: specsim fit accuracy runs RUN_DIR... --workload cpu_gsm_smollm2 --out A.yaml"""
     from calibrate.fit.accuracy_profile import build
     from simulator.inputs.accuracy import profile_yaml
     from simulator.command_line import command_line
@@ -230,7 +230,7 @@ def published_priors(
 ):
     """Coarse MATH500 and GPQA-Diamond workload priors from the SpecReason paper's published latencies (~1 min).
 
-    Example: specsim calibrate published-priors --out simulator/profiles --force (the shipped profiles: tracked)"""
+    Example: specsim fit published-priors --out simulator/profiles --force (the shipped profiles: tracked)"""
     from calibrate.fit.published_priors import write_priors
     from simulator.command_line import command_line
 
@@ -251,7 +251,7 @@ def fit_drafter_curves(
     """Acceptance priors per drafter kind (MTP, EAGLE-3, block) from measured AL(k) curves, with the held-out error
     (leave one curve out within its kind) printed (docs/drafters.md; ~30 s).
 
-    Example: specsim calibrate fit-drafter-curves ../shared/data/engine-measurements/acceptance-length-vs-k --out simulator/catalog/drafter_priors.yaml"""
+    Example: specsim fit drafter-curves ../shared/data/engine-measurements/acceptance-length-vs-k --out simulator/catalog/drafter_priors.yaml"""
     import datetime
 
     import yaml
@@ -268,17 +268,3 @@ def fit_drafter_curves(
         print(f"wrote {out}")
     if report is not None:
         print(f"wrote {write_atomic(report / 'held-out.md', text)}")
-
-
-def register(calibrate_app: typer.Typer) -> None:
-    """Add ``fit``, ``fit-workload``, ``fit-bench``, ``fit-workload-traces``, ``import-specreason``, ``fit-accuracy``
-    ``published-priors``, ``fit-drafter-curves`` and ``burst-probe`` to the calibrate sub-app unless it already has them."""
-    from calibrate.fit.burst_probe import burst_probe
-
-    names = {c.name or (c.callback.__name__ if c.callback else None) for c in calibrate_app.registered_commands}
-    for name, fn in (("fit", fit), ("fit-workload", fit_workload), ("fit-bench", fit_bench),
-                     ("fit-workload-traces", fit_workload_traces), ("import-specreason", import_specreason_cmd),
-                     ("fit-accuracy", fit_accuracy), ("published-priors", published_priors),
-                     ("fit-drafter-curves", fit_drafter_curves), ("burst-probe", burst_probe)):
-        if name not in names:
-            calibrate_app.command(name)(fn)

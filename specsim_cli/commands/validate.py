@@ -1,0 +1,26 @@
+"""``specsim validate ...``: every validation (predictions against held-out measurements, input checks).
+``specsim validate RUN...`` (the former ``specsim validate``) still runs ``validate runs``, with a note."""
+
+HELP = "Validate predictions against held-out measurements, and check inputs (exit 1: a quality bar failed)."
+# new name -> (its function, "module:function" under specsim_cli.commands; its former name, a hidden alias)
+COMMANDS = {
+    "runs": ("validations:validate", "validate"),
+    "serving": ("validate.serving.cli:validate_serving_cmd", "validate-serving"),
+    "capacity": ("checks:validate_capacity_cmd", "validate-capacity"),
+    "drift": ("validations:validate_drift", "validate-drift"),
+    "cpu": ("validations:validate_cpu", "validate-cpu"),
+    "inferencex": ("validations:validate_inferencex", "validate-inferencex"),
+    "moe-routing": ("validations:validate_moe_routing", "validate-moe-routing"),
+    "gpu-summary": ("validations:validate_gpu_summary", "validate-gpu-summary"),
+    "mixture": ("checks:validate_mixture_cmd", "calibrate validate-mixture"),
+    "kernels": ("checks:validate_kernels_cmd", "calibrate gpu validate-kernels"),
+    "step-summary": ("gpu:step_summary_cmd", "calibrate gpu step-summary"),
+    "priors": ("gpu:check_priors_cmd", "calibrate gpu check-priors"),
+    "spec-sweep": ("gpu:spec_sweep_cmd", "calibrate gpu spec-sweep"),
+    "trace": ("runs:check_trace_cmd", "calibrate check-trace"),
+}
+# commands that, past a few seconds, say what they are doing and when they are done (report_table.job)
+ANNOUNCED = {"runs": "validate: fitting and predicting the held-out runs (trace replay, then distribution mode)",
+             "serving": "validate-serving: fitting step times and replaying the measured levels",
+             "capacity": "validate-capacity: judging the measured levels, searching the predicted capacity"}
+DEFAULT = "runs"  # an unknown first word that is a path or an option: the former `specsim validate RUN...`
