@@ -226,7 +226,7 @@ def summarize(folder: Path, heldout: Path | None = None) -> str:
     plan = json.loads((folder / "plan.json").read_text(encoding="utf-8")) if (folder / "plan.json").is_file() else {}
     heldout_grid = plan.get("grid") in ("heldout", "probe")
     title = (f"a held-out check, never fitted (grid `{plan['grid']}`)" if heldout_grid
-             else "engine steps under CUDA graphs (issue 31)")
+             else "engine steps under CUDA graphs")
     L = _header_lines(c, title)
     if "fitted_ms" in c.b:
         L += _fitted_lines(c.b, c.pred_file)

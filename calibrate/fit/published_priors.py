@@ -37,8 +37,8 @@ from simulator.inputs.workload import WorkloadProfile
 PUBLISHED_SPECREASON_LATENCY_S = {  # SpecReason, QwQ-32B + R1-1.5B, threshold 3 -> 7 (the paper)
     "aime": (109.4, 261.9), "math500": (35.7, 69.2), "gpqa-diamond": (72.7, 223.0)}
 SOURCE = ("SpecReason (Pan et al. 2025) published SpecReason latencies, QwQ-32B + R1-Distill-Qwen-1.5B, threshold 3 -> 7: "
-          "MATH500 35.7 -> 69.2 s, AIME 109.4 -> 261.9 s, GPQA-Diamond 72.7 -> 223.0 s (quoted in issue 12; the paper's "
-          "latencies come from its cost formula)")
+          "MATH500 35.7 -> 69.2 s, AIME 109.4 -> 261.9 s, GPQA-Diamond 72.7 -> 223.0 s (the paper's latencies come from "
+          "its cost formula)")
 DATASETS = {"math500": "MATH500", "gpqa-diamond": "GPQA-Diamond"}
 
 

@@ -157,7 +157,7 @@ def update_priors_file(path: Path, priors: dict[str, dict], command: str) -> Non
     """Merge the step model into the catalog's priors file: its parameters replace the kernel-level ones, the
     all-reduce figures and call overhead stay; the header names both commands."""
     merge_priors_file(path, priors, command, evidence="engine_step_model",
-                      says="# Then the engine-level step model (issue 24) replaces the step terms (do not edit by hand):",
+                      says="# Then the engine-level step model replaces the step terms (do not edit by hand):",
                       marks=("engine_fit", "fit-engine", "engine-level step model"))
 
 

@@ -187,6 +187,6 @@ def fit_and_report(data: Path, report: Path, priors: Path | None, date: str | No
         gpus = [g for g, hw in hardware_catalog().items() if hw.interconnect != "none"]
         values = {f"{g}.{KIND}": float(v) for g, v in own.items()}
         merge_priors_file(priors, catalog_priors(values, gpus, sorted(own.index)), command, evidence="mla_layer_fit",
-                          says="# Then the MLA module fit (issue 38) adds mla_layer_overhead_s (do not edit by hand):",
+                          says="# Then the MLA module fit adds mla_layer_overhead_s (do not edit by hand):",
                           marks=("mla_fit", "MLA module"))
     return text
