@@ -47,7 +47,7 @@ def load_rows(data: Path = DATA) -> pd.DataFrame:
     """The rows this check uses (module docstring); InputError naming the file and column when it is not the table."""
     path = Path(data) / TABLE
     if not path.is_file():
-        raise InputError(str(path), None, "no InferenceX table (../shared/data/engine-measurements/inferencex-deepseek-r1)")
+        raise InputError(str(path), None, f"no InferenceX table ({DATA})")
     try:
         d = pd.read_csv(path)
     except (OSError, ValueError) as e:

@@ -49,6 +49,7 @@ from simulator.catalog.models import WEIGHT_DTYPE_BYTES
 from simulator.cost.cost_model import soft_roofline
 from simulator.cost.cost_profile import prior_profile
 from simulator.errors import InputError
+from simulator.paths import shared
 
 RECORDS = Path("out/gpu-records/aiconfigurator.csv")
 KINDS = ("moe_mem_efficiency", "moe_compute_efficiency", "moe_layer_overhead_s", "expert_overhead_s",
@@ -87,8 +88,8 @@ def load_aic(path: Path = RECORDS) -> tuple[pd.DataFrame, dict]:
     cols = ["source_file", "source_row", "gpu", "op", "tokens", "hidden", "expert_intermediate", "experts", "topk",
             "tp", "ep", "distribution", "dtype", "version", "backend", "time_s"]
     if not Path(path).is_file():
-        raise InputError(str(path), None, "no records file (run: specsim calibrate import-aiconfigurator "
-                         "../shared/data/aiconfigurator-vllm-kernels --out out/gpu-records/aiconfigurator.csv)")
+        raise InputError(str(path), None, "no records file (run: specsim import aiconfigurator "
+                         f"{shared('aiconfigurator-vllm-kernels')} --out out/gpu-records/aiconfigurator.csv)")
     d = pd.read_csv(path, usecols=cols, low_memory=False)
     d = d[d["op"] == "moe"].copy()
     if d.empty:

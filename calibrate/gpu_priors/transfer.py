@@ -57,7 +57,7 @@ def targets() -> dict[str, str | None]:
         out[g] = g if g in PROFILED else h.same_chip_as if h.same_chip_as in PROFILED else None
     return out
 STEP_PRIORS = {"step_overhead_s": 2.0e-3, "call_overhead_s": 5e-3, "seq_overhead_s": 1e-6}
-PRIOR_SRC = "prior: typical vLLM figures (CUDA graphs); not pinned by kernel profiles (no CPU-overhead table in ../shared/data)"
+PRIOR_SRC = "prior: typical vLLM figures (CUDA graphs); not pinned by kernel profiles (no CPU-overhead table in shared/data)"
 
 
 def layer_pass_fit(records: pd.DataFrame, gpu: str) -> dict | None:

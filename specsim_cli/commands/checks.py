@@ -11,6 +11,7 @@ import typer
 
 from simulator.option_values import threshold_list_option
 from simulator.output_contract import writes
+from simulator.paths import shared
 
 
 @writes(out="folder")
@@ -53,8 +54,8 @@ def validate_mixture_cmd(
 def validate_kernels_cmd(
     ctx: typer.Context,
     out: Path = typer.Option(..., help="folder for report.md and figures.csv"),
-    vidur: str = typer.Option("../shared/data/vidur-gpu-profiles", help="Vidur data/profiling-style folder"),
-    aiconfigurator: str = typer.Option("../shared/data/aiconfigurator-vllm-kernels",
+    vidur: str = typer.Option(str(shared("vidur-gpu-profiles")), help="Vidur data/profiling-style folder"),
+    aiconfigurator: str = typer.Option(str(shared("aiconfigurator-vllm-kernels")),
                                        help="AIConfigurator systems/data-style folder"),
 ) -> None:
     """Held-out figures of the GPU kernel model against the catalog priors and a constant-efficiency roofline.

@@ -12,6 +12,7 @@ from typing import Optional
 import typer
 
 from simulator.output_contract import writes
+from simulator.paths import shared
 
 
 def _warn_skipped(skipped: dict[str, str], modules: dict[str, int] | None = None) -> None:
@@ -229,7 +230,7 @@ def transfer_priors_cmd(
 def check_priors_cmd(
     ctx: typer.Context,
     out: Path = typer.Option(..., help="folder for report.md"),
-    traces: str = typer.Option("../shared/data/specreason-aime-traces",
+    traces: str = typer.Option(str(shared("specreason-aime-traces")),
                                help="the SpecReason traces folder (problem60-runs0-7.jsonl, per-problem-aggregates.json)"),
 ) -> None:
     """The GPU priors end to end, before (datasheet era) and after: decode time per token of the SpecReason traces.
@@ -258,7 +259,7 @@ def spec_sweep_cmd(
     from simulator.errors import InputError
 
     if not SWEEP.is_dir():
-        raise InputError(str(SWEEP), None, "the B200 sweep is not here (../shared/data)")
+        raise InputError(str(SWEEP), None, f"the B200 sweep is not here ({shared()})")
     if fit_hosts is not None:
         import datetime
 
