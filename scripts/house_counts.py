@@ -81,6 +81,53 @@ def _is_message(tree: ast.AST, node: ast.Constant) -> bool:
     return False
 
 
+def module_names(root: Path) -> dict[str, Path]:
+    out = {}
+    for p in code_files(root):
+        parts = list(p.relative_to(root).with_suffix("").parts)
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    return out
+
+
+def import_circles(root: Path) -> list[list[str]]:
+    """Groups of the project's modules that import each other, directly or through others (every import counts,
+    inside functions too): the strongly connected components with more than one module."""
+    mods = module_names(root)
+    edges: dict[str, set[str]] = {m: set() for m in mods}
+    for m, p in mods.items():
+        for n in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            names = [a.name for a in n.names] if isinstance(n, ast.Import) else \
+                [n.module, *(f"{n.module}.{a.name}" for a in n.names)] if isinstance(n, ast.ImportFrom) \
+                and n.level == 0 and n.module else []
+            edges[m] |= {t for t in names if t in mods and t != m}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while not comp or comp[-1] != v:
+                comp.append(stack.pop())
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10 * len(mods)))
+    for v in mods:
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
 def folder_sizes(root: Path) -> dict[str, tuple[int, int]]:
     files, lines = collections.Counter(), collections.Counter()
     for p in code_files(root):
@@ -100,7 +147,8 @@ def main(argv: list[str]) -> int:
     print(f"{'total':28s} {sum(f for f, _ in sizes.values()):5d} {sum(n for _, n in sizes.values()):6d}")
     checks = {"functions over 60 lines": long_functions(root), "cross-module _private imports": private_imports(root),
               "issue references in code": line_matches(root, ISSUE_REF),
-              "literal ../shared data paths in code": shared_data_paths(root)}
+              "literal ../shared data paths in code": shared_data_paths(root),
+              "import circles": [" <-> ".join(c) for c in import_circles(root)]}
     for name, found in checks.items():
         print(f"{name}: {len(found)}")
         if "-v" in argv:

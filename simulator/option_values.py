@@ -34,6 +34,9 @@ MAX_USERS = 100_000  # closed-loop users at one level: an engine runs at most a 
 #                      the rest only queue (and a user beyond the level's requests never sends one)
 QPS_RANGE = (1e-6, 1e6)  # offered requests/s at one level: one request per ~12 days .. a million a second
 
+MAX_REQUESTS = 10_000_000  # simulated requests per grid point or load level: the YAML and every --requests (one bound)
+
+
 
 def check_range(value: float, field: str, lo: float, hi: float) -> float:
     """``value`` within [lo, hi], else :class:`InputError` ``FIELD: must lie in LO..HI (got V)``: the one bound check
@@ -44,10 +47,8 @@ def check_range(value: float, field: str, lo: float, hi: float) -> float:
 
 
 def check_requests(requests: int | None, lo: int, why: str = "") -> None:
-    """``--requests`` within [lo, MAX_REQUESTS] (the bound a scenario's ``requests`` has, ``simulator.inputs.scenario``):
+    """``--requests`` within [lo, MAX_REQUESTS] (the bound a scenario's ``requests`` has too):
     the one check of every command's --requests (``why``: the reason for ``lo``, added to the message)."""
-    from simulator.inputs.scenario import MAX_REQUESTS
-
     if requests is not None and not lo <= requests <= MAX_REQUESTS:
         raise InputError(None, "--requests", f"must lie in {lo}..{MAX_REQUESTS:,} (got {requests:,}{why})")
 

@@ -36,6 +36,10 @@ def test_data_locations_come_from_simulator_paths(counts):
     assert counts.shared_data_paths(ROOT) == []
 
 
+def test_no_import_circles(counts):
+    assert counts.import_circles(ROOT) == []
+
+
 def test_the_checks_see_what_they_look_for(tmp_path, counts):
     pkg = tmp_path / "simulator"
     pkg.mkdir()
@@ -51,3 +55,5 @@ def test_the_checks_see_what_they_look_for(tmp_path, counts):
     assert counts.private_imports(tmp_path) == ["simulator/a.py:1 simulator.b._hidden"]
     assert counts.line_matches(tmp_path, counts.ISSUE_REF) == ["simulator/a.py:3"]
     assert counts.shared_data_paths(tmp_path) == ["simulator/a.py:2", "simulator/a.py:65"]
+    (pkg / "b.py").write_text("def g():\n    from simulator.a import long\n")
+    assert counts.import_circles(tmp_path) == [["simulator.a", "simulator.b"]]

@@ -29,6 +29,7 @@ from simulator.engines.serving.bench_workload import ServingWorkload
 from simulator.inputs.loading import load_yaml_model, read_yaml, validate_model
 from simulator.inputs.systems import REGISTRY, SYSTEMS, SystemConfig, expand_systems
 from simulator.inputs.workload import WorkloadProfile
+from simulator.option_values import MAX_REQUESTS
 from simulator.inputs.scenario_fields import (  # noqa: F401 - the scenario's parts, importable from here as before
     AcceptancePrior, DraftChoice, Grid, HardwareChoice, MemoryFraction, ModelChoice, StrictModel)
 
@@ -37,7 +38,6 @@ from simulator.inputs.scenario_fields import (  # noqa: F401 - the scenario's pa
 
 PLAIN_SYSTEMS = ("vanilla-base",)  # a scenario without a small model runs these unless it names its systems
 
-MAX_REQUESTS = 10_000_000  # simulated requests per grid point or load level: the YAML and every --requests (one bound)
 
 class Scenario(StrictModel):
     name: str

@@ -272,7 +272,7 @@ def serve_workload(
     """
     import json
 
-    from simulator.engines.serving.bench_workload import serve_scenario
+    from simulator.studies.serve_workload import serve_scenario
 
     if fmt not in ("table", "json"):
         raise InputError(None, "--format", f"expected table or json (got {fmt!r})")

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from simulator.cost.execution import Execution
 from simulator.inputs.scenario import load_scenario
 from simulator.engines.serving import PoissonArrivals, simulate_serving
-from simulator.engines.serving.bench_workload import ServingWorkload, simulate_workload
+from simulator.engines.serving.bench_workload import ServingWorkload
+from simulator.studies.serve_workload import simulate_workload
 from simulator.engines.serving.metrics import summarize_serving
 from simulator.engines.serving.prefix_cache import PrefixCache
 from simulator.inputs.systems import SystemConfig
