@@ -30,9 +30,14 @@ ROOT = Path(__file__).resolve().parents[1]
 _GRID_TIMER = r"""
 import sys, time
 sys.path.insert(0, ".")
-from simulator.inputs.scenario import load_scenario, PROFILES_DIR
-from simulator.inputs.workload import load_workload
-from simulator.studies.whatif import run_grid
+try:  # the house's rooms; a ref from before them has the flat layout
+    from simulator.inputs.scenario import load_scenario, PROFILES_DIR
+    from simulator.inputs.workload import load_workload
+    from simulator.studies.whatif import run_grid
+except ImportError:
+    from simulator.scenario import load_scenario, PROFILES_DIR
+    from simulator.workload import load_workload
+    from simulator.whatif import run_grid
 rs = load_scenario("scenarios/reference-a6000-qwq32b.yaml")
 rs1 = load_scenario("scenarios/reference-a6000-qwq32b.yaml")
 # the single-problem AIME #60 workload: its file before the mixture was workload_aime_qwq32b_r1-1.5b.yaml
