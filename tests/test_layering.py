@@ -157,13 +157,12 @@ def test_specsim_help_lists_the_task_groups(composed):
 
 
 def test_the_commands_are_defined_in_one_place():
-    """Every command's function lives in specsim_cli/commands/ (the option helpers in simulator/ and validate serving's
-    command are the exceptions named here); a library module declares no typer app."""
+    """Every command's function lives in specsim_cli/commands/; a library module declares no typer app."""
     from specsim_cli.main import command_tree
 
     where = {" ".join(p): c.callback.__module__ for p, c in command_tree()}
     outside = {n: m for n, m in where.items() if not m.startswith("specsim_cli.commands.")}
-    assert outside == {"validate serving": "validate.serving.cli"}, outside
+    assert outside == {}, outside
     apps = [str(p.relative_to(ROOT)) for pkg in ("simulator", "calibrate", "validate")
             for p in sorted((ROOT / pkg).rglob("*.py")) if "typer.Typer(" in p.read_text(encoding="utf-8")]
     assert apps == [], apps

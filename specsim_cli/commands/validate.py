@@ -5,7 +5,7 @@ HELP = "Validate predictions against held-out measurements, and check inputs (ex
 # new name -> (its function, "module:function" under specsim_cli.commands; its former name, a hidden alias)
 COMMANDS = {
     "runs": ("validations:validate", "validate"),
-    "serving": ("validate.serving.cli:validate_serving_cmd", "validate-serving"),
+    "serving": ("specsim_cli.commands.serving_validation:validate_serving_cmd", "validate-serving"),
     "capacity": ("checks:validate_capacity_cmd", "validate-capacity"),
     "drift": ("validations:validate_drift", "validate-drift"),
     "cpu": ("validations:validate_cpu", "validate-cpu"),

@@ -29,11 +29,11 @@ Layout (one concept per module):
 - ``predict``: replay plans, ``predict_run``, run-level figures (measured and predicted);
 - ``fit``: step aggregates and ``fit_step_params`` (the step fit);
 - ``compare``: ``validate_serving`` (the whole validation) and ``speedup_table``;
-- ``report``: ``write_report`` (markdown, CSVs, summary) and ``plots``;
-- ``cli``: ``register(app)`` adds ``specsim validate-serving``.
+- ``report``: ``write_report`` (markdown, CSVs, summary) and ``plots``.
+
+The command is ``specsim validate serving`` (``specsim_cli/commands/serving_validation.py``).
 """
 
-from .cli import register
 from .compare import ServingValidation, speedup_table, validate_serving
 from .fit import FIT_PARAMS, SEQ_OVERHEAD_START, fit_step_params, step_aggregates, step_times
 from .load import ServingRun, load_run
@@ -43,5 +43,5 @@ from .report import plots, write_report
 
 __all__ = ["FIT_PARAMS", "MEMORY_FRACTION", "SEQ_OVERHEAD_START", "ServingRun", "ServingValidation",
            "fit_step_params", "load_run", "measured_run_figures", "plots", "predict_run", "predicted_run_figures",
-           "register", "replay_plans", "replay_system_plans", "speedup_table", "step_aggregates", "step_times",
+           "replay_plans", "replay_system_plans", "speedup_table", "step_aggregates", "step_times",
            "validate_serving", "write_report"]

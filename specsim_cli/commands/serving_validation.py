@@ -1,4 +1,4 @@
-"""``specsim validate serving``."""
+"""``specsim validate serving``: the serving-model validation (:mod:`validate.serving`) as a command."""
 
 from __future__ import annotations
 
@@ -13,8 +13,6 @@ import typer
 from simulator.errors import InputError
 from simulator.output_contract import writes
 
-from .compare import validate_serving
-from .report import pct as _pct, spct as _spct, speed_drift, write_report
 
 LOGGER = "validate.serving"
 
@@ -65,6 +63,9 @@ def validate_serving_cmd(
     """Predict measured concurrent runs with the serving simulator (trace replay); report errors and figures.
 
     Example: specsim validate serving reports/serve-bench-cpu/quiet/closed-* --profile simulator/profiles/cost_cpu-epyc-vllm032.yaml --fit-levels closed-1 --out out/serve-bench-quiet-report"""
+    from validate.serving.compare import validate_serving
+    from validate.serving.report import pct, speed_drift, spct, write_report
+
     if released is not None:
         _released(released, holdout, report, fit_hosts)
         return
@@ -79,36 +80,30 @@ def validate_serving_cmd(
     command = "specsim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     path = write_report(v, report, command, profile, max_median_ape)
     h = v.headline
-    typer.echo(f"held out ({h['model']}, n={h['latency_n']}): latency median APE {_pct(h['latency_median_ape'])} "
-               f"p90 {_pct(h['latency_p90_ape'])} bias {_spct(h['latency_bias'])}; TTFT median APE "
-               f"{_pct(h['ttft_median_ape'])}; report {path}")
+    typer.echo(f"held out ({h['model']}, n={h['latency_n']}): latency median APE {pct(h['latency_median_ape'])} "
+               f"p90 {pct(h['latency_p90_ape'])} bias {spct(h['latency_bias'])}; TTFT median APE "
+               f"{pct(h['ttft_median_ape'])}; report {path}")
     for w in speed_drift(v):
         typer.echo(w)
     if "speculative" in h:
         sp = h["speculative"]
         typer.echo(f"speculative runs held out ({sp['model']}, n={sp['latency_n']}): latency median APE "
-                   f"{_pct(sp['latency_median_ape'])}, TPOT median APE {_pct(sp['tpot_median_ape'])} bias "
-                   f"{_spct(sp['tpot_bias'])}, acceptance length median APE {_pct(sp['accept_len_median_ape'])}")
+                   f"{pct(sp['latency_median_ape'])}, TPOT median APE {pct(sp['tpot_median_ape'])} bias "
+                   f"{spct(sp['tpot_bias'])}, acceptance length median APE {pct(sp['accept_len_median_ape'])}")
     if "itl" in h:
         it = h["itl"]
-        typer.echo(f"ITL of {it['runs']} held-out one-engine runs: mean median APE {_pct(it['itl_mean_median_ape'])} "
-                   f"(bias {_spct(it['itl_mean_bias'])}), p99 median APE {_pct(it['itl_p99_median_ape'])} "
-                   f"(bias {_spct(it['itl_p99_bias'])})")
+        typer.echo(f"ITL of {it['runs']} held-out one-engine runs: mean median APE {pct(it['itl_mean_median_ape'])} "
+                   f"(bias {spct(it['itl_mean_bias'])}), p99 median APE {pct(it['itl_p99_median_ape'])} "
+                   f"(bias {spct(it['itl_p99_bias'])})")
     if "bench" in h:
-        from .compare import BENCH_FIGURES
+        from validate.serving.compare import BENCH_FIGURES
 
         b = h["bench"]
         typer.echo(f"vllm bench serve runs held out ({b['model']}, {b['runs']} runs), median APE (bias): "
-                   + ", ".join(f"{name} {_pct(b[f'{k}_median_ape'])} ({_spct(b[f'{k}_bias'])})" for k, name in BENCH_FIGURES))
+                   + ", ".join(f"{name} {pct(b[f'{k}_median_ape'])} ({spct(b[f'{k}_bias'])})" for k, name in BENCH_FIGURES))
     if max_median_ape is not None and h["latency_median_ape"] > max_median_ape:
-        typer.echo(f"FAIL: held-out latency median APE {_pct(h['latency_median_ape'])} > {_pct(max_median_ape)}", err=True)
+        typer.echo(f"FAIL: held-out latency median APE {pct(h['latency_median_ape'])} > {pct(max_median_ape)}", err=True)
         raise typer.Exit(1)
-
-
-def register(app) -> None:
-    """Add the command as ``validate-serving`` to ``app`` (the tree names it ``validate serving``:
-    ``specsim_cli/commands/validate.py``)."""
-    app.command("validate-serving")(validate_serving_cmd)
 
 
 def _released(folder: Path, holdout: str, out: Path, catalog: Path | None) -> None:
@@ -116,7 +111,7 @@ def _released(folder: Path, holdout: str, out: Path, catalog: Path | None) -> No
 
     import typer
 
-    from .released import validate_released
+    from validate.serving.released import validate_released
 
     by = [x.strip() for x in holdout.split(",") if x.strip()]
     bad = [b for b in by if b not in ("gpu", "version")]
