@@ -29,9 +29,14 @@ SEARCH = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
 from dataclasses import replace
-from simulator.studies.capacity import IntervalSpec, LoadSpec, capacity_interval, capacity_points, load_scenario
-from simulator.engines.serving.slo import parse_slo
-from simulator.inputs.systems import SystemConfig
+try:  # the house's rooms; a ref from before them has the flat layout
+    from simulator.studies.capacity import IntervalSpec, LoadSpec, capacity_interval, capacity_points, load_scenario
+    from simulator.engines.serving.slo import parse_slo
+    from simulator.inputs.systems import SystemConfig
+except ImportError:
+    from simulator.capacity import IntervalSpec, LoadSpec, capacity_interval, capacity_points, load_scenario
+    from simulator.serving.slo import parse_slo
+    from simulator.systems import SystemConfig
 scenario, requests, reps, slo = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 configs = [SystemConfig(system=s.split(":")[0], gamma=int(s.split(":")[1]) if ":" in s else None) for s in sys.argv[6:]]
 rs = load_scenario(scenario)
@@ -47,7 +52,10 @@ REPORT = r"""
 import json, resource, sys, tempfile, time
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
-from simulator.report.capacity_report import build_report
+try:
+    from simulator.report.capacity_report import build_report
+except ImportError:
+    from simulator.capacity_report import build_report
 w = time.perf_counter()
 with tempfile.TemporaryDirectory() as out:
     build_report(sys.argv[2], Path(out) / "r")
