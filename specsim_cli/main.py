@@ -78,10 +78,6 @@ def _root(version: bool = typer.Option(False, "--version", callback=_print_versi
     """Simulate, fit and validate speculative reasoning and speculative decoding on reasoning models."""
 
 
-def ensure_registered() -> None:
-    """Nothing to register any more: the task groups load their commands on first use (kept for callers)."""
-
-
 def full_app() -> typer.Typer:
     """The whole ``specsim`` tree (e.g. for ``typer.testing.CliRunner``)."""
     return app
@@ -292,14 +288,13 @@ def stop_children() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point (:func:`run_app` over the whole ``specsim`` command tree). Ctrl-C or SIGTERM, at any
-    point (registering the groups' imports included): every worker process stopped, one line, exit 130 / 143."""
+    point (the groups' imports included): every worker process stopped, one line, exit 130 / 143."""
     del _SIGNALS[:], _SAID[:]
     previous = interrupts()
     try:
         argv = quiet_engines(argv)
         _hide_flag_types()
         _reflow_help()
-        ensure_registered()
         rc = run_app(app, argv, "specsim")
         if _SIGNALS or _SAID:
             rc = _interrupted()
