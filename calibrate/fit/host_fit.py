@@ -3,7 +3,8 @@
 Per engine version four terms (:mod:`simulator.catalog.engine_hosts`): t_seq (per sequence per step), the front end's
 serial part t_fe (the one API-server process's CPU per request, paid request after request) and its concurrent
 latency t_lat (hops, ZMQ, first-token streaming: every request at once; the catalog's t_call = t_lat + t_fe), and the
-async overlap o (the share of t_step + S t_seq async scheduling hides), chosen by robust (soft-L1) least squares on
+async overlap o (the share of t_step + S t_seq async scheduling runs beside the GPU:
+:func:`simulator.cost.cost_model.step_time`), chosen by robust (soft-L1) least squares on
 the log errors of each run's median ITL, mean TTFT and output throughput as the serving simulator predicts them
 (:func:`calibrate.fit.released_predict.predict_released`). Each figure pins one mechanism: the median ITL is the step
 time at the run's batch (t_seq; mean TPOT is not fitted: it is dominated by stalls -- a decoding request waiting on
@@ -15,6 +16,11 @@ batch-1 figure (docs/gpu-cost-model.md): at large batch t_step and S t_seq canno
 
 Runs whose requests produce fewer than :data:`MIN_FIT_OUTPUT` tokens are predicted but not fitted on: their TPOT is
 two or three gaps between scheduling steps, and their throughput is the front end's admission rate.
+
+A version gets terms of its own only from runs of at least :data:`MIN_MODELS` models: host terms fitted on one model's
+runs absorb that model's GPU-step error and its front end's particulars (a custom tokenizer mode, a reasoning parser)
+and would be handed to every model served by that version and by every newer unfitted one. Such a version's runs are
+predicted with the nearest fitted version's terms, a transfer check like the held-out folds.
 
 Held-out checks: :func:`holdout` (by GPU: fit on the other GPUs' runs; by version: on the other versions' runs). A
 version with no training runs takes the nearest fitted version's terms."""
@@ -37,6 +43,7 @@ START = {"seq_overhead_s": 5e-5, "call_latency_s": 1e-2, "front_end_serial_s": N
 MIN_FIT_OUTPUT = 16
 FIT_FIGS = ("itl_ms", "ttft_ms", "out_tps")  # fitted on
 FIGS = ("tpot_ms", "itl_ms", "ttft_ms", "out_tps")  # reported
+MIN_MODELS = 2  # models a version's fitted runs must cover for it to get terms of its own (module docstring)
 LOSS_SCALE = 0.3  # soft-L1 scale of the log errors: beyond ~30% a run's pull grows linearly, not quadratically
 
 
@@ -149,8 +156,16 @@ def fit_version(runs: list[ReleasedRun], fixed: dict | None = None) -> dict:
 def fit_hosts(runs: list[ReleasedRun]) -> dict[str, dict]:
     """{version: fitted terms} over every version in ``runs``. The concurrent latency t_lat is measured only by
     closed-loop runs (a burst's TTFT is seconds of queue, where tens of ms of latency are not seen): a version without
-    fitted closed-loop runs takes the nearest such version's t_lat (``call_latency_from`` names it)."""
-    by = {v: [r for r in runs if r.version == v] for v in sorted({r.version for r in runs})}
+    fitted closed-loop runs takes the nearest such version's t_lat (``call_latency_from`` names it). Versions with too
+    few models get no terms (:func:`supported_versions`); where no version has enough, one fit over every run, under
+    the newest version (``pooled`` lists the versions it pooled)."""
+    by = {v: rs for v, rs in supported_versions(runs).items() if rs}
+    if not by and runs:
+        versions = sorted({r.version for r in runs}, key=lambda v: tuple(int(x) for x in v.split(".")))
+        by = {versions[-1]: list(runs)}
+        pooled = versions
+    else:
+        pooled = None
     closed = {v for v, rs in by.items() if any(r.concurrency and in_fit(r) for r in rs)}
     out = {v: fit_version(by[v]) for v in sorted(closed)}
     for v in sorted(set(by) - closed):
@@ -158,7 +173,17 @@ def fit_hosts(runs: list[ReleasedRun]) -> dict[str, dict]:
         lat = near["call_latency_s"] if near else START["call_latency_s"]
         out[v] = fit_version(by[v], {"call_latency_s": lat})
         out[v]["call_latency_from"] = next((k for k, f in out.items() if f is near), "prior") if near else "prior"
+    if pooled:
+        for f in out.values():
+            f["pooled"] = pooled
     return transfer_overlap(dict(sorted(out.items(), key=lambda kv: tuple(int(x) for x in kv[0].split(".")))))
+
+
+def supported_versions(runs: list[ReleasedRun]) -> dict[str, list[ReleasedRun]]:
+    """{version: its runs} for every version in ``runs``; a version whose fitted runs cover fewer than
+    :data:`MIN_MODELS` models maps to [] (predicted with the nearest fitted version's terms)."""
+    by = {v: [r for r in runs if r.version == v] for v in sorted({r.version for r in runs})}
+    return {v: rs if len({r.model for r in rs if in_fit(r)}) >= MIN_MODELS else [] for v, rs in by.items()}
 
 
 def transfer_overlap(fitted: dict[str, dict]) -> dict[str, dict]:
@@ -208,9 +233,10 @@ def summary(table: pd.DataFrame, group: str) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def write_catalog(fitted: dict[str, dict], path, source: str, date: str) -> None:
+def write_catalog(fitted: dict[str, dict], path, source: str, date: str, drop: tuple[str, ...] = ()) -> None:
     """Replace the fitted versions of vLLM in the engine catalog at ``path`` (other versions and engines kept), each
-    term with its kind, source and standard error; the file's provenance names the data, the command and the date."""
+    term with its kind, source and standard error; the file's provenance names the data, the command and the date.
+    ``drop``: versions the data hold but the fit gave no terms (too few models): their old entries are removed."""
     new = []
     for v, f in sorted(fitted.items()):
         src = f"fitted on {f['runs']} released vLLM {v} runs ({source}); rms log error {f['rms_log']:.3f}"
@@ -232,20 +258,21 @@ def write_catalog(fitted: dict[str, dict], path, source: str, date: str) -> None
             if se is not None:
                 ent[t]["stderr"] = float(f"{se:.3g}")
         new.append(ent)
-    put_versions(path, new, {"kind": "fitted", "source": source, "date": date,
+    put_versions(path, new, drop=drop, provenance={"kind": "fitted", "source": source, "date": date,
                              "method": "calibrate.fit.host_fit.fit_hosts (robust least squares on log errors of median "
                                        "ITL, mean TTFT, output throughput)"})
 
 
-def put_versions(path, entries: list[dict], provenance: dict | None = None) -> None:
+def put_versions(path, entries: list[dict], provenance: dict | None = None, drop: tuple[str, ...] = ()) -> None:
     """Write ``entries`` (catalog entries of vLLM versions) into the engine catalog at ``path``, replacing those
-    versions and keeping the others (and the file's leading comments); ``provenance``: the file's new provenance."""
+    versions and keeping the others but ``drop`` (and the file's leading comments); ``provenance``: the file's new
+    provenance."""
     import yaml
 
     from simulator.inputs.loading import read_yaml
 
     raw = read_yaml(path)
-    names = {e["version"] for e in entries}
+    names = {e["version"] for e in entries} | set(drop)
     keep = [e for e in raw["engines"].get("vllm", []) if e["version"] not in names]
     raw["engines"]["vllm"] = sorted(keep + entries, key=lambda e: tuple(int(x) for x in e["version"].split(".")))
     if provenance is not None:

@@ -17,9 +17,11 @@ step's shape -- stay per GPU in ``gpu_priors.yaml``):
   (detokenising, the response chunk, the HTTP write), paid in turn with the calls' t_fe: each engine round's tokens
   reach their clients once the front end has streamed them, before any call still waiting for its turn. No fitted
   version carries it: the released runs do not support it (docs/serving-model.md, "Host costs by engine version");
-- ``async_overlap`` o: the share of t_step + S t_seq that async scheduling (vLLM ``--async-scheduling``: the
-  scheduler prepares step k+1 while the GPU runs step k) hides behind the GPU. A step of an engine with
-  ``async_scheduling: true`` costs ``GPU + (1 - o) (t_step + S t_seq)``.
+- ``async_overlap`` o: the share of the host work H = t_step + S t_seq that async scheduling (vLLM
+  ``--async-scheduling``: the scheduler prepares step k+1 while the GPU runs step k) runs beside the GPU. A step of an
+  engine with ``async_scheduling: true`` costs ``max(G, o H) + (1 - o) H`` where G is the GPU's time
+  (:func:`simulator.cost.cost_model.step_time`): the overlapped host work is hidden while the GPU is the slower side,
+  and paces the engine when the host is; without async scheduling ``G + H``.
 
 :class:`ServingEngine` names an engine (scenario field ``serving_engine``); :func:`host_terms` gives its terms, the
 version's own entry or the newest fitted version at or below it.
@@ -127,9 +129,9 @@ def async_on(engine: ServingEngine, version: str) -> bool:
 def host_terms(engine: ServingEngine, gpu_step: PriorParam | None = None,
                host: dict | None = None) -> dict[str, PriorParam]:
     """The cost profile's host terms for ``engine``: ``step_overhead_s``, ``seq_overhead_s``, ``call_overhead_s``,
-    ``front_end_serial_s`` (where the version has one), with async scheduling's overlap applied to the first two. ``gpu_step``: the GPU's own t_step (used where the
-    version has none); ``host``: explicit values (a fitter's trial point) replacing the catalog's, same names plus
-    ``async_overlap``."""
+    ``front_end_serial_s`` (where the version has one) and ``async_overlap`` (the version's o where the engine runs
+    async scheduling, else 0). ``gpu_step``: the GPU's own t_step (used where the version has none); ``host``:
+    explicit values (a fitter's trial point) replacing the catalog's, same names."""
     ev = engine_version(engine)
     host = host or {}
     terms: dict[str, PriorParam] = {}
@@ -139,14 +141,9 @@ def host_terms(engine: ServingEngine, gpu_step: PriorParam | None = None,
             p = PriorParam(value=float(host[name]), kind="prior", source="explicit host terms (fit trial)")
         if p is not None:
             terms[name] = p
-    overlap = terms.pop("async_overlap")
     label = f"{engine.name} {ev.version} host costs (simulator/catalog/engine_hosts.yaml)"
-    on = async_on(engine, ev.version)
-    out = {}
-    for name, p in terms.items():
-        v, src = p.value, f"{label}: {p.source}"
-        if on and name in ("step_overhead_s", "seq_overhead_s"):
-            v = v * (1.0 - overlap.value)
-            src += f"; x (1 - async overlap {overlap.value:.3g})"
-        out[name] = PriorParam(value=v, kind=p.kind, source=src, stderr=p.stderr)
+    out = {name: PriorParam(value=p.value, kind=p.kind, source=f"{label}: {p.source}", stderr=p.stderr)
+           for name, p in terms.items()}
+    if not async_on(engine, ev.version):
+        out["async_overlap"] = PriorParam(value=0.0, kind="prior", source=f"{label}: async scheduling off")
     return out

@@ -60,6 +60,33 @@ def soft_roofline(t_mem, t_comp, p: float):
     ratio = np.divide(lo, hi, out=np.zeros_like(hi), where=hi > 0)
     return hi * (1.0 + ratio**p) ** (1.0 / p)
 
+def step_time(gpu_side, host, overlap: float):
+    """An engine step's time from its GPU side G (the roofline, communication, per-layer fixed costs) and its host
+    side H (t_step + S t_seq: scheduling, input preparation, output processing), with async scheduling running the
+    share ``overlap`` (o) of H beside the GPU: ``max(G, o H) + (1 - o) H``; o = 0 (no async scheduling): ``G + H``.
+    The overlapped host work is hidden while the GPU is the slower side and paces the engine when the host is (a
+    batch of hundreds of sequences), so async scheduling at most halves a step. The one place this rule lives:
+    :meth:`Deployment.pass_breakdown` and the serving loop's pre-multiplied passes
+    (:mod:`simulator.engines.serving.pass_cost`) call it."""
+    if overlap <= 0.0:
+        return gpu_side + host
+    if type(gpu_side) is float and type(host) is float:
+        return max(gpu_side, overlap * host) + (1.0 - overlap) * host
+    return np.maximum(gpu_side, overlap * host) + (1.0 - overlap) * host
+
+
+def _host_parts(gpu_side, step, sequences, overlap: float) -> tuple:
+    """(total, exposed t_step, exposed S t_seq): :func:`step_time`, its host side's exposed time split between the
+    step's and the sequences' shares (all of each at o = 0)."""
+    host = step + sequences
+    total = step_time(gpu_side, host, overlap)
+    if overlap <= 0.0:
+        return total, step, sequences
+    exposed = total - gpu_side
+    share = np.divide(step, host, out=np.zeros_like(np.asarray(host, dtype=float)), where=np.asarray(host) > 0)
+    return total, exposed * share, exposed * (1.0 - share)
+
+
 def gpu_split(t_w, t_kv, t_comp, p: float):
     """(GPU time, its memory part, the KV share of that part) of a pass: the soft roofline of T_mem = t_w + t_kv and
     t_comp, split between the roofs in proportion to their p-th powers (p = inf: all to the larger roof). The one
@@ -283,12 +310,12 @@ class Deployment:
             "kv": mem * kv_share,
             "compute": gpu - mem,
             "allreduce": self.allreduce_time(n),
-            "step": np.full_like(n, c.step_overhead_s),
-            "layers": np.full_like(n, m.layers * c.layer_overhead_s + self.gemm_overhead_time),
-            "sequences": np.asarray(seqs, dtype=float) * c.seq_overhead_s,
+            "layers": np.full_like(n, self.gpu_overhead_time),
             "sendrecv": np.zeros_like(n),  # pipeline stages' activations: _pipeline_breakdown
         }
-        out["total"] = gpu + out["allreduce"] + self.overhead_time + out["sequences"]
+        out["total"], out["step"], out["sequences"] = _host_parts(
+            gpu + out["allreduce"] + out["layers"], np.full_like(n, c.step_overhead_s),
+            np.asarray(seqs, dtype=float) * c.seq_overhead_s, c.async_overlap)
         return out
 
     def _moe_breakdown(self, new_tokens, kv_tokens, attn_pairs, logit_rows, seqs=1.0) -> dict:
@@ -335,12 +362,12 @@ class Deployment:
             "kv": mem * kv_share,
             "compute": gpu - mem,
             "allreduce": self.comm_time(n),
-            "step": np.full_like(n, c.step_overhead_s),
             "layers": np.broadcast_to(layers, n.shape).astype(float),
-            "sequences": S * c.seq_overhead_s,
             "sendrecv": np.zeros_like(n),
         }
-        out["total"] = gpu + out["allreduce"] + out["step"] + out["layers"] + out["sequences"]
+        out["total"], out["step"], out["sequences"] = _host_parts(
+            gpu + out["allreduce"] + out["layers"], np.full_like(n, c.step_overhead_s), S * c.seq_overhead_s,
+            c.async_overlap)
         return out
 
     def _moe_roofline_terms(self, n_all, n, S, hit, kv_tokens, attn_pairs, logit_rows) -> tuple:
@@ -423,8 +450,9 @@ class Deployment:
         return 2.0 * self.model.layers * (self.cost.allreduce_latency_s + ring)
 
     @property
-    def overhead_time(self) -> float:
-        return self.cost.step_overhead_s + self.model.layers * self.cost.layer_overhead_s + self.gemm_overhead_time
+    def gpu_overhead_time(self) -> float:
+        """The GPU side's fixed costs of a dense pass: L t_layer + the GEMMs' fixed costs."""
+        return self.model.layers * self.cost.layer_overhead_s + self.gemm_overhead_time
 
     # ---- single-sequence forward pass (broadcasts over arrays) ---------------------------
     def forward_time(self, new_tokens, cached_tokens, logit_rows=1):

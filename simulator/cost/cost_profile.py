@@ -76,6 +76,9 @@ class CostProfile(BaseModel):
     # Latent attention (docs/moe.md): the MLA module's fixed cost per layer beyond a dense layer's (its extra
     # kernels: q_a / kv_a norms, q_b, the absorbed BMMs, the split-K combine). None: 0.
     mla_layer_overhead_s: Param | None = None
+    # Async scheduling (vLLM ``--async-scheduling``): the share o of the host work (t_step + S t_seq) that runs while
+    # the GPU runs the previous step (:func:`simulator.cost.cost_model.step_time`). None: 0 (every host second is paid).
+    async_overlap: Param | None = None
     fit: dict | None = None  # goodness of fit written by calibration (residuals per op)
 
     def params(self, hardware: HardwareSpec) -> "CostParams":
@@ -101,6 +104,7 @@ class CostProfile(BaseModel):
             moe_token_overhead_s=self.moe_token_overhead_s.value if self.moe_token_overhead_s else 0.0,
             moe_ep_overhead_s=self.moe_ep_overhead_s.value if self.moe_ep_overhead_s else 0.0,
             mla_layer_overhead_s=self.mla_layer_overhead_s.value if self.mla_layer_overhead_s else 0.0,
+            async_overlap=self.async_overlap.value if self.async_overlap else 0.0,
         )
 
 
@@ -130,6 +134,7 @@ class CostParams:
     mla_layer_overhead_s: float = 0.0  # per latent-attention layer (CostProfile)
     # Routing skew s: expert e's popularity ~ e^-s (0: uniform routing; simulator.catalog.models.skewed_experts_hit)
     routing_skew: float = 0.0
+    async_overlap: float = 0.0  # o: the share of t_step + S t_seq async scheduling runs beside the GPU (CostProfile)
 
     @property
     def kv_efficiency(self) -> float:
@@ -147,11 +152,11 @@ class CostParams:
         """The parameters a role's passes run with: a ``draft`` (a draft model or head proposing inside the target's
         engine step) pays ``draft_step_overhead_s`` per pass instead of the engine step's overhead, and no per-sequence
         host cost (scheduling, input preparation and output processing happen once per engine step, in the target's
-        pass; draft tokens are sampled on the GPU); every other role (base, small: engines of their own) runs with
+        pass; draft tokens are sampled on the GPU), so nothing for async scheduling to overlap; every other role (base, small: engines of their own) runs with
         these parameters as they are. The one place this rule lives."""
         if role != "draft" or self.draft_step_overhead_s is None:
             return self
-        return replace(self, step_overhead_s=self.draft_step_overhead_s, seq_overhead_s=0.0)
+        return replace(self, step_overhead_s=self.draft_step_overhead_s, seq_overhead_s=0.0, async_overlap=0.0)
 
     def slowed(self, s: float) -> "CostParams":
         """The same engine on a machine ``s`` times slower at every term: efficiencies / s, fixed costs x s. The step
@@ -283,6 +288,7 @@ def prior_profile(hardware: HardwareSpec, engine: str = "vllm", serving_engine=N
         moe_token_overhead_s=pick("moe_token_overhead_s", None),
         moe_ep_overhead_s=pick("moe_ep_overhead_s", None),
         mla_layer_overhead_s=pick("mla_layer_overhead_s", None),
+        async_overlap=pick("async_overlap", None),
     )
 
 

@@ -101,3 +101,26 @@ def test_serial_bound_and_catalog_terms(tmp_path):
     c = catalog_terms({"seq_overhead_s": 1e-5, "call_latency_s": 0.02, "front_end_serial_s": 0.003,
                        "async_overlap": 0.2})
     assert c["call_overhead_s"] == pytest.approx(0.023) and c["front_end_serial_s"] == 0.003
+
+
+def test_a_version_of_one_model_gets_no_terms_of_its_own(tmp_path):
+    """Host terms fitted on one model's runs would carry its GPU-step error to every model of the version: a version
+    needs runs of two models (MIN_MODELS); fewer, and it maps to [] and its old catalog entry is dropped."""
+    import yaml
+
+    from calibrate.fit.host_fit import MIN_MODELS, put_versions, supported_versions
+
+    assert MIN_MODELS == 2
+    rows = [dict(ROW, serve_cmd="vllm serve Qwen/Qwen3-14B"),
+            dict(ROW, serve_cmd="vllm serve Qwen/Qwen3-32B", file="qwen3-32b__h100.md", out_tps=900.0),
+            dict(ROW, serve_cmd="vllm serve Qwen/Qwen3-14B", engine_versions="- vLLM: v0.13.0", out_tps=800.0),
+            dict(ROW, serve_cmd="vllm serve Qwen/Qwen3-14B -tp 2", engine_versions="- vLLM: v0.13.0", out_tps=700.0)]
+    runs, _ = released_runs(_table(tmp_path, rows))
+    sup = supported_versions(runs)
+    assert len(sup["0.11"]) == 2 and sup["0.13"] == []
+    cat = tmp_path / "hosts.yaml"
+    entry = lambda v: {"version": v, "seq_overhead_s": {"value": 1e-5, "kind": "prior", "source": "t"}}  # noqa: E731
+    cat.write_text("# head\n" + yaml.safe_dump({"provenance": {}, "engines": {"vllm": [entry("0.11"), entry("0.13")]}}))
+    put_versions(cat, [entry("0.11")], drop=("0.13",))
+    kept = yaml.safe_load(cat.read_text())["engines"]["vllm"]
+    assert [e["version"] for e in kept] == ["0.11"] and cat.read_text().startswith("# head")

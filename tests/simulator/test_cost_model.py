@@ -135,3 +135,49 @@ def test_cost_tables_prefill_applies_block_caching_vectorised(workload):
         assert [float(tb.prefill("small", 7, int(x))) for x in c[:50]] == pytest.approx(list(vec[:50]), rel=1e-13)
         assert np.all(vec >= exact.prefill("small", 7, c) * (1 - 1e-12))  # never cheaper than exact caching
         assert np.array_equal(c_eff % block, np.zeros_like(c)) and np.all(n_eff + c_eff == c + 7)
+
+
+# ---- async scheduling: the step's host side beside its GPU side ------------------------------------------------
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from simulator.cost.cost_model import step_time  # noqa: E402
+
+_t = st.floats(1e-6, 1.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(g=_t, h=_t, o=st.floats(0.0, 1.0))
+def test_async_overlap_bounds(g, h, o):
+    """Async scheduling hides at most the host side and at most half the step: max(G, H) <= T <= G + H, T
+    falls as the overlap grows, and o = 0 pays both sides."""
+    t = step_time(g, h, o)
+    assert max(g, h) * (1 - 1e-12) <= t <= (g + h) * (1 + 1e-12)
+    assert t >= (g + h) / 2 * (1 - 1e-12)
+    assert step_time(g, h, min(o + 0.1, 1.0)) <= t * (1 + 1e-12)
+    assert step_time(g, h, 0.0) == g + h
+
+
+def test_async_overlap_paces_a_host_bound_step():
+    """A step whose host work outweighs its GPU work is the host's (t_step + S t_seq at S = 1000), not the GPU's
+    plus the unhidden share: the gain of async scheduling is small on either side of the balance, largest at it."""
+    assert step_time(0.020, 0.100, 1.0) == pytest.approx(0.100)
+    assert step_time(0.100, 0.020, 1.0) == pytest.approx(0.100)
+    assert step_time(0.050, 0.050, 1.0) == pytest.approx(0.050)  # G + H = 0.1: async halves it
+    assert step_time(0.020, 0.100, 0.5) == pytest.approx(0.050 + 0.050)
+
+
+@pytest.mark.parametrize("arch,hw,tp", [("qwen3-32b", "h100-sxm", 1), ("qwen3-30b-a3b", "h200", 2)])
+def test_breakdown_parts_sum_to_total_with_async(arch, hw, tp):
+    """The breakdown's exposed step and sequence shares keep the parts summing to the pass, async or not."""
+    from dataclasses import replace
+
+    from tests.conftest import flat_params as fp
+
+    base = replace(fp(), step_overhead_s=2e-3, seq_overhead_s=5e-5, layer_overhead_s=1e-5)
+    for o in (0.0, 0.7, 1.0):
+        d = Deployment(get_model(arch), get_hardware(hw), tp, replace(base, async_overlap=o))
+        b = d.pass_breakdown(np.array([1.0, 64.0, 512.0]), np.array([2000.0, 64 * 2000.0, 512 * 300.0]),
+                             np.array([2000.0, 64 * 2000.0, 512 * 300.0]), np.array([1.0, 64.0, 512.0]),
+                             np.array([1.0, 64.0, 512.0]))
+        parts = sum(b[k] for k in ("weights", "kv", "compute", "allreduce", "step", "layers", "sequences", "sendrecv"))
+        assert np.allclose(parts, b["total"], rtol=1e-12)

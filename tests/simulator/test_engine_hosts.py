@@ -39,16 +39,18 @@ def test_version_resolution():
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_async_overlap_scales_step_and_sequence_terms_only(version):
+def test_async_scheduling_sets_the_overlap_and_leaves_the_terms(version):
+    """Async scheduling changes no host term: it gives the profile the version's overlap o (off: 0), which the step
+    time applies (:func:`simulator.cost.cost_model.step_time`)."""
     gpu_step = get_hardware("h100-sxm").cost_prior["step_overhead_s"]
     off = host_terms(ServingEngine(version=version, async_scheduling=False), gpu_step)
     on = host_terms(ServingEngine(version=version, async_scheduling=True), gpu_step)
     o = engine_version(ServingEngine(version=version)).async_overlap.value
-    assert set(HOST_TERMS) - {"front_end_serial_s", "front_end_token_s"} <= set(off) <= set(HOST_TERMS)  # optional terms
-    for t in ("step_overhead_s", "seq_overhead_s"):
-        assert on[t].value == pytest.approx((1.0 - o) * off[t].value)
-    for t in ("call_overhead_s", "front_end_serial_s"):
-        assert (t in on) == (t in off) and (t not in on or on[t].value == off[t].value)
+    terms = set(off) - {"async_overlap"}
+    assert set(HOST_TERMS) - {"front_end_serial_s", "front_end_token_s"} <= terms <= set(HOST_TERMS)  # optional terms
+    assert off["async_overlap"].value == 0.0 and on["async_overlap"].value == o
+    for t in terms:
+        assert (t in on) and on[t].value == off[t].value
     if "front_end_serial_s" in off:  # the serial part of t_call is a part of it
         assert off["front_end_serial_s"].value <= off["call_overhead_s"].value
 
@@ -86,7 +88,9 @@ def test_explicit_host_values_replace_the_catalogs():
     h = get_hardware("a100-80gb")
     p = prior_profile(h, host={"seq_overhead_s": 2e-5, "call_overhead_s": 1e-3, "async_overlap": 0.5},
                       serving_engine=ServingEngine(async_scheduling=True))
-    assert p.seq_overhead_s.value == pytest.approx(1e-5) and p.call_overhead_s.value == 1e-3
+    assert p.seq_overhead_s.value == 2e-5 and p.call_overhead_s.value == 1e-3 and p.async_overlap.value == 0.5
+    off = prior_profile(h, host={"async_overlap": 0.5}, serving_engine=ServingEngine(async_scheduling=False))
+    assert off.async_overlap.value == 0.0
 
 
 @settings(max_examples=examples(30), deadline=None)

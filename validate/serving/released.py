@@ -56,7 +56,8 @@ def validate_released(folder: Path, holdouts: list[str], out: Path, command: str
     if catalog is not None:
         fitted = fit_hosts(runs)
         write_atomic(out / "fits-all.json", json.dumps(fitted, indent=1, sort_keys=True))
-        write_catalog(fitted, catalog, f"{folder.name}/serving_benchmarks.csv via `{command}`", date or "")
+        write_catalog(fitted, catalog, f"{folder.name}/serving_benchmarks.csv via `{command}`", date or "",
+                      drop=tuple(sorted({r.version for r in runs} - set(fitted))))
         lines += ["## Fit on every run (written to the engine catalog)\n", "```", json.dumps(fitted, indent=1), "```"]
     write_atomic(out / "report.md", "\n".join(lines) + "\n")
     return head

@@ -3,11 +3,13 @@
 ``Deployment.pass_time(N, KV, A, L)`` (see :mod:`simulator.cost.cost_model`) is affine in the
 batch aggregates inside each roofline branch:
 
-    T = softmax_p(m0 (1 + j [N >= 2]) + m1 KV, c_n N + c_l L + c_a A) + r0 + r1 N + s S + o
+    G = softmax_p(m0 (1 + j [N >= 2]) + m1 KV, c_n N + c_l L + c_a A) + r1 N + og,   H = h0 + s S
+    T = step_time(G, H, a)   (G + H without async scheduling; max(G, a H) + (1 - a) H with it)
 
 with m0 = (W/TP)/(eta_mem BW), m1 = kv_bytes/(eta_kv BW), c_n = 2 P_layers/(TP eta_comp F),
 c_l = 2 V H/(TP eta_comp F), c_a = 4 L heads head_dim/(TP eta_comp F), r0 = 2 L t_ar and
-r1 = 2 L * 2 (TP-1)/TP * H b / B_link (both 0 at TP = 1), s = t_seq (host cost per sequence; S sequences), o = t_step + L t_layer. The serving
+r1 = 2 L * 2 (TP-1)/TP * H b / B_link (both 0 at TP = 1), og = L t_layer + the GEMMs' fixed costs + r0, h0 = t_step,
+s = t_seq (host cost per sequence; S sequences), a = the async overlap. The serving
 loop evaluates it millions of times, so the coefficients are computed once here; a test
 checks it equals ``Deployment.batch_forward_time`` exactly.
 """
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.cost.cost_model import ACTIVATION_BYTES, Deployment, soft_roofline
+from simulator.cost.cost_model import ACTIVATION_BYTES, Deployment, soft_roofline, step_time
 
 
 _SCALAR = (float, int, np.float64)
@@ -43,8 +45,10 @@ class PassCost:
         else:
             self.r0 = 2.0 * m.layers * c.allreduce_latency_s
             self.r1 = 2.0 * m.layers * 2.0 * (dep.tp - 1) / dep.tp * m.hidden * ACTIVATION_BYTES / h.link_bandwidth_bytes_per_s
-        self.o = dep.overhead_time + self.r0
+        self.og = dep.gpu_overhead_time + self.r0  # the GPU side's fixed costs
+        self.h0 = c.step_overhead_s  # the host side's
         self.s = c.seq_overhead_s
+        self.a = c.async_overlap
         # the memory roof is > 0 at any context (weights streamed every pass): the array path's division needs no guard
         self.positive = self.m0 > 0 and 1.0 + self.j > 0 and self.m1 >= 0
         self._fused: dict = {}  # spec_iteration_times' row coefficients, by (draft, γ, batch, verified tokens, width)
@@ -61,7 +65,7 @@ class PassCost:
         else:
             hi, lo = (mem, comp) if mem >= comp else (comp, mem)
             gpu = hi * (1.0 + (lo / hi) ** self.p) ** (1.0 / self.p) if hi > 0 else 0.0
-        return gpu + self.r1 * n + self.s * (logits if seqs is None else seqs) + self.o
+        return step_time(gpu + self.r1 * n + self.og, self.h0 + self.s * (logits if seqs is None else seqs), self.a)
 
     def times(self, n, kv, attn, logits, seqs=None) -> np.ndarray:
         """Vectorised :meth:`time` over arrays of aggregates."""
@@ -79,12 +83,12 @@ class PassCost:
             if not self.hard:
                 lo = np.minimum(mem, comp)
                 hi = hi * (1.0 + (lo / hi) ** self.p) ** (1.0 / self.p)
-            return hi + self.r1 * n + self.s * (logits if seqs is None else float(seqs)) + self.o
+            return step_time(hi + self.r1 * n + self.og, self.h0 + self.s * (logits if seqs is None else float(seqs)), self.a)
         n = np.asarray(n, dtype=float)
         mem = self.m0 * (1.0 + self.j * (n >= 2)) + self.m1 * np.asarray(kv, dtype=float)
         comp = self.c_n * n + self.c_l * np.asarray(logits, dtype=float) + self.c_a * np.asarray(attn, dtype=float)
-        return (soft_roofline(mem, comp, self.p) + self.r1 * n
-                + self.s * (logits if seqs is None else seqs) + self.o)
+        return step_time(soft_roofline(mem, comp, self.p) + self.r1 * n + self.og,
+                         self.h0 + self.s * (logits if seqs is None else np.asarray(seqs, dtype=float)), self.a)
 
     def batch(self, n: np.ndarray, c: np.ndarray, logits: np.ndarray | float | None = None) -> float:
         """= ``Deployment.batch_forward_time(n, c, logits)`` (one pass over explicit per-sequence arrays)."""
@@ -118,12 +122,13 @@ def spec_iteration_times(draft: PassCost, target: PassCost, g: int, B: float, vt
         # (pass cost, tokens, KV offset, attention = aw ctx + attention offset) per row (a chain's draft rows: = KV)
         rows = [(draft, nw, B * (i + w), w, B * w * i + B * w * (w + 1) / 2.0) for i in range(g)] \
             + [(target, n, n, vt, B * vt * (vt + 1) / 2.0)]
-        # M0, M1, C0, CA, R1, S (B sequences in every pass), O, KV offset, attention's context factor and offset
+        # M0, M1, C0, CA, R1, OG, host H (B sequences in every pass), overlap A, KV offset, attention's context
+        # factor and offset
         cols = tuple(np.array(c, dtype=float)[:, None] for c in zip(*[
-            (pc.m0 * (1.0 + pc.j * (nn >= 2)), pc.m1, pc.c_n * nn + pc.c_l * nn, pc.c_a, pc.r1 * nn,
-             pc.s * B, pc.o, off, aw, aoff) for pc, nn, off, aw, aoff in rows]))
+            (pc.m0 * (1.0 + pc.j * (nn >= 2)), pc.m1, pc.c_n * nn + pc.c_l * nn, pc.c_a, pc.r1 * nn, pc.og,
+             pc.h0 + pc.s * float(B), pc.a, off, aw, aoff) for pc, nn, off, aw, aoff in rows]))
         target._fused[key] = cols
-    M0, M1, C0, CA, R1, S, O, OFF, AW, AOFF = cols
+    M0, M1, C0, CA, R1, OG, H, A, OFF, AW, AOFF = cols
     kv = ctx + OFF
     if w == 1:
         attn = kv.copy()
@@ -136,7 +141,8 @@ def spec_iteration_times(draft: PassCost, target: PassCost, g: int, B: float, vt
     if not target.hard:
         lo = np.minimum(mem, comp)
         hi = hi * (1.0 + (lo / hi) ** target.p) ** (1.0 / target.p)
-    res = hi + R1 + S + O
+    gpu = hi + R1 + OG
+    res = gpu + H if not A.any() else np.maximum(gpu, A * H) + (1.0 - A) * H  # step_time, row by row
     t = res[0].copy()
     for r in range(1, g):
         t += res[r]
