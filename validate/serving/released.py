@@ -3,7 +3,8 @@
 Imports the table (:mod:`calibrate.fit.gpustack_import`), fits the engine host terms per version
 (:mod:`calibrate.fit.host_fit`) on all runs but the held-out group (``gpu``: leave one GPU out; ``version``: leave
 one vLLM version out), predicts the held-out runs and writes: ``heldout-<by>.csv`` (one row per run: measured,
-predicted, errors), ``summary-<by>-by-version.csv`` / ``summary-<by>-by-gpu.csv`` (median and p90 |error| and bias of
+predicted, errors), ``async-pairs-<by>.csv`` (runs differing only in async scheduling: the measured and predicted
+throughput ratios, :func:`async_pairs`), ``summary-<by>-by-version.csv`` / ``summary-<by>-by-gpu.csv`` (median and p90 |error| and bias of
 mean TPOT, median ITL, mean TTFT, output throughput; the fit uses the last three), the fits (``fits-<by>.json``), the skipped rows and ``report.md``."""
 
 from __future__ import annotations
@@ -22,6 +23,27 @@ def _md(df: pd.DataFrame) -> str:
     for r in df.itertuples(index=False):
         lines.append("| " + " | ".join(f"{x:.1f}" if isinstance(x, float) else str(x) for x in r) + " |")
     return "\n".join(lines)
+
+
+PAIR_KEYS = ("doc", "gpu", "model", "weight_dtype", "tp", "requests", "input_tokens", "concurrency")
+
+
+def async_pairs(table: pd.DataFrame) -> pd.DataFrame:
+    """Runs that differ only in ``--async-scheduling`` (same doc, GPU, model, dtype, TP, prompts; the output lengths
+    as the client counted them may differ by a few tokens; the first of each setting where a doc repeats one): what async scheduling bought, measured and predicted, as the ratio of output
+    throughputs (on / off). The pairs test the host model's form (how much of the host work the overlap hides), which
+    the per-run errors do not isolate."""
+    t = table[table.in_fit].assign(doc=table.run.str.split("#").str[0])
+    rows = []
+    for key, d in t.groupby(list(PAIR_KEYS)):
+        on, off = d[d.async_scheduling.astype(bool)], d[~d.async_scheduling.astype(bool)]
+        if on.empty or off.empty:
+            continue
+        a, b = on.iloc[0], off.iloc[0]
+        m, p = a.meas_out_tps / b.meas_out_tps, a.pred_out_tps / b.pred_out_tps
+        rows.append({**dict(zip(PAIR_KEYS, key)), "version": a.version, "batch_mean": round(float(b.batch_mean)),
+                     "measured on/off": m, "predicted on/off": p, "error": p / m - 1.0})
+    return pd.DataFrame(rows)
 
 
 def validate_released(folder: Path, holdouts: list[str], out: Path, command: str,
@@ -53,6 +75,11 @@ def validate_released(folder: Path, holdouts: list[str], out: Path, command: str
             lines += [f"Per {g}:\n", _md(s), ""]
             if g == "version":
                 head[by] = s[s[g] == "all"].iloc[0].to_dict()
+        pairs = async_pairs(table)
+        if not pairs.empty:
+            write_atomic(out / f"async-pairs-{by}.csv", pairs.to_csv(index=False))
+            lines += ["Async scheduling on / off, the same run otherwise (output throughput ratio):\n",
+                      _md(pairs.drop(columns=["doc", "requests", "concurrency"])), ""]
     if catalog is not None:
         fitted = fit_hosts(runs)
         write_atomic(out / "fits-all.json", json.dumps(fitted, indent=1, sort_keys=True))
