@@ -85,7 +85,7 @@ def write_report(folder: Path, out: dict) -> None:
          f"{eta:.3f} ± {se:.3f}.", "",
          f"ITL growth beyond the GPU model on the baseline arm, as a per-sequence cost under async scheduling: "
          f"{out['slope']['slope_effective_s'] * 1e6:.0f} us (t_seq {out['slope']['slope_seq_overhead_s'] * 1e6:.0f} us x "
-         f"(1 - o of vLLM {REF_VERSION})); the catalog's vLLM 0.30 entry does not adopt it (docs/serving-model.md).", ""]
+         f"(1 - o of vLLM {REF_VERSION}): the share exposed while the GPU paces the step); the catalog's vLLM 0.30 entry does not adopt it (docs/serving-model.md).", ""]
     for key, title in (("heldout", f"Host terms of the released-table fit (vLLM {REF_VERSION}, async on): the sweep held "
                                    "out"),
                        ("catalog", "Every parameter from the catalog (no B200 GPU fit; host terms: the catalog's vLLM "

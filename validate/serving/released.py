@@ -78,8 +78,10 @@ def validate_released(folder: Path, holdouts: list[str], out: Path, command: str
         pairs = async_pairs(table)
         if not pairs.empty:
             write_atomic(out / f"async-pairs-{by}.csv", pairs.to_csv(index=False))
-            lines += ["Async scheduling on / off, the same run otherwise (output throughput ratio):\n",
-                      _md(pairs.drop(columns=["doc", "requests", "concurrency"])), ""]
+            shown = pairs.drop(columns=["doc", "requests", "concurrency"]).assign(
+                **{c: pairs[c].map("{:.3f}".format) for c in ("measured on/off", "predicted on/off")},
+                error=(100 * pairs["error"]).map("{:+.1f}%".format))
+            lines += ["Async scheduling on / off, the same run otherwise (output throughput ratio):\n", _md(shown), ""]
     if catalog is not None:
         fitted = fit_hosts(runs)
         write_atomic(out / "fits-all.json", json.dumps(fitted, indent=1, sort_keys=True))
