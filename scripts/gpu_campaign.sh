@@ -14,6 +14,10 @@
 #   5. bash scripts/gpu_campaign.sh steps reports/gpu-campaign-h200/plan.json "$OUT"           (~40 s; torch only, no setup)
 #      engine steps under CUDA graphs (issue 31): decode batch 1-256 x context 1k-16k, verification k+1 = 2..9, a draft
 #      head; the plan and the model's predictions are made here first (specsim measure step-plan / step-predict)
+#   6. bash scripts/gpu_campaign.sh kernels reports/gpu-campaign-2-h200/plan.json "$OUT"      (~3-5 min; torch only)
+#      round two (issue 40): bf16 / FP8 GEMMs at m = 1..16k, grouped-GEMM MoE layers, device memory; plan and
+#      predictions first (specsim measure kernel-plan --hardware h200 --out reports/gpu-campaign-2-h200, committed),
+#      then here: specsim validate kernel-summary reports/gpu-campaign-2-h200 --out .../before-fit.csv
 # then here: put every returned tarball in one folder RES and run `scripts/gpu_campaign.sh analyze RES`.
 #   scripts/gpu_campaign.sh static OUT [--tiny]          # static-KV-cache + CUDA-graph bench of three architectures
 #   scripts/gpu_campaign.sh ops OUT [--tiny]             # per-layer op timings in Vidur's layout (two Vidur shapes)
@@ -40,7 +44,7 @@ failed=0
 # to it; the stages make their folders absolute first)
 py() { (cd "$ROOT" && PYTHONPATH="$ROOT" "$PY" -m "$@"); }
 absdir() { mkdir -p "$1" && (cd "$1" && pwd); }
-cmd="${1:?usage: $0 prepare | setup | static OUT [--tiny] | ops OUT [--tiny] | e2e OUT [--tiny] | steps PLAN OUT | analyze RES}"
+cmd="${1:?usage: $0 prepare | setup | static OUT [--tiny] | ops OUT [--tiny] | e2e OUT [--tiny] | steps PLAN OUT | kernels PLAN OUT | analyze RES}"
 shift
 
 case "$cmd" in
@@ -147,6 +151,11 @@ JSONL
     PLAN="${1:?usage: $0 steps PLAN OUT}"
     OUT="$(absdir "${2:?usage: $0 steps PLAN OUT}")"
     "$PY" "$ROOT/calibrate/measure/gpu_step_bench.py" "$PLAN" "$OUT"
+    ;;
+  kernels)
+    PLAN="${1:?usage: $0 kernels PLAN OUT}"
+    OUT="$(absdir "${2:?usage: $0 kernels PLAN OUT}")"
+    "$PY" "$ROOT/calibrate/measure/gpu_kernel_bench.py" "$PLAN" "$OUT"
     ;;
   analyze)
     # Here, on the CPU, after the device runs: RES holds the tarballs the stages returned. Writes RES/analysis/.

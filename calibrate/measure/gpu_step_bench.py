@@ -36,7 +36,7 @@ import sys
 import time
 
 
-def _smi(query: str) -> str | None:
+def smi(query: str) -> str | None:
     try:
         r = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"], capture_output=True,
                            text=True, timeout=20)
@@ -56,7 +56,7 @@ def provenance(torch) -> dict:
         for key, q in (("driver", "driver_version"), ("clocks_now", "clocks.sm,clocks.mem"),
                        ("clocks_max", "clocks.max.sm,clocks.max.mem"), ("power_limit", "power.limit"),
                        ("pstate", "pstate"), ("smi_name", "name")):
-            d[key] = _smi(q)
+            d[key] = smi(q)
     return d
 
 
@@ -232,7 +232,7 @@ def chip_figures(torch, dev) -> list[dict]:
     return out
 
 
-class _Records:
+class Records:
     """``run.json`` (rewritten after every change) and ``records.jsonl`` (appended, flushed per record) in ``out``."""
 
     def __init__(self, out: str, run: dict):
@@ -277,7 +277,7 @@ def _decode_attention_backend(torch, spec: dict, dev: str, dtype) -> str:
         return f"not flash: {type(e).__name__}: {str(e)[:200]}"
 
 
-def _run_points(torch, b, spec: dict, points: list, plan: dict, dev: str, model_deadline: float, recs: _Records) -> None:
+def _run_points(torch, b, spec: dict, points: list, plan: dict, dev: str, model_deadline: float, recs: Records) -> None:
     """Time every point of one model (past its deadline, or failing, a point is listed as skipped)."""
     run = recs.run
     for p in points:
@@ -290,7 +290,7 @@ def _run_points(torch, b, spec: dict, points: list, plan: dict, dev: str, model_
             fn = b.step_fn(base_op, p["batch"], p["new"], p["context"], p.get("attention", "sdpa"))
             r = time_point(torch, fn, graph=(op != "decode_eager" and dev == "cuda"),
                            repeats=plan.get("repeats", 5)) if dev == "cuda" else \
-                {"time_s": _cpu_time(fn), "times_s": [], "replays": 1}
+                {"time_s": cpu_time(fn), "times_s": [], "replays": 1}
         except Exception as e:  # noqa: BLE001 - OOM or a kernel refusal: recorded, the next point runs
             run["skipped"].append({"model": spec["name"], **p, "why": f"{type(e).__name__}: {str(e)[:200]}"})
             if dev == "cuda":
@@ -302,7 +302,7 @@ def _run_points(torch, b, spec: dict, points: list, plan: dict, dev: str, model_
               flush=True)
 
 
-def _bench_model(torch, m: dict, plan: dict, dev: str, dtype, deadline: float, recs: _Records) -> None:
+def _bench_model(torch, m: dict, plan: dict, dev: str, dtype, deadline: float, recs: Records) -> None:
     """One model of the plan: set up, check the attention kernel, time its points, free the device."""
     run = recs.run
     spec, points = m["spec"], m["points"]
@@ -332,7 +332,9 @@ def _bench_model(torch, m: dict, plan: dict, dev: str, dtype, deadline: float, r
     recs.save_run()
 
 
-def main(argv: list[str]) -> int:
+def start(argv: list[str], run: dict, max_seconds: float):
+    """A bench's start from its command line (PLAN OUT): (torch, plan, device, deadline, records with ``run``'s
+    fields and the provenance), or None where the plan needs a GPU and there is none (an error printed)."""
     import torch
 
     plan_path, out = argv[0], argv[1]
@@ -341,10 +343,18 @@ def main(argv: list[str]) -> int:
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     if dev != "cuda" and not plan.get("allow_cpu"):
         print("error: no CUDA device (the plan does not allow a CPU dry run)", file=sys.stderr)
-        return 2
-    deadline = time.monotonic() + float(plan.get("max_seconds", 420))
-    recs = _Records(out, {"provenance": provenance(torch), "plan": plan_path, "models": {}, "skipped": []})
+        return None
+    deadline = time.monotonic() + float(plan.get("max_seconds", max_seconds))
+    recs = Records(out, {"provenance": provenance(torch), "plan": plan_path, "skipped": [], **run})
     recs.save_run()
+    return torch, plan, dev, deadline, recs
+
+
+def main(argv: list[str]) -> int:
+    started = start(argv, {"models": {}}, 420)
+    if started is None:
+        return 2
+    torch, plan, dev, deadline, recs = started
     if dev == "cuda":
         try:
             from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: F401
@@ -362,7 +372,7 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _cpu_time(fn) -> float:
+def cpu_time(fn) -> float:
     t = time.perf_counter()
     fn()
     return time.perf_counter() - t

@@ -61,13 +61,10 @@ def soft_roofline(t_mem, t_comp, p: float):
     return hi * (1.0 + ratio**p) ** (1.0 / p)
 
 def step_time(gpu_side, host, overlap: float):
-    """An engine step's time from its GPU side G (the roofline, communication, per-layer fixed costs) and its host
-    side H (t_step + S t_seq: scheduling, input preparation, output processing), with async scheduling running the
-    share ``overlap`` (o) of H beside the GPU: ``max(G, o H) + (1 - o) H``; o = 0 (no async scheduling): ``G + H``.
-    The overlapped host work is hidden while the GPU is the slower side and paces the engine when the host is (a
-    batch of hundreds of sequences), so async scheduling at most halves a step. The one place this rule lives:
-    :meth:`Deployment.pass_breakdown` and the serving loop's pre-multiplied passes
-    (:mod:`simulator.engines.serving.pass_cost`) call it."""
+    """A step's time from its GPU side G (roofline, communication, per-layer fixed costs) and host side H (t_step +
+    S t_seq), async scheduling running the share ``overlap`` o of H beside the GPU: ``max(G, o H) + (1 - o) H``; o = 0
+    (no async scheduling): ``G + H``. The one place this rule lives (the pass breakdown and the serving loop's
+    pre-multiplied passes call it): hidden while the GPU is the slower side, pacing the engine when the host is."""
     if overlap <= 0.0:
         return gpu_side + host
     if type(gpu_side) is float and type(host) is float:
@@ -76,8 +73,7 @@ def step_time(gpu_side, host, overlap: float):
 
 
 def _host_parts(gpu_side, step, sequences, overlap: float) -> tuple:
-    """(total, exposed t_step, exposed S t_seq): :func:`step_time`, its host side's exposed time split between the
-    step's and the sequences' shares (all of each at o = 0)."""
+    """(total, exposed t_step, exposed S t_seq): :func:`step_time`, the exposed host time split pro rata."""
     host = step + sequences
     total = step_time(gpu_side, host, overlap)
     if overlap <= 0.0:

@@ -325,6 +325,69 @@ def step_predict_cmd(
     typer.echo(f"{len(df)} points predicted with {df.attrs['profile']} -> {out}")
 
 
+@writes(out="folder")
+def kernel_plan_cmd(
+    hardware: str = typer.Option(..., help="catalog hardware whose priors predict, e.g. h200"),
+    out: Path = typer.Option(..., help="folder for plan.json and predicted-before-fit.csv"),
+    tiny: bool = typer.Option(False, "--tiny", help="small shapes a CPU dry run times in seconds (the plan allows it)"),
+    date: Optional[str] = typer.Option(None, help="date recorded in the plan (default: today, UTC)"),
+) -> None:
+    """The round-two kernel campaign's plan (bf16 / FP8 GEMMs, grouped-GEMM MoE, memory) and the model's prediction
+    of every point, written before the device call; the device runs calibrate/measure/gpu_kernel_bench.py on it.
+
+    Example: specsim measure kernel-plan --hardware h200 --out reports/gpu-campaign-2-h200"""
+    import datetime as dt
+    import json
+
+    from calibrate.gpu_priors.kernel_plan import make_plan, predict
+    from simulator.catalog import get_hardware
+    from simulator.inputs.loading import write_atomic
+
+    get_hardware(hardware)  # an unknown name: the catalog's error
+    plan = make_plan(tiny=tiny)
+    plan["predicted"] = {"hardware": hardware, "date": date or dt.datetime.now(dt.timezone.utc).date().isoformat(),
+                         "source": "catalog priors (prior_profile), quantised GEMM kinds, MoE terms; "
+                                   "calibrate/gpu_priors/kernel_plan.py"}
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / "plan.json", json.dumps(plan, indent=1))
+    df = predict(plan, hardware)
+    write_atomic(out / "predicted-before-fit.csv", df.to_csv(index=False, float_format="%.6g"))
+    typer.echo(f"{len(df)} points planned and predicted for {hardware} -> {out}")
+
+
+@writes(out="csv")
+def kernel_summary_cmd(
+    folder: Path = typer.Argument(..., help="a kernel campaign folder: predicted-before-fit.csv and run folders "
+                                  "(records.jsonl) under it"),
+    out: Path = typer.Option(..., help="CSV of every measured point beside its prediction"),
+) -> None:
+    """The round-two kernel campaign's points measured against the predictions committed before the device call:
+    per op, median and p90 |error| and the median signed error.
+
+    Example: specsim validate kernel-summary reports/gpu-campaign-2-h200 --out reports/gpu-campaign-2-h200/before-fit.csv"""
+    import json
+
+    import pandas as pd
+
+    from calibrate.gpu_priors.kernel_plan import compare, summary
+    from simulator.errors import InputError
+    from simulator.inputs.loading import write_atomic
+
+    pred = folder / "predicted-before-fit.csv"
+    if not pred.is_file():
+        raise InputError(str(pred), None, "no predictions (specsim measure kernel-plan writes them before the run)")
+    recs = []
+    for f in sorted(folder.rglob("records.jsonl")):
+        for i, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
+            try:
+                recs.append(json.loads(line))
+            except json.JSONDecodeError:
+                raise InputError(str(f), f"line {i}", "expected one JSON record per line") from None
+    t = compare(pd.read_csv(pred), recs)
+    write_atomic(out, t.to_csv(index=False, float_format="%.6g"))
+    typer.echo(summary(t).to_string(index=False, float_format=lambda x: f"{x:.3f}") if len(t) else "no measured points")
+
+
 def step_summary_cmd(
     folders: list[Path] = typer.Argument(..., help="campaign folders (run-*/ records, predicted-before-fit.csv)"),
     heldout: Optional[Path] = typer.Option(None, help="the engine fit's heldout.csv (after-fit rows for this GPU)"),

@@ -2,7 +2,7 @@
 microbenchmarks, the GPU step campaign's plan, the studies on real small models)."""
 
 HELP = "Run the real systems and engines: runs, serving ladders, microbenchmarks, studies on real small models."
-# new name -> (its function, "module:function" under specsim_cli.commands; its former name, a hidden alias)
+# new name -> (its function, "module:function" under specsim_cli.commands; its former name, a hidden alias, or None)
 COMMANDS = {
     "prepare-models": ("runs:prepare_models_cmd", "calibrate prepare-models"),
     "cut-draft": ("runs:cut_draft_cmd", "calibrate cut-draft"),
@@ -19,6 +19,7 @@ COMMANDS = {
     "burst-probe": ("serving:burst_probe", "calibrate burst-probe"),
     "step-plan": ("gpu:step_plan_cmd", "calibrate gpu step-plan"),
     "step-predict": ("gpu:step_predict_cmd", "calibrate gpu step-predict"),
+    "kernel-plan": ("gpu:kernel_plan_cmd", None),
 }
 # sub-groups: name -> (help, a table as COMMANDS)
 GROUPS = {

@@ -26,10 +26,12 @@ def former_names() -> dict[tuple[str, ...], tuple[str, ...]]:
     out = {}
     for group, module in TASKS:
         for new, (_, old) in module.COMMANDS.items():
-            out[tuple(old.split())] = (group, new)
+            if old:  # None: a command added after the reorganisation, with no former name
+                out[tuple(old.split())] = (group, new)
         for sub, (_, table) in getattr(module, "GROUPS", {}).items():
             for new, (_, old) in table.items():
-                out[tuple(old.split())] = (group, sub, new)
+                if old:
+                    out[tuple(old.split())] = (group, sub, new)
     return out
 
 

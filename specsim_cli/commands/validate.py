@@ -15,6 +15,7 @@ COMMANDS = {
     "mixture": ("checks:validate_mixture_cmd", "calibrate validate-mixture"),
     "kernels": ("checks:validate_kernels_cmd", "calibrate gpu validate-kernels"),
     "step-summary": ("gpu:step_summary_cmd", "calibrate gpu step-summary"),
+    "kernel-summary": ("gpu:kernel_summary_cmd", None),
     "priors": ("gpu:check_priors_cmd", "calibrate gpu check-priors"),
     "spec-sweep": ("gpu:spec_sweep_cmd", "calibrate gpu spec-sweep"),
     "trace": ("runs:check_trace_cmd", "calibrate check-trace"),

@@ -15,7 +15,8 @@ from specsim_cli.main import command_tree, main
 
 ROOT = Path(__file__).resolve().parents[2]
 # run outside the specsim tree: vLLM's own CLI in a subprocess; a script copied alone to a GPU machine with only torch
-STANDALONE = {"calibrate/measure/vllm_cli.py", "calibrate/measure/gpu_step_bench.py"}
+STANDALONE = {"calibrate/measure/vllm_cli.py", "calibrate/measure/gpu_step_bench.py",
+              "calibrate/measure/gpu_kernel_bench.py"}
 # the commands that replaced the python -m entry points (issue 29)
 CONVERTED = ["fit workload-traces", "import specreason", "fit accuracy",
              "fit published-priors", "fit engine", "fit moe",

@@ -1,0 +1,67 @@
+"""The round-two kernel campaign's plan, predictions and bench (calibrate/gpu_priors/kernel_plan.py,
+calibrate/measure/gpu_kernel_bench.py): the plan's laws, and a CPU dry run of the bench end to end."""
+
+import json
+
+import numpy as np
+import pytest
+
+from calibrate.gpu_priors.kernel_plan import compare, make_plan, predict, summary
+from simulator.catalog import get_hardware
+
+
+def test_plan_covers_every_op_once_per_point():
+    plan = make_plan()
+    ids = [p["id"] for p in plan["points"]]
+    assert ids == list(range(len(ids)))
+    assert {p["op"] for p in plan["points"]} == {"gemm", "gemm_fp8", "grouped", "memory"}
+    assert not plan["allow_cpu"] and make_plan(tiny=True)["allow_cpu"]
+    assert {p.get("scales") for p in plan["points"] if p["op"] == "gemm_fp8"} == {"tensor", "rowwise"}
+
+
+@pytest.mark.parametrize("gpu", ["h100-sxm", "h200"])
+def test_predictions_are_physical(gpu):
+    """Every timed point gets a finite positive time; a GEMM's time never falls as its tokens grow, and never beats
+    the datasheet (bytes at full bandwidth, FLOPs at the kind's peak); memory: the driver's figure."""
+    d = predict(make_plan(), gpu)
+    timed = d[d.op != "memory"]
+    assert np.isfinite(timed.predicted_s).all() and (timed.predicted_s > 0).all()
+    hw = get_hardware(gpu)
+    for _, g in timed[timed.op.str.startswith("gemm")].groupby(["op", "model", "linear", "scales"], dropna=False):
+        t = g.sort_values("m").predicted_s.to_numpy()
+        assert (np.diff(t) >= -1e-15).all()
+    g = timed[timed.op == "gemm"]
+    floor = np.maximum(2.0 * g.n * g.k / hw.memory_bandwidth_bytes_per_s, 2.0 * g.m * g.n * g.k / hw.dense_bf16_flops_per_s)
+    assert (g.predicted_s >= floor).all()
+    for _, g in timed[timed.op == "grouped"].groupby("model"):
+        assert (np.diff(g.sort_values("tokens").predicted_s.to_numpy()) >= -1e-15).all()
+    assert d[d.op == "memory"].predicted_total_bytes.iloc[0] == hw.reported_memory_bytes
+
+
+def test_cpu_dry_run_end_to_end(tmp_path):
+    """The bench on the tiny plan (CPU, one call per point) writes a record per point, which compare() pairs with
+    its prediction."""
+    pytest.importorskip("torch")
+    from calibrate.measure.gpu_kernel_bench import main
+
+    plan = make_plan(tiny=True)
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    assert main([str(tmp_path / "plan.json"), str(tmp_path / "run")]) == 0
+    recs = [json.loads(x) for x in (tmp_path / "run" / "records.jsonl").read_text().splitlines()]
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert len(recs) + len(run["skipped"]) == len(plan["points"]) and "finished_utc" in run
+    assert all(r["op"] != "grouped" or r["impl"] in ("loop", "grouped_mm") for r in recs)
+    t = compare(predict(plan, "h200"), recs)
+    assert len(t) == len(recs) and t.measured_s.gt(0).all()
+    s = summary(t)
+    assert s.points.sum() == len(t)
+
+
+def test_a_plan_without_cpu_refuses_to_run_on_cpu(tmp_path):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    from calibrate.measure.gpu_kernel_bench import main
+
+    (tmp_path / "plan.json").write_text(json.dumps(make_plan()))
+    assert main([str(tmp_path / "plan.json"), str(tmp_path / "run")]) == 2
