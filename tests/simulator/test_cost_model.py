@@ -141,11 +141,12 @@ def test_cost_tables_prefill_applies_block_caching_vectorised(workload):
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
 from simulator.cost.cost_model import step_time  # noqa: E402
+from tests.conftest import examples  # noqa: E402
 
 _t = st.floats(1e-6, 1.0)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(g=_t, h=_t, o=st.floats(0.0, 1.0))
 def test_async_overlap_bounds(g, h, o):
     """Async scheduling hides at most the host side and at most half the step: max(G, H) <= T <= G + H, T
