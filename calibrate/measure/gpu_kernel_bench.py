@@ -26,13 +26,20 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import sys
 import time
 
-try:  # run as a script (the device): this folder is on sys.path; imported (tests): the package
-    from gpu_step_bench import cpu_time, smi, start, time_point
-except ImportError:  # pragma: no cover - the package path
+try:  # imported (tests, tools): the package
     from calibrate.measure.gpu_step_bench import cpu_time, smi, start, time_point
+except ImportError:  # run as a script on the device (torch only, the project not importable): the sibling file
+    import importlib.util as _util
+
+    _spec = _util.spec_from_file_location(
+        "gpu_step_bench", os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_step_bench.py"))
+    _step = _util.module_from_spec(_spec)
+    _spec.loader.exec_module(_step)
+    cpu_time, smi, start, time_point = _step.cpu_time, _step.smi, _step.start, _step.time_point
 
 
 def _gemm_fn(torch, p: dict, dev: str):
