@@ -60,6 +60,7 @@ def soft_roofline(t_mem, t_comp, p: float):
     ratio = np.divide(lo, hi, out=np.zeros_like(hi), where=hi > 0)
     return hi * (1.0 + ratio**p) ** (1.0 / p)
 
+
 def step_time(gpu_side, host, overlap: float):
     """A step's time from its GPU side G (roofline, communication, per-layer fixed costs) and host side H (t_step +
     S t_seq), async scheduling running the share ``overlap`` o of H beside the GPU: ``max(G, o H) + (1 - o) H``; o = 0
