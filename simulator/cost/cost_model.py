@@ -62,10 +62,9 @@ def soft_roofline(t_mem, t_comp, p: float):
 
 
 def step_time(gpu_side, host, overlap: float):
-    """A step's time from its GPU side G (roofline, communication, per-layer fixed costs) and host side H (t_step +
-    S t_seq), async scheduling running the share ``overlap`` o of H beside the GPU: ``max(G, o H) + (1 - o) H``; o = 0
-    (no async scheduling): ``G + H``. The one place this rule lives (the pass breakdown and the serving loop's
-    pre-multiplied passes call it): hidden while the GPU is the slower side, pacing the engine when the host is."""
+    """A step from its GPU side G (roofline, communication, per-layer costs) and host side H (t_step + S t_seq) with
+    async scheduling running the share o of H beside the GPU: ``max(G, o H) + (1 - o) H`` (o = 0: ``G + H``). The one
+    place this rule lives (pass breakdown, serving loop); hidden while the GPU is slower, pacing it when the host is."""
     if overlap <= 0.0:
         return gpu_side + host
     if type(gpu_side) is float and type(host) is float:
