@@ -37,7 +37,7 @@ def _speedup_rows(cfg: dict, m: DraftHeadMeasurements) -> list[dict]:
             if d == "ngram":  # one lookup per iteration, not per drafted token
                 c = c / g
             ver = [s for r in rs for k, s in r["verify_s"] if k == g]
-            v = statistics.median(ver) / dec
+            v = statistics.median(ver) / dec if ver else 1.0  # none timed at this gamma: one decode, as run.py takes it
             a_g = np.array(acc[d]["per_gamma"][g]["a"])
             rows.append({"draft": d, "gamma": g, "measured": speed, "measured_cpu": speed_cpu, "c": c, "v": v,
                          "E_replay": acc[d]["per_gamma"][g]["E"],
