@@ -281,9 +281,12 @@ def stop_children() -> None:
     itself) is stopped, so no worker outlives the command."""
     import multiprocessing
 
-    from simulator.studies.capacity.parallel import stop_processes
+    children = multiprocessing.active_children()
+    if not children:  # nothing to stop; importing now could meet a module the interrupt left half imported
+        return
+    from simulator.studies.capacity.parallel import stop_processes  # imported already: it started the children
 
-    stop_processes(multiprocessing.active_children())
+    stop_processes(children)
 
 
 def main(argv: list[str] | None = None) -> int:
