@@ -47,6 +47,11 @@ MIN_MODELS = 2  # models a version's fitted runs must cover for it to get terms 
 LOSS_SCALE = 0.3  # soft-L1 scale of the log errors: beyond ~30% a run's pull grows linearly, not quadratically
 
 
+def version_key(version: str) -> tuple[int, ...]:
+    """A dotted version as numbers, for ordering ("0.10" after "0.9")."""
+    return tuple(int(x) for x in version.split("."))
+
+
 def in_fit(run: ReleasedRun) -> bool:
     return run.output_tokens >= MIN_FIT_OUTPUT
 
@@ -57,9 +62,9 @@ def nearest(version: str, fitted: dict[str, dict]) -> dict | None:
         return fitted[version]
     if not fitted:
         return None
-    key = lambda v: tuple(int(x) for x in v.split("."))  # noqa: E731
-    want = key(version)
-    best = min(fitted, key=lambda v: (abs(key(v)[1] - want[1]) if key(v)[0] == want[0] else 1e9, key(v)))
+    want = version_key(version)
+    best = min(fitted, key=lambda v: (abs(version_key(v)[1] - want[1]) if version_key(v)[0] == want[0] else 1e9,
+                                      version_key(v)))
     return fitted[best]
 
 
@@ -161,7 +166,7 @@ def fit_hosts(runs: list[ReleasedRun]) -> dict[str, dict]:
     the newest version (``pooled`` lists the versions it pooled)."""
     by = {v: rs for v, rs in supported_versions(runs).items() if rs}
     if not by and runs:
-        versions = sorted({r.version for r in runs}, key=lambda v: tuple(int(x) for x in v.split(".")))
+        versions = sorted({r.version for r in runs}, key=version_key)
         by = {versions[-1]: list(runs)}
         pooled = versions
     else:
@@ -176,7 +181,7 @@ def fit_hosts(runs: list[ReleasedRun]) -> dict[str, dict]:
     if pooled:
         for f in out.values():
             f["pooled"] = pooled
-    return transfer_overlap(dict(sorted(out.items(), key=lambda kv: tuple(int(x) for x in kv[0].split(".")))))
+    return transfer_overlap(dict(sorted(out.items(), key=lambda kv: version_key(kv[0]))))
 
 
 def supported_versions(runs: list[ReleasedRun]) -> dict[str, list[ReleasedRun]]:
@@ -274,7 +279,7 @@ def put_versions(path, entries: list[dict], provenance: dict | None = None, drop
     raw = read_yaml(path)
     names = {e["version"] for e in entries} | set(drop)
     keep = [e for e in raw["engines"].get("vllm", []) if e["version"] not in names]
-    raw["engines"]["vllm"] = sorted(keep + entries, key=lambda e: tuple(int(x) for x in e["version"].split(".")))
+    raw["engines"]["vllm"] = sorted(keep + entries, key=lambda e: version_key(e["version"]))
     if provenance is not None:
         raw["provenance"] = provenance
     head = "".join(line for line in open(path) if line.startswith("#"))

@@ -81,12 +81,12 @@ def _gemm_predictions(d: pd.DataFrame, gpu: str) -> np.ndarray:
         sel = (d["op"] == ("gemm" if dtype == "bf16" else "gemm_fp8")).to_numpy()
         if not sel.any():
             continue
-        name, kind = gemm_kind(dtype, hw)
+        _, kind = gemm_kind(dtype, hw)
         peak = kind.peak
         em = c.mem_efficiency * kind.mem_ratio.value
         ec = c.compute_efficiency * kind.compute_ratio.value
         t0 = kind.gemm_overhead_s.value + c.layer_overhead_s / KERNELS_PER_LAYER
-        out[sel] = kernel_time(d[sel], gpu, bytes_w if name != "w8a16-fp8" else 1.0, peak, em, ec, t0)
+        out[sel] = kernel_time(d[sel], gpu, bytes_w, peak, em, ec, t0)
     return out
 
 
@@ -126,6 +126,19 @@ def predict(plan: dict, gpu: str) -> pd.DataFrame:
     if (d["op"] == "memory").any():
         d.loc[d["op"] == "memory", "predicted_total_bytes"] = float(get_hardware(gpu).reported_memory_bytes)
     return d
+
+
+def read_records(folder) -> list[dict]:
+    """Every record of the run folders under ``folder`` (``*/records.jsonl``, any depth); a bad line is an
+    InputError naming its file and line (:func:`simulator.inputs.loading.iter_jsonl`)."""
+    from pathlib import Path
+
+    from simulator.inputs.loading import iter_jsonl
+
+    out = []
+    for f in sorted(Path(folder).rglob("records.jsonl")):
+        out += [r for _, r in iter_jsonl(f.read_text(encoding="utf-8").splitlines(), str(f))]
+    return out
 
 
 def compare(predicted: pd.DataFrame, records: list[dict]) -> pd.DataFrame:

@@ -365,25 +365,16 @@ def kernel_summary_cmd(
     per op, median and p90 |error| and the median signed error.
 
     Example: specsim validate kernel-summary reports/gpu-campaign-2-h200 --out reports/gpu-campaign-2-h200/before-fit.csv"""
-    import json
-
     import pandas as pd
 
-    from calibrate.gpu_priors.kernel_plan import compare, summary
+    from calibrate.gpu_priors.kernel_plan import compare, read_records, summary
     from simulator.errors import InputError
     from simulator.inputs.loading import write_atomic
 
     pred = folder / "predicted-before-fit.csv"
     if not pred.is_file():
         raise InputError(str(pred), None, "no predictions (specsim measure kernel-plan writes them before the run)")
-    recs = []
-    for f in sorted(folder.rglob("records.jsonl")):
-        for i, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
-            try:
-                recs.append(json.loads(line))
-            except json.JSONDecodeError:
-                raise InputError(str(f), f"line {i}", "expected one JSON record per line") from None
-    t = compare(pd.read_csv(pred), recs)
+    t = compare(pd.read_csv(pred), read_records(folder))
     write_atomic(out, t.to_csv(index=False, float_format="%.6g"))
     typer.echo(summary(t).to_string(index=False, float_format=lambda x: f"{x:.3f}") if len(t) else "no measured points")
 

@@ -65,3 +65,16 @@ def test_a_plan_without_cpu_refuses_to_run_on_cpu(tmp_path):
 
     (tmp_path / "plan.json").write_text(json.dumps(make_plan()))
     assert main([str(tmp_path / "plan.json"), str(tmp_path / "run")]) == 2
+
+
+def test_a_broken_records_line_is_a_located_input_error(tmp_path):
+    from calibrate.gpu_priors.kernel_plan import read_records
+    from simulator.errors import InputError
+
+    run = tmp_path / "run-1"
+    run.mkdir()
+    (run / "records.jsonl").write_text('{"id": 0, "op": "gemm", "time_s": 1e-5}\n{"id": 1, "op"\n')
+    with pytest.raises(InputError, match="records.jsonl:2"):
+        read_records(tmp_path)
+    (run / "records.jsonl").write_text('{"id": 0, "op": "gemm", "time_s": 1e-5}\n')
+    assert read_records(tmp_path) == [{"id": 0, "op": "gemm", "time_s": 1e-5}]

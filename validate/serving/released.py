@@ -4,8 +4,8 @@ Imports the table (:mod:`calibrate.fit.gpustack_import`), fits the engine host t
 (:mod:`calibrate.fit.host_fit`) on all runs but the held-out group (``gpu``: leave one GPU out; ``version``: leave
 one vLLM version out), predicts the held-out runs and writes: ``heldout-<by>.csv`` (one row per run: measured,
 predicted, errors), ``async-pairs-<by>.csv`` (runs differing only in async scheduling: the measured and predicted
-throughput ratios, :func:`async_pairs`), ``summary-<by>-by-version.csv`` / ``summary-<by>-by-gpu.csv`` (median and p90 |error| and bias of
-mean TPOT, median ITL, mean TTFT, output throughput; the fit uses the last three), the fits (``fits-<by>.json``), the skipped rows and ``report.md``."""
+throughput ratios, :func:`async_pairs`), ``summary-<by>-by-version.csv`` / ``summary-<by>-by-gpu.csv`` (median and
+p90 |error| and bias of mean TPOT, median ITL, mean TTFT, output throughput; the fit uses the last three), the fits (``fits-<by>.json``), the skipped rows and ``report.md``."""
 
 from __future__ import annotations
 
@@ -30,9 +30,9 @@ PAIR_KEYS = ("doc", "gpu", "model", "weight_dtype", "tp", "requests", "input_tok
 
 def async_pairs(table: pd.DataFrame) -> pd.DataFrame:
     """Runs that differ only in ``--async-scheduling`` (same doc, GPU, model, dtype, TP, prompts; the output lengths
-    as the client counted them may differ by a few tokens; the first of each setting where a doc repeats one): what async scheduling bought, measured and predicted, as the ratio of output
-    throughputs (on / off). The pairs test the host model's form (how much of the host work the overlap hides), which
-    the per-run errors do not isolate."""
+    as the client counted them may differ by a few tokens; the first of each setting where a doc repeats one): what
+    async scheduling bought, measured and predicted, as the ratio of output throughputs (on / off). The pairs test the
+    host model's form (how much of the host work the overlap hides), which the per-run errors do not isolate."""
     t = table[table.in_fit].assign(doc=table.run.str.split("#").str[0])
     rows = []
     for key, d in t.groupby(list(PAIR_KEYS)):
