@@ -65,7 +65,7 @@ def step_time(gpu_side, host, overlap: float):
     """A step from its GPU side G (roofline, communication, per-layer costs) and host side H (t_step + S t_seq) with
     async scheduling running the share o of H beside the GPU: ``max(G, o H) + (1 - o) H`` (o = 0: ``G + H``). The one
     place this rule lives (pass breakdown, serving loop); hidden while the GPU is slower, pacing it when the host is."""
-    if overlap <= 0.0:
+    if not (overlap > 0.0 if type(overlap) is float else np.any(overlap)):  # o: a float, or an array (one per row)
         return gpu_side + host
     if type(gpu_side) is float and type(host) is float:
         return max(gpu_side, overlap * host) + (1.0 - overlap) * host

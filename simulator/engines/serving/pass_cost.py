@@ -142,7 +142,7 @@ def spec_iteration_times(draft: PassCost, target: PassCost, g: int, B: float, vt
         lo = np.minimum(mem, comp)
         hi = hi * (1.0 + (lo / hi) ** target.p) ** (1.0 / target.p)
     gpu = hi + R1 + OG
-    res = gpu + H if not A.any() else np.maximum(gpu, A * H) + (1.0 - A) * H  # step_time, row by row
+    res = step_time(gpu, H, A)  # row by row: each pass's own overlap (a draft pass: 0)
     t = res[0].copy()
     for r in range(1, g):
         t += res[r]
