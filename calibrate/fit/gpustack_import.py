@@ -24,7 +24,7 @@ from simulator.errors import InputError
 
 GPUSTACK = shared("engine-measurements", "gpustack-performance-lab")
 TABLE = "serving_benchmarks.csv"
-COLUMNS = ("file", "hardware", "engine_versions", "section", "serve_cmd", "max_concurrency", "requests", "in_tok",
+COLUMNS = ("file", "hardware", "engine_versions", "section", "serve_cmd", "block_comment", "max_concurrency", "requests", "in_tok",
            "out_tok", "duration_s", "out_tps", "mean_ttft_ms", "median_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
            "mean_itl_ms", "median_itl_ms")
 # served model id (lower case, quantisation suffix removed) -> catalog model
@@ -64,6 +64,7 @@ class ReleasedRun:
     input_tokens: int
     output_tokens: int
     concurrency: int | None  # None: a burst (every request at once)
+    dataset: str  # "sharegpt" (prompts and replies of varied length: :func:`dataset_of`) or "random" (fixed lengths)
     measured: dict  # out_tps, mean_ttft_ms, median_ttft_ms, mean_tpot_ms, median_tpot_ms, mean_itl_ms, median_itl_ms,
     # duration_s
 
@@ -80,6 +81,25 @@ def _option(args: list[str], *names: str) -> str | None:
             if a.startswith(n + "="):
                 return a.split("=", 1)[1]
     return None
+
+
+def dataset_of(comment, input_per_request: float, output_per_request: float) -> str:
+    """Which `vllm bench serve` dataset a row ran, which the table does not say (the doc's benchmark command does):
+    "sharegpt" when the comment above the block says so, "random" when it names a random input length; otherwise
+    ShareGPT when the per-request mean prompt is no round length (vLLM's random dataset asks for exact token counts,
+    so its means sit at 128, 2000, 4000, ...; ShareGPT's depend on the tokenizer: 214-219 here) and both means fit
+    vLLM's ShareGPT filter (:data:`SHAREGPT_MAX_PROMPT`, :data:`SHAREGPT_MAX_TOTAL`)."""
+    from simulator.engines.serving.bench_workload import SHAREGPT_MAX_PROMPT, SHAREGPT_MAX_TOTAL
+
+    text = str(comment).lower() if isinstance(comment, str) else ""
+    if "sharegpt" in text:
+        return "sharegpt"
+    if re.search(r"random \d+k? input", text):
+        return "random"
+    rounds = [128 * 2**k for k in range(12)] + [1000 * k for k in range(1, 129)]
+    is_round = any(abs(input_per_request - r) <= 0.02 * r for r in rounds)
+    fits = input_per_request <= SHAREGPT_MAX_PROMPT and input_per_request + output_per_request <= SHAREGPT_MAX_TOTAL
+    return "sharegpt" if fits and not is_round else "random"
 
 
 def _version(text: str) -> str | None:
@@ -140,7 +160,8 @@ def _parse(i: int, r) -> ReleasedRun | str:
         gpu_memory_utilization=float(_option(args, "--gpu-memory-utilization") or DEFAULT_GPU_MEMORY_UTILIZATION),
         async_scheduling="--async-scheduling" in args, requests=n,
         input_tokens=max(1, round(float(r.in_tok) / n)), output_tokens=max(1, round(float(r.out_tok) / n)),
-        concurrency=conc, measured=measured)
+        concurrency=conc, dataset=dataset_of(r.block_comment, float(r.in_tok) / n, float(r.out_tok) / n),
+        measured=measured)
 
 
 def released_runs(folder: Path | str = GPUSTACK) -> tuple[list[ReleasedRun], Counter]:

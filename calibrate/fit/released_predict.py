@@ -1,7 +1,7 @@
 """Released `vllm bench serve` results (:mod:`calibrate.fit.gpustack_import`) predicted by the serving simulator.
 
-Each run becomes one base-engine call per request (the random dataset's fixed input length; the mean output length:
-the table holds totals), all at once (a burst) or from N closed-loop users, on a replica with the run's GPU, TP /
+Each run becomes one base-engine call per request (:func:`run_workload`: the random dataset's fixed lengths, or
+ShareGPT's spread of prompt and reply lengths at the run's means -- the table holds totals), all at once (a burst) or from N closed-loop users, on a replica with the run's GPU, TP /
 EP, dtypes, ``max_num_batched_tokens``, ``max_num_seqs``, ``gpu_memory_utilization`` as the KV share, and one API
 server process paying each request's host cost in turn (``front_end: serial``). The host terms (per step, per
 sequence, per request, async overlap) come from the engine catalog (:mod:`simulator.catalog.engine_hosts`) for the
@@ -47,12 +47,28 @@ def run_params(run: ReleasedRun, host: dict | None = None):
     return hw, prior_profile(hw, serving_engine=eng, host=host).params(hw)
 
 
-def predict_released(run: ReleasedRun, host: dict | None = None, max_requests: int | None = None) -> dict:
+def run_workload(run: ReleasedRun, sharegpt_sigma: float | None = None):
+    """The requests of ``run`` as a serving workload: ShareGPT runs (:func:`calibrate.fit.gpustack_import.dataset_of`)
+    get vLLM's ShareGPT lengths at the run's measured per-request means (the replies' mean is what the model wrote,
+    early ends included; spread ``sharegpt_sigma``, default the assumed one), random-dataset runs the fixed means."""
+    from simulator.engines.serving.bench_workload import SHAREGPT_SIGMA, Lengths, ServingWorkload, sharegpt_lengths
+
+    if run.dataset == "sharegpt":
+        li, lo = sharegpt_lengths(run.input_tokens, run.output_tokens,
+                                  SHAREGPT_SIGMA if sharegpt_sigma is None else sharegpt_sigma)
+    else:
+        li, lo = Lengths(kind="fixed", tokens=run.input_tokens), Lengths(kind="fixed", tokens=run.output_tokens)
+    return ServingWorkload(input_tokens=li, output_tokens=lo, num_prompts=run.requests,
+                           max_concurrency=run.concurrency, source=run.key)
+
+
+def predict_released(run: ReleasedRun, host: dict | None = None, max_requests: int | None = None,
+                     sharegpt_sigma: float | None = None) -> dict:
     """Predicted figures of ``run`` (``tpot_ms``, ``ttft_ms``, ``out_tps``; ``batch_mean``: sequences per step).
-    ``max_requests``: simulate the first that many of a burst only (the burst's tail is the same queue; stated)."""
+    ``max_requests``: simulate the first that many of a burst only (the burst's tail is the same queue; stated);
+    ``sharegpt_sigma``: another spread of ShareGPT's lengths (:func:`run_workload`)."""
     from simulator.catalog import get_model
     from simulator.cost.execution import Execution
-    from simulator.engines.request_model import BASE, Call, RequestPlan
     from simulator.engines.serving.arrivals import ClosedLoopUsers, ReplayArrivals
     from simulator.engines.serving.metrics import itl_summary
     from simulator.engines.serving.replica import simulate_serving
@@ -63,13 +79,13 @@ def predict_released(run: ReleasedRun, host: dict | None = None, max_requests: i
     m = get_model(run.model).with_dtypes(run.weight_dtype, run.kv_dtype)
     setup = Setup(hw, run.tp, {"base": m, "small": m, "draft": m}, ep={"base": run.ep})
     n = run.requests if max_requests is None else min(run.requests, max_requests)
-    plans = [RequestPlan([Call(BASE, run.input_tokens, 0, run.output_tokens)], run.output_tokens,
-                         run.output_tokens, 1, 0, "length") for _ in range(n)]
+    plans, _, _ = run_workload(run, sharegpt_sigma).plans(n, seed=0)
     arrivals = (ReplayArrivals((0.0,) * n, "burst") if run.concurrency is None
                 else ClosedLoopUsers(run.concurrency, 0.0))
     execution = Execution(max_num_batched_tokens=run.max_num_batched_tokens, max_num_seqs=run.max_num_seqs,
                           front_end="serial")
-    res = simulate_serving(SystemConfig(system="vanilla-base"), setup.deployments(params), _workload(max(run.output_tokens, 64)), arrivals, n,
+    max_out = max(max(p.calls[0].out_tokens for p in plans), 64)
+    res = simulate_serving(SystemConfig(system="vanilla-base"), setup.deployments(params), _workload(max_out), arrivals, n,
                            seed=0, memory_fraction=(SMALL_SHARE, run.gpu_memory_utilization), plans=plans,
                            execution=execution)
     r = res.requests

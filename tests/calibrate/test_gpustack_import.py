@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from calibrate.fit.gpustack_import import COLUMNS, GPUSTACK, TABLE, released_runs
+from calibrate.fit.gpustack_import import COLUMNS, GPUSTACK, TABLE, dataset_of, released_runs
 from calibrate.fit.host_fit import nearest, summary
 from simulator.errors import InputError
 
@@ -38,6 +38,38 @@ def test_row_parsing(tmp_path):
     assert (b.max_num_batched_tokens, b.max_num_seqs, b.gpu_memory_utilization, b.concurrency) == (8192, 1024, 0.9, 4)
 
 
+@pytest.mark.parametrize("comment, i, o, want", [
+    ("# ShareGPT batch size 4", 229.0, 214.0, "sharegpt"),  # the comment says so
+    ("# random 4K input", 3995.1, 104.6, "random"),  # ... or names a random length
+    (None, 217.4, 201.4, "sharegpt"),  # no round prompt length, inside ShareGPT's filter
+    ("# Benchmark on random dataset (fixed seed)", 216.4, 197.0, "sharegpt"),  # a stale comment; the lengths decide
+    (None, 127.7, 4.0, "random"), (None, 2000.0, 100.0, "random"), (None, 1009.9, 2000.0, "random"),
+    (None, 342.1, 1900.0, "random"),  # beyond ShareGPT's 2048-token filter
+])
+def test_dataset_of(comment, i, o, want):
+    assert dataset_of(comment, i, o) == want
+
+
+def test_sharegpt_runs_replay_a_spread_of_lengths_at_their_means(tmp_path):
+    """A ShareGPT run's requests are not one length: the plans' means are the run's, their prompts vary."""
+    import numpy as np
+
+    from calibrate.fit.released_predict import run_workload
+
+    runs, _ = released_runs(_table(tmp_path, [dict(ROW, serve_cmd="vllm serve Qwen/Qwen3-14B", requests=1000,
+                                                   in_tok=217_400, out_tok=201_400),
+                                              dict(ROW, serve_cmd="vllm serve Qwen/Qwen3-14B")]))
+    share, rand = runs
+    assert (share.dataset, rand.dataset) == ("sharegpt", "random")
+    plans, _, _ = run_workload(share).plans(share.requests, seed=0)
+    new = np.array([p.calls[0].new_tokens for p in plans])
+    out = np.array([p.calls[0].out_tokens for p in plans])
+    assert new.mean() == pytest.approx(217, rel=0.08) and out.mean() == pytest.approx(201, rel=0.08)
+    assert new.std() > 0.5 * new.mean() and 4 <= new.min() and new.max() <= 1024
+    plans, _, _ = run_workload(rand).plans(rand.requests, seed=0)
+    assert {(p.calls[0].new_tokens, p.calls[0].out_tokens) for p in plans} == {(128, 64)}
+
+
 def test_missing_column_is_an_input_error(tmp_path):
     df = pd.DataFrame([dict(ROW, serve_cmd="vllm serve Qwen/Qwen3-14B")]).drop(columns=["out_tps"])
     df.to_csv(tmp_path / TABLE, index=False)
@@ -55,6 +87,9 @@ def test_released_table_properties():
     assert runs and all(r.requests > 0 and r.input_tokens >= 1 and r.output_tokens >= 1 for r in runs)
     assert all(r.measured["out_tps"] > 0 for r in runs)
     assert set(COLUMNS) <= set(pd.read_csv(GPUSTACK / TABLE).columns)
+    # every closed-loop 4-user block is ShareGPT (the docs say so above each), every "random N input" block random
+    assert all(r.dataset == "sharegpt" for r in runs if r.concurrency == 4)
+    assert {r.dataset for r in runs} <= {"sharegpt", "random"}
 
 
 def test_nearest_version_and_summary():

@@ -47,7 +47,7 @@ def test_command_defaults_and_arrivals():
 
 @pytest.mark.parametrize("line, field", [
     ("vllm bench serve --random-input-len x", "--random-input-len"),
-    ("vllm bench serve --dataset-name sharegpt", "--dataset-name"),
+    ("vllm bench serve --dataset-name sonnet", "--dataset-name"),
     ("vllm bench serve --frobnicate 3", "--frobnicate"),
     ("vllm bench serve --random-input-len 0", "input_tokens.tokens"),
     ("vllm bench serve --request-rate 3 --max-concurrency 4", None),
@@ -113,3 +113,44 @@ def test_scenario_field_errors_name_file_and_field(tmp_path):
     with pytest.raises(InputError) as e:
         load_scenario(worse)
     assert e.value.file == str(worse) and e.value.field.startswith("serving_workload")
+
+
+# ---- ShareGPT ------------------------------------------------------------------------------------------
+@settings(max_examples=examples(60), deadline=None)
+@given(mean=st.floats(5.0, 1000.0), sigma=st.sampled_from([0.3, 0.7, 1.0, 1.5]), lo=st.integers(1, 4),
+       hi=st.sampled_from([None, 1024, 2044]))
+def test_lognormal_with_mean_hits_the_clipped_mean(mean, sigma, lo, hi):
+    """The solved median gives the asked mean after clipping (to the whole-token rounding of the median), and the
+    analytic clipped mean agrees with a large sample."""
+    L = Lengths.lognormal_with_mean(mean, sigma, lo, hi)
+    assert L.min == lo and L.max == hi and L.sigma == sigma
+    # the median is rounded to a whole token: the mean moves by at most its relative rounding
+    assert L.mean == pytest.approx(mean, rel=0.5 / L.tokens + 1e-6)
+    x = L.sample(np.random.default_rng(0), 200_000)
+    assert x.min() >= lo and (hi is None or x.max() <= hi)
+    assert x.mean() == pytest.approx(L.mean, rel=0.02)
+
+
+def test_lognormal_mean_grows_with_the_median_and_stays_in_its_clip():
+    means = [Lengths(kind="lognormal", tokens=t, sigma=1.0, min=4, max=1024).mean for t in (1, 10, 100, 1000, 10**6)]
+    assert all(b > a for a, b in zip(means, means[1:])) and 4 <= means[0] and means[-1] <= 1024
+    assert means[-1] == pytest.approx(1024, rel=1e-3)
+
+
+def test_sharegpt_command_line():
+    """--dataset-name sharegpt: vLLM's filter bounds, the released runs' means, the assumed spread; a fixed
+    --sharegpt-output-len replaces the replies' lengths; --dataset-path is not a shape option."""
+    from simulator.engines.serving.bench_workload import SHAREGPT_MEANS, SHAREGPT_SIGMA
+
+    w = ServingWorkload.from_command("vllm bench serve --dataset-name sharegpt --dataset-path ShareGPT_V3.json "
+                                     "--num-prompts 200 --request-rate 4")
+    i, o = w.input_tokens, w.output_tokens
+    assert (i.kind, i.min, i.max, i.sigma) == ("lognormal", 4, 1024, SHAREGPT_SIGMA) and o.max == 2044
+    assert i.mean == pytest.approx(SHAREGPT_MEANS[0], rel=0.01) and o.mean == pytest.approx(SHAREGPT_MEANS[1], rel=0.01)
+    plans, _, _ = w.plans(2000, seed=1)
+    prompts = np.array([p.calls[0].new_tokens for p in plans])
+    assert prompts.std() > 0.5 * prompts.mean()  # a spread, not one length
+    fixed = ServingWorkload.from_command("vllm bench serve --dataset-name sharegpt --sharegpt-output-len 64")
+    assert fixed.output_tokens == Lengths(kind="fixed", tokens=64)
+    with pytest.raises(InputError):  # no random-dataset line for it
+        w.to_command()

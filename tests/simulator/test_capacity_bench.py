@@ -140,7 +140,7 @@ def test_tpot_and_itl_are_vllms(lat, share, out, gaps, w, stat):
 
 # ---- the command -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("line, option", [("vllm bench serve --random-input-len x", "--random-input-len"),
-                                          ("vllm bench serve --dataset-name sharegpt", "--dataset-name"),
+                                          ("vllm bench serve --dataset-name sonnet", "--dataset-name"),
                                           ("vllm bench serve --frobnicate 3", "--frobnicate"),
                                           ("vllm bench serve --request-rate fast", "--request-rate")])
 def test_bench_serve_errors_exit_2_naming_the_option(capsys, line, option):

@@ -5,6 +5,8 @@ A :class:`ServingWorkload` says what requests look like and when they come:
 - input and output lengths (:class:`Lengths`): fixed, vLLM's random dataset (uniform integers in
   [floor(L (1 - r)), ceil(L (1 + r))], ``--random-input-len`` / ``--random-output-len`` / ``--random-range-ratio``),
   lognormal (ShareGPT-like: a median and a spread, clipped), or measured lengths replayed in order;
+  :func:`sharegpt_lengths` is vLLM's ShareGPT sample (``--dataset-name sharegpt``): lognormal prompts and replies
+  clipped as vLLM filters them, at given means, with an assumed spread (:data:`SHAREGPT_SIGMA`);
 - early end of sequence: the output length is the cap (``max_tokens``); with ``eos_per_token`` p > 0 a request
   stops earlier, after Geometric(p) tokens (a constant end-of-sequence probability per token);
 - shared prefixes (``system_prompts``: n distinct prompts of L tokens, one drawn uniformly per request; vLLM's
@@ -34,6 +36,20 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from simulator.errors import InputError, pydantic_error_to_input_error
 from simulator.engines.serving.arrivals import BurstyArrivals, ClosedLoopUsers, PoissonArrivals, StagedArrivals
+
+# vLLM's ShareGPT sample (vllm/benchmarks/datasets.py: ShareGPTDataset, is_valid_sequence): the first human turn is the
+# prompt, the first reply's length the request's max_tokens; a pair is skipped if the prompt or the reply is under 4
+# tokens, the prompt over 1024 or both together over 2048 (here the reply is clipped at 2048 - 4 on its own).
+SHAREGPT_MIN, SHAREGPT_MAX_PROMPT, SHAREGPT_MAX_TOTAL = 4, 1024, 2048
+# Spread of ShareGPT's prompt and reply lengths: the sd of log length, an assumption (a lognormal of sd 1, a
+# coefficient of variation ~1.3 before clipping: short questions and a long tail), not measured here -- the dataset's
+# lengths are not in the shared data (docs/serving-model.md, "ShareGPT"; reports/serving-released has the
+# sensitivity to it).
+SHAREGPT_SIGMA = 1.0
+# Per-request mean prompt / reply tokens of vLLM's 1000-prompt ShareGPT sample: the median over GPUStack's released
+# 1000-request ShareGPT runs (in_tok / requests, out_tok / requests; Qwen3, GLM, gpt-oss and DeepSeek tokenizers:
+# 214-219 / 187-202), the default where a command line gives no lengths.
+SHAREGPT_MEANS = (217, 200)
 
 
 class _Strict(BaseModel):
@@ -87,8 +103,44 @@ class Lengths(_Strict):
             lo, hi = self._bounds()
             return (lo + hi) / 2
         if self.kind == "lognormal":
-            return self.tokens * math.exp(self.sigma**2 / 2)  # before clipping
+            return _clipped_lognormal_mean(math.log(self.tokens), self.sigma, self.min, self.max)
         return float(self.tokens)
+
+    @classmethod
+    def lognormal_with_mean(cls, mean: float, sigma: float, lo: int = 1, hi: int | None = None) -> "Lengths":
+        """The lognormal of spread ``sigma`` clipped to [lo, hi] whose (clipped) mean is ``mean``: its median solved
+        for (rounding to whole tokens aside)."""
+        from scipy.optimize import brentq
+
+        hi_ = math.inf if hi is None else hi
+        if not lo <= mean <= hi_:
+            raise ValueError(f"mean {mean:g} outside the clip range [{lo}, {hi}]")
+        if sigma == 0.0 or mean in (lo, hi_):
+            return cls(kind="lognormal", tokens=max(1, round(mean)), sigma=sigma, min=lo, max=hi)
+        f = lambda mu: _clipped_lognormal_mean(mu, sigma, lo, hi) - mean  # noqa: E731  increasing in mu
+        a, b = math.log(lo) - 10 * sigma, math.log(min(hi_, 1e7)) + 10 * sigma
+        return cls(kind="lognormal", tokens=max(1, round(math.exp(brentq(f, a, b, xtol=1e-9)))), sigma=sigma,
+                   min=lo, max=hi)
+
+
+def _clipped_lognormal_mean(mu: float, sigma: float, lo: float, hi: float | None) -> float:
+    """E[clip(X, lo, hi)] for X = exp(mu + sigma Z): the mass below lo counted at lo, above hi at hi."""
+    from scipy.stats import norm
+
+    if sigma == 0.0:
+        return float(np.clip(math.exp(mu), lo, hi if hi is not None else math.inf))
+    a = (math.log(lo) - mu) / sigma
+    b = (math.log(hi) - mu) / sigma if hi is not None else math.inf
+    inner = math.exp(mu + sigma**2 / 2) * (norm.cdf(b - sigma) - norm.cdf(a - sigma))
+    return float(lo * norm.cdf(a) + inner + (hi * norm.sf(b) if hi is not None else 0.0))
+
+
+def sharegpt_lengths(mean_input: float = SHAREGPT_MEANS[0], mean_output: float = SHAREGPT_MEANS[1],
+                     sigma: float = SHAREGPT_SIGMA) -> tuple[Lengths, Lengths]:
+    """(prompt, reply) lengths of vLLM's ShareGPT sample at these per-request means: lognormal of spread ``sigma``,
+    clipped as vLLM filters the pairs (module constants)."""
+    return (Lengths.lognormal_with_mean(mean_input, sigma, SHAREGPT_MIN, SHAREGPT_MAX_PROMPT),
+            Lengths.lognormal_with_mean(mean_output, sigma, SHAREGPT_MIN, SHAREGPT_MAX_TOTAL - SHAREGPT_MIN))
 
 
 class SystemPrompts(_Strict):
@@ -205,16 +257,23 @@ class ServingWorkload(_Strict):
         if unknown:
             raise InputError(where, unknown[0], "option not understood as workload shape (known: "
                              + ", ".join(sorted(_SHAPE)) + "; ignored: --model, --save-result, ...)")
-        if a.dataset_name != "random":
-            raise InputError(where, "--dataset-name", f"{a.dataset_name!r}: only the random dataset's lengths are known "
-                             "here; give the run's result JSON (its measured lengths) or lengths in serving_workload")
+        if a.dataset_name not in ("random", "sharegpt"):
+            raise InputError(where, "--dataset-name", f"{a.dataset_name!r}: only the random dataset's and ShareGPT's "
+                             "lengths are known here; give the run's result JSON (its measured lengths) or lengths in "
+                             "serving_workload")
         try:
             rate = "inf" if a.request_rate in ("inf", "Infinity") else float(a.request_rate)
-            d = {"input_tokens": {"kind": "uniform" if a.random_range_ratio else "fixed", "tokens": a.random_input_len,
-                                  "range_ratio": a.random_range_ratio},
-                 "output_tokens": {"kind": "uniform" if a.random_range_ratio else "fixed", "tokens": a.random_output_len,
-                                   "range_ratio": a.random_range_ratio},
-                 "request_rate": rate, "burstiness": a.burstiness, "max_concurrency": a.max_concurrency,
+            if a.dataset_name == "sharegpt":  # vLLM's sample at the released runs' means, an assumed spread
+                li, lo = sharegpt_lengths()
+                if a.sharegpt_output_len:
+                    lo = Lengths(kind="fixed", tokens=a.sharegpt_output_len)
+                lengths = {"input_tokens": li.model_dump(), "output_tokens": lo.model_dump()}
+            else:
+                lengths = {"input_tokens": {"kind": "uniform" if a.random_range_ratio else "fixed",
+                                            "tokens": a.random_input_len, "range_ratio": a.random_range_ratio},
+                           "output_tokens": {"kind": "uniform" if a.random_range_ratio else "fixed",
+                                             "tokens": a.random_output_len, "range_ratio": a.random_range_ratio}}
+            d = {**lengths, "request_rate": rate, "burstiness": a.burstiness, "max_concurrency": a.max_concurrency,
                  "num_prompts": a.num_prompts, "source": line.strip()}
             if a.random_prefix_len:
                 d["system_prompts"] = {"count": 1, "tokens": a.random_prefix_len}
@@ -265,11 +324,12 @@ class ServingWorkload(_Strict):
 
 
 _SHAPE = {"--dataset-name", "--random-input-len", "--random-output-len", "--random-range-ratio", "--random-prefix-len",
-          "--request-rate", "--burstiness", "--max-concurrency", "--num-prompts"}
+          "--request-rate", "--burstiness", "--max-concurrency", "--num-prompts", "--sharegpt-output-len"}
 _IGNORED = {"--model", "--tokenizer", "--backend", "--endpoint", "--host", "--port", "--base-url", "--save-result",
             "--save-detailed", "--result-dir", "--result-filename", "--seed", "--trust-remote-code", "--label",
             "--percentile-metrics", "--metric-percentiles", "--ignore-eos", "--disable-tqdm", "--served-model-name",
-            "--append-result", "--metadata", "--temperature", "--top-p", "--top-k", "--goodput", "--endpoint-type"}
+            "--append-result", "--metadata", "--temperature", "--top-p", "--top-k", "--goodput", "--endpoint-type",
+            "--dataset-path"}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -283,6 +343,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--burstiness", type=float, default=1.0)
     p.add_argument("--max-concurrency", type=int, default=None)
     p.add_argument("--num-prompts", type=int, default=1000)
+    p.add_argument("--sharegpt-output-len", type=int, default=None)
     return p
 
 
