@@ -123,3 +123,20 @@ def _released(folder: Path, holdout: str, out: Path, catalog: Path | None) -> No
         typer.echo(f"held out by {b} ({h['runs']} runs): median |error| TPOT {h['tpot_ms median |err| %']:.1f}% "
                    f"ITL {h['itl_ms median |err| %']:.1f}% TTFT {h['ttft_ms median |err| %']:.1f}% output throughput {h['out_tps median |err| %']:.1f}%; "
                    f"report {out / 'report.md'}")
+
+
+@writes(out="folder")
+def sharegpt_spread_cmd(
+    out: Path = typer.Option(..., "--out", help="report folder: sharegpt-sigma.md and sharegpt-sigma.csv"),
+    workers: int = typer.Option(2, "--workers", help="processes replaying the runs"),
+) -> None:
+    """Replay the released table's ShareGPT runs at several spreads of ShareGPT's lengths, the engine catalog's host
+    terms held fixed: how much the predictions depend on the assumed spread (docs/serving-model.md, ShareGPT).
+
+    Example: specsim validate sharegpt-spread --out reports/serving-released --force"""
+    from validate.serving.sharegpt_sensitivity import write
+
+    if workers < 1:
+        raise InputError(None, "--workers", f"expected >= 1 (got {workers})")
+    command = "specsim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    typer.echo(write(out, command, workers), nl=False)

@@ -6,6 +6,7 @@ HELP = "Validate predictions against held-out measurements, and check inputs (ex
 COMMANDS = {
     "runs": ("validations:validate", "validate"),
     "serving": ("specsim_cli.commands.serving_validation:validate_serving_cmd", "validate-serving"),
+    "sharegpt-spread": ("specsim_cli.commands.serving_validation:sharegpt_spread_cmd", None),
     "capacity": ("checks:validate_capacity_cmd", "validate-capacity"),
     "drift": ("validations:validate_drift", "validate-drift"),
     "cpu": ("validations:validate_cpu", "validate-cpu"),
@@ -23,5 +24,6 @@ COMMANDS = {
 # commands that, past a few seconds, say what they are doing and when they are done (report_table.job)
 ANNOUNCED = {"runs": "validate: fitting and predicting the held-out runs (trace replay, then distribution mode)",
              "serving": "validate-serving: fitting step times and replaying the measured levels",
+             "sharegpt-spread": "validate sharegpt-spread: replaying the ShareGPT runs at four spreads",
              "capacity": "validate-capacity: judging the measured levels, searching the predicted capacity"}
 DEFAULT = "runs"  # an unknown first word that is a path or an option: the former `specsim validate RUN...`

@@ -7,14 +7,13 @@ lengths, what the predictions did before -- with the engine catalog's host terms
 so the figures isolate the spread; they are not held-out figures), and writes the median |error| and bias per GPU
 and per load (burst / closed loop)::
 
-    python -m validate.serving.sharegpt_sensitivity --out reports/serving-released   (~15 min on 2 cores)
+    specsim validate sharegpt-spread --out reports/serving-released --force   (~10 min on 2 cores)
 
 Output: ``sharegpt-sigma.csv`` (one row per run and spread) and ``sharegpt-sigma.md``.
 """
 
 from __future__ import annotations
 
-import argparse
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -62,18 +61,14 @@ def summarise(t: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out).sort_values(["group", "sigma"], kind="stable")
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--workers", type=int, default=2)
-    a = ap.parse_args(argv)
-    t = sensitivity(workers=a.workers)
-    a.out.mkdir(parents=True, exist_ok=True)
-    write_atomic(a.out / "sharegpt-sigma.csv", t.to_csv(index=False))
+def write(out: Path, command: str, workers: int = 2) -> str:
+    """Run the sensitivity and write ``sharegpt-sigma.csv`` and ``sharegpt-sigma.md`` into ``out``; the markdown."""
+    t = sensitivity(workers=workers)
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / "sharegpt-sigma.csv", t.to_csv(index=False))
     s = summarise(t)
     cols = list(s.columns)
-    md = ["# ShareGPT runs: sensitivity to the assumed spread of lengths", "",
-          "Command: `python -m validate.serving.sharegpt_sensitivity --out " + str(a.out) + "`", "",
+    md = ["# ShareGPT runs: sensitivity to the assumed spread of lengths", "", f"Command: `{command}`", "",
           "The released table's ShareGPT runs (>= 16 output tokens) replayed with prompt and reply lengths lognormal "
           "of spread sigma (sd of log length; 0: every request at the run's means), clipped as vLLM's ShareGPT "
           "sample is, at the runs' measured means; host terms: the engine catalog's (fitted on every run at the "
@@ -81,10 +76,6 @@ def main(argv=None) -> int:
           "and median signed error, %.", "",
           "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     md += ["| " + " | ".join(str(v) for v in r) + " |" for r in s.itertuples(index=False)]
-    write_atomic(a.out / "sharegpt-sigma.md", "\n".join(md) + "\n")
-    print("\n".join(md))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    text = "\n".join(md) + "\n"
+    write_atomic(out / "sharegpt-sigma.md", text)
+    return text
