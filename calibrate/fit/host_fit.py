@@ -95,7 +95,8 @@ def predict_table(runs: list[ReleasedRun], hosts: dict[str, dict] | None = None)
         m = measured_figures(r)
         row = {"run": r.key, "version": r.version, "gpu": r.gpu, "model": r.model, "weight_dtype": r.weight_dtype,
                "tp": r.tp, "requests": r.requests, "input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
-               "concurrency": r.concurrency or 0, "async_scheduling": r.async_scheduling, "in_fit": in_fit(r),
+               "concurrency": r.concurrency or 0, "dataset": r.dataset, "async_scheduling": r.async_scheduling,
+               "in_fit": in_fit(r),
                "batch_mean": p["batch_mean"], "meas_mean_itl_ms": m["mean_itl_ms"], "pred_mean_itl_ms": p["mean_itl_ms"]}
         for f in FIGS:
             row[f"meas_{f}"], row[f"pred_{f}"] = m[f], p[f]

@@ -69,7 +69,7 @@ def validate_released(folder: Path, holdouts: list[str], out: Path, command: str
         write_atomic(out / f"heldout-{by}.csv", table.to_csv(index=False))
         write_atomic(out / f"fits-{by}.json", json.dumps(fits, indent=1, sort_keys=True))
         lines.append(f"## Held out by {by}\n")
-        for g in ("version", "gpu"):
+        for g in ("version", "gpu", "dataset"):
             s = summary(table, g)
             write_atomic(out / f"summary-{by}-by-{g}.csv", s.to_csv(index=False))
             lines += [f"Per {g}:\n", _md(s), ""]
