@@ -85,13 +85,15 @@ def catalog_terms(f: dict) -> dict:
     return out
 
 
-def predict_table(runs: list[ReleasedRun], hosts: dict[str, dict] | None = None) -> pd.DataFrame:
+def predict_table(runs: list[ReleasedRun], hosts: dict[str, dict] | None = None,
+                  sharegpt_sigma: float | None = None) -> pd.DataFrame:
     """One row per run: its description, measured and predicted figures and the signed relative errors
-    (``err_<figure>`` = predicted / measured - 1). ``hosts``: {version: host terms} (None: the catalog's)."""
+    (``err_<figure>`` = predicted / measured - 1). ``hosts``: {version: host terms} (None: the catalog's);
+    ``sharegpt_sigma``: another spread of ShareGPT's lengths (:func:`calibrate.fit.released_predict.run_workload`)."""
     rows = []
     for r in runs:
         h = nearest(r.version, hosts) if hosts else None
-        p = predict_released(r, catalog_terms(h) if h else None)
+        p = predict_released(r, catalog_terms(h) if h else None, sharegpt_sigma=sharegpt_sigma)
         m = measured_figures(r)
         row = {"run": r.key, "version": r.version, "gpu": r.gpu, "model": r.model, "weight_dtype": r.weight_dtype,
                "tp": r.tp, "requests": r.requests, "input_tokens": r.input_tokens, "output_tokens": r.output_tokens,

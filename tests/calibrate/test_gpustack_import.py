@@ -159,3 +159,19 @@ def test_a_version_of_one_model_gets_no_terms_of_its_own(tmp_path):
     put_versions(cat, [entry("0.11")], drop=("0.13",))
     kept = yaml.safe_load(cat.read_text())["engines"]["vllm"]
     assert [e["version"] for e in kept] == ["0.11"] and cat.read_text().startswith("# head")
+
+
+def test_sharegpt_spread_summary_groups_by_spread():
+    """The sensitivity's summary: per spread, one row per GPU x load and one over all runs, the median |error| of
+    each figure (host_fit.summary's), so a table of errors e gives |e|'s median."""
+    from validate.serving.sharegpt_sensitivity import summarise
+
+    rows = []
+    for sigma in (0.0, 1.0):
+        for gpu, load, e in (("h200", "burst", 0.1), ("h200", "burst", -0.3), ("a100-80gb", "4 users", 0.5)):
+            rows.append({"sigma": sigma, "gpu": gpu, "load": load, "in_fit": True,
+                         **{f"err_{f}": e * (1 + sigma) for f in ("tpot_ms", "itl_ms", "ttft_ms", "out_tps")}})
+    s = summarise(pd.DataFrame(rows)).set_index(["group", "sigma"])
+    assert len(s) == 6 and s.loc[("all", 0.0), "runs"] == 3 and s.loc[("h200 burst", 1.0), "runs"] == 2
+    assert s.loc[("h200 burst", 0.0), "ttft_ms median |err| %"] == pytest.approx(20.0)
+    assert s.loc[("all", 1.0), "out_tps median |err| %"] == pytest.approx(60.0)

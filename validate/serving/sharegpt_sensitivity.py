@@ -17,48 +17,38 @@ from __future__ import annotations
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
-from calibrate.fit.host_fit import FIGS, MIN_FIT_OUTPUT
+from calibrate.fit.host_fit import MIN_FIT_OUTPUT, predict_table, summary
 from simulator.inputs.loading import write_atomic
+from validate.serving.released import _md
 
 SIGMAS = (0.0, 0.5, 1.0, 1.5)
 
 
-def _one(args):
-    from calibrate.fit.released_predict import measured_figures, predict_released
-
+def _one(args) -> pd.DataFrame:
     run, sigma = args
-    p, m = predict_released(run, sharegpt_sigma=sigma), measured_figures(run)
-    row = {"run": run.key, "gpu": run.gpu, "model": run.model, "tp": run.tp, "version": run.version,
-           "load": "burst" if run.concurrency is None else f"{run.concurrency} users", "sigma": sigma,
-           "batch_mean": p["batch_mean"]}
-    for f in FIGS:
-        row[f"meas_{f}"], row[f"pred_{f}"], row[f"err_{f}"] = m[f], p[f], p[f] / m[f] - 1.0
-    return row
+    return predict_table([run], sharegpt_sigma=sigma).assign(sigma=sigma)
 
 
 def sensitivity(sigmas=SIGMAS, workers: int = 2) -> pd.DataFrame:
+    """One :func:`calibrate.fit.host_fit.predict_table` row per ShareGPT run (>= 16 output tokens) and spread, with
+    the catalog's host terms."""
     from calibrate.fit.gpustack_import import released_runs
 
     runs = [r for r in released_runs()[0] if r.dataset == "sharegpt" and r.output_tokens >= MIN_FIT_OUTPUT]
     jobs = [(r, s) for s in sigmas for r in runs]
     with ProcessPoolExecutor(workers) as ex:
-        return pd.DataFrame(list(ex.map(_one, jobs)))
+        t = pd.concat(list(ex.map(_one, jobs)), ignore_index=True)
+    return t.assign(load=t.concurrency.map(lambda c: f"{c} users" if c else "burst"))
 
 
 def summarise(t: pd.DataFrame) -> pd.DataFrame:
-    out = []
-    for (sigma, group), g in [((s, "all"), t[t.sigma == s]) for s in sorted(t.sigma.unique())] + \
-            [((s, k), g) for (s, k), g in t.groupby(["sigma", t.gpu + " " + t.load])]:
-        row = {"group": group, "sigma": sigma, "runs": len(g)}
-        for f in FIGS:
-            e = g[f"err_{f}"].to_numpy()
-            row[f"{f} median |err| %"] = round(100 * float(np.median(np.abs(e))), 1)
-            row[f"{f} bias %"] = round(100 * float(np.median(e)), 1)
-        out.append(row)
-    return pd.DataFrame(out).sort_values(["group", "sigma"], kind="stable")
+    """Per spread: :func:`calibrate.fit.host_fit.summary` over GPU x load groups and all runs."""
+    parts = [summary(d.assign(group=d.gpu + " " + d.load), "group").assign(sigma=s) for s, d in t.groupby("sigma")]
+    out = pd.concat(parts, ignore_index=True)
+    return out[["group", "sigma", *[c for c in out.columns if c not in ("group", "sigma")]]].sort_values(
+        ["group", "sigma"], kind="stable")
 
 
 def write(out: Path, command: str, workers: int = 2) -> str:
@@ -66,16 +56,12 @@ def write(out: Path, command: str, workers: int = 2) -> str:
     t = sensitivity(workers=workers)
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "sharegpt-sigma.csv", t.to_csv(index=False))
-    s = summarise(t)
-    cols = list(s.columns)
     md = ["# ShareGPT runs: sensitivity to the assumed spread of lengths", "", f"Command: `{command}`", "",
           "The released table's ShareGPT runs (>= 16 output tokens) replayed with prompt and reply lengths lognormal "
           "of spread sigma (sd of log length; 0: every request at the run's means), clipped as vLLM's ShareGPT "
           "sample is, at the runs' measured means; host terms: the engine catalog's (fitted on every run at the "
-          "default spread), held fixed -- in-sample, for the spread's effect only. Median |predicted / measured - 1| "
-          "and median signed error, %.", "",
-          "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    md += ["| " + " | ".join(str(v) for v in r) + " |" for r in s.itertuples(index=False)]
+          "default spread), held fixed -- in-sample, for the spread's effect only. Median and p90 of "
+          "|predicted / measured - 1| and the median signed error, %.", "", _md(summarise(t))]
     text = "\n".join(md) + "\n"
     write_atomic(out / "sharegpt-sigma.md", text)
     return text
