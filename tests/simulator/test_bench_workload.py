@@ -48,6 +48,7 @@ def test_command_defaults_and_arrivals():
 @pytest.mark.parametrize("line, field", [
     ("vllm bench serve --random-input-len x", "--random-input-len"),
     ("vllm bench serve --dataset-name sonnet", "--dataset-name"),
+    ("vllm bench serve --dataset-name sharegpt --sharegpt-output-len 0", "--sharegpt-output-len"),
     ("vllm bench serve --frobnicate 3", "--frobnicate"),
     ("vllm bench serve --random-input-len 0", "input_tokens.tokens"),
     ("vllm bench serve --request-rate 3 --max-concurrency 4", None),
@@ -124,8 +125,9 @@ def test_lognormal_with_mean_hits_the_clipped_mean(mean, sigma, lo, hi):
     analytic clipped mean agrees with a large sample."""
     L = Lengths.lognormal_with_mean(mean, sigma, lo, hi)
     assert L.min == lo and L.max == hi and L.sigma == sigma
-    # the median is rounded to a whole token: the mean moves by at most its relative rounding
-    assert L.mean == pytest.approx(mean, rel=0.5 / L.tokens + 1e-6)
+    # the median m is rounded to a whole token (m >= tokens - 1/2): the clipped mean moves by at most m's relative
+    # rounding, 0.5 / m
+    assert L.mean == pytest.approx(mean, rel=0.5 / (L.tokens - 0.5) + 1e-6)
     x = L.sample(np.random.default_rng(0), 200_000)
     assert x.min() >= lo and (hi is None or x.max() <= hi)
     assert x.mean() == pytest.approx(L.mean, rel=0.02)

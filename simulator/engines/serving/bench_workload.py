@@ -265,7 +265,9 @@ class ServingWorkload(_Strict):
             rate = "inf" if a.request_rate in ("inf", "Infinity") else float(a.request_rate)
             if a.dataset_name == "sharegpt":  # vLLM's sample at the released runs' means, an assumed spread
                 li, lo = sharegpt_lengths()
-                if a.sharegpt_output_len:
+                if a.sharegpt_output_len is not None:
+                    if a.sharegpt_output_len < 1:
+                        raise InputError(where, "--sharegpt-output-len", f"expected >= 1 (got {a.sharegpt_output_len})")
                     lo = Lengths(kind="fixed", tokens=a.sharegpt_output_len)
                 lengths = {"input_tokens": li.model_dump(), "output_tokens": lo.model_dump()}
             else:
