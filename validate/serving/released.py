@@ -17,7 +17,8 @@ import pandas as pd
 from simulator.inputs.loading import write_atomic
 
 
-def _md(df: pd.DataFrame) -> str:
+def md_table(df: pd.DataFrame) -> str:
+    """A markdown table of ``df``, floats with one decimal."""
     cols = list(df.columns)
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in df.itertuples(index=False):
@@ -72,7 +73,7 @@ def validate_released(folder: Path, holdouts: list[str], out: Path, command: str
         for g in ("version", "gpu", "dataset"):
             s = summary(table, g)
             write_atomic(out / f"summary-{by}-by-{g}.csv", s.to_csv(index=False))
-            lines += [f"Per {g}:\n", _md(s), ""]
+            lines += [f"Per {g}:\n", md_table(s), ""]
             if g == "version":
                 head[by] = s[s[g] == "all"].iloc[0].to_dict()
         pairs = async_pairs(table)
@@ -81,7 +82,7 @@ def validate_released(folder: Path, holdouts: list[str], out: Path, command: str
             shown = pairs.drop(columns=["doc", "requests", "concurrency"]).assign(
                 **{c: pairs[c].map("{:.3f}".format) for c in ("measured on/off", "predicted on/off")},
                 error=(100 * pairs["error"]).map("{:+.1f}%".format))
-            lines += ["Async scheduling on / off, the same run otherwise (output throughput ratio):\n", _md(shown), ""]
+            lines += ["Async scheduling on / off, the same run otherwise (output throughput ratio):\n", md_table(shown), ""]
     if catalog is not None:
         fitted = fit_hosts(runs)
         write_atomic(out / "fits-all.json", json.dumps(fitted, indent=1, sort_keys=True))

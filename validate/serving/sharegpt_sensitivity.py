@@ -21,7 +21,7 @@ import pandas as pd
 
 from calibrate.fit.host_fit import MIN_FIT_OUTPUT, predict_table, summary
 from simulator.inputs.loading import write_atomic
-from validate.serving.released import _md
+from validate.serving.released import md_table
 
 SIGMAS = (0.0, 0.5, 1.0, 1.5)
 
@@ -61,7 +61,7 @@ def write(out: Path, command: str, workers: int = 2) -> str:
           "of spread sigma (sd of log length; 0: every request at the run's means), clipped as vLLM's ShareGPT "
           "sample is, at the runs' measured means; host terms: the engine catalog's (fitted on every run at the "
           "default spread), held fixed -- in-sample, for the spread's effect only. Median and p90 of "
-          "|predicted / measured - 1| and the median signed error, %.", "", _md(summarise(t))]
+          "|predicted / measured - 1| and the median signed error, %.", "", md_table(summarise(t))]
     text = "\n".join(md) + "\n"
     write_atomic(out / "sharegpt-sigma.md", text)
     return text
