@@ -84,7 +84,24 @@ PROBE = {
         + _points([64], [4096], [2, 9], [64], 4096, [], [], [], [])
         + _points([], [], [2, 9], [64, 256], 1024, [], [], [], [])), max_seconds=150),
 }
-GRIDS = {"campaign": CAMPAIGN, "heldout": HELDOUT, "probe": PROBE}
+
+
+def _prefills(whole, chunk, chunk_ctx):
+    """Causal prefill passes (batch 1): whole prompts of ``whole`` tokens, and chunks of ``chunk`` new tokens on
+    ``chunk_ctx`` cached ones (chunked prefill over a growing context)."""
+    return ([{"op": "prefill", "batch": 1, "new": n, "context": 0, "attention": "causal"} for n in whole]
+            + [{"op": "prefill", "batch": 1, "new": chunk, "context": c, "attention": "causal"} for c in chunk_ctx])
+
+
+# round two (issue 40): where prefill and large-batch compute are priced (a 2048-token prefill on an H200 came out
+# 36% above the sum of its kernels), at the 8B and 32B shapes of the released models; causal as engines run it
+PREFILL = {
+    "qwen3-8b": dict(points=_prefills([512, 1024, 2048, 4096, 8192, 16384], 2048, [2048, 4096, 8192, 14336])
+                     + _prefills([], 512, [4096, 16384]), max_seconds=60),
+    "qwen3-32b": dict(points=_prefills([512, 1024, 2048, 4096, 8192, 16384], 2048, [2048, 4096, 8192, 14336]),
+                      max_seconds=110),
+}
+GRIDS = {"campaign": CAMPAIGN, "heldout": HELDOUT, "probe": PROBE, "prefill": PREFILL}
 
 
 def make_plan(models=None, max_seconds: float = 330.0, repeats: int = 5, grid: str = "campaign") -> dict:

@@ -7,7 +7,8 @@ per layer viewed as [batch, kv_heads, length, head_dim] for each point, and a ll
 torch ops: fused RMSNorm, fused QKV (+bias), rotary as one elementwise kernel per tensor, KV write at the step's
 positions, attention by ``scaled_dot_product_attention`` over the cached + new keys (a point's ``attention``:
 ``sdpa`` torch's choice, GQA without copies; ``flash`` FlashAttention-2 forced; ``packed`` the query heads of each
-KV head packed into one query block), O projection, SwiGLU MLP, final norm, LM head over the rows an engine samples (the last
+KV head packed into one query block; ``causal`` a prefill's causal pass: the new block causal, the cached block
+unmasked), O projection, SwiGLU MLP, final norm, LM head over the rows an engine samples (the last
 token per sequence for a decode or prefill, all k+1 for a verification), argmax. A point's step is captured once as a
 CUDA graph and replayed; its time is the median over ``repeats`` batches of replays, each batch timed by CUDA
 events (so host time is not in it: this is the GPU part of an engine step; an engine adds its scheduler and
@@ -123,6 +124,14 @@ class Bench:
             g = nh // kvh
             qp = q.reshape(B, kvh, g * n, D)
             a = F.scaled_dot_product_attention(qp, kc[:, :, :ctx + n], vc[:, :, :ctx + n]).reshape(B, nh, n, D)
+        elif self.attention == "causal" and n > 1:
+            # a prefill's causal attention as engines run it (each new token sees the cached keys and the new ones
+            # up to itself): the cached block without a mask plus the new block with a causal one, two kernels whose
+            # work is the lower-right causal pass's; their outputs are summed, not merged (timing only)
+            a = F.scaled_dot_product_attention(q, kc[:, :, ctx:ctx + n], vc[:, :, ctx:ctx + n], is_causal=True,
+                                               enable_gqa=True)
+            if ctx > 0:
+                a = a + F.scaled_dot_product_attention(q, kc[:, :, :ctx], vc[:, :, :ctx], enable_gqa=True)
         elif self.attention == "flash":
             from torch.nn.attention import SDPBackend, sdpa_kernel
             with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
@@ -154,7 +163,8 @@ class Bench:
     def step_fn(self, op: str, B: int, n: int, ctx: int, attention: str = "sdpa"):
         """A closure running one step on static inputs (what the graph captures). ``attention``: ``sdpa`` (torch
         picks the kernel, GQA without copies), ``flash`` (FlashAttention-2 forced: refused where it does not apply),
-        ``packed`` (for n > 1, the group's query heads packed into the query length)."""
+        ``packed`` (for n > 1, the group's query heads packed into the query length), ``causal`` (for n > 1, a prefill's
+        causal mask over the new tokens, the cached ones unmasked)."""
         t = self.t
         self.attention = attention
         F = t.nn.functional

@@ -192,3 +192,25 @@ def test_step_predict_with_an_engine_fit_adds_the_fitted_bench_step(tmp_path):
     bad.write_text("params: [1, 2]\n")
     with pytest.raises(InputError, match="params"):
         gsp.load_fitted_values(bad)
+
+
+def test_prefill_grid_runs_causal_prefills_and_chunks_on_cpu(tmp_path):
+    """Issue 40's prefill grid: whole causal prompts and chunks on a cached context; the chunk's attention covers
+    the cached keys too (timing is not asserted: it runs each kind of point once, on the CPU)."""
+    plan = gsp.make_plan(["qwen3-8b"], grid="prefill")
+    pts = plan["models"][0]["points"]
+    assert {p["attention"] for p in pts} == {"causal"} and max(p["new"] for p in pts) == 16384
+    assert any(p["context"] > 0 for p in pts)
+    m = plan["models"][0]
+    m["spec"].update(layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=128, vocab=500)
+    p = pts[0]
+    m["points"] = [{**p, "new": 64, "context": 0}, {**p, "new": 16, "context": 0}, {**p, "new": 16, "context": 512}]
+    plan.update(allow_cpu=True, dtype="float32", reserve_bytes=0, repeats=3)
+    f = tmp_path / "plan.json"
+    f.write_text(json.dumps(plan))
+    r = subprocess.run([sys.executable, str(BENCH), str(f), str(tmp_path / "out")], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    recs = [json.loads(x) for x in (tmp_path / "out" / "records.jsonl").read_text().splitlines()]
+    got = {(x["new"], x["context"]) for x in recs if x.get("op") == "prefill"}
+    assert got == {(64, 0), (16, 0), (16, 512)}
