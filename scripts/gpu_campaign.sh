@@ -39,6 +39,8 @@ ARCHS="${ARCHS:-r1-distill-qwen-1.5b qwen2.5-7b qwq-32b}"
 OP_MODELS="${OP_MODELS:-meta-llama/Llama-2-7b-hf meta-llama/Meta-Llama-3-8B}"
 STATIC_MAX_S="${STATIC_MAX_S:-200}"  # per architecture: remaining points are skipped (listed in bandwidth.json)
 E2E_PAIRS="${E2E_PAIRS:-r1-distill-qwen-1.5b:r1-distill-qwen-1.5b-cut4 qwen2.5-7b:qwen2.5-7b-cut4}"
+# system:threshold:gamma per configuration; a subset finishes a stage an earlier device call was cut short in
+E2E_CONFS="${E2E_CONFS:-vanilla-base:7:4 vanilla-small:7:4 specdecode:7:4 specreason:0:4 specreason:7:4 specreason-decode:7:4}"
 failed=0
 # python -m specsim_cli ARGS... (the specsim command line) with the repository's packages, from its root (model caches and run keys are relative
 # to it; the stages make their folders absolute first)
@@ -128,7 +130,7 @@ JSONL
     fi
     for pair in $pairs; do
       base="${pair%%:*}"; small="${pair#*:}"
-      for conf in vanilla-base:7:4 vanilla-small:7:4 specdecode:7:4 specreason:0:4 specreason:7:4 specreason-decode:7:4; do
+      for conf in $E2E_CONFS; do
         IFS=: read -r system thr gamma <<< "$conf"
         case "$system" in
           specdecode) name="$system-g$gamma" ;;
