@@ -60,7 +60,8 @@ case "$cmd" in
   setup)
     "$PY" -m pip install -q --no-index --find-links "$CARRY/wheels" simpy pydantic gguf
     # the device image's typer lacks an attribute the CLI patches: ours, carried
-    "$PY" -m pip install -q --no-index --no-deps --find-links "$CARRY/wheels" typer click rich
+    # (--upgrade: without it pip keeps the image's own typer, and the CLI fails on it)
+    "$PY" -m pip install -q --no-index --no-deps --upgrade --find-links "$CARRY/wheels" typer click rich shellingham
     "$PY" -c "import torch, transformers, simpy, pydantic; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'transformers', transformers.__version__)"
     ;;
   static)
