@@ -160,3 +160,19 @@ def summary(t: pd.DataFrame) -> pd.DataFrame:
     g = t.assign(kind=kind, ae=t["error"].abs()).groupby("kind")
     return g.agg(points=("ae", "size"), median_ape=("ae", "median"), p90_ape=("ae", lambda x: float(np.quantile(x, 0.9))),
                  bias=("error", "median")).reset_index()
+
+
+def fp8_ratios(t: pd.DataFrame) -> pd.DataFrame:
+    """Measured FP8 GEMM time over the bf16 GEMM's at the same shape, per FP8 scaling and m: the median over the
+    planned linear shapes (0.5 = FP8 at twice bf16's rate, the FP8 tensor cores' peak ratio; the prediction's ratio
+    beside it)."""
+    g = t[t["op"].isin(["gemm", "gemm_fp8"])].copy()
+    if g.empty:
+        return pd.DataFrame(columns=["scales", "m", "shapes", "measured_ratio", "predicted_ratio"])
+    keys = ["model", "linear", "m", "n", "k"]
+    bf = g[g["op"] == "gemm"].set_index(keys)[["measured_s", "predicted_s"]]
+    f8 = g[g["op"] == "gemm_fp8"].join(bf, on=keys, rsuffix="_bf16").dropna(subset=["measured_s_bf16"])
+    f8 = f8.assign(measured_ratio=f8["measured_s"] / f8["measured_s_bf16"],
+                   predicted_ratio=f8["predicted_s"] / f8["predicted_s_bf16"])
+    return (f8.groupby(["scales", "m"]).agg(shapes=("measured_ratio", "size"), measured_ratio=("measured_ratio", "median"),
+                                            predicted_ratio=("predicted_ratio", "median")).reset_index())

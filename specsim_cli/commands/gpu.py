@@ -368,7 +368,7 @@ def kernel_summary_cmd(
     Example: specsim validate kernel-summary reports/gpu-campaign-2-h200 --out reports/gpu-campaign-2-h200/before-fit.csv"""
     import pandas as pd
 
-    from calibrate.gpu_priors.kernel_plan import compare, read_records, summary
+    from calibrate.gpu_priors.kernel_plan import compare, fp8_ratios, read_records, summary
     from simulator.errors import InputError
     from simulator.inputs.loading import write_atomic
 
@@ -377,7 +377,14 @@ def kernel_summary_cmd(
         raise InputError(str(pred), None, "no predictions (specsim measure kernel-plan writes them before the run)")
     t = compare(pd.read_csv(pred), read_records(folder))
     write_atomic(out, t.to_csv(index=False, float_format="%.6g"))
-    typer.echo(summary(t).to_string(index=False, float_format=lambda x: f"{x:.3f}") if len(t) else "no measured points")
+    if not len(t):
+        typer.echo("no measured points")
+        return
+    typer.echo(summary(t).to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    r = fp8_ratios(t)
+    if len(r):
+        typer.echo("FP8 / bf16 GEMM time at the same shapes (median over shapes):")
+        typer.echo(r.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
 
 
 def step_summary_cmd(

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from calibrate.gpu_priors.kernel_plan import compare, make_plan, predict, summary
+from calibrate.gpu_priors.kernel_plan import compare, fp8_ratios, make_plan, predict, summary
 from simulator.catalog import get_hardware
 
 
@@ -78,3 +78,20 @@ def test_a_broken_records_line_is_a_located_input_error(tmp_path):
         read_records(tmp_path)
     (run / "records.jsonl").write_text('{"id": 0, "op": "gemm", "time_s": 1e-5}\n')
     assert read_records(tmp_path) == [{"id": 0, "op": "gemm", "time_s": 1e-5}]
+
+
+def test_fp8_ratios_pair_each_fp8_point_with_the_bf16_one_of_its_shape():
+    """FP8 time over bf16 time at the same (model, linear, m, n, k): the median over shapes per scaling and m; a shape
+    without its bf16 point is left out, not paired with another."""
+    import pandas as pd
+
+    rows = []
+    for lin, bf, f8 in (("qkv", 2.0, 1.0), ("o", 4.0, 3.0)):
+        rows.append(dict(op="gemm", model="m", linear=lin, m=8, n=1, k=1, scales=np.nan, measured_s=bf, predicted_s=bf))
+        rows.append(dict(op="gemm_fp8", model="m", linear=lin, m=8, n=1, k=1, scales="tensor", measured_s=f8,
+                         predicted_s=bf))
+    rows.append(dict(op="gemm_fp8", model="m", linear="down", m=8, n=1, k=1, scales="tensor", measured_s=9.0,
+                     predicted_s=1.0))
+    r = fp8_ratios(pd.DataFrame(rows))
+    assert len(r) == 1 and r.loc[0, "shapes"] == 2
+    assert r.loc[0, "measured_ratio"] == pytest.approx((0.5 + 0.75) / 2) and r.loc[0, "predicted_ratio"] == 1.0
