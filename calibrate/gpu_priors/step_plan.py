@@ -101,7 +101,13 @@ PREFILL = {
     "qwen3-32b": dict(points=_prefills([512, 1024, 2048, 4096, 8192, 16384], 2048, [2048, 4096, 8192, 14336]),
                       max_seconds=110),
 }
-GRIDS = {"campaign": CAMPAIGN, "heldout": HELDOUT, "probe": PROBE, "prefill": PREFILL}
+# does a long run slow down? one 8192-token Qwen3-32B prefill replayed back to back for 75 s, with the SM clock and
+# power sampled beside it (the released serving runs last minutes; every bench point above lasts well under a second)
+SUSTAINED = {
+    "qwen3-32b": dict(points=[{"op": "sustained", "base": "prefill", "batch": 1, "new": 8192, "context": 0,
+                               "attention": "causal", "seconds": 75, "window_s": 1.0}], max_seconds=110),
+}
+GRIDS = {"campaign": CAMPAIGN, "heldout": HELDOUT, "probe": PROBE, "prefill": PREFILL, "sustained": SUSTAINED}
 
 
 def make_plan(models=None, max_seconds: float = 330.0, repeats: int = 5, grid: str = "campaign") -> dict:

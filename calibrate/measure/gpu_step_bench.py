@@ -21,6 +21,8 @@ Ops (one JSON line each in OUT/records.jsonl, written as measured):
 - ``head``: a 1-layer EAGLE-style draft head of the model's width (fusion fc 2H->H, one decoder layer with its
   own KV, the target's LM head), batch B, context C;
 - ``decode_eager``: a decode point run without the graph (each step timed by events around the launches);
+- ``sustained``: one step (``base``, default prefill) replayed back to back for ``seconds``: per-window step times and
+  nvidia-smi's clock, power and temperature samples (does a long run slow down as the chip meets its limits?);
 - ``gemm`` / ``copy``: the chip's achieved bf16 GEMM rate and device-to-device copy bandwidth.
 OUT/run.json: GPU, driver, clocks, torch / CUDA versions, attention backend, what was skipped and why.
 """
@@ -287,6 +289,59 @@ def _decode_attention_backend(torch, spec: dict, dev: str, dtype) -> str:
         return f"not flash: {type(e).__name__}: {str(e)[:200]}"
 
 
+def sustained_point(torch, run, seconds: float, window_s: float, dev: str) -> dict:
+    """One step replayed back to back for ``seconds`` (a CUDA graph on a GPU): the mean step time of each window of
+    ~``window_s``, and, on a GPU, nvidia-smi's SM clock, power draw, temperature and throttle reasons sampled every
+    second by a process beside it (so the GPU never idles for a sample). Whether a long run's steps slow down as the
+    chip heats or meets its power limit: the benches time a few hundred milliseconds per point."""
+    import tempfile
+
+    fn, g = run, None
+    if dev == "cuda":
+        st = torch.cuda.Stream()
+        st.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(st):
+            for _ in range(2):
+                run()
+        torch.cuda.current_stream().wait_stream(st)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            run()
+        fn = g.replay
+        torch.cuda.synchronize()
+        one = _events_time(torch, fn, 1)
+    else:
+        one = cpu_time(fn)
+    reps = max(1, int(window_s / max(one, 1e-6)))
+    log = tempfile.NamedTemporaryFile("w+", suffix=".csv", delete=False)
+    sampler = None
+    if dev == "cuda":
+        try:
+            sampler = subprocess.Popen(
+                ["nvidia-smi", "--query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active",
+                 "--format=csv,noheader,nounits", "-lms", "1000"], stdout=log, stderr=subprocess.DEVNULL)
+        except OSError:
+            sampler = None
+    t0 = time.monotonic()
+    windows = []
+    while time.monotonic() - t0 < seconds:
+        w = _events_time(torch, fn, reps) if dev == "cuda" else sum(cpu_time(fn) for _ in range(reps)) / reps
+        windows.append({"t_s": round(time.monotonic() - t0, 3), "step_s": w, "replays": reps})
+    if sampler is not None:
+        sampler.terminate()
+        sampler.wait(timeout=10)
+    log.seek(0)
+    samples = [line.strip() for line in log.read().splitlines() if line.strip()]
+    log.close()
+    os.unlink(log.name)
+    if g is not None:
+        del g
+    steps = [w["step_s"] for w in windows]
+    head, tail = steps[: max(1, len(steps) // 10)], steps[-max(1, len(steps) // 10):]
+    return {"time_s": sorted(steps)[len(steps) // 2], "first_s": sum(head) / len(head), "last_s": sum(tail) / len(tail),
+            "windows": windows, "smi": samples, "seconds": seconds}
+
+
 def _run_points(torch, b, spec: dict, points: list, plan: dict, dev: str, model_deadline: float, recs: Records) -> None:
     """Time every point of one model (past its deadline, or failing, a point is listed as skipped)."""
     run = recs.run
@@ -295,12 +350,15 @@ def _run_points(torch, b, spec: dict, points: list, plan: dict, dev: str, model_
             run["skipped"].append({"model": spec["name"], **p, "why": "time"})
             continue
         op = p["op"]
-        base_op = "decode" if op == "decode_eager" else op
+        base_op = {"decode_eager": "decode", "sustained": p.get("base", "prefill")}.get(op, op)
         try:
             fn = b.step_fn(base_op, p["batch"], p["new"], p["context"], p.get("attention", "sdpa"))
-            r = time_point(torch, fn, graph=(op != "decode_eager" and dev == "cuda"),
-                           repeats=plan.get("repeats", 5)) if dev == "cuda" else \
-                {"time_s": cpu_time(fn), "times_s": [], "replays": 1}
+            if op == "sustained":
+                r = sustained_point(torch, fn, float(p.get("seconds", 60)), float(p.get("window_s", 1.0)), dev)
+            else:
+                r = time_point(torch, fn, graph=(op != "decode_eager" and dev == "cuda"),
+                               repeats=plan.get("repeats", 5)) if dev == "cuda" else \
+                    {"time_s": cpu_time(fn), "times_s": [], "replays": 1}
         except Exception as e:  # noqa: BLE001 - OOM or a kernel refusal: recorded, the next point runs
             run["skipped"].append({"model": spec["name"], **p, "why": f"{type(e).__name__}: {str(e)[:200]}"})
             if dev == "cuda":

@@ -284,7 +284,8 @@ def step_plan_cmd(
     max_seconds: float = typer.Option(330.0, help="time bound of the bench's whole call, in seconds"),
     grid: str = typer.Option("campaign", help="campaign (the points the engine fit uses) | heldout (verification "
                              "at batch 16-256 and models no fit has seen: a check, never fitted) | probe | prefill "
-                             "(causal prefills of 512-16k tokens and 2k chunks over a growing context, 8B / 32B)"),
+                             "(causal prefills of 512-16k tokens and 2k chunks over a growing context, 8B / 32B) | sustained (a 32B "
+                             "prefill replayed for 75 s, clocks and power sampled)"),
 ) -> None:
     """The GPU step campaign's plan: decode, verification, draft-head and prefill points per catalog model.
 
