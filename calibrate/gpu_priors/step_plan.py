@@ -93,7 +93,7 @@ def _prefills(whole, chunk, chunk_ctx):
             + [{"op": "prefill", "batch": 1, "new": chunk, "context": c, "attention": "causal"} for c in chunk_ctx])
 
 
-# round two (issue 40): where prefill and large-batch compute are priced (a 2048-token prefill on an H200 came out
+# round two of the GPU campaign: where prefill and large-batch compute are priced (a 2048-token prefill on an H200 came out
 # 36% above the sum of its kernels), at the 8B and 32B shapes of the released models; causal as engines run it
 PREFILL = {
     "qwen3-8b": dict(points=_prefills([512, 1024, 2048, 4096, 8192, 16384], 2048, [2048, 4096, 8192, 14336])

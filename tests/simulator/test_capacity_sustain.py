@@ -81,7 +81,7 @@ def test_h200_overload_is_neither_sustained_nor_rerun(tmp_path):
     p = Point(fixed_scenario(tmp_path), "h200", 2, VANILLA, LoadSpec(requests=200), H200_SLO)
     row = evaluate(p, 42.1, stop_early=True)
     assert not row["slo_met"] and not row["stationary"]
-    assert row["throughput_qps"] < 6.0
+    assert row["throughput_qps"] < 6.5  # ~6: 6.1 since the H200 compute efficiency took the causal prefill points
     # it completes ~5.5 req/s while requests wait: a longer run cannot sustain 42/s, so none is run
     assert row["requests"] == requests_for(p, 42.1)[0]
 
@@ -89,7 +89,7 @@ def test_h200_overload_is_neither_sustained_nor_rerun(tmp_path):
 def test_h200_qps_8_with_800_requests_is_not_sustained(tmp_path):
     p = Point(fixed_scenario(tmp_path), "h200", 2, VANILLA, LoadSpec(requests=800), H200_SLO)
     row = evaluate(p, 8.0)
-    assert row["throughput_qps"] < 6.0
+    assert row["throughput_qps"] < 6.5  # ~6: 6.1 since the H200 compute efficiency took the causal prefill points
     assert not row["stationary"] and not row["sustained"] and not row["slo_met"]
     assert row["throughput_ratio"] < 1 - row["sustain_tol"] or row["too_short"]
 
