@@ -140,3 +140,16 @@ def sharegpt_spread_cmd(
         raise InputError(None, "--workers", f"expected >= 1 (got {workers})")
     command = "specsim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     typer.echo(write(out, command, workers), nl=False)
+
+
+def serving_regimes_cmd(
+    report: Path = typer.Argument(..., help="a released serving report folder (heldout-gpu.csv, heldout-version.csv)"),
+) -> None:
+    """The released runs' held-out errors by regime (closed loops, ShareGPT bursts, long-prompt bursts, short
+    bursts) per GPU and per version -> REPORT/regimes.md and regimes.csv. Nothing is refitted.
+
+    Example: specsim validate serving-regimes reports/serving-released"""
+    from validate.serving.regimes import write
+
+    command = "specsim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    typer.echo(write(report, command), nl=False)

@@ -7,6 +7,7 @@ COMMANDS = {
     "runs": ("validations:validate", "validate"),
     "serving": ("specsim_cli.commands.serving_validation:validate_serving_cmd", "validate-serving"),
     "sharegpt-spread": ("specsim_cli.commands.serving_validation:sharegpt_spread_cmd", None),
+    "serving-regimes": ("specsim_cli.commands.serving_validation:serving_regimes_cmd", None),
     "capacity": ("checks:validate_capacity_cmd", "validate-capacity"),
     "drift": ("validations:validate_drift", "validate-drift"),
     "cpu": ("validations:validate_cpu", "validate-cpu"),
