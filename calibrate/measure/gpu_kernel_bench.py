@@ -116,18 +116,22 @@ def _memory(torch, p: dict, dev: str) -> dict:
     def chain(x):
         h = x @ w[1].t()
         return (torch.nn.functional.silu(h[:, :I]) * h[:, I:]) @ w[2].t() + (x @ w[0].t())[:, :H]
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_reserved()
     st = torch.cuda.Stream()
     st.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(st):
         chain(x1)
     torch.cuda.current_stream().wait_stream(st)
+    # the snapshot after the warm-up and with the cache emptied: a capture empties the allocator's cache itself, so
+    # a snapshot taken before that counted the cache it released (round two's first reading: -15e9)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    before, free_before = torch.cuda.memory_reserved(), torch.cuda.mem_get_info()[0]
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         chain(x1)
     torch.cuda.synchronize()
     out["graph_reserved_bytes"] = torch.cuda.memory_reserved() - before
+    out["graph_driver_bytes"] = free_before - torch.cuda.mem_get_info()[0]  # the pool and the graph itself
     del g
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
