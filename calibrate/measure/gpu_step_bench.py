@@ -205,17 +205,23 @@ def _events_time(torch, fn, reps: int) -> float:
     return s.elapsed_time(e) / 1e3 / reps
 
 
+def capture(torch, run):
+    """``run`` warmed up on a side stream and captured as a CUDA graph: the graph (keep it alive while replaying)."""
+    st = torch.cuda.Stream()
+    st.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(st):
+        for _ in range(2):
+            run()
+    torch.cuda.current_stream().wait_stream(st)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        run()
+    return g
+
+
 def time_point(torch, run, graph: bool, repeats: int, target_s: float = 0.015) -> dict:
     if graph:
-        st = torch.cuda.Stream()
-        st.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(st):
-            for _ in range(2):
-                run()
-        torch.cuda.current_stream().wait_stream(st)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            run()
+        g = capture(torch, run)
         fn = g.replay
     else:
         run()
@@ -298,15 +304,7 @@ def sustained_point(torch, run, seconds: float, window_s: float, dev: str) -> di
 
     fn, g = run, None
     if dev == "cuda":
-        st = torch.cuda.Stream()
-        st.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(st):
-            for _ in range(2):
-                run()
-        torch.cuda.current_stream().wait_stream(st)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            run()
+        g = capture(torch, run)
         fn = g.replay
         torch.cuda.synchronize()
         one = _events_time(torch, fn, 1)
