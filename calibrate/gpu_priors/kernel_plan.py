@@ -7,7 +7,9 @@ Points (:func:`make_plan`):
   released dense shapes (:data:`DENSE`: QKV, O, gate-up, down at TP 1) at m = :data:`M_GRID` tokens;
 - ``grouped``: one MoE layer's routed experts (:data:`MOE`: Qwen3-30B-A3B, DeepSeek-V3's layer) at
   :data:`MOE_TOKENS` tokens, balanced routing;
-- ``memory``: the device's memory as the driver reports it, one CUDA graph's reserve, a profile pass at 8192 tokens.
+- ``memory``: the device's memory as the driver reports it, one CUDA graph's reserve, a profile pass at 8192 tokens;
+- grid ``moe-fp8``: ``grouped_fp8``, the same layers with e4m3 experts and activations quantised per pass, each beside
+  its bf16 ``grouped`` twin (priced by the MoE fit's form at one byte per weight and the GPU's FP8 rate).
 
 Predictions (:func:`predict`), the catalog's parameters for the GPU (``prior_profile``), each through the rule the
 simulator prices it with:
@@ -36,14 +38,35 @@ ROWWISE_MODEL = "qwen3-32b"
 MEMORY_POINT = {"hidden": 5120, "inter": 25600, "tokens": 8192, "graph_batch": 256}
 
 
+GRIDS = ("round2", "moe-fp8")
+
+
 def linears(hidden: int, heads: int, kv_heads: int, head_dim: int, inter: int) -> dict[str, tuple[int, int]]:
     """{linear: (n, k)} of one dense layer at TP 1 (gated MLP: gate and up fused)."""
     return {"qkv": ((heads + 2 * kv_heads) * head_dim, hidden), "o": (hidden, heads * head_dim),
             "gate_up": (2 * inter, hidden), "down": (hidden, inter)}
 
 
-def make_plan(repeats: int = 5, max_seconds: float = 300.0, tiny: bool = False) -> dict:
-    """The plan JSON (module docstring). ``tiny``: small shapes that a CPU dry run times in seconds."""
+MOE_FP8_TOKENS = (1, 4, 16, 64, 256, 1024)
+
+
+def make_plan(repeats: int = 5, max_seconds: float = 300.0, tiny: bool = False, grid: str = "round2") -> dict:
+    """The plan JSON (module docstring). ``tiny``: small shapes that a CPU dry run times in seconds. ``grid``:
+    ``round2`` (the round's plan) or ``moe-fp8`` (the grouped MoE layers with e4m3 experts, each beside its bf16 twin
+    in the same call, at :data:`MOE_FP8_TOKENS` tokens)."""
+    if grid not in GRIDS:
+        raise ValueError(f"grid: one of {', '.join(GRIDS)} (got {grid!r})")
+    if grid == "moe-fp8":
+        pts = []
+        for model, (h, i, e, k) in MOE.items():
+            for t in ((1, 4) if tiny else MOE_FP8_TOKENS):
+                for op in ("grouped", "grouped_fp8"):
+                    pts.append({"op": op, "model": model, "tokens": t, "hidden": 64 if tiny else h,
+                                "inter": 32 if tiny else i, "experts": 8 if tiny else e, "topk": 2 if tiny else k})
+        for j, p in enumerate(pts):
+            p["id"] = j
+        return {"points": pts, "repeats": repeats, "max_seconds": max_seconds, "allow_cpu": tiny, "grid": grid,
+                "bench": "calibrate/measure/gpu_kernel_bench.py"}
     pts = []
     grid = (1, 8, 64) if tiny else M_GRID
     for model, shape in DENSE.items():
@@ -95,15 +118,17 @@ def _moe_predictions(d: pd.DataFrame, gpu: str) -> np.ndarray:
     from simulator.catalog import get_hardware
     from simulator.cost.cost_profile import prior_profile
 
-    sel = (d["op"] == "grouped").to_numpy()
+    sel = d["op"].isin(["grouped", "grouped_fp8"]).to_numpy()
     out = np.full(len(d), np.nan)
     if not sel.any():
         return out
     g = d[sel]
+    fp8 = (g["op"] == "grouped_fp8").to_numpy()
     f = pd.DataFrame({"gpu": gpu, "tokens": g["tokens"].to_numpy(float), "hidden": g["hidden"].to_numpy(float),
                       "inter": g["inter"].to_numpy(float), "experts": g["experts"].to_numpy(float),
                       "topk": g["topk"].to_numpy(float), "tp": 1.0, "ep": 1.0, "distribution": "balanced",
-                      "mats": 3.0, "bytes_per_weight": 2.0, "rate": "bf16", "source": "aic"})
+                      "mats": 3.0, "bytes_per_weight": np.where(fp8, 1.0, 2.0), "rate": np.where(fp8, "fp8", "bf16"),
+                      "source": "aic"})
     f = moe_fit._derived(f)
     hw = get_hardware(gpu)
     c = prior_profile(hw).params(hw)

@@ -17,6 +17,9 @@ Ops (one JSON line each in OUT/records.jsonl, written as measured; OUT/run.json:
   E experts round-robin (every expert hit gets T k / hits rows, as a balanced router gives): ``torch._grouped_mm``
   where the installed torch has it (``impl: grouped_mm``), else one GEMM chain per hit expert (``impl: loop``: launch
   costs the fused kernels do not pay, stated in the record);
+- ``grouped_fp8``: the same layer with e4m3 experts and activations cast to e4m3 in the pass:
+  ``torch._scaled_grouped_mm`` where accepted, else a ``torch._scaled_mm`` chain per hit expert (``impl`` says which,
+  and why);
 - ``memory``: ``torch.cuda.mem_get_info`` (free, total), ``nvidia-smi``'s total, what one captured CUDA graph of a
   decode-sized GEMM chain reserves, and the peak allocation of a profile-like pass over ``tokens`` tokens (one
   dense layer's GEMMs and activations).
@@ -143,6 +146,51 @@ def _memory(torch, p: dict, dev: str) -> dict:
     return out
 
 
+def _grouped_fp8_fn(torch, p: dict, dev: str) -> tuple:
+    """(callable, impl) of the layer of :func:`_grouped_fn` with e4m3 experts (per-expert, per-row scales) and its
+    activations cast to e4m3 in the pass (vLLM's dynamic quantisation; the scales held at one: timing only):
+    ``torch._scaled_grouped_mm`` where the installed torch has it and accepts the shapes, else one ``torch._scaled_mm``
+    chain per hit expert (``impl: loop``, with torch's reason for refusing the grouped call)."""
+    if not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e4m3fn"):
+        raise RuntimeError("this torch has no torch._scaled_mm / float8_e4m3fn")
+    T, E, k, H, I = p["tokens"], p["experts"], p["topk"], p["hidden"], p["inter"]
+    hit = experts_hit(T, E, k)
+    rows = -(-T * k // hit)
+    f8, bf, f32 = torch.float8_e4m3fn, torch.bfloat16, torch.float32
+    silu = torch.nn.functional.silu
+    w13 = torch.randn(hit, 2 * I, H, device=dev).to(f8)
+    w2 = torch.randn(hit, H, I, device=dev).to(f8)
+    x = torch.randn(hit * rows, H, device=dev, dtype=bf)
+    sgm = getattr(torch, "_scaled_grouped_mm", None)
+    why = "no torch._scaled_grouped_mm" if sgm is None else "torch._scaled_grouped_mm: CUDA only"
+    if sgm is not None and dev == "cuda":
+        offs = torch.arange(rows, hit * rows + 1, rows, device=dev, dtype=torch.int32)
+        sx = torch.ones(hit * rows, device=dev, dtype=f32)
+        s13 = torch.ones(hit, 2 * I, device=dev, dtype=f32)
+        s2 = torch.ones(hit, H, device=dev, dtype=f32)
+
+        def run():
+            h = sgm(x.to(f8), w13.transpose(1, 2), sx, s13, offs=offs, out_dtype=bf)
+            a = (silu(h[:, :I]) * h[:, I:]).to(f8)
+            return sgm(a, w2.transpose(1, 2), sx, s2, offs=offs, out_dtype=bf)
+        try:
+            run()
+            return run, "scaled_grouped_mm"
+        except Exception as e:  # noqa: BLE001 - the installed torch refuses: the loop below, with its reason
+            why = f"scaled_grouped_mm refused: {type(e).__name__}: {str(e)[:120]}"
+    one = torch.ones((), device=dev, dtype=f32)
+    xs = x.view(hit, rows, H)
+
+    def loop():
+        out = []
+        for e in range(hit):
+            h = torch._scaled_mm(xs[e].to(f8), w13[e].t(), scale_a=one, scale_b=one, out_dtype=bf)
+            a = (silu(h[:, :I]) * h[:, I:]).to(f8)
+            out.append(torch._scaled_mm(a, w2[e].t(), scale_a=one, scale_b=one, out_dtype=bf))
+        return out
+    return loop, f"loop ({why})"
+
+
 def _run_point(torch, p: dict, dev: str, repeats: int) -> dict:
     op = p["op"]
     if op == "memory":
@@ -156,6 +204,8 @@ def _run_point(torch, p: dict, dev: str, repeats: int) -> dict:
         fn = _fp8_fn(torch, p, dev)
     elif op == "grouped":
         fn, impl = _grouped_fn(torch, p, dev)
+    elif op == "grouped_fp8":
+        fn, impl = _grouped_fp8_fn(torch, p, dev)
     else:
         raise ValueError(f"unknown op {op!r}")
     r = time_point(torch, fn, graph=True, repeats=repeats) if dev == "cuda" else \

@@ -333,6 +333,8 @@ def kernel_plan_cmd(
     out: Path = typer.Option(..., help="folder for plan.json and predicted-before-fit.csv"),
     tiny: bool = typer.Option(False, "--tiny", help="small shapes a CPU dry run times in seconds (the plan allows it)"),
     date: Optional[str] = typer.Option(None, help="date recorded in the plan (default: today, UTC)"),
+    grid: str = typer.Option("round2", help="round2 (GEMMs, grouped MoE, memory) | moe-fp8 (grouped MoE layers with "
+                             "FP8 experts beside their bf16 twins)"),
 ) -> None:
     """The round-two kernel campaign's plan (bf16 / FP8 GEMMs, grouped-GEMM MoE, memory) and the model's prediction
     of every point, written before the device call; the device runs calibrate/measure/gpu_kernel_bench.py on it.
@@ -345,8 +347,13 @@ def kernel_plan_cmd(
     from simulator.catalog import get_hardware
     from simulator.inputs.loading import write_atomic
 
+    from calibrate.gpu_priors.kernel_plan import GRIDS
+    from simulator.errors import InputError
+
     get_hardware(hardware)  # an unknown name: the catalog's error
-    plan = make_plan(tiny=tiny)
+    if grid not in GRIDS:
+        raise InputError(None, "--grid", f"one of {', '.join(GRIDS)} (got {grid!r})")
+    plan = make_plan(tiny=tiny, grid=grid)
     plan["predicted"] = {"hardware": hardware, "date": date or dt.datetime.now(dt.timezone.utc).date().isoformat(),
                          "source": "catalog priors (prior_profile), quantised GEMM kinds, MoE terms; "
                                    "calibrate/gpu_priors/kernel_plan.py"}

@@ -95,3 +95,29 @@ def test_fp8_ratios_pair_each_fp8_point_with_the_bf16_one_of_its_shape():
     r = fp8_ratios(pd.DataFrame(rows))
     assert len(r) == 1 and r.loc[0, "shapes"] == 2
     assert r.loc[0, "measured_ratio"] == pytest.approx((0.5 + 0.75) / 2) and r.loc[0, "predicted_ratio"] == 1.0
+
+
+def test_moe_fp8_grid_pairs_each_fp8_layer_with_its_bf16_twin_and_runs_on_cpu(tmp_path):
+    """The moe-fp8 grid: every grouped_fp8 point has a bf16 twin of the same shape in the same plan, FP8 priced
+    below bf16 where the weights dominate (one byte per weight); the CPU dry run measures or skips every point with
+    a reason, and an FP8 record names how it ran."""
+    pytest.importorskip("torch")
+    from calibrate.measure.gpu_kernel_bench import main
+
+    plan = make_plan(grid="moe-fp8")
+    key = ("model", "tokens", "hidden", "inter", "experts", "topk")
+    fp8 = {tuple(p[k] for k in key) for p in plan["points"] if p["op"] == "grouped_fp8"}
+    assert fp8 and fp8 == {tuple(p[k] for k in key) for p in plan["points"] if p["op"] == "grouped"}
+    pred = predict(plan, "h200")
+    pair = pred.pivot_table(index=list(key), columns="op", values="predicted_s")
+    assert (pair["grouped_fp8"] < pair["grouped"]).all()
+    with pytest.raises(ValueError, match="grid"):
+        make_plan(grid="nope")
+    tiny = make_plan(tiny=True, grid="moe-fp8")
+    (tmp_path / "plan.json").write_text(json.dumps(tiny))
+    assert main([str(tmp_path / "plan.json"), str(tmp_path / "run")]) == 0
+    recs = [json.loads(x) for x in (tmp_path / "run" / "records.jsonl").read_text().splitlines()]
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert len(recs) + len(run["skipped"]) == len(tiny["points"])
+    assert all(s.get("why") for s in run["skipped"])
+    assert all(r["impl"].startswith(("loop", "scaled_grouped_mm")) for r in recs if r["op"] == "grouped_fp8")
