@@ -188,16 +188,23 @@ def summary(t: pd.DataFrame) -> pd.DataFrame:
 
 
 def fp8_ratios(t: pd.DataFrame) -> pd.DataFrame:
-    """Measured FP8 GEMM time over the bf16 GEMM's at the same shape, per FP8 scaling and m: the median over the
-    planned linear shapes (0.5 = FP8 at twice bf16's rate, the FP8 tensor cores' peak ratio; the prediction's ratio
-    beside it)."""
-    g = t[t["op"].isin(["gemm", "gemm_fp8"])].copy()
-    if g.empty:
-        return pd.DataFrame(columns=["scales", "m", "shapes", "measured_ratio", "predicted_ratio"])
-    keys = ["model", "linear", "m", "n", "k"]
-    bf = g[g["op"] == "gemm"].set_index(keys)[["measured_s", "predicted_s"]]
-    f8 = g[g["op"] == "gemm_fp8"].join(bf, on=keys, rsuffix="_bf16").dropna(subset=["measured_s_bf16"])
-    f8 = f8.assign(measured_ratio=f8["measured_s"] / f8["measured_s_bf16"],
-                   predicted_ratio=f8["predicted_s"] / f8["predicted_s_bf16"])
-    return (f8.groupby(["scales", "m"]).agg(shapes=("measured_ratio", "size"), measured_ratio=("measured_ratio", "median"),
-                                            predicted_ratio=("predicted_ratio", "median")).reset_index())
+    """Measured FP8 time over the bf16 time of the same shape: GEMMs per FP8 scaling and m (the median over the
+    planned linear shapes), grouped MoE layers per model and tokens (``scales``: ``moe``; ``m``: tokens); 0.5 = FP8 at
+    twice bf16's rate, the FP8 tensor cores' peak ratio; the prediction's ratio beside it."""
+    cols = ["scales", "m", "shapes", "measured_ratio", "predicted_ratio"]
+    parts = []
+    for bf_op, f8_op, keys, group in (("gemm", "gemm_fp8", ["model", "linear", "m", "n", "k"], ["scales", "m"]),
+                                      ("grouped", "grouped_fp8", ["model", "tokens", "hidden", "inter", "experts", "topk"],
+                                       ["model", "tokens"])):
+        if not {bf_op, f8_op} <= set(t["op"]) or not set(keys) <= set(t.columns):
+            continue
+        bf = t[t["op"] == bf_op].set_index(keys)[["measured_s", "predicted_s"]]
+        f8 = t[t["op"] == f8_op].join(bf, on=keys, rsuffix="_bf16").dropna(subset=["measured_s_bf16"])
+        f8 = f8.assign(measured_ratio=f8["measured_s"] / f8["measured_s_bf16"],
+                       predicted_ratio=f8["predicted_s"] / f8["predicted_s_bf16"])
+        r = f8.groupby(group).agg(shapes=("measured_ratio", "size"), measured_ratio=("measured_ratio", "median"),
+                                  predicted_ratio=("predicted_ratio", "median")).reset_index()
+        if f8_op == "grouped_fp8":
+            r = r.assign(scales="moe " + r["model"], m=r["tokens"]).drop(columns=["model", "tokens"])
+        parts.append(r[cols])
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=cols)

@@ -391,7 +391,7 @@ def kernel_summary_cmd(
     typer.echo(summary(t).to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     r = fp8_ratios(t)
     if len(r):
-        typer.echo("FP8 / bf16 GEMM time at the same shapes (median over shapes):")
+        typer.echo("FP8 / bf16 time at the same shapes (GEMMs: median over the linear shapes; moe: one layer each):")
         typer.echo(r.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
 
 

@@ -121,3 +121,15 @@ def test_moe_fp8_grid_pairs_each_fp8_layer_with_its_bf16_twin_and_runs_on_cpu(tm
     assert len(recs) + len(run["skipped"]) == len(tiny["points"])
     assert all(s.get("why") for s in run["skipped"])
     assert all(r["impl"].startswith(("loop", "scaled_grouped_mm")) for r in recs if r["op"] == "grouped_fp8")
+
+
+def test_fp8_ratios_pair_grouped_fp8_layers_with_their_bf16_twins():
+    import pandas as pd
+
+    shape = dict(model="q", hidden=8, inter=4, experts=4, topk=2)
+    rows = [dict(op="grouped", tokens=4, measured_s=2.0, predicted_s=2.0, **shape),
+            dict(op="grouped_fp8", tokens=4, measured_s=1.2, predicted_s=1.0, **shape),
+            dict(op="grouped_fp8", tokens=16, measured_s=1.0, predicted_s=1.0, **shape)]  # no bf16 twin: left out
+    r = fp8_ratios(pd.DataFrame(rows))
+    assert list(r["scales"]) == ["moe q"] and list(r["m"]) == [4]
+    assert r.loc[0, "measured_ratio"] == pytest.approx(0.6) and r.loc[0, "predicted_ratio"] == pytest.approx(0.5)
