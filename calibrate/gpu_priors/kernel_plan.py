@@ -208,3 +208,18 @@ def fp8_ratios(t: pd.DataFrame) -> pd.DataFrame:
             r = r.assign(scales="moe " + r["model"], m=r["tokens"]).drop(columns=["model", "tokens"])
         parts.append(r[cols])
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=cols)
+
+
+def level_by_size(t: pd.DataFrame) -> pd.DataFrame:
+    """Measured / predicted time per op (and FP8 scaling) and size (m for GEMMs, tokens for MoE layers): the median
+    over the shapes of that size -- where in the size range a kind runs slower (> 1) or faster than predicted."""
+    if t.empty:
+        return pd.DataFrame(columns=["kind", "size", "shapes", "measured / predicted"])
+    sc = t["scales"] if "scales" in t else pd.Series(np.nan, index=t.index)
+    size = t["m"] if "m" in t else pd.Series(np.nan, index=t.index)
+    if "tokens" in t:
+        size = size.fillna(t["tokens"])
+    d = t.assign(kind=t["op"].where(sc.isna(), t["op"] + " (" + sc.astype(str) + ")"), size=size,
+                 r=t["measured_s"] / t["predicted_s"]).dropna(subset=["r", "size"])
+    return (d.groupby(["kind", "size"]).agg(shapes=("r", "size"), ratio=("r", "median")).reset_index()
+            .rename(columns={"ratio": "measured / predicted"}))

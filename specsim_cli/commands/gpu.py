@@ -376,7 +376,7 @@ def kernel_summary_cmd(
     Example: specsim validate kernel-summary reports/gpu-campaign-2-h200 --out reports/gpu-campaign-2-h200/before-fit.csv"""
     import pandas as pd
 
-    from calibrate.gpu_priors.kernel_plan import compare, fp8_ratios, read_records, summary
+    from calibrate.gpu_priors.kernel_plan import compare, fp8_ratios, level_by_size, read_records, summary
     from simulator.errors import InputError
     from simulator.inputs.loading import write_atomic
 
@@ -389,6 +389,10 @@ def kernel_summary_cmd(
         typer.echo("no measured points")
         return
     typer.echo(summary(t).to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    lv = level_by_size(t)
+    if len(lv):
+        typer.echo("Measured / predicted time by size (m for GEMMs, tokens for MoE layers; median over shapes):")
+        typer.echo(lv.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
     r = fp8_ratios(t)
     if len(r):
         typer.echo("FP8 / bf16 time at the same shapes (GEMMs: median over the linear shapes; moe: one layer each):")
