@@ -56,17 +56,24 @@ def make_plan(repeats: int = 5, max_seconds: float = 300.0, tiny: bool = False, 
     in the same call, at :data:`MOE_FP8_TOKENS` tokens)."""
     if grid not in GRIDS:
         raise ValueError(f"grid: one of {', '.join(GRIDS)} (got {grid!r})")
-    if grid == "moe-fp8":
-        pts = []
-        for model, (h, i, e, k) in MOE.items():
-            for t in ((1, 4) if tiny else MOE_FP8_TOKENS):
-                for op in ("grouped", "grouped_fp8"):
-                    pts.append({"op": op, "model": model, "tokens": t, "hidden": 64 if tiny else h,
-                                "inter": 32 if tiny else i, "experts": 8 if tiny else e, "topk": 2 if tiny else k})
-        for j, p in enumerate(pts):
-            p["id"] = j
-        return {"points": pts, "repeats": repeats, "max_seconds": max_seconds, "allow_cpu": tiny, "grid": grid,
-                "bench": "calibrate/measure/gpu_kernel_bench.py"}
+    pts = _moe_fp8_points(tiny) if grid == "moe-fp8" else _round2_points(tiny)
+    for j, p in enumerate(pts):
+        p["id"] = j
+    return {"points": pts, "repeats": repeats, "max_seconds": max_seconds, "allow_cpu": tiny, "grid": grid,
+            "bench": "calibrate/measure/gpu_kernel_bench.py"}
+
+
+def _moe_fp8_points(tiny: bool) -> list[dict]:
+    pts = []
+    for model, (h, i, e, k) in MOE.items():
+        for t in ((1, 4) if tiny else MOE_FP8_TOKENS):
+            for op in ("grouped", "grouped_fp8"):
+                pts.append({"op": op, "model": model, "tokens": t, "hidden": 64 if tiny else h,
+                            "inter": 32 if tiny else i, "experts": 8 if tiny else e, "topk": 2 if tiny else k})
+    return pts
+
+
+def _round2_points(tiny: bool) -> list[dict]:
     pts = []
     grid = (1, 8, 64) if tiny else M_GRID
     for model, shape in DENSE.items():
@@ -84,10 +91,7 @@ def make_plan(repeats: int = 5, max_seconds: float = 300.0, tiny: bool = False, 
                         "inter": 32 if tiny else i, "experts": 8 if tiny else e, "topk": 2 if tiny else k})
     if not tiny:
         pts.append({"op": "memory", **MEMORY_POINT})
-    for j, p in enumerate(pts):
-        p["id"] = j
-    return {"points": pts, "repeats": repeats, "max_seconds": max_seconds, "allow_cpu": tiny,
-            "bench": "calibrate/measure/gpu_kernel_bench.py"}
+    return pts
 
 
 def _gemm_predictions(d: pd.DataFrame, gpu: str) -> np.ndarray:
@@ -178,11 +182,15 @@ def compare(predicted: pd.DataFrame, records: list[dict]) -> pd.DataFrame:
     return t
 
 
+def _kind(t: pd.DataFrame) -> pd.Series:
+    """Each point's op, with its FP8 scaling where it has one (``gemm_fp8 (tensor)``)."""
+    sc = t["scales"] if "scales" in t else pd.Series(np.nan, index=t.index)
+    return t["op"].where(sc.isna(), t["op"] + " (" + sc.astype(str) + ")")
+
+
 def summary(t: pd.DataFrame) -> pd.DataFrame:
     """Per op (and FP8 scales): points, median and p90 |error|, median signed error."""
-    sc = t["scales"] if "scales" in t else pd.Series(np.nan, index=t.index)
-    kind = t["op"].where(sc.isna(), t["op"] + " (" + sc.astype(str) + ")")
-    g = t.assign(kind=kind, ae=t["error"].abs()).groupby("kind")
+    g = t.assign(kind=_kind(t), ae=t["error"].abs()).groupby("kind")
     return g.agg(points=("ae", "size"), median_ape=("ae", "median"), p90_ape=("ae", lambda x: float(np.quantile(x, 0.9))),
                  bias=("error", "median")).reset_index()
 
@@ -215,11 +223,10 @@ def level_by_size(t: pd.DataFrame) -> pd.DataFrame:
     over the shapes of that size -- where in the size range a kind runs slower (> 1) or faster than predicted."""
     if t.empty:
         return pd.DataFrame(columns=["kind", "size", "shapes", "measured / predicted"])
-    sc = t["scales"] if "scales" in t else pd.Series(np.nan, index=t.index)
     size = t["m"] if "m" in t else pd.Series(np.nan, index=t.index)
     if "tokens" in t:
         size = size.fillna(t["tokens"])
-    d = t.assign(kind=t["op"].where(sc.isna(), t["op"] + " (" + sc.astype(str) + ")"), size=size,
+    d = t.assign(kind=_kind(t), size=size,
                  r=t["measured_s"] / t["predicted_s"]).dropna(subset=["r", "size"])
     return (d.groupby(["kind", "size"]).agg(shapes=("r", "size"), ratio=("r", "median")).reset_index()
             .rename(columns={"ratio": "measured / predicted"}))

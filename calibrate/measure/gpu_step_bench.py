@@ -302,38 +302,36 @@ def sustained_point(torch, run, seconds: float, window_s: float, dev: str) -> di
     chip heats or meets its power limit: the benches time a few hundred milliseconds per point."""
     import tempfile
 
-    fn, g = run, None
+    fn = run
     if dev == "cuda":
-        g = capture(torch, run)
-        fn = g.replay
+        fn = capture(torch, run).replay  # the bound method keeps the graph alive for the replays
         torch.cuda.synchronize()
         one = _events_time(torch, fn, 1)
     else:
         one = cpu_time(fn)
     reps = max(1, int(window_s / max(one, 1e-6)))
-    log = tempfile.NamedTemporaryFile("w+", suffix=".csv", delete=False)
-    sampler = None
-    if dev == "cuda":
-        try:
-            sampler = subprocess.Popen(
-                ["nvidia-smi", "--query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active",
-                 "--format=csv,noheader,nounits", "-lms", "1000"], stdout=log, stderr=subprocess.DEVNULL)
-        except OSError:
-            sampler = None
-    t0 = time.monotonic()
     windows = []
-    while time.monotonic() - t0 < seconds:
-        w = _events_time(torch, fn, reps) if dev == "cuda" else sum(cpu_time(fn) for _ in range(reps)) / reps
-        windows.append({"t_s": round(time.monotonic() - t0, 3), "step_s": w, "replays": reps})
-    if sampler is not None:
-        sampler.terminate()
-        sampler.wait(timeout=10)
-    log.seek(0)
-    samples = [line.strip() for line in log.read().splitlines() if line.strip()]
-    log.close()
-    os.unlink(log.name)
-    if g is not None:
-        del g
+    with tempfile.TemporaryFile("w+") as log:
+        sampler = None
+        if dev == "cuda":
+            try:
+                sampler = subprocess.Popen(
+                    ["nvidia-smi", "--query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,"
+                     "clocks_throttle_reasons.active", "--format=csv,noheader,nounits", "-lms", "1000"],
+                    stdout=log, stderr=subprocess.DEVNULL)
+            except OSError:
+                sampler = None
+        try:
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < seconds:
+                w = _events_time(torch, fn, reps) if dev == "cuda" else sum(cpu_time(fn) for _ in range(reps)) / reps
+                windows.append({"t_s": round(time.monotonic() - t0, 3), "step_s": w, "replays": reps})
+        finally:  # a failing window or Ctrl-C stops the sampler too
+            if sampler is not None:
+                sampler.terminate()
+                sampler.wait(timeout=10)
+        log.seek(0)
+        samples = [line.strip() for line in log.read().splitlines() if line.strip()]
     steps = [w["step_s"] for w in windows]
     head, tail = steps[: max(1, len(steps) // 10)], steps[-max(1, len(steps) // 10):]
     return {"time_s": sorted(steps)[len(steps) // 2], "first_s": sum(head) / len(head), "last_s": sum(tail) / len(tail),

@@ -142,14 +142,17 @@ def sharegpt_spread_cmd(
     typer.echo(write(out, command, workers), nl=False)
 
 
+@writes(out="folder")
 def serving_regimes_cmd(
     report: Path = typer.Argument(..., help="a released serving report folder (heldout-gpu.csv, heldout-version.csv)"),
+    out: Path = typer.Option(..., "--out", help="folder for regimes.md and regimes.csv (the report folder itself "
+                             "with --force)"),
 ) -> None:
     """The released runs' held-out errors by regime (closed loops, ShareGPT bursts, long-prompt bursts, short
-    bursts) per GPU and per version -> REPORT/regimes.md and regimes.csv. Nothing is refitted.
+    bursts) per GPU and per version -> OUT/regimes.md and regimes.csv. Nothing is refitted.
 
-    Example: specsim validate serving-regimes reports/serving-released"""
+    Example: specsim validate serving-regimes reports/serving-released --out reports/serving-released --force"""
     from validate.serving.regimes import write
 
     command = "specsim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    typer.echo(write(report, command), nl=False)
+    typer.echo(write(report, out, command), nl=False)

@@ -36,7 +36,7 @@ def test_summary_groups_fitted_rows_by_gpu_and_regime_with_an_all_row():
 
 def test_a_report_without_its_heldout_tables_is_a_clear_error(tmp_path):
     with pytest.raises(InputError, match="heldout-gpu.csv"):
-        write(tmp_path, "specsim validate serving-regimes x")
+        write(tmp_path, tmp_path / "o", "specsim validate serving-regimes x")
     pd.DataFrame([_row()]).drop(columns=["in_fit"]).to_csv(tmp_path / "heldout-gpu.csv", index=False)
     with pytest.raises(InputError, match="in_fit"):
-        write(tmp_path, "specsim validate serving-regimes x")
+        write(tmp_path, tmp_path / "o", "specsim validate serving-regimes x")

@@ -13,7 +13,7 @@ Per GPU (or version) and regime: runs, the median |error| and bias of TPOT, ITL,
 report's own summary: its fitted rows only), and the median measured / predicted throughput (1 = right; < 1 the run
 is slower than predicted). The errors are the held-out ones of the report; nothing is refitted here.
 
-    specsim validate serving-regimes reports/serving-released
+    specsim validate serving-regimes reports/serving-released --out reports/serving-released --force
 """
 
 from __future__ import annotations
@@ -63,8 +63,8 @@ def summarize(h: pd.DataFrame, by: str) -> pd.DataFrame:
     return s[keep].reset_index(drop=True)
 
 
-def write(report: Path, command: str) -> str:
-    """``REPORT/regimes.md`` and ``regimes.csv`` from the report's held-out tables; returns the markdown."""
+def write(report: Path, out: Path, command: str) -> str:
+    """``OUT/regimes.md`` and ``regimes.csv`` from the report's held-out tables; returns the markdown."""
     from simulator.errors import InputError
     from simulator.inputs.loading import write_atomic
     from validate.serving.released import md_table
@@ -83,6 +83,7 @@ def write(report: Path, command: str) -> str:
         parts.append(f"## Held out by {fold}\n\n" + md_table(s.assign(**{by: s[by].astype(str)})) + "\n")
     text = ("# Released serving runs: held-out errors by regime\n\n" f"Command: `{command}`\n\n"
             + (__doc__ or "").split("\n\n")[1] + "\n\n" + "\n".join(parts))
-    write_atomic(report / "regimes.md", text)
-    write_atomic(report / "regimes.csv", pd.concat(frames).to_csv(index=False, float_format="%.4g"))
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / "regimes.md", text)
+    write_atomic(out / "regimes.csv", pd.concat(frames).to_csv(index=False, float_format="%.4g"))
     return text
