@@ -202,7 +202,7 @@ def load_ours(root: Path | None = None, ops=OURS_FIT_OPS, pattern: str = CAMPAIG
                 r = json.loads(line)
             except ValueError:
                 raise InputError(str(f), f"line {i}", "a JSON record") from None
-            # torch's own attention choice, and a prefill's causal pass (round two's prefill grid, as engines run it)
+            # torch's own attention choice, and a prefill's causal pass (the prefill grid, as engines run it)
             if r.get("op") not in ops or r.get("attention", "sdpa") not in (
                     ("sdpa", "causal") if r.get("op") == "prefill" else ("sdpa",)):
                 continue

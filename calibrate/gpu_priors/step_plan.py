@@ -93,8 +93,8 @@ def _prefills(whole, chunk, chunk_ctx):
             + [{"op": "prefill", "batch": 1, "new": chunk, "context": c, "attention": "causal"} for c in chunk_ctx])
 
 
-# round two of the GPU campaign: where prefill and large-batch compute are priced (a 2048-token prefill on an H200 came out
-# 36% above the sum of its kernels), at the 8B and 32B shapes of the released models; causal as engines run it
+# prefill and chunked prefill at the 8B and 32B shapes of the released models, causal as engines run it: where the
+# step model's compute term is priced
 PREFILL = {
     "qwen3-8b": dict(points=_prefills([512, 1024, 2048, 4096, 8192, 16384], 2048, [2048, 4096, 8192, 14336])
                      + _prefills([], 512, [4096, 16384]), max_seconds=60),

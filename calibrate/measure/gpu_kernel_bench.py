@@ -125,7 +125,7 @@ def _memory(torch, p: dict, dev: str) -> dict:
         chain(x1)
     torch.cuda.current_stream().wait_stream(st)
     # the snapshot after the warm-up and with the cache emptied: a capture empties the allocator's cache itself, so
-    # a snapshot taken before that counted the cache it released (round two's first reading: -15e9)
+    # a snapshot taken before that would count the cache it releases
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     before, free_before = torch.cuda.memory_reserved(), torch.cuda.mem_get_info()[0]

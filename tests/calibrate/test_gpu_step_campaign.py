@@ -200,7 +200,7 @@ def test_step_predict_with_an_engine_fit_adds_the_fitted_bench_step(tmp_path):
 
 
 def test_prefill_grid_runs_causal_prefills_and_chunks_on_cpu(tmp_path):
-    """Issue 40's prefill grid: whole causal prompts and chunks on a cached context; the chunk's attention covers
+    """The prefill grid: whole causal prompts and chunks on a cached context; the chunk's attention covers
     the cached keys too (timing is not asserted: it runs each kind of point once, on the CPU)."""
     plan = gsp.make_plan(["qwen3-8b"], grid="prefill")
     pts = plan["models"][0]["points"]
