@@ -73,8 +73,8 @@ def _catalog_host(version: str) -> dict:
     from simulator.catalog.engine_hosts import ServingEngine, engine_version
 
     ev = engine_version(ServingEngine(version=version))
-    return {t: getattr(ev, t).value for t in ("seq_overhead_s", "call_overhead_s", "front_end_serial_s",
-                                               "async_overlap") if getattr(ev, t) is not None}
+    return {t: getattr(ev, t).value for t in ("seq_overhead_s", "tp_step_overhead_s", "call_overhead_s",
+                                               "front_end_serial_s", "async_overlap") if getattr(ev, t) is not None}
 
 
 def predict(run: ReleasedRun, host: dict | None = None, eta_scale: float = 1.0, caps: tuple | None = None) -> dict:

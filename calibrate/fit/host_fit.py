@@ -34,12 +34,22 @@ from calibrate.fit.gpustack_import import ReleasedRun
 from calibrate.fit.released_predict import measured_figures, predict_released
 from simulator.inputs.loading import write_atomic
 
-# fitted: t_seq, t_lat (the concurrent part of t_call), t_fe (its serial part), async overlap
-FIT_TERMS = ("seq_overhead_s", "call_latency_s", "front_end_serial_s", "async_overlap")
-CATALOG_TERMS = ("seq_overhead_s", "call_overhead_s", "front_end_serial_s", "async_overlap")
-LOWER = {"seq_overhead_s": 1e-7, "call_latency_s": 1e-4, "front_end_serial_s": 1e-5, "async_overlap": 0.0}
-UPPER = {"seq_overhead_s": 1e-3, "call_latency_s": 0.2, "front_end_serial_s": 0.05, "async_overlap": 0.99}
-START = {"seq_overhead_s": 5e-5, "call_latency_s": 1e-2, "front_end_serial_s": None, "async_overlap": 0.5}  # t_fe: 0.7 x bound
+# fitted: t_seq, t_tp (per step per tensor-parallel worker beyond the first), t_lat (the concurrent part of t_call),
+# t_fe (its serial part), async overlap
+FIT_TERMS = ("seq_overhead_s", "tp_step_overhead_s", "call_latency_s", "front_end_serial_s", "async_overlap")
+CATALOG_TERMS = ("seq_overhead_s", "tp_step_overhead_s", "call_overhead_s", "front_end_serial_s", "async_overlap")
+LOWER = {"seq_overhead_s": 1e-7, "tp_step_overhead_s": 1e-7, "call_latency_s": 1e-4, "front_end_serial_s": 1e-5,
+         "async_overlap": 0.0}
+UPPER = {"seq_overhead_s": 1e-3, "tp_step_overhead_s": 1e-2, "call_latency_s": 0.2, "front_end_serial_s": 0.05,
+         "async_overlap": 0.99}
+START = {"seq_overhead_s": 5e-5, "tp_step_overhead_s": 3e-4, "call_latency_s": 1e-2, "front_end_serial_s": None,
+         "async_overlap": 0.5}  # t_fe: 0.7 x bound
+# terms a version's runs may not measure (no run with async scheduling on, none at TP > 1): fixed at 0 in its fit
+# (nothing depends on them there), then transferred from the nearest version that measured them
+# (:func:`transfer_unmeasured`)
+MEASURED_BY = {"async_overlap": lambda r: r.async_scheduling, "tp_step_overhead_s": lambda r: r.tp > 1}
+UNMEASURED = {"async_overlap": "no run of this version had async scheduling on",
+              "tp_step_overhead_s": "no run of this version ran at TP > 1"}
 MIN_FIT_OUTPUT = 16
 FIT_FIGS = ("itl_ms", "ttft_ms", "out_tps")  # fitted on
 FIGS = ("tpot_ms", "itl_ms", "ttft_ms", "out_tps")  # reported
@@ -80,7 +90,8 @@ def serial_bound(runs: list[ReleasedRun]) -> float:
 
 def catalog_terms(f: dict) -> dict:
     """A fit's terms as the engine catalog holds them: t_call = t_lat + t_fe (the whole per-request latency)."""
-    out = {t: f[t] for t in ("seq_overhead_s", "front_end_serial_s", "async_overlap")}
+    out = {t: f[t] for t in ("seq_overhead_s", "tp_step_overhead_s", "front_end_serial_s", "async_overlap")
+           if t in f}
     out["call_overhead_s"] = f["call_latency_s"] + f["front_end_serial_s"]
     return out
 
@@ -124,14 +135,15 @@ def latency_bound(runs: list[ReleasedRun]) -> float:
 def fit_version(runs: list[ReleasedRun], fixed: dict | None = None) -> dict:
     """Robust least squares on log errors over ``runs`` (one version): {term: value, ..., "rms_log": , "runs": n,
     "front_end_serial_max_s": the data's bound on t_fe}. The overlap is fitted only where some runs had async
-    scheduling on (else 0: nothing measured it)."""
+    scheduling on, t_tp only where some ran at TP > 1 (else 0: nothing measured it)."""
     from scipy.optimize import least_squares
 
     bound, lat_bound = serial_bound(runs), latency_bound(runs)
     runs = [r for r in runs if in_fit(r)]
     fixed = dict(fixed or {})
-    if not any(r.async_scheduling for r in runs):
-        fixed["async_overlap"] = 0.0
+    for t, measures in MEASURED_BY.items():
+        if t not in fixed and not any(measures(r) for r in runs):
+            fixed[t] = 0.0
     terms = [t for t in FIT_TERMS if t not in fixed]
 
     def unpack(x):
@@ -184,7 +196,7 @@ def fit_hosts(runs: list[ReleasedRun]) -> dict[str, dict]:
     if pooled:
         for f in out.values():
             f["pooled"] = pooled
-    return transfer_overlap(dict(sorted(out.items(), key=lambda kv: version_key(kv[0]))))
+    return transfer_unmeasured(dict(sorted(out.items(), key=lambda kv: version_key(kv[0]))))
 
 
 def supported_versions(runs: list[ReleasedRun]) -> dict[str, list[ReleasedRun]]:
@@ -194,17 +206,19 @@ def supported_versions(runs: list[ReleasedRun]) -> dict[str, list[ReleasedRun]]:
     return {v: rs if len({r.model for r in rs if in_fit(r)}) >= MIN_MODELS else [] for v, rs in by.items()}
 
 
-def transfer_overlap(fitted: dict[str, dict]) -> dict[str, dict]:
-    """A version none of whose runs had async scheduling on did not measure its overlap (its fit held it at 0, which
-    changes none of its predictions); the catalog entry takes the nearest measuring version's o instead
-    (``async_overlap_from``), so that the version run with async on (a newer version resolving to it, whose default
-    is on) is not priced as if async scheduling hid nothing."""
-    measured = {v: f for v, f in fitted.items() if "async_overlap_stderr" in f}
-    for v, f in fitted.items():
-        if v not in measured and measured:
-            near = nearest(v, measured)
-            f["async_overlap"] = near["async_overlap"]
-            f["async_overlap_from"] = next(k for k, g in measured.items() if g is near)
+def transfer_unmeasured(fitted: dict[str, dict]) -> dict[str, dict]:
+    """A version none of whose runs measured a term of :data:`MEASURED_BY` (no run with async scheduling on: its
+    overlap; none at TP > 1: t_tp) held it at 0 in its fit, which changes none of its predictions; the catalog entry
+    takes the nearest measuring version's value instead (``<term>_from``), so that the version run with async on or at
+    TP > 1 (a newer version resolving to it, whose default is async) is not priced as if async scheduling hid nothing
+    or more workers cost nothing."""
+    for t in MEASURED_BY:
+        measured = {v: f for v, f in fitted.items() if f"{t}_stderr" in f}
+        for v, f in fitted.items():
+            if v not in measured and measured:
+                near = nearest(v, measured)
+                f[t] = near[t]
+                f[f"{t}_from"] = next(k for k, g in measured.items() if g is near)
     return fitted
 
 
@@ -252,8 +266,8 @@ def write_catalog(fitted: dict[str, dict], path, source: str, date: str, drop: t
         c = catalog_terms(f)
         for t in CATALOG_TERMS:
             se = f.get(f"{t}_stderr") if t != "call_overhead_s" else f.get("call_latency_s_stderr")
-            fitted = t != "async_overlap" or "async_overlap_stderr" in f
-            kind = "calibrated" if fitted else "transferred" if "async_overlap_from" in f else "prior"
+            fitted = t not in MEASURED_BY or f"{t}_stderr" in f
+            kind = "calibrated" if fitted else "transferred" if f"{t}_from" in f else "prior"
             ent[t] = {"value": float(f"{c[t]:.4g}"), "kind": kind,
                       "source": (src + (f"; t_lat {f['call_latency_s']:.4g} s" + (
                           f" (from vLLM {f['call_latency_from']}: no closed-loop run of {v})" if "call_latency_from" in f
@@ -261,8 +275,7 @@ def write_catalog(fitted: dict[str, dict], path, source: str, date: str, drop: t
                                  + (f"; bounded above by the bursts (duration / N, 2 x mean TTFT / (N - 1)) at "
                                     f"{f['front_end_serial_max_s']:.3g} s"
                                     if t == "front_end_serial_s" else "")) if fitted
-                      else "no run of this version had async scheduling on" + (
-                          f"; transferred from vLLM {f['async_overlap_from']}" if "async_overlap_from" in f else "")}
+                      else UNMEASURED[t] + (f"; transferred from vLLM {f[t + '_from']}" if f"{t}_from" in f else "")}
             if se is not None:
                 ent[t]["stderr"] = float(f"{se:.3g}")
         new.append(ent)

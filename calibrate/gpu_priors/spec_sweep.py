@@ -180,5 +180,8 @@ def write_sweep_version(path: Path, command: str, date: str, terms: dict | None 
                                     "source": f"{tr}; a closed loop of <= 128 streams does not measure it"},
              "async_overlap": {"value": ref.async_overlap.value, "kind": "transferred",
                                "source": f"{tr}; every sweep run had async scheduling on"}}
+    if ref.tp_step_overhead_s is not None:
+        entry["tp_step_overhead_s"] = {"value": ref.tp_step_overhead_s.value, "kind": "transferred",
+                                       "source": f"{tr}; every sweep run was at TP 1"}
     put_versions(path, [entry])
     return t

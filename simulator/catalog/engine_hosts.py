@@ -7,6 +7,9 @@ step's shape -- stay per GPU in ``gpu_priors.yaml``):
   the GPU's own prior (measured at batch 1 under CUDA graphs) stands;
 - ``seq_overhead_s`` t_seq: per running sequence per step (its slot in the input tensors, sampling bookkeeping,
   detokenising and streaming its token);
+- ``tp_step_overhead_s`` t_tp (optional: absent, 0): per engine step per tensor-parallel worker beyond the first:
+  at TP > 1 vLLM's multiprocess executor broadcasts each step to its worker processes and gathers the sampled
+  tokens back (TP = 1 runs the model in the engine process); host work, so async scheduling overlaps it like t_step;
 - ``call_overhead_s`` t_call: a request's latency before the engine sees it (the API server's HTTP handling,
   tokenising, the hop to the engine process; the first token's detokenising and streaming), paid by every request at
   once;
@@ -17,7 +20,7 @@ step's shape -- stay per GPU in ``gpu_priors.yaml``):
   (detokenising, the response chunk, the HTTP write), paid in turn with the calls' t_fe: each engine round's tokens
   reach their clients once the front end has streamed them, before any call still waiting for its turn. No fitted
   version carries it: the released runs do not support it (docs/serving-model.md, "Host costs by engine version");
-- ``async_overlap`` o: the share of the host work H = t_step + S t_seq that async scheduling (vLLM
+- ``async_overlap`` o: the share of the host work H = t_step + (TP - 1) t_tp + S t_seq that async scheduling (vLLM
   ``--async-scheduling``: the scheduler prepares step k+1 while the GPU runs step k) runs beside the GPU. A step of an
   engine with ``async_scheduling: true`` costs ``max(G, o H) + (1 - o) H`` where G is the GPU's time
   (:func:`simulator.cost.cost_model.step_time`): the overlapped host work is hidden while the GPU is the slower side,
@@ -42,7 +45,8 @@ from simulator.inputs.loading import read_yaml
 from simulator.paths import CATALOG_DIR
 
 HOSTS_PATH = CATALOG_DIR / "engine_hosts.yaml"
-HOST_TERMS = ("step_overhead_s", "seq_overhead_s", "call_overhead_s", "front_end_serial_s", "front_end_token_s")
+HOST_TERMS = ("step_overhead_s", "seq_overhead_s", "tp_step_overhead_s", "call_overhead_s", "front_end_serial_s",
+              "front_end_token_s")
 ASYNC_DEFAULT_FROM = {"vllm": (0, 14)}  # the first version whose `vllm serve` runs async scheduling by default
 
 
@@ -65,6 +69,7 @@ class EngineVersion(BaseModel):
     version: str
     step_overhead_s: PriorParam | None = None
     seq_overhead_s: PriorParam
+    tp_step_overhead_s: PriorParam | None = None
     call_overhead_s: PriorParam
     front_end_serial_s: PriorParam | None = None
     front_end_token_s: PriorParam | None = None

@@ -310,7 +310,7 @@ class Deployment:
             "sendrecv": np.zeros_like(n),  # pipeline stages' activations: _pipeline_breakdown
         }
         out["total"], out["step"], out["sequences"] = _host_parts(
-            gpu + out["allreduce"] + out["layers"], np.full_like(n, c.step_overhead_s),
+            gpu + out["allreduce"] + out["layers"], np.full_like(n, self.host_step_time),
             np.asarray(seqs, dtype=float) * c.seq_overhead_s, c.async_overlap)
         return out
 
@@ -362,7 +362,7 @@ class Deployment:
             "sendrecv": np.zeros_like(n),
         }
         out["total"], out["step"], out["sequences"] = _host_parts(
-            gpu + out["allreduce"] + out["layers"], np.full_like(n, c.step_overhead_s), S * c.seq_overhead_s,
+            gpu + out["allreduce"] + out["layers"], np.full_like(n, self.host_step_time), S * c.seq_overhead_s,
             c.async_overlap)
         return out
 
@@ -444,6 +444,12 @@ class Deployment:
         size = np.asarray(new_tokens, dtype=float) * self.model.hidden * ACTIVATION_BYTES
         ring = 2.0 * (self.tp - 1) / self.tp * size / self.hardware.link_bandwidth_bytes_per_s
         return 2.0 * self.model.layers * (self.cost.allreduce_latency_s + ring)
+
+    @property
+    def host_step_time(self) -> float:
+        """The host side's fixed cost of an engine step: t_step + (TP - 1) t_tp (at TP > 1 the executor broadcasts
+        the step to each further worker and gathers its tokens back). The one place this rule lives."""
+        return self.cost.step_overhead_s + (self.tp - 1) * self.cost.tp_step_overhead_s
 
     @property
     def gpu_overhead_time(self) -> float:

