@@ -6,7 +6,8 @@ Data (read, never copied): the shared data's ``engine-measurements/inferencex-de
 two expert layouts), on the GPUs of the hardware catalog (H200, B200; the H100 has no such row). FP4 rows are left out
 (no FP4 expert term in the MoE fit), DP-attention rows too (not modelled).
 
-Per row, with the catalog's parameters for the GPU (``prior_profile``; nothing fitted here)::
+Per row, with the catalog's parameters for the GPU (``prior_profile``; nothing fitted here; the host terms are the
+newest vLLM entry's, less t_tp, the per-worker cost of vLLM's multiprocess executor, which these engines do not run)::
 
     TPOT = t_decode(B = conc, C = isl' + osl'/2) + (conc - 1) t_prefill(isl') / osl'
 
@@ -81,7 +82,9 @@ def predict_rows(rows: pd.DataFrame, t_mla: bool = True) -> pd.DataFrame:
         key = (r.hardware, int(r.d_tp), int(r.d_ep))
         if key not in deps:
             hw = get_hardware(GPUS[r.hardware])
-            c = prior_profile(hw).params(hw)
+            # SGLang and TensorRT-LLM rows: the catalog's host terms are vLLM's, less the per-worker cost of vLLM's
+            # multiprocess executor (t_tp), which these engines do not run
+            c = replace(prior_profile(hw).params(hw), tp_step_overhead_s=0.0)
             c = c if t_mla else replace(c, mla_layer_overhead_s=0.0)
             deps[key] = Deployment(m, hw, int(r.d_tp), c, ep=int(r.d_ep))
         dep, B = deps[key], int(r.conc)

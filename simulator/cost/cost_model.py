@@ -9,25 +9,20 @@ rows: 1 for generation, gamma+1 for verification), per GPU:
     T_mem  = W/TP / (eta_mem BW) (1 + j [N >= 2]) + KV bytes / (eta_kv BW)
     T_gpu  = softmax_p(T_mem, flops / (eta_comp F))                     (roofline, p-norm of the two roofs)
     T_ar   = 2 L [t_ar + 2 (TP-1)/TP * (sum_i n_i) H b / B_link]          (Megatron: 2 all-reduces per layer)
-    T_pass = T_gpu + T_ar + t_step + L t_layer + t_seq S               (S sequences; t_seq: host work per sequence)
+    T_pass = T_gpu + T_ar + L t_layer + t_step + (TP-1) t_tp + t_seq S   (host: per step, per extra TP worker, per sequence)
 
-and an engine call (one request to the engine: generate, score) adds t_call once.
-W: weight bytes streamed per pass (layers + LM head), P_layers: per-token matmul weights,
-V: vocab, H: hidden, L: layers, b: activation bytes (2), BW / F: datasheet bandwidth and
-peak dense BF16 FLOP/s, B_link / t_ar: link bandwidth and all-reduce latency.
+and an engine call (one request to the engine: generate, score) adds t_call once. W: weight bytes streamed per pass
+(layers + LM head), P_layers: per-token matmul weights, V: vocab, H: hidden, L: layers, b: activation bytes (2),
+BW / F: datasheet bandwidth and peak dense BF16 FLOP/s, B_link / t_ar: link bandwidth and all-reduce latency.
 
-softmax_p(a, b) = (a^p + b^p)^(1/p): p = inf is the hard roofline max(a, b) (profiles fitted without
-engine-level data, e.g. the CPU ones); engine-level GPU fits give a finite p: a GEMM near its ridge neither streams at full
-bandwidth nor computes at full rate, so the step grows smoothly with its token count (docs/gpu-cost-model.md).
-j is the jump from a one-token GEMV to the multi-token GEMM kernels (N = tokens in the pass);
-eta_kv the KV cache's streaming efficiency (default eta_mem).
+softmax_p(a, b) = (a^p + b^p)^(1/p): p = inf is the hard roofline max(a, b) (profiles fitted without engine-level
+data, e.g. the CPU ones); engine-level GPU fits give a finite p: a GEMM near its ridge neither streams at full bandwidth
+nor computes at full rate, so the step grows smoothly with its token count (docs/gpu-cost-model.md). j is the jump
+from a one-token GEMV to the multi-token GEMM kernels (N = tokens in the pass); eta_kv the KV cache's (default eta_mem).
 
-The calibrated parameters are few, physical and named (:class:`~simulator.cost.cost_profile.CostParams`; stored with
-their kinds and sources as a :class:`~simulator.cost.cost_profile.CostProfile`): eta_mem,
-eta_comp, t_step, t_layer, t_call, t_seq (and t_ar, a hardware prior), p, j, eta_kv. t_seq is what grows a
-decode step with the batch when the roofline is flat (input preparation, logits processing and
-sampling per sequence; docs/capacity.md). Every function here is pure
-and broadcasts over numpy arrays of context lengths.
+The calibrated parameters are few, physical and named (:class:`~simulator.cost.cost_profile.CostParams`, stored with
+kinds and sources as a :class:`~simulator.cost.cost_profile.CostProfile`): eta_mem, eta_comp, t_step, t_layer, t_call,
+t_seq, t_tp (and t_ar, a hardware prior), p, j, eta_kv. Every function here is pure and broadcasts over numpy arrays.
 """
 
 from __future__ import annotations
@@ -447,8 +442,7 @@ class Deployment:
 
     @property
     def host_step_time(self) -> float:
-        """The host side's fixed cost of an engine step: t_step + (TP - 1) t_tp (at TP > 1 the executor broadcasts
-        the step to each further worker and gathers its tokens back). The one place this rule lives."""
+        """The host side's fixed cost of a step, t_step + (TP - 1) t_tp (the one place this rule lives)."""
         return self.cost.step_overhead_s + (self.tp - 1) * self.cost.tp_step_overhead_s
 
     @property

@@ -14,6 +14,7 @@ from simulator.catalog import get_hardware, get_model
 from simulator.cost.cost_model import Deployment, step_time
 from simulator.cost.cost_profile import prior_profile
 from simulator.engines.serving.pass_cost import PassCost
+from tests.conftest import examples
 
 H100 = get_hardware("h100-sxm")
 
@@ -41,7 +42,7 @@ def test_a_draft_pass_pays_no_worker_cost():
     assert p.for_role("draft").tp_step_overhead_s == 0.0 and p.for_role("base").tp_step_overhead_s == 2e-3
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(t_tp=st.floats(0.0, 5e-3), overlap=st.floats(0.0, 0.95), tp=st.sampled_from([2, 4, 8]),
        batch=st.integers(1, 512), ctx=st.integers(0, 16000))
 def test_host_side_law_and_serving_loop_agree(t_tp, overlap, tp, batch, ctx):
