@@ -69,14 +69,6 @@ def prefill_table(runs: list[ReleasedRun]) -> pd.DataFrame:
     return pd.DataFrame(rows).sort_values(["gpu", "model"]).reset_index(drop=True)
 
 
-def _catalog_host(version: str) -> dict:
-    from simulator.catalog.engine_hosts import ServingEngine, engine_version
-
-    ev = engine_version(ServingEngine(version=version))
-    return {t: getattr(ev, t).value for t in ("seq_overhead_s", "tp_step_overhead_s", "call_overhead_s",
-                                               "front_end_serial_s", "async_overlap") if getattr(ev, t) is not None}
-
-
 def predict(run: ReleasedRun, host: dict | None = None, eta_scale: float = 1.0, caps: tuple | None = None) -> dict:
     """The simulator's figures of ``run`` with the catalog's host terms of its version updated by ``host``, the
     compute efficiencies (dense and MoE) x ``eta_scale`` on an H100 / H200, and ``caps`` = (max_num_seqs,
@@ -86,9 +78,8 @@ def predict(run: ReleasedRun, host: dict | None = None, eta_scale: float = 1.0, 
     hot = run.gpu != "a100-80gb"
     if caps is not None and hot:
         run = replace(run, max_num_seqs=caps[0], max_num_batched_tokens=caps[1])
-    terms = {**_catalog_host(run.version), **(host or {})}
     if eta_scale == 1.0 or not hot:
-        return rp.predict_released(run, terms)
+        return rp.predict_released(run, host)
     base = rp.run_params
 
     def scaled(r, h=None):
@@ -98,7 +89,7 @@ def predict(run: ReleasedRun, host: dict | None = None, eta_scale: float = 1.0, 
 
     rp.run_params = scaled
     try:
-        return rp.predict_released(run, terms)
+        return rp.predict_released(run, host)
     finally:
         rp.run_params = base
 

@@ -90,8 +90,7 @@ def serial_bound(runs: list[ReleasedRun]) -> float:
 
 def catalog_terms(f: dict) -> dict:
     """A fit's terms as the engine catalog holds them: t_call = t_lat + t_fe (the whole per-request latency)."""
-    out = {t: f[t] for t in ("seq_overhead_s", "tp_step_overhead_s", "front_end_serial_s", "async_overlap")
-           if t in f}
+    out = {t: f[t] for t in ("seq_overhead_s", "tp_step_overhead_s", "front_end_serial_s", "async_overlap")}
     out["call_overhead_s"] = f["call_latency_s"] + f["front_end_serial_s"]
     return out
 

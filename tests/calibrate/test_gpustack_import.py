@@ -133,8 +133,8 @@ def test_serial_bound_and_catalog_terms(tmp_path):
     assert serial_bound([r]) == pytest.approx(min(1.0 / 20, 2e-3 * 100.0 / 19))  # duration 1 s, mean TTFT 100 ms
     assert serial_bound([dc_replace(r, measured={**r.measured, "duration_s": 0.02})]) == pytest.approx(0.001)
     assert serial_bound([dc_replace(r, concurrency=4)]) == UPPER["front_end_serial_s"]
-    c = catalog_terms({"seq_overhead_s": 1e-5, "call_latency_s": 0.02, "front_end_serial_s": 0.003,
-                       "async_overlap": 0.2})
+    c = catalog_terms({"seq_overhead_s": 1e-5, "tp_step_overhead_s": 0.0, "call_latency_s": 0.02,
+                       "front_end_serial_s": 0.003, "async_overlap": 0.2})
     assert c["call_overhead_s"] == pytest.approx(0.023) and c["front_end_serial_s"] == 0.003
 
 
