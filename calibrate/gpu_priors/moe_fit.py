@@ -15,34 +15,38 @@ kernels' fixed cost) and ``expert_overhead_s`` (per expert a GPU runs). Fitted w
 Data (read, never copied):
 
 ``aic``  AIConfigurator's vLLM ``moe`` tables (records ``op == moe`` of ``specsim calibrate import-aiconfigurator``;
-         A100, L40S, H100, B200; CUDA-graph replays of vLLM's fused MoE kernels): the newest vLLM version per GPU,
-         dtypes bf16, FP8 (per-tensor and 128-block), INT4 and MXFP4 weight-only. Distinct experts hit: ``balanced``
+         A100, L40S, H100, B200; CUDA-graph replays of vLLM's fused MoE kernels): the newest vLLM version per GPU
+         (the catalog's fit; older versions' tables, each its own parameter set ``GPU@version``, only for the
+         same-version held-out design), dtypes bf16, FP8 (per-tensor and 128-block), INT4 and MXFP4 weight-only. Distinct experts hit: ``balanced``
          routing assigns the N k (token, expert) pairs round-robin, min(E, N k) experts; ``power_law_*`` rows use the
          uniform-routing expectation E [1 - (1 - k/E)^N] (the cost model's own; at E = 128, k = 8 the power-law rows'
          times match it within a few experts for N = 4-32, read off the H100 table). Left out, with the reason in the
-         report: NVFP4 and MXFP4 x MXFP8 rows (no FP4 rate in the hardware catalog) and working sets under twice the
+         report: NVFP4 and MXFP4 x MXFP8 rows (FP4 tensor-core kernels: the B200's only) and working sets under twice the
          GPU's L2 (the table replays one layer's experts, which stay in cache: the L40S serves 8 experts of 9.4 MB at
          N = 1 faster than its DRAM can; a model's layers evict each other). Nemotron-3 shapes (hidden 2688, top-22) are
          squared-ReLU experts of two matrices (their published configs; counted as gated they would beat the datasheet
-         bandwidth). At most ``MAX_ROWS`` rows per (GPU, dtype, routing), seed 0.
+         bandwidth). At most ``MAX_ROWS`` rows per (table, dtype, routing), seed 0.
 ``lss``  LLMServingSim's layer profiles of Mixtral-8x7B (H100) and Phi-mini-MoE (RTX A6000): one expert's three linears
          on all N tokens (N on the engine fit's grid, 1-2048), timed one by one in eager PyTorch (``import_llmservingsim``). Predicted as one expert (E = k =
          1); their eager launch cost is this source's own nuisance (``lss-<gpu>.moe_layer_overhead_s``), never
          transferred.
 
-Held out (:func:`heldout`): each GPU in turn; its four parameters transferred (the median of the fitted GPUs'),
-its LSS launch cost (a nuisance) fitted on its own rows with everything else frozen.
+Held out (:func:`heldout`): each GPU in turn; its parameters transferred (the median of the fitted GPUs'), its LSS
+launch cost (a nuisance) fitted on its own rows with everything else frozen. Two designs (:data:`DESIGNS`): the
+other GPUs' newest tables, or their tables of the held-out table's own vLLM version. The tables' kernels changed
+between versions (the A100's only table is vLLM 0.14's ``fused_moe``; the others' newest are 0.24's Triton, CUTLASS
+and TRT-LLM experts), so the first design transfers a kernel generation as well as a GPU; on the same 0.14 kernels
+the A100 / H100 time ratio is flat across EP and tokens and near their bandwidth ratio (:func:`pair_ratios`).
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from calibrate.gpu_priors.engine_data import ENGINE, LSS_TOKENS, SHARED, data_commit
+from calibrate.gpu_priors.engine_data import ENGINE, LSS_TOKENS
 from calibrate.gpu_priors.engine_fit import SAME_CHIP
 from simulator.catalog import get_hardware, hardware_catalog
 from simulator.catalog.models import WEIGHT_DTYPE_BYTES
@@ -65,8 +69,8 @@ FIT_DTYPES = ("bfloat16", "fp8_block", "w4a16_mxfp4")
 # AIConfigurator moe_dtype -> (bytes per weight, tensor-core rate: fp8 | bf16)
 DTYPES = {"bfloat16": (2.0, "bf16"), "fp8": (1.0, "fp8"), "fp8_block": (1.0, "fp8"),
           "int4_wo": (WEIGHT_DTYPE_BYTES["int4"], "bf16"), "w4a16_mxfp4": (WEIGHT_DTYPE_BYTES["mxfp4"], "bf16")}
-SKIPPED_DTYPES = {"nvfp4": "no FP4 tensor-core rate in the hardware catalog",
-                  "w4a8_mxfp4_mxfp8": "no FP4 tensor-core rate in the hardware catalog"}
+SKIPPED_DTYPES = {"nvfp4": "FP4 tensor-core kernels, measured on the B200 only (no other GPU to transfer from)",
+                  "w4a8_mxfp4_mxfp8": "FP4 tensor-core kernels, measured on the B200 only (no other GPU to transfer from)"}
 # L2 cache per GPU (datasheets): working sets below twice this stay cache-resident in a replayed table
 L2_BYTES = {n: h.l2_bytes for n, h in hardware_catalog().items() if h.l2_bytes}  # hardware.yaml l2_bytes
 FIT_GPUS = ("a100-80gb", "l40s", "h100-sxm", "b200")
@@ -83,8 +87,11 @@ def gated(hidden, topk) -> np.ndarray:
     return ~((np.asarray(hidden) == 2688) | (np.asarray(topk) == 22))
 
 
-def load_aic(path: Path = RECORDS) -> tuple[pd.DataFrame, dict]:
-    """The AIConfigurator MoE rows the fit uses (module docstring) and the counts of what was left out and why."""
+def load_aic(path: Path = RECORDS, max_rows: int | None = MAX_ROWS) -> tuple[pd.DataFrame, dict]:
+    """The AIConfigurator MoE rows the fit uses (module docstring) and the counts of what was left out and why. Every
+    numbered vLLM version's table is kept: ``unit`` names the parameter set a row belongs to, the GPU itself for its
+    newest table (the catalog's fit) and ``GPU@version`` for an older one (read only by the same-version held-out
+    design, :func:`heldout`)."""
     cols = ["source_file", "source_row", "gpu", "op", "tokens", "hidden", "expert_intermediate", "experts", "topk",
             "tp", "ep", "distribution", "dtype", "version", "backend", "time_s"]
     if not Path(path).is_file():
@@ -94,10 +101,16 @@ def load_aic(path: Path = RECORDS) -> tuple[pd.DataFrame, dict]:
     d = d[d["op"] == "moe"].copy()
     if d.empty:
         raise InputError(str(path), "op", "no moe records (records schema >= 2)")
+    d["version"] = d["version"].astype(str)
+    released = d["version"].str.fullmatch(r"\d+\.\d+\.\d+")
+    left = {"rows of a development build (no released vLLM version)": int((~released).sum())}
+    d = d[released]
     newest = d.groupby("gpu")["version"].agg(lambda v: max(set(v), key=_version_key))
-    d = d[d["version"] == d["gpu"].map(newest)]
-    left = {f"{k} rows": int((d["dtype"] == k).sum()) for k in SKIPPED_DTYPES}
-    left = {f"{k}: {SKIPPED_DTYPES[k.split(' ')[0]]}": v for k, v in left.items() if v}
+    d["unit"] = np.where(d["version"] == d["gpu"].map(newest), d["gpu"], d["gpu"] + "@" + d["version"])
+    older = d.loc[d["unit"] != d["gpu"]].groupby("gpu")["version"].agg(lambda v: sorted(set(v), key=_version_key))
+    for k in SKIPPED_DTYPES:
+        if n := int((d["dtype"] == k).sum()):
+            left[f"{k} rows: {SKIPPED_DTYPES[k]}"] = n
     d = d[d["dtype"].isin(DTYPES)].copy()
     d["mats"] = np.where(gated(d["hidden"], d["topk"]), 3.0, 2.0)
     d["bytes_per_weight"] = d["dtype"].map(lambda x: DTYPES[x][0])
@@ -108,10 +121,13 @@ def load_aic(path: Path = RECORDS) -> tuple[pd.DataFrame, dict]:
     small = d["bytes_gpu"] < 2 * d["gpu"].map(L2_BYTES)
     left["working set under 2x the GPU's L2 (cache-resident in a replayed table)"] = int(small.sum())
     d = d[~small]
-    parts = [g.sample(min(len(g), MAX_ROWS), random_state=0) for _, g in d.groupby(["gpu", "dtype", "distribution"])]
+    if max_rows is None:  # every row (:func:`pair_ratios`)
+        return d.reset_index(drop=True), {"versions": {g: str(v) for g, v in newest.items()}, "left_out": left}
+    parts = [g.sample(min(len(g), max_rows), random_state=0) for _, g in d.groupby(["unit", "dtype", "distribution"])]
     out = pd.concat(parts, ignore_index=True)
-    left["subsampled away (at most %d rows per GPU, dtype, routing; seed 0)" % MAX_ROWS] = int(len(d) - len(out))
-    return out, {"versions": {g: str(v) for g, v in newest.items()}, "left_out": left}
+    left["subsampled away (at most %d rows per table, dtype, routing; seed 0)" % max_rows] = int(len(d) - len(out))
+    return out, {"versions": {g: str(v) for g, v in newest.items()},
+                 "older": {g: [str(x) for x in v] for g, v in older.items()}, "left_out": left}
 
 
 def load_lss(root: Path | None = None) -> pd.DataFrame:
@@ -130,6 +146,7 @@ def load_lss(root: Path | None = None) -> pd.DataFrame:
     out["bytes_per_weight"], out["rate"], out["dtype"] = 2.0, "bf16", "float16"
     out["distribution"], out["source"] = "one expert", "lss"
     out["model"] = out["model"].map(LSS_MODELS)
+    out["unit"] = out["gpu"]
     return _derived(out)
 
 
@@ -145,6 +162,15 @@ def _derived(d: pd.DataFrame) -> pd.DataFrame:
     d["n_gpu"] = experts_hit(d, {}) / ep
     d["bytes_gpu"] = d["n_gpu"] * d["expert_bytes_gpu"]
     return d
+
+
+def units_of(d: pd.DataFrame) -> np.ndarray:
+    """Each row's parameter set (:func:`load_aic`): its ``unit`` where the frame has one, else its GPU."""
+    return (d["unit"] if "unit" in d else d["gpu"]).to_numpy(str)
+
+
+def gpu_of(unit: str) -> str:
+    return unit.split("@")[0]
 
 
 def routing_of(d: pd.DataFrame) -> np.ndarray:
@@ -175,10 +201,11 @@ class Arrays:
 
     def __init__(self, f: pd.DataFrame):
         self.f = f
-        self.gpus = sorted(set(f["gpu"]))
-        gi = f["gpu"].map({g: i for i, g in enumerate(self.gpus)}).to_numpy(int)
+        units = units_of(f)
+        self.gpus = sorted(set(units))  # parameter sets: a GPU (its newest table) or GPU@version
+        gi = pd.Series(units).map({g: i for i, g in enumerate(self.gpus)}).to_numpy(int)
         self.gi = gi
-        hw = [get_hardware(g) for g in self.gpus]
+        hw = [get_hardware(gpu_of(g)) for g in self.gpus]
         pri = [prior_profile(h).params(h) for h in hw]
         fp8 = f["rate"].to_numpy(str) == "fp8"
         bf = np.array([h.dense_bf16_flops_per_s for h in hw])[gi]
@@ -223,8 +250,9 @@ def predict(f, values: dict) -> np.ndarray:
 
 def names_for(f: pd.DataFrame) -> tuple[str, ...]:
     names = [f"{lab}.routing_skew" for lab in sorted(set(routing_of(f)) - {"balanced", "one expert"})]
-    for g in sorted(set(f["gpu"])):
-        src = set(f.loc[f["gpu"] == g, "source"])
+    units = units_of(f)
+    for g in sorted(set(units)):
+        src = set(f.loc[units == g, "source"])
         if "aic" in src:
             names += [f"{g}.{k}" for k in KINDS]
         else:  # one expert's linears only: the streaming and compute rates, no fused-kernel costs
@@ -260,25 +288,68 @@ def transferred(values: dict, gpu: str, from_gpus: list[str]) -> dict:
     return out
 
 
-def heldout(f: pd.DataFrame, score: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Leave each GPU out: fit the others' rows of ``f``, transfer, score the GPU's rows of ``score`` (default ``f``;
-    e.g. every dtype while the fit uses ``FIT_DTYPES``); an LSS launch cost is fitted on the GPU's own LSS rows."""
-    score = f if score is None else score
+DESIGNS = {
+    "newest": "each GPU's newest table; the held-out GPU's parameters are the median of the other GPUs' fits",
+    "same-version": "the held-out GPU's newest table, its parameters the median of the other GPUs' fits on tables of "
+                    "the same vLLM version (the same kernels and collector; at least two other GPUs, else as newest)",
+}
+
+
+def heldout(f: pd.DataFrame, score: pd.DataFrame | None = None, design: str = "newest") -> pd.DataFrame:
+    """Leave each GPU out: fit the others' rows of ``f``, transfer, score the GPU's newest-table rows of ``score``
+    (default ``f``; e.g. every dtype while the fit uses ``FIT_DTYPES``); an LSS launch cost is fitted on the GPU's own
+    LSS rows. ``design`` (:data:`DESIGNS`): "newest" fits the other GPUs' newest tables; "same-version" fits the other
+    GPUs' tables of the held-out table's vLLM version, so what transfers is a GPU, not also a kernel generation."""
+    if design not in DESIGNS:
+        raise ValueError(f"design {design!r}: expected one of {', '.join(DESIGNS)}")
+    newest = lambda d: d[units_of(d) == d["gpu"].to_numpy(str)]  # noqa: E731  (LSS rows: unit = GPU)
+    score = newest(f if score is None else score)
     rows = []
-    for g in sorted(set(f["gpu"])):
-        train, test = f[f["gpu"] != g].reset_index(drop=True), score[score["gpu"] == g].reset_index(drop=True)
+    for g in sorted(set(score["gpu"])):
+        train = newest(f)
+        train = train[train["gpu"] != g]
+        own = f.loc[(units_of(f) == g) & (f["source"] == "aic").to_numpy(), "version"] if "version" in f else []
+        if design == "same-version" and len(set(own)) == 1:
+            same = f[(f["gpu"] != g) & (f["source"] == "aic") & (f["version"] == next(iter(set(own))))]
+            if len(set(same["gpu"])) >= 2:
+                train = same
+        train, test = train.reset_index(drop=True), score[score["gpu"] == g].reset_index(drop=True)
         fr = fit(train)
-        vals = transferred(fr.values, g, sorted(set(train["gpu"])))
+        vals = transferred(fr.values, g, sorted(set(units_of(train))))
         lss = test[test["source"] == "lss"].reset_index(drop=True)
         if len(lss):
             frozen = {n: vals[n] for n in names_for(lss) if not n.startswith("lss-") and n in vals}
             vals.update(fit(lss, frozen=frozen).values)
         p = predict(test, vals)
         out = test.copy()
-        out["fold"], out["predicted_s"] = f"gpu-out:{g}", p
+        out["fold"], out["predicted_s"], out["design"] = f"gpu-out:{g}", p, design
+        out["transferred_from"] = ", ".join(sorted(set(units_of(train))))
         out["error"] = p / out["time_s"].to_numpy(float) - 1.0
         rows.append(out)
     return pd.concat(rows, ignore_index=True)
+
+
+def pair_ratios(f: pd.DataFrame) -> pd.DataFrame:
+    """For every two tables of one vLLM version on different GPUs, the median log time ratio over the rows they share
+    (same shape, dtype, TP / EP, routing), by tokens and EP band: what a GPU changes when the kernels do not."""
+    keys = ["dtype", "tokens", "hidden", "inter", "topk", "experts", "tp", "ep", "distribution"]
+    a = f[f["source"] == "aic"]
+    out = []
+    for v, d in a.groupby("version"):
+        units = sorted(set(units_of(d)))
+        for i, u in enumerate(units):
+            for w in units[i + 1:]:
+                m = d[units_of(d) == u].merge(d[units_of(d) == w], on=keys, suffixes=("_a", "_b"))
+                if len(m) < 20:
+                    continue
+                m = m.assign(r=np.log(m["time_s_a"] / m["time_s_b"]),
+                             tokens_band=pd.cut(m["tokens"], [0, 8, 64, 512, 4096, np.inf],
+                                                labels=["1-8", "9-64", "65-512", "513-4096", "> 4096"]),
+                             ep_band=np.where(m["ep"] <= 1, "1", np.where(m["ep"] <= 16, "2-16", ">= 32")))
+                g = m.groupby(["tokens_band", "ep_band"], observed=True)["r"].agg(["median", "size"]).reset_index()
+                bw = [get_hardware(gpu_of(x)).memory_bandwidth_bytes_per_s for x in (u, w)]
+                out.append(g.assign(version=v, a=u, b=w, bandwidth=np.log(bw[1] / bw[0])))
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
 
 
 def summarize(h: pd.DataFrame, by=("fold", "source")) -> pd.DataFrame:
@@ -324,79 +395,3 @@ def update_priors_file(path: Path, priors: dict[str, dict], command: str) -> Non
     merge_priors_file(path, priors, command, evidence="moe_layer_fit",
                       says="# Then the MoE layer fit adds the moe_* terms (do not edit by hand):",
                       marks=("moe_fit", "fit-moe", "MoE layer"))
-
-
-# ---- report -------------------------------------------------------------------------------------------------------
-def write_report(out: Path, f: pd.DataFrame, meta: dict, fr, h: pd.DataFrame, command: str, date: str) -> None:
-    from simulator.inputs.loading import write_atomic
-
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    h = h.assign(ep_band=np.where(h["ep"] <= 1, "1", np.where(h["ep"] <= 16, "2-16", ">= 32")))
-    keep = ["fold", "source", "gpu", "dtype", "distribution", "tokens", "hidden", "inter", "experts", "topk", "tp",
-            "ep", "n_gpu", "time_s", "predicted_s", "error"]
-    write_atomic(out / "heldout.csv", h[keep].to_csv(index=False, float_format="%.5g"))
-    fitted = h[h["dtype"].isin(FIT_DTYPES) | (h["source"] == "lss")]
-    by_gpu = summarize(fitted, ("fold", "source"))
-    by_dtype = summarize(h, ("fold", "dtype"))
-    by_dist = summarize(fitted[fitted["source"] == "aic"], ("distribution", "ep_band"))
-    write_atomic(out / "summary.csv", by_gpu.to_csv(index=False))
-    lines = [f"# MoE layer (routed experts) fit and held-out errors by GPU ({date})", "",
-             f"Command: `{command}`", "",
-             "Model (docs/moe.md, `calibrate/gpu_priors/moe_fit.py`): T = t_moe + n_gpu t_expert + softmax_p(n_gpu W_e / "
-             "(eta_moe BW) (1 + j [N >= 2]), 2 N k W_e / (TP EP F eta_moe_comp)), n_gpu = distinct experts hit / EP, "
-             "p and j the catalog's step shape. Fitted with `calibrate.fit.fit_cost.fit_log_times`.", "",
-             "## Data", "", f"AIConfigurator vLLM `moe` tables, newest version per GPU: "
-             + ", ".join(f"{g} {v}" for g, v in meta["versions"].items())
-             + f"; {int((f['source'] == 'aic').sum())} rows used; LLMServingSim expert linears: "
-             f"{int((f['source'] == 'lss').sum())} rows (Mixtral-8x7B on H100, Phi-mini-MoE on RTX A6000).", "",
-             "Left out: " + "; ".join(f"{k}: {v}" for k, v in meta["left_out"].items()) + ".", "",
-             "## Parameters (fitted on every GPU)", "", "| parameter | value | stderr / why fixed |", "|---|---|---|"]
-    for n, x in fr.values.items():
-        lines.append(f"| {n} | {x:.4g} | {('±%.2g' % fr.stderr[n]) if n in fr.stderr else fr.fixed.get(n, '')} |")
-    lines += ["", "## Held-out errors, leaving one GPU out", "",
-              "Each GPU's parameters transferred as the median of the other GPUs' fit (an LLMServingSim GPU's eager "
-              "launch cost fitted on its own rows). APE = |predicted / measured - 1|; bias = median signed error. "
-              f"Fitted dtypes ({', '.join(FIT_DTYPES)}) and the LLMServingSim rows:", "",
-              "| fold | source | points | median APE | p90 APE | bias |", "|---|---|---|---|---|---|"]
-    for r in by_gpu.itertuples():
-        lines.append(f"| {r.fold} | {r.source} | {r.points} | {r.median_ape:.1%} | {r.p90_ape:.1%} | {r.bias:+.1%} |")
-    lines += ["", "By dtype, every table (dtypes outside the fit scored with the same parameters: one efficiency per "
-              "GPU across its kernels):", "", "| fold | dtype | points | median APE | p90 APE | bias |",
-              "|---|---|---|---|---|---|"]
-    for r in by_dtype.itertuples():
-        lines.append(f"| {r.fold} | {r.dtype} | {r.points} | {r.median_ape:.1%} | {r.p90_ape:.1%} | {r.bias:+.1%} |")
-    lines += ["", "By routing and expert parallelism (fitted dtypes, every fold): skewed routing at high EP runs longer "
-              "than the expected per-GPU load predicts (the busiest GPU sets the time):", "",
-              "| routing | EP | points | median APE | p90 APE | bias |", "|---|---|---|---|---|---|"]
-    for r in by_dist.itertuples():
-        lines.append(f"| {r.distribution} | {r.ep_band} | {r.points} | {r.median_ape:.1%} | {r.p90_ape:.1%} | {r.bias:+.1%} |")
-    write_atomic(out / "report.md", "\n".join(lines) + "\n")
-    import yaml
-
-    prov = {"date": date, "command": command, "data": {"aiconfigurator": data_commit(SHARED / "aiconfigurator-vllm-kernels"),
-            "llmservingsim": data_commit(ENGINE / "llmservingsim-layer-profiles")}, "versions": meta["versions"],
-            "left_out": meta["left_out"],
-            "params": {n: {"value": float(f"{x:.5g}"), **({"stderr": float(f"{fr.stderr[n]:.3g}")} if n in fr.stderr
-                                                          else {"fixed": fr.fixed.get(n, "")})} for n, x in fr.values.items()}}
-    write_atomic(out / "params.yaml", yaml.safe_dump(prov, sort_keys=False, width=120))
-
-
-def fit_and_report(records: Path, report: Path, priors: Path | None, date: str | None, command: str) -> pd.DataFrame:
-    """The fit on the AIConfigurator rows of ``records`` (+ LLMServingSim's, when the shared data has them), its held-out
-    folds and ``REPORT/{report.md, heldout.csv, params.yaml}``; with ``priors``, the catalog priors file updated.
-    Returns the held-out summary (:func:`summarize`)."""
-    aic, meta = load_aic(Path(records))
-    try:
-        lss = load_lss()
-    except FileNotFoundError:
-        lss = pd.DataFrame()
-    every = pd.concat([aic, lss], ignore_index=True) if len(lss) else aic
-    f = every[every["dtype"].isin(FIT_DTYPES) | (every["source"] == "lss")].reset_index(drop=True)
-    fr = fit(f)
-    h = heldout(f, every)
-    write_report(Path(report), f, meta, fr, h, command, date or _dt.date.today().isoformat())
-    if priors:
-        gpus = [g for g, hw in hardware_catalog().items() if hw.interconnect != "none"]
-        update_priors_file(Path(priors), catalog_priors(fr, gpus), command)
-    return summarize(h)

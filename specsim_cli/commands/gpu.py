@@ -163,7 +163,7 @@ def fit_moe_cmd(
     """Fit the cost model's MoE terms on AIConfigurator / LLMServingSim MoE rows, held out by GPU (~15 min).
 
     Example: specsim fit moe --report out/moe-layer"""
-    from calibrate.gpu_priors.moe_fit import fit_and_report
+    from calibrate.gpu_priors.moe_report import fit_and_report
     from simulator.command_line import command_line
 
     typer.echo(fit_and_report(records, report, priors, date, command_line(ctx)).to_string(index=False))

@@ -57,6 +57,43 @@ def test_held_out_gpu_is_scored_with_transferred_values():
     assert (s["median_ape"] < 0.6).all() and (s["points"] > 100).all()
 
 
+def test_same_version_design_transfers_from_the_held_out_tables_kernels():
+    """A GPU measured only on an older kernel generation: the same-version design transfers from the other GPUs'
+    tables of that generation (their own parameter sets, GPU@version), the newest design from their newest tables."""
+    rng = np.random.default_rng(2)
+    old = {k.replace("h100-sxm", "h100-sxm@0.14.0").replace("l40s", "l40s@0.14.0"): v for k, v in TRUE.items()}
+    new = {**TRUE, "h100-sxm.moe_layer_overhead_s": 300e-6, "l40s.moe_layer_overhead_s": 250e-6,
+           "h100-sxm.moe_mem_efficiency": 0.3, "l40s.moe_mem_efficiency": 0.3}  # another kernel generation
+    a100 = {k.replace("h100-sxm", "a100-80gb"): v for k, v in TRUE.items() if k.startswith("h100-sxm")}
+    frames = []
+    for gpu, unit, version, values in (("h100-sxm", "h100-sxm@0.14.0", "0.14.0", old), ("l40s", "l40s@0.14.0", "0.14.0", old),
+                                       ("h100-sxm", "h100-sxm", "0.24.0", new), ("l40s", "l40s", "0.24.0", new),
+                                       ("a100-80gb", "a100-80gb", "0.14.0", {**TRUE, **a100})):
+        f = synthetic(rng)
+        f = f[f["gpu"] == "h100-sxm"].assign(gpu=gpu, unit=unit, version=version)
+        f = M._derived(f)
+        frames.append(f.assign(time_s=M.predict(f, values) * np.exp(rng.normal(0, 0.01, len(f)))))
+    f = pd.concat(frames, ignore_index=True)
+    same, newest = (M.heldout(f, design=d) for d in ("same-version", "newest"))
+    a_same, a_new = (h[h["fold"] == "gpu-out:a100-80gb"] for h in (same, newest))
+    assert set(a_same["transferred_from"]) == {"h100-sxm@0.14.0, l40s@0.14.0"}
+    assert set(a_new["transferred_from"]) == {"h100-sxm, l40s"}
+    assert len(a_same) == len(a_new) == (f["unit"] == "a100-80gb").sum()  # scored on its own (newest) table only
+    assert np.median(np.abs(a_same["error"])) < 0.1 < np.median(np.abs(a_new["error"]))
+    with pytest.raises(ValueError, match="design"):
+        M.heldout(f, design="nearest")
+
+
+def test_pair_ratios_show_a_pure_bandwidth_change():
+    rng = np.random.default_rng(3)
+    f = synthetic(rng)
+    f = f[f["gpu"] == "h100-sxm"].assign(version="0.14.0")
+    g = f.assign(gpu="a100-80gb", time_s=f["time_s"] * 2.0)
+    r = M.pair_ratios(pd.concat([f, g], ignore_index=True))
+    assert len(r) and set(r["version"]) == {"0.14.0"}
+    assert np.allclose(np.where(r["a"] == "a100-80gb", r["median"], -r["median"]), np.log(2.0), atol=0.03)
+
+
 def test_skewed_routing_reduces_to_uniform_and_to_k():
     from simulator.catalog.models import skewed_experts_hit
 

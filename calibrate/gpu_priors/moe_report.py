@@ -1,0 +1,127 @@
+"""The MoE layer fit's report (``specsim fit moe``): ``report.md``, ``heldout.csv``, ``summary.csv`` and
+``params.yaml`` from the fit and held-out folds of :mod:`calibrate.gpu_priors.moe_fit`."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from calibrate.gpu_priors.engine_data import ENGINE, SHARED, data_commit
+from calibrate.gpu_priors import moe_fit
+from calibrate.gpu_priors.moe_fit import DESIGNS, FIT_DTYPES, summarize, units_of
+from simulator.catalog import hardware_catalog
+
+
+def _heldout_lines(h: pd.DataFrame, fitted: pd.DataFrame) -> list[str]:
+    """The report's held-out tables: by GPU (both designs), by dtype, by routing and EP."""
+    by_gpu = summarize(fitted, ("design", "fold", "source"))
+    by_dtype = summarize(h, ("design", "fold", "dtype"))
+    by_dist = summarize(fitted[fitted["source"] == "aic"], ("design", "distribution", "ep_band"))
+    sources = h.groupby(["design", "fold"])["transferred_from"].first()
+    lines: list[str] = []
+    lines += ["", "## Held-out errors, leaving one GPU out", "",
+              "Each GPU's parameters transferred as the median of the other GPUs' fit (an LLMServingSim GPU's eager "
+              "launch cost fitted on its own rows), scored on its newest table. Two designs:", ""]
+    lines += [f"- **{d}**: {t}." for d, t in DESIGNS.items()]
+    lines += ["", "APE = |predicted / measured - 1|; bias = median signed error. "
+              f"Fitted dtypes ({', '.join(FIT_DTYPES)}) and the LLMServingSim rows:", "",
+              "| design | fold | transferred from | source | points | median APE | p90 APE | bias |",
+              "|---|---|---|---|---|---|---|---|"]
+    for r in by_gpu.itertuples():
+        lines.append(f"| {r.design} | {r.fold} | {sources[(r.design, r.fold)]} | {r.source} | {r.points} | "
+                     f"{r.median_ape:.1%} | {r.p90_ape:.1%} | {r.bias:+.1%} |")
+    lines += ["", "By dtype, every table (dtypes outside the fit scored with the same parameters: one efficiency per "
+              "GPU across its kernels):", "", "| design | fold | dtype | points | median APE | p90 APE | bias |",
+              "|---|---|---|---|---|---|---|"]
+    for r in by_dtype.itertuples():
+        lines.append(f"| {r.design} | {r.fold} | {r.dtype} | {r.points} | {r.median_ape:.1%} | {r.p90_ape:.1%} | "
+                     f"{r.bias:+.1%} |")
+    lines += ["", "By routing and expert parallelism (fitted dtypes, every fold): skewed routing at high EP runs longer "
+              "than the expected per-GPU load predicts (the busiest GPU sets the time):", "",
+              "| design | routing | EP | points | median APE | p90 APE | bias |", "|---|---|---|---|---|---|---|"]
+    for r in by_dist.itertuples():
+        lines.append(f"| {r.design} | {r.distribution} | {r.ep_band} | {r.points} | {r.median_ape:.1%} | "
+                     f"{r.p90_ape:.1%} | {r.bias:+.1%} |")
+    return lines
+
+
+def _pair_lines(pairs: pd.DataFrame | None) -> list[str]:
+    """The report's same-version GPU pairs (:func:`pair_ratios`)."""
+    lines: list[str] = []
+    if pairs is None or not len(pairs):
+        return lines
+    lines += ["", "## What a GPU changes when the kernels do not", "",
+              "Tables of one vLLM version on two GPUs, every row they share (same shape, dtype, TP / EP, routing): "
+              "median log(time on a / time on b) by tokens and EP band (`pair_ratios`), beside log of b's "
+              "bandwidth over a's (the ratio a memory-bound kernel would show):", "",
+              "| version | a | b | tokens | EP | rows | log time ratio | log bandwidth ratio |",
+              "|---|---|---|---|---|---|---|---|"]
+    for r in pairs.itertuples():
+        lines.append(f"| {r.version} | {r.a} | {r.b} | {r.tokens_band} | {r.ep_band} | {r.size} | {r.median:+.2f} | "
+                     f"{r.bandwidth:+.2f} |")
+    return lines
+
+
+def write_report(out: Path, f: pd.DataFrame, meta: dict, fr, h: pd.DataFrame, command: str, date: str,
+                 pairs: pd.DataFrame | None = None) -> None:
+    from simulator.inputs.loading import write_atomic
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    h = h.assign(ep_band=np.where(h["ep"] <= 1, "1", np.where(h["ep"] <= 16, "2-16", ">= 32")))
+    keep = ["design", "fold", "transferred_from", "source", "gpu", "dtype", "distribution", "tokens", "hidden", "inter", "experts", "topk", "tp",
+            "ep", "n_gpu", "time_s", "predicted_s", "error"]
+    write_atomic(out / "heldout.csv", h[keep].to_csv(index=False, float_format="%.5g"))
+    fitted = h[h["dtype"].isin(FIT_DTYPES) | (h["source"] == "lss")]
+    write_atomic(out / "summary.csv", summarize(fitted, ("design", "fold", "source")).to_csv(index=False))
+    lines = [f"# MoE layer (routed experts) fit and held-out errors by GPU ({date})", "",
+             f"Command: `{command}`", "",
+             "Model (docs/moe.md, `calibrate/gpu_priors/moe_fit.py`): T = t_moe + n_gpu t_expert + softmax_p(n_gpu W_e / "
+             "(eta_moe BW) (1 + j [N >= 2]), 2 N k W_e / (TP EP F eta_moe_comp)), n_gpu = distinct experts hit / EP, "
+             "p and j the catalog's step shape. Fitted with `calibrate.fit.fit_cost.fit_log_times`.", "",
+             "## Data", "", f"AIConfigurator vLLM `moe` tables, newest version per GPU (the catalog's fit): "
+             + ", ".join(f"{g} {v}" for g, v in meta["versions"].items())
+             + f"; {int(((f['source'] == 'aic') & (units_of(f) == f['gpu'].to_numpy(str))).sum())} rows used; older "
+             "tables (the same-version held-out design only): "
+             + (", ".join(f"{g} {', '.join(v)}" for g, v in meta.get("older", {}).items()) or "none")
+             + f", {int((units_of(f) != f['gpu'].to_numpy(str)).sum())} rows; LLMServingSim expert linears: "
+             f"{int((f['source'] == 'lss').sum())} rows (Mixtral-8x7B on H100, Phi-mini-MoE on RTX A6000).", "",
+             "Left out: " + "; ".join(f"{k}: {v}" for k, v in meta["left_out"].items()) + ".", "",
+             "## Parameters (fitted on every GPU)", "", "| parameter | value | stderr / why fixed |", "|---|---|---|"]
+    for n, x in fr.values.items():
+        lines.append(f"| {n} | {x:.4g} | {('±%.2g' % fr.stderr[n]) if n in fr.stderr else fr.fixed.get(n, '')} |")
+    lines += _heldout_lines(h, fitted) + _pair_lines(pairs)
+    write_atomic(out / "report.md", "\n".join(lines) + "\n")
+    import yaml
+
+    prov = {"date": date, "command": command, "data": {"aiconfigurator": data_commit(SHARED / "aiconfigurator-vllm-kernels"),
+            "llmservingsim": data_commit(ENGINE / "llmservingsim-layer-profiles")}, "versions": meta["versions"],
+            "older_versions": meta.get("older", {}), "left_out": meta["left_out"],
+            "params": {n: {"value": float(f"{x:.5g}"), **({"stderr": float(f"{fr.stderr[n]:.3g}")} if n in fr.stderr
+                                                          else {"fixed": fr.fixed.get(n, "")})} for n, x in fr.values.items()}}
+    write_atomic(out / "params.yaml", yaml.safe_dump(prov, sort_keys=False, width=120))
+
+
+def fit_and_report(records: Path, report: Path, priors: Path | None, date: str | None, command: str) -> pd.DataFrame:
+    """The fit on the AIConfigurator rows of ``records`` (+ LLMServingSim's, when the shared data has them), its held-out
+    folds and ``REPORT/{report.md, heldout.csv, params.yaml}``; with ``priors``, the catalog priors file updated.
+    Returns the held-out summary (:func:`summarize`)."""
+    aic, meta = moe_fit.load_aic(Path(records))
+    try:
+        lss = moe_fit.load_lss()
+    except FileNotFoundError:
+        lss = pd.DataFrame()
+    every = pd.concat([aic, lss], ignore_index=True) if len(lss) else aic
+    f = every[every["dtype"].isin(FIT_DTYPES) | (every["source"] == "lss")].reset_index(drop=True)
+    fr = moe_fit.fit(f[units_of(f) == f["gpu"].to_numpy(str)].reset_index(drop=True))  # the catalog: each GPU's newest table
+    h = pd.concat([moe_fit.heldout(f, every, design) for design in DESIGNS], ignore_index=True)
+    full, _ = moe_fit.load_aic(Path(records), max_rows=None)
+    pairs = moe_fit.pair_ratios(full[full["dtype"].isin(FIT_DTYPES)])
+    write_report(Path(report), f, meta, fr, h, command, date or _dt.date.today().isoformat(), pairs)
+    if priors:
+        gpus = [g for g, hw in hardware_catalog().items() if hw.interconnect != "none"]
+        moe_fit.update_priors_file(Path(priors), moe_fit.catalog_priors(fr, gpus), command)
+    return summarize(h, ("design", "fold", "source"))
