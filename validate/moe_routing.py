@@ -22,14 +22,7 @@ def heldout_without_balanced(records: Path) -> tuple[pd.DataFrame, pd.DataFrame]
     """(summary by fold and source on the fitted dtypes, every held-out row) of the MoE fit without ``balanced``."""
     from calibrate.gpu_priors import moe_fit
 
-    aic, _ = moe_fit.load_aic(Path(records))
-    try:
-        lss = moe_fit.load_lss()
-    except FileNotFoundError:
-        lss = pd.DataFrame()
-    every = pd.concat([aic, lss], ignore_index=True) if len(lss) else aic
-    every = every[every["distribution"] != "balanced"].reset_index(drop=True)
-    f = every[every["dtype"].isin(moe_fit.FIT_DTYPES) | (every["source"] == "lss")].reset_index(drop=True)
+    _, f, _ = moe_fit.load_rows(Path(records), keep=lambda d: d["distribution"] != "balanced")
     h = moe_fit.heldout(f)
     return moe_fit.summarize(h), h
 

@@ -130,6 +130,20 @@ def load_aic(path: Path = RECORDS, max_rows: int | None = MAX_ROWS) -> tuple[pd.
                  "older": {g: [str(x) for x in v] for g, v in older.items()}, "left_out": left}
 
 
+def load_rows(records: Path = RECORDS, keep=None) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """(every row: AIConfigurator's of ``records`` + LLMServingSim's where the shared data has them; the rows the fit
+    uses: ``FIT_DTYPES`` and LLMServingSim's; :func:`load_aic`'s meta). ``keep``: a row filter applied first."""
+    aic, meta = load_aic(Path(records))
+    try:
+        lss = load_lss()
+    except FileNotFoundError:
+        lss = pd.DataFrame()
+    every = pd.concat([aic, lss], ignore_index=True) if len(lss) else aic
+    if keep is not None:
+        every = every[keep(every)].reset_index(drop=True)
+    return every, every[every["dtype"].isin(FIT_DTYPES) | (every["source"] == "lss")].reset_index(drop=True), meta
+
+
 def load_lss(root: Path | None = None) -> pd.DataFrame:
     """LLMServingSim's MoE expert linears: per (GPU, model, tokens) the median of w1, w3 and w2, summed."""
     from calibrate.gpu_priors.import_llmservingsim import MODELS, load_llmservingsim_layers

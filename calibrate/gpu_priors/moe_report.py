@@ -109,13 +109,7 @@ def fit_and_report(records: Path, report: Path, priors: Path | None, date: str |
     """The fit on the AIConfigurator rows of ``records`` (+ LLMServingSim's, when the shared data has them), its held-out
     folds and ``REPORT/{report.md, heldout.csv, params.yaml}``; with ``priors``, the catalog priors file updated.
     Returns the held-out summary (:func:`summarize`)."""
-    aic, meta = moe_fit.load_aic(Path(records))
-    try:
-        lss = moe_fit.load_lss()
-    except FileNotFoundError:
-        lss = pd.DataFrame()
-    every = pd.concat([aic, lss], ignore_index=True) if len(lss) else aic
-    f = every[every["dtype"].isin(FIT_DTYPES) | (every["source"] == "lss")].reset_index(drop=True)
+    every, f, meta = moe_fit.load_rows(Path(records))
     fr = moe_fit.fit(f[units_of(f) == f["gpu"].to_numpy(str)].reset_index(drop=True))  # the catalog: each GPU's newest table
     h = pd.concat([moe_fit.heldout(f, every, design) for design in DESIGNS], ignore_index=True)
     full, _ = moe_fit.load_aic(Path(records), max_rows=None)
