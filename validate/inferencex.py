@@ -131,12 +131,13 @@ def moe_kernel_check(root: Path | None = None, max_tokens: int = 128) -> pd.Data
     1..``max_tokens`` tokens), newest vLLM table of the H100 and B200; ``stream_us``: the touched experts' bytes at the
     datasheet bandwidth (a floor no kernel beats). Empty when the tables are absent."""
     from calibrate.gpu_priors import moe_fit
+    from calibrate.gpu_priors.engine_data import SHARED
     from simulator.catalog import get_hardware
     from simulator.cost.cost_profile import prior_profile
 
     import yaml
 
-    root = Path(root) if root is not None else moe_fit.SHARED / "aiconfigurator-vllm-kernels"
+    root = Path(root) if root is not None else SHARED / "aiconfigurator-vllm-kernels"
     fitted = yaml.safe_load((REPO / "reports" / "moe-layer" / "params.yaml").read_text(encoding="utf-8"))["params"]
     skew = float(fitted["power_law_1.01.routing_skew"]["value"])  # the MoE fit's skew of this routing
     own = {"moe_mem_efficiency": "expert_mem_efficiency", "moe_compute_efficiency": "expert_compute_efficiency"}
