@@ -82,6 +82,10 @@ class CostProfile(BaseModel):
     # Async scheduling (vLLM ``--async-scheduling``): the share o of the host work (t_step + S t_seq) that runs while
     # the GPU runs the previous step (:func:`simulator.cost.cost_model.step_time`). None: 0 (every host second is paid).
     async_overlap: Param | None = None
+    # The overlap a speculating engine keeps when its draft is a separate model (vLLM's ``draft_model`` method): vLLM
+    # turns async scheduling on by default only without a speculator or with an EAGLE / MTP one, so a version's
+    # default gives 0 here and a stated ``async_scheduling: true`` the overlap. None: ``async_overlap`` (no distinction).
+    async_overlap_draft_model: Param | None = None
     fit: dict | None = None  # goodness of fit written by calibration (residuals per op)
 
     def params(self, hardware: HardwareSpec) -> "CostParams":
@@ -109,6 +113,8 @@ class CostProfile(BaseModel):
             moe_ep_overhead_s=self.moe_ep_overhead_s.value if self.moe_ep_overhead_s else 0.0,
             mla_layer_overhead_s=self.mla_layer_overhead_s.value if self.mla_layer_overhead_s else 0.0,
             async_overlap=self.async_overlap.value if self.async_overlap else 0.0,
+            async_overlap_draft_model=(self.async_overlap_draft_model.value if self.async_overlap_draft_model
+                                       else None),
         )
 
 
@@ -140,6 +146,7 @@ class CostParams:
     # Routing skew s: expert e's popularity ~ e^-s (0: uniform routing; simulator.catalog.models.skewed_experts_hit)
     routing_skew: float = 0.0
     async_overlap: float = 0.0  # o: the share of t_step + S t_seq async scheduling runs beside the GPU (CostProfile)
+    async_overlap_draft_model: float | None = None  # o while speculating with a separate draft model (CostProfile)
 
     @property
     def kv_efficiency(self) -> float:
@@ -163,6 +170,16 @@ class CostParams:
             return self
         return replace(self, step_overhead_s=self.draft_step_overhead_s, seq_overhead_s=0.0, tp_step_overhead_s=0.0,
                        async_overlap=0.0)
+
+    def speculating_with(self, drafting) -> "CostParams":
+        """The parameters of an engine that speculates with ``drafting`` (a draft deployment's
+        :class:`simulator.cost.cost_model.Drafting`; None: no speculator): with a separate draft model (kind
+        ``model``) the overlap is ``async_overlap_draft_model`` where the profile has one (vLLM's default turns async
+        scheduling off for that method); every other speculator and no speculator keep these parameters. The one
+        place this rule lives; the engines call it through :func:`simulator.cost.spec_iteration.speculating_target`."""
+        if drafting is None or drafting.kind != "model" or self.async_overlap_draft_model is None:
+            return self
+        return replace(self, async_overlap=self.async_overlap_draft_model)
 
     def slowed(self, s: float) -> "CostParams":
         """The same engine on a machine ``s`` times slower at every term: efficiencies / s, fixed costs x s. The step
@@ -294,8 +311,8 @@ def prior_profile(hardware: HardwareSpec, engine: str = "vllm", serving_engine=N
         expert_overhead_s=pick("expert_overhead_s", None),
         moe_token_overhead_s=pick("moe_token_overhead_s", None),
         moe_ep_overhead_s=pick("moe_ep_overhead_s", None),
-        mla_layer_overhead_s=pick("mla_layer_overhead_s", None),
-        async_overlap=pick("async_overlap", None),
+        mla_layer_overhead_s=pick("mla_layer_overhead_s", None), async_overlap=pick("async_overlap", None),
+        async_overlap_draft_model=pick("async_overlap_draft_model", None),
     )
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from simulator.cost.cost_model import Deployment
 from simulator.cost.execution import Execution
-from simulator.cost.spec_iteration import speculative_iteration
+from simulator.cost.spec_iteration import speculating_target, speculative_iteration
 from simulator.inputs.workload import WorkloadProfile
 
 COMPONENTS = (
@@ -39,6 +39,8 @@ class CostTables:
     max_context: int | None = None  # default: the longest context a request of the workload can reach
 
     def __post_init__(self):
+        if self.gamma is not None:  # a speculating base engine: all its passes as vLLM runs them with this drafter
+            self.base = speculating_target(self.base, self.draft)
         w = self.workload
         if self.max_context is None:
             self.max_context = w.max_prompt_tokens + w.token_budget + w.max_step_tokens + w.answer_tokens + 4 * (self.gamma or 1) + 8

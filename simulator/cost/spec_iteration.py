@@ -24,9 +24,21 @@ caller gets the same floats for the same batch whatever the order of its own sum
 
 from __future__ import annotations
 
-from simulator.cost.cost_model import Drafting
+from dataclasses import replace
+
+from simulator.cost.cost_model import Deployment, Drafting
 
 NO_PREFILL = (0, 0, 0, 0)
+
+
+def speculating_target(target: Deployment, draft: Deployment | None) -> Deployment:
+    """``target`` as its engine runs when it speculates with ``draft`` (None: as it is): every pass of that engine,
+    prefills and scoring included, runs with ``CostParams.speculating_with`` (a separate draft model: no async
+    scheduling by default)."""
+    if draft is None:
+        return target
+    cost = target.cost.speculating_with(draft.drafting)
+    return target if cost is target.cost else replace(target, cost=cost)
 
 
 def speculative_iteration(target_pass, draft_pass, drafting: Drafting, gamma: int, n_decoding: int, total_context,

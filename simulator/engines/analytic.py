@@ -90,6 +90,8 @@ class CostVectors:
 
     def __post_init__(self):
         w = self.workload = self.workload if self.workload is not None else self.tables.workload
+        if self.shared is not None and self.shared.tables.base != self.tables.base:
+            self.shared = None  # another base engine (one speculating with a draft model runs without async): rebuild
         if self.rows is None:
             self.rows = self.shared.rows if self.shared is not None else PrefillRows(self.tables)
         self.P, self.J, self.B, self.A = w.prompt_tokens, w.judge_template_tokens, w.token_budget, w.answer_tokens

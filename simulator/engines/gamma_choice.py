@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.cost.cost_model import CHAIN, Deployment
-from simulator.cost.spec_iteration import speculative_iteration
+from simulator.cost.spec_iteration import speculating_target, speculative_iteration
 from simulator.engines.speculative import expected_tokens_per_iteration
 
 EQUIVALENCE = 0.05  # throughputs within 5% of the best are ties (as capacity ranking's margin)
@@ -56,6 +56,7 @@ def iteration_parts(target: Deployment, draft: Deployment | None, batch: int, co
         gamma, drafting, draft_pass = 0, CHAIN, None
     else:
         drafting, draft_pass = draft.drafting, (None if draft.drafting.free else draft.pass_time)
+    target = speculating_target(target, draft)  # a draft given: a speculating engine (at any γ, 0 included)
     d, v = speculative_iteration(target.pass_time, draft_pass, drafting, gamma, batch, float(batch * context))
     return float(d), float(v)
 

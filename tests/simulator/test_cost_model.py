@@ -123,8 +123,11 @@ def test_cost_tables_prefill_applies_block_caching_vectorised(workload):
 
     b, s = deployments()
     c = np.arange(0, 700)
+    from simulator.cost.spec_iteration import speculating_target
+
     exact = CostTables(b, s, s, workload, 3)
-    assert np.array_equal(exact.prefill("base", 7, c), b.prefill_time(7, c))  # default: today's caching, exactly
+    bt = speculating_target(b, s)  # gamma 3: the base engine speculates with s (a draft model: no async by default)
+    assert np.array_equal(exact.prefill("base", 7, c), bt.prefill_time(7, c))  # default: today's caching, exactly
     for block in (16, 128):
         tb = CostTables(b, s, s, workload, 3, execution=Execution(prefix_cache_block=block))
         vec = tb.prefill("small", 7, c)

@@ -26,6 +26,7 @@ from simulator.catalog import get_hardware, get_model, model_catalog
 from simulator.cost.cost_model import Deployment, Drafting
 from simulator.cost.cost_profile import prior_profile
 from simulator.cost.cost_tables import CostTables
+from simulator.cost.spec_iteration import speculating_target
 from simulator.engines.des import simulate, summarize
 from simulator.errors import InputError
 from simulator.engines.request_model import Call, RequestSampler
@@ -110,7 +111,8 @@ def test_alpha_one_batched_engine_advances_every_sequence_by_gamma_plus_one(kind
     assert np.all(grows == batch * (gamma + 1)) and ts[0] == pytest.approx(t, rel=1e-12)
     # the iteration costs exactly the cost model's passes: gamma draft passes of w tokens + one verify pass
     c = np.full(batch, kv0 / batch)
-    want = b.batch_forward_time(np.full(batch, width * gamma + 1.0), c, np.full(batch, width * gamma + 1.0))
+    bt = speculating_target(b, d)  # the target as its speculating engine runs (a draft model: no async by default)
+    want = bt.batch_forward_time(np.full(batch, width * gamma + 1.0), c, np.full(batch, width * gamma + 1.0))
     if kind != "ngram":
         want += sum(d.batch_forward_time(np.full(batch, float(width)), c + i, np.full(batch, float(width)))
                     for i in range(gamma))

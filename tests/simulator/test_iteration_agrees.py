@@ -29,7 +29,7 @@ from simulator.engines.gamma_choice import iteration_parts
 from simulator.inputs.scenario import load_scenario
 from simulator.engines.serving.engine import Engine
 from simulator.engines.serving.pass_cost import PassCost, spec_iteration_times
-from simulator.cost.spec_iteration import speculative_iteration
+from simulator.cost.spec_iteration import speculating_target, speculative_iteration
 from tests.conftest import examples
 
 # a separate draft model (CPU: hard roofline; A6000 at TP 2), a draft head (FP8), DeepSeek-R1's MTP module (MoE + MLA:
@@ -77,6 +77,7 @@ def _draft_pass(dep):
 def test_tables_gamma_rule_and_serving_engine_price_the_iteration_by_the_one_function(scenario, drafter, gamma, batch,
                                                                                        context):
     _, b, _, d = _deps(scenario, drafter)
+    b = speculating_target(b, d)  # the target as its speculating engine runs it (at any γ)
     one = speculative_iteration(b.pass_time, _draft_pass(d), d.drafting, gamma, batch, float(batch * context))
     # the γ rule: the function itself
     rule = iteration_parts(b, d, batch, context, gamma)
@@ -123,7 +124,7 @@ def test_the_engine_with_prefills_is_the_passes_over_the_explicit_batches(scenar
             draft = batch(d, gamma, cd)
         else:
             draft = batch(d, w, cd) + sum(batch(d, w, cd + i, False) for i in range(1, gamma) if nd)
-    want = draft + batch(b, v, cd)
+    want = draft + batch(speculating_target(b, d), v, cd)
     N = int(pn.sum())
     KV = int((pc + pn).sum())
     A = int(sum(n * c + n * (n + 1) // 2 for n, c in pref))

@@ -49,7 +49,7 @@ from simulator.cost.cost_model import Deployment
 from simulator.engines.serving.pass_cost import PassCost
 from simulator.engines.serving.prefix_cache import PrefixCache
 from simulator.engines.serving.stretch import Stretches
-from simulator.cost.spec_iteration import NO_PREFILL, speculative_iteration
+from simulator.cost.spec_iteration import NO_PREFILL, speculating_target, speculative_iteration
 from simulator.engines.request_model import Call
 
 
@@ -92,6 +92,8 @@ class Engine(Stretches):
         self.token_budget = token_budget  # max_num_batched_tokens (None: whole prefills, no budget)
         self.pcache = PrefixCache(prefix_cache_block, prefix_caching)
         self.spec = draft is not None and bool(gamma)
+        if draft is not None and gamma is not None:  # a speculating engine: every pass as vLLM runs it with this drafter
+            dep = self.dep = speculating_target(dep, draft)
         self.pc = PassCost(dep)
         # the draft's passes: none for prompt lookup; a tree of width w drafts w tokens per pass and the
         # target verifies vt = w*gamma + 1 tokens per sequence (gamma + 1 for a chain)
