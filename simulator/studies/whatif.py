@@ -57,7 +57,9 @@ def run_grid(rs: ResolvedScenario, engine: str | None = None, configs: list[Syst
                 g = cfg.gamma
                 if g not in tables:
                     tables[g] = CostTables(dep["base"], dep["small"], dep["draft"], w, g, execution=ex)
-                    vectors[g] = mix.vectors(tables[g], shared=vectors[None])  # gamma-free vectors once per hardware/TP
+                    # gamma-free vectors once per hardware/TP and base engine (a speculating one may run otherwise)
+                    src = next((vectors[k] for k in tables if k != g and tables[k].base == tables[g].base), None)
+                    vectors[g] = mix.vectors(tables[g], shared=src)
                 point = GridPoint(cfg, tables[g], mix, vectors[g], f"{hw}|{tp}|{cfg.label}", requests, seed)
                 out = impl.predict(point).row()
                 rows.append({"hardware": hw, "tp": tp, "system": cfg.system, "gamma": cfg.gamma,
