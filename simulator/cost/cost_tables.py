@@ -39,7 +39,7 @@ class CostTables:
     max_context: int | None = None  # default: the longest context a request of the workload can reach
 
     def __post_init__(self):
-        if self.gamma is not None:  # a speculating base engine: all its passes as vLLM runs them with this drafter
+        if self.gamma:  # a speculating base engine (γ >= 1): all its passes as vLLM runs them with this drafter
             self.base = speculating_target(self.base, self.draft)
         w = self.workload
         if self.max_context is None:

@@ -34,7 +34,7 @@ NO_PREFILL = (0, 0, 0, 0)
 def speculating_target(target: Deployment, draft: Deployment | None) -> Deployment:
     """``target`` as its engine runs when it speculates with ``draft`` (None: as it is): every pass of that engine,
     prefills and scoring included, runs with ``CostParams.speculating_with`` (a separate draft model: no async
-    scheduling by default)."""
+    scheduling by default). Callers apply it where γ >= 1 is configured (γ = 0: a plain server)."""
     if draft is None:
         return target
     cost = target.cost.speculating_with(draft.drafting)

@@ -56,7 +56,8 @@ def iteration_parts(target: Deployment, draft: Deployment | None, batch: int, co
         gamma, drafting, draft_pass = 0, CHAIN, None
     else:
         drafting, draft_pass = draft.drafting, (None if draft.drafting.free else draft.pass_time)
-    target = speculating_target(target, draft)  # a draft given: a speculating engine (at any γ, 0 included)
+    if gamma > 0:  # the target as vLLM runs it while speculating with this drafter (γ = 0: a plain server)
+        target = speculating_target(target, draft)
     d, v = speculative_iteration(target.pass_time, draft_pass, drafting, gamma, batch, float(batch * context))
     return float(d), float(v)
 

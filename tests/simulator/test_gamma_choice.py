@@ -26,17 +26,13 @@ def _deps(draft_kind: str = "model", hw: str = "h100-sxm"):
 
 
 def test_gamma_zero_is_plain_decoding():
-    """γ = 0 in a speculating engine: a plain decode step of the target as that engine runs it (a separate draft
-    model: without async scheduling by default, ``speculating_target``)."""
-    from simulator.cost.spec_iteration import speculating_target
-
+    """γ = 0: a plain server's decode step (no speculator configured, so async scheduling as the version runs it)."""
     t, d = _deps()
-    ts = speculating_target(t, d)
     for b in (1, 8, 64):
-        plain = b / ts.batch_forward_time(np.ones(b), np.full(b, 2000.0), np.ones(b))
+        plain = b / t.batch_forward_time(np.ones(b), np.full(b, 2000.0), np.ones(b))
         c = goodput_gamma(t, d, np.full(4, 0.7), b, 2000, 4)
         assert c.per_gamma[0] == pytest.approx(plain, rel=1e-12)
-        assert iteration_time(t, d, b, 2000, 0) == iteration_time(ts, None, b, 2000, 3)
+        assert iteration_time(t, d, b, 2000, 0) == iteration_time(t, None, b, 2000, 3)
 
 
 def test_perfect_acceptance_and_free_drafting_at_batch_one_drafts_the_most():

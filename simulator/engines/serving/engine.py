@@ -92,7 +92,7 @@ class Engine(Stretches):
         self.token_budget = token_budget  # max_num_batched_tokens (None: whole prefills, no budget)
         self.pcache = PrefixCache(prefix_cache_block, prefix_caching)
         self.spec = draft is not None and bool(gamma)
-        if draft is not None and gamma is not None:  # a speculating engine: every pass as vLLM runs it with this drafter
+        if self.spec:  # a speculating engine (a γ policy's too, at its γ = 0 iterations): every pass as vLLM runs it
             dep = self.dep = speculating_target(dep, draft)
         self.pc = PassCost(dep)
         # the draft's passes: none for prompt lookup; a tree of width w drafts w tokens per pass and the
