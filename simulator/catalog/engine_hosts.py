@@ -137,8 +137,9 @@ def host_terms(engine: ServingEngine, gpu_step: PriorParam | None = None,
     ``front_end_serial_s`` (where the version has one) and ``async_overlap`` (the version's o where the engine runs
     async scheduling, else 0); where async scheduling is the version's default (``async_scheduling`` unset), also
     ``async_overlap_draft_model`` = 0: vLLM turns async scheduling on by default only for engines without a
-    speculator or with EAGLE / MTP drafting, not with a separate draft model (``CostParams.speculating_with``). ``gpu_step``: the GPU's own t_step (used where the version has none); ``host``:
-    explicit values (a fitter's trial point) replacing the catalog's, same names."""
+    speculator or with EAGLE / MTP drafting, not with a separate draft model (``CostParams.speculating_with``).
+    ``gpu_step``: the GPU's own t_step (used where the version has none); ``host``: explicit values (a fitter's trial
+    point) replacing the catalog's, same names."""
     ev = engine_version(engine)
     host = host or {}
     terms: dict[str, PriorParam] = {}

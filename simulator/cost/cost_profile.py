@@ -84,7 +84,8 @@ class CostProfile(BaseModel):
     async_overlap: Param | None = None
     # The overlap a speculating engine keeps when its draft is a separate model (vLLM's ``draft_model`` method): vLLM
     # turns async scheduling on by default only without a speculator or with an EAGLE / MTP one, so a version's
-    # default gives 0 here and a stated ``async_scheduling: true`` the overlap. None: ``async_overlap`` (no distinction).
+    # default gives 0 here and a stated ``async_scheduling: true`` the overlap. None: ``async_overlap`` (no
+    # distinction).
     async_overlap_draft_model: Param | None = None
     fit: dict | None = None  # goodness of fit written by calibration (residuals per op)
 
