@@ -136,8 +136,9 @@ def host_terms(engine: ServingEngine, gpu_step: PriorParam | None = None,
     """The cost profile's host terms for ``engine``: ``step_overhead_s``, ``seq_overhead_s``, ``call_overhead_s``,
     ``front_end_serial_s`` (where the version has one) and ``async_overlap`` (the version's o where the engine runs
     async scheduling, else 0); where async scheduling is the version's default (``async_scheduling`` unset), also
-    ``async_overlap_draft_model`` = 0: vLLM turns async scheduling on by default only for engines without a
-    speculator or with EAGLE / MTP drafting, not with a separate draft model (``CostParams.speculating_with``).
+    ``async_overlap_non_eagle`` = 0: vLLM turns async scheduling on by default only for engines without a
+    speculator or with EAGLE / MTP-style drafting, not with a separate draft model or CPU prompt lookup
+    (``CostParams.speculating_with``).
     ``gpu_step``: the GPU's own t_step (used where the version has none); ``host``: explicit values (a fitter's trial
     point) replacing the catalog's, same names."""
     ev = engine_version(engine)
@@ -154,8 +155,8 @@ def host_terms(engine: ServingEngine, gpu_step: PriorParam | None = None,
            for name, p in terms.items()}
     if not async_on(engine, ev.version):
         out["async_overlap"] = PriorParam(value=0.0, kind="prior", source=f"{label}: async scheduling off")
-    if engine.async_scheduling is None:  # the version's default: vLLM leaves async off for a draft-model speculator
-        out["async_overlap_draft_model"] = PriorParam(
-            value=0.0, kind="prior", source=f"{label}: async scheduling off by default with a separate draft model "
-            "(vLLM enables it by default only without a speculator or with EAGLE / MTP drafting)")
+    if engine.async_scheduling is None:  # the version's default: vLLM leaves async off for a draft model, prompt lookup
+        out["async_overlap_non_eagle"] = PriorParam(
+            value=0.0, kind="prior", source=f"{label}: async scheduling off by default with a separate draft model or "
+            "prompt lookup (vLLM enables it by default only without a speculator or with EAGLE / MTP-style drafting)")
     return out

@@ -82,11 +82,11 @@ class CostProfile(BaseModel):
     # Async scheduling (vLLM ``--async-scheduling``): the share o of the host work (t_step + S t_seq) that runs while
     # the GPU runs the previous step (:func:`simulator.cost.cost_model.step_time`). None: 0 (every host second is paid).
     async_overlap: Param | None = None
-    # The overlap a speculating engine keeps when its draft is a separate model (vLLM's ``draft_model`` method): vLLM
-    # turns async scheduling on by default only without a speculator or with an EAGLE / MTP one, so a version's
-    # default gives 0 here and a stated ``async_scheduling: true`` the overlap. None: ``async_overlap`` (no
-    # distinction).
-    async_overlap_draft_model: Param | None = None
+    # The overlap a speculating engine keeps when it drafts with a separate model or CPU prompt lookup (vLLM's
+    # ``draft_model`` and ``ngram`` methods): vLLM turns async scheduling on by default only without a speculator or
+    # with an EAGLE / MTP-style one, so a version's default gives 0 here and a stated ``async_scheduling: true`` the
+    # overlap. None: ``async_overlap`` (no distinction).
+    async_overlap_non_eagle: Param | None = None
     fit: dict | None = None  # goodness of fit written by calibration (residuals per op)
 
     def params(self, hardware: HardwareSpec) -> "CostParams":
@@ -114,9 +114,14 @@ class CostProfile(BaseModel):
             moe_ep_overhead_s=self.moe_ep_overhead_s.value if self.moe_ep_overhead_s else 0.0,
             mla_layer_overhead_s=self.mla_layer_overhead_s.value if self.mla_layer_overhead_s else 0.0,
             async_overlap=self.async_overlap.value if self.async_overlap else 0.0,
-            async_overlap_draft_model=(self.async_overlap_draft_model.value if self.async_overlap_draft_model
+            async_overlap_non_eagle=(self.async_overlap_non_eagle.value if self.async_overlap_non_eagle
                                        else None),
         )
+
+
+# Drafters vLLM does not run with async scheduling by default (``vllm/config/vllm.py``: a speculative method outside
+# its EAGLE / MTP family and GPU n-gram): a separate draft model (``draft_model``) and CPU prompt lookup (``ngram``)
+NON_EAGLE_DRAFTERS = ("model", "ngram")
 
 
 @dataclass(frozen=True)
@@ -147,7 +152,7 @@ class CostParams:
     # Routing skew s: expert e's popularity ~ e^-s (0: uniform routing; simulator.catalog.models.skewed_experts_hit)
     routing_skew: float = 0.0
     async_overlap: float = 0.0  # o: the share of t_step + S t_seq async scheduling runs beside the GPU (CostProfile)
-    async_overlap_draft_model: float | None = None  # o while speculating with a separate draft model (CostProfile)
+    async_overlap_non_eagle: float | None = None  # o while speculating with a separate draft model (CostProfile)
 
     @property
     def kv_efficiency(self) -> float:
@@ -174,13 +179,14 @@ class CostParams:
 
     def speculating_with(self, drafting) -> "CostParams":
         """The parameters of an engine that speculates with ``drafting`` (a draft deployment's
-        :class:`simulator.cost.cost_model.Drafting`; None: no speculator): with a separate draft model (kind
-        ``model``) the overlap is ``async_overlap_draft_model`` where the profile has one (vLLM's default turns async
-        scheduling off for that method); every other speculator and no speculator keep these parameters. The one
-        place this rule lives; the engines call it through :func:`simulator.cost.spec_iteration.speculating_target`."""
-        if drafting is None or drafting.kind != "model" or self.async_overlap_draft_model is None:
+        :class:`simulator.cost.cost_model.Drafting`; None: no speculator): with a separate draft model or prompt
+        lookup (kinds :data:`NON_EAGLE_DRAFTERS`) the overlap is ``async_overlap_non_eagle`` where the profile has one
+        (vLLM's default turns async scheduling off for those methods); EAGLE-style heads, EAGLE-3, MTP and block
+        drafters and no speculator keep these parameters. The one place this rule lives; the engines call it through
+        :func:`simulator.cost.spec_iteration.speculating_target`."""
+        if drafting is None or drafting.kind not in NON_EAGLE_DRAFTERS or self.async_overlap_non_eagle is None:
             return self
-        return replace(self, async_overlap=self.async_overlap_draft_model)
+        return replace(self, async_overlap=self.async_overlap_non_eagle)
 
     def slowed(self, s: float) -> "CostParams":
         """The same engine on a machine ``s`` times slower at every term: efficiencies / s, fixed costs x s. The step
@@ -313,7 +319,7 @@ def prior_profile(hardware: HardwareSpec, engine: str = "vllm", serving_engine=N
         moe_token_overhead_s=pick("moe_token_overhead_s", None),
         moe_ep_overhead_s=pick("moe_ep_overhead_s", None),
         mla_layer_overhead_s=pick("mla_layer_overhead_s", None), async_overlap=pick("async_overlap", None),
-        async_overlap_draft_model=pick("async_overlap_draft_model", None),
+        async_overlap_non_eagle=pick("async_overlap_non_eagle", None),
     )
 
 

@@ -1,5 +1,5 @@
-"""Async scheduling with a speculator, as vLLM defaults it: on without a speculator or with EAGLE / MTP drafting,
-off with a separate draft model unless the scenario asks for it (``CostParams.speculating_with``, the one rule;
+"""Async scheduling with a speculator, as vLLM defaults it: on without a speculator or with EAGLE / MTP-style drafting,
+off with a separate draft model or CPU prompt lookup unless the scenario asks for it (``CostParams.speculating_with``, the one rule;
 ``simulator.cost.spec_iteration.speculating_target`` applies it to a speculating engine's passes)."""
 
 from dataclasses import replace
@@ -24,9 +24,10 @@ def _params(async_scheduling=None, version=None):
 
 def test_a_version_default_turns_async_off_for_a_draft_model_only():
     c = _params()  # the newest version: async on by default
-    assert c.async_overlap > 0 and c.async_overlap_draft_model == 0.0
-    assert c.speculating_with(Drafting("model")).async_overlap == 0.0
-    for kind in ("head", "eagle3", "mtp", "block", "ngram"):
+    assert c.async_overlap > 0 and c.async_overlap_non_eagle == 0.0
+    for kind in ("model", "ngram"):  # vLLM's draft_model and (CPU) ngram methods
+        assert c.speculating_with(Drafting(kind)).async_overlap == 0.0, kind
+    for kind in ("head", "eagle3", "mtp", "block"):  # EAGLE / MTP-style: async on by default
         assert c.speculating_with(Drafting(kind)) is c, kind
     assert c.speculating_with(None) is c
 
@@ -35,8 +36,8 @@ def test_a_stated_async_scheduling_keeps_the_overlap_with_a_draft_model():
     on, off = _params(async_scheduling=True), _params(async_scheduling=False)
     assert on.async_overlap > 0 and on.speculating_with(Drafting("model")).async_overlap == on.async_overlap
     assert off.async_overlap == 0 and off.speculating_with(Drafting("model")).async_overlap == 0
-    assert "async_overlap_draft_model" not in host_terms(ServingEngine(async_scheduling=True))
-    assert host_terms(ServingEngine())["async_overlap_draft_model"].value == 0.0
+    assert "async_overlap_non_eagle" not in host_terms(ServingEngine(async_scheduling=True))
+    assert host_terms(ServingEngine())["async_overlap_non_eagle"].value == 0.0
 
 
 @settings(max_examples=examples(40), deadline=None)
