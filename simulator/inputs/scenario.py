@@ -241,6 +241,10 @@ class ResolvedScenario:
                 m = base.mtp_head().with_dtypes(d.weight_dtype, kv)
             else:
                 m = self.base_model  # prompt lookup: no model runs (Drafting.free)
+        if self.speculative and d.kind == "ngram" and sc.serving_engine.async_scheduling:  # vLLM's own refusal
+            raise InputError(f, "serving_engine.async_scheduling", "vLLM refuses async scheduling with ngram (CPU "
+                             "prompt lookup) speculative decoding (\"async scheduling is only supported with "
+                             "EAGLE/MTP/Draft Model/NGram GPU kind of speculative decoding\"): leave it unset or false")
         if self.speculative:
             need = d.tree_width * max(sc.grid.gamma) + 1
             if need > d.verify_budget:

@@ -254,12 +254,22 @@ def _scenario(tmp_path, **draft_and_more) -> Path:
     ({"draft": {"kind": "ngram", "layers": 1, "acceptance": None}}, "draft.acceptance"),
     ({"draft": {"kind": "head", "model": "qwen2.5-7b"}}, "draft.model"),
     ({"draft": {"acceptance": {"a": [0.5, 0.7], "source": "x"}}}, "draft.acceptance.a"),
+    ({"draft": {"kind": "ngram"}, "serving_engine": {"async_scheduling": True}}, "serving_engine.async_scheduling"),
 ])
 def test_bad_draft_configs_name_file_and_field(tmp_path, change, field):
     p = _scenario(tmp_path, **change)
     with pytest.raises(InputError) as e:
         load_scenario(p)
     assert e.value.field is not None and e.value.field.startswith(field), (e.value.field, e.value.message)
+
+
+def test_prompt_lookup_with_async_scheduling_is_refused_as_vllm_refuses_it_and_runs_without(tmp_path):
+    with pytest.raises(InputError, match="vLLM refuses async scheduling with ngram"):
+        load_scenario(_scenario(tmp_path, draft={"kind": "ngram"}, serving_engine={"async_scheduling": True}))
+    for stated in (None, False):  # unset (the version's default) or off: accepted, the base engine without the overlap
+        rs = load_scenario(_scenario(tmp_path, draft={"kind": "ngram"}, serving_engine={"async_scheduling": stated}))
+        d = rs.deployments("h100-sxm", 1)
+        assert speculating_target(d["base"], d["draft"]).cost.async_overlap == 0.0
 
 
 def test_bad_draft_config_exits_2_with_one_line(tmp_path):
