@@ -200,6 +200,13 @@ class ResolvedScenario:
                     raise InputError(f, fld, f"{name} with base.{k}={v}: {what} is modelled for the base model "
                                      f"alone (vanilla-base); use {k}: 1 for this system")
 
+    def _check_async_with(self, kind: str) -> None:
+        """vLLM's own refusal: a stated ``--async-scheduling`` with CPU prompt lookup (``ngram``) speculation."""
+        if self.speculative and kind == "ngram" and self.scenario.serving_engine.async_scheduling:
+            raise InputError(self.file, "serving_engine.async_scheduling", "vLLM refuses async scheduling with ngram "
+                             "(CPU prompt lookup) speculative decoding (\"async scheduling is only supported with "
+                             "EAGLE/MTP/Draft Model/NGram GPU kind of speculative decoding\"): leave it unset or false")
+
     def _resolve_draft(self):
         """(Drafting, draft ModelSpec) from ``draft``; checks it and applies its acceptance to the workload."""
         sc, f, d = self.scenario, self.file, self.scenario.draft
@@ -241,10 +248,7 @@ class ResolvedScenario:
                 m = base.mtp_head().with_dtypes(d.weight_dtype, kv)
             else:
                 m = self.base_model  # prompt lookup: no model runs (Drafting.free)
-        if self.speculative and d.kind == "ngram" and sc.serving_engine.async_scheduling:  # vLLM's own refusal
-            raise InputError(f, "serving_engine.async_scheduling", "vLLM refuses async scheduling with ngram (CPU "
-                             "prompt lookup) speculative decoding (\"async scheduling is only supported with "
-                             "EAGLE/MTP/Draft Model/NGram GPU kind of speculative decoding\"): leave it unset or false")
+        self._check_async_with(d.kind)
         if self.speculative:
             need = d.tree_width * max(sc.grid.gamma) + 1
             if need > d.verify_budget:
