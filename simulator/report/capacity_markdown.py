@@ -16,11 +16,15 @@ from simulator.studies.capacity.table import parallelism
 ASSUMPTIONS = [
     "One replica = the scenario's GPUs at the given TP; the small and base engines are colocated on them and "
     "take turns (their iterations never overlap): one iteration of each engine with work per round.",
-    "Continuous batching, vLLM-like: every iteration serves the whole running batch; a prefill is processed whole "
-    "in one iteration (no chunked prefill); at most 256 sequences per engine.",
+    "Continuous batching, vLLM V1-like: every iteration serves the whole running batch; prefills are chunked into "
+    "the token budget left after the decoding sequences' tokens (execution.max_num_batched_tokens, 8192 unless the "
+    "scenario sets it); at most execution.max_num_seqs sequences per engine (256 unless set).",
     "Iteration time = the cost model's pass time for the batch's aggregates (Deployment.batch_forward_time); "
     "a speculative iteration = gamma draft passes + one verification pass over gamma+1 tokens per sequence.",
-    "Each engine call pays the per-call overhead t_call off the GPU (host side) before queueing.",
+    "Each engine call pays the per-call overhead t_call off the GPU (host side) before queueing. Host costs per "
+    "step, sequence and call are the serving engine's version's (Provenance); async scheduling overlaps them as "
+    "that version defaults it, off for an engine speculating with a separate draft model or prompt lookup unless "
+    "the scenario sets serving_engine.async_scheduling.",
     "KV cache: vLLM's start-up plan per engine (gpu_memory_utilization x driver-reported memory - weights/TP - "
     "profile-pass activations - non-torch - CUDA graphs, in whole blocks; a lone engine gets the whole utilization, "
     "specreason's colocated engines split it; the draft's KV counted in the base engine). Prefixes stay cached between a request's calls "
@@ -226,12 +230,29 @@ def _provenance(c: ReportContent) -> list[str]:
     for h in rs.hardware_names:
         p = rs.cost_profile(h)
         L.append(f"- Cost profile for {h}: `{p.name}`, {p.provenance.kind} — {p.provenance.source}")
+    if any(h not in rs.cost_profiles and h != "cpu" for h in rs.hardware_names):  # GPU priors: the engine's terms
+        L.append(f"- {engine_line(rs)}")
     L += ["", "## Reproduce", "", "```", f"specsim report {scenario_arg} --out <DIR> --slo '{slo.text}' --requests {load.requests} "
           f"--seed {load.seed}" + (f" --gpu-hour-cost {gpu_hour_cost:g} --currency {shlex.quote(currency)}" if gpu_hour_cost else "")
           + (f" --target-qps {target_qps:g}" if target_qps else "")
           + (" --bench-serve " + shlex.quote(bench_serve) if bench_serve else ""), "```", "",
           "Files: `capacity.csv`, `latency_vs_load.csv`, `resolved.json` (the resolved scenario and run settings).", ""]
     return L
+
+
+def engine_line(rs) -> str:
+    """The serving engine the GPU priors' host terms come from, and its async scheduling (a cost profile loaded from
+    a file keeps its own host terms)."""
+    from simulator.catalog.engine_hosts import async_on, engine_version
+
+    se = rs.scenario.serving_engine
+    ev = engine_version(se)
+    on = async_on(se, ev.version)
+    how = ("stated" if se.async_scheduling is not None else "the version's default") + (
+        "; off for an engine speculating with a separate draft model or prompt lookup, as vLLM defaults it"
+        if on and se.async_scheduling is None else "")
+    return (f"Serving engine (GPU priors' host terms): {se.name} {se.version or ev.version} (catalog entry {ev.version}, "
+            f"simulator/catalog/engine_hosts.yaml); async scheduling {'on' if on else 'off'} ({how})")
 
 
 def _at_lower_bound(b, dev: str) -> str:

@@ -148,6 +148,20 @@ def test_report_writes_complete_files(tmp_path):
     assert np.isfinite(pd.read_csv(out / "capacity.csv").max_qps).all()
 
 
+def test_report_names_the_serving_engine_and_its_async_scheduling(tmp_path):
+    from simulator.inputs.scenario import load_scenario
+    from simulator.report.capacity_markdown import engine_line
+
+    line = engine_line(load_scenario("reference-a6000-qwq32b"))  # GPU priors, no serving_engine: the newest, defaults
+    assert line.startswith("Serving engine (GPU priors' host terms): vllm ") and "async scheduling on" in line
+    assert "off for an engine speculating with a separate draft model" in line
+    sc = yaml.safe_load((Path(__file__).resolve().parents[2] / "scenarios" / "reference-a6000-qwq32b.yaml").read_text())
+    for stated, want in ((False, "async scheduling off (stated)"), (True, "async scheduling on (stated)")):
+        sc["serving_engine"] = {"version": "0.11", "async_scheduling": stated}
+        (tmp_path / "s.yaml").write_text(yaml.safe_dump(sc))
+        assert want in engine_line(load_scenario(str(tmp_path / "s.yaml")))
+
+
 def test_cli_replayed_arrivals(tmp_path, capsys):
     f = tmp_path / "arrivals.jsonl"
     f.write_text("\n".join(f'{{"arrival_s": {0.7 * i}}}' for i in range(30)))
