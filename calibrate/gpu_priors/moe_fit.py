@@ -87,9 +87,9 @@ def gated(hidden, topk) -> np.ndarray:
     return ~((np.asarray(hidden) == 2688) | (np.asarray(topk) == 22))
 
 
-def load_aic(path: Path = RECORDS, max_rows: int | None = MAX_ROWS) -> tuple[pd.DataFrame, dict]:
-    """The AIConfigurator MoE rows the fit uses (module docstring) and the counts of what was left out and why. Every
-    numbered vLLM version's table is kept: ``unit`` names the parameter set a row belongs to, the GPU itself for its
+def load_aic(path: Path = RECORDS) -> tuple[pd.DataFrame, dict]:
+    """Every AIConfigurator MoE row the fit may use (module docstring; :func:`subsample` draws the fit's share) and
+    the counts of what was left out and why. Every numbered vLLM version's table is kept: ``unit`` names the parameter set a row belongs to, the GPU itself for its
     newest table (the catalog's fit) and ``GPU@version`` for an older one (read only by the same-version held-out
     design, :func:`heldout`)."""
     cols = ["source_file", "source_row", "gpu", "op", "tokens", "hidden", "expert_intermediate", "experts", "topk",
@@ -121,19 +121,25 @@ def load_aic(path: Path = RECORDS, max_rows: int | None = MAX_ROWS) -> tuple[pd.
     small = d["bytes_gpu"] < 2 * d["gpu"].map(L2_BYTES)
     left["working set under 2x the GPU's L2 (cache-resident in a replayed table)"] = int(small.sum())
     d = d[~small]
-    if max_rows is None:  # every row (:func:`pair_ratios`)
-        return d.reset_index(drop=True), {"versions": {g: str(v) for g, v in newest.items()}, "left_out": left}
+    return d.reset_index(drop=True), {"versions": {g: str(v) for g, v in newest.items()},
+                                      "older": {g: [str(x) for x in v] for g, v in older.items()}, "left_out": left}
+
+
+def subsample(d: pd.DataFrame, meta: dict, max_rows: int = MAX_ROWS) -> tuple[pd.DataFrame, dict]:
+    """At most ``max_rows`` of :func:`load_aic`'s rows per (table, dtype, routing), seed 0, and the meta counting
+    what was drawn away."""
     parts = [g.sample(min(len(g), max_rows), random_state=0) for _, g in d.groupby(["unit", "dtype", "distribution"])]
     out = pd.concat(parts, ignore_index=True)
-    left["subsampled away (at most %d rows per table, dtype, routing; seed 0)" % max_rows] = int(len(d) - len(out))
-    return out, {"versions": {g: str(v) for g, v in newest.items()},
-                 "older": {g: [str(x) for x in v] for g, v in older.items()}, "left_out": left}
+    left = {**meta["left_out"], "subsampled away (at most %d rows per table, dtype, routing; seed 0)" % max_rows:
+            int(len(d) - len(out))}
+    return out, {**meta, "left_out": left}
 
 
-def load_rows(records: Path = RECORDS, keep=None) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
-    """(every row: AIConfigurator's of ``records`` + LLMServingSim's where the shared data has them; the rows the fit
-    uses: ``FIT_DTYPES`` and LLMServingSim's; :func:`load_aic`'s meta). ``keep``: a row filter applied first."""
-    aic, meta = load_aic(Path(records))
+def load_rows(records: Path = RECORDS, keep=None, aic: tuple | None = None) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """(every row: AIConfigurator's of ``records`` (:func:`subsample` of :func:`load_aic`; ``aic``: that pair, already
+    drawn) + LLMServingSim's where the shared data has them; the rows the fit uses: ``FIT_DTYPES`` and
+    LLMServingSim's; the meta). ``keep``: a row filter applied first."""
+    aic, meta = aic or subsample(*load_aic(Path(records)))
     try:
         lss = load_lss()
     except FileNotFoundError:

@@ -109,10 +109,10 @@ def fit_and_report(records: Path, report: Path, priors: Path | None, date: str |
     """The fit on the AIConfigurator rows of ``records`` (+ LLMServingSim's, when the shared data has them), its held-out
     folds and ``REPORT/{report.md, heldout.csv, params.yaml}``; with ``priors``, the catalog priors file updated.
     Returns the held-out summary (:func:`summarize`)."""
-    every, f, meta = moe_fit.load_rows(Path(records))
+    full, meta = moe_fit.load_aic(Path(records))  # read once: the fit draws its share, the GPU pairs read every row
+    every, f, meta = moe_fit.load_rows(aic=moe_fit.subsample(full, meta))
     fr = moe_fit.fit(f[units_of(f) == f["gpu"].to_numpy(str)].reset_index(drop=True))  # the catalog: each GPU's newest table
     h = pd.concat([moe_fit.heldout(f, every, design) for design in DESIGNS], ignore_index=True)
-    full, _ = moe_fit.load_aic(Path(records), max_rows=None)
     pairs = moe_fit.pair_ratios(full[full["dtype"].isin(FIT_DTYPES)])
     write_report(Path(report), f, meta, fr, h, command, date or _dt.date.today().isoformat(), pairs)
     if priors:
