@@ -15,7 +15,7 @@ import numpy as np
 from calibrate.fit.gpustack_import import ReleasedRun
 
 
-def _workload(max_tokens: int):
+def replay_workload(max_tokens: int):
     """A workload profile for replayed plans: only its token bounds matter to the replica."""
     from simulator.inputs.workload import WorkloadProfile
 
@@ -85,7 +85,7 @@ def predict_released(run: ReleasedRun, host: dict | None = None, max_requests: i
     execution = Execution(max_num_batched_tokens=run.max_num_batched_tokens, max_num_seqs=run.max_num_seqs,
                           front_end="serial")
     max_out = max(max(p.calls[0].out_tokens for p in plans), 64)
-    res = simulate_serving(SystemConfig(system="vanilla-base"), setup.deployments(params), _workload(max_out), arrivals, n,
+    res = simulate_serving(SystemConfig(system="vanilla-base"), setup.deployments(params), replay_workload(max_out), arrivals, n,
                            seed=0, memory_fraction=(SMALL_SHARE, run.gpu_memory_utilization), plans=plans,
                            execution=execution)
     r = res.requests

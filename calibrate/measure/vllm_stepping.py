@@ -19,7 +19,7 @@ class VllmSteppingEngine:
 
     def __init__(self, model_dir: str | Path, *, dtype: str = "float32", max_model_len: int = 2048, seed: int = 0,
                  prefix_caching: bool = False, max_num_seqs: int = 256, draft_dir: str | Path | None = None,
-                 gamma: int = 0):
+                 gamma: int = 0, engine_args: dict | None = None):
         from calibrate.measure.engine import apply_env_defaults, check_draft, describe_model_dir
 
         self.env = apply_env_defaults()
@@ -31,6 +31,7 @@ class VllmSteppingEngine:
         from vllm import LLM
 
         extra = {"speculative_config": dict(self.speculative)} if self.speculative else {}
+        extra.update(engine_args or {})  # further vLLM engine arguments (num_gpu_blocks_override, block_size, ...)
         self.llm = LLM(model=str(model_dir), dtype=dtype, max_model_len=max_model_len, seed=seed, enforce_eager=True,
                        enable_prefix_caching=prefix_caching, gpu_memory_utilization=0.4, max_num_seqs=max_num_seqs,
                        **extra)
@@ -91,6 +92,11 @@ class VllmSteppingEngine:
                     int(o.num_cached_tokens or 0)) for o in outs]
         return StepReport(rids, new, ctx, len(self.sched.waiting), outputs, list(outs),
                           spec if self.speculative else None, cids)
+
+    def last_preemptions(self) -> int:
+        """Requests the last step's scheduling preempted (vLLM's ``SchedulerOutput.preempted_req_ids``)."""
+        ids = getattr(self._last, "preempted_req_ids", None) if self._last is not None else None
+        return len(ids) if ids else 0
 
     def has_unfinished(self) -> bool:
         return self.eng.has_unfinished_requests()

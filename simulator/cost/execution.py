@@ -55,6 +55,8 @@ class Execution(BaseModel):
     # calls arriving together reach the engine t_fe apart (each still t_call after its turn began).
     front_end: Literal["concurrent", "serial"] = "concurrent"
     block_size: int = Field(default=16, ge=1, le=65536, strict=True)  # KV-cache block (vLLM --block-size): capacity rounding
+    # vLLM's --num-gpu-blocks-override: the KV cache has exactly this many blocks per engine (None: sized from memory)
+    num_gpu_blocks_override: int | None = Field(default=None, ge=1, le=100_000_000, strict=True)
     # vLLM V1's automatic prefix caching (on by default): the serving engines reuse KV blocks across calls and across
     # requests (shared system prompts, session history; simulator/engines/serving/prefix_cache.py). False: every call
     # prefills its whole context, in every engine (vLLM's --no-enable-prefix-caching).

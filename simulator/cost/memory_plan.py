@@ -93,6 +93,7 @@ class MemoryPlan:
     all_bytes_per_token: float  # KV bytes per token of every layer (sliding ones counting every token)
     profile_tokens: int
     sampler_rows: int
+    blocks_override: int | None = None  # vLLM's num_gpu_blocks_override (None: sized from memory)
 
     @property
     def requested_bytes(self) -> float:
@@ -115,6 +116,8 @@ class MemoryPlan:
 
     @property
     def num_blocks(self) -> int:
+        if self.blocks_override is not None:  # vLLM's --num-gpu-blocks-override: the cache has that many blocks
+            return self.blocks_override
         per_block = self.block_size * self.token_bytes
         return max(int(self.kv_bytes // per_block), 0) if per_block > 0 else 0
 
@@ -129,6 +132,25 @@ class MemoryPlan:
         if self.full_bytes_per_token <= 0 or self.sliding_bytes_per_seq <= 0:
             return 0
         return int(math.ceil(self.sliding_bytes_per_seq / self.full_bytes_per_token))
+
+    @property
+    def usable_tokens(self) -> int:
+        """Tokens the running sequences can hold: every block but vLLM's null block (``BlockPool`` takes block 0 out
+        of the free list as the placeholder of skipped positions)."""
+        return max(self.num_blocks - 1, 0) * self.block_size
+
+    @property
+    def partial_block_tokens(self) -> int:
+        """Tokens of a running sequence's last block it has not filled yet, in expectation: vLLM allocates whole
+        blocks, so a sequence of L tokens holds ceil(L / block) blocks, (block - 1) / 2 tokens more than L on
+        average over L mod block (its admission and its growth meet a full cache that much sooner)."""
+        return (self.block_size - 1) // 2
+
+    @property
+    def running_seq_reserve_tokens(self) -> int:
+        """KV (tokens) each running sequence holds besides its own tokens: its sliding windows or linear-attention
+        state (:attr:`seq_reserve_tokens`) and the unfilled part of its last block (:attr:`partial_block_tokens`)."""
+        return self.seq_reserve_tokens + self.partial_block_tokens
 
     def request_bytes(self, length: int) -> float:
         """KV bytes one sequence of ``length`` tokens needs, in whole blocks (windows capped)."""
@@ -204,7 +226,7 @@ def non_torch_bytes(tp: int) -> float:
 
 def memory_plan(deployments: list[Deployment], utilization: float, max_num_batched_tokens: int,
                 max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, block_size: int = DEFAULT_BLOCK_SIZE,
-                vllm_version: str | None = None) -> MemoryPlan:
+                vllm_version: str | None = None, blocks_override: int | None = None) -> MemoryPlan:
     """The memory plan of one engine holding ``deployments`` (the first is the engine's model; a separate draft
     model shares the engine: its weights and KV per token add up, its profile pass runs after the target's, so
     the activation peak is the larger of the two) at ``utilization`` of each GPU."""
@@ -232,4 +254,4 @@ def memory_plan(deployments: list[Deployment], utilization: float, max_num_batch
         non_torch_bytes=non_torch_bytes(tp) if gpu else 0.0,
         cudagraph_bytes=CUDAGRAPH_BYTES if gpu else 0.0, cudagraph_counted=gpu and cudagraphs_counted(vllm_version),
         block_size=int(block_size), full_bytes_per_token=full, sliding_bytes_per_seq=sliding,
-        all_bytes_per_token=every, profile_tokens=T, sampler_rows=R)
+        all_bytes_per_token=every, profile_tokens=T, sampler_rows=R, blocks_override=blocks_override)

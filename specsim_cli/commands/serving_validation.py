@@ -156,3 +156,43 @@ def serving_regimes_cmd(
 
     command = "specsim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     typer.echo(write(report, out, command), nl=False)
+
+
+@writes(out="folder")
+def kv_waves_cmd(
+    out: Path = typer.Option(..., "--out", help="report folder: README.md, bursts.csv, requests.csv (records.json "
+                             "when measured here)"),
+    records: Optional[Path] = typer.Option(None, "--records", help="measured bursts to compare (a records.json of an "
+                                           "earlier run); without it, measure them now on vLLM (needs `make engines`)"),
+    model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="model folder for the measurement (default: "
+                                             "SmolLM2-135M-Instruct from the model cache, built from its PyPI package)"),
+) -> None:
+    """KV-bound bursts on vLLM's own scheduler against the serving simulator's engine, counted in engine steps:
+    each request's first-token and finish step, the steps in all, the preemptions (docs/serving-model.md).
+
+    Example: specsim validate kv-waves --records reports/kv-waves/records.json --out reports/kv-waves --force"""
+    import json
+
+    from validate.kv_waves import compare, load_records, write_report
+
+    command = "specsim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    if records is not None:
+        doc = load_records(records)
+    else:
+        from calibrate.measure.kv_waves import measure_campaign
+        from calibrate.measure.model_cache import SMOLLM2, prepare_models
+
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is None:
+            raise InputError(None, "--records", "vLLM is not installed here (`make engines`); give measured "
+                             "records instead, e.g. --records reports/kv-waves/records.json")
+        if model_dir is None:
+            model_dir = prepare_models(models=(SMOLLM2,), log=lambda *a: None)[SMOLLM2]
+        doc = measure_campaign(model_dir, log=typer.echo)
+        doc["command"] = command
+    bursts, reqs = compare(doc)
+    out.mkdir(parents=True, exist_ok=True)
+    if records is None or records.resolve() != (out / "records.json").resolve():
+        (out / "records.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    typer.echo(write_report(out, doc, bursts, reqs, command).read_text(encoding="utf-8"), nl=False)

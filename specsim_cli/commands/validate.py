@@ -8,6 +8,7 @@ COMMANDS = {
     "serving": ("specsim_cli.commands.serving_validation:validate_serving_cmd", "validate-serving"),
     "sharegpt-spread": ("specsim_cli.commands.serving_validation:sharegpt_spread_cmd", None),
     "serving-regimes": ("specsim_cli.commands.serving_validation:serving_regimes_cmd", None),
+    "kv-waves": ("specsim_cli.commands.serving_validation:kv_waves_cmd", None),
     "capacity": ("checks:validate_capacity_cmd", "validate-capacity"),
     "drift": ("validations:validate_drift", "validate-drift"),
     "cpu": ("validations:validate_cpu", "validate-cpu"),
@@ -26,5 +27,6 @@ COMMANDS = {
 ANNOUNCED = {"runs": "validate: fitting and predicting the held-out runs (trace replay, then distribution mode)",
              "serving": "validate-serving: fitting step times and replaying the measured levels",
              "sharegpt-spread": "validate sharegpt-spread: replaying the ShareGPT runs at four spreads",
+             "kv-waves": "validate kv-waves: measuring the bursts on vLLM (or reading them), replaying them",
              "capacity": "validate-capacity: judging the measured levels, searching the predicted capacity"}
 DEFAULT = "runs"  # an unknown first word that is a path or an option: the former `specsim validate RUN...`

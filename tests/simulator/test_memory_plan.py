@@ -128,3 +128,21 @@ def test_colocated_engines_split_and_both_names_are_rejected(tmp_path, capsys):
     p = _scenario(tmp_path, memory="gpu_memory_utilization: 0.9\nmemory_fraction: {base: 0.8, small: 0.1}")
     assert main(["simulate", "whatif", str(p)]) == 2
     assert "not both" in capsys.readouterr().err
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(plans, st.integers(1, 5000))
+def test_blocks_override_and_the_partial_last_block(p, blocks):
+    """vLLM's --num-gpu-blocks-override sets the cache to exactly that many blocks; a running sequence holds on
+    average (block - 1) / 2 tokens of its last block beyond its own, on top of its windows / linear state."""
+    model, hw, u, tokens, block = p
+    d = dep(model, hw)
+    a = memory_plan([d], u, tokens, block_size=block, blocks_override=blocks)
+    assert a.num_blocks == blocks and a.kv_tokens == blocks * block
+    free = memory_plan([d], u, tokens, block_size=block)
+    assert free.num_blocks == max(int(free.kv_bytes // (block * free.token_bytes)), 0)
+    assert a.partial_block_tokens == (block - 1) // 2
+    assert a.running_seq_reserve_tokens == a.seq_reserve_tokens + (block - 1) // 2
+    # the expectation over every length mod block of the unfilled tokens of whole blocks
+    waste = [-(-n // block) * block - n for n in range(1, 1 + block)]
+    assert abs(a.partial_block_tokens - sum(waste) / block) <= 0.5

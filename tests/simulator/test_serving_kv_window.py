@@ -23,10 +23,10 @@ def test_models_without_windows_keep_the_per_token_count(name):
     d = dep(name, "h200", *((8, "fp8") if name == "deepseek-r1" else (1, "bf16")))  # R1 in bf16 outgrows 8 H200s
     cap, res = kv_layout(0.9, [d])
     p = engine_plan(0.9, [d])
-    assert res == 0 and p.token_bytes == d.kv_bytes_per_token_per_gpu
+    assert res == 7 and p.token_bytes == d.kv_bytes_per_token_per_gpu  # only the half-filled last block of 16
     free = 0.9 * d.hardware.reported_memory_bytes - d.resident_bytes_per_gpu - p.activation_bytes - p.non_torch_bytes \
         - p.cudagraph_bytes
-    assert cap == 16 * int(free // (16 * d.kv_bytes_per_token_per_gpu)) > 0
+    assert cap == 16 * (int(free // (16 * d.kv_bytes_per_token_per_gpu)) - 1) > 0  # less vLLM's null block
 
 
 @settings(max_examples=examples(40), deadline=None)
@@ -37,6 +37,7 @@ def test_a_window_model_charges_its_tokens_bytes_exactly_past_the_window(seqs, l
     d = dep("gpt-oss-120b")
     m = d.model
     cap, res = kv_layout(0.9, [d])
+    res -= engine_plan(0.9, [d]).partial_block_tokens  # the windows' share (the rest: the last block's expected slack)
     full = d.kv_bytes_per_token_per_gpu * (m.layers - m.sliding_layers) / m.layers
     charged = (seqs * length + seqs * res) * full
     want = float(m.kv_bytes(seqs * length, d.tp, seqs=seqs))

@@ -8,8 +8,10 @@ Only specreason-style systems, where the small model writes steps while the base
 two colocated engines, and those split the GPU as the scenario says (two vLLM instances, each with its own
 ``gpu_memory_utilization``).
 
-Each engine's capacity is its plan's ``kv_tokens`` (whole ``block_size`` blocks of what is left after weights,
-activation peak, non-torch and CUDA-graph memory). Sliding-window layers (gpt-oss, Gemma 3) keep at most
+Each engine's capacity is its plan's ``usable_tokens`` (whole ``block_size`` blocks, less vLLM's null block, of what is left after weights,
+activation peak, non-torch and CUDA-graph memory, or ``execution.num_gpu_blocks_override`` blocks). A running
+sequence holds whole blocks: on average half a block beyond its tokens (``MemoryPlan.partial_block_tokens``, part of
+each sequence's reservation below). Sliding-window layers (gpt-oss, Gemma 3) keep at most
 ``sliding_window`` tokens per sequence (vLLM's hybrid KV allocator frees the blocks that slide out): the capacity
 counts full-attention tokens only, and each running sequence reserves its window's worth of sliding-layer KV, in
 full-attention token equivalents (``seq_reserve_tokens``; exact once a sequence is longer than the window, an upper
@@ -44,7 +46,7 @@ def engine_plan(utilization: float, deployments: list[Deployment], execution: Ex
     ex = execution or Execution()
     seqs = ex.max_num_seqs or max_num_seqs or DEFAULT_MAX_NUM_SEQS
     tokens = ex.max_num_batched_tokens or max(int(max_model_len or 0), UNCHUNKED_MIN_BATCHED_TOKENS)
-    return memory_plan(deployments, utilization, tokens, seqs, ex.block_size, vllm_version)
+    return memory_plan(deployments, utilization, tokens, seqs, ex.block_size, vllm_version, ex.num_gpu_blocks_override)
 
 
 def kv_layout(utilization: float, deployments: list[Deployment], execution: Execution | None = None,
@@ -54,7 +56,7 @@ def kv_layout(utilization: float, deployments: list[Deployment], execution: Exec
     if utilization <= 0.0:  # the engine does not run (engine_utilizations)
         return 0, 0
     p = engine_plan(utilization, deployments, execution, max_num_seqs, vllm_version=vllm_version)
-    return p.kv_tokens * deployments[0].dp, p.seq_reserve_tokens
+    return p.usable_tokens * deployments[0].dp, p.running_seq_reserve_tokens
 
 
 def kv_capacity_tokens(utilization: float, deployments: list[Deployment], execution: Execution | None = None) -> int:
