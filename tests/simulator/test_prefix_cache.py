@@ -169,7 +169,8 @@ def test_cache_bookkeeping(ops, block, cap):
 @pytest.mark.parametrize("evicted", [False, True, "tail"])
 def test_a_preempted_call_rehits_what_it_wrote(cpu, evicted):
     """vLLM V1 frees a preempted request's blocks with their hashes: placed again, it re-prefills only what was
-    evicted meanwhile (its tail, or everything if its entry went), and its lookup is not counted as a new query."""
+    evicted meanwhile (its tail, or everything if its entry went) and the token it had sampled last, and its lookup
+    is not counted as a new query."""
     from simulator.engines.request_model import Call
     from simulator.engines.serving.engine import Engine
 
@@ -190,10 +191,11 @@ def test_a_preempted_call_rehits_what_it_wrote(cpu, evicted):
         e.pcache.evict(0, 10**9)
     e.admit()
     s = e.act[0]
-    want = {False: (kv - 1, 1), True: (0, kv), "tail": (kv - 20, 20)}[evicted]  # the last token is always recomputed
+    # it recomputes every token it knows: the 43 it wrote and the last one it sampled (not written yet)
+    want = {False: (kv, 1), True: (0, kv + 1), "tail": (kv - 20, 21)}[evicted]
     assert (e.kv[s], e.pending[s]) == want
     assert e.pcache.query_tokens == 40 and e.pcache.hit_tokens == 0
-    assert e.pinned + e.cache_tokens == kv
+    assert e.pinned + e.cache_tokens == kv + 1  # its whole known context, pinned for its re-prefill
 
 
 def test_closed_loop_users_run_sessions_one_after_another(cpu):

@@ -59,3 +59,36 @@ def test_a_call_preempted_mid_prefill_produces_exactly_its_tokens(kind):
             assert e.remaining[d] <= 0
             e.finish(d)
     assert firsts == 1 and produced == out
+
+
+def test_a_decoding_call_preempted_recomputes_every_known_token_and_its_re_prefill_samples_the_next():
+    """vLLM recomputes a preempted request's prompt and every output token (the last sampled one too, whose KV was
+    not written yet), and the re-prefill's last position samples the next token: the call still produces exactly
+    its tokens, one of them from the re-prefill, and only one first token."""
+    e = Engine("base", load_scenario("cpu-smollm2").deployments("cpu", 1)["base"], 10**6, 8, token_budget=64)
+    out = 6
+    e.submit(0, Call(1, 40, 0, out))
+    e.admit()
+    e.round_time()
+    first, _ = e.advance(1)  # the whole prompt: the first token
+    assert len(first) == 1
+    e.round_time()
+    e.advance(1)  # one decode: 2 tokens out, 41 written
+    s = e.act[0]
+    assert e.kv[s] == 41 and e.remaining[s] == out - 2
+    e.preempt_youngest()
+    assert e.waiting[0].pending == 42  # prompt + both outputs
+    e.admit()
+    s = e.act[0]
+    e.round_time()
+    first, done = e.advance(1)  # the re-prefill
+    assert not first and e.remaining[s] == out - 3 and e.kv[s] == 42
+    rounds = 0
+    while e.act:
+        e.round_time()
+        first, done = e.advance(1)
+        assert not first
+        for d in done:
+            e.finish(d)
+        rounds += 1
+    assert rounds == out - 3

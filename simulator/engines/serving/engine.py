@@ -63,7 +63,7 @@ class Job:
     pending: int = 0  # tokens to prefill at the next iteration
     remaining: int = 0  # output tokens still to produce
     it: int = 0  # speculative iterations done
-    started: bool = False  # prefill done once (a re-prefill after preemption produces no token)
+    started: bool = False  # prefill done once (a re-prefill after preemption yields its next token, not a first one)
     admitted: bool = False  # placed in a batch once (its first admission is reported once)
     fresh: bool = True  # its prefix-cache lookup is still to be decided (until it is first placed)
     own: int = -1  # tokens its request's own cache entry held (-1: not taken yet)
@@ -298,13 +298,17 @@ class Engine(Stretches):
     def preempt_youngest(self) -> None:
         """Recompute-style preemption (vLLM V1): free the youngest sequence's KV, re-queue it first. What it had
         written stays in the prefix cache (its own entry; vLLM frees its blocks with their hashes), so when it is
-        placed again it re-prefills only what was evicted meanwhile."""
+        placed again it re-prefills only what was evicted meanwhile, and its re-prefill samples its next token."""
         s = max(self.act, key=self.order.__getitem__)
         kv, pend = self.kv[s], self.pending[s]
+        # vLLM recomputes every token it knows, the last sampled one too (a decoding sequence has not written it yet);
+        # the re-prefill then samples the next token (:meth:`_advance_prefilling`). A speculating engine re-prefills
+        # what it had written (its iterations are replayed as drawn).
+        last = 1 if self.started[s] and pend == 0 and not self.spec else 0
         job = self._release(s)
         self.pcache.keep(job.rid, kv - job.held, None, ())
         self.pcache.release(job.paths)
-        job.kv, job.pending, job.resumed = 0, kv + pend, kv
+        job.kv, job.pending, job.resumed = 0, kv + pend + last, kv
         job.paths, job.held, job.fresh, job.own = (), 0, True, -1
         # a call preempted in the middle of its (chunked) prefill has not produced its first token yet: its
         # re-prefill will, so it keeps started = False
@@ -457,6 +461,8 @@ class Engine(Stretches):
                     first.append(s)
                     rem[s] -= 1  # the prefill produces the first token
                     started[s] = True
+                elif not spec:  # a re-prefill after preemption samples the next token too, as vLLM's does
+                    rem[s] -= 1
             elif spec:
                 j = self.it[s]
                 prod = min(self._cum_at(s, j + k) - self._cum_at(s, j), rem[s])
