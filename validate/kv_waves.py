@@ -1,7 +1,7 @@
 """KV-bound bursts: the serving simulator's engine against vLLM's scheduler, step for step (``specsim validate kv-waves``).
 
 Each measured burst (:mod:`calibrate.measure.kv_waves`: requests, their lengths, the engine's KV blocks, block size,
-token budget) is replayed by the serving simulator with the same limits (``Execution.num_gpu_blocks_override``,
+token budget; a speculative burst's tokens per verification) is replayed by the serving simulator with the same limits (``Execution.num_gpu_blocks_override``,
 ``block_size``, ``max_num_batched_tokens``, ``max_num_seqs``, prefix caching on) and its rounds are counted: the
 round in which each request gets its first token and finishes, and the preemptions. The costs per round play no
 part (counted in rounds, not seconds), so this checks admission, chunked prefill, KV growth, preemption and
@@ -48,6 +48,7 @@ def simulate_burst(run: dict) -> dict:
     from simulator.cost.execution import Execution
     from simulator.engines.serving.arrivals import ReplayArrivals
     from simulator.engines.request_model import BASE, Call, RequestPlan
+    from validate.serving.predict import reconciled_cum
     from simulator.engines.serving.replica import simulate_serving
     from simulator.inputs.scenario import load_scenario
     from simulator.inputs.systems import SystemConfig
@@ -64,9 +65,13 @@ def simulate_burst(run: dict) -> dict:
                    prefix_cache_block=bs)
     shared = run.get("prefix_of") or [None] * n
     head = int(run.get("burst", {}).get("prefix_tokens", 0))
-    plans = [RequestPlan([Call(BASE, ins[i], 0, outs[i], prefix=((("system", j), head),) if j is not None else ())],
+    gamma = int(run.get("burst", {}).get("gamma", 0))
+    gains = run.get("tokens_per_verification") or [None] * n
+    plans = [RequestPlan([Call(BASE, ins[i], 0, outs[i], reconciled_cum(gains[i], outs[i]) if gamma else None,
+                               prefix=((("system", j), head),) if j is not None else ())],
                          0, outs[i], 1, 0, "length") for i, j in enumerate(shared)]
-    res = simulate_serving(SystemConfig(system="vanilla-base"), deps, replay_workload(max(max(outs), 64)),
+    cfg = SystemConfig(system="specdecode", gamma=gamma) if gamma else SystemConfig(system="vanilla-base")
+    res = simulate_serving(cfg, deps, replay_workload(max(max(outs), 64)),
                            ReplayArrivals((0.0,) * n, "burst"), n, 0, (0.0, 0.9), plans=plans, execution=ex)
     tl = res.timeline[res.timeline.engine == "base"].reset_index(drop=True)
     ends = (tl["at"] + tl["duration_s"]).to_numpy()

@@ -166,6 +166,8 @@ def kv_waves_cmd(
                                            "earlier run); without it, measure them now on vLLM (needs `make engines`)"),
     model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="model folder for the measurement (default: "
                                              "SmolLM2-135M-Instruct from the model cache, built from its PyPI package)"),
+    draft_dir: Optional[Path] = typer.Option(None, "--draft-dir", help="draft model of the speculative bursts "
+                                             "(default: the model cache's 6-layer cut of the default model)"),
 ) -> None:
     """KV-bound bursts on vLLM's own scheduler against the serving simulator's engine, counted in engine steps:
     each request's first-token and finish step, the steps in all, the preemptions (docs/serving-model.md).
@@ -180,16 +182,18 @@ def kv_waves_cmd(
         doc = load_records(records)
     else:
         from calibrate.measure.kv_waves import measure_campaign
-        from calibrate.measure.model_cache import SMOLLM2, prepare_models
+        from calibrate.measure.model_cache import SMOLLM2, default_draft_name, prepare_models
 
         import importlib.util
 
         if importlib.util.find_spec("vllm") is None:
             raise InputError(None, "--records", "vLLM is not installed here (`make engines`); give measured "
                              "records instead, e.g. --records reports/kv-waves/records.json")
-        if model_dir is None:
-            model_dir = prepare_models(models=(SMOLLM2,), log=lambda *a: None)[SMOLLM2]
-        doc = measure_campaign(model_dir, log=typer.echo)
+        if model_dir is None or draft_dir is None:
+            cache = prepare_models(models=(SMOLLM2,), log=lambda *a: None)
+            model_dir = model_dir or cache[SMOLLM2]
+            draft_dir = draft_dir or cache[default_draft_name()]
+        doc = measure_campaign(model_dir, draft_dir, log=typer.echo)
         doc["command"] = command
     bursts, reqs = compare(doc)
     out.mkdir(parents=True, exist_ok=True)

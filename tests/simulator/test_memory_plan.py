@@ -146,3 +146,18 @@ def test_blocks_override_and_the_partial_last_block(p, blocks):
     # the expectation over every length mod block of the unfilled tokens of whole blocks
     waste = [-(-n // block) * block - n for n in range(1, 1 + block)]
     assert abs(a.partial_block_tokens - sum(waste) / block) <= 0.5
+
+
+def test_speculative_slots_follow_vllms_allocation():
+    """vLLM allocates, per running speculating sequence and step, its gamma drafts to verify besides the committed
+    token and gamma lookahead slots for a drafter that writes ahead (draft model, EAGLE / MTP heads, block drafters);
+    prompt lookup writes none ahead; a tree verifies w * gamma drafts."""
+    from simulator.cost.cost_model import Drafting
+    from simulator.engines.serving.kv_cache import speculative_slots
+
+    assert speculative_slots(Drafting("model"), 0) == 0 and speculative_slots(Drafting("model"), None) == 0
+    for g in (1, 3, 7):
+        for kind in ("model", "head", "eagle3", "mtp", "block"):
+            assert speculative_slots(Drafting(kind), g) == 2 * g
+        assert speculative_slots(Drafting("ngram"), g) == g
+        assert speculative_slots(Drafting("head", tree_width=2), g) == 3 * g

@@ -71,16 +71,22 @@ def measured_spec_cum(run: ServingRun, reconcile: bool = True) -> dict[tuple[int
     out = {}
     need = _speculative_calls(run)
     for key, it in _verifications(run).items():
-        c = np.cumsum([e for _k, e in it]).astype(np.int64)
-        if reconcile:
-            n = max(need[key] - 1, 0)
-            c = np.minimum(c, n)
-            c = c[: int(np.searchsorted(c, n)) + 1] if len(c) and c[-1] == n else c
-            top = int(c[-1]) if len(c) else 0
-            if top < n:
-                c = np.concatenate([c, np.arange(top + 1, n + 1, dtype=np.int64)])
-        out[key] = c
+        gains = [e for _k, e in it]
+        out[key] = reconciled_cum(gains, need[key]) if reconcile else np.cumsum(gains).astype(np.int64)
     return out
+
+
+def reconciled_cum(gains, output_tokens: int) -> np.ndarray:
+    """A call's ``spec_cum`` from the tokens each of its verifications gained, producing exactly its output tokens
+    after the first: cut where it reaches them (a stop string drops the tokens accepted after it), one-token
+    iterations added where it falls short (steps not seen, or a re-prefill's token)."""
+    n = max(int(output_tokens) - 1, 0)
+    c = np.minimum(np.cumsum(gains).astype(np.int64), n)
+    c = c[: int(np.searchsorted(c, n)) + 1] if len(c) and c[-1] == n else c
+    top = int(c[-1]) if len(c) else 0
+    if top < n:
+        c = np.concatenate([c, np.arange(top + 1, n + 1, dtype=np.int64)])
+    return c
 
 
 def acceptance_from_runs(runs: list[ServingRun]) -> dict[tuple[int, str], dict]:

@@ -59,6 +59,17 @@ def kv_layout(utilization: float, deployments: list[Deployment], execution: Exec
     return p.usable_tokens * deployments[0].dp, p.running_seq_reserve_tokens
 
 
+def speculative_slots(drafting, gamma: int | None) -> int:
+    """KV slots (tokens) a running speculating sequence holds beyond its accepted tokens: each step vLLM allocates
+    room for the tokens it verifies (the drafts, besides the one it commits) and, for a drafter that writes KV
+    ahead of them (a draft model, EAGLE / MTP heads, block drafters: vLLM's ``num_lookahead_tokens`` = gamma), gamma
+    more; prompt lookup writes none ahead. Rejected drafts leave their slots allocated (only the computed count rolls
+    back), so every running sequence holds them. ``gamma``: the engine's largest (a gamma policy's gamma_max)."""
+    if not gamma:
+        return 0
+    return drafting.verify_tokens(gamma) - 1 + (0 if drafting.free else gamma)
+
+
 def kv_capacity_tokens(utilization: float, deployments: list[Deployment], execution: Execution | None = None) -> int:
     """Tokens of KV cache an engine holding ``deployments`` can keep (>= 0; :func:`kv_layout`)."""
     return kv_layout(utilization, deployments, execution)[0]

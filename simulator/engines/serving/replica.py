@@ -32,7 +32,7 @@ from simulator.engines.gamma_choice import gamma_policy
 from simulator.engines.serving.arrivals import ArrivalProcess
 from simulator.engines.serving.clients import start_clients
 from simulator.engines.serving.engine import Engine
-from simulator.engines.serving.kv_cache import engine_utilizations, kv_layout
+from simulator.engines.serving.kv_cache import engine_utilizations, kv_layout, speculative_slots
 from simulator.engines.request_model import RequestPlan, RequestSampler
 from simulator.inputs.systems import SystemConfig
 from simulator.inputs.workload import WorkloadProfile
@@ -87,7 +87,8 @@ class Replica:
             Engine("base", deps["base"], base_cap, max_batch * dp,
                    draft=deps["draft"] if spec else None, gamma=cfg.gamma, max_spec_iters=max_out,
                    prefix_cache_block=block, gamma_policy=gamma_policy(cfg, deps, workload),
-                   token_budget=budget and budget * dp, seq_reserve_tokens=base_res, prefix_caching=caching),
+                   token_budget=budget and budget * dp, prefix_caching=caching,
+                   seq_reserve_tokens=base_res + (speculative_slots(deps["draft"].drafting, cfg.gamma) if spec else 0)),
         ]
         self.t_call = deps["base"].cost.call_overhead_s
         fe = deps["base"].cost.front_end_serial_s  # the front-end process's own share of t_call (None: all of it)
