@@ -27,9 +27,11 @@ ASSUMPTIONS = [
     "the scenario sets serving_engine.async_scheduling.",
     "KV cache: vLLM's start-up plan per engine (gpu_memory_utilization x driver-reported memory - weights/TP - "
     "profile-pass activations - non-torch - CUDA graphs, in whole blocks; a lone engine gets the whole utilization, "
-    "specreason's colocated engines split it; the draft's KV counted in the base engine). Prefixes stay cached between a request's calls "
+    "specreason's colocated engines split it; the draft's KV counted in the base engine). Running sequences hold "
+    "whole blocks (on average half a block beyond their tokens; vLLM's null block aside) and, when speculating, "
+    "the slots of their drafts (2 gamma; gamma with prompt lookup). Prefixes stay cached between a request's calls "
     "and are evicted LRU when room is needed; decoding growth that does not fit preempts the youngest sequence "
-    "(recompute).",
+    "(recompute). Checked against vLLM 0.32's scheduler in engine steps (specsim validate kv-waves).",
     "Requests follow the single-request engines' step semantics (simulator/engines/des.py), sampled at arrival: the same "
     "seed gives the same requests at every load (common random numbers).",
     "Latency statistics skip the first 10% of arrivals (warm-up from an empty system). A rate is sustained when "
