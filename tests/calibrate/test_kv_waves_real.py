@@ -25,3 +25,22 @@ def test_real_vllm_kv_bound_burst_in_steps(model_cache):
     assert abs(sim["steps"] / len(run["steps"]) - 1.0) <= 0.05
     err = np.abs(np.asarray(sim["finish_step"]) - np.asarray(run["finish_step"]))
     assert err.mean() <= 0.03 * len(run["steps"])
+
+
+@pytest.mark.real_engine
+def test_real_vllm_speculative_kv_bound_burst_in_steps(model_cache):
+    """The same with vLLM's draft_model speculation (gamma 3, the 6-layer cut drafting): each request's measured
+    tokens per verification replayed, the draft slots held per running sequence."""
+    pytest.importorskip("vllm")
+    from calibrate.measure.kv_waves import measure_burst
+    from validate.kv_waves import simulate_burst
+
+    burst = KvBurst("test", 16, 200, 60, 256, seed=11, gamma=3)
+    run = measure_burst(model_cache["base"], burst, blocks=65, log=lambda *a: None, draft_dir=model_cache["draft"])
+    gains = run["tokens_per_verification"]
+    assert all(1 <= g <= 4 for r in gains for g in r)  # 1 + accepted drafts, at most gamma + 1
+    assert sum(len(r) for r in gains) > 0
+    sim = simulate_burst(run)
+    assert abs(sim["steps"] / len(run["steps"]) - 1.0) <= 0.05
+    err = np.abs(np.asarray(sim["finish_step"]) - np.asarray(run["finish_step"]))
+    assert err.mean() <= 0.03 * len(run["steps"])
