@@ -8,10 +8,11 @@ Only specreason-style systems, where the small model writes steps while the base
 two colocated engines, and those split the GPU as the scenario says (two vLLM instances, each with its own
 ``gpu_memory_utilization``).
 
-Each engine's capacity is its plan's ``usable_tokens`` (whole ``block_size`` blocks, less vLLM's null block, of what is left after weights,
-activation peak, non-torch and CUDA-graph memory, or ``execution.num_gpu_blocks_override`` blocks). A running
-sequence holds whole blocks: on average half a block beyond its tokens (``MemoryPlan.partial_block_tokens``, part of
-each sequence's reservation below). Sliding-window layers (gpt-oss, Gemma 3) keep at most
+Each engine's capacity is its plan's ``usable_tokens``: whole ``block_size`` blocks of what is left after weights,
+activation peak, non-torch and CUDA-graph memory (or ``execution.num_gpu_blocks_override`` blocks), less vLLM's null
+block. A running sequence holds whole blocks: on average half a block beyond its tokens
+(``MemoryPlan.partial_block_tokens``, part of each sequence's reservation below); a speculating one also the slots
+of its drafts (:func:`speculative_slots`). Sliding-window layers (gpt-oss, Gemma 3) keep at most
 ``sliding_window`` tokens per sequence (vLLM's hybrid KV allocator frees the blocks that slide out): the capacity
 counts full-attention tokens only, and each running sequence reserves its window's worth of sliding-layer KV, in
 full-attention token equivalents (``seq_reserve_tokens``; exact once a sequence is longer than the window, an upper
