@@ -28,7 +28,8 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import minimize
 
-from simulator.inputs.drafter_priors import FAMILIES, acceptance_length, extend_with, from_acceptance_length, per_position
+from simulator.inputs.drafter_priors import (FAMILIES, acceptance_length, extend_with, from_acceptance_length,
+                                             per_position, prior_kind)
 from simulator.errors import InputError
 from simulator.inputs.loading import read_yaml
 from simulator.paths import REPO, SHARED_DATA
@@ -45,7 +46,7 @@ POINTS = (2, 3, 4)  # measured positions a deployment's /metrics gives (its k), 
 class Curve:
     file: str
     model: str
-    kind: str  # mtp | eagle3 | block
+    kind: str  # mtp | mtp-one-step (a DeepSeek target's module: simulator.inputs.drafter_priors.prior_kind) | eagle3 | block
     mode: str  # thinking_on | thinking_off
     al: tuple[float, ...]  # AL(1..8)
 
@@ -85,7 +86,8 @@ def read_curves(folder: str | Path) -> list[Curve]:
             for k, v in zip(range(1, K + 1), vals):
                 if isinstance(v, bool) or not isinstance(v, (int, float)) or not 1.0 <= v <= k + 1:
                     raise InputError(str(p), f"{where}.{k}", f"expected a number in [1, {k + 1}] (got {v!r})")
-            out.append(Curve(p.name, str(model), kind, mode, tuple(float(v) for v in vals)))
+            out.append(Curve(p.name, str(model), prior_kind(kind, model_name=str(model)), mode,
+                             tuple(float(v) for v in vals)))
     return out
 
 

@@ -30,6 +30,13 @@ from simulator.inputs.loading import read_yaml
 PRIORS_FILE = CATALOG_DIR / "drafter_priors.yaml"
 FAMILIES = {"geometric": 1, "geometric-decay": 2, "logistic": 2, "power": 1}  # family -> number of shape parameters
 PRIOR_KINDS = ("eagle3", "mtp", "block")  # drafter kinds with a measured-curve prior
+# DeepSeek trains its MTP module to draft one token ahead (the DeepSeek-V3 technical report: MTP depth D = 1), and
+# vLLM reuses that one module for every drafted token: past the first, it drafts from its own drafts, beyond its
+# training, and its acceptance falls away faster than a module trained for several steps (Qwen3-Next / Qwen3.5:
+# trained for multi-step drafting). Such a module takes the shape of its own curves ("mtp-one-step").
+ONE_STEP_MTP_ARCHS = ("deepseek_v3", "deepseek_v32")  # catalog / config.json architectures
+ONE_STEP_MTP_FAMILY = "deepseek"  # a measured curve's target model, by name
+PRIOR_SHAPES = PRIOR_KINDS + ("mtp-one-step",)  # the priors file's shapes
 
 
 def _sigmoid(x):
@@ -86,6 +93,13 @@ def kind_prior(kind: str, path: str | Path = PRIORS_FILE) -> dict:
     if not isinstance(p, dict) or p.get("family") not in FAMILIES or not isinstance(p.get("params"), list):
         raise InputError(str(path), f"kinds.{kind}", f"expected family (one of {', '.join(FAMILIES)}) and params")
     return {**p, "source": doc.get("source", "")}
+
+
+def prior_kind(kind: str, arch: str | None = None, model_name: str | None = None) -> str:
+    """The prior shape a ``kind`` drafter of a target (its ``arch``, or its model name for a measured curve) takes:
+    ``mtp-one-step`` for the MTP module of a target that trains it for one step, else ``kind``."""
+    one_step = arch in ONE_STEP_MTP_ARCHS or (model_name or "").lower().startswith(ONE_STEP_MTP_FAMILY)
+    return "mtp-one-step" if kind == "mtp" and one_step else kind
 
 
 def prior_acceptance(kind: str, al1: float, k: int = 8, path: str | Path = PRIORS_FILE) -> list[float]:

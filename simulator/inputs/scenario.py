@@ -21,7 +21,7 @@ from simulator.catalog.model_shape import tp_error
 from simulator.catalog.draft_heads import EAGLE3_DRAFT_VOCAB, eagle3_head
 from simulator.cost.cost_model import Deployment, Drafting, expert_parallel_error
 from simulator.cost.cost_profile import CostProfile, prior_profile
-from simulator.inputs.drafter_priors import PRIOR_KINDS, prior_acceptance
+from simulator.inputs.drafter_priors import PRIOR_KINDS, prior_acceptance, prior_kind
 from simulator.cost.setup import Setup
 from simulator.errors import InputError
 from simulator.cost.execution import Execution
@@ -260,7 +260,7 @@ class ResolvedScenario:
                 if d.kind not in PRIOR_KINDS:
                     raise InputError(f, "draft.acceptance.al1", f"a prior from AL(1) needs draft.kind one of "
                                      f"{', '.join(PRIOR_KINDS)} (got {d.kind}): give a")
-                a = prior_acceptance(d.kind, d.acceptance.al1)
+                a = prior_acceptance(prior_kind(d.kind, arch=self.base_model.arch), d.acceptance.al1)
             try:
                 self.workload = WorkloadProfile.model_validate(
                     {**self.workload.model_dump(), "token_acceptance": list(a)})

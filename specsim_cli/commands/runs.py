@@ -254,9 +254,10 @@ def fit_acceptance_cmd(
     predict_gammas: list[int] = gamma_list_option("4-8", "--predict-gammas", help="gammas to predict (a fitted one is "
                                                   "shown as fitted, not held-out)", example="4-8"),
     out: Path = typer.Option(None, help="write the per-position a_1..a_8 as a scenario's draft.acceptance (YAML)"),
-    drafter_kind: str = typer.Option(None, "--drafter-kind", help="eagle3 | mtp | block: positions beyond the fitted "
-                                     "gammas follow the kind's measured-curve prior (docs/drafters.md) instead of "
-                                     "repeating the last conditional rate"),
+    drafter_kind: str = typer.Option(None, "--drafter-kind", help="eagle3 | mtp | mtp-one-step (a DeepSeek target's "
+                                     "MTP module) | block: positions beyond the fitted gammas follow the shape's "
+                                     "measured-curve prior (docs/drafters.md) instead of repeating the last "
+                                     "conditional rate"),
 ) -> None:
     """Per-position acceptance at small gamma -> acceptance length at larger gamma (per-position vs i.i.d. alpha).
 
@@ -267,11 +268,11 @@ def fit_acceptance_cmd(
     from calibrate.fit.fit_acceptance import acceptance_yaml, evaluate, fit, load, report
     from simulator.inputs.loading import write_atomic
 
-    from simulator.inputs.drafter_priors import PRIOR_KINDS
+    from simulator.inputs.drafter_priors import PRIOR_SHAPES
     from simulator.errors import InputError
 
-    if drafter_kind is not None and drafter_kind not in PRIOR_KINDS:
-        raise InputError(None, "--drafter-kind", f"expected one of {', '.join(PRIOR_KINDS)} (got {drafter_kind!r})")
+    if drafter_kind is not None and drafter_kind not in PRIOR_SHAPES:
+        raise InputError(None, "--drafter-kind", f"expected one of {', '.join(PRIOR_SHAPES)} (got {drafter_kind!r})")
     data, src = load(runs, study, draft, metrics, metrics_before, _label_pairs(metrics_label), log)
     model = {**fit(data, fit_gammas), "drafter_kind": drafter_kind}
     typer.echo(report(data, model, evaluate(data, model, predict_gammas), predict_gammas))

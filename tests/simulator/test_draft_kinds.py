@@ -279,3 +279,14 @@ def test_bad_draft_config_exits_2_with_one_line(tmp_path):
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and str(p) in lines[0] and "draft.tree_width" in lines[0], lines
+
+
+def test_a_deepseek_mtp_module_takes_the_one_step_shape():
+    """An MTP draft of a DeepSeek-architecture target (one module trained for one step, reused for every drafted
+    token) takes the one-step prior's shape at the same AL(1); other targets' MTP modules the multi-step one."""
+    from simulator.inputs.drafter_priors import prior_kind
+
+    assert prior_kind("mtp", arch="deepseek_v3") == "mtp-one-step" == prior_kind("mtp", arch="deepseek_v32")
+    assert prior_kind("mtp", arch="glm4_moe") == "mtp" and prior_kind("mtp", arch="qwen3_next") == "mtp"
+    assert prior_kind("eagle3", arch="deepseek_v3") == "eagle3"
+    assert prior_kind("mtp", model_name="DeepSeek-V4-Pro") == "mtp-one-step"
