@@ -36,9 +36,17 @@ def load_records(path: str | Path) -> dict:
         missing = [k for k in RECORD_KEYS if not isinstance(r, dict) or k not in r]
         if missing:
             raise InputError(str(p), f"runs[{i}]", f"missing {', '.join(missing)}")
-        n = len(r["input_tokens"])
-        if not n or any(len(r[k]) != n for k in ("output_tokens", "first_token_step", "finish_step")):
+        for k in ("blocks", "block_size"):
+            if isinstance(r[k], bool) or not isinstance(r[k], int) or r[k] < 1:
+                raise InputError(str(p), f"runs[{i}].{k}", f"expected a positive integer (got {r[k]!r})")
+        lists = ("input_tokens", "output_tokens", "first_token_step", "finish_step")
+        if any(not isinstance(r[k], list) for k in lists) or not r["input_tokens"] or \
+                any(len(r[k]) != len(r["input_tokens"]) for k in lists):
             raise InputError(str(p), f"runs[{i}]", "expected one length, first-token and finish step per request")
+        bad = [k for k in ("input_tokens", "output_tokens") if any(isinstance(x, bool) or not isinstance(x, int)
+                                                                   or x < 1 for x in r[k])]
+        if bad:
+            raise InputError(str(p), f"runs[{i}].{bad[0]}", "expected positive integers (tokens per request)")
     return doc
 
 

@@ -92,6 +92,13 @@ def test_bad_records_are_one_clear_line(tmp_path, capsys):
     bad.write_text(json.dumps({"runs": [{"burst": {}}]}), encoding="utf-8")
     with pytest.raises(InputError, match="missing"):
         load_records(bad)
+    good = load_records(RECORDS)["runs"][0]
+    for field, value in (("blocks", "100"), ("input_tokens", [0] * len(good["input_tokens"])),
+                         ("finish_step", good["finish_step"][:-1])):
+        bad.write_text(json.dumps({"runs": [{**good, field: value}]}), encoding="utf-8")
+        with pytest.raises(InputError) as e:
+            load_records(bad)
+        assert e.value.field.startswith("runs[0]"), e.value.field
     assert main(["validate", "kv-waves", "--records", str(bad), "--out", str(tmp_path / "rep")]) == 2
     err = capsys.readouterr().err
     assert "records.json" in err and "Traceback" not in err
