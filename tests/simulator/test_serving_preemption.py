@@ -92,3 +92,33 @@ def test_a_decoding_call_preempted_recomputes_every_known_token_and_its_re_prefi
             e.finish(d)
         rounds += 1
     assert rounds == out - 3
+
+
+@pytest.mark.parametrize("kind", ["plain", "fixed", "policy"])
+def test_a_call_preempted_while_decoding_produces_exactly_its_tokens(kind):
+    """Preempted after its first decoding iteration, a call (plain or speculating) re-prefills every known token,
+    gets one token from that re-prefill, and still produces exactly its tokens, with one first token."""
+    e = _engine(kind)
+    out = 9
+    e.submit(0, _call(kind, out))
+    e.admit()
+    produced, firsts, rounds, preempted = 0, 0, 0, False
+    while e.act:
+        s = e.act[0]
+        before = e.remaining[s]
+        e.round_time()
+        first, done = e.advance(1)
+        firsts += len(first)
+        produced += before - max(e.remaining[s], 0)
+        rounds += 1
+        assert rounds < 60, "the call never finishes"
+        if not preempted and e.n_prefill == 0 and e.started[s] and e.remaining[s] < out - 1:
+            known = e.kv[s] + 1  # written tokens and the last sampled one
+            e.preempt_youngest()
+            assert e.waiting[0].pending == known
+            e.admit()
+            preempted = True
+            continue
+        for d in done:
+            e.finish(d)
+    assert preempted and firsts == 1 and produced == out

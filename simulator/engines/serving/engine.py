@@ -302,9 +302,9 @@ class Engine(Stretches):
         s = max(self.act, key=self.order.__getitem__)
         kv, pend = self.kv[s], self.pending[s]
         # vLLM recomputes every token it knows, the last sampled one too (a decoding sequence has not written it yet);
-        # the re-prefill then samples the next token (:meth:`_advance_prefilling`). A speculating engine re-prefills
-        # what it had written (its iterations are replayed as drawn).
-        last = 1 if self.started[s] and pend == 0 and not self.spec else 0
+        # the re-prefill then samples the next token (:meth:`_advance_prefilling`); a speculating call's drawn
+        # iterations go on from where they were (its last one is cut to what it still needs)
+        last = 1 if self.started[s] and pend == 0 else 0
         job = self._release(s)
         self.pcache.keep(job.rid, kv - job.held, None, ())
         self.pcache.release(job.paths)
@@ -461,7 +461,7 @@ class Engine(Stretches):
                     first.append(s)
                     rem[s] -= 1  # the prefill produces the first token
                     started[s] = True
-                elif not spec:  # a re-prefill after preemption samples the next token too, as vLLM's does
+                else:  # a re-prefill after preemption samples the next token too, as vLLM's does
                     rem[s] -= 1
             elif spec:
                 j = self.it[s]
