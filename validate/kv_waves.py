@@ -122,9 +122,11 @@ def compare(doc: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def write_report(folder: Path, doc: dict, bursts: pd.DataFrame, reqs: pd.DataFrame, command: str) -> Path:
+    from simulator.inputs.loading import write_atomic
+
     folder.mkdir(parents=True, exist_ok=True)
-    reqs.to_csv(folder / "requests.csv", index=False)
-    bursts.to_csv(folder / "bursts.csv", index=False)
+    write_atomic(folder / "requests.csv", reqs.to_csv(index=False))
+    write_atomic(folder / "bursts.csv", bursts.to_csv(index=False))
     pct = lambda x: f"{100 * x:+.1f}%"  # noqa: E731
     lines = ["# KV-bound bursts: the simulator's engine against vLLM's scheduler, in steps", "",
              f"Command: `{command}`", "",
@@ -142,5 +144,4 @@ def write_report(folder: Path, doc: dict, bursts: pd.DataFrame, reqs: pd.DataFra
                      f"| {b.hit_rate_measured:.3f} / {b.hit_rate_simulated:.3f} | {b.finish_mean_abs_steps:.1f} / {b.finish_max_abs_steps:.0f} | {b.first_token_mean_abs_steps:.1f}"
                      f" / {b.first_token_max_abs_steps:.0f} |")
     lines += ["", "Per request: `requests.csv` (lengths, first-token and finish steps, measured and simulated)."]
-    (folder / "README.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return folder / "README.md"
+    return write_atomic(folder / "README.md", "\n".join(lines) + "\n")

@@ -175,6 +175,7 @@ def kv_waves_cmd(
     Example: specsim validate kv-waves --records reports/kv-waves/records.json --out reports/kv-waves --force"""
     import json
 
+    from simulator.inputs.loading import write_atomic
     from validate.kv_waves import compare, load_records, write_report
 
     command = "specsim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
@@ -198,5 +199,5 @@ def kv_waves_cmd(
     bursts, reqs = compare(doc)
     out.mkdir(parents=True, exist_ok=True)
     if records is None or records.resolve() != (out / "records.json").resolve():
-        (out / "records.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+        write_atomic(out / "records.json", json.dumps(doc, indent=1) + "\n")
     typer.echo(write_report(out, doc, bursts, reqs, command).read_text(encoding="utf-8"), nl=False)
