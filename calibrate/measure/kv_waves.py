@@ -96,12 +96,13 @@ def measure_burst(model_dir: str | Path, burst: KvBurst, blocks: int, block_size
             rep = eng.step()
             if not rep.request_ids:
                 continue
-            steps.append({"tokens": int(sum(rep.new_tokens)), "sequences": len(rep.request_ids),
-                          "prefill_tokens": int(sum(n for n in rep.new_tokens if n > 1 and not burst.gamma)),
-                          "waiting": int(rep.waiting), "preempted": eng.last_preemptions()})
             decoding = {r for r, n, c, k in zip(rep.request_ids, rep.new_tokens, rep.context_tokens,
                                                 rep.spec_tokens or [0] * len(rep.request_ids))
                         if c >= ins[r] and n == 1 + k}
+            steps.append({"tokens": int(sum(rep.new_tokens)), "sequences": len(rep.request_ids),
+                          "prefill_tokens": int(sum(n for r, n in zip(rep.request_ids, rep.new_tokens)
+                                                    if r not in decoding)),
+                          "waiting": int(rep.waiting), "preempted": eng.last_preemptions()})
             for rid, n_out, finished, hit in rep.outputs:
                 if n_out >= 1:
                     first.setdefault(rid, len(steps))
