@@ -53,7 +53,7 @@ class KvBurst:
         return [i % self.prefixes if self.prefixes else None for i in range(self.requests)]
 
 
-# the committed campaign (reports/kv-waves): the cache holds ~10-40% of each burst's peak demand
+# the committed campaign (reports/kv-waves): each engine's cache holds only part of what its burst writes
 BURSTS = (KvBurst("short prompts", 24, 200, 100, 256, 0),
           KvBurst("long prompts, chunked", 24, 600, 50, 256, 1),
           KvBurst("many short", 40, 100, 200, 512, 2),
