@@ -1,27 +1,34 @@
-"""DeepSeek-R1 at low concurrency: the InferenceX serving rows predicted with catalog parameters.
+"""DeepSeek-R1 on InferenceX's serving rows predicted with catalog parameters: at low concurrency, and under load.
 
 Data (read, never copied): the shared data's ``engine-measurements/inferencex-deepseek-r1/results_no_speculation.csv``
-(README there). Rows used: aggregated single-node runs (``disagg`` and ``multinode`` false), FP8 weights, concurrency
-<= ``MAX_CONC``, pure tensor parallelism for attention (``d_dpa`` false; ``d_ep`` 1 or the TP degree: the cost model's
-two expert layouts), on the GPUs of the hardware catalog (H200, B200; the H100 has no such row). FP4 rows are left out
-(no FP4 expert term in the MoE fit), DP-attention rows too (not modelled).
+(README there). Rows used: aggregated single-node runs (``disagg`` and ``multinode`` false) on the GPUs of the hardware
+catalog (H200, B200; the H100 has no such row), ``d_ep`` 1 or all the GPUs (the cost model's expert layouts). Three
+sets (:func:`load_rows`):
+
+- **low concurrency** (the MLA check): FP8 weights, concurrency <= ``MAX_CONC``, attention tensor-parallel
+  (``d_dpa`` false);
+- **under load**: FP8 and FP4 weights (FP4: NVIDIA's NVFP4 checkpoint, priced as NVFP4 experts and layers, the MoE
+  terms fitted on bf16 / FP8 / MXFP4 kernels), concurrency <= ``UNDER_LOAD_MAX_CONC``, attention tensor-parallel;
+- **DP attention**: the same, attention data-parallel over the GPUs (``d_dpa`` true: the cost model's ``dp``, one GPU
+  per rank, experts over all of them).
 
 Per row, with the catalog's parameters for the GPU (``prior_profile``; nothing fitted here; the host terms are the
 newest vLLM entry's, less t_tp, the per-worker cost of vLLM's multiprocess executor, which these engines do not run)::
 
-    TPOT = t_decode(B = conc, C = isl' + osl'/2) + (conc - 1) t_prefill(isl') / osl'
+    TPOT = t_decode(B = conc, C = isl' + osl'/2) + (conc - 1) / dp t_prefill(isl') / osl'
 
 the decode step of the ``conc`` sequences at their mean context, plus the prefills of the other users that stall a
 request's decode (closed loop: each user starts one new request per ``osl'`` tokens; SGLang and TensorRT-LLM run a
-prompt as its own step at these loads). isl', osl': the mean lengths of InferenceX's random prompts (uniform on
-[0.8 L, L]: 0.9 L). Measured: ``median_tpot_ms``.
+prompt as its own step at these loads; under DP attention the ranks prefill their own users' prompts in the same
+steps, dp at a time). isl', osl': the mean lengths of InferenceX's random prompts (uniform on [0.8 L, L]: 0.9 L).
+Measured: ``median_tpot_ms``. No row is fitted: every figure is held out.
 
-Held-out diagnostic (:func:`heldout_layer_cost`): the one term the rows say is short, an extra fixed cost per
-decoder layer x, fitted (median of (measured - predicted) / L) on the other GPU's rows (or the other engine's) and
-scored on the held-out ones. It is a diagnostic of the form (is the gap a per-layer constant that transfers?), not
-written to the catalog.
+Held-out diagnostic (:func:`heldout_layer_cost`): the one term the low-concurrency rows say is short, an extra fixed
+cost per decoder layer x, fitted (median of (measured - predicted) / L) on the other GPU's rows (or the other
+engine's) and scored on the held-out ones. It is a diagnostic of the form (is the gap a per-layer constant that
+transfers?), not written to the catalog.
 
-    specsim validate-inferencex [--data DIR] [--out DIR] [--without-t-mla]
+    specsim validate inferencex [--data DIR] [--out DIR] [--without-t-mla]
 """
 
 from __future__ import annotations
@@ -40,12 +47,17 @@ COLUMNS = ("hardware", "framework", "precision", "disagg", "multinode", "d_tp", 
            "date", "median_tpot_ms")
 GPUS = {"h200": "h200", "b200": "b200", "h100": "h100-sxm"}  # InferenceX hardware -> catalog hardware
 MAX_CONC = 8
+UNDER_LOAD_MAX_CONC = 256  # every aggregated single-node row of these GPUs (their loads stop at 256 users)
+PRECISIONS = {"fp8": "fp8", "fp4": "nvfp4"}  # InferenceX precision -> the catalog's weight dtype
+BANDS = (0, 8, 32, 128, UNDER_LOAD_MAX_CONC)  # concurrency bands of the under-load tables
 MEAN_LENGTH = 0.9  # random lengths uniform on [0.8 L, L] (README: range ratio 0.8)
 MODEL = "deepseek-r1"
 
 
-def load_rows(data: Path = DATA) -> pd.DataFrame:
-    """The rows this check uses (module docstring); InputError naming the file and column when it is not the table."""
+def load_rows(data: Path = DATA, max_conc: int = MAX_CONC, precisions: tuple[str, ...] = ("fp8",),
+              dp_attention: bool = False) -> pd.DataFrame:
+    """The rows of one set (module docstring): concurrency <= ``max_conc``, weights in ``precisions``, attention
+    data-parallel or not; InputError naming the file and column when it is not the table."""
     path = Path(data) / TABLE
     if not path.is_file():
         raise InputError(str(path), None, f"no InferenceX table ({DATA})")
@@ -60,49 +72,59 @@ def load_rows(data: Path = DATA) -> pd.DataFrame:
         d[c] = d[c].astype(str).str.lower().map({"true": True, "false": False})
         if d[c].isna().any():
             raise InputError(str(path), c, "expected true / false in every row")
-    keep = ((~d["disagg"]) & (~d["multinode"]) & (~d["d_dpa"]) & (d["precision"] == "fp8") & (d["conc"] <= MAX_CONC)
-            & d["hardware"].isin(GPUS) & ((d["d_ep"] == 1) | (d["d_ep"] == d["d_tp"])))
+    keep = ((~d["disagg"]) & (~d["multinode"]) & (d["d_dpa"] == dp_attention) & d["precision"].isin(precisions)
+            & (d["conc"] <= max_conc) & d["hardware"].isin(GPUS) & ((d["d_ep"] == 1) | (d["d_ep"] == d["d_tp"])))
     out = d[keep & d["median_tpot_ms"].notna()].reset_index(drop=True)
     if out.empty:
-        raise InputError(str(path), None, "no pure-TP FP8 rows at concurrency <= %d on H200 / B200 / H100" % MAX_CONC)
+        raise InputError(str(path), None, f"no aggregated {'/'.join(precisions)} rows at concurrency <= {max_conc} "
+                         f"({'data' if dp_attention else 'tensor'}-parallel attention) on H200 / B200 / H100")
     return out
 
 
-def predict_rows(rows: pd.DataFrame, t_mla: bool = True) -> pd.DataFrame:
-    """Each row's predicted TPOT and its parts (ms), the catalog's parameters per GPU; ``error`` = pred / meas - 1.
-    ``t_mla`` False: the MLA module's fixed cost set to 0 (the model without the MLA term, an ablation)."""
+def _deployment(r, t_mla: bool):
+    """The cost model's deployment of row ``r``: its GPU, weights, TP / EP or data-parallel attention."""
     from dataclasses import replace
     from simulator.catalog import get_hardware, get_model
     from simulator.cost.cost_model import Deployment
     from simulator.cost.cost_profile import prior_profile
 
-    m = get_model(MODEL).with_dtypes("fp8")
+    hw = get_hardware(GPUS[r.hardware])
+    # SGLang and TensorRT-LLM rows: the catalog's host terms are vLLM's, less the per-worker cost of vLLM's
+    # multiprocess executor (t_tp), which these engines do not run
+    c = replace(prior_profile(hw).params(hw), tp_step_overhead_s=0.0)
+    c = c if t_mla else replace(c, mla_layer_overhead_s=0.0)
+    m = get_model(MODEL).with_dtypes(PRECISIONS[r.precision])
+    if r.d_dpa:  # one GPU per attention rank, the experts over all of them
+        return Deployment(m, hw, 1, c, ep=int(r.d_ep), dp=int(r.d_tp))
+    return Deployment(m, hw, int(r.d_tp), c, ep=int(r.d_ep))
+
+
+def predict_rows(rows: pd.DataFrame, t_mla: bool = True) -> pd.DataFrame:
+    """Each row's predicted TPOT and its parts (ms), the catalog's parameters per GPU; ``error`` = pred / meas - 1.
+    ``t_mla`` False: the MLA module's fixed cost set to 0 (the model without the MLA term, an ablation)."""
     deps, out = {}, []
     for r in rows.itertuples(index=False):
-        key = (r.hardware, int(r.d_tp), int(r.d_ep))
+        key = (r.hardware, int(r.d_tp), int(r.d_ep), r.precision, bool(r.d_dpa))
         if key not in deps:
-            hw = get_hardware(GPUS[r.hardware])
-            # SGLang and TensorRT-LLM rows: the catalog's host terms are vLLM's, less the per-worker cost of vLLM's
-            # multiprocess executor (t_tp), which these engines do not run
-            c = replace(prior_profile(hw).params(hw), tp_step_overhead_s=0.0)
-            c = c if t_mla else replace(c, mla_layer_overhead_s=0.0)
-            deps[key] = Deployment(m, hw, int(r.d_tp), c, ep=int(r.d_ep))
+            deps[key] = _deployment(r, t_mla)
         dep, B = deps[key], int(r.conc)
         isl, osl = MEAN_LENGTH * r.isl, MEAN_LENGTH * r.osl
         ctx = isl + osl / 2.0
         dec = dep.batch_forward_time(np.ones(B), np.full(B, ctx))
         pre = float(dep.prefill_time(isl))
-        stall = (B - 1) * pre / osl
-        out.append({"gpu": r.hardware, "engine": r.framework, "tp": int(r.d_tp), "ep": int(r.d_ep), "isl": int(r.isl),
-                    "osl": int(r.osl), "conc": B, "date": r.date, "measured_ms": float(r.median_tpot_ms),
-                    "decode_ms": dec * 1e3, "prefill_stall_ms": stall * 1e3, "predicted_ms": (dec + stall) * 1e3})
+        stall = (B - 1) / dep.dp * pre / osl
+        out.append({"gpu": r.hardware, "engine": r.framework, "precision": r.precision, "tp": int(r.d_tp),
+                    "ep": int(r.d_ep), "dp_attention": bool(r.d_dpa), "isl": int(r.isl), "osl": int(r.osl), "conc": B,
+                    "date": r.date, "measured_ms": float(r.median_tpot_ms), "decode_ms": dec * 1e3,
+                    "prefill_stall_ms": stall * 1e3, "predicted_ms": (dec + stall) * 1e3})
     t = pd.DataFrame(out)
     t["error"] = t["predicted_ms"] / t["measured_ms"] - 1.0
+    t["band"] = pd.cut(t["conc"], BANDS)  # ordered: the tables list the bands from low to high load
     return t
 
 
 def summarize(t: pd.DataFrame, by: tuple[str, ...], err: str = "error") -> pd.DataFrame:
-    g = t.assign(ae=t[err].abs()).groupby(list(by))
+    g = t.assign(ae=t[err].abs()).groupby(list(by), observed=True)
     return g.agg(rows=("ae", "size"), median_ape=("ae", "median"), p90_ape=("ae", lambda x: float(np.quantile(x, 0.9))),
                  bias=(err, "median")).reset_index()
 
@@ -209,6 +231,7 @@ def _md(df: pd.DataFrame) -> str:
 
 
 def report(data: Path = DATA, t_mla: bool = True) -> dict[str, pd.DataFrame]:
+    """Every table, by name; the per-row frames are named ``rows*`` (low concurrency, under load, DP attention)."""
     t = predict_rows(load_rows(data), t_mla)
     out = {"rows": t, "by_gpu_engine_ep": summarize(t, ("gpu", "engine", "ep")), "by_gpu": summarize(t, ("gpu",)),
            "by_engine": summarize(t, ("engine",))}
@@ -218,17 +241,38 @@ def report(data: Path = DATA, t_mla: bool = True) -> dict[str, pd.DataFrame]:
         out[f"heldout_{by}"] = s
     out["moe_kernel_check"] = moe_kernel_check()
     out["gpustack_vllm"] = gpustack_vllm_rows()
+    u = predict_rows(load_rows(data, UNDER_LOAD_MAX_CONC, tuple(PRECISIONS)), t_mla)
+    out.update({"rows_under_load": u, "under_load_by_gpu_precision": summarize(u, ("gpu", "precision")),
+                "under_load_by_band": summarize(u, ("gpu", "precision", "band")),
+                "under_load_by_engine": summarize(u, ("engine", "precision"))})
+    try:
+        dp = predict_rows(load_rows(data, UNDER_LOAD_MAX_CONC, tuple(PRECISIONS), dp_attention=True), t_mla)
+    except InputError:  # a table without DP-attention rows: that section is empty
+        dp = pd.DataFrame(columns=list(u.columns))
+    out.update({"rows_dp_attention": dp, "dp_attention": summarize(dp, ("gpu", "precision", "engine", "conc"))})
     return out
 
 
 def write_report(data: Path, out: Path | None, with_t_mla: bool = True) -> str:
-    """The tables as markdown (printed by ``specsim validate-inferencex``); with ``out``: OUT/rows.csv, OUT/summary.md."""
+    """The tables as markdown (printed by ``specsim validate inferencex``); with ``out``: OUT/rows.csv (low
+    concurrency), OUT/rows-under-load.csv, OUT/rows-dp-attention.csv and OUT/summary.md."""
     from simulator.inputs.loading import write_atomic
 
+    import datetime as _dt
+
     res = report(data, with_t_mla)
-    text = "\n\n".join(f"### {k}\n\n" + _md(v.round(4)) for k, v in res.items() if k != "rows")
+    text = "\n\n".join(f"### {k}\n\n" + _md(v.round(4)) for k, v in res.items() if not k.startswith("rows"))
     if out is not None:
+        source = (Path(data) / "README.md").read_text(encoding="utf-8").splitlines()[2:4] \
+            if (Path(data) / "README.md").is_file() else []
+        text = "\n".join([
+            "# DeepSeek-R1 on InferenceX's serving rows, catalog parameters only (validate/inferencex.py)", "",
+            f"Command: `specsim validate inferencex --out {out}{'' if with_t_mla else ' --without-t-mla'}`; date "
+            f"{_dt.date.today().isoformat()}; data: {TABLE} of {Path(data).name} ({' '.join(source).strip()}); "
+            "SGLang and TensorRT-LLM on H200 / B200, DeepSeek-R1 FP8 and FP4 (NVFP4); no row is fitted.", "", text])
         out.mkdir(parents=True, exist_ok=True)
-        write_atomic(out / "rows.csv", res["rows"].round(4).to_csv(index=False))
+        for key, name in (("rows", "rows.csv"), ("rows_under_load", "rows-under-load.csv"),
+                          ("rows_dp_attention", "rows-dp-attention.csv")):
+            write_atomic(out / name, res[key].round(4).to_csv(index=False))
         write_atomic(out / "summary.md", text + "\n")
     return text

@@ -79,7 +79,8 @@ def charge(f: pd.DataFrame) -> np.ndarray:
     """Seconds the step model charges each row's attention module without t_mla (module docstring), with the
     catalog's parameters of the row's GPU: the cost model's own terms (``Deployment``, ``ModelSpec``)."""
     from simulator.catalog import get_hardware, get_model
-    from simulator.cost.cost_model import Deployment, soft_roofline
+    from simulator.cost.cost_model import Deployment
+    from simulator.cost.roofline import soft_roofline
     from simulator.cost.cost_profile import prior_profile
 
     out = np.empty(len(f))

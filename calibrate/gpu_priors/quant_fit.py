@@ -36,7 +36,7 @@ from calibrate.fit.gpustack_import import DEFAULT_BATCHING, DEFAULT_GPU_MEMORY_U
 from simulator.catalog import get_hardware, hardware_catalog
 from simulator.catalog.hardware import data_labels
 from simulator.catalog.quant_gemm import GemmKind, gemm_kind
-from simulator.cost.cost_model import soft_roofline
+from simulator.cost.roofline import soft_roofline
 from simulator.errors import InputError
 from simulator.paths import SCENARIOS_DIR
 

@@ -36,35 +36,12 @@ from simulator.catalog import HardwareSpec, ModelSpec
 from simulator.catalog.models import skewed_experts_hit
 from simulator.catalog.quant_gemm import GemmKind, gemm_kind, peak_flops
 from simulator.cost.cost_profile import CostParams
+from simulator.cost.roofline import ACTIVATION_BYTES, gpu_split, moe_token_time, step_time
 
-ACTIVATION_BYTES = 2.0
 # GEMMs per decoder layer outside the routed experts as vLLM runs them (q/k/v fused, gate/up fused): qkv, o, gate_up,
 # down; a MoE layer: qkv, o (+ gate_up, down of its shared experts)
 GEMMS_PER_DENSE_LAYER = 4
 GEMMS_PER_ATTENTION = 2
-
-
-def soft_roofline(t_mem, t_comp, p: float):
-    """(t_mem^p + t_comp^p)^(1/p), evaluated as hi (1 + (lo/hi)^p)^(1/p) (no overflow); p = inf: max."""
-    t_mem = np.asarray(t_mem, dtype=float)
-    t_comp = np.asarray(t_comp, dtype=float)
-    hi = np.maximum(t_mem, t_comp)
-    if not np.isfinite(p):
-        return hi
-    lo = np.minimum(t_mem, t_comp)
-    ratio = np.divide(lo, hi, out=np.zeros_like(hi), where=hi > 0)
-    return hi * (1.0 + ratio**p) ** (1.0 / p)
-
-
-def step_time(gpu_side, host, overlap: float):
-    """A step from its GPU side G (roofline, communication, per-layer costs) and host side H (t_step + S t_seq) with
-    async scheduling running the share o of H beside the GPU: ``max(G, o H) + (1 - o) H`` (o = 0: ``G + H``). The one
-    place this rule lives (pass breakdown, serving loop); hidden while the GPU is slower, pacing it when the host is."""
-    if not (overlap > 0.0 if type(overlap) is float else np.any(overlap)):  # o: a float, or an array (one per row)
-        return gpu_side + host
-    if type(gpu_side) is float and type(host) is float:
-        return max(gpu_side, overlap * host) + (1.0 - overlap) * host
-    return np.maximum(gpu_side, overlap * host) + (1.0 - overlap) * host
 
 
 def _host_parts(gpu_side, step, sequences, overlap: float) -> tuple:
@@ -76,22 +53,6 @@ def _host_parts(gpu_side, step, sequences, overlap: float) -> tuple:
     exposed = total - gpu_side
     share = np.divide(step, host, out=np.zeros_like(np.asarray(host, dtype=float)), where=np.asarray(host) > 0)
     return total, exposed * share, exposed * (1.0 - share)
-
-
-def gpu_split(t_w, t_kv, t_comp, p: float):
-    """(GPU time, its memory part, the KV share of that part) of a pass: the soft roofline of T_mem = t_w + t_kv and
-    t_comp, split between the roofs in proportion to their p-th powers (p = inf: all to the larger roof). The one
-    place ``pass_breakdown`` (dense and MoE/MLA paths) splits a pass into weights / KV / compute."""
-    t_mem = t_w + t_kv
-    gpu = soft_roofline(t_mem, t_comp, p)
-    if np.isfinite(p):
-        wm, wc = t_mem**p, t_comp**p
-    else:
-        wm, wc = (t_mem >= t_comp).astype(float), (t_mem < t_comp).astype(float)
-    tot = wm + wc
-    share_m = np.divide(wm, tot, out=np.ones_like(np.asarray(tot, dtype=float)), where=tot > 0)
-    kv_share = np.divide(t_kv, t_mem, out=np.zeros_like(np.asarray(t_mem, dtype=float)), where=t_mem > 0)
-    return gpu, gpu * share_m, kv_share
 
 
 DRAFT_KINDS = ("model", "head", "eagle3", "mtp", "block", "ngram")
@@ -318,8 +279,9 @@ class Deployment:
                      + KV(kv_tokens, S) / (eta_kv BW)                         (MLA latent; sliding layers <= window)
             T_comp = (2 P_other N / F_w + (2 V H L_log + attention FLOPs) / F) / (TP eta_comp)
                      + 2 L_moe k P_expert N / (TP F_e eta_moe_comp)
-            layers = L (t_layer + [MLA] t_mla) + L_moe (t_moe + [ep > 1] t_ep + E_hit / ep t_expert + N k t_tok)
-                     (MLA module's and MoE kernels' fixed costs)
+            layers = L (t_layer + [MLA] t_mla) + L_moe (t_moe + [ep > 1] t_ep + E_hit / ep t_expert + N k pi H b / BW)
+                     (MLA module's and MoE kernels' fixed costs; pi: passes of the routed pairs' alignment and
+                     permutation over a token's hidden state, b = 2 bytes each)
             allreduce: ep = 1 the Megatron all-reduces; ep = TP one all-reduce per layer (attention) + per dense layer,
                        and per MoE layer an all-to-all dispatch + combine of the tokens: 2 [t_ar + (ep-1)/ep N H b / B]
 
@@ -345,7 +307,8 @@ class Deployment:
         gpu, mem, kv_share = gpu_split(*self._moe_roofline_terms(n_all, n, S, hit, kv_tokens, attn_pairs, logit_rows),
                                        c.roofline_p)
         moe_fixed = (c.moe_layer_overhead_s + (self.ep > 1) * c.moe_ep_overhead_s + hit / self.ep * c.expert_overhead_s
-                     + n * m.experts_per_token * c.moe_token_overhead_s)
+                     + n * m.experts_per_token
+                     * moe_token_time(c.moe_token_passes, m.hidden, self.hardware.memory_bandwidth_bytes_per_s))
         layers = (m.layers * (c.layer_overhead_s + m.is_mla * c.mla_layer_overhead_s) + self.gemm_overhead_time
                   + m.moe_layers * moe_fixed)
         out = {

@@ -74,7 +74,9 @@ class CostProfile(BaseModel):
     moe_compute_efficiency: Param | None = None
     moe_layer_overhead_s: Param | None = None
     expert_overhead_s: Param | None = None
-    moe_token_overhead_s: Param | None = None  # per routed (token, expert) pair: alignment, permutation, scatter
+    # per routed (token, expert) pair: alignment, permutation, scatter, as passes over the token's hidden state
+    # (pi H b bytes at the memory bandwidth; docs/moe.md)
+    moe_token_passes: Param | None = None
     moe_ep_overhead_s: Param | None = None  # per MoE layer under expert parallelism (the expert map's extra kernels)
     # Latent attention (docs/moe.md): the MLA module's fixed cost per layer beyond a dense layer's (its extra
     # kernels: q_a / kv_a norms, q_b, the absorbed BMMs, the split-K combine). None: 0.
@@ -110,7 +112,7 @@ class CostProfile(BaseModel):
             moe_compute_efficiency=self.moe_compute_efficiency.value if self.moe_compute_efficiency else None,
             moe_layer_overhead_s=self.moe_layer_overhead_s.value if self.moe_layer_overhead_s else 0.0,
             expert_overhead_s=self.expert_overhead_s.value if self.expert_overhead_s else 0.0,
-            moe_token_overhead_s=self.moe_token_overhead_s.value if self.moe_token_overhead_s else 0.0,
+            moe_token_passes=self.moe_token_passes.value if self.moe_token_passes else 0.0,
             moe_ep_overhead_s=self.moe_ep_overhead_s.value if self.moe_ep_overhead_s else 0.0,
             mla_layer_overhead_s=self.mla_layer_overhead_s.value if self.mla_layer_overhead_s else 0.0,
             async_overlap=self.async_overlap.value if self.async_overlap else 0.0,
@@ -146,7 +148,7 @@ class CostParams:
     moe_compute_efficiency: float | None = None
     moe_layer_overhead_s: float = 0.0
     expert_overhead_s: float = 0.0
-    moe_token_overhead_s: float = 0.0  # per routed (token, expert) pair, on every GPU
+    moe_token_passes: float = 0.0  # per routed (token, expert) pair, on every GPU: passes over its hidden state
     moe_ep_overhead_s: float = 0.0  # per MoE layer when ep > 1
     mla_layer_overhead_s: float = 0.0  # per latent-attention layer (CostProfile)
     # Routing skew s: expert e's popularity ~ e^-s (0: uniform routing; simulator.catalog.models.skewed_experts_hit)
@@ -316,7 +318,7 @@ def prior_profile(hardware: HardwareSpec, engine: str = "vllm", serving_engine=N
         moe_compute_efficiency=pick("moe_compute_efficiency", None),
         moe_layer_overhead_s=pick("moe_layer_overhead_s", None),
         expert_overhead_s=pick("expert_overhead_s", None),
-        moe_token_overhead_s=pick("moe_token_overhead_s", None),
+        moe_token_passes=pick("moe_token_passes", None),
         moe_ep_overhead_s=pick("moe_ep_overhead_s", None),
         mla_layer_overhead_s=pick("mla_layer_overhead_s", None), async_overlap=pick("async_overlap", None),
         async_overlap_non_eagle=pick("async_overlap_non_eagle", None),

@@ -43,12 +43,12 @@ import math
 from dataclasses import dataclass
 
 from simulator.cost.cost_model import Deployment
+from simulator.cost.roofline import ACTIVATION_BYTES
 
 GIB = float(2**30)
 DEFAULT_UTILIZATION = 0.9  # vLLM's gpu_memory_utilization default
 DEFAULT_BLOCK_SIZE = 16  # vLLM's CacheConfig.block_size default on CUDA
 DEFAULT_MAX_NUM_SEQS = 256
-ACT_BYTES = 2.0  # bf16 activations
 # sampler warm-up bytes per logit: bf16 logits, fp32 logits, fp32 probabilities, fp32 sorted values, int64 indices
 SAMPLER_BYTES_PER_LOGIT = 2.0 + 4.0 + 4.0 + 4.0 + 8.0
 ACTIVATION_OVERHEAD = 1.0  # measured peak / formula: not fitted (one logged dense point: 1.26 / 0.78 GiB)
@@ -204,7 +204,7 @@ def activation_peak_bytes(d: Deployment, profile_tokens: int, sampler_rows: int)
     if d.drafting.free:
         return 0.0
     m, t, T = d.model, d.tp, float(profile_tokens)
-    a = ACT_BYTES
+    a = ACTIVATION_BYTES
     q = m.heads / t
     kv = -(-m.kv_heads // t)
     residual = 2.0 * T * m.hidden * a

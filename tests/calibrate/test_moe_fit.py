@@ -13,9 +13,9 @@ from specsim_cli.main import main
 
 TRUE = {"h100-sxm.moe_mem_efficiency": 0.9, "h100-sxm.moe_compute_efficiency": 0.35,
         "h100-sxm.moe_layer_overhead_s": 30e-6, "h100-sxm.expert_overhead_s": 0.2e-6,
-        "h100-sxm.moe_token_overhead_s": 12e-9, "h100-sxm.moe_ep_overhead_s": 20e-6,
+        "h100-sxm.moe_token_passes": 5.5, "h100-sxm.moe_ep_overhead_s": 20e-6,
         "l40s.moe_mem_efficiency": 0.85, "l40s.moe_compute_efficiency": 0.45, "l40s.moe_layer_overhead_s": 25e-6,
-        "l40s.expert_overhead_s": 0.1e-6, "l40s.moe_token_overhead_s": 40e-9, "l40s.moe_ep_overhead_s": 50e-6,
+        "l40s.expert_overhead_s": 0.1e-6, "l40s.moe_token_passes": 4.8, "l40s.moe_ep_overhead_s": 50e-6,
         "power_law_1.2.routing_skew": 0.75}
 
 
@@ -40,7 +40,7 @@ def test_fit_recovers_the_parameters_of_synthetic_tables():
     f = synthetic(np.random.default_rng(0))
     fr = M.fit(f)
     for n in ("h100-sxm.moe_mem_efficiency", "h100-sxm.moe_compute_efficiency", "l40s.moe_mem_efficiency",
-              "l40s.moe_compute_efficiency", "power_law_1.2.routing_skew", "h100-sxm.moe_token_overhead_s"):
+              "l40s.moe_compute_efficiency", "power_law_1.2.routing_skew", "h100-sxm.moe_token_passes"):
         assert fr.values[n] == pytest.approx(TRUE[n], rel=0.05), n
     for n in ("h100-sxm.moe_layer_overhead_s", "l40s.moe_ep_overhead_s"):
         assert fr.values[n] == pytest.approx(TRUE[n], rel=0.25), n
@@ -111,7 +111,7 @@ def test_catalog_gpus_carry_the_moe_priors():
             continue
         prof = prior_profile(hw)
         for k in ("moe_mem_efficiency", "moe_compute_efficiency", "moe_layer_overhead_s", "expert_overhead_s",
-                  "moe_token_overhead_s", "moe_ep_overhead_s"):
+                  "moe_token_passes", "moe_ep_overhead_s"):
             p = getattr(prof, k)
             assert p is not None and p.kind in ("calibrated", "transferred") and "moe_fit" in p.source, (name, k)
         c = prof.params(hw)

@@ -143,7 +143,7 @@ def test_cost_tables_prefill_applies_block_caching_vectorised(workload):
 # ---- async scheduling: the step's host side beside its GPU side ------------------------------------------------
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
-from simulator.cost.cost_model import step_time  # noqa: E402
+from simulator.cost.roofline import step_time  # noqa: E402
 from tests.conftest import examples  # noqa: E402
 
 _t = st.floats(1e-6, 1.0)

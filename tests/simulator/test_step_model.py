@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.catalog import get_hardware, get_model
-from simulator.cost.cost_model import Deployment, soft_roofline
+from simulator.cost.cost_model import Deployment
+from simulator.cost.roofline import soft_roofline
 from simulator.cost.cost_profile import prior_profile
 from simulator.engines.serving.pass_cost import PassCost
 from tests.conftest import examples

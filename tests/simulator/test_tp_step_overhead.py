@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from calibrate.fit.host_fit import catalog_terms, transfer_unmeasured
 from simulator.catalog import get_hardware, get_model
-from simulator.cost.cost_model import Deployment, step_time
+from simulator.cost.cost_model import Deployment
+from simulator.cost.roofline import step_time
 from simulator.cost.cost_profile import prior_profile
 from simulator.engines.serving.pass_cost import PassCost
 from tests.conftest import examples

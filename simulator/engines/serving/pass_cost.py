@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.cost.cost_model import ACTIVATION_BYTES, Deployment, soft_roofline, step_time
+from simulator.cost.cost_model import Deployment
+from simulator.cost.roofline import ACTIVATION_BYTES, soft_roofline, step_time
 
 
 _SCALAR = (float, int, np.float64)

@@ -1,0 +1,56 @@
+"""The step's formulas, pure and broadcasting over numpy arrays: the soft roofline, how async scheduling overlaps a
+step's host and GPU sides, a pass's split into weights / KV / compute, and the MoE layer's per-pair cost. The cost
+model (:mod:`simulator.cost.cost_model`) and the fits that evaluate its terms on kernel rows import them from here."""
+
+from __future__ import annotations
+
+import numpy as np
+
+ACTIVATION_BYTES = 2.0  # bf16 activations
+
+
+def moe_token_time(passes, hidden, bandwidth_bytes_per_s):
+    """Seconds per routed (token, expert) pair of a MoE layer: ``passes`` over the token's hidden state (``hidden``
+    activations of :data:`ACTIVATION_BYTES`) at the memory bandwidth -- alignment, permutation and the scatter back
+    move the pair's hidden state a few times (docs/moe.md). Broadcasts over arrays (the MoE fit's rows)."""
+    return np.asarray(passes, dtype=float) * np.asarray(hidden, dtype=float) * ACTIVATION_BYTES \
+        / np.asarray(bandwidth_bytes_per_s, dtype=float)
+
+
+def soft_roofline(t_mem, t_comp, p: float):
+    """(t_mem^p + t_comp^p)^(1/p), evaluated as hi (1 + (lo/hi)^p)^(1/p) (no overflow); p = inf: max."""
+    t_mem = np.asarray(t_mem, dtype=float)
+    t_comp = np.asarray(t_comp, dtype=float)
+    hi = np.maximum(t_mem, t_comp)
+    if not np.isfinite(p):
+        return hi
+    lo = np.minimum(t_mem, t_comp)
+    ratio = np.divide(lo, hi, out=np.zeros_like(hi), where=hi > 0)
+    return hi * (1.0 + ratio**p) ** (1.0 / p)
+
+
+def step_time(gpu_side, host, overlap: float):
+    """A step from its GPU side G (roofline, communication, per-layer costs) and host side H (t_step + S t_seq) with
+    async scheduling running the share o of H beside the GPU: ``max(G, o H) + (1 - o) H`` (o = 0: ``G + H``). The one
+    place this rule lives (pass breakdown, serving loop); hidden while the GPU is slower, pacing it when the host is."""
+    if not (overlap > 0.0 if type(overlap) is float else np.any(overlap)):  # o: a float, or an array (one per row)
+        return gpu_side + host
+    if type(gpu_side) is float and type(host) is float:
+        return max(gpu_side, overlap * host) + (1.0 - overlap) * host
+    return np.maximum(gpu_side, overlap * host) + (1.0 - overlap) * host
+
+
+def gpu_split(t_w, t_kv, t_comp, p: float):
+    """(GPU time, its memory part, the KV share of that part) of a pass: the soft roofline of T_mem = t_w + t_kv and
+    t_comp, split between the roofs in proportion to their p-th powers (p = inf: all to the larger roof). The one
+    place ``pass_breakdown`` (dense and MoE/MLA paths) splits a pass into weights / KV / compute."""
+    t_mem = t_w + t_kv
+    gpu = soft_roofline(t_mem, t_comp, p)
+    if np.isfinite(p):
+        wm, wc = t_mem**p, t_comp**p
+    else:
+        wm, wc = (t_mem >= t_comp).astype(float), (t_mem < t_comp).astype(float)
+    tot = wm + wc
+    share_m = np.divide(wm, tot, out=np.ones_like(np.asarray(tot, dtype=float)), where=tot > 0)
+    kv_share = np.divide(t_kv, t_mem, out=np.zeros_like(np.asarray(t_mem, dtype=float)), where=t_mem > 0)
+    return gpu, gpu * share_m, kv_share
