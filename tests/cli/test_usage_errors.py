@@ -50,9 +50,12 @@ def test_misspelled_option_is_one_line_exit_2(path, capsys):
 
 
 @pytest.mark.parametrize("path", COMMANDS, ids=" ".join)
-def test_no_arguments_is_one_line_exit_2_or_valid(path, capsys):
+def test_no_arguments_is_one_line_exit_2_or_valid(path, capsys, tmp_path, monkeypatch):
     if path in VALID_WITHOUT_ARGS:
         pytest.skip("all parameters optional: a bare call runs the job")
+    # from an empty folder: a default input relative to the working directory (validate moe-routing's
+    # out/gpu-records/aiconfigurator.csv) is then absent whatever a developer has built in the checkout
+    monkeypatch.chdir(tmp_path)
     rc, _, err = _run(path, capsys)
     assert rc == 2
     line = _one_error_line(err)  # click's "Missing ..." or the command's own one-line input error
