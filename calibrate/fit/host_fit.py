@@ -4,7 +4,7 @@ Per engine version four terms (:mod:`simulator.catalog.engine_hosts`): t_seq (pe
 serial part t_fe (the one API-server process's CPU per request, paid request after request) and its concurrent
 latency t_lat (hops, ZMQ, first-token streaming: every request at once; the catalog's t_call = t_lat + t_fe), and the
 async overlap o (the share of t_step + S t_seq async scheduling runs beside the GPU:
-:func:`simulator.cost.cost_model.step_time`), chosen by robust (soft-L1) least squares on
+:func:`simulator.cost.roofline.step_time`), chosen by robust (soft-L1) least squares on
 the log errors of each run's median ITL, mean TTFT and output throughput as the serving simulator predicts them
 (:func:`calibrate.fit.released_predict.predict_released`). Each figure pins one mechanism: the median ITL is the step
 time at the run's batch (t_seq; mean TPOT is not fitted: it is dominated by stalls -- a decoding request waiting on

@@ -129,7 +129,7 @@ def sweep_host_terms(d: pd.DataFrame | None = None) -> dict:
     TTFT less the predicted first step (the prompt's prefill; the dense step model is validated at batch 1). The
     per-sequence slope: t_seq by least squares on the arm's log ITL with the async overlap o of :data:`REF_VERSION`,
     i.e. the ITL growth beyond the GPU model, (1 - o) t_seq per sequence while the GPU paces the step (t_seq once the
-    host does: :func:`simulator.cost.cost_model.step_time`) -- reported, not adopted: the B200's
+    host does: :func:`simulator.cost.roofline.step_time`) -- reported, not adopted: the B200's
     efficiencies are transferred (no engine-level fit saw it) and the served model is a proxy, so the GPU's own batch
     growth (sampling over the vocabulary, attention kernels) is not told apart from the host's. The serial front-end
     share is not measured by a closed loop of <= 128 streams. {term: value, ...}"""

@@ -23,7 +23,7 @@ step's shape -- stay per GPU in ``gpu_priors.yaml``):
 - ``async_overlap`` o: the share of the host work H = t_step + (TP - 1) t_tp + S t_seq that async scheduling (vLLM
   ``--async-scheduling``: the scheduler prepares step k+1 while the GPU runs step k) runs beside the GPU. A step of an
   engine with ``async_scheduling: true`` costs ``max(G, o H) + (1 - o) H`` where G is the GPU's time
-  (:func:`simulator.cost.cost_model.step_time`): the overlapped host work is hidden while the GPU is the slower side,
+  (:func:`simulator.cost.roofline.step_time`): the overlapped host work is hidden while the GPU is the slower side,
   and paces the engine when the host is; without async scheduling ``G + H``.
 
 :class:`ServingEngine` names an engine (scenario field ``serving_engine``); :func:`host_terms` gives its terms, the

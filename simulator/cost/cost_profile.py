@@ -82,7 +82,7 @@ class CostProfile(BaseModel):
     # kernels: q_a / kv_a norms, q_b, the absorbed BMMs, the split-K combine). None: 0.
     mla_layer_overhead_s: Param | None = None
     # Async scheduling (vLLM ``--async-scheduling``): the share o of the host work (t_step + S t_seq) that runs while
-    # the GPU runs the previous step (:func:`simulator.cost.cost_model.step_time`). None: 0 (every host second is paid).
+    # the GPU runs the previous step (:func:`simulator.cost.roofline.step_time`). None: 0 (every host second is paid).
     async_overlap: Param | None = None
     # The overlap a speculating engine keeps when it drafts with a separate model or CPU prompt lookup (vLLM's
     # ``draft_model`` and ``ngram`` methods): vLLM turns async scheduling on by default only without a speculator or

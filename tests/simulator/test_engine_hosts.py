@@ -41,7 +41,7 @@ def test_version_resolution():
 @pytest.mark.parametrize("version", VERSIONS)
 def test_async_scheduling_sets_the_overlap_and_leaves_the_terms(version):
     """Async scheduling changes no host term: it gives the profile the version's overlap o (off: 0), which the step
-    time applies (:func:`simulator.cost.cost_model.step_time`)."""
+    time applies (:func:`simulator.cost.roofline.step_time`)."""
     gpu_step = get_hardware("h100-sxm").cost_prior["step_overhead_s"]
     off = host_terms(ServingEngine(version=version, async_scheduling=False), gpu_step)
     on = host_terms(ServingEngine(version=version, async_scheduling=True), gpu_step)

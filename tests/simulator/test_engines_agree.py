@@ -120,7 +120,7 @@ def test_step_calls_never_lower_vanilla_latency(w, system, hw_tp, block):
 # vLLM 0.30, with async scheduling on as that version defaults (t_step x 0.22, t_seq 25 us effective, t_call 28 ms).
 # Before: 11.235180878666329, 1.1368168779433028, 5.4525947221590085, 7.94169065099101, 4.878153941110662.
 # Re-pinned 2026-11-28 (fourth session): async scheduling as an overlap, max(G, o H) + (1 - o) H instead of
-# G + (1 - o) H (simulator.cost.cost_model.step_time), and the host terms refitted under it (vLLM 0.11 -> 0.30:
+# G + (1 - o) H (simulator.cost.roofline.step_time), and the host terms refitted under it (vLLM 0.11 -> 0.30:
 # t_seq 117 -> 106 us, o 0.78 -> 0.72): +0.2% to +0.8%, the small model's steps +2.9% (its GPU side is shorter than
 # the overlapped host work, which now paces it). Before: 10.96526903050944, 0.8477735392049001, 5.061634430678056,
 # 8.001618855636497, 4.84491304421603.
