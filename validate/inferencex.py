@@ -232,7 +232,12 @@ def _md(df: pd.DataFrame) -> str:
 
 def report(data: Path = DATA, t_mla: bool = True) -> dict[str, pd.DataFrame]:
     """Every table, by name; the per-row frames are named ``rows*`` (low concurrency, under load, DP attention)."""
-    t = predict_rows(load_rows(data), t_mla)
+    # the low-concurrency set is a slice of the under-load one: one load, one prediction per row
+    u = predict_rows(load_rows(data, UNDER_LOAD_MAX_CONC, tuple(PRECISIONS)), t_mla)
+    t = u[(u["conc"] <= MAX_CONC) & (u["precision"] == "fp8")].reset_index(drop=True)
+    if t.empty:
+        raise InputError(str(Path(data) / TABLE), None, f"no aggregated fp8 rows at concurrency <= {MAX_CONC} "
+                         "(tensor-parallel attention) on H200 / B200 / H100")
     out = {"rows": t, "by_gpu_engine_ep": summarize(t, ("gpu", "engine", "ep")), "by_gpu": summarize(t, ("gpu",)),
            "by_engine": summarize(t, ("engine",))}
     for by in ("gpu", "engine"):
@@ -241,7 +246,6 @@ def report(data: Path = DATA, t_mla: bool = True) -> dict[str, pd.DataFrame]:
         out[f"heldout_{by}"] = s
     out["moe_kernel_check"] = moe_kernel_check()
     out["gpustack_vllm"] = gpustack_vllm_rows()
-    u = predict_rows(load_rows(data, UNDER_LOAD_MAX_CONC, tuple(PRECISIONS)), t_mla)
     out.update({"rows_under_load": u, "under_load_by_gpu_precision": summarize(u, ("gpu", "precision")),
                 "under_load_by_band": summarize(u, ("gpu", "precision", "band")),
                 "under_load_by_engine": summarize(u, ("engine", "precision"))})
@@ -256,20 +260,19 @@ def report(data: Path = DATA, t_mla: bool = True) -> dict[str, pd.DataFrame]:
 def write_report(data: Path, out: Path | None, with_t_mla: bool = True) -> str:
     """The tables as markdown (printed by ``specsim validate inferencex``); with ``out``: OUT/rows.csv (low
     concurrency), OUT/rows-under-load.csv, OUT/rows-dp-attention.csv and OUT/summary.md."""
-    from simulator.inputs.loading import write_atomic
-
     import datetime as _dt
+
+    from simulator.inputs.loading import write_atomic
 
     res = report(data, with_t_mla)
     text = "\n\n".join(f"### {k}\n\n" + _md(v.round(4)) for k, v in res.items() if not k.startswith("rows"))
     if out is not None:
-        source = (Path(data) / "README.md").read_text(encoding="utf-8").splitlines()[2:4] \
-            if (Path(data) / "README.md").is_file() else []
         text = "\n".join([
             "# DeepSeek-R1 on InferenceX's serving rows, catalog parameters only (validate/inferencex.py)", "",
             f"Command: `specsim validate inferencex --out {out}{'' if with_t_mla else ' --without-t-mla'}`; date "
-            f"{_dt.date.today().isoformat()}; data: {TABLE} of {Path(data).name} ({' '.join(source).strip()}); "
-            "SGLang and TensorRT-LLM on H200 / B200, DeepSeek-R1 FP8 and FP4 (NVFP4); no row is fitted.", "", text])
+            f"{_dt.date.today().isoformat()}; data: {TABLE} of {Path(data).name} (its provenance: the README beside "
+            "it); SGLang and TensorRT-LLM on H200 / B200, DeepSeek-R1 FP8 and FP4 (NVFP4); no row is fitted.", "",
+            text])
         out.mkdir(parents=True, exist_ok=True)
         for key, name in (("rows", "rows.csv"), ("rows_under_load", "rows-under-load.csv"),
                           ("rows_dp_attention", "rows-dp-attention.csv")):

@@ -13,8 +13,7 @@ the GPU has FP8 cores, else bf16); p and j the catalog's engine-level step shape
 cost), ``expert_overhead_s`` (per expert a GPU runs), ``moe_ep_overhead_s`` (the expert map's extra kernels under
 EP) and ``moe_token_passes`` pi: the routed pairs' alignment, permutation and scatter as passes over a token's hidden
 state (H activations of b = 2 bytes) at the memory bandwidth (:func:`simulator.cost.roofline.moe_token_time`). A
-pass count, not seconds, because that is what transfers: the four GPUs' fits agree within 5-9 passes, where as
-seconds per pair they spread 7x with their bandwidths (docs/moe.md). Fitted with the one fitter
+pass count, not seconds, because that is what transfers between GPUs of different bandwidths (docs/moe.md). Fitted with the one fitter
 (:func:`calibrate.fit.fit_cost.fit_log_times`, grouped names ``GPU.kind``).
 
 Data (read, never copied):

@@ -75,7 +75,7 @@ def test_routed_pairs_cost_passes_over_their_hidden_state_at_the_bandwidth(name,
 
 
 def test_catalog_moe_token_passes_are_a_few_passes_on_every_gpu():
-    """A pass count transfers between GPUs (their fits agree within a few passes), which seconds per pair do not."""
+    """The catalog's pass counts are a few passes on every GPU, within 3x of each other."""
     vals = [prior_profile(get_hardware(g)).params(get_hardware(g)).moe_token_passes for g in GPUS]
     assert all(1.0 < v < 20.0 for v in vals) and max(vals) / min(vals) < 3.0
 
@@ -127,8 +127,8 @@ def _shared():
 
 @pytest.mark.skipif(not _shared(), reason="../shared/data/engine-measurements/inferencex-deepseek-r1 absent")
 def test_deepseek_r1_low_concurrency_tpot_within_15_percent_median_per_gpu():
-    """Catalog parameters (t_mla fitted on kernel tables only): the rows are never fitted. Reached: B200 6.1%,
-    H200 12.6% median (docs/moe.md); the bar is 15%."""
+    """Catalog parameters (t_mla fitted on kernel tables only): the rows are never fitted. Reached figures:
+    docs/moe.md; the bar is 15%."""
     from validate.inferencex import report
 
     r = report()
@@ -143,8 +143,8 @@ def test_deepseek_r1_low_concurrency_tpot_within_15_percent_median_per_gpu():
 @pytest.mark.skipif(not _shared(), reason="../shared/data/engine-measurements/inferencex-deepseek-r1 absent")
 def test_deepseek_r1_under_load_fp8_and_fp4_and_dp_attention_rows():
     """Up to 256 users, FP8 and NVFP4 weights, attention tensor- or data-parallel: every row held out (catalog
-    parameters). Reached (docs/moe.md): B200 FP4 7.9%, B200 FP8 8.1%, H200 FP8 14.9% median; DP attention 11-23%
-    fast. The bars here are looser than those figures, so a regression fails and noise does not."""
+    parameters). The bars here are looser than the reached figures (docs/moe.md), so a regression fails and noise
+    does not."""
     from validate.inferencex import UNDER_LOAD_MAX_CONC, report
 
     r = report()
