@@ -68,10 +68,13 @@ def load_rows(data: Path = DATA, max_conc: int = MAX_CONC, precisions: tuple[str
     missing = [c for c in COLUMNS if c not in d.columns]
     if missing:
         raise InputError(str(path), missing[0], "missing column (expected the InferenceX flattened results)")
+    if d.empty:
+        raise InputError(str(path), None, "no rows (a header only, or a truncated file)")
     for c in ("disagg", "multinode", "d_dpa"):
         d[c] = d[c].astype(str).str.lower().map({"true": True, "false": False})
         if d[c].isna().any():
             raise InputError(str(path), c, "expected true / false in every row")
+        d[c] = d[c].astype(bool)
     keep = ((~d["disagg"]) & (~d["multinode"]) & (d["d_dpa"] == dp_attention) & d["precision"].isin(precisions)
             & (d["conc"] <= max_conc) & d["hardware"].isin(GPUS) & ((d["d_ep"] == 1) | (d["d_ep"] == d["d_tp"])))
     out = d[keep & d["median_tpot_ms"].notna()].reset_index(drop=True)

@@ -116,6 +116,12 @@ def test_inferencex_refuses_a_missing_table_or_column(tmp_path, capsys):
     assert main(["validate", "inferencex", "--data", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "error" in err and "precision: missing column" in err and "Traceback" not in err
+    from validate.inferencex import COLUMNS
+
+    (tmp_path / TABLE).write_text(",".join(COLUMNS) + "\n")  # a header only: a truncated file
+    assert main(["validate", "inferencex", "--data", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "no rows" in err and "Traceback" not in err
 
 
 # ---- on the shared data ------------------------------------------------------------------------------------------
