@@ -35,9 +35,15 @@ MODELS = {"qwen/qwen3-14b": "qwen3-14b", "qwen/qwen3-32b": "qwen3-32b",
           "qwen/qwen3.5-35b-a3b": "qwen3.5-35b-a3b", "deepseek-ai/deepseek-v3.2": "deepseek-v3.2"}
 NATIVE_DTYPE = {"deepseek-r1": "fp8", "deepseek-v3.2": "fp8"}  # checkpoints published quantised (gpt-oss: MXFP4 experts, in the catalog)
 GPUS = (("a100", "a100-80gb"), ("h100", "h100-sxm"), ("h200", "h200"))
+# Docs whose hardware line says "H100 SXM" while their own runs were measured on a 2 TB/s part: their memory-bound
+# decode steps run at an H100 PCIe's bandwidth, not an SXM's (Qwen3-32B, one 32k-token request decoding: median ITL
+# 43.3 ms, 1.12x faster than the same run in the A100 doc, where the bandwidths of an SXM and an A100 differ 1.64x and
+# a PCIe's and an A100's 0.98x; evidence: :func:`label_evidence`, docs/results.md "Which H100"). Read as the GPU they
+# were measured on unless ``as_labelled``; the multi-GPU H100 docs keep their SXM label (their decode fits an SXM).
+MEASURED_ON = {"qwen3-14b__h100.md": "h100-pcie", "qwen3-32b__h100.md": "h100-pcie", "gpt-oss-20b__h100.md": "h100-pcie"}
 # vLLM's `vllm serve` batching defaults (vllm/engine/arg_utils.py, EngineArgs._set_default_args / get_batch_defaults,
 # v0.9 - v0.13): >= 70 GiB and not an A100: 8192 tokens, 1024 sequences; otherwise 2048 and 256
-DEFAULT_BATCHING = {"a100-80gb": (2048, 256), "h100-sxm": (8192, 1024), "h200": (8192, 1024)}
+DEFAULT_BATCHING = {"a100-80gb": (2048, 256), "h100-sxm": (8192, 1024), "h100-pcie": (8192, 1024), "h200": (8192, 1024)}
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 
 
@@ -50,7 +56,8 @@ class ReleasedRun:
     section: str
     engine: str
     version: str
-    gpu: str
+    gpu: str  # the GPU it was measured on (:data:`MEASURED_ON`)
+    labelled_gpu: str  # the GPU its doc's hardware line names
     model: str
     weight_dtype: str
     kv_dtype: str
@@ -110,8 +117,8 @@ def _version(text: str) -> str | None:
     return major_minor
 
 
-def _parse(i: int, r) -> ReleasedRun | str:
-    """The run of table row ``i`` or the reason it is skipped."""
+def _parse(i: int, r, as_labelled: bool = False) -> ReleasedRun | str:
+    """The run of table row ``i`` or the reason it is skipped (its GPU: :data:`MEASURED_ON`'s unless ``as_labelled``)."""
     cmd = str(r.serve_cmd) if isinstance(r.serve_cmd, str) else ""
     if not cmd.startswith("vllm serve"):
         return "not a vLLM server" if cmd else "no server command above the block"
@@ -140,6 +147,9 @@ def _parse(i: int, r) -> ReleasedRun | str:
     gpu = next((g for k, g in GPUS if k in str(r.hardware).lower()), None)
     if gpu is None:
         return f"GPU not mapped ({r.hardware})"
+    labelled = gpu
+    if not as_labelled:
+        gpu = MEASURED_ON.get(str(r.file), gpu)
     version = _version(r.engine_versions)
     if version is None:
         return "no vLLM version stated"
@@ -152,7 +162,8 @@ def _parse(i: int, r) -> ReleasedRun | str:
                                                     "median_tpot_ms", "mean_itl_ms", "median_itl_ms",
                                                     "duration_s")}
     return ReleasedRun(
-        row=i, doc=str(r.file), section=str(r.section), engine="vllm", version=version, gpu=gpu, model=model,
+        row=i, doc=str(r.file), section=str(r.section), engine="vllm", version=version, gpu=gpu, labelled_gpu=labelled,
+        model=model,
         weight_dtype=dtype, kv_dtype="fp8" if kv.startswith("fp8") else "bf16", tp=tp,
         ep=tp if "--enable-expert-parallel" in args else 1,
         max_num_batched_tokens=int(_option(args, "--max-num-batched-tokens") or mnbt),
@@ -164,9 +175,10 @@ def _parse(i: int, r) -> ReleasedRun | str:
         measured=measured)
 
 
-def released_runs(folder: Path | str = GPUSTACK) -> tuple[list[ReleasedRun], Counter]:
+def released_runs(folder: Path | str = GPUSTACK, as_labelled: bool = False) -> tuple[list[ReleasedRun], Counter]:
     """(the table's vLLM rows as runs, skipped rows counted by reason). Duplicate rows (the same doc, command, load
-    and figures: the docs repeat a baseline block in later sections) are kept once."""
+    and figures: the docs repeat a baseline block in later sections) are kept once. ``as_labelled``: every run on the
+    GPU its doc names (else :data:`MEASURED_ON`'s)."""
     path = Path(folder) / TABLE
     if not path.is_file():
         raise InputError(str(path), None, "released serving table not found (expected serving_benchmarks.csv)")
@@ -176,7 +188,7 @@ def released_runs(folder: Path | str = GPUSTACK) -> tuple[list[ReleasedRun], Cou
         raise InputError(str(path), missing[0], f"column missing (expected {', '.join(COLUMNS)})")
     runs, skipped, seen = [], Counter(), set()
     for i, r in enumerate(df.itertuples(index=False)):
-        out = _parse(i, r)
+        out = _parse(i, r, as_labelled)
         if isinstance(out, str):
             skipped[out] += 1
             continue

@@ -59,6 +59,7 @@ def validate_serving_cmd(
     released: Optional[Path] = typer.Option(None, "--released", help="a released `vllm bench serve` table folder (e.g. ../shared/data/engine-measurements/gpustack-performance-lab): predict its runs held out instead"),
     holdout: str = typer.Option("gpu,version", "--holdout", help="with --released: gpu, version or both (comma-separated)"),
     fit_hosts: Optional[Path] = typer.Option(None, "--fit-hosts", help="with --released: also fit every run and write the host terms into this engine catalog (simulator/catalog/engine_hosts.yaml)"),
+    as_labelled: bool = typer.Option(False, "--as-labelled", help="with --released: every run on the GPU its doc names, also the docs measured on another (docs/results.md \"Which H100\")"),
 ) -> None:
     """Predict measured concurrent runs with the serving simulator (trace replay); report errors and figures.
 
@@ -67,7 +68,7 @@ def validate_serving_cmd(
     from validate.serving.report import pct, speed_drift, spct, write_report
 
     if released is not None:
-        _released(released, holdout, report, fit_hosts)
+        _released(released, holdout, report, fit_hosts, as_labelled)
         return
     if not run_dirs or profile is None:
         raise InputError(None, "RUN_DIRS", "give run directories and --profile, or --released DIR")
@@ -106,7 +107,7 @@ def validate_serving_cmd(
         raise typer.Exit(1)
 
 
-def _released(folder: Path, holdout: str, out: Path, catalog: Path | None) -> None:
+def _released(folder: Path, holdout: str, out: Path, catalog: Path | None, as_labelled: bool = False) -> None:
     import datetime
 
     import typer
@@ -118,7 +119,7 @@ def _released(folder: Path, holdout: str, out: Path, catalog: Path | None) -> No
     if bad or not by:
         raise InputError(None, "--holdout", f"expected gpu, version or gpu,version (got {holdout!r})")
     command = "specsim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    head = validate_released(folder, by, out, command, catalog, datetime.date.today().isoformat())
+    head = validate_released(folder, by, out, command, catalog, datetime.date.today().isoformat(), as_labelled)
     for b, h in head.items():
         typer.echo(f"held out by {b} ({h['runs']} runs): median |error| TPOT {h['tpot_ms median |err| %']:.1f}% "
                    f"ITL {h['itl_ms median |err| %']:.1f}% TTFT {h['ttft_ms median |err| %']:.1f}% output throughput {h['out_tps median |err| %']:.1f}%; "

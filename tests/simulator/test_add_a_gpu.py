@@ -33,12 +33,12 @@ def catalog_with_h20(tmp_path, monkeypatch):
 def test_the_shipped_gpus_detect_and_label_as_before():
     hwcat.hardware_catalog.cache_clear()
     names = {"NVIDIA A100-SXM4-80GB": "a100-80gb", "NVIDIA A100-SXM4-40GB": "a100-40gb", "NVIDIA H100 80GB HBM3": "h100-sxm",
-             "NVIDIA H200": "h200", "NVIDIA GH200 480GB": "gh200", "NVIDIA RTX A6000": "rtx-a6000", "NVIDIA L40S": "l40s",
+             "NVIDIA H100 PCIe": "h100-pcie", "NVIDIA H200": "h200", "NVIDIA GH200 480GB": "gh200", "NVIDIA RTX A6000": "rtx-a6000", "NVIDIA L40S": "l40s",
              "NVIDIA A40": "a40", "NVIDIA B200": "b200", "Tesla T4": None}
     for device, want in names.items():
         assert hwcat.hardware_for_device(device) == want, device
     assert hwcat.data_labels("vidur") == {"a100": "a100-80gb", "a40": "a40", "h100": "h100-sxm"}
-    assert hwcat.same_chip() == {"a100-40gb": "a100-80gb", "h200": "h100-sxm", "gh200": "h100-sxm"}
+    assert hwcat.same_chip() == {"a100-40gb": "a100-80gb", "h200": "h100-sxm", "gh200": "h100-sxm", "h100-pcie": "h100-sxm"}
 
 
 def test_a_gpu_added_in_one_file_runs_end_to_end(catalog_with_h20, tmp_path, capsys):

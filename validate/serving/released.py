@@ -47,14 +47,35 @@ def async_pairs(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def gpu_label_section(runs, out: Path, as_labelled: bool) -> list[str]:
+    """The report's "Which H100" section (:mod:`validate.serving.gpu_labels`) and its two tables' CSV files."""
+    from validate.serving.gpu_labels import itl_ratios, label_evidence
+
+    ratios, evidence = itl_ratios(runs), label_evidence(runs)
+    write_atomic(out / "gpu-label-itl-ratios.csv", ratios.to_csv(index=False))
+    write_atomic(out / "gpu-label-evidence.csv", evidence.to_csv(index=False))
+    pct = {c: (100 * evidence[c]).round(1) for c in ("itl_bias_as_labelled", "itl_bias_as_other")}
+    return ["## Which H100 measured each doc\n",
+            ("Every run on the GPU its doc names (--as-labelled)." if as_labelled else
+             "Runs of the docs in calibrate.fit.gpustack_import.MEASURED_ON are predicted on the GPU their own "
+             "decode steps show (validate/serving/gpu_labels.py); --as-labelled keeps every doc's label.") + "\n",
+            "Same model and load, A100 doc / H100 doc median ITL where the median step decodes over 32k-token contexts "
+            "(memory-bound: the bandwidth ratio; an H100 SXM / A100 1.64, an H100 PCIe / A100 0.98):\n",
+            md_table(ratios.round(3)) if len(ratios) else "(no such pair)", "",
+            "Median signed error of the predicted median ITL, random prompts of 2k tokens and more, catalog host terms, "
+            "on the labelled GPU and on the other H100 (%):\n",
+            md_table(evidence.assign(**pct)) if len(evidence) else "(no H100 doc)", ""]
+
+
 def validate_released(folder: Path, holdouts: list[str], out: Path, command: str,
-                      catalog: Path | None = None, date: str | None = None) -> dict:
+                      catalog: Path | None = None, date: str | None = None, as_labelled: bool = False) -> dict:
     """Held-out tables for each of ``holdouts``; with ``catalog``, also the fit on every run written there.
+    ``as_labelled``: every run on the GPU its doc names (:data:`calibrate.fit.gpustack_import.MEASURED_ON`).
     Returns {by: overall summary row}."""
     from calibrate.fit.gpustack_import import released_runs
     from calibrate.fit.host_fit import fit_hosts, holdout, summary, write_catalog
 
-    runs, skipped = released_runs(folder)
+    runs, skipped = released_runs(folder, as_labelled)
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "skipped.csv", pd.DataFrame(sorted(skipped.items()), columns=["reason", "rows"]).to_csv(index=False))
     lines = [f"# Released serving tables, held out\n\nCommand: `{command}`\n\nData: `{folder}`; {len(runs)} vLLM runs "
@@ -64,6 +85,7 @@ def validate_released(folder: Path, holdouts: list[str], out: Path, command: str
              "output throughput. Host terms fitted per version on median ITL, mean TTFT and output throughput "
              "(calibrate/fit/host_fit.py: t_seq, the API server's serial share t_fe and concurrent latency t_lat, "
              "async overlap); mean TPOT is reported, not fitted.\n"]
+    lines += gpu_label_section(runs, out, as_labelled)
     head = {}
     for by in holdouts:
         table, fits = holdout(runs, by)
