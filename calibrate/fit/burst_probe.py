@@ -55,17 +55,13 @@ def engines_table(folder: Path | str = GPUSTACK) -> pd.DataFrame:
 def prefill_table(runs: list[ReleasedRun]) -> pd.DataFrame:
     """Per released vLLM burst of < 10 output tokens per request: its duration and the share of the GPU's dense
     BF16 peak its prompts' matmuls (2 x active parameters per token, attention left out) took over it, per GPU."""
-    from simulator.catalog import get_hardware, get_model
-
     rows = []
     for r in runs:
         if r.concurrency is not None or r.output_tokens >= 10:
             continue
-        flops = 2.0 * get_model(r.model).active_params * r.input_tokens * r.requests
-        peak = get_hardware(r.gpu).dense_bf16_flops_per_s
         rows.append({"run": r.key, "version": r.version, "gpu": r.gpu, "model": r.model, "tp": r.tp,
                      "duration_s": r.measured["duration_s"], "mean_ttft_s": r.measured["mean_ttft_ms"] / 1e3,
-                     "share_of_peak": flops / (r.tp * r.measured["duration_s"] * peak)})
+                     "share_of_peak": r.peak_matmul_s(r.input_tokens * r.requests) / r.measured["duration_s"]})
     return pd.DataFrame(rows).sort_values(["gpu", "model"]).reset_index(drop=True)
 
 

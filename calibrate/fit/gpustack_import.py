@@ -36,10 +36,9 @@ MODELS = {"qwen/qwen3-14b": "qwen3-14b", "qwen/qwen3-32b": "qwen3-32b",
 NATIVE_DTYPE = {"deepseek-r1": "fp8", "deepseek-v3.2": "fp8"}  # checkpoints published quantised (gpt-oss: MXFP4 experts, in the catalog)
 GPUS = (("a100", "a100-80gb"), ("h100", "h100-sxm"), ("h200", "h200"))
 # Docs whose hardware line says "H100 SXM" while their own runs were measured on a 2 TB/s part: their memory-bound
-# decode steps run at an H100 PCIe's bandwidth, not an SXM's (Qwen3-32B, one 32k-token request decoding: median ITL
-# 43.3 ms, 1.12x faster than the same run in the A100 doc, where the bandwidths of an SXM and an A100 differ 1.64x and
-# a PCIe's and an A100's 0.98x; evidence: :func:`label_evidence`, docs/results.md "Which H100"). Read as the GPU they
-# were measured on unless ``as_labelled``; the multi-GPU H100 docs keep their SXM label (their decode fits an SXM).
+# decode steps run at an H100 PCIe's bandwidth, not an SXM's (the evidence, model-free and from the step model:
+# validate/serving/gpu_labels.py; its figures: docs/results.md "Which H100"). Read as the GPU they were measured on
+# unless ``as_labelled``; the multi-GPU H100 docs keep their SXM label (their decode steps fit an SXM).
 MEASURED_ON = {"qwen3-14b__h100.md": "h100-pcie", "qwen3-32b__h100.md": "h100-pcie", "gpt-oss-20b__h100.md": "h100-pcie"}
 # vLLM's `vllm serve` batching defaults (vllm/engine/arg_utils.py, EngineArgs._set_default_args / get_batch_defaults,
 # v0.9 - v0.13): >= 70 GiB and not an A100: 8192 tokens, 1024 sequences; otherwise 2048 and 256
@@ -78,6 +77,14 @@ class ReleasedRun:
     @property
     def key(self) -> str:
         return f"{self.doc}#{self.row}"
+
+    def peak_matmul_s(self, tokens: float, gpu: str | None = None) -> float:
+        """Seconds ``tokens`` take through the model's active weights (2 x active parameters per token, attention
+        left out) at the dense BF16 peak of ``gpu`` (default: the run's) over its TP shards: a floor on their time."""
+        from simulator.catalog import get_hardware, get_model
+
+        flops = 2.0 * get_model(self.model).active_params * float(tokens)
+        return flops / (self.tp * get_hardware(gpu or self.gpu).dense_bf16_flops_per_s)
 
 
 def _option(args: list[str], *names: str) -> str | None:

@@ -27,35 +27,28 @@ BANDWIDTH_TOKENS = 32000  # the model-free check's prompts: one request fills th
 LONG_PROMPT = 1500  # the step-model check's runs: random prompts of 2k tokens and longer ("2K": 1996-1999)
 
 
-def chunk_floor_s(run: ReleasedRun) -> float:
-    """The least time a step holding a full prefill chunk can take on the run's labelled GPU: the chunk's
-    ``max_num_batched_tokens`` through the active weights at the datasheet's peak (2 N_active T / (TP F))."""
-    from simulator.catalog import get_hardware, get_model
-
-    flops = 2.0 * get_model(run.model).active_params * run.max_num_batched_tokens
-    return flops / (run.tp * get_hardware(run.labelled_gpu).dense_bf16_flops_per_s)
-
-
 def itl_ratios(runs: list[ReleasedRun]) -> pd.DataFrame:
     """Per H100 doc with an A100 sibling (same model, TP 1): A100 / H100 median ITL of their random runs of
     :data:`BANDWIDTH_TOKENS`-token prompts where, on both GPUs, the median step is shorter than any step holding a
-    full prefill chunk (:func:`chunk_floor_s`: a decode step), beside the two H100s' bandwidth ratios to the A100."""
+    full prefill chunk (``max_num_batched_tokens`` at the labelled GPU's peak,
+    :meth:`calibrate.fit.gpustack_import.ReleasedRun.peak_matmul_s`: a decode step), beside the two H100s'
+    bandwidth ratios to the A100."""
     from simulator.catalog import get_hardware
 
     a100 = get_hardware("a100-80gb").memory_bandwidth_bytes_per_s
+    bandwidth = {f"{g}_bw_over_a100": get_hardware(g).memory_bandwidth_bytes_per_s / a100 for g in ALTERNATIVE}
     key = lambda r: (r.model, r.tp, r.weight_dtype)  # noqa: E731
     long = [r for r in runs if r.dataset == "random" and r.input_tokens >= BANDWIDTH_TOKENS and r.tp == 1
-            and r.concurrency is None and r.measured["median_itl_ms"] / 1e3 < chunk_floor_s(r)]
+            and r.concurrency is None
+            and r.measured["median_itl_ms"] / 1e3 < r.peak_matmul_s(r.max_num_batched_tokens, r.labelled_gpu)]
     base = {key(r): r for r in long if r.labelled_gpu == "a100-80gb"}
     rows = []
     for r in long:
-        if not r.labelled_gpu.startswith("h100") or key(r) not in base:
+        if r.labelled_gpu not in ALTERNATIVE or key(r) not in base:
             continue
-        rows.append({"doc": r.doc, "run": r.key, "model": r.model, "a100_itl_ms": base[key(r)].measured["median_itl_ms"],
-                     "h100_itl_ms": r.measured["median_itl_ms"],
-                     "a100_over_h100": base[key(r)].measured["median_itl_ms"] / r.measured["median_itl_ms"],
-                     **{f"{g}_bw_over_a100": get_hardware(g).memory_bandwidth_bytes_per_s / a100
-                        for g in ("h100-sxm", "h100-pcie")}})
+        a, h = base[key(r)].measured["median_itl_ms"], r.measured["median_itl_ms"]
+        rows.append({"doc": r.doc, "run": r.key, "model": r.model, "a100_itl_ms": a, "h100_itl_ms": h,
+                     "a100_over_h100": a / h, **bandwidth})
     return pd.DataFrame(rows)
 
 
