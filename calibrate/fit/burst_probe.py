@@ -10,6 +10,12 @@ sequence got a token every step) and mean TTFT as a share of the run's duration.
 tokens in, 4 out): the matmul work 2 x active parameters x prompt tokens, per GPU, over the run's whole duration, as
 a share of the GPU's dense BF16 peak -- a lower bound on the rate the engine's compute-bound passes reached.
 
+``specsim calibrate burst-probe intake`` -- per doc, the bursts of ~1000 prompts of ~128 tokens with 4 tokens out
+(nearly all intake and prefill) per serving engine on the same machine and client: milliseconds of the run per
+request and mean TTFT as a share of the run; and each engine's mean TTFT at 4 closed-loop users. Raw measurements, no
+model: where vLLM's time per request is far above another engine's on the same doc, the difference is vLLM's own
+per-request cost, not the GPU's.
+
 ``specsim calibrate burst-probe what-if`` -- the serving simulator's errors on groups of released vLLM runs
 under the catalog's host terms and under one changed assumption at a time: a serial front end that also pays
 ``front_end_token_s`` per streamed token (with a smaller per-sequence step cost t_seq, as the bursts' median ITL
@@ -37,12 +43,8 @@ def is_burst(requests: float, out_tok: float, concurrency) -> bool:
 
 def engines_table(folder: Path | str = GPUSTACK) -> pd.DataFrame:
     """Per (gpu, engine): bursts, median / min / max of B_eff, median of mean TTFT / duration, median output tok/s."""
-    d = pd.read_csv(Path(folder) / TABLE)
+    d = _engine_rows(folder)
     d = d[[is_burst(r.requests, r.out_tok, r.max_concurrency) for r in d.itertuples()]].copy()
-    cmd = d.serve_cmd.fillna("")
-    d["engine"] = "other"
-    for name, prefix in ENGINES:
-        d.loc[cmd.str.startswith(prefix), "engine"] = name
     d["gpu"] = d.file.str.extract(r"__(\w+)\.md", expand=False)
     d["b_eff"] = d.out_tps * d.median_itl_ms / 1e3
     d["ttft_share"] = d.mean_ttft_ms / 1e3 / d.duration_s
@@ -50,6 +52,29 @@ def engines_table(folder: Path | str = GPUSTACK) -> pd.DataFrame:
     return pd.DataFrame({"bursts": g.size(), "b_eff_median": g.b_eff.median(), "b_eff_min": g.b_eff.min(),
                          "b_eff_max": g.b_eff.max(), "ttft_share_median": g.ttft_share.median(),
                          "out_tps_median": g.out_tps.median()}).reset_index()
+
+
+def _engine_rows(folder: Path | str) -> pd.DataFrame:
+    d = pd.read_csv(Path(folder) / TABLE)
+    cmd = d.serve_cmd.fillna("")
+    d["engine"] = "other"
+    for name, prefix in ENGINES:
+        d.loc[cmd.str.startswith(prefix), "engine"] = name
+    return d
+
+
+def intake_table(folder: Path | str = GPUSTACK) -> pd.DataFrame:
+    """Per doc and engine: its 4-token bursts (>= 900 prompts, < 10 tokens out each, at once; median over the doc's
+    such runs) as ms of run per request and mean TTFT / duration, and its mean TTFT at 4 closed-loop users (median)."""
+    d = _engine_rows(folder)
+    burst = d[d.max_concurrency.isna() & (d.requests >= 900) & (d.out_tok < 10 * d.requests)].assign(
+        ms_per_request=lambda x: x.duration_s / x.requests * 1e3, ttft_share=lambda x: x.mean_ttft_ms / 1e3 / x.duration_s)
+    loop = d[d.max_concurrency == 4]
+    g = burst.groupby(["file", "engine"])
+    out = pd.DataFrame({"bursts": g.size(), "ms_per_request": g.ms_per_request.median(),
+                        "ttft_share": g.ttft_share.median()})
+    out["ttft_ms_4_users"] = loop.groupby(["file", "engine"]).mean_ttft_ms.median()
+    return out.reset_index().sort_values(["file", "engine"]).reset_index(drop=True)
 
 
 def prefill_table(runs: list[ReleasedRun]) -> pd.DataFrame:

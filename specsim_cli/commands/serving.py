@@ -142,21 +142,22 @@ def compare_serve_cmd(
 
 
 def burst_probe(
-    table: str = typer.Argument(..., help="engines | prefill | what-if"),
+    table: str = typer.Argument(..., help="engines | intake | prefill | what-if"),
     released: Path = typer.Option(GPUSTACK, help="folder of serving_benchmarks.csv (GPUStack's released tables)"),
     group: Optional[list[str]] = typer.Option(None, help=f"run groups, repeatable (default: all of {', '.join(GROUPS)})"),
     variant: Optional[list[str]] = typer.Option(None, help=f"assumptions, repeatable (default: all of "
                                                   f"{', '.join(VARIANTS)})"),
 ):
     """The burst study's tables (docs/serving-model.md): engines (B_eff = output tok/s x median ITL per engine),
-    prefill (the H100/H200 prefill rows' fraction of peak), what-if (the burst rows' bias under each assumption).
+    intake (each engine's time per request in the docs' 4-token bursts, its TTFT at 4 users), prefill (the
+    H100/H200 prefill rows' fraction of peak), what-if (the burst rows' bias under each assumption).
 
     Example: specsim measure burst-probe engines"""
     import pandas as pd
 
-    from calibrate.fit.burst_probe import engines_table, prefill_table, released_runs, what_if
+    from calibrate.fit.burst_probe import engines_table, intake_table, prefill_table, released_runs, what_if
 
-    for name, got, known in (("table", [table], ("engines", "prefill", "what-if")), ("--group", group or [], GROUPS),
+    for name, got, known in (("table", [table], ("engines", "intake", "prefill", "what-if")), ("--group", group or [], GROUPS),
                              ("--variant", variant or [], VARIANTS)):
         bad = [g for g in got if g not in known]
         if bad:
@@ -166,6 +167,9 @@ def burst_probe(
     pd.set_option("display.width", 250)
     if table == "engines":
         print(engines_table(released).round(2).to_string(index=False))
+        return
+    if table == "intake":
+        print(intake_table(released).round(3).to_string(index=False))
         return
     runs, _ = released_runs(released)
     if table == "prefill":

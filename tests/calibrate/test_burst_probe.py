@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from calibrate.fit.burst_probe import engines_table, is_burst
+from calibrate.fit.burst_probe import engines_table, intake_table, is_burst
 
 
 def _table(tmp_path, rows):
@@ -29,6 +29,25 @@ def test_engines_table_is_littles_law_at_the_median_step_over_bursts_only(tmp_pa
     assert t.loc["vllm", "b_eff_median"] == pytest.approx((200 + 300) / 2)
     assert t.loc["vllm", "ttft_share_median"] == pytest.approx(0.2)
     assert t.loc["sglang", "b_eff_max"] == pytest.approx(200.0)
+
+
+def test_intake_table_is_time_per_request_of_the_4_token_bursts_per_engine_and_doc(tmp_path):
+    folder = _table(tmp_path, [
+        ("m__h200.md", "vllm serve m -tp 8", None, 1000, 4_000, 200.0, 300.0, 18_000.0, 20.0),
+        ("m__h200.md", "vllm serve m -tp 8 --async-scheduling", None, 1000, 4_000, 200.0, 300.0, 16_000.0, 10.0),
+        ("m__h200.md", "python3 -m sglang.launch_server --model m", None, 1000, 4_000, 600.0, 90.0, 3_000.0, 6.0),
+        ("m__h200.md", "vllm serve m -tp 8", 4, 100, 20_000, 200.0, 20.0, 120.0, 100.0),  # 4 users: its TTFT
+        ("m__h200.md", "vllm serve m -tp 8", None, 1000, 200_000, 3000.0, 60.0, 15_000.0, 70.0),  # not 4 tokens
+        ("m__a100.md", "trtllm-serve m", None, 1000, 4_000, 300.0, 100.0, 5_000.0, 10.0),
+    ])
+    t = intake_table(folder).set_index(["file", "engine"])
+    assert t.loc[("m__h200.md", "vllm"), "bursts"] == 2
+    assert t.loc[("m__h200.md", "vllm"), "ms_per_request"] == pytest.approx(15.0)  # median of 20 and 10 ms
+    assert t.loc[("m__h200.md", "vllm"), "ttft_share"] == pytest.approx((0.9 + 1.6) / 2)
+    assert t.loc[("m__h200.md", "vllm"), "ttft_ms_4_users"] == pytest.approx(120.0)
+    assert t.loc[("m__h200.md", "sglang"), "ms_per_request"] == pytest.approx(6.0)
+    assert pd.isna(t.loc[("m__h200.md", "sglang"), "ttft_ms_4_users"])
+    assert t.loc[("m__a100.md", "trtllm"), "ttft_share"] == pytest.approx(0.5)
 
 
 @pytest.mark.parametrize("req,out,conc,want", [(1000, 200_000, None, True), (984, 190_000, float("nan"), True),

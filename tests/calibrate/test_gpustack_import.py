@@ -138,12 +138,13 @@ def test_nearest_version_and_summary():
 
 
 def test_prediction_laws(tmp_path):
-    """More host cost per request never shortens TTFT; more per sequence never speeds up a token."""
+    """More concurrent host latency per request never shortens TTFT; more per sequence never speeds up a token. The
+    serial share t_fe is pinned in both: pacing a burst's arrivals can shorten its mean TTFT (smaller prefill steps)."""
     from calibrate.fit.released_predict import predict_released
 
     runs, _ = released_runs(_table(tmp_path, [dict(ROW, serve_cmd="vllm serve Qwen/Qwen3-14B")]))
     r = runs[0]
-    base = {"seq_overhead_s": 1e-5, "call_overhead_s": 1e-3, "async_overlap": 0.0}
+    base = {"seq_overhead_s": 1e-5, "call_overhead_s": 1e-3, "front_end_serial_s": 1e-3, "async_overlap": 0.0}
     p0 = predict_released(r, base)
     p1 = predict_released(r, {**base, "call_overhead_s": 2e-2})
     p2 = predict_released(r, {**base, "seq_overhead_s": 2e-4})
