@@ -1,22 +1,22 @@
 """What the released H100/H200 bursts say about their own admission: the checks behind
 docs/serving-model.md's "Where it stops", each a table anyone can rerun.
 
-``specsim calibrate burst-probe engines`` -- per GPU and serving engine (vLLM, SGLang, TensorRT-LLM) over the
+``specsim measure burst-probe engines`` -- per GPU and serving engine (vLLM, SGLang, TensorRT-LLM) over the
 table's bursts of >= 900 requests producing > 100 tokens each: the sequences the run streamed per median gap,
 ``B_eff = output tok/s x median ITL`` (Little's law at the median step: the decoding batch if every running
 sequence got a token every step) and mean TTFT as a share of the run's duration. Raw measurements, no model.
 
-``specsim calibrate burst-probe prefill`` -- the released vLLM bursts that are nearly all prefill (1000 x ~128
+``specsim measure burst-probe prefill`` -- the released vLLM bursts that are nearly all prefill (1000 x ~128
 tokens in, 4 out): the matmul work 2 x active parameters x prompt tokens, per GPU, over the run's whole duration, as
 a share of the GPU's dense BF16 peak -- a lower bound on the rate the engine's compute-bound passes reached.
 
-``specsim calibrate burst-probe intake`` -- per doc, the bursts of ~1000 prompts of ~128 tokens with 4 tokens out
+``specsim measure burst-probe intake`` -- per doc, the bursts of ~1000 prompts of ~128 tokens with 4 tokens out
 (nearly all intake and prefill) per serving engine on the same machine and client: milliseconds of the run per
 request and mean TTFT as a share of the run; and each engine's mean TTFT at 4 closed-loop users. Raw measurements, no
 model: where vLLM's time per request is far above another engine's on the same doc, the difference is vLLM's own
 per-request cost, not the GPU's.
 
-``specsim calibrate burst-probe what-if`` -- the serving simulator's errors on groups of released vLLM runs
+``specsim measure burst-probe what-if`` -- the serving simulator's errors on groups of released vLLM runs
 under the catalog's host terms and under one changed assumption at a time: a serial front end that also pays
 ``front_end_token_s`` per streamed token (with a smaller per-sequence step cost t_seq, as the bursts' median ITL
 asks), vLLM's A100 batching caps (256 sequences) on the H100/H200, and the H100/H200 compute efficiency scaled.
