@@ -16,6 +16,13 @@ request and mean TTFT as a share of the run; and each engine's mean TTFT at 4 cl
 model: where vLLM's time per request is far above another engine's on the same doc, the difference is vLLM's own
 per-request cost, not the GPU's.
 
+``specsim measure burst-probe two-stage`` -- each doc's bursts (>= 16 tokens out) predicted with the front end its own
+4-token burst shows (a separate run of the same doc, server and TP): c = that run's duration per request, s = 2 x its
+mean TTFT / duration - 1 (a one-stage serial front end gives a share of ~1/2, one that parses the whole burst before
+letting any request on gives ~1), the requests reaching the engine as
+:func:`simulator.engines.serving.arrivals.two_stage_intake` lets them through; beside the host terms' own serial
+front end. Host terms per GPU held out (``--fits``: a ``fits-gpu.json`` of the released validation) or the catalog's.
+
 ``specsim measure burst-probe what-if`` -- the serving simulator's errors on groups of released vLLM runs
 under the catalog's host terms and under one changed assumption at a time: a serial front end that also pays
 ``front_end_token_s`` per streamed token (with a smaller per-sequence step cost t_seq, as the bursts' median ITL
@@ -151,3 +158,56 @@ def _measured(run: ReleasedRun) -> dict:
     from calibrate.fit.released_predict import measured_figures
 
     return measured_figures(run)
+
+
+def probe_intake(probe: ReleasedRun) -> tuple[float, float]:
+    """(c, s) of a 4-token burst: seconds of run per request and the first-stage share 2 x TTFT / duration - 1 in
+    [0, 1] (module docstring, ``two-stage``)."""
+    dur = probe.measured["duration_s"]
+    return dur / probe.requests, float(np.clip(2.0 * probe.measured["mean_ttft_ms"] / 1e3 / dur - 1.0, 0.0, 1.0))
+
+
+def _probes(runs: list[ReleasedRun]) -> dict[str, list[ReleasedRun]]:
+    out: dict[str, list[ReleasedRun]] = {}
+    for r in runs:
+        if r.concurrency is None and r.output_tokens < 10 and r.requests >= 900:
+            out.setdefault(r.key.split("#")[0], []).append(r)
+    return out
+
+
+def two_stage_table(runs: list[ReleasedRun], fits: dict | None = None) -> pd.DataFrame:
+    """Per burst of >= 16 tokens out whose doc has a 4-token burst (the probe: same TP, the same async setting where
+    it has one): signed errors of TPOT, TTFT, output throughput and median ITL with the host terms' serial front end
+    (``as fitted``) and with the probe's two-stage intake (``two-stage``). ``fits``: {gpu: {version: host terms}}
+    fitted without that GPU (``fits-gpu.json``); None: the catalog's terms."""
+    from calibrate.fit.host_fit import catalog_terms, in_fit, nearest
+    from calibrate.fit.released_predict import measured_figures, predict_released
+
+    probes, rows = _probes(runs), []
+    for r in runs:
+        doc = r.key.split("#")[0]
+        if not in_fit(r) or r.concurrency is not None or doc not in probes:
+            continue
+        same = [p for p in probes[doc] if p.tp == r.tp]
+        if not same:
+            continue
+        probe = min(same, key=lambda p: p.async_scheduling != r.async_scheduling)
+        h = nearest(r.version, fits.get(r.gpu, {})) if fits is not None else None
+        host = catalog_terms(h) if h else None
+        c, share = probe_intake(probe)
+        m = measured_figures(r)
+        row = {"run": r.key, "probe": probe.key, "gpu": r.gpu, "version": r.version, "c_ms": c * 1e3, "s": share}
+        for name, kw in (("as fitted", {}), ("two-stage", {"intake": (c, share)})):
+            p = predict_released(r, host, **kw)
+            row.update({f"{name}: {f}": p[f] / m[f] - 1.0 for f in ("tpot_ms", "ttft_ms", "out_tps", "itl_ms")})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def two_stage_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per GPU and overall: runs and median |error| (%) of each figure under each front end."""
+    cols = [c for c in table.columns if ": " in c]
+    parts = [(g, sub) for g, sub in table.groupby("gpu")] + [("all", table)]
+    return pd.DataFrame([{"gpu": g, "runs": len(sub), **{c: 100 * float(np.median(np.abs(sub[c]))) for c in cols}}
+                         for g, sub in parts])
+

@@ -5,6 +5,8 @@ and prints; the library is imported inside the command."""
 
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
 from typing import Optional
 
@@ -142,22 +144,26 @@ def compare_serve_cmd(
 
 
 def burst_probe(
-    table: str = typer.Argument(..., help="engines | intake | prefill | what-if"),
+    table: str = typer.Argument(..., help="engines | intake | two-stage | prefill | what-if"),
     released: Path = typer.Option(GPUSTACK, help="folder of serving_benchmarks.csv (GPUStack's released tables)"),
+    fits: Optional[Path] = typer.Option(None, help="two-stage: host terms per held-out GPU (a fits-gpu.json of "
+                                                   "`specsim validate serving --released`); default: the catalog's"),
     group: Optional[list[str]] = typer.Option(None, help=f"run groups, repeatable (default: all of {', '.join(GROUPS)})"),
     variant: Optional[list[str]] = typer.Option(None, help=f"assumptions, repeatable (default: all of "
                                                   f"{', '.join(VARIANTS)})"),
 ):
     """The burst study's tables (docs/serving-model.md): engines (B_eff = output tok/s x median ITL per engine),
-    intake (each engine's time per request in the docs' 4-token bursts, its TTFT at 4 users), prefill (the
+    intake (each engine's time per request in the docs' 4-token bursts, its TTFT at 4 users), two-stage (each doc's
+    bursts with the front end its own 4-token burst shows, beside the fitted serial one), prefill (the
     H100/H200 prefill rows' fraction of peak), what-if (the burst rows' bias under each assumption).
 
     Example: specsim measure burst-probe engines"""
     import pandas as pd
 
-    from calibrate.fit.burst_probe import engines_table, intake_table, prefill_table, released_runs, what_if
+    from calibrate.fit.burst_probe import (engines_table, intake_table, prefill_table, released_runs, two_stage_summary,
+                                           two_stage_table, what_if)
 
-    for name, got, known in (("table", [table], ("engines", "intake", "prefill", "what-if")), ("--group", group or [], GROUPS),
+    for name, got, known in (("table", [table], ("engines", "intake", "two-stage", "prefill", "what-if")), ("--group", group or [], GROUPS),
                              ("--variant", variant or [], VARIANTS)):
         bad = [g for g in got if g not in known]
         if bad:
@@ -172,6 +178,19 @@ def burst_probe(
         print(intake_table(released).round(3).to_string(index=False))
         return
     runs, _ = released_runs(released)
+    if table == "two-stage":
+        fitted = None
+        if fits is not None:
+            try:
+                fitted = json.loads(Path(fits).read_text(encoding="utf-8"))
+            except (OSError, ValueError) as e:
+                raise InputError(str(fits), None, f"expected a fits-gpu.json ({e})") from None
+            if not isinstance(fitted, dict) or not all(isinstance(v, dict) for v in fitted.values()):
+                raise InputError(str(fits), None, "expected {gpu: {version: host terms}}")
+        t = two_stage_table(runs, fitted)
+        print(two_stage_summary(t).round(1).to_string(index=False) if len(t) else
+              "no burst of >= 16 tokens out has a 4-token burst of its doc at its TP")
+        return
     if table == "prefill":
         print(prefill_table(runs).round(3).to_string(index=False))
         return

@@ -3,6 +3,7 @@ share of peak, on small tables written here."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -65,3 +66,64 @@ def test_burst_probe_command_refuses_bad_tables_and_folders(tmp_path, capsys):
     assert main(["measure", "burst-probe", "engines", "--released", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "serving_benchmarks.csv" in err and "Traceback" not in err
+
+
+def test_two_stage_intake_laws():
+    from simulator.engines.serving.arrivals import two_stage_intake
+
+    n, c = 50, 0.01
+    assert two_stage_intake(n, c, 0.0) == pytest.approx(c * np.arange(1, n + 1))  # one stage: (k + 1) c
+    assert two_stage_intake(n, c, 1.0) == pytest.approx(np.full(n, n * c))  # all wait for the whole burst's parsing
+    a, b = two_stage_intake(n, c, 0.3), two_stage_intake(n, c, 0.7)
+    assert np.all(np.diff(a) > 0) and np.all(b >= a) and a[-1] == pytest.approx(n * c) == b[-1]  # the last leaves at n c
+    with pytest.raises(ValueError):
+        two_stage_intake(n, c, 1.5)
+
+
+def test_probe_intake_reads_cost_and_first_share():
+    from calibrate.fit.burst_probe import probe_intake
+
+    class Probe:
+        requests = 1000
+        measured = {"duration_s": 20.0, "mean_ttft_ms": 17_000.0}
+
+    c, s = probe_intake(Probe())
+    assert c == pytest.approx(0.02) and s == pytest.approx(0.7)
+    Probe.measured = {"duration_s": 20.0, "mean_ttft_ms": 8_000.0}  # earlier than a one-stage front end: s = 0
+    assert probe_intake(Probe())[1] == 0.0
+
+
+def test_two_stage_prediction_waits_for_the_first_stage(tmp_path):
+    """A burst through a two-stage front end: no first token before the whole burst's first stage (n s c), the run
+    no shorter than n c; s = 0 at the same c never later; a closed loop has no burst to take in."""
+    from calibrate.fit.gpustack_import import TABLE, released_runs
+    from calibrate.fit.released_predict import predict_released
+    from tests.calibrate.test_gpustack_import import ROW
+
+    pd.DataFrame([dict(ROW, serve_cmd="vllm serve Qwen/Qwen3-14B"),
+                  dict(ROW, serve_cmd="vllm serve Qwen/Qwen3-14B", max_concurrency=4)]).to_csv(tmp_path / TABLE, index=False)
+    runs, _ = released_runs(tmp_path)
+    burst, loop = runs
+    n, c = burst.requests, 0.05
+    p1 = predict_released(burst, intake=(c, 1.0))
+    p0 = predict_released(burst, intake=(c, 0.0))
+    assert p1["ttft_ms"] / 1e3 >= n * c and p0["ttft_ms"] <= p1["ttft_ms"]
+    out = burst.requests * burst.output_tokens
+    assert out / p1["out_tps"] >= n * c and out / p0["out_tps"] >= n * c
+    with pytest.raises(ValueError):
+        predict_released(loop, intake=(c, 0.5))
+
+
+def test_two_stage_command_refuses_a_bad_fits_file(tmp_path, capsys):
+    from calibrate.fit.gpustack_import import TABLE
+    from specsim_cli.main import main
+    from tests.calibrate.test_gpustack_import import ROW
+
+    pd.DataFrame([dict(ROW, serve_cmd="vllm serve Qwen/Qwen3-14B")]).to_csv(tmp_path / TABLE, index=False)
+    bad = tmp_path / "fits.json"
+    for text in ("{not json", "[1, 2]"):
+        bad.write_text(text)
+        assert main(["measure", "burst-probe", "two-stage", "--released", str(tmp_path), "--fits", str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert "fits.json" in err and "Traceback" not in err
+    assert main(["measure", "burst-probe", "two-stage", "--released", str(tmp_path)]) == 0  # no probe: an empty table
