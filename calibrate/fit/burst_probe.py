@@ -19,9 +19,8 @@ per-request cost, not the GPU's.
 ``specsim measure burst-probe two-stage`` -- each doc's bursts (>= 16 tokens out) predicted with the front end its own
 4-token burst shows (a separate run of the same doc, server and TP): c = that run's duration per request, s = 2 x its
 mean TTFT / duration - 1 (a one-stage serial front end gives a share of ~1/2, one that parses the whole burst before
-letting any request on gives ~1), the requests reaching the engine as
-:func:`simulator.engines.serving.arrivals.two_stage_intake` lets them through; beside the host terms' own serial
-front end. Host terms per GPU held out (``--fits``: a ``fits-gpu.json`` of the released validation) or the catalog's.
+letting any request on gives ~1), as the serving replica's two-stage front end (``front_end_first_share``); beside
+the host terms' own one-stage serial front end. Host terms per GPU held out (``--fits``: a ``fits-gpu.json`` of the released validation) or the catalog's.
 
 ``specsim measure burst-probe what-if`` -- the serving simulator's errors on groups of released vLLM runs
 under the catalog's host terms and under one changed assumption at a time: a serial front end that also pays

@@ -68,13 +68,13 @@ def predict_released(run: ReleasedRun, host: dict | None = None, max_requests: i
                      sharegpt_sigma: float | None = None, intake: tuple[float, float] | None = None) -> dict:
     """Predicted figures of ``run`` (``tpot_ms``, ``ttft_ms``, ``out_tps``; ``batch_mean``: sequences per step).
     ``max_requests``: simulate the first that many of a burst only (the burst's tail is the same queue; stated);
-    ``sharegpt_sigma``: another spread of ShareGPT's lengths (:func:`run_workload`); ``intake`` = (c, s), a burst
-    only: its requests reach the engine as a two-stage serial front end of c seconds per request, share s on arrival,
-    lets them through (:func:`simulator.engines.serving.arrivals.two_stage_intake`), in place of the host terms'
-    serial front end; every figure counted from the burst's send (time 0)."""
+    ``sharegpt_sigma``: another spread of ShareGPT's lengths (:func:`run_workload`); ``intake`` = (c, s): the serial
+    front end of a deployment's own probe, c seconds per request of which the share s on arrival (the replica's
+    two-stage front end, ``front_end_first_share``), in place of the host terms' t_fe (their concurrent latency
+    t_call - t_fe kept)."""
     from simulator.catalog import get_model
     from simulator.cost.execution import Execution
-    from simulator.engines.serving.arrivals import ClosedLoopUsers, ReplayArrivals, two_stage_intake
+    from simulator.engines.serving.arrivals import ClosedLoopUsers, ReplayArrivals
     from simulator.engines.serving.metrics import itl_summary
     from simulator.engines.serving.replica import simulate_serving
     from simulator.cost.setup import Setup
@@ -85,14 +85,11 @@ def predict_released(run: ReleasedRun, host: dict | None = None, max_requests: i
     setup = Setup(hw, run.tp, {"base": m, "small": m, "draft": m}, ep={"base": run.ep})
     n = run.requests if max_requests is None else min(run.requests, max_requests)
     plans, _, _ = run_workload(run, sharegpt_sigma).plans(n, seed=0)
-    reach = np.zeros(n)
     if intake is not None:
-        if run.concurrency is not None:
-            raise ValueError(f"{run.key}: intake is a burst's (this run has {run.concurrency} users)")
-        reach = two_stage_intake(n, *intake)
         fe = params.call_overhead_s if params.front_end_serial_s is None else params.front_end_serial_s
-        params = replace(params, call_overhead_s=params.call_overhead_s - fe, front_end_serial_s=0.0)  # t_lat left
-    arrivals = (ReplayArrivals(tuple(reach), "burst") if run.concurrency is None
+        params = replace(params, call_overhead_s=params.call_overhead_s - fe + intake[0], front_end_serial_s=intake[0],
+                         front_end_first_share=intake[1])
+    arrivals = (ReplayArrivals((0.0,) * n, "burst") if run.concurrency is None
                 else ClosedLoopUsers(run.concurrency, 0.0))
     execution = Execution(max_num_batched_tokens=run.max_num_batched_tokens, max_num_seqs=run.max_num_seqs,
                           front_end="serial")
@@ -101,13 +98,11 @@ def predict_released(run: ReleasedRun, host: dict | None = None, max_requests: i
                            seed=0, memory_fraction=(SMALL_SHARE, run.gpu_memory_utilization), plans=plans,
                            execution=execution)
     r = res.requests
-    late = r.arrival_at + reach[0] if run.concurrency is None else 0.0  # the replay starts at the first to reach
-    span = float(r.done_at.max() + reach[0] - (0.0 if run.concurrency is None else r.arrival_at.min()))
+    span = float(r.done_at.max() - r.arrival_at.min())
     n1 = (r.output_tokens - 1).where(r.output_tokens > 1)
     tl = res.timeline[res.timeline.engine == "base"]
     itl = itl_summary(*res.info["itl"])
-    return {"tpot_ms": float(((r.latency_s - r.ttft_s) / n1).mean() * 1e3),
-            "ttft_ms": float((r.ttft_s + late).mean() * 1e3),
+    return {"tpot_ms": float(((r.latency_s - r.ttft_s) / n1).mean() * 1e3), "ttft_ms": float(r.ttft_s.mean() * 1e3),
             "out_tps": float(r.output_tokens.sum()) / span, "itl_ms": itl["median_itl_ms"],
             "mean_itl_ms": itl["mean_itl_ms"],
             "batch_mean": float(np.average(tl.batch, weights=tl.duration_s)) if len(tl) else np.nan}

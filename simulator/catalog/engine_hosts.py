@@ -16,6 +16,11 @@ step's shape -- stay per GPU in ``gpu_priors.yaml``):
 - ``front_end_serial_s`` t_fe (<= t_call, optional: absent, all of t_call): the part of t_call the one API-server
   process's CPU spends on a request, so requests arriving together pass it t_fe apart (``Execution.front_end``
   "serial", as the released runs predict `vllm serve`);
+- ``front_end_first_share`` s (optional: absent, 0): the share of t_fe the front end spends on a request as it
+  arrives (HTTP parsing, validation), the rest after it (tokenised, handed to the engine): one first-in first-out
+  loop (vLLM's asyncio API server) runs a request's second stage behind the first stage of every request that came
+  before it, so a burst's requests reach the engine after most of the burst has been parsed (s = 0: one stage, the
+  requests pass one by one);
 - ``front_end_token_s`` t_tok (optional: absent, 0): the same process's CPU per output token it streams
   (detokenising, the response chunk, the HTTP write), paid in turn with the calls' t_fe: each engine round's tokens
   reach their clients once the front end has streamed them, before any call still waiting for its turn. No fitted
@@ -37,7 +42,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from simulator.catalog.hardware import PriorParam
 from simulator.errors import InputError, pydantic_error_to_input_error
@@ -46,7 +51,7 @@ from simulator.paths import CATALOG_DIR
 
 HOSTS_PATH = CATALOG_DIR / "engine_hosts.yaml"
 HOST_TERMS = ("step_overhead_s", "seq_overhead_s", "tp_step_overhead_s", "call_overhead_s", "front_end_serial_s",
-              "front_end_token_s")
+              "front_end_first_share", "front_end_token_s")
 ASYNC_DEFAULT_FROM = {"vllm": (0, 14)}  # the first version whose `vllm serve` runs async scheduling by default
 
 
@@ -72,9 +77,18 @@ class EngineVersion(BaseModel):
     tp_step_overhead_s: PriorParam | None = None
     call_overhead_s: PriorParam
     front_end_serial_s: PriorParam | None = None
+    front_end_first_share: PriorParam | None = None
     front_end_token_s: PriorParam | None = None
     async_overlap: PriorParam
     fit: dict | None = None  # held-out errors of the fit that wrote it
+
+    @model_validator(mode="after")
+    def _shares(self) -> "EngineVersion":
+        for name in ("front_end_first_share", "async_overlap"):
+            v = getattr(self, name)
+            if v is not None and not 0.0 <= v.value <= 1.0:
+                raise ValueError(f"{name} is a share: expected 0 to 1 (got {v.value})")
+        return self
 
 
 class _Hosts(BaseModel):

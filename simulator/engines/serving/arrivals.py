@@ -118,17 +118,6 @@ class StagedArrivals:
 ArrivalProcess = PoissonArrivals | BurstyArrivals | ReplayArrivals | ClosedLoopUsers | StagedArrivals
 
 
-def two_stage_intake(n: int, cost_s: float, first_share: float) -> np.ndarray:
-    """When each of a burst's ``n`` requests (all sent at time 0) reaches the engine through one serial front end
-    that spends ``cost_s`` per request in two stages, a share ``first_share`` s on arrival (HTTP parsing, validation)
-    and the rest after it, in one first-in first-out loop (an asyncio event loop): every request's first stage runs
-    before any second stage, so request k (0-based) leaves the front end at n s c + (k + 1)(1 - s) c. s = 0 is the
-    one-stage serial front end (k + 1) c; s = 1 holds every request until the whole burst has been parsed."""
-    if not 0.0 <= first_share <= 1.0 or cost_s < 0:
-        raise ValueError(f"first_share in [0, 1] and cost_s >= 0 (got {first_share}, {cost_s})")
-    return n * first_share * cost_s + np.arange(1, n + 1) * (1.0 - first_share) * cost_s
-
-
 def load_arrival_times(path: str | Path) -> ReplayArrivals:
     """Arrival instants (seconds), one per line: CSV (a number, optional header
     ``arrival_s``/``arrival_time_s``/``t``; extra columns ignored: the first is used) or JSONL

@@ -95,6 +95,11 @@ class Replica:
         self.t_fe = self.t_call if fe is None else min(fe, self.t_call)
         self.serial_front_end = execution is not None and execution.front_end == "serial"
         self.t_tok = deps["base"].cost.front_end_token_s if self.serial_front_end else 0.0
+        self.fe_first = deps["base"].cost.front_end_first_share if self.serial_front_end else 0.0
+        if not 0.0 <= self.fe_first <= 1.0 or (self.fe_first > 0 and self.t_tok > 0):
+            raise ValueError(f"front_end_first_share is a share in [0, 1], not modelled with front_end_token_s > 0 "
+                             f"(got {self.fe_first}, {self.t_tok})")
+        self._fe_jobs: list[tuple[float, int, int, int]] = []  # two stages: (joined the loop at, order, stage, rid)
         self._front_end_queue: deque[tuple[float, int]] = deque()
         self._front_end_free = 0.0
         self._front_end_wake = -1.0  # pending wake-up for the next turn (-1: none)
@@ -124,7 +129,11 @@ class Replica:
 
     def _schedule_call(self, rid: int, at: float) -> None:
         if self.serial_front_end:  # one front-end process spends t_fe of each call's t_call in turn (Execution.front_end)
-            self._front_end_queue.append((at, rid))
+            if self.fe_first > 0:
+                heapq.heappush(self._fe_jobs, (at, self._seq, 0, rid))
+                self._seq += 1
+            else:
+                self._front_end_queue.append((at, rid))
             self._front_end_turns()
             return
         self._ready_at(at + self.t_call, rid)
@@ -140,6 +149,9 @@ class Replica:
         free; the call reaches the engine t_call after). With t_tok > 0 (:meth:`_streamed`) a turn starts only when
         due, the next one's start a wake-up in the ready heap (rid -1); ``take_one``: also one arrived call waiting
         behind streaming (asyncio serves the output handler and waiting requests in turn: no starvation)."""
+        if self.fe_first > 0:
+            self._two_stage_turns()
+            return
         horizon = self.env.now + 1e-12 if self.t_tok > 0 else math.inf
         q = self._front_end_queue
         while q:
@@ -154,6 +166,31 @@ class Replica:
             q.popleft()
             self._front_end_free = start + self.t_fe
             self._ready_at(start + self.t_call, rid)
+
+    def _two_stage_turns(self) -> None:
+        """The serial front end in two stages (``front_end_first_share`` s > 0): one first-in first-out loop runs its
+        jobs one at a time in the order they joined it; a call's first stage (s t_fe) joins as the call arrives, its
+        second ((1 - s) t_fe) as the first ends, behind every job that joined before; the call reaches the engine
+        t_call - t_fe after its second stage. A job starts only once due (which job is next can depend on arrivals
+        still to come); the next start is a wake-up in the ready heap (rid -1)."""
+        now = self.env.now + 1e-12
+        jobs, first = self._fe_jobs, self.fe_first * self.t_fe
+        while jobs:
+            at, _, stage, rid = jobs[0]
+            start = max(at, self._front_end_free)
+            if start > now:
+                if self._front_end_wake < 0 or start < self._front_end_wake:
+                    self._front_end_wake = start
+                    self._ready_at(start, -1)
+                return
+            heapq.heappop(jobs)
+            if stage == 0:
+                self._front_end_free = start + first
+                heapq.heappush(jobs, (self._front_end_free, self._seq, 1, rid))
+                self._seq += 1
+            else:
+                self._front_end_free = start + self.t_fe - first
+                self._ready_at(self._front_end_free + self.t_call - self.t_fe, rid)
 
     def _streamed(self, tokens: int, ends) -> float:
         """The serial front end streams ``tokens`` output tokens at the end of each engine round (``ends``: their
