@@ -166,10 +166,22 @@ def probe_intake(probe: ReleasedRun) -> tuple[float, float]:
     return dur / probe.requests, float(np.clip(2.0 * probe.measured["mean_ttft_ms"] / 1e3 / dur - 1.0, 0.0, 1.0))
 
 
+def is_intake_probe(r: ReleasedRun) -> bool:
+    """A burst of >= 900 requests with < 10 tokens out each: nearly all intake and prefill."""
+    return r.concurrency is None and r.output_tokens < 10 and r.requests >= 900
+
+
+def first_share(runs: list[ReleasedRun]) -> float | None:
+    """The front end's first-stage share s of ``runs`` (one engine version): the median over its 4-token bursts of
+    :func:`probe_intake`'s s, model-free; None without such a burst."""
+    got = [probe_intake(r)[1] for r in runs if is_intake_probe(r)]
+    return float(np.median(got)) if got else None
+
+
 def _probes(runs: list[ReleasedRun]) -> dict[str, list[ReleasedRun]]:
     out: dict[str, list[ReleasedRun]] = {}
     for r in runs:
-        if r.concurrency is None and r.output_tokens < 10 and r.requests >= 900:
+        if is_intake_probe(r):
             out.setdefault(r.key.split("#")[0], []).append(r)
     return out
 

@@ -90,7 +90,8 @@ def serial_bound(runs: list[ReleasedRun]) -> float:
 
 def catalog_terms(f: dict) -> dict:
     """A fit's terms as the engine catalog holds them: t_call = t_lat + t_fe (the whole per-request latency)."""
-    out = {t: f[t] for t in ("seq_overhead_s", "tp_step_overhead_s", "front_end_serial_s", "async_overlap")}
+    out = {t: f[t] for t in ("seq_overhead_s", "tp_step_overhead_s", "front_end_serial_s", "async_overlap",
+                             "front_end_first_share") if t in f}
     out["call_overhead_s"] = f["call_latency_s"] + f["front_end_serial_s"]
     return out
 
@@ -137,9 +138,13 @@ def fit_version(runs: list[ReleasedRun], fixed: dict | None = None) -> dict:
     scheduling on, t_tp only where some ran at TP > 1 (else 0: nothing measured it)."""
     from scipy.optimize import least_squares
 
-    bound, lat_bound = serial_bound(runs), latency_bound(runs)
+    from calibrate.fit.burst_probe import first_share
+
+    bound, lat_bound, share = serial_bound(runs), latency_bound(runs), first_share(runs)
     runs = [r for r in runs if in_fit(r)]
     fixed = dict(fixed or {})
+    if share is not None:  # measured, not fitted: the version's 4-token bursts' TTFT share (two-stage front end)
+        fixed.setdefault("front_end_first_share", share)
     for t, measures in MEASURED_BY.items():
         if t not in fixed and not any(measures(r) for r in runs):
             fixed[t] = 0.0
@@ -277,6 +282,11 @@ def write_catalog(fitted: dict[str, dict], path, source: str, date: str, drop: t
                       else UNMEASURED[t] + (f"; transferred from vLLM {f[t + '_from']}" if f"{t}_from" in f else "")}
             if se is not None:
                 ent[t]["stderr"] = float(f"{se:.3g}")
+        if "front_end_first_share" in f:
+            ent["front_end_first_share"] = {
+                "value": float(f"{f['front_end_first_share']:.3g}"), "kind": "calibrated",
+                "source": f"median over released vLLM {v} 4-token bursts ({source}) of 2 x mean TTFT / duration - 1 "
+                          "(calibrate.fit.burst_probe.first_share, model-free), fixed in the fit"}
         new.append(ent)
     put_versions(path, new, drop=drop, provenance={"kind": "fitted", "source": source, "date": date,
                              "method": "calibrate.fit.host_fit.fit_hosts (robust least squares on log errors of median "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -224,3 +225,31 @@ def test_step_model_agrees_with_the_gpu_each_h100_doc_is_read_as():
     for r in ev.to_dict("records"):
         closer = "other" if abs(r["itl_bias_as_other"]) < abs(r["itl_bias_as_labelled"]) else "labelled"
         assert closer == ("labelled" if r["read_as"] == r["labelled"] else "other"), r
+
+
+def test_first_share_is_measured_from_the_versions_4_token_bursts_and_reaches_the_catalog(tmp_path):
+    """The two-stage front end's share s: the median over a version's 4-token bursts of 2 x TTFT / duration - 1,
+    model-free, fixed in the fit, carried by catalog_terms and written to the catalog as its own entry."""
+    import yaml
+
+    from calibrate.fit.burst_probe import first_share
+    from calibrate.fit.host_fit import catalog_terms, write_catalog
+
+    probe = dict(ROW, serve_cmd="vllm serve Qwen/Qwen3-14B", requests=1000, in_tok=128_000, out_tok=4000,
+                 duration_s=20.0, out_tps=200.0)
+    rows = [dict(probe, mean_ttft_ms=16_000.0),
+            dict(probe, mean_ttft_ms=14_000.0, serve_cmd="vllm serve Qwen/Qwen3-14B --async-scheduling"),
+            dict(ROW, serve_cmd="vllm serve Qwen/Qwen3-14B")]
+    runs, _ = released_runs(_table(tmp_path, rows))
+    assert first_share(runs) == pytest.approx(np.median([0.6, 0.4]))
+    assert first_share([runs[-1]]) is None  # no 4-token burst: no share
+    f = {"seq_overhead_s": 1e-5, "tp_step_overhead_s": 0.0, "call_latency_s": 0.02, "front_end_serial_s": 0.003,
+         "async_overlap": 0.2, "front_end_first_share": 0.5, "rms_log": 0.1, "runs": 3,
+         "front_end_serial_max_s": 0.004}
+    assert catalog_terms(f)["front_end_first_share"] == 0.5
+    assert "front_end_first_share" not in catalog_terms({k: v for k, v in f.items() if k != "front_end_first_share"})
+    cat = tmp_path / "hosts.yaml"
+    cat.write_text(yaml.safe_dump({"provenance": {}, "engines": {"vllm": []}}))
+    write_catalog({"0.11": f}, cat, "test", "2026-11-29")
+    ent = yaml.safe_load(cat.read_text())["engines"]["vllm"][0]
+    assert ent["front_end_first_share"]["value"] == 0.5 and "model-free" in ent["front_end_first_share"]["source"]
