@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from calibrate.fit.gpustack_import import GPUSTACK, TABLE, ReleasedRun, released_runs
+from calibrate.fit.host_fit import is_intake_probe, probe_intake
 
 ENGINES = (("vllm", "vllm serve"), ("sglang", "python3 -m sglang"), ("trtllm", "trtllm-serve"))
 FIGS = ("out_tps", "ttft_ms", "itl_ms")
@@ -157,25 +158,6 @@ def _measured(run: ReleasedRun) -> dict:
     from calibrate.fit.released_predict import measured_figures
 
     return measured_figures(run)
-
-
-def probe_intake(probe: ReleasedRun) -> tuple[float, float]:
-    """(c, s) of a 4-token burst: seconds of run per request and the first-stage share 2 x TTFT / duration - 1 in
-    [0, 1] (module docstring, ``two-stage``)."""
-    dur = probe.measured["duration_s"]
-    return dur / probe.requests, float(np.clip(2.0 * probe.measured["mean_ttft_ms"] / 1e3 / dur - 1.0, 0.0, 1.0))
-
-
-def is_intake_probe(r: ReleasedRun) -> bool:
-    """A burst of >= 900 requests with < 10 tokens out each: nearly all intake and prefill."""
-    return r.concurrency is None and r.output_tokens < 10 and r.requests >= 900
-
-
-def first_share(runs: list[ReleasedRun]) -> float | None:
-    """The front end's first-stage share s of ``runs`` (one engine version): the median over its 4-token bursts of
-    :func:`probe_intake`'s s, model-free; None without such a burst."""
-    got = [probe_intake(r)[1] for r in runs if is_intake_probe(r)]
-    return float(np.median(got)) if got else None
 
 
 def _probes(runs: list[ReleasedRun]) -> dict[str, list[ReleasedRun]]:

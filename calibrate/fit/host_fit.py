@@ -88,6 +88,25 @@ def serial_bound(runs: list[ReleasedRun]) -> float:
     return min([UPPER["front_end_serial_s"], *b])
 
 
+def probe_intake(probe: ReleasedRun) -> tuple[float, float]:
+    """(c, s) of a 4-token burst: seconds of run per request and the first-stage share 2 x TTFT / duration - 1 in
+    [0, 1] (calibrate.fit.burst_probe's ``two-stage`` table)."""
+    dur = probe.measured["duration_s"]
+    return dur / probe.requests, float(np.clip(2.0 * probe.measured["mean_ttft_ms"] / 1e3 / dur - 1.0, 0.0, 1.0))
+
+
+def is_intake_probe(r: ReleasedRun) -> bool:
+    """A burst of >= 900 requests with < 10 tokens out each: nearly all intake and prefill."""
+    return r.concurrency is None and r.output_tokens < 10 and r.requests >= 900
+
+
+def first_share(runs: list[ReleasedRun]) -> float | None:
+    """The front end's first-stage share s of ``runs`` (one engine version): the median over its 4-token bursts of
+    :func:`probe_intake`'s s, model-free; None without such a burst."""
+    got = [probe_intake(r)[1] for r in runs if is_intake_probe(r)]
+    return float(np.median(got)) if got else None
+
+
 def catalog_terms(f: dict) -> dict:
     """A fit's terms as the engine catalog holds them: t_call = t_lat + t_fe (the whole per-request latency)."""
     out = {t: f[t] for t in ("seq_overhead_s", "tp_step_overhead_s", "front_end_serial_s", "async_overlap",
@@ -137,8 +156,6 @@ def fit_version(runs: list[ReleasedRun], fixed: dict | None = None) -> dict:
     "front_end_serial_max_s": the data's bound on t_fe}. The overlap is fitted only where some runs had async
     scheduling on, t_tp only where some ran at TP > 1 (else 0: nothing measured it)."""
     from scipy.optimize import least_squares
-
-    from calibrate.fit.burst_probe import first_share
 
     bound, lat_bound, share = serial_bound(runs), latency_bound(runs), first_share(runs)
     runs = [r for r in runs if in_fit(r)]
@@ -286,7 +303,7 @@ def write_catalog(fitted: dict[str, dict], path, source: str, date: str, drop: t
             ent["front_end_first_share"] = {
                 "value": float(f"{f['front_end_first_share']:.3g}"), "kind": "calibrated",
                 "source": f"median over released vLLM {v} 4-token bursts ({source}) of 2 x mean TTFT / duration - 1 "
-                          "(calibrate.fit.burst_probe.first_share, model-free), fixed in the fit"}
+                          "(calibrate.fit.host_fit.first_share, model-free), fixed in the fit"}
         new.append(ent)
     put_versions(path, new, drop=drop, provenance={"kind": "fitted", "source": source, "date": date,
                              "method": "calibrate.fit.host_fit.fit_hosts (robust least squares on log errors of median "

@@ -69,7 +69,7 @@ def test_burst_probe_command_refuses_bad_tables_and_folders(tmp_path, capsys):
 
 
 def test_probe_intake_reads_cost_and_first_share():
-    from calibrate.fit.burst_probe import probe_intake
+    from calibrate.fit.host_fit import probe_intake
 
     class Probe:
         requests = 1000

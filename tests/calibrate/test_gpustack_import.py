@@ -232,7 +232,7 @@ def test_first_share_is_measured_from_the_versions_4_token_bursts_and_reaches_th
     model-free, fixed in the fit, carried by catalog_terms and written to the catalog as its own entry."""
     import yaml
 
-    from calibrate.fit.burst_probe import first_share
+    from calibrate.fit.host_fit import first_share
     from calibrate.fit.host_fit import catalog_terms, write_catalog
 
     probe = dict(ROW, serve_cmd="vllm serve Qwen/Qwen3-14B", requests=1000, in_tok=128_000, out_tok=4000,
