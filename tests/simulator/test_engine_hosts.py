@@ -47,7 +47,7 @@ def test_async_scheduling_sets_the_overlap_and_leaves_the_terms(version):
     on = host_terms(ServingEngine(version=version, async_scheduling=True), gpu_step)
     o = engine_version(ServingEngine(version=version)).async_overlap.value
     terms = set(off) - {"async_overlap"}
-    optional = {"front_end_serial_s", "front_end_token_s", "tp_step_overhead_s"}
+    optional = {"front_end_serial_s", "front_end_first_share", "front_end_token_s", "tp_step_overhead_s"}
     assert set(HOST_TERMS) - optional <= terms <= set(HOST_TERMS)
     assert off["async_overlap"].value == 0.0 and on["async_overlap"].value == o
     for t in terms:
