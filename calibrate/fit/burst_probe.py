@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from calibrate.fit.gpustack_import import GPUSTACK, TABLE, ReleasedRun, released_runs
-from calibrate.fit.host_fit import is_intake_probe, probe_intake
+from calibrate.fit.host_fit import catalog_terms, in_fit, intake_probe, is_intake_probe, nearest, probe_intake
 
 ENGINES = (("vllm", "vllm serve"), ("sglang", "python3 -m sglang"), ("trtllm", "trtllm-serve"))
 FIGS = ("out_tps", "ttft_ms", "itl_ms")
@@ -74,7 +74,7 @@ def intake_table(folder: Path | str = GPUSTACK) -> pd.DataFrame:
     """Per doc and engine: its 4-token bursts (>= 900 prompts, < 10 tokens out each, at once; median over the doc's
     such runs) as ms of run per request and mean TTFT / duration, and its mean TTFT at 4 closed-loop users (median)."""
     d = _engine_rows(folder)
-    burst = d[d.max_concurrency.isna() & (d.requests >= 900) & (d.out_tok < 10 * d.requests)].assign(
+    burst = d[[intake_probe(r.requests, r.out_tok / r.requests, r.max_concurrency) for r in d.itertuples()]].assign(
         ms_per_request=lambda x: x.duration_s / x.requests * 1e3, ttft_share=lambda x: x.mean_ttft_ms / 1e3 / x.duration_s)
     loop = d[d.max_concurrency == 4]
     g = burst.groupby(["file", "engine"])
@@ -164,7 +164,7 @@ def _probes(runs: list[ReleasedRun]) -> dict[str, list[ReleasedRun]]:
     out: dict[str, list[ReleasedRun]] = {}
     for r in runs:
         if is_intake_probe(r):
-            out.setdefault(r.key.split("#")[0], []).append(r)
+            out.setdefault(r.doc, []).append(r)
     return out
 
 
@@ -173,15 +173,13 @@ def two_stage_table(runs: list[ReleasedRun], fits: dict | None = None) -> pd.Dat
     it has one): signed errors of TPOT, TTFT, output throughput and median ITL with the host terms' serial front end
     (``as fitted``) and with the probe's two-stage intake (``two-stage``). ``fits``: {gpu: {version: host terms}}
     fitted without that GPU (``fits-gpu.json``); None: the catalog's terms."""
-    from calibrate.fit.host_fit import catalog_terms, in_fit, nearest
     from calibrate.fit.released_predict import measured_figures, predict_released
 
     probes, rows = _probes(runs), []
     for r in runs:
-        doc = r.key.split("#")[0]
-        if not in_fit(r) or r.concurrency is not None or doc not in probes:
+        if not in_fit(r) or r.concurrency is not None or r.doc not in probes:
             continue
-        same = [p for p in probes[doc] if p.tp == r.tp]
+        same = [p for p in probes[r.doc] if p.tp == r.tp]
         if not same:
             continue
         probe = min(same, key=lambda p: p.async_scheduling != r.async_scheduling)

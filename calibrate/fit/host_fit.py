@@ -95,9 +95,13 @@ def probe_intake(probe: ReleasedRun) -> tuple[float, float]:
     return dur / probe.requests, float(np.clip(2.0 * probe.measured["mean_ttft_ms"] / 1e3 / dur - 1.0, 0.0, 1.0))
 
 
+def intake_probe(requests: float, out_per_request: float, concurrency) -> bool:
+    """A burst (no concurrency cap) of >= 900 requests with < 10 tokens out each: nearly all intake and prefill."""
+    return (concurrency is None or pd.isna(concurrency)) and requests >= 900 and out_per_request < 10
+
+
 def is_intake_probe(r: ReleasedRun) -> bool:
-    """A burst of >= 900 requests with < 10 tokens out each: nearly all intake and prefill."""
-    return r.concurrency is None and r.output_tokens < 10 and r.requests >= 900
+    return intake_probe(r.requests, r.output_tokens, r.concurrency)
 
 
 def first_share(runs: list[ReleasedRun]) -> float | None:
