@@ -1,10 +1,12 @@
 """Engine host costs by version, fitted on released `vllm bench serve` runs (:mod:`calibrate.fit.gpustack_import`).
 
-Per engine version four terms (:mod:`simulator.catalog.engine_hosts`): t_seq (per sequence per step), the front end's
-serial part t_fe (the one API-server process's CPU per request, paid request after request) and its concurrent
-latency t_lat (hops, ZMQ, first-token streaming: every request at once; the catalog's t_call = t_lat + t_fe), and the
-async overlap o (the share of t_step + S t_seq async scheduling runs beside the GPU:
-:func:`simulator.cost.roofline.step_time`), chosen by robust (soft-L1) least squares on
+Per engine version five fitted terms (:mod:`simulator.catalog.engine_hosts`): t_seq (per sequence per step), t_tp (per
+step per tensor-parallel worker beyond the first), the front end's serial part t_fe (the one API-server process's CPU
+per request, paid request after request) and its concurrent latency t_lat (hops, ZMQ, first-token streaming: every
+request at once; the catalog's t_call = t_lat + t_fe), and the async overlap o (the share of t_step + S t_seq async
+scheduling runs beside the GPU: :func:`simulator.cost.roofline.step_time`); and one measured, not fitted: the front
+end's first-stage share s (:func:`first_share`, from the version's 4-token bursts; the serving replica's two-stage
+front end), held fixed while the five are chosen by robust (soft-L1) least squares on
 the log errors of each run's median ITL, mean TTFT and output throughput as the serving simulator predicts them
 (:func:`calibrate.fit.released_predict.predict_released`). Each figure pins one mechanism: the median ITL is the step
 time at the run's batch (t_seq; mean TPOT is not fitted: it is dominated by stalls -- a decoding request waiting on

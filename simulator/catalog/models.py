@@ -42,6 +42,9 @@ GATED_ATTENTION_ARCHS = ("qwen3_next",)
 # A pass whose sequences bring at most this many new tokens each runs MLA's absorbed (decode) attention, as vLLM's
 # MLA backends split a batch into decode-like requests (1 + speculative tokens) and prefills.
 MLA_DECODE_MAX_TOKENS = 16
+# Sparse MLA (DeepSeek-V3.2's FlashMLA-sparse kernels) runs at least this many query heads per GPU: a tensor-parallel
+# rank with fewer is padded up to it (sources in docs/moe.md, "Sparse attention").
+SPARSE_MLA_MIN_HEADS_PER_GPU = 64
 
 
 class ModelSpec(LayerKinds):
@@ -347,12 +350,15 @@ class ModelSpec(LayerKinds):
         capped = np.minimum(t, np.asarray(seqs, dtype=float) * self.sliding_window)
         return per_token / self.layers * ((self.layers - s) * t + s * capped)
 
-    def attention_flops(self, pairs, new_tokens=None, seqs=1.0):
-        """Attention FLOPs of a pass with ``pairs`` = sum_i n_i (c_i + (n_i + 1)/2) query-key pairs (all GPUs):
-        GQA 4 heads head_dim per pair and layer (QK^T and PV). Sliding layers: at most ``new_tokens`` x window pairs.
-        MLA: absorbed (decode: at most ``MLA_DECODE_MAX_TOKENS`` new tokens per sequence) 2 heads (2 kv_lora + rope)
-        per pair, the latent read once for all heads; else expanded (prefill) 2 heads (nope + rope + v). Sparse
-        attention: at most ``index_topk`` pairs per new token, plus the indexer's 2 heads dim per pair (every key).
+    def attention_flops(self, pairs, new_tokens=None, seqs=1.0, tp: int = 1):
+        """Attention FLOPs of a pass with ``pairs`` = sum_i n_i (c_i + (n_i + 1)/2) query-key pairs, summed over the
+        ``tp`` tensor-parallel ranks as they run it: GQA 4 heads head_dim per pair and layer (QK^T and PV). Sliding
+        layers: at most ``new_tokens`` x window pairs. MLA: absorbed (decode: at most ``MLA_DECODE_MAX_TOKENS`` new
+        tokens per sequence) 2 heads (2 kv_lora + rope) per pair, the latent read once for all heads; else expanded
+        (prefill) 2 heads (nope + rope + v). Sparse attention: absorbed for every token (DSA runs in MLA's MQA mode,
+        prefill too: DeepSeek-V3.2 report; vLLM's FlashMLA-sparse backend), each rank on at least
+        ``SPARSE_MLA_MIN_HEADS_PER_GPU`` heads (padded), at most ``index_topk`` pairs per new token; plus the
+        indexer's 2 heads dim per pair (every key), on every rank (vLLM replicates the indexer).
         Linear-attention layers: ``linear_flops_per_token`` per new token instead of pairs."""
         a = np.asarray(pairs, dtype=float)
         if self.is_linear_hybrid:
@@ -361,11 +367,12 @@ class ModelSpec(LayerKinds):
         if self.is_mla:
             n = np.asarray(a if new_tokens is None else new_tokens, dtype=float)
             per_seq = np.divide(n, np.maximum(np.asarray(seqs, dtype=float), 1e-300))
-            absorbed = 2.0 * self.heads * (2 * self.kv_lora_rank + self.qk_rope_head_dim)
+            absorbed = 2.0 * (2 * self.kv_lora_rank + self.qk_rope_head_dim)
             expanded = 2.0 * self.heads * (self.qk_nope_head_dim + self.qk_rope_head_dim + self.v_head_dim)
-            per_pair = np.where(per_seq <= MLA_DECODE_MAX_TOKENS, absorbed, expanded)
             if self.index_topk is not None:
-                return self.layers * (per_pair * self.sparse_cap(a, n) + self.indexer_flops_per_pair * a)
+                heads = max(self.heads, SPARSE_MLA_MIN_HEADS_PER_GPU * tp)
+                return self.layers * (heads * absorbed * self.sparse_cap(a, n) + self.indexer_flops_per_pair * a * tp)
+            per_pair = np.where(per_seq <= MLA_DECODE_MAX_TOKENS, self.heads * absorbed, expanded)
         else:
             per_pair = 4.0 * self.heads * self.head_dim
         if self.sliding_window is None or new_tokens is None:

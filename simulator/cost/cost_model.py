@@ -336,7 +336,7 @@ class Deployment:
         t_kv = m.kv_bytes(kv_tokens, self.tp, S) / (c.kv_efficiency * bw)
         routed = m.moe_layers * m.experts_per_token * m.expert_params
         lin = 2.0 * (m.matmul_params_per_token - routed) * n / self.tp
-        other = (2.0 * m.embedding_params * np.asarray(logit_rows, dtype=float) + m.attention_flops(attn_pairs, n, S)) / self.tp
+        other = (2.0 * m.embedding_params * np.asarray(logit_rows, dtype=float) + m.attention_flops(attn_pairs, n, S, self.tp)) / self.tp
         t_comp = (lin / self.matmul_flops_per_s + other / h.dense_bf16_flops_per_s) / c.compute_efficiency
         if m.is_moe:
             t_comp = t_comp + 2.0 * routed * n_all / self.expert_shards / (self.expert_flops_per_s * c.expert_compute_efficiency)

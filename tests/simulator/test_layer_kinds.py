@@ -95,6 +95,29 @@ def test_sparse_attention_reads_top_k_beyond_its_context():
     assert pairs < float(r1.attention_flops(long, 1.0, 1.0)) / 5 and pairs > 61 * 2 * 64 * 128 * long
 
 
+def test_sparse_attention_runs_absorbed_on_padded_heads():
+    """DSA runs in MLA's MQA (absorbed) mode for prefill too, each tensor-parallel rank on at least
+    SPARSE_MLA_MIN_HEADS_PER_GPU query heads, and every rank scores every key with the replicated indexer."""
+    from simulator.catalog.models import SPARSE_MLA_MIN_HEADS_PER_GPU
+
+    v32, r1 = get_model("deepseek-v3.2"), get_model("deepseek-r1")
+    prompt = 1_000.0
+    pairs = prompt * (prompt + 1) / 2  # one 1000-token prefill
+    per_rank = lambda m, tp: float(m.attention_flops(pairs, prompt, 1.0, tp)) / tp  # noqa: E731
+    indexer = 61 * v32.indexer_flops_per_pair * pairs
+    absorbed = 61 * 2 * (2 * 512 + 64) * pairs  # per head: 2 (kv_lora + kv_lora + rope) per pair
+    assert per_rank(v32, 1) == pytest.approx(128 * absorbed + indexer)
+    assert per_rank(v32, 1) > per_rank(r1, 1)  # R1's prefill runs expanded (MHA), 3.4x fewer attention FLOPs
+    heads_per_rank = {tp: max(128 // tp, SPARSE_MLA_MIN_HEADS_PER_GPU) for tp in (1, 2, 4, 8)}
+    for tp, h in heads_per_rank.items():
+        assert per_rank(v32, tp) == pytest.approx(h * absorbed + indexer)
+    # a rank's work stops falling once its heads are padded: TP 2, 4 and 8 run the same attention per rank
+    assert per_rank(v32, 8) == pytest.approx(per_rank(v32, 2)) and per_rank(v32, 2) < per_rank(v32, 1)
+    # decode (one new token) is absorbed either way: only the padding moves it
+    assert float(v32.attention_flops(pairs, 1.0, 1.0, 1)) == pytest.approx(
+        61 * (128 * 2 * (2 * 512 + 64) * 2048 + v32.indexer_flops_per_pair * pairs))
+
+
 def test_llama4_interleaved_moe_and_chunked_attention():
     scout, mav = get_model("llama-4-scout-17b-16e"), get_model("llama-4-maverick-17b-128e")
     assert (scout.moe_layers, mav.moe_layers) == (48, 24)
