@@ -158,8 +158,9 @@ def sweep_host_terms(d: pd.DataFrame | None = None) -> dict:
 
 def write_sweep_version(path: Path, command: str, date: str, terms: dict | None = None) -> dict:
     """Write vLLM 0.30's entry into the engine catalog at ``path`` (the other versions stay): t_call from the sweep
-    (:func:`sweep_host_terms`), t_seq, the serial front-end share (capped at t_call) and the async overlap
-    transferred from :data:`REF_VERSION`. Returns the sweep's terms."""
+    (:func:`sweep_host_terms`), t_seq, the serial front-end share (capped at t_call) with its first-stage share s
+    where the reference has one, and the async overlap transferred from :data:`REF_VERSION`. Returns the sweep's
+    terms."""
     from calibrate.fit.host_fit import put_versions
     from simulator.catalog.engine_hosts import engine_version
 
@@ -183,5 +184,9 @@ def write_sweep_version(path: Path, command: str, date: str, terms: dict | None 
     if ref.tp_step_overhead_s is not None:
         entry["tp_step_overhead_s"] = {"value": ref.tp_step_overhead_s.value, "kind": "transferred",
                                        "source": f"{tr}; every sweep run was at TP 1"}
+    if ref.front_end_first_share is not None:  # t_fe was fitted with it: the pair travels together
+        entry["front_end_first_share"] = {"value": ref.front_end_first_share.value, "kind": "transferred",
+                                          "source": f"{tr}, with its serial front end; a closed loop of <= 128 "
+                                                    f"streams does not measure it"}
     put_versions(path, [entry])
     return t

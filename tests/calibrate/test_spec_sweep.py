@@ -43,7 +43,7 @@ def test_sweep_host_terms_and_the_0_30_entry(tmp_path):
 
     import yaml
 
-    from simulator.catalog.engine_hosts import HOSTS_PATH
+    from simulator.catalog.engine_hosts import HOSTS_PATH, ServingEngine, engine_version
 
     t = ss.sweep_host_terms()
     assert 0 < t["call_overhead_s"] < t["ttft_1_ms"] / 1e3 and 0 < t["prefill_1_ms"] < t["ttft_1_ms"]
@@ -58,3 +58,10 @@ def test_sweep_host_terms_and_the_0_30_entry(tmp_path):
     e = raw["engines"]["vllm"][-1]
     assert e["call_overhead_s"]["kind"] == "calibrated" and e["seq_overhead_s"]["kind"] == "transferred"
     assert e["front_end_serial_s"]["value"] <= e["call_overhead_s"]["value"]
+    # the reference's serial front end travels with its first-stage share, the pair it was fitted as
+    ref = engine_version(ServingEngine(version=t["reference"]))
+    if ref.front_end_first_share is None:
+        assert "front_end_first_share" not in e
+    else:
+        assert e["front_end_first_share"]["value"] == ref.front_end_first_share.value
+        assert e["front_end_first_share"]["kind"] == "transferred"
