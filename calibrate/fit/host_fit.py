@@ -305,6 +305,7 @@ def write_catalog(fitted: dict[str, dict], path, source: str, date: str, drop: t
                       else UNMEASURED[t] + (f"; transferred from vLLM {f[t + '_from']}" if f"{t}_from" in f else "")}
             if se is not None:
                 ent[t]["stderr"] = float(f"{se:.3g}")
+        ent["call_overhead_s"] = kept_call(path, v, f) or ent["call_overhead_s"]
         if "front_end_first_share" in f:
             ent["front_end_first_share"] = {
                 "value": float(f"{f['front_end_first_share']:.3g}"), "kind": "calibrated",
@@ -314,6 +315,27 @@ def write_catalog(fitted: dict[str, dict], path, source: str, date: str, drop: t
     put_versions(path, new, drop=drop, provenance={"kind": "fitted", "source": source, "date": date,
                              "method": "calibrate.fit.host_fit.fit_hosts (robust least squares on log errors of median "
                                        "ITL, mean TTFT, output throughput)"})
+
+
+KEPT_NOTE = "kept from the catalog's previous entry: the fit does not identify t_lat"
+
+
+def kept_call(path, version: str, f: dict) -> dict | None:
+    """The catalog's current t_call of ``version`` (the entry at ``path``) where the fit ``f`` does not identify the
+    concurrent latency t_lat (its standard error at least its value: the released runs' few closed loops pull it both
+    ways), else None (the fitted t_lat + t_fe is written)."""
+    from simulator.inputs.loading import read_yaml
+
+    se = f.get("call_latency_s_stderr")
+    if se is None or se < f["call_latency_s"]:
+        return None
+    old = next((e for e in read_yaml(path)["engines"].get("vllm", []) if e["version"] == version), None)
+    if old is None or "call_overhead_s" not in old:
+        return None
+    keep = dict(old["call_overhead_s"])
+    if not keep["source"].startswith(KEPT_NOTE):
+        keep["source"] = f"{KEPT_NOTE} ({f['call_latency_s']:.3g} +- {se:.3g} s in the refit); {keep['source']}"
+    return keep
 
 
 def put_versions(path, entries: list[dict], provenance: dict | None = None, drop: tuple[str, ...] = ()) -> None:

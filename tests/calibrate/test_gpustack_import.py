@@ -253,3 +253,28 @@ def test_first_share_is_measured_from_the_versions_4_token_bursts_and_reaches_th
     write_catalog({"0.11": f}, cat, "test", "2026-11-29")
     ent = yaml.safe_load(cat.read_text())["engines"]["vllm"][0]
     assert ent["front_end_first_share"]["value"] == 0.5 and "model-free" in ent["front_end_first_share"]["source"]
+
+
+def test_the_catalog_keeps_its_t_call_where_the_refit_does_not_identify_t_lat(tmp_path):
+    """write_catalog: a fitted t_lat whose standard error is at least its value leaves the version's t_call as the
+    catalog had it (noted once, however often rerun); an identified one, or a version new to the catalog, is written."""
+    import yaml
+
+    from calibrate.fit.host_fit import KEPT_NOTE, write_catalog
+
+    f = {"seq_overhead_s": 1e-5, "tp_step_overhead_s": 0.0, "call_latency_s": 0.004, "call_latency_s_stderr": 0.014,
+         "front_end_serial_s": 0.003, "async_overlap": 0.2, "rms_log": 0.1, "runs": 3, "front_end_serial_max_s": 0.004}
+    cat = tmp_path / "hosts.yaml"
+    cat.write_text(yaml.safe_dump({"provenance": {}, "engines": {"vllm": []}}))
+    call = lambda: yaml.safe_load(cat.read_text())["engines"]["vllm"][0]["call_overhead_s"]  # noqa: E731
+    write_catalog({"0.11": f}, cat, "test", "2026-11-29")
+    assert call()["value"] == pytest.approx(0.007)  # new to the catalog: the fit's t_lat + t_fe
+    raw = yaml.safe_load(cat.read_text())
+    raw["engines"]["vllm"][0]["call_overhead_s"].update(value=0.025, source="earlier fit")
+    cat.write_text(yaml.safe_dump(raw))
+    for _ in range(2):
+        write_catalog({"0.11": f}, cat, "test", "2026-11-30")
+        assert call()["value"] == 0.025 and call()["source"].count(KEPT_NOTE) == 1
+        assert call()["source"].endswith("earlier fit")
+    write_catalog({"0.11": dict(f, call_latency_s_stderr=0.001)}, cat, "test", "2026-11-30")  # identified: written
+    assert call()["value"] == pytest.approx(0.007)

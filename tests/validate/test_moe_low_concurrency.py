@@ -53,8 +53,9 @@ def test_moe_step_never_cheaper_than_reading_the_touched_experts_once(name, gpu,
 # ---- the MLA module's fixed cost ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("gpu", ("h200", "b200"))
 def test_t_mla_adds_once_per_latent_attention_layer_and_nowhere_else(gpu):
-    with_t = _dep("deepseek-r1", gpu, tp=8, dtype="fp8", mla_layer_overhead_s=50e-6)
-    without = _dep("deepseek-r1", gpu, tp=8, dtype="fp8", mla_layer_overhead_s=0.0)
+    # async scheduling off: with it a GPU-side addition is exposed only while the GPU paces the step (roofline.step_time)
+    with_t = _dep("deepseek-r1", gpu, tp=8, dtype="fp8", mla_layer_overhead_s=50e-6, async_overlap=0.0)
+    without = _dep("deepseek-r1", gpu, tp=8, dtype="fp8", mla_layer_overhead_s=0.0, async_overlap=0.0)
     for b in (1, 4, 64):
         d = with_t.batch_forward_time(np.ones(b), np.full(b, 2048.0)) - without.batch_forward_time(np.ones(b), np.full(b, 2048.0))
         assert d == pytest.approx(with_t.model.layers * 50e-6, rel=1e-9)
