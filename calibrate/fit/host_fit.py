@@ -333,8 +333,8 @@ def kept_call(path, version: str, f: dict) -> dict | None:
     if old is None or "call_overhead_s" not in old:
         return None
     keep = dict(old["call_overhead_s"])
-    if not keep["source"].startswith(KEPT_NOTE):
-        keep["source"] = f"{KEPT_NOTE} ({f['call_latency_s']:.3g} +- {se:.3g} s in the refit); {keep['source']}"
+    base = keep["source"].split("); ", 1)[1] if keep["source"].startswith(KEPT_NOTE) else keep["source"]
+    keep["source"] = f"{KEPT_NOTE} ({f['call_latency_s']:.3g} +- {se:.3g} s in the latest refit); {base}"
     return keep
 
 

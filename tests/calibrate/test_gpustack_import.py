@@ -272,9 +272,9 @@ def test_the_catalog_keeps_its_t_call_where_the_refit_does_not_identify_t_lat(tm
     raw = yaml.safe_load(cat.read_text())
     raw["engines"]["vllm"][0]["call_overhead_s"].update(value=0.025, source="earlier fit")
     cat.write_text(yaml.safe_dump(raw))
-    for _ in range(2):
-        write_catalog({"0.11": f}, cat, "test", "2026-11-30")
+    for t_lat in (0.004, 0.005):  # rerun: one note, naming the latest refit's t_lat
+        write_catalog({"0.11": dict(f, call_latency_s=t_lat)}, cat, "test", "2026-11-30")
         assert call()["value"] == 0.025 and call()["source"].count(KEPT_NOTE) == 1
-        assert call()["source"].endswith("earlier fit")
+        assert call()["source"].endswith("earlier fit") and f"({t_lat:.3g} +- " in call()["source"]
     write_catalog({"0.11": dict(f, call_latency_s_stderr=0.001)}, cat, "test", "2026-11-30")  # identified: written
     assert call()["value"] == pytest.approx(0.007)
