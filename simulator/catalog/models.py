@@ -366,12 +366,12 @@ class ModelSpec(LayerKinds):
             return 4.0 * self.heads * self.head_dim * self.kv_layers * a + self.linear_layers * self.linear_flops_per_token * n
         if self.is_mla:
             n = np.asarray(a if new_tokens is None else new_tokens, dtype=float)
-            per_seq = np.divide(n, np.maximum(np.asarray(seqs, dtype=float), 1e-300))
             absorbed = 2.0 * (2 * self.kv_lora_rank + self.qk_rope_head_dim)
-            expanded = 2.0 * self.heads * (self.qk_nope_head_dim + self.qk_rope_head_dim + self.v_head_dim)
             if self.index_topk is not None:
                 heads = max(self.heads, SPARSE_MLA_MIN_HEADS_PER_GPU * tp)
                 return self.layers * (heads * absorbed * self.sparse_cap(a, n) + self.indexer_flops_per_pair * a * tp)
+            per_seq = np.divide(n, np.maximum(np.asarray(seqs, dtype=float), 1e-300))
+            expanded = 2.0 * self.heads * (self.qk_nope_head_dim + self.qk_rope_head_dim + self.v_head_dim)
             per_pair = np.where(per_seq <= MLA_DECODE_MAX_TOKENS, self.heads * absorbed, expanded)
         else:
             per_pair = 4.0 * self.heads * self.head_dim
