@@ -58,6 +58,9 @@ class HardwareSpec(BaseModel):
     detect: list[str] = Field(default_factory=list)
     data_labels: dict[str, str] = Field(default_factory=dict)
     same_chip_as: str | None = None
+    # CUDA compute capability (major, minor); None: not a CUDA GPU. Which kernels an engine picks on the GPU
+    # (simulator/catalog/moe_layout.py: vLLM's MXFP4 MoE backend and the weight layout it stores)
+    compute_capability: tuple[int, int] | None = None
     l2_bytes: float | None = Field(default=None, gt=0)
     # Only where memory_bandwidth_bytes_per_s is a prior rather than a datasheet peak (the CPU entry): the physical
     # bound on achieved bandwidth (simulator.cost.cost_profile.physical_max)

@@ -34,6 +34,7 @@ import numpy as np
 
 from simulator.catalog import HardwareSpec, ModelSpec
 from simulator.catalog.models import skewed_experts_hit
+from simulator.catalog.moe_layout import stored_expert_factor
 from simulator.catalog.quant_gemm import GemmKind, gemm_kind, peak_flops
 from simulator.cost.cost_profile import CostParams
 from simulator.cost.roofline import ACTIVATION_BYTES, gpu_split, moe_token_time, step_time
@@ -172,14 +173,17 @@ class Deployment:
     @property
     def resident_bytes_per_gpu(self) -> float:
         """Stored weights per GPU: the model over tp * pp GPUs; with data-parallel attention the non-expert weights
-        over tp (every rank holds them) and the routed experts over ep = tp * dp."""
+        over tp (every rank holds them) and the routed experts over ep = tp * dp. Routed experts as the engine
+        allocates them: MXFP4 experts padded to the kernels' layout (:func:`simulator.catalog.moe_layout.
+        stored_expert_factor`; the pass reads the checkpoint's bytes)."""
         if self.drafting.free:
             return 0.0
         m = self.model
-        if self.dp == 1:
-            return m.weight_bytes_resident / self.gpus
         experts = m.moe_layers * m.experts * m.expert_bytes
-        return (m.weight_bytes_resident - experts) / self.tp + experts / self.ep
+        padding = (stored_expert_factor(m, self.hardware, self.tp if self.ep == 1 else 1) - 1.0) * experts
+        if self.dp == 1:
+            return (m.weight_bytes_resident + padding) / self.gpus
+        return (m.weight_bytes_resident - experts) / self.tp + (experts + padding) / self.ep
 
     @property
     def kv_bytes_per_token_per_gpu(self) -> float:

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from simulator.catalog import get_hardware, get_model
+from simulator.catalog.moe_layout import stored_expert_factor
 from simulator.cost.cost_model import Deployment, expert_parallel_error
 from simulator.cost.cost_profile import prior_profile
 from simulator.errors import InputError
@@ -46,7 +47,8 @@ def test_dp_replicates_attention_and_spreads_experts(model, tp, dp):
     m = get_model(model)
     d, one = dep(model, tp, dp), dep(model, tp, 1)
     experts = m.moe_layers * m.experts * m.expert_bytes
-    assert d.resident_bytes_per_gpu == pytest.approx((m.weight_bytes_resident - experts) / tp + experts / (tp * dp))
+    stored = experts * stored_expert_factor(m, d.hardware, 1)  # whole experts per GPU, as the engine lays them out
+    assert d.resident_bytes_per_gpu == pytest.approx((m.weight_bytes_resident - experts) / tp + stored / (tp * dp))
     assert d.resident_bytes_per_gpu < one.resident_bytes_per_gpu
     assert d.kv_bytes_per_token_per_gpu == one.kv_bytes_per_token_per_gpu
     plan = memory_plan([d], 0.9, 8192)
