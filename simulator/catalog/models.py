@@ -209,6 +209,11 @@ class ModelSpec(LayerKinds):
         """Stored bytes of one routed expert (its own dtype: MXFP4 for gpt-oss)."""
         return self.expert_params * self.expert_bytes_per_weight
 
+    @property
+    def routed_expert_bytes(self) -> float:
+        """Stored bytes of every routed expert of every MoE layer (0 for a dense model)."""
+        return self.moe_layers * self.experts * self.expert_bytes
+
     def experts_hit(self, tokens):
         """Expected distinct routed experts a pass of ``tokens`` tokens reads in one MoE layer, under uniform routing
         (each token picks top-k of E experts, every expert equally likely, tokens independent):
@@ -303,7 +308,7 @@ class ModelSpec(LayerKinds):
             emb = 0 if self.shares_target_embeddings else self.params - self.layer_params_total - self.extra_matmul_params - self.hidden
             all_experts = self.moe_layers * self.experts * self.expert_params
             other = self.layer_params_total - all_experts + self.extra_matmul_params + self.hidden
-            return other * self.bytes_per_param + emb * self.head_bytes + self.moe_layers * self.experts * self.expert_bytes
+            return other * self.bytes_per_param + emb * self.head_bytes + self.routed_expert_bytes
         if self.head_bytes_per_param is None and not self.extra_matmul_params and not self.shares_target_embeddings:
             return self.params * self.bytes_per_param
         emb = 0 if self.shares_target_embeddings else self.params - self.matmul_params_per_token - self.hidden

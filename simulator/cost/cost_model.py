@@ -179,7 +179,7 @@ class Deployment:
         if self.drafting.free:
             return 0.0
         m = self.model
-        experts = m.moe_layers * m.experts * m.expert_bytes
+        experts = m.routed_expert_bytes
         padding = (stored_expert_factor(m, self.hardware, self.tp if self.ep == 1 else 1) - 1.0) * experts
         if self.dp == 1:
             return (m.weight_bytes_resident + padding) / self.gpus

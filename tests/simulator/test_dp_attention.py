@@ -46,7 +46,7 @@ def test_dp_replicates_attention_and_spreads_experts(model, tp, dp):
     replica's KV cache is dp ranks' caches (a sequence lives on one rank)."""
     m = get_model(model)
     d, one = dep(model, tp, dp), dep(model, tp, 1)
-    experts = m.moe_layers * m.experts * m.expert_bytes
+    experts = m.routed_expert_bytes
     stored = experts * stored_expert_factor(m, d.hardware, 1)  # whole experts per GPU, as the engine lays them out
     assert d.resident_bytes_per_gpu == pytest.approx((m.weight_bytes_resident - experts) / tp + stored / (tp * dp))
     assert d.resident_bytes_per_gpu < one.resident_bytes_per_gpu

@@ -62,6 +62,6 @@ def test_whole_experts_per_gpu_pad_the_unsplit_intermediate():
     m, h = get_model("gpt-oss-120b"), get_hardware("h100-sxm")
     assert stored_expert_factor(m, h, 1) == pytest.approx(3072 / 2880)
     assert stored_expert_factor(m, h, 4) == pytest.approx(3072 / 2880 * 768 / 720)
-    experts = m.moe_layers * m.experts * m.expert_bytes
+    experts = m.routed_expert_bytes
     ep = dep("gpt-oss-120b", "h100-sxm", tp=4, ep=4)
     assert ep.resident_bytes_per_gpu == pytest.approx((m.weight_bytes_resident + experts * (3072 / 2880 - 1)) / 4)
