@@ -286,6 +286,9 @@ def write_catalog(fitted: dict[str, dict], path, source: str, date: str, drop: t
     """Replace the fitted versions of vLLM in the engine catalog at ``path`` (other versions and engines kept), each
     term with its kind, source and standard error; the file's provenance names the data, the command and the date.
     ``drop``: versions the data hold but the fit gave no terms (too few models): their old entries are removed."""
+    from simulator.inputs.loading import read_yaml
+
+    previous = {e["version"]: e for e in read_yaml(path)["engines"].get("vllm", [])}
     new = []
     for v, f in sorted(fitted.items()):
         src = f"fitted on {f['runs']} released vLLM {v} runs ({source}); rms log error {f['rms_log']:.3f}"
@@ -305,7 +308,7 @@ def write_catalog(fitted: dict[str, dict], path, source: str, date: str, drop: t
                       else UNMEASURED[t] + (f"; transferred from vLLM {f[t + '_from']}" if f"{t}_from" in f else "")}
             if se is not None:
                 ent[t]["stderr"] = float(f"{se:.3g}")
-        ent["call_overhead_s"] = kept_call(path, v, f) or ent["call_overhead_s"]
+        ent["call_overhead_s"] = kept_call(previous.get(v), f) or ent["call_overhead_s"]
         if "front_end_first_share" in f:
             ent["front_end_first_share"] = {
                 "value": float(f"{f['front_end_first_share']:.3g}"), "kind": "calibrated",
@@ -320,16 +323,13 @@ def write_catalog(fitted: dict[str, dict], path, source: str, date: str, drop: t
 KEPT_NOTE = "kept from the catalog's previous entry: the fit does not identify t_lat"
 
 
-def kept_call(path, version: str, f: dict) -> dict | None:
-    """The catalog's current t_call of ``version`` (the entry at ``path``) where the fit ``f`` does not identify the
-    concurrent latency t_lat (its standard error at least its value: the released runs' few closed loops pull it both
-    ways), else None (the fitted t_lat + t_fe is written)."""
-    from simulator.inputs.loading import read_yaml
-
+def kept_call(old: dict | None, f: dict) -> dict | None:
+    """The catalog's current t_call (``old``: the version's entry as the catalog has it, None: new to it) where the fit
+    ``f`` does not identify the concurrent latency t_lat (its standard error at least its value: the released runs'
+    few closed loops pull it both ways), else None (the fitted t_lat + t_fe is written)."""
     se = f.get("call_latency_s_stderr")
     if se is None or se < f["call_latency_s"]:
         return None
-    old = next((e for e in read_yaml(path)["engines"].get("vllm", []) if e["version"] == version), None)
     if old is None or "call_overhead_s" not in old:
         return None
     keep = dict(old["call_overhead_s"])
