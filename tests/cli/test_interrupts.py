@@ -104,13 +104,17 @@ def test_interrupt_stops_the_whole_tree(tmp_path, how):
 
 
 def test_ctrl_c_while_importing_prints_one_line():
-    """Ctrl-C half a second in: the command tree is still importing (seconds on this machine)."""
+    """Ctrl-C a moment after the interpreter is up: the command tree is still importing (seconds on this machine)."""
     # as from a terminal: SIGINT at its default (a pytest-xdist worker ignores it, and a child inherits SIG_IGN,
-    # under which the interpreter drops a Ctrl-C that arrives before specsim installs its own handler)
-    p = subprocess.Popen([sys.executable, "-m", "specsim_cli", "simulate", "capacity", "cpu-smollm2"], cwd=ROOT,
+    # under which the interpreter drops a Ctrl-C that arrives before specsim installs its own handler). The child
+    # says when its interpreter has started (site imported, before any of specsim's code): a fixed delay from the
+    # spawn let a loaded machine deliver the signal inside the interpreter's own start-up (a traceback through site)
+    boot = "import runpy, sys; print('ready', flush=True); runpy.run_module('specsim_cli', run_name='__main__', alter_sys=True)"
+    p = subprocess.Popen([sys.executable, "-c", boot, "simulate", "capacity", "cpu-smollm2"], cwd=ROOT,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    time.sleep(0.5)
+    assert p.stdout.readline().strip() == "ready", p.communicate()[1]
+    time.sleep(0.2)
     rc, err, _ = _interrupt(p, lambda: p.send_signal(signal.SIGINT))
     assert rc == 130 and "Traceback" not in err, err
     assert [ln for ln in err.splitlines() if ln.strip()] == ["interrupted (Ctrl-C): stopped; no partial file written"]
