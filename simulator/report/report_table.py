@@ -258,8 +258,9 @@ CAPACITY_HELP = (
     "drift x = mean latency of the last quarter of arrivals / the second quarter (a rate counts as sustained only "
     f"at <= {DRIFT_LIMIT:g} with no significant latency trend: otherwise the queue is still growing, so SLO met = no "
     "even when p99 is under the bound); "
-    "sims = serving simulations run by the search for that configuration; goodput req/s = requests per second "
-    "finishing within the SLO; cost/1000 req at --gpu-hour-cost, in --currency; replicas and GPUs (CPU hosts for a CPU "
+    "sims = serving simulations run by the search for that configuration; goodput req/s = requests within the "
+    "SLO per second of the whole run, its fill and drain included (vLLM's --goodput), so below the max rate for a "
+    "finite run even when nearly every request meets the SLO; cost/1000 req at --gpu-hour-cost, in --currency; replicas and GPUs (CPU hosts for a CPU "
     "scenario) for --target-qps, at the max rate and at the 95% interval's lower bound (which may need one more).")
 
 
@@ -272,6 +273,8 @@ def render_capacity(df: pd.DataFrame, title: str, columns: str | None = None, cu
     cols = choose_columns(df, None if spec in ("", "summary") else ("all" if spec == "all" else spec), names, default)
     notes = ["thr req/s: completed while requests arrive, at the rate shown; thr/offered >= 1 - tol to count as "
              "sustained" if "window_throughput_qps" in cols else "",
+             "goodput req/s: within the SLO, per second of the whole run (fill and drain included, as vLLM's "
+             "--goodput)" if "goodput_qps" in cols else "",
              f"drift x: last / second quarter of arrivals' latency (<= {DRIFT_LIMIT:g} to count as sustained)"
              if "latency_drift" in cols else "", "sims: simulations the search ran" if "evaluations" in cols else ""]
     notes = [n for n in notes if n]
