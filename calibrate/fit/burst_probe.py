@@ -130,8 +130,12 @@ GROUPS = {
 }
 VARIANTS = {
     "catalog": {},
-    "t_seq 30 us + t_tok 200 us": {"host": {"seq_overhead_s": 3e-5, "front_end_token_s": 2e-4}},
-    "t_seq 60 us + t_tok 100 us": {"host": {"seq_overhead_s": 6e-5, "front_end_token_s": 1e-4}},
+    # a streaming cost is modelled with a one-stage serial front end only (simulator.engines.serving.replica): these
+    # variants set the catalog's two-stage share s to 0
+    "t_seq 30 us + t_tok 200 us": {"host": {"seq_overhead_s": 3e-5, "front_end_token_s": 2e-4,
+                                            "front_end_first_share": 0.0}},
+    "t_seq 60 us + t_tok 100 us": {"host": {"seq_overhead_s": 6e-5, "front_end_token_s": 1e-4,
+                                            "front_end_first_share": 0.0}},
     "H100/H200 at 256 seqs / 8192 tokens": {"caps": (256, 8192)},
     "H100/H200 compute efficiency x 0.6": {"eta_scale": 0.6},
 }

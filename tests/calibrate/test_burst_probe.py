@@ -116,3 +116,26 @@ def test_two_stage_command_refuses_a_bad_fits_file(tmp_path, capsys):
         err = capsys.readouterr().err
         assert "fits.json" in err and "Traceback" not in err
     assert main(["measure", "burst-probe", "two-stage", "--released", str(tmp_path)]) == 0  # no probe: an empty table
+
+
+def test_every_what_if_variant_predicts_on_the_catalog(tmp_path):
+    """Each assumption of the what-if table runs on the engine catalog as it is (a streaming-cost variant with the
+    catalog's two-stage front end was refused by the replica: the variants that add t_tok use one stage), and the
+    streaming cost slows a burst down, never speeds it up."""
+    from calibrate.fit.burst_probe import VARIANTS, predict
+    from calibrate.fit.gpustack_import import TABLE, released_runs
+    from tests.calibrate.test_gpustack_import import ROW
+
+    pd.DataFrame([dict(ROW, serve_cmd="vllm serve Qwen/Qwen3-14B")]).to_csv(tmp_path / TABLE, index=False)
+    (burst,), _ = released_runs(tmp_path)
+    got = {v: predict(burst, **kw) for v, kw in VARIANTS.items()}
+    for v, p in got.items():
+        assert all(np.isfinite(p[f]) and p[f] > 0 for f in ("out_tps", "ttft_ms", "itl_ms")), v
+    slow = [v for v, kw in VARIANTS.items() if kw.get("host", {}).get("front_end_token_s")]
+    assert slow
+    one_stage = predict(burst, host={"front_end_first_share": 0.0})
+    for v in slow:
+        seq = VARIANTS[v]["host"]["seq_overhead_s"]
+        same_seq = predict(burst, host={"front_end_first_share": 0.0, "seq_overhead_s": seq})
+        assert got[v]["out_tps"] <= same_seq["out_tps"] * (1 + 1e-9), v
+    assert one_stage["out_tps"] > 0
