@@ -25,7 +25,9 @@ the host terms' own one-stage serial front end. Host terms per GPU held out (``-
 ``specsim measure burst-probe what-if`` -- the serving simulator's errors on groups of released vLLM runs
 under the catalog's host terms and under one changed assumption at a time: a serial front end that also pays
 ``front_end_token_s`` per streamed token (with a smaller per-sequence step cost t_seq, as the bursts' median ITL
-asks), vLLM's A100 batching caps (256 sequences) on the H100/H200, and the H100/H200 compute efficiency scaled.
+asks), vLLM's A100 batching caps (256 sequences) on the H100/H200, the H100/H200 compute efficiency scaled, and
+random-dataset requests that end early (`vllm bench serve` does not ignore EOS: a run's mean output below its cap,
+``gpustack_import.output_caps``) with a constant end-of-sequence probability per token at the run's mean.
 In-sample screens (the catalog's own fit), not held-out figures."""
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from calibrate.fit.gpustack_import import GPUSTACK, TABLE, ReleasedRun, released
 from calibrate.fit.host_fit import catalog_terms, in_fit, intake_probe, is_intake_probe, nearest, probe_intake
 
 ENGINES = (("vllm", "vllm serve"), ("sglang", "python3 -m sglang"), ("trtllm", "trtllm-serve"))
-FIGS = ("out_tps", "ttft_ms", "itl_ms")
+FIGS = ("out_tps", "ttft_ms", "itl_ms", "tpot_ms")
 
 
 def is_burst(requests: float, out_tok: float, concurrency) -> bool:
@@ -97,17 +99,19 @@ def prefill_table(runs: list[ReleasedRun]) -> pd.DataFrame:
     return pd.DataFrame(rows).sort_values(["gpu", "model"]).reset_index(drop=True)
 
 
-def predict(run: ReleasedRun, host: dict | None = None, eta_scale: float = 1.0, caps: tuple | None = None) -> dict:
+def predict(run: ReleasedRun, host: dict | None = None, eta_scale: float = 1.0, caps: tuple | None = None,
+            early_end: bool = False) -> dict:
     """The simulator's figures of ``run`` with the catalog's host terms of its version updated by ``host``, the
-    compute efficiencies (dense and MoE) x ``eta_scale`` on an H100 / H200, and ``caps`` = (max_num_seqs,
-    max_num_batched_tokens) replacing the run's batching on an H100 / H200."""
+    compute efficiencies (dense and MoE) x ``eta_scale`` on an H100 / H200, ``caps`` = (max_num_seqs,
+    max_num_batched_tokens) replacing the run's batching on an H100 / H200, and with ``early_end`` a random-dataset
+    run's requests ending early at its measured mean (:func:`calibrate.fit.released_predict.run_workload`)."""
     import calibrate.fit.released_predict as rp
 
     hot = run.gpu != "a100-80gb"
     if caps is not None and hot:
         run = replace(run, max_num_seqs=caps[0], max_num_batched_tokens=caps[1])
     if eta_scale == 1.0 or not hot:
-        return rp.predict_released(run, host)
+        return rp.predict_released(run, host, early_end=early_end)
     base = rp.run_params
 
     def scaled(r, h=None):
@@ -117,7 +121,7 @@ def predict(run: ReleasedRun, host: dict | None = None, eta_scale: float = 1.0, 
 
     rp.run_params = scaled
     try:
-        return rp.predict_released(run, host)
+        return rp.predict_released(run, host, early_end=early_end)
     finally:
         rp.run_params = base
 
@@ -127,6 +131,7 @@ GROUPS = {
                                                                     r.concurrency),
     "h100/h200 long prompts": lambda r: r.gpu != "a100-80gb" and r.input_tokens >= 1000 and r.output_tokens >= 16,
     "a100 (fitted rows)": lambda r: r.gpu == "a100-80gb" and r.output_tokens >= 16,
+    "random dataset (fitted rows)": lambda r: r.dataset == "random" and r.output_tokens >= 16,
 }
 VARIANTS = {
     "catalog": {},
@@ -138,12 +143,13 @@ VARIANTS = {
                                             "front_end_first_share": 0.0}},
     "H100/H200 at 256 seqs / 8192 tokens": {"caps": (256, 8192)},
     "H100/H200 compute efficiency x 0.6": {"eta_scale": 0.6},
+    "random-dataset requests end early (EOS per token)": {"early_end": True},
 }
 
 
 def what_if(runs: list[ReleasedRun], groups: list[str], variants: list[str]) -> pd.DataFrame:
-    """Per group and variant: runs, median |error| and median signed error (bias) of output throughput, mean TTFT
-    and median ITL, in %."""
+    """Per group and variant: runs, median |error| and median signed error (bias) of output throughput, mean TTFT,
+    median ITL and mean TPOT, in %."""
     rows = []
     for g in groups:
         sel = [r for r in runs if GROUPS[g](r)]

@@ -15,7 +15,7 @@ from simulator.paths import shared
 import re
 import shlex
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -73,6 +73,7 @@ class ReleasedRun:
     dataset: str  # "sharegpt" (prompts and replies of varied length: :func:`dataset_of`) or "random" (fixed lengths)
     measured: dict  # out_tps, mean_ttft_ms, median_ttft_ms, mean_tpot_ms, median_tpot_ms, mean_itl_ms, median_itl_ms,
     # duration_s
+    output_cap: int | None = None  # random dataset: the requests' max_tokens (:func:`output_caps`); None: unknown
 
     @property
     def key(self) -> str:
@@ -97,6 +98,16 @@ def _option(args: list[str], *names: str) -> str | None:
     return None
 
 
+ROUND_LENGTHS = tuple([128 * 2**k for k in range(12)] + [1000 * k for k in range(1, 129)])
+
+
+def round_length(tokens_per_request: float) -> int | None:
+    """The round length a random-dataset run asked for (``--random-input-len``: 128, 2000, 4000, ...) when the
+    per-request mean is within 2% of one (the served model's tokenizer moves it a little: 1996-2000), else None."""
+    near = min(ROUND_LENGTHS, key=lambda r: abs(tokens_per_request - r))
+    return near if abs(tokens_per_request - near) <= 0.02 * near else None
+
+
 def dataset_of(comment, input_per_request: float, output_per_request: float) -> str:
     """Which `vllm bench serve` dataset a row ran, which the table does not say (the doc's benchmark command does):
     "sharegpt" when the comment above the block says so, "random" when it names a random input length; otherwise
@@ -110,8 +121,7 @@ def dataset_of(comment, input_per_request: float, output_per_request: float) -> 
         return "sharegpt"
     if re.search(r"random \d+k? input", text):
         return "random"
-    rounds = [128 * 2**k for k in range(12)] + [1000 * k for k in range(1, 129)]
-    is_round = any(abs(input_per_request - r) <= 0.02 * r for r in rounds)
+    is_round = round_length(input_per_request) is not None
     fits = input_per_request <= SHAREGPT_MAX_PROMPT and input_per_request + output_per_request <= SHAREGPT_MAX_TOTAL
     return "sharegpt" if fits and not is_round else "random"
 
@@ -182,6 +192,19 @@ def _parse(i: int, r, as_labelled: bool = False) -> ReleasedRun | str:
         measured=measured)
 
 
+def output_caps(df: pd.DataFrame) -> dict[tuple[int, int], int]:
+    """{(prompt tokens per request, requests): max_tokens} of the table's random-dataset runs, which the table does not
+    state (the docs' benchmark commands do): the largest mean output of any row with that prompt length and request
+    count, every engine's (a run whose every request reached the cap; the docs' 128 / 2000 / 4000 / 32000-token
+    prompts give 4 / 100 / 200 / 100). A run below it ended some requests early (`vllm bench serve` does not ignore
+    EOS unless told)."""
+    n = df["requests"].astype(float)
+    inp, out = df["in_tok"] / n, df["out_tok"] / n
+    key = pd.DataFrame({"inp": [round_length(i) or -1 for i in inp], "req": n.astype(int), "out": out})
+    key = key[[dataset_of(c, i, o) == "random" and k > 0 for c, i, o, k in zip(df["block_comment"], inp, out, key.inp)]]
+    return {(int(i), int(r)): int(round(o)) for (i, r), o in key.groupby(["inp", "req"]).out.max().items()}
+
+
 def released_runs(folder: Path | str = GPUSTACK, as_labelled: bool = False) -> tuple[list[ReleasedRun], Counter]:
     """(the table's vLLM rows as runs, skipped rows counted by reason). Duplicate rows (the same doc, command, load
     and figures: the docs repeat a baseline block in later sections) are kept once. ``as_labelled``: every run on the
@@ -194,6 +217,7 @@ def released_runs(folder: Path | str = GPUSTACK, as_labelled: bool = False) -> t
     if missing:
         raise InputError(str(path), missing[0], f"column missing (expected {', '.join(COLUMNS)})")
     runs, skipped, seen = [], Counter(), set()
+    caps = output_caps(df)
     for i, r in enumerate(df.itertuples(index=False)):
         out = _parse(i, r, as_labelled)
         if isinstance(out, str):
@@ -205,6 +229,8 @@ def released_runs(folder: Path | str = GPUSTACK, as_labelled: bool = False) -> t
             skipped["duplicate of an earlier row"] += 1
             continue
         seen.add(dup)
+        if out.dataset == "random":
+            out = replace(out, output_cap=caps.get((round_length(out.input_tokens) or -1, out.requests)))
         runs.append(out)
     # the same measured figures in two docs (glm-4.5-air's H100 doc repeats four of its A100 doc's blocks): a copy,
     # and which GPU measured it is unknown, so neither is kept

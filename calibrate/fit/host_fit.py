@@ -10,7 +10,7 @@ front end), held fixed while the five are chosen by robust (soft-L1) least squar
 the log errors of each run's median ITL, mean TTFT and output throughput as the serving simulator predicts them
 (:func:`calibrate.fit.released_predict.predict_released`). Each figure pins one mechanism: the median ITL is the step
 time at the run's batch (t_seq; mean TPOT is not fitted: it is dominated by stalls -- a decoding request waiting on
-the burst's prefill chunks, preemption -- and by requests ending early, which the replayed plans do not have), the
+the burst's prefill chunks, preemption; requests ending early barely move it, ``burst_probe``'s what-if), the
 low-concurrency runs' TTFT is t_lat + t_fe + one prefill, and a burst's TTFT and throughput are its admission through
 the serial front end. t_fe is bounded above by the data: a serial front end admits a burst of N requests over
 (N - 1) t_fe, so its mean TTFT is at least (N - 1) t_fe / 2 (:func:`serial_bound`). t_step stays the GPU's own

@@ -49,29 +49,38 @@ def run_params(run: ReleasedRun, host: dict | None = None):
     return hw, prior_profile(hw, serving_engine=eng, host=host).params(hw)
 
 
-def run_workload(run: ReleasedRun, sharegpt_sigma: float | None = None):
+def run_workload(run: ReleasedRun, sharegpt_sigma: float | None = None, early_end: bool = False):
     """The requests of ``run`` as a serving workload: ShareGPT runs (:func:`calibrate.fit.gpustack_import.dataset_of`)
     get vLLM's ShareGPT lengths at the run's measured per-request means (the replies' mean is what the model wrote,
-    early ends included; spread ``sharegpt_sigma``, default the assumed one), random-dataset runs the fixed means."""
-    from simulator.engines.serving.bench_workload import SHAREGPT_SIGMA, Lengths, ServingWorkload, sharegpt_lengths
+    early ends included; spread ``sharegpt_sigma``, default the assumed one), random-dataset runs the fixed means;
+    with ``early_end`` a random-dataset run below its cap (``ReleasedRun.output_cap``) replays requests capped there
+    that end early with a constant end-of-sequence probability per token, at the run's measured mean
+    (:func:`simulator.engines.serving.bench_workload.eos_for_mean`)."""
+    from simulator.engines.serving.bench_workload import (SHAREGPT_SIGMA, Lengths, ServingWorkload, eos_for_mean,
+                                                          sharegpt_lengths)
 
+    eos = 0.0
     if run.dataset == "sharegpt":
         li, lo = sharegpt_lengths(run.input_tokens, run.output_tokens,
                                   SHAREGPT_SIGMA if sharegpt_sigma is None else sharegpt_sigma)
+    elif early_end and run.output_cap and run.output_tokens < run.output_cap:
+        li, lo = Lengths(kind="fixed", tokens=run.input_tokens), Lengths(kind="fixed", tokens=run.output_cap)
+        eos = eos_for_mean(run.output_cap, run.output_tokens)
     else:
         li, lo = Lengths(kind="fixed", tokens=run.input_tokens), Lengths(kind="fixed", tokens=run.output_tokens)
-    return ServingWorkload(input_tokens=li, output_tokens=lo, num_prompts=run.requests,
+    return ServingWorkload(input_tokens=li, output_tokens=lo, eos_per_token=eos, num_prompts=run.requests,
                            max_concurrency=run.concurrency, source=run.key)
 
 
 def predict_released(run: ReleasedRun, host: dict | None = None, max_requests: int | None = None,
-                     sharegpt_sigma: float | None = None, intake: tuple[float, float] | None = None) -> dict:
+                     sharegpt_sigma: float | None = None, intake: tuple[float, float] | None = None,
+                     early_end: bool = False) -> dict:
     """Predicted figures of ``run`` (``tpot_ms``, ``ttft_ms``, ``out_tps``; ``batch_mean``: sequences per step).
     ``max_requests``: simulate the first that many of a burst only (the burst's tail is the same queue; stated);
     ``sharegpt_sigma``: another spread of ShareGPT's lengths (:func:`run_workload`); ``intake`` = (c, s): the serial
     front end of a deployment's own probe, c seconds per request of which the share s on arrival (the replica's
     two-stage front end, ``front_end_first_share``), in place of the host terms' t_fe (their concurrent latency
-    t_call - t_fe kept)."""
+    t_call - t_fe kept); ``early_end``: random-dataset requests end early (:func:`run_workload`)."""
     from simulator.catalog import get_model
     from simulator.cost.execution import Execution
     from simulator.engines.serving.arrivals import ClosedLoopUsers, ReplayArrivals
@@ -84,7 +93,7 @@ def predict_released(run: ReleasedRun, host: dict | None = None, max_requests: i
     m = get_model(run.model).with_dtypes(run.weight_dtype, run.kv_dtype)
     setup = Setup(hw, run.tp, {"base": m, "small": m, "draft": m}, ep={"base": run.ep})
     n = run.requests if max_requests is None else min(run.requests, max_requests)
-    plans, _, _ = run_workload(run, sharegpt_sigma).plans(n, seed=0)
+    plans, _, _ = run_workload(run, sharegpt_sigma, early_end).plans(n, seed=0)
     if intake is not None:
         fe = params.call_overhead_s if params.front_end_serial_s is None else params.front_end_serial_s
         params = replace(params, call_overhead_s=params.call_overhead_s - fe + intake[0], front_end_serial_s=intake[0],

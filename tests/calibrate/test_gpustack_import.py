@@ -278,3 +278,31 @@ def test_the_catalog_keeps_its_t_call_where_the_refit_does_not_identify_t_lat(tm
         assert call()["source"].endswith("earlier fit") and f"({t_lat:.3g} +- " in call()["source"]
     write_catalog({"0.11": dict(f, call_latency_s_stderr=0.001)}, cat, "test", "2026-11-30")  # identified: written
     assert call()["value"] == pytest.approx(0.007)
+
+
+def test_output_caps_and_early_ends_of_random_runs(tmp_path):
+    """The random dataset's max_tokens is the largest mean output among the table's runs of the same asked prompt
+    length (tokenizers move 2000 to 1996-2000) and request count; a run below it replays, with early ends, capped
+    requests whose mean is the run's; ShareGPT runs have no cap; without early ends every request is the mean."""
+    from calibrate.fit.gpustack_import import output_caps, round_length
+    from calibrate.fit.released_predict import run_workload
+
+    rand = dict(ROW, block_comment="# random 2K input", requests=500)
+    rows = [dict(rand, serve_cmd="vllm serve Qwen/Qwen3-14B", in_tok=500 * 1996, out_tok=500 * 100),
+            dict(rand, serve_cmd="vllm serve openai/gpt-oss-20b", file="gpt-oss-20b__h100.md", in_tok=500 * 1998,
+                 out_tok=500 * 94, out_tps=900.0),  # other figures than the first row's (else a copy, dropped)
+            dict(ROW, serve_cmd="vllm serve Qwen/Qwen3-14B", block_comment="# ShareGPT", requests=1000,
+                 in_tok=1000 * 217, out_tok=1000 * 201, out_tps=800.0)]
+    pd.DataFrame(rows).to_csv(tmp_path / TABLE, index=False)
+    assert round_length(1996) == 2000 and round_length(217) is None
+    assert output_caps(pd.read_csv(tmp_path / TABLE)) == {(2000, 500): 100}
+    runs, _ = released_runs(tmp_path)
+    by = {(r.model, r.dataset): r for r in runs}
+    early, full, sharegpt = by[("gpt-oss-20b", "random")], by[("qwen3-14b", "random")], by[("qwen3-14b", "sharegpt")]
+    assert (early.output_cap, full.output_cap, sharegpt.output_cap) == (100, 100, None)
+    out = np.array([p.calls[0].out_tokens for p in run_workload(early, early_end=True).plans(500, seed=0)[0]])
+    assert out.max() == 100 and out.min() < 50 and abs(out.mean() / 94 - 1) < 0.03
+    same = np.array([p.calls[0].out_tokens for p in run_workload(early).plans(500, seed=0)[0]])
+    assert (same == 94).all()
+    at_cap = np.array([p.calls[0].out_tokens for p in run_workload(full, early_end=True).plans(500, seed=0)[0]])
+    assert (at_cap == 100).all()

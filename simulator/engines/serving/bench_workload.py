@@ -143,6 +143,20 @@ def sharegpt_lengths(mean_input: float = SHAREGPT_MEANS[0], mean_output: float =
             Lengths.lognormal_with_mean(mean_output, sigma, SHAREGPT_MIN, SHAREGPT_MAX_TOTAL - SHAREGPT_MIN))
 
 
+def eos_for_mean(cap: int, mean: float) -> float:
+    """The end-of-sequence probability per token p (``eos_per_token``) at which requests capped at ``cap`` tokens
+    produce ``mean`` tokens on average: E[min(cap, Geometric(p))] = (1 - (1 - p)^cap) / p, decreasing in p; 0 when
+    the mean is the cap (every request runs to it)."""
+    from scipy.optimize import brentq
+
+    if not 1.0 <= mean <= cap:
+        raise ValueError(f"a mean of {mean} tokens is not within [1, cap = {cap}]")
+    if mean >= cap - 1e-9:
+        return 0.0
+    expected = lambda p: (1.0 - (1.0 - p) ** cap) / p - mean  # noqa: E731
+    return float(brentq(expected, 1e-12, 1.0 - 1e-12)) if mean > 1.0 else 1.0 - 1e-12
+
+
 class SystemPrompts(_Strict):
     count: int = Field(default=1, ge=1, le=1_000_000)  # distinct system prompts, one drawn uniformly per request
     tokens: int = Field(ge=1, le=10_000_000)  # the length of each
