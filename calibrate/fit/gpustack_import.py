@@ -194,11 +194,10 @@ def _parse(i: int, r, as_labelled: bool = False) -> ReleasedRun | str:
 
 def output_caps(df: pd.DataFrame) -> dict[tuple[int, int], int]:
     """{(asked prompt length (:func:`round_length`), requests): max_tokens} of the table's random-dataset runs, which
-    the table does not
-    state (the docs' benchmark commands do): the largest mean output of any row with that prompt length and request
-    count, every engine's (a run whose every request reached the cap; the docs' 128 / 2000 / 4000 / 32000-token
-    prompts give 4 / 100 / 200 / 100). A run below it ended some requests early (`vllm bench serve` does not ignore
-    EOS unless told)."""
+    the table does not state (the docs' benchmark commands do): the largest mean output of any row with that prompt
+    length and request count, every engine's (a run whose every request reached the cap; the docs' 128 / 2000 / 4000
+    / 32000-token prompts give 4 / 100 / 200 / 100). A run below it ended some requests early (`vllm bench serve`
+    does not ignore EOS unless told)."""
     n = df["requests"].astype(float)
     inp, out = df["in_tok"] / n, df["out_tok"] / n
     key = pd.DataFrame({"inp": [round_length(i) or -1 for i in inp], "req": n.astype(int), "out": out})
