@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from simulator.studies.capacity.table import parallelism
+from simulator.studies.capacity.table import EXACT_TRAFFIC, parallelism
 
 ASSUMPTIONS = [
     "One replica = the scenario's GPUs at the given TP; the small and base engines are colocated on them and "
@@ -69,6 +69,11 @@ class ReportContent:
     currency: str = "USD"
 
     @property
+    def exact(self) -> bool:
+        """The requests are a serving benchmark's (a serving workload): every configuration decodes them exactly."""
+        return self.serving_note is not None
+
+    @property
     def dev(self) -> str:
         """What a replica is made of: CPU hosts or GPUs."""
         return "CPU host" if all(str(h) == "cpu" for h in self.rs.hardware_names) else "GPU"
@@ -82,7 +87,7 @@ def capacity_markdown(c: ReportContent) -> str:
         L += [f"> Note: {c.serving_note or c.rs.workload_note()}", ""]
     L += [
          f"_{sc.description}_  ", f"Generated {_dt.datetime.now().isoformat(timespec='seconds')} by `specsim report`.", "",
-         "## Answer", "", f"Accuracy floor: {c.floor.describe()}.", ""]
+         "## Answer", "", (f"Accuracy: {EXACT_TRAFFIC}." if c.exact else f"Accuracy floor: {c.floor.describe()}."), ""]
     L += _answer(c) + _method(c) + _capacity_table(c) + _excluded(c) + _accuracy(c) + _load_curves(c)
     L += ["", "## SLO frontier", "", "![SLO frontier](slo_frontier.png)", "",
           "## Assumptions", ""] + [f"- {a}" for a in ASSUMPTIONS]
@@ -99,7 +104,8 @@ def _answer(c: ReportContent) -> list[str]:
     if b is not None:
         L.append(f"- **Recommended: {b.label}** on {b.hardware} ({parallelism(b)}): one replica sustains "
                  f"**{b.max_qps:.3g} requests/s** ({_ci(b)} 95% interval, {int(b.replications)} replications) under "
-                 f"`{slo.text}` ({b.qps_per_gpu:.3g} requests/s per {dev}); accuracy {_acc(b)} ({b.accuracy_why}).")
+                 f"`{slo.text}` ({b.qps_per_gpu:.3g} requests/s per {dev})"
+                 + ("." if c.exact else f"; accuracy {_acc(b)} ({b.accuracy_why})."))
         if c.rec["ties"]:
             L.append(f"- **Within the interval of the best** (tied: the paired 95% interval of the per-{dev} capacity "
                      f"difference over common seeds does not exceed {EQUIVALENCE:.0%}): {', '.join(c.rec['ties'])}.")
@@ -184,7 +190,10 @@ def _excluded(c: ReportContent) -> list[str]:
 
 
 def _accuracy(c: ReportContent) -> list[str]:
-    """The Pareto plot and where the accuracy data come from."""
+    """The Pareto plot and where the accuracy data come from (benchmark traffic: no accuracy to compare)."""
+    if c.exact:
+        return ["", "## Accuracy", "", f"Not compared: {EXACT_TRAFFIC}. The scenario's reasoning accuracy data "
+                "(its `workload`) describe its reasoning requests, not this traffic."]
     acc_model = c.acc_model
     L = ["", "## Latency, accuracy and capacity", "", "![Pareto frontier](pareto.png)", "",
           "Pareto frontier (dashed): configurations with known accuracy that no other beats on capacity per GPU, accuracy "

@@ -84,7 +84,7 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
             "recommended": None if rec["best"] is None else rec["best"].label, "recommended_ties": rec["ties"],
             "resolved_scenario": rs.to_dict(), "serving_workload": serving and json.loads(serving)}
     _atomic_write(out / "resolved.json", lambda p: Path(p).write_text(json.dumps(meta, indent=1, default=str)))
-    line = headline(cap, rec, slo.text, gpu_hour_cost, currency, target_qps)
+    line = headline(cap, rec, slo.text, gpu_hour_cost, currency, target_qps, exact=serving is not None)
     md = capacity_markdown(ReportContent(rs, slo, load, cap, curves, gpu_hour_cost, target_qps, scenario, rec, floor,
                                          acc_model, spec, skipped, line, serving_note, bench_serve, currency))
     _atomic_write(out / "report.md", lambda p: Path(p).write_text(md))

@@ -188,3 +188,7 @@ def test_report_searches_and_plots_the_workload(tmp_path):
     md = (out / "report.md").read_text()
     assert "ignored: its request rate 7/s" in md and "--bench-serve 'vllm bench serve --random-input-len 256" in md
     assert json.loads((out / "resolved.json").read_text())["serving_workload"]["system_prompts"]["tokens"] == 128
+    # benchmark traffic is decoded exactly by every configuration: the reasoning workload's accuracy is not quoted
+    assert "Accuracy: benchmark traffic" in md and "Accuracy floor" not in md and "Pareto" not in md
+    head = md.splitlines()[2]  # the headline
+    assert "accuracy unknown" not in head and "accuracy does not separate them" in head

@@ -281,7 +281,8 @@ def capacity_study(rs: ResolvedScenario, req: CapacityRequest, where: Where = Wh
     meta["accuracy_floor"] = floor.describe()
     meta["recommended"] = None if rec["best"] is None else rec["best"].label
     meta["recommended_ties"] = rec["ties"]
-    meta["headline"] = headline(df, rec, slo.text, req.gpu_hour_cost, req.currency, req.target_qps)
+    meta["headline"] = headline(df, rec, slo.text, req.gpu_hour_cost, req.currency, req.target_qps,
+                                exact=serving is not None)
     meta["currency"] = req.currency
     return df, meta
 
@@ -294,12 +295,3 @@ def capacity_from_cli(scenario: str, slo_text: str | None = None, *, grid_overri
     rs = load_scenario(scenario, grid_overrides)
     return capacity_study(rs, CapacityRequest(slo_text=slo_text, **request), Where(workers, ray_address, progress,
                                                                                    announce))
-    df, rec, _ = search_table(rs, slo, load, configs, interval or IntervalSpec(), acc_model, floor, gpu_hour_cost,
-                              target_qps, workers, ray_address, progress=progress, stop_below_best=stop_below_best,
-                              serving=serving, currency=currency)
-    meta["accuracy_floor"] = floor.describe()
-    meta["recommended"] = None if rec["best"] is None else rec["best"].label
-    meta["recommended_ties"] = rec["ties"]
-    meta["headline"] = headline(df, rec, slo.text, gpu_hour_cost, currency, target_qps)
-    meta["currency"] = currency
-    return df, meta

@@ -154,10 +154,16 @@ def config_names(rows: pd.DataFrame, table: pd.DataFrame) -> list[str]:
     return [f"{l} [{h} tp={t}]" if many else l for l, h, t in zip(rows.label, rows.hardware, rows.tp)]
 
 
+EXACT_TRAFFIC = ("benchmark traffic: every configuration decodes it exactly (plain or speculative decoding, whose "
+                 "verification keeps the base model's output distribution), so accuracy does not separate them")
+
+
 def headline(df: pd.DataFrame, rec: dict, slo_text: str, gpu_hour_cost: float | None = None, currency: str = "USD",
-             target_qps: float | None = None) -> str:
+             target_qps: float | None = None, exact: bool = False) -> str:
     """One line: the best configuration and why (capacity with its interval, accuracy, cost) -- the first
-    line of every report and the line ``specsim capacity`` prints under its table."""
+    line of every report and the line ``specsim capacity`` prints under its table. ``exact``: the requests are a
+    serving benchmark's (a serving workload), which every configuration decodes exactly, so the reasoning workload's
+    accuracy is not quoted (:data:`EXACT_TRAFFIC`)."""
     b = rec["best"]
     if b is None:
         return (f"No configuration to recommend: none meets the accuracy floor with a capacity above 0 under {slo_text}.")
@@ -165,7 +171,7 @@ def headline(df: pd.DataFrame, rec: dict, slo_text: str, gpu_hour_cost: float | 
     ci = (f" [{b.max_qps_lo:.3g}, {b.max_qps_hi:.3g}]" if "max_qps_hi" in b and np.isfinite(b.max_qps_hi) else "")
     conv = "" if bool(b.get("converged", True)) else ", interval not converged"
     acc = (f"accuracy {b.accuracy:.3f}" if np.isfinite(b.get("accuracy", np.nan)) else "accuracy unknown") + \
-        f" ({b.accuracy_why})"
+        f" ({b.accuracy_why})" if not exact else EXACT_TRAFFIC
     cost = (f"; {b.cost_per_1000_requests:.3g} {currency} per 1000 requests at {gpu_hour_cost:g} {currency} per {dev}-hour"
             if gpu_hour_cost and np.isfinite(b.get("cost_per_1000_requests", np.nan)) else "")
     fleet = ""
