@@ -170,8 +170,11 @@ def headline(df: pd.DataFrame, rec: dict, slo_text: str, gpu_hour_cost: float | 
     dev = "CPU host" if str(b.hardware) == "cpu" else "GPU"
     ci = (f" [{b.max_qps_lo:.3g}, {b.max_qps_hi:.3g}]" if "max_qps_hi" in b and np.isfinite(b.max_qps_hi) else "")
     conv = "" if bool(b.get("converged", True)) else ", interval not converged"
-    acc = (f"accuracy {b.accuracy:.3f}" if np.isfinite(b.get("accuracy", np.nan)) else "accuracy unknown") + \
-        f" ({b.accuracy_why})" if not exact else EXACT_TRAFFIC
+    if exact:
+        acc = EXACT_TRAFFIC
+    else:
+        acc = (f"accuracy {b.accuracy:.3f}" if np.isfinite(b.get("accuracy", np.nan)) else "accuracy unknown") + \
+            f" ({b.accuracy_why})"
     cost = (f"; {b.cost_per_1000_requests:.3g} {currency} per 1000 requests at {gpu_hour_cost:g} {currency} per {dev}-hour"
             if gpu_hour_cost and np.isfinite(b.get("cost_per_1000_requests", np.nan)) else "")
     fleet = ""
