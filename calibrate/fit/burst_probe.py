@@ -129,9 +129,9 @@ def predict(run: ReleasedRun, host: dict | None = None, eta_scale: float = 1.0, 
 GROUPS = {
     "h100/h200 bursts": lambda r: r.gpu != "a100-80gb" and is_burst(r.requests, r.requests * r.output_tokens,
                                                                     r.concurrency),
-    "h100/h200 long prompts": lambda r: r.gpu != "a100-80gb" and r.input_tokens >= 1000 and r.output_tokens >= 16,
-    "a100 (fitted rows)": lambda r: r.gpu == "a100-80gb" and r.output_tokens >= 16,
-    "random dataset (fitted rows)": lambda r: r.dataset == "random" and r.output_tokens >= 16,
+    "h100/h200 long prompts": lambda r: r.gpu != "a100-80gb" and r.input_tokens >= 1000 and in_fit(r),
+    "a100 (fitted rows)": lambda r: r.gpu == "a100-80gb" and in_fit(r),
+    "random dataset (fitted rows)": lambda r: r.dataset == "random" and in_fit(r),
 }
 VARIANTS = {
     "catalog": {},
