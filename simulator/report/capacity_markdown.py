@@ -88,7 +88,7 @@ def capacity_markdown(c: ReportContent) -> str:
     L += [
          f"_{sc.description}_  ", f"Generated {_dt.datetime.now().isoformat(timespec='seconds')} by `specsim report`.", "",
          "## Answer", "", (f"Accuracy: {EXACT_TRAFFIC}." if c.exact else f"Accuracy floor: {c.floor.describe()}."), ""]
-    L += _answer(c) + _method(c) + _capacity_table(c) + _excluded(c) + _accuracy(c) + _load_curves(c)
+    L += _answer(c) + model_error_section(c) + _method(c) + _capacity_table(c) + _excluded(c) + _accuracy(c) + _load_curves(c)
     L += ["", "## SLO frontier", "", "![SLO frontier](slo_frontier.png)", "",
           "## Assumptions", ""] + [f"- {a}" for a in ASSUMPTIONS]
     L += _provenance(c)
@@ -126,6 +126,25 @@ def _answer(c: ReportContent) -> list[str]:
                  "against it or have no accuracy data of their own, so they cannot be recommended (listed below with the reason; `--accuracy-floor "
                  "none` searches them too).")
     return L
+
+
+def model_error_section(c: ReportContent) -> list[str]:
+    """The model's own held-out error on the scenario's GPUs, beside the interval (the simulation's noise only)."""
+    from simulator.catalog.serving_accuracy import HEADING
+    from simulator.studies.capacity import model_error_lines
+
+    lines = model_error_lines(c.rs)
+    if not lines:
+        return []
+    return ["", "## How far to trust these figures", "",
+            "The 95% intervals are the simulation's own noise (replications over common seeds), not the model's "
+            f"error. {HEADING}: released `vllm bench serve` runs, each predicted with host terms fitted without its "
+            "GPU's runs; median |predicted / measured - 1| per figure, in brackets the median signed error (negative: "
+            "predicted low, e.g. a TPOT predicted low means the SLO is met more easily here than on the GPU):", ""]\
+        + [f"- {line}" for line in lines]\
+        + ["", "Not in those runs: speculative decoding or SpecReason under load, Poisson arrivals (bursts of 1000 "
+           "requests and closed loops of 4 users), vLLM versions after 0.13. Per regime and version: "
+           "docs/results.md (serving under load on released GPU tables), reports/serving-released/regimes.md."]
 
 
 def _method(c: ReportContent) -> list[str]:

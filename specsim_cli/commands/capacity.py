@@ -160,6 +160,10 @@ def _show(df, meta: dict, rs, best_gamma: bool, fmt: str, out: Path | None, colu
         render_capacity(df, title, columns, currency)
         if meta.get("headline"):
             print(meta["headline"])
+        if meta.get("model_error"):
+            from simulator.catalog.serving_accuracy import HEADING
+
+            print("\n".join([f"{HEADING}:"] + [f"- {line}" for line in meta["model_error"]]))
     if fmt != "table" or out is not None:
         from simulator.output_contract import file_format
 

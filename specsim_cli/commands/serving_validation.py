@@ -159,6 +159,26 @@ def serving_regimes_cmd(
     typer.echo(write(report, out, command), nl=False)
 
 
+@writes(out="yaml")
+def serving_accuracy_cmd(
+    report: Path = typer.Argument(..., help="a released serving report folder (heldout-gpu.csv)"),
+    out: Path = typer.Option(..., "--out", help="the catalog file (simulator/catalog/serving_accuracy.yaml, with "
+                             "--force: git tracks it)"),
+    date: Optional[str] = typer.Option(None, "--date", help="the date recorded in its provenance (default: today)"),
+) -> None:
+    """The released runs' held-out errors by GPU and regime -> OUT, the catalog file every capacity table and report
+    quotes as the model's error on the scenario's GPU. Nothing is refitted.
+
+    Example: specsim validate serving-accuracy reports/serving-released --out simulator/catalog/serving_accuracy.yaml --force"""
+    import datetime as dt
+
+    from validate.serving.accuracy import write
+
+    command = "specsim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    write(report, out, command, date or dt.date.today().isoformat())
+    typer.echo(f"wrote {out}")
+
+
 @writes(out="folder")
 def kv_waves_cmd(
     out: Path = typer.Option(..., "--out", help="report folder: README.md, bursts.csv, requests.csv (records.json "

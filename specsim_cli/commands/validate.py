@@ -8,6 +8,7 @@ COMMANDS = {
     "serving": ("specsim_cli.commands.serving_validation:validate_serving_cmd", "validate-serving"),
     "sharegpt-spread": ("specsim_cli.commands.serving_validation:sharegpt_spread_cmd", None),
     "serving-regimes": ("specsim_cli.commands.serving_validation:serving_regimes_cmd", None),
+    "serving-accuracy": ("specsim_cli.commands.serving_validation:serving_accuracy_cmd", None),
     "kv-waves": ("specsim_cli.commands.serving_validation:kv_waves_cmd", None),
     "capacity": ("checks:validate_capacity_cmd", "validate-capacity"),
     "drift": ("validations:validate_drift", "validate-drift"),

@@ -76,7 +76,7 @@ def write(report: Path, out: Path, command: str) -> str:
             raise InputError(str(f), None, "a released serving report's held-out table (specsim validate serving "
                              "--released ... --holdout gpu,version)")
         try:
-            s = summarize(pd.read_csv(f), by)
+            s = summarize(pd.read_csv(f, dtype={"version": str}), by)  # "0.10" is a version, not 0.1
         except ValueError as e:
             raise InputError(str(f), None, str(e)) from None
         frames.append(s.assign(fold=fold))

@@ -253,7 +253,18 @@ def _meta(rs: ResolvedScenario, req: CapacityRequest, slo: Slo, load: LoadSpec, 
         meta["serving_workload"] = serving
     elif rs.workload_note():
         meta["workload_note"] = rs.workload_note()
+    errors = model_error_lines(rs)
+    if errors:
+        meta["model_error"] = errors
     return meta
+
+
+def model_error_lines(rs: ResolvedScenario) -> list[str]:
+    """The model's own held-out error on each GPU of the scenario priced by the catalog's priors
+    (:func:`simulator.catalog.serving_accuracy.error_lines`); none for a CPU host or a cost profile from a file."""
+    from simulator.catalog.serving_accuracy import error_lines
+
+    return error_lines(h for h in rs.hardware_names if h not in rs.cost_profiles)
 
 
 def capacity_study(rs: ResolvedScenario, req: CapacityRequest, where: Where = Where()) -> tuple[pd.DataFrame, dict]:

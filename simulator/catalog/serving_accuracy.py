@@ -1,0 +1,126 @@
+"""How far to trust a serving prediction (``serving_accuracy.yaml``): the held-out error of plain vLLM serving
+predictions on released ``vllm bench serve`` runs, per GPU and regime, as a capacity table or report quotes it.
+
+The file is derived, never edited: ``specsim validate serving-accuracy`` writes it from a released serving report's
+held-out-by-GPU table (:mod:`validate.serving.accuracy`). Per GPU (and pooled over GPUs, ``all GPUs``) and per regime
+(``all``, ``loop``: N users in a closed loop, ``burst, ShareGPT``, ``burst, long prompts``, ...): the fitted runs'
+count and, per figure (``out_tps`` output throughput, ``tpot_ms``, ``ttft_ms``, ``itl_ms``), the median and p90 of
+|predicted / measured - 1| and the median signed error (``bias``; < 0: the prediction is low), in percent.
+
+:func:`error_lines` says it in words for the GPUs of a scenario; a GPU without released runs gets the pooled figures,
+said so; a CPU host gets nothing (its cost profile is calibrated on that host)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from simulator.errors import InputError, pydantic_error_to_input_error
+from simulator.inputs.loading import read_yaml
+from simulator.paths import CATALOG_DIR
+
+ACCURACY_PATH = CATALOG_DIR / "serving_accuracy.yaml"
+POOLED = "all GPUs"
+FIGURES = {"out_tps": "throughput", "tpot_ms": "TPOT", "ttft_ms": "TTFT", "itl_ms": "ITL"}
+HEADING = "Model error (plain vLLM serving, held out by GPU; simulator/catalog/serving_accuracy.yaml)"
+
+
+class Error(BaseModel):
+    """One figure's held-out error over a group of runs, percent."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    median: float = Field(ge=0)  # median |predicted / measured - 1|
+    p90: float = Field(ge=0)
+    bias: float  # median signed error
+
+
+class Group(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    runs: int = Field(ge=1)
+    versions: list[str] = Field(min_length=1)  # the engine versions of its runs
+    out_tps: Error
+    tpot_ms: Error
+    ttft_ms: Error
+    itl_ms: Error
+
+
+class Provenance(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["derived"]
+    source: str
+    command: str
+    date: str
+    engine_versions: list[str] = Field(min_length=1)
+
+
+class ServingAccuracy(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    provenance: Provenance
+    gpus: dict[str, dict[str, Group]]
+
+
+def read_serving_accuracy(path: Path | None = None) -> ServingAccuracy | None:
+    """The file at ``path`` (default the catalog's), checked; None where it is absent."""
+    path = Path(path or ACCURACY_PATH)
+    if not path.is_file():
+        return None
+    try:
+        acc = ServingAccuracy.model_validate(read_yaml(path) or {})
+    except ValidationError as e:
+        raise pydantic_error_to_input_error(str(path), e) from None
+    if POOLED not in acc.gpus or "all" not in acc.gpus[POOLED]:
+        raise InputError(str(path), f"gpus.{POOLED}.all", "expected the pooled figures over every GPU")
+    return acc
+
+
+@lru_cache(maxsize=None)
+def serving_accuracy() -> ServingAccuracy | None:
+    return read_serving_accuracy()
+
+
+def _pct(x: float, sign: bool = False) -> str:
+    """A percentage as a planner reads it: whole numbers from 10, one decimal below (never an exponent)."""
+    return f"{x:{'+' if sign else ''}.{0 if abs(x) >= 10 else 1}f}%"
+
+
+def _figures(g: Group, figures: tuple[str, ...]) -> str:
+    return ", ".join(f"{FIGURES[f]} {_pct(getattr(g, f).median)} ({_pct(getattr(g, f).bias, True)})" for f in figures)
+
+
+def error_line(hardware: str, acc: ServingAccuracy | None = None,
+               figures: tuple[str, ...] = ("out_tps", "tpot_ms", "ttft_ms")) -> str | None:
+    """One sentence: the held-out error on ``hardware`` (median |error| and, in brackets, the bias, per figure), over
+    all its released runs and, where there are some, its closed-loop ones; the pooled figures for a GPU without
+    released runs; None for a CPU host or without the file."""
+    acc = acc or serving_accuracy()
+    if acc is None or hardware == "cpu":
+        return None
+    own = acc.gpus.get(hardware)
+    if own is None:
+        pooled = acc.gpus[POOLED]["all"]
+        n_gpus = len([g for g in acc.gpus if g != POOLED])
+        return (f"{hardware}: no released serving run held out on this GPU; over the {n_gpus} GPUs that have them "
+                f"({pooled.runs} runs, vLLM {', '.join(pooled.versions)}, each held out by GPU), median |error| (bias): "
+                f"{_figures(pooled, figures)}")
+    line = (f"{hardware}: {own['all'].runs} released `vllm bench serve` runs (vLLM {', '.join(own['all'].versions)}), predicted with host "
+            f"terms fitted without this GPU: median |error| (bias) {_figures(own['all'], figures)}")
+    if "loop" in own:
+        line += f"; the {own['loop'].runs} closed-loop runs among them: {_figures(own['loop'], figures)}"
+    return line
+
+
+def error_lines(hardware_names, acc: ServingAccuracy | None = None) -> list[str]:
+    """:func:`error_line` for each GPU of a scenario, in order, once each."""
+    out = []
+    for h in dict.fromkeys(str(h) for h in hardware_names):
+        line = error_line(h, acc)
+        if line:
+            out.append(line)
+    return out
