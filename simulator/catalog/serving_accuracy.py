@@ -124,3 +124,16 @@ def error_lines(hardware_names, acc: ServingAccuracy | None = None) -> list[str]
         if line:
             out.append(line)
     return out
+
+
+def version_note(engine: str, version: str, acc: ServingAccuracy | None = None) -> str | None:
+    """A sentence where the scenario's serving engine is not among the versions the figures were measured on (its
+    host terms then come from a fit of other versions or another data set): None where it is, or without the file."""
+    acc = acc or serving_accuracy()
+    if acc is None:
+        return None
+    have = acc.provenance.engine_versions
+    if engine == "vllm" and ".".join(str(version).split(".")[:2]) in have:  # 0.11.2 ran 0.11's code path
+        return None
+    return (f"the scenario's serving engine, {engine} {version}, is not among the versions these runs measured "
+            f"(vLLM {', '.join(have)}): its errors may differ")

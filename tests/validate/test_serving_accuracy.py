@@ -5,7 +5,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from simulator.catalog.serving_accuracy import (ACCURACY_PATH, POOLED, error_line, error_lines, read_serving_accuracy)
+from simulator.catalog.serving_accuracy import (ACCURACY_PATH, POOLED, error_line, error_lines, read_serving_accuracy,
+                                                version_note)
 from simulator.errors import InputError
 from tests.conftest import REPO
 from validate.serving.accuracy import accuracy_doc, write
@@ -83,6 +84,15 @@ def test_lines_quote_the_gpus_own_runs_or_the_pooled_ones_and_nothing_for_a_cpu_
     assert "e+" not in own + other  # percentages as a planner reads them, never an exponent
 
 
+def test_a_serving_engine_outside_the_measured_versions_is_said():
+    acc = read_serving_accuracy()
+    v = acc.provenance.engine_versions[0]
+    assert version_note("vllm", v, acc) is None and version_note("vllm", v + ".3", acc) is None
+    note = version_note("vllm", "9.99", acc)
+    assert "vllm 9.99" in note and all(x in note for x in acc.provenance.engine_versions)
+    assert version_note("sglang", v, acc) is not None
+
+
 def test_capacity_and_report_quote_the_error_on_a_gpu_scenario_only():
     from simulator.inputs.scenario import load_scenario
     from simulator.report.capacity_markdown import ReportContent, model_error_section
@@ -90,7 +100,7 @@ def test_capacity_and_report_quote_the_error_on_a_gpu_scenario_only():
 
     gpu = load_scenario("h200x2-qwen3-32b-serving")
     lines = model_error_lines(gpu)
-    assert lines and all(line.startswith("h200: ") for line in lines)
+    assert lines[0].startswith("h200: ") and all("h200" not in line for line in lines[1:])
     assert model_error_lines(load_scenario("cpu-smollm2")) == []
     c = ReportContent(rs=gpu, slo=None, load=None, cap=None, curves=None, gpu_hour_cost=None, target_qps=None,
                       scenario_arg="", rec={}, floor=None, acc_model=None, spec=None)
