@@ -130,10 +130,9 @@ def _answer(c: ReportContent) -> list[str]:
 
 def model_error_section(c: ReportContent) -> list[str]:
     """The model's own held-out error on the scenario's GPUs, beside the interval (the simulation's noise only)."""
-    from simulator.catalog.serving_accuracy import HEADING
-    from simulator.studies.capacity import model_error_lines
+    from simulator.catalog.serving_accuracy import HEADING, scenario_error_lines
 
-    lines = model_error_lines(c.rs)
+    lines = scenario_error_lines(c.rs)
     if not lines:
         return []
     return ["", "## How far to trust these figures", "",

@@ -42,6 +42,7 @@ def serve_scenario(scenario, bench_serve: str | None = None, hardware: str | Non
     """``specsim serve-workload``: the scenario's ``serving_workload`` (or ``bench_serve``, a vllm bench serve line)
     served by one replica of its base model; the summary under vllm bench serve's names (every request counted:
     a benchmark reports them all) and the workload it ran."""
+    from simulator.catalog.serving_accuracy import scenario_error_lines
     from simulator.inputs.scenario import load_scenario
     from simulator.engines.serving.metrics import summarize_serving
 
@@ -59,4 +60,4 @@ def serve_scenario(scenario, bench_serve: str | None = None, hardware: str | Non
     s = summarize_serving(res, warmup_fraction=0.0)
     return {"scenario": sc.name, "hardware": hw, "tp": tp, "workload": sw.source or "serving_workload",
             "arrivals": res.info["arrivals"], "prefix_caching": ex.prefix_caching,
-            **{k: s[k] for k in SUMMARY_KEYS if k in s}}
+            **{k: s[k] for k in SUMMARY_KEYS if k in s}, "model_error": scenario_error_lines(rs, hw)}

@@ -282,5 +282,10 @@ def serve_workload(
     if fmt == "json":
         typer.echo(json.dumps(out, indent=1, default=float))
         return
+    errors = out.pop("model_error")
     for k, v in out.items():
         typer.echo(f"{k:<28} {v:.4g}" if isinstance(v, float) else f"{k:<28} {v}")
+    if errors:
+        from simulator.catalog.serving_accuracy import HEADING
+
+        typer.echo("\n".join([f"{HEADING}:"] + [f"- {line}" for line in errors]))

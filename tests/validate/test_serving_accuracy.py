@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from simulator.catalog.serving_accuracy import (ACCURACY_PATH, POOLED, error_line, error_lines, read_serving_accuracy,
-                                                version_note)
+                                                scenario_error_lines, version_note)
 from simulator.errors import InputError
 from tests.conftest import REPO
 from validate.serving.accuracy import accuracy_doc, write
@@ -96,12 +96,11 @@ def test_a_serving_engine_outside_the_measured_versions_is_said():
 def test_capacity_and_report_quote_the_error_on_a_gpu_scenario_only():
     from simulator.inputs.scenario import load_scenario
     from simulator.report.capacity_markdown import ReportContent, model_error_section
-    from simulator.studies.capacity import model_error_lines
 
     gpu = load_scenario("h200x2-qwen3-32b-serving")
-    lines = model_error_lines(gpu)
+    lines = scenario_error_lines(gpu)
     assert lines[0].startswith("h200: ") and all("h200" not in line for line in lines[1:])
-    assert model_error_lines(load_scenario("cpu-smollm2")) == []
+    assert scenario_error_lines(load_scenario("cpu-smollm2")) == []
     c = ReportContent(rs=gpu, slo=None, load=None, cap=None, curves=None, gpu_hour_cost=None, target_qps=None,
                       scenario_arg="", rec={}, floor=None, acc_model=None, spec=None)
     md = "\n".join(model_error_section(c))
@@ -115,6 +114,18 @@ def test_cli_prints_the_error_under_the_table(capsys):
                  "--requests", "20", "--workers", "1"]) == 0
     out = capsys.readouterr().out
     assert "Model error (plain vLLM serving, held out by GPU" in out and "\n- h200: " in out
+
+
+def test_serve_workload_quotes_the_error_of_its_gpu(capsys):
+    from specsim_cli.main import main
+
+    assert main(["simulate", "serve-workload", "h200x2-qwen3-32b-serving", "--bench-serve", "vllm bench serve "
+                 "--random-input-len 256 --random-output-len 16 --request-rate 4 --num-prompts 8"]) == 0
+    out = capsys.readouterr().out
+    assert "\n- h200: " in out and "model_error" not in out
+    assert main(["simulate", "serve-workload", "h200x2-qwen3-32b-serving", "--format", "json", "--bench-serve",
+                 "vllm bench serve --random-input-len 256 --random-output-len 16 --request-rate 4 --num-prompts 8"]) == 0
+    assert __import__("json").loads(capsys.readouterr().out)["model_error"][0].startswith("h200: ")
 
 
 def test_cli_refuses_a_missing_report_with_exit_2(tmp_path, capsys):

@@ -253,22 +253,14 @@ def _meta(rs: ResolvedScenario, req: CapacityRequest, slo: Slo, load: LoadSpec, 
         meta["serving_workload"] = serving
     elif rs.workload_note():
         meta["workload_note"] = rs.workload_note()
-    errors = model_error_lines(rs)
+    from simulator.catalog.serving_accuracy import scenario_error_lines
+
+    errors = scenario_error_lines(rs)
     if errors:
         meta["model_error"] = errors
     return meta
 
 
-def model_error_lines(rs: ResolvedScenario) -> list[str]:
-    """The model's own held-out error on each GPU of the scenario priced by the catalog's priors
-    (:func:`simulator.catalog.serving_accuracy.error_lines`); none for a CPU host or a cost profile from a file."""
-    from simulator.catalog.engine_hosts import engine_version
-    from simulator.catalog.serving_accuracy import error_lines, version_note
-
-    lines = error_lines(h for h in rs.hardware_names if h not in rs.cost_profiles)
-    se = rs.scenario.serving_engine
-    note = version_note(se.name, se.version or engine_version(se).version) if lines else None
-    return lines + ([note] if note else [])
 
 
 def capacity_study(rs: ResolvedScenario, req: CapacityRequest, where: Where = Where()) -> tuple[pd.DataFrame, dict]:
