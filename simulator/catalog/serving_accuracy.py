@@ -97,12 +97,19 @@ def _figures(g: Group, figures: tuple[str, ...]) -> str:
 def error_line(hardware: str, acc: ServingAccuracy | None = None,
                figures: tuple[str, ...] = ("out_tps", "tpot_ms", "ttft_ms")) -> str | None:
     """One sentence: the held-out error on ``hardware`` (median |error| and, in brackets, the bias, per figure), over
-    all its released runs and, where there are some, its closed-loop ones; the pooled figures for a GPU without
-    released runs; None for a CPU host or without the file."""
+    all its released runs and, where there are some, its closed-loop ones; for a GPU without released runs its same
+    chip's (``same_chip_as``) where that one has some, else the pooled figures, said so; None for a CPU host or
+    without the file."""
+    from simulator.catalog.hardware import same_chip
+
     acc = acc or serving_accuracy()
     if acc is None or hardware == "cpu":
         return None
     own = acc.gpus.get(hardware)
+    sibling = same_chip().get(hardware)
+    if own is None and sibling in acc.gpus:  # same silicon, other memory: its kernels' runs are the nearest
+        line = error_line(sibling, acc, figures)
+        return f"{hardware}: no released serving run on this GPU; on {sibling}, the same chip, " + line.split(": ", 1)[1]
     if own is None:
         pooled = acc.gpus[POOLED]["all"]
         n_gpus = len([g for g in acc.gpus if g != POOLED])
@@ -110,7 +117,7 @@ def error_line(hardware: str, acc: ServingAccuracy | None = None,
                 f"({pooled.runs} runs, vLLM {', '.join(pooled.versions)}, each held out by GPU), median |error| (bias): "
                 f"{_figures(pooled, figures)}")
     line = (f"{hardware}: {own['all'].runs} released `vllm bench serve` runs (vLLM {', '.join(own['all'].versions)}), predicted with host "
-            f"terms fitted without this GPU: median |error| (bias) {_figures(own['all'], figures)}")
+            f"terms fitted without its runs: median |error| (bias) {_figures(own['all'], figures)}")
     if "loop" in own:
         line += f"; the {own['loop'].runs} closed-loop runs among them: {_figures(own['loop'], figures)}"
     return line

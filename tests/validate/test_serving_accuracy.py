@@ -80,6 +80,12 @@ def test_lines_quote_the_gpus_own_runs_or_the_pooled_ones_and_nothing_for_a_cpu_
     other = error_line("no-such-gpu", acc)
     assert "no released serving run" in other and f"({acc.gpus[POOLED]['all'].runs} runs" in other
     assert error_line("cpu", acc) is None
+    from simulator.catalog.hardware import same_chip
+
+    sib = next((h, g) for h, g in same_chip().items() if g in acc.gpus and h not in acc.gpus)
+    line = error_line(sib[0], acc)  # same silicon, other memory: its sibling's runs, said so
+    assert line.startswith(f"{sib[0]}: no released serving run on this GPU; on {sib[1]}, the same chip, "
+                           f"{acc.gpus[sib[1]]['all'].runs} released")
     assert error_lines([g, "cpu", g], acc) == [own]  # once per GPU, in order
     assert "e+" not in own + other  # percentages as a planner reads them, never an exponent
 
