@@ -248,21 +248,6 @@ CAPACITY_PRESETS = {
 }
 from simulator.engines.serving.metrics import DRIFT_LIMIT  # noqa: E402  (the rule lives there)
 
-CAPACITY_HELP = (
-    "Columns: max req/s = highest Poisson rate one replica sustains (SLO met, and the replica keeps up: see "
-    "docs/capacity.md); thr req/s = completed requests per second while requests arrive (after the system has "
-    "filled), at the max rate (a search: the mean over replications); thr/offered = its ratio to the offered rate "
-    "(a rate counts only if completions keep within 2 sd of the Poisson count of the offered arrivals, tol); "
-    "queue growth = rise of the number of requests in the system over that window / the arrivals expected in it; "
-    "the window must also span 4 of the run's own mean latencies; "
-    "drift x = mean latency of the last quarter of arrivals / the second quarter (a rate counts as sustained only "
-    f"at <= {DRIFT_LIMIT:g} with no significant latency trend: otherwise the queue is still growing, so SLO met = no "
-    "even when p99 is under the bound); "
-    "sims = serving simulations run by the search for that configuration; goodput req/s = requests within the "
-    "SLO per second of the whole run, its fill and drain included (vLLM's --goodput), so below the max rate for a "
-    "finite run even when nearly every request meets the SLO; cost/1000 req at --gpu-hour-cost, in --currency; replicas and GPUs (CPU hosts for a CPU "
-    "scenario) for --target-qps, at the max rate and at the 95% interval's lower bound (which may need one more).")
-
 
 def render_capacity(df: pd.DataFrame, title: str, columns: str | None = None, currency: str = "USD") -> None:
     names = dict(CAPACITY_COLUMNS, cost_per_1000_requests=f"cost/1000 req {currency}")

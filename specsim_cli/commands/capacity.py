@@ -27,9 +27,12 @@ HELP = """Highest request rate one replica sustains under an SLO, per configurat
     4 of the run's own mean latencies (a shorter run is rerun longer); drift x = mean latency of the last
     quarter of arrivals / the second quarter (a rate counts as sustained only at <= 1.25 and without a
     significant latency trend, so SLO met can be "no" while p99 is under the bound); sims = serving simulations the search ran for that configuration; goodput req/s = requests
-    per second finishing within the SLO; cost at --gpu-hour-cost, in --currency; replicas and GPUs (CPU hosts for a CPU
+    within the SLO per second of the whole run, its fill and drain included (vLLM's --goodput), so below the
+    max rate for a finite run even when nearly every request meets the SLO; cost at --gpu-hour-cost, in --currency; replicas and GPUs (CPU hosts for a CPU
     scenario) for --target-qps. --out files get every column. The last line names the best configuration
-    and why (the same line opens `specsim simulate report`). SLO metrics: latency, ttft, queue_delay, tpot, itl
+    and why (the same line opens `specsim simulate report`); under it, each GPU priced by the catalog's priors
+    gets the model's own held-out error there (released vllm bench serve runs,
+    simulator/catalog/serving_accuracy.yaml): the 95% interval is the simulation's noise only. SLO metrics: latency, ttft, queue_delay, tpot, itl
     (vllm bench serve's definitions).
 
     Example: specsim simulate capacity cpu-smollm2 --system specreason --threshold 5 --target-qps 2
