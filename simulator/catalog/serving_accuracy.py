@@ -64,6 +64,7 @@ class ServingAccuracy(BaseModel):
 
     provenance: Provenance
     gpus: dict[str, dict[str, Group]]
+    versions_held_out: dict[str, Group] | None = None  # every run predicted without its version's runs, by regime
 
 
 def read_serving_accuracy(path: Path | None = None) -> ServingAccuracy | None:
@@ -142,8 +143,13 @@ def version_note(engine: str, version: str, acc: ServingAccuracy | None = None) 
     have = acc.provenance.engine_versions
     if engine == "vllm" and ".".join(str(version).split(".")[:2]) in have:  # 0.11.2 ran 0.11's code path
         return None
-    return (f"the scenario's serving engine, {engine} {version}, is not among the versions these runs measured "
+    line = (f"the scenario's serving engine, {engine} {version}, is not among the versions these runs measured "
             f"(vLLM {', '.join(have)}): its errors may differ")
+    held = (acc.versions_held_out or {}).get("all")
+    if held is not None:
+        line += (f"; each of those runs predicted with host terms fitted without its own version's: median |error| "
+                 f"(bias) {_figures(held, ('out_tps', 'tpot_ms', 'ttft_ms'))}")
+    return line
 
 
 def scenario_error_lines(rs, hardware: str | None = None) -> list[str]:

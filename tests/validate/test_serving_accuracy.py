@@ -27,6 +27,7 @@ def test_the_shipped_file_is_the_committed_report_distilled():
     derived = accuracy_doc(REPORT, "x", "today")
     assert shipped is not None and shipped.model_dump()["gpus"] == derived["gpus"]
     assert shipped.provenance.engine_versions == derived["provenance"]["engine_versions"]
+    assert shipped.model_dump()["versions_held_out"] == derived["versions_held_out"]
     heldout = pd.read_csv(REPORT / "heldout-gpu.csv")
     assert shipped.gpus[POOLED]["all"].runs == int(heldout["in_fit"].sum())
     assert {g for g in shipped.gpus if g != POOLED} == set(heldout.loc[heldout["in_fit"], "gpu"])
@@ -36,7 +37,9 @@ def test_groups_per_gpu_and_regime_fitted_rows_only_versions_as_strings(tmp_path
     rows = [_row(), _row(err_tpot_ms=-0.4), _row(concurrency=4, dataset="sharegpt", err_tpot_ms=0.1),
             _row(in_fit=False, err_tpot_ms=9.0), _row(gpu="a100-80gb", version="0.11", err_tpot_ms=0.05)]
     pd.DataFrame(rows).to_csv(tmp_path / "heldout-gpu.csv", index=False)
+    pd.DataFrame(rows).assign(err_out_tps=0.2).to_csv(tmp_path / "heldout-version.csv", index=False)
     doc = accuracy_doc(tmp_path, "cmd", "2026-01-01")
+    assert doc["versions_held_out"]["all"]["runs"] == 4 and doc["versions_held_out"]["all"]["out_tps"]["bias"] == 20.0
     h = doc["gpus"]["h100-sxm"]
     assert list(h) == ["all", "loop", "burst, long prompts"]  # "all" first, then the regimes in their order
     assert h["all"]["runs"] == 3 and h["all"]["versions"] == ["0.10"]  # not 0.1: a version is a string
@@ -96,6 +99,8 @@ def test_a_serving_engine_outside_the_measured_versions_is_said():
     assert version_note("vllm", v, acc) is None and version_note("vllm", v + ".3", acc) is None
     note = version_note("vllm", "9.99", acc)
     assert "vllm 9.99" in note and all(x in note for x in acc.provenance.engine_versions)
+    held = acc.versions_held_out["all"]
+    assert "fitted without its own version's" in note and f"TPOT {held.tpot_ms.median:.0f}%" in note
     assert version_note("sglang", v, acc) is not None
 
 
