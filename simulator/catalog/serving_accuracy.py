@@ -110,15 +110,17 @@ def error_line(hardware: str, acc: ServingAccuracy | None = None,
     sibling = same_chip().get(hardware)
     if own is None and sibling in acc.gpus:  # same silicon, other memory: its kernels' runs are the nearest
         line = error_line(sibling, acc, figures)
-        return f"{hardware}: no released serving run on this GPU; on {sibling}, the same chip, " + line.split(": ", 1)[1]
+        return (f"{hardware}: no released serving run on this GPU; on {sibling}, the same chip, "
+                + line.split(": ", 1)[1])
     if own is None:
         pooled = acc.gpus[POOLED]["all"]
         n_gpus = len([g for g in acc.gpus if g != POOLED])
         return (f"{hardware}: no released serving run held out on this GPU; over the {n_gpus} GPUs that have them "
-                f"({pooled.runs} runs, vLLM {', '.join(pooled.versions)}, each held out by GPU), median |error| (bias): "
+                f"({pooled.runs} runs, vLLM {', '.join(pooled.versions)}, each held out by GPU), median |error| "
+                "(bias): "
                 f"{_figures(pooled, figures)}")
-    line = (f"{hardware}: {own['all'].runs} released `vllm bench serve` runs (vLLM {', '.join(own['all'].versions)}), predicted with host "
-            f"terms fitted without its runs: median |error| (bias) {_figures(own['all'], figures)}")
+    line = (f"{hardware}: {own['all'].runs} released `vllm bench serve` runs (vLLM {', '.join(own['all'].versions)}), "
+            f"predicted with host terms fitted without its runs: median |error| (bias) {_figures(own['all'], figures)}")
     if "loop" in own:
         line += f"; the {own['loop'].runs} closed-loop runs among them: {_figures(own['loop'], figures)}"
     return line

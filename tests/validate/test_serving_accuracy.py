@@ -79,7 +79,8 @@ def test_lines_quote_the_gpus_own_runs_or_the_pooled_ones_and_nothing_for_a_cpu_
     g = next(g for g in acc.gpus if g != POOLED)
     own = error_line(g, acc)
     assert own.startswith(f"{g}: {acc.gpus[g]['all'].runs} released") and "held out" not in own.split(":")[0]
-    assert f"TPOT {acc.gpus[g]['all'].tpot_ms.median:.0f}%" in own or f"TPOT {acc.gpus[g]['all'].tpot_ms.median:.1f}%" in own
+    tpot = acc.gpus[g]["all"].tpot_ms.median
+    assert f"TPOT {tpot:.0f}%" in own or f"TPOT {tpot:.1f}%" in own
     other = error_line("no-such-gpu", acc)
     assert "no released serving run" in other and f"({acc.gpus[POOLED]['all'].runs} runs" in other
     assert error_line("cpu", acc) is None
@@ -134,8 +135,9 @@ def test_serve_workload_quotes_the_error_of_its_gpu(capsys):
                  "--random-input-len 256 --random-output-len 16 --request-rate 4 --num-prompts 8"]) == 0
     out = capsys.readouterr().out
     assert "\n- h200: " in out and "model_error" not in out
+    line = "vllm bench serve --random-input-len 256 --random-output-len 16 --request-rate 4 --num-prompts 8"
     assert main(["simulate", "serve-workload", "h200x2-qwen3-32b-serving", "--format", "json", "--bench-serve",
-                 "vllm bench serve --random-input-len 256 --random-output-len 16 --request-rate 4 --num-prompts 8"]) == 0
+                 line]) == 0
     assert __import__("json").loads(capsys.readouterr().out)["model_error"][0].startswith("h200: ")
 
 

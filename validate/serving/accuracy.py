@@ -3,12 +3,12 @@
 capacity table and report).
 
 Reads a released serving report folder's ``heldout-gpu.csv`` (``specsim validate serving --released ... --holdout
-gpu,version``: each run predicted with host terms fitted without its GPU) and writes, per GPU and pooled over GPUs, per regime
-(:func:`validate.serving.regimes.regime`) and over all regimes: the fitted runs' count and, per figure (TPOT, ITL,
-TTFT, output throughput), the median and p90 of |error| and the median signed error (bias), in percent
-(:func:`calibrate.fit.host_fit.summary`, the report's own summary); from ``heldout-version.csv`` the same pooled over
-every run, each predicted without its version's runs (``versions_held_out``). Nothing is refitted; the file is derived, so a
-refit that changes the report changes it (a test compares the two).
+gpu,version``: each run predicted with host terms fitted without its GPU) and writes, per GPU and pooled over GPUs,
+per regime (:func:`validate.serving.regimes.regime`) and over all regimes: the fitted runs' count and, per figure
+(TPOT, ITL, TTFT, output throughput), the median and p90 of |error| and the median signed error (bias), in percent
+(:func:`calibrate.fit.host_fit.summary`, the report's own summary); from ``heldout-version.csv`` the same pooled
+over every run, each predicted without its version's runs (``versions_held_out``). Nothing is refitted; the file is
+derived, so a refit that changes the report changes it (a test compares the two).
 
     specsim validate serving-accuracy reports/serving-released --out simulator/catalog/serving_accuracy.yaml --force
 """
@@ -21,8 +21,9 @@ import pandas as pd
 
 from simulator.catalog.serving_accuracy import FIGURES, POOLED
 
-HEADER = ("# Held-out error of plain vLLM serving predictions, by GPU and regime (simulator/catalog/serving_accuracy.py;\n"
-          "# derived from a released serving report, validate/serving/accuracy.py). Regenerate, do not edit by hand:\n")
+HEADER = ("# Held-out error of plain vLLM serving predictions, by GPU and regime\n"
+          "# (simulator/catalog/serving_accuracy.py; derived from a released serving report,\n"
+          "# validate/serving/accuracy.py). Regenerate, do not edit by hand:\n")
 
 
 def _cells(s: pd.DataFrame, key: str) -> dict:
@@ -70,7 +71,8 @@ def _groups(h: pd.DataFrame, by: str) -> dict:
         g, reg = key.split(" | ", 1)
         out.setdefault(g, {})[reg] = {**_cells(s, key), "versions": list(versions[key])}
     order = ["all", *REGIMES]
-    return {g: {r: out[g][r] for r in sorted(out[g], key=order.index)} for g in sorted(out, key=lambda g: (g == POOLED, g))}
+    return {g: {r: out[g][r] for r in sorted(out[g], key=order.index)}
+            for g in sorted(out, key=lambda g: (g == POOLED, g))}
 
 
 def accuracy_doc(report: Path, command: str, date: str) -> dict:
@@ -78,9 +80,9 @@ def accuracy_doc(report: Path, command: str, date: str) -> dict:
     runs, each predicted without its version's: what a version no run measured can expect) (module docstring)."""
     h, hv = _read(report, "gpu"), _read(report, "version")
     fitted = h[h["in_fit"]]
-    return {"provenance": {"kind": "derived", "source": f"{Path(report).as_posix()}/heldout-gpu.csv and "
-                                                        "heldout-version.csv (each run predicted with host terms fitted "
-                                                        "without its GPU's, or its version's, runs)",
+    source = (f"{Path(report).as_posix()}/heldout-gpu.csv and heldout-version.csv (each run predicted with host terms "
+              "fitted without its GPU's, or its version's, runs)")
+    return {"provenance": {"kind": "derived", "source": source,
                            "command": command, "date": date,
                            "engine_versions": sorted({str(v) for v in fitted["version"]})},
             "gpus": _groups(h, "gpu"),

@@ -261,8 +261,6 @@ def _meta(rs: ResolvedScenario, req: CapacityRequest, slo: Slo, load: LoadSpec, 
     return meta
 
 
-
-
 def capacity_study(rs: ResolvedScenario, req: CapacityRequest, where: Where = Where()) -> tuple[pd.DataFrame, dict]:
     """Check ``req`` against the scenario ``rs`` (loaded with any command-line overrides: ``load_scenario``), then
     run it: the SLO check at the given loads, or the capacity search with its recommendation."""
