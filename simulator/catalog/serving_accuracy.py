@@ -26,6 +26,7 @@ ACCURACY_PATH = CATALOG_DIR / "serving_accuracy.yaml"
 POOLED = "all GPUs"
 FIGURES = {"out_tps": "throughput", "tpot_ms": "TPOT", "ttft_ms": "TTFT", "itl_ms": "ITL"}
 HEADING = "Model error (plain vLLM serving, held out by GPU; simulator/catalog/serving_accuracy.yaml)"
+QUOTED = ("out_tps", "tpot_ms", "ttft_ms")  # the figures a line quotes: what a capacity plan stands on
 
 
 class Error(BaseModel):
@@ -91,12 +92,21 @@ def _pct(x: float, sign: bool = False) -> str:
     return f"{x:{'+' if sign else ''}.{0 if abs(x) >= 10 else 1}f}%"
 
 
-def _figures(g: Group, figures: tuple[str, ...]) -> str:
-    return ", ".join(f"{FIGURES[f]} {_pct(getattr(g, f).median)} ({_pct(getattr(g, f).bias, True)})" for f in figures)
+def _figures(g: Group) -> str:
+    return ", ".join(f"{FIGURES[f]} {_pct(getattr(g, f).median)} ({_pct(getattr(g, f).bias, True)})" for f in QUOTED)
 
 
-def error_line(hardware: str, acc: ServingAccuracy | None = None,
-               figures: tuple[str, ...] = ("out_tps", "tpot_ms", "ttft_ms")) -> str | None:
+def _gpu_errors(groups: dict[str, Group]) -> str:
+    """One GPU's runs and their errors, over all its runs and its closed-loop ones."""
+    a = groups["all"]
+    text = (f"{a.runs} released `vllm bench serve` runs (vLLM {', '.join(a.versions)}), predicted with host terms "
+            f"fitted without its runs: median |error| (bias) {_figures(a)}")
+    if "loop" in groups:
+        text += f"; the {groups['loop'].runs} closed-loop runs among them: {_figures(groups['loop'])}"
+    return text
+
+
+def error_line(hardware: str, acc: ServingAccuracy | None = None) -> str | None:
     """One sentence: the held-out error on ``hardware`` (median |error| and, in brackets, the bias, per figure), over
     all its released runs and, where there are some, its closed-loop ones; for a GPU without released runs its same
     chip's (``same_chip_as``) where that one has some, else the pooled figures, said so; None for a CPU host or
@@ -109,21 +119,15 @@ def error_line(hardware: str, acc: ServingAccuracy | None = None,
     own = acc.gpus.get(hardware)
     sibling = same_chip().get(hardware)
     if own is None and sibling in acc.gpus:  # same silicon, other memory: its kernels' runs are the nearest
-        line = error_line(sibling, acc, figures)
         return (f"{hardware}: no released serving run on this GPU; on {sibling}, the same chip, "
-                + line.split(": ", 1)[1])
+                f"{_gpu_errors(acc.gpus[sibling])}")
     if own is None:
         pooled = acc.gpus[POOLED]["all"]
         n_gpus = len([g for g in acc.gpus if g != POOLED])
         return (f"{hardware}: no released serving run held out on this GPU; over the {n_gpus} GPUs that have them "
                 f"({pooled.runs} runs, vLLM {', '.join(pooled.versions)}, each held out by GPU), median |error| "
-                "(bias): "
-                f"{_figures(pooled, figures)}")
-    line = (f"{hardware}: {own['all'].runs} released `vllm bench serve` runs (vLLM {', '.join(own['all'].versions)}), "
-            f"predicted with host terms fitted without its runs: median |error| (bias) {_figures(own['all'], figures)}")
-    if "loop" in own:
-        line += f"; the {own['loop'].runs} closed-loop runs among them: {_figures(own['loop'], figures)}"
-    return line
+                f"(bias): {_figures(pooled)}")
+    return f"{hardware}: {_gpu_errors(own)}"
 
 
 def error_lines(hardware_names, acc: ServingAccuracy | None = None) -> list[str]:
@@ -150,7 +154,7 @@ def version_note(engine: str, version: str, acc: ServingAccuracy | None = None) 
     held = (acc.versions_held_out or {}).get("all")
     if held is not None:
         line += (f"; each of those runs predicted with host terms fitted without its own version's: median |error| "
-                 f"(bias) {_figures(held, ('out_tps', 'tpot_ms', 'ttft_ms'))}")
+                 f"(bias) {_figures(held)}")
     return line
 
 
@@ -165,3 +169,8 @@ def scenario_error_lines(rs, hardware: str | None = None) -> list[str]:
     se = rs.scenario.serving_engine
     note = version_note(se.name, se.version or engine_version(se).version) if lines else None
     return lines + ([note] if note else [])
+
+
+def error_block(lines: list[str]) -> str:
+    """The lines as a terminal prints them: :data:`HEADING`, then one bullet each."""
+    return "\n".join([f"{HEADING}:"] + [f"- {line}" for line in lines])

@@ -164,9 +164,9 @@ def _show(df, meta: dict, rs, best_gamma: bool, fmt: str, out: Path | None, colu
         if meta.get("headline"):
             print(meta["headline"])
         if meta.get("model_error"):
-            from simulator.catalog.serving_accuracy import HEADING
+            from simulator.catalog.serving_accuracy import error_block
 
-            print("\n".join([f"{HEADING}:"] + [f"- {line}" for line in meta["model_error"]]))
+            print(error_block(meta["model_error"]))
     if fmt != "table" or out is not None:
         from simulator.output_contract import file_format
 

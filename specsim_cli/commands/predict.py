@@ -286,6 +286,6 @@ def serve_workload(
     for k, v in out.items():
         typer.echo(f"{k:<28} {v:.4g}" if isinstance(v, float) else f"{k:<28} {v}")
     if errors:
-        from simulator.catalog.serving_accuracy import HEADING
+        from simulator.catalog.serving_accuracy import error_block
 
-        typer.echo("\n".join([f"{HEADING}:"] + [f"- {line}" for line in errors]))
+        typer.echo(error_block(errors))
