@@ -20,6 +20,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from simulator.catalog import get_hardware
+from simulator.catalog.engine_hosts import ServingEngine
+from simulator.cost.execution import Execution
 from simulator.errors import InputError
 
 GPUSTACK = shared("engine-measurements", "gpustack-performance-lab")
@@ -40,9 +43,6 @@ GPUS = (("a100", "a100-80gb"), ("h100", "h100-sxm"), ("h200", "h200"))
 # validate/serving/gpu_labels.py; its figures: docs/results.md "Which H100"). Read as the GPU they were measured on
 # unless ``as_labelled``; the multi-GPU H100 docs keep their SXM label (their decode steps fit an SXM).
 MEASURED_ON = {"qwen3-14b__h100.md": "h100-pcie", "qwen3-32b__h100.md": "h100-pcie", "gpt-oss-20b__h100.md": "h100-pcie"}
-# vLLM's `vllm serve` batching defaults (vllm/engine/arg_utils.py, EngineArgs._set_default_args / get_batch_defaults,
-# v0.9 - v0.13): >= 70 GiB and not an A100: 8192 tokens, 1024 sequences; otherwise 2048 and 256
-DEFAULT_BATCHING = {"a100-80gb": (2048, 256), "h100-sxm": (8192, 1024), "h100-pcie": (8192, 1024), "h200": (8192, 1024)}
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 
 
@@ -171,7 +171,10 @@ def _parse(i: int, r, as_labelled: bool = False) -> ReleasedRun | str:
     if version is None:
         return "no vLLM version stated"
     tp = int(_option(args, "-tp", "--tensor-parallel-size") or 1)
-    mnbt, mns = DEFAULT_BATCHING[gpu]
+    # what the serve command leaves unset: vLLM's defaults on that GPU (Execution.for_device, the one rule)
+    mnbt, mns = _option(args, "--max-num-batched-tokens"), _option(args, "--max-num-seqs")
+    ex = Execution(max_num_batched_tokens=int(mnbt) if mnbt else "auto", max_num_seqs=int(mns) if mns else None)
+    ex = ex.for_device(get_hardware(gpu), ServingEngine(version=version), world_size=tp)
     kv = _option(args, "--kv-cache-dtype") or "auto"
     n = int(r.requests)
     conc = None if pd.isna(r.max_concurrency) or int(r.max_concurrency) >= n else int(r.max_concurrency)
@@ -183,8 +186,7 @@ def _parse(i: int, r, as_labelled: bool = False) -> ReleasedRun | str:
         model=model,
         weight_dtype=dtype, kv_dtype="fp8" if kv.startswith("fp8") else "bf16", tp=tp,
         ep=tp if "--enable-expert-parallel" in args else 1,
-        max_num_batched_tokens=int(_option(args, "--max-num-batched-tokens") or mnbt),
-        max_num_seqs=int(_option(args, "--max-num-seqs") or mns),
+        max_num_batched_tokens=ex.max_num_batched_tokens, max_num_seqs=ex.max_num_seqs,
         gpu_memory_utilization=float(_option(args, "--gpu-memory-utilization") or DEFAULT_GPU_MEMORY_UTILIZATION),
         async_scheduling="--async-scheduling" in args, requests=n,
         input_tokens=max(1, round(float(r.in_tok) / n)), output_tokens=max(1, round(float(r.out_tok) / n)),

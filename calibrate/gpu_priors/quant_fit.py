@@ -32,7 +32,7 @@ import pandas as pd
 from scipy.optimize import least_squares, minimize_scalar
 
 from calibrate.gpu_priors.engine_data import ENGINE, SHARED
-from calibrate.fit.gpustack_import import DEFAULT_BATCHING, DEFAULT_GPU_MEMORY_UTILIZATION
+from calibrate.fit.gpustack_import import DEFAULT_GPU_MEMORY_UTILIZATION
 from simulator.catalog import get_hardware, hardware_catalog
 from simulator.catalog.hardware import data_labels
 from simulator.catalog.quant_gemm import GemmKind, gemm_kind
@@ -218,8 +218,7 @@ def burst_duration(model: str, weight_dtype: str, requests: int, input_tokens: i
     plans = [RequestPlan([Call(BASE, input_tokens, 0, output_tokens)], output_tokens, output_tokens, 1, 0, "length")
              for _ in range(requests)]
     wl = _burst_workload()
-    batched_tokens, seqs = DEFAULT_BATCHING["a100-80gb"]
-    ex = Execution(max_num_batched_tokens=batched_tokens, max_num_seqs=seqs)
+    ex = Execution().for_device(hw, ServingEngine(name="vllm", version=vllm))  # `vllm serve`'s defaults on an A100
     res = simulate_serving(SystemConfig(system="vanilla-base"), {"base": dep, "small": small}, wl,
                            ReplayArrivals(np.zeros(requests)), requests, 0, (0.0, DEFAULT_GPU_MEMORY_UTILIZATION),
                            plans=plans, execution=ex)

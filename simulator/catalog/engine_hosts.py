@@ -145,6 +145,31 @@ def async_on(engine: ServingEngine, version: str) -> bool:
     return first is not None and _key(engine.version or version) >= first
 
 
+# `vllm serve`'s scheduler limits when the command line sets neither (vLLM's EngineArgs batch defaults for the API
+# server): V1 engines give a GPU reporting >= 70 GiB 8192 tokens per step and 1024 sequences, every other GPU 2048 and
+# 256; from 0.9 an A100 takes the small pair whatever its memory (vllm-project/vllm PR 17885: a large budget cut an
+# A100's throughput); a CPU takes 2048 and 128 per worker (vLLM 0.30's CPU branch). The V0 engine (before 0.8)
+# prefilled whole prompts (chunked prefill off below 32k-token contexts) and ran 256 sequences.
+LARGE_DEVICE_BYTES = 70 * 2**30
+V1_FROM, A100_SMALL_FROM = (0, 8), (0, 9)
+
+
+def batch_defaults(engine: ServingEngine | None, hardware, world_size: int = 1) -> tuple[int | None, int]:
+    """(max_num_batched_tokens, max_num_seqs) `vllm serve` of ``engine``'s version (None: the newest fitted) picks on
+    ``hardware`` (a ``HardwareSpec``) when neither is set; tokens None: no chunked prefill (V0). ``world_size``: the
+    engine's workers (TP x PP), which scale a CPU's defaults."""
+    engine = engine or ServingEngine()
+    version = _key(engine.version) if engine.version is not None else _key(engine_version(engine).version)
+    if version < V1_FROM:
+        return None, 256
+    if hardware.name == "cpu":
+        return 2048 * world_size, 128 * world_size
+    a100 = version >= A100_SMALL_FROM and ("a100" in hardware.name or "a100" in hardware.display.lower())
+    if hardware.reported_memory_bytes >= LARGE_DEVICE_BYTES and not a100:
+        return 8192, 1024
+    return 2048, 256
+
+
 def host_terms(engine: ServingEngine, gpu_step: PriorParam | None = None,
                host: dict | None = None) -> dict[str, PriorParam]:
     """The cost profile's host terms for ``engine``: ``step_overhead_s``, ``seq_overhead_s``, ``call_overhead_s``,

@@ -16,8 +16,12 @@ whole blocks (``simulator/cost/memory_plan.py``).
 
 ``max_num_seqs``: sequences a serving engine runs at once (vLLM's ``max_num_seqs``; the rest queue).
 
-``max_num_batched_tokens``: the serving engine's token budget per step (chunked prefill; vLLM V1's default
-8192 for `vllm serve`); the single-request engines do not batch and ignore it.
+``max_num_batched_tokens``: the serving engine's token budget per step (chunked prefill); the single-request
+engines do not batch and ignore it.
+
+Both default to what `vllm serve` picks on the engine's device when its command line sets neither
+(:func:`simulator.catalog.engine_hosts.batch_defaults`: 8192 tokens and 1024 sequences on a GPU reporting >= 70 GiB
+that is not an A100, else 2048 and 256); :meth:`Execution.for_device` fills them in, as vLLM does at start-up.
 
 ``step_calls``: vanilla-base, vanilla-small and specdecode generate the chain step by step
 (one engine call per reasoning step, stopped at a blank line, re-sending the cached chain;
@@ -27,7 +31,7 @@ over the whole chain (tokens capped at the budget).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -43,10 +47,11 @@ class Execution(BaseModel):
     # vLLM V1's token budget per engine step (max_num_batched_tokens), shared by the decoding sequences' tokens
     # (gamma + 1 each when speculating) and prefill chunks (chunked prefill, on in V1): a prompt longer than what is
     # left of the budget is prefilled over several steps, in admission order, while the others keep decoding.
-    # None: every pending prefill runs whole in the next step (no chunked prefill).
-    max_num_batched_tokens: int | None = Field(default=8192, ge=1, le=10_000_000, strict=True)
-    # vLLM's max_num_seqs: sequences an engine runs at once (the rest wait). None: the caller's default (256, the
-    # serving simulator's and vLLM's long-standing default).
+    # None: every pending prefill runs whole in the next step (no chunked prefill). "auto": vLLM's default for the
+    # engine's device (for_device).
+    max_num_batched_tokens: Annotated[int, Field(ge=1, le=10_000_000, strict=True)] | Literal["auto"] | None = "auto"
+    # vLLM's max_num_seqs: sequences an engine runs at once (the rest wait). None: vLLM's default for the engine's
+    # device (for_device), at most the token budget.
     max_num_seqs: int | None = Field(default=None, ge=1, le=65536, strict=True)
     # Who pays each call's host overhead t_call (``call_overhead_s``) before the engine sees the call: "concurrent"
     # (every call its own delay: in-process callers) or "serial" (one front-end process in turn, FIFO: ``vllm serve``'s
@@ -61,6 +66,19 @@ class Execution(BaseModel):
     # requests (shared system prompts, session history; simulator/engines/serving/prefix_cache.py). False: every call
     # prefills its whole context, in every engine (vLLM's --no-enable-prefix-caching).
     prefix_caching: bool = Field(default=True, strict=True)
+
+    def for_device(self, hardware, engine=None, world_size: int = 1) -> "Execution":
+        """This execution with the scheduler limits it leaves unset filled in as `vllm serve` of ``engine`` (a
+        ``ServingEngine``; None: the newest fitted vLLM) fills them on ``hardware`` (``engine_hosts.batch_defaults``);
+        an unset max_num_seqs is at most the token budget, as vLLM clamps it. Set limits are kept."""
+        if self.max_num_batched_tokens != "auto" and self.max_num_seqs is not None:
+            return self
+        from simulator.catalog.engine_hosts import batch_defaults
+
+        tokens, seqs = batch_defaults(engine, hardware, world_size)
+        t = tokens if self.max_num_batched_tokens == "auto" else self.max_num_batched_tokens
+        s = self.max_num_seqs if self.max_num_seqs is not None else min(seqs, t or seqs)
+        return self.model_copy(update={"max_num_batched_tokens": t, "max_num_seqs": s})
 
     def split(self, new_tokens, cached_tokens):
         """(new_eff, cached_eff) of a call's prefill as this execution runs it: :func:`cache_split`, or the whole

@@ -22,7 +22,7 @@ def engine_plans(rs, hw_name: str, tp: int, length: int | None = None) -> list[t
     engine gives it the whole utilization; specreason's colocated engines split it (serving/kv_cache.py)."""
     sc = rs.scenario
     deps = rs.deployments(hw_name, tp)
-    mf, ex = sc.memory_fraction, sc.execution
+    mf, ex = sc.memory_fraction, rs.execution_for(hw_name, tp)
     out, seen = [], set()
     for system in sc.systems:
         spec = spec_of(system)

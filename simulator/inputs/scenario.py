@@ -408,6 +408,12 @@ class ResolvedScenario:
         deps = Setup(hw, tp, m, self.drafting, ep, pp={"base": sc.base.pp}, dp={"base": sc.base.dp}).deployments(params)
         return {"small": None, "draft": None, **deps}
 
+    def execution_for(self, hw_name: str, tp: int) -> Execution:
+        """The scenario's ``execution`` as its serving engine runs it on ``hw_name`` at ``tp``: the scheduler limits
+        it leaves unset are vLLM's defaults there (``Execution.for_device``; a CPU's scale with the workers)."""
+        sc = self.scenario
+        return sc.execution.for_device(get_hardware(hw_name), sc.serving_engine, world_size=tp * sc.base.pp)
+
     @property
     def roles(self) -> dict:
         """{role: ModelSpec} of the models the scenario has (base; small and draft unless a plain deployment)."""
@@ -424,6 +430,7 @@ class ResolvedScenario:
             "models": {r: m.model_dump(mode="json") | {"params_computed": m.params}
                        for r, m in self.roles.items()},
             "hardware": {h: get_hardware(h).model_dump(mode="json") for h in self.hardware_names},
+            "execution": {h: self.execution_for(h, self.tps[0]).model_dump(mode="json") for h in self.hardware_names},
         }
         from simulator.cost.memory_check import plan_view
 

@@ -12,7 +12,7 @@ from simulator.errors import InputError
 
 
 def simulate_workload(sw: ServingWorkload, deps: dict, workload, seed: int = 0, memory_fraction=(0.1, 0.8),
-                      execution=None, max_batch: int = 256, requests: int | None = None):
+                      execution=None, requests: int | None = None):
     """Serve ``sw`` on one replica of the base model alone (``vanilla-base``: plain serving). ``workload`` (a
     ``WorkloadProfile``) only bounds token counts; ``requests`` overrides ``num_prompts`` (load stages: the
     arrivals the stages give). Returns the :class:`~simulator.engines.serving.replica.ServingResult`."""
@@ -27,7 +27,7 @@ def simulate_workload(sw: ServingWorkload, deps: dict, workload, seed: int = 0, 
             raise InputError(None, "serving_workload.stages", f"the stages bring {n} request(s): need at least 2")
     plans, sessions, think = sw.plans(n, seed)
     return simulate_serving(SystemConfig(system="vanilla-base"), deps, workload, arrivals, len(plans), seed,
-                            memory_fraction, max_batch, plans=plans, execution=execution, sessions=sessions,
+                            memory_fraction, plans=plans, execution=execution, sessions=sessions,
                             think_s=think)
 
 
@@ -54,7 +54,8 @@ def serve_scenario(scenario, bench_serve: str | None = None, hardware: str | Non
     hw = hardware or rs.hardware_names[0]
     tp = tp or rs.tps[0]
     rs.check_placement(hw, tp)
-    ex = sc.execution if prefix_caching is None else sc.execution.model_copy(update={"prefix_caching": prefix_caching})
+    ex = rs.execution_for(hw, tp)
+    ex = ex if prefix_caching is None else ex.model_copy(update={"prefix_caching": prefix_caching})
     res = simulate_workload(sw, rs.deployments(hw, tp), rs.workload, sc.seed if seed is None else seed,
                             (sc.memory_fraction.small, sc.memory_fraction.base), ex, requests=requests)
     s = summarize_serving(res, warmup_fraction=0.0)

@@ -43,7 +43,7 @@ def test_row_parsing(tmp_path):
 
 def test_gpu_as_measured_or_as_labelled(tmp_path):
     """A doc in MEASURED_ON is read as the GPU its runs show, unless as_labelled; any other doc keeps its label."""
-    from calibrate.fit.gpustack_import import DEFAULT_BATCHING, MEASURED_ON
+    from calibrate.fit.gpustack_import import MEASURED_ON
 
     rows = [dict(ROW, serve_cmd="vllm serve Qwen/Qwen3-14B"),
             dict(ROW, file="qwen3-235b-a22b__h100.md", hardware="8 x NVIDIA H100 SXM GPUs on a single node.", out_tps=900.0,
@@ -54,7 +54,8 @@ def test_gpu_as_measured_or_as_labelled(tmp_path):
     assert [r.gpu for r in measured] == [MEASURED_ON["qwen3-14b__h100.md"], "h100-sxm"]
     assert [r.gpu for r in labelled] == ["h100-sxm", "h100-sxm"]
     assert [r.labelled_gpu for r in measured] == [r.labelled_gpu for r in labelled] == ["h100-sxm", "h100-sxm"]
-    assert set(MEASURED_ON.values()) <= set(DEFAULT_BATCHING)  # every GPU a doc is read as has vLLM's defaults
+    # the H100 PCIe a doc is read as: vLLM's large defaults, as for the SXM it is labelled (both report >= 70 GiB)
+    assert [(r.max_num_batched_tokens, r.max_num_seqs) for r in measured] == [(8192, 1024)] * 2
 
 
 @pytest.mark.skipif(not (GPUSTACK / TABLE).is_file(), reason="released table not in ../shared/data")

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from simulator.errors import InputError
@@ -160,6 +160,9 @@ def test_sharegpt_command_line():
 
 @settings(max_examples=examples(40), deadline=None)
 @given(cap=st.integers(2, 4000), share=st.floats(0.0, 1.0))
+@example(cap=2, share=0.99999)  # a mean just under the cap: 1 - (1 - p)^cap cancels at the smallest p
+@example(cap=4000, share=1.0 - 2e-9)  # within what the smallest p resolves of the cap
+@example(cap=4000, share=1e-16)  # within what the largest p resolves of one token
 def test_eos_for_mean_inverts_the_capped_geometric_mean(cap, share):
     """p = eos_for_mean(cap, m) gives E[min(cap, Geometric(p))] = m for any m in [1, cap]; p = 0 exactly at the cap,
     and p falls as the mean rises (a request that ends earlier on average has a larger EOS probability)."""

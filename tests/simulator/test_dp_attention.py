@@ -12,9 +12,8 @@ from simulator.catalog.moe_layout import stored_expert_factor
 from simulator.cost.cost_model import Deployment, expert_parallel_error
 from simulator.cost.cost_profile import prior_profile
 from simulator.errors import InputError
-from simulator.cost.memory_plan import memory_plan
 from simulator.inputs.scenario import load_scenario
-from simulator.engines.serving.kv_cache import kv_layout
+from simulator.engines.serving.kv_cache import engine_plan, kv_layout
 from specsim_cli.main import main
 from tests.conftest import examples
 
@@ -51,7 +50,7 @@ def test_dp_replicates_attention_and_spreads_experts(model, tp, dp):
     assert d.resident_bytes_per_gpu == pytest.approx((m.weight_bytes_resident - experts) / tp + stored / (tp * dp))
     assert d.resident_bytes_per_gpu < one.resident_bytes_per_gpu
     assert d.kv_bytes_per_token_per_gpu == one.kv_bytes_per_token_per_gpu
-    plan = memory_plan([d], 0.9, 8192)
+    plan = engine_plan(0.9, [d])  # one rank's plan at vLLM's default limits on the GPU
     if plan.kv_tokens > 0:
         assert kv_layout(0.9, [d])[0] == dp * plan.usable_tokens  # every rank's blocks but its null block
 

@@ -115,7 +115,7 @@ def test_pass_time_and_whatif_refuse_weights_past_the_gpu_alike(capsys):
 
 
 @pytest.mark.parametrize("args, option, words", [
-    (["--model", "qwq-32b", "--batch", "1,1024", "--context", "32000"], "--batch", "1,024 sequences of 32,001 tokens"),
+    (["--model", "qwq-32b", "--batch", "1,1024", "--context", "16000"], "--batch", "1,024 sequences of 16,001 tokens"),
     (["--model", "qwen3-8b", "--context", "1000000"], "--context", "To serve at least one request with max_model_len"),
 ])
 def test_pass_time_refuses_a_step_the_kv_cache_cannot_hold(capsys, args, option, words):

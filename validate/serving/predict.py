@@ -186,12 +186,26 @@ def run_models(run: ServingRun, setup) -> dict:
     return models
 
 
+def run_execution(run: ServingRun):
+    """How the measured run's base engine ran: the scheduler limits and prefix caching its run.json records
+    (``engine_limits``: serve-run and serve-systems write them; per role for the latter), else vLLM's defaults on its
+    device (``Execution.for_device``); a `vllm serve` run's one API server process receives, tokenizes and streams
+    every request (``Execution.front_end`` serial)."""
+    from simulator.cost.execution import Execution
+
+    lim = (run.meta.get("options") or {}).get("engine_limits") or {}
+    lim = lim.get("base", lim)
+    tokens, seqs = lim.get("max_num_batched_tokens"), lim.get("max_num_seqs")
+    return Execution(max_num_batched_tokens=int(tokens) if tokens else "auto", max_num_seqs=int(seqs) if seqs else None,
+                     prefix_caching=bool(lim.get("prefix_caching", True)),
+                     front_end="serial" if run.client_side else "concurrent")
+
+
 def predict_run(run: ServingRun, params, setup, acceptance: list[float] | None = None):
     """(per-request table: measured and predicted, serving result of the simulator).
 
     A speculative run replays each request's measured iterations, or -- with ``acceptance`` (a_1..a_gamma) --
     iterations drawn from it."""
-    from simulator.cost.execution import Execution
     from simulator.engines.serving.arrivals import ClosedLoopUsers, ReplayArrivals
     from simulator.engines.serving.replica import simulate_serving
     from simulator.inputs.systems import SystemConfig, spec_of
@@ -214,10 +228,8 @@ def predict_run(run: ServingRun, params, setup, acceptance: list[float] | None =
         arrivals = ClosedLoopUsers(run.users, 0.0)
     else:
         arrivals = ReplayArrivals(tuple(float(t) for t in run.requests.arrival_s), run.label)
-    # a `vllm serve` run: one API server process receives, tokenizes and streams every request (Execution.front_end)
-    execution = Execution(front_end="serial") if run.client_side else None
     res = simulate_serving(cfg, setup.deployments(params, run_models(run, setup)), _workload(), arrivals,
-                           len(plans), seed=0, memory_fraction=MEMORY_FRACTION, plans=plans, execution=execution)
+                           len(plans), seed=0, memory_fraction=MEMORY_FRACTION, plans=plans, execution=run_execution(run))
     sim = res.requests.set_index("request")
     t = run.requests[["request_id", "prompt_tokens", "output_tokens", "latency_s", "ttft_s"]].copy()
     t["pred_latency_s"] = sim.loc[t.request_id, "latency_s"].to_numpy()

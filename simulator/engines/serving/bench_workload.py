@@ -151,10 +151,13 @@ def eos_for_mean(cap: int, mean: float) -> float:
 
     if not 1.0 <= mean <= cap:
         raise ValueError(f"a mean of {mean} tokens is not within [1, cap = {cap}]")
-    if mean >= cap - 1e-9:
+    lo, hi = 1e-12, 1.0 - 1e-12
+    expected = lambda p: -math.expm1(cap * math.log1p(-p)) / p - mean  # noqa: E731  (1 - (1 - p)^cap without cancelling)
+    if mean >= cap - 1e-9 or expected(lo) <= 0.0:  # the cap within what the smallest p resolves
         return 0.0
-    expected = lambda p: (1.0 - (1.0 - p) ** cap) / p - mean  # noqa: E731
-    return float(brentq(expected, 1e-12, 1.0 - 1e-12)) if mean > 1.0 else 1.0 - 1e-12
+    if expected(hi) >= 0.0:  # one token within what the largest p resolves
+        return hi
+    return float(brentq(expected, lo, hi))
 
 
 class SystemPrompts(_Strict):

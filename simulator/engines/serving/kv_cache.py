@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from simulator.cost.cost_model import Deployment
 from simulator.cost.execution import Execution
-from simulator.cost.memory_plan import DEFAULT_MAX_NUM_SEQS, MemoryPlan, memory_plan
+from simulator.cost.memory_plan import MemoryPlan, memory_plan
 
 # vLLM without chunked prefill profiles max(max_model_len, this) tokens (SchedulerConfig default)
 UNCHUNKED_MIN_BATCHED_TOKENS = 2048
@@ -41,22 +41,23 @@ def engine_utilizations(spec, small: float, base: float) -> tuple[float, float]:
 
 
 def engine_plan(utilization: float, deployments: list[Deployment], execution: Execution | None = None,
-                max_num_seqs: int | None = None, max_model_len: int | None = None,
-                vllm_version: str | None = None) -> MemoryPlan:
-    """The memory plan of one serving engine holding ``deployments`` (its model, then a draft living in it)."""
-    ex = execution or Execution()
-    seqs = ex.max_num_seqs or max_num_seqs or DEFAULT_MAX_NUM_SEQS
+                max_model_len: int | None = None, vllm_version: str | None = None) -> MemoryPlan:
+    """The memory plan of one serving engine holding ``deployments`` (its model, then a draft living in it); the
+    scheduler limits ``execution`` leaves unset are vLLM's defaults on its device (``Execution.for_device``)."""
+    d = deployments[0]
+    ex = (execution or Execution()).for_device(d.hardware, world_size=d.tp * d.pp)
     tokens = ex.max_num_batched_tokens or max(int(max_model_len or 0), UNCHUNKED_MIN_BATCHED_TOKENS)
-    return memory_plan(deployments, utilization, tokens, seqs, ex.block_size, vllm_version, ex.num_gpu_blocks_override)
+    return memory_plan(deployments, utilization, tokens, ex.max_num_seqs, ex.block_size, vllm_version,
+                       ex.num_gpu_blocks_override)
 
 
 def kv_layout(utilization: float, deployments: list[Deployment], execution: Execution | None = None,
-              max_num_seqs: int | None = None, vllm_version: str | None = None) -> tuple[int, int]:
+              vllm_version: str | None = None) -> tuple[int, int]:
     """(capacity in tokens, KV tokens each running sequence reserves) of an engine holding ``deployments``; with
     data-parallel attention the dp ranks' caches together (a sequence lives on one rank)."""
     if utilization <= 0.0:  # the engine does not run (engine_utilizations)
         return 0, 0
-    p = engine_plan(utilization, deployments, execution, max_num_seqs, vllm_version=vllm_version)
+    p = engine_plan(utilization, deployments, execution, vllm_version=vllm_version)
     return p.usable_tokens * deployments[0].dp, p.running_seq_reserve_tokens
 
 

@@ -66,25 +66,27 @@ class Replica:
     """Colocated small + base engines of one replica and their shared-GPU scheduler."""
 
     def __init__(self, env: simpy.Environment, cfg: SystemConfig, deps: dict[str, Deployment],
-                 workload: WorkloadProfile, memory_fraction: tuple[float, float], max_batch: int = 256,
-                 execution: Execution | None = None):
+                 workload: WorkloadProfile, memory_fraction: tuple[float, float], execution: Execution | None = None):
         self.env, self.cfg = env, cfg
-        if execution is not None and execution.max_num_seqs is not None:
-            max_batch = execution.max_num_seqs  # vLLM's max_num_seqs, set in the scenario's execution block
-        block = (execution or Execution()).prefix_cache_block
-        caching = (execution or Execution()).prefix_caching
-        budget = (execution or Execution()).max_num_batched_tokens  # chunked prefill: tokens per engine step
+        ex = execution or Execution()
+        small_dep = deps["small"] or deps["base"]  # no small model: an idle small engine (zero KV capacity)
+        # vLLM's scheduler limits (max_num_seqs, max_num_batched_tokens: chunked prefill's tokens per engine step),
+        # its defaults on the device where the scenario leaves them unset
+        small_ex = ex.for_device(small_dep.hardware, world_size=small_dep.tp * small_dep.pp)
+        base_ex = ex.for_device(deps["base"].hardware, world_size=deps["base"].tp * deps["base"].pp)
+        block, caching = ex.prefix_cache_block, ex.prefix_caching
         spec = cfg.drafts
         base_models = [deps["base"], deps["draft"]] if spec else [deps["base"]]
         max_out = workload.token_budget + workload.max_step_tokens + workload.answer_tokens + 2
         u_small, u_base = engine_utilizations(cfg.spec, *memory_fraction)
-        small_cap, small_res = kv_layout(u_small, [deps["small"]], execution, max_batch) if u_small > 0 else (0, 0)
-        base_cap, base_res = kv_layout(u_base, base_models, execution, max_batch)
+        small_cap, small_res = kv_layout(u_small, [deps["small"]], small_ex) if u_small > 0 else (0, 0)
+        base_cap, base_res = kv_layout(u_base, base_models, base_ex)
         dp = deps["base"].dp  # data-parallel attention: dp ranks, each with vLLM's max_num_seqs and token budget
-        self.engines = [  # no small model: an idle small engine (zero KV capacity)
-            Engine("small", deps["small"] or deps["base"], small_cap, max_batch, prefix_cache_block=block,
-                   token_budget=budget, seq_reserve_tokens=small_res, prefix_caching=caching),
-            Engine("base", deps["base"], base_cap, max_batch * dp,
+        budget = base_ex.max_num_batched_tokens
+        self.engines = [
+            Engine("small", small_dep, small_cap, small_ex.max_num_seqs, prefix_cache_block=block,
+                   token_budget=small_ex.max_num_batched_tokens, seq_reserve_tokens=small_res, prefix_caching=caching),
+            Engine("base", deps["base"], base_cap, base_ex.max_num_seqs * dp,
                    draft=deps["draft"] if spec else None, gamma=cfg.gamma, max_spec_iters=max_out,
                    prefix_cache_block=block, gamma_policy=gamma_policy(cfg, deps, workload),
                    token_budget=budget and budget * dp, prefix_caching=caching,
@@ -402,7 +404,7 @@ class Replica:
 
 def simulate_serving(cfg: SystemConfig, deps: dict[str, Deployment], workload: WorkloadProfile,
                      arrivals: ArrivalProcess, n_requests: int, seed: int,
-                     memory_fraction: tuple[float, float] = (0.1, 0.8), max_batch: int = 256,
+                     memory_fraction: tuple[float, float] = (0.1, 0.8),
                      plans: list[RequestPlan] | None = None, execution: Execution | None = None,
                      stop=None, sessions: list[list[int]] | None = None, think_s=None) -> ServingResult:
     """Serve ``n_requests`` requests of ``cfg`` on one replica; per-request and per-engine results.
@@ -426,7 +428,7 @@ def simulate_serving(cfg: SystemConfig, deps: dict[str, Deployment], workload: W
     else:
         plans, n_requests = list(plans), len(plans)
     env = simpy.Environment()
-    rep = Replica(env, cfg, deps, workload, memory_fraction, max_batch, execution)
+    rep = Replica(env, cfg, deps, workload, memory_fraction, execution)
 
     n_requests = start_clients(env, rep, arrivals, plans, n_requests, arr_rng, stop, sessions, think_s)
     rep.n_target = n_requests

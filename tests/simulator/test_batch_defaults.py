@@ -1,0 +1,83 @@
+"""vLLM's scheduler limits where a scenario leaves them unset: `vllm serve`'s batch defaults by device and version
+(``engine_hosts.batch_defaults``), filled in by ``Execution.for_device`` and used by every serving engine, memory
+plan and importer (one rule)."""
+
+from __future__ import annotations
+
+import pytest
+import simpy
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.catalog import get_hardware, hardware_catalog
+from simulator.catalog.engine_hosts import ServingEngine, batch_defaults
+from simulator.cost.execution import Execution
+from simulator.engines.serving.kv_cache import engine_plan
+from simulator.engines.serving.replica import Replica
+from simulator.inputs.scenario import load_scenario
+from simulator.inputs.systems import SystemConfig
+from tests.conftest import examples
+
+GIB = 2**30
+
+
+@pytest.mark.parametrize("name", sorted(hardware_catalog()))
+def test_every_catalog_device_gets_what_vllm_serve_picks(name):
+    """A GPU whose driver reports >= 70 GiB and that is not an A100: 8192 tokens, 1024 sequences; every other GPU
+    2048 and 256; the CPU 2048 and 128 per worker."""
+    hw = get_hardware(name)
+    got = batch_defaults(None, hw)
+    if name == "cpu":
+        assert got == (2048, 128) and batch_defaults(None, hw, world_size=2) == (4096, 256)
+    elif hw.reported_memory_bytes >= 70 * GIB and "a100" not in name:
+        assert got == (8192, 1024)
+    else:
+        assert got == (2048, 256)
+
+
+def test_the_a100_carve_out_and_v0_follow_the_version():
+    """vLLM 0.8 gave an 80 GB A100 the large pair (the carve-out came in 0.9); V0 (0.5) prefilled whole prompts
+    and ran 256 sequences; the newest fitted version is the default."""
+    a100, h100 = get_hardware("a100-80gb"), get_hardware("h100-sxm")
+    assert batch_defaults(ServingEngine(version="0.8"), a100) == (8192, 1024)
+    assert batch_defaults(ServingEngine(version="0.9"), a100) == (2048, 256)
+    assert batch_defaults(ServingEngine(version="0.5"), h100) == (None, 256)
+    assert batch_defaults(ServingEngine(), h100) == batch_defaults(ServingEngine(version="0.30"), h100)
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(tokens=st.one_of(st.none(), st.just("auto"), st.integers(1, 100_000)),
+       seqs=st.one_of(st.none(), st.integers(1, 4096)), gpu=st.sampled_from(sorted(hardware_catalog())))
+def test_for_device_keeps_what_is_set_and_is_idempotent(tokens, seqs, gpu):
+    """Set limits are kept; an unset max_num_seqs is vLLM's default clamped to the token budget; the result is
+    concrete and resolving it again changes nothing."""
+    hw = get_hardware(gpu)
+    ex = Execution(max_num_batched_tokens=tokens, max_num_seqs=seqs).for_device(hw)
+    want_t, want_s = batch_defaults(None, hw)
+    t = want_t if tokens == "auto" else tokens
+    assert ex.max_num_batched_tokens == t
+    assert ex.max_num_seqs == (seqs if seqs is not None else min(want_s, t or want_s))
+    assert ex.for_device(hw) == ex and ex.for_device(get_hardware("cpu")) == ex
+
+
+@pytest.mark.parametrize("gpu, seqs, tokens", [("h200", 1024, 8192), ("a100-80gb", 256, 2048)])
+def test_the_serving_engine_and_memory_plan_run_the_device_defaults(gpu, seqs, tokens):
+    """A replica of a scenario that sets no limits runs vLLM's on its GPU: the base engine's sequence cap and token
+    budget, and its memory plan's profile pass and sampler warm-up; a scenario that sets them keeps its own."""
+    rs = load_scenario("h200x2-qwen3-32b-serving", grid_overrides={"hardware": [gpu]})
+    deps = rs.deployments(gpu, 2)
+    for ex, want in ((rs.execution_for(gpu, 2), (seqs, tokens)), (Execution(max_num_seqs=64, max_num_batched_tokens=512),
+                                                                   (64, 512))):
+        rep = Replica(simpy.Environment(), SystemConfig(system="vanilla-base"), deps, rs.workload, (0.0, 0.9), ex)
+        base = rep.engines[1]
+        assert (base.max_batch, base.token_budget) == want
+        plan = engine_plan(0.9, [deps["base"]], ex)
+        assert (plan.profile_tokens, plan.sampler_rows) == (want[1], min(want))
+
+
+def test_show_prints_the_resolved_limits_per_gpu():
+    """`specsim show S --section resolved` (``ResolvedScenario.to_dict``) fills the limits in for each GPU of the
+    grid, as vLLM would."""
+    ex = load_scenario("r1-70b-a100x4", grid_overrides={"hardware": ["a100-80gb", "h200"]}).to_dict()["resolved"]["execution"]
+    assert {h: (v["max_num_batched_tokens"], v["max_num_seqs"]) for h, v in ex.items()} == {
+        "a100-80gb": (2048, 256), "h200": (8192, 1024)}
