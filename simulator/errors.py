@@ -22,13 +22,26 @@ class InputError(Exception):
         return ": ".join([*parts, self.message])
 
 
+def _union_tag(part) -> bool:
+    """A location part pydantic adds for a union's member (``constrained-int``, ``literal['auto']``), not a field."""
+    return isinstance(part, str) and not part.isidentifier()
+
+
 def pydantic_error_to_input_error(file: str | None, err) -> InputError:
-    """Convert the first error of a pydantic ``ValidationError`` into an :class:`InputError`."""
-    first = err.errors()[0]
-    loc = ".".join(str(x) for x in first.get("loc", ()) if x != "__root__")
+    """Convert the first error of a pydantic ``ValidationError`` into an :class:`InputError`; a value no member of a
+    union takes gets one line naming every member's requirement (``a valid integer or 'auto'``)."""
+    errors = err.errors()
+    first = errors[0]
+    loc = tuple(first.get("loc", ()))
     msg = first.get("msg", "invalid value")
+    if loc and _union_tag(loc[-1]):
+        members = [e for e in errors if tuple(e.get("loc", ()))[:-1] == loc[:-1] and _union_tag(e["loc"][-1])]
+        wants = [m.get("msg", "").removeprefix("Input should be ") for m in members]
+        msg = "Input should be " + " or ".join(dict.fromkeys(w for w in wants if w))
+        loc = loc[:-1]
+    loc_text = ".".join(str(x) for x in loc if x != "__root__")
     if "input" in first and first.get("type") not in ("missing",):
         inp = first["input"]
         if isinstance(inp, (str, int, float, bool)) or inp is None:
             msg = f"{msg} (got {inp!r})"
-    return InputError(file, loc or None, msg)
+    return InputError(file, loc_text or None, msg)

@@ -25,6 +25,10 @@ grid:
   threshold: [5, 7]       # SpecReason acceptance threshold 0..10 (10: never keep a small step)
   first_n: [0]            # first steps always taken by the base model
 engine: analytic          # analytic (closed form) | des (discrete-event: adds p50/p90/p99)
+# how vLLM runs the calls under load (capacity, serve-workload): left out, vLLM's defaults on the GPU (`vllm serve`:
+# max_num_batched_tokens 8192 and max_num_seqs 1024 on a GPU reporting >= 70 GiB that is not an A100, else 2048 and
+# 256; `specsim show {path} --section resolved` prints them per GPU), prefix caching on
+# execution: {{max_num_batched_tokens: 2048, max_num_seqs: 256, prefix_caching: true}}
 requests: 400             # DES requests per grid point
 slo: "p99_latency<=900s"  # capacity planning (specsim capacity / report)
 seed: 0

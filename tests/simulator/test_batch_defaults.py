@@ -4,6 +4,8 @@ plan and importer (one rule)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import simpy
 from hypothesis import given, settings
@@ -81,3 +83,16 @@ def test_show_prints_the_resolved_limits_per_gpu():
     ex = load_scenario("r1-70b-a100x4", grid_overrides={"hardware": ["a100-80gb", "h200"]}).to_dict()["resolved"]["execution"]
     assert {h: (v["max_num_batched_tokens"], v["max_num_seqs"]) for h, v in ex.items()} == {
         "a100-80gb": (2048, 256), "h200": (8192, 1024)}
+
+
+@pytest.mark.parametrize("value, words", [("lots", "a valid integer or 'auto' (got 'lots')"),
+                                          ("0", "greater than or equal to 1 or 'auto' (got 0)")])
+def test_a_bad_limit_names_the_field_and_every_accepted_form(tmp_path, value, words):
+    """A value no member of the field's union takes: one line, the field without pydantic's member tags."""
+    from simulator.errors import InputError
+
+    text = Path("scenarios/cpu-smollm2.yaml").read_text() + f"execution: {{max_num_batched_tokens: {value}}}\n"
+    (tmp_path / "s.yaml").write_text(text)
+    with pytest.raises(InputError) as e:
+        load_scenario(tmp_path / "s.yaml")
+    assert e.value.field == "execution.max_num_batched_tokens" and e.value.message.endswith(words), e.value.one_line()
