@@ -61,4 +61,5 @@ def serve_scenario(scenario, bench_serve: str | None = None, hardware: str | Non
     s = summarize_serving(res, warmup_fraction=0.0)
     return {"scenario": sc.name, "hardware": hw, "tp": tp, "workload": sw.source or "serving_workload",
             "arrivals": res.info["arrivals"], "prefix_caching": ex.prefix_caching,
+            "max_num_batched_tokens": ex.max_num_batched_tokens, "max_num_seqs": ex.max_num_seqs,
             **{k: s[k] for k in SUMMARY_KEYS if k in s}, "model_error": scenario_error_lines(rs, hw)}

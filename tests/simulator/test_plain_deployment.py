@@ -82,6 +82,8 @@ def test_show_and_serve_workload_on_a_plain_deployment(capsys):
     assert "h100-sxm tp=8" in out and out.count("engine:") == 1
     code, out, err = run(capsys, "serve-workload", PLAIN, "--requests", "20", "--format", "json")
     assert code == 0, err
+    got = json.loads(out)  # the limits the engine ran: vLLM's H100 defaults, the scenario setting none
+    assert (got["max_num_batched_tokens"], got["max_num_seqs"]) == (8192, 1024)
 
 
 def test_pipeline_stages_in_a_scenario(tmp_path, capsys):
