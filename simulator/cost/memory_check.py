@@ -83,8 +83,10 @@ def check_plan(rs, plan, what: str, length: int, fld: str, tp: int) -> None:
     if kind == "weights":
         raise InputError(f, "grid.tp" if sc.grid.tp else "base.tp", f"{where}: {why}: raise tp or use a smaller "
                          "weight_dtype")
+    seqs = (f", or lower execution.max_num_seqs (vLLM warms its sampler up on {plan.sampler_rows:,} rows)"
+            if plan.sampler_bound else "")
     if kind == "kv":
-        raise InputError(f, fld, f"{where}: {why}: increase gpu_memory_utilization or tp")
+        raise InputError(f, fld, f"{where}: {why}: increase gpu_memory_utilization or tp{seqs}")
     over = sc.workload_overrides
     if replace(plan, utilization=1.0).kv_bytes >= plan.request_bytes(length):  # a larger share would hold it
         where_f, bfld = f, fld
@@ -92,7 +94,7 @@ def check_plan(rs, plan, what: str, length: int, fld: str, tp: int) -> None:
         where_f, bfld = ((f, "workload_overrides.token_budget") if "token_budget" in over else
                          (f, "workload_overrides.prompt_tokens") if "prompt_tokens" in over else
                          (str(rs.ref_path(sc.workload, "workload")), "token_budget"))
-    raise InputError(where_f, bfld, f"{where}: {why}: lower token_budget, or raise gpu_memory_utilization or tp")
+    raise InputError(where_f, bfld, f"{where}: {why}: lower token_budget, or raise gpu_memory_utilization or tp{seqs}")
 
 
 def check_step(target, draft, batch: int, tokens: int, context: int) -> None:

@@ -94,6 +94,7 @@ class MemoryPlan:
     profile_tokens: int
     sampler_rows: int
     blocks_override: int | None = None  # vLLM's num_gpu_blocks_override (None: sized from memory)
+    sampler_bound: bool = False  # the sampler warm-up on sampler_rows rows, not the forward pass, sets the peak
 
     @property
     def requested_bytes(self) -> float:
@@ -246,12 +247,14 @@ def memory_plan(deployments: list[Deployment], utilization: float, max_num_batch
     if full <= 0.0:  # every layer slides: count every layer per token, no reservation
         sliding = 0.0
     gpu = hw.interconnect != "none"
+    peak = max(activation_peak_bytes(d, T, R) for d in deployments)
     tp = deployments[0].gpus  # NCCL's buffers: one GPU of a multi-GPU replica (tp * pp)
     return MemoryPlan(
         hardware=hw.name, total_bytes=hw.reported_memory_bytes, utilization=float(utilization),
         weights_bytes=sum(d.resident_bytes_per_gpu for d in deployments),
-        activation_bytes=max(activation_peak_bytes(d, T, R) for d in deployments),  # the passes run one after another
+        activation_bytes=peak,  # the passes run one after another
         non_torch_bytes=non_torch_bytes(tp) if gpu else 0.0,
         cudagraph_bytes=CUDAGRAPH_BYTES if gpu else 0.0, cudagraph_counted=gpu and cudagraphs_counted(vllm_version),
         block_size=int(block_size), full_bytes_per_token=full, sliding_bytes_per_seq=sliding,
-        all_bytes_per_token=every, profile_tokens=T, sampler_rows=R, blocks_override=blocks_override)
+        all_bytes_per_token=every, profile_tokens=T, sampler_rows=R, blocks_override=blocks_override,
+        sampler_bound=peak > max(activation_peak_bytes(d, T, 0) for d in deployments))

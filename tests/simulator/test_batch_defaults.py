@@ -107,3 +107,17 @@ def test_the_report_states_each_gpus_limits_and_who_set_them():
                          "h200 8192 / 1024"), line
     line = limits_line(load_scenario("moe-gpt-oss-120b-h100"))
     assert "set by the scenario: max_num_seqs" in line and line.endswith("h100-sxm 8192 / 256"), line
+
+
+def test_a_sampler_bound_refusal_names_max_num_seqs(tmp_path):
+    """gpt-oss-120b at TP 1 on an H100 with 0.85 of it: at vLLM's 1024 sequences the sampler warm-up on its 201k-token
+    vocabulary leaves no KV cache, as vLLM would refuse; the error says lowering max_num_seqs helps, and 256 fits."""
+    from simulator.errors import InputError
+
+    text = Path("scenarios/moe-gpt-oss-120b-h100.yaml").read_text()
+    assert "execution: {max_num_seqs: 256}" in text
+    (tmp_path / "s.yaml").write_text(text.replace("execution: {max_num_seqs: 256}", ""))
+    with pytest.raises(InputError) as e:
+        load_scenario(tmp_path / "s.yaml")  # loading places every (GPU, TP) of the grid
+    assert e.value.field == "memory_fraction.base" and "lower execution.max_num_seqs" in e.value.message, e.value.one_line()
+    load_scenario("moe-gpt-oss-120b-h100")
