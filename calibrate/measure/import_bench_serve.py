@@ -25,7 +25,9 @@ in 0.6-0.7 becomes ``request_goodput``).
 Arrivals: ``max_concurrency`` N with ``request_rate`` inf is a closed loop of N users (vLLM's client holds a
 semaphore of N and sends in order: the serving simulator's ``ClosedLoopUsers``); otherwise an open loop whose
 measured send instants are replayed (``poisson`` mode, ``rate_per_s`` the offered rate, or the measured one for
-``inf`` without a cap: every request at once). Without ``start_times`` a closed loop's send instants are
+``inf`` without a cap: every request at once); an open loop capped at N in flight (a finite rate with
+``max_concurrency`` below the request count) replays its send instants too, which the cap already shaped, and a
+workload made of it (:func:`serving_workload`) keeps the cap. Without ``start_times`` a closed loop's send instants are
 reconstructed the way the client makes them (a request goes when one of the N slots frees, in order); an open
 loop without them is refused. Failed requests (non-empty ``errors`` entry) are dropped and counted in
 ``run.json`` (``options.bench.failed``); every request failing is an error. The summary's ``completed`` and ``failed``
@@ -100,6 +102,7 @@ class BenchResult:
     meta: dict
     keys: dict = field(default_factory=dict)  # meaning -> the key this file used
     arrivals_reconstructed: bool = False
+    max_concurrency: int | None = None  # an open loop's cap on requests in flight (None: none that bound)
 
     @property
     def label(self) -> str:
@@ -220,21 +223,20 @@ def _request(i: int, lists: dict[str, list], keys: dict[str, str], where: str) -
     return BenchRequest(i, pt, ot, ttft, itl, lat, st)
 
 
-def _arrivals(data: dict, where: str, n: int, lists: dict[str, list]) -> tuple[str, int, float]:
-    """(mode, users, rate): a closed loop of ``max_concurrency`` users, or an open loop with its send instants."""
+def _arrivals(data: dict, where: str, n: int, lists: dict[str, list]) -> tuple[str, int, float, int | None]:
+    """(mode, users, rate, cap): a closed loop of ``max_concurrency`` users, or an open loop with its send instants
+    (capped at ``max_concurrency`` in flight where the cap is below the request count)."""
     rate = _rate(data.get("request_rate", "inf"), where)
     mc = data.get("max_concurrency")
     if mc is not None:
         mc = _num(mc, where, "max_concurrency", "null or a user count >= 1", integer=True, minimum=1)
     if mc is not None and math.isinf(rate):
-        return "closed", mc, rate
-    if mc is not None and mc < n:
-        raise InputError(where, "max_concurrency", f"an open loop (request_rate {rate:g}) capped at {mc} concurrent "
-                         "requests is neither a closed loop nor replayable arrivals: expected null, or request_rate inf")
+        return "closed", mc, rate, None
+    cap = int(mc) if mc is not None and mc < n else None
     if "start_times" not in lists:
         raise InputError(where, "start_times", f"an open-loop run's send instants are needed to replay it "
                          f"(vLLM >= 0.10 writes them with --save-detailed)")
-    return "poisson", 0, rate
+    return "poisson", 0, rate, cap
 
 
 def read_bench_json(path: str | Path) -> BenchResult:
@@ -258,14 +260,15 @@ def read_bench_json(path: str | Path) -> BenchResult:
     if not reqs:
         raise InputError(where, keys.get("errors", "errors"), f"every one of the {n} requests failed (first error: "
                          f"{str(errors[0])[:80]!r}): nothing to import")
-    mode, users, rate = _arrivals(data, where, n, lists)
+    mode, users, rate, cap = _arrivals(data, where, n, lists)
     summary = {}
     for k, v in data.items():
         k2 = SUMMARY_RENAMES.get(k, k)
         if k2 in SUMMARY_KEYS or (k2.endswith("_ms") and k2.startswith(SUMMARY_PREFIXES)):
             summary[k2] = v
     meta = {k: data[k] for k in META_KEYS if k in data}
-    res = BenchResult(path, mode, users, rate if mode == "poisson" else math.nan, reqs, failed, summary, meta, keys)
+    res = BenchResult(path, mode, users, rate if mode == "poisson" else math.nan, reqs, failed, summary, meta, keys,
+                      max_concurrency=cap)
     if all(r.start_s is not None for r in reqs):
         res.requests.sort(key=lambda r: (r.start_s, r.index))
     elif mode == "closed":
@@ -313,6 +316,8 @@ def run_manifest(res: BenchResult, provenance: dict | None = None, command: str 
             rate = float("nan")
         arrivals["rate_per_s"] = rate if math.isfinite(rate) else None
         arrivals["offered"] = "inf" if math.isinf(res.rate_per_s) else res.rate_per_s
+        if res.max_concurrency is not None:  # the send instants replayed are those the client's cap shaped
+            arrivals["max_concurrency"] = res.max_concurrency
     model = res.meta.get("model_id", "")
     meta = {"schema_version": SCHEMA_VERSION, "kind": "serve",
             "created_at": prov.get("created_at") or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -419,4 +424,5 @@ def serving_workload(src: str | Path):
 
     res = read_bench_json(src)
     return ServingWorkload.from_measured([r.prompt_tokens for r in res.requests], [r.output_tokens for r in res.requests],
-                                         res.rate_per_s, res.users if res.mode == "closed" else 0, str(res.path))
+                                         res.rate_per_s, res.users if res.mode == "closed" else 0, str(res.path),
+                                         res.max_concurrency)

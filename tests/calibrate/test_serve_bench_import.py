@@ -126,6 +126,33 @@ def test_open_loop_replays_send_instants(tmp_path):
         read_bench_json(_write(tmp_path, raw))
 
 
+def test_capped_open_loop_replays_its_send_instants_and_keeps_its_cap(tmp_path):
+    """`--request-rate 1 --max-concurrency 2`: the send instants (which the cap shaped) are replayed, run.json says
+    the cap, and the run as a workload is an open loop of that rate capped at 2 in flight."""
+    from calibrate.measure.import_bench_serve import run_manifest, serving_workload
+    from simulator.engines.serving import PoissonArrivals
+    from simulator.engines.serving.arrivals import CappedArrivals
+
+    raw = _raw()
+    raw["request_rate"], raw["max_concurrency"] = 1.0, 2
+    p = _write(tmp_path, raw)
+    res = read_bench_json(p)
+    assert (res.mode, res.rate_per_s, res.max_concurrency) == ("poisson", 1.0, 2)
+    assert run_manifest(res)["options"]["arrivals"]["max_concurrency"] == 2
+    assert serving_workload(p).arrivals() == CappedArrivals(PoissonArrivals(1.0), 2)
+    from calibrate.contracts.trace_schema import check_run_dir
+    from validate.serving.load import load_run
+
+    d = write_run(p, tmp_path / "capped")  # a checked run directory that validate-serving replays open loop
+    assert check_run_dir(d)["run"][0]["options"]["arrivals"]["max_concurrency"] == 2
+    assert load_run(d).mode == "poisson"
+    raw["max_concurrency"] = len(raw["ttfts"])  # a cap no larger than the run binds nothing: a plain open loop
+    assert read_bench_json(_write(tmp_path, raw)).max_concurrency is None
+    raw.pop("start_times")
+    with pytest.raises(InputError, match="start_times"):
+        read_bench_json(_write(tmp_path, raw))
+
+
 @pytest.mark.parametrize("edit, field", [
     (lambda d: d.pop("ttfts"), "ttfts"),
     (lambda d: d.pop("itls"), "itls"),
@@ -139,7 +166,6 @@ def test_open_loop_replays_send_instants(tmp_path):
     (lambda d: d["latencies"].__setitem__(0, 0.001), "latencies[0]"),
     (lambda d: d.update(request_rate="fast"), "request_rate"),
     (lambda d: d.update(max_concurrency=0), "max_concurrency"),
-    (lambda d: d.update(request_rate=1.0, max_concurrency=2), "max_concurrency"),
     (lambda d: d.update(input_lens=[], output_lens=[], ttfts=[], itls=[], latencies=[], start_times=[], errors=[]),
      "input_lens"),
 ])

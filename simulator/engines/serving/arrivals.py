@@ -8,6 +8,7 @@
 - :class:`ReplayArrivals`: arrival instants read from a file (:func:`load_arrival_times`).
 - :class:`StagedArrivals`: load stages, a list of (rate, duration), Poisson within each.
 - A burst (every request at once, vLLM's ``--request-rate inf``) is ``PoissonArrivals(inf)``.
+- :class:`CappedArrivals`: an open loop with at most N requests in flight (``--max-concurrency`` with a rate).
 
 Open-loop gaps are drawn as *standard* variates and scaled by 1/λ, so with a fixed seed the
 arrival instants at rate 2λ are exactly half those at rate λ (common random numbers: latency
@@ -115,7 +116,29 @@ class StagedArrivals:
         return "stages(" + ", ".join(f"{r:.4g}/s x {d:g}s" for r, d in self.stages) + ")"
 
 
-ArrivalProcess = PoissonArrivals | BurstyArrivals | ReplayArrivals | ClosedLoopUsers | StagedArrivals
+@dataclass(frozen=True)
+class CappedArrivals:
+    """An open loop with at most ``max_concurrency`` requests in flight (`vllm bench serve --request-rate R
+    --max-concurrency N`): requests arrive as ``inner`` gives them, and one is sent only once fewer than N are
+    unanswered, first come first served (the client's semaphore); its latency counts from when it is sent, as the
+    benchmark's clock starts inside the semaphore."""
+
+    inner: PoissonArrivals | BurstyArrivals
+    max_concurrency: int
+
+    def times(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return self.inner.times(n, rng)
+
+    @property
+    def rate_per_s(self) -> float:
+        return self.inner.rate_per_s
+
+    @property
+    def label(self) -> str:
+        return f"{self.inner.label} at most {self.max_concurrency} in flight"
+
+
+ArrivalProcess = PoissonArrivals | BurstyArrivals | ReplayArrivals | ClosedLoopUsers | StagedArrivals | CappedArrivals
 
 
 def load_arrival_times(path: str | Path) -> ReplayArrivals:

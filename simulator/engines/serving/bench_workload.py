@@ -15,7 +15,8 @@ A :class:`ServingWorkload` says what requests look like and when they come:
   an exponential think time; turn k's prompt is the system prompt + the session's history (every earlier message
   and answer) + its new message, so the history is a shared prefix of the next turn;
 - arrivals: ``request_rate`` (Poisson; ``burstiness`` b != 1: Gamma gaps of shape b, vLLM's), ``inf`` (every
-  request at once, a burst), ``max_concurrency`` N with rate inf (vLLM's semaphore: a closed loop of N users), or
+  request at once, a burst), ``max_concurrency`` N (vLLM's semaphore: with rate inf a closed loop of N users, with a
+  rate an open loop with at most N requests in flight, each timed from when it is sent), or
   ``stages`` (a list of rate x duration, Poisson within each). With sessions the arrivals start sessions (a closed
   loop: each of the N users runs one session after another, as vLLM's multi-turn benchmark's clients).
 
@@ -35,7 +36,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from simulator.errors import InputError, pydantic_error_to_input_error
-from simulator.engines.serving.arrivals import BurstyArrivals, ClosedLoopUsers, PoissonArrivals, StagedArrivals
+from simulator.engines.serving.arrivals import (BurstyArrivals, CappedArrivals, ClosedLoopUsers, PoissonArrivals,
+                                               StagedArrivals)
 
 # vLLM's ShareGPT sample (vllm/benchmarks/datasets.py: ShareGPTDataset, is_valid_sequence): the first human turn is the
 # prompt, the first reply's length the request's max_tokens; a pair is skipped if the prompt or the reply is under 4
@@ -196,9 +198,9 @@ class ServingWorkload(_Strict):
             raise ValueError("request_rate must be a number > 0 or 'inf'")
         if self.stages is not None and (self.request_rate != "inf" or self.max_concurrency is not None):
             raise ValueError("stages replace request_rate and max_concurrency: give one or the other")
-        if self.max_concurrency is not None and self.request_rate != "inf":
-            raise ValueError("max_concurrency with a finite request_rate (a capped open loop) is not modelled; "
-                             "use request_rate inf (a closed loop of max_concurrency users) or no cap")
+        if self.max_concurrency is not None and self.request_rate != "inf" and self.sessions is not None:
+            raise ValueError("max_concurrency with a finite request_rate (a capped open loop) and sessions is not "
+                             "modelled: use request_rate inf (each of max_concurrency users runs sessions) or no cap")
         return self
 
     # ---- arrivals -----------------------------------------------------------------------------------
@@ -216,9 +218,9 @@ class ServingWorkload(_Strict):
             if self.max_concurrency is not None:
                 return ClosedLoopUsers(self.max_concurrency, 0.0)
             return PoissonArrivals(math.inf)
-        if self.burstiness != 1.0:
-            return BurstyArrivals(float(self.request_rate), 1.0 / math.sqrt(self.burstiness))
-        return PoissonArrivals(float(self.request_rate))
+        rate = float(self.request_rate)
+        arr = BurstyArrivals(rate, 1.0 / math.sqrt(self.burstiness)) if self.burstiness != 1.0 else PoissonArrivals(rate)
+        return arr if self.max_concurrency is None else CappedArrivals(arr, self.max_concurrency)
 
     # ---- requests -----------------------------------------------------------------------------------
     def plans(self, n: int, seed) -> tuple[list, list[list[int]] | None, np.ndarray]:
@@ -326,9 +328,10 @@ class ServingWorkload(_Strict):
 
     @classmethod
     def from_measured(cls, prompt_tokens: list[int], output_tokens: list[int], rate_per_s: float, users: int,
-                      source: str) -> "ServingWorkload":
+                      source: str, max_concurrency: int | None = None) -> "ServingWorkload":
         """A measured run (a result JSON's per-request lengths, in send order, and its traffic) as a workload:
-        the lengths replayed, the arrivals as the run's client made them."""
+        the lengths replayed, the arrivals as the run's client made them (an open loop's cap on requests in flight
+        ``max_concurrency`` kept)."""
         d = {"input_tokens": {"kind": "replay", "values": [int(x) for x in prompt_tokens]},
              "output_tokens": {"kind": "replay", "values": [max(int(x), 1) for x in output_tokens]},
              "num_prompts": len(prompt_tokens), "source": source}
@@ -336,6 +339,8 @@ class ServingWorkload(_Strict):
             d.update(request_rate="inf", max_concurrency=int(users))
         else:
             d["request_rate"] = "inf" if math.isinf(rate_per_s) else float(rate_per_s)
+            if max_concurrency is not None and math.isfinite(rate_per_s):
+                d["max_concurrency"] = int(max_concurrency)
         try:
             return cls.model_validate(d)
         except ValidationError as e:
