@@ -191,3 +191,19 @@ def test_early_ends_reach_the_mean_and_the_cap():
     out = np.array([pl.calls[0].out_tokens for pl in plans])
     assert out.max() <= 200 and abs(out.mean() / 120.0 - 1) < 0.05
     assert abs((out == 200).mean() - (1 - p) ** 199) < 0.03
+
+
+def test_prefix_repetition_dataset():
+    """vLLM's prefix_repetition dataset: num_prefixes shared prefixes of prefix_len tokens, a suffix_len-token suffix
+    per prompt, fixed outputs, num_prompts rounded down to whole prefixes; vLLM's defaults where the line is silent."""
+    w = ServingWorkload.from_command("vllm bench serve --dataset-name prefix_repetition --prefix-repetition-prefix-len "
+                                     "8000 --prefix-repetition-suffix-len 200 --prefix-repetition-num-prefixes 16 "
+                                     "--prefix-repetition-output-len 64 --num-prompts 130 --num-warmups 2")
+    assert (w.system_prompts.count, w.system_prompts.tokens) == (16, 8000)
+    assert (w.input_tokens.kind, w.input_tokens.tokens, w.output_tokens.tokens, w.num_prompts) == ("fixed", 200, 64, 128)
+    d = ServingWorkload.from_command("vllm bench serve --dataset-name prefix_repetition")
+    assert (d.system_prompts.count, d.system_prompts.tokens, d.input_tokens.tokens, d.output_tokens.tokens) == (
+        10, 256, 256, 128)
+    with pytest.raises(InputError) as e:
+        ServingWorkload.from_command("vllm bench serve --dataset-name prefix_repetition --num-prompts 5")
+    assert e.value.field == "--prefix-repetition-num-prefixes" and "(got 10)" in e.value.message

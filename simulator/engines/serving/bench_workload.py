@@ -276,28 +276,14 @@ class ServingWorkload(_Strict):
         if unknown:
             raise InputError(where, unknown[0], "option not understood as workload shape (known: "
                              + ", ".join(sorted(_SHAPE)) + "; ignored: --model, --save-result, ...)")
-        if a.dataset_name not in ("random", "sharegpt"):
-            raise InputError(where, "--dataset-name", f"{a.dataset_name!r}: only the random dataset's and ShareGPT's "
+        if a.dataset_name not in DATASETS:
+            raise InputError(where, "--dataset-name", f"{a.dataset_name!r}: only the {', '.join(DATASETS)} datasets' "
                              "lengths are known here; give the run's result JSON (its measured lengths) or lengths in "
                              "serving_workload")
         try:
             rate = "inf" if a.request_rate in ("inf", "Infinity") else float(a.request_rate)
-            if a.dataset_name == "sharegpt":  # vLLM's sample at the released runs' means, an assumed spread
-                li, lo = sharegpt_lengths()
-                if a.sharegpt_output_len is not None:
-                    if a.sharegpt_output_len < 1:
-                        raise InputError(where, "--sharegpt-output-len", f"expected >= 1 (got {a.sharegpt_output_len})")
-                    lo = Lengths(kind="fixed", tokens=a.sharegpt_output_len)
-                lengths = {"input_tokens": li.model_dump(), "output_tokens": lo.model_dump()}
-            else:
-                lengths = {"input_tokens": {"kind": "uniform" if a.random_range_ratio else "fixed",
-                                            "tokens": a.random_input_len, "range_ratio": a.random_range_ratio},
-                           "output_tokens": {"kind": "uniform" if a.random_range_ratio else "fixed",
-                                             "tokens": a.random_output_len, "range_ratio": a.random_range_ratio}}
-            d = {**lengths, "request_rate": rate, "burstiness": a.burstiness, "max_concurrency": a.max_concurrency,
-                 "num_prompts": a.num_prompts, "source": line.strip()}
-            if a.random_prefix_len:
-                d["system_prompts"] = {"count": 1, "tokens": a.random_prefix_len}
+            d = {**_dataset_lengths(a, where), "request_rate": rate, "burstiness": a.burstiness,
+                 "max_concurrency": a.max_concurrency, "source": line.strip()}
             return cls.model_validate(d)
         except (ValueError, ValidationError) as e:
             if isinstance(e, ValidationError):
@@ -348,12 +334,48 @@ class ServingWorkload(_Strict):
 
 
 _SHAPE = {"--dataset-name", "--random-input-len", "--random-output-len", "--random-range-ratio", "--random-prefix-len",
-          "--request-rate", "--burstiness", "--max-concurrency", "--num-prompts", "--sharegpt-output-len"}
+          "--request-rate", "--burstiness", "--max-concurrency", "--num-prompts", "--sharegpt-output-len",
+          "--prefix-repetition-prefix-len", "--prefix-repetition-suffix-len", "--prefix-repetition-num-prefixes",
+          "--prefix-repetition-output-len"}
 _IGNORED = {"--model", "--tokenizer", "--backend", "--endpoint", "--host", "--port", "--base-url", "--save-result",
             "--save-detailed", "--result-dir", "--result-filename", "--seed", "--trust-remote-code", "--label",
             "--percentile-metrics", "--metric-percentiles", "--ignore-eos", "--disable-tqdm", "--served-model-name",
             "--append-result", "--metadata", "--temperature", "--top-p", "--top-k", "--goodput", "--endpoint-type",
-            "--dataset-path"}
+            "--dataset-path", "--num-warmups"}
+
+
+DATASETS = ("random", "sharegpt", "prefix_repetition")
+
+
+def _dataset_lengths(a, where: str) -> dict:
+    """The lengths, shared prefixes and request count of a command line's dataset: random (``--random-*``), ShareGPT
+    (vLLM's sample at the released runs' means, an assumed spread) or prefix_repetition (vLLM's
+    ``PrefixRepetitionRandomDataset``: num_prefixes prefixes of prefix_len tokens, each leading num_prompts //
+    num_prefixes prompts of a suffix_len-token suffix, shuffled; here a prefix is drawn per request)."""
+    if a.dataset_name == "prefix_repetition":
+        n = a.prefix_repetition_num_prefixes
+        if n < 1 or a.num_prompts < n:
+            raise InputError(where, "--prefix-repetition-num-prefixes", f"expected 1 to --num-prompts ({a.num_prompts})"
+                             f" prefixes, as vLLM requires (got {n})")
+        return {"input_tokens": {"kind": "fixed", "tokens": a.prefix_repetition_suffix_len},
+                "output_tokens": {"kind": "fixed", "tokens": a.prefix_repetition_output_len},
+                "system_prompts": {"count": n, "tokens": a.prefix_repetition_prefix_len},
+                "num_prompts": a.num_prompts // n * n}
+    if a.dataset_name == "sharegpt":
+        li, lo = sharegpt_lengths()
+        if a.sharegpt_output_len is not None:
+            if a.sharegpt_output_len < 1:
+                raise InputError(where, "--sharegpt-output-len", f"expected >= 1 (got {a.sharegpt_output_len})")
+            lo = Lengths(kind="fixed", tokens=a.sharegpt_output_len)
+        d = {"input_tokens": li.model_dump(), "output_tokens": lo.model_dump()}
+    else:
+        d = {"input_tokens": {"kind": "uniform" if a.random_range_ratio else "fixed", "tokens": a.random_input_len,
+                              "range_ratio": a.random_range_ratio},
+             "output_tokens": {"kind": "uniform" if a.random_range_ratio else "fixed", "tokens": a.random_output_len,
+                               "range_ratio": a.random_range_ratio}}
+    if a.random_prefix_len:
+        d["system_prompts"] = {"count": 1, "tokens": a.random_prefix_len}
+    return {**d, "num_prompts": a.num_prompts}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -368,6 +390,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-concurrency", type=int, default=None)
     p.add_argument("--num-prompts", type=int, default=1000)
     p.add_argument("--sharegpt-output-len", type=int, default=None)
+    for name, default in (("prefix-len", 256), ("suffix-len", 256), ("num-prefixes", 10), ("output-len", 128)):
+        p.add_argument(f"--prefix-repetition-{name}", type=int, default=default)  # vLLM's defaults
     return p
 
 
