@@ -207,3 +207,33 @@ def test_prefix_repetition_dataset():
     with pytest.raises(InputError) as e:
         ServingWorkload.from_command("vllm bench serve --dataset-name prefix_repetition --num-prompts 5")
     assert e.value.field == "--prefix-repetition-num-prefixes" and "(got 10)" in e.value.message
+
+
+@pytest.mark.parametrize("strategy", ["linear", "exponential"])
+def test_ramp_up_moves_the_rate_from_start_to_end(strategy):
+    """--ramp-up-strategy: request i's gap is drawn at the rate of its place in the run (vLLM's formula); the line
+    round-trips; the rate's ends are the options' and the early gaps are longer than the late ones."""
+    line = (f"vllm bench serve --random-input-len 64 --random-output-len 16 --ramp-up-strategy {strategy} "
+            f"--ramp-up-start-rps 1 --ramp-up-end-rps 16 --num-prompts 2000")
+    w = ServingWorkload.from_command(line)
+    back = ServingWorkload.from_command(w.to_command())
+    assert back.model_dump(exclude={"source"}) == w.model_dump(exclude={"source"})
+    arr = w.arrivals()
+    rates = arr.rates(5)
+    assert rates[0] == 1.0 and rates[-1] == pytest.approx(16.0)
+    assert rates[2] == pytest.approx(8.5 if strategy == "linear" else 4.0)
+    gaps = np.diff(arr.times(2000, np.random.default_rng(0)))
+    assert gaps[:200].mean() > 3 * gaps[-200:].mean()
+
+
+@pytest.mark.parametrize("line, words", [
+    ("vllm bench serve --ramp-up-strategy linear --ramp-up-start-rps 1", "together"),
+    ("vllm bench serve --ramp-up-strategy linear --ramp-up-start-rps 1 --ramp-up-end-rps 5 --request-rate 3",
+     "leave request_rate at inf"),
+    ("vllm bench serve --ramp-up-strategy cubic --ramp-up-start-rps 1 --ramp-up-end-rps 5", "linear"),
+    ("vllm bench serve --ramp-up-strategy linear --ramp-up-start-rps 0 --ramp-up-end-rps 5", "greater than 0"),
+])
+def test_bad_ramp_ups_are_refused(line, words):
+    with pytest.raises(InputError) as e:
+        ServingWorkload.from_command(line)
+    assert words in e.value.one_line(), e.value.one_line()

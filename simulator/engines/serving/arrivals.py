@@ -8,6 +8,7 @@
 - :class:`ReplayArrivals`: arrival instants read from a file (:func:`load_arrival_times`).
 - :class:`StagedArrivals`: load stages, a list of (rate, duration), Poisson within each.
 - A burst (every request at once, vLLM's ``--request-rate inf``) is ``PoissonArrivals(inf)``.
+- :class:`RampArrivals`: a rate ramped from a start to an end over the run's requests (linear or exponential).
 - :class:`CappedArrivals`: an open loop with at most N requests in flight (``--max-concurrency`` with a rate).
 
 Open-loop gaps are drawn as *standard* variates and scaled by 1/λ, so with a fixed seed the
@@ -117,13 +118,43 @@ class StagedArrivals:
 
 
 @dataclass(frozen=True)
+class RampArrivals:
+    """`vllm bench serve --ramp-up-strategy linear|exponential --ramp-up-start-rps A --ramp-up-end-rps B`: request i
+    of n follows a gap drawn at the rate of its place in the run, p = i / (n - 1): A + (B - A) p (linear) or
+    A (B / A)^p (exponential); Gamma gaps of coefficient of variation ``cv`` (1: Poisson), as vLLM draws them."""
+
+    strategy: str
+    start_rps: float
+    end_rps: float
+    cv: float = 1.0
+
+    def rates(self, n: int) -> np.ndarray:
+        p = np.arange(n) / max(n - 1, 1)
+        if self.strategy == "linear":
+            return self.start_rps + (self.end_rps - self.start_rps) * p
+        return self.start_rps * (self.end_rps / self.start_rps) ** p
+
+    def times(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        k = 1.0 / self.cv**2
+        return np.cumsum(rng.standard_gamma(k, n) / k / self.rates(n))
+
+    @property
+    def rate_per_s(self) -> float:
+        return float("nan")  # no one rate: the run's mean depends on its length
+
+    @property
+    def label(self) -> str:
+        return f"{self.strategy} ramp({self.start_rps:g} -> {self.end_rps:g}/s)"
+
+
+@dataclass(frozen=True)
 class CappedArrivals:
     """An open loop with at most ``max_concurrency`` requests in flight (`vllm bench serve --request-rate R
     --max-concurrency N`): requests arrive as ``inner`` gives them, and one is sent only once fewer than N are
     unanswered, first come first served (the client's semaphore); its latency counts from when it is sent, as the
     benchmark's clock starts inside the semaphore."""
 
-    inner: PoissonArrivals | BurstyArrivals
+    inner: PoissonArrivals | BurstyArrivals | RampArrivals
     max_concurrency: int
 
     def times(self, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -138,7 +169,8 @@ class CappedArrivals:
         return f"{self.inner.label} at most {self.max_concurrency} in flight"
 
 
-ArrivalProcess = PoissonArrivals | BurstyArrivals | ReplayArrivals | ClosedLoopUsers | StagedArrivals | CappedArrivals
+ArrivalProcess = (PoissonArrivals | BurstyArrivals | ReplayArrivals | ClosedLoopUsers | StagedArrivals | RampArrivals
+                  | CappedArrivals)
 
 
 def load_arrival_times(path: str | Path) -> ReplayArrivals:

@@ -16,7 +16,8 @@ A :class:`ServingWorkload` says what requests look like and when they come:
   and answer) + its new message, so the history is a shared prefix of the next turn;
 - arrivals: ``request_rate`` (Poisson; ``burstiness`` b != 1: Gamma gaps of shape b, vLLM's), ``inf`` (every
   request at once, a burst), ``max_concurrency`` N (vLLM's semaphore: with rate inf a closed loop of N users, with a
-  rate an open loop with at most N requests in flight, each timed from when it is sent), or
+  rate an open loop with at most N requests in flight, each timed from when it is sent), ``ramp_up`` (vLLM's
+  ``--ramp-up-strategy``: the rate moved linearly or exponentially from a start to an end over the requests), or
   ``stages`` (a list of rate x duration, Poisson within each). With sessions the arrivals start sessions (a closed
   loop: each of the N users runs one session after another, as vLLM's multi-turn benchmark's clients).
 
@@ -37,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from simulator.errors import InputError, pydantic_error_to_input_error
 from simulator.engines.serving.arrivals import (BurstyArrivals, CappedArrivals, ClosedLoopUsers, PoissonArrivals,
-                                               StagedArrivals)
+                                               RampArrivals, StagedArrivals)
 
 # vLLM's ShareGPT sample (vllm/benchmarks/datasets.py: ShareGPTDataset, is_valid_sequence): the first human turn is the
 # prompt, the first reply's length the request's max_tokens; a pair is skipped if the prompt or the reply is under 4
@@ -177,6 +178,14 @@ class Stage(_Strict):
     duration_s: float = Field(gt=0)
 
 
+class RampUp(_Strict):
+    """vLLM's ``--ramp-up-strategy``: the request rate moves from ``start_rps`` to ``end_rps`` over the run."""
+
+    strategy: Literal["linear", "exponential"]
+    start_rps: float = Field(gt=0)
+    end_rps: float = Field(gt=0)
+
+
 class ServingWorkload(_Strict):
     """A served workload (module docstring); the scenario field ``serving_workload``."""
 
@@ -189,6 +198,7 @@ class ServingWorkload(_Strict):
     burstiness: float = Field(default=1.0, gt=0)
     max_concurrency: int | None = Field(default=None, ge=1, le=1_000_000)
     stages: list[Stage] | None = Field(default=None, min_length=1)
+    ramp_up: RampUp | None = None  # in place of request_rate
     num_prompts: int = Field(default=1000, ge=1, le=10_000_000)  # requests (with sessions: sessions)
     source: str = ""  # where it came from (a command line, a result file)
 
@@ -196,8 +206,12 @@ class ServingWorkload(_Strict):
     def _check(self):
         if isinstance(self.request_rate, float) and not (self.request_rate > 0 and math.isfinite(self.request_rate)):
             raise ValueError("request_rate must be a number > 0 or 'inf'")
-        if self.stages is not None and (self.request_rate != "inf" or self.max_concurrency is not None):
-            raise ValueError("stages replace request_rate and max_concurrency: give one or the other")
+        if self.stages is not None and (self.request_rate != "inf" or self.max_concurrency is not None
+                                        or self.ramp_up is not None):
+            raise ValueError("stages replace request_rate, ramp_up and max_concurrency: give one or the other")
+        if self.ramp_up is not None and (self.request_rate != "inf" or self.sessions is not None):
+            raise ValueError("ramp_up sets the request rate (leave request_rate at inf, as vLLM requires) and does not "
+                             "start sessions")
         if self.max_concurrency is not None and self.request_rate != "inf" and self.sessions is not None:
             raise ValueError("max_concurrency with a finite request_rate (a capped open loop) and sessions is not "
                              "modelled: use request_rate inf (each of max_concurrency users runs sessions) or no cap")
@@ -207,19 +221,25 @@ class ServingWorkload(_Strict):
     def at_load(self, rate_per_s: float | None = None, users: int | None = None) -> "ServingWorkload":
         """The same requests at another load (a capacity search's rate, a closed loop of ``users``)."""
         if users is not None:
-            return self.model_copy(update={"request_rate": "inf", "max_concurrency": int(users), "stages": None})
-        return self.model_copy(update={"request_rate": float(rate_per_s), "max_concurrency": None, "stages": None})
+            return self.model_copy(update={"request_rate": "inf", "max_concurrency": int(users), "stages": None,
+                                           "ramp_up": None})
+        return self.model_copy(update={"request_rate": float(rate_per_s), "max_concurrency": None, "stages": None,
+                                       "ramp_up": None})
 
     def arrivals(self):
         """The arrival process of requests (with sessions: of sessions)."""
         if self.stages is not None:
             return StagedArrivals(tuple((s.rate_per_s, s.duration_s) for s in self.stages))
-        if self.request_rate == "inf":
+        cv = 1.0 / math.sqrt(self.burstiness)
+        if self.ramp_up is not None:
+            arr = RampArrivals(self.ramp_up.strategy, self.ramp_up.start_rps, self.ramp_up.end_rps, cv)
+        elif self.request_rate == "inf":
             if self.max_concurrency is not None:
                 return ClosedLoopUsers(self.max_concurrency, 0.0)
             return PoissonArrivals(math.inf)
-        rate = float(self.request_rate)
-        arr = BurstyArrivals(rate, 1.0 / math.sqrt(self.burstiness)) if self.burstiness != 1.0 else PoissonArrivals(rate)
+        else:
+            rate = float(self.request_rate)
+            arr = BurstyArrivals(rate, cv) if self.burstiness != 1.0 else PoissonArrivals(rate)
         return arr if self.max_concurrency is None else CappedArrivals(arr, self.max_concurrency)
 
     # ---- requests -----------------------------------------------------------------------------------
@@ -283,7 +303,7 @@ class ServingWorkload(_Strict):
         try:
             rate = "inf" if a.request_rate in ("inf", "Infinity") else float(a.request_rate)
             d = {**_dataset_lengths(a, where), "request_rate": rate, "burstiness": a.burstiness,
-                 "max_concurrency": a.max_concurrency, "source": line.strip()}
+                 "max_concurrency": a.max_concurrency, "ramp_up": _ramp_up(a, where), "source": line.strip()}
             return cls.model_validate(d)
         except (ValueError, ValidationError) as e:
             if isinstance(e, ValidationError):
@@ -305,6 +325,10 @@ class ServingWorkload(_Strict):
         if self.system_prompts:
             parts.append(f"--random-prefix-len {self.system_prompts.tokens}")
         parts.append(f"--request-rate {self.request_rate!r}" if self.request_rate != "inf" else "--request-rate inf")
+        if self.ramp_up is not None:
+            r = self.ramp_up
+            parts.append(f"--ramp-up-strategy {r.strategy} --ramp-up-start-rps {r.start_rps!r} --ramp-up-end-rps "
+                         f"{r.end_rps!r}")
         if self.burstiness != 1.0:
             parts.append(f"--burstiness {self.burstiness!r}")
         if self.max_concurrency is not None:
@@ -336,7 +360,7 @@ class ServingWorkload(_Strict):
 _SHAPE = {"--dataset-name", "--random-input-len", "--random-output-len", "--random-range-ratio", "--random-prefix-len",
           "--request-rate", "--burstiness", "--max-concurrency", "--num-prompts", "--sharegpt-output-len",
           "--prefix-repetition-prefix-len", "--prefix-repetition-suffix-len", "--prefix-repetition-num-prefixes",
-          "--prefix-repetition-output-len"}
+          "--prefix-repetition-output-len", "--ramp-up-strategy", "--ramp-up-start-rps", "--ramp-up-end-rps"}
 _IGNORED = {"--model", "--tokenizer", "--backend", "--endpoint", "--host", "--port", "--base-url", "--save-result",
             "--save-detailed", "--result-dir", "--result-filename", "--seed", "--trust-remote-code", "--label",
             "--percentile-metrics", "--metric-percentiles", "--ignore-eos", "--disable-tqdm", "--served-model-name",
@@ -345,6 +369,17 @@ _IGNORED = {"--model", "--tokenizer", "--backend", "--endpoint", "--host", "--po
 
 
 DATASETS = ("random", "sharegpt", "prefix_repetition")
+
+
+def _ramp_up(a, where: str) -> dict | None:
+    """``--ramp-up-strategy`` with its start and end rates (all three, as vLLM requires), else None."""
+    given = [a.ramp_up_strategy, a.ramp_up_start_rps, a.ramp_up_end_rps]
+    if all(x is None for x in given):
+        return None
+    if any(x is None for x in given):
+        raise InputError(where, "--ramp-up-strategy", "a ramp-up needs --ramp-up-strategy, --ramp-up-start-rps and "
+                         "--ramp-up-end-rps together")
+    return {"strategy": a.ramp_up_strategy, "start_rps": a.ramp_up_start_rps, "end_rps": a.ramp_up_end_rps}
 
 
 def _dataset_lengths(a, where: str) -> dict:
@@ -390,6 +425,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-concurrency", type=int, default=None)
     p.add_argument("--num-prompts", type=int, default=1000)
     p.add_argument("--sharegpt-output-len", type=int, default=None)
+    p.add_argument("--ramp-up-strategy", default=None)
+    p.add_argument("--ramp-up-start-rps", type=float, default=None)
+    p.add_argument("--ramp-up-end-rps", type=float, default=None)
     for name, default in (("prefix-len", 256), ("suffix-len", 256), ("num-prefixes", 10), ("output-len", 128)):
         p.add_argument(f"--prefix-repetition-{name}", type=int, default=default)  # vLLM's defaults
     return p

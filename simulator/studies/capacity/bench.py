@@ -58,6 +58,8 @@ def load_notes(sw) -> list[str]:
     notes = []
     if sw.stages is not None:
         notes.append("its load stages")
+    elif sw.ramp_up is not None:
+        notes.append(f"its {sw.ramp_up.strategy} ramp-up ({sw.ramp_up.start_rps:g} to {sw.ramp_up.end_rps:g}/s)")
     elif sw.request_rate != "inf":
         notes.append(f"its request rate {sw.request_rate:g}/s")
     elif sw.max_concurrency is None:
