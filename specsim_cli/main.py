@@ -199,6 +199,26 @@ def _element_type(shown):
     return re.sub(r"list\[([^\]]*)\]", lambda m: m.group(1).lower(), shown) if isinstance(shown, str) else shown
 
 
+def _one_line_warnings() -> None:
+    """The project's own warnings (their category defined in simulator/, calibrate/ or validate/: an unknown
+    config.json architecture read as a known one, ...) as one ``warning: ...`` line on stderr, like the errors; any
+    other warning as Python shows it."""
+    import warnings
+
+    shown = warnings.showwarning
+    if getattr(shown, "specsim", False):  # installed by an earlier call in this process
+        return
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if category.__module__.split(".")[0] in ("simulator", "calibrate", "validate"):
+            print(f"warning: {message}", file=sys.stderr)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    show.specsim = True
+    warnings.showwarning = show
+
+
 def _hide_flag_types() -> None:
     """Help lists a flag as ``--gemma / --no-gemma``, without typer's ``<bool>`` type column."""
     from typer.core import TyperOption
@@ -296,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     previous = interrupts()
     try:
         argv = quiet_engines(argv)
+        _one_line_warnings()
         _hide_flag_types()
         _reflow_help()
         rc = run_app(app, argv, "specsim")

@@ -2,7 +2,9 @@
 
 ``--model`` of ``specsim pass-time`` and a scenario's model fields take either a catalog name or a path to a
 ``config.json`` (or to the folder holding one). Architectures read (``model_type``, else ``architectures[0]``):
-``KNOWN_ARCHITECTURES``. Anything else, a missing required field, or a feature the cost model does not describe
+``KNOWN_ARCHITECTURES``; an unknown ``model_type`` is read as its ``architectures[0]`` class where that is known
+(the class vLLM runs it with: Kimi-K2's ``kimi_k2`` is ``DeepseekV3ForCausalLM``), else as llama where its fields
+are llama's, each with a warning. Anything else, a missing required field, or a feature the cost model does not describe
 (e.g. Qwen2's top-layer sliding windows) is refused in one line that names the field::
 
     error: path/config.json: model_type: unknown architecture 'falcon'; known: deepseek_v3, gemma3, ...
@@ -32,7 +34,7 @@ KNOWN_ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qw
                        "gemma3_text": "gemma3", "mistral": "llama", "glm4_moe": "glm4_moe", "qwen3_next": "qwen3_next",
                        "qwen3_5": "qwen3_next", "qwen3_5_text": "qwen3_next", "qwen3_5_moe": "qwen3_next",
                        "qwen3_5_moe_text": "qwen3_next", "llama4": "llama4", "llama4_text": "llama4",
-                       "deepseek_v32": "deepseek_v32"}
+                       "deepseek_v32": "deepseek_v32", "minimax_m2": "minimax_m2"}
 ARCHITECTURE_CLASSES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
                         "Qwen3MoeForCausalLM": "qwen3_moe", "DeepseekV3ForCausalLM": "deepseek_v3",
                         "GptOssForCausalLM": "gpt_oss", "MixtralForCausalLM": "mixtral",
@@ -40,7 +42,8 @@ ARCHITECTURE_CLASSES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2"
                         "MistralForCausalLM": "llama", "Glm4MoeForCausalLM": "glm4_moe",
                         "Qwen3NextForCausalLM": "qwen3_next", "Qwen3_5ForConditionalGeneration": "qwen3_next",
                         "Qwen3_5MoeForConditionalGeneration": "qwen3_next", "Llama4ForConditionalGeneration": "llama4",
-                        "Llama4ForCausalLM": "llama4", "DeepseekV32ForCausalLM": "deepseek_v32"}
+                        "Llama4ForCausalLM": "llama4", "DeepseekV32ForCausalLM": "deepseek_v32",
+                        "MiniMaxM2ForCausalLM": "minimax_m2"}
 # Multimodal configs nest the decoder under text_config (the vision tower is not modelled)
 NESTED_TEXT = ("gemma3", "qwen3_next", "llama4")
 # An unknown model_type is read as llama when it has these fields and none of the ones below (MoE, latent or linear
@@ -113,6 +116,13 @@ def _arch_of(raw: dict, file: str) -> str:
         if not isinstance(mt, str):
             raise InputError(file, "model_type", f"expected a string (got {mt!r})")
         if mt not in KNOWN_ARCHITECTURES:
+            archs = raw.get("architectures")
+            cls = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+            if cls in ARCHITECTURE_CLASSES:  # the class vLLM runs it with (its model registry keys on architectures)
+                warnings.warn(f"{file}: model_type {mt!r} is not a known architecture; read as its architectures[0] "
+                              f"{cls} ({ARCHITECTURE_CLASSES[cls]}), the class vLLM runs it with",
+                              UnknownArchitectureWarning, stacklevel=2)
+                return ARCHITECTURE_CLASSES[cls]
             if _llama_like(raw):
                 trusted = [k for k in (*LLAMA_FIELDS, "num_key_value_heads", "head_dim", "tie_word_embeddings",
                                        "attention_bias") if k in raw]
@@ -212,24 +222,33 @@ def _moe_fields(f: _Fields, file: str, arch: str) -> dict:
     return out
 
 
+def _local_experts(f: _Fields, arch: str) -> dict:
+    """Every-layer MoE whose intermediate_size is one expert's (Mixtral, MiniMax-M2, gpt-oss); MiniMax-M2's and
+    gpt-oss's routers carry a bias, MiniMax-M2 has MTP modules of mtp_transformer_layers layers each."""
+    inter = f.req("intermediate_size")
+    out = dict(experts=f.req("num_local_experts", "num_experts"),
+               experts_per_token=f.req("num_experts_per_tok", "experts_per_token"),
+               expert_intermediate=inter, intermediate=inter)
+    if arch == "gpt_oss":
+        out["router_bias"] = True
+    elif arch == "minimax_m2":
+        out.update(router_bias=f.opt("use_routing_bias", False, bool),
+                   mtp_layers=f.opt("num_mtp_modules", 0) * f.opt("mtp_transformer_layers", 1)
+                   if f.opt("use_mtp", True, bool) else 0)
+    return out
+
+
 def _arch_fields(f: _Fields, file: str, arch: str, layers: int) -> dict:
     """The fields of one architecture beyond the common decoder shape."""
     prefix = f.prefix
     if arch in ("qwen2", "qwen3", "qwen3_moe") and f.opt("use_sliding_window", False, bool):
         raise InputError(file, prefix + "use_sliding_window", "Qwen's top-layer sliding windows (max_window_layers) "
                          "are not modelled")
-    out: dict = _sliding(f, layers) if arch in ("gemma3", "gpt_oss", "mixtral", "llama") else {}
+    out: dict = _sliding(f, layers) if arch in ("gemma3", "gpt_oss", "mixtral", "llama", "minimax_m2") else {}
     if arch == "qwen3_moe" or (arch == "qwen3_next" and f.raw.get("num_experts")):
         out.update(_moe_fields(f, file, arch))
-    elif arch == "mixtral":
-        inter = f.req("intermediate_size")
-        out.update(experts=f.req("num_local_experts"), experts_per_token=f.req("num_experts_per_tok"),
-                   expert_intermediate=inter, intermediate=inter)
-    elif arch == "gpt_oss":
-        inter = f.req("intermediate_size")
-        out.update(experts=f.req("num_local_experts", "num_experts"),
-                   experts_per_token=f.req("num_experts_per_tok", "experts_per_token"),
-                   expert_intermediate=inter, intermediate=inter, router_bias=True)
+    elif arch in ("mixtral", "minimax_m2", "gpt_oss"):
+        out.update(_local_experts(f, arch))
     elif arch in ("deepseek_v3", "deepseek_v32"):
         nope, rope = f.req("qk_nope_head_dim"), f.req("qk_rope_head_dim")
         out.update(_moe_fields(f, file, arch))
@@ -292,7 +311,7 @@ CONFIG_NAMES = {"layers": ("num_hidden_layers",), "hidden": ("hidden_size",), "h
                 "sliding_window": ("sliding_window", "attention_chunk_size"), "moe_every": ("interleave_moe_layer_step",),
                 "full_attention_every": ("layer_types", "full_attention_interval", "sliding_window_pattern",
                                          "no_rope_layers", "no_rope_layer_interval"),
-                "mtp_layers": ("num_nextn_predict_layers", "mtp_num_hidden_layers"),
+                "mtp_layers": ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules"),
                 "linear_key_heads": ("linear_num_key_heads",), "linear_value_heads": ("linear_num_value_heads",),
                 "linear_conv_kernel": ("linear_conv_kernel_dim",)}
 

@@ -34,7 +34,7 @@ KV_DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
 WeightDtype = Literal["bf16", "fp16", "fp8", "int4", "mxfp4", "fp8_block", "nvfp4"]
 KvDtype = Literal["bf16", "fp16", "fp8"]
 Arch = Literal["qwen2", "qwen3", "llama", "gemma3", "qwen3_moe", "deepseek_v3", "gpt_oss", "mixtral", "glm4_moe",
-               "qwen3_next", "llama4", "deepseek_v32"]
+               "qwen3_next", "llama4", "deepseek_v32", "minimax_m2"]
 # Architectures whose attention has per-head RMS norms on q and k (2 x head_dim parameters per layer)
 QK_NORM_ARCHS = ("qwen3", "gemma3", "qwen3_moe", "qwen3_next")
 # Architectures whose full-attention q projection also emits a sigmoid output gate (heads x head_dim more rows)

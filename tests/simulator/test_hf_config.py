@@ -88,7 +88,8 @@ def _write_bad(tmp_path, name, **change):
 
 
 @pytest.mark.parametrize("change, field", [
-    ({"model_type": "falcon"}, "model_type: unknown architecture 'falcon'; known: deepseek_v3, deepseek_v32, gemma3"),
+    ({"model_type": "falcon", "architectures": ["FalconForCausalLM"]},
+     "model_type: unknown architecture 'falcon'; known: deepseek_v3, deepseek_v32, gemma3"),
     ({"moe_intermediate_size": None}, "moe_intermediate_size: missing required field"),
     ({"num_hidden_layers": None}, "num_hidden_layers: missing required field"),
     ({"num_hidden_layers": "48"}, "num_hidden_layers: expected a non-negative integer"),

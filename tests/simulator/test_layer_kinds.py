@@ -151,7 +151,7 @@ def test_unknown_llama_like_model_type_is_read_as_llama_with_a_warning():
 
 def test_unknown_non_llama_model_type_is_still_refused(tmp_path):
     raw = json.loads((CONFIGS / "qwen3-30b-a3b" / "config.json").read_text())
-    raw["model_type"] = "falcon"
+    raw["model_type"], raw["architectures"] = "falcon", ["FalconForCausalLM"]
     (tmp_path / "config.json").write_text(json.dumps(raw))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -171,3 +171,29 @@ def test_kv_reads_grow_with_tokens_and_never_exceed_the_full_cache(name, t1, t2,
     bound = hi * m.kv_bytes_per_token() + 2 * seqs * m.linear_state_bytes()
     assert m.kv_bytes(hi, seqs=seqs) <= bound * (1 + 1e-12) + 1e-6
     assert np.isfinite(m.attention_flops(hi, max(seqs, 1), seqs))
+
+
+def test_unknown_model_type_of_a_known_class_is_read_as_that_class(capsys):
+    """Kimi-K2's model_type kimi_k2 names no architecture here, but its architectures[0] DeepseekV3ForCausalLM does
+    (the class vLLM runs it with): read as DeepSeek-V3's shape with a warning, which matches the kimi-k2 entry; on the
+    command line the warning is one line."""
+    from specsim_cli.main import main
+
+    with pytest.warns(UnknownArchitectureWarning, match=r"'kimi_k2'.*architectures\[0\] DeepseekV3ForCausalLM"):
+        m = load_hf_config(CONFIGS / "kimi-k2" / "config.json")
+    assert (m.arch, m.name, m.weight_dtype, m.experts, m.heads) == ("deepseek_v3", "kimi-k2", "fp8", 384, 64)
+    rc = main(["simulate", "pass-time", "--model", str(CONFIGS / "kimi-k2" / "config.json"), "--hardware", "h200",
+               "--tp", "8", "--dtype", "fp8", "--format", "csv"])
+    err = capsys.readouterr().err
+    assert rc == 0 and err.startswith("warning: ") and err.count("\n") == 1 and "kimi_k2" in err, err
+
+
+def test_minimax_m2_reads_as_its_own_architecture():
+    """MiniMax-M2: every layer MoE (256 experts top-8 of 1536, intermediate_size per expert as Mixtral writes it), an
+    explicit head_dim (48 x 128 = 6144 against a hidden size of 3072), 3 one-layer MTP modules."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m = load_hf_config(CONFIGS / "minimax-m2" / "config.json")
+    assert (m.arch, m.name, m.experts, m.experts_per_token, m.expert_intermediate, m.head_dim, m.mtp_layers) == (
+        "minimax_m2", "minimax-m2", 256, 8, 1536, 128, 3)
+    assert m.router_bias and m.weight_dtype == "fp8"
