@@ -36,6 +36,8 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from simulator.catalog.engine_hosts import batch_defaults
+
 
 class Execution(BaseModel):
     """Execution semantics of the engines (scenario field ``execution``)."""
@@ -73,8 +75,6 @@ class Execution(BaseModel):
         an unset max_num_seqs is at most the token budget, as vLLM clamps it. Set limits are kept."""
         if self.max_num_batched_tokens != "auto" and self.max_num_seqs is not None:
             return self
-        from simulator.catalog.engine_hosts import batch_defaults
-
         tokens, seqs = batch_defaults(engine, hardware, world_size)
         t = tokens if self.max_num_batched_tokens == "auto" else self.max_num_batched_tokens
         s = self.max_num_seqs if self.max_num_seqs is not None else min(seqs, t or seqs)
