@@ -34,7 +34,8 @@ KNOWN_ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qw
                        "gemma3_text": "gemma3", "mistral": "llama", "glm4_moe": "glm4_moe", "qwen3_next": "qwen3_next",
                        "qwen3_5": "qwen3_next", "qwen3_5_text": "qwen3_next", "qwen3_5_moe": "qwen3_next",
                        "qwen3_5_moe_text": "qwen3_next", "llama4": "llama4", "llama4_text": "llama4",
-                       "deepseek_v32": "deepseek_v32", "minimax_m2": "minimax_m2"}
+                       "deepseek_v32": "deepseek_v32", "minimax_m2": "minimax_m2", "qwen3_vl": "qwen3",
+                       "qwen3_vl_text": "qwen3", "qwen3_vl_moe": "qwen3_moe", "qwen3_vl_moe_text": "qwen3_moe"}
 ARCHITECTURE_CLASSES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
                         "Qwen3MoeForCausalLM": "qwen3_moe", "DeepseekV3ForCausalLM": "deepseek_v3",
                         "GptOssForCausalLM": "gpt_oss", "MixtralForCausalLM": "mixtral",
@@ -43,9 +44,10 @@ ARCHITECTURE_CLASSES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2"
                         "Qwen3NextForCausalLM": "qwen3_next", "Qwen3_5ForConditionalGeneration": "qwen3_next",
                         "Qwen3_5MoeForConditionalGeneration": "qwen3_next", "Llama4ForConditionalGeneration": "llama4",
                         "Llama4ForCausalLM": "llama4", "DeepseekV32ForCausalLM": "deepseek_v32",
-                        "MiniMaxM2ForCausalLM": "minimax_m2"}
+                        "MiniMaxM2ForCausalLM": "minimax_m2", "Qwen3VLForConditionalGeneration": "qwen3",
+                        "Qwen3VLMoeForConditionalGeneration": "qwen3_moe"}
 # Multimodal configs nest the decoder under text_config (the vision tower is not modelled)
-NESTED_TEXT = ("gemma3", "qwen3_next", "llama4")
+NESTED_TEXT = ("gemma3", "qwen3_next", "llama4", "qwen3", "qwen3_moe")  # Qwen3-VL: Qwen3's decoder under text_config
 # An unknown model_type is read as llama when it has these fields and none of the ones below (MoE, latent or linear
 # attention, sliding windows: shapes llama does not describe)
 LLAMA_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")

@@ -197,3 +197,13 @@ def test_minimax_m2_reads_as_its_own_architecture():
     assert (m.arch, m.name, m.experts, m.experts_per_token, m.expert_intermediate, m.head_dim, m.mtp_layers) == (
         "minimax_m2", "minimax-m2", 256, 8, 1536, 128, 3)
     assert m.router_bias and m.weight_dtype == "fp8"
+
+
+def test_qwen3_vl_reads_its_text_decoder():
+    """Qwen3-VL nests Qwen3's decoder under text_config (the vision tower is not modelled): the 30B-A3B is
+    Qwen3-30B-A3B's decoder, so it matches that catalog entry and its published count."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m = load_hf_config(CONFIGS / "variants" / "qwen3-vl-30b-a3b.json")
+    assert (m.arch, m.name, m.layers, m.experts, m.experts_per_token, m.expert_intermediate) == (
+        "qwen3_moe", "qwen3-30b-a3b", 48, 128, 8, 768)
