@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
+from pydantic import ValidationError
 
 from simulator.catalog import get_hardware
 from simulator.catalog.engine_hosts import ServingEngine
@@ -134,6 +135,17 @@ def _version(text: str) -> str | None:
     return major_minor
 
 
+def _limits(args: list[str], gpu: str, version: str, tp: int) -> Execution | str:
+    """The serve command's scheduler limits, what it leaves unset vLLM's defaults on that GPU (``Execution.for_device``,
+    the one rule); the reason to skip the row where vLLM itself would refuse them at start-up."""
+    mnbt, mns = _option(args, "--max-num-batched-tokens"), _option(args, "--max-num-seqs")
+    try:
+        ex = Execution(max_num_batched_tokens=int(mnbt) if mnbt else "auto", max_num_seqs=int(mns) if mns else None)
+    except ValidationError as e:
+        return f"scheduler limits vLLM refuses ({e.errors()[0]['msg'].removeprefix('Value error, ')})"
+    return ex.for_device(get_hardware(gpu), ServingEngine(version=version), world_size=tp)
+
+
 def _parse(i: int, r, as_labelled: bool = False) -> ReleasedRun | str:
     """The run of table row ``i`` or the reason it is skipped (its GPU: :data:`MEASURED_ON`'s unless ``as_labelled``)."""
     cmd = str(r.serve_cmd) if isinstance(r.serve_cmd, str) else ""
@@ -171,10 +183,9 @@ def _parse(i: int, r, as_labelled: bool = False) -> ReleasedRun | str:
     if version is None:
         return "no vLLM version stated"
     tp = int(_option(args, "-tp", "--tensor-parallel-size") or 1)
-    # what the serve command leaves unset: vLLM's defaults on that GPU (Execution.for_device, the one rule)
-    mnbt, mns = _option(args, "--max-num-batched-tokens"), _option(args, "--max-num-seqs")
-    ex = Execution(max_num_batched_tokens=int(mnbt) if mnbt else "auto", max_num_seqs=int(mns) if mns else None)
-    ex = ex.for_device(get_hardware(gpu), ServingEngine(version=version), world_size=tp)
+    ex = _limits(args, gpu, version, tp)
+    if isinstance(ex, str):
+        return ex
     kv = _option(args, "--kv-cache-dtype") or "auto"
     n = int(r.requests)
     conc = None if pd.isna(r.max_concurrency) or int(r.max_concurrency) >= n else int(r.max_concurrency)

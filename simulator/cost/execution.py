@@ -34,7 +34,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from simulator.catalog.engine_hosts import batch_defaults
 
@@ -68,6 +68,14 @@ class Execution(BaseModel):
     # requests (shared system prompts, session history; simulator/engines/serving/prefix_cache.py). False: every call
     # prefills its whole context, in every engine (vLLM's --no-enable-prefix-caching).
     prefix_caching: bool = Field(default=True, strict=True)
+
+    @model_validator(mode="after")
+    def _budget_holds_the_sequences(self) -> "Execution":
+        t, n = self.max_num_batched_tokens, self.max_num_seqs
+        if isinstance(t, int) and n is not None and t < n:  # vLLM's SchedulerConfig refuses it at start-up
+            raise ValueError(f"max_num_batched_tokens ({t}) must be greater than or equal to max_num_seqs ({n}), as "
+                             "vLLM requires (each running sequence takes at least one token of a step)")
+        return self
 
     def for_device(self, hardware, engine=None, world_size: int = 1) -> "Execution":
         """This execution with the scheduler limits it leaves unset filled in as `vllm serve` of ``engine`` (a

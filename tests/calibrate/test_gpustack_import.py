@@ -28,9 +28,11 @@ def test_row_parsing(tmp_path):
             dict(ROW, serve_cmd="vllm serve Qwen/Qwen3-14B", max_concurrency=4),
             dict(ROW, serve_cmd="vllm serve zai-org/GLM-4.6 -tp 8"),
             dict(ROW, serve_cmd="vllm serve Qwen/Qwen3-14B -pp 2"),
-            dict(ROW, serve_cmd="python3 -m sglang.launch_server --model Qwen/Qwen3-14B")]
+            dict(ROW, serve_cmd="python3 -m sglang.launch_server --model Qwen/Qwen3-14B"),
+            dict(ROW, serve_cmd="vllm serve Qwen/Qwen3-14B --max-num-batched-tokens 128 --max-num-seqs 256")]
     runs, skipped = released_runs(_table(tmp_path, rows))
-    assert len(runs) == 2 and sum(skipped.values()) == 3
+    assert len(runs) == 2 and sum(skipped.values()) == 4
+    assert any(k.startswith("scheduler limits vLLM refuses (max_num_batched_tokens (128) must be") for k in skipped)
     a, b = runs
     assert (a.model, a.weight_dtype, a.kv_dtype, a.tp, a.async_scheduling) == ("qwen3-14b", "fp8", "fp8", 2, True)
     assert (a.max_num_batched_tokens, a.gpu_memory_utilization, a.concurrency) == (4096, 0.85, None)

@@ -54,6 +54,10 @@ def test_for_device_keeps_what_is_set_and_is_idempotent(tokens, seqs, gpu):
     """Set limits are kept; an unset max_num_seqs is vLLM's default clamped to the token budget; the result is
     concrete and resolving it again changes nothing."""
     hw = get_hardware(gpu)
+    if isinstance(tokens, int) and seqs is not None and tokens < seqs:  # vLLM refuses it, and so does Execution
+        with pytest.raises(ValueError, match="must be greater than or equal to max_num_seqs"):
+            Execution(max_num_batched_tokens=tokens, max_num_seqs=seqs)
+        return
     ex = Execution(max_num_batched_tokens=tokens, max_num_seqs=seqs).for_device(hw)
     want_t, want_s = batch_defaults(None, hw)
     t = want_t if tokens == "auto" else tokens
