@@ -10,10 +10,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from calibrate.fit.drafter_curves import held_out, read_curves, summary
 from simulator.inputs.drafter_priors import kind_prior
 from simulator.errors import InputError
+from tests.conftest import examples
 
 ROOT = Path(__file__).resolve().parents[2]
 CURVES = ROOT.parent / "shared" / "data" / "engine-measurements" / "acceptance-length-vs-k"
@@ -107,3 +110,16 @@ def test_a_curve_fitted_on_itself_is_close(tmp_path):
         (d / f"m{i}.yaml").write_text(HEADER + f"m{i}:\n  thinking_on: {{{body}}}\n")
     errs = held_out(read_curves(d), "geometric")
     assert max(e.max() for e in errs.values()) < 1e-5
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(al=st.lists(st.floats(1.0, 6.0), min_size=2, max_size=8),
+       steps=st.lists(st.floats(0.0, 1.0), min_size=8, max_size=8), start=st.floats(1.0, 6.0))
+def test_no_non_decreasing_curve_beats_the_monotone_floor(al, steps, start):
+    """Any non-decreasing AL(k) misses some measured point by at least the floor; a curve that never falls has none."""
+    from calibrate.fit.drafter_curves import monotone_floor
+
+    pred = start + np.cumsum(steps[: len(al)])  # an arbitrary non-decreasing candidate
+    assert np.max(np.abs(pred / np.asarray(al) - 1.0)) >= monotone_floor(al) - 1e-12
+    assert monotone_floor(sorted(al)) == 0.0
+    assert monotone_floor([3.77, 3.47]) == pytest.approx(0.30 / 7.24)
