@@ -414,6 +414,16 @@ class ResolvedScenario:
         sc = self.scenario
         return sc.execution.for_device(get_hardware(hw_name), sc.serving_engine, world_size=tp * sc.base.pp)
 
+    def limits_line(self) -> str:
+        """Each engine's scheduler limits per device of the scenario: as it sets them, else vLLM's defaults there."""
+        ex = self.scenario.execution
+        said = [f for f, unset in (("max_num_batched_tokens", ex.max_num_batched_tokens == "auto"),
+                                   ("max_num_seqs", ex.max_num_seqs is None)) if not unset]
+        per = "; ".join(f"{h} {r.max_num_batched_tokens or 'whole prefills'} / {r.max_num_seqs}"
+                        for h in self.hardware_names for r in [self.execution_for(h, self.tps[0])])
+        how = f"set by the scenario: {', '.join(said)}" if said else "vLLM's defaults on each device"
+        return f"Scheduler limits per engine (max_num_batched_tokens / max_num_seqs; {how}): {per}"
+
     @property
     def roles(self) -> dict:
         """{role: ModelSpec} of the models the scenario has (base; small and draft unless a plain deployment)."""

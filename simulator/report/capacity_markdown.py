@@ -262,7 +262,7 @@ def _provenance(c: ReportContent) -> list[str]:
         L.append(f"- Cost profile for {h}: `{p.name}`, {p.provenance.kind} — {p.provenance.source}")
     if any(h not in rs.cost_profiles and h != "cpu" for h in rs.hardware_names):  # GPU priors: the engine's terms
         L.append(f"- {engine_line(rs)}")
-    L.append(f"- {limits_line(rs)}")
+    L.append(f"- {rs.limits_line()}")
     L += ["", "## Reproduce", "", "```", f"specsim report {scenario_arg} --out <DIR> --slo '{slo.text}' --requests {load.requests} "
           f"--seed {load.seed}" + (f" --gpu-hour-cost {gpu_hour_cost:g} --currency {shlex.quote(currency)}" if gpu_hour_cost else "")
           + (f" --target-qps {target_qps:g}" if target_qps else "")
@@ -284,17 +284,6 @@ def engine_line(rs) -> str:
         if on and se.async_scheduling is None else "")
     return (f"Serving engine (GPU priors' host terms): {se.name} {se.version or ev.version} (catalog entry {ev.version}, "
             f"simulator/catalog/engine_hosts.yaml); async scheduling {'on' if on else 'off'} ({how})")
-
-
-def limits_line(rs) -> str:
-    """Each engine's scheduler limits per GPU of the scenario: as it sets them, else vLLM's defaults there."""
-    ex = rs.scenario.execution
-    said = [f for f, unset in (("max_num_batched_tokens", ex.max_num_batched_tokens == "auto"),
-                               ("max_num_seqs", ex.max_num_seqs is None)) if not unset]
-    per = "; ".join(f"{h} {r.max_num_batched_tokens or 'whole prefills'} / {r.max_num_seqs}"
-                    for h in rs.hardware_names for r in [rs.execution_for(h, rs.tps[0])])
-    how = f"set by the scenario: {', '.join(said)}" if said else "vLLM's defaults on each GPU"
-    return f"Scheduler limits per engine (max_num_batched_tokens / max_num_seqs; {how}): {per}"
 
 
 def _at_lower_bound(b, dev: str) -> str:

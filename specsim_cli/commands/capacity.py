@@ -161,6 +161,8 @@ def _show(df, meta: dict, rs, best_gamma: bool, fmt: str, out: Path | None, colu
         render_best_gamma(df, title)
     elif fmt == "table":
         render_capacity(df, title, columns, currency)
+        if meta.get("scheduler_limits"):
+            print(meta["scheduler_limits"])
         if meta.get("headline"):
             print(meta["headline"])
         if meta.get("model_error"):

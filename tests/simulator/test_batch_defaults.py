@@ -103,13 +103,12 @@ def test_a_bad_limit_names_the_field_and_every_accepted_form(tmp_path, value, wo
 
 
 def test_the_report_states_each_gpus_limits_and_who_set_them():
-    """The capacity report's provenance line: per GPU the limits the engines ran, vLLM's defaults or the scenario's."""
-    from simulator.report.capacity_markdown import limits_line
-
-    line = limits_line(load_scenario("r1-70b-a100x4", grid_overrides={"hardware": ["a100-80gb", "h200"]}))
-    assert line.endswith("(max_num_batched_tokens / max_num_seqs; vLLM's defaults on each GPU): a100-80gb 2048 / 256; "
+    """The capacity report's provenance line (and `specsim simulate capacity`'s, under its table): per GPU the limits
+    the engines ran, vLLM's defaults or the scenario's."""
+    line = load_scenario("r1-70b-a100x4", grid_overrides={"hardware": ["a100-80gb", "h200"]}).limits_line()
+    assert line.endswith("(max_num_batched_tokens / max_num_seqs; vLLM's defaults on each device): a100-80gb 2048 / 256; "
                          "h200 8192 / 1024"), line
-    line = limits_line(load_scenario("moe-gpt-oss-120b-h100"))
+    line = load_scenario("moe-gpt-oss-120b-h100").limits_line()
     assert "set by the scenario: max_num_seqs" in line and line.endswith("h100-sxm 8192 / 256"), line
 
 

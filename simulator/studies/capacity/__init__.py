@@ -258,6 +258,7 @@ def _meta(rs: ResolvedScenario, req: CapacityRequest, slo: Slo, load: LoadSpec, 
     errors = scenario_error_lines(rs)
     if errors:
         meta["model_error"] = errors
+    meta["scheduler_limits"] = rs.limits_line()
     return meta
 
 
