@@ -1,6 +1,7 @@
 """Who sends a replica its requests (SimPy processes): an open-loop arrival stream (optionally with at most N requests
-in flight), closed-loop users (one request after another, with exponential think times), or sessions of several turns (each turn sent a think time after the
-previous answer; sessions arrive open loop or are run one after another by closed-loop users).
+in flight), closed-loop users (one request after another, with exponential think times), or sessions of several
+turns (each turn sent a think time after the previous answer; sessions arrive open loop or are run one after another
+by closed-loop users).
 
 A process submits request ``rid`` with ``replica.submit(rid, plans[rid])``; a closed-loop one waits for the event
 it registers in ``replica.done_events[rid]``."""
