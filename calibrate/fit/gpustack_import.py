@@ -141,9 +141,9 @@ def _limits(args: list[str], gpu: str, version: str, tp: int) -> Execution | str
     mnbt, mns = _option(args, "--max-num-batched-tokens"), _option(args, "--max-num-seqs")
     try:
         ex = Execution(max_num_batched_tokens=int(mnbt) if mnbt else "auto", max_num_seqs=int(mns) if mns else None)
+        return ex.for_device(get_hardware(gpu), ServingEngine(version=version), world_size=tp)
     except ValidationError as e:
         return f"scheduler limits vLLM refuses ({e.errors()[0]['msg'].removeprefix('Value error, ')})"
-    return ex.for_device(get_hardware(gpu), ServingEngine(version=version), world_size=tp)
 
 
 def _parse(i: int, r, as_labelled: bool = False) -> ReleasedRun | str:

@@ -86,7 +86,7 @@ class Execution(BaseModel):
         tokens, seqs = batch_defaults(engine, hardware, world_size)
         t = tokens if self.max_num_batched_tokens == "auto" else self.max_num_batched_tokens
         s = self.max_num_seqs if self.max_num_seqs is not None else min(seqs, t or seqs)
-        return self.model_copy(update={"max_num_batched_tokens": t, "max_num_seqs": s})
+        return self.model_validate({**self.model_dump(), "max_num_batched_tokens": t, "max_num_seqs": s})
 
     def split(self, new_tokens, cached_tokens):
         """(new_eff, cached_eff) of a call's prefill as this execution runs it: :func:`cache_split`, or the whole

@@ -13,7 +13,7 @@ from simulator.paths import PROFILES_DIR, SCENARIOS_DIR
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from simulator.catalog import get_hardware, get_model
 from simulator.catalog.engine_hosts import ServingEngine
@@ -290,8 +290,6 @@ class ResolvedScenario:
             try:
                 return WorkloadProfile.model_validate({**data, **over})
             except Exception as e:  # noqa: BLE001 - re-raised as InputError naming the field
-                from pydantic import ValidationError
-
                 if isinstance(e, ValidationError):
                     first = e.errors()[0]
                     loc = ".".join(str(x) for x in first["loc"])
@@ -412,7 +410,12 @@ class ResolvedScenario:
         """The scenario's ``execution`` as its serving engine runs it on ``hw_name`` at ``tp``: the scheduler limits
         it leaves unset are vLLM's defaults there (``Execution.for_device``; a CPU's scale with the workers)."""
         sc = self.scenario
-        return sc.execution.for_device(get_hardware(hw_name), sc.serving_engine, world_size=tp * sc.base.pp)
+        try:
+            return sc.execution.for_device(get_hardware(hw_name), sc.serving_engine, world_size=tp * sc.base.pp)
+        except ValidationError as e:  # a max_num_seqs above the budget vLLM gives this GPU by default
+            msg = e.errors()[0]["msg"].removeprefix("Value error, ")
+            raise InputError(self.file, "execution.max_num_seqs", f"on {hw_name}: {msg}; set "
+                             "execution.max_num_batched_tokens too") from None
 
     def limits_line(self) -> str:
         """Each engine's scheduler limits per device of the scenario: as it sets them, else vLLM's defaults there."""

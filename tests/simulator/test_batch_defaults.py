@@ -58,8 +58,12 @@ def test_for_device_keeps_what_is_set_and_is_idempotent(tokens, seqs, gpu):
         with pytest.raises(ValueError, match="must be greater than or equal to max_num_seqs"):
             Execution(max_num_batched_tokens=tokens, max_num_seqs=seqs)
         return
-    ex = Execution(max_num_batched_tokens=tokens, max_num_seqs=seqs).for_device(hw)
     want_t, want_s = batch_defaults(None, hw)
+    if tokens == "auto" and seqs is not None and want_t is not None and seqs > want_t:  # above the GPU's budget
+        with pytest.raises(ValueError, match="must be greater than or equal to max_num_seqs"):
+            Execution(max_num_batched_tokens=tokens, max_num_seqs=seqs).for_device(hw)
+        return
+    ex = Execution(max_num_batched_tokens=tokens, max_num_seqs=seqs).for_device(hw)
     t = want_t if tokens == "auto" else tokens
     assert ex.max_num_batched_tokens == t
     assert ex.max_num_seqs == (seqs if seqs is not None else min(want_s, t or want_s))
@@ -124,3 +128,16 @@ def test_a_sampler_bound_refusal_names_max_num_seqs(tmp_path):
         load_scenario(tmp_path / "s.yaml")  # loading places every (GPU, TP) of the grid
     assert e.value.field == "memory_fraction.base" and "lower execution.max_num_seqs" in e.value.message, e.value.one_line()
     load_scenario("moe-gpt-oss-120b-h100")
+
+
+def test_a_max_num_seqs_above_the_gpus_default_budget_is_refused(tmp_path):
+    """max_num_seqs 4096 with the budget left to vLLM: 2048 on an RTX A6000, below it, which vLLM refuses at start-up;
+    the error names the field, the GPU and the fix."""
+    from simulator.errors import InputError
+
+    text = Path("scenarios/reference-a6000-qwq32b.yaml").read_text() + "execution: {max_num_seqs: 4096}\n"
+    (tmp_path / "s.yaml").write_text(text)
+    with pytest.raises(InputError) as e:
+        load_scenario(tmp_path / "s.yaml")
+    assert e.value.field == "execution.max_num_seqs" and "on rtx-a6000: max_num_batched_tokens (2048) must be" in \
+        e.value.message and e.value.message.endswith("set execution.max_num_batched_tokens too"), e.value.one_line()
