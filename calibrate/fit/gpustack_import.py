@@ -138,9 +138,8 @@ def _version(text: str) -> str | None:
 def _limits(args: list[str], gpu: str, version: str, tp: int) -> Execution | str:
     """The serve command's scheduler limits, what it leaves unset vLLM's defaults on that GPU (``Execution.for_device``,
     the one rule); the reason to skip the row where vLLM itself would refuse them at start-up."""
-    mnbt, mns = _option(args, "--max-num-batched-tokens"), _option(args, "--max-num-seqs")
     try:
-        ex = Execution(max_num_batched_tokens=int(mnbt) if mnbt else "auto", max_num_seqs=int(mns) if mns else None)
+        ex = Execution.from_limits(_option(args, "--max-num-batched-tokens"), _option(args, "--max-num-seqs"))
         return ex.for_device(get_hardware(gpu), ServingEngine(version=version), world_size=tp)
     except ValidationError as e:
         return f"scheduler limits vLLM refuses ({e.errors()[0]['msg'].removeprefix('Value error, ')})"

@@ -20,8 +20,8 @@ whole blocks (``simulator/cost/memory_plan.py``).
 engines do not batch and ignore it.
 
 Both default to what `vllm serve` picks on the engine's device when its command line sets neither
-(:func:`simulator.catalog.engine_hosts.batch_defaults`: 8192 tokens and 1024 sequences on a GPU reporting >= 70 GiB
-that is not an A100, else 2048 and 256); :meth:`Execution.for_device` fills them in, as vLLM does at start-up.
+(:func:`simulator.catalog.engine_hosts.batch_defaults`, the one rule); :meth:`Execution.for_device` fills them in, as
+vLLM does at start-up.
 
 ``step_calls``: vanilla-base, vanilla-small and specdecode generate the chain step by step
 (one engine call per reasoning step, stopped at a blank line, re-sending the cached chain;
@@ -76,6 +76,13 @@ class Execution(BaseModel):
             raise ValueError(f"max_num_batched_tokens ({t}) must be greater than or equal to max_num_seqs ({n}), as "
                              "vLLM requires (each running sequence takes at least one token of a step)")
         return self
+
+    @classmethod
+    def from_limits(cls, max_num_batched_tokens=None, max_num_seqs=None, **fields) -> "Execution":
+        """An execution with the scheduler limits as a command line or a run record gives them (strings, numbers or
+        nothing; unset: vLLM's defaults, filled in by :meth:`for_device`) and any other ``fields``."""
+        t, n = max_num_batched_tokens, max_num_seqs
+        return cls(max_num_batched_tokens=int(t) if t else "auto", max_num_seqs=int(n) if n else None, **fields)
 
     def for_device(self, hardware, engine=None, world_size: int = 1) -> "Execution":
         """This execution with the scheduler limits it leaves unset filled in as `vllm serve` of ``engine`` (a

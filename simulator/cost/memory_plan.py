@@ -48,7 +48,6 @@ from simulator.cost.roofline import ACTIVATION_BYTES
 GIB = float(2**30)
 DEFAULT_UTILIZATION = 0.9  # vLLM's gpu_memory_utilization default
 DEFAULT_BLOCK_SIZE = 16  # vLLM's CacheConfig.block_size default on CUDA
-DEFAULT_MAX_NUM_SEQS = 256
 # sampler warm-up bytes per logit: bf16 logits, fp32 logits, fp32 probabilities, fp32 sorted values, int64 indices
 SAMPLER_BYTES_PER_LOGIT = 2.0 + 4.0 + 4.0 + 4.0 + 8.0
 ACTIVATION_OVERHEAD = 1.0  # measured peak / formula: not fitted (one logged dense point: 1.26 / 0.78 GiB)
@@ -226,7 +225,7 @@ def non_torch_bytes(tp: int) -> float:
 
 
 def memory_plan(deployments: list[Deployment], utilization: float, max_num_batched_tokens: int,
-                max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, block_size: int = DEFAULT_BLOCK_SIZE,
+                max_num_seqs: int, block_size: int = DEFAULT_BLOCK_SIZE,
                 vllm_version: str | None = None, blocks_override: int | None = None) -> MemoryPlan:
     """The memory plan of one engine holding ``deployments`` (the first is the engine's model; a separate draft
     model shares the engine: its weights and KV per token add up, its profile pass runs after the target's, so

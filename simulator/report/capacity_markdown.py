@@ -18,8 +18,8 @@ ASSUMPTIONS = [
     "take turns (their iterations never overlap): one iteration of each engine with work per round.",
     "Continuous batching, vLLM V1-like: every iteration serves the whole running batch; prefills are chunked into "
     "the token budget left after the decoding sequences' tokens (execution.max_num_batched_tokens); at most "
-    "execution.max_num_seqs sequences per engine. Unset, both are what `vllm serve` picks on the GPU: 8192 tokens "
-    "and 1024 sequences on a GPU reporting >= 70 GiB that is not an A100, else 2048 and 256.",
+    "execution.max_num_seqs sequences per engine. Unset, both are what `vllm serve` picks on each GPU "
+    "(simulator.catalog.engine_hosts.batch_defaults); the values used are under Provenance.",
     "Iteration time = the cost model's pass time for the batch's aggregates (Deployment.batch_forward_time); "
     "a speculative iteration = gamma draft passes + one verification pass over gamma+1 tokens per sequence.",
     "Each engine call pays the per-call overhead t_call off the GPU (host side) before queueing. Host costs per "

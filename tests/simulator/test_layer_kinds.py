@@ -22,6 +22,8 @@ from simulator.cost.memory_plan import memory_plan
 from specsim_cli.main import main
 from tests.conftest import examples
 
+SEQS = 256  # max_num_seqs of the memory plans below (any value: the checks do not depend on it)
+
 CONFIGS = Path(__file__).resolve().parents[2] / "tests" / "data" / "hf_configs"
 NEW = ("glm-4.5-air", "glm-4.5", "qwen3-next-80b-a3b", "qwen3.5-9b", "qwen3.5-35b-a3b", "deepseek-v3.2",
        "mistral-nemo-12b", "llama-4-scout-17b-16e", "llama-4-maverick-17b-128e")
@@ -69,7 +71,7 @@ def test_hybrid_kv_counts_full_attention_layers_only():
     assert m.kv_bytes(10_000, seqs=3) == pytest.approx(10_000 * m.kv_bytes_per_token() + 6 * m.linear_state_bytes())
     # the engine's plan counts full-attention tokens and reserves each running sequence's state
     h = get_hardware("h100-sxm")
-    plan = memory_plan([Deployment(m, h, 1, prior_profile(h).params(h))], 0.9, 8192)
+    plan = memory_plan([Deployment(m, h, 1, prior_profile(h).params(h))], 0.9, 8192, SEQS)
     assert plan.full_bytes_per_token == m.kv_bytes_per_token()
     assert plan.seq_reserve_tokens == math.ceil(m.linear_state_bytes() / m.kv_bytes_per_token())
 

@@ -12,6 +12,8 @@ from simulator.cost.memory_plan import GIB, cudagraphs_counted, memory_plan
 from specsim_cli.main import main
 from tests.conftest import examples
 
+SEQS = 256  # max_num_seqs: vLLM V0's default (the 0.6.5 case); the laws hold at any value
+
 MODELS = ["llama-3.1-8b", "qwen3-32b", "qwen3-0.6b", "qwen3-30b-a3b", "gpt-oss-20b", "gemma-3-270m"]
 GPUS = ["h100-sxm", "a100-80gb", "h200", "l40s", "rtx-a6000"]
 
@@ -32,11 +34,11 @@ plans = st.tuples(st.sampled_from(MODELS), st.sampled_from(GPUS), st.floats(0.05
 def test_capacity_grows_with_utilization_and_memory(p, du, scale):
     model, hw, u, tokens, block = p
     d = dep(model, hw)
-    a = memory_plan([d], u, tokens, block_size=block)
+    a = memory_plan([d], u, tokens, SEQS, block_size=block)
     assert a.kv_tokens >= 0 and a.num_blocks >= 0 and a.kv_tokens % block == 0
-    assert memory_plan([d], min(u + du, 1.0), tokens, block_size=block).kv_tokens >= a.kv_tokens
+    assert memory_plan([d], min(u + du, 1.0), tokens, SEQS, block_size=block).kv_tokens >= a.kv_tokens
     bigger = dep(model, hw, memory=get_hardware(hw).reported_memory_bytes * scale)
-    assert memory_plan([bigger], u, tokens, block_size=block).kv_tokens >= a.kv_tokens
+    assert memory_plan([bigger], u, tokens, SEQS, block_size=block).kv_tokens >= a.kv_tokens
 
 
 @settings(max_examples=examples(60), deadline=None)
@@ -44,11 +46,11 @@ def test_capacity_grows_with_utilization_and_memory(p, du, scale):
 def test_capacity_falls_with_batched_tokens_and_weights(p, times, extra_gib):
     model, hw, u, tokens, block = p
     d = dep(model, hw)
-    a = memory_plan([d], u, tokens, block_size=block)
-    more = memory_plan([d], u, tokens * times, block_size=block)
+    a = memory_plan([d], u, tokens, SEQS, block_size=block)
+    more = memory_plan([d], u, tokens * times, SEQS, block_size=block)
     assert more.activation_bytes >= a.activation_bytes and more.kv_tokens <= a.kv_tokens
     assert replace(a, weights_bytes=a.weights_bytes + extra_gib * GIB).kv_tokens <= a.kv_tokens
-    fp8 = memory_plan([dep(model, hw, weights="fp8")], u, tokens, block_size=block)  # fewer weight bytes
+    fp8 = memory_plan([dep(model, hw, weights="fp8")], u, tokens, SEQS, block_size=block)  # fewer weight bytes
     assert fp8.weights_bytes < a.weights_bytes and fp8.kv_tokens >= a.kv_tokens
 
 
@@ -56,8 +58,8 @@ def test_capacity_falls_with_batched_tokens_and_weights(p, times, extra_gib):
 @given(plans)
 def test_fp8_kv_doubles_the_tokens_up_to_one_block(p):
     model, hw, u, tokens, block = p
-    a = memory_plan([dep(model, hw)], u, tokens, block_size=block)
-    b = memory_plan([dep(model, hw, kv="fp8")], u, tokens, block_size=block)
+    a = memory_plan([dep(model, hw)], u, tokens, SEQS, block_size=block)
+    b = memory_plan([dep(model, hw, kv="fp8")], u, tokens, SEQS, block_size=block)
     assert b.kv_bytes == pytest.approx(a.kv_bytes)  # the KV dtype changes what a token costs, not the budget
     assert b.kv_tokens - 2 * a.kv_tokens in (0, block)
 
@@ -66,14 +68,14 @@ def test_cuda_graphs_count_from_vllm_0_21():
     assert not cudagraphs_counted("0.10.1") and not cudagraphs_counted("0.20.2")
     assert cudagraphs_counted("0.21.0") and cudagraphs_counted("0.24") and cudagraphs_counted(None)
     d = dep("qwen3-8b", "h100-sxm")
-    old, new = memory_plan([d], 0.9, 8192, vllm_version="0.15.1"), memory_plan([d], 0.9, 8192)
+    old, new = memory_plan([d], 0.9, 8192, SEQS, vllm_version="0.15.1"), memory_plan([d], 0.9, 8192, SEQS)
     assert old.kv_bytes - new.kv_bytes == pytest.approx(new.cudagraph_bytes) and new.cudagraph_bytes > 0
 
 
 def test_llama3_8b_on_an_h100_as_vllm_logged_it():
     """vLLM 0.6.5 on an H100 (vllm-project/vllm PR 10511): total 79.22 GiB, weights 14.96 GiB, available KV cache
     53.29 GiB at utilization 0.9 (graphs outside the budget in that version)."""
-    p = memory_plan([dep("llama-3-8b", "h100-sxm")], 0.9, 8192, vllm_version="0.6.5")
+    p = memory_plan([dep("llama-3-8b", "h100-sxm")], 0.9, 8192, SEQS, vllm_version="0.6.5")
     assert p.total_bytes / GIB == pytest.approx(79.22, abs=0.005)
     assert p.weights_bytes / GIB == pytest.approx(14.96, rel=0.005)
     assert p.kv_bytes / GIB == pytest.approx(53.29, rel=0.05)
@@ -137,9 +139,9 @@ def test_blocks_override_and_the_partial_last_block(p, blocks):
     average (block - 1) / 2 tokens of its last block beyond its own, on top of its windows / linear state."""
     model, hw, u, tokens, block = p
     d = dep(model, hw)
-    a = memory_plan([d], u, tokens, block_size=block, blocks_override=blocks)
+    a = memory_plan([d], u, tokens, SEQS, block_size=block, blocks_override=blocks)
     assert a.num_blocks == blocks and a.kv_tokens == blocks * block
-    free = memory_plan([d], u, tokens, block_size=block)
+    free = memory_plan([d], u, tokens, SEQS, block_size=block)
     assert free.num_blocks == max(int(free.kv_bytes // (block * free.token_bytes)), 0)
     assert a.partial_block_tokens == (block - 1) // 2
     assert a.running_seq_reserve_tokens == a.seq_reserve_tokens + (block - 1) // 2

@@ -11,6 +11,8 @@ from simulator.cost.memory_plan import memory_plan
 from simulator.engines.serving.pass_cost import PassCost
 from tests.conftest import examples
 
+SEQS = 256  # max_num_seqs of the memory plans below (any value: the checks do not depend on it)
+
 # dense GQA, a mixture of experts, latent attention + MoE (DeepSeek), sliding windows (gpt-oss)
 MODELS = ["qwen3-32b", "llama-3.1-8b", "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-r1", "gpt-oss-120b"]
 GPUS = ["h100-sxm", "h200", "a100-80gb", "l40s"]
@@ -77,7 +79,7 @@ def test_memory_per_gpu_falls_with_stages(model, hw, tp, k):
     assert hi.resident_bytes_per_gpu < lo.resident_bytes_per_gpu
     assert hi.resident_bytes_per_gpu == pytest.approx(dep(model, hw, tp).resident_bytes_per_gpu / (k + 1))
     assert hi.kv_bytes_per_token_per_gpu < lo.kv_bytes_per_token_per_gpu
-    a, b = memory_plan([lo], 0.9, 8192), memory_plan([hi], 0.9, 8192)
+    a, b = memory_plan([lo], 0.9, 8192, SEQS), memory_plan([hi], 0.9, 8192, SEQS)
     assert b.weights_bytes < a.weights_bytes and b.kv_tokens >= a.kv_tokens
 
 

@@ -195,10 +195,9 @@ def run_execution(run: ServingRun):
 
     lim = (run.meta.get("options") or {}).get("engine_limits") or {}
     lim = lim.get("base", lim)
-    tokens, seqs = lim.get("max_num_batched_tokens"), lim.get("max_num_seqs")
-    return Execution(max_num_batched_tokens=int(tokens) if tokens else "auto", max_num_seqs=int(seqs) if seqs else None,
-                     prefix_caching=bool(lim.get("prefix_caching", True)),
-                     front_end="serial" if run.client_side else "concurrent")
+    return Execution.from_limits(lim.get("max_num_batched_tokens"), lim.get("max_num_seqs"),
+                                 prefix_caching=bool(lim.get("prefix_caching", True)),
+                                 front_end="serial" if run.client_side else "concurrent")
 
 
 def predict_run(run: ServingRun, params, setup, acceptance: list[float] | None = None):
