@@ -46,6 +46,14 @@ from simulator.errors import InputError
 from simulator.engines.serving.metrics import WARMUP_FRACTION
 
 
+def _keeps_up(stat: dict) -> str:
+    """The sustain test's verdict on a measured level in words: yes, no, or too short to judge (a window of fewer
+    arrivals or mean latencies than the simulator's run-length rule asks)."""
+    if stat["too_short"] or stat["keeps_up"] is None:
+        return f"too short to judge ({stat['window_arrivals']} arrivals, {stat['window_latencies']:.1f} latencies)"
+    return "yes" if stat["keeps_up"] else "no"
+
+
 def measured_levels(run_dirs: list[str | Path], slo_text: str) -> pd.DataFrame:
     """One row per measured (system, Poisson rate): n, throughput, latency quantiles, the SLO check."""
     from simulator.engines.serving.metrics import stationarity, steady
@@ -70,7 +78,8 @@ def measured_levels(run_dirs: list[str | Path], slo_text: str) -> pd.DataFrame:
             "latency_mean_s": float(st.latency_s.mean()), "latency_p90_s": float(np.percentile(st.latency_s, 90)),
             "latency_p99_s": float(np.percentile(st.latency_s, 99)),
             "latency_drift": stat["latency_drift"], "latency_growth": stat["latency_growth"],
-            "stationary_tests": stat["stationary"], "slo_terms_met": met_terms,
+            "stationary_tests": stat["stationary"], "latency_steady": stat["latency_steady"],
+            "keeps_up": _keeps_up(stat), "slo_terms_met": met_terms,
             "engine": run.meta.get("engine", ""), "engine_version": run.meta.get("engine_version", ""),
             "created_at": run.meta.get("created_at", ""),
         })
@@ -173,9 +182,10 @@ def write_report(out: Path, levels: pd.DataFrame, sim_levels: pd.DataFrame, tabl
                  f"{met} / {'yes' if r.pred_slo_met else 'no'} |")
     err = (lv.pred_latency_p90_s / lv.latency_p90_s - 1.0)
     L += ["", f"p90 latency at the measured rates, predicted vs measured: median APE {100 * err.abs().median():.1f}%, "
-          f"bias {100 * err.median():+.1f}% (n = {len(lv)} levels). Measured levels' latency-trend/drift tests (reported, "
-          f"not applied; see `validate/capacity.py`): "
-          + ", ".join(f"{r.system} {r.rate_qps:g} {'pass' if r.stationary_tests else 'fail'}" for r in lv.itertuples()) + "."]
+          f"bias {100 * err.median():+.1f}% (n = {len(lv)} levels). Measured levels' stationarity tests (reported, not "
+          f"applied; see `validate/capacity.py`), latency trend and drift / completions keeping up with arrivals: "
+          + ", ".join(f"{r.system} {r.rate_qps:g} {'pass' if r.latency_steady else 'fail'} / {r.keeps_up}"
+                      for r in lv.itertuples()) + "."]
     L += ["", f"Runs: {len(levels)} directories, engine {', '.join(sorted(set(levels.engine_version.astype(str))))}, "
           f"measured {min(levels.created_at)} .. {max(levels.created_at)}. Simulated: {meta['requests']} requests per "
           f"run, seed {meta['seed']}.", ""]

@@ -65,6 +65,9 @@ def test_measured_levels_judge_short_runs_and_reject_duplicates(tmp_path):
     lv = measured_levels([str(short / "poisson-0.5"), str(short / "poisson-3.5")], "p90_latency<=12s").set_index("rate_qps")
     assert bool(lv.loc[0.5, "judged"]) and not bool(lv.loc[3.5, "judged"])  # 24 requests at 3.5/s span 8 s
     assert bool(lv.loc[3.5, "slo_terms_met"]) and not bool(lv.loc[3.5, "slo_met"])
+    # too few arrivals for the sustain test is said so, not reported as a failed stationarity test
+    assert lv.loc[0.5, "keeps_up"].startswith("too short to judge") and bool(lv.loc[0.5, "latency_steady"])
+    assert not bool(lv.loc[0.5, "stationary_tests"])
     with pytest.raises(InputError, match="a second run"):
         measured_levels([str(short / "poisson-0.5"), str(short / "poisson-0.5")], "p90_latency<=12s")
 

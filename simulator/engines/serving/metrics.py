@@ -103,7 +103,7 @@ def stationarity(requests: pd.DataFrame, warmup_fraction: float = WARMUP_FRACTIO
     growth, t = latency_trend(requests, warmup_fraction)
     drift = latency_drift(requests)
     ok = not (growth > GROWTH_LIMIT and t > TREND_T) and drift <= DRIFT_LIMIT
-    out = {"latency_growth": growth, "latency_growth_t": t, "latency_drift": drift}
+    out = {"latency_growth": growth, "latency_growth_t": t, "latency_drift": drift, "latency_steady": bool(ok)}
     out.update(sustain(requests, warmup_fraction))
     if closed_loop:
         out["sustained"] = True
