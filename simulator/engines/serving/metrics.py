@@ -97,7 +97,8 @@ def latency_trend(requests: pd.DataFrame, warmup_fraction: float = WARMUP_FRACTI
 
 def stationarity(requests: pd.DataFrame, warmup_fraction: float = WARMUP_FRACTION, closed_loop: bool = False) -> dict:
     """The one rule for "this rate is sustained" (capacity search, ``--qps``/load curves, report, validation): the
-    latency checks (growth, its t, drift) and :func:`sustain`'s; ``stationary`` is the verdict of all of them.
+    latency checks (growth, its t, drift; ``latency_steady`` their verdict) and :func:`sustain`'s; ``stationary`` is the
+    verdict of all of them.
     ``closed_loop``: users wait for their answers, so no queue outgrows them: :func:`sustain`'s figures are
     reported but not required."""
     growth, t = latency_trend(requests, warmup_fraction)
