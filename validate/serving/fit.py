@@ -44,6 +44,15 @@ def one_shape(agg: dict) -> bool:
     return np.unique(agg["N"]).size == 1 and np.unique(agg["L"]).size == 1
 
 
+def fit_candidates(agg: dict) -> tuple[str, ...]:
+    """The step-time parameters the steps can tell apart: with one running sequence count in every step (a one-user
+    run) the per-sequence cost is the per-step cost's exact twin (their sum is all the steps pin), so it stays at the
+    profile's value, which carries the profile's batch scaling to larger batches."""
+    if np.unique(agg["L"]).size == 1:
+        return tuple(k for k in FIT_PARAMS if k != "seq_overhead_s")
+    return FIT_PARAMS
+
+
 def fit_speed_factor(steps: pd.DataFrame, params, setup) -> tuple[object, dict]:
     """One-shape steps (:func:`one_shape`): the machine's speed factor s = median(measured / predicted step time),
     applied to every term (``CostParams.slowed``), so the profile's batch scaling carries over to larger batches."""
@@ -74,7 +83,7 @@ def fit_step_params(steps: pd.DataFrame, params, setup) -> tuple[object, dict]:
     y = np.log(agg["t"])
     start = {n: float(getattr(params, n)) for n in PARAM_NAMES}
     start["seq_overhead_s"] = start["seq_overhead_s"] or SEQ_OVERHEAD_START
-    f = fit_log_times(lambda p: step_times(p, setup, agg), y, start, FIT_PARAMS)
+    f = fit_log_times(lambda p: step_times(p, setup, agg), y, start, fit_candidates(agg))
     new = replace(params, **{k: float(f.values[k]) for k in FIT_PARAMS})
     facts = {"steps": len(y), "values": {k: float(f"{f.values[k]:.4g}") for k in FIT_PARAMS},
              "rel_stderr": {k: float(f"{f.stderr[k] / f.values[k]:.3g}") if k in f.stderr else float("inf") for k in FIT_PARAMS},
