@@ -22,6 +22,12 @@ mean TTFT / duration - 1 (a one-stage serial front end gives a share of ~1/2, on
 letting any request on gives ~1), as the serving replica's two-stage front end (``front_end_first_share``); beside
 the host terms' own one-stage serial front end. Host terms per GPU held out (``--fits``: a ``fits-gpu.json`` of the released validation) or the catalog's.
 
+``specsim measure burst-probe typical`` -- the released vLLM bursts (>= 900 requests, > 100 tokens out each) as the
+typical request sees them: mean and median TPOT over requests (the table has both), measured and predicted with the
+catalog's terms, and the share of the run over which the burst's first tokens spread (2 x median TTFT / duration, ~1
+when requests are admitted evenly over the whole run, small when all are admitted at once). Where the median TPOT is
+missed as much as the mean, the miss is in every request's gaps, not in a few short requests' stalls.
+
 ``specsim measure burst-probe what-if`` -- the serving simulator's errors on groups of released vLLM runs
 under the catalog's host terms and under one changed assumption at a time: a serial front end that also pays
 ``front_end_token_s`` per streamed token (with a smaller per-sequence step cost t_seq, as the bursts' median ITL
@@ -161,6 +167,27 @@ def what_if(runs: list[ReleasedRun], groups: list[str], variants: list[str]) -> 
                 row[f"{f} median |err| %"] = float(np.median(np.abs(err[:, i]))) if len(sel) else np.nan
                 row[f"{f} bias %"] = float(np.median(err[:, i])) if len(sel) else np.nan
             rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def typical_table(runs: list[ReleasedRun]) -> pd.DataFrame:
+    """Per released vLLM burst (:func:`is_burst`): measured and predicted mean / median TPOT over requests, their
+    ratios, and the admission share 2 x median TTFT / duration, measured and predicted (catalog terms)."""
+    from calibrate.fit.released_predict import predict_released
+
+    rows = []
+    for r in runs:
+        if not is_burst(r.requests, r.requests * r.output_tokens, r.concurrency):
+            continue
+        p, m = predict_released(r), r.measured
+        dur = r.requests * r.output_tokens / p["out_tps"]
+        rows.append({"run": r.key, "gpu": r.gpu, "tp": r.tp, "mean_tpot_ms": m["mean_tpot_ms"],
+                     "pred_mean_tpot_ms": p["tpot_ms"], "median_tpot_ms": m["median_tpot_ms"],
+                     "pred_median_tpot_ms": p["median_tpot_ms"],
+                     "median_ratio": m["median_tpot_ms"] / p["median_tpot_ms"],
+                     "mean_ratio": m["mean_tpot_ms"] / p["tpot_ms"],
+                     "admission_share": 2 * m["median_ttft_ms"] / 1e3 / m["duration_s"],
+                     "pred_admission_share": 2 * p["median_ttft_ms"] / 1e3 / dur})
     return pd.DataFrame(rows)
 
 

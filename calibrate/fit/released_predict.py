@@ -75,7 +75,8 @@ def run_workload(run: ReleasedRun, sharegpt_sigma: float | None = None, early_en
 def predict_released(run: ReleasedRun, host: dict | None = None, max_requests: int | None = None,
                      sharegpt_sigma: float | None = None, intake: tuple[float, float] | None = None,
                      early_end: bool = False) -> dict:
-    """Predicted figures of ``run`` (``tpot_ms``, ``ttft_ms``, ``out_tps``; ``batch_mean``: sequences per step).
+    """Predicted figures of ``run`` (``tpot_ms``, ``ttft_ms``, ``out_tps``, the medians over requests
+    ``median_tpot_ms`` and ``median_ttft_ms``; ``batch_mean``: sequences per step).
     ``max_requests``: simulate the first that many of a burst only (the burst's tail is the same queue; stated);
     ``sharegpt_sigma``: another spread of ShareGPT's lengths (:func:`run_workload`); ``intake`` = (c, s): the serial
     front end of a deployment's own probe, c seconds per request of which the share s on arrival (the replica's
@@ -111,7 +112,9 @@ def predict_released(run: ReleasedRun, host: dict | None = None, max_requests: i
     n1 = (r.output_tokens - 1).where(r.output_tokens > 1)
     tl = res.timeline[res.timeline.engine == "base"]
     itl = itl_summary(*res.info["itl"])
-    return {"tpot_ms": float(((r.latency_s - r.ttft_s) / n1).mean() * 1e3), "ttft_ms": float(r.ttft_s.mean() * 1e3),
+    tpot = (r.latency_s - r.ttft_s) / n1
+    return {"tpot_ms": float(tpot.mean() * 1e3), "ttft_ms": float(r.ttft_s.mean() * 1e3),
+            "median_tpot_ms": float(tpot.median() * 1e3), "median_ttft_ms": float(r.ttft_s.median() * 1e3),
             "out_tps": float(r.output_tokens.sum()) / span, "itl_ms": itl["median_itl_ms"],
             "mean_itl_ms": itl["mean_itl_ms"],
             "batch_mean": float(np.average(tl.batch, weights=tl.duration_s)) if len(tl) else np.nan}

@@ -144,7 +144,7 @@ def compare_serve_cmd(
 
 
 def burst_probe(
-    table: str = typer.Argument(..., help="engines | intake | two-stage | prefill | what-if"),
+    table: str = typer.Argument(..., help="engines | intake | two-stage | prefill | typical | what-if"),
     released: Path = typer.Option(GPUSTACK, help="folder of serving_benchmarks.csv (GPUStack's released tables)"),
     fits: Optional[Path] = typer.Option(None, help="two-stage: host terms per held-out GPU (a fits-gpu.json of "
                                                    "`specsim validate serving --released`); default: the catalog's"),
@@ -155,15 +155,17 @@ def burst_probe(
     """The burst study's tables (docs/serving-model.md): engines (B_eff = output tok/s x median ITL per engine),
     intake (each engine's time per request in the docs' 4-token bursts, its TTFT at 4 users), two-stage (each doc's
     bursts with the front end its own 4-token burst shows, beside the fitted serial one), prefill (the
-    H100/H200 prefill rows' fraction of peak), what-if (the burst rows' bias under each assumption).
+    H100/H200 prefill rows' fraction of peak), typical (each burst's mean and median TPOT over requests and the
+    share of the run its first tokens spread over, measured and predicted), what-if (the burst rows' bias under each
+    assumption).
 
     Example: specsim measure burst-probe engines"""
     import pandas as pd
 
     from calibrate.fit.burst_probe import (engines_table, intake_table, prefill_table, released_runs, two_stage_summary,
-                                           two_stage_table, what_if)
+                                           two_stage_table, typical_table, what_if)
 
-    for name, got, known in (("table", [table], ("engines", "intake", "two-stage", "prefill", "what-if")), ("--group", group or [], GROUPS),
+    for name, got, known in (("table", [table], ("engines", "intake", "two-stage", "prefill", "typical", "what-if")), ("--group", group or [], GROUPS),
                              ("--variant", variant or [], VARIANTS)):
         bad = [g for g in got if g not in known]
         if bad:
@@ -193,5 +195,8 @@ def burst_probe(
         return
     if table == "prefill":
         print(prefill_table(runs).round(3).to_string(index=False))
+        return
+    if table == "typical":
+        print(typical_table(runs).round(2).to_string(index=False))
         return
     print(what_if(runs, group or list(GROUPS), variant or list(VARIANTS)).round(1).to_string(index=False))

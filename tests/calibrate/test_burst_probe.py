@@ -139,3 +139,20 @@ def test_every_what_if_variant_predicts_on_the_catalog(tmp_path):
         same_seq = predict(burst, host={"front_end_first_share": 0.0, "seq_overhead_s": seq})
         assert got[v]["out_tps"] <= same_seq["out_tps"] * (1 + 1e-9), v
     assert one_stage["out_tps"] > 0
+
+
+def test_typical_table_reads_each_burst_as_its_median_request_sees_it(tmp_path):
+    """Only bursts (>= 900 requests, > 100 tokens out each) are in it; the medians come from the measured table and
+    the simulator's requests; the admission share is 2 x median TTFT over the run's duration, in (0, ~2]."""
+    from calibrate.fit.burst_probe import typical_table
+    from calibrate.fit.gpustack_import import TABLE, released_runs
+    from tests.calibrate.test_gpustack_import import ROW
+
+    burst = dict(ROW, serve_cmd="vllm serve Qwen/Qwen3-14B", requests=900, in_tok=900 * 128, out_tok=900 * 120,
+                 duration_s=40.0, median_ttft_ms=8000.0, median_tpot_ms=30.0, mean_tpot_ms=45.0)
+    pd.DataFrame([burst, dict(ROW, serve_cmd="vllm serve Qwen/Qwen3-14B")]).to_csv(tmp_path / TABLE, index=False)
+    runs, _ = released_runs(tmp_path)
+    t = typical_table(runs)
+    assert len(t) == 1 and t.admission_share.iloc[0] == pytest.approx(2 * 8.0 / 40.0)
+    assert t.median_ratio.iloc[0] == pytest.approx(30.0 / t.pred_median_tpot_ms.iloc[0])
+    assert 0 < t.pred_admission_share.iloc[0] <= 2 and t.pred_median_tpot_ms.iloc[0] > 0
