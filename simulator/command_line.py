@@ -25,7 +25,7 @@ def _words(param, value) -> list[str]:
 
 
 def command_line(ctx) -> str:
-    """``specsim calibrate gpu fit-engine --report R --date D``: the command's path, its arguments, then each option
+    """``specsim fit engine --report R --date D``: the command's path, its arguments, then each option
     given on the command line (options left at their defaults are left out), shell-quoted.
 
     ``ctx``: the ``typer.Context`` of the running command (a command takes it as a ``ctx: typer.Context``

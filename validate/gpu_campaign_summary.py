@@ -1,6 +1,6 @@
 """One table of the GPU campaign's held-out figures, from what ``scripts/gpu_campaign.sh analyze`` wrote.
 
-    specsim validate-gpu-summary RES/analysis        # -> RES/analysis/summary.md (+ printed)
+    specsim validate gpu-summary RES/analysis        # -> RES/analysis/summary.md (+ printed)
 
 Rows: the static-bench folds of ``calibrate fit-bench`` (``static-bench/summary.json``: every op together, the
 refitted model beside the transferred and datasheet priors), then every ``specsim validate`` report folder

@@ -1,7 +1,7 @@
 """Held-out figures of the GPU kernel model against (a) today's catalog priors and (b) a
 constant-efficiency roofline fitted on the same training rows.
 
-    .venv/bin/specsim calibrate gpu validate-kernels --out out/gpu-validation
+    .venv/bin/specsim validate kernels --out out/gpu-validation
 
 (the Vidur and AIConfigurator folders default to the shared data's).
 

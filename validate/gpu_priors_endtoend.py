@@ -1,6 +1,6 @@
 """End-to-end checks of the GPU priors, before (datasheet-era catalog) vs after (gpu_priors.yaml).
 
-    .venv/bin/specsim calibrate gpu check-priors --out out/gpu-e2e
+    .venv/bin/specsim validate priors --out out/gpu-e2e
 
 (a) Decode time per token of the third-party SpecReason traces (QwQ-32B + R1-Distill-Qwen-1.5B, vLLM
     0.8.2, TP=2; the shared data's ``specreason-aime-traces``): measured = slope of a call's wall time vs its

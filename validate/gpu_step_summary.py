@@ -6,7 +6,7 @@ before-the-fit prediction errors by model and op (the held-out figure), CUDA gra
 and the engine fit's held-out rows for this GPU (after the fit, ``calibrate.gpu_priors.engine_fit``). The plan and its
 predictions are ``calibrate.gpu_priors.step_plan``'s.
 
-    specsim calibrate gpu step-summary reports/gpu-campaign-h200 [--heldout reports/gpu-step-model/heldout.csv]
+    specsim validate step-summary reports/gpu-campaign-h200 [--heldout reports/gpu-step-model/heldout.csv]
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def _header_lines(c: _Campaign, title: str) -> list[str]:
     copy = chip[chip["op"] == "copy"]["read_write_gb_s"].median()
     L = [f"# GPU campaign on {p0.get('gpu_name')}: {title}", "",
          "Records: `calibrate/measure/gpu_step_bench.py` (torch-only decoder steps, CUDA graph replayed, CUDA-event timed: the GPU "
-         "part of an engine step, no scheduler), plan `plan.json` (`specsim calibrate gpu step-plan`), "
+         "part of an engine step, no scheduler), plan `plan.json` (`specsim measure step-plan`), "
          f"random bf16 weights, TP 1. Runs: {', '.join(p['run'] for p in provs)} (median per point over runs; median "
          f"run-to-run spread {c.med['spread'].median():.2%}).", "",
          "| | |", "|---|---|",
@@ -112,7 +112,7 @@ def _header_lines(c: _Campaign, title: str) -> list[str]:
          f"| device-to-device copy (read + write) | {copy:.0f} GB/s = {copy * 1e9 / hw.memory_bandwidth_bytes_per_s:.0%} of "
          f"the datasheet's {hw.memory_bandwidth_bytes_per_s / 1e9:.0f} |", "",
          "## Before the fit: the step model as committed, predicting every point (held out)", "",
-         f"`{c.pred_file.name}` was written and committed before the run (`specsim calibrate gpu step-predict "
+         f"`{c.pred_file.name}` was written and committed before the run (`specsim measure step-predict "
          f"plan.json --hardware {hw.name}`; catalog priors of {hw.name}). Compared: `device_ms`, the pass without its "
          "host terms (t_step, S t_seq), with the prior's per-layer cost (vLLM's, 17 us) -- the bench has no scheduler "
          "but its own, less fused kernels. Error = predicted / measured - 1; `before-fit.csv` has every point.", "",
@@ -182,7 +182,7 @@ def _heldout_lines(heldout: Path | None, gpu: str) -> list[str]:
     if not len(h):
         return []
     L = ["", "## After the fit: the engine fit's held-out folds on these records", "",
-         f"From `{heldout}` (`specsim calibrate gpu fit-engine`; this GPU's rows): `gpu-out` fit "
+         f"From `{heldout}` (`specsim fit engine`; this GPU's rows): `gpu-out` fit "
          "without this GPU; `model-out` without that model; `source-out` every shared parameter from the other "
          "sources; `never-fitted:verify` verification passes, never in any fit.", "",
          "| fold | points | median APE | p90 APE | bias |", "|---|---|---|---|---|"]
@@ -200,7 +200,7 @@ def _profile_lines(folder: Path, hw) -> list[str]:
 
     prof = prior_profile(hw)
     write_atomic(folder / f"profile-{hw.name}.yaml", profile_to_yaml(
-        prof, f"specsim calibrate gpu step-summary {folder}",
+        prof, f"specsim validate step-summary {folder}",
         what=f"{hw.name}'s catalog priors (simulator/catalog/gpu_priors.yaml: the engine-level fit with our GPU campaign) "
              "as a cost profile; each parameter's kind and source say where it comes from."))
     kinds = {}

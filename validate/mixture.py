@@ -1,4 +1,4 @@
-"""Leave-problems-out validation of the workload mixture (``specsim calibrate validate-mixture``).
+"""Leave-problems-out validation of the workload mixture (``specsim validate mixture``).
 
 For each AIME problem of the per-problem aggregates: fit the mixture on the *other* problems,
 predict "a random problem of the dataset" -- mean thinking tokens, kept-small-step share at the

@@ -6,7 +6,7 @@ refits the MoE terms (``calibrate.gpu_priors.moe_fit``: the same rows, fitter an
 routed rows (and LLMServingSim's) only and prints the held-out errors by GPU; the catalog is not touched. Compare
 with reports/moe-layer/report.md (every routing). Slow: every fold refits the MoE terms.
 
-    specsim validate-moe-routing [--records out/gpu-records/aiconfigurator.csv] [--out DIR]
+    specsim validate moe-routing [--records out/gpu-records/aiconfigurator.csv] [--out DIR]
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def heldout_without_balanced(records: Path) -> tuple[pd.DataFrame, pd.DataFrame]
 
 
 def write_summary(records: Path, out: Path | None) -> str:
-    """The held-out table without the balanced rows (printed by ``specsim validate-moe-routing``); with
+    """The held-out table without the balanced rows (printed by ``specsim validate moe-routing``); with
     ``out``: OUT/summary.csv."""
     from simulator.inputs.loading import write_atomic
 

@@ -6,7 +6,7 @@ from the catalog) and ``mtp_fitted`` (the baseline arm's per-sequence slope, the
 arm; DSpark held out). Compared: ITL per concurrency, its growth from 1 to GROWTH_AT streams and the speedups over no
 speculation at SPEEDUP_AT.
 
-    specsim calibrate gpu spec-sweep --out reports/b200-speculation
+    specsim validate spec-sweep --out reports/b200-speculation
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def write_report(folder: Path, out: dict) -> None:
     eta, se = out["eta_comp_mtp"]
     hw = get_hardware("b200")
     L = ["# Speculation under load on a B200 (vLLM 0.30 closed loop): predicted vs measured", "",
-         "Command: `specsim calibrate gpu spec-sweep --out reports/b200-speculation` "
+         "Command: `specsim validate spec-sweep --out reports/b200-speculation` "
          "(module docstring: assumptions). Each arm's own measured acceptance length per concurrency is the input.", "",
          f"Arms: " + "; ".join(f"{k}: {a.note}" for k, a in ARMS.items()) + ". DSpark at 128 streams queued "
          "(median TTFT 3.4 s) and is left out at 128.", "",

@@ -12,7 +12,7 @@ A run directory holds:
 - ``steps.jsonl``   one :data:`STEP_FIELDS` object per reasoning step,
 - ``requests.jsonl`` one :data:`REQUEST_FIELDS` object per finished request,
 - ``microbench.jsonl`` (microbenchmark runs) one :data:`MICROBENCH_FIELDS` object per measurement,
-- ``serve_requests.jsonl`` / ``serve_steps.jsonl`` (concurrent serving runs, ``specsim calibrate serve-run``)
+- ``serve_requests.jsonl`` / ``serve_steps.jsonl`` (concurrent serving runs, ``specsim measure serve-run``)
   one :data:`SERVE_REQUEST_FIELDS` object per request and one :data:`SERVE_STEP_FIELDS` object per engine step,
 - ``serve_calls.jsonl`` / ``serve_small_steps.jsonl`` (concurrent runs of whole systems, ``specsim calibrate
   serve-systems``) one :data:`SERVE_CALL_FIELDS` object per engine call and one :data:`SERVE_STEP_FIELDS` object

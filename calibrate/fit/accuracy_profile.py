@@ -1,4 +1,4 @@
-"""Build an accuracy profile from data (``specsim calibrate fit-accuracy --help``).
+"""Build an accuracy profile from data (``specsim fit accuracy --help``).
 
 Two sources: the SpecReason runs' per-problem aggregates (``aggregates``: a JSON file, read by
 :func:`simulator.inputs.accuracy.from_aggregates`) or our runner's run directories (``runs``: read here with

@@ -1,6 +1,6 @@
 """Fit the cost model to microbenchmark run directories (its held-out validation: :mod:`validate.bench`).
 
-Input: run directories of ``specsim calibrate static-bench`` / ``microbench`` (``run.json`` + ``microbench.jsonl``
+Input: run directories of ``specsim measure static-bench`` / ``microbench`` (``run.json`` + ``microbench.jsonl``
 or ``.jsonl.gz``, checked by :func:`calibrate.contracts.trace_schema.check_run_dir`). ``run.json`` names the architecture
 (a catalog entry), its depth (a cut model keeps the catalog's shape with fewer layers), the dtype, the engine
 and the detected hardware (:func:`simulator.catalog.hardware.catalog_hardware`).

@@ -179,7 +179,7 @@ def fit_report(folder: str | Path, date: str) -> tuple[dict, str]:
     curves = read_curves(folder)
     family, errs = choose_family(curves)
     by_mode = held_out(curves, family, by_mode=True)
-    doc = {"source": f"{folder} ({UPSTREAM}); fitted {date} by specsim calibrate fit-drafter-curves",
+    doc = {"source": f"{folder} ({UPSTREAM}); fitted {date} by specsim fit drafter-curves",
            "family_choice": "lowest mean held-out (leave one curve out within its kind) max AL(k) error, k = 1..8",
            "kinds": {}}
     s = summary(curves, errs[family])

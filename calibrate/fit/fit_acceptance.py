@@ -191,7 +191,7 @@ def acceptance_yaml(model: dict, source: str, positions: int = 8) -> str:
     beyond = (f"follow the {model['drafter_kind']} prior's shape (docs/drafters.md)" if model.get("drafter_kind")
               else "repeat the last conditional rate")
     return draft_acceptance_yaml(per_position(model, positions), "fitted", source,
-                                 f"per-position acceptance fitted by `specsim calibrate fit-acceptance` (gamma "
+                                 f"per-position acceptance fitted by `specsim fit acceptance` (gamma "
                                  f"{model['fit_gammas']}; positions beyond them {beyond})")
 
 
@@ -214,4 +214,4 @@ def measured_yaml(data: Data, gamma: int | None, source: str) -> str:
         raise InputError(None, "--gamma", f"no measurement at gamma {g} (have {', '.join(map(str, data))})")
     a, n = data[g]
     return draft_acceptance_yaml(a, "measured", f"{source} (gamma {g}, {n} drafts)",
-                                 f"per-position acceptance measured by vLLM at gamma {g} (`specsim calibrate spec-metrics`)")
+                                 f"per-position acceptance measured by vLLM at gamma {g} (`specsim measure spec-metrics`)")

@@ -25,9 +25,9 @@ Shared across problems by assumption (not identifiable from means): the prompt a
 
 Commands::
 
-    specsim calibrate import-aggregates SHARED_DATA/specreason-aime-traces/per-problem-aggregates.json
-    specsim calibrate fit-mixture --out simulator/profiles/workload_aime_qwq32b_r1-1.5b.yaml
-    specsim calibrate validate-mixture --out out/mixture-validation     # leave one problem out
+    specsim import aggregates SHARED_DATA/specreason-aime-traces/per-problem-aggregates.json
+    specsim fit mixture --out simulator/profiles/workload_aime_qwq32b_r1-1.5b.yaml
+    specsim validate mixture --out out/mixture-validation     # leave one problem out
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from simulator.inputs.workload import WorkloadProfile
 DATA_DIR = shared("specreason-aime-traces")
 AGGREGATES = DATA_DIR / "per-problem-aggregates.json"
 MIXTURE_PROFILE = "simulator/profiles/workload_aime_qwq32b_r1-1.5b.yaml"
-REGENERATE = f".venv/bin/specsim calibrate fit-mixture --out {MIXTURE_PROFILE}"
+REGENERATE = f".venv/bin/specsim fit mixture --out {MIXTURE_PROFILE}"
 THRESHOLD = 7  # the recorded runs' threshold (aggregates' config.score_threshold)
 N_MAX_STEPS = 3000
 UPSTREAM = "RuthvikAtte/specreason, results/experiment_summary.json (per-problem means) and results/60 runs 0-7 (per step)"

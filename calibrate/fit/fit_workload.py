@@ -49,7 +49,7 @@ MAX_STEP_TOKENS = 512
 TAIL_COVERAGE = 0.999
 UPSTREAM_REPO = "RuthvikAtte/specreason (fork of ruipeterpan/specreason), results/60 runs 0-7"
 _TRACES = Path(os.path.relpath(DEFAULT_DATA_DIR, REPO)).as_posix()  # as seen from the repository root
-REGENERATE = f".venv/bin/specsim calibrate fit-workload-traces {_TRACES} --out simulator/profiles/workload_aime60_qwq32b_r1-1.5b.yaml"
+REGENERATE = f".venv/bin/specsim fit workload-traces {_TRACES} --out simulator/profiles/workload_aime60_qwq32b_r1-1.5b.yaml"
 
 # Prior for a_i = P(first i drafted tokens accepted), R1-Distill-Qwen-1.5B drafting for QwQ-32B.
 # No published figure for this pair was found. Conditional per-position rate starts at 0.70

@@ -1,6 +1,6 @@
 """Fit a :class:`~simulator.inputs.workload.WorkloadProfile` from the runner's own run directories.
 
-``specsim calibrate fit-workload RUNDIR... --out W.yaml [--prior W0.yaml] [--form empirical|parametric]``.
+``specsim fit workload RUNDIR... --out W.yaml [--prior W0.yaml] [--form empirical|parametric]``.
 Every field comes from the runs when they can identify it, else from the prior profile (or a
 generic prior), and ``provenance.method`` says which is which. Per field:
 

@@ -50,7 +50,7 @@ parse failures, skipped scoring calls, empty steps.
 
 Tokens are the source's counts (``completion_tokens`` of each call), not re-tokenised text.
 
-Command: ``.venv/bin/specsim calibrate import-specreason DATA [--summary]``.
+Command: ``.venv/bin/specsim import specreason DATA [--summary]``.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ our own analytic engine on the reference scenario (2x RTX A6000, prior costs):
 Both are **published priors**, not fits to data we hold: the kept-small-step share each implies is an
 output, not a measurement (REFERENCE.md gives only "roughly 38-80% depending on dataset and models").
 
-Command: ``.venv/bin/specsim calibrate published-priors --out simulator/profiles --force`` (writes the two profiles; ~1 min).
+Command: ``.venv/bin/specsim fit published-priors --out simulator/profiles --force`` (writes the two profiles; ~1 min).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What the engine-level step model's fit writes: the catalog's priors (``simulator/catalog/gpu_priors.yaml``:
 each GPU's step parameters with their kind and source) and the report (``report.md``, ``heldout.csv``, ``params.yaml``);
-:func:`fit_and_report` is ``specsim calibrate gpu fit-engine``'s whole job. The fit: :mod:`calibrate.gpu_priors.engine_fit`."""
+:func:`fit_and_report` is ``specsim fit engine``'s whole job. The fit: :mod:`calibrate.gpu_priors.engine_fit`."""
 
 from __future__ import annotations
 
@@ -158,7 +158,7 @@ def update_priors_file(path: Path, priors: dict[str, dict], command: str) -> Non
     all-reduce figures and call overhead stay; the header names both commands."""
     merge_priors_file(path, priors, command, evidence="engine_step_model",
                       says="# Then the engine-level step model replaces the step terms (do not edit by hand):",
-                      marks=("engine_fit", "fit-engine", "engine-level step model"))
+                      marks=("engine_fit", "fit-engine", "fit engine", "engine-level step model"))
 
 
 def _provenance(obs: dict[str, Obs], fr: EngineFit, command: str, date: str) -> dict:

@@ -23,7 +23,7 @@ GEMM rows (DeepSeek's checkpoints); the bf16-GEMM rows are scored with the same 
 older kernel-only layout (``generation_mla_perf``: no projections), left out. Fitted with the one fitter
 (:func:`calibrate.fit.fit_cost.fit_log_times`); held out by GPU (each GPU's t_mla the median of the others').
 
-    specsim calibrate gpu fit-mla --report reports/mla-layer --priors simulator/catalog/gpu_priors.yaml --date 2026-11-28
+    specsim fit mla --report reports/mla-layer --priors simulator/catalog/gpu_priors.yaml --date 2026-11-28
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ def catalog_priors(values: dict, gpus: list[str], fitted: list[str]) -> dict[str
 
 def fit_and_report(data: Path, report: Path, priors: Path | None, date: str | None, command: str) -> str:
     """Fit t_mla per GPU, held out by GPU -> REPORT/report.md + heldout.csv; with ``priors`` merge the fitted values
-    into that catalog file. Returns the report's text (``specsim calibrate gpu fit-mla``)."""
+    into that catalog file. Returns the report's text (``specsim fit mla``)."""
     from calibrate.gpu_priors.engine_report import merge_priors_file
     from simulator.catalog import hardware_catalog
     from simulator.inputs.loading import write_atomic
@@ -189,5 +189,5 @@ def fit_and_report(data: Path, report: Path, priors: Path | None, date: str | No
         values = {f"{g}.{KIND}": float(v) for g, v in own.items()}
         merge_priors_file(priors, catalog_priors(values, gpus, sorted(own.index)), command, evidence="mla_layer_fit",
                           says="# Then the MLA module fit adds mla_layer_overhead_s (do not edit by hand):",
-                          marks=("mla_fit", "MLA module"))
+                          marks=("mla_fit", "fit-mla", "fit mla", "MLA module"))
     return text

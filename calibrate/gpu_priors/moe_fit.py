@@ -18,7 +18,7 @@ pass count, not seconds, because that is what transfers between GPUs of differen
 
 Data (read, never copied):
 
-``aic``  AIConfigurator's vLLM ``moe`` tables (records ``op == moe`` of ``specsim calibrate import-aiconfigurator``;
+``aic``  AIConfigurator's vLLM ``moe`` tables (records ``op == moe`` of ``specsim import aiconfigurator``;
          A100, L40S, H100, B200; CUDA-graph replays of vLLM's fused MoE kernels): the newest vLLM version per GPU
          (the catalog's fit; older versions' tables, each its own parameter set ``GPU@version``, only for the
          same-version held-out design), dtypes bf16, FP8 (per-tensor and 128-block), INT4 and MXFP4 weight-only. Distinct experts hit: ``balanced``
@@ -420,4 +420,4 @@ def update_priors_file(path: Path, priors: dict[str, dict], command: str) -> Non
 
     merge_priors_file(path, priors, command, evidence="moe_layer_fit",
                       says="# Then the MoE layer fit adds the moe_* terms (do not edit by hand):",
-                      marks=("moe_fit", "fit-moe", "MoE layer"))
+                      marks=("moe_fit", "fit-moe", "fit moe", "MoE layer"))

@@ -1,4 +1,4 @@
-"""Quantised GEMM kinds fitted on measured data (``specsim calibrate gpu fit-quant``; the kinds and the rule:
+"""Quantised GEMM kinds fitted on measured data (``specsim fit quant``; the kinds and the rule:
 :mod:`simulator.catalog.quant_gemm`, docs/gpu-cost-model.md "Quantised GEMMs").
 
 Two sources, one per family of kinds:

@@ -1,4 +1,4 @@
-"""What ``specsim calibrate gpu fit-quant`` writes: the quantised GEMM kinds (``simulator/catalog/quant_gemm.yaml``,
+"""What ``specsim fit quant`` writes: the quantised GEMM kinds (``simulator/catalog/quant_gemm.yaml``,
 read by :mod:`simulator.catalog.quant_gemm`) and a report folder (report.md, heldout.csv, kernel_ratios.csv,
 bursts.csv). The fits: :mod:`calibrate.gpu_priors.quant_fit`."""
 

@@ -23,7 +23,7 @@ predictions per arm: ``catalog`` (every parameter as in ``simulator/catalog/gpu_
 then held out). The comparison with the measured sweep is ``validate.spec_sweep``; vLLM 0.30's host terms fitted
 on the baseline arm are written into the engine catalog here (:func:`write_sweep_version`).
 
-    specsim calibrate gpu spec-sweep --out reports/b200-speculation
+    specsim validate spec-sweep --out reports/b200-speculation
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ out. The bench times the GPU part of an engine step (CUDA events around graph re
 prediction compared is ``device_ms`` = the pass without its host terms (``step``: t_step or a draft's t_draft;
 ``sequences``: S t_seq); ``pass_ms`` (what an engine step would take) is written beside it.
 
-    specsim calibrate gpu step-plan --out PLAN.json
-    specsim calibrate gpu step-predict PLAN.json --hardware h200 --out PREDICTED.csv
+    specsim measure step-plan --out PLAN.json
+    specsim measure step-predict PLAN.json --hardware h200 --out PREDICTED.csv
 
 The comparison with the records (``step-summary``) is a validation: ``validate.gpu_step_summary``.
 """

@@ -1,6 +1,6 @@
 """Whole-pass cost priors for every catalog GPU from the measured kernel profiles.
 
-    .venv/bin/specsim calibrate gpu transfer-priors --records out/gpu-records/vidur.csv \\
+    .venv/bin/specsim fit transfer-priors --records out/gpu-records/vidur.csv \\
         --records out/gpu-records/aiconfigurator.csv --out simulator/catalog/gpu_priors.yaml
 
 The whole-pass model (``simulator/cost/cost_model.py``) charges a decode pass

@@ -1,4 +1,4 @@
-"""The broker of the concurrent system runs (``specsim calibrate serve-systems``): request threads <-> the driver's
+"""The broker of the concurrent system runs (``specsim measure serve-systems``): request threads <-> the driver's
 engines. Every request's orchestrator runs in a thread of its own against :class:`BrokeredEngine` s, whose
 ``generate`` / ``score`` hand the call to the :class:`Broker` and block until the driver
 (:func:`calibrate.measure.serving_systems.serve`) has stepped it to completion."""

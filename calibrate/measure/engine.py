@@ -134,7 +134,7 @@ def read_model_config(model_dir: str | Path) -> dict:
 
     p = Path(model_dir)
     if not p.is_dir():
-        raise InputError(str(p), None, "model folder does not exist (run `specsim calibrate prepare-models`)")
+        raise InputError(str(p), None, "model folder does not exist (run `specsim measure prepare-models`)")
     cfg = p / "config.json"
     if not cfg.is_file():
         raise InputError(str(p), "config.json", "missing: not a Hugging Face model folder")

@@ -33,7 +33,7 @@ loop without them is refused. Failed requests (non-empty ``errors`` entry) are d
 ``run.json`` (``options.bench.failed``); every request failing is an error. The summary's ``completed`` and ``failed``
 must equal the lists' counts of requests without and with an error (a mismatch names both numbers).
 
-Written (``specsim calibrate import-bench-serve``, or in memory by ``validate/serving`` when it is given the JSON
+Written (``specsim import bench-serve``, or in memory by ``validate/serving`` when it is given the JSON
 itself): ``run.json`` (kind ``serve``, engine ``vllm-bench-serve``), ``serve_requests.jsonl`` (one record per
 successful request, the same contract as ``serve-run``; ``cached_tokens`` 0: a client does not see the prefix
 cache) and ``bench_itls.jsonl`` (per request the client-measured ITLs). There are no engine steps: a client

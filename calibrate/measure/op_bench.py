@@ -6,11 +6,11 @@ profiler times (the shared data's ``vidur-gpu-profiles``): ``emb`` (embedding lo
 ``attn_pre_proj`` (QKV), ``attn_rope``, ``attn_post_proj`` (O), ``post_attention_layernorm``,
 ``mlp_up_proj`` (gate+up), ``mlp_act`` (SiLU x up), ``mlp_down_proj``, ``add`` (residual). Times are in ms
 (min/max/mean/median/std over repeats, CUDA-synchronised on GPU) and written as
-``OUT/compute/<gpu>/<org>/<model>/mlp.csv`` with Vidur's columns, so ``specsim calibrate import-vidur OUT``
+``OUT/compute/<gpu>/<org>/<model>/mlp.csv`` with Vidur's columns, so ``specsim import vidur OUT``
 reads our own numbers exactly as it reads the public A100/A40 profiles, and the GPU fits compare them in
 one table. A provenance file ``op_bench.json`` (hardware, torch version, dtype, date, shapes) sits beside it.
 
-    specsim calibrate gpu op-bench --model meta-llama/Llama-2-7b-hf --out OUT [--tokens 1,2,...] [--tp 1,2,4]
+    specsim measure op-bench --model meta-llama/Llama-2-7b-hf --out OUT [--tokens 1,2,...] [--tp 1,2,4]
 """
 
 from __future__ import annotations

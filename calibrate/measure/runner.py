@@ -1,4 +1,4 @@
-"""Run a system over a dataset slice into a resumable run directory (what ``specsim calibrate run`` calls)."""
+"""Run a system over a dataset slice into a resumable run directory (what ``specsim measure run`` calls)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``specsim calibrate serve-bench``: a real ``vllm serve`` and the real ``vllm bench serve`` over a ladder of levels.
+"""``specsim measure serve-bench``: a real ``vllm serve`` and the real ``vllm bench serve`` over a ladder of levels.
 
 What it does, per run folder:
 

@@ -1,4 +1,4 @@
-"""``specsim calibrate serve-specreason``: the five systems over OpenAI-compatible ``vllm serve`` processes, as the
+"""``specsim measure serve-specreason``: the five systems over OpenAI-compatible ``vllm serve`` processes, as the
 SpecReason reference implementation deploys them (a base server and a small server, the orchestrator a client).
 
 The orchestrator is the in-process runner's (``calibrate.measure.orchestrator.run_request``): steps are completions with

@@ -1,4 +1,4 @@
-"""The server processes of the serving benchmarks (``specsim calibrate serve-bench``, ``serve-specreason``): start
+"""The server processes of the serving benchmarks (``specsim measure serve-bench``, ``serve-specreason``): start
 ``vllm serve`` / ``vllm bench serve`` in their own process group, wait for ``/health``, scrape ``/metrics``, and stop
 them whatever happens (SIGTERM to the group, SIGKILL after a grace period; ``PR_SET_PDEATHSIG`` so that even a SIGKILL
 of this process takes them down; a stale ``server.pid`` of an earlier session stopped first). :class:`_Interrupt`

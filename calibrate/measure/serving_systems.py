@@ -1,6 +1,6 @@
 """Concurrent serving of the step-wise systems on the real engines: SpecReason under load.
 
-``specsim calibrate serve-run`` measures one engine serving fixed-length generations. This module
+``specsim measure serve-run`` measures one engine serving fixed-length generations. This module
 serves whole *systems* -- ``vanilla-base``, ``vanilla-small``, ``specreason`` -- to many concurrent
 requests, with the small and the base vLLM engines colocated in one process (they share the CPU
 or GPU; their iterations never overlap), exactly the setting the serving simulator models

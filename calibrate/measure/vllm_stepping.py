@@ -1,7 +1,7 @@
 """The real engine of the concurrent serving runs: vLLM's engine core stepped by hand, in-process.
 
 :class:`VllmSteppingEngine` implements the driver's :class:`~calibrate.contracts.serving_records.SteppingEngine` protocol
-(``add`` / ``step`` / ``has_unfinished``) for ``specsim calibrate serve-run`` (:func:`calibrate.measure.serving_run.run_serving`)
+(``add`` / ``step`` / ``has_unfinished``) for ``specsim measure serve-run`` (:func:`calibrate.measure.serving_run.run_serving`)
 and, through the broker's ``add_raw``, for ``serve-systems`` (:mod:`calibrate.measure.serving_systems`)."""
 
 from __future__ import annotations

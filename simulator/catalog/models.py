@@ -404,7 +404,7 @@ class ModelSpec(LayerKinds):
 
     def cut(self, layers: int, name: str | None = None) -> "ModelSpec":
         """This model's first ``layers`` decoder layers with its embedding, final norm and LM head (a draft cut by
-        ``specsim calibrate cut-draft``, a CPU-sized benchmark run): same shape, fewer layers. Itself when nothing
+        ``specsim measure cut-draft``, a CPU-sized benchmark run): same shape, fewer layers. Itself when nothing
         changes."""
         if layers == self.layers and name is None:
             return self

@@ -11,7 +11,7 @@ Kinds (vLLM's choice of kernel for a checkpoint's weights on a GPU):
     w8a16-fp8       FP8 weights on a GPU without FP8 tensor cores (Ampere): FP8-Marlin, dequantised to bf16 in the kernel
     w4a16           4-bit weight-only (AWQ / GPTQ int4; MXFP4 / NVFP4 without FP4 cores): Marlin, dequantised to bf16
 
-A kind's parameters (each a value with its kind and source, written by ``specsim calibrate gpu fit-quant``):
+A kind's parameters (each a value with its kind and source, written by ``specsim fit quant``):
 
     peak             the tensor-core rate its MMAs run at: bf16, fp8 or fp4 (the GPU's datasheet figure)
     compute_ratio    rc: its compute efficiency above the ridge relative to bf16's (eta_comp,kind = rc eta_comp);

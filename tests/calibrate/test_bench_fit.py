@@ -1,4 +1,4 @@
-"""``specsim calibrate fit-bench``: the cost model fitted to microbenchmark run directories (``calibrate/fit/bench_fit.py``)
+"""``specsim fit bench``: the cost model fitted to microbenchmark run directories (``calibrate/fit/bench_fit.py``)
 and validated on held-out architectures / shapes (``validate/bench.py``, ``validate/bench_report.py``)."""
 
 from __future__ import annotations
@@ -204,7 +204,7 @@ def test_cpu_static_bench_records_fit_and_report_end_to_end(cpu_runs, tmp_path, 
     assert p.hardware == "cpu" and p.provenance.kind == "fitted" and p.engine.startswith("torch-static (torch ")
     assert p.fit["archs"] == ["qwen3-0.6b", "smollm2-135m"] and p.fit["date"] == "2026-11-25"
     assert {r["layers"] for r in p.fit["bench_runs"]} == {2} and p.fit["calls"] == 24
-    assert p.fit["command"] == (f"specsim calibrate fit-bench {cpu_runs[0]} {cpu_runs[1]} --out {prof} --report {rep} "
+    assert p.fit["command"] == (f"specsim fit bench {cpu_runs[0]} {cpu_runs[1]} --out {prof} --report {rep} "
                                 "--holdout-rule 'context>32,gamma>1' --date 2026-11-25")  # reruns as written
     # every held-out point is in the CSV: each architecture's 12 records once, and the rule's matches
     pts = pd.read_csv(rep / "heldout.csv")
@@ -215,7 +215,7 @@ def test_cpu_static_bench_records_fit_and_report_end_to_end(cpu_runs, tmp_path, 
     assert (pts["measured_s"] > 0).all() and (pts[["fitted_s", "transferred_prior_s", "datasheet_prior_s"]] > 0).all().all()
     assert (rep / "heldout.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = (rep / "report.md").read_text()
-    assert "specsim calibrate fit-bench" in text and "### leave out qwen3-0.6b" in text
+    assert "specsim fit bench" in text and "### leave out qwen3-0.6b" in text
     s = json.loads((rep / "summary.json").read_text())
     assert s["hardware"] == "cpu" and s["profile"] == str(prof) and len(s["runs"]) == 2 and len(s["folds"]) == 3
     assert {r["op"] for r in s["held_out"]} >= {"decode", "prefill", "score", "verify", "all"}

@@ -1,6 +1,6 @@
 """The CPU campaign's plumbing end to end on a real engine: vLLM runs -> cost fit -> held-out validation.
 
-SmolLM2-135M + its 6-layer cut, greedy, through ``specsim validate-cpu`` on a subset of its configurations (two fit,
+SmolLM2-135M + its 6-layer cut, greedy, through ``specsim validate cpu`` on a subset of its configurations (two fit,
 two held out: speculative decoding and SpecReason on each side) with short requests. What is checked is the contract
 (every configuration's measured requests, the fit's parameters, the held-out figures and report, load and clock
 recorded per configuration, interleaved order), not the machine's speed: the held-out accuracy of the timings is a

@@ -1,5 +1,5 @@
 """Acceptance priors per drafter kind from the measured AL(k) curves (docs/drafters.md): the shipped priors are what
-``specsim calibrate fit-drafter-curves`` fits on ../shared/data (skipped where it is absent), the held-out errors are
+``specsim fit drafter-curves`` fits on ../shared/data (skipped where it is absent), the held-out errors are
 the documented ones, and bad curve files name the file and field."""
 
 from __future__ import annotations

@@ -123,14 +123,14 @@ def test_update_priors_file_merges_and_keeps_the_rest(tmp_path):
     src = tmp_path / "p.yaml"
     src.write_text("# header\npriors:\n  h100-sxm:\n    mem_efficiency: {value: 0.9, kind: calibrated, source: x}\n")
     M.update_priors_file(src, {"h100-sxm": {"moe_mem_efficiency": {"value": 0.95, "kind": "calibrated", "source": "y"}}},
-                         "specsim calibrate gpu fit-moe --priors p.yaml")
+                         "specsim fit moe --priors p.yaml")
     raw = yaml.safe_load(src.read_text())
     assert set(raw["priors"]["h100-sxm"]) == {"mem_efficiency", "moe_mem_efficiency"}
     text = src.read_text()
-    assert text.startswith("# header\n") and "fit-moe --priors p.yaml" in text
+    assert text.startswith("# header\n") and "fit moe --priors p.yaml" in text
     assert raw["evidence"]["moe_layer_fit"]["command"].endswith("p.yaml")
-    M.update_priors_file(src, {}, "specsim calibrate gpu fit-moe --priors p.yaml --date 2")  # a rerun: one command line
-    assert src.read_text().count("#   specsim calibrate gpu fit-moe") == 1 and src.read_text().startswith("# header\n")
+    M.update_priors_file(src, {}, "specsim fit moe --priors p.yaml --date 2")  # a rerun: one command line
+    assert src.read_text().count("#   specsim fit moe") == 1 and src.read_text().startswith("# header\n")
 
 
 def test_missing_records_is_one_line_exit_2(tmp_path, capsys):

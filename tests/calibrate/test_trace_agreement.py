@@ -1,4 +1,4 @@
-"""``specsim calibrate check-trace`` and ``specsim validate`` judge a run directory alike: "ok" from check-trace means
+"""``specsim validate trace`` and ``specsim validate`` judge a run directory alike: "ok" from check-trace means
 validate can read the folder, and a folder one refuses the other refuses with the same one line (exit 2) naming the
 file (``file:line`` for a record) and the field.
 

@@ -338,7 +338,7 @@ def test_campaign_interleaves_fit_and_heldout_and_sanity_bound_follows_the_sprea
 
 
 def test_campaign_main_judges_the_sanity_bound_and_records_load(tmp_path, monkeypatch, capsys):
-    """specsim validate-cpu end to end on the committed v2 runs (no engine: the campaign step is replaced by the runs)."""
+    """specsim validate cpu end to end on the committed v2 runs (no engine: the campaign step is replaced by the runs)."""
     import shutil
 
     from validate import campaign

@@ -1,4 +1,4 @@
-"""Serving-model validation: measured concurrent runs (``specsim calibrate serve-run``) against
+"""Serving-model validation: measured concurrent runs (``specsim measure serve-run``) against
 the serving simulator (``simulator.engines.serving``), request by request and run by run.
 
 Prediction = trace replay through the serving simulator: the same arrivals (open loop: the

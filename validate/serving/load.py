@@ -1,4 +1,4 @@
-"""Loading measured serving runs (``specsim calibrate serve-run`` / ``serve-systems`` directories)."""
+"""Loading measured serving runs (``specsim measure serve-run`` / ``serve-systems`` directories)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ class ServingRun:
 
 def load_run(path: str | Path) -> ServingRun:
     """A serve-run / serve-systems directory, or a `vllm bench serve` result JSON (``--save-result --save-detailed``)
-    or the folder ``specsim calibrate import-bench-serve`` made of one (requests and client ITLs, no engine steps)."""
+    or the folder ``specsim import bench-serve`` made of one (requests and client ITLs, no engine steps)."""
     from calibrate.measure.import_bench_serve import is_bench_source, load_bench_run
     from calibrate.contracts.serving_records import load_serving_run
     from calibrate.contracts.trace_schema import SERVE_STEP_FIELDS

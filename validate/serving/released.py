@@ -1,4 +1,4 @@
-"""``specsim validate-serving --released DIR``: the released `vllm bench serve` tables predicted held out.
+"""``specsim validate serving --released DIR``: the released `vllm bench serve` tables predicted held out.
 
 Imports the table (:mod:`calibrate.fit.gpustack_import`), fits the engine host terms per version
 (:mod:`calibrate.fit.host_fit`) on all runs but the held-out group (``gpu``: leave one GPU out; ``version``: leave

@@ -334,7 +334,7 @@ def _provenance_section(v: ServingValidation) -> list[str]:
     models = ", ".join(f"{role} {Path(m.get('path', '?')).name} ({m.get('num_layers')} layers)" for role, m in r0.meta["models"].items())
     if any(r.calls is not None for r in v.runs):
         L += ["", f"Models: {models}; dtype {r0.meta['dtype']}, seed {r0.meta['seed']}, greedy. Whole-system runs "
-              "(`specsim calibrate serve-systems`): every request runs the runner's orchestrator (steps up to a blank "
+              "(`specsim measure serve-systems`): every request runs the runner's orchestrator (steps up to a blank "
               "line, scoring, acceptance, budget checked between steps) with the small and base engines colocated; "
               "each request's measured calls are replayed through the serving simulator.", ""]
     else:

@@ -305,5 +305,5 @@ def validate_gamma(gamma: int, name: str = "--gamma") -> int:
 
 def require_model_dir(path: Path) -> Path:
     if not (Path(path) / "config.json").is_file():
-        raise InputError(str(path), None, "model folder missing (no config.json): run `specsim calibrate prepare-models` first")
+        raise InputError(str(path), None, "model folder missing (no config.json): run `specsim measure prepare-models` first")
     return Path(path)

@@ -65,7 +65,7 @@ def _ensure_models(cfg: StudyConfig, log) -> tuple[Path, dict[str, Path]]:
     cache = Path(cfg.model_cache)
     target = cache / SMOLLM2
     if not (target / "config.json").is_file():
-        raise InputError(str(target), None, "model cache missing: run `specsim calibrate prepare-models` first")
+        raise InputError(str(target), None, "model cache missing: run `specsim measure prepare-models` first")
     drafts = {}
     for d in cfg.drafts + ([f"cut{cfg.distill_layers}"] if cfg.train_steps else []):
         k = cut_layers(d)
