@@ -82,8 +82,10 @@ def fit_step_params(steps: pd.DataFrame, params, setup) -> tuple[object, dict]:
         return fit_speed_factor(steps, params, setup)
     y = np.log(agg["t"])
     start = {n: float(getattr(params, n)) for n in PARAM_NAMES}
-    start["seq_overhead_s"] = start["seq_overhead_s"] or SEQ_OVERHEAD_START
-    f = fit_log_times(lambda p: step_times(p, setup, agg), y, start, fit_candidates(agg))
+    free = fit_candidates(agg)
+    if "seq_overhead_s" in free:
+        start["seq_overhead_s"] = start["seq_overhead_s"] or SEQ_OVERHEAD_START
+    f = fit_log_times(lambda p: step_times(p, setup, agg), y, start, free)
     new = replace(params, **{k: float(f.values[k]) for k in FIT_PARAMS})
     facts = {"steps": len(y), "values": {k: float(f"{f.values[k]:.4g}") for k in FIT_PARAMS},
              "rel_stderr": {k: float(f"{f.stderr[k] / f.values[k]:.3g}") if k in f.stderr else float("inf") for k in FIT_PARAMS},
