@@ -143,7 +143,7 @@ def fit_bench(
     # the command as parsed (sys.argv is not this command's when main(argv) is called in-process)
     opts = [("--out", out), ("--report", report), *[("--holdout-arch", a) for a in holdout_arch or []],
             *[("--holdout-rule", r) for r in holdout_rule or []], ("--hardware", hardware), ("--name", name), ("--date", date)]
-    command = shlex.join(["specsim", "calibrate", "fit-bench", *map(str, run_dirs),
+    command = shlex.join(["specsim", "fit", "bench", *map(str, run_dirs),
                           *[str(x) for k, v in opts if v is not None for x in (k, v)]])
     with job("specsim fit bench: fitting every fold and the profile", after_s=3.0):
         res = run_fit_bench([str(p) for p in run_dirs], holdout_archs=holdout_arch, rules=holdout_rule,
