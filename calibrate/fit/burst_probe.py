@@ -26,7 +26,8 @@ the host terms' own one-stage serial front end. Host terms per GPU held out (``-
 typical request sees them: mean and median TPOT over requests (the table has both), measured and predicted with the
 catalog's terms, and the share of the run over which the burst's first tokens spread (2 x median TTFT / duration, ~1
 when requests are admitted evenly over the whole run, small when all are admitted at once). Where the median TPOT is
-missed as much as the mean, the miss is in every request's gaps, not in a few short requests' stalls.
+missed as much as the mean, the miss is in every request's gaps, not in a few short requests' stalls. Then a
+summary per GPU group (A100; H100/H200), the figures docs/results.md quotes.
 
 ``specsim measure burst-probe what-if`` -- the serving simulator's errors on groups of released vLLM runs
 under the catalog's host terms and under one changed assumption at a time: a serial front end that also pays
@@ -189,6 +190,18 @@ def typical_table(runs: list[ReleasedRun]) -> pd.DataFrame:
                      "admission_share": 2 * m["median_ttft_ms"] / 1e3 / m["duration_s"],
                      "pred_admission_share": 2 * p["median_ttft_ms"] / 1e3 / dur})
     return pd.DataFrame(rows)
+
+
+def typical_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per GPU group (the A100, capped at 256 sequences; the H100/H200, at 1024) over :func:`typical_table`'s bursts:
+    runs, the median (and range) of measured / predicted median TPOT, the median of the mean TPOT's ratio, and the
+    median admission share measured and predicted."""
+    group = np.where(table.gpu == "a100-80gb", "a100", "h100/h200")
+    return pd.DataFrame([{"gpus": g, "bursts": len(t), "median_tpot_ratio": t.median_ratio.median(),
+                          "min": t.median_ratio.min(), "max": t.median_ratio.max(),
+                          "mean_tpot_ratio": t.mean_ratio.median(), "admission_share": t.admission_share.median(),
+                          "pred_admission_share": t.pred_admission_share.median()}
+                         for g, t in table.groupby(group)])
 
 
 def _measured(run: ReleasedRun) -> dict:

@@ -163,7 +163,7 @@ def burst_probe(
     import pandas as pd
 
     from calibrate.fit.burst_probe import (engines_table, intake_table, prefill_table, released_runs, two_stage_summary,
-                                           two_stage_table, typical_table, what_if)
+                                           two_stage_table, typical_summary, typical_table, what_if)
 
     for name, got, known in (("table", [table], ("engines", "intake", "two-stage", "prefill", "typical", "what-if")), ("--group", group or [], GROUPS),
                              ("--variant", variant or [], VARIANTS)):
@@ -197,6 +197,7 @@ def burst_probe(
         print(prefill_table(runs).round(3).to_string(index=False))
         return
     if table == "typical":
-        print(typical_table(runs).round(2).to_string(index=False))
+        t = typical_table(runs)
+        print(t.round(2).to_string(index=False) + "\n\n" + typical_summary(t).round(2).to_string(index=False))
         return
     print(what_if(runs, group or list(GROUPS), variant or list(VARIANTS)).round(1).to_string(index=False))

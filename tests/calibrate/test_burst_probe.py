@@ -156,3 +156,8 @@ def test_typical_table_reads_each_burst_as_its_median_request_sees_it(tmp_path):
     assert len(t) == 1 and t.admission_share.iloc[0] == pytest.approx(2 * 8.0 / 40.0)
     assert t.median_ratio.iloc[0] == pytest.approx(30.0 / t.pred_median_tpot_ms.iloc[0])
     assert 0 < t.pred_admission_share.iloc[0] <= 2 and t.pred_median_tpot_ms.iloc[0] > 0
+    from calibrate.fit.burst_probe import typical_summary
+
+    sm = typical_summary(t)
+    assert list(sm.gpus) == ["h100/h200"] and sm.bursts.iloc[0] == 1
+    assert sm.median_tpot_ratio.iloc[0] == pytest.approx(t.median_ratio.iloc[0])
