@@ -74,14 +74,16 @@ def run_workload(run: ReleasedRun, sharegpt_sigma: float | None = None, early_en
 
 def predict_released(run: ReleasedRun, host: dict | None = None, max_requests: int | None = None,
                      sharegpt_sigma: float | None = None, intake: tuple[float, float] | None = None,
-                     early_end: bool = False) -> dict:
+                     early_end: bool = False, gemm=None) -> dict:
     """Predicted figures of ``run`` (``tpot_ms``, ``ttft_ms``, ``out_tps``, the medians over requests
     ``median_tpot_ms`` and ``median_ttft_ms``; ``batch_mean``: sequences per step).
     ``max_requests``: simulate the first that many of a burst only (the burst's tail is the same queue; stated);
     ``sharegpt_sigma``: another spread of ShareGPT's lengths (:func:`run_workload`); ``intake`` = (c, s): the serial
     front end of a deployment's own probe, c seconds per request of which the share s on arrival (the replica's
     two-stage front end, ``front_end_first_share``), in place of the host terms' t_fe (their concurrent latency
-    t_call - t_fe kept); ``early_end``: random-dataset requests end early (:func:`run_workload`)."""
+    t_call - t_fe kept); ``early_end``: random-dataset requests end early (:func:`run_workload`); ``gemm``: the base
+    model's GEMM kind parameters in place of the catalog's (a fit's candidate, ``Deployment.gemm_params``);
+    ``duration_s``: first arrival to last completion."""
     from simulator.catalog import get_model
     from simulator.cost.execution import Execution
     from simulator.engines.serving.arrivals import ClosedLoopUsers, ReplayArrivals
@@ -104,7 +106,9 @@ def predict_released(run: ReleasedRun, host: dict | None = None, max_requests: i
     execution = Execution(max_num_batched_tokens=run.max_num_batched_tokens, max_num_seqs=run.max_num_seqs,
                           front_end="serial")
     max_out = max(max(p.calls[0].out_tokens for p in plans), 64)
-    res = simulate_serving(SystemConfig(system="vanilla-base"), setup.deployments(params), replay_workload(max_out), arrivals, n,
+    deps = setup.deployments(params)
+    deps["base"] = replace(deps["base"], gemm_params=gemm)
+    res = simulate_serving(SystemConfig(system="vanilla-base"), deps, replay_workload(max_out), arrivals, n,
                            seed=0, memory_fraction=(SMALL_SHARE, run.gpu_memory_utilization), plans=plans,
                            execution=execution)
     r = res.requests
@@ -115,7 +119,7 @@ def predict_released(run: ReleasedRun, host: dict | None = None, max_requests: i
     tpot = (r.latency_s - r.ttft_s) / n1
     return {"tpot_ms": float(tpot.mean() * 1e3), "ttft_ms": float(r.ttft_s.mean() * 1e3),
             "median_tpot_ms": float(tpot.median() * 1e3), "median_ttft_ms": float(r.ttft_s.median() * 1e3),
-            "out_tps": float(r.output_tokens.sum()) / span, "itl_ms": itl["median_itl_ms"],
+            "out_tps": float(r.output_tokens.sum()) / span, "duration_s": span, "itl_ms": itl["median_itl_ms"],
             "mean_itl_ms": itl["mean_itl_ms"],
             "batch_mean": float(np.average(tl.batch, weights=tl.duration_s)) if len(tl) else np.nan}
 

@@ -13,18 +13,18 @@ Two sources, one per family of kinds:
   mean). Held out by GPU: each GPU's quantised rows predicted from its own bf16 fit and the other GPUs' ratios.
 - **Weight-only (W8A16 FP8-Marlin, W4A16 AWQ-Marlin) on A100** -- GPUStack's ``vllm serve`` bursts of 1000 requests of
   Qwen3-14B / 32B in bf16, FP8 and AWQ on one A100 (vLLM 0.11; shared data ``engine-measurements/
-  gpustack-performance-lab``). Each burst is predicted by the serving simulator (the catalog's A100 priors with the
-  host terms of the run's vLLM version, vLLM's A100 ``vllm serve`` defaults as the released-table importer takes them:
-  max_num_seqs 256, max_num_batched_tokens 2048, gpu_memory_utilization 0.9; every request at the burst's mean input /
-  output length). The kind's compute ratio rc is fitted to the quantised bursts'
-  durations; rm = 1 and t_q = 0 stay priors (a burst is compute-bound: they are not identified).
+  gpustack-performance-lab``). Each burst is predicted as the released validation predicts it
+  (:func:`calibrate.fit.released_predict.predict_released`: the catalog's A100 priors with the host terms of the
+  run's vLLM version, vLLM's A100 ``vllm serve`` defaults as the released-table importer takes them, ShareGPT's
+  spread of prompt and reply lengths at the burst's means, one serial API server). The kind's compute ratio rc is
+  fitted to the quantised bursts' durations; rm = 1 and t_q = 0 stay priors (a burst is compute-bound: they are not
+  identified).
   Held out by model (no second GPU has weight-only vLLM runs): rc fitted on one model predicts the other.
 """
 
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -32,13 +32,12 @@ import pandas as pd
 from scipy.optimize import least_squares, minimize_scalar
 
 from calibrate.gpu_priors.engine_data import ENGINE, SHARED
-from calibrate.fit.gpustack_import import DEFAULT_GPU_MEMORY_UTILIZATION
+from calibrate.fit.gpustack_import import ReleasedRun, released_runs
 from simulator.catalog import get_hardware, hardware_catalog
 from simulator.catalog.hardware import data_labels
 from simulator.catalog.quant_gemm import GemmKind, gemm_kind
 from simulator.cost.roofline import soft_roofline
 from simulator.errors import InputError
-from simulator.paths import SCENARIOS_DIR
 
 AIC = SHARED / "aiconfigurator-vllm-kernels"
 GPUSTACK = ENGINE / "gpustack-performance-lab" / "serving_benchmarks.csv"
@@ -179,50 +178,32 @@ def load_bursts(path: Path = GPUSTACK) -> pd.DataFrame:
             continue
         if r.requests == 1000 and int(r.in_tok) > 500 * 1000:  # the long-prompt cases of "Other Benchmark Cases"
             continue
-        rows.append({"model": BURST_MODELS[hit.group(1)], "weight_dtype": A100_SERVE[hit.group(2) or ""],
+        rows.append({"row": int(r.Index), "model": BURST_MODELS[hit.group(1)], "weight_dtype": A100_SERVE[hit.group(2) or ""],
                      "requests": int(r.requests), "input_tokens": int(round(r.in_tok / r.requests)),
                      "output_tokens": int(round(r.out_tok / r.requests)), "duration_s": float(r.duration_s),
                      "vllm": re.search(r"vLLM: v?([\d.]+)", r.engine_versions).group(1), "source": f"{r.file}: {r.serve_cmd}"})
     return pd.DataFrame(rows).drop_duplicates(["model", "weight_dtype"]).reset_index(drop=True)
 
 
-@lru_cache(maxsize=1)
-def _burst_workload():
-    """The workload the bursts are priced with (the shipped H100/H200 Qwen3 scenario's), loaded once per process."""
-    from simulator.inputs.scenario import load_scenario
+def burst_runs(bursts: pd.DataFrame) -> dict[int, ReleasedRun]:
+    """{table row: the released-table run} of ``bursts`` (:func:`calibrate.fit.gpustack_import.released_runs`: the
+    server's limits and the dataset as the released validation takes them)."""
+    runs, _ = released_runs(GPUSTACK.parent)
+    by_row = {r.row: r for r in runs}
+    missing = [s for s, i in zip(bursts["source"], bursts["row"]) if i not in by_row]
+    if missing:
+        raise InputError(str(GPUSTACK), "serve_cmd", f"bursts the released-table importer skips: {missing}")
+    return {int(i): by_row[int(i)] for i in bursts["row"]}
 
-    return load_scenario(str(SCENARIOS_DIR / "modern-h100-h200-qwen3.yaml"), None).workload
 
+def burst_duration(run: ReleasedRun, kind: GemmKind | None = None) -> float:
+    """Predicted duration of a released burst, replayed as the released validation replays it
+    (:func:`calibrate.fit.released_predict.predict_released`: ShareGPT's spread of lengths at the run's means, the
+    run's vLLM limits, the host terms of its version, one serial API server); ``kind``: the quantised kind's
+    parameters to price it with (None: the catalog's)."""
+    from calibrate.fit.released_predict import predict_released
 
-def burst_duration(model: str, weight_dtype: str, requests: int, input_tokens: int, output_tokens: int, vllm: str,
-                   kind: GemmKind | None = None) -> float:
-    """Predicted duration of a burst (every request at t = 0) on one A100 with vLLM's ``vllm serve`` defaults there
-    (those of the released-table importer) and the host terms of the run's vLLM version; ``kind``: the quantised
-    kind's parameters to price it with (None: the catalog's)."""
-    from simulator.catalog import get_model
-    from simulator.catalog.engine_hosts import ServingEngine
-    from simulator.cost.cost_model import Deployment
-    from simulator.cost.cost_profile import prior_profile
-    from simulator.cost.execution import Execution
-    from simulator.engines.request_model import BASE, Call, RequestPlan
-    from simulator.engines.serving.arrivals import ReplayArrivals
-    from simulator.engines.serving.replica import simulate_serving
-    from simulator.inputs.systems import SystemConfig
-
-    hw = get_hardware("a100-80gb")
-    p = prior_profile(hw, serving_engine=ServingEngine(name="vllm", version=vllm)).params(hw)
-    dep = Deployment(get_model(model).with_dtypes(weight_dtype), hw, 1, p)
-    if kind is not None:
-        dep.__dict__["gemm"] = (gemm_kind(weight_dtype, hw)[0], kind)  # a candidate's parameters (cached property)
-    small = Deployment(get_model("qwen3-0.6b"), hw, 1, p)  # no small-model traffic: the replica needs its engine
-    plans = [RequestPlan([Call(BASE, input_tokens, 0, output_tokens)], output_tokens, output_tokens, 1, 0, "length")
-             for _ in range(requests)]
-    wl = _burst_workload()
-    ex = Execution().for_device(hw, ServingEngine(name="vllm", version=vllm))  # `vllm serve`'s defaults on an A100
-    res = simulate_serving(SystemConfig(system="vanilla-base"), {"base": dep, "small": small}, wl,
-                           ReplayArrivals(np.zeros(requests)), requests, 0, (0.0, DEFAULT_GPU_MEMORY_UTILIZATION),
-                           plans=plans, execution=ex)
-    return float(res.requests["done_at"].max())
+    return predict_released(run, gemm=kind)["duration_s"]
 
 
 def _kind_with(rc: float, name: str) -> GemmKind:
@@ -233,41 +214,34 @@ def _kind_with(rc: float, name: str) -> GemmKind:
                     gemm_overhead_s=PriorParam(value=0.0, kind="prior", source="prior"))
 
 
-def fit_weight_only(bursts: pd.DataFrame, rows: pd.DataFrame) -> float:
+def fit_weight_only(runs: dict[int, ReleasedRun], rows: pd.DataFrame) -> float:
     """rc of one weight-only kind from ``rows`` (its bursts): log predicted / measured durations in least squares over
     rc in (0.05, 1]. (Fitting the duration ratio quant / bf16 instead would import the bf16 runs' own errors: their
     batch is KV-capacity-bound at 14B and 32B alike, the quantised runs' is max_num_seqs-bound.)"""
 
     def loss(rc):
-        e = [np.log(burst_duration(r.model, r.weight_dtype, r.requests, r.input_tokens, r.output_tokens, r.vllm,
-                                   _kind_with(rc, "")) / r.duration_s)
-             for r in rows.itertuples()]
+        e = [np.log(burst_duration(runs[r.row], _kind_with(rc, "")) / r.duration_s) for r in rows.itertuples()]
         return float(np.sum(np.square(e)))
 
     return float(minimize_scalar(loss, bounds=(0.05, 1.0), method="bounded", options={"xatol": 1e-3}).x)
 
 
-def _shape(bursts: pd.DataFrame, model: str) -> tuple[int, int, int, str]:
-    r = bursts[(bursts.model == model) & (bursts.weight_dtype == "bf16")].iloc[0]
-    return int(r.requests), int(r.input_tokens), int(r.output_tokens), str(r.vllm)
-
-
 def weight_only_fit(bursts: pd.DataFrame) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
     """({kind: rc fitted on every model}, the held-out-by-model rows, per-burst predictions before / after)."""
     a100 = get_hardware("a100-80gb")
+    runs = burst_runs(bursts)
     q = bursts[bursts["weight_dtype"] != "bf16"].assign(
         kind=lambda f: [gemm_kind(w, a100)[0] for w in f["weight_dtype"]])
     fitted, held, preds = {}, [], []
     for kind, rows in q.groupby("kind"):
-        fitted[kind] = fit_weight_only(bursts, rows)
+        fitted[kind] = fit_weight_only(runs, rows)
         for r in rows.itertuples():
             others = rows[rows["model"] != r.model]
-            rc = fit_weight_only(bursts, others) if len(others) else np.nan
-            shape = (r.requests, r.input_tokens, r.output_tokens, r.vllm)
-            before = burst_duration(r.model, r.weight_dtype, *shape, kind=_kind_with(1.0, kind))
-            after = burst_duration(r.model, r.weight_dtype, *shape, kind=_kind_with(rc, kind))
-            pb = burst_duration(r.model, "bf16", *_shape(bursts, r.model))
-            mb = float(bursts[(bursts.model == r.model) & (bursts.weight_dtype == "bf16")]["duration_s"].iloc[0])
+            rc = fit_weight_only(runs, others) if len(others) else np.nan
+            before = burst_duration(runs[r.row], kind=_kind_with(1.0, kind))
+            after = burst_duration(runs[r.row], kind=_kind_with(rc, kind))
+            b16 = bursts[(bursts.model == r.model) & (bursts.weight_dtype == "bf16")].iloc[0]
+            pb, mb = burst_duration(runs[int(b16.row)]), float(b16.duration_s)
             preds.append({"model": r.model, "weight_dtype": r.weight_dtype, "kind": kind, "vllm": r.vllm,
                           "measured_s": r.duration_s, "before_s": before, "after_s": after, "rc_heldout": rc,
                           "bf16_measured_s": mb, "bf16_predicted_s": pb,

@@ -134,7 +134,8 @@ class Deployment:
     ``pp``: pipeline parallelism, the layers split over pp stages of tp GPUs each (:meth:`pass_breakdown`); the
     per-GPU memory (weights, KV) is the model's over tp * pp GPUs. ``dp``: data-parallel attention of a mixture of
     experts (DeepSeek's deployment): dp ranks of tp GPUs, each with the attention and dense weights and its own
-    sequences' KV, the routed experts sharded over all tp * dp GPUs (ep = tp * dp; :meth:`_moe_breakdown`)."""
+    sequences' KV, the routed experts sharded over all tp * dp GPUs (ep = tp * dp; :meth:`_moe_breakdown`).
+    ``gemm_params``: parameters of the layer weights' GEMM kind in place of the catalog's (a fit's candidate)."""
 
     model: ModelSpec
     hardware: HardwareSpec
@@ -144,6 +145,7 @@ class Deployment:
     ep: int = 1
     pp: int = 1
     dp: int = 1
+    gemm_params: GemmKind | None = None
 
     def __post_init__(self):
         if not 1 <= self.pp <= self.model.layers:
@@ -195,7 +197,8 @@ class Deployment:
     def gemm(self) -> tuple[str, GemmKind]:
         """(name, parameters) of the kernel kind the layer weights run as on this GPU: bf16, W8A8 FP8 (per-tensor or
         block scales), W4A4 FP4, or weight-only (FP8-Marlin, W4A16) where the GPU lacks the tensor cores."""
-        return gemm_kind(self.model.weight_dtype, self.hardware)
+        name, kind = gemm_kind(self.model.weight_dtype, self.hardware)
+        return name, self.gemm_params or kind
 
     @property
     def matmul_flops_per_s(self) -> float:

@@ -50,12 +50,7 @@ REPORTS = [
     Report("reports/deepseek-low-concurrency/summary.md", ("summary.md", "rows.csv"),
            needs="engine-measurements/inferencex-deepseek-r1"),
     Report("reports/b200-speculation/report.md", ("itl.csv",), needs="engine-measurements/speculators-b200-concurrency"),
-    pytest.param(Report("reports/quant-gemm/report.md", ("bursts.csv", "heldout.csv"),
-                        needs="aiconfigurator-vllm-kernels"),
-                 marks=pytest.mark.xfail(strict=True, reason=(
-                     "kept at its 2026-11-28 fit: refitted today its equal-length burst replay would move rc by the "
-                     "replay's own error (docs/results.md, Quantised GEMMs); passes once the fit replays the bursts as "
-                     "the released validation does and the catalog is refitted"))),
+    Report("reports/quant-gemm/report.md", ("bursts.csv", "heldout.csv"), needs="aiconfigurator-vllm-kernels"),
     Report("reports/serving-systems/report.md", ("per_run.csv", "speedup.csv")),
     Report("reports/specdecode-serving/report-step-fit/report.md", ("per_run.csv", "speedup.csv")),
     Report("reports/specdecode-serving/report/report.md", ("per_run.csv", "speedup.csv")),
