@@ -80,9 +80,12 @@ class Execution(BaseModel):
     @classmethod
     def from_limits(cls, max_num_batched_tokens=None, max_num_seqs=None, **fields) -> "Execution":
         """An execution with the scheduler limits as a command line or a run record gives them (strings, numbers or
-        nothing; unset: vLLM's defaults, filled in by :meth:`for_device`) and any other ``fields``."""
+        nothing; None or an empty string: unset, vLLM's defaults filled in by :meth:`for_device`; anything else must
+        be a positive integer, 0 included in what is refused) and any other ``fields``."""
+        unset = lambda v: v is None or (isinstance(v, str) and not v.strip())  # noqa: E731
         t, n = max_num_batched_tokens, max_num_seqs
-        return cls(max_num_batched_tokens=int(t) if t else "auto", max_num_seqs=int(n) if n else None, **fields)
+        return cls(max_num_batched_tokens="auto" if unset(t) else int(t), max_num_seqs=None if unset(n) else int(n),
+                   **fields)
 
     def for_device(self, hardware, engine=None, world_size: int = 1) -> "Execution":
         """This execution with the scheduler limits it leaves unset filled in as `vllm serve` of ``engine`` (a

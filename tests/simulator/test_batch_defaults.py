@@ -141,3 +141,18 @@ def test_a_max_num_seqs_above_the_gpus_default_budget_is_refused(tmp_path):
         load_scenario(tmp_path / "s.yaml")
     assert e.value.field == "execution.max_num_seqs" and "on rtx-a6000: max_num_batched_tokens (2048) must be" in \
         e.value.message and e.value.message.endswith("set execution.max_num_batched_tokens too"), e.value.one_line()
+
+
+@pytest.mark.parametrize("tokens, seqs", [(None, None), ("", " "), ("8192", "256"), (4096, 128)])
+def test_limits_from_a_command_line_or_a_record(tokens, seqs):
+    """Unset (None, an empty string) means vLLM's default; anything else is the number it says."""
+    ex = Execution.from_limits(tokens, seqs)
+    assert ex.max_num_batched_tokens == ("auto" if not str(tokens or "").strip() else int(tokens))
+    assert ex.max_num_seqs == (None if not str(seqs or "").strip() else int(seqs))
+
+
+@pytest.mark.parametrize("tokens, seqs", [(0, None), ("0", None), (None, 0), ("1k", None), (64, 128)])
+def test_limits_vllm_refuses_are_refused(tokens, seqs):
+    """Zero is not "unset" (vLLM refuses it at start-up), nor is a budget below max_num_seqs."""
+    with pytest.raises(ValueError):
+        Execution.from_limits(tokens, seqs)

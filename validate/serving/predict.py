@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from pydantic import ValidationError
+
+from simulator.errors import InputError
 
 from .load import ServingRun
 
@@ -195,9 +198,16 @@ def run_execution(run: ServingRun):
 
     lim = (run.meta.get("options") or {}).get("engine_limits") or {}
     lim = lim.get("base", lim)
-    return Execution.from_limits(lim.get("max_num_batched_tokens"), lim.get("max_num_seqs"),
-                                 prefix_caching=bool(lim.get("prefix_caching", True)),
-                                 front_end="serial" if run.client_side else "concurrent")
+    try:
+        return Execution.from_limits(lim.get("max_num_batched_tokens"), lim.get("max_num_seqs"),
+                                     prefix_caching=bool(lim.get("prefix_caching", True)),
+                                     front_end="serial" if run.client_side else "concurrent")
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise InputError(str(run.path / "run.json"), f"options.engine_limits.{err['loc'][0] if err['loc'] else ''}",
+                         f"scheduler limits vLLM would refuse ({err['msg'].removeprefix('Value error, ')})") from None
+    except ValueError as e:
+        raise InputError(str(run.path / "run.json"), "options.engine_limits", f"expected whole numbers ({e})") from None
 
 
 def predict_run(run: ServingRun, params, setup, acceptance: list[float] | None = None):
