@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 
 from calibrate.fit.gpustack_import import GPUSTACK, TABLE, ReleasedRun, released_runs
-from calibrate.fit.host_fit import catalog_terms, in_fit, intake_probe, is_intake_probe, nearest, probe_intake
+from calibrate.fit.host_fit import big_burst, catalog_terms, in_fit, intake_probe, is_intake_probe, nearest, probe_intake
 
 ENGINES = (("vllm", "vllm serve"), ("sglang", "python3 -m sglang"), ("trtllm", "trtllm-serve"))
 FIGS = ("out_tps", "ttft_ms", "itl_ms", "tpot_ms")
@@ -54,8 +54,12 @@ FIGS = ("out_tps", "ttft_ms", "itl_ms", "tpot_ms")
 
 def is_burst(requests: float, out_tok: float, concurrency) -> bool:
     """A burst of the kind the H100/H200 rows miss: >= 900 requests at once, > 100 output tokens each."""
-    return (concurrency is None or pd.isna(concurrency)) and requests >= 900 and out_tok / requests > 100
+    return big_burst(requests, concurrency) and out_tok / requests > 100
 
+
+def run_is_burst(run: ReleasedRun) -> bool:
+    """:func:`is_burst` of a released run."""
+    return is_burst(run.requests, run.requests * run.output_tokens, run.concurrency)
 
 def engines_table(folder: Path | str = GPUSTACK) -> pd.DataFrame:
     """Per (gpu, engine): bursts, median / min / max of B_eff, median of mean TTFT / duration, median output tok/s."""
@@ -134,8 +138,7 @@ def predict(run: ReleasedRun, host: dict | None = None, eta_scale: float = 1.0, 
 
 
 GROUPS = {
-    "h100/h200 bursts": lambda r: r.gpu != "a100-80gb" and is_burst(r.requests, r.requests * r.output_tokens,
-                                                                    r.concurrency),
+    "h100/h200 bursts": lambda r: r.gpu != "a100-80gb" and run_is_burst(r),
     "h100/h200 long prompts": lambda r: r.gpu != "a100-80gb" and r.input_tokens >= 1000 and in_fit(r),
     "a100 (fitted rows)": lambda r: r.gpu == "a100-80gb" and in_fit(r),
     "random dataset (fitted rows)": lambda r: r.dataset == "random" and in_fit(r),
@@ -178,17 +181,16 @@ def typical_table(runs: list[ReleasedRun]) -> pd.DataFrame:
 
     rows = []
     for r in runs:
-        if not is_burst(r.requests, r.requests * r.output_tokens, r.concurrency):
+        if not run_is_burst(r):
             continue
         p, m = predict_released(r), r.measured
-        dur = r.requests * r.output_tokens / p["out_tps"]
         rows.append({"run": r.key, "gpu": r.gpu, "tp": r.tp, "mean_tpot_ms": m["mean_tpot_ms"],
                      "pred_mean_tpot_ms": p["tpot_ms"], "median_tpot_ms": m["median_tpot_ms"],
                      "pred_median_tpot_ms": p["median_tpot_ms"],
                      "median_ratio": m["median_tpot_ms"] / p["median_tpot_ms"],
                      "mean_ratio": m["mean_tpot_ms"] / p["tpot_ms"],
                      "admission_share": 2 * m["median_ttft_ms"] / 1e3 / m["duration_s"],
-                     "pred_admission_share": 2 * p["median_ttft_ms"] / 1e3 / dur})
+                     "pred_admission_share": 2 * p["median_ttft_ms"] / 1e3 / p["duration_s"]})
     return pd.DataFrame(rows)
 
 

@@ -97,9 +97,14 @@ def probe_intake(probe: ReleasedRun) -> tuple[float, float]:
     return dur / probe.requests, float(np.clip(2.0 * probe.measured["mean_ttft_ms"] / 1e3 / dur - 1.0, 0.0, 1.0))
 
 
+def big_burst(requests: float, concurrency) -> bool:
+    """Every request at once (no concurrency cap), >= 900 of them: the released tables' bursts."""
+    return (concurrency is None or pd.isna(concurrency)) and requests >= 900
+
+
 def intake_probe(requests: float, out_per_request: float, concurrency) -> bool:
-    """A burst (no concurrency cap) of >= 900 requests with < 10 tokens out each: nearly all intake and prefill."""
-    return (concurrency is None or pd.isna(concurrency)) and requests >= 900 and out_per_request < 10
+    """A burst (:func:`big_burst`) with < 10 tokens out each: nearly all intake and prefill."""
+    return big_burst(requests, concurrency) and out_per_request < 10
 
 
 def is_intake_probe(r: ReleasedRun) -> bool:
