@@ -51,6 +51,10 @@ F_SCALE = 0.05  # soft-L1 scale of the log residuals
 # units of F_SCALE-scaled residuals); chosen on the CPU campaigns' held-out error (docs/results.md).
 PRIOR_LOG_SD = 1.0
 NO_SIGNAL = 1e-8  # mean |d log T / d log p| below which a parameter has no signal in the data
+# |cosine| of two parameters' Jacobian columns above which they are twins: every step moves both the same way in the
+# same proportion (a per-sequence and a per-step cost over steps of one running sequence), so the data pin only
+# their combination and the prior alone would split it
+TWIN_COSINE = 1.0 - 1e-9
 MAX_REL_STDERR = 0.5
 START_SCALES = (1.0, 0.5, 1.6)  # efficiency starts: prior x scale
 
@@ -114,11 +118,34 @@ def _best_start(objective, x0: np.ndarray, lo: np.ndarray, hi: np.ndarray, free:
     return res
 
 
-def _unfit(free: list[str], col: np.ndarray, x: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+def _fix_rank(name: str) -> int:
+    """Where ``name`` comes in ``FIX_ORDER`` (of several parameters the data cannot keep, the lowest goes first)."""
+    return FIX_ORDER.index(base_name(name)) if base_name(name) in FIX_ORDER else len(FIX_ORDER)
+
+
+def _twins(free: list[str], J: np.ndarray, col: np.ndarray) -> dict[str, tuple[str, bool]]:
+    """Of each pair of free parameters with parallel Jacobian columns (``TWIN_COSINE``), the one first in
+    ``FIX_ORDER`` -> (why, False): it goes back to its prior and the other takes their combination."""
+    out: dict[str, tuple[str, bool]] = {}
+    for i in range(len(free)):
+        for j in range(i + 1, len(free)):
+            if min(col[i], col[j]) <= NO_SIGNAL:
+                continue
+            cos = abs(float(J[:, i] @ J[:, j])) / (np.linalg.norm(J[:, i]) * np.linalg.norm(J[:, j]))
+            if cos > TWIN_COSINE:
+                a, b = sorted((free[i], free[j]), key=_fix_rank)
+                out.setdefault(a, (f"a twin of {b} in these data (parallel Jacobian columns, |cos| = {cos:.10f}: "
+                                   "they pin only the two together)", False))
+    return out
+
+
+def _unfit(free: list[str], J: np.ndarray, x: np.ndarray, lo: np.ndarray, hi: np.ndarray,
            bnd: dict) -> dict[str, tuple[str, bool]]:
     """The parameters the solution at ``x`` cannot keep: name -> (why, set to zero rather than to its prior). No
-    signal (Jacobian column ``col`` ~0) -> its prior; an overhead at its lower bound -> zero; any other bound -> prior."""
-    bad: dict[str, tuple[str, bool]] = {}
+    signal (Jacobian column ~0) -> its prior; an overhead at its lower bound -> zero; any other bound -> prior; a
+    twin of another free parameter (:func:`_twins`) -> its prior."""
+    col = np.linalg.norm(J, axis=0) / np.sqrt(len(J))
+    bad: dict[str, tuple[str, bool]] = _twins(free, J, col)
     for k, n in enumerate(free):
         if col[k] <= NO_SIGNAL:
             bad[n] = (f"no signal in the data (Jacobian column ~0, mean |d log T / d log p| = {col[k]:.1e})", False)
@@ -170,11 +197,10 @@ def _solve(predict, build, y: np.ndarray, prior_vals: dict, base_vals: dict, fre
     r = resid(res.x)
     J = central_jacobian(resid, res.x)
     sc = _robust_scale(r)
-    col = np.linalg.norm(J, axis=0) / np.sqrt(len(r))
     cov = sc**2 * np.linalg.inv(J.T @ J + prior_w**2 * np.eye(len(free)))
     vals = dict(base_vals)
     vals.update({n: float(np.exp(lx)) for n, lx in zip(free, res.x)})
-    return _Solution(vals, cov, np.sqrt(np.abs(np.diag(cov))), _unfit(free, col, res.x, lo, hi, bnd))
+    return _Solution(vals, cov, np.sqrt(np.abs(np.diag(cov))), _unfit(free, J, res.x, lo, hi, bnd))
 
 
 def fit_log_times(predict, y: np.ndarray, prior_vals: dict[str, float], candidates: tuple[str, ...] = PARAM_NAMES,
@@ -206,7 +232,6 @@ def fit_log_times(predict, y: np.ndarray, prior_vals: dict[str, float], candidat
     ``predict`` takes; default a :class:`CostParams`)."""
     build = build or _params
     bnd = {**BOUNDS, **(bounds or {})}  # by kind; ``bounds`` narrows them for one fit (e.g. eta <= 1)
-    order = lambda n: FIX_ORDER.index(base_name(n)) if base_name(n) in FIX_ORDER else len(FIX_ORDER)  # noqa: E731
     free = [n for n in names if n in candidates]
     fixed: dict[str, str] = {n: "not a fit candidate" for n in names if n not in candidates}
     zeroed: list[str] = []
@@ -219,7 +244,7 @@ def fit_log_times(predict, y: np.ndarray, prior_vals: dict[str, float], candidat
         sol = _solve(predict, build, y, prior_vals, base_vals, free, bnd, start)
         if not sol.bad:
             break
-        worst = min(sol.bad, key=order)  # one at a time; the least physical first
+        worst = min(sol.bad, key=_fix_rank)  # one at a time; the least physical first
         fixed[worst], to_zero = sol.bad[worst]
         if to_zero:
             zeroed.append(worst)

@@ -163,3 +163,29 @@ def test_a_call_table_lacking_a_column_is_an_input_error():
     CallPredictor(calls.assign(predicted_s=1.0), _setup())  # an extra column is fine
     with pytest.raises(InputError, match="call table lacks column\\(s\\) spec_iterations"):
         CallPredictor(calls.drop(columns=["spec_iterations"]), _setup())
+
+
+@pytest.mark.parametrize("shift", [0.0, 0.3])
+def test_twin_parameters_leave_the_first_in_fix_order_at_its_prior(shift):
+    """Two terms every observation moves in the same proportion (a per-sequence and a per-step cost when every step
+    runs one sequence) are twins: the data pin only their sum, so the one first in FIX_ORDER stays at its prior and
+    the other takes the sum; with a second shape (``shift``: steps of four sequences) both are fitted."""
+    from calibrate.fit.log_time_fit import fit_log_times
+
+    n = np.array([1.0] * 20 + [4.0] * (10 if shift else 0))
+    x = np.linspace(1.0, 2.0, len(n))  # a term the other parameter scales: mem_efficiency
+
+    def predict(p):
+        return x / p.mem_efficiency * 1e-2 + p.step_overhead_s + n * p.seq_overhead_s
+
+    truth = CostParams(mem_efficiency=0.8, compute_efficiency=0.5, step_overhead_s=2e-3, layer_overhead_s=0.0,
+                       call_overhead_s=0.0, allreduce_latency_s=0.0, seq_overhead_s=1e-3)
+    prior = {**{k: getattr(truth, k) for k in ("mem_efficiency", "compute_efficiency", "layer_overhead_s",
+                                                "call_overhead_s", "allreduce_latency_s")},
+             "step_overhead_s": 1e-3, "seq_overhead_s": 5e-4}
+    f = fit_log_times(predict, np.log(predict(truth)), prior, ("mem_efficiency", "step_overhead_s", "seq_overhead_s"))
+    if not shift:
+        assert "twin of step_overhead_s" in f.fixed["seq_overhead_s"] and f.values["seq_overhead_s"] == 5e-4
+        assert f.values["step_overhead_s"] + f.values["seq_overhead_s"] == pytest.approx(3e-3, rel=0.15)
+    else:
+        assert "seq_overhead_s" in f.fitted and f.values["seq_overhead_s"] == pytest.approx(1e-3, rel=0.15)

@@ -86,13 +86,14 @@ def test_one_user_steps_of_mixed_shapes_keep_the_per_sequence_cost(setup_params)
     """Prefills and decodes of one running sequence (a one-user run of two engines): the per-sequence cost is the
     per-step cost's exact twin there, so it stays at the profile's value and the batch growth beyond one sequence is
     the profile's; steps with several sequence counts fit it."""
-    from validate.serving.fit import FIT_PARAMS, fit_candidates
-
     setup, params = setup_params
     one = pd.concat([_steps(1, 1, np.arange(64, 96)), _steps(1, 64, [0, 0, 0])], ignore_index=True)
     one["duration_s"] = _step_times(params.slowed(1.5), setup, step_aggregates(one))
-    assert not one_shape(step_aggregates(one)) and "seq_overhead_s" not in fit_candidates(step_aggregates(one))
+    assert not one_shape(step_aggregates(one))
     fitted, facts = fit_step_params(one, params, setup)
-    assert fitted.seq_overhead_s == params.seq_overhead_s and "seq_overhead_s" in facts["kept_at_prior"]
+    assert fitted.seq_overhead_s == params.seq_overhead_s and "twin of step_overhead_s" in facts["kept_at_prior"][
+        "seq_overhead_s"]
     several = pd.concat([one, _steps(4, 1, [100, 120])], ignore_index=True)
-    assert fit_candidates(step_aggregates(several)) == FIT_PARAMS
+    several["duration_s"] = _step_times(params.slowed(1.5), setup, step_aggregates(several))
+    _, facts = fit_step_params(several, params, setup)
+    assert "seq_overhead_s" not in facts["kept_at_prior"]
