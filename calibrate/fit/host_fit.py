@@ -24,7 +24,7 @@ runs absorb that model's GPU-step error and its front end's particulars (a custo
 and would be handed to every model served by that version and by every newer unfitted one. Such a version's runs are
 predicted with the nearest fitted version's terms, a transfer check like the held-out folds.
 
-Held-out checks: :func:`holdout` (by GPU: fit on the other GPUs' runs; by version: on the other versions' runs). A
+Held-out checks: :func:`holdout_fold` (by GPU: fit on the other GPUs' runs; by version: on the other versions' runs). A
 version with no training runs takes the nearest fitted version's terms."""
 
 from __future__ import annotations
@@ -254,21 +254,28 @@ def transfer_unmeasured(fitted: dict[str, dict]) -> dict[str, dict]:
     return fitted
 
 
-def holdout(runs: list[ReleasedRun], by: str) -> tuple[pd.DataFrame, dict]:
-    """Held-out predictions: for each value of ``by`` (``gpu`` | ``version``), fit on the runs without it and predict
-    its runs. (table of held-out predictions with a ``held_out`` column, {held-out value: fitted terms})."""
+def holdout_fold(runs: list[ReleasedRun], by: str | None, value) -> tuple[pd.DataFrame, dict]:
+    """One fold of a hold-out (``validate.serving.released.fit_folds`` runs them): fit on the runs whose ``by`` is not ``value`` and predict those whose it is
+    (the table with a ``held_out`` column, the fitted terms); ``by`` None: fit on every run, predict none."""
+    train = [r for r in runs if by is None or getattr(r, by) != value]
+    test = [r for r in runs if by is not None and getattr(r, by) == value]
+    fitted = fit_hosts(train)
+    t = predict_table(test, fitted)
+    t["held_out"] = value
+    return t, fitted
+
+
+def holdout_values(runs: list[ReleasedRun], by: str) -> list:
+    """The folds of a hold-out ``by`` (``gpu`` | ``version``): its values among ``runs``, sorted."""
     if by not in ("gpu", "version"):
         raise ValueError(f"holdout by gpu or version, not {by!r}")
-    tables, fits = [], {}
-    for v in sorted({getattr(r, by) for r in runs}):
-        train = [r for r in runs if getattr(r, by) != v]
-        test = [r for r in runs if getattr(r, by) == v]
-        fitted = fit_hosts(train)
-        fits[v] = fitted
-        t = predict_table(test, fitted)
-        t["held_out"] = v
-        tables.append(t)
-    return pd.concat(tables, ignore_index=True), fits
+    return sorted({getattr(r, by) for r in runs})
+
+
+def joined_folds(parts: list[tuple[pd.DataFrame, dict]], values: list) -> tuple[pd.DataFrame, dict]:
+    """A hold-out's (table of held-out predictions with a ``held_out`` column, {held-out value: fitted terms}) from its
+    folds' (in the order of ``values``)."""
+    return pd.concat([t for t, _ in parts], ignore_index=True), {v: f for v, (_, f) in zip(values, parts)}
 
 
 def summary(table: pd.DataFrame, group: str) -> pd.DataFrame:

@@ -60,6 +60,7 @@ def validate_serving_cmd(
     holdout: str = typer.Option("gpu,version", "--holdout", help="with --released: gpu, version or both (comma-separated)"),
     fit_hosts: Optional[Path] = typer.Option(None, "--fit-hosts", help="with --released: also fit every run and write the host terms into this engine catalog (simulator/catalog/engine_hosts.yaml)"),
     as_labelled: bool = typer.Option(False, "--as-labelled", help="with --released: every run on the GPU its doc names, also the docs measured on another (docs/results.md \"Which H100\")"),
+    workers: Optional[int] = typer.Option(None, "--workers", help="with --released: processes for the held-out folds' fits (default: one per CPU; the figures do not depend on it)"),
 ) -> None:
     """Predict measured concurrent runs with the serving simulator (trace replay); report errors and figures.
 
@@ -68,7 +69,7 @@ def validate_serving_cmd(
     from validate.serving.report import pct, speed_drift, spct, write_report
 
     if released is not None:
-        _released(released, holdout, report, fit_hosts, as_labelled)
+        _released(released, holdout, report, fit_hosts, as_labelled, workers)
         return
     if not run_dirs or profile is None:
         raise InputError(None, "RUN_DIRS", "give run directories and --profile, or --released DIR")
@@ -107,7 +108,8 @@ def validate_serving_cmd(
         raise typer.Exit(1)
 
 
-def _released(folder: Path, holdout: str, out: Path, catalog: Path | None, as_labelled: bool = False) -> None:
+def _released(folder: Path, holdout: str, out: Path, catalog: Path | None, as_labelled: bool = False,
+              workers: int | None = None) -> None:
     import datetime
 
     import typer
@@ -118,8 +120,11 @@ def _released(folder: Path, holdout: str, out: Path, catalog: Path | None, as_la
     bad = [b for b in by if b not in ("gpu", "version")]
     if bad or not by:
         raise InputError(None, "--holdout", f"expected gpu, version or gpu,version (got {holdout!r})")
+    if workers is not None and workers < 1:
+        raise InputError(None, "--workers", f"expected >= 1 (got {workers})")
     command = "specsim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    head = validate_released(folder, by, out, command, catalog, datetime.date.today().isoformat(), as_labelled)
+    head = validate_released(folder, by, out, command, catalog, datetime.date.today().isoformat(), as_labelled,
+                             workers)
     for b, h in head.items():
         typer.echo(f"held out by {b} ({h['runs']} runs): median |error| TPOT {h['tpot_ms median |err| %']:.1f}% "
                    f"ITL {h['itl_ms median |err| %']:.1f}% TTFT {h['ttft_ms median |err| %']:.1f}% output throughput {h['out_tps median |err| %']:.1f}%; "

@@ -67,13 +67,36 @@ def gpu_label_section(runs, out: Path, as_labelled: bool) -> list[str]:
             md_table(evidence.assign(**pct)) if len(evidence) else "(no H100 doc)", ""]
 
 
+def fit_folds(runs: list, holdouts: list[str], fit_all: bool, workers: int | None = None,
+              fold=None) -> tuple[dict, dict | None]:
+    """({by: (held-out table, {value: fitted terms})}, the fit on every run or None): every fold of every hold-out
+    and the fit on all runs as tasks of one pool of ``workers`` processes (``Workers``; 1: this process), the
+    folds training on the most runs started first. Each task is a function of its arguments: the result does not
+    depend on ``workers``. ``fold``: the task (default ``calibrate.fit.host_fit.holdout_fold``; a module-level
+    function of the same signature)."""
+    from calibrate.fit.host_fit import holdout_fold, holdout_values, joined_folds
+    from simulator.studies.capacity.parallel import Workers
+
+    fold = fold or holdout_fold
+
+    tasks = [(runs, by, v) for by in holdouts for v in holdout_values(runs, by)]
+    tasks += [(runs, None, None)] if fit_all else []
+    trained = [sum(by is None or getattr(r, by) != v for r in runs) for _, by, v in tasks]
+    with Workers(workers) as pool:
+        parts = pool.map(fold, tasks, cost=lambda j: trained[j])
+    by_fold = {by: joined_folds([p for (_, b, _), p in zip(tasks, parts) if b == by], holdout_values(runs, by))
+               for by in holdouts}
+    return by_fold, (parts[-1][1] if fit_all else None)
+
+
 def validate_released(folder: Path, holdouts: list[str], out: Path, command: str,
-                      catalog: Path | None = None, date: str | None = None, as_labelled: bool = False) -> dict:
+                      catalog: Path | None = None, date: str | None = None, as_labelled: bool = False,
+                      workers: int | None = None) -> dict:
     """Held-out tables for each of ``holdouts``; with ``catalog``, also the fit on every run written there.
-    ``as_labelled``: every run on the GPU its doc names (:data:`calibrate.fit.gpustack_import.MEASURED_ON`).
-    Returns {by: overall summary row}."""
+    ``as_labelled``: every run on the GPU its doc names (:data:`calibrate.fit.gpustack_import.MEASURED_ON`);
+    ``workers``: processes for the fits (:func:`fit_folds`; default: one per CPU). Returns {by: overall summary row}."""
     from calibrate.fit.gpustack_import import released_runs
-    from calibrate.fit.host_fit import fit_hosts, holdout, summary, write_catalog
+    from calibrate.fit.host_fit import summary, write_catalog
 
     runs, skipped = released_runs(folder, as_labelled)
     out.mkdir(parents=True, exist_ok=True)
@@ -87,8 +110,9 @@ def validate_released(folder: Path, holdouts: list[str], out: Path, command: str
              "async overlap); mean TPOT is reported, not fitted.\n"]
     lines += gpu_label_section(runs, out, as_labelled)
     head = {}
+    folds, fitted = fit_folds(runs, holdouts, catalog is not None, workers)
     for by in holdouts:
-        table, fits = holdout(runs, by)
+        table, fits = folds[by]
         write_atomic(out / f"heldout-{by}.csv", table.to_csv(index=False))
         write_atomic(out / f"fits-{by}.json", json.dumps(fits, indent=1, sort_keys=True))
         lines.append(f"## Held out by {by}\n")
@@ -106,7 +130,6 @@ def validate_released(folder: Path, holdouts: list[str], out: Path, command: str
                 error=(100 * pairs["error"]).map("{:+.1f}%".format))
             lines += ["Async scheduling on / off, the same run otherwise (output throughput ratio):\n", md_table(shown), ""]
     if catalog is not None:
-        fitted = fit_hosts(runs)
         write_atomic(out / "fits-all.json", json.dumps(fitted, indent=1, sort_keys=True))
         write_catalog(fitted, catalog, f"{folder.name}/serving_benchmarks.csv via `{command}`", date or "",
                       drop=tuple(sorted({r.version for r in runs} - set(fitted))))
