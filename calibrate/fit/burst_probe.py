@@ -121,20 +121,7 @@ def predict(run: ReleasedRun, host: dict | None = None, eta_scale: float = 1.0, 
     hot = run.gpu != "a100-80gb"
     if caps is not None and hot:
         run = replace(run, max_num_seqs=caps[0], max_num_batched_tokens=caps[1])
-    if eta_scale == 1.0 or not hot:
-        return rp.predict_released(run, host, early_end=early_end)
-    base = rp.run_params
-
-    def scaled(r, h=None):
-        hw, p = base(r, h)
-        return hw, replace(p, compute_efficiency=p.compute_efficiency * eta_scale,
-                           moe_compute_efficiency=(p.moe_compute_efficiency or p.compute_efficiency) * eta_scale)
-
-    rp.run_params = scaled
-    try:
-        return rp.predict_released(run, host, early_end=early_end)
-    finally:
-        rp.run_params = base
+    return rp.predict_released(run, host, early_end=early_end, eta_scale=eta_scale if hot else 1.0)
 
 
 GROUPS = {

@@ -74,7 +74,7 @@ def run_workload(run: ReleasedRun, sharegpt_sigma: float | None = None, early_en
 
 def predict_released(run: ReleasedRun, host: dict | None = None, max_requests: int | None = None,
                      sharegpt_sigma: float | None = None, intake: tuple[float, float] | None = None,
-                     early_end: bool = False, gemm=None) -> dict:
+                     early_end: bool = False, gemm=None, eta_scale: float = 1.0) -> dict:
     """Predicted figures of ``run`` (``tpot_ms``, ``ttft_ms``, ``out_tps``, the medians over requests
     ``median_tpot_ms`` and ``median_ttft_ms``; ``batch_mean``: sequences per step).
     ``max_requests``: simulate the first that many of a burst only (the burst's tail is the same queue; stated);
@@ -83,7 +83,8 @@ def predict_released(run: ReleasedRun, host: dict | None = None, max_requests: i
     two-stage front end, ``front_end_first_share``), in place of the host terms' t_fe (their concurrent latency
     t_call - t_fe kept); ``early_end``: random-dataset requests end early (:func:`run_workload`); ``gemm``: the base
     model's GEMM kind parameters in place of the catalog's (a fit's candidate, ``Deployment.gemm_params``);
-    ``duration_s``: first arrival to last completion."""
+    ``eta_scale``: the compute efficiencies (dense and MoE) x this (a what-if); ``duration_s``: first arrival to
+    last completion."""
     from simulator.catalog import get_model
     from simulator.cost.execution import Execution
     from simulator.engines.serving.arrivals import ClosedLoopUsers, ReplayArrivals
@@ -93,6 +94,9 @@ def predict_released(run: ReleasedRun, host: dict | None = None, max_requests: i
     from simulator.inputs.systems import SystemConfig
 
     hw, params = run_params(run, host)
+    if eta_scale != 1.0:
+        params = replace(params, compute_efficiency=params.compute_efficiency * eta_scale,
+                         moe_compute_efficiency=(params.moe_compute_efficiency or params.compute_efficiency) * eta_scale)
     m = get_model(run.model).with_dtypes(run.weight_dtype, run.kv_dtype)
     setup = Setup(hw, run.tp, {"base": m, "small": m, "draft": m}, ep={"base": run.ep})
     n = run.requests if max_requests is None else min(run.requests, max_requests)

@@ -26,7 +26,8 @@ COMMANDS = {
 }
 # commands that, past a few seconds, say what they are doing and when they are done (report_table.job)
 ANNOUNCED = {"runs": "validate: fitting and predicting the held-out runs (trace replay, then distribution mode)",
-             "serving": "validate-serving: fitting step times and replaying the measured levels",
+             "serving": ("validate-serving: fitting and replaying (the measured levels' step times; with --released the "
+                         "host terms of every held-out fold)"),
              "sharegpt-spread": "validate sharegpt-spread: replaying the ShareGPT runs at four spreads",
              "kv-waves": "validate kv-waves: measuring the bursts on vLLM (or reading them), replaying them",
              "capacity": "validate-capacity: judging the measured levels, searching the predicted capacity"}

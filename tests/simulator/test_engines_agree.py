@@ -149,9 +149,12 @@ def test_step_calls_never_lower_vanilla_latency(w, system, hw_tp, block):
 # Re-pinned in the fourteenth session: vLLM 0.30 inherits the refit with MXFP4 experts stored padded (t_seq 43.7 ->
 # 44.0 us, o 0.662 -> 0.646, t_tp 0.908 -> 0.905 ms): +0.1% to +0.2%, the small model +1.0%. Before:
 # 11.07649307736697, 0.9663500204371257, 5.3550334195448555, 8.155336926113762, 5.134108964184172.
+# Re-pinned in the nineteenth session: vLLM 0.30 inherits the refit after the A100 weight-only GEMM kinds' refit
+# (t_seq 44.1 -> 43.2 us, o 0.646 -> 0.649): -0.02% to -0.05%, the small model -0.2%. Before: 11.085503975143709,
+# 0.9759514633306147, 5.364351189839816, 8.167398919055742, 5.146526334812523.
 PINNED_ANALYTIC = {
-    "vanilla-base": 11.085503975143709, "vanilla-small": 0.9759514633306147, "specdecode g=3": 5.364351189839816,
-    "specreason t=5 n=1": 8.167398919055742, "specreason-decode g=3 t=5 n=1": 5.146526334812523,
+    "vanilla-base": 11.083607622866213, "vanilla-small": 0.973930589456254, "specdecode g=3": 5.362521063407529,
+    "specreason t=5 n=1": 8.164930785241774, "specreason-decode g=3 t=5 n=1": 5.144079493244593,
 }
 # The DES's pinned means went away with the one request model (simulator/engines/request_model.py): its
 # sampler draws differently, so the DES is held to the pinned analytic numbers statistically instead.
