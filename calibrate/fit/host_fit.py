@@ -255,8 +255,9 @@ def transfer_unmeasured(fitted: dict[str, dict]) -> dict[str, dict]:
 
 
 def holdout_fold(runs: list[ReleasedRun], by: str | None, value) -> tuple[pd.DataFrame, dict]:
-    """One fold of a hold-out (``validate.serving.released.fit_folds`` runs them): fit on the runs whose ``by`` is not ``value`` and predict those whose it is
-    (the table with a ``held_out`` column, the fitted terms); ``by`` None: fit on every run, predict none."""
+    """One fold of a hold-out (``validate.serving.released.fit_folds`` runs them): fit on the runs whose ``by`` is not
+    ``value`` and predict those whose it is (the table with a ``held_out`` column, the fitted terms); ``by`` None: fit
+    on every run, predict none."""
     train = [r for r in runs if by is None or getattr(r, by) != value]
     test = [r for r in runs if by is not None and getattr(r, by) == value]
     fitted = fit_hosts(train)

@@ -178,7 +178,8 @@ def load_bursts(path: Path = GPUSTACK) -> pd.DataFrame:
             continue
         if r.requests == 1000 and int(r.in_tok) > 500 * 1000:  # the long-prompt cases of "Other Benchmark Cases"
             continue
-        rows.append({"row": int(r.Index), "model": BURST_MODELS[hit.group(1)], "weight_dtype": A100_SERVE[hit.group(2) or ""],
+        rows.append({"row": int(r.Index), "model": BURST_MODELS[hit.group(1)],
+                     "weight_dtype": A100_SERVE[hit.group(2) or ""],
                      "requests": int(r.requests), "input_tokens": int(round(r.in_tok / r.requests)),
                      "output_tokens": int(round(r.out_tok / r.requests)), "duration_s": float(r.duration_s),
                      "vllm": re.search(r"vLLM: v?([\d.]+)", r.engine_versions).group(1), "source": f"{r.file}: {r.serve_cmd}"})
