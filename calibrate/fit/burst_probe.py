@@ -116,12 +116,12 @@ def predict(run: ReleasedRun, host: dict | None = None, eta_scale: float = 1.0, 
     compute efficiencies (dense and MoE) x ``eta_scale`` on an H100 / H200, ``caps`` = (max_num_seqs,
     max_num_batched_tokens) replacing the run's batching on an H100 / H200, and with ``early_end`` a random-dataset
     run's requests ending early at its measured mean (:func:`calibrate.fit.released_predict.run_workload`)."""
-    import calibrate.fit.released_predict as rp
+    from calibrate.fit.released_predict import predict_released
 
     hot = run.gpu != "a100-80gb"
     if caps is not None and hot:
         run = replace(run, max_num_seqs=caps[0], max_num_batched_tokens=caps[1])
-    return rp.predict_released(run, host, early_end=early_end, eta_scale=eta_scale if hot else 1.0)
+    return predict_released(run, host, early_end=early_end, eta_scale=eta_scale if hot else 1.0)
 
 
 GROUPS = {

@@ -31,8 +31,8 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares, minimize_scalar
 
-from calibrate.gpu_priors.engine_data import ENGINE, SHARED
-from calibrate.fit.gpustack_import import ReleasedRun, released_runs
+from calibrate.gpu_priors.engine_data import SHARED
+from calibrate.fit.gpustack_import import GPUSTACK as RELEASED_TABLES, TABLE, ReleasedRun, released_runs
 from simulator.catalog import get_hardware, hardware_catalog
 from simulator.catalog.hardware import data_labels
 from simulator.catalog.quant_gemm import GemmKind, gemm_kind
@@ -40,7 +40,7 @@ from simulator.cost.roofline import soft_roofline
 from simulator.errors import InputError
 
 AIC = SHARED / "aiconfigurator-vllm-kernels"
-GPUSTACK = ENGINE / "gpustack-performance-lab" / "serving_benchmarks.csv"
+GPUSTACK = RELEASED_TABLES / TABLE
 ROOFLINE_P = 3.0
 MIN_WEIGHTS = 1e6  # n k below this: launch-bound GEMMs whose time says nothing about streaming or compute rates
 # AIConfigurator dtype -> (kind, bytes per weight element, peak)

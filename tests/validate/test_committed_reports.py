@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from simulator.paths import REPO, SHARED_DATA as SHARED
 from specsim_cli.main import main
 
-REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared" / "data"
 NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
 REL_TOL = 1e-3
 
