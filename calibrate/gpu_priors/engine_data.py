@@ -331,6 +331,14 @@ def campaign_provenance() -> dict:
 
 
 def data_commit(folder: Path) -> str:
-    """The source commit a shared data folder records (its ``SOURCE_COMMIT`` file), "?" where it has none."""
+    """The source commit a shared data folder records: its ``SOURCE_COMMIT`` file, else the first full (40-hex)
+    commit its README names after the word "commit"; "?" where it records none."""
+    import re
+
     f = folder / "SOURCE_COMMIT"
-    return f.read_text(encoding="utf-8").strip()[:40] if f.is_file() else "?"
+    if f.is_file():
+        return f.read_text(encoding="utf-8").strip()[:40]
+    readme = folder / "README.md"
+    text = readme.read_text(encoding="utf-8") if readme.is_file() else ""
+    m = re.search(r"\bcommit\s+`?([0-9a-f]{40})\b", text)
+    return m.group(1) if m else "?"

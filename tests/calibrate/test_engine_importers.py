@@ -335,3 +335,21 @@ def test_llm_inference_bench_real_data_facts(tmp_path):
     df, prov = import_llm_inference_bench(LIB)
     assert len(df) == int(d.consistent.sum()) and prov["rows_in_source"] == len(d)
     assert len(prov["source_commit"]) == 40 and prov["throughput_counts"] == THROUGHPUT_COUNTS
+
+
+def test_data_commit_reads_the_source_commit_file_then_the_readme(tmp_path):
+    """Provenance of a shared data folder: its SOURCE_COMMIT file wins; else the full commit its README names;
+    "?" (never an invented value) where neither records one."""
+    from calibrate.gpu_priors.engine_data import data_commit
+
+    a, b, c = (tmp_path / n for n in "abc")
+    for d in (a, b, c):
+        d.mkdir()
+    (a / "SOURCE_COMMIT").write_text("1" * 40 + "\n")
+    (a / "README.md").write_text("Source: x at commit " + "2" * 40 + "\n")
+    (b / "README.md").write_text("Source: owner/repo `docs/**.md` at commit " + "ab" * 20 + " (Apache-2.0)\n")
+    (c / "README.md").write_text("Source: fixtures at commits cac6246e and 528c4146\n")
+    assert data_commit(a) == "1" * 40
+    assert data_commit(b) == "ab" * 20
+    assert data_commit(c) == "?"
+    assert data_commit(tmp_path / "missing") == "?"
