@@ -75,6 +75,12 @@ class ReleasedRun:
     measured: dict  # out_tps, mean_ttft_ms, median_ttft_ms, mean_tpot_ms, median_tpot_ms, mean_itl_ms, median_itl_ms,
     # duration_s
     output_cap: int | None = None  # random dataset: the requests' max_tokens (:func:`output_caps`); None: unknown
+    serve_cmd: str = ""  # the server command above its block, as the doc gives it
+
+    @property
+    def server_options(self) -> list[str]:
+        """The serve command's arguments after the served model (``vllm serve <model> ...``)."""
+        return serve_args(self.serve_cmd)[3:]
 
     @property
     def key(self) -> str:
@@ -87,6 +93,11 @@ class ReleasedRun:
 
         flops = 2.0 * get_model(self.model).active_params * float(tokens)
         return flops / (self.tp * get_hardware(gpu or self.gpu).dense_bf16_flops_per_s)
+
+
+def serve_args(cmd: str) -> list[str]:
+    """A doc's server command split as a shell would (a JSON option, e.g. --speculative-config {...}, kept whole)."""
+    return shlex.split(cmd.replace("{", "'{").replace("}", "}'")) if "{" in cmd else shlex.split(cmd)
 
 
 def _option(args: list[str], *names: str) -> str | None:
@@ -150,7 +161,7 @@ def _parse(i: int, r, as_labelled: bool = False) -> ReleasedRun | str:
     cmd = str(r.serve_cmd) if isinstance(r.serve_cmd, str) else ""
     if not cmd.startswith("vllm serve"):
         return "not a vLLM server" if cmd else "no server command above the block"
-    args = shlex.split(cmd.replace("{", "'{").replace("}", "}'")) if "{" in cmd else shlex.split(cmd)
+    args = serve_args(cmd)
     served = args[2]
     low = served.lower()
     dtype = "bf16"
@@ -201,7 +212,7 @@ def _parse(i: int, r, as_labelled: bool = False) -> ReleasedRun | str:
         async_scheduling="--async-scheduling" in args, requests=n,
         input_tokens=max(1, round(float(r.in_tok) / n)), output_tokens=max(1, round(float(r.out_tok) / n)),
         concurrency=conc, dataset=dataset_of(r.block_comment, float(r.in_tok) / n, float(r.out_tok) / n),
-        measured=measured)
+        measured=measured, serve_cmd=cmd)
 
 
 def output_caps(df: pd.DataFrame) -> dict[tuple[int, int], int]:

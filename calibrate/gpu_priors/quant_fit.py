@@ -48,9 +48,7 @@ AIC_KINDS = {"fp8": ("w8a8-fp8", 1.0, "fp8"), "fp8_block": ("w8a8-fp8-block", 1.
              "nvfp4": ("w4a4-fp4", 0.5 + 1.0 / 16, "fp4")}
 # The held-out check's "before": how the cost model priced each dtype before the kinds (its peak, the kind's bytes)
 BEFORE_PEAK = {"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "bf16"}
-# GPUStack burst rows: suffix of the served checkpoint -> (weight dtype, kind on an A100)
-A100_SERVE = {"": "bf16", "-FP8": "fp8", "-AWQ": "int4"}
-BURST_MODELS = {"Qwen/Qwen3-14B": "qwen3-14b", "Qwen/Qwen3-32B": "qwen3-32b"}
+BURST_MODELS = ("qwen3-14b", "qwen3-32b")  # the models with bf16, FP8 and AWQ bursts on one A100
 
 
 
@@ -162,38 +160,33 @@ def kernel_heldout(tables: pd.DataFrame, ratios: pd.DataFrame) -> pd.DataFrame:
 
 
 # ---- engine level: weight-only bursts on an A100 ---------------------------------------------------------
-def load_bursts(path: Path = GPUSTACK) -> pd.DataFrame:
-    """GPUStack's plain ``vllm serve <Qwen3 14B/32B>[-FP8|-AWQ]`` bursts on one A100 (no other server option but
-    --max-model-len): model, weight dtype, requests, mean input / output tokens, duration."""
-    d = pd.read_csv(path)
-    need = ("file", "serve_cmd", "max_concurrency", "requests", "in_tok", "out_tok", "duration_s", "engine_versions")
-    miss = [c for c in need if c not in d]
-    if miss:
-        raise InputError(str(path), ", ".join(miss), "GPUStack serving_benchmarks.csv columns")
-    rows = []
-    pat = re.compile(r"^vllm serve (Qwen/Qwen3-(?:14|32)B)(-FP8|-AWQ)?(?: --max-model-len \d+)?$")
-    for r in d.itertuples():
-        hit = pat.match(str(r.serve_cmd).strip())
-        if not hit or "__a100" not in r.file or pd.notna(r.max_concurrency) or r.requests != 1000:
-            continue
-        if r.requests == 1000 and int(r.in_tok) > 500 * 1000:  # the long-prompt cases of "Other Benchmark Cases"
-            continue
-        rows.append({"row": int(r.Index), "model": BURST_MODELS[hit.group(1)],
-                     "weight_dtype": A100_SERVE[hit.group(2) or ""],
-                     "requests": int(r.requests), "input_tokens": int(round(r.in_tok / r.requests)),
-                     "output_tokens": int(round(r.out_tok / r.requests)), "duration_s": float(r.duration_s),
-                     "vllm": re.search(r"vLLM: v?([\d.]+)", r.engine_versions).group(1), "source": f"{r.file}: {r.serve_cmd}"})
+def plain_a100_burst(run: ReleasedRun) -> bool:
+    """GPUStack's plain ``vllm serve <Qwen3 14B/32B>[-FP8|-AWQ]`` ShareGPT burst of 1000 requests on one A100: no
+    server option but ``--max-model-len`` (vLLM's defaults decide the rest)."""
+    opts = run.server_options
+    plain = all(a == "--max-model-len" or (a.isdigit() and i and opts[i - 1] == "--max-model-len")
+                for i, a in enumerate(opts))
+    return (run.gpu == "a100-80gb" and run.model in BURST_MODELS and run.concurrency is None and run.requests == 1000
+            and run.dataset == "sharegpt" and plain)
+
+
+def load_bursts(folder: Path = RELEASED_TABLES) -> pd.DataFrame:
+    """The plain A100 bursts (:func:`plain_a100_burst`) among the released-table runs
+    (:func:`calibrate.fit.gpustack_import.released_runs`, the one reader of the table), the first per (model, weight
+    dtype): table row, model, weight dtype, requests, mean input / output tokens, measured duration."""
+    runs, _ = released_runs(folder)
+    rows = [{"row": r.row, "model": r.model, "weight_dtype": r.weight_dtype, "requests": r.requests,
+             "input_tokens": r.input_tokens, "output_tokens": r.output_tokens, "duration_s": r.measured["duration_s"],
+             "vllm": r.version, "source": f"{r.doc}: {r.serve_cmd}"} for r in runs if plain_a100_burst(r)]
+    if not rows:
+        raise InputError(str(Path(folder) / TABLE), "serve_cmd", "no plain vllm serve Qwen3-14B/32B burst on an A100")
     return pd.DataFrame(rows).drop_duplicates(["model", "weight_dtype"]).reset_index(drop=True)
 
 
-def burst_runs(bursts: pd.DataFrame) -> dict[int, ReleasedRun]:
-    """{table row: the released-table run} of ``bursts`` (:func:`calibrate.fit.gpustack_import.released_runs`: the
-    server's limits and the dataset as the released validation takes them)."""
-    runs, _ = released_runs(GPUSTACK.parent)
-    by_row = {r.row: r for r in runs}
-    missing = [s for s, i in zip(bursts["source"], bursts["row"]) if i not in by_row]
-    if missing:
-        raise InputError(str(GPUSTACK), "serve_cmd", f"bursts the released-table importer skips: {missing}")
+def burst_runs(bursts: pd.DataFrame, folder: Path = RELEASED_TABLES) -> dict[int, ReleasedRun]:
+    """{table row: the released-table run} of ``bursts`` (the server's limits and the dataset as the released
+    validation takes them)."""
+    by_row = {r.row: r for r in released_runs(folder)[0]}
     return {int(i): by_row[int(i)] for i in bursts["row"]}
 
 
