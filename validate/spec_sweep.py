@@ -15,20 +15,43 @@ from pathlib import Path
 
 import pandas as pd
 
-from calibrate.gpu_priors.spec_sweep import (ARMS, HELD_OUT_ENGINE, REF_VERSION, fit_eta_comp, load, predict,
-                                             sweep_host_terms)
+from calibrate.gpu_priors.spec_sweep import (ARMS, HELD_OUT_ENGINE, REF_VERSION, arm_capacity, fit_eta_comp, load,
+                                             predict, sweep_host_terms)
 from simulator.catalog import get_hardware
 from simulator.catalog.engine_hosts import ServingEngine
 from simulator.cost.cost_profile import prior_profile
 
-QUEUED = {("dspark", 128)}  # the engine ran fewer sequences than streams (TTFT jumps): out of the growth/speedup
+QUEUE_JUMP = 5.0  # a row queued: its median TTFT this many times the next lower concurrency's (streams waited)
 GROWTH_AT = 64
 SPEEDUP_AT = (1, 16, 64, 128)
 
 
+def queued(d: pd.DataFrame) -> set:
+    """(arm, concurrency) rows that queued: the engine ran fewer sequences than streams, the TTFT jumps (QUEUE_JUMP)."""
+    out = set()
+    for arm, g in d.sort_values("concurrency").groupby("arm"):
+        t = g["ttft_ms"].to_numpy()
+        out |= {(arm, int(c)) for c, a, b in zip(g["concurrency"].iloc[1:], t[:-1], t[1:]) if b > QUEUE_JUMP * a}
+    return out
+
+
+def capacity_table(d: pd.DataFrame) -> pd.DataFrame:
+    """Per arm at its largest concurrency: the sequences the B200's memory plan holds (mean lengths of that row) and
+    whether the streams queue, predicted (fewer held than streams) and measured (:func:`queued`)."""
+    q, rows = queued(d), []
+    for arm, g in d.groupby("arm"):
+        r = g.loc[g["concurrency"].idxmax()]
+        held = arm_capacity(arm, r["prompt"], r["output"])
+        rows.append({"arm": arm, "drafts verified": ARMS[arm].k, "states per sequence": 1 + ARMS[arm].k,
+                     "streams": int(r["concurrency"]), "sequences held": held,
+                     "queues (predicted)": held < r["concurrency"], "queued (measured)": (arm, int(r["concurrency"])) in q})
+    return pd.DataFrame(rows)
+
+
 def shape_table(d: pd.DataFrame, col: str) -> pd.DataFrame:
-    """Per arm: ITL growth from 1 to GROWTH_AT streams; per speculative arm: speedup over the baseline at SPEEDUP_AT."""
-    rows = []
+    """Per arm: ITL growth from 1 to GROWTH_AT streams; per speculative arm: speedup over the baseline at SPEEDUP_AT
+    (not where the streams queued: the speedup of a full engine is not the one asked)."""
+    rows, q = [], queued(d)
     base = d[d["arm"] == "baseline"].set_index("concurrency")
     for arm, g in d.groupby("arm"):
         g = g.set_index("concurrency")
@@ -37,7 +60,7 @@ def shape_table(d: pd.DataFrame, col: str) -> pd.DataFrame:
         if arm == "baseline":
             continue
         for c in SPEEDUP_AT:
-            if (arm, c) in QUEUED or c not in g.index:
+            if (arm, c) in q or c not in g.index:
                 continue
             rows.append({"arm": arm, "what": f"speedup at {c}", "measured": base.at[c, "itl_ms"] / g.at[c, "itl_ms"],
                          "predicted": base.at[c, col] / g.at[c, col]})
@@ -60,7 +83,8 @@ def run(report: Path | None = None) -> dict:
             "async_overlap": engine_version(ServingEngine(version=REF_VERSION)).async_overlap.value}
     eta, se = fit_eta_comp(mtp, host)
     d["mtp_fitted_ms"] = predict(d, eta, host=host)
-    out = {"data": d, "eta_comp_mtp": (eta, se), "slope": slope, "heldout": shape_table(d, "heldout_ms"),
+    out = {"data": d, "eta_comp_mtp": (eta, se), "slope": slope, "capacity": capacity_table(d),
+           "heldout": shape_table(d, "heldout_ms"),
            "catalog": shape_table(d, "catalog_ms"), "mtp_fitted": shape_table(d, "mtp_fitted_ms")}
     if report is not None:
         write_report(Path(report), out)
@@ -78,8 +102,12 @@ def write_report(folder: Path, out: dict) -> None:
     L = ["# Speculation under load on a B200 (vLLM 0.30 closed loop): predicted vs measured", "",
          "Command: `specsim validate spec-sweep --out reports/b200-speculation` "
          "(module docstring: assumptions). Each arm's own measured acceptance length per concurrency is the input.", "",
-         f"Arms: " + "; ".join(f"{k}: {a.note}" for k, a in ARMS.items()) + ". DSpark at 128 streams queued "
-         "(median TTFT 3.4 s) and is left out at 128.", "",
+         "Arms: " + "; ".join(f"{k}: {a.note}" for k, a in ARMS.items()) + ". Target: the catalog's qwen3.8-27b "
+         "(48 Gated DeltaNet layers, an fp32 state per sequence; 16 full-attention layers). A row whose median TTFT "
+         f"jumps {QUEUE_JUMP:g}x over the next lower concurrency queued; it is predicted at the sequences the memory "
+         "plan holds and left out of the speedups.", "",
+         "## Sequences the B200 holds per arm (vLLM's memory plan; each speculating sequence keeps 1 + k states)", "",
+         out["capacity"].to_markdown(index=False), "",
          f"B200 eta_comp: catalog {prior_profile(hw).params(hw).compute_efficiency:.3f} "
          f"({prior_profile(hw).compute_efficiency.source}); fitted on the MTP arm (with the baseline arm's slope): "
          f"{eta:.3f} ± {se:.3f}.", "",

@@ -341,18 +341,18 @@ def summarize(h: pd.DataFrame) -> pd.DataFrame:
 
 
 # ---- a GPU no fit saw: the B200 closed-loop sweep ----------------------------------------------------------
-B200_PROXY_LAYERS = 53  # "Qwen3.8-27B": a 27B dense Qwen; proxy = Qwen3-32B's layer shape cut to 53 layers (27.4B)
+B200_MODEL = "qwen3.8-27b"  # the sweep's Qwen/Qwen3.8-27B: a dense hybrid (48 Gated DeltaNet + 16 full-attention layers)
 
 
 def b200_baseline_check(values: dict, path: Path | None = None) -> pd.DataFrame:
     """The speculators B200 sweep without speculation (vLLM 0.30): measured median ITL at each concurrency vs the
     step model's decode step of that many sequences at the sweep's mean context (prompt + half the mean output),
     on the catalog's B200 (datasheet; eta_mem from its GEMM table) with the fitted engine terms of today's vLLM
-    (t_step, t_layer from the H100 V1 rows) and the per-sequence cost. The model's architecture is not published in
-    the folder: a proxy of the same size (``B200_PROXY_LAYERS``) -- so the absolute is indicative, the growth with
-    concurrency is the check. Prefill interruptions of the closed loop are not in the prediction."""
+    (t_step, t_layer from the H100 V1 rows) and the per-sequence cost. The model (``B200_MODEL``: the folder names
+    it, its shape is the catalog's) keeps a fixed linear-attention state per sequence, read and written every step:
+    the growth with concurrency is the check. Prefill interruptions of the closed loop are not in the prediction."""
     f = pd.read_csv(path or ENGINE / "speculators-b200-concurrency" / "baseline_math_reasoning.csv")
-    m = get_model("qwen3-32b").cut(B200_PROXY_LAYERS, name="qwen-27b-proxy")
+    m = get_model(B200_MODEL)
     p = params_for(values, "b200", "v1")
     p = replace(p, mem_efficiency=stream_frozen({"x": Obs("x", pd.DataFrame({"gpu": ["b200"]}), None)}).get(
         "b200.mem_efficiency", p.mem_efficiency), seq_overhead_s=values.get("lib.seq_overhead_s", PRIORS["seq_overhead_s"]),

@@ -206,8 +206,9 @@ def _b200_lines(out: Path, fr: EngineFit) -> list[str]:
         return []
     write_atomic(out / "b200_check.csv", b2.to_csv(index=False))
     lines = ["", "## A GPU no fit saw: B200, closed-loop decode without speculation (speculators sweep, vLLM 0.30)", "",
-             "Median ITL measured vs the step model's decode step at that many sequences (27B proxy architecture: "
-             "the absolute is indicative, the growth with concurrency is the check; `b200_baseline_check`).", "",
+             "Median ITL measured vs the step model's decode step at that many sequences (the catalog's qwen3.8-27b: "
+             "48 Gated DeltaNet layers keep an fp32 state per sequence; the growth with concurrency is the check; "
+             "`b200_baseline_check`).", "",
              "| concurrency | measured ITL ms | predicted step ms | growth measured | growth predicted | growth error |",
              "|---|---|---|---|---|---|"]
     for r in b2.itertuples():

@@ -10,7 +10,8 @@ and the arm's *own* measured acceptance length AL (tokens per iteration, bonus i
 with, for c running sequences at the sweep's mean context (prompt + half the output), verify = one pass of c (k+1)
 tokens (k+1 logit rows each) and the closed loop's prefills spread over the iterations (c x prompt / iterations per
 request extra tokens per pass). The model and the drafters are not published with the data, so stated assumptions
-stand in for them (``ARMS``): the target is a 27.4B proxy of Qwen3-32B's layer shape (as in the baseline check);
+stand in for them (``ARMS``): the target is the catalog's ``qwen3.8-27b`` (``engine_fit.B200_MODEL``: Qwen3.5-27B's
+hybrid shape, its fixed linear-attention state per sequence in fp32);
 MTP drafts k = 3 tokens, one pass of a one-layer module per token (vLLM's MTP; k not in the data); DSpark drafts its
 k = 7 tokens in one pass of a one-layer drafter over k positions (a block drafter: the batch-1 ITL fits this and
 not k serial passes). DSpark at 128 streams queues (its median TTFT jumps from 64 streams: the engine ran fewer
@@ -35,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from calibrate.gpu_priors.engine_data import ENGINE
-from calibrate.gpu_priors.engine_fit import B200_PROXY_LAYERS
+from calibrate.gpu_priors.engine_fit import B200_MODEL
 from simulator.catalog import get_hardware, get_model
 from simulator.cost.cost_model import Deployment
 from simulator.catalog.engine_hosts import ServingEngine
@@ -82,8 +83,21 @@ def deployments(eta_comp: float | None = None, engine: ServingEngine = SWEEP_ENG
     p = prior_profile(hw, serving_engine=engine, host=host).params(hw)
     if eta_comp is not None:
         p = replace(p, compute_efficiency=eta_comp)
-    tgt = Deployment(get_model("qwen3-32b").cut(B200_PROXY_LAYERS, name="qwen-27b-proxy"), hw, 1, p)
+    tgt = Deployment(get_model(B200_MODEL), hw, 1, p)
     return tgt, draft_deployment(tgt, "head", p)
+
+
+def arm_capacity(arm: str, prompt: float, output: float, eta_comp: float | None = None,
+                 engine: ServingEngine = SWEEP_ENGINE, host: dict | None = None) -> int:
+    """Sequences of ``prompt`` + ``output`` tokens the B200 holds at once for ``arm`` (vLLM's memory plan at its
+    default gpu_memory_utilization 0.9: weights, activation peak and graphs off the top; each running sequence its
+    full-attention KV and 1 + k linear-attention states, k the drafts it verifies per step)."""
+    from simulator.engines.serving.kv_cache import kv_layout
+
+    tgt, head = deployments(eta_comp, engine, host)
+    k = ARMS[arm].k
+    cap, reserve = kv_layout(0.9, [tgt, head] if k else [tgt], spec_tokens=k)
+    return int(cap // (reserve + prompt + output + k))
 
 
 def _pass(dep: Deployment, seqs: float, n: float, ctx: float, extra: float = 0.0, rows: float | None = None) -> float:
@@ -99,7 +113,9 @@ def predict(d: pd.DataFrame, eta_comp: float | None = None, engine: ServingEngin
     out = np.empty(len(d))
     for i, r in enumerate(d.itertuples()):
         arm = ARMS[r.arm]
-        c, ctx = r.concurrency, r.prompt + r.output / 2
+        # the engine runs at most the sequences its memory holds (the other streams queue)
+        c = min(r.concurrency, arm_capacity(r.arm, r.prompt, r.output, eta_comp, engine, host))
+        ctx = r.prompt + r.output / 2
         extra = c * r.prompt / (r.output / r.al)  # the closed loop's prefills, spread over a request's iterations
         if arm.k == 0:
             t = _pass(tgt, c, 1, ctx, extra)
@@ -130,8 +146,8 @@ def sweep_host_terms(d: pd.DataFrame | None = None) -> dict:
     per-sequence slope: t_seq by least squares on the arm's log ITL with the async overlap o of :data:`REF_VERSION`,
     i.e. the ITL growth beyond the GPU model, (1 - o) t_seq per sequence while the GPU paces the step (t_seq once the
     host does: :func:`simulator.cost.roofline.step_time`) -- reported, not adopted: the B200's
-    efficiencies are transferred (no engine-level fit saw it) and the served model is a proxy, so the GPU's own batch
-    growth (sampling over the vocabulary, attention kernels) is not told apart from the host's. The serial front-end
+    efficiencies are transferred (no engine-level fit saw it), so the GPU's own batch growth (sampling over the
+    vocabulary, the linear-attention kernels) is not told apart from the host's. The serial front-end
     share is not measured by a closed loop of <= 128 streams. {term: value, ...}"""
     from scipy.optimize import least_squares
 

@@ -50,6 +50,7 @@ ARCHITECTURE_CLASSES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2"
 NESTED_TEXT = ("gemma3", "qwen3_next", "llama4", "qwen3", "qwen3_moe")  # Qwen3-VL: Qwen3's decoder under text_config
 # An unknown model_type is read as llama when it has these fields and none of the ones below (MoE, latent or linear
 # attention, sliding windows: shapes llama does not describe)
+SSM_DTYPES = ("auto", "float32", "bfloat16", "float16")  # mamba_ssm_dtype values (LayerKinds.ssm_state_dtype)
 LLAMA_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
 NOT_LLAMA_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "kv_lora_rank", "layer_types",
                     "linear_num_value_heads", "sliding_window", "text_config")
@@ -104,6 +105,8 @@ class _Fields:
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise InputError(self.file, self.prefix + name, f"expected a non-negative integer (got {v!r})")
             return v
+        if isinstance(kind, tuple) and v not in kind:  # one of these values
+            raise InputError(self.file, self.prefix + name, f"expected one of {', '.join(kind)} (got {v!r})")
         return v
 
 
@@ -284,6 +287,7 @@ def _arch_fields(f: _Fields, file: str, arch: str, layers: int) -> dict:
                    linear_key_head_dim=f.req("linear_key_head_dim"),
                    linear_value_head_dim=f.req("linear_value_head_dim"),
                    linear_conv_kernel=f.opt("linear_conv_kernel_dim", 4), mtp_layers=f.opt("mtp_num_hidden_layers", 1),
+                   ssm_state_dtype=f.opt("mamba_ssm_dtype", "auto", kind=SSM_DTYPES),
                    full_attention_every=_periodic(f, layers, ("linear_attention", "full_attention"),
                                                   "full_attention_interval"))
         if out["full_attention_every"] is None:
@@ -315,7 +319,7 @@ CONFIG_NAMES = {"layers": ("num_hidden_layers",), "hidden": ("hidden_size",), "h
                                          "no_rope_layers", "no_rope_layer_interval"),
                 "mtp_layers": ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules"),
                 "linear_key_heads": ("linear_num_key_heads",), "linear_value_heads": ("linear_num_value_heads",),
-                "linear_conv_kernel": ("linear_conv_kernel_dim",)}
+                "linear_conv_kernel": ("linear_conv_kernel_dim",), "ssm_state_dtype": ("mamba_ssm_dtype",)}
 
 
 def config_field(raw: dict, spec_field: str) -> str:

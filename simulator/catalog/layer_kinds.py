@@ -12,8 +12,10 @@ read the shape fields ModelSpec declares (``layers``, ``hidden``, ``full_attenti
   position p reads p mod C + 1 keys, C/2 on average over a long sequence), exact on the KV held.
 - **Linear attention** (Gated DeltaNet: Qwen3-Next, Qwen3.5): ``linear_value_heads`` > 0 -- every layer but the
   ``full_attention_every``-th is a linear-attention layer. It keeps a fixed-size state per sequence (no KV growth):
-  the recurrent state (value heads x key dim x value dim) and the causal-convolution window ((kernel - 1) x conv
-  channels), in the KV dtype (vLLM's mamba cache dtype ``auto``). Weights (vLLM ``Qwen3NextGatedDeltaNet``): the
+  the recurrent state (value heads x key dim x value dim) in ``ssm_state_dtype`` (the config's ``mamba_ssm_dtype``,
+  which vLLM takes as its ``mamba_ssm_cache_dtype`` for Qwen3.5: float32; ``auto``: the model's activation dtype) and
+  the causal-convolution window ((kernel - 1) x conv channels) in the activation dtype (vLLM's ``mamba_cache_dtype``
+  ``auto``; neither follows an FP8 KV cache). Weights (vLLM ``Qwen3NextGatedDeltaNet``): the
   q/k/v/z input projection H x (2 Kd + 2 Vd), the beta/alpha projection H x 2 Hv, the depthwise conv (2 Kd + Vd) x
   kernel, A_log and dt_bias (Hv each), the gated norm (value dim) and the output projection Vd x H, with Kd = key
   heads x key dim and Vd = value heads x value dim. Per token beyond those projections: the delta-rule recurrence,
@@ -34,10 +36,12 @@ import numpy as np
 from pydantic import BaseModel
 
 # Fields a draft head built from a target drops (a dense full-attention layer; a local window it keeps): their defaults
-PLAIN_LAYER = {"moe_every": 1, "linear_key_heads": 0, "linear_value_heads": 0,
+PLAIN_LAYER = {"moe_every": 1, "linear_key_heads": 0, "linear_value_heads": 0, "ssm_state_dtype": "auto",
                "linear_key_head_dim": None, "linear_value_head_dim": None, "index_topk": None, "index_heads": None,
                "index_head_dim": None}
 INDEX_SCALE_BYTES = 4.0 / 128.0  # the indexer key cache's fp32 scale per 128 values
+ACTIVATION_BYTES = 2.0  # the activation (model) dtype vLLM serves in: bf16 / fp16, whatever the weights' quantisation
+STATE_DTYPE_BYTES = {"auto": ACTIVATION_BYTES, "float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
 
 
 def skewed_experts_hit(experts: int, k: int, tokens, skew: float = 0.0):
@@ -70,6 +74,7 @@ class LayerKinds(BaseModel):
     linear_key_head_dim: int | None = None
     linear_value_head_dim: int | None = None
     linear_conv_kernel: int = 4
+    ssm_state_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     index_topk: int | None = None
     index_heads: int | None = None
     index_head_dim: int | None = None
@@ -127,15 +132,16 @@ class LayerKinds(BaseModel):
         return 6.0 * self.linear_value_heads * self.linear_key_head_dim * self.linear_value_head_dim \
             + 2.0 * conv * self.linear_conv_kernel
 
-    def linear_state_bytes(self, tp: int = 1, kv_bytes_per_element: float | None = None) -> float:
-        """Bytes of one sequence's linear-attention state on one GPU (all linear layers; heads split over TP)."""
+    def linear_state_bytes(self, tp: int = 1) -> float:
+        """Bytes of one sequence's linear-attention state on one GPU (all linear layers; heads split over TP): the
+        recurrent state in ``ssm_state_dtype``, the convolution window in the activation dtype (module docstring)."""
         if not self.is_linear_hybrid:
             return 0.0
-        b = self.kv_bytes_per_element if kv_bytes_per_element is None else kv_bytes_per_element
         share = -(-self.linear_value_heads // tp) / self.linear_value_heads
         state = self.linear_value_heads * self.linear_key_head_dim * self.linear_value_head_dim
         conv = (self.linear_conv_kernel - 1) * self._linear_dims[2]
-        return self.linear_layers * (state + conv) * share * b
+        ssm_b = STATE_DTYPE_BYTES[self.ssm_state_dtype]
+        return self.linear_layers * (state * ssm_b + conv * ACTIVATION_BYTES) * share
 
     # ---- sparse attention (DeepSeek-V3.2's indexer) -------------------------------------------
     @property

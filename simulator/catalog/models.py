@@ -336,19 +336,23 @@ class ModelSpec(LayerKinds):
             return self.layers
         return self.layers - self.layers // self.full_attention_every
 
-    def kv_bytes(self, tokens, tp: int = 1, seqs=1.0, kv_bytes_per_element: float | None = None):
+    def kv_bytes(self, tokens, tp: int = 1, seqs=1.0, kv_bytes_per_element: float | None = None, rows=None):
         """KV bytes per GPU a pass over ``tokens`` cached tokens of ``seqs`` sequences reads: full-attention layers
         every token, sliding (chunked) layers at most ``sliding_window`` per sequence (min(tokens, seqs x window): exact
         when the sequences are equally long, an upper bound otherwise); sparse attention at most ``index_topk`` latent
-        entries per sequence plus every indexer key; linear-attention layers their state, read and written once per
-        sequence. Broadcasts over arrays."""
+        entries per sequence plus every indexer key; linear-attention layers their state, read once per sequence and
+        written once per scored position (``rows``, the pass's logit rows, at least one per sequence: a verification
+        of k drafts keeps the state after each of its k + 1 positions, vLLM's rollback slots; None: one).
+        Broadcasts over arrays."""
         t = np.asarray(tokens, dtype=float)
         per_token = self.kv_bytes_per_token(tp, kv_bytes_per_element)
         if self.index_topk is not None:
             latent = per_token - self.indexer_bytes_per_token
             return latent * self.sparse_cap(t, seqs) + self.indexer_bytes_per_token * t
         if self.is_linear_hybrid:
-            return t * per_token + 2.0 * np.asarray(seqs, dtype=float) * self.linear_state_bytes(tp, kv_bytes_per_element)
+            S = np.asarray(seqs, dtype=float)
+            writes = S if rows is None else np.maximum(np.asarray(rows, dtype=float), S)
+            return t * per_token + (S + writes) * self.linear_state_bytes(tp)
         if self.sliding_window is None:
             return t * per_token
         s = self.sliding_layers

@@ -340,7 +340,7 @@ class Deployment:
         if m.is_moe:
             t_w = t_w + m.moe_layers * hit * m.expert_bytes / self.expert_shards / (c.expert_mem_efficiency * bw)
         t_w = t_w * (1.0 + c.multi_token_penalty * (n >= 2))
-        t_kv = m.kv_bytes(kv_tokens, self.tp, S) / (c.kv_efficiency * bw)
+        t_kv = m.kv_bytes(kv_tokens, self.tp, S, rows=logit_rows) / (c.kv_efficiency * bw)
         routed = m.moe_layers * m.experts_per_token * m.expert_params
         lin = 2.0 * (m.matmul_params_per_token - routed) * n / self.tp
         other = (2.0 * m.embedding_params * np.asarray(logit_rows, dtype=float) + m.attention_flops(attn_pairs, n, S, self.tp)) / self.tp

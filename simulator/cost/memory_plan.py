@@ -226,15 +226,18 @@ def non_torch_bytes(tp: int) -> float:
 
 def memory_plan(deployments: list[Deployment], utilization: float, max_num_batched_tokens: int,
                 max_num_seqs: int, block_size: int = DEFAULT_BLOCK_SIZE,
-                vllm_version: str | None = None, blocks_override: int | None = None) -> MemoryPlan:
+                vllm_version: str | None = None, blocks_override: int | None = None,
+                spec_tokens: int = 0) -> MemoryPlan:
     """The memory plan of one engine holding ``deployments`` (the first is the engine's model; a separate draft
     model shares the engine: its weights and KV per token add up, its profile pass runs after the target's, so
-    the activation peak is the larger of the two) at ``utilization`` of each GPU."""
+    the activation peak is the larger of the two) at ``utilization`` of each GPU. ``spec_tokens``: the drafts each
+    speculating sequence verifies per step; a linear-attention state is then held 1 + spec_tokens times per
+    sequence (vLLM's ``num_speculative_blocks``: the state after each verified position, for rollback)."""
     hw = deployments[0].hardware
     T = int(max_num_batched_tokens)
     R = min(int(max_num_seqs), T)
     full, sliding, every = 0.0, 0.0, 0.0
-    for d in deployments:
+    for i, d in enumerate(deployments):
         per, m = d.kv_bytes_per_token_per_gpu, d.model
         every += per
         s = m.sliding_layers
@@ -242,7 +245,7 @@ def memory_plan(deployments: list[Deployment], utilization: float, max_num_batch
         if s:
             sliding += per * s / m.layers * m.sliding_window
         if per > 0.0:  # linear-attention layers: a fixed state per sequence (Qwen3-Next, Qwen3.5), no per-token KV
-            sliding += m.linear_state_bytes(d.tp) / d.pp  # its stage's layers
+            sliding += m.linear_state_bytes(d.tp) / d.pp * (1 + (spec_tokens if i == 0 else 0))  # its stage's layers
     if full <= 0.0:  # every layer slides: count every layer per token, no reservation
         sliding = 0.0
     gpu = hw.interconnect != "none"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-ACTIVATION_BYTES = 2.0  # bf16 activations
+from simulator.catalog.layer_kinds import ACTIVATION_BYTES  # bf16 activations (one definition, re-exported)
 
 
 def moe_token_time(passes, hidden, bandwidth_bytes_per_s):

@@ -17,7 +17,8 @@ CONFIGS = ROOT / "tests" / "data" / "hf_configs"
 NAMES = sorted(p.parent.name for p in CONFIGS.glob("*/config.json") if p.parent.name != "bad")
 SHAPE = ("arch", "layers", "hidden", "heads", "kv_heads", "head_dim", "vocab", "tie_embeddings", "qkv_bias", "experts",
          "experts_per_token", "expert_intermediate", "shared_experts", "first_k_dense_layers", "router_bias",
-         "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "mtp_layers")
+         "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "mtp_layers",
+         "linear_value_heads", "full_attention_every", "ssm_state_dtype")
 
 
 def cli(args, capsys):
@@ -176,3 +177,14 @@ def test_experts_not_divisible_by_ep_is_one_line_exit_2(tmp_path, capsys):
 def test_unknown_catalog_name_mentions_config_paths():
     with pytest.raises(InputError, match="or a path to a config.json"):
         get_model("gpt-17")
+
+
+def test_ssm_state_dtype_from_the_config_and_a_bad_one_is_one_line(tmp_path):
+    """Qwen3.5's recurrent state dtype is read from text_config.mamba_ssm_dtype (vLLM adopts it); a value vLLM
+    does not know is one error naming the field."""
+    assert load_hf_config(CONFIGS / "qwen3.5-27b" / "config.json").ssm_state_dtype == "float32"
+    raw = json.loads((CONFIGS / "qwen3.5-9b" / "config.json").read_text())
+    raw["text_config"]["mamba_ssm_dtype"] = "float64"
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(InputError, match=r"text_config\.mamba_ssm_dtype: expected one of auto, float32"):
+        load_hf_config(tmp_path / "config.json")

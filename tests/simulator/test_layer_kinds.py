@@ -65,8 +65,12 @@ def test_hybrid_kv_counts_full_attention_layers_only():
     m = get_model("qwen3.5-9b")
     assert (m.linear_layers, m.kv_layers) == (24, 8)
     assert m.kv_bytes_per_token() == 2 * 8 * 4 * 256 * 2  # K and V, 8 full layers, 4 KV heads of 256, bf16
-    # the state per sequence: 24 layers x (32 heads x 128 x 128 recurrent + 3 x 8192 conv channels) bf16
-    assert m.linear_state_bytes() == 24 * (32 * 128 * 128 + 3 * (2 * 16 * 128 + 32 * 128)) * 2
+    # the state per sequence: 24 layers x (32 heads x 128 x 128 recurrent state in fp32, the config's
+    # mamba_ssm_dtype + 3 x 8192 conv channels in bf16); an FP8 KV cache leaves both as they are
+    assert m.ssm_state_dtype == "float32"
+    assert m.linear_state_bytes() == 24 * (32 * 128 * 128 * 4 + 3 * (2 * 16 * 128 + 32 * 128) * 2)
+    assert m.with_dtypes("bf16", "fp8").linear_state_bytes() == m.linear_state_bytes()
+    assert get_model("qwen3-next-80b-a3b").ssm_state_dtype == "auto"  # no mamba_ssm_dtype: the model dtype
     # reads: every cached token of the full layers + each sequence's state, read and written once
     assert m.kv_bytes(10_000, seqs=3) == pytest.approx(10_000 * m.kv_bytes_per_token() + 6 * m.linear_state_bytes())
     # the engine's plan counts full-attention tokens and reserves each running sequence's state
@@ -209,3 +213,33 @@ def test_qwen3_vl_reads_its_text_decoder():
         m = load_hf_config(CONFIGS / "variants" / "qwen3-vl-30b-a3b.json")
     assert (m.arch, m.name, m.layers, m.experts, m.experts_per_token, m.expert_intermediate) == (
         "qwen3_moe", "qwen3-30b-a3b", 48, 128, 8, 768)
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(seqs=st.integers(1, 256), drafts=st.integers(0, 8), tokens=st.integers(0, 200_000))
+def test_linear_state_traffic_reads_once_and_writes_per_scored_position(seqs, drafts, tokens):
+    """A pass reads each sequence's linear-attention state once and writes it once per scored position: a
+    verification of k drafts (k + 1 logit rows per sequence) writes it k + 1 times; fewer rows than sequences (a
+    prefill chunk scores none) still write each state once. Full-attention KV is the same whatever the rows."""
+    m = get_model("qwen3.8-27b")
+    state = m.linear_state_bytes()
+    kv = tokens * m.kv_bytes_per_token()
+    rows = seqs * (drafts + 1)
+    assert m.kv_bytes(tokens, seqs=seqs, rows=rows) == pytest.approx(kv + (seqs + rows) * state)
+    assert m.kv_bytes(tokens, seqs=seqs) == pytest.approx(kv + 2 * seqs * state)
+    assert m.kv_bytes(tokens, seqs=seqs, rows=0) == m.kv_bytes(tokens, seqs=seqs)
+    assert m.kv_bytes(tokens, seqs=seqs, rows=rows + seqs) > m.kv_bytes(tokens, seqs=seqs, rows=rows)
+
+
+def test_a_speculating_sequence_holds_one_state_per_verified_position():
+    """vLLM keeps the state after each verified position (rollback): the memory plan reserves 1 + k states per
+    running sequence of a hybrid target, so fewer sequences fit; a plain target's reservation does not move."""
+    h = get_hardware("b200")
+    p = prior_profile(h).params(h)
+    hybrid = Deployment(get_model("qwen3.8-27b"), h, 1, p)
+    plans = [memory_plan([hybrid], 0.9, 8192, SEQS, spec_tokens=k) for k in (0, 3, 7)]
+    state = hybrid.model.linear_state_bytes()
+    assert [q.sliding_bytes_per_seq for q in plans] == pytest.approx([state, 4 * state, 8 * state])
+    dense = Deployment(get_model("qwen3-8b"), h, 1, p)
+    assert memory_plan([dense], 0.9, 8192, SEQS, spec_tokens=7).sliding_bytes_per_seq == \
+        memory_plan([dense], 0.9, 8192, SEQS).sliding_bytes_per_seq == 0.0

@@ -18,7 +18,8 @@ counts full-attention tokens only, and each running sequence reserves its window
 full-attention token equivalents (``seq_reserve_tokens``; exact once a sequence is longer than the window, an upper
 bound before). A model whose layers all slide keeps the per-token count of every layer (no reservation). Linear-
 attention layers (Qwen3-Next, Qwen3.5) keep a fixed state per sequence and no per-token KV: the same reservation
-holds their states (vLLM's hybrid allocator gives each running sequence its state pages).
+holds their states (vLLM's hybrid allocator gives each running sequence its state pages; a speculating one 1 + k
+of them, k the drafts it verifies per step).
 """
 
 from __future__ import annotations
@@ -41,23 +42,25 @@ def engine_utilizations(spec, small: float, base: float) -> tuple[float, float]:
 
 
 def engine_plan(utilization: float, deployments: list[Deployment], execution: Execution | None = None,
-                max_model_len: int | None = None, vllm_version: str | None = None) -> MemoryPlan:
+                max_model_len: int | None = None, vllm_version: str | None = None, spec_tokens: int = 0) -> MemoryPlan:
     """The memory plan of one serving engine holding ``deployments`` (its model, then a draft living in it); the
-    scheduler limits ``execution`` leaves unset are vLLM's defaults on its device (``Execution.for_device``)."""
+    scheduler limits ``execution`` leaves unset are vLLM's defaults on its device (``Execution.for_device``);
+    ``spec_tokens``: drafts verified per step (:func:`simulator.cost.memory_plan.memory_plan`)."""
     d = deployments[0]
     ex = (execution or Execution()).for_device(d.hardware, world_size=d.tp * d.pp)
     tokens = ex.max_num_batched_tokens or max(int(max_model_len or 0), UNCHUNKED_MIN_BATCHED_TOKENS)
     return memory_plan(deployments, utilization, tokens, ex.max_num_seqs, ex.block_size, vllm_version,
-                       ex.num_gpu_blocks_override)
+                       ex.num_gpu_blocks_override, spec_tokens)
 
 
 def kv_layout(utilization: float, deployments: list[Deployment], execution: Execution | None = None,
-              vllm_version: str | None = None) -> tuple[int, int]:
+              vllm_version: str | None = None, spec_tokens: int = 0) -> tuple[int, int]:
     """(capacity in tokens, KV tokens each running sequence reserves) of an engine holding ``deployments``; with
-    data-parallel attention the dp ranks' caches together (a sequence lives on one rank)."""
+    data-parallel attention the dp ranks' caches together (a sequence lives on one rank); ``spec_tokens``: drafts
+    verified per step (a linear-attention state per verified position)."""
     if utilization <= 0.0:  # the engine does not run (engine_utilizations)
         return 0, 0
-    p = engine_plan(utilization, deployments, execution, vllm_version=vllm_version)
+    p = engine_plan(utilization, deployments, execution, vllm_version=vllm_version, spec_tokens=spec_tokens)
     return p.usable_tokens * deployments[0].dp, p.running_seq_reserve_tokens
 
 
