@@ -44,7 +44,8 @@ def capacity_table(d: pd.DataFrame) -> pd.DataFrame:
         held = arm_capacity(arm, r["prompt"], r["output"])
         rows.append({"arm": arm, "drafts verified": ARMS[arm].k, "states per sequence": 1 + ARMS[arm].k,
                      "streams": int(r["concurrency"]), "sequences held": held,
-                     "queues (predicted)": held < r["concurrency"], "queued (measured)": (arm, int(r["concurrency"])) in q})
+                     "queues (predicted)": held < r["concurrency"],
+                     "queued (measured)": (arm, int(r["concurrency"])) in q})
     return pd.DataFrame(rows)
 
 

@@ -341,7 +341,8 @@ def summarize(h: pd.DataFrame) -> pd.DataFrame:
 
 
 # ---- a GPU no fit saw: the B200 closed-loop sweep ----------------------------------------------------------
-B200_MODEL = "qwen3.8-27b"  # the sweep's Qwen/Qwen3.8-27B: a dense hybrid (48 Gated DeltaNet + 16 full-attention layers)
+# the sweep's Qwen/Qwen3.8-27B: a dense hybrid (48 Gated DeltaNet + 16 full-attention layers)
+B200_MODEL = "qwen3.8-27b"
 
 
 def b200_baseline_check(values: dict, path: Path | None = None) -> pd.DataFrame:

@@ -81,7 +81,7 @@ class Replica:
         u_small, u_base = engine_utilizations(cfg.spec, *memory_fraction)
         small_cap, small_res = kv_layout(u_small, [deps["small"]], small_ex) if u_small > 0 else (0, 0)
         base_cap, base_res = kv_layout(u_base, base_models, base_ex,
-                                       spec_tokens=deps["draft"].drafting.verify_tokens(cfg.gamma) - 1 if spec else 0)
+                                       spec_tokens=deps["draft"].drafting.verify_tokens(cfg.gamma or 0) - 1 if spec else 0)
         dp = deps["base"].dp  # data-parallel attention: dp ranks, each with vLLM's max_num_seqs and token budget
         budget = base_ex.max_num_batched_tokens
         self.engines = [
