@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from calibrate.gpu_priors.spec_sweep import (ARMS, HELD_OUT_ENGINE, REF_VERSION, arm_capacity, fit_eta_comp, load,
-                                             predict, sweep_host_terms)
+from calibrate.gpu_priors.spec_sweep import (ARMS, HELD_OUT_ENGINE, REF_VERSION, arm_capacity, deployments,
+                                             fit_eta_comp, load, predict, sweep_host_terms)
 from simulator.catalog import get_hardware
 from simulator.catalog.engine_hosts import ServingEngine
 from simulator.cost.cost_profile import prior_profile
@@ -38,10 +38,10 @@ def queued(d: pd.DataFrame) -> set:
 def capacity_table(d: pd.DataFrame) -> pd.DataFrame:
     """Per arm at its largest concurrency: the sequences the B200's memory plan holds (mean lengths of that row) and
     whether the streams queue, predicted (fewer held than streams) and measured (:func:`queued`)."""
-    q, rows = queued(d), []
+    q, rows, deps = queued(d), [], deployments()
     for arm, g in d.groupby("arm"):
         r = g.loc[g["concurrency"].idxmax()]
-        held = arm_capacity(arm, r["prompt"], r["output"])
+        held = arm_capacity(arm, r["prompt"], r["output"], deps)
         rows.append({"arm": arm, "drafts verified": ARMS[arm].k, "states per sequence": 1 + ARMS[arm].k,
                      "streams": int(r["concurrency"]), "sequences held": held,
                      "queues (predicted)": held < r["concurrency"],

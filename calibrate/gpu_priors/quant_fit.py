@@ -173,21 +173,20 @@ def plain_a100_burst(run: ReleasedRun) -> bool:
 def load_bursts(folder: Path = RELEASED_TABLES) -> pd.DataFrame:
     """The plain A100 bursts (:func:`plain_a100_burst`) among the released-table runs
     (:func:`calibrate.fit.gpustack_import.released_runs`, the one reader of the table), the first per (model, weight
-    dtype): table row, model, weight dtype, requests, mean input / output tokens, measured duration."""
+    dtype): table row, model, weight dtype, requests, mean input / output tokens, measured duration, and the run
+    itself (``run``: the server's limits and the dataset as the released validation takes them)."""
     runs, _ = released_runs(folder)
     rows = [{"row": r.row, "model": r.model, "weight_dtype": r.weight_dtype, "requests": r.requests,
              "input_tokens": r.input_tokens, "output_tokens": r.output_tokens, "duration_s": r.measured["duration_s"],
-             "vllm": r.version, "source": f"{r.doc}: {r.serve_cmd}"} for r in runs if plain_a100_burst(r)]
+             "vllm": r.version, "source": f"{r.doc}: {r.serve_cmd}", "run": r} for r in runs if plain_a100_burst(r)]
     if not rows:
         raise InputError(str(Path(folder) / TABLE), "serve_cmd", "no plain vllm serve Qwen3-14B/32B burst on an A100")
     return pd.DataFrame(rows).drop_duplicates(["model", "weight_dtype"]).reset_index(drop=True)
 
 
-def burst_runs(bursts: pd.DataFrame, folder: Path = RELEASED_TABLES) -> dict[int, ReleasedRun]:
-    """{table row: the released-table run} of ``bursts`` (the server's limits and the dataset as the released
-    validation takes them)."""
-    by_row = {r.row: r for r in released_runs(folder)[0]}
-    return {int(i): by_row[int(i)] for i in bursts["row"]}
+def burst_runs(bursts: pd.DataFrame) -> dict[int, ReleasedRun]:
+    """{table row: the released-table run} of ``bursts`` (:func:`load_bursts`)."""
+    return {int(i): r for i, r in zip(bursts["row"], bursts["run"])}
 
 
 def burst_duration(run: ReleasedRun, kind: GemmKind | None = None) -> float:

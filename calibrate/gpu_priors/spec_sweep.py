@@ -87,14 +87,14 @@ def deployments(eta_comp: float | None = None, engine: ServingEngine = SWEEP_ENG
     return tgt, draft_deployment(tgt, "head", p)
 
 
-def arm_capacity(arm: str, prompt: float, output: float, eta_comp: float | None = None,
-                 engine: ServingEngine = SWEEP_ENGINE, host: dict | None = None) -> int:
+def arm_capacity(arm: str, prompt: float, output: float, deps: tuple[Deployment, Deployment] | None = None) -> int:
     """Sequences of ``prompt`` + ``output`` tokens the B200 holds at once for ``arm`` (vLLM's memory plan at its
     default gpu_memory_utilization 0.9: weights, activation peak and graphs off the top; each running sequence its
-    full-attention KV and 1 + k linear-attention states, k the drafts it verifies per step)."""
+    full-attention KV and 1 + k linear-attention states, k the drafts it verifies per step); ``deps``: the (target,
+    draft) of :func:`deployments` (default: the catalog's)."""
     from simulator.engines.serving.kv_cache import kv_layout
 
-    tgt, head = deployments(eta_comp, engine, host)
+    tgt, head = deps or deployments()
     k = ARMS[arm].k
     cap, reserve = kv_layout(0.9, [tgt, head] if k else [tgt], spec_tokens=k)
     return int(cap // (reserve + prompt + output + k))
@@ -114,7 +114,7 @@ def predict(d: pd.DataFrame, eta_comp: float | None = None, engine: ServingEngin
     for i, r in enumerate(d.itertuples()):
         arm = ARMS[r.arm]
         # the engine runs at most the sequences its memory holds (the other streams queue)
-        c = min(r.concurrency, arm_capacity(r.arm, r.prompt, r.output, eta_comp, engine, host))
+        c = min(r.concurrency, arm_capacity(r.arm, r.prompt, r.output, (tgt, head)))
         ctx = r.prompt + r.output / 2
         extra = c * r.prompt / (r.output / r.al)  # the closed loop's prefills, spread over a request's iterations
         if arm.k == 0:

@@ -26,6 +26,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from simulator.catalog.models import (PARAM_TOLERANCE, WEIGHT_DTYPE_BYTES, ModelSpec, model_catalog)
+from simulator.catalog.layer_kinds import STATE_DTYPE_BYTES
 from simulator.errors import InputError, pydantic_error_to_input_error
 
 # model_type -> catalog arch; the architectures[0] class names that stand for them
@@ -50,7 +51,7 @@ ARCHITECTURE_CLASSES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2"
 NESTED_TEXT = ("gemma3", "qwen3_next", "llama4", "qwen3", "qwen3_moe")  # Qwen3-VL: Qwen3's decoder under text_config
 # An unknown model_type is read as llama when it has these fields and none of the ones below (MoE, latent or linear
 # attention, sliding windows: shapes llama does not describe)
-SSM_DTYPES = ("auto", "float32", "bfloat16", "float16")  # mamba_ssm_dtype values (LayerKinds.ssm_state_dtype)
+SSM_DTYPES = tuple(STATE_DTYPE_BYTES)  # the mamba_ssm_dtype values a config may give (LayerKinds.ssm_state_dtype)
 LLAMA_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
 NOT_LLAMA_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "kv_lora_rank", "layer_types",
                     "linear_num_value_heads", "sliding_window", "text_config")

@@ -64,6 +64,11 @@ def kv_layout(utilization: float, deployments: list[Deployment], execution: Exec
     return p.usable_tokens * deployments[0].dp, p.running_seq_reserve_tokens
 
 
+def verified_drafts(drafting, gamma: int | None) -> int:
+    """Drafts a speculating sequence verifies per step (besides the token it commits); 0 without speculation."""
+    return drafting.verify_tokens(gamma) - 1 if gamma else 0
+
+
 def speculative_slots(drafting, gamma: int | None) -> int:
     """KV slots (tokens) a running speculating sequence holds beyond its accepted tokens: each step vLLM allocates
     room for the tokens it verifies (the drafts, besides the one it commits) and, for a drafter that writes KV
@@ -72,7 +77,7 @@ def speculative_slots(drafting, gamma: int | None) -> int:
     back), so every running sequence holds them. ``gamma``: the engine's largest (a gamma policy's gamma_max)."""
     if not gamma:
         return 0
-    return drafting.verify_tokens(gamma) - 1 + (0 if drafting.free else gamma)
+    return verified_drafts(drafting, gamma) + (0 if drafting.free else gamma)
 
 
 def kv_capacity_tokens(utilization: float, deployments: list[Deployment], execution: Execution | None = None) -> int:

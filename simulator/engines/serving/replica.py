@@ -32,7 +32,7 @@ from simulator.engines.gamma_choice import gamma_policy
 from simulator.engines.serving.arrivals import ArrivalProcess
 from simulator.engines.serving.clients import start_clients
 from simulator.engines.serving.engine import Engine
-from simulator.engines.serving.kv_cache import engine_utilizations, kv_layout, speculative_slots
+from simulator.engines.serving.kv_cache import engine_utilizations, kv_layout, speculative_slots, verified_drafts
 from simulator.engines.request_model import RequestPlan, RequestSampler
 from simulator.inputs.systems import SystemConfig
 from simulator.inputs.workload import WorkloadProfile
@@ -81,7 +81,7 @@ class Replica:
         u_small, u_base = engine_utilizations(cfg.spec, *memory_fraction)
         small_cap, small_res = kv_layout(u_small, [deps["small"]], small_ex) if u_small > 0 else (0, 0)
         base_cap, base_res = kv_layout(u_base, base_models, base_ex,
-                                       spec_tokens=deps["draft"].drafting.verify_tokens(cfg.gamma or 0) - 1 if spec else 0)
+                                       spec_tokens=verified_drafts(deps["draft"].drafting, cfg.gamma) if spec else 0)
         dp = deps["base"].dp  # data-parallel attention: dp ranks, each with vLLM's max_num_seqs and token budget
         budget = base_ex.max_num_batched_tokens
         self.engines = [
