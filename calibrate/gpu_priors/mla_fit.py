@@ -3,8 +3,11 @@
 What the step model charges one decode layer's attention without this term (``Deployment._moe_breakdown``; dense
 per-layer cost, docs/gpu-cost-model.md)::
 
-    charge = softmax_p(W_attn / TP / rm / (eta_mem BW) + KV / (eta_kv BW),  attention FLOPs / TP / (eta_comp F))
+    charge = W_attn / TP / rm / (eta_mem BW) + softmax_p(KV / (eta_kv BW),  attention FLOPs / TP / (eta_comp F))
              + t_layer + 2 t_q
+
+(the projections' weights and the attention kernel each on its own roofline, ``roofline.gpu_split``; the
+projections' FLOPs at decode batches are not counted)
 
 W_attn: one layer's attention weights (``ModelSpec.attention_params_per_layer``: q_a, q_b, kv_a, kv_b, o) in the
 weight dtype, rm / t_q the GEMM kind's streaming ratio and fixed cost per quantised GEMM (2 per attention: the
@@ -80,7 +83,7 @@ def charge(f: pd.DataFrame) -> np.ndarray:
     catalog's parameters of the row's GPU: the cost model's own terms (``Deployment``, ``ModelSpec``)."""
     from simulator.catalog import get_hardware, get_model
     from simulator.cost.cost_model import Deployment
-    from simulator.cost.roofline import soft_roofline
+    from simulator.cost.roofline import gpu_split
     from simulator.cost.cost_profile import prior_profile
 
     out = np.empty(len(f))
@@ -101,7 +104,7 @@ def charge(f: pd.DataFrame) -> np.ndarray:
         tokens = r.batch * (r.context + 1.0)
         t_kv = m.kv_bytes(tokens, tp, r.batch) / m.layers / (c.kv_efficiency * hw.memory_bandwidth_bytes_per_s)
         t_c = m.attention_flops(tokens, r.batch, r.batch) / m.layers / tp / (hw.dense_bf16_flops_per_s * c.compute_efficiency)
-        out[i] = float(soft_roofline(t_w + t_kv, t_c, c.roofline_p)) + fixed
+        out[i] = float(gpu_split(t_w, t_kv, 0.0, t_c, c.roofline_p)[0]) + fixed
     return out
 
 

@@ -3,11 +3,11 @@
 For a batch of sequences i with n_i new tokens on c_i cached context tokens (l_i logit
 rows: 1 for generation, gamma+1 for verification), per GPU:
 
-    bytes  = W/TP + sum_i (c_i + n_i) * kv_bytes_per_token/TP           (weights + KV reads)
-    flops  = [2 P_layers sum_i n_i + 2 V H sum_i l_i
-              + 4 L (heads*head_dim) sum_i n_i (c_i + (n_i + 1)/2)] / TP   (matmuls + LM head + attention)
-    T_mem  = W/TP / (eta_mem BW) (1 + j [N >= 2]) + KV bytes / (eta_kv BW)
-    T_gpu  = softmax_p(T_mem, flops / (eta_comp F))                     (roofline, p-norm of the two roofs)
+    T_w    = W/TP / (eta_mem BW) (1 + j [N >= 2])                      (weights streamed)
+    T_kv   = sum_i (c_i + n_i) * kv_bytes_per_token/TP / (eta_kv BW)    (KV reads)
+    T_gemm = [2 P_layers sum_i n_i + 2 V H sum_i l_i] / TP / (eta_comp F)   (matmuls + LM head)
+    T_attn = 4 L (heads*head_dim) sum_i n_i (c_i + (n_i + 1)/2) / TP / (eta_comp F)   (attention)
+    T_gpu  = softmax_p(T_w, T_gemm) + softmax_p(T_kv, T_attn)          (each kernel kind on its own roofline)
     T_ar   = 2 L [t_ar + 2 (TP-1)/TP * (sum_i n_i) H b / B_link]          (Megatron: 2 all-reduces per layer)
     T_pass = T_gpu + T_ar + L t_layer + t_step + (TP-1) t_tp + t_seq S   (host: per step, per extra TP worker, per sequence)
 
@@ -17,7 +17,9 @@ BW / F: datasheet bandwidth and peak dense BF16 FLOP/s, B_link / t_ar: link band
 
 softmax_p(a, b) = (a^p + b^p)^(1/p): p = inf is the hard roofline max(a, b) (profiles fitted without engine-level
 data, e.g. the CPU ones); engine-level GPU fits give a finite p: a GEMM near its ridge neither streams at full bandwidth
-nor computes at full rate, so the step grows smoothly with its token count (docs/gpu-cost-model.md). j is the jump
+nor computes at full rate, so the step grows smoothly with its token count (docs/gpu-cost-model.md). GEMMs and
+attention are separate kernels run one after the other, so each has its own roofline (``roofline.gpu_split``).
+j is the jump
 from a one-token GEMV to the multi-token GEMM kernels (N = tokens in the pass); eta_kv the KV cache's (default eta_mem).
 
 The calibrated parameters are few, physical and named (:class:`~simulator.cost.cost_profile.CostParams`, stored with
@@ -37,7 +39,7 @@ from simulator.catalog.models import skewed_experts_hit
 from simulator.catalog.moe_layout import stored_expert_factor
 from simulator.catalog.quant_gemm import GemmKind, gemm_kind, peak_flops
 from simulator.cost.cost_profile import CostParams
-from simulator.cost.roofline import ACTIVATION_BYTES, gpu_split, moe_token_time, step_time
+from simulator.cost.roofline import ACTIVATION_BYTES, moe_token_time, gpu_split, step_time
 
 # GEMMs per decoder layer outside the routed experts as vLLM runs them (q/k/v fused, gate/up fused): qkv, o, gate_up,
 # down; a MoE layer: qkv, o (+ gate_up, down of its shared experts)
@@ -243,8 +245,8 @@ class Deployment:
     def pass_breakdown(self, new_tokens, kv_tokens, attn_pairs, logit_rows, seqs=1.0) -> dict:
         """The terms of T_pass (seconds, broadcast over the aggregates); ``total`` is their sum.
 
-        ``weights`` + ``kv`` + ``compute`` split the GPU time softmax_p(T_mem, T_comp) in proportion to
-        each roof's p-th power (weights and KV share T_mem by their own times); ``allreduce``,
+        ``weights`` + ``kv`` + ``compute`` split the GPU time softmax_p(T_w, T_gemm) + softmax_p(T_kv, T_attn) in
+        proportion to each roof's p-th power (``roofline.gpu_split``); ``allreduce``,
         ``step`` (t_step), ``layers`` (L t_layer), ``sequences`` (S t_seq) and ``sendrecv`` (pipeline stages, 0 at
         pp = 1) are added as they are.
         A mixture of experts, latent attention, sliding windows or expert parallelism: :meth:`_moe_breakdown`;
@@ -259,11 +261,12 @@ class Deployment:
         t_w = t_w * (1.0 + c.multi_token_penalty * (n >= 2))
         t_kv = np.asarray(kv_tokens, dtype=float) * self.kv_bytes_per_token_per_gpu / (c.kv_efficiency * h.memory_bandwidth_bytes_per_s)
         lin = 2.0 * m.matmul_params_per_token * n / self.tp
-        other = (2.0 * m.embedding_params * np.asarray(logit_rows, dtype=float)
-                 + 4.0 * m.layers * m.heads * m.head_dim * np.asarray(attn_pairs, dtype=float)) / self.tp
+        other = 2.0 * m.embedding_params * np.asarray(logit_rows, dtype=float) / self.tp
+        attn = 4.0 * m.layers * m.heads * m.head_dim * np.asarray(attn_pairs, dtype=float) / self.tp
         # the weight matmuls at their own (FP8) rate where the GPU has one, the rest at bf16
         t_comp = (lin / self.matmul_flops_per_s + other / h.dense_bf16_flops_per_s) / c.compute_efficiency
-        gpu, mem, kv_share = gpu_split(t_w, t_kv, t_comp, c.roofline_p)
+        t_attn = attn / h.dense_bf16_flops_per_s / c.compute_efficiency
+        gpu, mem, kv_share = gpu_split(t_w, t_kv, t_comp, t_attn, c.roofline_p)
         out = {
             "weights": mem * (1.0 - kv_share),
             "kv": mem * kv_share,
@@ -282,10 +285,11 @@ class Deployment:
 
             W(N)   = W_other/TP + L_moe E_hit(N) W_expert/TP,   E_hit(N) = E [1 - (1 - k/E)^N]   (uniform routing;
                      routing_skew s > 0: skewed_experts_hit)
-            T_mem  = [W_other/TP / (eta_mem BW) + L_moe E_hit W_expert/TP / (eta_moe BW)] (1 + j [N >= 2])
-                     + KV(kv_tokens, S) / (eta_kv BW)                         (MLA latent; sliding layers <= window)
-            T_comp = (2 P_other N / F_w + (2 V H L_log + attention FLOPs) / F) / (TP eta_comp)
+            T_w    = [W_other/TP / (eta_mem BW) + L_moe E_hit W_expert/TP / (eta_moe BW)] (1 + j [N >= 2])
+            T_kv   = KV(kv_tokens, S) / (eta_kv BW)                           (MLA latent; sliding layers <= window)
+            T_comp = (2 P_other N / F_w + 2 V H L_log / F) / (TP eta_comp)
                      + 2 L_moe k P_expert N / (TP F_e eta_moe_comp)
+            T_attn = attention FLOPs / (TP F eta_comp)
             layers = L (t_layer + [MLA] t_mla) + L_moe (t_moe + [ep > 1] t_ep + E_hit / ep t_expert + N k pi H b / BW)
                      (MLA module's and MoE kernels' fixed costs; pi: passes of the routed pairs' alignment and
                      permutation over a token's hidden state, b = 2 bytes each)
@@ -298,7 +302,8 @@ class Deployment:
         tokens of all ranks: E_hit(N_all) experts of its E/ep, 2 L_moe k P_expert N_all / (ep F_e eta_moe_comp); the
         all-to-all moves a rank's tokens, the attention all-reduce is within its tp GPUs (none at tp = 1).
 
-        The soft roofline and its split into weights / KV / compute are the dense path's. A dense model with latent
+        The soft rooflines (T_w against T_comp, T_kv against T_attn) and their split into weights / KV / compute
+        are the dense path's. A dense model with latent
         attention or sliding windows goes through the same lines with no MoE terms."""
         m, c = self.model, self.cost
         n_all = np.asarray(new_tokens, dtype=float)
@@ -312,7 +317,7 @@ class Deployment:
         hit = m.experts_hit(n_all) if not c.routing_skew else skewed_experts_hit(m.experts, m.experts_per_token, n_all,
                                                                                  c.routing_skew)
         gpu, mem, kv_share = gpu_split(*self._moe_roofline_terms(n_all, n, S, hit, kv_tokens, attn_pairs, logit_rows),
-                                       c.roofline_p)
+                                        c.roofline_p)
         moe_fixed = (c.moe_layer_overhead_s + (self.ep > 1) * c.moe_ep_overhead_s + hit / self.ep * c.expert_overhead_s
                      + n * m.experts_per_token
                      * moe_token_time(c.moe_token_passes, m.hidden, self.hardware.memory_bandwidth_bytes_per_s))
@@ -332,7 +337,7 @@ class Deployment:
         return out
 
     def _moe_roofline_terms(self, n_all, n, S, hit, kv_tokens, attn_pairs, logit_rows) -> tuple:
-        """(T_mem of the weights, T_mem of the KV cache, T_comp) of :meth:`_moe_breakdown`: ``n`` / ``S`` a rank's
+        """(T_w, T_kv, T_comp of the GEMMs, T_attn) of :meth:`_moe_breakdown`: ``n`` / ``S`` a rank's
         tokens and sequences, ``n_all`` the batch's (the routed experts'), ``hit`` the experts hit."""
         m, h, c = self.model, self.hardware, self.cost
         bw = h.memory_bandwidth_bytes_per_s
@@ -343,11 +348,13 @@ class Deployment:
         t_kv = m.kv_bytes(kv_tokens, self.tp, S, rows=logit_rows) / (c.kv_efficiency * bw)
         routed = m.moe_layers * m.experts_per_token * m.expert_params
         lin = 2.0 * (m.matmul_params_per_token - routed) * n / self.tp
-        other = (2.0 * m.embedding_params * np.asarray(logit_rows, dtype=float) + m.attention_flops(attn_pairs, n, S, self.tp)) / self.tp
+        other = 2.0 * m.embedding_params * np.asarray(logit_rows, dtype=float) / self.tp
+        t_attn = m.attention_flops(attn_pairs, n, S, self.tp) / self.tp / h.dense_bf16_flops_per_s \
+            / c.compute_efficiency
         t_comp = (lin / self.matmul_flops_per_s + other / h.dense_bf16_flops_per_s) / c.compute_efficiency
         if m.is_moe:
             t_comp = t_comp + 2.0 * routed * n_all / self.expert_shards / (self.expert_flops_per_s * c.expert_compute_efficiency)
-        return t_w, t_kv, t_comp
+        return t_w, t_kv, t_comp, t_attn
 
     def _pipeline_breakdown(self, new_tokens, kv_tokens, attn_pairs, logit_rows, seqs=1.0) -> dict:
         """:meth:`pass_breakdown` with the layers split over pp stages (vLLM's pipeline parallelism: pp virtual

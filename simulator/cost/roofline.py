@@ -40,17 +40,26 @@ def step_time(gpu_side, host, overlap: float):
     return np.maximum(gpu_side, overlap * host) + (1.0 - overlap) * host
 
 
-def gpu_split(t_w, t_kv, t_comp, p: float):
-    """(GPU time, its memory part, the KV share of that part) of a pass: the soft roofline of T_mem = t_w + t_kv and
-    t_comp, split between the roofs in proportion to their p-th powers (p = inf: all to the larger roof). The one
-    place ``pass_breakdown`` (dense and MoE/MLA paths) splits a pass into weights / KV / compute."""
-    t_mem = t_w + t_kv
-    gpu = soft_roofline(t_mem, t_comp, p)
+def memory_share(t_mem, t_comp, p: float):
+    """The share of a soft roofline's time given to its memory roof: in proportion to the roofs' p-th powers (p = inf:
+    all to the larger roof; 1 where both are 0)."""
+    t_mem, t_comp = np.asarray(t_mem, dtype=float), np.asarray(t_comp, dtype=float)
     if np.isfinite(p):
         wm, wc = t_mem**p, t_comp**p
     else:
         wm, wc = (t_mem >= t_comp).astype(float), (t_mem < t_comp).astype(float)
     tot = wm + wc
-    share_m = np.divide(wm, tot, out=np.ones_like(np.asarray(tot, dtype=float)), where=tot > 0)
-    kv_share = np.divide(t_kv, t_mem, out=np.zeros_like(np.asarray(t_mem, dtype=float)), where=t_mem > 0)
-    return gpu, gpu * share_m, kv_share
+    return np.divide(wm, tot, out=np.ones_like(tot), where=tot > 0)
+
+
+def gpu_split(t_w, t_kv, t_gemm, t_attn, p: float):
+    """(GPU time, its memory part, the KV share of that part) of a pass whose kernels are of two kinds, each on its
+    own soft roofline, summed: the GEMMs (weights streamed ``t_w`` against their FLOPs ``t_gemm``) and attention (the
+    KV cache and linear-attention state ``t_kv`` against the attention FLOPs ``t_attn``). They are separate kernels,
+    run one after the other, so one kind's memory time does not hide under the other's compute (a large decode batch:
+    compute-bound GEMMs, memory-bound attention). The one place ``pass_breakdown`` (dense and MoE/MLA paths) and the
+    MLA fit split a pass into weights / KV / compute."""
+    g_w, g_kv = soft_roofline(t_w, t_gemm, p), soft_roofline(t_kv, t_attn, p)
+    m_w, m_kv = g_w * memory_share(t_w, t_gemm, p), g_kv * memory_share(t_kv, t_attn, p)
+    mem = m_w + m_kv
+    return g_w + g_kv, mem, np.divide(m_kv, mem, out=np.zeros_like(mem), where=mem > 0)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from simulator.catalog import get_hardware, get_model
 from simulator.cost.cost_model import Deployment
-from simulator.cost.roofline import soft_roofline
+from simulator.cost.roofline import gpu_split, soft_roofline
 from simulator.cost.cost_profile import prior_profile
 from simulator.engines.serving.pass_cost import PassCost
 from tests.conftest import examples
@@ -44,6 +44,21 @@ def test_soft_roofline_lies_between_max_and_sum(a, b, p):
     t = float(soft_roofline(a, b, p))
     assert max(a, b) * (1 - 1e-12) <= t <= (a + b) * (1 + 1e-12) + 1e-300
     assert float(soft_roofline(a, b, float("inf"))) == max(a, b)
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(t=st.lists(st.floats(0, 1.0), min_size=4, max_size=4), p=st.one_of(st.floats(1.0, 80.0), st.just(float("inf"))))
+def test_kernel_kinds_on_their_own_rooflines_never_hide_one_under_the_other(t, p):
+    """GEMMs (weights vs their FLOPs) and attention (KV vs its FLOPs) are separate kernels: the pass is at least one
+    roofline over the summed roofs (Minkowski), at most every roof summed; with no attention it is the GEMMs' roofline;
+    its memory part lies within it and the KV share in [0, 1]."""
+    w, kv, gemm, attn = t
+    gpu, mem, share = (float(x) for x in gpu_split(w, kv, gemm, attn, p))
+    assert float(soft_roofline(w + kv, gemm + attn, p)) * (1 - 1e-12) <= gpu <= (w + kv + gemm + attn) * (1 + 1e-12)
+    assert 0.0 <= mem <= gpu * (1 + 1e-12) and 0.0 <= share <= 1.0
+    assert float(gpu_split(w, 0.0, gemm, 0.0, p)[0]) == float(soft_roofline(w, gemm, p))
+    if kv > 0 and attn == 0:  # memory-bound attention adds its whole KV time
+        assert gpu == pytest.approx(float(soft_roofline(w, gemm, p)) + kv, rel=1e-12)
 
 
 @settings(max_examples=examples(40), deadline=None)

@@ -3,7 +3,7 @@
 ``Deployment.pass_time(N, KV, A, L)`` (see :mod:`simulator.cost.cost_model`) is affine in the
 batch aggregates inside each roofline branch:
 
-    G = softmax_p(m0 (1 + j [N >= 2]) + m1 KV, c_n N + c_l L + c_a A) + r1 N + og,   H = h0 + s S
+    G = softmax_p(m0 (1 + j [N >= 2]), c_n N + c_l L) + softmax_p(m1 KV, c_a A) + r1 N + og,   H = h0 + s S
     T = step_time(G, H, a)   (G + H without async scheduling; max(G, a H) + (1 - a) H with it)
 
 with m0 = (W/TP)/(eta_mem BW), m1 = kv_bytes/(eta_kv BW), c_n = 2 P_layers/(TP eta_comp F),
@@ -59,14 +59,16 @@ class PassCost:
         number of sequences (default: one per logit row, i.e. no verification in the pass)."""
         if self.dep is not None:
             return float(self.dep.pass_time(n, kv, attn, logits, logits if seqs is None else seqs))
-        mem = self.m0 * (1.0 + self.j * (n >= 2)) + self.m1 * kv
-        comp = self.c_n * n + self.c_l * logits + self.c_a * attn
-        if self.hard:
-            gpu = max(mem, comp)
-        else:
-            hi, lo = (mem, comp) if mem >= comp else (comp, mem)
-            gpu = hi * (1.0 + (lo / hi) ** self.p) ** (1.0 / self.p) if hi > 0 else 0.0
+        gpu = self._soft(self.m0 * (1.0 + self.j * (n >= 2)), self.c_n * n + self.c_l * logits) \
+            + self._soft(self.m1 * kv, self.c_a * attn)
         return step_time(gpu + self.r1 * n + self.og, self.h0 + self.s * (logits if seqs is None else seqs), self.a)
+
+    def _soft(self, mem: float, comp: float) -> float:
+        """Scalar soft roofline, as :func:`soft_roofline` computes it."""
+        hi, lo = (mem, comp) if mem >= comp else (comp, mem)
+        if self.hard:
+            return hi
+        return hi * (1.0 + (lo / hi) ** self.p) ** (1.0 / self.p) if hi > 0 else 0.0
 
     def times(self, n, kv, attn, logits, seqs=None) -> np.ndarray:
         """Vectorised :meth:`time` over arrays of aggregates."""
@@ -78,17 +80,14 @@ class PassCost:
             # as the general path below, without its conversions (mem > 0, so the roofline's guarded division is
             # a plain one); ``**`` as in soft_roofline (numpy's scalar-power shortcuts alike)
             n, logits = float(n), float(logits)
-            mem = self.m0 * (1.0 + self.j * (n >= 2)) + self.m1 * kv
-            comp = (self.c_n * n + self.c_l * logits) + self.c_a * attn
-            hi = np.maximum(mem, comp)
-            if not self.hard:
-                lo = np.minimum(mem, comp)
-                hi = hi * (1.0 + (lo / hi) ** self.p) ** (1.0 / self.p)
-            return step_time(hi + self.r1 * n + self.og, self.h0 + self.s * (logits if seqs is None else float(seqs)), self.a)
+            g_w = float(soft_roofline(self.m0 * (1.0 + self.j * (n >= 2)), self.c_n * n + self.c_l * logits, self.p))
+            return step_time(g_w + soft_roofline(self.m1 * kv, self.c_a * attn, self.p) + self.r1 * n + self.og,
+                             self.h0 + self.s * (logits if seqs is None else float(seqs)), self.a)
         n = np.asarray(n, dtype=float)
-        mem = self.m0 * (1.0 + self.j * (n >= 2)) + self.m1 * np.asarray(kv, dtype=float)
-        comp = self.c_n * n + self.c_l * np.asarray(logits, dtype=float) + self.c_a * np.asarray(attn, dtype=float)
-        return step_time(soft_roofline(mem, comp, self.p) + self.r1 * n + self.og,
+        gemms = self.c_n * n + self.c_l * np.asarray(logits, dtype=float)
+        gpu = soft_roofline(self.m0 * (1.0 + self.j * (n >= 2)), gemms, self.p) \
+            + soft_roofline(self.m1 * np.asarray(kv, dtype=float), self.c_a * np.asarray(attn, dtype=float), self.p)
+        return step_time(gpu + self.r1 * n + self.og,
                          self.h0 + self.s * (logits if seqs is None else np.asarray(seqs, dtype=float)), self.a)
 
     def batch(self, n: np.ndarray, c: np.ndarray, logits: np.ndarray | float | None = None) -> float:
@@ -123,26 +122,22 @@ def spec_iteration_times(draft: PassCost, target: PassCost, g: int, B: float, vt
         # (pass cost, tokens, KV offset, attention = aw ctx + attention offset) per row (a chain's draft rows: = KV)
         rows = [(draft, nw, B * (i + w), w, B * w * i + B * w * (w + 1) / 2.0) for i in range(g)] \
             + [(target, n, n, vt, B * vt * (vt + 1) / 2.0)]
-        # M0, M1, C0, CA, R1, OG, host H (B sequences in every pass), overlap A, KV offset, attention's context
-        # factor and offset
+        # GW (the GEMMs' roofline: constant per row, evaluated as PassCost.times evaluates it), M1, CA, R1, OG, host
+        # H (B sequences in every pass), overlap A, KV offset, attention's context factor and offset
         cols = tuple(np.array(c, dtype=float)[:, None] for c in zip(*[
-            (pc.m0 * (1.0 + pc.j * (nn >= 2)), pc.m1, pc.c_n * nn + pc.c_l * nn, pc.c_a, pc.r1 * nn, pc.og,
-             pc.h0 + pc.s * float(B), pc.a, off, aw, aoff) for pc, nn, off, aw, aoff in rows]))
+            (float(soft_roofline(pc.m0 * (1.0 + pc.j * (float(nn) >= 2)), pc.c_n * float(nn) + pc.c_l * float(nn),
+                                 pc.p)),
+             pc.m1, pc.c_a, pc.r1 * nn, pc.og, pc.h0 + pc.s * float(B), pc.a, off, aw, aoff)
+            for pc, nn, off, aw, aoff in rows]))
         target._fused[key] = cols
-    M0, M1, C0, CA, R1, OG, H, A, OFF, AW, AOFF = cols
+    GW, M1, CA, R1, OG, H, A, OFF, AW, AOFF = cols
     kv = ctx + OFF
     if w == 1:
         attn = kv.copy()
         attn[g] = vt * ctx + B * vt * (vt + 1) / 2.0
     else:
         attn = AW * ctx + AOFF
-    mem = M0 + M1 * kv
-    comp = C0 + CA * attn
-    hi = np.maximum(mem, comp)
-    if not target.hard:
-        lo = np.minimum(mem, comp)
-        hi = hi * (1.0 + (lo / hi) ** target.p) ** (1.0 / target.p)
-    gpu = hi + R1 + OG
+    gpu = GW + soft_roofline(M1 * kv, CA * attn, target.p) + R1 + OG
     res = step_time(gpu, H, A)  # row by row: each pass's own overlap (a draft pass: 0)
     t = res[0].copy()
     for r in range(1, g):
