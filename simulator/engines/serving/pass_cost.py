@@ -76,9 +76,9 @@ class PassCost:
             return np.asarray(self.dep.pass_time(n, kv, attn, logits, logits if seqs is None else seqs), dtype=float)
         if self.positive and type(kv) is np.ndarray and type(attn) is np.ndarray and type(n) in _SCALAR \
                 and type(logits) in _SCALAR and (seqs is None or type(seqs) in _SCALAR):
-            # the serving loop's case (scalar batch, arrays of contexts): the same operations, element by element,
-            # as the general path below, without its conversions (mem > 0, so the roofline's guarded division is
-            # a plain one); ``**`` as in soft_roofline (numpy's scalar-power shortcuts alike)
+            # the serving loop's case (scalar batch, arrays of contexts): the GEMMs' roofline once, as a scalar
+            # (the fused speculative rows evaluate it the same way, so both give the same floats), the attention's
+            # over the array
             n, logits = float(n), float(logits)
             g_w = float(soft_roofline(self.m0 * (1.0 + self.j * (n >= 2)), self.c_n * n + self.c_l * logits, self.p))
             return step_time(g_w + soft_roofline(self.m1 * kv, self.c_a * attn, self.p) + self.r1 * n + self.og,
