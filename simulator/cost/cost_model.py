@@ -39,7 +39,7 @@ from simulator.catalog.models import skewed_experts_hit
 from simulator.catalog.moe_layout import stored_expert_factor
 from simulator.catalog.quant_gemm import GemmKind, gemm_kind, peak_flops
 from simulator.cost.cost_profile import CostParams
-from simulator.cost.roofline import ACTIVATION_BYTES, moe_token_time, gpu_split, step_time
+from simulator.cost.roofline import ACTIVATION_BYTES, gpu_split, moe_token_time, step_time
 
 # GEMMs per decoder layer outside the routed experts as vLLM runs them (q/k/v fused, gate/up fused): qkv, o, gate_up,
 # down; a MoE layer: qkv, o (+ gate_up, down of its shared experts)

@@ -80,8 +80,7 @@ class PassCost:
             # (the fused speculative rows evaluate it the same way, so both give the same floats), the attention's
             # over the array
             n, logits = float(n), float(logits)
-            g_w = float(soft_roofline(self.m0 * (1.0 + self.j * (n >= 2)), self.c_n * n + self.c_l * logits, self.p))
-            return step_time(g_w + soft_roofline(self.m1 * kv, self.c_a * attn, self.p) + self.r1 * n + self.og,
+            return step_time(self.gemm_roofline(n, logits) + soft_roofline(self.m1 * kv, self.c_a * attn, self.p) + self.r1 * n + self.og,
                              self.h0 + self.s * (logits if seqs is None else float(seqs)), self.a)
         n = np.asarray(n, dtype=float)
         gemms = self.c_n * n + self.c_l * np.asarray(logits, dtype=float)
@@ -89,6 +88,11 @@ class PassCost:
             + soft_roofline(self.m1 * np.asarray(kv, dtype=float), self.c_a * np.asarray(attn, dtype=float), self.p)
         return step_time(gpu + self.r1 * n + self.og,
                          self.h0 + self.s * (logits if seqs is None else np.asarray(seqs, dtype=float)), self.a)
+
+    def gemm_roofline(self, n: float, logits: float) -> float:
+        """The GEMMs' soft roofline of a pass of ``n`` tokens and ``logits`` logit rows (scalars): the one evaluation
+        the array fast path of :meth:`times` and the fused speculative rows share, so both give the same floats."""
+        return float(soft_roofline(self.m0 * (1.0 + self.j * (n >= 2)), self.c_n * n + self.c_l * logits, self.p))
 
     def batch(self, n: np.ndarray, c: np.ndarray, logits: np.ndarray | float | None = None) -> float:
         """= ``Deployment.batch_forward_time(n, c, logits)`` (one pass over explicit per-sequence arrays)."""
@@ -125,9 +129,7 @@ def spec_iteration_times(draft: PassCost, target: PassCost, g: int, B: float, vt
         # GW (the GEMMs' roofline: constant per row, evaluated as PassCost.times evaluates it), M1, CA, R1, OG, host
         # H (B sequences in every pass), overlap A, KV offset, attention's context factor and offset
         cols = tuple(np.array(c, dtype=float)[:, None] for c in zip(*[
-            (float(soft_roofline(pc.m0 * (1.0 + pc.j * (float(nn) >= 2)), pc.c_n * float(nn) + pc.c_l * float(nn),
-                                 pc.p)),
-             pc.m1, pc.c_a, pc.r1 * nn, pc.og, pc.h0 + pc.s * float(B), pc.a, off, aw, aoff)
+            (pc.gemm_roofline(float(nn), float(nn)), pc.m1, pc.c_a, pc.r1 * nn, pc.og, pc.h0 + pc.s * float(B), pc.a, off, aw, aoff)
             for pc, nn, off, aw, aoff in rows]))
         target._fused[key] = cols
     GW, M1, CA, R1, OG, H, A, OFF, AW, AOFF = cols
