@@ -37,6 +37,12 @@ SUMMARY_KEYS = ("requests", "request_throughput", "output_throughput", "mean_ttf
                 "base_batch_mean", "base_kv_occupancy_max", "base_preemptions")
 
 
+def parallelism(dep) -> str:
+    """A deployment's layout as a vLLM user names it: ``tp 1, dp 8, ep 8 (8 GPUs)``; pp, dp and ep where above 1."""
+    parts = [f"tp {dep.tp}"] + [f"{k} {v}" for k, v in (("pp", dep.pp), ("dp", dep.dp), ("ep", dep.ep)) if v > 1]
+    return ", ".join(parts) + f" ({dep.gpus} GPU{'s' if dep.gpus > 1 else ''})"
+
+
 def serve_scenario(scenario, bench_serve: str | None = None, hardware: str | None = None, tp: int | None = None,
                    requests: int | None = None, seed: int | None = None, prefix_caching: bool | None = None) -> dict:
     """``specsim serve-workload``: the scenario's ``serving_workload`` (or ``bench_serve``, a vllm bench serve line)
@@ -56,10 +62,12 @@ def serve_scenario(scenario, bench_serve: str | None = None, hardware: str | Non
     rs.check_placement(hw, tp)
     ex = rs.execution_for(hw, tp)
     ex = ex if prefix_caching is None else ex.model_copy(update={"prefix_caching": prefix_caching})
-    res = simulate_workload(sw, rs.deployments(hw, tp), rs.workload, sc.seed if seed is None else seed,
+    deps = rs.deployments(hw, tp)
+    res = simulate_workload(sw, deps, rs.workload, sc.seed if seed is None else seed,
                             (sc.memory_fraction.small, sc.memory_fraction.base), ex, requests=requests)
     s = summarize_serving(res, warmup_fraction=0.0)
-    return {"scenario": sc.name, "hardware": hw, "tp": tp, "workload": sw.source or "serving_workload",
+    return {"scenario": sc.name, "hardware": hw, "tp": tp, "parallelism": parallelism(deps["base"]),
+            "workload": sw.source or "serving_workload",
             "arrivals": res.info["arrivals"], "prefix_caching": ex.prefix_caching,
             "max_num_batched_tokens": ex.max_num_batched_tokens, "max_num_seqs": ex.max_num_seqs,
             **{k: s[k] for k in SUMMARY_KEYS if k in s}, "model_error": scenario_error_lines(rs, hw)}
