@@ -64,3 +64,18 @@ def test_every_run_fit_is_fits_all(text):
         assert m, f"README: {term} ({pattern}) not quoted after 'Fitted on every run by this run'"
         digits = len(m.group(1).split(".")[1]) if "." in m.group(1) else 0
         assert float(m.group(1)) == round(fit[term] / unit, digits), term
+
+
+def test_the_project_readme_and_results_quote_the_same_run(text):
+    """The project README's results row and docs/results.md quote the held-out medians (and the README the p90s) of
+    the committed report."""
+    d = pd.read_csv(FOLDER / "summary-gpu-by-gpu.csv").set_index("gpu").loc["all"]
+    v = pd.read_csv(FOLDER / "summary-version-by-version.csv", dtype={"version": str}).set_index("version").loc["all"]
+    med = " / ".join(f"{d[f'{f} median |err| %']:.1f}" for f in FIGS)
+    p90 = " / ".join(f"{d[f'{f} p90 |err| %']:.1f}" for f in FIGS)
+    ver = " / ".join(f"{v[f'{f} median |err| %']:.1f}" for f in FIGS)
+    readme = re.sub(r"\s+", " ", (REPO / "README.md").read_text())
+    want = f"{int(d['runs'])} runs | {med.replace(' / ', '% / ')}%, p90 {p90}% (by version: {ver}%)"
+    assert want in readme, f"README.md's released-tables row should read {want!r}"
+    results = re.sub(r"\s+", " ", (REPO / "docs" / "results.md").read_text())
+    assert f"**{med}%**" in results and f"**{ver}%**" in results, f"docs/results.md should quote {med}% and {ver}%"
