@@ -37,10 +37,13 @@ SUMMARY_KEYS = ("requests", "request_throughput", "output_throughput", "mean_ttf
                 "base_batch_mean", "base_kv_occupancy_max", "base_preemptions")
 
 
-def parallelism(dep) -> str:
-    """A deployment's layout as a vLLM user names it: ``tp 1, dp 8, ep 8 (8 GPUs)``; pp, dp and ep where above 1."""
-    parts = [f"tp {dep.tp}"] + [f"{k} {v}" for k, v in (("pp", dep.pp), ("dp", dep.dp), ("ep", dep.ep)) if v > 1]
-    return ", ".join(parts) + f" ({dep.gpus} GPU{'s' if dep.gpus > 1 else ''})"
+def layout(dep) -> str:
+    """The base deployment's parallelism as the capacity table writes it, with the GPUs it takes:
+    ``TP=1 x DP=8, EP=8 (8 GPUs)``."""
+    from simulator.studies.capacity.table import parallelism
+
+    gpus = f"{dep.gpus} GPU{'s' * (dep.gpus > 1)}"
+    return parallelism({"tp": dep.tp, "pp": dep.pp, "dp": dep.dp, "ep": dep.ep}) + f" ({gpus})"
 
 
 def serve_scenario(scenario, bench_serve: str | None = None, hardware: str | None = None, tp: int | None = None,
@@ -66,7 +69,7 @@ def serve_scenario(scenario, bench_serve: str | None = None, hardware: str | Non
     res = simulate_workload(sw, deps, rs.workload, sc.seed if seed is None else seed,
                             (sc.memory_fraction.small, sc.memory_fraction.base), ex, requests=requests)
     s = summarize_serving(res, warmup_fraction=0.0)
-    return {"scenario": sc.name, "hardware": hw, "tp": tp, "parallelism": parallelism(deps["base"]),
+    return {"scenario": sc.name, "hardware": hw, "tp": tp, "parallelism": layout(deps["base"]),
             "workload": sw.source or "serving_workload",
             "arrivals": res.info["arrivals"], "prefix_caching": ex.prefix_caching,
             "max_num_batched_tokens": ex.max_num_batched_tokens, "max_num_seqs": ex.max_num_seqs,

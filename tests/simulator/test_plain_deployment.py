@@ -84,7 +84,7 @@ def test_show_and_serve_workload_on_a_plain_deployment(capsys):
     assert code == 0, err
     got = json.loads(out)  # the limits the engine ran: vLLM's H100 defaults, the scenario setting none
     assert (got["max_num_batched_tokens"], got["max_num_seqs"]) == (8192, 1024)
-    assert got["parallelism"] == "tp 8 (8 GPUs)"
+    assert got["parallelism"] == "TP=8 (8 GPUs)"
 
 
 def test_serve_workload_names_the_layout_a_vllm_user_gave(capsys):
@@ -92,7 +92,7 @@ def test_serve_workload_names_the_layout_a_vllm_user_gave(capsys):
     code, out, err = run(capsys, "serve-workload", "h200x8-deepseek-r1-dp8-plain", "--requests", "8", "--format",
                          "json")
     assert code == 0, err
-    assert json.loads(out)["parallelism"] == "tp 1, dp 8, ep 8 (8 GPUs)"
+    assert json.loads(out)["parallelism"] == "TP=1 x DP=8, EP=8 (8 GPUs)"
 
 
 def test_pipeline_stages_in_a_scenario(tmp_path, capsys):

@@ -192,10 +192,11 @@ def headline(df: pd.DataFrame, rec: dict, slo_text: str, gpu_hour_cost: float | 
 
 
 def parallelism(row) -> str:
-    """``TP=t`` of a configuration row, ``TP=t x PP=p`` with pipeline stages, ``x DP=d`` with data-parallel
-    attention."""
-    pp, dp = int(row.get("pp", 1) or 1), int(row.get("dp", 1) or 1)
-    return f"TP={row.tp}" + (f" x PP={pp}" if pp > 1 else "") + (f" x DP={dp}" if dp > 1 else "")
+    """``TP=t`` of a configuration row (or any mapping with ``tp`` and optional ``pp``, ``dp``, ``ep``), ``TP=t x
+    PP=p`` with pipeline stages, ``x DP=d`` with data-parallel attention, ``, EP=e`` with expert parallelism."""
+    pp, dp, ep = (int(row.get(k, 1) or 1) for k in ("pp", "dp", "ep"))
+    return (f"TP={row['tp']}" + (f" x PP={pp}" if pp > 1 else "") + (f" x DP={dp}" if dp > 1 else "")
+            + (f", EP={ep}" if ep > 1 else ""))
 
 
 DISPLAY = {
