@@ -12,10 +12,10 @@ import re
 import pandas as pd
 import pytest
 
+from calibrate.fit.host_fit import FIGS
 from simulator.paths import REPO
 
 FOLDER = REPO / "reports" / "serving-released"
-FIGS = ("tpot_ms", "itl_ms", "ttft_ms", "out_tps")
 GPUS = {"A100": "a100-80gb", "H100 PCIe": "h100-pcie", "H100 SXM": "h100-sxm", "H200": "h200"}
 NUM = r"([\d.]+)"
 FOUR = rf"{NUM} / {NUM} / {NUM} / {NUM}%"
