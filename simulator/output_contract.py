@@ -188,6 +188,15 @@ def _flag(param: inspect.Parameter) -> str:
     return "--" + param.name.replace("_", "-")
 
 
+def force_option(outputs: dict[str, str]):
+    """The ``--force`` option of a command writing ``outputs`` (its flag -> output kind), its help naming them."""
+    folders = [f for f, k in outputs.items() if k in ("folder", "runs")]
+    files = [f for f, k in outputs.items() if k not in ("folder", "runs")]
+    parts = ([f"overwrite a file git tracks ({', '.join(files)})"] if files else []) + \
+        ([f"write into a non-empty {' or '.join(folders)} folder"] if folders else [])
+    return Annotated[bool, typer.Option("--force", help=", or ".join(parts) or ForceOpt.__metadata__[0].help)]
+
+
 def writes(**outputs: str):
     """Declare a command's outputs (parameter name -> kind, :data:`KINDS`) and enforce the contract on them before
     the command runs (module docstring). Put it under ``@app.command()``."""
@@ -224,8 +233,9 @@ def writes(**outputs: str):
         params = list(sig.parameters.values())
         annotations = dict(getattr(fn, "__annotations__", {}))
         if not own_force:
-            params.append(inspect.Parameter("force", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=ForceOpt))
-            annotations["force"] = ForceOpt
+            opt = force_option({flags[n]: k for n, k in outputs.items()})
+            params.append(inspect.Parameter("force", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=opt))
+            annotations["force"] = opt
         wrapper.__signature__ = sig.replace(parameters=params)
         wrapper.__annotations__ = annotations
         wrapper.__writes__ = dict(outputs)

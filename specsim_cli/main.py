@@ -254,6 +254,32 @@ def _hide_flag_types() -> None:
     TyperArgument.display_type_rich = argument_type
 
 
+def _dates_checked() -> None:
+    """Every ``--date`` option (the provenance date a command records) takes a calendar date, YYYY-MM-DD: anything
+    else is a usage error (one line, exit 2) before the command runs, not a date written into a report."""
+    import datetime
+
+    from typer.core import TyperOption
+
+    if getattr(TyperOption, "_specsim_dates", False):
+        return
+    orig = TyperOption.process_value
+
+    def process_value(self, ctx, value):
+        value = orig(self, ctx, value)
+        if self.name == "date" and value is not None:
+            try:
+                ok = re.fullmatch(r"\d{4}-\d{2}-\d{2}", str(value)) and datetime.date.fromisoformat(str(value))
+            except ValueError:
+                ok = False
+            if not ok:
+                raise typer.BadParameter(f"expected a calendar date YYYY-MM-DD (got {value!r})", ctx=ctx, param=self)
+        return value
+
+    TyperOption.process_value = process_value
+    TyperOption._specsim_dates = True
+
+
 _KEEP_BREAK = re.compile(r"\s|[-*•]\s|\d+[.)]\s")  # a line that starts an indented block, a bullet or a numbered item
 
 
@@ -318,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         argv = quiet_engines(argv)
         _one_line_warnings()
         _hide_flag_types()
+        _dates_checked()
         _reflow_help()
         rc = run_app(app, argv, "specsim")
         if _SIGNALS or _SAID:

@@ -5,13 +5,12 @@ errors only: the profile's in-sample residuals stay in its ``fit:`` block and ar
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
 from calibrate.fit.log_time_fit import PARAM_NAMES
-from simulator.inputs.loading import save_figure_atomic, write_atomic
+from simulator.inputs.loading import json_text, save_figure_atomic, write_atomic
 from simulator.report.plots import pyplot
 from validate.bench import PREDICTORS, BenchFitResult
 
@@ -130,7 +129,7 @@ def write_report(res: BenchFitResult, out: str | Path, command: str, profile_pat
                "profile_values": {n: getattr(res.profile, n).value for n in PARAM_NAMES if getattr(res.profile, n)},
                "folds": res.fold_fits, "held_out": res.errors.round(6).to_dict(orient="records"), "notes": res.notes}
     files = [write_atomic(out / "report.md", report_markdown(res, command, profile_path)),
-             write_atomic(out / "summary.json", json.dumps(summary, indent=1) + "\n")]
+             write_atomic(out / "summary.json", json_text(summary, indent=1))]
     if len(res.points):
         files.append(write_atomic(out / "heldout.csv", res.points.to_csv(index=False, float_format="%.6g")))
         plot_heldout(res.points, out / "heldout.png")

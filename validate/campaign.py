@@ -306,7 +306,7 @@ def run_all(out: Path, *, requests: int = 3, budget: int = 48, step_max: int = 2
             configs: str | None = None) -> int:
     """The whole campaign (module docstring): runs, fit, held-out validation, ``OUT/summary.json``; prints the figures.
     Returns 0, or 1 when the held-out median APE is above the bar (``sanity``: above :func:`sanity_bar`)."""
-    from simulator.inputs.loading import write_atomic
+    from simulator.inputs.loading import json_text, write_atomic
 
     chosen = select(configs)
     out = Path(out)
@@ -333,7 +333,7 @@ def run_all(out: Path, *, requests: int = 3, budget: int = 48, step_max: int = 2
         pall = fit_profile(list(runs.values()), fit_all_out, name="cpu-vllm032", date=date,
                            command=command + "  # fit on all configurations")
         summary["fit_all_params"] = _params(pall)
-    write_atomic(out / "summary.json", json.dumps(summary, indent=1, default=str))
+    write_atomic(out / "summary.json", json_text(summary, indent=1, default=str))
     _print_figures(summary, res, out, chosen, per_config, spread, (t_runs, t_fit, t_val))
     head = res.figures["replay_e2e"].iloc[0]
     bar, what = (sanity_bar(spread), "sanity bound") if sanity else (max_median_ape, "bar")

@@ -35,7 +35,6 @@ ratio predicted / measured (bracket midpoint) says by how much the prediction is
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import math
 from pathlib import Path
 
@@ -154,7 +153,7 @@ def _fmt(x: float) -> str:
 
 
 def write_report(out: Path, levels: pd.DataFrame, sim_levels: pd.DataFrame, table: pd.DataFrame, meta: dict) -> Path:
-    from simulator.inputs.loading import write_atomic
+    from simulator.inputs.loading import json_text, write_atomic
 
     out.mkdir(parents=True, exist_ok=True)
     lv = levels.merge(sim_levels[["system", "rate_qps", "latency_p90_s", "latency_drift", "slo_met"]]
@@ -190,7 +189,7 @@ def write_report(out: Path, levels: pd.DataFrame, sim_levels: pd.DataFrame, tabl
           f"measured {min(levels.created_at)} .. {max(levels.created_at)}. Simulated: {meta['requests']} requests per "
           f"run, seed {meta['seed']}.", ""]
     path = write_atomic(out / "report.md", "\n".join(L))
-    write_atomic(out / "summary.json", json.dumps({**meta, "capacity": table.to_dict(orient="records")}, indent=1,
+    write_atomic(out / "summary.json", json_text({**meta, "capacity": table.to_dict(orient="records")}, indent=1,
                                                  default=str))
     return path
 

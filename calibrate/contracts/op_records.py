@@ -187,10 +187,14 @@ def read_records(path: str | Path) -> pd.DataFrame:
         raise InputError(str(path), f"header: column {missing[0]}", "missing column")
     for c in INT_COLUMNS + FLOAT_COLUMNS:
         num = pd.to_numeric(df[c].where(df[c] != "", None), errors="coerce")
-        bad = num.isna() & (df[c] != "")
+        bad = (num.isna() | ~np.isfinite(num.astype(float))) & (df[c] != "")
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
-            raise InputError(str(path), f"row {i + 1}: column {c}", f"not a number ({df[c].iloc[i]!r})")
+            why = "not a number" if pd.isna(num.iloc[i]) else "not finite"
+            raise InputError(str(path), f"row {i + 1}: column {c}", f"{why} ({df[c].iloc[i]!r})")
+        if (num < 0).any():  # every numeric column is a size, a count or a time
+            i = int(np.flatnonzero((num < 0).to_numpy())[0])
+            raise InputError(str(path), f"row {i + 1}: column {c}", f"expected a value >= 0 ({df[c].iloc[i]!r})")
         df[c] = num.astype("Int64") if c in INT_COLUMNS else num.astype(float)
     bad_op = ~df["op"].isin(OPS)
     if bad_op.any():

@@ -11,6 +11,8 @@ folders:
   written: resuming the run removes it) and every request has exactly its ``num_steps`` steps, indexed from 0;
   a serving run's requests are numbered 0..n-1, each with at least one engine call in ``serve_calls.jsonl`` (when
   the run has one) and every call belonging to one of them;
+- a serving request's instants in order (arrival, submitted, first token, done) with its TTFT and latency their
+  differences, at least one output token, and (one call per request) no more cached than prompt tokens;
 - durations agree with each other: no call of a step longer than its request, the steps of a request starting in
   order. Timers are read separately, so "no longer than" allows DURATION_REL_TOL + DURATION_ABS_TOL s.
 
@@ -48,6 +50,7 @@ def check_run(run_dir: Path, meta: dict, files: dict[str, tuple[Path, Lines]]) -
         _check_steps_of_requests(files["step"], files["request"])
     if "serve_request" in files:
         _check_serve_request_ids(files["serve_request"])
+        _check_serve_request_times(files["serve_request"], multi_call="serve_call" in files)
     if "serve_call" in files and "serve_request" in files:
         _check_calls_of_requests(files["serve_call"], files["serve_request"])
 
@@ -118,6 +121,30 @@ def _check_serve_request_ids(requests: tuple[Path, Lines]) -> None:
         if r["request_id"] >= len(lines):
             raise InputError(f"{path}:{line}", "request_id", f"{r['request_id']}, but the file holds {len(lines)} "
                              f"requests: expected request ids 0..{len(lines) - 1}, once each")
+
+
+def _check_serve_request_times(requests: tuple[Path, Lines], multi_call: bool) -> None:
+    """Each serving request's instants in order (arrival, submission, first token, done), its TTFT and latency the
+    differences they are said to be, at least one output token and, for one engine call per request (no
+    ``serve_calls.jsonl``: a reasoning request's calls each count their cached prompt), no more cached prompt tokens
+    than prompt tokens."""
+    path, lines = requests
+    for line, r in lines:
+        where = f"{path}:{line}"
+        order = ("arrival_s", "submitted_s", "first_token_s", "done_s")
+        for a, b in zip(order, order[1:]):
+            if r[a] > r[b] + DURATION_ABS_TOL:
+                raise InputError(where, b, f"{r[b]:.6g} s, before {a} {r[a]:.6g} s: expected arrival <= submitted <= "
+                                 "first token <= done")
+        for col, start, end in (("ttft_s", "arrival_s", "first_token_s"), ("latency_s", "arrival_s", "done_s")):
+            want = r[end] - r[start]
+            if abs(r[col] - want) > DURATION_ABS_TOL + DURATION_REL_TOL * abs(want):
+                raise InputError(where, col, f"expected {end} - {start} = {want:.6g} s (got {r[col]:.6g})")
+        if r["output_tokens"] < 1:
+            raise InputError(where, "output_tokens", f"expected >= 1 generated token (got {r['output_tokens']})")
+        if not multi_call and r["cached_tokens"] > r["prompt_tokens"]:
+            raise InputError(where, "cached_tokens", f"{r['cached_tokens']}, more than the request's "
+                             f"{r['prompt_tokens']} prompt tokens")
 
 
 def _check_calls_of_requests(calls: tuple[Path, Lines], requests: tuple[Path, Lines]) -> None:

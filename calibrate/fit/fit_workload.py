@@ -196,9 +196,10 @@ def fit_workload_from_steps(
     base_tokens = steps["base_tokens"].dropna()
     method = _method_text(len(requests), len(steps), len(base_tokens), len(scored), finish_rule, steps_info)
     prompt = _USER_TEMPLATE.replace("{problem}", _AIME_PROBLEM_60)
+    name, dataset = _what_was_fitted(steps, requests)
     data = {
-        "name": "aime60_qwq32b_r1-1.5b",
-        "dataset": "AIME 2024 problem 60 (HuggingFaceH4/aime_2024 row 0), 8 SpecReason runs",
+        "name": name,
+        "dataset": dataset,
         "base_model": "Qwen/QwQ-32B",
         "small_model": "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B",
         "provenance": {
@@ -225,6 +226,18 @@ def fit_workload_from_steps(
     return WorkloadProfile.model_validate(data)
 
 
+def _what_was_fitted(steps: pd.DataFrame, requests: pd.DataFrame) -> tuple[str, str]:
+    """(name, dataset) of a profile fitted on these runs: the AIME problems their steps name and how many runs."""
+    ids = sorted({int(x) for x in steps["problem_id"].dropna()}) if "problem_id" in steps else []
+    which = ", ".join(map(str, ids)) or "unknown"
+    name = f"aime{'-'.join(map(str, ids)) or 'x'}_qwq32b_r1-1.5b"
+    runs = f"{len(requests)} SpecReason run{'s' if len(requests) != 1 else ''}"
+    if ids == [60]:
+        return name, f"AIME 2024 problem 60 (HuggingFaceH4/aime_2024 row 0), {runs}"
+    return name, (f"AIME 2024 problem{'s' if len(ids) > 1 else ''} {which}, {runs} (prompt_tokens estimated from "
+                  "problem 60's text, the one known here)")
+
+
 def fit_workload_from_trace(trace: SpecReasonTrace, finish_rule: Literal["first_answer", "recorded"] = "first_answer",
                             date: str | None = None) -> WorkloadProfile:
     steps = steps_upto_answer(trace) if finish_rule == "first_answer" else trace.steps
@@ -241,7 +254,7 @@ def repo_relative(path: Path) -> str:
 def profile_to_yaml(profile: WorkloadProfile, command: str = REGENERATE, about: str | None = None) -> str:
     """YAML text with a header comment (``about``: what it is; how to regenerate; where the figures are)."""
     about = about or ("# Workload profile fitted from real SpecReason per-step traces (QwQ-32B + R1-Distill-Qwen-1.5B,\n"
-                      "# AIME 2024 problem 60, threshold 7). Priors are named in provenance.method; see docs/workload-fit.md.\n")
+                      f"# {profile.dataset}, threshold 7). Priors are named in provenance.method; see docs/workload-fit.md.\n")
     header = about + f"# Regenerate (do not edit by hand):\n#   {command}\n"
     body = yaml.safe_dump(profile.model_dump(mode="json", exclude_none=True), sort_keys=False,
                           default_flow_style=None, width=120, allow_unicode=True)

@@ -201,6 +201,17 @@ def _per_request_lists(data: dict, where: str) -> tuple[dict[str, str], dict[str
     return keys, lists, n
 
 
+def check_gaps(gaps: list[float], output_tokens: int, decode_s: float, where: str, field: str) -> None:
+    """A request's streamed inter-token gaps against its other figures: at most one per output token (a chunk each;
+    fewer where chunks carry several), summing to no more than its time from first token to last."""
+    if len(gaps) > output_tokens:
+        raise InputError(where, field, f"{len(gaps)} gaps for {output_tokens} output tokens (expected at most one per "
+                         "token after the first, a streamed chunk each)")
+    if sum(gaps) > decode_s * (1 + 1e-3) + 1e-3:
+        raise InputError(where, field, f"the gaps sum to {sum(gaps):.6g} s, more than the request's {decode_s:.6g} s "
+                         "from first token to last (latency - TTFT)")
+
+
 def _request(i: int, lists: dict[str, list], keys: dict[str, str], where: str) -> BenchRequest:
     """Request ``i`` (one without an error), each number checked."""
     at = lambda m: f"{keys[m]}[{i}]"  # noqa: E731
@@ -217,6 +228,7 @@ def _request(i: int, lists: dict[str, list], keys: dict[str, str], where: str) -
             raise InputError(where, at("latencies"), f"expected >= the request's TTFT {ttft:.6g} s (got {lat:.6g})")
     else:
         lat = ttft + sum(itl)
+    check_gaps(itl, ot, lat - ttft, where, at("itls"))
     st = None
     if "start_times" in lists:
         st = _num(lists["start_times"][i], where, at("start_times"), "a send instant in seconds", minimum=-math.inf)
@@ -237,6 +249,21 @@ def _arrivals(data: dict, where: str, n: int, lists: dict[str, list]) -> tuple[s
         raise InputError(where, "start_times", f"an open-loop run's send instants are needed to replay it "
                          f"(vLLM >= 0.10 writes them with --save-detailed)")
     return "poisson", 0, rate, cap
+
+
+def _check_span(reqs: list[BenchRequest], data: dict, where: str, keys: dict[str, str]) -> None:
+    """The requests' send instants and latencies against the header's ``duration`` (the client's wall time of the
+    whole run): the first send to the last completion cannot take longer."""
+    if "duration" not in data or any(r.start_s is None for r in reqs):
+        return
+    dur = _num(data["duration"], where, "duration", "the run's wall time in seconds > 0")
+    first = min(reqs, key=lambda r: r.start_s)
+    last = max(reqs, key=lambda r: r.start_s + r.latency_s)
+    span = last.start_s + last.latency_s - first.start_s
+    if span > dur * 1.01 + 0.01:
+        raise InputError(where, keys.get("start_times", "start_times"), f"requests {first.index} (sent at "
+                         f"{first.start_s:.6g} s) to {last.index} (done at {last.start_s + last.latency_s:.6g} s) span "
+                         f"{span:.6g} s, more than the run's duration {dur:.6g} s")
 
 
 def read_bench_json(path: str | Path) -> BenchResult:
@@ -260,6 +287,7 @@ def read_bench_json(path: str | Path) -> BenchResult:
     if not reqs:
         raise InputError(where, keys.get("errors", "errors"), f"every one of the {n} requests failed (first error: "
                          f"{str(errors[0])[:80]!r}): nothing to import")
+    _check_span(reqs, data, where, keys)
     mode, users, rate, cap = _arrivals(data, where, n, lists)
     summary = {}
     for k, v in data.items():
@@ -361,12 +389,25 @@ def load_bench_run(path: str | Path) -> dict:
                         raise InputError(f"{f}:{no}", "itls_s", "expected {request_id, itls_s: [seconds]}") from None
         if not d.get("serve_request"):
             raise InputError(str(path / "serve_requests.jsonl"), None, "missing or empty")
+        _check_itl_file(f, itls, d["serve_request"])
         return {"run": [meta], "serve_request": d["serve_request"], "serve_step": [], "itls": itls}
     res = read_bench_json(path)
     prov = _sidecar_provenance(path)
     recs, itls = serve_records(res)
     return {"run": [run_manifest(res, prov)], "serve_request": recs, "serve_step": [],
             "itls": {r["request_id"]: r["itls_s"] for r in itls}}
+
+
+def _check_itl_file(f: Path, itls: dict[int, list[float]], requests: list[dict]) -> None:
+    """Each gap list of ``bench_itls.jsonl`` belongs to a request of the folder and fits it (:func:`check_gaps`)."""
+    by_id = {r["request_id"]: r for r in requests}
+    for rid, gaps in itls.items():
+        r = by_id.get(rid)
+        if r is None:
+            raise InputError(str(f), "request_id", f"{rid} has no request in serve_requests.jsonl")
+        if any(not math.isfinite(g) or g < 0 for g in gaps):
+            raise InputError(str(f), f"itls_s of request {rid}", "expected gaps in seconds >= 0")
+        check_gaps(gaps, r["output_tokens"], r["latency_s"] - r["ttft_s"], str(f), f"itls_s of request {rid}")
 
 
 def _sidecar_provenance(path: Path) -> dict | None:

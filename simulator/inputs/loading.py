@@ -185,6 +185,26 @@ def replace_atomic(path: str | Path, write) -> Path:
     return path
 
 
+def finite_or_none(obj: Any) -> Any:
+    """``obj`` with every NaN or infinite float (numpy's too) replaced by None, recursively through dicts, lists
+    and tuples: what strict JSON can hold (``null``), for :func:`json_text`."""
+    if isinstance(obj, dict):
+        return {k: finite_or_none(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_or_none(v) for v in obj]
+    if type(obj).__module__ == "numpy" and hasattr(obj, "tolist"):  # a numpy scalar or array: Python values
+        return finite_or_none(obj.tolist())
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def json_text(obj: Any, **dumps_kw) -> str:
+    """``obj`` as strict JSON text (no NaN / Infinity tokens, which JSON does not have: ``null`` instead), with a
+    final newline; ``dumps_kw`` as for :func:`json.dumps` (indent, default, sort_keys)."""
+    return json.dumps(finite_or_none(obj), allow_nan=False, **dumps_kw) + "\n"
+
+
 def write_atomic(path: str | Path, text: str) -> Path:
     """Write ``text`` to ``path`` via a temporary file in the same directory and os.replace."""
 

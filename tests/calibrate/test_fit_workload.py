@@ -96,3 +96,16 @@ def test_score_pmf_bins_real_scores_so_that_integer_thresholds_are_exact():
     p = np.asarray(score_pmf(s, pseudo_count=0.0))
     for tau in range(10):
         assert p[tau:].sum() == pytest.approx(np.mean(s >= tau))
+
+
+@needs_data
+def test_name_and_dataset_describe_the_runs_fitted(trace):
+    from calibrate.fit.fit_workload import fit_workload_from_steps
+
+    assert fit_workload_from_trace(trace).dataset.startswith("AIME 2024 problem 60 (")
+    runs = trace.requests.run_id.iloc[:3]
+    steps = trace.steps[trace.steps.run_id.isin(runs)].assign(problem_id=7)
+    prof = fit_workload_from_steps(steps_upto_answer(type(trace)(steps, trace.requests[trace.requests.run_id.isin(runs)])),
+                                   trace.requests[trace.requests.run_id.isin(runs)], source="relabelled")
+    assert prof.name == "aime7_qwq32b_r1-1.5b"
+    assert prof.dataset.startswith("AIME 2024 problem 7, 3 SpecReason runs") and "60" in prof.dataset  # the prompt's

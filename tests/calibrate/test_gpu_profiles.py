@@ -97,7 +97,16 @@ def test_read_records_rejects_bad_rows(tmp_path):
     raw.to_csv(p, index=False)
     with pytest.raises(InputError, match=r"row 5: column time_s: not a number"):
         read_records(p)
+    raw.loc[4, "time_s"] = "inf"
+    raw.to_csv(p, index=False)
+    with pytest.raises(InputError, match=r"row 5: column time_s: not finite"):
+        read_records(p)
     raw.loc[4, "time_s"] = "1e-3"
+    raw.loc[3, "tokens"] = "-5"
+    raw.to_csv(p, index=False)
+    with pytest.raises(InputError, match=r"row 4: column tokens: expected a value >= 0"):
+        read_records(p)
+    raw.loc[3, "tokens"] = "5"
     raw.loc[2, "op"] = "conv"
     raw.to_csv(p, index=False)
     with pytest.raises(InputError, match=r"row 3: column op: unknown op 'conv'"):

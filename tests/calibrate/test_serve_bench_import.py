@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -164,6 +165,9 @@ def test_capped_open_loop_replays_its_send_instants_and_keeps_its_cap(tmp_path):
     (lambda d: d["output_lens"].__setitem__(3, 2.5), "output_lens[3]"),
     (lambda d: d["itls"].__setitem__(1, 0.1), "itls[1]"),
     (lambda d: d["latencies"].__setitem__(0, 0.001), "latencies[0]"),
+    (lambda d: d["itls"].__setitem__(0, [5.0] * 7), "itls[0]"),  # 35 s of gaps in a sub-second request
+    (lambda d: d["itls"].__setitem__(0, [0.001] * 28), "itls[0]"),  # 28 gaps for 8 tokens
+    (lambda d: d["start_times"].__setitem__(1, -100.0), "start_times"),  # a span far beyond the run's duration
     (lambda d: d.update(request_rate="fast"), "request_rate"),
     (lambda d: d.update(max_concurrency=0), "max_concurrency"),
     (lambda d: d.update(input_lens=[], output_lens=[], ttfts=[], itls=[], latencies=[], start_times=[], errors=[]),
@@ -191,6 +195,40 @@ def test_append_result_file_reads_the_last_object(tmp_path):
     assert res.users == 2
 
 
+def _edit_jsonl(path: Path, line: int, **changes) -> None:
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    rows[line].update(changes)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"done_s": 0.1}, "done_s"),  # done before the first token (0.18 s)
+    ({"done_s": 0.5}, "latency_s"),  # not done_s - arrival_s
+    ({"output_tokens": 0}, "output_tokens"),
+    ({"ttft_s": 9.0}, "ttft_s"),  # not first_token_s - arrival_s
+    ({"cached_tokens": 500}, "cached_tokens"),  # more than its 32 prompt tokens
+])
+def test_a_written_run_with_impossible_request_figures_is_refused(tmp_path, changes, field):
+    from calibrate.contracts.trace_schema import check_run_dir
+
+    d = write_run(DATA / "closed-1.json", tmp_path / "closed-1")
+    reqs = d / "serve_requests.jsonl"
+    _edit_jsonl(reqs, 0, **changes)
+    with pytest.raises(InputError) as e:
+        check_run_dir(d)
+    assert e.value.field == field and str(reqs) in e.value.file, e.value.one_line()
+
+
+def test_gaps_of_a_request_the_folder_does_not_hold_are_refused(tmp_path):
+    d = write_run(DATA / "closed-1.json", tmp_path / "closed-1")
+    _edit_jsonl(d / "bench_itls.jsonl", 0, request_id=99)
+    with pytest.raises(InputError, match="99 has no request"):
+        load_bench_run(d)
+    _edit_jsonl(d / "bench_itls.jsonl", 0, request_id=0, itls_s=[2.0] * 3)
+    with pytest.raises(InputError, match="gaps sum to 6"):
+        load_bench_run(d)
+
+
 def _cli(*args):
     return subprocess.run([sys.executable, "-m", "specsim_cli", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
@@ -209,6 +247,16 @@ def test_cli_bad_input_one_line_exit_2_nothing_written(tmp_path):
     assert not (tmp_path / "rep").exists()
 
 
+def test_validate_serving_refuses_an_implausible_profile_like_validate_runs(tmp_path):
+    text = PROFILE.read_text()
+    bad = tmp_path / "implausible.yaml"
+    bad.write_text(text.replace("compute_efficiency: {value: 0.046673,", "compute_efficiency: {value: 2.5,", 1))
+    assert bad.read_text() != text
+    r = _cli("validate", "serving", str(DATA / "closed-1.json"), "--profile", str(bad), "--out", str(tmp_path / "rep"))
+    assert r.returncode == 2 and r.stderr.startswith(f"error: {bad}: compute_efficiency: ") and r.stderr.count("\n") == 1
+    assert "--allow-implausible" in r.stderr and not (tmp_path / "rep").exists()
+
+
 def test_validate_serving_takes_the_jsons_directly(tmp_path):
     rep = tmp_path / "rep"
     r = _cli("validate", "serving", str(DATA / "closed-1.json"), str(DATA / "closed-2.json"), "--profile", str(PROFILE),
@@ -222,7 +270,11 @@ def test_validate_serving_takes_the_jsons_directly(tmp_path):
     assert r.returncode == 0 and "held out (profile+step-fit, n=4)" in r.stdout, r.stderr
     # two stages: step parameters on the 4 x 7 decode steps (ITLs), then the per-request call overhead from TTFT
     assert "step fit on 28 engine steps of 1 runs (closed-1)" in r.stderr and "call_overhead_s" in r.stderr
-    assert "median of TTFT - predicted prefill pass over 4 requests" in (tmp_path / "rep2" / "report.md").read_text()
+    report = (tmp_path / "rep2" / "report.md").read_text()
+    assert "median of TTFT - predicted prefill pass over 4 requests" in report
+    assert not re.search(r"\bnan\b", report, re.I)  # figures a client-side import lacks print as -
+    json.loads((tmp_path / "rep2" / "summary.json").read_text(),  # strict JSON: no NaN / Infinity tokens
+               parse_constant=lambda c: pytest.fail(f"summary.json holds {c}"))
     # ... but a concurrent level implies no steps (who shared one is not seen)
     r = _cli("validate", "serving", str(DATA / "closed-1.json"), str(DATA / "closed-2.json"), "--profile", str(PROFILE),
              "--out", str(tmp_path / "rep3"), "--fit-levels", "closed-2")

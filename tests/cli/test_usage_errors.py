@@ -159,3 +159,21 @@ def test_one_parser_one_wording_for_gamma_and_threshold(args, expect, capsys, tm
     rc, _, err = _run(args, capsys)
     assert rc == 2 and _one_error_line(err) == expect
     assert not (tmp_path / "o").exists()
+
+
+DATED = [p for p, c in TREE if any(getattr(q, "name", None) == "date" for q in getattr(c, "params", []))]
+
+
+def test_the_dated_commands_are_found():
+    assert ("fit", "cost") in DATED and ("fit", "workload-traces") in DATED and len(DATED) >= 10
+
+
+@pytest.mark.parametrize("path", DATED, ids=" ".join)
+@pytest.mark.parametrize("date", ["yesterday", "2026-13-45", "20261130"])
+def test_a_provenance_date_is_a_calendar_date(path, date, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rc, _, err = _run([*path, "--date", date], capsys)
+    assert rc == 2
+    line = _one_error_line(err)
+    assert "'--date'" in line and "YYYY-MM-DD" in line and date in line
+    assert not list(tmp_path.iterdir())  # nothing written

@@ -51,11 +51,16 @@ def test_command_defaults_and_arrivals():
     ("vllm bench serve --dataset-name sharegpt --sharegpt-output-len 0", "--sharegpt-output-len"),
     ("vllm bench serve --frobnicate 3", "--frobnicate"),
     ("vllm bench serve --random-input-len 0", "input_tokens.tokens"),
+    ("vllm serve Qwen/Qwen3-8B --max-num-seqs 8", None),
+    ("echo hello", None),
+    ("bench serve --num-prompts 4", None),
 ])
 def test_bad_command_lines_name_the_option(line, field):
     with pytest.raises(InputError) as e:
         ServingWorkload.from_command(line)
     assert e.value.file == "--bench-serve"
+    if field is None:
+        assert "not a vllm bench serve command" in e.value.message
     if field:
         assert e.value.field == field
 
@@ -237,3 +242,9 @@ def test_bad_ramp_ups_are_refused(line, words):
     with pytest.raises(InputError) as e:
         ServingWorkload.from_command(line)
     assert words in e.value.one_line(), e.value.one_line()
+
+
+@pytest.mark.parametrize("line", ["vllm bench serve --num-prompts 4", "/opt/venv/bin/vllm bench serve --num-prompts 4",
+                                  "python3 benchmarks/benchmark_serving.py --num-prompts 4", "--num-prompts 4"])
+def test_bench_serve_invocations_are_recognised(line):
+    assert ServingWorkload.from_command(line).num_prompts == 4

@@ -285,8 +285,13 @@ def _per_run_section(v: ServingValidation) -> list[str]:
                      f"{m.latency_p50_s:.2f} / {p.latency_p50_s:.2f} | {pct(p.latency_median_ape)} | "
                      f"{pct(p.latency_p90_ape)} | {spct(p.latency_bias)} | {pct(p.ttft_median_ape)} | "
                      f"{spct(p.ttft_bias)} | {m.throughput_rps:.3f} / {p.throughput_rps:.3f} | "
-                     f"{m.output_tok_per_s:.1f} / {p.output_tok_per_s:.1f} | {m.batch_mean:.2f} / {p.batch_mean:.2f} |")
+                     f"{m.output_tok_per_s:.1f} / {p.output_tok_per_s:.1f} | {_num(m.batch_mean)} / {_num(p.batch_mean)} |")
     return L
+
+
+def _num(x: float) -> str:
+    """A figure of the per-run table, ``-`` where the run has none (a client-side import has no engine steps)."""
+    return f"{x:.2f}" if np.isfinite(x) else "-"
 
 
 def _per_level_section(v: ServingValidation) -> list[str]:
@@ -345,7 +350,7 @@ def _provenance_section(v: ServingValidation) -> list[str]:
 
 def write_report(v: ServingValidation, out: str | Path, command: str, profile_path: str | Path, bar: float | None) -> Path:
     """report.md, per_request.csv, per_run.csv, summary.json, the figures and (with a baseline) speedup.csv."""
-    from simulator.inputs.loading import write_atomic
+    from simulator.inputs.loading import json_text, write_atomic
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -369,7 +374,7 @@ def write_report(v: ServingValidation, out: str | Path, command: str, profile_pa
     L += ["", "## Figures", ""] + [f"![{n}]({n})" for n in figs]
     L += _provenance_section(v)
     write_atomic(out / "report.md", "\n".join(L) + "\n")
-    write_atomic(out / "summary.json", json.dumps({"command": command, "headline": h, "fit": v.fit,
-                                                   "per_run": json.loads(v.per_run.to_json(orient="records"))}, indent=1))
+    write_atomic(out / "summary.json", json_text({"command": command, "headline": h, "fit": v.fit,
+                                                  "per_run": json.loads(v.per_run.to_json(orient="records"))}, indent=1))
     return out / "report.md"
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import shlex
 from typing import Literal
 
@@ -286,8 +287,12 @@ class ServingWorkload(_Strict):
             argv = shlex.split(line)
         except ValueError as e:
             raise InputError(where, None, f"not a command line ({e})") from None
+        program = []
         while argv and not argv[0].startswith("-"):  # vllm bench serve / python benchmark_serving.py
-            argv = argv[1:]
+            program.append(argv.pop(0))
+        if program and not _is_bench_program(program):
+            raise InputError(where, None, f"{' '.join(program)!r} is not a vllm bench serve command (expected "
+                             "`vllm bench serve [options]`, `python benchmark_serving.py [options]` or the options alone)")
         try:
             a, rest = _parser().parse_known_args(argv)
         except argparse.ArgumentError as e:
@@ -411,6 +416,15 @@ def _dataset_lengths(a, where: str) -> dict:
     if a.random_prefix_len:
         d["system_prompts"] = {"count": 1, "tokens": a.random_prefix_len}
     return {**d, "num_prompts": a.num_prompts}
+
+
+def _is_bench_program(words: list[str]) -> bool:
+    """Whether the words before a command line's first option start ``vllm bench serve``: the ``vllm`` CLI (by any
+    path) with ``bench serve``, or a Python interpreter running vLLM's ``benchmark_serving.py``."""
+    names = [w.rsplit("/", 1)[-1] for w in words]
+    if names[-2:] == ["bench", "serve"]:
+        return len(names) >= 3 and names[-3] == "vllm"
+    return names[-1] == "benchmark_serving.py" and (len(names) == 1 or re.fullmatch(r"python[0-9.]*", names[0]))
 
 
 def _parser() -> argparse.ArgumentParser:
