@@ -73,8 +73,16 @@ H200X2 = ("simulate", "capacity", "h200x2-qwen3-32b-serving", "--slo", "p99_late
 EAGLE3 = ("simulate", "whatif", "eagle3-qwen3-32b-h200")
 QWEN35 = ("simulate", "whatif", "qwen3.5-27b-mtp-h200")
 R1_MTP = ("simulate", "whatif", "moe-deepseek-r1-h200x8-mtp")
+REFERENCE = ("simulate", "whatif", "reference-a6000-qwq32b")
+CPU_T5 = ("simulate", "capacity", "cpu-smollm2", "--system", "specreason", "--threshold", "5", "--target-qps", "2")
 BOTH = ("docs/whatif.md", "docs/drafters.md")
 QUOTES = (
+    Quote(("docs/whatif.md",), REFERENCE, "Best: specdecode g=4: {} s per request", row(system="specdecode", gamma=4),
+          "latency_s", sig3),
+    Quote(("docs/whatif.md",), REFERENCE, "vanilla-small {} s (unknown", row(system="vanilla-small"), "latency_s", sig3),
+    Quote(("docs/whatif.md",), REFERENCE, "specreason-decode g=4 t=3 {} s (unknown",
+          row(system="specreason-decode", gamma=4, threshold=3), "latency_s", sig3),
+    Quote(("docs/capacity.md",), CPU_T5, "SLO p99 ≤ 40 s: {} req/s, 9 hosts", row(system="specreason"), "", interval),
     Quote(("docs/whatif.md",), WHATIF_235B, "`specsim simulate whatif h100x8-qwen3-235b-plain`: {} s per AIME request",
           row(system="vanilla-base"), "latency_s", one),
     Quote(("docs/whatif.md",), PLAIN_235B, "--requests 100`: {} req/s per replica; the same", best_of("vanilla-base"),

@@ -79,13 +79,33 @@ class Averages(_Strict):
     def _consistent(self):
         if abs(self.accepted_steps + self.rejected_steps + self.forced_base_steps - self.total_steps) > 0.01 * self.total_steps + 0.5:
             raise ValueError("accepted_steps + rejected_steps must equal total_steps")
+        kept = self.base_tokens + self.small_tokens_accepted
+        if abs(kept - self.total_tokens) > 0.01 * self.total_tokens + 1:
+            raise ValueError(f"total_tokens {self.total_tokens:g} must equal base_tokens + small_tokens_accepted "
+                             f"({kept:g}): the tokens the runs kept")
+        for tokens, time, name in ((self.base_tokens, self.base_model_time_s, "base"),
+                                   (self.small_tokens_accepted + self.small_tokens_rejected, self.small_model_time_s,
+                                    "small")):
+            if tokens > 0 and time <= 0:
+                raise ValueError(f"{name}_model_time_s must be > 0 when the {name} model wrote {tokens:g} tokens")
+        parts = self.base_model_time_s + self.small_model_time_s + self.eval_time_s
+        if parts > self.total_time_s * 1.01 + 0.01:
+            raise ValueError(f"total_time_s {self.total_time_s:g} is shorter than its parts (base + small + eval "
+                             f"{parts:g} s)")
         return self
 
 
 class ProblemAggregate(_Strict):
     completed_runs: int = Field(ge=1)
     accuracy: float | None = Field(default=None, ge=0, le=1)
+    correct_count: int | None = Field(default=None, ge=0)
     averages: Averages
+
+    @model_validator(mode="after")
+    def _counts(self):
+        if self.correct_count is not None and self.correct_count > self.completed_runs:
+            raise ValueError(f"correct_count {self.correct_count} exceeds completed_runs {self.completed_runs}")
+        return self
 
 
 def load_aggregates(path: str | Path = AGGREGATES) -> dict[str, ProblemAggregate]:

@@ -81,3 +81,11 @@ def tp_error(m, tp: int) -> str | None:
             return (f"tp={tp} cannot shard {m.name}'s {kv} KV heads (they split evenly over TP, or each is "
                     f"replicated on TP / kv_heads GPUs)")
     return None
+
+
+def draft_vocabulary_error(target, draft) -> str | None:
+    """Why ``draft``, a separate model, cannot draft for ``target`` (None: it can): its tokens must be the target's."""
+    if draft.tokenizer_id == target.tokenizer_id:
+        return None
+    return (f"vocabulary mismatch: draft {draft.name} uses the {draft.tokenizer_id} tokenizer, base {target.name} the "
+            f"{target.tokenizer_id} one (a separate draft must share its target's vocabulary")

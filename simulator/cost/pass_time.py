@@ -19,6 +19,7 @@ import pandas as pd
 
 from simulator.catalog import get_hardware, get_model
 from simulator.catalog.draft_heads import eagle3_head
+from simulator.catalog.model_shape import draft_vocabulary_error
 from simulator.cost.cost_model import Deployment, Drafting
 from simulator.cost.cost_profile import CostProfile, Param, prior_profile
 from simulator.errors import InputError
@@ -45,6 +46,9 @@ def draft_deployment(target: Deployment, draft: str, params) -> Deployment:
         return Deployment(target.model.mtp_head(int(n)), target.hardware, target.tp, params.for_role("draft"),
                           Drafting(kind="mtp"), ep=target.ep)
     model = get_model(draft, None, "--draft").with_dtypes(target.model.weight_dtype, target.model.kv_dtype)
+    err = draft_vocabulary_error(target.model, model)
+    if err:
+        raise InputError(None, "--draft", f"{err}; use head, eagle3, block or mtp)")
     return Deployment(model, target.hardware, target.tp, params.for_role("draft"))
 
 
@@ -78,7 +82,7 @@ def pass_time_table(model: str, hardware: str, tp: int = 1, batches=(1,), new_to
 
     err = expert_parallel_error(m, tp, ep, dp)
     if err:
-        raise InputError(None, "--ep", err)
+        raise InputError(None, "--dp" if err.startswith("dp=") else "--ep", err)
     target = Deployment(m, hw, tp, params, ep=ep, pp=pp, dp=dp)
     dd = draft_deployment(target, draft, params) if draft is not None else None
     check_step(target, dd, max(batches), max(*new_tokens, (gamma or 0) + 1), max(contexts))

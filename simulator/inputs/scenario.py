@@ -17,7 +17,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from simulator.catalog import get_hardware, get_model
 from simulator.catalog.engine_hosts import ServingEngine
-from simulator.catalog.model_shape import tp_error
+from simulator.catalog.model_shape import draft_vocabulary_error, tp_error
 from simulator.catalog.draft_heads import EAGLE3_DRAFT_VOCAB, eagle3_head
 from simulator.cost.cost_model import Deployment, Drafting, expert_parallel_error
 from simulator.cost.cost_profile import CostProfile, prior_profile
@@ -219,10 +219,9 @@ class ResolvedScenario:
                 return Drafting(d.kind, d.tree_width), None  # no draft: a plain deployment (_check_systems)
             name, fld = (d.model, "draft.model") if d.model else (sc.small.model, "small.model")
             m = self._model(name, fld)
-            if self.speculative and m.tokenizer_id != self.base_model.tokenizer_id:
-                raise InputError(f, fld, f"vocabulary mismatch: draft {m.name} uses the {m.tokenizer_id} tokenizer, "
-                                 f"base {self.base_model.name} the {self.base_model.tokenizer_id} one (a separate draft "
-                                 "must share its target's vocabulary; use kind: head or ngram)")
+            err = self.speculative and draft_vocabulary_error(self.base_model, m)
+            if err:
+                raise InputError(f, fld, f"{err}; use kind: head or ngram)")
             m = m.with_dtypes(d.weight_dtype, kv)
         else:
             if d.model is not None:
@@ -337,7 +336,7 @@ class ResolvedScenario:
                 raise InputError(f, tp_field, f"{role} model: {err}")
         err = expert_parallel_error(self.base_model, tp, sc.base.ep, dp)
         if err:
-            raise InputError(f, "base.ep", err)
+            raise InputError(f, "base.dp" if err.startswith("dp=") else "base.ep", err)
         err = self.small_model and expert_parallel_error(self.small_model, tp, sc.small.ep)
         if err:
             raise InputError(f, "small.ep", err)
@@ -466,11 +465,19 @@ def load_scenario(ref: str | Path, grid_overrides: dict | None = None) -> Resolv
     the command line) replace those ``grid`` entries before validation."""
     path = find_scenario(str(ref))
     d = read_yaml(path)
-    if grid_overrides and isinstance(d, dict):
-        d = {**d, "grid": {**(d.get("grid") or {}), **{k: v for k, v in grid_overrides.items() if v is not None}}}
-    sc = validate_model(d, Scenario, path)
-    rs = ResolvedScenario(sc, path)
-    rs.overrides = tuple(sorted((k, tuple(v)) for k, v in (grid_overrides or {}).items() if v is not None))
+    given = {k: v for k, v in (grid_overrides or {}).items() if v is not None}
+    if given and isinstance(d, dict):
+        d = {**d, "grid": {**(d.get("grid") or {}), **given}}
+    try:
+        rs = ResolvedScenario(validate_model(d, Scenario, path), path)
+    except InputError as e:  # a value the command line gave is the command line's mistake, not the file's
+        k = (e.field or "").removeprefix("grid.").split("[")[0].split(".")[0]
+        if (e.field or "").startswith("grid.") and k in given:
+            raise InputError(None, f"--{k}", f"{e.message} (scenario {path.name})") from None
+        if given.get("hardware") and e.field in ("base.tp", "small.tp", "base.ep", "memory_fraction.base"):
+            raise InputError(e.file, e.field, f"{e.message} (with --hardware {','.join(given['hardware'])})") from None
+        raise
+    rs.overrides = tuple(sorted((k, tuple(v)) for k, v in given.items()))
     return rs
 
 

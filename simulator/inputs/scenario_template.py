@@ -2,7 +2,7 @@
 
 INIT_TEMPLATE = """\
 # A specreason-sim scenario (specsim init). Every field below is explained; `specsim show {path}` prints
-# it resolved with every default filled in, `specsim whatif {path}` runs its grid.
+# it resolved with every default filled in, `specsim simulate whatif {path}` runs its grid.
 name: {name}
 description: QwQ-32B base + R1-Distill-Qwen-1.5B small on 2x RTX A6000 (edit me)
 # hardware: a catalog name (specsim list hardware) and how many devices one replica has
@@ -30,6 +30,6 @@ engine: analytic          # analytic (closed form) | des (discrete-event: adds p
 # 256; `specsim show {path} --section resolved` prints them per GPU), prefix caching on
 # execution: {{max_num_batched_tokens: 2048, max_num_seqs: 256, prefix_caching: true}}
 requests: 400             # DES requests per grid point
-slo: "p99_latency<=900s"  # capacity planning (specsim capacity / report)
+slo: "p99_latency<=900s"  # capacity planning (specsim simulate capacity / report)
 seed: 0
 """

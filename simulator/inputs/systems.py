@@ -156,7 +156,9 @@ class SystemConfig(BaseModel):
 
 
 def expand_systems(systems, gammas, thresholds, first_ns) -> list[SystemConfig]:
-    """The grid: each system crossed with only the knobs it uses."""
+    """The grid: each system crossed with only the knobs it uses; a value listed twice (``--system x --system x``,
+    ``gamma: [2, 2]``) is one configuration, in the order first listed."""
+    systems, gammas, thresholds, first_ns = (list(dict.fromkeys(v)) for v in (systems, gammas, thresholds, first_ns))
     out: list[SystemConfig] = []
     for s in systems:
         spec = spec_of(s)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from simulator.paths import code_version
 from simulator.studies.capacity.table import EXACT_TRAFFIC, parallelism
 
 ASSUMPTIONS = [
@@ -87,7 +88,7 @@ def capacity_markdown(c: ReportContent) -> str:
     if c.serving_note or c.rs.workload_note():
         L += [f"> Note: {c.serving_note or c.rs.workload_note()}", ""]
     L += [
-         f"_{sc.description}_  ", f"Generated {_dt.datetime.now().isoformat(timespec='seconds')} by `specsim report`.", "",
+         f"_{sc.description}_  ", f"Generated {_dt.datetime.now().isoformat(timespec='seconds')} by `specsim simulate report`.", "",
          "## Answer", "", (f"Accuracy: {EXACT_TRAFFIC}." if c.exact else f"Accuracy floor: {c.floor.describe()}."), ""]
     L += _answer(c) + model_error_section(c) + _method(c) + _capacity_table(c) + _excluded(c) + _accuracy(c) + _load_curves(c)
     L += ["", "## SLO frontier", "", "![SLO frontier](slo_frontier.png)", "",
@@ -254,7 +255,7 @@ def _provenance(c: ReportContent) -> list[str]:
     """Where the workload and cost profiles come from, and the command that reproduces the report."""
     rs, w, slo, load, currency = c.rs, c.rs.workload, c.slo, c.load, c.currency
     gpu_hour_cost, target_qps, bench_serve, scenario_arg = c.gpu_hour_cost, c.target_qps, c.bench_serve, c.scenario_arg
-    L = ["", "## Provenance", "",
+    L = ["", "## Provenance", "", f"- Code: {code_version()}",
           f"- Workload `{w.name}` ({w.dataset}; base {w.base_model}, small {w.small_model}): "
           f"{w.provenance.kind} — {w.provenance.source}" + (f"; {w.provenance.method}" if getattr(w.provenance, 'method', None) else "")]
     for h in rs.hardware_names:
@@ -263,10 +264,10 @@ def _provenance(c: ReportContent) -> list[str]:
     if any(h not in rs.cost_profiles and h != "cpu" for h in rs.hardware_names):  # GPU priors: the engine's terms
         L.append(f"- {engine_line(rs)}")
     L.append(f"- {rs.limits_line()}")
-    L += ["", "## Reproduce", "", "```", f"specsim report {scenario_arg} --out <DIR> --slo '{slo.text}' --requests {load.requests} "
+    L += ["", "## Reproduce", "", "```", f"specsim simulate report {scenario_arg} --out <DIR> --slo '{slo.text}' --requests {load.requests} "
           f"--seed {load.seed}" + (f" --gpu-hour-cost {gpu_hour_cost:g} --currency {shlex.quote(currency)}" if gpu_hour_cost else "")
           + (f" --target-qps {target_qps:g}" if target_qps else "")
-          + (" --bench-serve " + shlex.quote(bench_serve) if bench_serve else ""), "```", "",
+          + (" --bench-serve " + shlex.quote(bench_serve) if bench_serve is not None else ""), "```", "",
           "Files: `capacity.csv`, `latency_vs_load.csv`, `resolved.json` (the resolved scenario and run settings).", ""]
     return L
 

@@ -263,7 +263,7 @@ def render_capacity(df: pd.DataFrame, title: str, columns: str | None = None, cu
              f"drift x: last / second quarter of arrivals' latency (<= {DRIFT_LIMIT:g} to count as sustained)"
              if "latency_drift" in cols else "", "sims: simulations the search ran" if "evaluations" in cols else ""]
     notes = [n for n in notes if n]
-    print_table(df, title, cols, names, caption="; ".join(notes) + ". See specsim capacity --help." if notes else None)
+    print_table(df, title, cols, names, caption="; ".join(notes) + ". See specsim simulate capacity --help." if notes else None)
 
 
 BEST_GAMMA_COLUMNS = {"hardware": "hw", "tp": "tp", "system": "system", "threshold": "t", "users": "users", "best_gamma": "best γ",

@@ -57,7 +57,7 @@ def serve_scenario(scenario, bench_serve: str | None = None, hardware: str | Non
 
     rs = load_scenario(scenario)
     sc = rs.scenario
-    sw = ServingWorkload.from_command(bench_serve) if bench_serve else sc.serving_workload
+    sw = ServingWorkload.from_command(bench_serve) if bench_serve is not None else sc.serving_workload
     if sw is None:
         raise InputError(rs.file, "serving_workload", "the scenario has none: add one or pass --bench-serve")
     hw = hardware or rs.hardware_names[0]

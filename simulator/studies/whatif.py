@@ -24,6 +24,7 @@ from simulator.cost.cost_tables import COMPONENTS, CostTables
 from simulator.engines.registry import GridPoint, get_engine
 from simulator.inputs.scenario import ResolvedScenario
 from simulator.inputs.systems import SystemConfig
+from simulator.paths import code_version
 
 KEY_COLUMNS = ["hardware", "tp", "system", "gamma", "threshold", "first_n"]
 RESULT_COLUMNS = [*KEY_COLUMNS, "engine", "latency_s", "speedup", "small_step_fraction", "acceptance_length",
@@ -97,7 +98,7 @@ def whatif_from_cli(scenario: str, systems=None, gammas=None, thresholds=None, f
                              first_ns or sc.grid.first_n)
     engine = engine or sc.engine
     df = run_grid(rs, engine=engine, configs=configs, requests=requests, seed=seed, floor=floor)
-    meta = {"scenario": str(rs.path), "name": sc.name, "engine": engine, "workload": rs.workload.name,
+    meta = {"scenario": str(rs.path), "name": sc.name, "code": code_version(), "engine": engine, "workload": rs.workload.name,
             "workload_provenance": rs.workload.provenance.model_dump(mode="json"),
             "cost_profiles": {h: rs.cost_profile(h).provenance.model_dump(mode="json") for h in rs.hardware_names},
             "requests": requests or sc.requests if get_engine(engine).samples else None,
@@ -121,9 +122,9 @@ def best_line(df: pd.DataFrame, floor) -> str:
     rule = f"accuracy floor: {floor.describe()}"
     if len(ok):
         b = ok.iloc[0]
-        acc = f"accuracy {b.accuracy:.3f}" if np.isfinite(b.accuracy) else "accuracy unknown"
-        line = (f"Best: {names[b.name]}: {b.latency_s:.3g} s per request ({b.speedup:.3g}x vanilla-base); "
-                f"{acc} ({b.accuracy_why}); {rule}")
+        acc = (f"accuracy {b.accuracy:.3f} ({b.accuracy_why})" if np.isfinite(b.accuracy)
+               else f"accuracy not measured, floor met: {b.accuracy_why}")
+        line = f"Best: {names[b.name]}: {b.latency_s:.3g} s per request ({b.speedup:.3g}x vanilla-base); {acc}; {rule}"
         faster = df[(df.latency_s < b.latency_s) & (df.accuracy_floor != "meets")]
     else:
         line = f"Best: none: no configuration is shown to meet the {rule}"

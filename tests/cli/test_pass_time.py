@@ -54,6 +54,8 @@ def test_pass_time_iteration_with_a_draft(capsys):
     (["--model", "qwen3-8b", "--hardware", "h100-sxm", "--draft", "head", "--gamma", "40"], "--gamma"),
     (["--model", "qwen3-8b", "--hardware", "h100-sxm", "--format", "xml"], "--format"),
     (["--model", "deepseek-r1", "--hardware", "h200", "--tp", "8", "--ep", "3"], "--ep"),
+    (["--model", "qwq-32b", "--hardware", "h100-sxm", "--dp", "2"], "--dp"),  # dense: the option given is named
+    (["--model", "qwq-32b", "--hardware", "h100-sxm", "--draft", "llama-3.2-1b", "--gamma", "2"], "--draft: vocabulary"),
     (["--model", "qwen3-8b", "--hardware", "h100-sxm", "--draft", "mtp", "--gamma", "2"], "--draft"),
 ])
 def test_pass_time_bad_values_one_line_exit_2(args, field, capsys):

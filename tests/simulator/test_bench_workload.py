@@ -248,3 +248,10 @@ def test_bad_ramp_ups_are_refused(line, words):
                                   "python3 benchmarks/benchmark_serving.py --num-prompts 4", "--num-prompts 4"])
 def test_bench_serve_invocations_are_recognised(line):
     assert ServingWorkload.from_command(line).num_prompts == 4
+
+
+@pytest.mark.parametrize("line", ["", "   "])
+def test_an_empty_bench_serve_line_is_refused_not_taken_for_defaults(line):
+    with pytest.raises(InputError, match="empty") as e:
+        ServingWorkload.from_command(line)
+    assert e.value.file == "--bench-serve"

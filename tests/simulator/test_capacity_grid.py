@@ -49,11 +49,13 @@ def test_capacity_on_other_hardware(capsys):
     assert [(r["hardware"], r["tp"]) for r in rows] == [("h100-sxm", 1)] and rows[0]["max_qps"] > 0
 
 
-@pytest.mark.parametrize("args, field", [(["--hardware", "no-such-gpu"], "--hardware"), (["--tp", "0"], "--tp")])
+@pytest.mark.parametrize("args, field", [(["--hardware", "no-such-gpu"], "--hardware"), (["--tp", "0"], "--tp"),
+                                         (["--tp", "2"], "error: --tp: tp=2 exceeds hardware.count=1 (scenario ")])
 def test_capacity_grid_options_refuse_bad_values(capsys, args, field):
     rc = cli.main(["simulate", "capacity", "cpu-smollm2", "--system", "vanilla-base", *args])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and field in err[0], err
+    assert "grid." not in err[0]  # the command line's value, not blamed on the scenario file
 
 
 def test_the_reference_default_grid_is_trimmed_with_a_note():

@@ -152,6 +152,14 @@ def test_fit_pins_each_problems_steps_share_and_proposal_length():
     (lambda d: d["per_problem"]["63"]["averages"].__setitem__("rejected_steps", -1.0), "per_problem.63.averages.rejected_steps"),
     (lambda d: d["per_problem"]["64"].__setitem__("completed_runs", 0), "per_problem.64.completed_runs"),
     (lambda d: d.pop("per_problem"), "per_problem"),
+    (lambda d: d["per_problem"]["62"]["averages"].__setitem__("total_tokens", 10.0), "per_problem.62.averages: "
+     "Value error, total_tokens 10 must equal base_tokens + small_tokens_accepted"),
+    (lambda d: d["per_problem"]["63"]["averages"].__setitem__("base_model_time_s", 0.0), "per_problem.63.averages: "
+     "Value error, base_model_time_s must be > 0"),
+    (lambda d: d["per_problem"]["64"]["averages"].__setitem__("total_time_s", 1.0), "per_problem.64.averages: "
+     "Value error, total_time_s 1 is shorter than its parts"),
+    (lambda d: d["per_problem"]["64"].__setitem__("correct_count", 40), "per_problem.64: Value error, correct_count 40 "
+     "exceeds completed_runs 4"),
 ])
 def test_bad_aggregates_exit_2_with_one_line(tmp_path, mutate, field):
     good = {"config": {"score_threshold": 7.0}, "per_problem": {

@@ -42,3 +42,20 @@ def test_unknown_system_is_rejected():
         SystemConfig(system="nope")
     with pytest.raises(KeyError):
         systems.spec_of("nope")
+
+
+def test_a_value_listed_twice_is_one_configuration():
+    from simulator.inputs.systems import expand_systems
+
+    once = expand_systems(["specdecode", "vanilla-base"], [2, 4], [7], [0])
+    assert expand_systems(["specdecode", "vanilla-base", "specdecode"], [2, 4, 2], [7, 7], [0, 0]) == once
+    assert [c.system for c in once] == ["specdecode", "specdecode", "vanilla-base"]
+
+
+def test_whatif_with_a_system_given_twice_runs_it_once(capsys):
+    from specsim_cli.main import main
+
+    assert main(["simulate", "whatif", "reference-a6000-qwq32b", "--system", "vanilla-base", "--system",
+                 "vanilla-base", "--format", "csv"]) == 0
+    rows = [r for r in capsys.readouterr().out.splitlines() if ",vanilla-base," in r]
+    assert len(rows) == 1

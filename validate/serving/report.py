@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from simulator.paths import code_version
+
 from .compare import ServingValidation, error_figures, speedup_table
 from .fit import FIT_PARAMS
 
@@ -327,7 +329,8 @@ def _speedup_section(v: ServingValidation, out: Path) -> list[str]:
 
 def _provenance_section(v: ServingValidation) -> list[str]:
     """Each run's provenance, then the models and how the runs were made."""
-    L = ["", "## Provenance", "", "| run | created | engine | hardware | loadavg before → after | wall s | run command |",
+    L = ["", "## Provenance", "", f"Predicted by {code_version()}.", "",
+         "| run | created | engine | hardware | loadavg before → after | wall s | run command |",
          "|---|---|---|---|---|---|---|"]
     for r in v.runs:
         o = r.meta["options"]
@@ -374,7 +377,7 @@ def write_report(v: ServingValidation, out: str | Path, command: str, profile_pa
     L += ["", "## Figures", ""] + [f"![{n}]({n})" for n in figs]
     L += _provenance_section(v)
     write_atomic(out / "report.md", "\n".join(L) + "\n")
-    write_atomic(out / "summary.json", json_text({"command": command, "headline": h, "fit": v.fit,
+    write_atomic(out / "summary.json", json_text({"command": command, "code": code_version(), "headline": h, "fit": v.fit,
                                                   "per_run": json.loads(v.per_run.to_json(orient="records"))}, indent=1))
     return out / "report.md"
 

@@ -287,6 +287,8 @@ class ServingWorkload(_Strict):
             argv = shlex.split(line)
         except ValueError as e:
             raise InputError(where, None, f"not a command line ({e})") from None
+        if not argv:
+            raise InputError(where, None, "empty: expected a `vllm bench serve [options]` command line")
         program = []
         while argv and not argv[0].startswith("-"):  # vllm bench serve / python benchmark_serving.py
             program.append(argv.pop(0))

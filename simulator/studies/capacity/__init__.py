@@ -37,6 +37,7 @@ from simulator.option_values import int_list_text
 from simulator.inputs.scenario import ResolvedScenario, load_scenario
 from simulator.engines.serving.slo import Slo, parse_slo
 from simulator.inputs.systems import SystemConfig
+from simulator.paths import code_version
 
 __all__ = [
     "CONFIDENCE", "DEFAULT_CI_TARGET", "DEFAULT_MAX_REPS", "DEFAULT_MIN_REPS", "DEFAULT_REL_TOL",
@@ -243,7 +244,7 @@ def _configs(rs: ResolvedScenario, req: CapacityRequest, serving, announce) -> t
 
 def _meta(rs: ResolvedScenario, req: CapacityRequest, slo: Slo, load: LoadSpec, grid_note, serving,
           serving_note) -> dict:
-    meta = {"scenario": str(rs.path), "slo": slo.text,
+    meta = {"scenario": str(rs.path), "code": code_version(), "slo": slo.text,
             "arrivals": req.arrival if req.arrival == "poisson" else f"bursty cv={req.cv}",
             "requests_per_point": load.requests, "seed": load.seed}
     if grid_note:
