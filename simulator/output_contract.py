@@ -127,7 +127,7 @@ def check_out(out: Path | None, fmt: str = "table", force: bool = False, folder:
                                  "pass --force or write elsewhere")
     else:
         if out.is_dir():
-            name = {"table": "results.csv", "yaml": "profile.yaml"}.get(kind, f"out.{kind}")
+            name = {"table": "results.csv"}.get(kind, f"out.{kind}")
             raise InputError(None, flag, f"{out} is a folder; give a file name, e.g. {out / name}")
         if out.exists() and not force and _tracked(out, folder=False):
             raise InputError(None, flag, f"{out} is a file git tracks (committed): refusing to overwrite it; "
@@ -188,6 +188,18 @@ def _flag(param: inspect.Parameter) -> str:
     return "--" + param.name.replace("_", "-")
 
 
+def _inputs(kwargs: dict, outputs: dict) -> set[Path]:
+    """The existing files a command was given as its other path parameters (one path or a list of them)."""
+    out = set()
+    for name, v in kwargs.items():
+        if name in outputs:
+            continue
+        for x in (v if isinstance(v, (list, tuple)) else [v]):
+            if isinstance(x, Path) and x.is_file():
+                out.add(x.resolve())
+    return out
+
+
 def force_option(outputs: dict[str, str]):
     """The ``--force`` option of a command writing ``outputs`` (its flag -> output kind), its help naming them."""
     folders = [f for f, k in outputs.items() if k in ("folder", "runs")]
@@ -223,6 +235,10 @@ def writes(**outputs: str):
                 if p.resolve() in seen:
                     raise InputError(None, f, f"{p} is also {seen[p.resolve()]}: give each output its own path")
                 seen[p.resolve()] = f
+            for p, _, f in targets:
+                if p.resolve() in _inputs(kwargs, outputs):
+                    raise InputError(None, f, f"{p} is also an input of this command: writing it would destroy what "
+                                     "is being read; give the output another path")
             for p, k, f in targets:
                 check_out(p, fmt if k == "table" else "table", force, kind=k, flag=f)
             with output_lock([(p, f) for p, _, f in targets]):

@@ -28,7 +28,9 @@ def build_gpu_profile(records: pd.DataFrame, gpu: str, inputs: dict[str, str], c
     if d.empty:
         from simulator.errors import InputError
 
-        raise InputError(None, "--gpu", f"no records for {gpu!r}; records hold {', '.join(sorted(records['gpu'].unique()))}")
+        held = ", ".join(sorted(records["gpu"].unique()))
+        raise InputError(None, "--gpu", f"no records for {gpu!r}; " + (f"the records hold {held}" if held else
+                                                                        "the records file holds none"))
     params, info = fit_gpu(records, gpu)
     default = KernelParams()
     ops = sorted(set(d["op"]))

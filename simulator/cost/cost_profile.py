@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from simulator.catalog import HardwareSpec
+from simulator.errors import InputError
 from simulator.provenance import Provenance
 
 
@@ -342,6 +343,10 @@ def profile_to_yaml(profile: CostProfile, command: str,
 
 def load_profile(path: str | Path) -> CostProfile:
     """The cost profile stored at ``path`` (YAML), validated; a bad file is an InputError naming it."""
-    from simulator.inputs.loading import load_yaml_model
+    from simulator.inputs.loading import read_yaml, validate_model
 
-    return load_yaml_model(path, CostProfile)
+    data = read_yaml(path)
+    if isinstance(data, dict) and "base" in data and "systems" in data:
+        raise InputError(str(path), None, "a scenario, not a cost profile: give a profile (specsim list profiles; a "
+                         "scenario's own: specsim show SCENARIO)")
+    return validate_model(data, CostProfile, path)

@@ -100,9 +100,12 @@ def read_yaml(path: str | Path) -> object:
         with p.open("r", encoding="utf-8") as fh:
             data = yaml.load(fh, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
+        mark, opened = getattr(e, "problem_mark", None), getattr(e, "context_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else None
-        raise InputError(str(p), where, f"malformed YAML ({getattr(e, 'problem', None) or e})") from None
+        context = getattr(e, "context", None)
+        started = (f"; {context} at line {opened.line + 1}" if context and opened is not None and mark is not None
+                   and opened.line != mark.line else "")  # an unclosed { or [ is noticed lines after it opens
+        raise InputError(str(p), where, f"malformed YAML ({getattr(e, 'problem', None) or e}{started})") from None
     except UnicodeDecodeError:
         raise InputError(str(p), None, "not a UTF-8 text file") from None
     except RecursionError:

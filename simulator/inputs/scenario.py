@@ -20,13 +20,13 @@ from simulator.catalog.engine_hosts import ServingEngine
 from simulator.catalog.model_shape import draft_vocabulary_error, tp_error
 from simulator.catalog.draft_heads import EAGLE3_DRAFT_VOCAB, eagle3_head
 from simulator.cost.cost_model import Deployment, Drafting, expert_parallel_error
-from simulator.cost.cost_profile import CostProfile, prior_profile
+from simulator.cost.cost_profile import CostProfile, load_profile, prior_profile
 from simulator.inputs.drafter_priors import PRIOR_KINDS, prior_acceptance, prior_kind
 from simulator.cost.setup import Setup
 from simulator.errors import InputError
 from simulator.cost.execution import Execution
 from simulator.engines.serving.bench_workload import ServingWorkload
-from simulator.inputs.loading import load_yaml_model, read_yaml, validate_model
+from simulator.inputs.loading import read_yaml, validate_model
 from simulator.inputs.systems import REGISTRY, SYSTEMS, SystemConfig, expand_systems
 from simulator.inputs.workload import WorkloadProfile
 from simulator.option_values import MAX_REQUESTS
@@ -304,7 +304,7 @@ class ResolvedScenario:
             p = self.ref_path(ref, "cost")
             if not p.is_file():
                 raise InputError(self.file, f"cost_profiles[{i}]", f"cost profile {ref!r} not found ({p})")
-            prof = load_yaml_model(p, CostProfile)
+            prof = load_profile(p)
             get_hardware(prof.hardware, str(p), "hardware")
             out[prof.hardware] = prof
         return out

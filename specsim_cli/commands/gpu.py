@@ -11,6 +11,7 @@ from typing import Optional
 
 import typer
 
+from simulator.errors import InputError
 from simulator.output_contract import writes
 from simulator.paths import shared
 
@@ -25,6 +26,17 @@ def _warn_skipped(skipped: dict[str, str], modules: dict[str, int] | None = None
         typer.echo(f"warning: skipped {what}: " + "; ".join(items), err=True)
 
 
+def _some(df, source: Path, what: str = "records") -> None:
+    """An import that finds nothing is bad input (a header without rows, the wrong folder), not an empty output."""
+    if not len(df):
+        raise InputError(str(source), None, f"no {what} to import: it holds none this importer reads (a header "
+                         "without rows, or another source's layout)")
+
+
+def _wrote(df, out: Path) -> None:
+    typer.echo(f"wrote {len(df)} records to {out} ({', '.join(f'{k} {v}' for k, v in df['op'].value_counts().items())})")
+
+
 @writes(out="csv")
 def import_vidur_cmd(
     folder: Path = typer.Argument(..., help="Vidur data/profiling-style folder (compute/, network/)"),
@@ -37,8 +49,9 @@ def import_vidur_cmd(
     from calibrate.contracts.op_records import write_records
 
     df, prov = import_vidur(folder)
+    _some(df, folder)
     write_records(df, out, prov)
-    typer.echo(f"wrote {len(df)} records to {out} ({', '.join(f'{k} {v}' for k, v in df['op'].value_counts().items())})")
+    _wrote(df, out)
 
 
 @writes(out="csv")
@@ -53,9 +66,10 @@ def import_aic_cmd(
     from calibrate.contracts.op_records import write_records
 
     df, prov = import_aiconfigurator(folder)
+    _some(df, folder)
     write_records(df, out, prov)
     _warn_skipped(prov.get("files_skipped", {}))
-    typer.echo(f"wrote {len(df)} records to {out} ({', '.join(f'{k} {v}' for k, v in df['op'].value_counts().items())})")
+    _wrote(df, out)
 
 
 @writes(out="csv")
@@ -70,9 +84,10 @@ def import_lss_cmd(
     from calibrate.contracts.op_records import write_records
 
     df, prov = import_llmservingsim(folder)
+    _some(df, folder)
     write_records(df, out, prov)
     _warn_skipped(prov.get("files_skipped", {}), prov.get("modules_unknown", {}))
-    typer.echo(f"wrote {len(df)} records to {out} ({', '.join(f'{k} {v}' for k, v in df['op'].value_counts().items())})")
+    _wrote(df, out)
 
 
 @writes(out="csv")
@@ -89,6 +104,7 @@ def import_lib_cmd(
     from calibrate.contracts.op_records import write_table
 
     df, prov = import_llm_inference_bench(file)
+    _some(df, file, "runs")
     meta = {"date": dt.date.today().isoformat(), **prov, "rows": int(len(df)),
             "columns": {c: f"{t}: {u}" for c, (t, u) in BENCH_COLUMNS.items()}}
     write_table(df[list(BENCH_COLUMNS)], out, meta)

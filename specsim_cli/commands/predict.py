@@ -240,10 +240,9 @@ def pass_time(
         raise InputError(None, "--format", f"expected table, csv or json (got {fmt!r})")
     prof = None
     if profile is not None:
-        from simulator.cost.cost_profile import CostProfile
-        from simulator.inputs.loading import load_yaml_model
+        from simulator.cost.cost_profile import load_profile
 
-        prof = load_yaml_model(profile, CostProfile)
+        prof = load_profile(profile)
     df, meta = pass_time_table(model, hardware, tp, batch, new_tokens, context, dtype, draft, gamma, prof, ep, pp, dp)
     if fmt == "table":
         render(df, meta)

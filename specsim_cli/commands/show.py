@@ -91,6 +91,9 @@ def _show_target(ref: str) -> tuple[str, Path]:
         raise InputError(ref, None, "names more than one profile: say which, "
                          + " or ".join(f.stem for _, f in found))
     if not found:
+        if Path(ref).is_dir():
+            raise InputError(ref, None, "a folder: give a scenario or profile YAML file, or a name (specsim list "
+                             "scenarios, specsim list profiles)")
         raise InputError(ref, None, "no such file, scenario or profile (specsim list scenarios, specsim list profiles)")
     return found[0]
 
@@ -101,10 +104,9 @@ def _load_profile_doc(kind: str, path: Path) -> dict:
     from simulator.inputs.loading import read_yaml
 
     if kind == "cost":
-        from simulator.cost.cost_profile import CostProfile
-        from simulator.inputs.loading import load_yaml_model
+        from simulator.cost.cost_profile import load_profile
 
-        return load_yaml_model(path, CostProfile).model_dump(mode="json")
+        return load_profile(path).model_dump(mode="json")
     if kind == "workload":
         from simulator.inputs.workload import load_workload
 

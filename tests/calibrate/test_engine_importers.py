@@ -353,3 +353,16 @@ def test_data_commit_reads_the_source_commit_file_then_the_readme(tmp_path):
     assert data_commit(b) == "ab" * 20
     assert data_commit(c) == "?"
     assert data_commit(tmp_path / "missing") == "?"
+
+
+@pytest.mark.skipif(not LIB.is_file(), reason="../shared/data/engine-measurements/llm-inference-bench absent")
+def test_an_import_that_finds_nothing_or_writes_its_own_input_is_refused(tmp_path):
+    header = tmp_path / "header-only.csv"
+    header.write_text(LIB.read_text().splitlines()[0] + "\n")
+    r = _specsim("import", "llm-inference-bench", header, "--out", tmp_path / "o.csv")
+    assert r.returncode == 2 and "no runs to import" in r.stderr and not (tmp_path / "o.csv").exists(), r.stderr
+    same = tmp_path / "same.csv"
+    same.write_bytes(LIB.read_bytes())
+    r = _specsim("import", "llm-inference-bench", same, "--out", same, "--force")
+    assert r.returncode == 2 and "also an input of this command" in r.stderr, r.stderr
+    assert same.read_bytes() == LIB.read_bytes()  # the source is intact

@@ -239,3 +239,9 @@ def test_capacity_cpu_replicas_are_not_gpus(capsys, monkeypatch):
                               "--requests", "40", "--workers", "1"], capsys)
     assert code == 0, err
     assert "GPU" not in out and "drift" in out and "offered" in out
+
+
+def test_an_unclosed_brace_names_the_line_it_opens_on(tmp_path, capsys):
+    p = _write(tmp_path, "name: x\nhardware: {gpu: rtx-a6000, count: 2\nsystems: [vanilla-base]\nseed: 1\n")
+    code, _, err = run_cli(["simulate", "whatif", str(p)], capsys)
+    assert code == 2 and "while parsing a flow mapping at line 2" in err and len(err.strip().splitlines()) == 1, err

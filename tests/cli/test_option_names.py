@@ -19,7 +19,8 @@ from typing import Optional
 import pytest
 import typer
 
-from simulator.option_values import GAMMA_MAX, THRESHOLD_MAX, IntList, parse_threshold
+from simulator.errors import InputError
+from simulator.option_values import GAMMA_MAX, THRESHOLD_MAX, IntList, int_list, parse_threshold, rate_list
 from specsim_cli.main import command_tree, main
 
 # an older or plural name -> the concept's one primary name; the older name may only be a secondary name of it
@@ -180,3 +181,20 @@ def test_a_recorded_command_writes_a_list_back_once_in_the_same_syntax():
     assert run_app(app, ["grid", "--gamma", "1-3", "--gamma", "8,2", "--threshold", "6"], "specsim") == 0
     assert seen == ["specsim grid --gamma 1-3,8 --threshold 6"]
     assert int_list("1-3,8", "--gamma", 1, 16) == [1, 2, 3, 8]
+
+
+@pytest.mark.parametrize("parse, text", [
+    (lambda t: int_list(t, "--gamma", 1, 16), "2,,4"), (lambda t: int_list(t, "--gamma", 1, 16), "2,"),
+    (lambda t: rate_list(t), "1,,2"), (lambda t: rate_list(t), ",0.5"),
+])
+def test_a_list_with_an_empty_item_is_a_typo_not_a_shorter_list(parse, text):
+    with pytest.raises(InputError, match="an empty item"):
+        parse(text)
+
+
+@pytest.mark.parametrize("text", ["p99_latency<=40s,", "p99_latency<=40s and", ",mean_ttft<=2s"])
+def test_an_slo_with_an_empty_term_is_refused(text):
+    from simulator.engines.serving.slo import parse_slo
+
+    with pytest.raises(InputError, match="an empty term"):
+        parse_slo(text)

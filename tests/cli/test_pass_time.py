@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -78,3 +79,9 @@ def test_pass_time_expert_parallel_and_mtp_draft(capsys):
         assert (r["iteration_ms"] - r["draft_ms"] - r["verify_ms"]).abs().max() < 1e-9
         assert (r["draft_ms"] > 0).all() and (r["draft_ms"] < r["pass_ms"]).all()  # one MoE layer, not 61
     assert not rows["1"]["pass_ms"].equals(rows["8"]["pass_ms"])
+
+
+def test_a_scenario_given_as_profile_is_named_for_what_it_is(capsys):
+    rc, out, err = _run(["simulate", "pass-time", "--model", "qwq-32b", "--hardware", "h100-sxm", "--profile",
+                         str(Path(__file__).resolve().parents[2] / "scenarios" / "cpu-smollm2.yaml")], capsys)
+    assert rc == 2 and "a scenario, not a cost profile" in err and err.count("\n") == 1, err

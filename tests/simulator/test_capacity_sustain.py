@@ -159,3 +159,16 @@ def test_closed_loop_runs_are_judged_without_the_sustain_figures(tmp_path, users
     p = Point(fixed_scenario(tmp_path), "h200", 2, VANILLA, LoadSpec(requests=100), H200_SLO)
     row = evaluate(p, users=users)
     assert row["sustained"]
+
+
+def test_the_goodput_shown_is_the_replications_mean_never_one_above_the_mean_max_rate(capsys):
+    """An interval row shows the mean max rate over its replications; its goodput is their mean too (each at its own
+    max rate), not the one replication's nearest the mean, which could exceed the rate shown."""
+    import json
+
+    from specsim_cli.main import main
+
+    assert main(["simulate", "capacity", "cpu-smollm2", "--system", "specreason", "--threshold", "5",
+                 "--format", "json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["results"]
+    assert len(row["capacities"]) > 1 and 0 < row["goodput_qps"] <= row["max_qps"], row

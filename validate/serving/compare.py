@@ -164,14 +164,13 @@ def validate_serving(run_dirs: list[str | Path], profile_path: str | Path, fit_l
     and -- for speculative runs, with ``acceptance_levels`` -- the best of those with per-position acceptance
     measured on the named runs only (each gamma from its own runs) instead of each request's own. A profile with a
     parameter outside its physical range is refused as ``validate runs`` refuses it, unless ``allow_implausible``."""
-    from simulator.cost.cost_profile import CostProfile
-    from simulator.inputs.loading import load_yaml_model
+    from simulator.cost.cost_profile import load_profile
     from validate.replay import setup_from_profile
     from validate.validation import check_plausible
 
     if not run_dirs:
         raise InputError(None, "RUNDIR", "give at least one serve-run directory")
-    profile = load_yaml_model(profile_path, CostProfile)
+    profile = load_profile(profile_path)
     for note in check_plausible(profile, str(profile_path), "", allow_implausible):
         log.warning("WARNING: %s", note)
     setup = setup_from_profile(profile)

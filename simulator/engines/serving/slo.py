@@ -115,7 +115,10 @@ class Slo:
 def parse_slo(text: str, field: str = "--slo") -> Slo:
     if not isinstance(text, str) or not text.strip():
         raise InputError(None, field, "empty SLO; expected e.g. 'p99_latency<=300s'")
-    parts = [p for p in re.split(r",|\band\b", text.lower()) if p.strip()]
+    parts = re.split(r",|\band\b", text.lower())
+    if any(not p.strip() for p in parts):
+        raise InputError(None, field, f"an empty term in {text.strip()!r} (a comma or 'and' with nothing beside it); "
+                         "expected terms like 'p99_latency<=300s,mean_ttft<=2s'")
     terms = []
     for part in parts:
         s = re.sub(r"\s+", "", part)

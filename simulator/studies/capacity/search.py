@@ -385,16 +385,19 @@ def capacity_interval(point: Point, spec: IntervalSpec | None = None) -> dict:
 def at_capacity(rows: list[dict]) -> dict:
     """The sustain figures of an interval row, over its replications' rows (each at its own max rate; a replication
     sustaining no load counts 0): the mean offered rate and throughput simulated at the max rates
-    (``window_offered_qps``, ``window_throughput_qps``), the throughput's ratio to the mean max rate, the largest
-    tolerance and queue growth, the fewest window arrivals. Each sustained replication has offered_k <= thr_k /
-    (1 - tol_k) (``serving.metrics.sustain``), so the means obey the same with the largest tol."""
+    (``window_offered_qps``, ``window_throughput_qps``) and the goodput there (``goodput_qps``: within the SLO per
+    second of each whole run; the mean, like the max rate, so never a replication's own above the mean max rate), the
+    throughput's ratio to the mean max rate, the largest tolerance and queue growth, the fewest window arrivals. Each
+    sustained replication has offered_k <= thr_k / (1 - tol_k) (``serving.metrics.sustain``), so the means obey the
+    same with the largest tol."""
     live = [r for r in rows if r["max_qps"] > 0]
     if not live:
         return {}
     mean = lambda key: float(np.mean([r[key] if r["max_qps"] > 0 else 0.0 for r in rows]))  # noqa: E731
     cap = float(np.mean([r["max_qps"] for r in rows]))
+    goodput = {"goodput_qps": mean("goodput_qps")} if all("goodput_qps" in r for r in live) else {}
     return {"window_offered_qps": mean("window_offered_qps"), "window_throughput_qps": mean("window_throughput_qps"),
-            "throughput_ratio": mean("window_throughput_qps") / cap, "sustain_tol": max(r["sustain_tol"] for r in live),
+            **goodput, "throughput_ratio": mean("window_throughput_qps") / cap, "sustain_tol": max(r["sustain_tol"] for r in live),
             "queue_growth": max(r["queue_growth"] for r in live), "window_arrivals": min(r["window_arrivals"] for r in live)}
 
 
