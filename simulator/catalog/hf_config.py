@@ -63,6 +63,10 @@ class UnknownArchitectureWarning(UserWarning):
     """A config.json of an unknown model_type read as llama (its fields are llama's)."""
 
 
+class ClassDefaultsWarning(UserWarning):
+    """A config.json field left out and read as its transformers config class's default."""
+
+
 def looks_like_config_path(ref: str) -> bool:
     """A model reference that names a file or folder rather than a catalog entry."""
     return ref.endswith(".json") or "/" in ref or "\\" in ref or ref.startswith(".")
@@ -297,12 +301,27 @@ def _arch_fields(f: _Fields, file: str, arch: str, layers: int) -> dict:
     return out
 
 
-def _decoder(raw: dict, arch: str) -> tuple[dict, str]:
-    """(the decoder's fields, their prefix): multimodal configs nest the decoder under text_config."""
+# Fields a published config.json may leave out because transformers' config class supplies them (Gemma 3's
+# multimodal checkpoints write only what differs from Gemma3TextConfig's defaults in text_config): read with a warning
+CLASS_DEFAULTS = {"gemma3": {"vocab_size": 262208, "num_attention_heads": 8, "num_key_value_heads": 4,
+                             "head_dim": 256, "sliding_window": 4096, "sliding_window_pattern": 6}}
+
+
+def _decoder(raw: dict, arch: str, file: str = "") -> tuple[dict, str]:
+    """(the decoder's fields, their prefix): multimodal configs nest the decoder under text_config; fields the
+    architecture's transformers config class defaults (:data:`CLASS_DEFAULTS`) filled in, each named in a warning."""
+    prefix = ""
     if arch in NESTED_TEXT and isinstance(raw.get("text_config"), dict):
         top = {k: raw[k] for k in ("torch_dtype", "dtype", "quantization_config", "tie_word_embeddings") if k in raw}
-        return {**top, **raw["text_config"]}, "text_config."
-    return raw, ""
+        raw, prefix = {**top, **raw["text_config"]}, "text_config."
+    defaults = {k: v for k, v in CLASS_DEFAULTS.get(arch, {}).items() if k not in raw}
+    if "layer_types" in raw:  # the newer layout states each layer; the older pattern does not apply
+        defaults.pop("sliding_window_pattern", None)
+    if defaults and file:
+        warnings.warn(f"{file}: {', '.join(f'{prefix}{k}' for k in defaults)} not given: read as transformers' "
+                      f"{arch} defaults ({', '.join(f'{k} {v}' for k, v in defaults.items())})",
+                      ClassDefaultsWarning, stacklevel=3)
+    return {**raw, **defaults}, prefix
 
 
 # ModelSpec field -> the config.json fields it is read from (the first one present names it in an error)
@@ -336,7 +355,7 @@ def config_field(raw: dict, spec_field: str) -> str:
 def spec_fields(raw: dict, file: str) -> dict:
     """ModelSpec fields of one parsed config.json (no name, no catalog match)."""
     arch = _arch_of(raw, file)
-    raw, prefix = _decoder(raw, arch)
+    raw, prefix = _decoder(raw, arch, file)
     f = _Fields(raw, file, prefix)
     layers = f.req("num_hidden_layers")
     hidden = f.req("hidden_size")

@@ -101,7 +101,7 @@ def check_step(target, draft, batch: int, tokens: int, context: int) -> None:
     """``specsim pass-time``'s placement (the scenario's is ``ResolvedScenario.check_placement``): the model and its
     draft shard over TP (``model_shape.tp_error``), vLLM starts an engine holding them at its default
     gpu_memory_utilization (:func:`memory_error`), and that engine's KV cache holds ``batch`` sequences of
-    ``context + tokens`` tokens each (the step's largest)."""
+    ``context + tokens`` tokens each (the step's largest; with data-parallel attention, each rank its share)."""
     engine = [d for d in (target, draft) if d is not None and not d.drafting.free]
     for opt, d in zip(("--tp", "--draft"), engine):
         err = tp_error(d.model, d.tp)
@@ -113,11 +113,14 @@ def check_step(target, draft, batch: int, tokens: int, context: int) -> None:
     err = memory_error(plan, n, " (context + new tokens)")
     if err is not None:
         raise InputError(None, "--context" if err[0] == "length" else "--tp", f"{where}: {err[1]}")
-    need = batch * plan.request_bytes(n)
+    per_rank = -(-batch // target.dp)  # data-parallel attention: each rank holds its share of the sequences' KV
+    need = per_rank * plan.held_bytes(n)
     if need > plan.kv_bytes:
-        raise InputError(None, "--batch", f"{where}: {batch:,} sequences of {n:,} tokens need {need / 2**30:.2f} GiB "
+        share = f" ({per_rank:,} per data-parallel rank)" if target.dp > 1 else ""
+        raise InputError(None, "--batch", f"{where}: {batch:,} sequences{share} of {n:,} tokens need {need / 2**30:.2f} GiB "
                          f"of KV cache, more than the {plan.kv_bytes / 2**30:.2f} GiB vLLM leaves at "
-                         f"gpu_memory_utilization {DEFAULT_UTILIZATION} ({plan.max_concurrency(n):.1f} of them fit)")
+                         f"gpu_memory_utilization {DEFAULT_UTILIZATION} ({int(plan.kv_bytes // plan.held_bytes(n))} of "
+                         "them fit)")
 
 
 def plan_view(rs) -> dict:

@@ -94,6 +94,9 @@ class MemoryPlan:
     sampler_rows: int
     blocks_override: int | None = None  # vLLM's num_gpu_blocks_override (None: sized from memory)
     sampler_bound: bool = False  # the sampler warm-up on sampler_rows rows, not the forward pass, sets the peak
+    # the sliding-window layers apart: (KV bytes per token of the model's sliding layers, its window), per model;
+    # ``sliding_bytes_per_seq`` holds each whole window plus the linear-attention states
+    windows: tuple[tuple[float, int], ...] = ()
 
     @property
     def requested_bytes(self) -> float:
@@ -158,6 +161,17 @@ class MemoryPlan:
         if self.full_bytes_per_token <= 0:
             return blocks * self.block_size * self.all_bytes_per_token
         return blocks * self.block_size * self.full_bytes_per_token + self.sliding_bytes_per_seq
+
+    def held_bytes(self, length: int) -> float:
+        """KV bytes a running sequence of ``length`` tokens holds, in whole blocks: its sliding layers hold
+        min(length, window) tokens (vLLM's hybrid allocator frees what slides out), where :meth:`request_bytes`
+        counts the whole window as vLLM's start-up accounting does."""
+        if self.full_bytes_per_token <= 0:
+            return self.request_bytes(length)
+        tokens = -(-int(length) // self.block_size) * self.block_size
+        whole = sum(b * w for b, w in self.windows)
+        held = sum(b * min(tokens, w) for b, w in self.windows)
+        return tokens * self.full_bytes_per_token + self.sliding_bytes_per_seq - whole + held
 
     def max_model_len(self) -> int:
         """Longest sequence the KV cache can hold (vLLM's "estimated maximum model length")."""
@@ -237,6 +251,7 @@ def memory_plan(deployments: list[Deployment], utilization: float, max_num_batch
     T = int(max_num_batched_tokens)
     R = min(int(max_num_seqs), T)
     full, sliding, every = 0.0, 0.0, 0.0
+    windows: list[tuple[float, int]] = []
     for i, d in enumerate(deployments):
         per, m = d.kv_bytes_per_token_per_gpu, d.model
         every += per
@@ -244,10 +259,11 @@ def memory_plan(deployments: list[Deployment], utilization: float, max_num_batch
         full += per * (m.layers - s) / m.layers
         if s:
             sliding += per * s / m.layers * m.sliding_window
+            windows.append((per * s / m.layers, int(m.sliding_window)))
         if per > 0.0:  # linear-attention layers: a fixed state per sequence (Qwen3-Next, Qwen3.5), no per-token KV
             sliding += m.linear_state_bytes(d.tp) / d.pp * (1 + (spec_tokens if i == 0 else 0))  # its stage's layers
     if full <= 0.0:  # every layer slides: count every layer per token, no reservation
-        sliding = 0.0
+        sliding, windows = 0.0, []
     gpu = hw.interconnect != "none"
     peak = max(activation_peak_bytes(d, T, R) for d in deployments)
     tp = deployments[0].gpus  # NCCL's buffers: one GPU of a multi-GPU replica (tp * pp)
@@ -259,4 +275,4 @@ def memory_plan(deployments: list[Deployment], utilization: float, max_num_batch
         cudagraph_bytes=CUDAGRAPH_BYTES if gpu else 0.0, cudagraph_counted=gpu and cudagraphs_counted(vllm_version),
         block_size=int(block_size), full_bytes_per_token=full, sliding_bytes_per_seq=sliding,
         all_bytes_per_token=every, profile_tokens=T, sampler_rows=R, blocks_override=blocks_override,
-        sampler_bound=peak > max(activation_peak_bytes(d, T, 0) for d in deployments))
+        sampler_bound=peak > max(activation_peak_bytes(d, T, 0) for d in deployments), windows=tuple(windows))

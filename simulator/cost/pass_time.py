@@ -52,14 +52,20 @@ def draft_deployment(target: Deployment, draft: str, params) -> Deployment:
     return Deployment(model, target.hardware, target.tp, params.for_role("draft"))
 
 
+def _dtype_label(m) -> str:
+    """The weights' dtype as the table names it: ``fp8``, or ``bf16, mxfp4 experts`` where the experts differ."""
+    e = m.expert_weight_dtype
+    return m.weight_dtype + (f", {e} experts" if e and e != m.weight_dtype else "")
+
+
 def pass_time_table(model: str, hardware: str, tp: int = 1, batches=(1,), new_tokens=(1,), contexts=(0,),
-                    dtype: str = "bf16", draft: str | None = None, gamma: int | None = None,
+                    dtype: str | None = None, draft: str | None = None, gamma: int | None = None,
                     profile: CostProfile | None = None, ep: int = 1, pp: int = 1,
                     dp: int = 1) -> tuple[pd.DataFrame, dict]:
     hw = get_hardware(hardware, None, "--hardware")
     m = get_model(model, None, "--model")
-    try:
-        m = m.with_dtypes(weight_dtype=dtype)
+    try:  # None: the model's own (a config.json's quantization_config, else bf16)
+        m = m if dtype is None else m.with_dtypes(weight_dtype=dtype, kv_dtype=m.kv_dtype)
     except ValueError as e:
         raise InputError(None, "--dtype", str(e)) from None
     if tp < 1 or tp > 64:
@@ -93,7 +99,7 @@ def pass_time_table(model: str, hardware: str, tp: int = 1, batches=(1,), new_to
                 n = np.full(B, float(T))
                 c = np.full(B, float(C))
                 bd = target.pass_breakdown(n.sum(), (c + n).sum(), (n * (c + (n + 1.0) / 2.0)).sum(), float(B), float(B))
-                r = {"model": m.name, "hardware": hw.name, "tp": tp, "pp": pp, "dp": dp, "ep": ep, "dtype": dtype, "batch": B, "new_tokens": T,
+                r = {"model": m.name, "hardware": hw.name, "tp": tp, "pp": pp, "dp": dp, "ep": ep, "dtype": _dtype_label(m), "batch": B, "new_tokens": T,
                      "context": C, "pass_ms": float(bd["total"]) * 1e3}
                 r.update({f"{k}_ms": float(bd[k]) * 1e3 for k in PARTS})
                 if dd is not None:

@@ -173,21 +173,25 @@ def _method(c: ReportContent) -> list[str]:
           f"of the difference above {EQUIVALENCE:.0%} of the lower one. Standing: among the configurations that meet the "
           f"accuracy floor, re-ranked alone, those of rank 1 beside the best are within the interval of the best (a "
           f"tie; the Answer's list). A configuration that sustains no load is not ranked. Replicas for the target: at "
-          f"the max rate, and in brackets at the 95% interval's lower bound where that needs more.", ""]
+          f"the max rate, and in brackets at the 95% interval's lower bound where that needs more. The SLO's figures "
+          f"\"at max\" are one replication's, the one whose max rate is nearest the mean, at its own max rate (the "
+          f"rate the SLO was judged at; the mean's own run does not exist).", ""]
 
 
 def _capacity_table(c: ReportContent) -> list[str]:
     """One row per configuration: rank, capacity and interval, accuracy, cost, replicas."""
     cap, dev, currency = c.cap, c.dev, c.currency
+    terms = [t.name for t in c.slo.terms]  # the SLO's own statistics (p90_latency_s ...), not a fixed p99
+    shown = " / ".join(t.replace("_", " ").removesuffix(" s") for t in terms)
     L = ["## Capacity, accuracy and cost per configuration", "",
           "| rank | configuration | hardware | TP | max req/s | 95% interval | converged | reps | standing | req/s per " + dev
-          + f" | accuracy [95%] | floor | p99 latency at max (s) | cost / 1000 req ({currency}) | replicas | " + dev + "s |",
+          + f" | accuracy [95%] | floor | {shown} at max (s) | cost / 1000 req ({currency}) | replicas | " + dev + "s |",
           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in cap.itertuples():
         L.append(f"| {'—' if pd.isna(r.rank) else r.rank} | {r.label} | {r.hardware} | {r.tp} | {_fmt(r.max_qps)} | {_ci(r)} | "
                  f"{'yes' if r.converged else ('no: stopped, below the best' if getattr(r, 'stopped_below_best', False) else '**no**')}"
                  f" | {int(r.replications)} | {r.standing} | "
-                 f"{_fmt(r.qps_per_gpu)} | {_acc(r)} | {r.accuracy_floor} | {_fmt(r.latency_p99_s)} | "
+                 f"{_fmt(r.qps_per_gpu)} | {_acc(r)} | {r.accuracy_floor} | {' / '.join(_fmt(getattr(r, t, np.nan)) for t in terms)} | "
                  f"{_fmt(getattr(r, 'cost_per_1000_requests', np.nan))} | {_replicas(r, 'replicas')} | {_replicas(r, 'gpus')} |")
     return L
 

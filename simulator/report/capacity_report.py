@@ -228,6 +228,9 @@ def _plot_pareto(cap: pd.DataFrame, path: str) -> None:
     colors = {s: plt.cm.tab10(i) for i, s in enumerate(systems)}
     front = pareto_front(cap)
     fig, ax = plt.subplots(figsize=(8.5, 5))
+    ax.set_xscale("log")  # first: the labels below are placed on the log axis
+    none = cap[~(cap.qps_per_gpu > 0)]  # sustained no load: no place on a log axis; named under the plot
+    cap = cap[cap.qps_per_gpu > 0]
     known = cap[cap.accuracy.notna()]
     unknown = cap[cap.accuracy.isna()]
     lat = cap.single_request_latency_s
@@ -250,9 +253,11 @@ def _plot_pareto(cap: pd.DataFrame, path: str) -> None:
         for r in f.itertuples():
             ax.annotate(r.label, (r.qps_per_gpu, r.accuracy), fontsize=6, xytext=(3, 3), textcoords="offset points")
     ax.axhline(-0.04, color="0.7", lw=0.5)
-    ax.text(ax.get_xlim()[0], -0.075, " accuracy unknown", fontsize=7, va="center")
-    ax.set(xscale="log", xlabel="max requests/s per GPU under the SLO (bars: 95% interval)",
-           ylabel="accuracy (bars: 95% interval)", ylim=(-0.12, 1.02),
+    ax.text(ax.get_xlim()[0], -0.075, " below the line: accuracy unknown", fontsize=7, va="center")
+    xlabel = "max requests/s per GPU under the SLO (bars: 95% interval)"
+    if len(none):
+        xlabel += "\nnot shown, no load sustained: " + ", ".join(none.label.astype(str))
+    ax.set(xlabel=xlabel, ylabel="accuracy (bars: 95% interval)", ylim=(-0.12, 1.02),
            title="Latency-accuracy-capacity: marker size = single-request latency")
     ax.legend(fontsize=6, loc="best")
     fig.tight_layout()

@@ -211,7 +211,8 @@ def pass_time(
                                             help="new tokens per sequence (1: decode)", example="1,5,512"),
     context: list[int] = int_list_option("0", "--context", concept="context", lo=0, hi=10_000_000,
                                          help="cached tokens per sequence", example="0,4096"),
-    dtype: str = typer.Option("bf16", "--dtype", help="weight dtype: bf16 | fp8 | int4"),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="weight dtype: bf16 | fp8 | int4 (default: the model's "
+                                        "own: a config.json's quantization_config, else bf16)"),
     draft: Optional[str] = typer.Option(None, "--draft", help="draft: a catalog model, head[:LAYERS] (EAGLE-style), eagle3[:LAYERS] (EAGLE-3 as built), block[:LAYERS] (gamma drafts in one pass) or mtp (the model's own MTP module, one per drafted token)"),
     ep: int = typer.Option(1, "--ep", help="expert parallelism of a mixture of experts: 1 (experts sharded by TP) or TP (whole experts per GPU)"),
     pp: int = typer.Option(1, "--pp", help="pipeline-parallel stages (layers split over pp stages of --tp GPUs each)"),

@@ -85,3 +85,15 @@ def test_a_scenario_given_as_profile_is_named_for_what_it_is(capsys):
     rc, out, err = _run(["simulate", "pass-time", "--model", "qwq-32b", "--hardware", "h100-sxm", "--profile",
                          str(Path(__file__).resolve().parents[2] / "scenarios" / "cpu-smollm2.yaml")], capsys)
     assert rc == 2 and "a scenario, not a cost profile" in err and err.count("\n") == 1, err
+
+
+def test_a_config_json_is_priced_in_its_own_weight_dtype_unless_dtype_is_given(capsys):
+    cfg = str(Path(__file__).resolve().parents[1] / "data" / "hf_configs" / "deepseek-v3.2" / "config.json")
+    base = ["simulate", "pass-time", "--model", cfg, "--hardware", "h200", "--tp", "8", "--format", "json"]
+    rc, out, err = _run(base, capsys)
+    assert rc == 0, err
+    own = json.loads(out)
+    rows = own["results"] if isinstance(own, dict) else own
+    assert {r["dtype"] for r in rows} == {"fp8"}  # its quantization_config, not a bf16 default
+    rc, out, err = _run([*base, "--dtype", "bf16"], capsys)
+    assert rc == 2 and "weights need" in err  # bf16 DeepSeek does not fit 8 H200s: the option is honoured

@@ -94,3 +94,16 @@ def test_a_dp_scenario_runs_and_counts_its_gpus(tmp_path, capsys):
             load_scenario(str(p))
         assert e.value.field == field
         p.write_text(p.read_text().replace(bad, "ep: 8", 1))
+
+
+def test_pass_time_checks_each_data_parallel_ranks_share_of_the_kv(capsys):
+    """DP 8 holds 64 sequences as 8 per rank: the KV check counts a rank's share (TP 1 alone refuses 64)."""
+    from specsim_cli.main import main
+
+    args = ["simulate", "pass-time", "--model", "deepseek-r1", "--hardware", "h200", "--dtype", "fp8", "--batch", "64",
+            "--context", "8704", "--format", "json"]
+    assert main([*args, "--tp", "1", "--dp", "8", "--ep", "8"]) == 0
+    capsys.readouterr()
+    args[args.index("64")] = "512"
+    assert main([*args, "--tp", "1", "--dp", "8", "--ep", "8"]) == 2  # 64 per rank do not fit one H200
+    assert "(64 per data-parallel rank)" in capsys.readouterr().err

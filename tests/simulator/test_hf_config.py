@@ -188,3 +188,15 @@ def test_ssm_state_dtype_from_the_config_and_a_bad_one_is_one_line(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(raw))
     with pytest.raises(InputError, match=r"text_config\.mamba_ssm_dtype: expected one of auto, float32"):
         load_hf_config(tmp_path / "config.json")
+
+
+def test_fields_the_config_class_defaults_are_read_as_its_defaults_with_a_warning():
+    """Gemma 3's multimodal checkpoints leave vocab_size and sliding_window_pattern to Gemma3TextConfig: one global
+    layer in six (not every layer sliding, a 6x smaller KV), the 262k vocabulary."""
+    from simulator.catalog.hf_config import ClassDefaultsWarning
+
+    path = CONFIGS / "variants" / "gemma-3-27b-it.json"
+    with pytest.warns(ClassDefaultsWarning, match="text_config.vocab_size, text_config.sliding_window_pattern"):
+        m = load_hf_config(str(path))
+    assert (m.vocab, m.full_attention_every, m.sliding_window) == (262208, 6, 1024)
+    assert m.params == pytest.approx(27.0e9, rel=0.03)  # the decoder of the 27B (the vision tower's 0.4B aside)

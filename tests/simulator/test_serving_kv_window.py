@@ -50,3 +50,21 @@ def test_a_window_model_holds_more_tokens_than_counting_every_layer():
     cap, res = kv_layout(0.9, [d])
     every = int(engine_plan(0.9, [d]).kv_bytes // d.kv_bytes_per_token_per_gpu)
     assert res > 0 and cap > 1.9 * every  # half its layers slide: about twice the full-attention tokens
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(st.integers(1, 40_000))
+def test_a_running_sequence_holds_at_most_its_window_in_sliding_layers(length):
+    """held_bytes(L) (what the pass-time batch check counts) is the model's own KV of L tokens up to block rounding:
+    min(L, window) in the chunked / sliding layers; request_bytes (vLLM's start-up accounting) is the whole window."""
+    d = dep("llama-4-scout-17b-16e", "h100-sxm", 4)
+    p = engine_plan(0.9, [d])
+    m = d.model
+    tokens = -(-length // p.block_size) * p.block_size
+    own = float(m.kv_bytes(tokens, 4))  # the step model's KV of one sequence of ``tokens``
+    assert p.held_bytes(length) == pytest.approx(own, rel=1e-9)
+    assert p.held_bytes(length) <= p.request_bytes(length) * (1 + 1e-12)
+    if tokens >= m.sliding_window:
+        assert p.held_bytes(length) == pytest.approx(p.request_bytes(length), rel=1e-12)
+    plain = engine_plan(0.9, [dep("llama-3.1-8b")])
+    assert plain.held_bytes(length) == plain.request_bytes(length)
