@@ -6,7 +6,8 @@ the doc, the command and the fresh figure, until the doc is updated (the committ
 ``tests/validate/test_committed_reports.py``). Figures are written as the CLI's headline writes them: three
 significant digits for rates, one decimal for seconds, two for speedups. Three capacity searches the docs quote (TP 8
 against DeepSeek's DP 8, TP 4 x PP 2 against TP 8, Qwen3.5-27B's MTP grid: ~2 min of searching on 2 cores) are dated
-snapshots there, not checked here, to keep the suite inside CI's time."""
+snapshots there, not checked here, to keep the suite inside CI's time. One engine step's quotes (`simulate pass-time`)
+are checked the same way."""
 
 from __future__ import annotations
 
@@ -75,8 +76,21 @@ QWEN35 = ("simulate", "whatif", "qwen3.5-27b-mtp-h200")
 R1_MTP = ("simulate", "whatif", "moe-deepseek-r1-h200x8-mtp")
 REFERENCE = ("simulate", "whatif", "reference-a6000-qwq32b")
 CPU_T5 = ("simulate", "capacity", "cpu-smollm2", "--system", "specreason", "--threshold", "5", "--target-qps", "2")
+QWEN32_DRAFT = ("simulate", "pass-time", "--model", "qwen3-32b", "--hardware", "h200", "--dtype", "fp8", "--draft",
+                "head", "--gamma", "4", "--batch", "1", "--context", "4096")
+QWEN35_MTP = ("simulate", "pass-time", "--model", "qwen3.5-27b", "--hardware", "h200", "--batch", "1,64", "--context",
+              "2000", "--draft", "mtp", "--gamma", "3")
+R1_STEP = ("simulate", "pass-time", "--model", "deepseek-r1", "--hardware", "h200", "--dtype", "fp8", "--batch", "64",
+           "--context", "8704")
 BOTH = ("docs/whatif.md", "docs/drafters.md")
 QUOTES = (
+    Quote(("docs/drafters.md",), QWEN32_DRAFT, "verification {} ms. At the same", row(batch=1), "verify_ms", two),
+    Quote(("docs/drafters.md",), QWEN35_MTP, "verification {} ms at batch 1", row(batch=1), "verify_ms", one),
+    Quote(("docs/drafters.md",), QWEN35_MTP, "ms at batch 1, {} ms at 64", row(batch=64), "verify_ms", one),
+    Quote(("docs/drafters.md",), QWEN35_MTP, "at 64 against a {} ms decode step", row(batch=64), "pass_ms", one),
+    Quote(("docs/moe.md",), (*R1_STEP, "--tp", "8"), "{} ms at TP 8 (ep 1)", row(batch=64), "pass_ms", one),
+    Quote(("docs/moe.md",), (*R1_STEP, "--tp", "1", "--dp", "8", "--ep", "8"), "against {} ms with DP 8", row(batch=64),
+          "pass_ms", one),
     Quote(("docs/whatif.md",), REFERENCE, "Best: specdecode g=4: {} s per request", row(system="specdecode", gamma=4),
           "latency_s", sig3),
     Quote(("docs/whatif.md",), REFERENCE, "vanilla-small {} s (unknown", row(system="vanilla-small"), "latency_s", sig3),
