@@ -454,3 +454,11 @@ def profile_yaml(profile: AccuracyProfile, command: str) -> str:
             f"# Regenerate (do not edit by hand):\n#   {command}\n")
     return head + yaml.safe_dump(profile.model_dump(mode="json", exclude_none=True), sort_keys=False, width=120,
                                  default_flow_style=None)
+
+
+def accuracy_text(accuracy: float, why: str) -> str:
+    """A recommended configuration's accuracy in a Best line (whatif, capacity): its value and why it meets the
+    floor, or, where no graded answers give it, "not measured" with why the floor holds anyway."""
+    if math.isfinite(accuracy):
+        return f"accuracy {accuracy:.3f} ({why})"
+    return f"accuracy not measured, floor met: {why}"

@@ -22,6 +22,7 @@ import pandas as pd
 from simulator.engines.analytic import MixturePredictor
 from simulator.cost.cost_tables import COMPONENTS, CostTables
 from simulator.engines.registry import GridPoint, get_engine
+from simulator.inputs.accuracy import accuracy_text
 from simulator.inputs.scenario import ResolvedScenario
 from simulator.inputs.systems import SystemConfig
 from simulator.paths import code_version
@@ -122,8 +123,7 @@ def best_line(df: pd.DataFrame, floor) -> str:
     rule = f"accuracy floor: {floor.describe()}"
     if len(ok):
         b = ok.iloc[0]
-        acc = (f"accuracy {b.accuracy:.3f} ({b.accuracy_why})" if np.isfinite(b.accuracy)
-               else f"accuracy not measured, floor met: {b.accuracy_why}")
+        acc = accuracy_text(b.accuracy, b.accuracy_why)
         line = f"Best: {names[b.name]}: {b.latency_s:.3g} s per request ({b.speedup:.3g}x vanilla-base); {acc}; {rule}"
         faster = df[(df.latency_s < b.latency_s) & (df.accuracy_floor != "meets")]
     else:

@@ -20,7 +20,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from simulator.inputs.accuracy import add_accuracy  # noqa: F401  (re-exported: the rule lives there)
+from simulator.inputs.accuracy import accuracy_text, add_accuracy  # noqa: F401  (add_accuracy: re-exported)
 from simulator.studies.capacity.search import CONFIDENCE, t_interval
 
 EQUIVALENCE = 0.05  # differences below 5% of the capacity are ties (seed-to-seed spread of a few percent)
@@ -173,8 +173,7 @@ def headline(df: pd.DataFrame, rec: dict, slo_text: str, gpu_hour_cost: float | 
     if exact:
         acc = EXACT_TRAFFIC
     else:
-        acc = (f"accuracy {b.accuracy:.3f}" if np.isfinite(b.get("accuracy", np.nan)) else "accuracy unknown") + \
-            f" ({b.accuracy_why})"
+        acc = accuracy_text(float(b.get("accuracy", np.nan)), b.accuracy_why)
     cost = (f"; {b.cost_per_1000_requests:.3g} {currency} per 1000 requests at {gpu_hour_cost:g} {currency} per {dev}-hour"
             if gpu_hour_cost and np.isfinite(b.get("cost_per_1000_requests", np.nan)) else "")
     fleet = ""
