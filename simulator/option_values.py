@@ -67,19 +67,24 @@ def rate_list(text: str | None, field: str = "--qps") -> list[float] | None:
     """``--qps`` ('0.5,1,2'): offered request rates, each within QPS_RANGE (:func:`check_range`)."""
     if text is None:
         return None
-    if any(not x.strip() for x in str(text).split(",")):
-        raise InputError(None, field, f"an empty item in {text!r}: expected positive numbers like 0.5,1,2")
+    items = comma_items(text, field, "positive numbers like 0.5,1,2")
     try:
-        vals = [float(x) for x in str(text).split(",")]
+        vals = [float(x) for x in items]
     except ValueError:
         raise InputError(None, field, f"expected positive numbers like 0.5,1,2 (got {text!r})") from None
-    if not vals:
-        raise InputError(None, field, f"expected positive numbers like 0.5,1,2 (got {text!r})")
     lo, hi = QPS_RANGE
     for v in vals:
         if not (math.isfinite(v) and lo <= v <= hi):
             raise InputError(None, field, f"must lie in {lo:g}..{hi:g} requests/s (got {v:g})")
     return vals
+
+
+def comma_items(text, field: str, expected: str) -> list[str]:
+    """A comma list's items, stripped; an empty item (``1,,2``, a trailing comma) is a typo, not a shorter list."""
+    items = [x.strip() for x in str(text).split(",")]
+    if any(not x for x in items):
+        raise InputError(None, field, f"an empty item in {text!r}: expected {expected}")
+    return items
 
 
 def _num(x) -> str:
@@ -93,10 +98,7 @@ def int_list(text: str, field: str, lo: int, hi: int) -> list[int]:
     """``'4'``, ``'1-8'``, ``'2,4'`` or ``'1-3,8'`` -> the sorted distinct integers, each within [lo, hi]; errors
     name the option (``field``) and say what was expected."""
     out: set[int] = set()
-    parts = [p.strip() for p in str(text).split(",")]
-    if any(not p for p in parts):
-        raise InputError(None, field, f"an empty item in {text!r}: expected an integer, a range like 1-8 or a list "
-                         "like 3,5,7")
+    parts = comma_items(text, field, "an integer, a range like 1-8 or a list like 3,5,7")
     try:
         for part in parts:
             if "-" in part[1:]:  # a range LO-HI (a leading '-' is a negative number's sign)
@@ -110,8 +112,6 @@ def int_list(text: str, field: str, lo: int, hi: int) -> list[int]:
     except ValueError:
         raise InputError(None, field, f"expected an integer, a range like 1-8 or a list like 3,5,7 (got {text!r})") \
             from None
-    if not out:
-        raise InputError(None, field, f"expected an integer, a range like 1-8 or a list like 3,5,7 (got {text!r})")
     return sorted(out)
 
 

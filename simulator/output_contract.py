@@ -235,8 +235,9 @@ def writes(**outputs: str):
                 if p.resolve() in seen:
                     raise InputError(None, f, f"{p} is also {seen[p.resolve()]}: give each output its own path")
                 seen[p.resolve()] = f
+            inputs = _inputs(kwargs, outputs)
             for p, _, f in targets:
-                if p.resolve() in _inputs(kwargs, outputs):
+                if p.resolve() in inputs:
                     raise InputError(None, f, f"{p} is also an input of this command: writing it would destroy what "
                                      "is being read; give the output another path")
             for p, k, f in targets:

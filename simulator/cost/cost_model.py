@@ -103,14 +103,23 @@ class Drafting:
 CHAIN = Drafting()
 
 
+def data_parallel_error(model: ModelSpec, dp: int) -> str | None:
+    """Why data-parallel attention over ``dp`` ranks cannot serve ``model`` (None: it can): it needs experts to
+    spread over every rank's GPUs."""
+    if dp > 1 and not model.is_moe:
+        return f"dp={dp} (data-parallel attention) needs a mixture-of-experts model ({model.name} is dense)"
+    return None
+
+
 def expert_parallel_error(model: ModelSpec, tp: int, ep: int, dp: int = 1) -> str | None:
     """Why ``ep`` cannot serve ``model`` at ``tp`` (None: it can). ep = 1: every expert sharded over the TP GPUs along
     its FFN dimension (the usual all-reduce); ep = tp: whole experts, experts / ep of them per GPU, attention still
     tensor-parallel (vLLM's ``--enable-expert-parallel`` without data-parallel attention); dp > 1: attention
     replicated over dp ranks of tp GPUs (data-parallel attention), the experts over all of them: ep = tp * dp."""
     if dp > 1:
-        if not model.is_moe:
-            return f"dp={dp} (data-parallel attention) needs a mixture-of-experts model ({model.name} is dense)"
+        err = data_parallel_error(model, dp)
+        if err:
+            return err
         if ep != tp * dp:
             return f"ep={ep} must be tp x dp = {tp * dp} with dp={dp} (experts sharded over every GPU of the replica)"
     if ep == 1:

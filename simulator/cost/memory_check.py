@@ -114,12 +114,13 @@ def check_step(target, draft, batch: int, tokens: int, context: int) -> None:
     if err is not None:
         raise InputError(None, "--context" if err[0] == "length" else "--tp", f"{where}: {err[1]}")
     per_rank = -(-batch // target.dp)  # data-parallel attention: each rank holds its share of the sequences' KV
-    need = per_rank * plan.held_bytes(n)
+    one = plan.held_bytes(n)
+    need = per_rank * one
     if need > plan.kv_bytes:
         share = f" ({per_rank:,} per data-parallel rank)" if target.dp > 1 else ""
         raise InputError(None, "--batch", f"{where}: {batch:,} sequences{share} of {n:,} tokens need {need / 2**30:.2f} GiB "
                          f"of KV cache, more than the {plan.kv_bytes / 2**30:.2f} GiB vLLM leaves at "
-                         f"gpu_memory_utilization {DEFAULT_UTILIZATION} ({int(plan.kv_bytes // plan.held_bytes(n))} of "
+                         f"gpu_memory_utilization {DEFAULT_UTILIZATION} ({int(plan.kv_bytes // one)} of "
                          "them fit)")
 
 

@@ -84,11 +84,11 @@ def pass_time_table(model: str, hardware: str, tp: int = 1, batches=(1,), new_to
     if profile is not None and profile.hardware != hw.name:
         raise InputError(None, "--profile", f"the profile is for {profile.hardware}, not --hardware {hw.name}")
     params = prof.params(hw)
-    from simulator.cost.cost_model import expert_parallel_error
+    from simulator.cost.cost_model import data_parallel_error, expert_parallel_error
 
-    err = expert_parallel_error(m, tp, ep, dp)
-    if err:
-        raise InputError(None, "--dp" if err.startswith("dp=") else "--ep", err)
+    for opt, err in (("--dp", data_parallel_error(m, dp)), ("--ep", expert_parallel_error(m, tp, ep, dp))):
+        if err:
+            raise InputError(None, opt, err)
     target = Deployment(m, hw, tp, params, ep=ep, pp=pp, dp=dp)
     dd = draft_deployment(target, draft, params) if draft is not None else None
     check_step(target, dd, max(batches), max(*new_tokens, (gamma or 0) + 1), max(contexts))

@@ -19,7 +19,7 @@ from simulator.catalog import get_hardware, get_model
 from simulator.catalog.engine_hosts import ServingEngine
 from simulator.catalog.model_shape import draft_vocabulary_error, tp_error
 from simulator.catalog.draft_heads import EAGLE3_DRAFT_VOCAB, eagle3_head
-from simulator.cost.cost_model import Deployment, Drafting, expert_parallel_error
+from simulator.cost.cost_model import Deployment, Drafting, data_parallel_error, expert_parallel_error
 from simulator.cost.cost_profile import CostProfile, load_profile, prior_profile
 from simulator.inputs.drafter_priors import PRIOR_KINDS, prior_acceptance, prior_kind
 from simulator.cost.setup import Setup
@@ -334,9 +334,10 @@ class ResolvedScenario:
             err = tp_error(m, tp)
             if err:
                 raise InputError(f, tp_field, f"{role} model: {err}")
-        err = expert_parallel_error(self.base_model, tp, sc.base.ep, dp)
-        if err:
-            raise InputError(f, "base.dp" if err.startswith("dp=") else "base.ep", err)
+        for fld, err in (("base.dp", data_parallel_error(self.base_model, dp)),
+                         ("base.ep", expert_parallel_error(self.base_model, tp, sc.base.ep, dp))):
+            if err:
+                raise InputError(f, fld, err)
         err = self.small_model and expert_parallel_error(self.small_model, tp, sc.small.ep)
         if err:
             raise InputError(f, "small.ep", err)
