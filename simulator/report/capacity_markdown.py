@@ -14,8 +14,14 @@ import pandas as pd
 from simulator.paths import code_version
 from simulator.studies.capacity.table import EXACT_TRAFFIC, parallelism
 
+def device_word(hardware_names) -> str:
+    """What a replica of these hardware names is made of, as the report names it: "CPU host" or "GPU"."""
+    return "CPU host" if all(str(h) == "cpu" for h in hardware_names) else "GPU"
+
+
 ASSUMPTIONS = [
-    "One replica = the scenario's GPUs at the given TP; the small and base engines are colocated on them and "
+    "One replica = the scenario's devices (GPUs, or CPU hosts) at the given TP; the small and base engines are "
+    "colocated on them and "
     "take turns (their iterations never overlap): one iteration of each engine with work per round.",
     "Continuous batching, vLLM V1-like: every iteration serves the whole running batch; prefills are chunked into "
     "the token budget left after the decoding sequences' tokens (execution.max_num_batched_tokens); at most "
@@ -41,7 +47,7 @@ ASSUMPTIONS = [
     "not rise by more than 20% of its mean over the run with a significant slope (one-sided t > 1.86), and the last "
     "quarter of arrivals' mean latency is <= 1.25x the second quarter's; each run spans at least 4 single-request "
     "latencies of arrivals.",
-    "Capacity is per replica; replicas are independent (no router model). Costs assume the replica's GPUs are "
+    "Capacity is per replica; replicas are independent (no router model). Costs assume the replica's devices are "
     "billed whether busy or not.",
 ]
 
@@ -78,7 +84,7 @@ class ReportContent:
     @property
     def dev(self) -> str:
         """What a replica is made of: CPU hosts or GPUs."""
-        return "CPU host" if all(str(h) == "cpu" for h in self.rs.hardware_names) else "GPU"
+        return device_word(self.rs.hardware_names)
 
 
 def capacity_markdown(c: ReportContent) -> str:
@@ -99,6 +105,7 @@ def capacity_markdown(c: ReportContent) -> str:
 
 def _answer(c: ReportContent) -> list[str]:
     """The Answer's bullets: the recommendation with its interval, ties, cost and replicas, or why there is none."""
+    from simulator.inputs.accuracy import accuracy_text
     from simulator.studies.capacity import EQUIVALENCE
 
     b, dev, spec, slo, currency = c.rec["best"], c.dev, c.spec, c.slo, c.currency
@@ -107,7 +114,8 @@ def _answer(c: ReportContent) -> list[str]:
         L.append(f"- **Recommended: {b.label}** on {b.hardware} ({parallelism(b)}): one replica sustains "
                  f"**{b.max_qps:.3g} requests/s** ({_ci(b)} 95% interval, {int(b.replications)} replications) under "
                  f"`{slo.text}` ({b.qps_per_gpu:.3g} requests/s per {dev})"
-                 + ("." if c.exact else f"; accuracy {_acc(b)} ({b.accuracy_why})."))
+                 + ("." if c.exact else f"; accuracy {_acc(b)} ({b.accuracy_why})." if np.isfinite(b.accuracy)
+                    else f"; {accuracy_text(b.accuracy, b.accuracy_why)}."))
         if c.rec["ties"]:
             L.append(f"- **Within the interval of the best** (tied: the paired 95% interval of the per-{dev} capacity "
                      f"difference over common seeds does not exceed {EQUIVALENCE:.0%}): {', '.join(c.rec['ties'])}.")
@@ -164,7 +172,8 @@ def _method(c: ReportContent) -> list[str]:
           f"95% t-interval's half-width is <= {spec.target:.0%} of the rate (at most {spec.max_reps}; {more}), "
           f"{load.requests} requests per simulation: the search of `specsim capacity` (same seeds, same run length, "
           f"same figures). A configuration already significantly below the best (the paired test below) gets no more "
-          f"replications: its rank cannot become 1 (converged: no: stopped). "
+          f"replications: its rank cannot become 1 (converged: no: stopped, below the best); nor does one that cannot "
+          f"be recommended (converged: no: stopped, cannot be recommended). "
           f"Configurations that fail the accuracy floor, are inconclusive against it or have no accuracy data of "
           f"their own are not searched; "
           f"one with measured accuracy whose floor cannot be judged (the reference's accuracy unknown) is searched "
@@ -189,7 +198,7 @@ def _capacity_table(c: ReportContent) -> list[str]:
           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in cap.itertuples():
         L.append(f"| {'—' if pd.isna(r.rank) else r.rank} | {r.label} | {r.hardware} | {r.tp} | {_fmt(r.max_qps)} | {_ci(r)} | "
-                 f"{'yes' if r.converged else ('no: stopped, below the best' if getattr(r, 'stopped_below_best', False) else '**no**')}"
+                 f"{'yes' if r.converged else (f'no: stopped, {r.stopped}' if getattr(r, 'stopped', '') else '**no**')}"
                  f" | {int(r.replications)} | {r.standing} | "
                  f"{_fmt(r.qps_per_gpu)} | {_acc(r)} | {r.accuracy_floor} | {' / '.join(_fmt(getattr(r, t, np.nan)) for t in terms)} | "
                  f"{_fmt(getattr(r, 'cost_per_1000_requests', np.nan))} | {_replicas(r, 'replicas')} | {_replicas(r, 'gpus')} |")
@@ -220,7 +229,7 @@ def _accuracy(c: ReportContent) -> list[str]:
                 "(its `workload`) describe its reasoning requests, not this traffic."]
     acc_model = c.acc_model
     L = ["", "## Latency, accuracy and capacity", "", "![Pareto frontier](pareto.png)", "",
-          "Pareto frontier (dashed): configurations with known accuracy that no other beats on capacity per GPU, accuracy "
+          f"Pareto frontier (dashed): configurations with known accuracy that no other beats on capacity per {c.dev}, accuracy "
           "and single-request latency at once. Crosses at the bottom: accuracy unknown (no graded answers; never guessed)."]
     if acc_model.profile is not None:
         pr = acc_model.profile
@@ -240,7 +249,7 @@ def _load_curves(c: ReportContent) -> list[str]:
           "(`single_request_latency_s`), with every metric at the capacity point.", "",
           "## Latency vs load", "", "![latency vs load](latency_vs_load.png)", "",
           "Each system's best configuration on one grid of offered loads (log scale). Speculation's benefit shrinks "
-          "under load: its extra passes (drafts, scoring, regenerations) compete for the same GPUs as the batch grows.", "",
+          f"under load: its extra passes (drafts, scoring, regenerations) compete for the same {c.dev}s as the batch grows.", "",
           "p99 latency (s) by offered load (requests/s); blank: beyond 140% of that configuration's capacity.", "",
           "| configuration | " + " | ".join(f"{q:.3g}/s" for q in sorted(curves.rate_qps.unique())) + " |",
           "|---|" + "---|" * curves.rate_qps.nunique()]

@@ -22,7 +22,7 @@ from simulator.studies.capacity import (DEFAULT_REQUESTS, IntervalSpec, LoadSpec
 from simulator.errors import InputError
 from simulator.inputs.scenario import load_scenario
 from simulator.engines.serving.slo import parse_slo
-from simulator.report.capacity_markdown import ReportContent, capacity_markdown
+from simulator.report.capacity_markdown import ReportContent, capacity_markdown, device_word
 from simulator.report.plots import pyplot
 
 CURVE_POINTS = 12
@@ -77,7 +77,7 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
     _atomic_write(out / "latency_vs_load.csv", lambda p: curves.to_csv(p, index=False))
     _atomic_write(out / "latency_vs_load.png", lambda p: _plot_curves(curves, slo, p))
     _atomic_write(out / "slo_frontier.png", lambda p: _plot_frontier(cap, slo, p))
-    _atomic_write(out / "pareto.png", lambda p: _plot_pareto(cap, p))
+    _atomic_write(out / "pareto.png", lambda p: _plot_pareto(cap, p, device_word(rs.hardware_names)))
     _engine_load_at_capacity(out, rs, cap, rec, by_key, load, serving)
     meta = {"scenario": str(rs.path), "slo": slo.text, "requests_per_point": load.requests, "seed": load.seed,
             "gpu_hour_cost": gpu_hour_cost, "currency": currency, "target_qps": target_qps, "accuracy_floor": floor.describe(),
@@ -222,7 +222,7 @@ def pareto_front(cap: pd.DataFrame) -> pd.Series:
     return front
 
 
-def _plot_pareto(cap: pd.DataFrame, path: str) -> None:
+def _plot_pareto(cap: pd.DataFrame, path: str, dev: str = "GPU") -> None:
     plt = pyplot()
     systems = list(dict.fromkeys(cap.system))
     colors = {s: plt.cm.tab10(i) for i, s in enumerate(systems)}
@@ -254,7 +254,7 @@ def _plot_pareto(cap: pd.DataFrame, path: str) -> None:
             ax.annotate(r.label, (r.qps_per_gpu, r.accuracy), fontsize=6, xytext=(3, 3), textcoords="offset points")
     ax.axhline(-0.04, color="0.7", lw=0.5)
     ax.text(ax.get_xlim()[0], -0.075, " below the line: accuracy unknown", fontsize=7, va="center")
-    xlabel = "max requests/s per GPU under the SLO (bars: 95% interval)"
+    xlabel = f"max requests/s per {dev} under the SLO (bars: 95% interval)"
     if len(none):
         xlabel += "\nnot shown, no load sustained: " + ", ".join(none.label.astype(str))
     ax.set(xlabel=xlabel, ylabel="accuracy (bars: 95% interval)", ylim=(-0.12, 1.02),

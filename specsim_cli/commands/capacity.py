@@ -51,7 +51,8 @@ ArrivalsOpt = Annotated[Optional[Path], typer.Option("--arrivals-file", help="ch
                                                      "from a CSV/JSONL file")]
 SystemOpt = Annotated[Optional[list[str]], typer.Option("--system", help="restrict to these systems (repeatable)")]
 ArrivalOpt = Annotated[str, typer.Option(help="poisson | bursty")]
-CvOpt = Annotated[float, typer.Option(help="coefficient of variation of inter-arrival gaps (bursty)")]
+CvOpt = Annotated[Optional[float], typer.Option(help="coefficient of variation of inter-arrival gaps, with "
+                                                   "--arrival bursty (default 1)")]
 RequestsOpt = Annotated[Optional[int], typer.Option(help="requests simulated per load level")]
 SeedOpt = Annotated[Optional[int], typer.Option(help="base seed (default: the scenario's)")]
 TargetQpsOpt = Annotated[Optional[float], typer.Option("--target-qps", help="request rate to provision for")]
@@ -86,7 +87,7 @@ def capacity(
     arrivals_file: ArrivalsOpt = None, system: SystemOpt = None,
     gamma: Optional[list[int]] = capacity_gamma_option(),
     threshold: Optional[list[int]] = threshold_list_option(),
-    arrival: ArrivalOpt = "poisson", cv: CvOpt = 1.0, requests: RequestsOpt = None, seed: SeedOpt = None,
+    arrival: ArrivalOpt = "poisson", cv: CvOpt = None, requests: RequestsOpt = None, seed: SeedOpt = None,
     gpu_hour_cost: Optional[float] = gpu_hour_cost_option(), currency: str = currency_option(),
     target_qps: TargetQpsOpt = None, workers: WorkersOpt = None, ray_address: RayOpt = None,
     fmt: FormatOpt = "table", out: OutOpt = None, columns: ColumnsOpt = None,

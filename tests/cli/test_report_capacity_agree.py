@@ -53,6 +53,7 @@ def test_report_and_capacity_agree_within_the_interval(tmp_path, capsys):
     text = "\n".join(md)
     assert "specreason t=5: accuracy" in text and "not searched" in text  # below the floor: listed, no figure
     assert "screening" not in text
+    assert "per CPU host" in text and "GPU" not in text.split("## Assumptions")[0]  # a CPU scenario's report
 
 
 rows = st.lists(st.tuples(st.sampled_from([0.0, 0.0, 0.3, 0.5, 1.0]), st.floats(0.8, 1.2)), min_size=1, max_size=6)
@@ -106,8 +107,36 @@ def test_rounds_stop_only_configurations_below_the_best_and_match_the_single_sea
         [(r["label"], r["max_qps"], r["replications"]) for r in interval_rounds(pts, spec, workers=2)]
     lead = max(rows, key=lambda r: r["max_qps"] / r["tp"])
     for p, r in zip(pts, rows):
-        if r["stopped_below_best"]:
+        if r["stopped"]:
             assert not r["converged"] and paired_better(lead["capacities"], r["capacities"], lead["tp"], r["tp"])
         else:
             c = capacity_interval(p, spec)
             assert (c["max_qps"], c["max_qps_lo"], c["replications"]) == (r["max_qps"], r["max_qps_lo"], r["replications"])
+
+
+def test_a_configuration_that_cannot_be_recommended_gets_one_round_and_never_leads():
+    """The leader that stops others is the best configuration that can be recommended: the highest-capacity
+    configuration, marked ineligible (its accuracy fails the floor), gets the first round only and stops no one."""
+    from simulator.studies.capacity import IntervalSpec, LoadSpec, capacity_points, interval_rounds, paired_better
+    from simulator.inputs.scenario import load_scenario
+    from simulator.engines.serving.slo import parse_slo
+
+    rs = load_scenario(SC)
+    pts = capacity_points(rs, parse_slo("p99_latency<=40s"), LoadSpec(requests=40, seed=1))[::8][:3]
+    spec = IntervalSpec(max_reps=5, target=0.01)  # nothing converges: only the stopping rules end a configuration
+    free = interval_rounds(pts, spec, workers=1)
+    top = max(range(len(free)), key=lambda i: free[i]["max_qps"] / free[i]["tp"])
+    eligible = [i != top for i in range(len(pts))]
+    rows = interval_rounds(pts, spec, workers=1, eligible=eligible)
+    assert rows[top]["stopped"] == "cannot be recommended" and rows[top]["replications"] == spec.min_reps
+    assert rows[top]["capacities"] == free[top]["capacities"][:spec.min_reps]  # the same first round
+    ok = [r for r, e in zip(rows, eligible) if e]
+    lead = max(ok, key=lambda r: r["max_qps"] / r["tp"])
+    for r in ok:
+        if r["stopped"]:
+            assert r["stopped"] == "below the best"
+            assert paired_better(lead["capacities"], r["capacities"], lead["tp"], r["tp"])
+        else:
+            assert r["replications"] == spec.max_reps
+    everyone = interval_rounds(pts, spec, workers=1, eligible=[True] * len(pts), stop_below_best=False)
+    assert all(r["replications"] == spec.max_reps and not r["stopped"] for r in everyone)

@@ -113,6 +113,13 @@ def test_cli_errors_are_one_line(capsys):
     assert err.startswith("error: --slo") and "\n" not in err
     assert main(["simulate", "capacity", SC, "--slo", "p99_latency<=3", "--qps", "1,x"]) == 2
     assert main(["simulate", "capacity", SC, "--slo", "p99_latency<=3", "--arrival", "weibull"]) == 2
+    capsys.readouterr()
+    # --cv shapes bursty gaps only: with Poisson arrivals it would be ignored, so it is refused
+    assert main(["simulate", "capacity", SC, "--slo", "p99_latency<=3", "--qps", "0.1", "--cv", "3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --cv") and "--arrival bursty" in err and "\n" not in err
+    assert main(["simulate", "capacity", SC, "--arrival", "bursty", "--cv", "0", "--qps", "0.1"]) == 2
+    assert "positive" in capsys.readouterr().err
     try:
         import ray  # noqa: F401
     except ImportError:

@@ -81,7 +81,7 @@ def test_one_or_two_workers_and_a_shared_pool_give_the_same_rows():
     spec = IntervalSpec(max_reps=4)
     pts = [replace(p, interval=spec) for p in capacity_points(rs, slo, LOAD, configs)]
     curve = [point(c, rate=q) for c in configs for q in (0.05, 0.2)]
-    keys = ["label", "max_qps", "max_qps_lo", "max_qps_hi", "replications", "evaluations", "stopped_below_best"]
+    keys = ["label", "max_qps", "max_qps_lo", "max_qps_hi", "replications", "evaluations", "stopped"]
     one = interval_rounds(pts, spec, workers=1)
     one_curve = run_points(curve, workers=1)
     with Workers(2) as pool:  # both stages on the same two processes, as the report runs them

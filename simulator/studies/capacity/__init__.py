@@ -64,12 +64,13 @@ def search_table(rs: ResolvedScenario, slo: Slo, load: LoadSpec, configs: list[S
     recommendation; the configurations left out). ``pool``: the workers to run on (default: new ones from
     ``workers`` / ``ray_address``). ``serving``: a serving benchmark's workload (JSON, ``capacity.bench``);
     ``currency``: of ``gpu_hour_cost`` (a ``currency`` column beside the costs)."""
-    from simulator.inputs.accuracy import searched
+    from simulator.inputs.accuracy import floor_status, searched
 
     skipped = [c for c in configs if only_eligible and not searched(acc_model, c, floor)[0]]
     keep = [c for c in configs if c not in skipped]
     points = [replace(p, interval=spec) for p in capacity_points(rs, slo, load, keep, serving)]
-    rows = (interval_rounds(points, spec, workers, ray_address, progress, stop_below_best, pool)
+    eligible = [floor_status(acc_model, p.cfg, floor)[0] == "meets" for p in points]  # recommend()'s own rule
+    rows = (interval_rounds(points, spec, workers, ray_address, progress, stop_below_best, pool, eligible)
             if spec.max_request_doublings == 0 and points
             else run_points(points, workers, ray_address, progress, pool))
     df, rec = mark_recommendation(add_accuracy(capacity_table(rows, gpu_hour_cost, target_qps, currency), acc_model,
@@ -168,7 +169,7 @@ class CapacityRequest:
     gammas: list[int] | None = None
     thresholds: list[int] | None = None
     arrival: str = "poisson"
-    cv: float = 1.0
+    cv: float | None = None  # bursty arrivals' gap cv (None: 1)
     requests: int | None = None
     seed: int | None = None
     gpu_hour_cost: float | None = None
@@ -209,7 +210,10 @@ def _checked(rs: ResolvedScenario, req: CapacityRequest):
         raise InputError(None, "--arrival", f"expected poisson or bursty (got {req.arrival!r})")
     serving, serving_note = serving_setup(rs, req.bench_serve, req.arrival)
     slo = parse_slo(req.slo_text or default_slo(rs, serving))
-    if not (req.cv > 0 and math.isfinite(req.cv)):
+    if req.cv is not None and req.arrival != "bursty":
+        raise InputError(None, "--cv", f"sets the gaps of --arrival bursty; {req.arrival} arrivals' gaps have cv 1 "
+                         "(add --arrival bursty)")
+    if req.cv is not None and not (req.cv > 0 and math.isfinite(req.cv)):
         raise InputError(None, "--cv", f"must be a positive number (got {req.cv})")
     for name, v in (("--gpu-hour-cost", req.gpu_hour_cost), ("--target-qps", req.target_qps)):
         if v is not None and not (v > 0 and math.isfinite(v)):
@@ -245,7 +249,7 @@ def _configs(rs: ResolvedScenario, req: CapacityRequest, serving, announce) -> t
 def _meta(rs: ResolvedScenario, req: CapacityRequest, slo: Slo, load: LoadSpec, grid_note, serving,
           serving_note) -> dict:
     meta = {"scenario": str(rs.path), "code": code_version(), "slo": slo.text,
-            "arrivals": req.arrival if req.arrival == "poisson" else f"bursty cv={req.cv}",
+            "arrivals": req.arrival if req.arrival == "poisson" else f"bursty cv={req.cv or 1.0}",
             "requests_per_point": load.requests, "seed": load.seed}
     if grid_note:
         meta["grid_note"] = grid_note
@@ -270,7 +274,7 @@ def capacity_study(rs: ResolvedScenario, req: CapacityRequest, where: Where = Wh
 
     serving, serving_note, slo, floor, acc_model = _checked(rs, req)
     configs, grid_note = _configs(rs, req, serving, where.announce)
-    load = LoadSpec(req.arrival, req.cv, req.requests or DEFAULT_REQUESTS,
+    load = LoadSpec(req.arrival, req.cv or 1.0, req.requests or DEFAULT_REQUESTS,
                     rs.scenario.seed if req.seed is None else req.seed)
     interval = req.interval or IntervalSpec()
     points = [replace(p, interval=interval) for p in capacity_points(rs, slo, load, configs, serving)]
