@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 from pydantic import ValidationError
 
-from simulator.catalog import get_hardware
+from simulator.catalog import get_hardware, get_model
 from simulator.catalog.engine_hosts import ServingEngine
 from simulator.cost.execution import Execution
 from simulator.errors import InputError
@@ -37,7 +37,6 @@ MODELS = {"qwen/qwen3-14b": "qwen3-14b", "qwen/qwen3-32b": "qwen3-32b",
           "openai/gpt-oss-120b": "gpt-oss-120b", "deepseek-ai/deepseek-r1-0528": "deepseek-r1",
           "zai-org/glm-4.5-air": "glm-4.5-air", "zai-org/glm-4.6": "glm-4.6", "qwen/qwen3.5-9b": "qwen3.5-9b",
           "qwen/qwen3.5-35b-a3b": "qwen3.5-35b-a3b", "deepseek-ai/deepseek-v3.2": "deepseek-v3.2"}
-NATIVE_DTYPE = {"deepseek-r1": "fp8", "deepseek-v3.2": "fp8"}  # checkpoints published quantised (gpt-oss: MXFP4 experts, in the catalog)
 GPUS = (("a100", "a100-80gb"), ("h100", "h100-sxm"), ("h200", "h200"))
 # Docs whose hardware line says "H100 SXM" while their own runs were measured on a 2 TB/s part: their memory-bound
 # decode steps run at an H100 PCIe's bandwidth, not an SXM's (the evidence, model-free and from the step model:
@@ -174,7 +173,8 @@ def _parse(i: int, r, as_labelled: bool = False) -> ReleasedRun | str:
     doc_model = str(r.file).split("__")[0].replace(".x", "")  # glm-4.x: GLM-4.5 / 4.6
     if doc_model not in low.replace("-instruct-2507", "").replace("-0528", ""):
         return "server command names another model than its doc"
-    dtype = NATIVE_DTYPE.get(model, dtype)
+    if dtype == "bf16":  # no -FP8 / -AWQ repository: the checkpoint's own (the catalog's: DeepSeek-R1 fp8)
+        dtype = get_model(model).weight_dtype
     if _option(args, "--quantization", "-q") == "fp8":
         dtype = "fp8"
     if _option(args, "-pp", "--pipeline-parallel-size"):

@@ -25,7 +25,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from simulator.catalog.models import (PARAM_TOLERANCE, WEIGHT_DTYPE_BYTES, ModelSpec, model_catalog)
+from simulator.catalog.dtypes import WEIGHT_DTYPE_BYTES, weight_bytes
+from simulator.catalog.models import PARAM_TOLERANCE, ModelSpec, model_catalog
 from simulator.catalog.layer_kinds import STATE_DTYPE_BYTES
 from simulator.errors import InputError, pydantic_error_to_input_error
 
@@ -181,11 +182,11 @@ def _dtypes(raw: dict, file: str) -> dict:
     q = raw.get("quantization_config") or {}
     method = str(q.get("quant_method", "")).lower() if isinstance(q, dict) else ""
     if method == "fp8":
-        return {"weight_dtype": "fp8", "bytes_per_param": 1.0, "head_bytes_per_param": 2.0}
+        return weight_bytes("fp8")
     if method == "mxfp4":
         return {"expert_weight_dtype": "mxfp4", "expert_bytes_per_param": WEIGHT_DTYPE_BYTES["mxfp4"]}
     if method in ("gptq", "awq") and q.get("bits", 4) == 4:
-        return {"weight_dtype": "int4", "bytes_per_param": WEIGHT_DTYPE_BYTES["int4"], "head_bytes_per_param": 2.0}
+        return weight_bytes("int4")
     if method:
         raise InputError(file, "quantization_config.quant_method", f"{method!r} is not modelled; known: fp8, mxfp4, gptq, awq (4-bit)")
     dt = str(raw.get("torch_dtype", raw.get("dtype", "bfloat16")))

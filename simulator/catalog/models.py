@@ -10,6 +10,8 @@ import numpy as np
 from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from simulator.catalog.dtypes import (KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES, KvDtype, WeightDtype,  # noqa: F401 (re-exported)
+                                      weight_bytes)
 from simulator.catalog.model_shape import DIMENSION_BOUNDS, dimension_error
 from simulator.catalog.layer_kinds import PLAIN_LAYER, LayerKinds, skewed_experts_hit  # noqa: F401 (re-exported)
 from simulator.errors import InputError, pydantic_error_to_input_error
@@ -19,20 +21,6 @@ from simulator.paths import CATALOG_DIR
 CATALOG_PATH = CATALOG_DIR / "models.yaml"
 PARAM_TOLERANCE = 0.03
 
-# Bytes per stored element by dtype. INT4 weight-only (W4A16, GPTQ/AWQ-style) stores 4 bits per weight plus
-# one fp16 scale and one fp16 zero point per group of 128 weights: 0.5 + 4/128 bytes (assumption: group size 128).
-# FP8 weights (W8A8, per-channel or per-tensor scales: negligible bytes). The embedding and LM head stay in
-# bf16 in quantized checkpoints (assumption: the usual recipe leaves lm_head unquantized).
-# MXFP4 (OCP microscaling, gpt-oss's experts): 4-bit E2M1 values plus one 8-bit E8M0 scale per block of 32: 0.5 + 1/32
-# bytes per weight (the same bytes as INT4 with group 128, by coincidence); weight-only on GPUs without FP4 cores.
-# FP8 with 128 x 128 block scales (DeepSeek-style checkpoints): one fp32 scale per block. NVFP4: 4-bit E2M1 values plus
-# one FP8 E4M3 scale per block of 16 (and one fp32 scale per tensor: negligible). Which GEMM kernel each dtype runs on a
-# GPU, and what it costs: simulator/catalog/quant_gemm.py.
-WEIGHT_DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int4": 0.5 + 4.0 / 128.0, "mxfp4": 0.5 + 1.0 / 32.0,
-                      "fp8_block": 1.0 + 4.0 / (128.0 * 128.0), "nvfp4": 0.5 + 1.0 / 16.0}
-KV_DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
-WeightDtype = Literal["bf16", "fp16", "fp8", "int4", "mxfp4", "fp8_block", "nvfp4"]
-KvDtype = Literal["bf16", "fp16", "fp8"]
 Arch = Literal["qwen2", "qwen3", "llama", "gemma3", "qwen3_moe", "deepseek_v3", "gpt_oss", "mixtral", "glm4_moe",
                "qwen3_next", "llama4", "deepseek_v32", "minimax_m2"]
 # Architectures whose attention has per-head RMS norms on q and k (2 x head_dim parameters per layer)
@@ -390,10 +378,11 @@ class ModelSpec(LayerKinds):
         capped = np.minimum(a, np.asarray(new_tokens, dtype=float) * self.sliding_window)
         return per_pair * ((self.layers - s) * a + s * capped)
 
-    def with_dtypes(self, weight_dtype: str = "bf16", kv_dtype: str = "bf16") -> "ModelSpec":
-        """This model served with ``weight_dtype`` layer weights (embedding / LM head stay bf16 when
-        quantized) and a ``kv_dtype`` KV cache. bf16/bf16 returns the model unchanged. Routed experts with their own
-        dtype (``expert_weight_dtype``: gpt-oss's MXFP4) keep it."""
+    def with_dtypes(self, weight_dtype: str | None = "bf16", kv_dtype: str | None = "bf16") -> "ModelSpec":
+        """This model served with ``weight_dtype`` layer weights (:func:`weight_bytes`) and a ``kv_dtype`` KV cache;
+        None: the model's own (its checkpoint's: DeepSeek-R1's FP8). Routed experts with their own dtype
+        (``expert_weight_dtype``: gpt-oss's MXFP4) keep it."""
+        weight_dtype, kv_dtype = weight_dtype or self.weight_dtype, kv_dtype or self.kv_dtype
         if weight_dtype not in WEIGHT_DTYPE_BYTES:
             raise ValueError(f"unknown weight dtype {weight_dtype!r}; known: {', '.join(WEIGHT_DTYPE_BYTES)}")
         if kv_dtype not in KV_DTYPE_BYTES:
@@ -402,8 +391,7 @@ class ModelSpec(LayerKinds):
             return self
         upd: dict = {"weight_dtype": weight_dtype, "kv_dtype": kv_dtype, "kv_bytes_per_element": KV_DTYPE_BYTES[kv_dtype]}
         if weight_dtype != self.weight_dtype:
-            upd["bytes_per_param"] = WEIGHT_DTYPE_BYTES[weight_dtype]
-            upd["head_bytes_per_param"] = None if WEIGHT_DTYPE_BYTES[weight_dtype] == 2.0 else 2.0
+            upd.update(weight_bytes(weight_dtype))
         return self.model_copy(update=upd)
 
     def cut(self, layers: int, name: str | None = None) -> "ModelSpec":
@@ -472,6 +460,8 @@ def model_catalog() -> dict[str, ModelSpec]:
                 raise InputError(str(CATALOG_PATH), f"[{i}].same_as", f"unknown model {ref!r} (must come earlier)")
             item = {**by_name[ref], **item}
         by_name[item.get("name", f"#{i}")] = item
+        if item.get("weight_dtype") in WEIGHT_DTYPE_BYTES:  # the checkpoint's own dtype (DeepSeek-R1: fp8)
+            item = {**weight_bytes(item["weight_dtype"]), **item}
         try:
             spec = ModelSpec.model_validate(item)
         except ValidationError as e:

@@ -233,11 +233,11 @@ class ResolvedScenario:
             if d.kind in ("head", "block"):
                 if d.kind == "block" and d.tree_width != 1:
                     raise InputError(f, "draft.tree_width", "a block drafter drafts a chain (tree_width 1)")
-                m = base.draft_head(d.layers, d.vocab, d.fusion).with_dtypes(d.weight_dtype, kv)
+                m = base.draft_head(d.layers, d.vocab, d.fusion).with_dtypes(d.weight_dtype or "bf16", kv)
             elif d.kind == "eagle3":
                 if not d.fusion:
                     raise InputError(f, "draft.fusion", "an EAGLE-3 head always fuses the target's features (3H x H)")
-                m = eagle3_head(base, d.layers, d.vocab or EAGLE3_DRAFT_VOCAB).with_dtypes(d.weight_dtype, kv)
+                m = eagle3_head(base, d.layers, d.vocab or EAGLE3_DRAFT_VOCAB).with_dtypes(d.weight_dtype or "bf16", kv)
             elif d.kind == "mtp":
                 if not base.mtp_layers:
                     raise InputError(f, "draft.kind", f"{base.name} has no MTP module (mtp_layers 0; num_nextn_predict_layers "

@@ -32,7 +32,9 @@ class ModelChoice(StrictModel):
     dp: int = Field(default=1, ge=1, le=64, strict=True)
     # expert parallelism of a mixture of experts: 1 (experts sharded by TP) or the TP degree (whole experts per GPU)
     ep: int = Field(default=1, ge=1, le=64, strict=True)
-    weight_dtype: WeightDtype = "bf16"  # bf16 | fp16 | fp8 (W8A8 where the GPU has FP8 tensor cores) | int4 (weight-only)
+    # bf16 | fp16 | fp8 (W8A8 where the GPU has FP8 tensor cores) | int4 (weight-only); default: the model's own
+    # (its published checkpoint's: bf16, DeepSeek-R1's fp8)
+    weight_dtype: WeightDtype | None = None
     kv_dtype: KvDtype = "bf16"  # bf16 | fp16 | fp8 KV cache
 
 
@@ -86,7 +88,9 @@ class DraftChoice(StrictModel):
     kind: Literal["model", "head", "eagle3", "mtp", "block", "ngram"] = "model"
     model: str | None = None
     tp: int | None = Field(default=None, ge=1, le=64, strict=True)  # old scenarios: the draft runs at the base TP
-    weight_dtype: WeightDtype = "bf16"
+    # default: a draft model's own, an MTP module's the base checkpoint's (DeepSeek-R1: fp8), a head's bf16 (as
+    # EAGLE heads are published)
+    weight_dtype: WeightDtype | None = None
     kv_dtype: KvDtype | None = None  # default: the base model's
     layers: int = Field(default=1, ge=1, le=16, strict=True)
     vocab: int | None = Field(default=None, ge=1, le=DIMENSION_BOUNDS["vocab"][1], strict=True)

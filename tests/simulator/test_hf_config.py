@@ -42,6 +42,15 @@ def test_config_gives_the_catalog_shape_and_published_count(name):
     assert abs(m.params / m.published_params - 1) < 0.03
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_the_catalog_serves_the_checkpoint_dtype_of_its_config(name):
+    """A catalog name means the published checkpoint: DeepSeek-R1 in FP8, as its config.json's quantization_config
+    says (at bf16 it would not fit the 8 x H200 it is served on); a scenario or --dtype chooses another."""
+    m, cat = load_hf_config(CONFIGS / name / "config.json"), get_model(name)
+    fields = ("weight_dtype", "bytes_per_param", "head_bytes", "expert_weight_dtype", "expert_bytes_per_param")
+    assert {k: getattr(m, k) for k in fields} == {k: getattr(cat, k) for k in fields}
+
+
 def test_dtypes_and_windows_from_the_config():
     r1 = get_model(str(CONFIGS / "deepseek-r1" / "config.json"))
     assert r1.weight_dtype == "fp8" and r1.bytes_per_param == 1.0 and r1.head_bytes == 2.0
