@@ -6,6 +6,17 @@ from __future__ import annotations
 from simulator.catalog.models import ModelSpec
 
 EAGLE3_DRAFT_VOCAB = 32000  # the reduced draft vocabulary of the published EAGLE-3 heads (draft_vocab_size)
+HEAD_KINDS = ("head", "eagle3", "block")  # drafts built as heads of the target's shape
+
+
+def draft_weight_dtype(kind: str, draft: ModelSpec, target: ModelSpec, chosen: str | None = None) -> str:
+    """The weight dtype a draft is served in: ``chosen`` if given; else a separate draft model's own checkpoint's
+    (vLLM loads a draft with its own quantisation config), an MTP module's the target's as served (it is part of
+    the target's checkpoint and quantisation), an EAGLE / EAGLE-3 / block head's bf16 (published unquantised). The
+    one rule of scenarios and ``specsim simulate pass-time --draft``."""
+    if chosen:
+        return chosen
+    return "bf16" if kind in HEAD_KINDS else target.weight_dtype if kind == "mtp" else draft.weight_dtype
 
 
 def eagle3_head(target: ModelSpec, layers: int = 1, vocab: int = EAGLE3_DRAFT_VOCAB) -> ModelSpec:

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.catalog import get_hardware, get_model
-from simulator.catalog.draft_heads import eagle3_head
+from simulator.catalog.draft_heads import draft_weight_dtype, eagle3_head
 from simulator.catalog.model_shape import draft_vocabulary_error
 from simulator.cost.cost_model import Deployment, Drafting
 from simulator.cost.cost_profile import CostProfile, Param, prior_profile
@@ -40,12 +40,14 @@ def draft_deployment(target: Deployment, draft: str, params) -> Deployment:
             raise InputError(None, "--draft", f"expected {kind} or {kind}:LAYERS with LAYERS >= 1 (got {draft!r})")
         if kind != "mtp":
             m = eagle3_head(target.model, int(n)) if kind == "eagle3" else target.model.draft_head(int(n))
+            m = m.with_dtypes(draft_weight_dtype(kind, m, target.model), target.model.kv_dtype)
             return Deployment(m, target.hardware, target.tp, params.for_role("draft"), Drafting(kind=kind))
         if not target.model.mtp_layers:
             raise InputError(None, "--draft", f"{target.model.name} has no MTP module (mtp_layers 0): use head or eagle3")
         return Deployment(target.model.mtp_head(int(n)), target.hardware, target.tp, params.for_role("draft"),
                           Drafting(kind="mtp"), ep=target.ep)
-    model = get_model(draft, None, "--draft").with_dtypes(target.model.weight_dtype, target.model.kv_dtype)
+    model = get_model(draft, None, "--draft")
+    model = model.with_dtypes(draft_weight_dtype("model", model, target.model), target.model.kv_dtype)
     err = draft_vocabulary_error(target.model, model)
     if err:
         raise InputError(None, "--draft", f"{err}; use head, eagle3, block or mtp)")

@@ -18,7 +18,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from simulator.catalog import get_hardware, get_model
 from simulator.catalog.engine_hosts import ServingEngine
 from simulator.catalog.model_shape import draft_vocabulary_error, tp_error
-from simulator.catalog.draft_heads import EAGLE3_DRAFT_VOCAB, eagle3_head
+from simulator.catalog.draft_heads import EAGLE3_DRAFT_VOCAB, draft_weight_dtype, eagle3_head
 from simulator.cost.cost_model import Deployment, Drafting, data_parallel_error, expert_parallel_error
 from simulator.cost.cost_profile import CostProfile, load_profile, prior_profile
 from simulator.inputs.drafter_priors import PRIOR_KINDS, prior_acceptance, prior_kind
@@ -207,6 +207,30 @@ class ResolvedScenario:
                              "(CPU prompt lookup) speculative decoding (\"async scheduling is only supported with "
                              "EAGLE/MTP/Draft Model/NGram GPU kind of speculative decoding\"): leave it unset or false")
 
+    def _built_draft(self, kv: str):
+        """The draft built from the base model's shape (head, eagle3, block, mtp; ngram: the base model, nothing runs),
+        in its dtype (``draft_weight_dtype``) with a ``kv`` cache."""
+        sc, f, d = self.scenario, self.file, self.scenario.draft
+        base = self._model(sc.base.model, "base.model")
+        if d.kind in ("head", "block"):
+            if d.kind == "block" and d.tree_width != 1:
+                raise InputError(f, "draft.tree_width", "a block drafter drafts a chain (tree_width 1)")
+            m = base.draft_head(d.layers, d.vocab, d.fusion)
+        elif d.kind == "eagle3":
+            if not d.fusion:
+                raise InputError(f, "draft.fusion", "an EAGLE-3 head always fuses the target's features (3H x H)")
+            m = eagle3_head(base, d.layers, d.vocab or EAGLE3_DRAFT_VOCAB)
+        elif d.kind == "mtp":
+            if not base.mtp_layers:
+                raise InputError(f, "draft.kind", f"{base.name} has no MTP module (mtp_layers 0; num_nextn_predict_layers "
+                                 "in its config.json): use kind: head")
+            if d.vocab is not None:
+                raise InputError(f, "draft.vocab", "an MTP module shares the base model's LM head")
+            m = base.mtp_head()
+        else:
+            return self.base_model  # prompt lookup: no model runs (Drafting.free)
+        return m.with_dtypes(draft_weight_dtype(d.kind, m, self.base_model, d.weight_dtype), kv)
+
     def _resolve_draft(self):
         """(Drafting, draft ModelSpec) from ``draft``; checks it and applies its acceptance to the workload."""
         sc, f, d = self.scenario, self.file, self.scenario.draft
@@ -222,31 +246,15 @@ class ResolvedScenario:
             err = self.speculative and draft_vocabulary_error(self.base_model, m)
             if err:
                 raise InputError(f, fld, f"{err}; use kind: head or ngram)")
-            m = m.with_dtypes(d.weight_dtype, kv)
+            served = self.small_model if d.model is None else m  # the small model drafts as it is served
+            m = m.with_dtypes(draft_weight_dtype(d.kind, served, self.base_model, d.weight_dtype), kv)
         else:
             if d.model is not None:
                 raise InputError(f, "draft.model", f"a {d.kind} draft has no separate model (a head is built from base.model)")
             if d.acceptance is None and self.speculative:
                 raise InputError(f, "draft.acceptance", f"a {d.kind} draft needs its per-position acceptance "
                                  "(a: [a_1, ...], kind, source): the workload's token_acceptance is the separate model's")
-            base = self._model(sc.base.model, "base.model")
-            if d.kind in ("head", "block"):
-                if d.kind == "block" and d.tree_width != 1:
-                    raise InputError(f, "draft.tree_width", "a block drafter drafts a chain (tree_width 1)")
-                m = base.draft_head(d.layers, d.vocab, d.fusion).with_dtypes(d.weight_dtype or "bf16", kv)
-            elif d.kind == "eagle3":
-                if not d.fusion:
-                    raise InputError(f, "draft.fusion", "an EAGLE-3 head always fuses the target's features (3H x H)")
-                m = eagle3_head(base, d.layers, d.vocab or EAGLE3_DRAFT_VOCAB).with_dtypes(d.weight_dtype or "bf16", kv)
-            elif d.kind == "mtp":
-                if not base.mtp_layers:
-                    raise InputError(f, "draft.kind", f"{base.name} has no MTP module (mtp_layers 0; num_nextn_predict_layers "
-                                     "in its config.json): use kind: head")
-                if d.vocab is not None:
-                    raise InputError(f, "draft.vocab", "an MTP module shares the base model's LM head")
-                m = base.mtp_head().with_dtypes(d.weight_dtype, kv)
-            else:
-                m = self.base_model  # prompt lookup: no model runs (Drafting.free)
+            m = self._built_draft(kv)
         self._check_async_with(d.kind)
         if self.speculative:
             need = d.tree_width * max(sc.grid.gamma) + 1

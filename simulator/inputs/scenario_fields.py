@@ -88,8 +88,8 @@ class DraftChoice(StrictModel):
     kind: Literal["model", "head", "eagle3", "mtp", "block", "ngram"] = "model"
     model: str | None = None
     tp: int | None = Field(default=None, ge=1, le=64, strict=True)  # old scenarios: the draft runs at the base TP
-    # default: a draft model's own, an MTP module's the base checkpoint's (DeepSeek-R1: fp8), a head's bf16 (as
-    # EAGLE heads are published)
+    # default: a draft model's own, an MTP module's the base model's as served, a head's bf16 (as EAGLE heads are
+    # published): catalog.draft_heads.draft_weight_dtype
     weight_dtype: WeightDtype | None = None
     kv_dtype: KvDtype | None = None  # default: the base model's
     layers: int = Field(default=1, ge=1, le=16, strict=True)

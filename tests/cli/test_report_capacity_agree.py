@@ -116,7 +116,8 @@ def test_rounds_stop_only_configurations_below_the_best_and_match_the_single_sea
 
 def test_a_configuration_that_cannot_be_recommended_gets_one_round_and_never_leads():
     """The leader that stops others is the best configuration that can be recommended: the highest-capacity
-    configuration, marked ineligible (its accuracy fails the floor), gets the first round only and stops no one."""
+    configuration, marked ineligible (its accuracy fails the floor), stops no one; in the report it gets the first
+    round only."""
     from simulator.studies.capacity import IntervalSpec, LoadSpec, capacity_points, interval_rounds, paired_better
     from simulator.inputs.scenario import load_scenario
     from simulator.engines.serving.slo import parse_slo
@@ -127,8 +128,14 @@ def test_a_configuration_that_cannot_be_recommended_gets_one_round_and_never_lea
     free = interval_rounds(pts, spec, workers=1)
     top = max(range(len(free)), key=lambda i: free[i]["max_qps"] / free[i]["tp"])
     eligible = [i != top for i in range(len(pts))]
-    rows = interval_rounds(pts, spec, workers=1, eligible=eligible)
+    # capacity: the ineligible one is replicated like any other (its capacity is the table's), but leads no one
+    cap_rows = interval_rounds(pts, spec, workers=1, eligible=eligible)
+    assert cap_rows[top]["stopped"] == "" and cap_rows[top]["replications"] == spec.max_reps
+    # the report, which searches it only to plot it: the first round only
+    rows = interval_rounds(pts, spec, workers=1, eligible=eligible, shown_only=True)
     assert rows[top]["stopped"] == "cannot be recommended" and rows[top]["replications"] == spec.min_reps
+    assert [r["capacities"] for i, r in enumerate(rows) if i != top] == \
+        [r["capacities"] for i, r in enumerate(cap_rows) if i != top]
     assert rows[top]["capacities"] == free[top]["capacities"][:spec.min_reps]  # the same first round
     ok = [r for r, e in zip(rows, eligible) if e]
     lead = max(ok, key=lambda r: r["max_qps"] / r["tp"])

@@ -177,3 +177,37 @@ def test_fit_acceptance_with_a_drafter_kind_extends_by_its_shape(tmp_path):
     r = subprocess.run([sys.executable, "-m", "specsim_cli", "fit", "acceptance", "--metrics", "x.txt",
                         "--drafter-kind", "medusa"], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 2 and "--drafter-kind" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@pytest.mark.parametrize("kind", ["head", "eagle3", "block", "model"])
+def test_a_draft_is_priced_in_one_dtype_by_scenarios_and_pass_time(tmp_path, kind):
+    """One rule (draft_heads.draft_weight_dtype): under an FP8 target a head is served bf16 (published so; vLLM loads
+    a draft with its own quantisation) and a draft model in its own checkpoint's dtype, in a scenario and in
+    ``pass-time --draft`` alike; a scenario's ``draft.weight_dtype`` overrides it."""
+    from simulator.cost.pass_time import draft_deployment
+
+    draft = {"kind": kind, "acceptance": {"a": [0.8, 0.6], "source": "x"}}
+    if kind == "model":
+        draft.update(model="qwen3-1.7b", vocab=None)
+    rs = load_scenario(str(_scenario(tmp_path, draft)))
+    assert rs.base_model.weight_dtype == "fp8" and rs.draft_model.weight_dtype == "bf16"
+    target = rs.deployments("h200", 1)["base"]
+    name = "qwen3-1.7b" if kind == "model" else kind
+    via_cli = draft_deployment(target, name, prior_profile(get_hardware("h200")).params(get_hardware("h200")))
+    assert via_cli.model.weight_dtype == "bf16" and via_cli.model.bytes_per_param == rs.draft_model.bytes_per_param
+    rs8 = load_scenario(str(_scenario(tmp_path, {**draft, "weight_dtype": "fp8"})))
+    assert rs8.draft_model.weight_dtype == "fp8"
+
+
+def test_an_mtp_module_is_served_as_its_target(tmp_path):
+    """Neither dtype named: DeepSeek-R1's checkpoint is FP8, and so is its MTP module (part of it)."""
+    from simulator.cost.pass_time import draft_deployment
+
+    sc = yaml.safe_load((ROOT / "scenarios" / "moe-deepseek-r1-h200x8-mtp.yaml").read_text())
+    del sc["base"]["weight_dtype"], sc["draft"]["weight_dtype"]
+    (tmp_path / "r1.yaml").write_text(yaml.safe_dump(sc))
+    rs = load_scenario(str(tmp_path / "r1.yaml"))
+    assert rs.base_model.weight_dtype == rs.draft_model.weight_dtype == "fp8"
+    target = rs.deployments("h200", 8)["base"]
+    hw = get_hardware("h200")
+    assert draft_deployment(target, "mtp", prior_profile(hw).params(hw)).model.weight_dtype == "fp8"

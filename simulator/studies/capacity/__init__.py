@@ -70,7 +70,7 @@ def search_table(rs: ResolvedScenario, slo: Slo, load: LoadSpec, configs: list[S
     keep = [c for c in configs if c not in skipped]
     points = [replace(p, interval=spec) for p in capacity_points(rs, slo, load, keep, serving)]
     eligible = [floor_status(acc_model, p.cfg, floor)[0] == "meets" for p in points]  # recommend()'s own rule
-    rows = (interval_rounds(points, spec, workers, ray_address, progress, stop_below_best, pool, eligible)
+    rows = (interval_rounds(points, spec, workers, ray_address, progress, stop_below_best, pool, eligible, only_eligible)
             if spec.max_request_doublings == 0 and points
             else run_points(points, workers, ray_address, progress, pool))
     df, rec = mark_recommendation(add_accuracy(capacity_table(rows, gpu_hour_cost, target_qps, currency), acc_model,

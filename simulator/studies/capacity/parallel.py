@@ -149,16 +149,18 @@ def _timed_reps(point: Point, ks: list[int], prior: list[float], rel_tol: float)
 
 def interval_rounds(points: list[Point], spec: IntervalSpec, workers: int | None = None,
                     ray_address: str | None = None, progress=None, stop_below_best: bool = True,
-                    pool: Workers | None = None, eligible: list[bool] | None = None) -> list[dict]:
+                    pool: Workers | None = None, eligible: list[bool] | None = None,
+                    shown_only: bool = False) -> list[dict]:
     """Capacity intervals of many configurations in rounds: every
     configuration gets ``spec.min_reps`` replications, then one more per round while its interval is wider
     than ``spec.target`` -- unless (``stop_below_best``) a configuration whose per-GPU capacity is
     significantly higher (paired, :func:`paired_better`, the ranking's own test) already exists: its rank cannot
     become 1 and more replications would not change the recommendation, so it stops (``stopped`` "below the
     best"; ``converged`` False, its interval as it is). ``eligible`` (default: all): which configurations can be
-    recommended (the accuracy floor); with ``stop_below_best`` the leader is the best of those, and one that
-    cannot be recommended gets the first round only (``stopped`` "cannot be recommended"): more replications of
-    it would not change the recommendation either. Replication k of a configuration is the same search as in
+    recommended (the accuracy floor); with ``stop_below_best`` the leader is the best of those, and with
+    ``shown_only`` too (the report, which searches such configurations only to plot them) one that cannot be
+    recommended gets the first round only (``stopped`` "cannot be recommended"): more replications of it would not
+    change the recommendation. Replication k of a configuration is the same search as in
     :func:`capacity_interval` (seed k, warm start from the mean so far), so a configuration that is not
     stopped early gets the same figures; results do not depend on the workers (the decisions use whole
     rounds). Rows as :func:`run_point`'s. ``pool``: the workers to use (default: new ones from ``workers`` /
@@ -192,7 +194,7 @@ def interval_rounds(points: list[Point], spec: IntervalSpec, workers: int | None
                 per_rep[i] = cpu / len(ks)
                 if points[i].single_latency_s is None and res:  # the other workers need not compute it again
                     points[i] = replace(points[i], single_latency_s=res[0]["single_request_latency_s"])
-            _decide(points, caps, spec, stop_below_best, done, stopped, eligible)
+            _decide(points, caps, spec, stop_below_best, done, stopped, eligible, shown_only)
             # the ETA's total: what is done, plus at most max_reps of those still running
             total = finished + sum(spec.max_reps - len(caps[i]) for i in range(n) if not done[i])
             tasks = [(i, [len(caps[i])]) for i in range(n) if not done[i]]
@@ -203,10 +205,10 @@ def interval_rounds(points: list[Point], spec: IntervalSpec, workers: int | None
 
 
 def _decide(points: list[Point], caps: list[list[float]], spec: IntervalSpec, stop_below_best: bool,
-            done: list[bool], stopped: list[str], eligible: list[bool]) -> None:
+            done: list[bool], stopped: list[str], eligible: list[bool], shown_only: bool = False) -> None:
     """After a round: a configuration is done when its interval is narrow enough (or it sustains nothing, or has
-    ``max_reps``), or (``stop_below_best``) stopped when it cannot be recommended or an eligible one with
-    significantly higher per-GPU capacity exists."""
+    ``max_reps``), or (``stop_below_best``) stopped when an eligible one with significantly higher per-GPU capacity
+    exists or (``shown_only``) it cannot be recommended."""
     n = len(points)
     for i in range(n):
         if done[i]:
@@ -214,7 +216,7 @@ def _decide(points: list[Point], caps: list[list[float]], spec: IntervalSpec, st
         m, half = t_interval(caps[i])
         if m == 0.0 or half <= spec.target * m or len(caps[i]) >= spec.max_reps:
             done[i] = True
-        elif stop_below_best and not eligible[i]:
+        elif stop_below_best and shown_only and not eligible[i]:
             done[i], stopped[i] = True, "cannot be recommended"
     live = [i for i in range(n) if eligible[i] and caps[i] and np.mean(caps[i]) > 0]
     if live and stop_below_best:
