@@ -99,6 +99,15 @@ def _check_extension(out: Path, kind: str, fmt: str, flag: str) -> None:
                          f"({' or '.join(FORMAT_EXTS[kind])})")
 
 
+def check_rewrite(paths: list[Path], force: bool, flag: str) -> None:
+    """Refuse (without ``force``) to overwrite any of ``paths`` that exists and git tracks: a committed file is
+    rewritten only on purpose. The rule of every output, and of commands that write beside their inputs."""
+    for out in paths:
+        if out.exists() and not force and _tracked(out, folder=False):
+            raise InputError(None, flag, f"{out} is a file git tracks (committed): refusing to overwrite it; "
+                             "pass --force or write elsewhere")
+
+
 def check_out(out: Path | None, fmt: str = "table", force: bool = False, folder: bool = False,
               kind: str | None = None, flag: str = "--out") -> None:
     """Refuse an output that breaks the contract (module docstring), before any work; ``kind`` is one of
@@ -129,9 +138,7 @@ def check_out(out: Path | None, fmt: str = "table", force: bool = False, folder:
         if out.is_dir():
             name = {"table": "results.csv"}.get(kind, f"out.{kind}")
             raise InputError(None, flag, f"{out} is a folder; give a file name, e.g. {out / name}")
-        if out.exists() and not force and _tracked(out, folder=False):
-            raise InputError(None, flag, f"{out} is a file git tracks (committed): refusing to overwrite it; "
-                             "pass --force or write elsewhere")
+        check_rewrite([out], force, flag)
     anc = out if kind in ("folder", "runs") and out.is_dir() else out.parent
     while not anc.exists() and anc != anc.parent:
         anc = anc.parent

@@ -418,12 +418,18 @@ def kernel_summary_cmd(
 def step_summary_cmd(
     folders: list[Path] = typer.Argument(..., help="campaign folders (run-*/ records, predicted-before-fit.csv)"),
     heldout: Optional[Path] = typer.Option(None, help="the engine fit's heldout.csv (after-fit rows for this GPU)"),
+    force: bool = typer.Option(False, "--force", help="rewrite a folder's summary.md, before-fit.csv or profile-*.yaml "
+                               "that git tracks (a committed campaign's)"),
 ) -> None:
-    """Per campaign folder: summary.md, before-fit.csv and the GPU's profile (before- and after-fit errors).
+    """Per campaign folder: summary.md, before-fit.csv and the GPU's profile (before- and after-fit errors), written
+    into the folder.
 
     Example: specsim validate step-summary reports/gpu-campaign-h200 --heldout reports/gpu-step-model/heldout.csv"""
+    from simulator.output_contract import check_rewrite
     from validate.gpu_step_summary import summarize
 
+    for f in folders:  # before any work: a committed campaign's files are rewritten only on purpose
+        check_rewrite([f / "summary.md", f / "before-fit.csv", *f.glob("profile-*.yaml")], force, "FOLDERS")
     for f in folders:
         summarize(f, heldout)
         typer.echo(f"wrote {f}/summary.md and {f}/before-fit.csv")

@@ -243,3 +243,19 @@ def test_sustained_point_records_windows_on_cpu(tmp_path):
     assert rec["op"] == "sustained" and len(rec["windows"]) >= 2 and rec["smi"] == []
     assert all(w["step_s"] > 0 for w in rec["windows"]) and rec["first_s"] > 0 and rec["last_s"] > 0
     assert rec["windows"][-1]["t_s"] >= 0.5
+
+
+def test_step_summary_rewrites_a_committed_campaign_only_with_force(capsys):
+    """The summary is written into its campaign folder: a committed one (git tracks its summary.md) is refused
+    without --force, one line, exit 2, the file untouched (docs/cli.md: nothing committed lost without --force)."""
+    from specsim_cli.main import main
+
+    folder = REPO / "reports" / "gpu-step-heldout" / "h100"
+    tracked = subprocess.run(["git", "ls-files", "--error-unmatch", "summary.md"], cwd=folder, capture_output=True)
+    if tracked.returncode != 0:
+        pytest.skip("not a git checkout with the campaign folder committed")
+    before = (folder / "summary.md").read_bytes()
+    assert main(["validate", "step-summary", str(folder)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: FOLDERS") and "--force" in err and "\n" not in err
+    assert (folder / "summary.md").read_bytes() == before

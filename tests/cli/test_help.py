@@ -46,3 +46,15 @@ def test_no_command_shows_typers_list_type(name, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
     assert main([*name.split(), "--help"]) == 0
     assert "<list[" not in capsys.readouterr().out, f"specsim {name} --help"
+
+
+def test_docs_cli_lists_every_command_of_each_task_group():
+    """docs/cli.md's group bullets name every command a group has (a new command is found where users look)."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
+    bullets = {m.group(1): m.group(2) for m in re.finditer(r"^- `([a-z]+)`: (.*?)(?=^- |^$)", text, re.M | re.S)}
+    missing = [" ".join(path) for path, _ in command_tree()
+               if len(path) == 2 and path[0] in bullets and f"`{path[1]}`" not in bullets[path[0]]]
+    assert len(bullets) >= 5 and missing == []
