@@ -14,6 +14,7 @@ import pandas as pd
 from simulator.paths import code_version
 from simulator.studies.capacity.table import EXACT_TRAFFIC, parallelism
 
+
 def device_word(hardware_names) -> str:
     """What a replica of these hardware names is made of, as the report names it: "CPU host" or "GPU"."""
     return "CPU host" if all(str(h) == "cpu" for h in hardware_names) else "GPU"
