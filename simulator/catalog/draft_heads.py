@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from simulator.catalog.models import ModelSpec
+from simulator.errors import InputError
 
 EAGLE3_DRAFT_VOCAB = 32000  # the reduced draft vocabulary of the published EAGLE-3 heads (draft_vocab_size)
 HEAD_KINDS = ("head", "eagle3", "block")  # drafts built as heads of the target's shape
@@ -34,3 +35,28 @@ def eagle3_head(target: ModelSpec, layers: int = 1, vocab: int = EAGLE3_DRAFT_VO
         qkv_in = (head.heads + 2 * head.kv_heads) * head.head_dim
     return head.model_copy(update={"name": f"{target.name}-eagle3",
                                    "extra_matmul_params": 3 * target.hidden * target.hidden + target.hidden * qkv_in})
+
+
+def draft_built_from_base(base: ModelSpec, served: ModelSpec, d, kv: str, file: str | None) -> ModelSpec:
+    """A scenario's ``draft`` (``d``: kind head, eagle3, block, mtp; ngram: the base model as served, nothing runs)
+    built from the base checkpoint's shape (``base``; ``served``: the base as the scenario serves it), in its dtype
+    (:func:`draft_weight_dtype`) with a ``kv`` cache; a draft the base cannot carry is refused naming ``file``'s
+    ``draft.*`` field."""
+    if d.kind in ("head", "block"):
+        if d.kind == "block" and d.tree_width != 1:
+            raise InputError(file, "draft.tree_width", "a block drafter drafts a chain (tree_width 1)")
+        m = base.draft_head(d.layers, d.vocab, d.fusion)
+    elif d.kind == "eagle3":
+        if not d.fusion:
+            raise InputError(file, "draft.fusion", "an EAGLE-3 head always fuses the target's features (3H x H)")
+        m = eagle3_head(base, d.layers, d.vocab or EAGLE3_DRAFT_VOCAB)
+    elif d.kind == "mtp":
+        if not base.mtp_layers:
+            raise InputError(file, "draft.kind", f"{base.name} has no MTP module (mtp_layers 0; num_nextn_predict_layers "
+                             "in its config.json): use kind: head")
+        if d.vocab is not None:
+            raise InputError(file, "draft.vocab", "an MTP module shares the base model's LM head")
+        m = base.mtp_head()
+    else:
+        return served  # prompt lookup: no model runs (Drafting.free)
+    return m.with_dtypes(draft_weight_dtype(d.kind, m, served, d.weight_dtype), kv)

@@ -49,6 +49,7 @@ def engine_plans(rs, hw_name: str, tp: int, length: int | None = None) -> list[t
 def memory_error(plan, length: int, length_note: str = "") -> tuple[str, str] | None:
     """What vLLM refuses at start-up, in its words (None: it starts): ``("weights", why)`` -- the weights alone
     exceed the GPU (CUDA out of memory while loading); ``("kv", why)`` -- no memory left for the KV cache;
+    ``("blocks", why)`` -- ``num_gpu_blocks_override`` blocks hold less than one sequence of ``length`` tokens;
     ``("length", why)`` -- less KV cache than one sequence of ``length`` tokens needs
     (kv_cache_utils.check_enough_kv_cache_memory; ``length_note`` says what makes up the length). The caller says
     where and which field to blame."""
@@ -62,6 +63,10 @@ def memory_error(plan, length: int, length_note: str = "") -> tuple[str, str] | 
                       f"{g(plan.total_bytes)} = {g(plan.requested_bytes)}, but the weights need "
                       f"{g(plan.weights_bytes)}, the profile pass's activations {g(plan.activation_bytes)}, non-torch "
                       f"memory {g(plan.non_torch_bytes)}{graphs}")
+    if plan.blocks_override is not None and plan.kv_tokens < length:  # the cache has exactly the blocks it is given
+        return "blocks", (f"execution.num_gpu_blocks_override {plan.blocks_override:,} blocks of {plan.block_size} "
+                          f"hold {plan.kv_tokens:,} tokens, fewer than one request with max_model_len {length:,}"
+                          f"{length_note} needs: it could never be scheduled")
     need = plan.request_bytes(length)
     if need > plan.kv_bytes:
         return "length", (f"To serve at least one request with max_model_len {length:,}{length_note}, {g(need)} KV "
@@ -69,6 +74,10 @@ def memory_error(plan, length: int, length_note: str = "") -> tuple[str, str] | 
                           f"(gpu_memory_utilization {plan.utilization:.3g}); the estimated maximum model length is "
                           f"{plan.max_model_len():,}")
     return None
+
+
+# the workload fields a request's longest sequence is made of (serving/kv_cache.longest_sequence), blamed in this order
+LENGTH_FIELDS = ("token_budget", "prompt_tokens", "judge_template_tokens", "answer_tokens", "max_step_tokens")
 
 
 def check_plan(rs, plan, what: str, length: int, fld: str, tp: int) -> None:
@@ -87,14 +96,32 @@ def check_plan(rs, plan, what: str, length: int, fld: str, tp: int) -> None:
             if plan.sampler_bound else "")
     if kind == "kv":
         raise InputError(f, fld, f"{where}: {why}: increase gpu_memory_utilization or tp{seqs}")
+    if kind == "blocks":
+        raise InputError(f, "execution.num_gpu_blocks_override", f"{where}: {why}")
     over = sc.workload_overrides
     if replace(plan, utilization=1.0).kv_bytes >= plan.request_bytes(length):  # a larger share would hold it
         where_f, bfld = f, fld
     else:  # no share of this GPU holds one request: the request's length is what is wrong
-        where_f, bfld = ((f, "workload_overrides.token_budget") if "token_budget" in over else
-                         (f, "workload_overrides.prompt_tokens") if "prompt_tokens" in over else
-                         (str(rs.ref_path(sc.workload, "workload")), "token_budget"))
+        mine = [k for k in LENGTH_FIELDS if k in over]  # the scenario's own overrides first, then the profile's
+        where_f, bfld = (f, f"workload_overrides.{mine[0]}") if mine else (str(rs.ref_path(sc.workload, "workload")),
+                                                                            "token_budget")
     raise InputError(where_f, bfld, f"{where}: {why}: lower token_budget, or raise gpu_memory_utilization or tp{seqs}")
+
+
+def check_serving_length(rs, sw, cells: list[tuple[str, int]], file: str | None, field: str) -> None:
+    """A serving workload's (``sw``) longest request -- system prompt + input + output cap -- fits every engine's KV
+    cache at each (hardware, tp) of ``cells``, as vLLM requires of max_model_len at start-up: a longer one could never
+    be served. In :func:`memory_error`'s words, blamed on ``file`` / ``field``."""
+    parts = [sw.input_tokens.longest, sw.output_tokens.longest]
+    if any(x is None for x in parts):
+        return  # an unbounded lognormal length: no longest request to check
+    n = sum(parts) + (sw.system_prompts.tokens if sw.system_prompts else 0)
+    for hw, tp in cells:
+        for plan, what, _, _, _ in engine_plans(rs, hw, tp, n):
+            err = memory_error(plan, n, " (the serving workload's longest request: system prompt + input + output "
+                               "cap)")
+            if err is not None:
+                raise InputError(file, field, f"{what} at tp={tp} on {hw}: {err[1]}")
 
 
 def check_step(target, draft, batch: int, tokens: int, context: int) -> None:

@@ -177,8 +177,11 @@ def replace_atomic(path: str | Path, write) -> Path:
     the previous file whole and no temporary behind): every atomic write of the project goes through here."""
     path = Path(path)
     _refuse_non_regular(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = temp_beside(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = temp_beside(path)
+    except OSError as e:  # the folder cannot hold a file (read-only, /proc): say so of the path asked for
+        raise InputError(str(path), None, f"cannot write here ({e.strerror or e})") from None
     os.close(fd)
     try:
         write(tmp)

@@ -18,7 +18,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from simulator.catalog import get_hardware, get_model
 from simulator.catalog.engine_hosts import ServingEngine
 from simulator.catalog.model_shape import draft_vocabulary_error, tp_error
-from simulator.catalog.draft_heads import EAGLE3_DRAFT_VOCAB, draft_weight_dtype, eagle3_head
+from simulator.catalog.draft_heads import draft_built_from_base, draft_weight_dtype
 from simulator.cost.cost_model import Deployment, Drafting, data_parallel_error, expert_parallel_error
 from simulator.cost.cost_profile import CostProfile, load_profile, prior_profile
 from simulator.inputs.drafter_priors import PRIOR_KINDS, prior_acceptance, prior_kind
@@ -140,6 +140,10 @@ class ResolvedScenario:
         self.file = str(path) if path else None
         self.workload = self._load_workload()
         self.cost_profiles = self._load_cost_profiles()
+        if scenario.accuracy is not None:  # a named accuracy profile is checked before any work, not after it
+            from simulator.inputs.accuracy import model_for_workload
+
+            model_for_workload(self.workload, scenario.accuracy, self.file)
         self.base_model = self._model(scenario.base.model, "base.model").with_dtypes(
             scenario.base.weight_dtype, scenario.base.kv_dtype)
         self.small_model = None if scenario.small is None else self._model(scenario.small.model, "small.model").with_dtypes(
@@ -150,9 +154,10 @@ class ResolvedScenario:
                                  f"model runs on the base's GPUs: leave small.{k} at 1")
         self.check_systems(scenario.systems, self.file, "systems")
         self.drafting, self.draft_model = self._resolve_draft()
-        self.hardware_names = scenario.grid.hardware or [scenario.hardware.gpu]
-        for i, h in enumerate(self.hardware_names):
+        for i, h in enumerate(scenario.grid.hardware or [scenario.hardware.gpu]):
             get_hardware(h, self.file, "hardware.gpu" if scenario.grid.hardware is None else f"grid.hardware[{i}]")
+        # a value listed twice is one grid point (as systems, gamma and threshold are: systems.expand_systems)
+        self.hardware_names = list(dict.fromkeys(scenario.grid.hardware or [scenario.hardware.gpu]))
         if scenario.slo is not None:
             from simulator.engines.serving.slo import parse_slo
 
@@ -160,7 +165,7 @@ class ResolvedScenario:
                 parse_slo(scenario.slo, "slo")
             except InputError as e:
                 raise InputError(self.file, "slo", e.message) from None
-        self.tps = scenario.grid.tp or [scenario.base.tp]
+        self.tps = list(dict.fromkeys(scenario.grid.tp or [scenario.base.tp]))
         for hw in self.hardware_names:
             for tp in self.tps:
                 self.check_placement(hw, tp)
@@ -207,30 +212,6 @@ class ResolvedScenario:
                              "(CPU prompt lookup) speculative decoding (\"async scheduling is only supported with "
                              "EAGLE/MTP/Draft Model/NGram GPU kind of speculative decoding\"): leave it unset or false")
 
-    def _built_draft(self, kv: str):
-        """The draft built from the base model's shape (head, eagle3, block, mtp; ngram: the base model, nothing runs),
-        in its dtype (``draft_weight_dtype``) with a ``kv`` cache."""
-        sc, f, d = self.scenario, self.file, self.scenario.draft
-        base = self._model(sc.base.model, "base.model")
-        if d.kind in ("head", "block"):
-            if d.kind == "block" and d.tree_width != 1:
-                raise InputError(f, "draft.tree_width", "a block drafter drafts a chain (tree_width 1)")
-            m = base.draft_head(d.layers, d.vocab, d.fusion)
-        elif d.kind == "eagle3":
-            if not d.fusion:
-                raise InputError(f, "draft.fusion", "an EAGLE-3 head always fuses the target's features (3H x H)")
-            m = eagle3_head(base, d.layers, d.vocab or EAGLE3_DRAFT_VOCAB)
-        elif d.kind == "mtp":
-            if not base.mtp_layers:
-                raise InputError(f, "draft.kind", f"{base.name} has no MTP module (mtp_layers 0; num_nextn_predict_layers "
-                                 "in its config.json): use kind: head")
-            if d.vocab is not None:
-                raise InputError(f, "draft.vocab", "an MTP module shares the base model's LM head")
-            m = base.mtp_head()
-        else:
-            return self.base_model  # prompt lookup: no model runs (Drafting.free)
-        return m.with_dtypes(draft_weight_dtype(d.kind, m, self.base_model, d.weight_dtype), kv)
-
     def _resolve_draft(self):
         """(Drafting, draft ModelSpec) from ``draft``; checks it and applies its acceptance to the workload."""
         sc, f, d = self.scenario, self.file, self.scenario.draft
@@ -254,7 +235,7 @@ class ResolvedScenario:
             if d.acceptance is None and self.speculative:
                 raise InputError(f, "draft.acceptance", f"a {d.kind} draft needs its per-position acceptance "
                                  "(a: [a_1, ...], kind, source): the workload's token_acceptance is the separate model's")
-            m = self._built_draft(kv)
+            m = draft_built_from_base(self._model(sc.base.model, "base.model"), self.base_model, d, kv, f)
         self._check_async_with(d.kind)
         if self.speculative:
             need = d.tree_width * max(sc.grid.gamma) + 1
@@ -349,6 +330,12 @@ class ResolvedScenario:
         err = self.small_model and expert_parallel_error(self.small_model, tp, sc.small.ep)
         if err:
             raise InputError(f, "small.ep", err)
+        d = None if self.drafting.free else self.draft_model
+        if d is not None and d.is_moe and (dp > 1 or expert_parallel_error(d, tp, sc.base.ep)):
+            raise InputError(f, "draft.model" if sc.draft.model else "draft.kind", f"a mixture-of-experts draft "
+                             f"({d.name}) runs at the base's expert parallelism, ep={sc.base.ep} over tp={tp}"
+                             + (f" without its dp={dp} data-parallel ranks: not modelled" if dp > 1 else
+                                f": {expert_parallel_error(d, tp, sc.base.ep)}"))
         if sc.memory_fraction.base + sc.memory_fraction.small > 1.0:
             raise InputError(f, sc.memory_field, "base + small must not exceed 1")
         from simulator.cost.memory_check import check_plan

@@ -118,8 +118,8 @@ class Grid(StrictModel):
     gamma: list[StrictInt] = Field(default=[5], min_length=1)
     threshold: list[StrictInt] = Field(default=[7], min_length=1)
     first_n: list[StrictInt] = Field(default=[0], min_length=1)
-    tp: list[StrictInt] | None = None
-    hardware: list[str] | None = None
+    tp: list[StrictInt] | None = Field(default=None, min_length=1)  # None: base.tp; an empty list is a mistake
+    hardware: list[str] | None = Field(default=None, min_length=1)  # None: hardware.gpu
 
     @field_validator("gamma")
     @classmethod

@@ -56,7 +56,7 @@ def build_report(scenario: str, out: Path, slo_text: str | None = None, requests
 
     rs = load_scenario(scenario, grid_overrides)
     serving, serving_note = serving_setup(rs, bench_serve)
-    slo = parse_slo(slo_text or default_slo(rs, serving), "--slo")
+    slo = parse_slo(default_slo(rs, serving) if slo_text is None else slo_text, "--slo")
     floor = parse_floor(accuracy_floor, accuracy_margin)
     acc_model = scenario_accuracy(rs)
     load = LoadSpec(requests=requests or DEFAULT_REQUESTS, seed=rs.scenario.seed if seed is None else seed)

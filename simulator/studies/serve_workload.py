@@ -63,6 +63,10 @@ def serve_scenario(scenario, bench_serve: str | None = None, hardware: str | Non
     hw = hardware or rs.hardware_names[0]
     tp = tp or rs.tps[0]
     rs.check_placement(hw, tp)
+    from simulator.cost.memory_check import check_serving_length
+
+    check_serving_length(rs, sw, [(hw, tp)], None if bench_serve is not None else rs.file,
+                         "--bench-serve" if bench_serve is not None else "serving_workload")
     ex = rs.execution_for(hw, tp)
     ex = ex if prefix_caching is None else ex.model_copy(update={"prefix_caching": prefix_caching})
     deps = rs.deployments(hw, tp)

@@ -86,6 +86,15 @@ class Lengths(_Strict):
         lo = math.floor(self.tokens * (1 - self.range_ratio))
         return max(lo, 1), math.ceil(self.tokens * (1 + self.range_ratio))
 
+    @property
+    def longest(self) -> int | None:
+        """The longest length :meth:`sample` can draw (None: unbounded, a lognormal without ``max``)."""
+        if self.kind == "replay":
+            return max(self.values)
+        top = self.tokens if self.kind == "fixed" else self._bounds()[1] if self.kind == "uniform" else None
+        top = max(top, self.min) if top is not None else None
+        return self.max if top is None else (top if self.max is None else min(top, self.max))
+
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         if self.kind == "replay":
             v = np.asarray(self.values, np.int64)

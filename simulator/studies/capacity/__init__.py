@@ -209,7 +209,7 @@ def _checked(rs: ResolvedScenario, req: CapacityRequest):
     if req.arrival not in ("poisson", "bursty"):
         raise InputError(None, "--arrival", f"expected poisson or bursty (got {req.arrival!r})")
     serving, serving_note = serving_setup(rs, req.bench_serve, req.arrival)
-    slo = parse_slo(req.slo_text or default_slo(rs, serving))
+    slo = parse_slo(default_slo(rs, serving) if req.slo_text is None else req.slo_text)
     if req.cv is not None and req.arrival != "bursty":
         raise InputError(None, "--cv", f"sets the gaps of --arrival bursty; {req.arrival} arrivals' gaps have cv 1 "
                          "(add --arrival bursty)")

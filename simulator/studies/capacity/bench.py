@@ -50,6 +50,12 @@ def resolve(rs, bench_serve: str | None, field: str = "--bench-serve"):
         raise InputError(None if bench_serve is not None else rs.file, field if bench_serve is not None else
                          "serving_workload.sessions", "a capacity search over multi-turn sessions is not supported (its "
                          "rate would count sessions, not requests); use specsim serve-workload for sessions")
+    if sw is not None:
+        from simulator.cost.memory_check import check_serving_length
+
+        check_serving_length(rs, sw, [(h, t) for h in rs.hardware_names for t in rs.tps],
+                             None if bench_serve is not None else rs.file,
+                             field if bench_serve is not None else "serving_workload")
     return sw
 
 
