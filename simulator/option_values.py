@@ -174,6 +174,22 @@ def int_list_option(default: str | None, *names: str, concept: str, lo: int, hi:
                         help=f"{help}: a value, LO-HI or a comma list, e.g. {example} (repeatable)")
 
 
+def _systems(value: list[str] | None) -> list[str] | None:
+    """The occurrences of ``--system``, each a name or a comma list, in order (None when not given)."""
+    if value is None:
+        return None
+    return [name for occurrence in value
+            for name in comma_items(occurrence, "--system", "system names, e.g. vanilla-base,specdecode")] or None
+
+
+def system_list_option(default: list[str] | None = None, help: str = "restrict to these systems") -> Any:
+    """``--system``: names, each occurrence one name or a comma list (as the integer lists take commas)."""
+    import typer
+
+    return typer.Option(default, "--system", callback=_systems,
+                        help=f"{help}: a name or a comma list, e.g. vanilla-base,specdecode (repeatable)")
+
+
 def gamma_list_option(default: str | None = None, *names: str, lo: int = 1,
                       help: str = f"draft tokens per iteration, 1..{GAMMA_MAX}", example: str = "1-8 or 2,4") -> Any:
     """``--gamma`` (or a role's name: ``--fit-gammas`` ...) where a command sweeps gamma: values in lo..16."""

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from simulator.errors import InputError
-from simulator.option_values import (GAMMA_MAX, check_capacity_requests, currency_option, gamma_list_option,
+from simulator.option_values import (GAMMA_MAX, system_list_option, check_capacity_requests, currency_option, gamma_list_option,
                                      gpu_hour_cost_option, rate_list, threshold_list_option, user_list)
 from simulator.output_contract import ForceOpt, writes
 from specsim_cli.commands.predict import (AccuracyFloorOpt, AccuracyMarginOpt, BenchServeOpt, CiTargetOpt, HardwareOpt,
@@ -49,7 +49,6 @@ QpsOpt = Annotated[Optional[str], typer.Option(help="check the SLO at these requ
 UsersOpt = Annotated[Optional[str], typer.Option(help="check the SLO with these closed-loop user counts (e.g. 4,16)")]
 ArrivalsOpt = Annotated[Optional[Path], typer.Option("--arrivals-file", help="check the SLO on arrival times replayed "
                                                      "from a CSV/JSONL file")]
-SystemOpt = Annotated[Optional[list[str]], typer.Option("--system", help="restrict to these systems (repeatable)")]
 ArrivalOpt = Annotated[str, typer.Option(help="poisson | bursty")]
 CvOpt = Annotated[Optional[float], typer.Option(help="coefficient of variation of inter-arrival gaps, with "
                                                    "--arrival bursty (default 1)")]
@@ -84,7 +83,7 @@ def capacity_gamma_option():
 @writes(out="table")
 def capacity(
     scenario: Scenario, slo: SloOpt = None, qps: QpsOpt = None, users: UsersOpt = None,
-    arrivals_file: ArrivalsOpt = None, system: SystemOpt = None,
+    arrivals_file: ArrivalsOpt = None, system: Optional[list[str]] = system_list_option(),
     gamma: Optional[list[int]] = capacity_gamma_option(),
     threshold: Optional[list[int]] = threshold_list_option(),
     arrival: ArrivalOpt = "poisson", cv: CvOpt = None, requests: RequestsOpt = None, seed: SeedOpt = None,

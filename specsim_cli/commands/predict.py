@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from simulator.errors import InputError
-from simulator.option_values import (FIRST_N_MAX, GAMMA_MAX, check_capacity_requests, check_requests, currency_option,
+from simulator.option_values import (FIRST_N_MAX, GAMMA_MAX, system_list_option, check_capacity_requests, check_requests, currency_option,
                                      gamma_list_option, gpu_hour_cost_option, int_list_option, rate_list,
                                      threshold_list_option, user_list)
 from simulator.output_contract import ForceOpt, writes
@@ -42,7 +42,7 @@ def tp_option():
 @writes(out="table")
 def whatif(
     scenario: str = typer.Argument(..., help="scenario YAML (path or name in scenarios/)"),
-    system: Optional[list[str]] = typer.Option(None, "--system", help="restrict to these systems (repeatable)"),
+    system: Optional[list[str]] = system_list_option(),
     gamma: Optional[list[int]] = gamma_list_option(),
     threshold: Optional[list[int]] = threshold_list_option(),
     first_n: Optional[list[int]] = int_list_option(None, "--first-n", concept="first_n", lo=0, hi=FIRST_N_MAX,
@@ -126,7 +126,7 @@ def report(
     out: Path = typer.Option(..., help="output folder (created; an existing non-empty one needs --force)"),
     slo: Optional[str] = typer.Option(None, help="SLO, e.g. 'p99_latency<=300s' (default: the scenario's slo, else "
                                       "p99 latency <= 3x vanilla-base's single-request latency)"),
-    system: Optional[list[str]] = typer.Option(None, "--system", help="restrict to these systems (repeatable)"),
+    system: Optional[list[str]] = system_list_option(),
     gamma: Optional[list[int]] = gamma_list_option(),
     threshold: Optional[list[int]] = threshold_list_option(),
     requests: Optional[int] = typer.Option(None, help="requests simulated per load level"),

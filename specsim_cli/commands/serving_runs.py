@@ -12,7 +12,7 @@ from typing import Optional
 import typer
 
 from simulator.errors import InputError
-from simulator.option_values import threshold_option
+from simulator.option_values import system_list_option, threshold_option
 from simulator.output_contract import writes
 
 
@@ -70,9 +70,8 @@ def serve_run_cmd(
 def serve_systems_cmd(
     base: Path = typer.Option(Path(".cache/models/smollm2-135m-instruct"), help="base model folder"),
     small: Path = typer.Option(Path(".cache/models/smollm2-135m-instruct-draft6l"), help="small model folder"),
-    system: list[str] = typer.Option(["vanilla-base", "specreason"], "--system",
-                                     help="vanilla-base | vanilla-small | specreason | specdecode | specreason-decode "
-                                          "(repeatable)"),
+    system: list[str] = system_list_option(["vanilla-base", "specreason"], help="vanilla-base | vanilla-small | "
+                                           "specreason | specdecode | specreason-decode"),
     gamma: int = typer.Option(0, help="draft tokens per iteration of specdecode / specreason-decode (small model drafts)"),
     users: str = typer.Option("1,2,4", help="closed-loop levels: comma-separated user counts ('' for none)"),
     poisson_rate: list[float] = typer.Option([], "--poisson-rate", help="open-loop Poisson rate (req/s); repeatable"),

@@ -125,3 +125,12 @@ def test_an_unwritable_folder_names_the_path_asked_for(tmp_path):
         write_atomic(tmp_path / "f" / "x.csv", "a\n")
     assert e.value.file == str(tmp_path / "f" / "x.csv") and ".tmp" not in str(e.value)
     assert (tmp_path / "f").read_text() == "a file\n"
+
+
+def test_system_takes_a_comma_list_as_the_integer_options_do(capsys):
+    assert main(["simulate", "whatif", "cpu-smollm2", "--system", "vanilla-base,specdecode", "--system", "specreason",
+                 "--gamma", "2", "--threshold", "5", "--format", "csv"]) == 0
+    rows = capsys.readouterr().out.strip().splitlines()[1:]
+    assert [r.split(",")[2] for r in rows] == ["vanilla-base", "specdecode", "specreason"]
+    assert main(["simulate", "whatif", "cpu-smollm2", "--system", "vanilla-base,"]) == 2
+    assert _one_line_err(capsys).startswith("error: --system: an empty item")
