@@ -154,10 +154,11 @@ class ResolvedScenario:
                                  f"model runs on the base's GPUs: leave small.{k} at 1")
         self.check_systems(scenario.systems, self.file, "systems")
         self.drafting, self.draft_model = self._resolve_draft()
-        for i, h in enumerate(scenario.grid.hardware or [scenario.hardware.gpu]):
+        hardware = scenario.grid.hardware or [scenario.hardware.gpu]
+        for i, h in enumerate(hardware):
             get_hardware(h, self.file, "hardware.gpu" if scenario.grid.hardware is None else f"grid.hardware[{i}]")
         # a value listed twice is one grid point (as systems, gamma and threshold are: systems.expand_systems)
-        self.hardware_names = list(dict.fromkeys(scenario.grid.hardware or [scenario.hardware.gpu]))
+        self.hardware_names = list(dict.fromkeys(hardware))
         if scenario.slo is not None:
             from simulator.engines.serving.slo import parse_slo
 
@@ -331,11 +332,12 @@ class ResolvedScenario:
         if err:
             raise InputError(f, "small.ep", err)
         d = None if self.drafting.free else self.draft_model
-        if d is not None and d.is_moe and (dp > 1 or expert_parallel_error(d, tp, sc.base.ep)):
+        err = d is not None and d.is_moe and (f" without its dp={dp} data-parallel ranks: not modelled" if dp > 1 else
+                                              expert_parallel_error(d, tp, sc.base.ep))
+        if err:
             raise InputError(f, "draft.model" if sc.draft.model else "draft.kind", f"a mixture-of-experts draft "
                              f"({d.name}) runs at the base's expert parallelism, ep={sc.base.ep} over tp={tp}"
-                             + (f" without its dp={dp} data-parallel ranks: not modelled" if dp > 1 else
-                                f": {expert_parallel_error(d, tp, sc.base.ep)}"))
+                             + (err if dp > 1 else f": {err}"))
         if sc.memory_fraction.base + sc.memory_fraction.small > 1.0:
             raise InputError(f, sc.memory_field, "base + small must not exceed 1")
         from simulator.cost.memory_check import check_plan
