@@ -51,10 +51,6 @@ F_SCALE = 0.05  # soft-L1 scale of the log residuals
 # units of F_SCALE-scaled residuals); chosen on the CPU campaigns' held-out error (docs/results.md).
 PRIOR_LOG_SD = 1.0
 NO_SIGNAL = 1e-8  # mean |d log T / d log p| below which a parameter has no signal in the data
-# |cosine| of two parameters' Jacobian columns above which they are twins: every step moves both the same way in the
-# same proportion (a per-sequence and a per-step cost over steps of one running sequence), so the data pin only
-# their combination and the prior alone would split it
-TWIN_COSINE = 1.0 - 1e-9
 MAX_REL_STDERR = 0.5
 START_SCALES = (1.0, 0.5, 1.6)  # efficiency starts: prior x scale
 
@@ -123,29 +119,15 @@ def _fix_rank(name: str) -> int:
     return FIX_ORDER.index(base_name(name)) if base_name(name) in FIX_ORDER else len(FIX_ORDER)
 
 
-def _twins(free: list[str], J: np.ndarray, col: np.ndarray) -> dict[str, tuple[str, bool]]:
-    """Of each pair of free parameters with parallel Jacobian columns (``TWIN_COSINE``), the one first in
-    ``FIX_ORDER`` -> (why, False): it goes back to its prior and the other takes their combination."""
-    out: dict[str, tuple[str, bool]] = {}
-    for i in range(len(free)):
-        for j in range(i + 1, len(free)):
-            if min(col[i], col[j]) <= NO_SIGNAL:
-                continue
-            cos = abs(float(J[:, i] @ J[:, j])) / (np.linalg.norm(J[:, i]) * np.linalg.norm(J[:, j]))
-            if cos > TWIN_COSINE:
-                a, b = sorted((free[i], free[j]), key=_fix_rank)
-                out.setdefault(a, (f"a twin of {b} in these data (parallel Jacobian columns, |cos| = {cos:.10f}: "
-                                   "they pin only the two together)", False))
-    return out
-
-
 def _unfit(free: list[str], J: np.ndarray, x: np.ndarray, lo: np.ndarray, hi: np.ndarray,
            bnd: dict) -> dict[str, tuple[str, bool]]:
     """The parameters the solution at ``x`` cannot keep: name -> (why, set to zero rather than to its prior). No
-    signal (Jacobian column ~0) -> its prior; an overhead at its lower bound -> zero; any other bound -> prior; a
-    twin of another free parameter (:func:`_twins`) -> its prior."""
+    signal (Jacobian column ~0) -> its prior; an overhead at its lower bound -> zero; any other bound -> prior. Two
+    parameters the data move in the same proportion (twins: a per-sequence and a per-step cost over calls of one
+    running sequence) both stay: the data pin their combination and the two priors split it (the posterior mode), not
+    one held at its prior while the other takes what is left (see :func:`fit_log_times`)."""
     col = np.linalg.norm(J, axis=0) / np.sqrt(len(J))
-    bad: dict[str, tuple[str, bool]] = _twins(free, J, col)
+    bad: dict[str, tuple[str, bool]] = {}
     for k, n in enumerate(free):
         if col[k] <= NO_SIGNAL:
             bad[n] = (f"no signal in the data (Jacobian column ~0, mean |d log T / d log p| = {col[k]:.1e})", False)

@@ -250,7 +250,8 @@ def test_cli_bad_input_one_line_exit_2_nothing_written(tmp_path):
 def test_validate_serving_refuses_an_implausible_profile_like_validate_runs(tmp_path):
     text = PROFILE.read_text()
     bad = tmp_path / "implausible.yaml"
-    bad.write_text(text.replace("compute_efficiency: {value: 0.046673,", "compute_efficiency: {value: 2.5,", 1))
+    bad.write_text(re.sub(r"^compute_efficiency: \{value: [0-9.e-]+,", "compute_efficiency: {value: 2.5,", text, count=1,
+                          flags=re.M))
     assert bad.read_text() != text
     r = _cli("validate", "serving", str(DATA / "closed-1.json"), "--profile", str(bad), "--out", str(tmp_path / "rep"))
     assert r.returncode == 2 and r.stderr.startswith(f"error: {bad}: compute_efficiency: ") and r.stderr.count("\n") == 1

@@ -44,7 +44,9 @@ def test_report_and_capacity_agree_within_the_interval(tmp_path, capsys):
         assert c.max_qps_lo - 1e-12 <= r.max_qps <= c.max_qps_hi + 1e-12
         assert r.max_qps_lo - 1e-12 <= c.max_qps <= r.max_qps_hi + 1e-12
         assert r.converged == c.converged and r.replications == c.replications
-        assert str(r["rank"]) == str(c["rank"]) or rep["rank"].isna().any() or cap["rank"].isna().any()
+    # the same order: the report ranks what it searched among themselves, capacity ranks every configuration
+    searched = cap.loc[rep.index, "rank"].dropna()
+    assert list(rep["rank"].dropna().sort_values(kind="stable").index) == list(searched.sort_values(kind="stable").index)
     md = (out / "report.md").read_text().splitlines()
     best = rep.index[0]
     assert md[2].startswith(f"**Best: {best} ") and "req/s per replica" in md[2] and "accuracy" in md[2]
@@ -105,10 +107,11 @@ def test_rounds_stop_only_configurations_below_the_best_and_match_the_single_sea
     rows = interval_rounds(pts, spec, workers=1)
     assert [(r["label"], r["max_qps"], r["replications"]) for r in rows] == \
         [(r["label"], r["max_qps"], r["replications"]) for r in interval_rounds(pts, spec, workers=2)]
-    lead = max(rows, key=lambda r: r["max_qps"] / r["tp"])
     for p, r in zip(pts, rows):
-        if r["stopped"]:
-            assert not r["converged"] and paired_better(lead["capacities"], r["capacities"], lead["tp"], r["tp"])
+        if r["stopped"]:  # the round that stopped it had a leader significantly above it over their common seeds
+            k = len(r["capacities"])
+            assert not r["converged"] and any(
+                paired_better(tuple(o["capacities"][:k]), r["capacities"], o["tp"], r["tp"]) for o in rows if o is not r)
         else:
             c = capacity_interval(p, spec)
             assert (c["max_qps"], c["max_qps_lo"], c["replications"]) == (r["max_qps"], r["max_qps_lo"], r["replications"])

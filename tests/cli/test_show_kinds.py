@@ -40,7 +40,7 @@ def test_a_profile_with_a_rejected_parameter_shows_rejected(tmp_path, capsys):
     code, out, err = _run(["show", str(p)], capsys)
     assert code == 0, err
     assert _row(out, "compute_efficiency")[:3] == ["compute_efficiency", "2.13", "rejected"]
-    assert _row(out, "mem_efficiency")[2] == "calibrated" and _row(out, "step_overhead_s")[2] == "prior"
+    assert _row(out, "layer_overhead_s")[2] == "calibrated" and _row(out, "step_overhead_s")[2] == "prior"
     assert "outside the physical range" in out
     assert yaml.safe_load(out)["compute_efficiency"]["kind"] == "rejected"  # stdout stays one YAML document
 
@@ -56,7 +56,8 @@ def test_an_impossible_value_written_as_calibrated_shows_rejected(tmp_path, caps
 
 def test_a_profile_by_name_and_the_kinds_of_a_scenarios_profiles(capsys):
     code, out, _ = _run(["show", "cpu-vllm032"], capsys)
-    assert code == 0 and _row(out, "mem_efficiency")[2] == "calibrated" and "cost profile cpu-vllm032" in out
+    assert code == 0 and _row(out, "compute_efficiency")[2] == "calibrated" and "cost profile cpu-vllm032" in out
+    assert _row(out, "mem_efficiency")[2] == "prior"  # prior-dominated: the posterior mode, marked a prior
     code, out2, _ = _run(["show", "cost_cpu-vllm032"], capsys)
     assert out2 == out
     code, out, _ = _run(["show", "modern-h100-h200-qwen3"], capsys)  # catalog priors: transferred ones among them

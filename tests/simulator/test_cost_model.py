@@ -88,13 +88,19 @@ def test_seq_overhead_is_paid_once_per_sequence(arch, hw):
         assert d1.verify_time(g, 500) - d0.verify_time(g, 500) == pytest.approx(3e-3, rel=1e-9)
 
 
-def test_profiles_without_seq_overhead_load_with_zero():
+def test_profiles_without_seq_overhead_load_with_zero(tmp_path):
+    """A profile written before the per-sequence cost existed (no ``seq_overhead_s``) loads with none."""
+    import yaml
+
     from simulator.cost.cost_profile import prior_profile
     from simulator.inputs.loading import load_yaml_model
     from simulator.cost.cost_profile import CostProfile
     from tests.conftest import REPO
 
-    old = load_yaml_model(REPO / "simulator/profiles/cost_a100-80gb-vllm082-specreason-traces.yaml", CostProfile)
+    data = yaml.safe_load((REPO / "simulator/profiles/cost_a100-80gb-vllm082-specreason-traces.yaml").read_text())
+    assert data.pop("seq_overhead_s") is not None
+    (tmp_path / "old.yaml").write_text(yaml.safe_dump(data))
+    old = load_yaml_model(tmp_path / "old.yaml", CostProfile)
     assert old.seq_overhead_s is None and old.params(get_hardware("a100-80gb")).seq_overhead_s == 0.0
     assert prior_profile(get_hardware("cpu")).seq_overhead_s.value > 0
 

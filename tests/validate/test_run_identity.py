@@ -7,13 +7,14 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from simulator.errors import InputError
 from specsim_cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "data" / "specreason-aime-traces"
-PROFILE = ROOT / "simulator" / "profiles" / "cost_a100-80gb-vllm082-specreason-runs0-3.yaml"  # fit.runs: 0..3 (short)
+PROFILE = ROOT / "simulator" / "profiles" / "cost_a100-80gb-vllm082-specreason-runs0-3.yaml"  # fit.runs: results/60/0..3
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
 
 
@@ -30,13 +31,20 @@ def write_traces(folder: Path, runs: dict[str, str], file: str = "t.jsonl") -> P
 
 
 def full_key_profile(tmp_path: Path) -> Path:
-    """The committed runs-0-3 profile with its fit runs recorded by their full keys."""
-    text = PROFILE.read_text().replace("runs: ['0', '1', '2', '3']",
-                                       "runs: ['results/60/0', 'results/60/1', 'results/60/2', 'results/60/3']")
-    assert "results/60/3" in text
-    p = tmp_path / "full.yaml"
-    p.write_text(text)
-    return p
+    """The committed runs-0-3 profile: its fit runs recorded by their full keys, with their content hashes."""
+    assert "results/60/3" in PROFILE.read_text()
+    return PROFILE
+
+
+def legacy_profile(path: Path, tmp_path: Path) -> Path:
+    """``path`` as a profile written before fits recorded full run keys and content hashes: each fit run by its
+    last path component (``0``, ``specdecode-g4``), no ``run_hashes``."""
+    d = yaml.safe_load(path.read_text())
+    d["fit"]["runs"] = [str(r).rstrip("/").rsplit("/", 1)[-1] for r in d["fit"]["runs"]]
+    d["fit"].pop("run_hashes", None)
+    out = tmp_path / f"legacy-{path.name}"
+    out.write_text(yaml.safe_dump(d, sort_keys=False))
+    return out
 
 
 def _cli(args, capsys) -> tuple[int, str]:
@@ -83,7 +91,8 @@ def test_short_fit_run_name_matching_several_inputs_is_refused(tmp_path, capsys)
     was fitted cannot be told, so nothing is validated (exit 2), rather than dropping held-out runs."""
     d = write_traces(tmp_path / "t", {"results/60/0": "results/60/0", "results/60/1": "results/60/1",
                                       "results/60/5": "a/7/0", "results/60/6": "b/3/0"})
-    rc, err = _cli(["validate", "runs", d, "--profile", PROFILE, "--out", tmp_path / "rep", "--no-distribution"], capsys)
+    rc, err = _cli(["validate", "runs", d, "--profile", legacy_profile(PROFILE, tmp_path), "--out", tmp_path / "rep",
+                    "--no-distribution"], capsys)
     assert rc == 2 and "ambiguous" in err and "a/7/0" in err and "b/3/0" in err
     assert not (tmp_path / "rep").exists()
 
@@ -159,7 +168,7 @@ def test_no_module_imports_click():
         assert not re.search(r"^\s*(import click|from click)", p.read_text(), re.M), p
 
 
-CPU_PROFILE = ROOT / "simulator" / "profiles" / "cost_cpu-vllm032.yaml"  # fit.runs by folder name: specdecode-g4, ...
+CPU_PROFILE = ROOT / "simulator" / "profiles" / "cost_cpu-vllm032.yaml"
 CPU_RUN = ROOT / "reports" / "cpu-campaign" / "runs" / "specdecode-g4"
 
 
@@ -178,7 +187,7 @@ def test_a_run_recorded_by_folder_name_is_its_recorded_directory_or_a_copy_of_it
     other = shutil.copytree(CPU_RUN, tmp_path / "other" / "specdecode-g4")
     meta = json.loads((other / "run.json").read_text())
     (other / "run.json").write_text(json.dumps(dict(meta, created_at="2026-11-25T00:00:00+00:00")))
-    profile = load_profile(CPU_PROFILE)
+    profile = load_profile(legacy_profile(CPU_PROFILE, tmp_path))
     _, in_inputs = profile_fit_keys(load_measured([copy]), profile)
     assert len(in_inputs) == 1  # a copy of the fit run is the fit run: never predicted
     _, in_inputs = profile_fit_keys(load_measured([other]), profile)

@@ -91,7 +91,7 @@ def test_one_user_steps_of_mixed_shapes_keep_the_per_sequence_cost(setup_params)
     one["duration_s"] = _step_times(params.slowed(1.5), setup, step_aggregates(one))
     assert not one_shape(step_aggregates(one))
     fitted, facts = fit_step_params(one, params, setup)
-    assert fitted.seq_overhead_s == params.seq_overhead_s and "twin of step_overhead_s" in facts["kept_at_prior"][
+    assert fitted.seq_overhead_s == params.seq_overhead_s and "per-step cost's twin" in facts["kept_at_prior"][
         "seq_overhead_s"]
     several = pd.concat([one, _steps(4, 1, [100, 120])], ignore_index=True)
     several["duration_s"] = _step_times(params.slowed(1.5), setup, step_aggregates(several))

@@ -44,6 +44,19 @@ def one_shape(agg: dict) -> bool:
     return np.unique(agg["N"]).size == 1 and np.unique(agg["L"]).size == 1
 
 
+def fit_candidates(agg: dict) -> tuple[str, ...]:
+    """The step-time parameters these steps can tell apart: with one running sequence count in every step (a one-user
+    run) the per-sequence cost is the per-step cost's exact twin (their sum is all the steps pin), so it stays at the
+    profile's value, which carries the profile's batch scaling to larger batches."""
+    if np.unique(agg["L"]).size == 1:
+        return tuple(k for k in FIT_PARAMS if k != "seq_overhead_s")
+    return FIT_PARAMS
+
+
+ONE_COUNT = ("one running sequence count in every step: the per-step cost's twin (their sum is all the steps pin), "
+             "kept at the profile's value and its batch scaling")
+
+
 def fit_speed_factor(steps: pd.DataFrame, params, setup) -> tuple[object, dict]:
     """One-shape steps (:func:`one_shape`): the machine's speed factor s = median(measured / predicted step time),
     applied to every term (``CostParams.slowed``), so the profile's batch scaling carries over to larger batches."""
@@ -62,9 +75,8 @@ def fit_speed_factor(steps: pd.DataFrame, params, setup) -> tuple[object, dict]:
 def fit_step_params(steps: pd.DataFrame, params, setup) -> tuple[object, dict]:
     """Re-fit ``FIT_PARAMS`` on measured engine-step times with the cost model's one fitter
     (``calibrate.fit.fit_cost.fit_log_times``: soft-L1 on log time, bounds, identifiability; a parameter the
-    steps cannot pin stays at the profile's value, with the reason: e.g. the per-sequence cost over steps of one
-    running sequence, the per-step cost's twin there, keeps the profile's batch scaling). Steps of one shape pin a
-    speed factor only (:func:`fit_speed_factor`).
+    steps cannot pin stays at the profile's value, with the reason: the per-sequence cost over steps of one running
+    sequence count, :func:`fit_candidates`). Steps of one shape pin a speed factor only (:func:`fit_speed_factor`).
 
     Returns (new CostParams, fit facts: values, relative stderrs, kept-at-prior reasons, residual figures)."""
     from calibrate.fit.log_time_fit import PARAM_NAMES, fit_log_times
@@ -74,8 +86,10 @@ def fit_step_params(steps: pd.DataFrame, params, setup) -> tuple[object, dict]:
         return fit_speed_factor(steps, params, setup)
     y = np.log(agg["t"])
     start = {n: float(getattr(params, n)) for n in PARAM_NAMES}
+    free = fit_candidates(agg)
     start["seq_overhead_s"] = start["seq_overhead_s"] or SEQ_OVERHEAD_START
-    f = fit_log_times(lambda p: step_times(p, setup, agg), y, start, FIT_PARAMS)
+    f = fit_log_times(lambda p: step_times(p, setup, agg), y, start, free)
+    f.fixed.update({k: ONE_COUNT for k in FIT_PARAMS if k not in free})
     kept = {k for k in f.fixed if k not in f.zeroed}  # at the profile's own value (a zero prior: its start above)
     new = replace(params, **{k: float(getattr(params, k) if k in kept else f.values[k]) for k in FIT_PARAMS})
     facts = {"steps": len(y), "values": {k: float(f"{getattr(new, k):.4g}") for k in FIT_PARAMS},
