@@ -22,5 +22,10 @@ def get_model(name: str, file: str | None = None, field: str = "model", base_dir
         path = config_file(name, base_dir)
         if path is None:
             raise InputError(file, field, f"no config.json at {name!r} (a catalog name or a path to a config.json)")
-        return load_hf_config(path)
+        try:
+            return load_hf_config(path)
+        except InputError as e:  # a scenario's field pointed at it: name the field too, then the config's own words
+            if file is None:
+                raise
+            raise InputError(file, field, e.one_line()) from None
     raise InputError(file, field, f"unknown model {name!r}; known: {', '.join(sorted(cat))} (or a path to a config.json)")

@@ -134,3 +134,24 @@ def test_system_takes_a_comma_list_as_the_integer_options_do(capsys):
     assert [r.split(",")[2] for r in rows] == ["vanilla-base", "specdecode", "specreason"]
     assert main(["simulate", "whatif", "cpu-smollm2", "--system", "vanilla-base,"]) == 2
     assert _one_line_err(capsys).startswith("error: --system: an empty item")
+
+
+def test_a_scenario_model_path_that_is_no_config_names_the_scenario_field_and_the_file(tmp_path, capsys):
+    """A scenario's ``base.model`` pointing at a file that is not a usable config.json: the scenario and its field
+    first, then the config file and what is wrong in it."""
+    d = yaml.safe_load(open("scenarios/cpu-smollm2.yaml"))
+    bad = tmp_path / "notes.txt"
+    bad.write_text("not a config\n")
+    d["base"]["model"] = str(bad)
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(d))
+    assert main(["simulate", "whatif", str(p)]) == 2
+    err = _one_line_err(capsys)
+    assert err.startswith(f"error: {p}: base.model: {bad}: not JSON"), err
+    cfg = tmp_path / "config.json"
+    cfg.write_text('{"model_type": "llama", "hidden_size": 64}')
+    d["base"]["model"] = str(cfg)
+    p.write_text(yaml.safe_dump(d))
+    assert main(["simulate", "whatif", str(p)]) == 2
+    err = _one_line_err(capsys)
+    assert err.startswith(f"error: {p}: base.model: {cfg}: ") and "missing required field" in err, err
