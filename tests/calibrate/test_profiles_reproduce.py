@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from simulator.paths import REPO
+from simulator.paths import REPO, SHARED_DATA
 from specsim_cli.main import main
 
 PROFILES = REPO / "simulator" / "profiles"
@@ -91,6 +91,8 @@ def test_profile_is_what_its_command_writes(words, tmp_path, monkeypatch):
     argv = retargeted(list(words), tmp_path)
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
         rc = main(argv)
+    if rc != 0 and not SHARED_DATA.is_dir():  # a fitter that reads the shared data by default (fit mixture)
+        pytest.skip(f"shared data absent: {shlex.join(words)} exited {rc}")
     assert rc == 0, f"{shlex.join(words)} exited {rc}: {err.getvalue()[-500:]}"
     for committed in commands()[words]:
         fresh = tmp_path / committed.name
