@@ -419,5 +419,5 @@ def update_priors_file(path: Path, priors: dict[str, dict], command: str) -> Non
     from calibrate.gpu_priors.engine_report import merge_priors_file
 
     merge_priors_file(path, priors, command, evidence="moe_layer_fit",
-                      says="# Then the MoE layer fit adds the moe_* terms (do not edit by hand):",
+                      says="# Then the MoE layer fit adds the moe_* terms (do not edit by hand; last: it reads the terms above):",
                       marks=("moe_fit", "fit-moe", "fit moe", "MoE layer"))
