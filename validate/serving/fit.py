@@ -53,8 +53,8 @@ def fit_candidates(agg: dict) -> tuple[str, ...]:
     return FIT_PARAMS
 
 
-ONE_COUNT = ("one running sequence count in every step: the per-step cost's twin (their sum is all the steps pin), "
-             "kept at the profile's value and its batch scaling")
+ONE_COUNT = ("one running sequence count in every step: the per-step cost's twin (their sum is all the steps pin); "
+             "the profile's value carries its batch scaling")
 
 
 def fit_speed_factor(steps: pd.DataFrame, params, setup) -> tuple[object, dict]:
