@@ -2,9 +2,9 @@
 
 A profile under ``simulator/profiles/`` is fitted, never edited by hand, and its header names the ``specsim`` command
 that fitted it. That command is rerun here (its ``--out`` pointed at a scratch folder) and its output compared with
-the committed file, dates aside: a fitter, a model or a data change that would move a shipped profile fails here,
-naming the profile and the field, until the profile is regenerated with that command (and the figures that read it
-rerun). Commands whose inputs are in the shared data skip where it is absent."""
+the committed file, dates and provenance prose aside: a fitter, a model or a data change that would move a shipped
+profile fails here, naming the profile and the field, until the profile is regenerated with that command (and the
+figures that read it rerun). Commands whose inputs are in the shared data skip where it is absent."""
 
 from __future__ import annotations
 
@@ -53,9 +53,10 @@ def retargeted(words: list[str], scratch: Path) -> list[str]:
 
 
 def comparable(x, key: str = ""):
-    """The profile's data less what a rerun changes by design: dates and the command line it ran with."""
+    """The profile's data less what a rerun changes by design: dates, the command line it ran with, and the
+    ``source`` texts (provenance prose that names the inputs by the path they resolve to on this machine)."""
     if isinstance(x, dict):
-        return {k: comparable(v, k) for k, v in x.items() if k not in ("date", "command")}
+        return {k: comparable(v, k) for k, v in x.items() if k not in ("date", "command", "source")}
     if isinstance(x, list):
         return [comparable(v, key) for v in x]
     return x
