@@ -332,12 +332,13 @@ class ResolvedScenario:
         if err:
             raise InputError(f, "small.ep", err)
         d = None if self.drafting.free else self.draft_model
-        err = d is not None and d.is_moe and (f" without its dp={dp} data-parallel ranks: not modelled" if dp > 1 else
-                                              expert_parallel_error(d, tp, sc.base.ep))
-        if err:
+        why = ""  # what a mixture-of-experts draft at the base's expert parallelism cannot be
+        if d is not None and d.is_moe:
+            why = (f" without its dp={dp} data-parallel ranks: not modelled" if dp > 1 else
+                   f": {e}" if (e := expert_parallel_error(d, tp, sc.base.ep)) else "")
+        if why:
             raise InputError(f, "draft.model" if sc.draft.model else "draft.kind", f"a mixture-of-experts draft "
-                             f"({d.name}) runs at the base's expert parallelism, ep={sc.base.ep} over tp={tp}"
-                             + (err if dp > 1 else f": {err}"))
+                             f"({d.name}) runs at the base's expert parallelism, ep={sc.base.ep} over tp={tp}{why}")
         if sc.memory_fraction.base + sc.memory_fraction.small > 1.0:
             raise InputError(f, sc.memory_field, "base + small must not exceed 1")
         from simulator.cost.memory_check import check_plan

@@ -10,8 +10,9 @@ from typing import Annotated, Optional
 import typer
 
 from simulator.errors import InputError
-from simulator.option_values import (GAMMA_MAX, system_list_option, check_capacity_requests, currency_option, gamma_list_option,
-                                     gpu_hour_cost_option, rate_list, threshold_list_option, user_list)
+from simulator.option_values import (GAMMA_MAX, check_capacity_requests, currency_option, gamma_list_option,
+                                     gpu_hour_cost_option, rate_list, system_list_option, threshold_list_option,
+                                     user_list)
 from simulator.output_contract import ForceOpt, writes
 from specsim_cli.commands.predict import (AccuracyFloorOpt, AccuracyMarginOpt, BenchServeOpt, CiTargetOpt, HardwareOpt,
                                           MaxReplicationsOpt, check_seed, grid_overrides, interval_spec, tp_option)

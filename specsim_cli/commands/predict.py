@@ -10,9 +10,9 @@ from typing import Annotated, Optional
 import typer
 
 from simulator.errors import InputError
-from simulator.option_values import (FIRST_N_MAX, GAMMA_MAX, system_list_option, check_capacity_requests, check_requests, currency_option,
+from simulator.option_values import (FIRST_N_MAX, GAMMA_MAX, check_capacity_requests, check_requests, currency_option,
                                      gamma_list_option, gpu_hour_cost_option, int_list_option, rate_list,
-                                     threshold_list_option, user_list)
+                                     system_list_option, threshold_list_option, user_list)
 from simulator.output_contract import ForceOpt, writes
 from simulator.report.report_table import COLUMNS_HELP
 
