@@ -15,6 +15,7 @@ from calibrate.gpu_priors.engine_data import (ENGINE, SHAPE, SHARED, Obs, campai
 from calibrate.gpu_priors.engine_fit import (SAME_CHIP, EngineFit, b200_baseline_check, engine_to_kernel_ratios, fit,
                                                    heldout, kernel_chip, kernel_compute_efficiency,
                                                    kernel_stream_efficiency, stream_efficiency_for, summarize)
+from calibrate.gpu_priors.priors_chain import warn_later_fits
 
 # ---- catalog priors, report ------------------------------------------------------------------------------
 STEP_PARAMS = ("mem_efficiency", "compute_efficiency", "layer_overhead_s", "step_overhead_s", "seq_overhead_s",
@@ -136,13 +137,16 @@ def merge_priors_file(path: Path, priors: dict[str, dict], command: str, *, evid
     """Merge ``priors`` (GPU -> parameter -> value, kind, source) into the catalog's priors file: those parameters
     replace the file's, every other stays; ``evidence.EVIDENCE.command`` records ``command``; the header keeps its
     comment lines but those naming a ``marks`` word (an earlier run of the same fit), then adds ``says`` and the
-    command. Written atomically."""
+    command. Written atomically; a fit of the chain rerun before later ones it feeds warns
+    (:func:`calibrate.gpu_priors.priors_chain.warn_later_fits`)."""
     import yaml
 
     from simulator.inputs.loading import write_atomic
 
     path = Path(path)
     raw = (yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else {}) or {}
+    recorded = raw.get("evidence") if isinstance(raw.get("evidence"), dict) else {}
+    recorded = dict(recorded)  # the fits that had written before this one
     pri = raw.get("priors", {})
     for g, p in priors.items():
         pri.setdefault(g, {}).update(p)
@@ -151,6 +155,7 @@ def merge_priors_file(path: Path, priors: dict[str, dict], command: str, *, evid
     old = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
     head = [x for x in old if x.startswith("#") and not any(w in x for w in marks)]
     write_atomic(path, "\n".join(head + [says, f"#   {command}"]) + "\n" + yaml.safe_dump(raw, sort_keys=False, width=120))
+    warn_later_fits(path, evidence, recorded)
 
 
 def update_priors_file(path: Path, priors: dict[str, dict], command: str) -> None:

@@ -256,12 +256,15 @@ def write_priors(records: list[str], out: str | Path, command: str) -> dict:
     """Derive the priors from the records CSVs (:func:`derive`) and write them to ``out`` with a header naming
     ``command``; returns what :func:`derive` returned."""
     from calibrate.contracts.op_records import read_records
+    from calibrate.gpu_priors.priors_chain import recorded_fits, warn_later_fits
     from simulator.inputs.loading import write_atomic
 
     res = derive(pd.concat([read_records(r) for r in records], ignore_index=True))
+    recorded = recorded_fits(Path(out))  # before the file is replaced: which later fits had written into it
     header = ("# Whole-pass cost priors per GPU, derived from the measured kernel profiles (docs/gpu-cost-model.md).\n"
               "# kind: calibrated (fitted on this GPU's rows) | transferred (from profiled GPUs, how in source) | prior.\n"
               f"# Regenerate (do not edit by hand):\n#   {command}\n")
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     write_atomic(out, header + yaml.safe_dump(res, sort_keys=False, width=120))
+    warn_later_fits(Path(out), "transfer_priors", recorded, dropped=True)
     return res
