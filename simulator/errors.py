@@ -22,9 +22,13 @@ class InputError(Exception):
         return ": ".join([*parts, self.message])
 
 
+BUILTIN_TAGS = frozenset({"float", "int", "str", "bool", "list", "dict", "tuple", "none"})
+
+
 def _union_tag(part) -> bool:
-    """A location part pydantic adds for a union's member (``constrained-int``, ``literal['auto']``), not a field."""
-    return isinstance(part, str) and not part.isidentifier()
+    """A location part pydantic adds for a union's member (``constrained-int``, ``literal['auto']``, ``float``, a
+    model's class name such as ``MemoryFraction``), not a field (fields are lower-case snake names)."""
+    return isinstance(part, str) and (not part.isidentifier() or part in BUILTIN_TAGS or part[:1].isupper())
 
 
 def pydantic_error_to_input_error(file: str | None, err) -> InputError:
@@ -34,8 +38,9 @@ def pydantic_error_to_input_error(file: str | None, err) -> InputError:
     first = errors[0]
     loc = tuple(first.get("loc", ()))
     msg = first.get("msg", "invalid value")
-    if loc and _union_tag(loc[-1]):
-        members = [e for e in errors if tuple(e.get("loc", ()))[:-1] == loc[:-1] and _union_tag(e["loc"][-1])]
+    members = [e for e in errors if len(e.get("loc", ())) == len(loc) and tuple(e["loc"])[:-1] == loc[:-1]
+               and _union_tag(e["loc"][-1])] if loc and _union_tag(loc[-1]) else []
+    if len(members) >= 2 or (members and not loc[-1].isidentifier()):
         wants = [m.get("msg", "").removeprefix("Input should be ") for m in members]
         msg = "Input should be " + " or ".join(dict.fromkeys(w for w in wants if w))
         loc = loc[:-1]

@@ -13,7 +13,7 @@ from simulator.paths import PROFILES_DIR, SCENARIOS_DIR
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, StrictFloat, ValidationError, field_validator, model_validator
 
 from simulator.catalog import get_hardware, get_model
 from simulator.catalog.engine_hosts import ServingEngine
@@ -55,7 +55,7 @@ class Scenario(StrictModel):
     serving_engine: ServingEngine = Field(default_factory=ServingEngine)
     # vLLM's gpu_memory_utilization: a number (the whole GPU's; colocated engines split it 8:1) or per engine
     # {base, small}; ``memory_fraction`` is its older name (per engine). Resolved into memory_fraction.
-    gpu_memory_utilization: float | MemoryFraction | None = Field(default=None)
+    gpu_memory_utilization: StrictFloat | MemoryFraction | None = Field(default=None)
     memory_fraction: MemoryFraction = Field(default_factory=MemoryFraction)
     systems: list[str] = Field(default_factory=lambda: list(SYSTEMS), min_length=1)
     grid: Grid = Field(default_factory=Grid)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, field_validator, model_validator
 
 from simulator.catalog.model_shape import DIMENSION_BOUNDS
 from simulator.catalog.models import KvDtype, WeightDtype
@@ -43,8 +43,8 @@ class AcceptancePrior(StrictModel):
     or ``al1`` (the deployment's measured mean acceptance length at one draft, AL(1) = 1 + a_1) with the shape of
     the drafter kind's measured curves (``simulator/inputs/drafter_priors.py``, docs/drafters.md; eagle3, mtp, block)."""
 
-    a: list[float] | None = Field(default=None, min_length=1, max_length=16)
-    al1: float | None = Field(default=None, ge=1.0, le=2.0)
+    a: list[StrictFloat] | None = Field(default=None, min_length=1, max_length=16)
+    al1: float | None = Field(default=None, ge=1.0, le=2.0, strict=True)
     kind: Literal["prior", "fitted", "measured"] = "prior"
     source: str = Field(min_length=1)
 
@@ -104,8 +104,8 @@ class MemoryFraction(StrictModel):
     """Each engine's vLLM ``gpu_memory_utilization`` when the small and base engines share the GPUs (specreason);
     a system that runs one engine gives it base + small (vLLM's default 0.9; ``serving/kv_cache.py``)."""
 
-    base: float = Field(default=0.8, gt=0, le=1)
-    small: float = Field(default=0.1, gt=0, le=1)
+    base: float = Field(default=0.8, gt=0, le=1, strict=True)
+    small: float = Field(default=0.1, gt=0, le=1, strict=True)
 
     @classmethod
     def of_total(cls, total: float) -> "MemoryFraction":
