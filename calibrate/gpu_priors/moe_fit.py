@@ -35,7 +35,8 @@ Data (read, never copied):
          1); their eager launch cost is this source's own nuisance (``lss-<gpu>.moe_layer_overhead_s``), never
          transferred.
 
-Held out (:func:`heldout`): each GPU in turn; its parameters transferred (the median of the fitted GPUs'), its LSS
+Held out (:func:`heldout`): each GPU in turn; its parameters transferred by the catalog's own rule (:func:`transfer_value`:
+the median of the other GPUs' fused-kernel fits, a parameter held at its bound left out), its LSS
 launch cost (a nuisance) fitted on its own rows with everything else frozen. Two designs (:data:`DESIGNS`): the
 other GPUs' newest tables, or their tables of the held-out table's own vLLM version. The tables' kernels changed
 between versions (the A100's only table is vLLM 0.14's ``fused_moe``; the others' newest are 0.24's Triton, CUTLASS
@@ -304,13 +305,32 @@ def fit(f: pd.DataFrame, frozen: dict | None = None):
     return fit_log_times(lambda v: predict(a, v), y, prior, cand, names=names, build=lambda v: v, bounds=BOUNDS)
 
 
-def transferred(values: dict, gpu: str, from_gpus: list[str]) -> dict:
-    """A GPU without (or held out of) the fit: the median of the fitted GPUs' values of each kind."""
-    out = dict(values)
+def fused(fr, unit: str, kind: str) -> bool:
+    """Whether ``unit``'s ``kind`` was fitted (not held at a bound) on fused-kernel (AIConfigurator) rows: what a GPU
+    without a fit may take its MoE terms from. LLMServingSim's eager one-expert linears (the RTX A6000's) time dense
+    GEMMs, not the fused kernel, and a parameter that ran to its bound says nothing of its value."""
+    return f"{unit}.{kind}" in fr.fitted and unit in fused_units(fr, [unit])
+
+
+def fused_units(fr, units) -> list[str]:
+    """The ``units`` whose fused-kernel (AIConfigurator) terms the fit ``fr`` carries."""
+    return [u for u in units if f"{u}.moe_layer_overhead_s" in fr.values]
+
+
+def transfer_value(fr, kind: str, units) -> float | None:
+    """The value of ``kind`` a GPU without a fit takes: the median over ``units`` fitted on fused kernels (:func:`fused`;
+    None where none is). The one rule of both the catalog (:func:`catalog_priors`) and the held-out folds."""
+    vals = [fr.values[f"{u}.{kind}"] for u in units if fused(fr, u, kind)]
+    return float(np.median(vals)) if vals else None
+
+
+def transferred(fr, gpu: str, from_units: list[str]) -> dict:
+    """A GPU held out of the fit ``fr``: its values of each kind :func:`transfer_value` over ``from_units``."""
+    out = dict(fr.values)
     for k in KINDS:
-        vals = [values[f"{g}.{k}"] for g in from_gpus if f"{g}.{k}" in values]
-        if vals:
-            out[f"{gpu}.{k}"] = float(np.median(vals))
+        v = transfer_value(fr, k, from_units)
+        if v is not None:
+            out[f"{gpu}.{k}"] = v
     return out
 
 
@@ -341,7 +361,7 @@ def heldout(f: pd.DataFrame, score: pd.DataFrame | None = None, design: str = "n
                 train = same
         train, test = train.reset_index(drop=True), score[score["gpu"] == g].reset_index(drop=True)
         fr = fit(train)
-        vals = transferred(fr.values, g, sorted(set(units_of(train))))
+        vals = transferred(fr, g, sorted(set(units_of(train))))
         lss = test[test["source"] == "lss"].reset_index(drop=True)
         if len(lss):
             frozen = {n: vals[n] for n in names_for(lss) if not n.startswith("lss-") and n in vals}
@@ -349,7 +369,7 @@ def heldout(f: pd.DataFrame, score: pd.DataFrame | None = None, design: str = "n
         p = predict(test, vals)
         out = test.copy()
         out["fold"], out["predicted_s"], out["design"] = f"gpu-out:{g}", p, design
-        out["transferred_from"] = ", ".join(sorted(set(units_of(train))))
+        out["transferred_from"] = ", ".join(fused_units(fr, sorted(set(units_of(train)))))
         out["error"] = p / out["time_s"].to_numpy(float) - 1.0
         rows.append(out)
     return pd.concat(rows, ignore_index=True)
@@ -393,22 +413,18 @@ def catalog_priors(fr, gpus: list[str]) -> dict[str, dict]:
 
     v, se = fr.values, fr.stderr
     src = "MoE layer fit (calibrate.gpu_priors.moe_fit, docs/moe.md): AIConfigurator vLLM fused-MoE tables"
-    fused = lambda g, k: f"{g}.{k}" in fr.fitted and f"{g}.moe_layer_overhead_s" in v  # noqa: E731
     out = {}
     for g in gpus:
         p = {}
         for k in KINDS:
             chip = SAME_CHIP.get(g)
-            if fused(g, k):
+            if fused(fr, g, k):
                 p[k] = prior_entry(v[f"{g}.{k}"], "calibrated", src, se.get(f"{g}.{k}"))
-            elif chip and fused(chip, k):
+            elif chip and fused(fr, chip, k):
                 p[k] = prior_entry(v[f"{chip}.{k}"], "transferred", f"same chip as {chip}: {src}", se.get(f"{chip}.{k}"))
-            else:
-                fitted = [x for x in FIT_GPUS if fused(x, k)]
-                if not fitted:
-                    continue
-                p[k] = prior_entry(float(np.median([v[f"{x}.{k}"] for x in fitted])), "transferred",
-                          f"median of the fitted GPUs ({', '.join(fitted)}): {src}")
+            elif (x := transfer_value(fr, k, FIT_GPUS)) is not None:
+                fitted = [u for u in FIT_GPUS if fused(fr, u, k)]
+                p[k] = prior_entry(x, "transferred", f"median of the fitted GPUs ({', '.join(fitted)}): {src}")
         out[g] = p
     return out
 

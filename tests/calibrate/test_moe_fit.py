@@ -144,3 +144,22 @@ def test_missing_records_is_one_line_exit_2(tmp_path, capsys):
     code = main(["fit", "moe", "--records", str(f), "--report", str(tmp_path / "r")])
     err = capsys.readouterr().err
     assert code == 2 and "op: no moe records" in err
+
+
+def test_held_out_and_catalog_transfer_by_one_rule():
+    """A GPU without a fit takes the median of the fused-kernel fits: not an eager one-expert-linears unit (LSS only)
+    nor a parameter held at its bound; the catalog and the held-out folds give the same value."""
+    from types import SimpleNamespace
+
+    kinds = {"a100-80gb": 0.3, "h100-sxm": 0.4, "l40s": 0.5}
+    values = {f"{g}.{k}": (x if k == "moe_compute_efficiency" else M.PRIORS[k]) for g, x in kinds.items() for k in M.KINDS}
+    values |= {"rtx-a6000.moe_compute_efficiency": 0.9, "rtx-a6000.moe_mem_efficiency": 0.8,
+               "b200.moe_compute_efficiency": 0.99, "b200.moe_layer_overhead_s": 1e-5}
+    fitted = {n for n in values if not n.startswith("b200.")} | {"b200.moe_layer_overhead_s"}  # b200's eta at its bound
+    fr = SimpleNamespace(values=values, fitted=fitted, stderr={})
+    units = ["a100-80gb", "b200", "h100-sxm", "l40s", "rtx-a6000"]
+    assert M.transfer_value(fr, "moe_compute_efficiency", units) == pytest.approx(0.4)  # neither 0.9 nor 0.99
+    held = M.transferred(fr, "h200", units)
+    cat = M.catalog_priors(fr, ["a40"])["a40"]
+    assert held["h200.moe_compute_efficiency"] == pytest.approx(cat["moe_compute_efficiency"]["value"]) == 0.4
+    assert "(a100-80gb, l40s, h100-sxm)" in cat["moe_compute_efficiency"]["source"]  # FIT_GPUS order
