@@ -429,6 +429,30 @@ def catalog_priors(fr, gpus: list[str]) -> dict[str, dict]:
     return out
 
 
+def fit_older(f: pd.DataFrame, fr):
+    """Each GPU's older tables (units ``GPU@version``), fitted with the routing skews frozen at the catalog fit
+    ``fr``'s (a table's routing labels mean the same skew in every version); None without older tables."""
+    older = f[(units_of(f) != f["gpu"].to_numpy(str)) & (f["source"] == "aic").to_numpy()].reset_index(drop=True)
+    if older.empty:
+        return None
+    return fit(older, frozen={n: v for n, v in fr.values.items() if n.endswith(".routing_skew")})
+
+
+def kernel_tables(fr_old, newest: dict[str, str], src: str) -> dict:
+    """``simulator/catalog/moe_kernels.yaml``'s ``gpus``: per GPU with older tables, the newest table's version and
+    each older table's fitted terms (:func:`fused`; a term held at its bound is left out: the newest one stands)."""
+    from calibrate.gpu_priors.engine_report import prior_entry
+
+    out: dict = {}
+    for unit in fused_units(fr_old, sorted({n.rsplit(".", 1)[0] for n in fr_old.values if "@" in n})):
+        gpu, version = unit.split("@", 1)
+        terms = {k: prior_entry(fr_old.values[f"{unit}.{k}"], "calibrated", f"{src} ({gpu} vLLM {version})",
+                                fr_old.stderr.get(f"{unit}.{k}")) for k in KINDS if fused(fr_old, unit, k)}
+        entry = out.setdefault(gpu, {"newest": newest[gpu], "older": []})
+        entry["older"].append({"version": version, "terms": terms})
+    return out
+
+
 def update_priors_file(path: Path, priors: dict[str, dict], command: str) -> None:
     """Merge the MoE parameters into the catalog's priors file (the other parameters stay); the header names the
     command."""

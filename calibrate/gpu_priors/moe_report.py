@@ -105,6 +105,25 @@ def write_report(out: Path, f: pd.DataFrame, meta: dict, fr, h: pd.DataFrame, co
     write_atomic(out / "params.yaml", yaml.safe_dump(prov, sort_keys=False, width=120))
 
 
+def write_kernel_tables(path: Path, fr_old, meta: dict, command: str, date: str) -> None:
+    """``moe_kernels.yaml`` beside the priors file: the older vLLM tables' MoE terms per GPU
+    (:func:`moe_fit.kernel_tables`; read by ``simulator.catalog.moe_kernels``), with the command that wrote it."""
+    import yaml
+
+    from simulator.inputs.loading import write_atomic
+
+    src = "MoE layer fit (calibrate.gpu_priors.moe_fit, docs/moe.md): AIConfigurator vLLM fused-MoE table"
+    gpus = moe_fit.kernel_tables(fr_old, meta["versions"], src) if fr_old is not None else {}
+    doc = {"provenance": {"date": date, "command": command,
+                          "data": {"aiconfigurator": data_commit(SHARED / "aiconfigurator-vllm-kernels")}},
+           "gpus": gpus}
+    head = ("# Fused-MoE terms of older vLLM kernel tables per GPU (simulator/catalog/moe_kernels.py: a vLLM older than\n"
+            "# a GPU's newest table takes the table at or below its version, else the oldest; the newest table's terms\n"
+            "# are in gpu_priors.yaml). Regenerate (do not edit by hand; with gpu_priors.yaml, by the same command):\n"
+            f"#   {command}\n")
+    write_atomic(path, head + yaml.safe_dump(doc, sort_keys=False, width=120))
+
+
 def fit_and_report(records: Path, report: Path, priors: Path | None, date: str | None, command: str) -> pd.DataFrame:
     """The fit on the AIConfigurator rows of ``records`` (+ LLMServingSim's, when the shared data has them), its held-out
     folds and ``REPORT/{report.md, heldout.csv, params.yaml}``; with ``priors``, the catalog priors file updated.
@@ -112,10 +131,13 @@ def fit_and_report(records: Path, report: Path, priors: Path | None, date: str |
     full, meta = moe_fit.load_aic(Path(records))  # read once: the fit draws its share, the GPU pairs read every row
     every, f, meta = moe_fit.load_rows(aic=moe_fit.subsample(full, meta))
     fr = moe_fit.fit(f[units_of(f) == f["gpu"].to_numpy(str)].reset_index(drop=True))  # the catalog: each GPU's newest table
+    fr_old = moe_fit.fit_older(f, fr) if priors else None  # older vLLM generations: simulator/catalog/moe_kernels.yaml
     h = pd.concat([moe_fit.heldout(f, every, design) for design in DESIGNS], ignore_index=True)
     pairs = moe_fit.pair_ratios(full[full["dtype"].isin(FIT_DTYPES)])
     write_report(Path(report), f, meta, fr, h, command, date or _dt.date.today().isoformat(), pairs)
     if priors:
         gpus = [g for g, hw in hardware_catalog().items() if hw.interconnect != "none"]
         moe_fit.update_priors_file(Path(priors), moe_fit.catalog_priors(fr, gpus), command)
+        write_kernel_tables(Path(priors).with_name("moe_kernels.yaml"), fr_old, meta, command,
+                            date or _dt.date.today().isoformat())
     return summarize(h, ("design", "fold", "source"))

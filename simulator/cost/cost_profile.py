@@ -256,32 +256,45 @@ def implausible(profile: CostProfile) -> dict[str, str]:
     return out
 
 
-def _host_priors(engine: str, serving_engine, step_overhead, host: dict | None) -> dict:
-    """The host terms of the serving engine's version (``serving_engine``; None: the version ``engine`` names,
-    "vllm-0.8.2" -> 0.8, else the newest): :func:`simulator.catalog.engine_hosts.host_terms`."""
+def _serving_engine(engine: str, serving_engine):
+    """The serving engine a GPU prior is for: ``serving_engine``, else the version ``engine`` names ("vllm-0.8.2" ->
+    vLLM 0.8), else vLLM's newest fitted version."""
     import re
 
-    from simulator.catalog.engine_hosts import ServingEngine, host_terms
+    from simulator.catalog.engine_hosts import ServingEngine
 
     named = re.fullmatch(r"vllm-v?(\d+)\.(\d+)(?:\.\d+)?", engine)  # a profile of a named version ("vllm-0.8.2")
     if serving_engine is None and named:
         serving_engine = ServingEngine(version=f"{int(named[1])}.{int(named[2])}")
-    return host_terms(serving_engine or ServingEngine(), step_overhead, host)
+    return serving_engine or ServingEngine()
+
+
+def _engine_priors(hardware: HardwareSpec, engine: str, serving_engine, step_overhead, host: dict | None) -> dict:
+    """What the serving engine's version sets on a GPU: its host terms
+    (:func:`simulator.catalog.engine_hosts.host_terms`) and, for a vLLM older than the newest fused-MoE kernel table,
+    that generation's MoE terms (:func:`simulator.catalog.moe_kernels.moe_kernel_terms`)."""
+    from simulator.catalog.engine_hosts import engine_version, host_terms
+    from simulator.catalog.moe_kernels import moe_kernel_terms
+
+    se = _serving_engine(engine, serving_engine)
+    terms = host_terms(se, step_overhead, host)
+    version = se.version or engine_version(se).version
+    return {**terms, **moe_kernel_terms(hardware.name, se.name, version)}
 
 
 def prior_profile(hardware: HardwareSpec, engine: str = "vllm", serving_engine=None,
                   host: dict | None = None) -> CostProfile:
     """What the model predicts before any calibration on this setup.
 
-    A GPU with derived priors in the catalog (``hardware.cost_prior``, from
-    ``simulator/catalog/gpu_priors.yaml``: fitted on measured kernel profiles, or transferred from
-    the profiled GPUs to this one's datasheet) takes them, each with its kind and source; any
-    parameter it lacks, and every GPU without them (``HardwareSpec.datasheet_era()``), gets the
-    datasheet-era figures below. On a GPU, the host terms (t_step where the version has one, t_seq, t_call and its
+    A GPU with derived priors in the catalog (``hardware.cost_prior``, from ``simulator/catalog/gpu_priors.yaml``:
+    fitted on measured kernel profiles, or transferred from the profiled GPUs to this one's datasheet) takes them,
+    each with its kind and source; any parameter it lacks, and every GPU without them
+    (``HardwareSpec.datasheet_era()``), gets the datasheet-era figures below. On a GPU, the host terms (t_step where the version has one, t_seq, t_call and its
     serial part, async overlap) are the serving engine's version's (``serving_engine``, a
     :class:`simulator.catalog.engine_hosts.ServingEngine`; None: the version ``engine`` names ("vllm-0.8.2": 0.8,
     i.e. the newest catalog entry at or below it, async as that version defaults), else the newest;
-    ``simulator/catalog/engine_hosts.yaml``); ``host``: explicit host values (a fitter's trial point)."""
+    ``simulator/catalog/engine_hosts.yaml``), with an older vLLM's fused-MoE terms (:func:`_engine_priors`);
+    ``host``: explicit host values (a fitter's trial point)."""
     gpu = hardware.interconnect != "none"
     src = "prior: typical vLLM figures (memory-bound decode at ~80% of bandwidth, CUDA graphs)"
     if not gpu:
@@ -296,7 +309,7 @@ def prior_profile(hardware: HardwareSpec, engine: str = "vllm", serving_engine=N
     if derived:
         src = f"derived priors ({hardware.name}: simulator/catalog/gpu_priors.yaml, docs/gpu-cost-model.md)"
     if gpu and hardware.name != "cpu":
-        derived = {**derived, **_host_priors(engine, serving_engine, derived.get("step_overhead_s"), host)}
+        derived = {**derived, **_engine_priors(hardware, engine, serving_engine, derived.get("step_overhead_s"), host)}
     return CostProfile(
         name=f"{hardware.name}-{engine}-prior",
         hardware=hardware.name,
