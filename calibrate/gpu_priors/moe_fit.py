@@ -55,14 +55,13 @@ from calibrate.gpu_priors.engine_data import ENGINE, LSS_TOKENS
 from calibrate.gpu_priors.engine_fit import SAME_CHIP
 from simulator.catalog import get_hardware, hardware_catalog
 from simulator.catalog.models import WEIGHT_DTYPE_BYTES
+from simulator.catalog.moe_kernels import KINDS  # the MoE terms, one list for the fit and the catalog
 from simulator.cost.roofline import moe_token_time, soft_roofline
 from simulator.cost.cost_profile import prior_profile
 from simulator.errors import InputError
 from simulator.paths import shared
 
 RECORDS = Path("out/gpu-records/aiconfigurator.csv")
-KINDS = ("moe_mem_efficiency", "moe_compute_efficiency", "moe_layer_overhead_s", "expert_overhead_s",
-         "moe_token_passes", "moe_ep_overhead_s")
 PRIORS = {"moe_mem_efficiency": 0.8, "moe_compute_efficiency": 0.5, "moe_layer_overhead_s": 15e-6,
           "expert_overhead_s": 0.5e-6, "moe_token_passes": 4.0, "moe_ep_overhead_s": 10e-6, "routing_skew": 0.5}
 BOUNDS = {"moe_mem_efficiency": (1e-3, 1.0), "moe_compute_efficiency": (1e-3, 1.0),

@@ -163,3 +163,29 @@ def test_held_out_and_catalog_transfer_by_one_rule():
     cat = M.catalog_priors(fr, ["a40"])["a40"]
     assert held["h200.moe_compute_efficiency"] == pytest.approx(cat["moe_compute_efficiency"]["value"]) == 0.4
     assert "(a100-80gb, l40s, h100-sxm)" in cat["moe_compute_efficiency"]["source"]  # FIT_GPUS order
+
+
+def test_older_tables_are_fitted_into_the_catalog_the_simulator_reads():
+    """Each GPU's older table is fitted on its own (skews frozen) and written as moe_kernels.yaml's entry, which the
+    simulator's catalog model reads back; the newest table's version is named, not repeated."""
+    from simulator.catalog.moe_kernels import GpuTables, pick_table
+
+    rng = np.random.default_rng(3)
+    slow = {**TRUE, "h100-sxm.moe_compute_efficiency": 0.2}
+    frames = []
+    for unit, version, values in (("h100-sxm@0.14.0", "0.14.0", {k.replace("h100-sxm", "h100-sxm@0.14.0"): v
+                                                                   for k, v in slow.items()}),
+                                  ("h100-sxm", "0.24.0", TRUE)):
+        f = synthetic(rng)
+        f = M._derived(f[f["gpu"] == "h100-sxm"].assign(unit=unit, version=version))
+        frames.append(f.assign(time_s=M.predict(f, values) * np.exp(rng.normal(0, 0.01, len(f)))))
+    f = pd.concat(frames, ignore_index=True)
+    fr = M.fit(f[M.units_of(f) == f["gpu"].to_numpy(str)].reset_index(drop=True))
+    old = M.fit_older(f, fr)
+    assert old.values["power_law_1.2.routing_skew"] == fr.values["power_law_1.2.routing_skew"]  # frozen
+    tables = M.kernel_tables(old, {"h100-sxm": "0.24.0"}, "test")
+    t = GpuTables.model_validate(tables["h100-sxm"])
+    assert t.newest == "0.24.0" and [k.version for k in t.older] == ["0.14.0"]
+    assert t.older[0].terms["moe_compute_efficiency"].value == pytest.approx(0.2, rel=0.05)
+    assert pick_table(t, "0.11").version == "0.14.0" and pick_table(t, "0.30") is None
+    assert M.fit_older(f[M.units_of(f) == "h100-sxm"], fr) is None
