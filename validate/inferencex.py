@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import InputError
+from simulator.catalog.versions import version_key
 from simulator.paths import REPO, shared
 
 DATA = shared("engine-measurements", "inferencex-deepseek-r1")
@@ -169,7 +170,7 @@ def moe_kernel_check(root: Path | None = None, max_tokens: int = 128) -> pd.Data
     out = []
     for folder, gpu in (("h100_sxm", "h100-sxm"), ("b200_sxm", "b200")):
         paths = sorted((root / folder / "moe" / "vllm").glob("*/moe_perf.parquet"),
-                       key=lambda q: moe_fit._version_key(q.parent.name))
+                       key=lambda q: version_key(q.parent.name, str(q.parent)))
         if not paths:
             continue
         d = pd.read_parquet(paths[-1])
@@ -180,7 +181,7 @@ def moe_kernel_check(root: Path | None = None, max_tokens: int = 128) -> pd.Data
                           "tp": 8, "ep": 1, "distribution": d["distribution"].to_numpy(str), "dtype": "fp8_block", "mats": 3.0,
                           "bytes_per_weight": 1.0, "rate": "fp8", "source": "aic",
                           "time_s": d["latency"].to_numpy(float) * 1e-3}).reset_index(drop=True)
-        f = moe_fit._derived(f)
+        f = moe_fit.with_layer_shape(f)
         hw = get_hardware(gpu)
         c = prior_profile(hw).params(hw)
         vals = {f"{gpu}.{k}": getattr(c, own.get(k, k)) for k in moe_fit.KINDS}

@@ -34,6 +34,7 @@ import pandas as pd
 
 from calibrate.fit.gpustack_import import ReleasedRun
 from calibrate.fit.released_predict import measured_figures, predict_released
+from simulator.catalog.versions import version_key
 from simulator.inputs.loading import write_atomic
 
 # fitted: t_seq, t_tp (per step per tensor-parallel worker beyond the first), t_lat (the concurrent part of t_call),
@@ -57,11 +58,6 @@ FIT_FIGS = ("itl_ms", "ttft_ms", "out_tps")  # fitted on
 FIGS = ("tpot_ms", "itl_ms", "ttft_ms", "out_tps")  # reported
 MIN_MODELS = 2  # models a version's fitted runs must cover for it to get terms of its own (module docstring)
 LOSS_SCALE = 0.3  # soft-L1 scale of the log errors: beyond ~30% a run's pull grows linearly, not quadratically
-
-
-def version_key(version: str) -> tuple[int, ...]:
-    """A dotted version as numbers, for ordering ("0.10" after "0.9")."""
-    return tuple(int(x) for x in version.split("."))
 
 
 def in_fit(run: ReleasedRun) -> bool:

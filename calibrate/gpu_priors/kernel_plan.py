@@ -133,7 +133,7 @@ def _moe_predictions(d: pd.DataFrame, gpu: str) -> np.ndarray:
                       "topk": g["topk"].to_numpy(float), "tp": 1.0, "ep": 1.0, "distribution": "balanced",
                       "mats": 3.0, "bytes_per_weight": np.where(fp8, 1.0, 2.0), "rate": np.where(fp8, "fp8", "bf16"),
                       "source": "aic"})
-    f = moe_fit._derived(f)
+    f = moe_fit.with_layer_shape(f)
     hw = get_hardware(gpu)
     c = prior_profile(hw).params(hw)
     own = {"moe_mem_efficiency": "expert_mem_efficiency", "moe_compute_efficiency": "expert_compute_efficiency"}

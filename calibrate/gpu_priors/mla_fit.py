@@ -38,6 +38,7 @@ import pandas as pd
 
 from calibrate.gpu_priors.engine_data import SHARED, data_commit
 from calibrate.gpu_priors.engine_fit import SAME_CHIP
+from simulator.catalog.versions import version_key
 from simulator.errors import InputError
 
 KIND = "mla_layer_overhead_s"
@@ -51,15 +52,11 @@ GEMM_DTYPE = {"fp8_block": "fp8", "bfloat16": "bf16"}  # table gemm_type -> cata
 PRIOR, BOUNDS = 20e-6, (1e-9, 1e-3)
 
 
-def _version_key(p: Path) -> tuple:
-    return tuple(int(x) if x.isdigit() else -1 for x in p.parent.name.split("."))
-
-
 def load_mla(root: Path = ROOT) -> pd.DataFrame:
     """The module rows the fit uses (module docstring), one frame over the GPUs, with the model's charge per row."""
     frames = []
     for folder, gpu in FOLDERS.items():
-        paths = sorted((Path(root) / folder / "mla" / "vllm").glob(f"*/{TABLE}"), key=_version_key)
+        paths = sorted((Path(root) / folder / "mla" / "vllm").glob(f"*/{TABLE}"), key=lambda p: version_key(p.parent.name, str(p.parent)))
         if not paths:
             continue
         d = pd.read_parquet(paths[-1])

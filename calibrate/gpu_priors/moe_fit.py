@@ -56,6 +56,7 @@ from calibrate.gpu_priors.engine_fit import SAME_CHIP
 from simulator.catalog import get_hardware, hardware_catalog
 from simulator.catalog.models import WEIGHT_DTYPE_BYTES
 from simulator.catalog.moe_kernels import KINDS  # the MoE terms, one list for the fit and the catalog
+from simulator.catalog.versions import version_key
 from simulator.cost.roofline import moe_token_time, soft_roofline
 from simulator.cost.cost_profile import prior_profile
 from simulator.errors import InputError
@@ -82,10 +83,6 @@ MAX_ROWS = 400
 LSS_MODELS = {"mistralai/Mixtral-8x7B-v0.1": "mixtral-8x7b", "microsoft/Phi-mini-MoE-instruct": "phi-mini-moe"}
 
 
-def _version_key(v: str) -> tuple:
-    return tuple(int(x) if x.isdigit() else -1 for x in str(v).split(".")[:3])
-
-
 def gated(hidden, topk) -> np.ndarray:
     """Gated (SwiGLU: 3 matrices) unless a Nemotron-3 shape (squared ReLU: 2 matrices)."""
     return ~((np.asarray(hidden) == 2688) | (np.asarray(topk) == 22))
@@ -109,9 +106,9 @@ def load_aic(path: Path = RECORDS) -> tuple[pd.DataFrame, dict]:
     released = d["version"].str.fullmatch(r"\d+\.\d+\.\d+")
     left = {"rows of a development build (no released vLLM version)": int((~released).sum())}
     d = d[released]
-    newest = d.groupby("gpu")["version"].agg(lambda v: max(set(v), key=_version_key))
+    newest = d.groupby("gpu")["version"].agg(lambda v: max(set(v), key=version_key))
     d["unit"] = np.where(d["version"] == d["gpu"].map(newest), d["gpu"], d["gpu"] + "@" + d["version"])
-    older = d.loc[d["unit"] != d["gpu"]].groupby("gpu")["version"].agg(lambda v: sorted(set(v), key=_version_key))
+    older = d.loc[d["unit"] != d["gpu"]].groupby("gpu")["version"].agg(lambda v: sorted(set(v), key=version_key))
     for k in SKIPPED_DTYPES:
         if n := int((d["dtype"] == k).sum()):
             left[f"{k} rows: {SKIPPED_DTYPES[k]}"] = n
@@ -121,7 +118,7 @@ def load_aic(path: Path = RECORDS) -> tuple[pd.DataFrame, dict]:
     d["rate"] = d["dtype"].map(lambda x: DTYPES[x][1])
     d["source"] = "aic"
     d = d.rename(columns={"expert_intermediate": "inter"})
-    d = _derived(d)
+    d = with_layer_shape(d)
     small = d["bytes_gpu"] < 2 * d["gpu"].map(L2_BYTES)
     left["working set under 2x the GPU's L2 (cache-resident in a replayed table)"] = int(small.sum())
     d = d[~small]
@@ -171,10 +168,10 @@ def load_lss(root: Path | None = None) -> pd.DataFrame:
     out["distribution"], out["source"] = "one expert", "lss"
     out["model"] = out["model"].map(LSS_MODELS)
     out["unit"] = out["gpu"]
-    return _derived(out)
+    return with_layer_shape(out)
 
 
-def _derived(d: pd.DataFrame) -> pd.DataFrame:
+def with_layer_shape(d: pd.DataFrame) -> pd.DataFrame:
     """Per row: its expert weights, bytes per weight, FLOPs on this GPU (module docstring); the experts it hits
     depend on the routing skew, a parameter (:func:`experts_hit`)."""
     N, k = d["tokens"].to_numpy(float), d["topk"].to_numpy(float)

@@ -24,7 +24,6 @@ Two sources, one per family of kinds:
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +35,7 @@ from calibrate.fit.gpustack_import import GPUSTACK as RELEASED_TABLES, TABLE, Re
 from simulator.catalog import get_hardware, hardware_catalog
 from simulator.catalog.hardware import data_labels
 from simulator.catalog.quant_gemm import GemmKind, gemm_kind
+from simulator.catalog.versions import version_key
 from simulator.cost.roofline import soft_roofline
 from simulator.errors import InputError
 
@@ -60,7 +60,7 @@ def load_gemm_tables(root: Path = AIC) -> pd.DataFrame:
     frames = []
     for label, gpu in sorted(labels.items()):
         tables = sorted((root / label / "gemm" / "vllm").glob("*/gemm_perf.parquet"),
-                        key=lambda p: tuple(int(x) for x in re.findall(r"\d+", p.parent.name)))
+                        key=lambda p: version_key(p.parent.name, str(p.parent)))
         for path in reversed(tables):
             try:
                 d = pd.read_parquet(path, columns=["gemm_dtype", "m", "n", "k", "latency"])

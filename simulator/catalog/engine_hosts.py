@@ -45,6 +45,7 @@ from functools import lru_cache
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from simulator.catalog.hardware import PriorParam
+from simulator.catalog.versions import version_key
 from simulator.errors import InputError, pydantic_error_to_input_error
 from simulator.inputs.loading import read_yaml
 from simulator.paths import CATALOG_DIR
@@ -99,10 +100,8 @@ class _Hosts(BaseModel):
 
 
 def _key(version: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(x) for x in version.split("."))
-    except ValueError:
-        raise InputError(str(HOSTS_PATH), "version", f"version {version!r} is not dotted numbers (e.g. 0.11)") from None
+    """A catalog entry's version as numbers, errors naming the catalog."""
+    return version_key(version, str(HOSTS_PATH))
 
 
 @lru_cache(maxsize=1)
@@ -125,15 +124,18 @@ def engine_version(engine: ServingEngine, field: str = "serving_engine") -> Engi
     versions = cat[engine.name]
     if engine.version is None:
         return versions[-1]
-    try:
-        want = tuple(int(x) for x in engine.version.split("."))
-    except ValueError:
-        raise InputError(None, f"{field}.version", f"version {engine.version!r} is not dotted numbers (e.g. 0.11)") from None
+    want = version_key(engine.version, None, f"{field}.version")
     older = [v for v in versions if _key(v.version) <= want]
     if not older:
         raise InputError(None, f"{field}.version", f"{engine.name} {engine.version} is older than every fitted version "
                          f"({', '.join(v.version for v in versions)})")
     return older[-1]
+
+
+def running_version(engine: ServingEngine) -> str:
+    """The version ``engine`` runs: as stated, else its newest fitted (the catalog entry a stated version takes may be
+    older: :func:`engine_version`)."""
+    return engine.version if engine.version is not None else engine_version(engine).version
 
 
 def async_on(engine: ServingEngine, version: str) -> bool:
@@ -142,7 +144,7 @@ def async_on(engine: ServingEngine, version: str) -> bool:
     if engine.async_scheduling is not None:
         return engine.async_scheduling
     first = ASYNC_DEFAULT_FROM.get(engine.name)
-    return first is not None and _key(engine.version or version) >= first
+    return first is not None and version_key(engine.version or version) >= first
 
 
 # `vllm serve`'s scheduler limits when the command line sets neither (vLLM's EngineArgs batch defaults for the API
@@ -159,7 +161,7 @@ def batch_defaults(engine: ServingEngine | None, hardware, world_size: int = 1) 
     ``hardware`` (a ``HardwareSpec``) when neither is set; tokens None: no chunked prefill (V0). ``world_size``: the
     engine's workers (TP x PP), which scale a CPU's defaults."""
     engine = engine or ServingEngine()
-    version = _key(engine.version) if engine.version is not None else _key(engine_version(engine).version)
+    version = version_key(running_version(engine))
     if version < V1_FROM:
         return None, 256
     if hardware.name == "cpu":

@@ -16,6 +16,7 @@ from functools import lru_cache
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from simulator.catalog.hardware import PriorParam, same_chip
+from simulator.catalog.versions import version_key
 from simulator.errors import InputError, pydantic_error_to_input_error
 from simulator.inputs.loading import read_yaml
 from simulator.paths import CATALOG_DIR
@@ -48,13 +49,9 @@ class _File(BaseModel):
     gpus: dict[str, GpuTables]
 
 
-def version_key(version: str) -> tuple[int, ...]:
-    """"0.14.0" and "0.14" -> (0, 14, 0) (three parts, so a short version equals its .0 release); an InputError
-    naming the catalog for anything else."""
-    try:
-        return (*(int(x) for x in str(version).split(".")), 0, 0, 0)[:3]
-    except ValueError:
-        raise InputError(str(MOE_KERNELS_PATH), "version", f"{version!r} is not dotted numbers (e.g. 0.14.0)") from None
+def table_version(version: str) -> tuple[int, ...]:
+    """A table's version as numbers (:func:`simulator.catalog.versions.version_key`), errors naming the catalog."""
+    return version_key(version, str(MOE_KERNELS_PATH))
 
 
 @lru_cache(maxsize=1)
@@ -70,8 +67,8 @@ def moe_kernel_tables() -> dict[str, GpuTables]:
         bad = sorted(set().union(*(k.terms for k in t.older)) - set(KINDS)) if t.older else []
         if bad:
             raise InputError(str(MOE_KERNELS_PATH), f"gpus.{g}", f"unknown terms {bad}; expected {', '.join(KINDS)}")
-        version_key(t.newest)
-        [version_key(k.version) for k in t.older]
+        for v in (t.newest, *(k.version for k in t.older)):
+            table_version(v)
     return f.gpus
 
 
@@ -79,7 +76,7 @@ def pick_table(tables: GpuTables, version: str) -> KernelTable | None:
     """The table a vLLM ``version`` runs the kernels of: the newest at or below it, else the oldest; None where that
     is the newest table (gpu_priors.yaml's)."""
     want = version_key(version)
-    every = sorted([(version_key(k.version), k) for k in tables.older] + [(version_key(tables.newest), None)],
+    every = sorted([(table_version(k.version), k) for k in tables.older] + [(table_version(tables.newest), None)],
                    key=lambda x: x[0])
     below = [k for v, k in every if v <= want]
     return below[-1] if below else every[0][1]

@@ -162,12 +162,12 @@ def scenario_error_lines(rs, hardware: str | None = None) -> list[str]:
     """:func:`error_lines` for the GPUs of a resolved scenario ``rs`` priced by the catalog's priors (``hardware``:
     that one only), then :func:`version_note` for its serving engine; none for a CPU host or a cost profile loaded
     from a file (its own calibration stands)."""
-    from simulator.catalog.engine_hosts import engine_version
+    from simulator.catalog.engine_hosts import running_version
 
     names = [hardware] if hardware else rs.hardware_names
     lines = error_lines(h for h in names if h not in rs.cost_profiles)
     se = rs.scenario.serving_engine
-    note = version_note(se.name, se.version or engine_version(se).version) if lines else None
+    note = version_note(se.name, running_version(se)) if lines else None
     return lines + ([note] if note else [])
 
 

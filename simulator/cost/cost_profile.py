@@ -273,13 +273,11 @@ def _engine_priors(hardware: HardwareSpec, engine: str, serving_engine, step_ove
     """What the serving engine's version sets on a GPU: its host terms
     (:func:`simulator.catalog.engine_hosts.host_terms`) and, for a vLLM older than the newest fused-MoE kernel table,
     that generation's MoE terms (:func:`simulator.catalog.moe_kernels.moe_kernel_terms`)."""
-    from simulator.catalog.engine_hosts import engine_version, host_terms
+    from simulator.catalog.engine_hosts import host_terms, running_version
     from simulator.catalog.moe_kernels import moe_kernel_terms
 
     se = _serving_engine(engine, serving_engine)
-    terms = host_terms(se, step_overhead, host)
-    version = se.version or engine_version(se).version
-    return {**terms, **moe_kernel_terms(hardware.name, se.name, version)}
+    return {**host_terms(se, step_overhead, host), **moe_kernel_terms(hardware.name, se.name, running_version(se))}
 
 
 def prior_profile(hardware: HardwareSpec, engine: str = "vllm", serving_engine=None,

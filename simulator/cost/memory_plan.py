@@ -43,6 +43,7 @@ import math
 from dataclasses import dataclass
 
 from simulator.cost.cost_model import Deployment
+from simulator.catalog.versions import version_key
 from simulator.cost.roofline import ACTIVATION_BYTES
 
 GIB = float(2**30)
@@ -58,20 +59,9 @@ CUDAGRAPH_BYTES = 0.5 * GIB
 CUDAGRAPH_PROFILED_SINCE = (0, 21)  # vLLM version from which CUDA-graph memory is subtracted before the KV cache
 
 
-def version_tuple(version: str | None) -> tuple[int, ...] | None:
-    """``"0.15.1"`` -> (0, 15, 1); None stays None (the newest behaviour)."""
-    if version is None:
-        return None
-    try:
-        return tuple(int(x) for x in str(version).split("+")[0].split(".")[:3])
-    except ValueError:
-        raise ValueError(f"vLLM version {version!r} is not of the form MAJOR.MINOR[.PATCH]") from None
-
-
 def cudagraphs_counted(version: str | None) -> bool:
     """Whether vLLM ``version`` subtracts CUDA-graph memory before sizing the KV cache (None: the newest, yes)."""
-    v = version_tuple(version)
-    return v is None or v >= CUDAGRAPH_PROFILED_SINCE
+    return version is None or version_key(version) >= CUDAGRAPH_PROFILED_SINCE
 
 
 @dataclass(frozen=True)

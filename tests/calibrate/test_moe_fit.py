@@ -31,7 +31,7 @@ def synthetic(rng) -> pd.DataFrame:
                         rows.append(dict(gpu=gpu, tokens=float(N), hidden=float(H), inter=float(I), experts=float(E),
                                          topk=float(k), tp=float(tp), ep=float(ep), distribution=dist, mats=3.0,
                                          bytes_per_weight=2.0, rate="bf16", dtype="bfloat16", source="aic"))
-    f = M._derived(pd.DataFrame(rows))
+    f = M.with_layer_shape(pd.DataFrame(rows))
     t = M.predict(f, TRUE)
     return f.assign(time_s=t * np.exp(rng.normal(0, 0.01, len(t))))
 
@@ -71,7 +71,7 @@ def test_same_version_design_transfers_from_the_held_out_tables_kernels():
                                        ("a100-80gb", "a100-80gb", "0.14.0", {**TRUE, **a100})):
         f = synthetic(rng)
         f = f[f["gpu"] == "h100-sxm"].assign(gpu=gpu, unit=unit, version=version)
-        f = M._derived(f)
+        f = M.with_layer_shape(f)
         frames.append(f.assign(time_s=M.predict(f, values) * np.exp(rng.normal(0, 0.01, len(f)))))
     f = pd.concat(frames, ignore_index=True)
     same, newest = (M.heldout(f, design=d) for d in ("same-version", "newest"))
@@ -177,7 +177,7 @@ def test_older_tables_are_fitted_into_the_catalog_the_simulator_reads():
                                                                    for k, v in slow.items()}),
                                   ("h100-sxm", "0.24.0", TRUE)):
         f = synthetic(rng)
-        f = M._derived(f[f["gpu"] == "h100-sxm"].assign(unit=unit, version=version))
+        f = M.with_layer_shape(f[f["gpu"] == "h100-sxm"].assign(unit=unit, version=version))
         frames.append(f.assign(time_s=M.predict(f, values) * np.exp(rng.normal(0, 0.01, len(f)))))
     f = pd.concat(frames, ignore_index=True)
     fr = M.fit(f[M.units_of(f) == f["gpu"].to_numpy(str)].reset_index(drop=True))
