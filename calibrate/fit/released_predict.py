@@ -41,12 +41,17 @@ def run_params(run: ReleasedRun, host: dict | None = None):
     """(hardware, CostParams) of ``run``: the GPU's derived priors with the host terms of the run's engine version
     (``host``: explicit host terms, the fitter's trial values: step/seq/call overheads, async_overlap)."""
     from simulator.catalog import get_hardware
-    from simulator.catalog.engine_hosts import ServingEngine
     from simulator.cost.cost_profile import prior_profile
 
     hw = get_hardware(run.gpu)
-    eng = ServingEngine(name=run.engine, version=run.version, async_scheduling=run.async_scheduling)
-    return hw, prior_profile(hw, serving_engine=eng, host=host).params(hw)
+    return hw, prior_profile(hw, serving_engine=serving_engine(run), host=host).params(hw)
+
+
+def serving_engine(run: ReleasedRun):
+    """The engine ``run`` measured, as a :class:`simulator.catalog.engine_hosts.ServingEngine`."""
+    from simulator.catalog.engine_hosts import ServingEngine
+
+    return ServingEngine(name=run.engine, version=run.version, async_scheduling=run.async_scheduling)
 
 
 def run_workload(run: ReleasedRun, sharegpt_sigma: float | None = None, early_end: bool = False):
@@ -114,7 +119,7 @@ def predict_released(run: ReleasedRun, host: dict | None = None, max_requests: i
     deps["base"] = replace(deps["base"], gemm_params=gemm)
     res = simulate_serving(SystemConfig(system="vanilla-base"), deps, replay_workload(max_out), arrivals, n,
                            seed=0, memory_fraction=(SMALL_SHARE, run.gpu_memory_utilization), plans=plans,
-                           execution=execution)
+                           execution=execution, engine=serving_engine(run))
     r = res.requests
     span = float(r.done_at.max() - r.arrival_at.min())
     n1 = (r.output_tokens - 1).where(r.output_tokens > 1)

@@ -42,7 +42,7 @@ def engine_plans(rs, hw_name: str, tp: int, length: int | None = None) -> list[t
                 continue
             seen.add(key)
             fld = f"{sc.memory_field}.{role}" if both else sc.memory_field
-            out.append((engine_plan(u, models, ex, max_model_len=n), what, n, fld, u))
+            out.append((engine_plan(u, models, ex, max_model_len=n, engine=sc.serving_engine), what, n, fld, u))
     return out
 
 

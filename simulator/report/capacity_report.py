@@ -147,7 +147,8 @@ def _engine_load_at_capacity(out: Path, rs, cap: pd.DataFrame, rec: dict, by_key
     else:
         arr, plans = load.arrivals(float(b.max_qps)), None
     trace = simulate_serving(bp.cfg, rs.deployments(bp.hardware, bp.tp), rs.workload, arr, n, bp.seed,
-                             (mf.small, mf.base), plans=plans, execution=rs.execution_for(bp.hardware, bp.tp))
+                             (mf.small, mf.base), plans=plans, execution=rs.execution_for(bp.hardware, bp.tp),
+                             engine=rs.scenario.serving_engine)
     _atomic_write(out / "engine_load.png", lambda p: _plot_engine_load(trace, f"{b.label} at {b.max_qps:.3g} req/s", p))
 
 

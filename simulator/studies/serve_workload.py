@@ -12,10 +12,11 @@ from simulator.errors import InputError
 
 
 def simulate_workload(sw: ServingWorkload, deps: dict, workload, seed: int = 0, memory_fraction=(0.1, 0.8),
-                      execution=None, requests: int | None = None):
+                      execution=None, requests: int | None = None, engine=None):
     """Serve ``sw`` on one replica of the base model alone (``vanilla-base``: plain serving). ``workload`` (a
     ``WorkloadProfile``) only bounds token counts; ``requests`` overrides ``num_prompts`` (load stages: the
-    arrivals the stages give). Returns the :class:`~simulator.engines.serving.replica.ServingResult`."""
+    arrivals the stages give); ``engine``: the serving engine whose version sizes the KV cache
+    (``simulate_serving``). Returns the :class:`~simulator.engines.serving.replica.ServingResult`."""
     from simulator.engines.serving.replica import simulate_serving
     from simulator.inputs.systems import SystemConfig
 
@@ -28,7 +29,7 @@ def simulate_workload(sw: ServingWorkload, deps: dict, workload, seed: int = 0, 
     plans, sessions, think = sw.plans(n, seed)
     return simulate_serving(SystemConfig(system="vanilla-base"), deps, workload, arrivals, len(plans), seed,
                             memory_fraction, plans=plans, execution=execution, sessions=sessions,
-                            think_s=think)
+                            think_s=think, engine=engine)
 
 
 SUMMARY_KEYS = ("requests", "request_throughput", "output_throughput", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms",
@@ -71,7 +72,8 @@ def serve_scenario(scenario, bench_serve: str | None = None, hardware: str | Non
     ex = ex if prefix_caching is None else ex.model_copy(update={"prefix_caching": prefix_caching})
     deps = rs.deployments(hw, tp)
     res = simulate_workload(sw, deps, rs.workload, sc.seed if seed is None else seed,
-                            (sc.memory_fraction.small, sc.memory_fraction.base), ex, requests=requests)
+                            (sc.memory_fraction.small, sc.memory_fraction.base), ex, requests=requests,
+                            engine=sc.serving_engine)
     s = summarize_serving(res, warmup_fraction=0.0)
     return {"scenario": sc.name, "hardware": hw, "tp": tp, "parallelism": layout(deps["base"]),
             "workload": sw.source or "serving_workload",

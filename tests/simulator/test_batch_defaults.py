@@ -156,3 +156,26 @@ def test_limits_vllm_refuses_are_refused(tokens, seqs):
     """Zero is not "unset" (vLLM refuses it at start-up), nor is a budget below max_num_seqs."""
     with pytest.raises(ValueError):
         Execution.from_limits(tokens, seqs)
+
+
+@pytest.mark.parametrize("version, graphs_counted", [("0.11", False), ("0.20.2", False), ("0.21", True), (None, True)])
+def test_the_replica_sizes_its_kv_cache_as_the_scenarios_vllm_does(version, graphs_counted):
+    """The serving engine's version reaches the replica's KV plan, the memory check's and their limits: vLLM before
+    0.21 leaves CUDA graphs to the headroom above gpu_memory_utilization, from 0.21 it subtracts them first; the
+    replica's capacity is that plan's, and the scenario's memory check reads the same plan."""
+    from simulator.cost.memory_check import engine_plans
+    from simulator.engines.serving.kv_cache import kv_layout
+
+    rs = load_scenario("h200x2-qwen3-32b-serving")
+    engine = ServingEngine(name="vllm", version=version)
+    rs.scenario.serving_engine = engine
+    deps, ex = rs.deployments("h200", 2), rs.execution_for("h200", 2)
+    rep = Replica(simpy.Environment(), SystemConfig(system="vanilla-base"), deps, rs.workload, (0.0, 0.9), ex, engine)
+    plan = engine_plan(0.9, [deps["base"]], ex, engine=engine)
+    newest = engine_plan(0.9, [deps["base"]], ex)
+    assert plan.cudagraph_counted is graphs_counted and newest.cudagraph_counted
+    assert rep.engines[1].capacity == kv_layout(0.9, [deps["base"]], ex, engine)[0] == plan.usable_tokens
+    freed = plan.usable_tokens - newest.usable_tokens
+    assert (freed == 0) if graphs_counted else freed * plan.token_bytes >= 0.9 * plan.cudagraph_bytes
+    checked = engine_plans(rs, "h200", 2)[0][0]
+    assert checked.cudagraph_counted is graphs_counted

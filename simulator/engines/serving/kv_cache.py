@@ -24,6 +24,7 @@ of them, k the drafts it verifies per step).
 
 from __future__ import annotations
 
+from simulator.catalog.engine_hosts import ServingEngine, running_version
 from simulator.cost.cost_model import Deployment
 from simulator.cost.execution import Execution
 from simulator.cost.memory_plan import MemoryPlan, memory_plan
@@ -41,26 +42,34 @@ def engine_utilizations(spec, small: float, base: float) -> tuple[float, float]:
     return (total, 0.0) if not spec.uses_base else (0.0, total)
 
 
+def plan_version(engine: ServingEngine | None) -> str | None:
+    """The vLLM version whose start-up accounting sizes ``engine``'s KV cache: the version it runs; None (the newest
+    accounting) for no engine or another engine than vLLM."""
+    return running_version(engine) if engine is not None and engine.name == "vllm" else None
+
+
 def engine_plan(utilization: float, deployments: list[Deployment], execution: Execution | None = None,
-                max_model_len: int | None = None, vllm_version: str | None = None, spec_tokens: int = 0) -> MemoryPlan:
-    """The memory plan of one serving engine holding ``deployments`` (its model, then a draft living in it); the
-    scheduler limits ``execution`` leaves unset are vLLM's defaults on its device (``Execution.for_device``);
+                max_model_len: int | None = None, engine: ServingEngine | None = None,
+                spec_tokens: int = 0) -> MemoryPlan:
+    """The memory plan of one serving engine holding ``deployments`` (its model, then a draft living in it), as
+    ``engine``'s version sizes it (None: the newest fitted vLLM; :func:`plan_version`); the scheduler limits
+    ``execution`` leaves unset are that version's defaults on its device (``Execution.for_device``);
     ``spec_tokens``: drafts verified per step (:func:`simulator.cost.memory_plan.memory_plan`)."""
     d = deployments[0]
-    ex = (execution or Execution()).for_device(d.hardware, world_size=d.tp * d.pp)
+    ex = (execution or Execution()).for_device(d.hardware, engine, world_size=d.tp * d.pp)
     tokens = ex.max_num_batched_tokens or max(int(max_model_len or 0), UNCHUNKED_MIN_BATCHED_TOKENS)
-    return memory_plan(deployments, utilization, tokens, ex.max_num_seqs, ex.block_size, vllm_version,
+    return memory_plan(deployments, utilization, tokens, ex.max_num_seqs, ex.block_size, plan_version(engine),
                        ex.num_gpu_blocks_override, spec_tokens)
 
 
 def kv_layout(utilization: float, deployments: list[Deployment], execution: Execution | None = None,
-              vllm_version: str | None = None, spec_tokens: int = 0) -> tuple[int, int]:
+              engine: ServingEngine | None = None, spec_tokens: int = 0) -> tuple[int, int]:
     """(capacity in tokens, KV tokens each running sequence reserves) of an engine holding ``deployments``; with
     data-parallel attention the dp ranks' caches together (a sequence lives on one rank); ``spec_tokens``: drafts
-    verified per step (a linear-attention state per verified position)."""
+    verified per step (a linear-attention state per verified position); ``engine``: as :func:`engine_plan`."""
     if utilization <= 0.0:  # the engine does not run (engine_utilizations)
         return 0, 0
-    p = engine_plan(utilization, deployments, execution, vllm_version=vllm_version, spec_tokens=spec_tokens)
+    p = engine_plan(utilization, deployments, execution, engine=engine, spec_tokens=spec_tokens)
     return p.usable_tokens * deployments[0].dp, p.running_seq_reserve_tokens
 
 

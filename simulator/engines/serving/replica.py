@@ -1,18 +1,17 @@
 """A serving replica: colocated small and base engines sharing one set of GPUs (SimPy).
 
-What it models: requests of one system configuration arrive (open loop at a rate, bursty,
-replayed from a file, or closed loop with N users); each request executes its
-:class:`~simulator.engines.request_model.RequestPlan` call by call. The two engines share
-the GPUs: their iterations never overlap. The GPU process runs *rounds*: one iteration of
-every engine that has work, in a fixed order (small, then base) -- i.e. the engines
-alternate, and an engine alone gets back-to-back iterations. Several identical rounds (no
-prefill, no call finishing, no event due) are advanced in one SimPy timeout.
+What it models: requests of one system configuration arrive (open loop at a rate, bursty, replayed from a file, or
+closed loop with N users); each request executes its :class:`~simulator.engines.request_model.RequestPlan` call by
+call. The two engines share the GPUs: their iterations never overlap. The GPU process runs *rounds*: one iteration of
+every engine that has work, in a fixed order (small, then base) -- i.e. the engines alternate, and an engine alone
+gets back-to-back iterations. Several identical rounds (no prefill, no call finishing, no event due) are advanced in
+one SimPy timeout.
 
 Every engine call first pays the engine's per-call overhead ``t_call`` outside the GPU
 (API, tokenisation, scheduling on the host), then queues at its engine.
 
-Scenario: one replica of ``hardware.count`` GPUs; each engine's KV cache from vLLM's memory plan at its share of
-``gpu_memory_utilization`` (``serving/kv_cache.py``: a lone engine gets the whole of it).
+Scenario: one replica of ``hardware.count`` GPUs; each engine's KV cache from its vLLM version's memory plan at its
+share of ``gpu_memory_utilization`` (``serving/kv_cache.py``: a lone engine gets the whole of it).
 """
 
 from __future__ import annotations
@@ -26,13 +25,15 @@ import numpy as np
 import pandas as pd
 import simpy
 
+from simulator.catalog.engine_hosts import ServingEngine
 from simulator.cost.cost_model import Deployment
 from simulator.cost.execution import Execution
 from simulator.engines.gamma_choice import gamma_policy
 from simulator.engines.serving.arrivals import ArrivalProcess
 from simulator.engines.serving.clients import start_clients
 from simulator.engines.serving.engine import Engine
-from simulator.engines.serving.kv_cache import engine_utilizations, kv_layout, speculative_slots, verified_drafts
+from simulator.engines.serving.kv_cache import (engine_utilizations, kv_layout, plan_version, speculative_slots,
+                                                verified_drafts)
 from simulator.engines.request_model import RequestPlan, RequestSampler
 from simulator.inputs.systems import SystemConfig
 from simulator.inputs.workload import WorkloadProfile
@@ -66,21 +67,22 @@ class Replica:
     """Colocated small + base engines of one replica and their shared-GPU scheduler."""
 
     def __init__(self, env: simpy.Environment, cfg: SystemConfig, deps: dict[str, Deployment],
-                 workload: WorkloadProfile, memory_fraction: tuple[float, float], execution: Execution | None = None):
-        self.env, self.cfg = env, cfg
+                 workload: WorkloadProfile, memory_fraction: tuple[float, float], execution: Execution | None = None,
+                 engine: ServingEngine | None = None):
+        self.env, self.cfg, self.serving_engine = env, cfg, engine
         ex = execution or Execution()
         small_dep = deps["small"] or deps["base"]  # no small model: an idle small engine (zero KV capacity)
         # vLLM's scheduler limits (max_num_seqs, max_num_batched_tokens: chunked prefill's tokens per engine step),
         # its defaults on the device where the scenario leaves them unset
-        small_ex = ex.for_device(small_dep.hardware, world_size=small_dep.tp * small_dep.pp)
-        base_ex = ex.for_device(deps["base"].hardware, world_size=deps["base"].tp * deps["base"].pp)
+        small_ex = ex.for_device(small_dep.hardware, engine, world_size=small_dep.tp * small_dep.pp)
+        base_ex = ex.for_device(deps["base"].hardware, engine, world_size=deps["base"].tp * deps["base"].pp)
         block, caching = ex.prefix_cache_block, ex.prefix_caching
         spec = cfg.drafts
         base_models = [deps["base"], deps["draft"]] if spec else [deps["base"]]
         max_out = workload.token_budget + workload.max_step_tokens + workload.answer_tokens + 2
         u_small, u_base = engine_utilizations(cfg.spec, *memory_fraction)
-        small_cap, small_res = kv_layout(u_small, [deps["small"]], small_ex) if u_small > 0 else (0, 0)
-        base_cap, base_res = kv_layout(u_base, base_models, base_ex,
+        small_cap, small_res = kv_layout(u_small, [deps["small"]], small_ex, engine) if u_small > 0 else (0, 0)
+        base_cap, base_res = kv_layout(u_base, base_models, base_ex, engine,
                                        spec_tokens=verified_drafts(deps["draft"].drafting, cfg.gamma) if spec else 0)
         dp = deps["base"].dp  # data-parallel attention: dp ranks, each with vLLM's max_num_seqs and token budget
         budget = base_ex.max_num_batched_tokens
@@ -407,20 +409,22 @@ def simulate_serving(cfg: SystemConfig, deps: dict[str, Deployment], workload: W
                      arrivals: ArrivalProcess, n_requests: int, seed: int,
                      memory_fraction: tuple[float, float] = (0.1, 0.8),
                      plans: list[RequestPlan] | None = None, execution: Execution | None = None,
-                     stop=None, sessions: list[list[int]] | None = None, think_s=None) -> ServingResult:
+                     stop=None, sessions: list[list[int]] | None = None, think_s=None,
+                     engine: ServingEngine | None = None) -> ServingResult:
     """Serve ``n_requests`` requests of ``cfg`` on one replica; per-request and per-engine results.
 
     Streams: requests (plans) and arrivals come from two independent children of ``seed``,
     so the same seed gives the same requests at every load (common random numbers).
     ``plans`` (trace replay: each measured request's own calls) replaces the sampled plans;
     request i then gets ``plans[i]`` and ``n_requests`` is ``len(plans)``.
-    ``execution`` (default: token-exact caching, one-call vanilla systems): block prefix caching in
-    both engines and, with ``step_calls``, vanilla systems and specdecode planned step by step.
+    ``execution`` (default: token-exact caching, one-call vanilla systems): block prefix caching in both engines and,
+    with ``step_calls``, vanilla systems and specdecode planned step by step.
     ``stop`` (an :class:`simulator.engines.serving.early_stop.SloStop`, open loop only): end the run as soon as its SLO is
     certainly missed; the result then holds the requests that arrived by then and ``info["stopped_at"]``.
     ``sessions`` (with ``plans``): the request ids of each session's turns; arrival i starts session i (closed loop:
     each user runs one session after another), a turn is sent ``think_s[rid]`` seconds after the previous answer.
-    """
+    ``engine`` (a ``ServingEngine``; None: the newest fitted vLLM): its version sizes the KV caches and fills the
+    scheduler limits ``execution`` leaves unset."""
     execution = execution or Execution()
     arr_ss = np.random.SeedSequence(seed).spawn(2)[1]  # child 0: the requests (simulator.engines.request_model.request_seed)
     arr_rng = np.random.default_rng(arr_ss)
@@ -429,7 +433,7 @@ def simulate_serving(cfg: SystemConfig, deps: dict[str, Deployment], workload: W
     else:
         plans, n_requests = list(plans), len(plans)
     env = simpy.Environment()
-    rep = Replica(env, cfg, deps, workload, memory_fraction, execution)
+    rep = Replica(env, cfg, deps, workload, memory_fraction, execution, engine)
 
     n_requests = start_clients(env, rep, arrivals, plans, n_requests, arr_rng, stop, sessions, think_s)
     rep.n_target = n_requests
@@ -479,6 +483,7 @@ def _result(rep: Replica, arrivals, n_requests: int) -> ServingResult:
     info = {
         "system": rep.cfg.label, "arrivals": arrivals.label, "requests": n_requests, "makespan_s": makespan,
         "kv_capacity_tokens": {e.name: e.capacity for e in rep.engines},
+        "kv_plan_vllm": plan_version(rep.serving_engine) or "newest",  # whose start-up accounting sized the KV caches
         "utilization": {e.name: e.busy_s / makespan if makespan else 0.0 for e in rep.engines},
         "preemptions": {e.name: e.preemptions for e in rep.engines},
         "evictions": {e.name: e.evictions for e in rep.engines},

@@ -124,7 +124,8 @@ def idle_latency(rs, hw: str, tp: int, cfg, js: str) -> float:
     mf = rs.scenario.memory_fraction
     ps = plans(rs, cfg, js, IDLE_REQUESTS, rs.scenario.seed)
     res = simulate_serving(cfg, rs.deployments(hw, tp), rs.workload, arrivals(js, users=1), len(ps), rs.scenario.seed,
-                           (mf.small, mf.base), plans=ps, execution=rs.execution_for(hw, tp))
+                           (mf.small, mf.base), plans=ps, execution=rs.execution_for(hw, tp),
+                           engine=rs.scenario.serving_engine)
     lat = float(res.requests.latency_s.mean())
     if not (lat > 0 and math.isfinite(lat)):
         raise InputError(rs.file, "serving_workload", f"one request at a time takes {lat} s: nothing to search")

@@ -235,7 +235,8 @@ def evaluate(point: Point, rate: float | None = None, users: int | None = None, 
         res = simulate_serving(point.cfg, rs.deployments(point.hardware, point.tp), rs.workload, arrivals,
                                n, point.seed, (mf.small, mf.base),
                                plans=None if replay and point.serving is None else point_plans(point, n),
-                               execution=rs.execution_for(point.hardware, point.tp), stop=stop)
+                               execution=rs.execution_for(point.hardware, point.tp), stop=stop,
+                               engine=rs.scenario.serving_engine)
         return summarize_serving(res, slo, closed_loop=bool(users)), res
 
     out, res = run(n)
