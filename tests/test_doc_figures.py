@@ -109,7 +109,7 @@ QUOTES = (
           sig3),
     Quote(("docs/capacity.md",), H200X2, "The H200 case gives {} req/s per replica", best_of("vanilla-base"), "",
           interval),
-    Quote(("docs/drafters.md",), EAGLE3, "(23.4 s vs {} s)", row(system="vanilla-base", tp=1), "latency_s", one),
+    Quote(("docs/drafters.md",), EAGLE3, "(23.7 s vs {} s)", row(system="vanilla-base", tp=1), "latency_s", one),
     Quote(BOTH, EAGLE3, "SpecDecode {}x at γ = 6 on TP 1", row(system="specdecode", gamma=6, tp=1), "speedup", two),
     Quote(("docs/whatif.md",), QWEN35, "vanilla {} s per AIME request", row(system="vanilla-base"), "latency_s", one),
     Quote(("docs/whatif.md",), QWEN35, "SpecDecode {}x at γ = 1", row(system="specdecode", gamma=1), "speedup", two),
