@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import InputError
-from simulator.catalog.versions import version_key
+from simulator.catalog.versions import folder_version
 from simulator.paths import REPO, shared
 
 DATA = shared("engine-measurements", "inferencex-deepseek-r1")
@@ -169,8 +169,7 @@ def moe_kernel_check(root: Path | None = None, max_tokens: int = 128) -> pd.Data
     own = {"moe_mem_efficiency": "expert_mem_efficiency", "moe_compute_efficiency": "expert_compute_efficiency"}
     out = []
     for folder, gpu in (("h100_sxm", "h100-sxm"), ("b200_sxm", "b200")):
-        paths = sorted((root / folder / "moe" / "vllm").glob("*/moe_perf.parquet"),
-                       key=lambda q: version_key(q.parent.name, str(q.parent)))
+        paths = sorted((root / folder / "moe" / "vllm").glob("*/moe_perf.parquet"), key=folder_version)
         if not paths:
             continue
         d = pd.read_parquet(paths[-1])

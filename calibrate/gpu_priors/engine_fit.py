@@ -52,7 +52,7 @@ from calibrate.gpu_priors.engine_data import (EFFICIENCY_BOUNDS, ENGINE, PER_GPU
                                                     load_ours_verify, params_for, predict_ours)
 from simulator.catalog import get_hardware, get_model
 from simulator.catalog.hardware import data_labels, same_chip
-from simulator.catalog.versions import version_key
+from simulator.catalog.versions import folder_version
 from simulator.cost.cost_model import Deployment
 
 # ---- the weight stream, from kernel tables ----------------------------------------------------------------
@@ -72,8 +72,7 @@ def _gemm_tables(root: Path | None = None) -> tuple:
     root = root or SHARED / "aiconfigurator-vllm-kernels"
     out = []
     for folder, gpu in KERNEL_GPUS.items():
-        files = sorted((root / folder / "gemm" / "vllm").glob("*/gemm_perf.parquet"),
-                       key=lambda p: version_key(p.parent.name, str(p.parent)))
+        files = sorted((root / folder / "gemm" / "vllm").glob("*/gemm_perf.parquet"), key=folder_version)
         if not files:
             continue
         d = pd.read_parquet(files[-1])

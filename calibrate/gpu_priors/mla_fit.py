@@ -38,7 +38,7 @@ import pandas as pd
 
 from calibrate.gpu_priors.engine_data import SHARED, data_commit
 from calibrate.gpu_priors.engine_fit import SAME_CHIP
-from simulator.catalog.versions import version_key
+from simulator.catalog.versions import folder_version
 from simulator.errors import InputError
 
 KIND = "mla_layer_overhead_s"
@@ -56,7 +56,7 @@ def load_mla(root: Path = ROOT) -> pd.DataFrame:
     """The module rows the fit uses (module docstring), one frame over the GPUs, with the model's charge per row."""
     frames = []
     for folder, gpu in FOLDERS.items():
-        paths = sorted((Path(root) / folder / "mla" / "vllm").glob(f"*/{TABLE}"), key=lambda p: version_key(p.parent.name, str(p.parent)))
+        paths = sorted((Path(root) / folder / "mla" / "vllm").glob(f"*/{TABLE}"), key=folder_version)
         if not paths:
             continue
         d = pd.read_parquet(paths[-1])

@@ -35,7 +35,7 @@ from calibrate.fit.gpustack_import import GPUSTACK as RELEASED_TABLES, TABLE, Re
 from simulator.catalog import get_hardware, hardware_catalog
 from simulator.catalog.hardware import data_labels
 from simulator.catalog.quant_gemm import GemmKind, gemm_kind
-from simulator.catalog.versions import version_key
+from simulator.catalog.versions import folder_version
 from simulator.cost.roofline import soft_roofline
 from simulator.errors import InputError
 
@@ -59,8 +59,7 @@ def load_gemm_tables(root: Path = AIC) -> pd.DataFrame:
     labels = data_labels("aiconfigurator")
     frames = []
     for label, gpu in sorted(labels.items()):
-        tables = sorted((root / label / "gemm" / "vllm").glob("*/gemm_perf.parquet"),
-                        key=lambda p: version_key(p.parent.name, str(p.parent)))
+        tables = sorted((root / label / "gemm" / "vllm").glob("*/gemm_perf.parquet"), key=folder_version)
         for path in reversed(tables):
             try:
                 d = pd.read_parquet(path, columns=["gemm_dtype", "m", "n", "k", "latency"])

@@ -19,3 +19,9 @@ def version_key(version: str, source: str | None = None, field: str = "version")
         raise InputError(source, field, f"version {version!r} is not dotted numbers (e.g. 0.11 or 0.14.0)")
     numbers = tuple(int(p) for p in parts)
     return numbers + (0,) * (PARTS - len(numbers))
+
+
+def folder_version(path) -> tuple[int, ...]:
+    """The version a kernel-table folder is named by (``.../vllm/0.14.0/table.parquet`` -> (0, 14, 0): the file's
+    parent folder), errors naming that folder; the sort key of a table's versions."""
+    return version_key(path.parent.name, str(path.parent))

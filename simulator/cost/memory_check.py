@@ -124,19 +124,21 @@ def check_serving_length(rs, sw, cells: list[tuple[str, int]], file: str | None,
                 raise InputError(file, field, f"{what} at tp={tp} on {hw}: {err[1]}")
 
 
-def check_step(target, draft, batch: int, tokens: int, context: int) -> None:
+def check_step(target, draft, batch: int, tokens: int, context: int, engine=None) -> None:
     """``specsim pass-time``'s placement (the scenario's is ``ResolvedScenario.check_placement``): the model and its
     draft shard over TP (``model_shape.tp_error``), vLLM starts an engine holding them at its default
     gpu_memory_utilization (:func:`memory_error`), and that engine's KV cache holds ``batch`` sequences of
-    ``context + tokens`` tokens each (the step's largest; with data-parallel attention, each rank its share)."""
-    engine = [d for d in (target, draft) if d is not None and not d.drafting.free]
-    for opt, d in zip(("--tp", "--draft"), engine):
+    ``context + tokens`` tokens each (the step's largest; with data-parallel attention, each rank its share).
+    ``engine``: the :class:`simulator.catalog.engine_hosts.ServingEngine` whose version sizes the cache (None: the
+    newest fitted vLLM)."""
+    held = [d for d in (target, draft) if d is not None and not d.drafting.free]
+    for opt, d in zip(("--tp", "--draft"), held):
         err = tp_error(d.model, d.tp)
         if err:
             raise InputError(None, opt, err)
     n = context + tokens
-    plan = engine_plan(DEFAULT_UTILIZATION, engine, max_model_len=n)
-    where = " + draft ".join(d.model.name for d in engine) + f" at tp={target.tp} on {target.hardware.name}"
+    plan = engine_plan(DEFAULT_UTILIZATION, held, max_model_len=n, engine=engine)
+    where = " + draft ".join(d.model.name for d in held) + f" at tp={target.tp} on {target.hardware.name}"
     err = memory_error(plan, n, " (context + new tokens)")
     if err is not None:
         raise InputError(None, "--context" if err[0] == "length" else "--tp", f"{where}: {err[1]}")

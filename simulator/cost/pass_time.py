@@ -18,6 +18,8 @@ import numpy as np
 import pandas as pd
 
 from simulator.catalog import get_hardware, get_model
+from simulator.catalog.engine_hosts import ServingEngine, async_on, engine_version, running_version
+from simulator.catalog.versions import version_key
 from simulator.catalog.draft_heads import draft_weight_dtype, eagle3_head
 from simulator.catalog.model_shape import draft_vocabulary_error
 from simulator.cost.cost_model import Deployment, Drafting
@@ -63,26 +65,19 @@ def _dtype_label(m) -> str:
 def pass_time_table(model: str, hardware: str, tp: int = 1, batches=(1,), new_tokens=(1,), contexts=(0,),
                     dtype: str | None = None, draft: str | None = None, gamma: int | None = None,
                     profile: CostProfile | None = None, ep: int = 1, pp: int = 1,
-                    dp: int = 1) -> tuple[pd.DataFrame, dict]:
+                    dp: int = 1, serving_engine: ServingEngine | None = None) -> tuple[pd.DataFrame, dict]:
+    """The rows (one per batch x new tokens x context) and what priced them; ``serving_engine``: the vLLM version whose
+    host terms and start-up memory accounting apply (None: the newest fitted; not with ``profile``, which carries
+    its own host terms)."""
     hw = get_hardware(hardware, None, "--hardware")
     m = get_model(model, None, "--model")
     try:  # None: the model's own (a config.json's quantization_config, else bf16)
         m = m if dtype is None else m.with_dtypes(weight_dtype=dtype, kv_dtype=m.kv_dtype)
     except ValueError as e:
         raise InputError(None, "--dtype", str(e)) from None
-    if tp < 1 or tp > 64:
-        raise InputError(None, "--tp", f"must lie in 1..64 (got {tp})")
-    if not 1 <= pp <= m.layers:
-        raise InputError(None, "--pp", f"must lie in 1..{m.layers} ({m.name}'s layers; got {pp})")
-    if not 1 <= dp <= 64 or (dp > 1 and pp > 1):
-        raise InputError(None, "--dp", f"must lie in 1..64, with --pp 1 (got dp={dp}, pp={pp})")
-    if (pp > 1 or dp > 1) and draft is not None:
-        raise InputError(None, "--draft", "--pp / --dp > 1 are modelled for plain decoding: no --draft")
-    if (draft is None) != (gamma is None):
-        raise InputError(None, "--draft" if draft is None else "--gamma", "--draft and --gamma go together")
-    if gamma is not None and not 1 <= gamma <= 16:
-        raise InputError(None, "--gamma", f"must lie in 1..16 (got {gamma})")
-    prof = profile or prior_profile(hw)
+    _check_options(m, tp, pp, dp, draft, gamma)
+    engine = _engine(serving_engine, profile)
+    prof = profile or prior_profile(hw, serving_engine=engine)
     if profile is not None and profile.hardware != hw.name:
         raise InputError(None, "--profile", f"the profile is for {profile.hardware}, not --hardware {hw.name}")
     params = prof.params(hw)
@@ -93,7 +88,7 @@ def pass_time_table(model: str, hardware: str, tp: int = 1, batches=(1,), new_to
             raise InputError(None, opt, err)
     target = Deployment(m, hw, tp, params, ep=ep, pp=pp, dp=dp)
     dd = draft_deployment(target, draft, params) if draft is not None else None
-    check_step(target, dd, max(batches), max(*new_tokens, (gamma or 0) + 1), max(contexts))
+    check_step(target, dd, max(batches), max(*new_tokens, (gamma or 0) + 1), max(contexts), engine)
     rows = []
     for B in batches:
         for T in new_tokens:
@@ -113,8 +108,45 @@ def pass_time_table(model: str, hardware: str, tp: int = 1, batches=(1,), new_to
                 rows.append(r)
     meta = {"profile": prof.name, "parameters": {k: {"value": v.value, "kind": v.kind}
                                                   for k, v in prof if isinstance(v, Param)},
-            "source": prof.provenance.source}
+            "source": prof.provenance.source,
+            "serving_engine": "host terms of --profile" if profile is not None else engine_label(engine)}
     return pd.DataFrame(rows), meta
+
+
+def _check_options(m, tp: int, pp: int, dp: int, draft: str | None, gamma: int | None) -> None:
+    if tp < 1 or tp > 64:
+        raise InputError(None, "--tp", f"must lie in 1..64 (got {tp})")
+    if not 1 <= pp <= m.layers:
+        raise InputError(None, "--pp", f"must lie in 1..{m.layers} ({m.name}'s layers; got {pp})")
+    if not 1 <= dp <= 64 or (dp > 1 and pp > 1):
+        raise InputError(None, "--dp", f"must lie in 1..64, with --pp 1 (got dp={dp}, pp={pp})")
+    if (pp > 1 or dp > 1) and draft is not None:
+        raise InputError(None, "--draft", "--pp / --dp > 1 are modelled for plain decoding: no --draft")
+    if (draft is None) != (gamma is None):
+        raise InputError(None, "--draft" if draft is None else "--gamma", "--draft and --gamma go together")
+    if gamma is not None and not 1 <= gamma <= 16:
+        raise InputError(None, "--gamma", f"must lie in 1..16 (got {gamma})")
+
+
+def _engine(serving_engine: ServingEngine | None, profile: CostProfile | None) -> ServingEngine:
+    """The serving engine the step is priced as (None: the newest fitted vLLM), checked against the engine catalog
+    (errors name ``--engine-version``)."""
+    if profile is not None and serving_engine is not None:
+        raise InputError(None, "--engine-version", "a --profile carries its own host terms: give one or the other")
+    engine = serving_engine or ServingEngine()
+    try:
+        engine_version(engine)
+    except InputError as e:
+        raise InputError(None, "--engine-version", e.message) from None
+    return engine
+
+
+def engine_label(engine: ServingEngine) -> str:
+    """The serving engine as the output names it, e.g. ``vllm 0.12 (async scheduling off, host terms of 0.11)``."""
+    version = running_version(engine)
+    entry = engine_version(engine).version
+    taken = "" if version_key(entry) == version_key(version) else f", host terms of {entry}"
+    return f"{engine.name} {version} (async scheduling {'on' if async_on(engine, entry) else 'off'}{taken})"
 
 
 def render(df: pd.DataFrame, meta: dict) -> None:
@@ -138,3 +170,4 @@ def render(df: pd.DataFrame, meta: dict) -> None:
     print_rich_table(t, console=con)
     kinds = ", ".join(f"{k} {v['kind']}" for k, v in meta["parameters"].items())
     con.print(f"parameters: {meta['profile']} ({kinds})", soft_wrap=True)
+    con.print(f"serving engine: {meta['serving_engine']}", soft_wrap=True)

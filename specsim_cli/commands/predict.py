@@ -219,6 +219,11 @@ def pass_time(
     dp: int = typer.Option(1, "--dp", help="data-parallel attention ranks of a mixture of experts (--ep = tp x dp); --batch is the replica's"),
     gamma: Optional[int] = typer.Option(None, "--gamma", help="draft tokens per speculative iteration (with --draft)"),
     profile: Optional[Path] = typer.Option(None, "--profile", help="cost profile YAML (default: the catalog's priors)"),
+    engine_version: Optional[str] = typer.Option(None, "--engine-version", help="the vLLM version whose host terms "
+                                                 "and start-up memory accounting price the step, e.g. 0.11 (default: "
+                                                 "the newest fitted; specsim list engines)"),
+    async_scheduling: Optional[bool] = typer.Option(None, "--async-scheduling/--no-async-scheduling",
+                                                    help="vLLM --async-scheduling (default: the version's own)"),
     fmt: str = typer.Option("table", "--format", help="table | csv | json"),
     out: Optional[Path] = typer.Option(None, help="write the rows here (table format: JSON for a .json name, "
                                        "parquet for .parquet, else CSV)"),
@@ -244,7 +249,12 @@ def pass_time(
         from simulator.cost.cost_profile import load_profile
 
         prof = load_profile(profile)
-    df, meta = pass_time_table(model, hardware, tp, batch, new_tokens, context, dtype, draft, gamma, prof, ep, pp, dp)
+    from simulator.catalog.engine_hosts import ServingEngine
+
+    stated = engine_version is not None or async_scheduling is not None
+    serving = ServingEngine(version=engine_version, async_scheduling=async_scheduling) if stated else None
+    df, meta = pass_time_table(model, hardware, tp, batch, new_tokens, context, dtype, draft, gamma, prof, ep, pp, dp,
+                               serving)
     if fmt == "table":
         render(df, meta)
         if out is not None:

@@ -14,15 +14,17 @@ app = typer.Typer(add_completion=False)
 
 
 @app.command("list")
-def list_cmd(what: str = typer.Argument(..., help="hardware | models | scenarios | workloads | profiles")):
-    """List the hardware catalog, the model catalog, the shipped scenarios, workloads or profiles.
+def list_cmd(what: str = typer.Argument(..., help="hardware | models | engines | scenarios | workloads | profiles")):
+    """List the hardware catalog, the model catalog, the serving engines' fitted versions, the shipped scenarios,
+    workloads or profiles.
 
     Example: specsim list hardware
     """
     from simulator.report.listing import listing
 
-    if what not in ("hardware", "models", "scenarios", "workloads", "profiles"):
-        raise InputError(None, "what", f"expected hardware, models, scenarios, workloads or profiles (got {what!r})")
+    if what not in ("hardware", "models", "engines", "scenarios", "workloads", "profiles"):
+        raise InputError(None, "what", f"expected hardware, models, engines, scenarios, workloads or profiles "
+                         f"(got {what!r})")
     listing(what)
 
 

@@ -68,7 +68,7 @@ def test_capacity_piped_is_whole():
     check_rows(body(out), {"vanilla-base", "specreason t=5"}, 4)
 
 
-@pytest.mark.parametrize("what", ["hardware", "scenarios"])
+@pytest.mark.parametrize("what", ["hardware", "scenarios", "engines"])
 def test_list_piped_one_line_per_entry(what):
     out = piped("list", what)
     lines = [ln for ln in out.splitlines() if ln.startswith("│")]

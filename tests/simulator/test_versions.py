@@ -52,3 +52,15 @@ def test_the_running_version_is_the_stated_one_else_the_newest_fitted():
     h100 = get_hardware("h100-sxm")
     assert batch_defaults(ServingEngine(name="vllm", version="0.7.3"), h100) == (None, 256)
     assert not cudagraphs_counted("0.20") and cudagraphs_counted("0.21.0+cu128")
+
+
+def test_a_table_folder_is_ordered_by_its_version_and_named_when_it_is_not_one():
+    from pathlib import Path
+
+    from simulator.catalog.versions import folder_version
+
+    paths = [Path(f"kernels/h100_sxm/moe/vllm/{v}/moe_perf.parquet") for v in ("0.24.0", "0.9.2", "0.14.0")]
+    assert [p.parent.name for p in sorted(paths, key=folder_version)] == ["0.9.2", "0.14.0", "0.24.0"]
+    with pytest.raises(InputError) as e:
+        folder_version(Path("kernels/h100_sxm/moe/vllm/latest/moe_perf.parquet"))
+    assert e.value.file == str(Path("kernels/h100_sxm/moe/vllm/latest")) and "latest" in e.value.message
