@@ -291,7 +291,11 @@ def _dur(s: float) -> str:
 class job:
     """Say what a long job is doing while it runs (stderr): after ``after_s`` seconds a line saying what runs
     (a spinner with the elapsed time on a terminal), and ``done in N s`` at the end -- so no job is silent for
-    minutes, and a quick job or an input error prints nothing extra."""
+    minutes, and a quick job or an input error prints nothing extra. Off a terminal (a log, a pipe, a test) the
+    line waits at least ``QUIET_S``: the spinner on a terminal is erased, a printed line is not, and a loaded
+    machine can take several seconds to read a command's inputs and refuse them."""
+
+    QUIET_S = 15.0
 
     def __init__(self, what: str, after_s: float = 2.0):
         self.what, self.after_s = what, after_s
@@ -315,7 +319,8 @@ class job:
         self.t0 = time.perf_counter()
         self.console = Console(stderr=True)
         self.status, self.announced = None, False
-        self.timer = threading.Timer(self.after_s, self._announce)
+        wait = self.after_s if self.console.is_terminal else max(self.after_s, self.QUIET_S)
+        self.timer = threading.Timer(wait, self._announce)
         self.timer.daemon = True
         self.timer.start()
         return self

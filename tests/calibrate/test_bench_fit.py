@@ -15,6 +15,7 @@ from simulator.cost.cost_model import Deployment
 from simulator.cost.cost_profile import CostParams, prior_profile
 from specsim_cli.main import main
 from validate.bench import rule_mask, run_fit_bench
+from tests.conftest import error_lines
 
 H100 = "NVIDIA H100 80GB HBM3"
 ARCHS = ("r1-distill-qwen-1.5b", "qwen2.5-7b", "qwq-32b")
@@ -171,7 +172,7 @@ def test_bad_inputs_are_one_line_exit_2_and_keep_earlier_outputs(h100_runs, tmp_
     ]
     for args, msg in cases:
         code, err = _run(args, capsys)
-        assert code == 2 and len(err.splitlines()) == 1 and err.startswith("error: ") and msg in err, (args, err)
+        assert code == 2 and len(error_lines(err)) == 1 and err.startswith("error: ") and msg in err, (args, err)
     assert (prof.read_text(), (rep / "report.md").read_text()) == before
 
 

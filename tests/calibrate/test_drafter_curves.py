@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from calibrate.fit.drafter_curves import held_out, read_curves, summary
 from simulator.inputs.drafter_priors import kind_prior
 from simulator.errors import InputError
-from tests.conftest import examples
+from tests.conftest import examples, error_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 CURVES = ROOT.parent / "shared" / "data" / "engine-measurements" / "acceptance-length-vs-k"
@@ -96,7 +96,7 @@ def test_bad_curve_file_exits_2_with_one_line(tmp_path):
     out = tmp_path / "priors.yaml"
     r = subprocess.run([sys.executable, "-m", "specsim_cli", "fit", "drafter-curves", str(d), "--out", str(out)],
                        capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "x_mtp.yaml" in r.stderr, r.stderr
+    assert r.returncode == 2 and len(error_lines(r.stderr)) == 1 and "x_mtp.yaml" in r.stderr, r.stderr
     assert not out.exists()
 
 

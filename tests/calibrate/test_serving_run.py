@@ -13,6 +13,7 @@ import pytest
 
 from calibrate.contracts.serving_records import ServeRequest, StepReport
 from calibrate.measure.serving_run import ClosedLoop, PoissonLoop, drive
+from tests.conftest import error_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECSIM = [sys.executable, "-m", "specsim_cli"]
@@ -164,7 +165,7 @@ def test_validate_serving_bad_input_exits_2(tmp_path):
     p.write_text("\n".join(lines) + "\n")
     r = _run(["validate", "serving", str(run), "--profile", prof, "--out", str(tmp_path / "rep")])
     assert r.returncode == 2, r.stderr
-    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in r.stderr and len(error_lines(r.stderr)) == 1
     assert "serve_requests.jsonl:2" in r.stderr and "latency_s" in r.stderr
     # a run directory that is not a serving run
     r = _run(["validate", "serving", str(tmp_path / "missing"), "--profile", prof, "--out", str(tmp_path / "rep")])

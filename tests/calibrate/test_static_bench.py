@@ -5,6 +5,7 @@ import json
 import pytest
 
 from specsim_cli.main import main
+from tests.conftest import error_lines
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -32,7 +33,7 @@ def test_static_bench_writes_valid_records_and_bandwidth(tmp_path, capsys):
 def test_static_bench_bad_options_exit_2(tmp_path, capsys):
     code = main(["measure", "static-bench", "--arch", "smollm2-135m", "--out", str(tmp_path / "x"), "--context", "0,5"])
     err = capsys.readouterr().err
-    assert code == 2 and "--context: must lie in 1..10000000 (got 0)" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and "--context: must lie in 1..10000000 (got 0)" in err and len(error_lines(err)) == 1
     code = main(["measure", "static-bench", "--arch", "nope-1b", "--out", str(tmp_path / "y"), "--layers", "1"])
     err = capsys.readouterr().err
     assert code == 2 and "unknown architecture" in err

@@ -9,6 +9,7 @@ import pytest
 
 from simulator.inputs.scenario import list_scenarios
 from specsim_cli.main import main
+from tests.conftest import error_lines
 
 REF = "scenarios/reference-a6000-qwq32b.yaml"
 
@@ -100,7 +101,7 @@ def test_bad_scenarios_give_one_line_exit_2(tmp_path, capsys, edit, field):
 def test_malformed_yaml(tmp_path, capsys):
     p = _write(tmp_path, "name: x\nhardware: {gpu: [\n")
     code, _, err = run_cli(["simulate", "whatif", str(p)], capsys)
-    assert code == 2 and str(p) in err and "malformed YAML" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and str(p) in err and "malformed YAML" in err and len(error_lines(err)) == 1
 
 
 @pytest.mark.parametrize("args, field", [
@@ -109,7 +110,7 @@ def test_malformed_yaml(tmp_path, capsys):
 ])
 def test_bad_options(capsys, args, field):
     code, _, err = run_cli(["simulate", "whatif", REF, *args], capsys)
-    assert code == 2 and field in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and field in err and len(error_lines(err)) == 1
 
 
 def test_missing_scenario_file(capsys):
@@ -244,4 +245,4 @@ def test_capacity_cpu_replicas_are_not_gpus(capsys, monkeypatch):
 def test_an_unclosed_brace_names_the_line_it_opens_on(tmp_path, capsys):
     p = _write(tmp_path, "name: x\nhardware: {gpu: rtx-a6000, count: 2\nsystems: [vanilla-base]\nseed: 1\n")
     code, _, err = run_cli(["simulate", "whatif", str(p)], capsys)
-    assert code == 2 and "while parsing a flow mapping at line 2" in err and len(err.strip().splitlines()) == 1, err
+    assert code == 2 and "while parsing a flow mapping at line 2" in err and len(error_lines(err)) == 1, err

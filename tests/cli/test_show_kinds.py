@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from specsim_cli.main import main
+from tests.conftest import error_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE = ROOT / "simulator" / "profiles" / "cost_cpu-vllm032.yaml"
@@ -79,7 +80,7 @@ def test_an_ambiguous_or_unknown_name_is_one_line(capsys):
     code, _, err = _run(["show", "cpu_gsm_smollm2"], capsys)
     assert code == 2 and "workload_cpu_gsm_smollm2" in err and "accuracy_cpu_gsm_smollm2" in err
     code, _, err = _run(["show", "no-such-thing"], capsys)
-    assert code == 2 and "specsim list profiles" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and "specsim list profiles" in err and len(error_lines(err)) == 1
 
 
 def test_section_of_a_profile(capsys):

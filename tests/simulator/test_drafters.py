@@ -30,7 +30,7 @@ from simulator.inputs.drafter_priors import (FAMILIES, PRIOR_KINDS, acceptance_l
 from simulator.errors import InputError
 from simulator.inputs.scenario import load_scenario
 from simulator.cost.spec_iteration import speculative_iteration
-from tests.conftest import examples
+from tests.conftest import examples, error_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -176,7 +176,7 @@ def test_fit_acceptance_with_a_drafter_kind_extends_by_its_shape(tmp_path):
     assert fitted(plain, 4)[3] / fitted(plain, 4)[2] == pytest.approx(0.75)  # the last conditional rate repeats
     r = subprocess.run([sys.executable, "-m", "specsim_cli", "fit", "acceptance", "--metrics", "x.txt",
                         "--drafter-kind", "medusa"], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert r.returncode == 2 and "--drafter-kind" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.returncode == 2 and "--drafter-kind" in r.stderr and len(error_lines(r.stderr)) == 1, r.stderr
 
 
 @pytest.mark.parametrize("kind", ["head", "eagle3", "block", "model"])

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from validate.capacity import bracket, compare
+from tests.conftest import error_lines
 
 REPO = Path(__file__).resolve().parents[2]
 RUNS = REPO / "reports" / "capacity-cpu" / "runs" / "long64"
@@ -75,4 +76,4 @@ def test_measured_levels_judge_short_runs_and_reject_duplicates(tmp_path):
 def test_bad_run_dir_exits_2(tmp_path):
     r = subprocess.run([sys.executable, "-m", "specsim_cli", "validate", "capacity", str(tmp_path / "nope"), "--scenario", "x", "--slo",
                         "p90_latency<=1s", "--out", str(tmp_path / "o")], cwd=REPO, capture_output=True, text=True)
-    assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert r.returncode == 2 and "Traceback" not in r.stderr and len(error_lines(r.stderr)) == 1

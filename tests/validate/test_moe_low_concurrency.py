@@ -13,7 +13,7 @@ from simulator.catalog import get_hardware, get_model
 from simulator.catalog.models import skewed_experts_hit
 from simulator.cost.cost_model import Deployment
 from simulator.cost.cost_profile import prior_profile
-from tests.conftest import examples
+from tests.conftest import examples, error_lines
 
 MOE = ("deepseek-r1", "qwen3-235b-a22b", "qwen3-30b-a3b", "gpt-oss-120b", "mixtral-8x7b")
 GPUS = ("h100-sxm", "h200", "b200", "a100-80gb", "l40s")
@@ -122,7 +122,7 @@ def test_inferencex_refuses_a_missing_table_or_column(tmp_path, capsys):
     (tmp_path / TABLE).write_text(",".join(COLUMNS) + "\n")  # a header only: a truncated file
     assert main(["validate", "inferencex", "--data", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "no rows" in err and "Traceback" not in err
+    assert len(error_lines(err)) == 1 and "no rows" in err and "Traceback" not in err
 
 
 # ---- on the shared data ------------------------------------------------------------------------------------------

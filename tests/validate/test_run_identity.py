@@ -11,6 +11,7 @@ import yaml
 
 from simulator.errors import InputError
 from specsim_cli.main import main
+from tests.conftest import error_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "data" / "specreason-aime-traces"
@@ -69,7 +70,7 @@ def test_duplicate_run_id_across_trace_files_is_one_line_exit_2(tmp_path, capsys
     d = write_traces(tmp_path / "t", {"results/60/0": "x/0"}, "a.jsonl")
     write_traces(d, {"results/60/1": "x/0"}, "b.jsonl")
     rc, err = _cli(["validate", "runs", d, "--profile", PROFILE, "--out", tmp_path / "rep"], capsys)
-    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert rc == 2 and len(error_lines(err)) == 1
     assert "a.jsonl" in err and "b.jsonl" in err and "'x/0'" in err
     assert not (tmp_path / "rep").exists()
 
@@ -81,7 +82,7 @@ def test_duplicate_run_dir_is_one_line_exit_2(tmp_path, capsys):
 
     d = make_run_dir(tmp_path / "runA", np.random.default_rng(0), n_requests=1, steps=4)
     rc, err = _cli(["fit", "cost", d, d, "--out", tmp_path / "c.yaml"], capsys)
-    assert rc == 2 and "occurs twice" in err and len(err.strip().splitlines()) == 1
+    assert rc == 2 and "occurs twice" in err and len(error_lines(err)) == 1
     assert not (tmp_path / "c.yaml").exists()
 
 
@@ -129,7 +130,7 @@ def test_any_overlap_of_fit_and_held_out_runs_exits_2(tmp_path, capsys, holdout)
     d = write_traces(tmp_path / "t", {"results/60/2": "results/60/2", "results/60/5": "a/7/0"})
     rc, err = _cli(["validate", "runs", d, "--profile", full_key_profile(tmp_path), "--out", tmp_path / "rep",
                     "--holdout", holdout], capsys)
-    assert rc == 2 and "results/60/2" in err and "in-sample" in err and len(err.strip().splitlines()) == 1
+    assert rc == 2 and "results/60/2" in err and "in-sample" in err and len(error_lines(err)) == 1
     assert not (tmp_path / "rep").exists()
 
 
@@ -148,7 +149,7 @@ def test_censored_only_held_out_set_exits_2_saying_so(tmp_path, capsys):
     rc, err = _cli(["validate", "runs", DATA, "--profile", PROFILE, "--holdout", "runs:4", "--out", tmp_path / "rep",
                     "--des-requests", "30"], capsys)
     assert rc == 2 and "no uncensored held-out run to judge" in err and "results/60/4" in err
-    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "rep").exists()
+    assert len(error_lines(err)) == 1 and not (tmp_path / "rep").exists()
     rc, err = _cli(["validate", "runs", DATA, "--profile", PROFILE, "--holdout", "runs:4", "--out", tmp_path / "rep",
                     "--no-distribution"], capsys)  # replay still judges it
     assert rc == 0, err

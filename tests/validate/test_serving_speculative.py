@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from calibrate.contracts.serving_records import ServeRequest, StepReport
 from calibrate.measure.serving_run import ClosedLoop, drive
 from tests.calibrate.test_serving_run import FakeClock as Clock
-from tests.conftest import examples
+from tests.conftest import examples, error_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECSIM = [sys.executable, "-m", "specsim_cli"]
@@ -196,7 +196,7 @@ def test_bad_speculative_inputs_exit_2(tmp_path):
                          (["--acceptance-levels", "closed-9"], "--acceptance-levels")):  # no such level
         r = _run(["validate", "serving", str(spec), str(plain), "--profile", PROFILE, "--out", rep, *extra])
         assert r.returncode == 2 and field in r.stderr and "Traceback" not in r.stderr, (extra, r.stderr)
-        assert len(r.stderr.strip().splitlines()) == 1
+        assert len(error_lines(r.stderr)) == 1
     # a speculative run recorded without the per-step fields cannot be replayed: one line naming the field
     old = _spec_run_dir(tmp_path / "old" / "closed-2", 2, drop_spec_fields=True)
     r = _run(["validate", "serving", str(old), "--profile", PROFILE, "--out", rep])

@@ -19,7 +19,7 @@ from simulator.inputs.loading import write_atomic
 from simulator.errors import InputError
 from tests.calibrate.test_fit_cost import TRUE as FIT_TRUE, _setup as fit_setup, synthetic_calls
 from tests.validate.test_validate import _true_profile, make_run_dir
-from tests.conftest import examples
+from tests.conftest import examples, error_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECSIM = [sys.executable, "-m", "specsim_cli"]
@@ -100,7 +100,7 @@ def test_cli_validate_implausible_exit_2_one_line_and_kinds_printed(tmp_path):
     bad = _bad_profile(tmp_path, "rejected")
     common = ["validate", "runs", str(tmp_path / "runB"), "--profile", str(bad), "--no-distribution"]
     r = _run([*common, "--out", str(tmp_path / "rep")])
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    assert r.returncode == 2 and len(error_lines(r.stderr)) == 1 and "Traceback" not in r.stderr
     assert r.stderr.startswith(f"error: {bad}: compute_efficiency:") and not (tmp_path / "rep").exists()
     ok = _run([*common, "--out", str(tmp_path / "rep2"), "--allow-implausible"])
     # accepted: the run then is far slower than such a profile says, which the drift check flags (exit 2, report written)
@@ -192,7 +192,7 @@ def test_impossible_durations_exit_2_naming_run_and_step(tmp_path, upd, field):
         upd = {"started_at": 1000.0 + 2 - 100.0}
     _edit_step(run, 3, **upd)
     r = _run(["validate", "runs", str(run), "--profile", "datasheet", "--out", str(tmp_path / "rep"), "--no-distribution"])
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 2 and len(error_lines(r.stderr)) == 1 and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.startswith(f"error: {run}/steps.jsonl:4: {field}:"), r.stderr  # step 3 is line 4
     assert not (tmp_path / "rep").exists()
 
@@ -207,7 +207,7 @@ def test_trace_call_of_1e9_s_exit_2(tmp_path, key, value, what):
     f = tmp_path / "t.jsonl"
     f.write_text("".join(json.dumps(r) + "\n" for r in lines))
     r = _run(["validate", "runs", str(f), "--profile", "datasheet", "--out", str(tmp_path / "rep"), "--no-distribution"])
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 2 and len(error_lines(r.stderr)) == 1 and "Traceback" not in r.stderr, r.stderr
     assert f"run results/60/2 step {lines[i]['step_id']}:" in r.stderr and what in r.stderr, r.stderr
 
 
@@ -251,7 +251,7 @@ def test_fit_run_renamed_into_the_holdout_is_the_same_run(tmp_path):
     r = _run(["validate", "runs", str(tmp_path / "runC"), str(tmp_path / "hold" / "renamed"), "--profile", str(prof),
               "--no-distribution", "--out", str(tmp_path / "rep")])
     assert r.returncode == 2 and "under another name" in r.stderr and "runA" in r.stderr, r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "rep").exists()
+    assert len(error_lines(r.stderr)) == 1 and not (tmp_path / "rep").exists()
     r = _run(["validate", "runs", str(tmp_path / "runA"), str(tmp_path / "hold" / "renamed"), "--profile", str(prof),
               "--no-distribution", "--out", str(tmp_path / "rep")])  # the same run twice among the inputs
     assert r.returncode == 2 and "same content" in r.stderr, r.stderr
@@ -293,7 +293,7 @@ def test_level_option_and_coverage_at_four_levels(tmp_path):
     assert (cov.groupby("scope")["inside"].apply(lambda s: s.is_monotonic_increasing)).all()
     r = _run(["validate", "runs", str(tmp_path / "runB"), "--profile", str(prof), "--no-distribution", "--level", "1.5",
               "--out", str(tmp_path / "rep")])
-    assert r.returncode == 2 and "--level" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert r.returncode == 2 and "--level" in r.stderr and len(error_lines(r.stderr)) == 1
     r = _run(["validate", "runs", str(tmp_path / "runB"), str(tmp_path / "runC"), "--profile", str(prof), "--no-distribution",
               "--level", "0.8", "--out", str(tmp_path / "rep2")])
     assert r.returncode in (0, 2) and "Traceback" not in r.stderr, r.stderr  # 2: drift flag (a noiseless profile)

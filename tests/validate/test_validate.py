@@ -20,7 +20,7 @@ from calibrate.contracts.trace_schema import SCHEMA_VERSION
 from simulator.cost.cost_profile import CostParams
 from simulator.inputs.systems import SystemConfig
 from validate.metrics import ape, coverage, summarize
-from tests.conftest import examples
+from tests.conftest import examples, error_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "data" / "specreason-aime-traces"
@@ -192,9 +192,9 @@ def test_cli_malformed_input_exits_2_one_line(tmp_path):
     prof = tmp_path / "p.yaml"
     prof.write_text("name: x\n")
     r = _run(["validate", "runs", str(d), "--profile", str(prof), "--out", str(tmp_path / "rep")])
-    assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert r.returncode == 2 and "Traceback" not in r.stderr and len(error_lines(r.stderr)) == 1
     r = _run(["fit", "cost", str(d), "--out", str(tmp_path / "o.yaml")])
-    assert r.returncode == 2 and "steps.jsonl" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert r.returncode == 2 and "steps.jsonl" in r.stderr and len(error_lines(r.stderr)) == 1
 
 
 @pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
@@ -329,7 +329,7 @@ def test_cli_bad_requests_spec_exits_2_one_line(tmp_path):
     prof = _true_profile(tmp_path / "p.yaml", runs=[])
     r = _run(["validate", "runs", str(d), "--profile", str(prof), "--out", str(tmp_path / "rep"), "--holdout",
               "requests:kfold=two"])
-    assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert r.returncode == 2 and "Traceback" not in r.stderr and len(error_lines(r.stderr)) == 1
     assert "requests:kfold=two" in r.stderr
 
 
