@@ -5,22 +5,20 @@ from __future__ import annotations
 from rich.table import Table
 
 from simulator.catalog import hardware_catalog, model_catalog
-from simulator.catalog.versions import version_key
 from simulator.report.report_table import print_rich_table
 
 
 def engines_table() -> Table:
     """The engine catalog (``simulator/catalog/engine_hosts.yaml``): each fitted version's host terms and where they
     came from; a scenario's ``serving_engine`` or ``pass-time --engine-version`` takes the newest at or below its own."""
-    from simulator.catalog.engine_hosts import ASYNC_DEFAULT_FROM, engine_hosts
+    from simulator.catalog.engine_hosts import ServingEngine, async_on, engine_hosts
 
     ms = lambda p: "-" if p is None else f"{p.value * 1e3:.3g}"  # noqa: E731
     t = Table("engine", "version", "t_seq us", "t_tp ms", "t_call ms", "t_fe ms", "async overlap", "async default",
               "kind", "source")
     for name, versions in engine_hosts().items():
-        first = ASYNC_DEFAULT_FROM.get(name)
         for v in versions:
-            on = first is not None and version_key(v.version) >= first
+            on = async_on(ServingEngine(name=name, version=v.version), v.version)
             t.add_row(name, v.version, f"{v.seq_overhead_s.value * 1e6:.3g}", ms(v.tp_step_overhead_s),
                       ms(v.call_overhead_s), ms(v.front_end_serial_s), f"{v.async_overlap.value:.3g}",
                       "on" if on else "off", v.seq_overhead_s.kind, str(v.seq_overhead_s.source)[:60])
