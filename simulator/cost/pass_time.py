@@ -109,7 +109,8 @@ def pass_time_table(model: str, hardware: str, tp: int = 1, batches=(1,), new_to
     meta = {"profile": prof.name, "parameters": {k: {"value": v.value, "kind": v.kind}
                                                   for k, v in prof if isinstance(v, Param)},
             "source": prof.provenance.source,
-            "serving_engine": "host terms of --profile" if profile is not None else engine_label(engine)}
+            "serving_engine": "host terms of --profile" if profile is not None
+            else engine_label(engine, params, dd.drafting if dd is not None else None)}
     return pd.DataFrame(rows), meta
 
 
@@ -141,12 +142,20 @@ def _engine(serving_engine: ServingEngine | None, profile: CostProfile | None) -
     return engine
 
 
-def engine_label(engine: ServingEngine) -> str:
-    """The serving engine as the output names it, e.g. ``vllm 0.12 (async scheduling off, host terms of 0.11)``."""
+def engine_label(engine: ServingEngine, params=None, drafting=None) -> str:
+    """The serving engine as the output names it, e.g. ``vllm 0.12 (async scheduling off, host terms of 0.11)``;
+    with the step's ``params`` and a draft's ``drafting``, also where the speculative iteration runs without async
+    scheduling though the plain step has it (vLLM's default with a separate draft model or prompt lookup: read from
+    the parameters that price the iteration, ``CostParams.speculating_with``)."""
     version = running_version(engine)
     entry = engine_version(engine).version
+    on = async_on(engine, entry)
     taken = "" if version_key(entry) == version_key(version) else f", host terms of {entry}"
-    return f"{engine.name} {version} (async scheduling {'on' if async_on(engine, entry) else 'off'}{taken})"
+    off_when_drafting = (on and drafting is not None and params is not None and params.async_overlap > 0
+                         and params.speculating_with(drafting).async_overlap == 0)
+    spec = ("; off for the speculative iteration: vLLM's default with a separate draft model or prompt lookup"
+            if off_when_drafting else "")
+    return f"{engine.name} {version} (async scheduling {'on' if on else 'off'}{spec}{taken})"
 
 
 def render(df: pd.DataFrame, meta: dict) -> None:

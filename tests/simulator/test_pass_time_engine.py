@@ -97,3 +97,21 @@ def test_list_engines_shows_every_fitted_version(capsys):
     assert code == 0, err
     for v in VERSIONS:
         assert f" {v} " in out
+
+
+@pytest.mark.parametrize("draft", ["qwen3-0.6b", "eagle3"])
+def test_the_engine_line_says_when_the_iteration_runs_without_async_scheduling(draft):
+    """A version whose default runs async scheduling prices a separate draft model's iteration without it (vLLM's
+    default); the engine line says so exactly when the iteration is priced so: stating async scheduling, or drafting
+    with an EAGLE-3 head, keeps it on for both."""
+    newest = ServingEngine(version=next(v for v in reversed(VERSIONS)
+                                        if engine_version(ServingEngine(version=v)).async_overlap.value > 0))
+    args = ("qwen3-8b", "h100-sxm", 1, (64,), (1,), (1024,))
+    default, meta = pass_time_table(*args, draft=draft, gamma=4, serving_engine=newest)
+    stated, meta_on = pass_time_table(*args, draft=draft, gamma=4,
+                                      serving_engine=newest.model_copy(update={"async_scheduling": True}))
+    slower = default.verify_ms.iloc[0] > stated.verify_ms.iloc[0] * (1 + 1e-9)
+    assert slower == (draft == "qwen3-0.6b")
+    assert ("off for the speculative iteration" in meta["serving_engine"]) == slower
+    assert "off for the speculative iteration" not in meta_on["serving_engine"]
+    assert default.pass_ms.iloc[0] == pytest.approx(stated.pass_ms.iloc[0])  # the plain step keeps it
