@@ -362,8 +362,10 @@ def run_manifest(res: BenchResult, provenance: dict | None = None, command: str 
                                   "arrivals_reconstructed": res.arrivals_reconstructed, "summary": res.summary,
                                   "meta": res.meta},
                         **({"server": prov["server"]} if "server" in prov else {}),
-                        # serve-bench's level: the host's 1/5/15-min load around it and its wall time (drift checks)
-                        **{k: prov[k] for k in ("loadavg_before", "loadavg_after", "wall_s") if k in prov}}}
+                        # serve-bench's level: the host's 1/5/15-min load around it and its wall time (drift checks);
+                        # the server's CPU seconds over it, its API-server process and the engine core apart
+                        **{k: prov[k] for k in ("loadavg_before", "loadavg_after", "wall_s", "server_cpu_s")
+                           if k in prov}}}
     check_record(json.loads(json.dumps(meta, allow_nan=False, default=str)), RUN_FIELDS, str(res.path))
     return meta
 

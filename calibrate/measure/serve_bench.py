@@ -36,8 +36,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from calibrate.measure.server_process import (CLI, CPU_ENV, HOST, free_port, interrupt_on_signals, scrape, start, utc_now,
-                                          stop_group, stop_stale, wait_healthy)
+from calibrate.measure.server_process import (CLI, CPU_ENV, HOST, cpu_seconds, cpu_used, free_port, interrupt_on_signals,
+                                              scrape, start, stop_group, stop_stale, utc_now, wait_healthy)
 from simulator.errors import InputError
 
 PROVENANCE = "provenance.json"
@@ -234,8 +234,9 @@ def _measure_level(lv: Level, server: ServerSpec, bench: BenchSpec, prov: dict, 
     cmd = CLI + bench.args(port, server.served_name, server.model, lv, d)
     log(f"{lv.label}: vllm bench serve, {bench.num_prompts} prompts ({bench.input_len} in / "
         f"{bench.output_len} out tokens)")
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), cpu_seconds(srv.pid)
     rc = _run_client(cmd, d, lv.label, level_timeout_s, intr)
+    cpu = cpu_used(cpu0, cpu_seconds(srv.pid))
     intr.check()  # a signal stopped the client: this level is not complete
     if rc != 0 or not (d / "result.json").is_file():
         raise InputError(str(d / "bench.log"), lv.label, f"vllm bench serve failed (exit {rc}; see the log)")
@@ -245,7 +246,8 @@ def _measure_level(lv: Level, server: ServerSpec, bench: BenchSpec, prov: dict, 
     scrape(port, d / "metrics_after.txt")
     level_cmd = shlex.join(cmd)
     write_run(d / "result.json", d, {**prov, "bench_command": level_cmd, "loadavg_before": load_before,
-                                     "loadavg_after": loadavg(), "wall_s": round(time.monotonic() - t0, 3)},
+                                     "loadavg_after": loadavg(), "wall_s": round(time.monotonic() - t0, 3),
+                                     "server_cpu_s": cpu},
               command=command or level_cmd)
     line = summary_line(read_bench_json(d / "result.json"))
     spec = _spec_line(d, server)

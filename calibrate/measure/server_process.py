@@ -46,6 +46,36 @@ def _pdeathsig() -> None:  # runs in the child before exec: die with the parent 
         pass
 
 
+def cpu_seconds(pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by the process ``pid`` itself (``front_end``: `vllm serve`'s API-server
+    process, which parses, tokenises, detokenises and streams every request in one asyncio loop) and by its live
+    descendants (``engine``: the engine-core process and what it started), read through psutil (a vLLM dependency,
+    present wherever a server runs). {} where psutil is missing or the process is gone."""
+    try:
+        import psutil
+    except ImportError:
+        return {}
+    try:
+        proc = psutil.Process(pid)
+        own = proc.cpu_times()
+        kids = proc.children(recursive=True)
+    except psutil.Error:
+        return {}
+    engine = 0.0
+    for c in kids:
+        try:
+            t = c.cpu_times()
+        except psutil.Error:  # exited between the listing and the read
+            continue
+        engine += t.user + t.system
+    return {"front_end": own.user + own.system, "engine": engine}
+
+
+def cpu_used(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """CPU seconds per part between two :func:`cpu_seconds` readings (parts read both times only)."""
+    return {k: round(after[k] - before[k], 4) for k in before if k in after}
+
+
 def child_env() -> dict:
     env = dict(os.environ)
     for k, v in CPU_ENV.items():

@@ -160,3 +160,27 @@ def test_bad_options_exit_2_nothing_written(tmp_path):
         r = subprocess.run(_cmd(out) + extra, cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and r.stderr.startswith("error: ") and r.stderr.strip().count("\n") == 0, r.stderr
     assert not out.exists() and _pids(tmp_path) == []
+
+
+def test_server_cpu_is_read_per_process_and_its_descendants():
+    """cpu_seconds: the process's own CPU apart from its live descendants'; a busy child adds to the second only."""
+    from calibrate.measure.server_process import cpu_seconds, cpu_used
+
+    pytest.importorskip("psutil")
+    child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                              "while time.process_time() - t < 0.4: pass\ntime.sleep(30)"])
+    try:
+        before = cpu_seconds(os.getpid())
+        t = time.process_time()
+        while time.process_time() - t < 0.2:  # the parent's own work
+            pass
+        deadline = time.monotonic() + 20
+        while cpu_used(before, cpu_seconds(os.getpid()))["engine"] < 0.3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        used = cpu_used(before, cpu_seconds(os.getpid()))
+        assert set(used) == {"front_end", "engine"}
+        assert used["front_end"] >= 0.15 and used["engine"] >= 0.3
+    finally:
+        child.kill()
+        child.wait()
+    assert cpu_seconds(child.pid) == {} and cpu_used({"front_end": 1.0}, {}) == {}

@@ -68,6 +68,8 @@ def test_real_server_ladder_import_validate(tmp_path):
         assert "vllm:" in (out / lv / "metrics_after.txt").read_text()
         opts = json.loads((out / lv / "run.json").read_text())["options"]  # the host's load around the level (drift)
         assert len(opts["loadavg_before"]) == 3 and len(opts["loadavg_after"]) == 3 and opts["wall_s"] > 0
+        # the server's CPU over the level: its API-server process (requests, tokens streamed) and the engine core apart
+        assert opts["server_cpu_s"]["front_end"] > 0 and opts["server_cpu_s"]["engine"] > 0
     prov = json.loads((out / "provenance.json").read_text())
     assert prov["versions"]["vllm"] and prov["server"]["model"] == str(MODEL)
     rep = tmp_path / "rep"
