@@ -67,10 +67,11 @@ def simulate_burst(run: dict) -> dict:
     lim = run["engine_limits"]
     deps = load_scenario("cpu-smollm2").deployments("cpu", 1)
     bs = int(run["block_size"])
-    # vLLM caches whole blocks only: the prefix cache's block is the KV block
+    # vLLM caches whole blocks only: the prefix cache's block is the KV block; the engine is stepped in-process (no
+    # API server): every call reaches it at once
     ex = Execution(max_num_batched_tokens=int(lim["max_num_batched_tokens"]), max_num_seqs=int(lim["max_num_seqs"]),
                    block_size=bs, num_gpu_blocks_override=int(run["blocks"]), prefix_caching=True,
-                   prefix_cache_block=bs)
+                   prefix_cache_block=bs, front_end="concurrent")
     shared = run.get("prefix_of") or [None] * n
     head = int(run.get("burst", {}).get("prefix_tokens", 0))
     gamma = int(run.get("burst", {}).get("gamma", 0))

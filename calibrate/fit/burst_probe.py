@@ -129,11 +129,15 @@ GROUPS = {
     "h100/h200 long prompts": lambda r: r.gpu != "a100-80gb" and r.input_tokens >= 1000 and in_fit(r),
     "a100 (fitted rows)": lambda r: r.gpu == "a100-80gb" and in_fit(r),
     "random dataset (fitted rows)": lambda r: r.dataset == "random" and in_fit(r),
+    "every fitted row": in_fit,
 }
 VARIANTS = {
     "catalog": {},
-    # a streaming cost is modelled with a one-stage serial front end only (simulator.engines.serving.replica): these
-    # variants set the catalog's two-stage share s to 0
+    # the API server's streaming cost per token t_tok under the catalog's own front end (two stages where its version
+    # has them): 50 us, and 150 us, vLLM 0.32's API server on this project's CPU (reports/front-end-cpu)
+    "t_tok 50 us": {"host": {"front_end_token_s": 5e-5}},
+    "t_tok 150 us": {"host": {"front_end_token_s": 1.5e-4}},
+    # run when a streaming cost needed a one-stage front end: these set the catalog's two-stage share s to 0
     "t_seq 30 us + t_tok 200 us": {"host": {"seq_overhead_s": 3e-5, "front_end_token_s": 2e-4,
                                             "front_end_first_share": 0.0}},
     "t_seq 60 us + t_tok 100 us": {"host": {"seq_overhead_s": 6e-5, "front_end_token_s": 1e-4,

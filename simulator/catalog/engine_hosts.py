@@ -56,15 +56,36 @@ HOST_TERMS = ("step_overhead_s", "seq_overhead_s", "tp_step_overhead_s", "call_o
 ASYNC_DEFAULT_FROM = {"vllm": (0, 14)}  # the first version whose `vllm serve` runs async scheduling by default
 
 
+class HostTerms(BaseModel):
+    """A deployment's own host terms (seconds; shares 0 to 1), replacing its catalog entry's where given: e.g. its front
+    end's costs measured on its own host (``specsim measure serve-bench`` levels, ``specsim fit front-end-cpu``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    step_overhead_s: float | None = Field(default=None, ge=0.0, le=10.0)
+    seq_overhead_s: float | None = Field(default=None, ge=0.0, le=1.0)
+    tp_step_overhead_s: float | None = Field(default=None, ge=0.0, le=1.0)
+    call_overhead_s: float | None = Field(default=None, ge=0.0, le=60.0)
+    front_end_serial_s: float | None = Field(default=None, ge=0.0, le=60.0)
+    front_end_first_share: float | None = Field(default=None, ge=0.0, le=1.0)
+    front_end_token_s: float | None = Field(default=None, ge=0.0, le=1.0)
+    async_overlap: float | None = Field(default=None, ge=0.0, le=1.0)
+
+    def given(self) -> dict[str, float]:
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
 class ServingEngine(BaseModel):
-    """Which serving engine runs the models: its name, version (None: the newest fitted) and whether async
-    scheduling is on (vLLM ``--async-scheduling``; None: the version's default, :func:`async_on`)."""
+    """Which serving engine runs the models: its name, version (None: the newest fitted), whether async
+    scheduling is on (vLLM ``--async-scheduling``; None: the version's default, :func:`async_on`) and, optionally, the
+    deployment's own host terms (``host``: :class:`HostTerms`, in place of the catalog entry's)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = "vllm"
     version: str | None = None
     async_scheduling: bool | None = None
+    host: HostTerms | None = None
 
 
 class EngineVersion(BaseModel):
@@ -180,20 +201,23 @@ def host_terms(engine: ServingEngine, gpu_step: PriorParam | None = None,
     ``async_overlap_non_eagle`` = 0: vLLM turns async scheduling on by default only for engines without a
     speculator or with EAGLE / MTP-style drafting, not with a separate draft model or CPU prompt lookup
     (``CostParams.speculating_with``).
-    ``gpu_step``: the GPU's own t_step (used where the version has none); ``host``: explicit values (a fitter's trial
-    point) replacing the catalog's, same names."""
+    ``gpu_step``: the GPU's own t_step (used where the version has none); the engine's own ``host`` terms replace the
+    catalog's, and ``host``: explicit values (a fitter's trial point) replace both, same names."""
     ev = engine_version(engine)
     host = host or {}
+    stated = engine.host.given() if engine.host is not None else {}
     terms: dict[str, PriorParam] = {}
     for name in (*HOST_TERMS, "async_overlap"):
         p = getattr(ev, name) if name != "step_overhead_s" or ev.step_overhead_s else gpu_step
+        if name in stated:
+            p = PriorParam(value=float(stated[name]), kind="prior", source="stated by the scenario (serving_engine.host)")
         if name in host:
             p = PriorParam(value=float(host[name]), kind="prior", source="explicit host terms (fit trial)")
         if p is not None:
             terms[name] = p
     label = f"{engine.name} {ev.version} host costs (simulator/catalog/engine_hosts.yaml)"
-    out = {name: PriorParam(value=p.value, kind=p.kind, source=f"{label}: {p.source}", stderr=p.stderr)
-           for name, p in terms.items()}
+    out = {name: p if name in stated else PriorParam(value=p.value, kind=p.kind, source=f"{label}: {p.source}",
+                                                     stderr=p.stderr) for name, p in terms.items()}
     if not async_on(engine, ev.version):
         out["async_overlap"] = PriorParam(value=0.0, kind="prior", source=f"{label}: async scheduling off")
     if engine.async_scheduling is None:  # the version's default: vLLM leaves async off for a draft model, prompt lookup

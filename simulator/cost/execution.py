@@ -59,8 +59,10 @@ class Execution(BaseModel):
     # (every call its own delay: in-process callers) or "serial" (one front-end process in turn, FIFO: ``vllm serve``'s
     # API server, one asyncio process that receives, tokenizes and streams every request): the process spends the
     # serial part t_fe of each call's t_call (``front_end_serial_s``; a profile without it: all of t_call) in turn, so
-    # calls arriving together reach the engine t_fe apart (each still t_call after its turn began).
-    front_end: Literal["concurrent", "serial"] = "concurrent"
+    # calls arriving together reach the engine t_fe apart (each still t_call after its turn began). "auto" (the
+    # default, :meth:`serial_front_end`): serial where a system's requests are served by one ``vllm serve`` (plain and
+    # speculative decoding: as every serving validation predicts them), concurrent for SpecReason's orchestrated calls.
+    front_end: Literal["auto", "concurrent", "serial"] = "auto"
     block_size: int = Field(default=16, ge=1, le=65536, strict=True)  # KV-cache block (vLLM --block-size): capacity rounding
     # vLLM's --num-gpu-blocks-override: the KV cache has exactly this many blocks per engine (None: sized from memory)
     num_gpu_blocks_override: int | None = Field(default=None, ge=1, le=100_000_000, strict=True)
@@ -68,6 +70,13 @@ class Execution(BaseModel):
     # requests (shared system prompts, session history; simulator/engines/serving/prefix_cache.py). False: every call
     # prefills its whole context, in every engine (vLLM's --no-enable-prefix-caching).
     prefix_caching: bool = Field(default=True, strict=True)
+
+    def serial_front_end(self, one_call: bool) -> bool:
+        """Whether calls pass one serial front end (``front_end``): stated, else ("auto") where the system makes one
+        call per request (``SystemSpec.one_call``: vanilla and speculative decoding, each request one ``vllm serve``
+        call that its API server receives and streams); SpecReason's orchestrator drives two servers whose front ends
+        are not modelled apart, so its calls each pay t_call concurrently."""
+        return self.front_end == "serial" or (self.front_end == "auto" and one_call)
 
     @model_validator(mode="after")
     def _budget_holds_the_sequences(self) -> "Execution":

@@ -12,6 +12,7 @@ COMMANDS = {
     "acceptance": ("runs:fit_acceptance_cmd", "calibrate fit-acceptance"),
     "mixture": ("runs:fit_mixture_cmd", "calibrate fit-mixture"),
     "drafter-curves": ("fitting:fit_drafter_curves", "calibrate fit-drafter-curves"),
+    "front-end-cpu": ("fitting:fit_front_end_cpu", None),
     "published-priors": ("fitting:published_priors", "calibrate published-priors"),
     "gpu": ("gpu:fit_gpu_cmd", "calibrate fit-gpu"),
     "engine": ("gpu:fit_engine_cmd", "calibrate gpu fit-engine"),

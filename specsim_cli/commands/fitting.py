@@ -1,4 +1,5 @@
-"""``specsim fit cost | workload | bench | workload-traces | accuracy | published-priors | drafter-curves`` and
+"""``specsim fit cost | workload | bench | workload-traces | accuracy | published-priors | drafter-curves |
+front-end-cpu`` and
 ``import specreason``: thin entry points over :mod:`calibrate.fit.fit_cost`,
 :mod:`calibrate.fit.fit_workload_runs`, :mod:`calibrate.fit.bench_fit`, :mod:`calibrate.fit.fit_workload`,
 :mod:`calibrate.fit.import_specreason`, :mod:`calibrate.fit.accuracy_profile` and :mod:`calibrate.fit.published_priors`.
@@ -268,3 +269,29 @@ def fit_drafter_curves(
         print(f"wrote {out}")
     if report is not None:
         print(f"wrote {write_atomic(report / 'held-out.md', text)}")
+
+
+@writes(out="folder")
+def fit_front_end_cpu(
+    ctx: typer.Context,
+    levels: list[Path] = typer.Argument(..., help="serve-bench level folders (specsim measure serve-bench: each level's "
+                                                  "run.json with the server's CPU seconds, its /metrics before and after)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="report folder: report.md (the printed table) and fit.json"),
+):
+    """The `vllm serve` API server's CPU per engine step, per streamed token and per request on the measuring host,
+    fitted on serve-bench levels, each level held out in turn (docs/serve-bench.md; 1 s).
+
+    Example: specsim fit front-end-cpu out/serve-bench/short/closed-8 out/serve-bench/long/closed-8 out/serve-bench/wide/closed-32 ..."""
+    import json
+
+    from calibrate.fit.front_end_cpu import report
+    from simulator.command_line import command_line
+    from simulator.inputs.loading import write_atomic
+
+    doc, text = report(levels)
+    print(text, end="")
+    if out is not None:
+        cmd = command_line(ctx)
+        write_atomic(out / "fit.json", json.dumps({"command": cmd, **doc}, indent=1) + "\n")
+        head = f"# The API server's CPU per engine step, streamed token and request\n\nCommand: `{cmd}`\n\n"
+        print(f"wrote {write_atomic(out / 'report.md', head + text)}")

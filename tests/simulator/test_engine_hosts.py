@@ -139,3 +139,29 @@ def test_a_scenario_with_an_engine_the_catalog_cannot_price_is_refused_when_it_l
     assert main(["show", str(path)]) == 2
     err = capsys.readouterr().err
     assert f"{path}: serving_engine" in err and says in err and "Traceback" not in err
+
+
+def test_a_scenarios_own_host_terms_replace_the_catalogs_and_say_so(tmp_path, capsys):
+    """``serving_engine.host``: the deployment's own terms (e.g. its front end measured on its host) win over the
+    catalog entry's, each named as the scenario's; the rest stay the catalog's; a fitter's trial values win over both;
+    out-of-range values are refused when the scenario loads (exit 2, the field named)."""
+    import yaml
+
+    from simulator.catalog.engine_hosts import HostTerms
+    from specsim_cli.main import main
+
+    h = get_hardware("h100-sxm")
+    own = ServingEngine(host=HostTerms(front_end_token_s=5e-5, seq_overhead_s=1e-5))
+    p = prior_profile(h, serving_engine=own)
+    base = prior_profile(h, serving_engine=ServingEngine())
+    assert p.front_end_token_s.value == 5e-5 and p.seq_overhead_s.value == 1e-5
+    assert "serving_engine.host" in p.seq_overhead_s.source and p.call_overhead_s.value == base.call_overhead_s.value
+    assert prior_profile(h, serving_engine=own, host={"seq_overhead_s": 3e-5}).seq_overhead_s.value == 3e-5
+    sc = yaml.safe_load(open("scenarios/cpu-smollm2.yaml"))
+    for bad, field in (({"front_end_first_share": 1.5}, "front_end_first_share"), ({"t_tok": 1e-5}, "t_tok")):
+        sc["serving_engine"] = {"name": "vllm", "host": bad}
+        path = tmp_path / "host.yaml"
+        path.write_text(yaml.safe_dump(sc))
+        assert main(["show", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert f"{path}: serving_engine.host.{field}" in err and "Traceback" not in err

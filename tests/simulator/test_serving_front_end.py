@@ -1,7 +1,8 @@
 """``Execution.front_end`` (issue 28): "serial" -- one front-end process (``vllm serve``'s API server) pays every
-call's host overhead t_call in turn -- staggers calls that arrive together by t_call; "concurrent" (the default) gives
-every call its own delay. A closed loop of identical requests otherwise runs in lockstep: every prefill in one step,
-and no decode step ever shares a step with a prefill."""
+call's host overhead t_call in turn -- staggers calls that arrive together by t_call; "concurrent" gives every call its
+own delay; "auto" (the default) is serial for the systems whose requests are one ``vllm serve`` call each, concurrent
+for SpecReason's orchestrated calls. A closed loop of identical requests otherwise runs in lockstep: every prefill in
+one step, and no decode step ever shares a step with a prefill."""
 
 from __future__ import annotations
 
@@ -18,13 +19,15 @@ from simulator.engines.serving.replica import simulate_serving
 from simulator.inputs.systems import SystemConfig
 
 
-def _run(users: int, front_end: str, t_call: float = 0.05, t_fe: float | None = None):
+def _run(users: int, front_end: str | None, t_call: float = 0.05, t_fe: float | None = None,
+         system: str = "vanilla-base"):
+    """``front_end`` None: the default Execution."""
     rs = load_scenario("cpu-smollm2")
     deps = rs.deployments("cpu", 1)
     deps = {r: replace(d, cost=replace(d.cost, call_overhead_s=t_call, front_end_serial_s=t_fe)) for r, d in deps.items()}
     plans = [RequestPlan([Call(BASE, 64, 0, 32, None)], 32, 32, 1, 0, "length") for _ in range(4 * users)]
-    return simulate_serving(SystemConfig(system="vanilla-base"), deps, rs.workload, ClosedLoopUsers(users), len(plans),
-                            seed=0, plans=plans, execution=Execution(front_end=front_end))
+    return simulate_serving(SystemConfig(system=system), deps, rs.workload, ClosedLoopUsers(users), len(plans),
+                            seed=0, plans=plans, execution=Execution() if front_end is None else Execution(front_end=front_end))
 
 
 @pytest.mark.parametrize("users", [2, 4])
@@ -66,3 +69,14 @@ def test_serial_part_of_t_call_staggers_by_t_fe_and_every_call_still_pays_t_call
     assert _run(users, "serial", t_call, t_call).requests.equals(whole)
     # the concurrent front end ignores t_fe
     assert _run(users, "concurrent", t_call, t_fe).requests.equals(_run(users, "concurrent", t_call).requests)
+
+
+@pytest.mark.parametrize("system, serial", [("vanilla-base", True), ("specdecode", True), ("specreason", False)])
+def test_the_default_front_end_is_serial_for_one_vllm_serve_call_per_request(system, serial):
+    """``auto``: a plain or speculative-decoding request is one call its server's API process takes in turn; SpecReason's
+    orchestrated calls (two servers, their front ends not modelled apart) each pay t_call concurrently."""
+    assert Execution().front_end == "auto"
+    assert Execution().serial_front_end(one_call=True) and not Execution().serial_front_end(one_call=False)
+    assert Execution(front_end="serial").serial_front_end(False) and not Execution(front_end="concurrent").serial_front_end(True)
+    default = _run(4, None, system=system).requests
+    assert default.equals(_run(4, "serial" if serial else "concurrent", system=system).requests)

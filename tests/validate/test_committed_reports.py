@@ -59,6 +59,7 @@ REPORTS = [
     Report("reports/serving-validation/report.md", ("per_run.csv",)),
     Report("reports/serve-bench-cpu/varied-report/report.md", ("per_run.csv",)),
     Report("reports/capacity-cpu/long64/report.md", ("capacity.csv", "levels.csv")),
+    Report("reports/front-end-cpu/fit/report.md", ("report.md", "fit.json")),
 ]
 
 

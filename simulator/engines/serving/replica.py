@@ -98,12 +98,11 @@ class Replica:
         self.t_call = deps["base"].cost.call_overhead_s
         fe = deps["base"].cost.front_end_serial_s  # the front-end process's own share of t_call (None: all of it)
         self.t_fe = self.t_call if fe is None else min(fe, self.t_call)
-        self.serial_front_end = execution is not None and execution.front_end == "serial"
+        self.serial_front_end = ex.serial_front_end(cfg.spec.one_call)
         self.t_tok = deps["base"].cost.front_end_token_s if self.serial_front_end else 0.0
         self.fe_first = deps["base"].cost.front_end_first_share if self.serial_front_end else 0.0
-        if not 0.0 <= self.fe_first <= 1.0 or (self.fe_first > 0 and self.t_tok > 0):
-            raise ValueError(f"front_end_first_share is a share in [0, 1], not modelled with front_end_token_s > 0 "
-                             f"(got {self.fe_first}, {self.t_tok})")
+        if not 0.0 <= self.fe_first <= 1.0:
+            raise ValueError(f"front_end_first_share is a share in [0, 1] (got {self.fe_first})")
         self._fe_jobs: list[tuple[float, int, int, int]] = []  # two stages: (joined the loop at, order, stage, rid)
         self._front_end_queue: deque[tuple[float, int]] = deque()
         self._front_end_free = 0.0
@@ -155,8 +154,7 @@ class Replica:
         due, the next one's start a wake-up in the ready heap (rid -1); ``take_one``: also one arrived call waiting
         behind streaming (asyncio serves the output handler and waiting requests in turn: no starvation)."""
         if self.fe_first > 0:
-            self._two_stage_turns()
-            return
+            return self._two_stage_turns(take_one)
         horizon = self.env.now + 1e-12 if self.t_tok > 0 else math.inf
         q = self._front_end_queue
         while q:
@@ -172,22 +170,24 @@ class Replica:
             self._front_end_free = start + self.t_fe
             self._ready_at(start + self.t_call, rid)
 
-    def _two_stage_turns(self) -> None:
+    def _two_stage_turns(self, take_one: bool = False) -> None:
         """The serial front end in two stages (``front_end_first_share`` s > 0): one first-in first-out loop runs its
         jobs one at a time in the order they joined it; a call's first stage (s t_fe) joins as the call arrives, its
         second ((1 - s) t_fe) as the first ends, behind every job that joined before; the call reaches the engine
-        t_call - t_fe after its second stage. A job starts only once due (which job is next can depend on arrivals
-        still to come); the next start is a wake-up in the ready heap (rid -1)."""
+        t_call - t_fe after its second stage. A job starts only once due (the next start: a wake-up in the ready heap,
+        rid -1); ``take_one``: also a call's worth (t_fe) of joined jobs waiting behind streaming (:meth:`_streamed`)."""
         now = self.env.now + 1e-12
         jobs, first = self._fe_jobs, self.fe_first * self.t_fe
+        budget = self.t_fe if take_one else 0.0  # the waiting jobs' share of this round
         while jobs:
             at, _, stage, rid = jobs[0]
             start = max(at, self._front_end_free)
-            if start > now:
+            if start > now and not (budget > 1e-15 and at <= now):
                 if self._front_end_wake < 0 or start < self._front_end_wake:
                     self._front_end_wake = start
                     self._ready_at(start, -1)
                 return
+            budget -= (first if stage == 0 else self.t_fe - first) * (start > now)
             heapq.heappop(jobs)
             if stage == 0:
                 self._front_end_free = start + first
