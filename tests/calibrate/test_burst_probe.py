@@ -119,9 +119,9 @@ def test_two_stage_command_refuses_a_bad_fits_file(tmp_path, capsys):
 
 
 def test_every_what_if_variant_predicts_on_the_catalog(tmp_path):
-    """Each assumption of the what-if table runs on the engine catalog as it is (a streaming-cost variant with the
-    catalog's two-stage front end was refused by the replica: the variants that add t_tok use one stage), and the
-    streaming cost slows a burst down, never speeds it up."""
+    """Each assumption of the what-if table runs on the engine catalog as it is (a streaming cost with the catalog's
+    two-stage front end, or with one stage as the older variants set it), and the streaming cost slows a burst down,
+    never speeds it up: each streaming variant against the same host terms without it."""
     from calibrate.fit.burst_probe import VARIANTS, predict
     from calibrate.fit.gpustack_import import TABLE, released_runs
     from tests.calibrate.test_gpustack_import import ROW
@@ -132,13 +132,10 @@ def test_every_what_if_variant_predicts_on_the_catalog(tmp_path):
     for v, p in got.items():
         assert all(np.isfinite(p[f]) and p[f] > 0 for f in ("out_tps", "ttft_ms", "itl_ms")), v
     slow = [v for v, kw in VARIANTS.items() if kw.get("host", {}).get("front_end_token_s")]
-    assert slow
-    one_stage = predict(burst, host={"front_end_first_share": 0.0})
+    assert len(slow) >= 2 and any("front_end_first_share" not in VARIANTS[v]["host"] for v in slow)
     for v in slow:
-        seq = VARIANTS[v]["host"]["seq_overhead_s"]
-        same_seq = predict(burst, host={"front_end_first_share": 0.0, "seq_overhead_s": seq})
-        assert got[v]["out_tps"] <= same_seq["out_tps"] * (1 + 1e-9), v
-    assert one_stage["out_tps"] > 0
+        free = predict(burst, host={k: x for k, x in VARIANTS[v]["host"].items() if k != "front_end_token_s"})
+        assert got[v]["out_tps"] <= free["out_tps"] * (1 + 1e-9), v
 
 
 def test_typical_table_reads_each_burst_as_its_median_request_sees_it(tmp_path):
