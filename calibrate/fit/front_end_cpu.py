@@ -32,25 +32,25 @@ COSTS = ("c_step_s", "c_tok_s", "c_req_s", "c_idle")
 _SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{[^}]*\})?\s+(?P<value>\S+)")
 
 
-def counter_total(path: Path, name: str) -> float:
-    """The sum over label sets of the samples of counter ``name`` in a Prometheus text file."""
+def counter_totals(path: Path, names) -> dict[str, float]:
+    """{name: the sum over label sets of its samples} of each counter of ``names`` in a Prometheus text file."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(str(path), None, f"cannot read vLLM /metrics text ({e.__class__.__name__})") from None
-    total, seen = 0.0, False
+    totals: dict[str, float] = {}
     for no, line in enumerate(text.splitlines(), start=1):
         m = _SAMPLE.match(line)
-        if m is None or m.group("name") != name:
+        if m is None or m.group("name") not in names:
             continue
         try:
-            total += float(m.group("value"))
+            totals[m.group("name")] = totals.get(m.group("name"), 0.0) + float(m.group("value"))
         except ValueError:
-            raise InputError(f"{path}:{no}", name, f"expected a number (got {m.group('value')!r})") from None
-        seen = True
-    if not seen:
-        raise InputError(str(path), name, "no such counter: a vLLM /metrics scrape of a running server was expected")
-    return total
+            raise InputError(f"{path}:{no}", m.group("name"), f"expected a number (got {m.group('value')!r})") from None
+    for name in names:
+        if name not in totals:
+            raise InputError(str(path), name, "no such counter: a vLLM /metrics scrape of a running server was expected")
+    return totals
 
 
 def read_level(folder: str | Path) -> dict:
@@ -67,8 +67,8 @@ def read_level(folder: str | Path) -> dict:
                          "wall_s: a level measured by specsim measure serve-bench since it records them")
     out = {"level": d.name, "front_end_cpu_s": float(cpu["front_end"]), "engine_cpu_s": float(cpu["engine"]),
            "wall_s": float(opts["wall_s"])}
-    for key, name in COUNTERS.items():
-        out[key] = counter_total(d / "metrics_after.txt", name) - counter_total(d / "metrics_before.txt", name)
+    after, before = (counter_totals(d / f, COUNTERS.values()) for f in ("metrics_after.txt", "metrics_before.txt"))
+    out.update({key: after[name] - before[name] for key, name in COUNTERS.items()})
     return out
 
 

@@ -51,8 +51,6 @@ from simulator.inputs.loading import read_yaml
 from simulator.paths import CATALOG_DIR
 
 HOSTS_PATH = CATALOG_DIR / "engine_hosts.yaml"
-HOST_TERMS = ("step_overhead_s", "seq_overhead_s", "tp_step_overhead_s", "call_overhead_s", "front_end_serial_s",
-              "front_end_first_share", "front_end_token_s")
 ASYNC_DEFAULT_FROM = {"vllm": (0, 14)}  # the first version whose `vllm serve` runs async scheduling by default
 
 
@@ -73,6 +71,10 @@ class HostTerms(BaseModel):
 
     def given(self) -> dict[str, float]:
         return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+# the host terms a version's entry carries beside its async overlap, in HostTerms' order (the one list of them)
+HOST_TERMS = tuple(k for k in HostTerms.model_fields if k != "async_overlap")
 
 
 class ServingEngine(BaseModel):
@@ -207,7 +209,7 @@ def host_terms(engine: ServingEngine, gpu_step: PriorParam | None = None,
     host = host or {}
     stated = engine.host.given() if engine.host is not None else {}
     terms: dict[str, PriorParam] = {}
-    for name in (*HOST_TERMS, "async_overlap"):
+    for name in HostTerms.model_fields:
         p = getattr(ev, name) if name != "step_overhead_s" or ev.step_overhead_s else gpu_step
         if name in stated:
             p = PriorParam(value=float(stated[name]), kind="prior", source="stated by the scenario (serving_engine.host)")
