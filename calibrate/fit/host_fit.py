@@ -34,7 +34,7 @@ import pandas as pd
 
 from calibrate.fit.gpustack_import import ReleasedRun
 from calibrate.fit.released_predict import measured_figures, predict_released
-from simulator.catalog.versions import version_key
+from simulator.catalog.versions import nearest_version, version_key
 from simulator.inputs.loading import write_atomic
 
 # fitted: t_seq, t_tp (per step per tensor-parallel worker beyond the first), t_lat (the concurrent part of t_call),
@@ -65,15 +65,10 @@ def in_fit(run: ReleasedRun) -> bool:
 
 
 def nearest(version: str, fitted: dict[str, dict]) -> dict | None:
-    """The fitted terms of ``version``, else of the nearest fitted version (by minor number), else None."""
-    if version in fitted:
-        return fitted[version]
-    if not fitted:
-        return None
-    want = version_key(version)
-    best = min(fitted, key=lambda v: (abs(version_key(v)[1] - want[1]) if version_key(v)[0] == want[0] else 1e9,
-                                      version_key(v)))
-    return fitted[best]
+    """The fitted terms of ``version``, else of the version that stands for it
+    (:func:`simulator.catalog.versions.nearest_version`, the catalog's own rule), else None."""
+    v = nearest_version(version, fitted)
+    return None if v is None else fitted[v]
 
 
 def serial_bound(runs: list[ReleasedRun]) -> float:

@@ -32,7 +32,7 @@ step's shape -- stay per GPU in ``gpu_priors.yaml``):
   and paces the engine when the host is; without async scheduling ``G + H``.
 
 :class:`ServingEngine` names an engine (scenario field ``serving_engine``); :func:`host_terms` gives its terms, the
-version's own entry or the newest fitted version at or below it.
+version's own entry or the fitted version that stands for it (:func:`simulator.catalog.versions.nearest_version`).
 
 Async scheduling: a :class:`ServingEngine` that does not say (``async_scheduling: None``) runs as its version does by
 default: vLLM turns it on by default from :data:`ASYNC_DEFAULT_FROM` (0.14: vllm-project/vllm PR 27614, "async
@@ -45,7 +45,7 @@ from functools import lru_cache
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from simulator.catalog.hardware import PriorParam
-from simulator.catalog.versions import version_key
+from simulator.catalog.versions import nearest_version, version_key
 from simulator.errors import InputError, pydantic_error_to_input_error
 from simulator.inputs.loading import read_yaml
 from simulator.paths import CATALOG_DIR
@@ -139,8 +139,9 @@ def engine_hosts() -> dict[str, list[EngineVersion]]:
 
 
 def engine_version(engine: ServingEngine, field: str = "serving_engine") -> EngineVersion:
-    """The catalog entry for ``engine``: its version's own, else the newest fitted version at or below it (None:
-    the newest fitted)."""
+    """The catalog entry for ``engine``: its version's own, else the fitted version that stands for it
+    (:func:`simulator.catalog.versions.nearest_version`, the rule the fitter's held-out folds use; None: the newest
+    fitted). A version older than every fitted one is refused: nothing measured describes it."""
     cat = engine_hosts()
     if engine.name not in cat:
         raise InputError(None, f"{field}.name", f"no host costs for engine {engine.name!r}; known: {', '.join(cat)}")
@@ -148,11 +149,11 @@ def engine_version(engine: ServingEngine, field: str = "serving_engine") -> Engi
     if engine.version is None:
         return versions[-1]
     want = version_key(engine.version, None, f"{field}.version")
-    older = [v for v in versions if _key(v.version) <= want]
-    if not older:
+    if want < _key(versions[0].version):
         raise InputError(None, f"{field}.version", f"{engine.name} {engine.version} is older than every fitted version "
                          f"({', '.join(v.version for v in versions)})")
-    return older[-1]
+    by_version = {v.version: v for v in versions}
+    return by_version[nearest_version(engine.version, by_version, None, f"{field}.version")]
 
 
 def running_version(engine: ServingEngine) -> str:

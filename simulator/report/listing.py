@@ -10,7 +10,8 @@ from simulator.report.report_table import print_rich_table
 
 def engines_table() -> Table:
     """The engine catalog (``simulator/catalog/engine_hosts.yaml``): each fitted version's host terms and where they
-    came from; a scenario's ``serving_engine`` or ``pass-time --engine-version`` takes the newest at or below its own."""
+    came from; a scenario's ``serving_engine`` or ``pass-time --engine-version`` takes its own version's entry or the nearest
+    (:func:`simulator.catalog.versions.nearest_version`)."""
     from simulator.catalog.engine_hosts import ServingEngine, async_on, engine_hosts
 
     ms = lambda p: "-" if p is None else f"{p.value * 1e3:.3g}"  # noqa: E731

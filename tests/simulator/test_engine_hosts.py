@@ -30,7 +30,7 @@ def test_catalog_versions_sorted_and_default_is_newest():
 
 def test_version_resolution():
     assert engine_version(ServingEngine(version=VERSIONS[0])).version == VERSIONS[0]
-    # a version between two fitted ones takes the older; one past the newest, the newest
+    # a version between two fitted ones takes the nearer (versions.nearest_version); one past the newest, the newest
     assert engine_version(ServingEngine(version="99.0")).version == VERSIONS[-1]
     with pytest.raises(InputError, match="older than every fitted version"):
         engine_version(ServingEngine(version="0.1"))
