@@ -35,7 +35,15 @@ under the catalog's host terms and under one changed assumption at a time: a ser
 asks), vLLM's A100 batching caps (256 sequences) on the H100/H200, the H100/H200 compute efficiency scaled, and
 random-dataset requests that end early (`vllm bench serve` does not ignore EOS: a run's mean output below its cap,
 ``gpustack_import.output_caps``) with a constant end-of-sequence probability per token at the run's mean.
-In-sample screens (the catalog's own fit), not held-out figures."""
+In-sample screens (the catalog's own fit), not held-out figures.
+
+``specsim measure burst-probe admission`` -- each burst (>= 16 tokens out) of a doc with a 4-token burst at its TP
+(the probe), with the catalog's terms: measured / predicted mean TTFT, mean TPOT and output throughput, the
+prompts one step's token budget holds (``max_num_batched_tokens`` / prompt), the predicted peak KV share and
+preemptions, and the probe's measured / predicted duration; then the rank correlation (Spearman) of the probe's ratio
+and of the prompts per step with each figure's ratio over the bursts. A burst whose doc's probe runs slower than
+predicted is a burst whose admission is slower: a deployment's own cost per new request, which neither its GPU nor
+its version predicts (docs/history.md, 2026-12-02)."""
 
 from __future__ import annotations
 
@@ -245,3 +253,38 @@ def two_stage_summary(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame([{"gpu": g, "runs": len(sub), **{c: 100 * float(np.median(np.abs(sub[c]))) for c in cols}}
                          for g, sub in parts])
 
+
+
+ADMISSION_FIGS = (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("out_tps", "out_tps"))
+
+
+def admission_table(runs: list[ReleasedRun]) -> pd.DataFrame:
+    """Per burst of >= 16 tokens out whose doc has a 4-token burst at its TP: measured / predicted mean TTFT, mean
+    TPOT and output throughput (catalog terms), the prompts per step's token budget, the predicted peak KV share and
+    preemptions, and the probe's measured / predicted duration (module docstring)."""
+    from calibrate.fit.released_predict import measured_figures, predict_released
+
+    probes, rows, probe_ratio = _probes(runs), [], {}
+    for r in runs:
+        same = [p for p in probes.get(r.doc, []) if p.tp == r.tp]
+        if not in_fit(r) or r.concurrency is not None or not same:
+            continue
+        probe = min(same, key=lambda p: p.async_scheduling != r.async_scheduling)
+        if probe.key not in probe_ratio:
+            probe_ratio[probe.key] = probe.measured["duration_s"] / predict_released(probe)["duration_s"]
+        p, m = predict_released(r), measured_figures(r)
+        rows.append({"run": r.key, "gpu": r.gpu, "model": r.model, "tp": r.tp, "dataset": r.dataset,
+                     "prompts_per_step": r.max_num_batched_tokens / r.input_tokens,
+                     **{f"{name}_ratio": m[f] / p[f] for name, f in ADMISSION_FIGS},
+                     "kv_peak_share": p["kv_peak_share"], "preemptions": p["preemptions"], "probe": probe.key,
+                     "probe_ratio": probe_ratio[probe.key]})
+    return pd.DataFrame(rows)
+
+
+def admission_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Rank correlation (Spearman) over the bursts of the probe's ratio and of the prompts per step with each
+    figure's measured / predicted ratio, per dataset and over all; bursts per row."""
+    parts = [(g, sub) for g, sub in table.groupby("dataset")] + [("all", table)]
+    return pd.DataFrame([{"bursts": g, "runs": len(sub), **{
+        f"{x} ~ {name}": float(sub[x].corr(sub[f"{name}_ratio"], method="spearman")) if len(sub) > 2 else np.nan
+        for x in ("probe_ratio", "prompts_per_step") for name, _ in ADMISSION_FIGS}} for g, sub in parts])

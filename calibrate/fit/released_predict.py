@@ -89,7 +89,7 @@ def predict_released(run: ReleasedRun, host: dict | None = None, max_requests: i
     t_call - t_fe kept); ``early_end``: random-dataset requests end early (:func:`run_workload`); ``gemm``: the base
     model's GEMM kind parameters in place of the catalog's (a fit's candidate, ``Deployment.gemm_params``);
     ``eta_scale``: the compute efficiencies (dense and MoE) x this (a what-if); ``duration_s``: first arrival to
-    last completion."""
+    last completion; ``kv_peak_share``: the most of the KV cache any step held; ``preemptions``: sequences preempted."""
     from simulator.catalog import get_model
     from simulator.cost.execution import Execution
     from simulator.engines.serving.arrivals import ClosedLoopUsers, ReplayArrivals
@@ -130,7 +130,9 @@ def predict_released(run: ReleasedRun, host: dict | None = None, max_requests: i
             "median_tpot_ms": float(tpot.median() * 1e3), "median_ttft_ms": float(r.ttft_s.median() * 1e3),
             "out_tps": float(r.output_tokens.sum()) / span, "duration_s": span, "itl_ms": itl["median_itl_ms"],
             "mean_itl_ms": itl["mean_itl_ms"],
-            "batch_mean": float(np.average(tl.batch, weights=tl.duration_s)) if len(tl) else np.nan}
+            "batch_mean": float(np.average(tl.batch, weights=tl.duration_s)) if len(tl) else np.nan,
+            "kv_peak_share": float((tl.kv_used_tokens / tl.kv_capacity_tokens).max()) if len(tl) else np.nan,
+            "preemptions": int(res.info["preemptions"]["base"])}
 
 
 def measured_figures(run: ReleasedRun) -> dict:

@@ -290,8 +290,7 @@ def prior_profile(hardware: HardwareSpec, engine: str = "vllm", serving_engine=N
     (``HardwareSpec.datasheet_era()``), gets the datasheet-era figures below. On a GPU, the host terms (t_step where the version has one, t_seq, t_call and its
     serial part, async overlap) are the serving engine's version's (``serving_engine``, a
     :class:`simulator.catalog.engine_hosts.ServingEngine`; None: the version ``engine`` names ("vllm-0.8.2": 0.8,
-    i.e. the catalog entry that stands for it, :func:`simulator.catalog.versions.nearest_version`, async as that
-    version defaults), else the newest;
+    the entry :func:`simulator.catalog.versions.nearest_version` gives, async as it defaults), else the newest;
     ``simulator/catalog/engine_hosts.yaml``), with an older vLLM's fused-MoE terms (:func:`_engine_priors`);
     ``host``: explicit host values (a fitter's trial point)."""
     gpu = hardware.interconnect != "none"

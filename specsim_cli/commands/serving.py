@@ -143,8 +143,11 @@ def compare_serve_cmd(
     typer.echo(compare_runs(http_run, inproc_run))
 
 
+BURST_TABLES = ("engines", "intake", "two-stage", "prefill", "typical", "what-if", "admission")
+
+
 def burst_probe(
-    table: str = typer.Argument(..., help="engines | intake | two-stage | prefill | typical | what-if"),
+    table: str = typer.Argument(..., help=" | ".join(BURST_TABLES)),
     released: Path = typer.Option(GPUSTACK, help="folder of serving_benchmarks.csv (GPUStack's released tables)"),
     fits: Optional[Path] = typer.Option(None, help="two-stage: host terms per held-out GPU (a fits-gpu.json of "
                                                    "`specsim validate serving --released`); default: the catalog's"),
@@ -157,15 +160,15 @@ def burst_probe(
     bursts with the front end its own 4-token burst shows, beside the fitted serial one), prefill (the
     H100/H200 prefill rows' fraction of peak), typical (each burst's mean and median TPOT over requests and the
     share of the run its first tokens spread over, measured and predicted), what-if (the burst rows' bias under each
-    assumption).
+    assumption), admission (each burst's measured / predicted TTFT, TPOT and throughput beside its doc's 4-token
+    burst's, and their rank correlation).
 
     Example: specsim measure burst-probe engines"""
     import pandas as pd
 
-    from calibrate.fit.burst_probe import (engines_table, intake_table, prefill_table, released_runs, two_stage_summary,
-                                           two_stage_table, typical_summary, typical_table, what_if)
+    from calibrate.fit.burst_probe import engines_table, intake_table, released_runs
 
-    for name, got, known in (("table", [table], ("engines", "intake", "two-stage", "prefill", "typical", "what-if")), ("--group", group or [], GROUPS),
+    for name, got, known in (("table", [table], BURST_TABLES), ("--group", group or [], GROUPS),
                              ("--variant", variant or [], VARIANTS)):
         bad = [g for g in got if g not in known]
         if bad:
@@ -173,31 +176,43 @@ def burst_probe(
     if not (Path(released) / "serving_benchmarks.csv").is_file():
         raise InputError(str(released), None, "expected a folder holding serving_benchmarks.csv")
     pd.set_option("display.width", 250)
-    if table == "engines":
-        print(engines_table(released).round(2).to_string(index=False))
-        return
-    if table == "intake":
-        print(intake_table(released).round(3).to_string(index=False))
+    if table in ("engines", "intake"):
+        t = engines_table(released) if table == "engines" else intake_table(released)
+        print(t.round(2 if table == "engines" else 3).to_string(index=False))
         return
     runs, _ = released_runs(released)
+    print(_burst_model_table(table, runs, fits, group, variant))
+
+
+def _burst_model_table(table: str, runs, fits: Optional[Path], group, variant) -> str:
+    """The burst tables that predict runs (:func:`burst_probe`), as text."""
+    from calibrate.fit import burst_probe as bp
+
     if table == "two-stage":
-        fitted = None
-        if fits is not None:
-            try:
-                fitted = json.loads(Path(fits).read_text(encoding="utf-8"))
-            except (OSError, ValueError) as e:
-                raise InputError(str(fits), None, f"expected a fits-gpu.json ({e})") from None
-            if not isinstance(fitted, dict) or not all(isinstance(v, dict) for v in fitted.values()):
-                raise InputError(str(fits), None, "expected {gpu: {version: host terms}}")
-        t = two_stage_table(runs, fitted)
-        print(two_stage_summary(t).round(1).to_string(index=False) if len(t) else
-              "no burst of >= 16 tokens out has a 4-token burst of its doc at its TP")
-        return
+        t = bp.two_stage_table(runs, _read_fits(fits))
+        return (bp.two_stage_summary(t).round(1).to_string(index=False) if len(t) else
+                "no burst of >= 16 tokens out has a 4-token burst of its doc at its TP")
     if table == "prefill":
-        print(prefill_table(runs).round(3).to_string(index=False))
-        return
+        return bp.prefill_table(runs).round(3).to_string(index=False)
     if table == "typical":
-        t = typical_table(runs)
-        print(t.round(2).to_string(index=False) + "\n\n" + typical_summary(t).round(2).to_string(index=False))
-        return
-    print(what_if(runs, group or list(GROUPS), variant or list(VARIANTS)).round(1).to_string(index=False))
+        t = bp.typical_table(runs)
+        return t.round(2).to_string(index=False) + "\n\n" + bp.typical_summary(t).round(2).to_string(index=False)
+    if table == "admission":
+        t = bp.admission_table(runs)
+        if not len(t):
+            return "no burst of >= 16 tokens out has a 4-token burst of its doc at its TP"
+        return t.round(3).to_string(index=False) + "\n\n" + bp.admission_summary(t).round(2).to_string(index=False)
+    return bp.what_if(runs, group or list(GROUPS), variant or list(VARIANTS)).round(1).to_string(index=False)
+
+
+def _read_fits(fits: Optional[Path]) -> dict | None:
+    """A fits-gpu.json ({gpu: {version: host terms}}) or None; an InputError naming the file otherwise."""
+    if fits is None:
+        return None
+    try:
+        fitted = json.loads(Path(fits).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise InputError(str(fits), None, f"expected a fits-gpu.json ({e})") from None
+    if not isinstance(fitted, dict) or not all(isinstance(v, dict) for v in fitted.values()):
+        raise InputError(str(fits), None, "expected {gpu: {version: host terms}}")
+    return fitted

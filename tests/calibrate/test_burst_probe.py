@@ -158,3 +158,33 @@ def test_typical_table_reads_each_burst_as_its_median_request_sees_it(tmp_path):
     sm = typical_summary(t)
     assert list(sm.gpus) == ["h100/h200"] and sm.bursts.iloc[0] == 1
     assert sm.median_tpot_ratio.iloc[0] == pytest.approx(t.median_ratio.iloc[0])
+
+
+def test_admission_table_sets_each_burst_beside_its_docs_probe(tmp_path):
+    """A burst of >= 16 tokens out is in the table only with a 4-token burst of its doc at its TP (the probe); its
+    ratios are measured / predicted; the probe's ratio is its measured over predicted duration, so a probe measured
+    twice as long has twice the ratio; the predicted KV peak share is a share of the cache the run held."""
+    from calibrate.fit.burst_probe import admission_summary, admission_table
+    from calibrate.fit.gpustack_import import TABLE, released_runs
+    from calibrate.fit.released_predict import predict_released
+    from tests.calibrate.test_gpustack_import import ROW
+
+    cmd = "vllm serve Qwen/Qwen3-14B"
+    probe = dict(ROW, serve_cmd=cmd, requests=900, in_tok=900 * 128, out_tok=900 * 4, duration_s=6.0)
+    other_tp = dict(ROW, serve_cmd=cmd + " -tp 2")
+    rows = [dict(ROW, serve_cmd=cmd), probe, other_tp]
+    pd.DataFrame(rows).to_csv(tmp_path / TABLE, index=False)
+    runs, _ = released_runs(tmp_path)
+    t = admission_table(runs)
+    burst = next(r for r in runs if r.tp == 1 and r.output_tokens >= 16)
+    p = predict_released(burst)
+    assert list(t.run) == [burst.key] and t.probe.iloc[0] == runs[1].key
+    assert t.ttft_ratio.iloc[0] == pytest.approx(ROW["mean_ttft_ms"] / p["ttft_ms"])
+    assert t.out_tps_ratio.iloc[0] == pytest.approx(ROW["out_tps"] / p["out_tps"])
+    assert 0 < t.kv_peak_share.iloc[0] <= 1 and t.preemptions.iloc[0] >= 0
+    assert t.prompts_per_step.iloc[0] == pytest.approx(burst.max_num_batched_tokens / burst.input_tokens)
+    pd.DataFrame([rows[0], dict(probe, duration_s=12.0)]).to_csv(tmp_path / TABLE, index=False)
+    twice = admission_table(released_runs(tmp_path)[0])
+    assert twice.probe_ratio.iloc[0] == pytest.approx(2 * t.probe_ratio.iloc[0])
+    s = admission_summary(t).set_index("bursts")
+    assert s.loc["all", "runs"] == 1 and np.isnan(s.loc["all", "probe_ratio ~ ttft"])  # too few bursts to rank
