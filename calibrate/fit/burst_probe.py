@@ -254,7 +254,6 @@ def two_stage_summary(table: pd.DataFrame) -> pd.DataFrame:
                          for g, sub in parts])
 
 
-
 ADMISSION_FIGS = (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("out_tps", "out_tps"))
 
 

@@ -59,7 +59,8 @@ ARMS = {"baseline": Arm("baseline_math_reasoning.csv", 0, False, "no speculation
         "dspark": Arm("dspark_math_reasoning.csv", 7, True, "DSpark, k = 7, one 1-layer block pass over 7 positions")}
 
 # the sweep's server: vLLM 0.30, async scheduling on (vLLM's default since 0.14); host terms of the fitted version
-# that stands for it (simulator.catalog.versions.nearest_version) (simulator/catalog/engine_hosts.yaml: 0.30 itself once :func:`sweep_host_terms` wrote it)
+# that stands for it (simulator.catalog.versions.nearest_version; simulator/catalog/engine_hosts.yaml: 0.30 itself
+# once :func:`sweep_host_terms` wrote it)
 SWEEP_ENGINE = ServingEngine(name="vllm", version="0.30", async_scheduling=True)
 # the held-out prediction: the terms fitted on the released GPUStack runs (vLLM 0.11), async on
 HELD_OUT_ENGINE = ServingEngine(name="vllm", version="0.11", async_scheduling=True)
