@@ -219,6 +219,15 @@ def _probes(runs: list[ReleasedRun]) -> dict[str, list[ReleasedRun]]:
     return out
 
 
+NO_PROBE = "no burst of >= 16 tokens out has a 4-token burst of its doc at its TP"
+
+
+def _probe_for(run: ReleasedRun, probes: dict[str, list[ReleasedRun]]) -> ReleasedRun | None:
+    """The 4-token burst of ``run``'s doc at its TP, the same async setting where the doc has one (None: no probe)."""
+    same = [p for p in probes.get(run.doc, []) if p.tp == run.tp]
+    return min(same, key=lambda p: p.async_scheduling != run.async_scheduling) if same else None
+
+
 def two_stage_table(runs: list[ReleasedRun], fits: dict | None = None) -> pd.DataFrame:
     """Per burst of >= 16 tokens out whose doc has a 4-token burst (the probe: same TP, the same async setting where
     it has one): signed errors of TPOT, TTFT, output throughput and median ITL with the host terms' serial front end
@@ -228,12 +237,9 @@ def two_stage_table(runs: list[ReleasedRun], fits: dict | None = None) -> pd.Dat
 
     probes, rows = _probes(runs), []
     for r in runs:
-        if not in_fit(r) or r.concurrency is not None or r.doc not in probes:
+        probe = _probe_for(r, probes)
+        if not in_fit(r) or r.concurrency is not None or probe is None:
             continue
-        same = [p for p in probes[r.doc] if p.tp == r.tp]
-        if not same:
-            continue
-        probe = min(same, key=lambda p: p.async_scheduling != r.async_scheduling)
         h = nearest(r.version, fits.get(r.gpu, {})) if fits is not None else None
         host = catalog_terms(h) if h else None
         c, share = probe_intake(probe)
@@ -265,10 +271,9 @@ def admission_table(runs: list[ReleasedRun]) -> pd.DataFrame:
 
     probes, rows, probe_ratio = _probes(runs), [], {}
     for r in runs:
-        same = [p for p in probes.get(r.doc, []) if p.tp == r.tp]
-        if not in_fit(r) or r.concurrency is not None or not same:
+        probe = _probe_for(r, probes)
+        if not in_fit(r) or r.concurrency is not None or probe is None:
             continue
-        probe = min(same, key=lambda p: p.async_scheduling != r.async_scheduling)
         if probe.key not in probe_ratio:
             probe_ratio[probe.key] = probe.measured["duration_s"] / predict_released(probe)["duration_s"]
         p, m = predict_released(r), measured_figures(r)

@@ -176,9 +176,11 @@ def burst_probe(
     if not (Path(released) / "serving_benchmarks.csv").is_file():
         raise InputError(str(released), None, "expected a folder holding serving_benchmarks.csv")
     pd.set_option("display.width", 250)
-    if table in ("engines", "intake"):
-        t = engines_table(released) if table == "engines" else intake_table(released)
-        print(t.round(2 if table == "engines" else 3).to_string(index=False))
+    if table == "engines":
+        print(engines_table(released).round(2).to_string(index=False))
+        return
+    if table == "intake":
+        print(intake_table(released).round(3).to_string(index=False))
         return
     runs, _ = released_runs(released)
     print(_burst_model_table(table, runs, fits, group, variant))
@@ -191,7 +193,7 @@ def _burst_model_table(table: str, runs, fits: Optional[Path], group, variant) -
     if table == "two-stage":
         t = bp.two_stage_table(runs, _read_fits(fits))
         return (bp.two_stage_summary(t).round(1).to_string(index=False) if len(t) else
-                "no burst of >= 16 tokens out has a 4-token burst of its doc at its TP")
+                bp.NO_PROBE)
     if table == "prefill":
         return bp.prefill_table(runs).round(3).to_string(index=False)
     if table == "typical":
@@ -200,7 +202,7 @@ def _burst_model_table(table: str, runs, fits: Optional[Path], group, variant) -
     if table == "admission":
         t = bp.admission_table(runs)
         if not len(t):
-            return "no burst of >= 16 tokens out has a 4-token burst of its doc at its TP"
+            return bp.NO_PROBE
         return t.round(3).to_string(index=False) + "\n\n" + bp.admission_summary(t).round(2).to_string(index=False)
     return bp.what_if(runs, group or list(GROUPS), variant or list(VARIANTS)).round(1).to_string(index=False)
 
