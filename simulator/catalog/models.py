@@ -136,6 +136,12 @@ class ModelSpec(LayerKinds):
         return self.kv_lora_rank is not None
 
     @property
+    def attention_sinks(self) -> bool:
+        """A learned sink logit per head in every softmax (gpt-oss): which attention kernels an engine can run it on
+        (:mod:`simulator.catalog.attention_kernels`)."""
+        return self.arch == "gpt_oss"
+
+    @property
     def is_plain(self) -> bool:
         """A dense model with standard (GQA) attention over its whole context: the original cost formulas apply
         unchanged."""

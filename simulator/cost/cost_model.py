@@ -37,6 +37,7 @@ import numpy as np
 from simulator.catalog import HardwareSpec, ModelSpec
 from simulator.catalog.models import skewed_experts_hit
 from simulator.catalog.moe_layout import stored_expert_factor
+from simulator.catalog.attention_kernels import prefill_attention_ratio
 from simulator.catalog.quant_gemm import GemmKind, gemm_kind, peak_flops
 from simulator.cost.cost_profile import CostParams
 from simulator.cost.roofline import ACTIVATION_BYTES, gpu_split, moe_token_time, step_time
@@ -203,6 +204,13 @@ class Deployment:
         """KV bytes of one token on one GPU: its stage's layers (1/pp of them) over tp GPUs."""
         return 0.0 if self.drafting.free else self.model.kv_bytes_per_token(self.tp) / self.pp
 
+    @cached_property
+    def attention_ratio(self) -> float:
+        """The attention FLOPs' time against the FlashAttention kernels eta_comp was fitted on: the Triton kernel's
+        prefill ratio where the engine runs it (a model with attention sinks before Hopper), else 1
+        (:func:`simulator.catalog.attention_kernels.prefill_attention_ratio`)."""
+        return prefill_attention_ratio(self.model, self.hardware).value
+
     # ---- the linear layers' GEMMs by kernel kind (simulator/catalog/quant_gemm.py): the one place the rule lives ----
     @cached_property
     def gemm(self) -> tuple[str, GemmKind]:
@@ -274,7 +282,7 @@ class Deployment:
         attn = 4.0 * m.layers * m.heads * m.head_dim * np.asarray(attn_pairs, dtype=float) / self.tp
         # the weight matmuls at their own (FP8) rate where the GPU has one, the rest at bf16
         t_comp = (lin / self.matmul_flops_per_s + other / h.dense_bf16_flops_per_s) / c.compute_efficiency
-        t_attn = attn / h.dense_bf16_flops_per_s / c.compute_efficiency
+        t_attn = attn / h.dense_bf16_flops_per_s / c.compute_efficiency * self.attention_ratio
         gpu, mem, kv_share = gpu_split(t_w, t_kv, t_comp, t_attn, c.roofline_p)
         out = {
             "weights": mem * (1.0 - kv_share),
@@ -359,7 +367,7 @@ class Deployment:
         lin = 2.0 * (m.matmul_params_per_token - routed) * n / self.tp
         other = 2.0 * m.embedding_params * np.asarray(logit_rows, dtype=float) / self.tp
         t_attn = m.attention_flops(attn_pairs, n, S, self.tp) / self.tp / h.dense_bf16_flops_per_s \
-            / c.compute_efficiency
+            / c.compute_efficiency * self.attention_ratio
         t_comp = (lin / self.matmul_flops_per_s + other / h.dense_bf16_flops_per_s) / c.compute_efficiency
         if m.is_moe:
             t_comp = t_comp + 2.0 * routed * n_all / self.expert_shards / (self.expert_flops_per_s * c.expert_compute_efficiency)

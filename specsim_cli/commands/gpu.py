@@ -203,6 +203,24 @@ def fit_mla_cmd(
     typer.echo(fit_and_report(data or ROOT, report, priors, date, command_line(ctx)))
 
 
+@writes(out="yaml")
+def fit_attention_cmd(
+    ctx: typer.Context,
+    out: Optional[Path] = typer.Option(None, help="attention kernels YAML to write (simulator/catalog/attention_kernels.yaml)"),
+    date: Optional[str] = typer.Option(None, help="provenance date (default: undated)"),
+    data: Optional[Path] = typer.Option(None, help="AIConfigurator's kernel tables (the context-attention rows; default: "
+                                        "../shared/data/aiconfigurator-vllm-kernels beside the repository)"),
+) -> None:
+    """Fit the Triton / FlashAttention prefill ratio (the attention vLLM runs for gpt-oss before Hopper) on
+    AIConfigurator's context-attention tables (seconds).
+
+    Example: specsim fit attention --out simulator/catalog/attention_kernels.yaml"""
+    from calibrate.gpu_priors.attention_fit import ROOT, fit_and_write
+    from simulator.command_line import command_line
+
+    typer.echo(fit_and_write(data or ROOT, out, command_line(ctx), date))
+
+
 @writes(report="folder", out="yaml")
 def fit_quant_cmd(
     ctx: typer.Context,

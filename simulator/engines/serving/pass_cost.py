@@ -40,7 +40,7 @@ class PassCost:
         self.hard = not np.isfinite(self.p)
         self.c_n = 2.0 * m.matmul_params_per_token / dep.tp / (c.compute_efficiency * dep.matmul_flops_per_s)
         self.c_l = 2.0 * m.embedding_params / dep.tp / fl
-        self.c_a = 4.0 * m.layers * m.heads * m.head_dim / dep.tp / fl
+        self.c_a = 4.0 * m.layers * m.heads * m.head_dim / dep.tp / fl * dep.attention_ratio
         if dep.tp == 1:
             self.r0 = self.r1 = 0.0
         else:
