@@ -280,7 +280,8 @@ def admission_table(runs: list[ReleasedRun]) -> pd.DataFrame:
         rows.append({"run": r.key, "gpu": r.gpu, "model": r.model, "tp": r.tp, "dataset": r.dataset,
                      "prompts_per_step": r.max_num_batched_tokens / r.input_tokens,
                      **{f"{name}_ratio": m[f] / p[f] for name, f in ADMISSION_FIGS},
-                     "kv_peak_share": p["kv_peak_share"], "preemptions": p["preemptions"], "probe": probe.key,
+                     "kv_peak_share": p["kv_peak_share"], "preemptions": p["preemptions"],
+                     "over_capacity": p["over_capacity"], "probe": probe.key,
                      "probe_ratio": probe_ratio[probe.key]})
     return pd.DataFrame(rows)
 

@@ -89,7 +89,8 @@ def predict_released(run: ReleasedRun, host: dict | None = None, max_requests: i
     t_call - t_fe kept); ``early_end``: random-dataset requests end early (:func:`run_workload`); ``gemm``: the base
     model's GEMM kind parameters in place of the catalog's (a fit's candidate, ``Deployment.gemm_params``);
     ``eta_scale``: the compute efficiencies (dense and MoE) x this (a what-if); ``duration_s``: first arrival to
-    last completion; ``kv_peak_share``: the most of the KV cache any step held; ``preemptions``: sequences preempted."""
+    last completion; ``kv_peak_share``: the most of the KV cache any step held; ``preemptions``: sequences preempted;
+    ``over_capacity``: requests admitted alone whose context did not fit the predicted cache (the deployment's held it)."""
     from simulator.catalog import get_model
     from simulator.cost.execution import Execution
     from simulator.engines.serving.arrivals import ClosedLoopUsers, ReplayArrivals
@@ -132,7 +133,7 @@ def predict_released(run: ReleasedRun, host: dict | None = None, max_requests: i
             "mean_itl_ms": itl["mean_itl_ms"],
             "batch_mean": float(np.average(tl.batch, weights=tl.duration_s)) if len(tl) else np.nan,
             "kv_peak_share": float((tl.kv_used_tokens / tl.kv_capacity_tokens).max()) if len(tl) else np.nan,
-            "preemptions": int(res.info["preemptions"]["base"])}
+            "preemptions": int(res.info["preemptions"]["base"]), "over_capacity": int(res.info["over_capacity"]["base"])}
 
 
 def measured_figures(run: ReleasedRun) -> dict:

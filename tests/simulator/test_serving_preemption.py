@@ -122,3 +122,15 @@ def test_a_call_preempted_while_decoding_produces_exactly_its_tokens(kind):
         for d in done:
             e.finish(d)
     assert preempted and firsts == 1 and produced == out
+
+
+@pytest.mark.parametrize("capacity, over", [(30, 1), (10**6, 0)])
+def test_a_call_larger_than_the_cache_alone_is_admitted_and_counted(capacity, over):
+    """A call whose context does not fit the cache even alone runs (the simulation goes on) and is counted; one that
+    fits is not. A second call behind the oversized one waits for it (head-of-line) and is not counted."""
+    deps = load_scenario("cpu-smollm2").deployments("cpu", 1)
+    e = Engine("base", deps["base"], capacity, 8, token_budget=16)
+    e.submit(0, Call(1, 40, 0, 4))
+    e.submit(1, Call(1, 8, 0, 4))
+    e.admit()
+    assert len(e.act) == (1 if over else 2) and e.over_capacity == over

@@ -34,7 +34,9 @@ engine's :class:`~simulator.engines.serving.prefix_cache.PrefixCache` (vLLM V1's
 running calls use them). A call waits in FIFO order while its prefill does not fit;
 when decoding growth does not fit, the youngest running sequence is preempted
 (recompute-style: it re-queues at the head; what it wrote stays in the prefix cache, so it re-prefills only what
-was evicted meanwhile).
+was evicted meanwhile). A call that does not fit even alone is admitted all the same (the run goes on) and counted
+(``over_capacity``): vLLM would not have started with a cache smaller than its longest context, so a count above 0
+says the simulated cache is smaller than the deployment's.
 """
 
 from __future__ import annotations
@@ -135,6 +137,7 @@ class Engine(Stretches):
         self.rounds = 0
         self._memo: tuple | None = None
         self.preemptions = 0
+        self.over_capacity = 0  # calls admitted alone without room for their context and a round of growth
         self.busy_s = 0.0
         self.admitted_rids: list[int] = []  # first admissions since the replica last looked
 
@@ -191,10 +194,12 @@ class Engine(Stretches):
                     kept, cached, paths = pcache.kept(0, job.own, known, total, job.own_cut), 0, ()
                 # room for the prefill plus one round of growth of the batch it joins (no admit/preempt ping-pong)
                 need = total - cached + self.reserve + (n_act + 1) * grow
-                if not self.evict_until(need) and n_act > 0:
-                    if paths:
-                        pcache.release(paths)
-                    return  # wait for room (head-of-line, FIFO)
+                if not self.evict_until(need):
+                    if n_act > 0:
+                        if paths:
+                            pcache.release(paths)
+                        return  # wait for room (head-of-line, FIFO)
+                    self.over_capacity += 1  # alone and still too large: admitted, counted (module docstring)
                 if paths:
                     pcache.place(c.prefix, paths, kept, total, job.resumed < 0)
                 elif job.resumed < 0:  # vLLM counts a preempted request's lookups apart (preempted_queries)
@@ -203,8 +208,10 @@ class Engine(Stretches):
                 job.held = sum([n for _k, n in c.prefix]) if paths else 0
             else:
                 need = job.kv + job.pending + self.reserve + (n_act + 1) * grow
-                if not self.evict_until(need) and n_act > 0:
-                    return  # wait for room (head-of-line, FIFO)
+                if not self.evict_until(need):
+                    if n_act > 0:
+                        return  # wait for room (head-of-line, FIFO)
+                    self.over_capacity += 1
             waiting.popleft()
             self._place(job)
 

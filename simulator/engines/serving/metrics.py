@@ -276,6 +276,7 @@ def _add_engine_figures(out: dict, res: ServingResult, span: float) -> None:
         out[f"{name}_kv_occupancy_mean"] = float((e.kv_used_tokens * dur).sum() / busy / cap) if busy > 0 and cap else 0.0
         out[f"{name}_kv_occupancy_max"] = float(e.kv_used_tokens.max() / cap) if len(e) and cap else 0.0
         out[f"{name}_preemptions"] = res.info["preemptions"][name]
+        out[f"{name}_over_capacity"] = res.info.get("over_capacity", {}).get(name, 0)
     pc = res.info.get("prefix_cache")
     if pc:  # vLLM's prefix_cache_queries / prefix_cache_hits (tokens), both engines, every call of the run
         q, h, qb, hb = (sum(v[i] for v in pc.values()) for i in range(4))

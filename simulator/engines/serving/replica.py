@@ -485,8 +485,8 @@ def _result(rep: Replica, arrivals, n_requests: int) -> ServingResult:
         "kv_capacity_tokens": {e.name: e.capacity for e in rep.engines},
         "kv_plan_vllm": plan_version(rep.serving_engine) or "newest",  # whose start-up accounting sized the KV caches
         "utilization": {e.name: e.busy_s / makespan if makespan else 0.0 for e in rep.engines},
-        "preemptions": {e.name: e.preemptions for e in rep.engines},
-        "evictions": {e.name: e.evictions for e in rep.engines},
+        # preemptions, prefix-cache evictions, calls admitted alone whose context does not fit the cache (vLLM refuses to start)
+        **{k: {e.name: getattr(e, k) for e in rep.engines} for k in ("preemptions", "evictions", "over_capacity")},
         # prefix-cache lookups per engine, as vLLM's /metrics counts them: (queried tokens, hit tokens, full blocks
         # queried, blocks hit), one lookup per call when it is first placed
         "prefix_cache": {e.name: (e.pcache.query_tokens, e.pcache.hit_tokens, e.pcache.query_blocks,
