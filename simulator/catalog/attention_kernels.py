@@ -20,12 +20,11 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from simulator.catalog.hardware import HardwareSpec, PriorParam
 from simulator.catalog.models import ModelSpec
-from simulator.errors import pydantic_error_to_input_error
-from simulator.inputs.loading import read_yaml
+from simulator.inputs.loading import load_yaml_model
 from simulator.paths import CATALOG_DIR
 
 ATTENTION_PATH = CATALOG_DIR / "attention_kernels.yaml"
@@ -43,13 +42,9 @@ class AttentionCatalog(BaseModel):
 
 
 def read_attention_catalog(path: Path | None = None) -> AttentionCatalog:
+    """The file at ``path`` (default the catalog's), checked; the unfitted catalog (ratio 1) where it is absent."""
     path = path or ATTENTION_PATH
-    if not path.is_file():
-        return AttentionCatalog()
-    try:
-        return AttentionCatalog.model_validate(read_yaml(path) or {})
-    except ValidationError as e:
-        raise pydantic_error_to_input_error(str(path), e) from None
+    return load_yaml_model(path, AttentionCatalog) if path.is_file() else AttentionCatalog()
 
 
 @lru_cache(maxsize=None)
