@@ -171,6 +171,12 @@ class Engine(Stretches):
             return True
         return free + self.pcache.evict(free, need) >= need
 
+    def _room_for(self, need: int, n_act: int) -> bool:
+        """Room for ``need`` tokens once cached prefixes are evicted, or an empty batch (then counted: docstring)."""
+        fits = self.evict_until(need)
+        self.over_capacity += not fits and n_act == 0
+        return fits or n_act == 0
+
     def admit(self) -> None:
         """Move waiting jobs into the batch, FIFO, while their prefill fits in the KV cache. A call not yet placed
         looks its context up in the prefix cache at every try (the cache moves while it waits): it needs room for
@@ -194,12 +200,10 @@ class Engine(Stretches):
                     kept, cached, paths = pcache.kept(0, job.own, known, total, job.own_cut), 0, ()
                 # room for the prefill plus one round of growth of the batch it joins (no admit/preempt ping-pong)
                 need = total - cached + self.reserve + (n_act + 1) * grow
-                if not self.evict_until(need):
-                    if n_act > 0:
-                        if paths:
-                            pcache.release(paths)
-                        return  # wait for room (head-of-line, FIFO)
-                    self.over_capacity += 1  # alone and still too large: admitted, counted (module docstring)
+                if not self._room_for(need, n_act):
+                    if paths:
+                        pcache.release(paths)
+                    return  # wait for room (head-of-line, FIFO)
                 if paths:
                     pcache.place(c.prefix, paths, kept, total, job.resumed < 0)
                 elif job.resumed < 0:  # vLLM counts a preempted request's lookups apart (preempted_queries)
@@ -208,10 +212,8 @@ class Engine(Stretches):
                 job.held = sum([n for _k, n in c.prefix]) if paths else 0
             else:
                 need = job.kv + job.pending + self.reserve + (n_act + 1) * grow
-                if not self.evict_until(need):
-                    if n_act > 0:
-                        return  # wait for room (head-of-line, FIFO)
-                    self.over_capacity += 1
+                if not self._room_for(need, n_act):
+                    return  # wait for room (head-of-line, FIFO)
             waiting.popleft()
             self._place(job)
 
