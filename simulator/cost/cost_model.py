@@ -37,6 +37,7 @@ import numpy as np
 from simulator.catalog import HardwareSpec, ModelSpec
 from simulator.catalog.models import skewed_experts_hit
 from simulator.catalog.moe_layout import stored_expert_factor
+from simulator.catalog.allreduce import allreduce_lines
 from simulator.catalog.attention_kernels import prefill_attention_ratio
 from simulator.catalog.quant_gemm import GemmKind, gemm_kind, peak_flops
 from simulator.cost.cost_profile import CostParams
@@ -416,23 +417,28 @@ class Deployment:
     def comm_time(self, new_tokens):
         """Communication per pass: the Megatron all-reduces at ep = 1 (:meth:`allreduce_time`); with expert
         parallelism one all-reduce per layer (attention) and per dense layer (its MLP), and per MoE layer an
-        all-to-all dispatch and combine of the pass's tokens (each a t_ar latency + (ep-1)/ep of N H b bytes over the
-        link: the share of the tokens' hidden states that leaves a GPU)."""
+        all-to-all dispatch and combine of the pass's tokens (each t_ar + (ep-1)/ep of N H b bytes over the link)."""
         if self.ep == 1:
             return self.allreduce_time(new_tokens)
         m, h, c = self.model, self.hardware, self.cost
         size = np.asarray(new_tokens, dtype=float) * m.hidden * ACTIVATION_BYTES
-        ar = (c.allreduce_latency_s + 2.0 * (self.tp - 1) / self.tp * size / h.link_bandwidth_bytes_per_s) * (self.tp > 1)
+        ar = self.one_allreduce(new_tokens)
         a2a = 2.0 * (c.allreduce_latency_s + (self.ep - 1) / self.ep * size / h.link_bandwidth_bytes_per_s)
         return (2 * m.layers - m.moe_layers) * ar + m.moe_layers * a2a
 
+    @cached_property
+    def allreduce_lines(self) -> tuple[tuple[float, float], ...]:
+        """Each all-reduce path's (s, s per token) (:func:`simulator.catalog.allreduce.allreduce_lines`)."""
+        return allreduce_lines(self.hardware, self.tp, self.model.hidden * ACTIVATION_BYTES, self.cost.allreduce_latency_s)
+
+    def one_allreduce(self, new_tokens):
+        """Time of one all-reduce of ``new_tokens`` tokens' hidden states: the smallest of :attr:`allreduce_lines`."""
+        n = np.asarray(new_tokens, dtype=float)
+        return np.minimum.reduce([a + b * n for a, b in self.allreduce_lines]) if self.allreduce_lines else 0.0 * n
+
     def allreduce_time(self, new_tokens):
-        """Two ring all-reduces per layer of (tokens x hidden) activations; zero at TP=1."""
-        if self.tp == 1:
-            return np.zeros_like(np.asarray(new_tokens, dtype=float))
-        size = np.asarray(new_tokens, dtype=float) * self.model.hidden * ACTIVATION_BYTES
-        ring = 2.0 * (self.tp - 1) / self.tp * size / self.hardware.link_bandwidth_bytes_per_s
-        return 2.0 * self.model.layers * (self.cost.allreduce_latency_s + ring)
+        """Two all-reduces per layer of (tokens x hidden) activations (:meth:`one_allreduce`); zero at TP=1."""
+        return 2.0 * self.model.layers * self.one_allreduce(new_tokens)
 
     @property
     def host_step_time(self) -> float:

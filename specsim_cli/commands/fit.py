@@ -20,6 +20,7 @@ COMMANDS = {
     "mla": ("gpu:fit_mla_cmd", "calibrate gpu fit-mla"),
     "quant": ("gpu:fit_quant_cmd", "calibrate gpu fit-quant"),
     "attention": ("gpu:fit_attention_cmd", None),
+    "allreduce": ("gpu:fit_allreduce_cmd", None),
     "transfer-priors": ("gpu:transfer_priors_cmd", "calibrate gpu transfer-priors"),
 }
 # commands that, past a few seconds, say what they are doing and when they are done (report_table.job)

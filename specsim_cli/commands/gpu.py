@@ -221,6 +221,24 @@ def fit_attention_cmd(
     typer.echo(fit_and_write(data or ROOT, out, command_line(ctx), date))
 
 
+@writes(out="yaml")
+def fit_allreduce_cmd(
+    ctx: typer.Context,
+    out: Optional[Path] = typer.Option(None, help="all-reduce YAML to write (simulator/catalog/allreduce.yaml)"),
+    date: Optional[str] = typer.Option(None, help="provenance date (default: undated)"),
+    data: Optional[Path] = typer.Option(None, help="AIConfigurator's kernel tables (the all-reduce rows; default: "
+                                        "../shared/data/aiconfigurator-vllm-kernels beside the repository)"),
+) -> None:
+    """Fit the large-message all-reduce (NCCL, eager: a prefill chunk's) per GPU and TP degree on AIConfigurator's
+    all-reduce tables, with its transfer to unmeasured NVLink GPUs (seconds).
+
+    Example: specsim fit allreduce --out simulator/catalog/allreduce.yaml"""
+    from calibrate.gpu_priors.allreduce_fit import ROOT, fit_and_write
+    from simulator.command_line import command_line
+
+    typer.echo(fit_and_write(data or ROOT, out, command_line(ctx), date))
+
+
 @writes(report="folder", out="yaml")
 def fit_quant_cmd(
     ctx: typer.Context,

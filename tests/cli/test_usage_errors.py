@@ -12,7 +12,8 @@ import pytest
 import specsim_cli.main as cli
 
 # subcommands whose parameters are all optional: no arguments is a valid call (and would run the job)
-VALID_WITHOUT_ARGS = {("measure", "prepare-models"), ("validate", "inferencex"), ("fit", "attention")}  # every option has a default
+VALID_WITHOUT_ARGS = {("measure", "prepare-models"), ("validate", "inferencex"), ("fit", "attention"),
+                     ("fit", "allreduce")}  # every option has a default
 
 
 def _tree() -> list[tuple[tuple[str, ...], object]]:

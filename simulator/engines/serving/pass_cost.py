@@ -3,12 +3,13 @@
 ``Deployment.pass_time(N, KV, A, L)`` (see :mod:`simulator.cost.cost_model`) is affine in the
 batch aggregates inside each roofline branch:
 
-    G = softmax_p(m0 (1 + j [N >= 2]), c_n N + c_l L) + softmax_p(m1 KV, c_a A) + r1 N + og,   H = h0 + s S
+    G = softmax_p(m0 (1 + j [N >= 2]), c_n N + c_l L) + softmax_p(m1 KV, c_a A) + AR(N) + og,   H = h0 + s S
     T = step_time(G, H, a)   (G + H without async scheduling; max(G, a H) + (1 - a) H with it)
 
 with m0 = (W/TP)/(eta_mem BW), m1 = kv_bytes/(eta_kv BW), c_n = 2 P_layers/(TP eta_comp F),
-c_l = 2 V H/(TP eta_comp F), c_a = 4 L heads head_dim/(TP eta_comp F), r0 = 2 L t_ar and
-r1 = 2 L * 2 (TP-1)/TP * H b / B_link (both 0 at TP = 1), og = L t_layer + the GEMMs' fixed costs + r0, h0 = t_step,
+c_l = 2 V H/(TP eta_comp F), c_a = 4 L heads head_dim/(TP eta_comp F), AR(N) = 2 L min over the all-reduce's paths of
+(t + N r) (``Deployment.allreduce_lines``: custom all-reduce, and NCCL's large-message path on NVLink; 0 at TP = 1),
+og = L t_layer + the GEMMs' fixed costs, h0 = t_step,
 s = t_seq (host cost per sequence; S sequences), a = the async overlap. The serving
 loop evaluates it millions of times, so the coefficients are computed once here; a test
 checks it equals ``Deployment.batch_forward_time`` exactly.
@@ -19,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.cost.cost_model import Deployment
-from simulator.cost.roofline import ACTIVATION_BYTES, soft_roofline, step_time
+from simulator.cost.roofline import soft_roofline, step_time
 
 
 _SCALAR = (float, int, np.float64)
@@ -41,12 +42,9 @@ class PassCost:
         self.c_n = 2.0 * m.matmul_params_per_token / dep.tp / (c.compute_efficiency * dep.matmul_flops_per_s)
         self.c_l = 2.0 * m.embedding_params / dep.tp / fl
         self.c_a = 4.0 * m.layers * m.heads * m.head_dim / dep.tp / fl * dep.attention_ratio
-        if dep.tp == 1:
-            self.r0 = self.r1 = 0.0
-        else:
-            self.r0 = 2.0 * m.layers * c.allreduce_latency_s
-            self.r1 = 2.0 * m.layers * 2.0 * (dep.tp - 1) / dep.tp * m.hidden * ACTIVATION_BYTES / h.link_bandwidth_bytes_per_s
-        self.og = dep.gpu_overhead_time + self.r0  # the GPU side's fixed costs
+        # the 2 L all-reduces' lines (Deployment.allreduce_lines: one per path vLLM can take; none at TP 1)
+        self.ar = tuple((2.0 * m.layers * a, 2.0 * m.layers * b) for a, b in dep.allreduce_lines)
+        self.og = dep.gpu_overhead_time  # the GPU side's fixed costs
         self.h0 = dep.host_step_time  # the host side's
         self.s = c.seq_overhead_s
         self.a = c.async_overlap
@@ -61,7 +59,21 @@ class PassCost:
             return float(self.dep.pass_time(n, kv, attn, logits, logits if seqs is None else seqs))
         gpu = self._soft(self.m0 * (1.0 + self.j * (n >= 2)), self.c_n * n + self.c_l * logits) \
             + self._soft(self.m1 * kv, self.c_a * attn)
-        return step_time(gpu + self.r1 * n + self.og, self.h0 + self.s * (logits if seqs is None else seqs), self.a)
+        return step_time(gpu + self.allreduce(n) + self.og, self.h0 + self.s * (logits if seqs is None else seqs), self.a)
+
+    def allreduce(self, n):
+        """The pass's all-reduces for ``n`` tokens (a scalar or an array): the smallest of :attr:`ar`'s lines."""
+        if not self.ar:
+            return 0.0 * n
+        (a, b), *rest = self.ar
+        t = a + b * n
+        if np.ndim(n):
+            for a, b in rest:
+                t = np.minimum(t, a + b * n)
+            return t
+        for a, b in rest:
+            t = min(t, a + b * n)
+        return t
 
     def _soft(self, mem: float, comp: float) -> float:
         """Scalar soft roofline, as :func:`soft_roofline` computes it."""
@@ -80,13 +92,13 @@ class PassCost:
             # (the fused speculative rows evaluate it the same way, so both give the same floats), the attention's
             # over the array
             n, logits = float(n), float(logits)
-            return step_time(self.gemm_roofline(n, logits) + soft_roofline(self.m1 * kv, self.c_a * attn, self.p) + self.r1 * n + self.og,
+            return step_time(self.gemm_roofline(n, logits) + soft_roofline(self.m1 * kv, self.c_a * attn, self.p) + self.allreduce(n) + self.og,
                              self.h0 + self.s * (logits if seqs is None else float(seqs)), self.a)
         n = np.asarray(n, dtype=float)
         gemms = self.c_n * n + self.c_l * np.asarray(logits, dtype=float)
         gpu = soft_roofline(self.m0 * (1.0 + self.j * (n >= 2)), gemms, self.p) \
             + soft_roofline(self.m1 * np.asarray(kv, dtype=float), self.c_a * np.asarray(attn, dtype=float), self.p)
-        return step_time(gpu + self.r1 * n + self.og,
+        return step_time(gpu + self.allreduce(n) + self.og,
                          self.h0 + self.s * (logits if seqs is None else np.asarray(seqs, dtype=float)), self.a)
 
     def gemm_roofline(self, n: float, logits: float) -> float:
@@ -129,7 +141,7 @@ def spec_iteration_times(draft: PassCost, target: PassCost, g: int, B: float, vt
         # GW (the GEMMs' roofline: constant per row, evaluated as PassCost.times evaluates it), M1, CA, R1, OG, host
         # H (B sequences in every pass), overlap A, KV offset, attention's context factor and offset
         cols = tuple(np.array(c, dtype=float)[:, None] for c in zip(*[
-            (pc.gemm_roofline(float(nn), float(nn)), pc.m1, pc.c_a, pc.r1 * nn, pc.og, pc.h0 + pc.s * float(B), pc.a, off, aw, aoff)
+            (pc.gemm_roofline(float(nn), float(nn)), pc.m1, pc.c_a, pc.allreduce(float(nn)), pc.og, pc.h0 + pc.s * float(B), pc.a, off, aw, aoff)
             for pc, nn, off, aw, aoff in rows]))
         target._fused[key] = cols
     GW, M1, CA, R1, OG, H, A, OFF, AW, AOFF = cols
