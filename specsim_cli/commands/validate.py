@@ -15,6 +15,7 @@ COMMANDS = {
     "cpu": ("validations:validate_cpu", "validate-cpu"),
     "inferencex": ("validations:validate_inferencex", "validate-inferencex"),
     "moe-routing": ("validations:validate_moe_routing", "validate-moe-routing"),
+    "moe-shapes": ("validations:validate_moe_shapes", None),
     "gpu-summary": ("validations:validate_gpu_summary", "validate-gpu-summary"),
     "mixture": ("checks:validate_mixture_cmd", "calibrate validate-mixture"),
     "kernels": ("checks:validate_kernels_cmd", "calibrate gpu validate-kernels"),

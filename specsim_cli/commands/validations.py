@@ -234,6 +234,21 @@ def validate_inferencex(
 
 
 @writes(out="folder")
+def validate_moe_shapes(
+    data: Optional[Path] = typer.Option(None, help="AIConfigurator's kernel tables (the moe rows; default: "
+                                        "../shared/data/aiconfigurator-vllm-kernels beside the repository)"),
+    out: Optional[Path] = typer.Option(None, help="folder for ratios.csv and summary.md"),
+):
+    """The catalog's MoE terms against AIConfigurator's measured fused-MoE layers at the served models' own shapes,
+    by token count (a check, the catalog untouched; docs/moe.md; seconds).
+
+    Example: specsim validate moe-shapes --out reports/moe-shapes"""
+    from validate.moe_shapes import ROOT, write_report
+
+    print(write_report(data or ROOT, out))
+
+
+@writes(out="folder")
 def validate_moe_routing(
     records: Path = typer.Option(Path("out/gpu-records/aiconfigurator.csv"),
                                  help="op records CSV with AIConfigurator's moe rows (specsim import aiconfigurator)"),

@@ -13,7 +13,8 @@ import specsim_cli.main as cli
 
 # subcommands whose parameters are all optional: no arguments is a valid call (and would run the job)
 VALID_WITHOUT_ARGS = {("measure", "prepare-models"), ("validate", "inferencex"), ("fit", "attention"),
-                     ("fit", "allreduce")}  # every option has a default
+                     ("fit", "allreduce"),
+                     ("validate", "moe-shapes")}  # every option has a default
 
 
 def _tree() -> list[tuple[tuple[str, ...], object]]:

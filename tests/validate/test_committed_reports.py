@@ -53,6 +53,7 @@ REPORTS = [
            needs="engine-measurements/inferencex-deepseek-r1"),
     Report("reports/b200-speculation/report.md", ("itl.csv",), needs="engine-measurements/speculators-b200-concurrency"),
     Report("reports/quant-gemm/report.md", ("bursts.csv", "heldout.csv"), needs="aiconfigurator-vllm-kernels"),
+    Report("reports/moe-shapes/summary.md", ("summary.md", "ratios.csv"), needs="aiconfigurator-vllm-kernels"),
     Report("reports/serving-systems/report.md", ("per_run.csv", "speedup.csv")),
     Report("reports/specdecode-serving/report-step-fit/report.md", ("per_run.csv", "speedup.csv")),
     Report("reports/specdecode-serving/report/report.md", ("per_run.csv", "speedup.csv")),
