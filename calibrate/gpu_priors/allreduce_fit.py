@@ -90,10 +90,9 @@ def fit_gpus(rows: pd.DataFrame) -> dict:
         if len(g) < 2:
             continue
         h = get_hardware(gpu)
-        link = h.datasheet_link_bandwidth_bytes_per_s or h.link_bandwidth_bytes_per_s
         lat, bw, rms = fit_pair(g)
         out.setdefault(gpu, {"interconnect": h.interconnect, "tp": {}})["tp"][int(tp)] = {
-            "latency_s": lat, "bandwidth_bytes_per_s": bw, "link_fraction": bw / link, "rms": rms,
+            "latency_s": lat, "bandwidth_bytes_per_s": bw, "link_fraction": bw / h.datasheet_link_bytes_per_s, "rms": rms,
             "points": int(len(g)), "versions": sorted(g["version"].unique())}
     return out
 
@@ -134,12 +133,13 @@ def heldout(rows: pd.DataFrame, fits: dict) -> pd.DataFrame:
     TP degree on its own datasheet link, beside the small-message pair it replaces (the hardware catalog's t_ar, B_ar
     extrapolated). One row per (GPU, TP): median APE of each."""
     from simulator.catalog import get_hardware
+    from simulator.catalog.allreduce import allreduce_lines
 
     nv = [g for g, v in fits.items() if v["interconnect"] == "nvlink"]
     out = []
     for g in nv:
         h = get_hardware(g)
-        link = h.datasheet_link_bandwidth_bytes_per_s or h.link_bandwidth_bytes_per_s
+        link = h.datasheet_link_bytes_per_s
         for tp, x in rows[rows["gpu"] == g].groupby("tp"):
             others = [fits[o]["tp"][tp] for o in nv if o != g and tp in fits[o]["tp"]]
             if not others:
@@ -148,7 +148,8 @@ def heldout(rows: pd.DataFrame, fits: dict) -> pd.DataFrame:
             bw = float(np.median([e["link_fraction"] for e in others])) * link
             ring = 2.0 * (tp - 1) / tp * x["bytes"]
             large = lat + ring / bw
-            small = h.allreduce_latency_s + ring / h.link_bandwidth_bytes_per_s
+            a, b = allreduce_lines(h, int(tp), 1.0, h.allreduce_latency_s)[0]  # the custom all-reduce's line, per byte
+            small = a + b * x["bytes"]
             out.append({"gpu": g, "tp": int(tp), "points": int(len(x)),
                         "large_ape": float(((large / x["seconds"]) - 1).abs().median()),
                         "small_ape": float(((small / x["seconds"]) - 1).abs().median()),

@@ -194,12 +194,12 @@ def _allreduce_priors(gpu: str, h, ev: _Evidence) -> dict:
     """The all-reduce latency and bandwidth over the GPU's link (none for a GPU without NVLink or PCIe)."""
     p = {}
     if h.interconnect == "nvlink":
-        frac = ev.nv["bandwidth_bytes_per_s"] / _datasheet_link(get_hardware("a100-80gb"))
-        bw = frac * _datasheet_link(h)
+        frac = ev.nv["bandwidth_bytes_per_s"] / get_hardware("a100-80gb").datasheet_link_bytes_per_s
+        bw = frac * h.datasheet_link_bytes_per_s
         kind = "calibrated" if gpu == "a100-80gb" else "transferred"
         src = ("vLLM custom all-reduce in CUDA graphs on A100 NVLink (AIConfigurator), pooled over TP 2/4/8"
                + ("" if gpu == "a100-80gb" else f"; bandwidth = the A100's achieved fraction {frac:.3f} of its datasheet "
-                  f"link x this GPU's {_datasheet_link(h) / 1e9:.0f} GB/s"))
+                  f"link x this GPU's {h.datasheet_link_bytes_per_s / 1e9:.0f} GB/s"))
         p["allreduce_latency_s"] = {"value": _g(ev.nv["latency_s"]), "kind": kind, "source": src}
         p["allreduce_bandwidth_bytes_per_s"] = {"value": _g(bw), "kind": kind, "source": src}
     elif h.interconnect == "pcie":
@@ -236,12 +236,6 @@ def derive(records: pd.DataFrame) -> dict:
                 "attn_fixed_s": {g: v for g, v in ev.att.items() if v is not None},
                 "allreduce": {f"{g} {link}": {str(k): v for k, v in e.items()} for (g, link), e in ev.ar.items()}}
     return {"priors": out, "evidence": _round(evidence)}
-
-
-def _datasheet_link(h) -> float:
-    """The datasheet link bandwidth (per direction) the transfer scales by: hardware.yaml's figure, which the catalog
-    keeps in ``datasheet_link_bandwidth_bytes_per_s`` once the derived all-reduce bandwidth replaces it."""
-    return h.datasheet_link_bandwidth_bytes_per_s or h.link_bandwidth_bytes_per_s
 
 
 def _round(x):

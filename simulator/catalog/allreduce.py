@@ -17,6 +17,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from simulator.catalog.hardware import HardwareSpec
@@ -68,8 +69,7 @@ def large_allreduce(hardware: HardwareSpec, tp: int, catalog: AllreduceCatalog |
     p = _nearest(own, tp)
     if p is None:
         return None
-    link = hardware.datasheet_link_bandwidth_bytes_per_s or hardware.link_bandwidth_bytes_per_s
-    return p.latency_s, p.link_fraction * link
+    return p.latency_s, p.link_fraction * hardware.datasheet_link_bytes_per_s
 
 
 def allreduce_lines(hardware: HardwareSpec, tp: int, token_bytes: float, t_ar: float) -> tuple[tuple[float, float], ...]:
@@ -86,3 +86,15 @@ def allreduce_lines(hardware: HardwareSpec, tp: int, token_bytes: float, t_ar: f
     if big is not None:
         lines.append((big[0], ring / big[1]))
     return tuple(lines)
+
+
+def smallest_line(lines: tuple[tuple[float, float], ...], n):
+    """min over ``lines`` of (a + b n) for a scalar or an array ``n`` (0 without lines): the time of the path vLLM
+    takes. Scalars stay Python floats (the serving loop's hot path evaluates it millions of times)."""
+    if not lines:
+        return 0.0 * n
+    (a, b), *rest = lines
+    t = a + b * n
+    for a, b in rest:
+        t = np.minimum(t, a + b * n) if np.ndim(n) else min(t, a + b * n)
+    return t

@@ -77,6 +77,12 @@ class HardwareSpec(BaseModel):
         """Total device memory as the driver reports it (vLLM sizes its KV cache from this)."""
         return self.memory_reported_bytes if self.memory_reported_bytes is not None else self.memory_bytes
 
+    @property
+    def datasheet_link_bytes_per_s(self) -> float:
+        """The datasheet link bandwidth (per direction): hardware.yaml's figure, kept in
+        ``datasheet_link_bandwidth_bytes_per_s`` once the derived all-reduce bandwidth replaces it."""
+        return self.datasheet_link_bandwidth_bytes_per_s or self.link_bandwidth_bytes_per_s
+
     def datasheet_era(self) -> "HardwareSpec":
         """This GPU as the catalog had it before the kernel-profile priors: for before/after checks."""
         if self.cost_prior is None:

@@ -37,7 +37,7 @@ import numpy as np
 from simulator.catalog import HardwareSpec, ModelSpec
 from simulator.catalog.models import skewed_experts_hit
 from simulator.catalog.moe_layout import stored_expert_factor
-from simulator.catalog.allreduce import allreduce_lines
+from simulator.catalog.allreduce import allreduce_lines, smallest_line
 from simulator.catalog.attention_kernels import prefill_attention_ratio
 from simulator.catalog.quant_gemm import GemmKind, gemm_kind, peak_flops
 from simulator.cost.cost_profile import CostParams
@@ -433,8 +433,7 @@ class Deployment:
 
     def one_allreduce(self, new_tokens):
         """Time of one all-reduce of ``new_tokens`` tokens' hidden states: the smallest of :attr:`allreduce_lines`."""
-        n = np.asarray(new_tokens, dtype=float)
-        return np.minimum.reduce([a + b * n for a, b in self.allreduce_lines]) if self.allreduce_lines else 0.0 * n
+        return smallest_line(self.allreduce_lines, np.asarray(new_tokens, dtype=float))
 
     def allreduce_time(self, new_tokens):
         """Two all-reduces per layer of (tokens x hidden) activations (:meth:`one_allreduce`); zero at TP=1."""

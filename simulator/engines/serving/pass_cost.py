@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from simulator.catalog.allreduce import smallest_line
 from simulator.cost.cost_model import Deployment
 from simulator.cost.roofline import soft_roofline, step_time
 
@@ -63,17 +64,7 @@ class PassCost:
 
     def allreduce(self, n):
         """The pass's all-reduces for ``n`` tokens (a scalar or an array): the smallest of :attr:`ar`'s lines."""
-        if not self.ar:
-            return 0.0 * n
-        (a, b), *rest = self.ar
-        t = a + b * n
-        if np.ndim(n):
-            for a, b in rest:
-                t = np.minimum(t, a + b * n)
-            return t
-        for a, b in rest:
-            t = min(t, a + b * n)
-        return t
+        return smallest_line(self.ar, n)
 
     def _soft(self, mem: float, comp: float) -> float:
         """Scalar soft roofline, as :func:`soft_roofline` computes it."""
