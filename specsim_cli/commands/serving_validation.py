@@ -159,6 +159,25 @@ def sharegpt_spread_cmd(
 
 
 @writes(out="folder")
+def serving_screen_cmd(
+    out: Path = typer.Option(..., "--out", help="report folder: screen.md and screen.csv"),
+    against: Path | None = typer.Option(None, "--against", help="an earlier screen.csv to compare with (e.g. "
+                                        "reports/serving-released/screen.csv, the catalog's own)"),
+    workers: int = typer.Option(2, "--workers", help="processes replaying the runs"),
+) -> None:
+    """Every released run predicted with the catalog as it stands (host terms fixed, nothing refitted), beside an
+    earlier screen: what a model change moves, in minutes, before the held-out validation (validate/serving/screen.py).
+
+    Example: specsim validate serving-screen --out /tmp/screen --against reports/serving-released/screen.csv"""
+    from validate.serving.screen import write
+
+    if workers < 1:
+        raise InputError(None, "--workers", f"expected >= 1 (got {workers})")
+    command = "specsim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    typer.echo(write(out, command, against, workers), nl=False)
+
+
+@writes(out="folder")
 def serving_regimes_cmd(
     report: Path = typer.Argument(..., help="a released serving report folder (heldout-gpu.csv, heldout-version.csv)"),
     out: Path = typer.Option(..., "--out", help="folder for regimes.md and regimes.csv (the report folder itself "

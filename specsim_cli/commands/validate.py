@@ -7,6 +7,7 @@ COMMANDS = {
     "runs": ("validations:validate", "validate"),
     "serving": ("specsim_cli.commands.serving_validation:validate_serving_cmd", "validate-serving"),
     "sharegpt-spread": ("specsim_cli.commands.serving_validation:sharegpt_spread_cmd", None),
+    "serving-screen": ("specsim_cli.commands.serving_validation:serving_screen_cmd", None),
     "serving-regimes": ("specsim_cli.commands.serving_validation:serving_regimes_cmd", None),
     "serving-accuracy": ("specsim_cli.commands.serving_validation:serving_accuracy_cmd", None),
     "kv-waves": ("specsim_cli.commands.serving_validation:kv_waves_cmd", None),
@@ -30,6 +31,7 @@ ANNOUNCED = {"runs": "validate: fitting and predicting the held-out runs (trace 
              "serving": ("validate-serving: fitting and replaying (the measured levels' step times; with --released the "
                          "host terms of every held-out fold)"),
              "sharegpt-spread": "validate sharegpt-spread: replaying the ShareGPT runs at four spreads",
+             "serving-screen": "validate serving-screen: replaying every released run with the catalog as it stands",
              "kv-waves": "validate kv-waves: measuring the bursts on vLLM (or reading them), replaying them",
              "capacity": "validate-capacity: judging the measured levels, searching the predicted capacity"}
 DEFAULT = "runs"  # an unknown first word that is a path or an option: the former `specsim validate RUN...`

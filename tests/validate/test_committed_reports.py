@@ -54,6 +54,7 @@ REPORTS = [
     Report("reports/b200-speculation/report.md", ("itl.csv",), needs="engine-measurements/speculators-b200-concurrency"),
     Report("reports/quant-gemm/report.md", ("bursts.csv", "heldout.csv"), needs="aiconfigurator-vllm-kernels"),
     Report("reports/moe-shapes/summary.md", ("summary.md", "ratios.csv"), needs="aiconfigurator-vllm-kernels"),
+    Report("reports/serving-released/screen.md", ("screen.csv",), needs="engine-measurements/gpustack-performance-lab"),
     Report("reports/serving-systems/report.md", ("per_run.csv", "speedup.csv")),
     Report("reports/specdecode-serving/report-step-fit/report.md", ("per_run.csv", "speedup.csv")),
     Report("reports/specdecode-serving/report/report.md", ("per_run.csv", "speedup.csv")),
