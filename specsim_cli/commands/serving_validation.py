@@ -118,6 +118,12 @@ def _echo_headline(v, path) -> dict:
     return h
 
 
+def check_workers(workers: int | None) -> None:
+    """``--workers``: None (the default) or >= 1, else a one-line input error."""
+    if workers is not None and workers < 1:
+        raise InputError(None, "--workers", f"expected >= 1 (got {workers})")
+
+
 def _released(folder: Path, holdout: str, out: Path, catalog: Path | None, as_labelled: bool = False,
               workers: int | None = None) -> None:
     import datetime
@@ -130,8 +136,7 @@ def _released(folder: Path, holdout: str, out: Path, catalog: Path | None, as_la
     bad = [b for b in by if b not in ("gpu", "version")]
     if bad or not by:
         raise InputError(None, "--holdout", f"expected gpu, version or gpu,version (got {holdout!r})")
-    if workers is not None and workers < 1:
-        raise InputError(None, "--workers", f"expected >= 1 (got {workers})")
+    check_workers(workers)
     command = "specsim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     head = validate_released(folder, by, out, command, catalog, datetime.date.today().isoformat(), as_labelled,
                              workers)
@@ -152,8 +157,7 @@ def sharegpt_spread_cmd(
     Example: specsim validate sharegpt-spread --out reports/serving-released --force"""
     from validate.serving.sharegpt_sensitivity import write
 
-    if workers < 1:
-        raise InputError(None, "--workers", f"expected >= 1 (got {workers})")
+    check_workers(workers)
     command = "specsim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     typer.echo(write(out, command, workers), nl=False)
 
@@ -171,8 +175,7 @@ def serving_screen_cmd(
     Example: specsim validate serving-screen --out /tmp/screen --against reports/serving-released/screen.csv"""
     from validate.serving.screen import write
 
-    if workers < 1:
-        raise InputError(None, "--workers", f"expected >= 1 (got {workers})")
+    check_workers(workers)
     command = "specsim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     typer.echo(write(out, command, against, workers), nl=False)
 
