@@ -160,6 +160,7 @@ def moe_kernel_check(root: Path | None = None, max_tokens: int = 128) -> pd.Data
     from calibrate.gpu_priors.engine_data import SHARED
     from simulator.catalog import get_hardware
     from simulator.cost.cost_profile import prior_profile
+    from simulator.catalog.moe_kernels import kind_values
 
     import yaml
 
@@ -183,7 +184,7 @@ def moe_kernel_check(root: Path | None = None, max_tokens: int = 128) -> pd.Data
         f = moe_fit.with_layer_shape(f)
         hw = get_hardware(gpu)
         c = prior_profile(hw).params(hw)
-        vals = {f"{gpu}.{k}": getattr(c, own.get(k, k)) for k in moe_fit.KINDS}
+        vals = {f"{gpu}.{k}": getattr(c, own.get(k, k)) for k in moe_fit.KINDS} | kind_values()
         vals["power_law_1.01.routing_skew"] = skew
         f["predicted_s"] = moe_fit.predict(f, vals)
         f["stream_us"] = f["bytes_gpu"] / hw.memory_bandwidth_bytes_per_s * 1e6

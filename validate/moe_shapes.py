@@ -26,20 +26,19 @@ from simulator.errors import InputError
 
 MODELS = ("qwen3-235b-a22b", "qwen3-30b-a3b", "glm-4.5-air", "glm-4.6", "deepseek-r1", "gpt-oss-120b", "gpt-oss-20b")
 TOKENS = (16, 256, 2048, 8192)
-TERMS = ("moe_mem_efficiency", "moe_compute_efficiency", "moe_layer_overhead_s", "expert_overhead_s",
-         "moe_token_passes", "moe_ep_overhead_s")
+from simulator.catalog.moe_kernels import KINDS as TERMS  # the MoE terms, one list
 
 
 def catalog_terms(gpu: str, version: str) -> dict:
     """``{gpu.term: value}``: the MoE terms the catalog gives ``gpu`` for vLLM ``version``."""
     from simulator.catalog import get_hardware
-    from simulator.catalog.moe_kernels import moe_kernel_terms
+    from simulator.catalog.moe_kernels import kind_values, moe_kernel_terms
     from simulator.cost.cost_profile import prior_profile
 
     h = get_hardware(gpu)
     base = prior_profile(h).params(h)
     older = moe_kernel_terms(gpu, "vllm", version)
-    return {f"{gpu}.{k}": (older[k].value if k in older else getattr(base, k)) for k in TERMS}
+    return {f"{gpu}.{k}": (older[k].value if k in older else getattr(base, k)) for k in TERMS} | kind_values()
 
 
 def _layer_rows(d: pd.DataFrame, model, gpu: str) -> list[dict]:

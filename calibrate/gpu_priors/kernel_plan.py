@@ -121,6 +121,7 @@ def _moe_predictions(d: pd.DataFrame, gpu: str) -> np.ndarray:
     from calibrate.gpu_priors import moe_fit
     from simulator.catalog import get_hardware
     from simulator.cost.cost_profile import prior_profile
+    from simulator.catalog.moe_kernels import kind_values
 
     sel = d["op"].isin(["grouped", "grouped_fp8"]).to_numpy()
     out = np.full(len(d), np.nan)
@@ -132,12 +133,12 @@ def _moe_predictions(d: pd.DataFrame, gpu: str) -> np.ndarray:
                       "inter": g["inter"].to_numpy(float), "experts": g["experts"].to_numpy(float),
                       "topk": g["topk"].to_numpy(float), "tp": 1.0, "ep": 1.0, "distribution": "balanced",
                       "mats": 3.0, "bytes_per_weight": np.where(fp8, 1.0, 2.0), "rate": np.where(fp8, "fp8", "bf16"),
-                      "source": "aic"})
+                      "dtype": np.where(fp8, "fp8_block", "bfloat16"), "source": "aic"})
     f = moe_fit.with_layer_shape(f)
     hw = get_hardware(gpu)
     c = prior_profile(hw).params(hw)
     own = {"moe_mem_efficiency": "expert_mem_efficiency", "moe_compute_efficiency": "expert_compute_efficiency"}
-    vals = {f"{gpu}.{k}": getattr(c, own.get(k, k)) for k in moe_fit.KINDS}
+    vals = {f"{gpu}.{k}": getattr(c, own.get(k, k)) for k in moe_fit.KINDS} | kind_values()
     out[sel] = moe_fit.predict(f, vals)
     return out
 

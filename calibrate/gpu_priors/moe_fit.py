@@ -3,17 +3,22 @@
 What the cost model says one MoE layer's routed experts cost on one GPU (``Deployment._moe_breakdown``'s terms,
 restricted to the experts of one layer; docs/moe.md)::
 
-    T = t_moe + [EP > 1] t_ep + n_gpu t_expert + N k pi H b / BW
-        + softmax_p(n_gpu W_e / (eta_moe BW) (1 + j [N >= 2]),  2 N k W_e' / (TP EP F eta_moe_comp))
+    T = t_moe + [EP > 1] t_ep + n_gpu t_expert + N k (pi H + psi I/TP) b / BW
+        + softmax_p(n_gpu W_e / (r_m eta_moe BW) (1 + j [N >= 2]),  2 N k W_e' / (TP EP F r_c eta_moe_comp))
 
 n_gpu: the experts this GPU runs = (distinct experts hit) / EP; W_e: one expert's bytes on this GPU (gated: 3 H I,
 plain: 2 H I, over the TP shards, in the expert dtype); W_e': its weights; F the dtype's tensor-core rate (FP8 where
-the GPU has FP8 cores, else bf16); p and j the catalog's engine-level step shape (frozen). Per GPU six parameters:
+the GPU has FP8 cores, else bf16); p and j the catalog's engine-level step shape (frozen). Per GPU seven parameters:
 ``moe_mem_efficiency``, ``moe_compute_efficiency``, ``moe_layer_overhead_s`` (routing and the fused kernels' fixed
 cost), ``expert_overhead_s`` (per expert a GPU runs), ``moe_ep_overhead_s`` (the expert map's extra kernels under
-EP) and ``moe_token_passes`` pi: the routed pairs' alignment, permutation and scatter as passes over a token's hidden
-state (H activations of b = 2 bytes) at the memory bandwidth (:func:`simulator.cost.roofline.moe_token_time`). A
-pass count, not seconds, because that is what transfers between GPUs of different bandwidths (docs/moe.md). Fitted with the one fitter
+EP), ``moe_token_passes`` pi: the routed pairs' alignment, permutation and scatter as passes over a token's hidden
+state (H activations of b = 2 bytes) at the memory bandwidth (:func:`simulator.cost.roofline.moe_token_time`), and
+``moe_inter_passes`` psi: the same over a pair's intermediate activations (I / TP of them: the gate-up GEMM's output,
+the activation's input and output), paid for every routed pair, expert parallel or not (the tables' time at large
+N falls far less than 1/EP). Per kernel kind (:data:`TABLE_KINDS`; bf16 the reference) two ratios, one over every
+GPU: r_c and r_m, its compute and streaming efficiencies relative to the GPU's bf16 fused-MoE ones (FP8 block kernels
+reach about half their FP8 peak's share where bf16 kernels reach theirs). Passes are counts, not seconds, because
+that is what transfers between GPUs of different bandwidths (docs/moe.md). Fitted with the one fitter
 (:func:`calibrate.fit.fit_cost.fit_log_times`, grouped names ``GPU.kind``).
 
 Data (read, never copied):
@@ -64,16 +69,26 @@ from simulator.paths import shared
 
 RECORDS = Path("out/gpu-records/aiconfigurator.csv")
 PRIORS = {"moe_mem_efficiency": 0.8, "moe_compute_efficiency": 0.5, "moe_layer_overhead_s": 15e-6,
-          "expert_overhead_s": 0.5e-6, "moe_token_passes": 4.0, "moe_ep_overhead_s": 10e-6, "routing_skew": 0.5}
-BOUNDS = {"moe_mem_efficiency": (1e-3, 1.0), "moe_compute_efficiency": (1e-3, 1.0),
+          "expert_overhead_s": 0.5e-6, "moe_token_passes": 4.0, "moe_ep_overhead_s": 10e-6, "routing_skew": 0.5,
+          "compute_ratio": 1.0, "mem_ratio": 1.0, "moe_inter_passes": 2.0}
+# eta_moe up to 1.1: the fused kernels stream at the datasheet rate (the B200's ~1.02 of the 7.7 TB/s the catalog
+# takes, NVIDIA's headline being 8), and the multi-token penalty (1 + j) divides it at N >= 2
+BOUNDS = {"moe_mem_efficiency": (1e-3, 1.1), "moe_compute_efficiency": (1e-3, 1.0),
           "moe_layer_overhead_s": (1e-9, 1e-2), "expert_overhead_s": (1e-10, 1e-3),
-          "moe_token_passes": (1e-3, 1e3), "moe_ep_overhead_s": (1e-9, 1e-2), "routing_skew": (1e-3, 4.0)}
+          "moe_token_passes": (1e-3, 1e3), "moe_ep_overhead_s": (1e-9, 1e-2), "routing_skew": (1e-3, 4.0),
+          "compute_ratio": (0.05, 5.0), "mem_ratio": (0.05, 5.0), "moe_inter_passes": (1e-3, 1e3)}
 # dtypes the fit uses (those of the shipped MoE scenarios' kernels: bf16, DeepSeek's 128-block FP8, gpt-oss's MXFP4);
 # the other tables are scored with the fitted parameters, a check of one efficiency per GPU across kernels
 FIT_DTYPES = ("bfloat16", "fp8_block", "w4a16_mxfp4")
 # AIConfigurator moe_dtype -> (bytes per weight, tensor-core rate: fp8 | bf16)
 DTYPES = {"bfloat16": (2.0, "bf16"), "fp8": (1.0, "fp8"), "fp8_block": (1.0, "fp8"),
           "int4_wo": (WEIGHT_DTYPE_BYTES["int4"], "bf16"), "w4a16_mxfp4": (WEIGHT_DTYPE_BYTES["mxfp4"], "bf16")}
+# AIConfigurator moe_dtype -> the fused-MoE kernel kind it runs (simulator.catalog.moe_kernels.MOE_KINDS): each kind
+# but bf16 has a compute and a streaming ratio to the GPU's bf16 efficiencies, one per kind over every GPU
+# (``moe-<kind>.compute_ratio`` / ``.mem_ratio``): what a kernel kind changes transfers between GPUs
+TABLE_KINDS = {"bfloat16": "bf16", "float16": "bf16", "fp8": "w8a8-fp8", "fp8_block": "w8a8-fp8-block",
+               "int4_wo": "w4a16", "w4a16_mxfp4": "w4a16"}
+RATIOS = ("compute_ratio", "mem_ratio")
 SKIPPED_DTYPES = {"nvfp4": "FP4 tensor-core kernels, measured on the B200 only (no other GPU to transfer from)",
                   "w4a8_mxfp4_mxfp8": "FP4 tensor-core kernels, measured on the B200 only (no other GPU to transfer from)"}
 # L2 cache per GPU (datasheets): working sets below twice this stay cache-resident in a replayed table
@@ -238,12 +253,21 @@ class Arrays:
         self.N = f["tokens"].to_numpy(float)
         self.k = f["topk"].to_numpy(float)
         self.hidden = f["hidden"].to_numpy(float)
+        self.inter = f["inter"].to_numpy(float) / f["tp"].to_numpy(float)
         self.ep = f["ep"].to_numpy(float)
         self.eb = f["expert_bytes_gpu"].to_numpy(float)
         self.flops = f["flops_gpu"].to_numpy(float)
         self.lss = f["source"].to_numpy(str) == "lss"
         self.labels = sorted(set(routing_of(f)) - {"balanced", "one expert"})
+        self.kind = f["dtype"].map(TABLE_KINDS).fillna("bf16").to_numpy(str)
         self._hit_key, self._hit = None, None
+
+    def ratio(self, values: dict, name: str) -> np.ndarray:
+        """Each row's kernel kind's ``name`` (:data:`RATIOS`; bf16 and a kind without a value: 1)."""
+        out = np.ones(len(self.kind))
+        for k in set(self.kind) - {"bf16"}:
+            out[self.kind == k] = values.get(f"moe-{k}.{name}", 1.0)
+        return out
 
     def hit(self, values: dict) -> np.ndarray:
         key = tuple(values.get(f"{lab}.routing_skew", 0.0) for lab in self.labels)
@@ -259,20 +283,23 @@ def predict(f, values: dict) -> np.ndarray:
     par = lambda k: np.array([values.get(f"{g}.{k}", PRIORS[k]) for g in a.gpus])[a.gi]  # noqa: E731
     lss_fixed = np.array([values.get(f"lss-{g}.moe_layer_overhead_s", 100e-6) for g in a.gpus])[a.gi]
     n = a.hit(values) / a.ep
-    t_mem = n * a.eb / (par("moe_mem_efficiency") * a.BW) * (1.0 + a.j * (a.N >= 2))
-    t_comp = a.flops / (a.F * par("moe_compute_efficiency"))
+    t_mem = n * a.eb / (par("moe_mem_efficiency") * a.ratio(values, "mem_ratio") * a.BW) * (1.0 + a.j * (a.N >= 2))
+    t_comp = a.flops / (a.F * par("moe_compute_efficiency") * a.ratio(values, "compute_ratio"))
     gpu = np.empty(len(t_mem))
     for p in np.unique(a.p):  # the cost model's own soft roofline, per GPU's p (one shared value today)
         m = a.p == p
         gpu[m] = soft_roofline(t_mem[m], t_comp[m], float(p))
     fixed = np.where(a.lss, lss_fixed, par("moe_layer_overhead_s") + n * par("expert_overhead_s")
                      + a.N * a.k * moe_token_time(par("moe_token_passes"), a.hidden, a.BW)
+                     + a.N * a.k * moe_token_time(par("moe_inter_passes"), a.inter, a.BW)
                      + (a.ep > 1) * par("moe_ep_overhead_s"))
     return fixed + gpu
 
 
 def names_for(f: pd.DataFrame) -> tuple[str, ...]:
     names = [f"{lab}.routing_skew" for lab in sorted(set(routing_of(f)) - {"balanced", "one expert"})]
+    aic = f[f["source"] == "aic"]
+    names += [f"moe-{k}.{r}" for k in sorted(set(aic["dtype"].map(TABLE_KINDS)) - {"bf16"}) for r in RATIOS]
     units = units_of(f)
     for g in sorted(set(units)):
         src = set(f.loc[units == g, "source"])
@@ -426,12 +453,26 @@ def catalog_priors(fr, gpus: list[str]) -> dict[str, dict]:
 
 
 def fit_older(f: pd.DataFrame, fr):
-    """Each GPU's older tables (units ``GPU@version``), fitted with the routing skews frozen at the catalog fit
-    ``fr``'s (a table's routing labels mean the same skew in every version); None without older tables."""
+    """Each GPU's older tables (units ``GPU@version``), fitted with the routing skews and the kernel kinds' ratios
+    frozen at the catalog fit ``fr``'s (a table's routing labels mean the same skew in every version; the catalog
+    carries one ratio per kind); None without older tables."""
     older = f[(units_of(f) != f["gpu"].to_numpy(str)) & (f["source"] == "aic").to_numpy()].reset_index(drop=True)
     if older.empty:
         return None
-    return fit(older, frozen={n: v for n, v in fr.values.items() if n.endswith(".routing_skew")})
+    return fit(older, frozen={n: v for n, v in fr.values.items() if n.endswith(".routing_skew") or n.startswith("moe-")})
+
+
+def kind_ratios(fr, src: str) -> dict:
+    """``moe_kernels.yaml``'s ``kinds``: each kernel kind's ratios fitted in ``fr`` (a ratio held at its bound is
+    left out: the kind keeps bf16's efficiency there)."""
+    from calibrate.gpu_priors.engine_report import prior_entry
+
+    out: dict = {}
+    for n in sorted(x for x in fr.fitted if x.startswith("moe-")):
+        kind, ratio = n[len("moe-"):].rsplit(".", 1)
+        out.setdefault(kind, {})[ratio] = prior_entry(fr.values[n], "calibrated", f"{src} (every fitted GPU)",
+                                                      fr.stderr.get(n))
+    return out
 
 
 def kernel_tables(fr_old, newest: dict[str, str], src: str) -> dict:

@@ -79,9 +79,11 @@ def write_report(out: Path, f: pd.DataFrame, meta: dict, fr, h: pd.DataFrame, co
     write_atomic(out / "summary.csv", summarize(fitted, ("design", "fold", "source")).to_csv(index=False))
     lines = [f"# MoE layer (routed experts) fit and held-out errors by GPU ({date})", "",
              f"Command: `{command}`", "",
-             "Model (docs/moe.md, `calibrate/gpu_priors/moe_fit.py`): T = t_moe + n_gpu t_expert + softmax_p(n_gpu W_e / "
-             "(eta_moe BW) (1 + j [N >= 2]), 2 N k W_e / (TP EP F eta_moe_comp)), n_gpu = distinct experts hit / EP, "
-             "p and j the catalog's step shape. Fitted with `calibrate.fit.fit_cost.fit_log_times`.", "",
+             "Model (docs/moe.md, `calibrate/gpu_priors/moe_fit.py`): T = t_moe + [EP > 1] t_ep + n_gpu t_expert "
+             "+ N k (pi H + psi I/TP) b / BW + softmax_p(n_gpu W_e / (r_m eta_moe BW) (1 + j [N >= 2]), "
+             "2 N k W_e / (TP EP F r_c eta_moe_comp)), n_gpu = distinct experts hit / EP, (r_m, r_c) the kernel kind's "
+             "ratios to bf16 (one per kind over every GPU), p and j the catalog's step shape. Fitted with "
+             "`calibrate.fit.fit_cost.fit_log_times`.", "",
              "## Data", "", f"AIConfigurator vLLM `moe` tables, newest version per GPU (the catalog's fit): "
              + ", ".join(f"{g} {v}" for g, v in meta["versions"].items())
              + f"; {int(((f['source'] == 'aic') & (units_of(f) == f['gpu'].to_numpy(str))).sum())} rows used; older "
@@ -105,9 +107,10 @@ def write_report(out: Path, f: pd.DataFrame, meta: dict, fr, h: pd.DataFrame, co
     write_atomic(out / "params.yaml", yaml.safe_dump(prov, sort_keys=False, width=120))
 
 
-def write_kernel_tables(path: Path, fr_old, meta: dict, command: str, date: str) -> None:
+def write_kernel_tables(path: Path, fr, fr_old, meta: dict, command: str, date: str) -> None:
     """``moe_kernels.yaml`` beside the priors file: the older vLLM tables' MoE terms per GPU
-    (:func:`moe_fit.kernel_tables`; read by ``simulator.catalog.moe_kernels``), with the command that wrote it."""
+    (:func:`moe_fit.kernel_tables`) and the kernel kinds' ratios (:func:`moe_fit.kind_ratios`; both read by
+    ``simulator.catalog.moe_kernels``), with the command that wrote it."""
     import yaml
 
     from simulator.inputs.loading import write_atomic
@@ -116,7 +119,7 @@ def write_kernel_tables(path: Path, fr_old, meta: dict, command: str, date: str)
     gpus = moe_fit.kernel_tables(fr_old, meta["versions"], src) if fr_old is not None else {}
     doc = {"provenance": {"date": date, "command": command,
                           "data": {"aiconfigurator": data_commit(SHARED / "aiconfigurator-vllm-kernels")}},
-           "gpus": gpus}
+           "gpus": gpus, "kinds": moe_fit.kind_ratios(fr, src)}
     head = ("# Fused-MoE terms of older vLLM kernel tables per GPU (simulator/catalog/moe_kernels.py: a vLLM older than\n"
             "# a GPU's newest table takes the table at or below its version, else the oldest; the newest table's terms\n"
             "# are in gpu_priors.yaml). Regenerate (do not edit by hand; with gpu_priors.yaml, by the same command):\n"
@@ -138,6 +141,6 @@ def fit_and_report(records: Path, report: Path, priors: Path | None, date: str |
     if priors:
         gpus = [g for g, hw in hardware_catalog().items() if hw.interconnect != "none"]
         moe_fit.update_priors_file(Path(priors), moe_fit.catalog_priors(fr, gpus), command)
-        write_kernel_tables(Path(priors).with_name("moe_kernels.yaml"), fr_old, meta, command,
+        write_kernel_tables(Path(priors).with_name("moe_kernels.yaml"), fr, fr_old, meta, command,
                             date or _dt.date.today().isoformat())
     return summarize(h, ("design", "fold", "source"))

@@ -12,6 +12,7 @@ tables of its own takes its same chip's (``hardware.yaml`` ``same_chip_as``: the
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
@@ -23,7 +24,7 @@ from simulator.paths import CATALOG_DIR
 
 MOE_KERNELS_PATH = CATALOG_DIR / "moe_kernels.yaml"
 KINDS = ("moe_mem_efficiency", "moe_compute_efficiency", "moe_layer_overhead_s", "expert_overhead_s",
-         "moe_token_passes", "moe_ep_overhead_s")
+         "moe_token_passes", "moe_ep_overhead_s", "moe_inter_passes")
 
 
 class KernelTable(BaseModel):
@@ -47,6 +48,9 @@ class _File(BaseModel):
 
     provenance: dict
     gpus: dict[str, GpuTables]
+    # per fused-MoE kernel kind but bf16 (MOE_KINDS): its compute and streaming efficiencies relative to the GPU's
+    # bf16 fused-MoE ones, one value over every GPU (the MoE fit's ``moe-<kind>.<ratio>``)
+    kinds: dict[Literal["w8a8-fp8", "w8a8-fp8-block", "w4a16"], dict[Literal["compute_ratio", "mem_ratio"], PriorParam]] = {}
 
 
 def table_version(version: str) -> tuple[int, ...]:
@@ -54,11 +58,43 @@ def table_version(version: str) -> tuple[int, ...]:
     return version_key(version, str(MOE_KERNELS_PATH))
 
 
-@lru_cache(maxsize=1)
+# The fused-MoE kernel kind vLLM runs a model's expert weights with: FP8 experts as 128 x 128 block-scaled FP8 (the
+# published FP8 MoE checkpoints -- DeepSeek-V3 / R1, Qwen3 FP8, GLM FP8 -- are block-scaled; per-tensor FP8 MoE is
+# measured but not fitted: its kernels differ four-fold between vLLM versions on the H100, docs/moe.md); 4-bit experts
+# (MXFP4, INT4, NVFP4) weight-only, dequantised to bf16 in the kernel (the kind the tables time on every GPU).
+MOE_KINDS = {"bf16": "bf16", "fp16": "bf16", "fp8": "w8a8-fp8-block", "fp8_block": "w8a8-fp8-block",
+             "int4": "w4a16", "mxfp4": "w4a16", "nvfp4": "w4a16"}
+
+
+def moe_kind_ratios(expert_dtype: str) -> tuple[float, float]:
+    """(streaming, compute) efficiency ratios of the kernel kind ``expert_dtype`` experts run as (:data:`MOE_KINDS`)
+    to the GPU's bf16 fused-MoE efficiencies: (1, 1) for bf16 and for a kind the catalog has no fit of. The one rule
+    the cost model (``Deployment``) and the checks on kernel tables read."""
+    ratios = moe_catalog_kinds().get(MOE_KINDS.get(expert_dtype, "bf16"), {})
+    return (ratios["mem_ratio"].value if "mem_ratio" in ratios else 1.0,
+            ratios["compute_ratio"].value if "compute_ratio" in ratios else 1.0)
+
+
+def kind_values() -> dict[str, float]:
+    """The catalog's kind ratios as the MoE fit names them (``moe-<kind>.<ratio>``: what ``moe_fit.predict`` reads)."""
+    return {f"moe-{k}.{r}": p.value for k, rs in moe_catalog_kinds().items() for r, p in rs.items()}
+
+
+def moe_catalog_kinds() -> dict[str, dict[str, PriorParam]]:
+    """{kernel kind: its ratios} as the catalog file holds them (empty without the file)."""
+    return catalog_file()[1]
+
+
 def moe_kernel_tables() -> dict[str, GpuTables]:
     """{GPU: its tables} as the catalog file holds them (empty without the file)."""
+    return catalog_file()[0]
+
+
+@lru_cache(maxsize=1)
+def catalog_file() -> tuple[dict[str, GpuTables], dict]:
+    """(GPU tables, kernel kinds) of ``moe_kernels.yaml``, validated (errors name the file and field)."""
     if not MOE_KERNELS_PATH.is_file():
-        return {}
+        return {}, {}
     try:
         f = TypeAdapter(_File).validate_python(read_yaml(MOE_KERNELS_PATH))
     except ValidationError as e:
@@ -69,7 +105,11 @@ def moe_kernel_tables() -> dict[str, GpuTables]:
             raise InputError(str(MOE_KERNELS_PATH), f"gpus.{g}", f"unknown terms {bad}; expected {', '.join(KINDS)}")
         for v in (t.newest, *(k.version for k in t.older)):
             table_version(v)
-    return f.gpus
+    for k, rs in f.kinds.items():
+        for r, p in rs.items():
+            if p.value <= 0:  # the cost model divides by them
+                raise InputError(str(MOE_KERNELS_PATH), f"kinds.{k}.{r}", f"must be > 0 (got {p.value})")
+    return f.gpus, f.kinds
 
 
 def pick_table(tables: GpuTables, version: str) -> KernelTable | None:

@@ -16,11 +16,9 @@ and an engine call (one request to the engine: generate, score) adds t_call once
 BW / F: datasheet bandwidth and peak dense BF16 FLOP/s, B_link / t_ar: link bandwidth and all-reduce latency.
 
 softmax_p(a, b) = (a^p + b^p)^(1/p): p = inf is the hard roofline max(a, b) (profiles fitted without engine-level
-data, e.g. the CPU ones); engine-level GPU fits give a finite p: a GEMM near its ridge neither streams at full bandwidth
-nor computes at full rate, so the step grows smoothly with its token count (docs/gpu-cost-model.md). GEMMs and
-attention are separate kernels run one after the other, so each has its own roofline (``roofline.gpu_split``).
-j is the jump
-from a one-token GEMV to the multi-token GEMM kernels (N = tokens in the pass); eta_kv the KV cache's (default eta_mem).
+data, e.g. the CPU ones); engine-level GPU fits give a finite p (docs/gpu-cost-model.md). GEMMs and attention are
+separate kernels, each on its own roofline (``roofline.gpu_split``). j is the jump from a one-token GEMV to the
+multi-token GEMM kernels (N = tokens in the pass); eta_kv the KV cache's (default eta_mem).
 
 The calibrated parameters are few, physical and named (:class:`~simulator.cost.cost_profile.CostParams`, stored with
 kinds and sources as a :class:`~simulator.cost.cost_profile.CostProfile`): eta_mem, eta_comp, t_step, t_layer, t_call,
@@ -36,6 +34,7 @@ import numpy as np
 
 from simulator.catalog import HardwareSpec, ModelSpec
 from simulator.catalog.models import skewed_experts_hit
+from simulator.catalog.moe_kernels import moe_kind_ratios
 from simulator.catalog.moe_layout import stored_expert_factor
 from simulator.catalog.allreduce import allreduce_lines, smallest_line
 from simulator.catalog.attention_kernels import prefill_attention_ratio
@@ -188,9 +187,8 @@ class Deployment:
     @property
     def resident_bytes_per_gpu(self) -> float:
         """Stored weights per GPU: the model over tp * pp GPUs; with data-parallel attention the non-expert weights
-        over tp (every rank holds them) and the routed experts over ep = tp * dp. Routed experts as the engine
-        allocates them: MXFP4 experts padded to the kernels' layout (:func:`simulator.catalog.moe_layout.
-        stored_expert_factor`; the pass reads the checkpoint's bytes)."""
+        over tp (every rank holds them), the routed experts over ep = tp * dp, as the engine allocates them (MXFP4
+        padded: :func:`simulator.catalog.moe_layout.stored_expert_factor`; the pass reads the checkpoint's bytes)."""
         if self.drafting.free:
             return 0.0
         m = self.model
@@ -303,14 +301,15 @@ class Deployment:
 
             W(N)   = W_other/TP + L_moe E_hit(N) W_expert/TP,   E_hit(N) = E [1 - (1 - k/E)^N]   (uniform routing;
                      routing_skew s > 0: skewed_experts_hit)
-            T_w    = [W_other/TP / (eta_mem BW) + L_moe E_hit W_expert/TP / (eta_moe BW)] (1 + j [N >= 2])
+            T_w    = [W_other/TP / (eta_mem BW) + L_moe E_hit W_expert/TP / (r_m eta_moe BW)] (1 + j [N >= 2])
             T_kv   = KV(kv_tokens, S) / (eta_kv BW)                           (MLA latent; sliding layers <= window)
             T_comp = (2 P_other N / F_w + 2 V H L_log / F) / (TP eta_comp)
-                     + 2 L_moe k P_expert N / (TP F_e eta_moe_comp)
+                     + 2 L_moe k P_expert N / (TP F_e r_c eta_moe_comp)     (r_m, r_c: the experts' kernel
+                     kind's ratios to bf16, simulator.catalog.moe_kernels.moe_kind_ratios)
             T_attn = attention FLOPs / (TP F eta_comp)
-            layers = L (t_layer + [MLA] t_mla) + L_moe (t_moe + [ep > 1] t_ep + E_hit / ep t_expert + N k pi H b / BW)
-                     (MLA module's and MoE kernels' fixed costs; pi: passes of the routed pairs' alignment and
-                     permutation over a token's hidden state, b = 2 bytes each)
+            layers = L (t_layer + [MLA] t_mla) + L_moe (t_moe + [ep > 1] t_ep + E_hit / ep t_expert
+                     + N k (pi H + psi I_gpu) b / BW)   (pi, psi: passes of every routed pair over its hidden state
+                     and its intermediate activations, I_gpu = I / TP at ep = 1, b = 2 bytes each)
             allreduce: ep = 1 the Megatron all-reduces; ep = TP one all-reduce per layer (attention) + per dense layer,
                        and per MoE layer an all-to-all dispatch + combine of the tokens: 2 [t_ar + (ep-1)/ep N H b / B]
 
@@ -320,9 +319,8 @@ class Deployment:
         tokens of all ranks: E_hit(N_all) experts of its E/ep, 2 L_moe k P_expert N_all / (ep F_e eta_moe_comp); the
         all-to-all moves a rank's tokens, the attention all-reduce is within its tp GPUs (none at tp = 1).
 
-        The soft rooflines (T_w against T_comp, T_kv against T_attn) and their split into weights / KV / compute
-        are the dense path's. A dense model with latent
-        attention or sliding windows goes through the same lines with no MoE terms."""
+        The soft rooflines (T_w against T_comp, T_kv against T_attn) and their split are the dense path's. A dense
+        model with latent attention or sliding windows goes through the same lines with no MoE terms."""
         m, c = self.model, self.cost
         n_all = np.asarray(new_tokens, dtype=float)
         S = np.asarray(seqs, dtype=float)
@@ -336,9 +334,10 @@ class Deployment:
                                                                                  c.routing_skew)
         gpu, mem, kv_share = gpu_split(*self._moe_roofline_terms(n_all, n, S, hit, kv_tokens, attn_pairs, logit_rows),
                                         c.roofline_p)
+        bw, inter = self.hardware.memory_bandwidth_bytes_per_s, m.expert_intermediate / (self.tp if self.ep == 1 else 1)
         moe_fixed = (c.moe_layer_overhead_s + (self.ep > 1) * c.moe_ep_overhead_s + hit / self.ep * c.expert_overhead_s
-                     + n * m.experts_per_token
-                     * moe_token_time(c.moe_token_passes, m.hidden, self.hardware.memory_bandwidth_bytes_per_s))
+                     + n * m.experts_per_token * (moe_token_time(c.moe_token_passes, m.hidden, bw)
+                                                  + moe_token_time(c.moe_inter_passes, inter, bw)))
         layers = (m.layers * (c.layer_overhead_s + m.is_mla * c.mla_layer_overhead_s) + self.gemm_overhead_time
                   + m.moe_layers * moe_fixed)
         out = {
@@ -361,7 +360,8 @@ class Deployment:
         bw = h.memory_bandwidth_bytes_per_s
         t_w = self.streamed_weight_bytes_per_gpu / (c.mem_efficiency * bw)
         if m.is_moe:
-            t_w = t_w + m.moe_layers * hit * m.expert_bytes / self.expert_shards / (c.expert_mem_efficiency * bw)
+            t_w = t_w + m.moe_layers * hit * m.expert_bytes / self.expert_shards / (
+                c.expert_mem_efficiency * self.expert_kind_ratios[0] * bw)
         t_w = t_w * (1.0 + c.multi_token_penalty * (n >= 2))
         t_kv = m.kv_bytes(kv_tokens, self.tp, S, rows=logit_rows) / (c.kv_efficiency * bw)
         routed = m.moe_layers * m.experts_per_token * m.expert_params
@@ -371,7 +371,8 @@ class Deployment:
             / c.compute_efficiency * self.attention_ratio
         t_comp = (lin / self.matmul_flops_per_s + other / h.dense_bf16_flops_per_s) / c.compute_efficiency
         if m.is_moe:
-            t_comp = t_comp + 2.0 * routed * n_all / self.expert_shards / (self.expert_flops_per_s * c.expert_compute_efficiency)
+            t_comp = t_comp + 2.0 * routed * n_all / self.expert_shards / (
+                self.expert_flops_per_s * c.expert_compute_efficiency * self.expert_kind_ratios[1])
         return t_w, t_kv, t_comp, t_attn
 
     def _pipeline_breakdown(self, new_tokens, kv_tokens, attn_pairs, logit_rows, seqs=1.0) -> dict:
@@ -388,9 +389,8 @@ class Deployment:
         stages adds (pp - 1) hops of a link latency plus the hidden states of its tokens over the link. While that
         micro-batch travels, the other m - 1 fill the other stages, so the cycle is one micro-batch's round trip:
         at batch 1 the latency of pp = 1 plus the hops; at S >= pp the batch's cost is that of S/pp sequences.
-        Not modelled: uneven stages (the embedding and LM head on the end stages), per-micro-batch host work
-        serialised on the scheduler (t_step and t_seq are taken per micro-batch, overlapped), and a token budget per
-        micro-batch (the engine's budget stays one per pass)."""
+        Not modelled: uneven stages (embedding and LM head on the end stages), per-micro-batch host work serialised
+        on the scheduler (t_step, t_seq taken per micro-batch, overlapped), a token budget per micro-batch."""
         from dataclasses import replace
 
         n = np.asarray(new_tokens, dtype=float)
@@ -404,6 +404,10 @@ class Deployment:
         out["sendrecv"] = (self.pp - 1) * hop
         out["total"] = whole["total"] + out["sendrecv"]
         return out
+
+    @cached_property
+    def expert_kind_ratios(self) -> tuple[float, float]:  # (streaming, compute): moe_kernels.moe_kind_ratios
+        return moe_kind_ratios(self.model.expert_weight_dtype or self.model.weight_dtype) if self.model.is_moe else (1.0, 1.0)
 
     @property
     def expert_flops_per_s(self) -> float:
@@ -449,7 +453,6 @@ class Deployment:
         """The GPU side's fixed costs of a dense pass: L t_layer + the GEMMs' fixed costs."""
         return self.model.layers * self.cost.layer_overhead_s + self.gemm_overhead_time
 
-    # ---- single-sequence forward pass (broadcasts over arrays) ---------------------------
     def forward_time(self, new_tokens, cached_tokens, logit_rows=1):
         n = np.asarray(new_tokens, dtype=float)
         c = np.asarray(cached_tokens, dtype=float)
@@ -462,7 +465,6 @@ class Deployment:
         l = np.ones_like(n) if logit_rows is None else np.asarray(logit_rows, dtype=float)
         return float(self.pass_time(n.sum(), (c + n).sum(), (n * (c + (n + 1.0) / 2.0)).sum(), l.sum(), len(n)))
 
-    # ---- derived operations ---------------------------------------------------------------
     def decode_time(self, context_tokens):
         """One generated token with ``context_tokens`` already in the KV cache."""
         return self.forward_time(1, context_tokens)
@@ -479,7 +481,6 @@ class Deployment:
         n = drafting.verify_tokens(gamma)
         return self.forward_time(n, context_tokens, logit_rows=n)
 
-    # ---- a draft deployment's own operations (read its ``drafting``) ------------------------
     def draft_level_time(self, context_tokens):
         """One drafted position at ``context_tokens``: a pass of w tokens (w logit rows) for a tree of width
         w, one decode for a chain; zero for prompt lookup."""

@@ -82,6 +82,7 @@ class CostProfile(BaseModel):
     # (pi H b bytes at the memory bandwidth; docs/moe.md)
     moe_token_passes: Param | None = None
     moe_ep_overhead_s: Param | None = None  # per MoE layer under expert parallelism (the expert map's extra kernels)
+    moe_inter_passes: Param | None = None  # per routed pair: passes over its intermediate activations (CostParams)
     # Latent attention (docs/moe.md): the MLA module's fixed cost per layer beyond a dense layer's (its extra
     # kernels: q_a / kv_a norms, q_b, the absorbed BMMs, the split-K combine). None: 0.
     mla_layer_overhead_s: Param | None = None
@@ -119,6 +120,7 @@ class CostProfile(BaseModel):
             expert_overhead_s=self.expert_overhead_s.value if self.expert_overhead_s else 0.0,
             moe_token_passes=self.moe_token_passes.value if self.moe_token_passes else 0.0,
             moe_ep_overhead_s=self.moe_ep_overhead_s.value if self.moe_ep_overhead_s else 0.0,
+            moe_inter_passes=self.moe_inter_passes.value if self.moe_inter_passes else 0.0,
             mla_layer_overhead_s=self.mla_layer_overhead_s.value if self.mla_layer_overhead_s else 0.0,
             async_overlap=self.async_overlap.value if self.async_overlap else 0.0,
             async_overlap_non_eagle=(self.async_overlap_non_eagle.value if self.async_overlap_non_eagle
@@ -156,6 +158,9 @@ class CostParams:
     expert_overhead_s: float = 0.0
     moe_token_passes: float = 0.0  # per routed (token, expert) pair, on every GPU: passes over its hidden state
     moe_ep_overhead_s: float = 0.0  # per MoE layer when ep > 1
+    # per routed pair, on every GPU: passes over its intermediate activations (I / expert TP of them: the gate-up
+    # output, the activation's input and output; written and read for every pair, expert parallel or not)
+    moe_inter_passes: float = 0.0
     mla_layer_overhead_s: float = 0.0  # per latent-attention layer (CostProfile)
     # Routing skew s: expert e's popularity ~ e^-s (0: uniform routing; simulator.catalog.models.skewed_experts_hit)
     routing_skew: float = 0.0
@@ -337,6 +342,7 @@ def prior_profile(hardware: HardwareSpec, engine: str = "vllm", serving_engine=N
         expert_overhead_s=pick("expert_overhead_s", None),
         moe_token_passes=pick("moe_token_passes", None),
         moe_ep_overhead_s=pick("moe_ep_overhead_s", None),
+        moe_inter_passes=pick("moe_inter_passes", None),
         mla_layer_overhead_s=pick("mla_layer_overhead_s", None), async_overlap=pick("async_overlap", None),
         async_overlap_non_eagle=pick("async_overlap_non_eagle", None),
     )

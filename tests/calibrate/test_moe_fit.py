@@ -16,7 +16,8 @@ TRUE = {"h100-sxm.moe_mem_efficiency": 0.9, "h100-sxm.moe_compute_efficiency": 0
         "h100-sxm.moe_token_passes": 5.5, "h100-sxm.moe_ep_overhead_s": 20e-6,
         "l40s.moe_mem_efficiency": 0.85, "l40s.moe_compute_efficiency": 0.45, "l40s.moe_layer_overhead_s": 25e-6,
         "l40s.expert_overhead_s": 0.1e-6, "l40s.moe_token_passes": 4.8, "l40s.moe_ep_overhead_s": 50e-6,
-        "power_law_1.2.routing_skew": 0.75}
+        "power_law_1.2.routing_skew": 0.75, "h100-sxm.moe_inter_passes": 6.0, "l40s.moe_inter_passes": 7.0,
+        "moe-w8a8-fp8-block.compute_ratio": 0.5, "moe-w8a8-fp8-block.mem_ratio": 0.9}
 
 
 def synthetic(rng) -> pd.DataFrame:
@@ -27,10 +28,12 @@ def synthetic(rng) -> pd.DataFrame:
                 if ep > E:
                     continue
                 for N in (1, 4, 16, 64, 256, 1024, 4096, 16384):
-                    for dist in ("balanced", "power_law_1.2"):
+                    for dist, dtype in (("balanced", "bfloat16"), ("power_law_1.2", "bfloat16"),
+                                        ("balanced", "fp8_block")):
                         rows.append(dict(gpu=gpu, tokens=float(N), hidden=float(H), inter=float(I), experts=float(E),
                                          topk=float(k), tp=float(tp), ep=float(ep), distribution=dist, mats=3.0,
-                                         bytes_per_weight=2.0, rate="bf16", dtype="bfloat16", source="aic"))
+                                         bytes_per_weight=M.DTYPES[dtype][0], rate=M.DTYPES[dtype][1], dtype=dtype,
+                                         source="aic"))
     f = M.with_layer_shape(pd.DataFrame(rows))
     t = M.predict(f, TRUE)
     return f.assign(time_s=t * np.exp(rng.normal(0, 0.01, len(t))))
@@ -40,9 +43,11 @@ def test_fit_recovers_the_parameters_of_synthetic_tables():
     f = synthetic(np.random.default_rng(0))
     fr = M.fit(f)
     for n in ("h100-sxm.moe_mem_efficiency", "h100-sxm.moe_compute_efficiency", "l40s.moe_mem_efficiency",
-              "l40s.moe_compute_efficiency", "power_law_1.2.routing_skew", "h100-sxm.moe_token_passes"):
+              "l40s.moe_compute_efficiency", "power_law_1.2.routing_skew", "h100-sxm.moe_token_passes",
+              "moe-w8a8-fp8-block.compute_ratio", "moe-w8a8-fp8-block.mem_ratio"):
         assert fr.values[n] == pytest.approx(TRUE[n], rel=0.05), n
-    for n in ("h100-sxm.moe_layer_overhead_s", "l40s.moe_ep_overhead_s"):
+    for n in ("h100-sxm.moe_layer_overhead_s", "l40s.moe_ep_overhead_s", "h100-sxm.moe_inter_passes",
+              "l40s.moe_inter_passes"):
         assert fr.values[n] == pytest.approx(TRUE[n], rel=0.25), n
     err = np.abs(M.predict(f, fr.values) / f["time_s"] - 1)
     assert np.median(err) < 0.01
@@ -110,12 +115,11 @@ def test_catalog_gpus_carry_the_moe_priors():
         if hw.interconnect == "none":
             continue
         prof = prior_profile(hw)
-        for k in ("moe_mem_efficiency", "moe_compute_efficiency", "moe_layer_overhead_s", "expert_overhead_s",
-                  "moe_token_passes", "moe_ep_overhead_s"):
+        for k in M.KINDS:
             p = getattr(prof, k)
             assert p is not None and p.kind in ("calibrated", "transferred") and "moe_fit" in p.source, (name, k)
         c = prof.params(hw)
-        assert 0 < c.expert_mem_efficiency <= 1 and 0 < c.expert_compute_efficiency <= 1
+        assert 0 < c.expert_mem_efficiency <= M.BOUNDS["moe_mem_efficiency"][1] and 0 < c.expert_compute_efficiency <= 1
     assert prior_profile(get_hardware("h100-sxm")).moe_mem_efficiency.kind == "calibrated"
 
 
@@ -182,7 +186,10 @@ def test_older_tables_are_fitted_into_the_catalog_the_simulator_reads():
     f = pd.concat(frames, ignore_index=True)
     fr = M.fit(f[M.units_of(f) == f["gpu"].to_numpy(str)].reset_index(drop=True))
     old = M.fit_older(f, fr)
-    assert old.values["power_law_1.2.routing_skew"] == fr.values["power_law_1.2.routing_skew"]  # frozen
+    for n in ("power_law_1.2.routing_skew", "moe-w8a8-fp8-block.compute_ratio"):  # frozen: one value per label, kind
+        assert old.values[n] == fr.values[n]
+    kinds = M.kind_ratios(fr, "test")
+    assert kinds["w8a8-fp8-block"]["compute_ratio"]["value"] == pytest.approx(0.5, rel=0.05)
     tables = M.kernel_tables(old, {"h100-sxm": "0.24.0"}, "test")
     t = GpuTables.model_validate(tables["h100-sxm"])
     assert t.newest == "0.24.0" and [k.version for k in t.older] == ["0.14.0"]

@@ -38,9 +38,9 @@ def catalog(tmp_path, monkeypatch):
     path = tmp_path / "moe_kernels.yaml"
     path.write_text(yaml.safe_dump(doc))
     monkeypatch.setattr(mk, "MOE_KERNELS_PATH", path)
-    mk.moe_kernel_tables.cache_clear()
+    mk.catalog_file.cache_clear()
     yield path
-    mk.moe_kernel_tables.cache_clear()
+    mk.catalog_file.cache_clear()
 
 
 def test_terms_by_engine_version_and_same_chip(catalog):
@@ -69,7 +69,7 @@ def test_prior_profile_takes_the_generation_of_its_engine(catalog):
                                           "unknown terms")])
 def test_a_bad_catalog_is_an_input_error_naming_it(catalog, text, where):
     catalog.write_text(text)
-    mk.moe_kernel_tables.cache_clear()
+    mk.catalog_file.cache_clear()
     with pytest.raises(InputError, match=where) as e:
         mk.moe_kernel_terms("h100-sxm", "vllm", "0.11")
     assert "moe_kernels.yaml" in str(e.value)
