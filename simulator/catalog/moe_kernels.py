@@ -60,17 +60,24 @@ def table_version(version: str) -> tuple[int, ...]:
 
 # The fused-MoE kernel kind vLLM runs a model's expert weights with: FP8 experts as 128 x 128 block-scaled FP8 (the
 # published FP8 MoE checkpoints -- DeepSeek-V3 / R1, Qwen3 FP8, GLM FP8 -- are block-scaled; per-tensor FP8 MoE is
-# measured but not fitted: its kernels differ four-fold between vLLM versions on the H100, docs/moe.md); 4-bit experts
-# (MXFP4, INT4, NVFP4) weight-only, dequantised to bf16 in the kernel (the kind the tables time on every GPU).
+# measured but not fitted: its kernels differ four-fold between vLLM versions on the H100, docs/moe.md), on a GPU
+# without FP8 tensor cores weight-only (FP8 Marlin: no table times it, so no ratio); 4-bit experts (MXFP4, INT4,
+# NVFP4) weight-only, dequantised to bf16 in the kernel (the kind the tables time on every GPU).
 MOE_KINDS = {"bf16": "bf16", "fp16": "bf16", "fp8": "w8a8-fp8-block", "fp8_block": "w8a8-fp8-block",
              "int4": "w4a16", "mxfp4": "w4a16", "nvfp4": "w4a16"}
 
 
-def moe_kind_ratios(expert_dtype: str) -> tuple[float, float]:
-    """(streaming, compute) efficiency ratios of the kernel kind ``expert_dtype`` experts run as (:data:`MOE_KINDS`)
-    to the GPU's bf16 fused-MoE efficiencies: (1, 1) for bf16 and for a kind the catalog has no fit of. The one rule
-    the cost model (``Deployment``) and the checks on kernel tables read."""
-    ratios = moe_catalog_kinds().get(MOE_KINDS.get(expert_dtype, "bf16"), {})
+def moe_kind(expert_dtype: str, hardware) -> str:
+    """The fused-MoE kernel kind ``expert_dtype`` experts run as on ``hardware`` (:data:`MOE_KINDS`)."""
+    kind = MOE_KINDS.get(expert_dtype, "bf16")
+    return "w8a16-fp8" if kind.startswith("w8a8") and not hardware.dense_fp8_flops_per_s else kind
+
+
+def moe_kind_ratios(expert_dtype: str, hardware) -> tuple[float, float]:
+    """(streaming, compute) efficiency ratios of the kernel kind ``expert_dtype`` experts run as on ``hardware``
+    (:func:`moe_kind`) to the GPU's bf16 fused-MoE efficiencies: (1, 1) for bf16 and for a kind the catalog has no fit
+    of. The one rule the cost model (``Deployment``) reads."""
+    ratios = moe_catalog_kinds().get(moe_kind(expert_dtype, hardware), {})
     return (ratios["mem_ratio"].value if "mem_ratio" in ratios else 1.0,
             ratios["compute_ratio"].value if "compute_ratio" in ratios else 1.0)
 

@@ -407,7 +407,7 @@ class Deployment:
 
     @cached_property
     def expert_kind_ratios(self) -> tuple[float, float]:  # (streaming, compute): moe_kernels.moe_kind_ratios
-        return moe_kind_ratios(self.model.expert_weight_dtype or self.model.weight_dtype) if self.model.is_moe else (1.0, 1.0)
+        return moe_kind_ratios(self.model.expert_weight_dtype or self.model.weight_dtype, self.hardware)
 
     @property
     def expert_flops_per_s(self) -> float:

@@ -26,16 +26,18 @@ def dep(model: str, hw: str, tp: int, **cost):
 
 
 def test_bf16_experts_keep_the_gpus_efficiencies_and_fp8_take_the_block_kind():
-    assert mk.moe_kind_ratios("bf16") == (1.0, 1.0)
+    h200, a100 = get_hardware("h200"), get_hardware("a100-80gb")
+    assert mk.moe_kind_ratios("bf16", h200) == (1.0, 1.0)
     kinds = mk.moe_catalog_kinds()
     assert "w8a8-fp8-block" in kinds, "moe_kernels.yaml's kinds are written by specsim fit moe"
     block = kinds["w8a8-fp8-block"]
-    assert mk.moe_kind_ratios("fp8") == mk.moe_kind_ratios("fp8_block") == (block["mem_ratio"].value,
-                                                                             block["compute_ratio"].value)
+    assert mk.moe_kind_ratios("fp8", h200) == mk.moe_kind_ratios("fp8_block", h200) == (
+        block["mem_ratio"].value, block["compute_ratio"].value)
+    assert mk.moe_kind("fp8", a100) == "w8a16-fp8" and mk.moe_kind_ratios("fp8", a100) == (1.0, 1.0)  # no FP8 cores
+    assert mk.moe_kind("mxfp4", h200) == mk.moe_kind("int4", a100) == "w4a16"
     assert all(0 < p.value < 5 and "moe_fit" in p.source for rs in kinds.values() for p in rs.values())
-    d = dep("deepseek-r1", "h200", 8)
-    assert d.expert_kind_ratios == mk.moe_kind_ratios("fp8")
-    assert dep("qwen3-32b", "h200", 1).expert_kind_ratios == (1.0, 1.0)  # dense: no experts
+    assert dep("deepseek-r1", "h200", 8).expert_kind_ratios == mk.moe_kind_ratios("fp8", h200)
+    assert dep("qwen3-32b", "h200", 1).expert_kind_ratios == (1.0, 1.0)  # dense: bf16, and no experts to price
 
 
 def test_a_ratio_that_is_not_positive_is_an_input_error_naming_it(tmp_path, monkeypatch):
@@ -46,7 +48,7 @@ def test_a_ratio_that_is_not_positive_is_an_input_error_naming_it(tmp_path, monk
     mk.catalog_file.cache_clear()
     try:
         with pytest.raises(InputError, match=r"kinds\.w4a16\.compute_ratio.*> 0") as e:
-            mk.moe_kind_ratios("mxfp4")
+            mk.moe_kind_ratios("mxfp4", get_hardware("h100-sxm"))
         assert "moe_kernels.yaml" in str(e.value)
     finally:
         mk.catalog_file.cache_clear()
