@@ -334,10 +334,10 @@ class Deployment:
                                                                                  c.routing_skew)
         gpu, mem, kv_share = gpu_split(*self._moe_roofline_terms(n_all, n, S, hit, kv_tokens, attn_pairs, logit_rows),
                                         c.roofline_p)
-        bw, inter = self.hardware.memory_bandwidth_bytes_per_s, m.expert_intermediate / (self.tp if self.ep == 1 else 1)
+        inter = (m.expert_intermediate or 0) / (self.tp if self.ep == 1 else 1)  # a pair's activations on this GPU
         moe_fixed = (c.moe_layer_overhead_s + (self.ep > 1) * c.moe_ep_overhead_s + hit / self.ep * c.expert_overhead_s
-                     + n * m.experts_per_token * (moe_token_time(c.moe_token_passes, m.hidden, bw)
-                                                  + moe_token_time(c.moe_inter_passes, inter, bw)))
+                     + n * m.experts_per_token * moe_token_time(1.0, c.moe_token_passes * m.hidden + c.moe_inter_passes
+                                                                * inter, self.hardware.memory_bandwidth_bytes_per_s))
         layers = (m.layers * (c.layer_overhead_s + m.is_mla * c.mla_layer_overhead_s) + self.gemm_overhead_time
                   + m.moe_layers * moe_fixed)
         out = {

@@ -83,3 +83,11 @@ def test_a_faster_kind_never_costs_more(n, rc, rm, more):
     t = d.pass_breakdown(*args)["total"][0]
     assert fast_c.pass_breakdown(*args)["total"][0] <= t + 1e-15
     assert fast_m.pass_breakdown(*args)["total"][0] <= t + 1e-15
+
+
+def test_a_dense_model_on_the_moe_path_has_no_expert_terms():
+    """A dense sliding-window model goes through the MoE path (no experts: no intermediate passes, ratios 1)."""
+    d = dep("gemma-3-270m", "h100-sxm", 1, moe_inter_passes=7.0)
+    lean = dep("gemma-3-270m", "h100-sxm", 1, moe_inter_passes=0.0)
+    assert d.expert_kind_ratios == (1.0, 1.0)
+    assert d.prefill_time(4096) == pytest.approx(lean.prefill_time(4096), rel=1e-12)
