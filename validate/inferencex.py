@@ -184,7 +184,7 @@ def moe_kernel_check(root: Path | None = None, max_tokens: int = 128) -> pd.Data
         f = moe_fit.with_layer_shape(f)
         hw = get_hardware(gpu)
         c = prior_profile(hw).params(hw)
-        vals = {f"{gpu}.{k}": getattr(c, own.get(k, k)) for k in moe_fit.KINDS} | kind_values()
+        vals = {f"{gpu}.{k}": getattr(c, own.get(k, k)) for k in moe_fit.KINDS} | kind_values(gpu)
         vals["power_law_1.01.routing_skew"] = skew
         f["predicted_s"] = moe_fit.predict(f, vals)
         f["stream_us"] = f["bytes_gpu"] / hw.memory_bandwidth_bytes_per_s * 1e6

@@ -38,7 +38,7 @@ def catalog_terms(gpu: str, version: str) -> dict:
     h = get_hardware(gpu)
     base = prior_profile(h).params(h)
     older = moe_kernel_terms(gpu, "vllm", version)
-    return {f"{gpu}.{k}": (older[k].value if k in older else getattr(base, k)) for k in TERMS} | kind_values()
+    return {f"{gpu}.{k}": (older[k].value if k in older else getattr(base, k)) for k in TERMS} | kind_values(gpu, version)
 
 
 def _layer_rows(d: pd.DataFrame, model, gpu: str) -> list[dict]:

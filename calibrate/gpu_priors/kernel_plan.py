@@ -138,7 +138,7 @@ def _moe_predictions(d: pd.DataFrame, gpu: str) -> np.ndarray:
     hw = get_hardware(gpu)
     c = prior_profile(hw).params(hw)
     own = {"moe_mem_efficiency": "expert_mem_efficiency", "moe_compute_efficiency": "expert_compute_efficiency"}
-    vals = {f"{gpu}.{k}": getattr(c, own.get(k, k)) for k in moe_fit.KINDS} | kind_values()
+    vals = {f"{gpu}.{k}": getattr(c, own.get(k, k)) for k in moe_fit.KINDS} | kind_values(gpu)
     out[sel] = moe_fit.predict(f, vals)
     return out
 

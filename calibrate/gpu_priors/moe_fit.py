@@ -3,21 +3,22 @@
 What the cost model says one MoE layer's routed experts cost on one GPU (``Deployment._moe_breakdown``'s terms,
 restricted to the experts of one layer; docs/moe.md)::
 
-    T = t_moe + [EP > 1] t_ep + n_gpu t_expert + N k (pi H + psi I/TP) b / BW
+    T = t_moe + [EP > 1] t_ep + n_gpu t_expert + N k pi H b / BW
         + softmax_p(n_gpu W_e / (r_m eta_moe BW) (1 + j [N >= 2]),  2 N k W_e' / (TP EP F r_c eta_moe_comp))
 
 n_gpu: the experts this GPU runs = (distinct experts hit) / EP; W_e: one expert's bytes on this GPU (gated: 3 H I,
 plain: 2 H I, over the TP shards, in the expert dtype); W_e': its weights; F the dtype's tensor-core rate (FP8 where
-the GPU has FP8 cores, else bf16); p and j the catalog's engine-level step shape (frozen). Per GPU seven parameters:
+the GPU has FP8 cores, else bf16); p and j the catalog's engine-level step shape (frozen). Per GPU six parameters:
 ``moe_mem_efficiency``, ``moe_compute_efficiency``, ``moe_layer_overhead_s`` (routing and the fused kernels' fixed
 cost), ``expert_overhead_s`` (per expert a GPU runs), ``moe_ep_overhead_s`` (the expert map's extra kernels under
 EP), ``moe_token_passes`` pi: the routed pairs' alignment, permutation and scatter as passes over a token's hidden
-state (H activations of b = 2 bytes) at the memory bandwidth (:func:`simulator.cost.roofline.moe_token_time`), and
-``moe_inter_passes`` psi: the same over a pair's intermediate activations (I / TP of them: the gate-up GEMM's output,
-the activation's input and output), paid for every routed pair, expert parallel or not (the tables' time at large
-N falls far less than 1/EP). Per kernel kind (:data:`TABLE_KINDS`; bf16 the reference) two ratios, one over every
-GPU: r_c and r_m, its compute and streaming efficiencies relative to the GPU's bf16 fused-MoE ones (FP8 block kernels
-reach about half their FP8 peak's share where bf16 kernels reach theirs). Passes are counts, not seconds, because
+state (H activations of b = 2 bytes) at the memory bandwidth (:func:`simulator.cost.roofline.moe_token_time`). Per
+kernel kind (:data:`TABLE_KINDS`; bf16 the reference) and parameter set (a GPU's table: ``GPU|kind.ratio``) two
+ratios, fitted only where that table times the kind: r_c and r_m, its compute and streaming efficiencies relative to
+the same table's bf16 fused-MoE ones. They belong to a kernel generation, not to a kind: on the H100, vLLM 0.24's
+FP8 block kernels reach about half their FP8 peak's share where its bf16 kernels reach theirs, vLLM 0.14's as much as
+its bf16 ones (one ratio over every GPU and version mispriced vLLM 0.11's serving runs, docs/moe.md). A GPU held out
+takes the median of the other GPUs' ratios for a kind (:func:`transferred`). Passes are counts, not seconds, because
 that is what transfers between GPUs of different bandwidths (docs/moe.md). Fitted with the one fitter
 (:func:`calibrate.fit.fit_cost.fit_log_times`, grouped names ``GPU.kind``).
 
@@ -70,13 +71,13 @@ from simulator.paths import shared
 RECORDS = Path("out/gpu-records/aiconfigurator.csv")
 PRIORS = {"moe_mem_efficiency": 0.8, "moe_compute_efficiency": 0.5, "moe_layer_overhead_s": 15e-6,
           "expert_overhead_s": 0.5e-6, "moe_token_passes": 4.0, "moe_ep_overhead_s": 10e-6, "routing_skew": 0.5,
-          "compute_ratio": 1.0, "mem_ratio": 1.0, "moe_inter_passes": 2.0}
+          "compute_ratio": 1.0, "mem_ratio": 1.0}
 # eta_moe up to 1.1: the fused kernels stream at the datasheet rate (the B200's ~1.02 of the 7.7 TB/s the catalog
 # takes, NVIDIA's headline being 8), and the multi-token penalty (1 + j) divides it at N >= 2
 BOUNDS = {"moe_mem_efficiency": (1e-3, 1.1), "moe_compute_efficiency": (1e-3, 1.0),
           "moe_layer_overhead_s": (1e-9, 1e-2), "expert_overhead_s": (1e-10, 1e-3),
           "moe_token_passes": (1e-3, 1e3), "moe_ep_overhead_s": (1e-9, 1e-2), "routing_skew": (1e-3, 4.0),
-          "compute_ratio": (0.05, 5.0), "mem_ratio": (0.05, 5.0), "moe_inter_passes": (1e-3, 1e3)}
+          "compute_ratio": (0.05, 5.0), "mem_ratio": (0.05, 5.0)}
 # dtypes the fit uses (those of the shipped MoE scenarios' kernels: bf16, DeepSeek's 128-block FP8, gpt-oss's MXFP4);
 # the other tables are scored with the fitted parameters, a check of one efficiency per GPU across kernels
 FIT_DTYPES = ("bfloat16", "fp8_block", "w4a16_mxfp4")
@@ -84,8 +85,8 @@ FIT_DTYPES = ("bfloat16", "fp8_block", "w4a16_mxfp4")
 DTYPES = {"bfloat16": (2.0, "bf16"), "fp8": (1.0, "fp8"), "fp8_block": (1.0, "fp8"),
           "int4_wo": (WEIGHT_DTYPE_BYTES["int4"], "bf16"), "w4a16_mxfp4": (WEIGHT_DTYPE_BYTES["mxfp4"], "bf16")}
 # AIConfigurator moe_dtype -> the fused-MoE kernel kind it runs (simulator.catalog.moe_kernels.MOE_KINDS): each kind
-# but bf16 has a compute and a streaming ratio to the GPU's bf16 efficiencies, one per kind over every GPU
-# (``moe-<kind>.compute_ratio`` / ``.mem_ratio``): what a kernel kind changes transfers between GPUs
+# but bf16 has a compute and a streaming ratio to the same table's bf16 efficiencies, per parameter set
+# (``<unit>|<kind>.compute_ratio`` / ``.mem_ratio``, unit a GPU or GPU@version: a kernel generation's)
 TABLE_KINDS = {"bfloat16": "bf16", "float16": "bf16", "fp8": "w8a8-fp8", "fp8_block": "w8a8-fp8-block",
                "int4_wo": "w4a16", "w4a16_mxfp4": "w4a16"}
 RATIOS = ("compute_ratio", "mem_ratio")
@@ -260,13 +261,15 @@ class Arrays:
         self.lss = f["source"].to_numpy(str) == "lss"
         self.labels = sorted(set(routing_of(f)) - {"balanced", "one expert"})
         self.kind = f["dtype"].map(TABLE_KINDS).fillna("bf16").to_numpy(str)
+        self.unit_kind = np.char.add(np.char.add(units, "|"), self.kind)
         self._hit_key, self._hit = None, None
 
     def ratio(self, values: dict, name: str) -> np.ndarray:
-        """Each row's kernel kind's ``name`` (:data:`RATIOS`; bf16 and a kind without a value: 1)."""
+        """Each row's kernel kind's ``name`` in its parameter set (:data:`RATIOS`, ``<unit>|<kind>.<name>``; bf16 and
+        a kind without a value: 1)."""
         out = np.ones(len(self.kind))
-        for k in set(self.kind) - {"bf16"}:
-            out[self.kind == k] = values.get(f"moe-{k}.{name}", 1.0)
+        for uk in set(self.unit_kind[self.kind != "bf16"]):
+            out[self.unit_kind == uk] = values.get(f"{uk}.{name}", 1.0)
         return out
 
     def hit(self, values: dict) -> np.ndarray:
@@ -291,7 +294,6 @@ def predict(f, values: dict) -> np.ndarray:
         gpu[m] = soft_roofline(t_mem[m], t_comp[m], float(p))
     fixed = np.where(a.lss, lss_fixed, par("moe_layer_overhead_s") + n * par("expert_overhead_s")
                      + a.N * a.k * moe_token_time(par("moe_token_passes"), a.hidden, a.BW)
-                     + a.N * a.k * moe_token_time(par("moe_inter_passes"), a.inter, a.BW)
                      + (a.ep > 1) * par("moe_ep_overhead_s"))
     return fixed + gpu
 
@@ -299,7 +301,9 @@ def predict(f, values: dict) -> np.ndarray:
 def names_for(f: pd.DataFrame) -> tuple[str, ...]:
     names = [f"{lab}.routing_skew" for lab in sorted(set(routing_of(f)) - {"balanced", "one expert"})]
     aic = f[f["source"] == "aic"]
-    names += [f"moe-{k}.{r}" for k in sorted(set(aic["dtype"].map(TABLE_KINDS)) - {"bf16"}) for r in RATIOS]
+    for u in sorted(set(units_of(aic))):
+        kinds = set(aic.loc[units_of(aic) == u, "dtype"].map(TABLE_KINDS)) - {"bf16"}
+        names += [f"{u}|{k}.{r}" for k in sorted(kinds) for r in RATIOS]
     units = units_of(f)
     for g in sorted(set(units)):
         src = set(f.loc[units == g, "source"])
@@ -314,6 +318,19 @@ def names_for(f: pd.DataFrame) -> tuple[str, ...]:
 
 def prior_of(name: str) -> float:
     return 100e-6 if name.startswith("lss-") else PRIORS[name.rsplit(".", 1)[-1]]
+
+
+def kind_ratio_names(fr, unit: str) -> list[str]:
+    """The ``<kind>.<ratio>`` names the fit ``fr`` fitted (not held at a bound) for ``unit``."""
+    return sorted(n.split("|", 1)[1] for n in fr.fitted if n.startswith(f"{unit}|"))
+
+
+def transfer_ratio(fr, kind_ratio: str, units) -> float | None:
+    """A kernel kind's ratio (``<kind>.<ratio>``) for a GPU without a table of its own: the median over ``units``
+    whose tables fitted it (None where none did). The one rule of the catalog (:func:`kind_ratios`) and the held-out
+    folds (:func:`transferred`)."""
+    vals = [fr.values[f"{u}|{kind_ratio}"] for u in units if f"{u}|{kind_ratio}" in fr.fitted]
+    return float(np.median(vals)) if vals else None
 
 
 def fit(f: pd.DataFrame, frozen: dict | None = None):
@@ -354,6 +371,9 @@ def transferred(fr, gpu: str, from_units: list[str]) -> dict:
         v = transfer_value(fr, k, from_units)
         if v is not None:
             out[f"{gpu}.{k}"] = v
+    for kr in sorted({n.split("|", 1)[1] for n in fr.fitted if "|" in n}):
+        if (v := transfer_ratio(fr, kr, from_units)) is not None:
+            out[f"{gpu}|{kr}"] = v
     return out
 
 
@@ -453,41 +473,58 @@ def catalog_priors(fr, gpus: list[str]) -> dict[str, dict]:
 
 
 def fit_older(f: pd.DataFrame, fr):
-    """Each GPU's older tables (units ``GPU@version``), fitted with the routing skews and the kernel kinds' ratios
-    frozen at the catalog fit ``fr``'s (a table's routing labels mean the same skew in every version; the catalog
-    carries one ratio per kind); None without older tables."""
+    """Each GPU's older tables (units ``GPU@version``, each with its own kernel kinds' ratios), fitted with the
+    routing skews frozen at the catalog fit ``fr``'s (a table's routing labels mean the same skew in every version);
+    None without older tables."""
     older = f[(units_of(f) != f["gpu"].to_numpy(str)) & (f["source"] == "aic").to_numpy()].reset_index(drop=True)
     if older.empty:
         return None
-    return fit(older, frozen={n: v for n, v in fr.values.items() if n.endswith(".routing_skew") or n.startswith("moe-")})
+    return fit(older, frozen={n: v for n, v in fr.values.items() if n.endswith(".routing_skew")})
 
 
-def kind_ratios(fr, src: str) -> dict:
-    """``moe_kernels.yaml``'s ``kinds``: each kernel kind's ratios fitted in ``fr`` (a ratio held at its bound is
+def unit_kinds(fr, unit: str, src: str) -> dict:
+    """``{kind: {ratio: entry}}``: the kernel kinds' ratios ``fr`` fitted for ``unit`` (a ratio held at its bound is
     left out: the kind keeps bf16's efficiency there)."""
     from calibrate.gpu_priors.engine_report import prior_entry
 
     out: dict = {}
-    for n in sorted(x for x in fr.fitted if x.startswith("moe-")):
-        kind, ratio = n[len("moe-"):].rsplit(".", 1)
-        out.setdefault(kind, {})[ratio] = prior_entry(fr.values[n], "calibrated", f"{src} (every fitted GPU)",
-                                                      fr.stderr.get(n))
+    for kr in kind_ratio_names(fr, unit):
+        kind, ratio = kr.rsplit(".", 1)
+        out.setdefault(kind, {})[ratio] = prior_entry(fr.values[f"{unit}|{kr}"], "calibrated", src,
+                                                      fr.stderr.get(f"{unit}|{kr}"))
     return out
 
 
-def kernel_tables(fr_old, newest: dict[str, str], src: str) -> dict:
-    """``simulator/catalog/moe_kernels.yaml``'s ``gpus``: per GPU with older tables, the newest table's version and
-    each older table's fitted terms (:func:`fused`; a term held at its bound is left out: the newest one stands)."""
+def kind_ratios(fr, src: str) -> dict:
+    """``moe_kernels.yaml``'s ``kinds``, for a GPU without tables: each kernel kind's ratio, the median over the
+    fitted GPUs' newest tables (:func:`transfer_ratio`)."""
     from calibrate.gpu_priors.engine_report import prior_entry
 
     out: dict = {}
-    for unit in fused_units(fr_old, sorted({n.rsplit(".", 1)[0] for n in fr_old.values if "@" in n})):
-        gpu, version = unit.split("@", 1)
-        terms = {k: prior_entry(fr_old.values[f"{unit}.{k}"], "calibrated", f"{src} ({gpu} vLLM {version})",
-                                fr_old.stderr.get(f"{unit}.{k}")) for k in KINDS if fused(fr_old, unit, k)}
-        entry = out.setdefault(gpu, {"newest": newest[gpu], "older": []})
-        entry["older"].append({"version": version, "terms": terms})
+    for kr in sorted({n.split("|", 1)[1] for n in fr.fitted if "|" in n}):
+        units = [u for u in FIT_GPUS if f"{u}|{kr}" in fr.fitted]
+        kind, ratio = kr.rsplit(".", 1)
+        out.setdefault(kind, {})[ratio] = prior_entry(transfer_ratio(fr, kr, FIT_GPUS), "transferred",
+                                                      f"{src}s: median of {', '.join(units)}")
     return out
+
+
+def kernel_tables(fr, fr_old, newest: dict[str, str], src: str) -> dict:
+    """``simulator/catalog/moe_kernels.yaml``'s ``gpus``: per GPU with kind ratios or older tables, the newest table's
+    version and kernel kinds' ratios (``fr``), and each older table's fitted terms (:func:`fused`; a term held at its
+    bound is left out: the newest one stands) and kinds (``fr_old``, None: no older tables)."""
+    from calibrate.gpu_priors.engine_report import prior_entry
+
+    out: dict = {g: {"newest": newest[g], "kinds": unit_kinds(fr, g, f"{src} ({g} vLLM {newest[g]})"), "older": []}
+                 for g in fused_units(fr, sorted(newest))}
+    olds = sorted({n.split("|", 1)[0].rsplit(".", 1)[0] for n in fr_old.values if "@" in n}) if fr_old else []
+    for unit in fused_units(fr_old, olds) if fr_old else []:
+        gpu, version = unit.split("@", 1)
+        label = f"{src} ({gpu} vLLM {version})"
+        terms = {k: prior_entry(fr_old.values[f"{unit}.{k}"], "calibrated", label, fr_old.stderr.get(f"{unit}.{k}"))
+                 for k in KINDS if fused(fr_old, unit, k)}
+        out[gpu]["older"].append({"version": version, "terms": terms, "kinds": unit_kinds(fr_old, unit, label)})
+    return {g: t for g, t in out.items() if t["kinds"] or t["older"]}  # a lone table without kinds: gpu_priors.yaml's
 
 
 def update_priors_file(path: Path, priors: dict[str, dict], command: str) -> None:

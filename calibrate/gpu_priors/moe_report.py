@@ -80,9 +80,9 @@ def write_report(out: Path, f: pd.DataFrame, meta: dict, fr, h: pd.DataFrame, co
     lines = [f"# MoE layer (routed experts) fit and held-out errors by GPU ({date})", "",
              f"Command: `{command}`", "",
              "Model (docs/moe.md, `calibrate/gpu_priors/moe_fit.py`): T = t_moe + [EP > 1] t_ep + n_gpu t_expert "
-             "+ N k (pi H + psi I/TP) b / BW + softmax_p(n_gpu W_e / (r_m eta_moe BW) (1 + j [N >= 2]), "
+             "+ N k pi H b / BW + softmax_p(n_gpu W_e / (r_m eta_moe BW) (1 + j [N >= 2]), "
              "2 N k W_e / (TP EP F r_c eta_moe_comp)), n_gpu = distinct experts hit / EP, (r_m, r_c) the kernel kind's "
-             "ratios to bf16 (one per kind over every GPU), p and j the catalog's step shape. Fitted with "
+             "ratios to bf16 (per GPU and table version), p and j the catalog's step shape. Fitted with "
              "`calibrate.fit.fit_cost.fit_log_times`.", "",
              "## Data", "", f"AIConfigurator vLLM `moe` tables, newest version per GPU (the catalog's fit): "
              + ", ".join(f"{g} {v}" for g, v in meta["versions"].items())
@@ -108,15 +108,15 @@ def write_report(out: Path, f: pd.DataFrame, meta: dict, fr, h: pd.DataFrame, co
 
 
 def write_kernel_tables(path: Path, fr, fr_old, meta: dict, command: str, date: str) -> None:
-    """``moe_kernels.yaml`` beside the priors file: the older vLLM tables' MoE terms per GPU
-    (:func:`moe_fit.kernel_tables`) and the kernel kinds' ratios (:func:`moe_fit.kind_ratios`; both read by
+    """``moe_kernels.yaml`` beside the priors file: per GPU its tables' kernel kinds and older tables' MoE terms
+    (:func:`moe_fit.kernel_tables`) and the kinds of a GPU without tables (:func:`moe_fit.kind_ratios`; both read by
     ``simulator.catalog.moe_kernels``), with the command that wrote it."""
     import yaml
 
     from simulator.inputs.loading import write_atomic
 
     src = "MoE layer fit (calibrate.gpu_priors.moe_fit, docs/moe.md): AIConfigurator vLLM fused-MoE table"
-    gpus = moe_fit.kernel_tables(fr_old, meta["versions"], src) if fr_old is not None else {}
+    gpus = moe_fit.kernel_tables(fr, fr_old, meta["versions"], src)
     doc = {"provenance": {"date": date, "command": command,
                           "data": {"aiconfigurator": data_commit(SHARED / "aiconfigurator-vllm-kernels")}},
            "gpus": gpus, "kinds": moe_fit.kind_ratios(fr, src)}

@@ -7,7 +7,14 @@ calibrate/gpu_priors/moe_fit.py). A deployment on an older vLLM takes the terms 
 newest at or below its own, else the oldest table (vLLM 0.11 on an H100: the 0.14 table, the nearest generation
 measured); the newest table's terms, and every engine that is not vLLM, stay with ``gpu_priors.yaml``
 (:func:`moe_kernel_terms`, the one rule; ``simulator.cost.cost_profile.prior_profile`` applies it). A GPU without
-tables of its own takes its same chip's (``hardware.yaml`` ``same_chip_as``: the H200 the H100's)."""
+tables of its own takes its same chip's (``hardware.yaml`` ``same_chip_as``: the H200 the H100's).
+
+Each table also carries its kernel kinds' ratios (FP8 block, 4-bit weight-only: compute and streaming efficiency
+relative to the same table's bf16 fused-MoE kernels), fitted only where the table times the kind: they belong to a
+kernel generation (the H100's vLLM 0.14 FP8 block kernels reach their FP8 peak's share as well as its bf16 ones
+reach theirs, 0.24's about half). A deployment takes the ratios of the table it runs (:func:`moe_kind_params`); a
+kind its table does not time runs at bf16's efficiencies (the A100's MXFP4 experts: Marlin, which no table times);
+a GPU without tables (nor a same chip's) takes the median over the GPUs' newest tables (``kinds``)."""
 
 from __future__ import annotations
 
@@ -24,7 +31,12 @@ from simulator.paths import CATALOG_DIR
 
 MOE_KERNELS_PATH = CATALOG_DIR / "moe_kernels.yaml"
 KINDS = ("moe_mem_efficiency", "moe_compute_efficiency", "moe_layer_overhead_s", "expert_overhead_s",
-         "moe_token_passes", "moe_ep_overhead_s", "moe_inter_passes")
+         "moe_token_passes", "moe_ep_overhead_s")
+
+
+# per fused-MoE kernel kind but bf16 (MOE_KINDS): its compute and streaming efficiencies relative to the same
+# table's bf16 fused-MoE ones (the MoE fit's ``<unit>|<kind>.<ratio>``)
+KindRatios = dict[Literal["w8a8-fp8", "w8a8-fp8-block", "w4a16"], dict[Literal["compute_ratio", "mem_ratio"], PriorParam]]
 
 
 class KernelTable(BaseModel):
@@ -34,12 +46,14 @@ class KernelTable(BaseModel):
 
     version: str
     terms: dict[str, PriorParam]
+    kinds: KindRatios = {}
 
 
 class GpuTables(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     newest: str  # the version of the table gpu_priors.yaml's terms come from
+    kinds: KindRatios = {}  # the newest table's kernel kinds
     older: list[KernelTable]
 
 
@@ -48,9 +62,7 @@ class _File(BaseModel):
 
     provenance: dict
     gpus: dict[str, GpuTables]
-    # per fused-MoE kernel kind but bf16 (MOE_KINDS): its compute and streaming efficiencies relative to the GPU's
-    # bf16 fused-MoE ones, one value over every GPU (the MoE fit's ``moe-<kind>.<ratio>``)
-    kinds: dict[Literal["w8a8-fp8", "w8a8-fp8-block", "w4a16"], dict[Literal["compute_ratio", "mem_ratio"], PriorParam]] = {}
+    kinds: KindRatios = {}  # for a GPU without tables: the median over the GPUs' newest tables
 
 
 def table_version(version: str) -> tuple[int, ...]:
@@ -73,23 +85,34 @@ def moe_kind(expert_dtype: str, hardware) -> str:
     return "w8a16-fp8" if kind.startswith("w8a8") and not hardware.dense_fp8_flops_per_s else kind
 
 
-def moe_kind_ratios(expert_dtype: str, hardware) -> tuple[float, float]:
+def moe_kind_ratios(expert_dtype: str, hardware, ratios: dict[str, float]) -> tuple[float, float]:
     """(streaming, compute) efficiency ratios of the kernel kind ``expert_dtype`` experts run as on ``hardware``
-    (:func:`moe_kind`) to the GPU's bf16 fused-MoE efficiencies: (1, 1) for bf16 and for a kind the catalog has no fit
-    of. The one rule the cost model (``Deployment``) reads."""
-    ratios = moe_catalog_kinds().get(moe_kind(expert_dtype, hardware), {})
-    return (ratios["mem_ratio"].value if "mem_ratio" in ratios else 1.0,
-            ratios["compute_ratio"].value if "compute_ratio" in ratios else 1.0)
+    (:func:`moe_kind`) to the bf16 fused-MoE efficiencies, from a deployment's ``ratios`` (``{"<kind>.<ratio>":
+    value}``, :func:`moe_kind_params` as ``CostParams.moe_kind_ratios`` carries them): (1, 1) for bf16 and a kind
+    without ratios. The one rule the cost model (``Deployment``) reads."""
+    kind = moe_kind(expert_dtype, hardware)
+    return ratios.get(f"{kind}.mem_ratio", 1.0), ratios.get(f"{kind}.compute_ratio", 1.0)
 
 
-def kind_values() -> dict[str, float]:
-    """The catalog's kind ratios as the MoE fit names them (``moe-<kind>.<ratio>``: what ``moe_fit.predict`` reads)."""
-    return {f"moe-{k}.{r}": p.value for k, rs in moe_catalog_kinds().items() for r, p in rs.items()}
+def moe_kind_params(gpu: str, engine_name: str = "vllm", version: str | None = None) -> dict[str, PriorParam]:
+    """``{"<kind>.<ratio>": param}``: the kernel kinds' ratios a deployment on ``gpu`` runs with: those of the table
+    :func:`moe_kernel_terms` picks (the newest for an engine other than vLLM or no version), a kind that table does not
+    time left out (bf16's efficiencies); a GPU without tables of its own or its same chip's: the catalog's median
+    over the GPUs' newest tables."""
+    tables, transferred = catalog_file()
+    chip = gpu if gpu in tables else same_chip().get(gpu)
+    if chip not in tables:
+        return {f"{k}.{r}": p.model_copy(update={"kind": "transferred"}) for k, rs in transferred.items()
+                for r, p in rs.items()}
+    table = pick_table(tables[chip], version) if engine_name == "vllm" and version is not None else None
+    kinds = table.kinds if table is not None else tables[chip].kinds
+    return {f"{k}.{r}": p for k, rs in kinds.items() for r, p in rs.items()}
 
 
-def moe_catalog_kinds() -> dict[str, dict[str, PriorParam]]:
-    """{kernel kind: its ratios} as the catalog file holds them (empty without the file)."""
-    return catalog_file()[1]
+def kind_values(gpu: str, version: str | None = None) -> dict[str, float]:
+    """:func:`moe_kind_params` of ``gpu`` under vLLM ``version`` as the MoE fit names them (``<gpu>|<kind>.<ratio>``:
+    what ``moe_fit.predict`` reads for rows of that GPU)."""
+    return {f"{gpu}|{n}": p.value for n, p in moe_kind_params(gpu, "vllm", version).items()}
 
 
 def moe_kernel_tables() -> dict[str, GpuTables]:
@@ -112,10 +135,13 @@ def catalog_file() -> tuple[dict[str, GpuTables], dict]:
             raise InputError(str(MOE_KERNELS_PATH), f"gpus.{g}", f"unknown terms {bad}; expected {', '.join(KINDS)}")
         for v in (t.newest, *(k.version for k in t.older)):
             table_version(v)
-    for k, rs in f.kinds.items():
-        for r, p in rs.items():
-            if p.value <= 0:  # the cost model divides by them
-                raise InputError(str(MOE_KERNELS_PATH), f"kinds.{k}.{r}", f"must be > 0 (got {p.value})")
+    every = [("kinds", f.kinds)] + [(f"gpus.{g}.kinds", t.kinds) for g, t in f.gpus.items()] + [
+        (f"gpus.{g}.older[{i}].kinds", k.kinds) for g, t in f.gpus.items() for i, k in enumerate(t.older)]
+    for where, kinds in every:
+        for k, rs in kinds.items():
+            for r, p in rs.items():
+                if p.value <= 0:  # the cost model divides by them
+                    raise InputError(str(MOE_KERNELS_PATH), f"{where}.{k}.{r}", f"must be > 0 (got {p.value})")
     return f.gpus, f.kinds
 
 

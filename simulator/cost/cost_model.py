@@ -305,11 +305,11 @@ class Deployment:
             T_kv   = KV(kv_tokens, S) / (eta_kv BW)                           (MLA latent; sliding layers <= window)
             T_comp = (2 P_other N / F_w + 2 V H L_log / F) / (TP eta_comp)
                      + 2 L_moe k P_expert N / (TP F_e r_c eta_moe_comp)     (r_m, r_c: the experts' kernel
-                     kind's ratios to bf16, simulator.catalog.moe_kernels.moe_kind_ratios)
+                     kind's ratios to bf16 in the engine's kernel table, CostParams.moe_kind_ratios)
             T_attn = attention FLOPs / (TP F eta_comp)
-            layers = L (t_layer + [MLA] t_mla) + L_moe (t_moe + [ep > 1] t_ep + E_hit / ep t_expert
-                     + N k (pi H + psi I_gpu) b / BW)   (pi, psi: passes of every routed pair over its hidden state
-                     and its intermediate activations, I_gpu = I / TP at ep = 1, b = 2 bytes each)
+            layers = L (t_layer + [MLA] t_mla) + L_moe (t_moe + [ep > 1] t_ep + E_hit / ep t_expert + N k pi H b / BW)
+                     (MLA module's and MoE kernels' fixed costs; pi: passes of the routed pairs' alignment and
+                     permutation over a token's hidden state, b = 2 bytes each)
             allreduce: ep = 1 the Megatron all-reduces; ep = TP one all-reduce per layer (attention) + per dense layer,
                        and per MoE layer an all-to-all dispatch + combine of the tokens: 2 [t_ar + (ep-1)/ep N H b / B]
 
@@ -334,10 +334,9 @@ class Deployment:
                                                                                  c.routing_skew)
         gpu, mem, kv_share = gpu_split(*self._moe_roofline_terms(n_all, n, S, hit, kv_tokens, attn_pairs, logit_rows),
                                         c.roofline_p)
-        inter = (m.expert_intermediate or 0) / (self.tp if self.ep == 1 else 1)  # a pair's activations on this GPU
         moe_fixed = (c.moe_layer_overhead_s + (self.ep > 1) * c.moe_ep_overhead_s + hit / self.ep * c.expert_overhead_s
-                     + n * m.experts_per_token * moe_token_time(1.0, c.moe_token_passes * m.hidden + c.moe_inter_passes
-                                                                * inter, self.hardware.memory_bandwidth_bytes_per_s))
+                     + n * m.experts_per_token
+                     * moe_token_time(c.moe_token_passes, m.hidden, self.hardware.memory_bandwidth_bytes_per_s))
         layers = (m.layers * (c.layer_overhead_s + m.is_mla * c.mla_layer_overhead_s) + self.gemm_overhead_time
                   + m.moe_layers * moe_fixed)
         out = {
@@ -407,7 +406,8 @@ class Deployment:
 
     @cached_property
     def expert_kind_ratios(self) -> tuple[float, float]:  # (streaming, compute): moe_kernels.moe_kind_ratios
-        return moe_kind_ratios(self.model.expert_weight_dtype or self.model.weight_dtype, self.hardware)
+        return moe_kind_ratios(self.model.expert_weight_dtype or self.model.weight_dtype, self.hardware,
+                               dict(self.cost.moe_kind_ratios))
 
     @property
     def expert_flops_per_s(self) -> float:

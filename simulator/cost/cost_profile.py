@@ -82,7 +82,9 @@ class CostProfile(BaseModel):
     # (pi H b bytes at the memory bandwidth; docs/moe.md)
     moe_token_passes: Param | None = None
     moe_ep_overhead_s: Param | None = None  # per MoE layer under expert parallelism (the expert map's extra kernels)
-    moe_inter_passes: Param | None = None  # per routed pair: passes over its intermediate activations (CostParams)
+    # The fused-MoE kernel kinds' ratios to bf16 of the kernel table the engine runs ("<kind>.compute_ratio" /
+    # ".mem_ratio"; simulator.catalog.moe_kernels.moe_kind_params). Empty: every kind at bf16's efficiencies.
+    moe_kind_ratios: dict[str, Param] = {}
     # Latent attention (docs/moe.md): the MLA module's fixed cost per layer beyond a dense layer's (its extra
     # kernels: q_a / kv_a norms, q_b, the absorbed BMMs, the split-K combine). None: 0.
     mla_layer_overhead_s: Param | None = None
@@ -120,7 +122,7 @@ class CostProfile(BaseModel):
             expert_overhead_s=self.expert_overhead_s.value if self.expert_overhead_s else 0.0,
             moe_token_passes=self.moe_token_passes.value if self.moe_token_passes else 0.0,
             moe_ep_overhead_s=self.moe_ep_overhead_s.value if self.moe_ep_overhead_s else 0.0,
-            moe_inter_passes=self.moe_inter_passes.value if self.moe_inter_passes else 0.0,
+            moe_kind_ratios=tuple(sorted((n, p.value) for n, p in self.moe_kind_ratios.items())),
             mla_layer_overhead_s=self.mla_layer_overhead_s.value if self.mla_layer_overhead_s else 0.0,
             async_overlap=self.async_overlap.value if self.async_overlap else 0.0,
             async_overlap_non_eagle=(self.async_overlap_non_eagle.value if self.async_overlap_non_eagle
@@ -158,9 +160,7 @@ class CostParams:
     expert_overhead_s: float = 0.0
     moe_token_passes: float = 0.0  # per routed (token, expert) pair, on every GPU: passes over its hidden state
     moe_ep_overhead_s: float = 0.0  # per MoE layer when ep > 1
-    # per routed pair, on every GPU: passes over its intermediate activations (I / expert TP of them: the gate-up
-    # output, the activation's input and output; written and read for every pair, expert parallel or not)
-    moe_inter_passes: float = 0.0
+    moe_kind_ratios: tuple[tuple[str, float], ...] = ()  # ("<kind>.<ratio>", value): CostProfile.moe_kind_ratios
     mla_layer_overhead_s: float = 0.0  # per latent-attention layer (CostProfile)
     # Routing skew s: expert e's popularity ~ e^-s (0: uniform routing; simulator.catalog.models.skewed_experts_hit)
     routing_skew: float = 0.0
@@ -277,12 +277,15 @@ def _serving_engine(engine: str, serving_engine):
 def _engine_priors(hardware: HardwareSpec, engine: str, serving_engine, step_overhead, host: dict | None) -> dict:
     """What the serving engine's version sets on a GPU: its host terms
     (:func:`simulator.catalog.engine_hosts.host_terms`) and, for a vLLM older than the newest fused-MoE kernel table,
-    that generation's MoE terms (:func:`simulator.catalog.moe_kernels.moe_kernel_terms`)."""
+    that generation's MoE terms (:func:`simulator.catalog.moe_kernels.moe_kernel_terms`), and the kernel kinds'
+    ratios of the table it runs (``moe_kind.<kind>.<ratio>``: :func:`simulator.catalog.moe_kernels.moe_kind_params`)."""
     from simulator.catalog.engine_hosts import host_terms, running_version
-    from simulator.catalog.moe_kernels import moe_kernel_terms
+    from simulator.catalog.moe_kernels import moe_kernel_terms, moe_kind_params
 
     se = _serving_engine(engine, serving_engine)
-    return {**host_terms(se, step_overhead, host), **moe_kernel_terms(hardware.name, se.name, running_version(se))}
+    version = running_version(se)
+    kinds = {f"moe_kind.{n}": p for n, p in moe_kind_params(hardware.name, se.name, version).items()}
+    return {**host_terms(se, step_overhead, host), **moe_kernel_terms(hardware.name, se.name, version), **kinds}
 
 
 def prior_profile(hardware: HardwareSpec, engine: str = "vllm", serving_engine=None,
@@ -342,7 +345,7 @@ def prior_profile(hardware: HardwareSpec, engine: str = "vllm", serving_engine=N
         expert_overhead_s=pick("expert_overhead_s", None),
         moe_token_passes=pick("moe_token_passes", None),
         moe_ep_overhead_s=pick("moe_ep_overhead_s", None),
-        moe_inter_passes=pick("moe_inter_passes", None),
+        moe_kind_ratios={n[len("moe_kind."):]: pick(n, None) for n in derived if n.startswith("moe_kind.")},
         mla_layer_overhead_s=pick("mla_layer_overhead_s", None), async_overlap=pick("async_overlap", None),
         async_overlap_non_eagle=pick("async_overlap_non_eagle", None),
     )

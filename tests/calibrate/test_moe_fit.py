@@ -16,8 +16,9 @@ TRUE = {"h100-sxm.moe_mem_efficiency": 0.9, "h100-sxm.moe_compute_efficiency": 0
         "h100-sxm.moe_token_passes": 5.5, "h100-sxm.moe_ep_overhead_s": 20e-6,
         "l40s.moe_mem_efficiency": 0.85, "l40s.moe_compute_efficiency": 0.45, "l40s.moe_layer_overhead_s": 25e-6,
         "l40s.expert_overhead_s": 0.1e-6, "l40s.moe_token_passes": 4.8, "l40s.moe_ep_overhead_s": 50e-6,
-        "power_law_1.2.routing_skew": 0.75, "h100-sxm.moe_inter_passes": 6.0, "l40s.moe_inter_passes": 7.0,
-        "moe-w8a8-fp8-block.compute_ratio": 0.5, "moe-w8a8-fp8-block.mem_ratio": 0.9}
+        "power_law_1.2.routing_skew": 0.75,
+        "h100-sxm|w8a8-fp8-block.compute_ratio": 0.5, "h100-sxm|w8a8-fp8-block.mem_ratio": 0.9,
+        "l40s|w8a8-fp8-block.compute_ratio": 0.9, "l40s|w8a8-fp8-block.mem_ratio": 1.0}
 
 
 def synthetic(rng) -> pd.DataFrame:
@@ -44,10 +45,10 @@ def test_fit_recovers_the_parameters_of_synthetic_tables():
     fr = M.fit(f)
     for n in ("h100-sxm.moe_mem_efficiency", "h100-sxm.moe_compute_efficiency", "l40s.moe_mem_efficiency",
               "l40s.moe_compute_efficiency", "power_law_1.2.routing_skew", "h100-sxm.moe_token_passes",
-              "moe-w8a8-fp8-block.compute_ratio", "moe-w8a8-fp8-block.mem_ratio"):
+              "h100-sxm|w8a8-fp8-block.compute_ratio", "h100-sxm|w8a8-fp8-block.mem_ratio",
+              "l40s|w8a8-fp8-block.compute_ratio"):
         assert fr.values[n] == pytest.approx(TRUE[n], rel=0.05), n
-    for n in ("h100-sxm.moe_layer_overhead_s", "l40s.moe_ep_overhead_s", "h100-sxm.moe_inter_passes",
-              "l40s.moe_inter_passes"):
+    for n in ("h100-sxm.moe_layer_overhead_s", "l40s.moe_ep_overhead_s"):
         assert fr.values[n] == pytest.approx(TRUE[n], rel=0.25), n
     err = np.abs(M.predict(f, fr.values) / f["time_s"] - 1)
     assert np.median(err) < 0.01
@@ -57,6 +58,9 @@ def test_held_out_gpu_is_scored_with_transferred_values():
     f = synthetic(np.random.default_rng(1))
     h = M.heldout(f)
     assert set(h["fold"]) == {"gpu-out:h100-sxm", "gpu-out:l40s"}
+    fr = M.fit(f[f["gpu"] == "l40s"].reset_index(drop=True))  # a GPU held out takes the others' kind ratios
+    held = M.transferred(fr, "h100-sxm", ["l40s"])
+    assert held["h100-sxm|w8a8-fp8-block.compute_ratio"] == fr.values["l40s|w8a8-fp8-block.compute_ratio"]
     s = M.summarize(h)
     # the two synthetic GPUs differ: transfer is not exact, but the form is the generator's
     assert (s["median_ape"] < 0.6).all() and (s["points"] > 100).all()
@@ -186,13 +190,16 @@ def test_older_tables_are_fitted_into_the_catalog_the_simulator_reads():
     f = pd.concat(frames, ignore_index=True)
     fr = M.fit(f[M.units_of(f) == f["gpu"].to_numpy(str)].reset_index(drop=True))
     old = M.fit_older(f, fr)
-    for n in ("power_law_1.2.routing_skew", "moe-w8a8-fp8-block.compute_ratio"):  # frozen: one value per label, kind
-        assert old.values[n] == fr.values[n]
+    assert old.values["power_law_1.2.routing_skew"] == fr.values["power_law_1.2.routing_skew"]  # one per label
+    assert old.values["h100-sxm@0.14.0|w8a8-fp8-block.compute_ratio"] == pytest.approx(0.5, rel=0.05)  # its own
     kinds = M.kind_ratios(fr, "test")
     assert kinds["w8a8-fp8-block"]["compute_ratio"]["value"] == pytest.approx(0.5, rel=0.05)
-    tables = M.kernel_tables(old, {"h100-sxm": "0.24.0"}, "test")
+    assert kinds["w8a8-fp8-block"]["compute_ratio"]["kind"] == "transferred"
+    tables = M.kernel_tables(fr, old, {"h100-sxm": "0.24.0"}, "test")
     t = GpuTables.model_validate(tables["h100-sxm"])
     assert t.newest == "0.24.0" and [k.version for k in t.older] == ["0.14.0"]
     assert t.older[0].terms["moe_compute_efficiency"].value == pytest.approx(0.2, rel=0.05)
+    assert t.kinds["w8a8-fp8-block"]["compute_ratio"].value == pytest.approx(0.5, rel=0.05)
+    assert t.older[0].kinds["w8a8-fp8-block"]["mem_ratio"].value == pytest.approx(0.9, rel=0.05)
     assert pick_table(t, "0.11").version == "0.14.0" and pick_table(t, "0.30") is None
     assert M.fit_older(f[M.units_of(f) == "h100-sxm"], fr) is None
