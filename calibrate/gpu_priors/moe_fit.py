@@ -510,7 +510,7 @@ def kind_ratios(fr, src: str) -> dict:
 
 
 def kernel_tables(fr, fr_old, newest: dict[str, str], src: str) -> dict:
-    """``simulator/catalog/moe_kernels.yaml``'s ``gpus``: per GPU with kind ratios or older tables, the newest table's
+    """``simulator/catalog/moe_kernels.yaml``'s ``gpus``: per GPU with a fused-kernel table, the newest table's
     version and kernel kinds' ratios (``fr``), and each older table's fitted terms (:func:`fused`; a term held at its
     bound is left out: the newest one stands) and kinds (``fr_old``, None: no older tables)."""
     from calibrate.gpu_priors.engine_report import prior_entry
@@ -524,7 +524,7 @@ def kernel_tables(fr, fr_old, newest: dict[str, str], src: str) -> dict:
         terms = {k: prior_entry(fr_old.values[f"{unit}.{k}"], "calibrated", label, fr_old.stderr.get(f"{unit}.{k}"))
                  for k in KINDS if fused(fr_old, unit, k)}
         out[gpu]["older"].append({"version": version, "terms": terms, "kinds": unit_kinds(fr_old, unit, label)})
-    return {g: t for g, t in out.items() if t["kinds"] or t["older"]}  # a lone table without kinds: gpu_priors.yaml's
+    return out  # every GPU with a table of its own: a kind none of its tables times runs at bf16's efficiencies
 
 
 def update_priors_file(path: Path, priors: dict[str, dict], command: str) -> None:

@@ -56,6 +56,9 @@ def test_a_deployment_takes_the_kind_ratios_of_the_kernel_table_it_runs():
     assert {n.split("|", 1)[1]: v for n, v in mk.kind_values("h100-sxm", "0.11").items()} == dict(old.moe_kind_ratios)
     d = Deployment(get_model("deepseek-r1"), h200, 8, old)
     assert d.expert_kind_ratios == mk.moe_kind_ratios("fp8", h200, dict(old.moe_kind_ratios))
+    own = [g for g, hw in hardware_catalog().items() if hw.cost_prior and "moe_compute_efficiency" in hw.cost_prior
+           and hw.cost_prior["moe_compute_efficiency"].kind == "calibrated"]
+    assert own and set(own) <= set(tables)  # a GPU fitted on its own tables keeps bf16 for a kind they do not time
     lone = [g for g, hw in hardware_catalog().items() if hw.interconnect != "none" and g not in tables and mk.same_chip().get(g) not in tables]
     assert lone, "some catalog GPU has no MoE tables of its own"
     got = mk.moe_kind_params(lone[0])
