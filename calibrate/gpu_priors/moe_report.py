@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from calibrate.gpu_priors.engine_data import ENGINE, SHARED, data_commit
-from calibrate.gpu_priors import moe_fit
+from calibrate.gpu_priors import moe_catalog, moe_fit
 from calibrate.gpu_priors.moe_fit import DESIGNS, FIT_DTYPES, summarize, units_of
 from simulator.catalog import hardware_catalog
 
@@ -109,17 +109,17 @@ def write_report(out: Path, f: pd.DataFrame, meta: dict, fr, h: pd.DataFrame, co
 
 def write_kernel_tables(path: Path, fr, fr_old, meta: dict, command: str, date: str) -> None:
     """``moe_kernels.yaml`` beside the priors file: per GPU its tables' kernel kinds and older tables' MoE terms
-    (:func:`moe_fit.kernel_tables`) and the kinds of a GPU without tables (:func:`moe_fit.kind_ratios`; both read by
+    (:func:`moe_catalog.kernel_tables`) and the kinds of a GPU without tables (:func:`moe_catalog.kind_ratios`; both read by
     ``simulator.catalog.moe_kernels``), with the command that wrote it."""
     import yaml
 
     from simulator.inputs.loading import write_atomic
 
     src = "MoE layer fit (calibrate.gpu_priors.moe_fit, docs/moe.md): AIConfigurator vLLM fused-MoE table"
-    gpus = moe_fit.kernel_tables(fr, fr_old, meta["versions"], src)
+    gpus = moe_catalog.kernel_tables(fr, fr_old, meta["versions"], src)
     doc = {"provenance": {"date": date, "command": command,
                           "data": {"aiconfigurator": data_commit(SHARED / "aiconfigurator-vllm-kernels")}},
-           "gpus": gpus, "kinds": moe_fit.kind_ratios(fr, src)}
+           "gpus": gpus, "kinds": moe_catalog.kind_ratios(fr, src)}
     head = ("# Fused-MoE terms of older vLLM kernel tables per GPU (simulator/catalog/moe_kernels.py: a vLLM older than\n"
             "# a GPU's newest table takes the table at or below its version, else the oldest; the newest table's terms\n"
             "# are in gpu_priors.yaml). Regenerate (do not edit by hand; with gpu_priors.yaml, by the same command):\n"
@@ -134,13 +134,13 @@ def fit_and_report(records: Path, report: Path, priors: Path | None, date: str |
     full, meta = moe_fit.load_aic(Path(records))  # read once: the fit draws its share, the GPU pairs read every row
     every, f, meta = moe_fit.load_rows(aic=moe_fit.subsample(full, meta))
     fr = moe_fit.fit(f[units_of(f) == f["gpu"].to_numpy(str)].reset_index(drop=True))  # the catalog: each GPU's newest table
-    fr_old = moe_fit.fit_older(f, fr) if priors else None  # older vLLM generations: simulator/catalog/moe_kernels.yaml
+    fr_old = moe_catalog.fit_older(f, fr) if priors else None  # older vLLM generations: simulator/catalog/moe_kernels.yaml
     h = pd.concat([moe_fit.heldout(f, every, design) for design in DESIGNS], ignore_index=True)
     pairs = moe_fit.pair_ratios(full[full["dtype"].isin(FIT_DTYPES)])
     write_report(Path(report), f, meta, fr, h, command, date or _dt.date.today().isoformat(), pairs)
     if priors:
         gpus = [g for g, hw in hardware_catalog().items() if hw.interconnect != "none"]
-        moe_fit.update_priors_file(Path(priors), moe_fit.catalog_priors(fr, gpus), command)
+        moe_catalog.update_priors_file(Path(priors), moe_catalog.catalog_priors(fr, gpus), command)
         write_kernel_tables(Path(priors).with_name("moe_kernels.yaml"), fr, fr_old, meta, command,
                             date or _dt.date.today().isoformat())
     return summarize(h, ("design", "fold", "source"))

@@ -12,7 +12,11 @@ tokens (k+1 logit rows each) and the closed loop's prefills spread over the iter
 request extra tokens per pass). The model and the drafters are not published with the data, so stated assumptions
 stand in for them (``ARMS``): the target is the catalog's ``qwen3.8-27b`` (``engine_fit.B200_MODEL``: Qwen3.5-27B's
 hybrid shape, its fixed linear-attention state per sequence in fp32);
-MTP drafts k = 3 tokens, one pass of a one-layer module per token (vLLM's MTP; k not in the data); DSpark drafts its
+MTP drafts k = 2 tokens, one pass of a one-layer module per token (vLLM's MTP; k not in the data, inferred: the
+measured AL 2.51-2.54 rules out k = 1, and Qwen3.5's own MTP curve, ``acceptance-length-vs-k/qwen3.5_mtp.yaml``,
+gives 2.70-2.73 at k = 2 and 3.33-3.39 at k = 3, :func:`nearest_k`; three draft passes of the module and its
+248k-row LM head would also need about the B200's whole datasheet bandwidth in the 1-stream iteration the sweep
+measured, 4.83 ms x 2.51 tokens against a 10.8 ms plain step; k = 3 was assumed until 2026-12-02); DSpark drafts its
 k = 7 tokens in one pass of a one-layer drafter over k positions (a block drafter: the batch-1 ITL fits this and
 not k serial passes). DSpark at 128 streams queues (its median TTFT jumps from 64 streams: the engine ran fewer
 than 128 sequences at once) and is left out of the growth and speedup at 128.
@@ -55,7 +59,8 @@ class Arm:
 
 
 ARMS = {"baseline": Arm("baseline_math_reasoning.csv", 0, False, "no speculation"),
-        "mtp": Arm("mtp_math_reasoning.csv", 3, False, "MTP, k = 3 assumed, one 1-layer pass per draft token"),
+        "mtp": Arm("mtp_math_reasoning.csv", 2, False, "MTP, k = 2 (inferred from the measured AL, nearest_k), one "
+                   "1-layer pass per draft token"),
         "dspark": Arm("dspark_math_reasoning.csv", 7, True, "DSpark, k = 7, one 1-layer block pass over 7 positions")}
 
 # the sweep's server: vLLM 0.30, async scheduling on (vLLM's default since 0.14); host terms of the fitted version
@@ -65,6 +70,18 @@ SWEEP_ENGINE = ServingEngine(name="vllm", version="0.30", async_scheduling=True)
 # the held-out prediction: the terms fitted on the released GPUStack runs (vLLM 0.11), async on
 HELD_OUT_ENGINE = ServingEngine(name="vllm", version="0.11", async_scheduling=True)
 REF_VERSION = "0.11"  # where the terms the sweep does not identify come from (async overlap, serial front end)
+
+
+MTP_CURVE = ENGINE / "acceptance-length-vs-k" / "qwen3.5_mtp.yaml"  # Qwen3.5's MTP: AL per k, thinking on / off
+
+
+def nearest_k(al: float, curve: dict[int, float]) -> int:
+    """The drafts per iteration an arm ran where its data does not say: among the k it can have (AL <= k + 1, the bonus
+    token included), the one whose published AL for the same drafter family (``curve``: k -> AL) is nearest ``al``."""
+    possible = [k for k in curve if al <= k + 1]
+    if not possible:
+        raise ValueError(f"acceptance length {al} exceeds every k + 1 of the curve")
+    return min(possible, key=lambda k: abs(curve[k] - al))
 
 
 def load(root: Path | None = None) -> pd.DataFrame:

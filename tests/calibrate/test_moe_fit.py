@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from calibrate.gpu_priors import moe_catalog as MC
 from calibrate.gpu_priors import moe_fit as M
 from simulator.catalog import get_hardware, hardware_catalog
 from simulator.cost.cost_profile import prior_profile
@@ -130,14 +131,14 @@ def test_catalog_gpus_carry_the_moe_priors():
 def test_update_priors_file_merges_and_keeps_the_rest(tmp_path):
     src = tmp_path / "p.yaml"
     src.write_text("# header\npriors:\n  h100-sxm:\n    mem_efficiency: {value: 0.9, kind: calibrated, source: x}\n")
-    M.update_priors_file(src, {"h100-sxm": {"moe_mem_efficiency": {"value": 0.95, "kind": "calibrated", "source": "y"}}},
+    MC.update_priors_file(src, {"h100-sxm": {"moe_mem_efficiency": {"value": 0.95, "kind": "calibrated", "source": "y"}}},
                          "specsim fit moe --priors p.yaml")
     raw = yaml.safe_load(src.read_text())
     assert set(raw["priors"]["h100-sxm"]) == {"mem_efficiency", "moe_mem_efficiency"}
     text = src.read_text()
     assert text.startswith("# header\n") and "fit moe --priors p.yaml" in text
     assert raw["evidence"]["moe_layer_fit"]["command"].endswith("p.yaml")
-    M.update_priors_file(src, {}, "specsim fit moe --priors p.yaml --date 2")  # a rerun: one command line
+    MC.update_priors_file(src, {}, "specsim fit moe --priors p.yaml --date 2")  # a rerun: one command line
     assert src.read_text().count("#   specsim fit moe") == 1 and src.read_text().startswith("# header\n")
 
 
@@ -168,7 +169,7 @@ def test_held_out_and_catalog_transfer_by_one_rule():
     units = ["a100-80gb", "b200", "h100-sxm", "l40s", "rtx-a6000"]
     assert M.transfer_value(fr, "moe_compute_efficiency", units) == pytest.approx(0.4)  # neither 0.9 nor 0.99
     held = M.transferred(fr, "h200", units)
-    cat = M.catalog_priors(fr, ["a40"])["a40"]
+    cat = MC.catalog_priors(fr, ["a40"])["a40"]
     assert held["h200.moe_compute_efficiency"] == pytest.approx(cat["moe_compute_efficiency"]["value"]) == 0.4
     assert "(a100-80gb, l40s, h100-sxm)" in cat["moe_compute_efficiency"]["source"]  # FIT_GPUS order
 
@@ -189,17 +190,17 @@ def test_older_tables_are_fitted_into_the_catalog_the_simulator_reads():
         frames.append(f.assign(time_s=M.predict(f, values) * np.exp(rng.normal(0, 0.01, len(f)))))
     f = pd.concat(frames, ignore_index=True)
     fr = M.fit(f[M.units_of(f) == f["gpu"].to_numpy(str)].reset_index(drop=True))
-    old = M.fit_older(f, fr)
+    old = MC.fit_older(f, fr)
     assert old.values["power_law_1.2.routing_skew"] == fr.values["power_law_1.2.routing_skew"]  # one per label
     assert old.values["h100-sxm@0.14.0|w8a8-fp8-block.compute_ratio"] == pytest.approx(0.5, rel=0.05)  # its own
-    kinds = M.kind_ratios(fr, "test")
+    kinds = MC.kind_ratios(fr, "test")
     assert kinds["w8a8-fp8-block"]["compute_ratio"]["value"] == pytest.approx(0.5, rel=0.05)
     assert kinds["w8a8-fp8-block"]["compute_ratio"]["kind"] == "transferred"
-    tables = M.kernel_tables(fr, old, {"h100-sxm": "0.24.0"}, "test")
+    tables = MC.kernel_tables(fr, old, {"h100-sxm": "0.24.0"}, "test")
     t = GpuTables.model_validate(tables["h100-sxm"])
     assert t.newest == "0.24.0" and [k.version for k in t.older] == ["0.14.0"]
     assert t.older[0].terms["moe_compute_efficiency"].value == pytest.approx(0.2, rel=0.05)
     assert t.kinds["w8a8-fp8-block"]["compute_ratio"].value == pytest.approx(0.5, rel=0.05)
     assert t.older[0].kinds["w8a8-fp8-block"]["mem_ratio"].value == pytest.approx(0.9, rel=0.05)
     assert pick_table(t, "0.11").version == "0.14.0" and pick_table(t, "0.30") is None
-    assert M.fit_older(f[M.units_of(f) == "h100-sxm"], fr) is None
+    assert MC.fit_older(f[M.units_of(f) == "h100-sxm"], fr) is None

@@ -65,3 +65,18 @@ def test_sweep_host_terms_and_the_0_30_entry(tmp_path):
     else:
         assert e["front_end_first_share"]["value"] == ref.front_end_first_share.value
         assert e["front_end_first_share"]["kind"] == "transferred"
+
+
+def test_the_mtp_arms_k_is_the_one_its_drafters_published_curve_and_measured_al_give():
+    """k is not in the sweep's data: the MTP arm's k is the nearest_k of its measured acceptance length on Qwen3.5's
+    own MTP curve (thinking on and off alike)."""
+    import yaml
+
+    if not ss.MTP_CURVE.is_file():
+        pytest.skip("acceptance-length-vs-k absent")
+    curves = next(iter(yaml.safe_load(ss.MTP_CURVE.read_text()).values()))
+    al = float(ss.load().query("arm == 'mtp'")["al"].median())
+    assert {ss.nearest_k(al, {int(k): float(v) for k, v in c.items()}) for c in curves.values()} == {ss.ARMS["mtp"].k}
+    assert ss.nearest_k(1.5, {1: 1.9, 2: 2.7}) == 1 and ss.nearest_k(2.5, {1: 2.4, 2: 2.7}) == 2  # AL <= k + 1
+    with pytest.raises(ValueError):
+        ss.nearest_k(9.5, {1: 1.9})
