@@ -73,10 +73,11 @@ def table_version(version: str) -> tuple[int, ...]:
 # The fused-MoE kernel kind vLLM runs a model's expert weights with: FP8 experts as 128 x 128 block-scaled FP8 (the
 # published FP8 MoE checkpoints -- DeepSeek-V3 / R1, Qwen3 FP8, GLM FP8 -- are block-scaled; per-tensor FP8 MoE is
 # measured but not fitted: its kernels differ four-fold between vLLM versions on the H100, docs/moe.md), on a GPU
-# without FP8 tensor cores weight-only (FP8 Marlin: no table times it, so no ratio); 4-bit experts (MXFP4, INT4,
-# NVFP4) weight-only, dequantised to bf16 in the kernel (the kind the tables time on every GPU).
+# without FP8 tensor cores weight-only (FP8 Marlin: no table times it, so no ratio); 4-bit experts (MXFP4, INT4)
+# weight-only, dequantised to bf16 in the kernel (the kind the tables time on every GPU); NVFP4 experts their own kind
+# (FP4 tensor-core kernels on Blackwell, which the fit leaves out, Marlin elsewhere: no ratio, bf16's efficiencies).
 MOE_KINDS = {"bf16": "bf16", "fp16": "bf16", "fp8": "w8a8-fp8-block", "fp8_block": "w8a8-fp8-block",
-             "int4": "w4a16", "mxfp4": "w4a16", "nvfp4": "w4a16"}
+             "int4": "w4a16", "mxfp4": "w4a16", "nvfp4": "nvfp4"}
 
 
 def moe_kind(expert_dtype: str, hardware) -> str:

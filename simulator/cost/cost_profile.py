@@ -83,8 +83,8 @@ class CostProfile(BaseModel):
     moe_token_passes: Param | None = None
     moe_ep_overhead_s: Param | None = None  # per MoE layer under expert parallelism (the expert map's extra kernels)
     # The fused-MoE kernel kinds' ratios to bf16 of the kernel table the engine runs ("<kind>.compute_ratio" /
-    # ".mem_ratio"; simulator.catalog.moe_kernels.moe_kind_params). Empty: every kind at bf16's efficiencies.
-    moe_kind_ratios: dict[str, Param] = {}
+    # ".mem_ratio"; simulator.catalog.moe_kernels.moe_kind_params). None: every kind at bf16's efficiencies.
+    moe_kind_ratios: dict[str, Param] | None = None
     # Latent attention (docs/moe.md): the MLA module's fixed cost per layer beyond a dense layer's (its extra
     # kernels: q_a / kv_a norms, q_b, the absorbed BMMs, the split-K combine). None: 0.
     mla_layer_overhead_s: Param | None = None
@@ -122,7 +122,7 @@ class CostProfile(BaseModel):
             expert_overhead_s=self.expert_overhead_s.value if self.expert_overhead_s else 0.0,
             moe_token_passes=self.moe_token_passes.value if self.moe_token_passes else 0.0,
             moe_ep_overhead_s=self.moe_ep_overhead_s.value if self.moe_ep_overhead_s else 0.0,
-            moe_kind_ratios=tuple(sorted((n, p.value) for n, p in self.moe_kind_ratios.items())),
+            moe_kind_ratios=tuple(sorted((n, p.value) for n, p in (self.moe_kind_ratios or {}).items())),
             mla_layer_overhead_s=self.mla_layer_overhead_s.value if self.mla_layer_overhead_s else 0.0,
             async_overlap=self.async_overlap.value if self.async_overlap else 0.0,
             async_overlap_non_eagle=(self.async_overlap_non_eagle.value if self.async_overlap_non_eagle
@@ -344,7 +344,7 @@ def prior_profile(hardware: HardwareSpec, engine: str = "vllm", serving_engine=N
         moe_layer_overhead_s=pick("moe_layer_overhead_s", None), expert_overhead_s=pick("expert_overhead_s", None),
         moe_token_passes=pick("moe_token_passes", None),
         moe_ep_overhead_s=pick("moe_ep_overhead_s", None),
-        moe_kind_ratios={n[len("moe_kind."):]: pick(n, None) for n in derived if n.startswith("moe_kind.")},
+        moe_kind_ratios={n[len("moe_kind."):]: pick(n, None) for n in derived if n.startswith("moe_kind.")} or None,
         mla_layer_overhead_s=pick("mla_layer_overhead_s", None), async_overlap=pick("async_overlap", None),
         async_overlap_non_eagle=pick("async_overlap_non_eagle", None),
     )

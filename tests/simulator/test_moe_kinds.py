@@ -31,6 +31,7 @@ def test_bf16_experts_keep_the_gpus_efficiencies_and_fp8_take_the_block_kind():
     assert mk.moe_kind_ratios("fp8", h200, r) == mk.moe_kind_ratios("fp8_block", h200, r) == (0.7, 0.4)
     assert mk.moe_kind("fp8", a100) == "w8a16-fp8" and mk.moe_kind_ratios("fp8", a100, r) == (1.0, 1.0)  # no FP8 cores
     assert mk.moe_kind("mxfp4", h200) == mk.moe_kind("int4", a100) == "w4a16"
+    assert mk.moe_kind_ratios("nvfp4", get_hardware("b200"), {"w4a16.mem_ratio": 0.5}) == (1.0, 1.0)  # FP4 cores
     assert mk.moe_kind_ratios("mxfp4", h200, r) == (1.0, 1.0)  # a kind without ratios: bf16's efficiencies
     assert dep("qwen3-32b", "h200", 1).expert_kind_ratios == (1.0, 1.0)  # dense: bf16, and no experts to price
 
