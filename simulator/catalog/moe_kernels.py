@@ -107,6 +107,9 @@ def moe_kind_params(gpu: str, engine_name: str = "vllm", version: str | None = N
                 for r, p in rs.items()}
     table = pick_table(tables[chip], version) if engine_name == "vllm" and version is not None else None
     kinds = table.kinds if table is not None else tables[chip].kinds
+    if chip != gpu:  # the same chip's tables, as gpu_priors.yaml transfers its other MoE terms
+        return {f"{k}.{r}": p.model_copy(update={"kind": "transferred", "source": f"same chip as {chip}: {p.source}"})
+                for k, rs in kinds.items() for r, p in rs.items()}
     return {f"{k}.{r}": p for k, rs in kinds.items() for r, p in rs.items()}
 
 

@@ -131,6 +131,8 @@ def _kind_lines(title: str, doc: dict) -> list[str]:
     params = {n: v for n, v in doc.items() if _is_param(v)}
     if isinstance(doc.get("params"), dict):
         params.update({n: v for n, v in doc["params"].items() if _is_param(v)})
+    if isinstance(doc.get("moe_kind_ratios"), dict):  # the fused-MoE kernel kinds of the table the engine runs
+        params.update({f"moe_kind_ratios.{n}": v for n, v in doc["moe_kind_ratios"].items() if _is_param(v)})
     if not params:
         prov = doc.get("provenance") if isinstance(doc.get("provenance"), dict) else {}
         return [f"# {title}: no per-parameter kinds recorded; provenance kind {prov.get('kind', '?')} "

@@ -70,6 +70,19 @@ def test_a_profile_by_name_and_the_kinds_of_a_scenarios_profiles(capsys):
     assert "resolved" in yaml.safe_load(out)
 
 
+def test_a_moe_scenario_shows_the_kernel_kinds_of_the_table_its_engine_runs(capsys):
+    """The fused-MoE kind ratios are parameters like the others: named, valued and kinded (simulator/catalog/
+    moe_kernels.yaml, the table the scenario's vLLM version takes)."""
+    from simulator.catalog.moe_kernels import moe_kind_params
+
+    code, out, _ = _run(["show", "moe-deepseek-r1-h200x8-mtp"], capsys)
+    want = moe_kind_params("h200")  # the scenario names no version: the newest table
+    assert code == 0 and want
+    for n, p in want.items():
+        row = _row(out, f"moe_kind_ratios.{n}")
+        assert float(row[1]) == pytest.approx(p.value, rel=1e-5) and row[2] == p.kind
+
+
 def test_a_gpu_profile_shows_its_params_kinds(capsys):
     code, out, _ = _run(["show", "gpu_a40"], capsys)
     assert code == 0 and _row(out, "attn_compute_efficiency")[2] == "prior"
