@@ -159,15 +159,12 @@ def moe_kernel_check(root: Path | None = None, max_tokens: int = 128) -> pd.Data
     from calibrate.gpu_priors import moe_fit
     from calibrate.gpu_priors.engine_data import SHARED
     from simulator.catalog import get_hardware
-    from simulator.cost.cost_profile import prior_profile
-    from simulator.catalog.moe_kernels import kind_values
 
     import yaml
 
     root = Path(root) if root is not None else SHARED / "aiconfigurator-vllm-kernels"
     fitted = yaml.safe_load((REPO / "reports" / "moe-layer" / "params.yaml").read_text(encoding="utf-8"))["params"]
     skew = float(fitted["power_law_1.01.routing_skew"]["value"])  # the MoE fit's skew of this routing
-    own = {"moe_mem_efficiency": "expert_mem_efficiency", "moe_compute_efficiency": "expert_compute_efficiency"}
     out = []
     for folder, gpu in (("h100_sxm", "h100-sxm"), ("b200_sxm", "b200")):
         paths = sorted((root / folder / "moe" / "vllm").glob("*/moe_perf.parquet"), key=folder_version)
@@ -183,9 +180,7 @@ def moe_kernel_check(root: Path | None = None, max_tokens: int = 128) -> pd.Data
                           "time_s": d["latency"].to_numpy(float) * 1e-3}).reset_index(drop=True)
         f = moe_fit.with_layer_shape(f)
         hw = get_hardware(gpu)
-        c = prior_profile(hw).params(hw)
-        vals = {f"{gpu}.{k}": getattr(c, own.get(k, k)) for k in moe_fit.KINDS} | kind_values(gpu)
-        vals["power_law_1.01.routing_skew"] = skew
+        vals = moe_fit.catalog_values(gpu) | {"power_law_1.01.routing_skew": skew}
         f["predicted_s"] = moe_fit.predict(f, vals)
         f["stream_us"] = f["bytes_gpu"] / hw.memory_bandwidth_bytes_per_s * 1e6
         out.append(f[["gpu", "distribution", "tokens", "n_gpu", "stream_us", "time_s", "predicted_s"]])

@@ -119,9 +119,6 @@ def _gemm_predictions(d: pd.DataFrame, gpu: str) -> np.ndarray:
 
 def _moe_predictions(d: pd.DataFrame, gpu: str) -> np.ndarray:
     from calibrate.gpu_priors import moe_fit
-    from simulator.catalog import get_hardware
-    from simulator.cost.cost_profile import prior_profile
-    from simulator.catalog.moe_kernels import kind_values
 
     sel = d["op"].isin(["grouped", "grouped_fp8"]).to_numpy()
     out = np.full(len(d), np.nan)
@@ -135,11 +132,7 @@ def _moe_predictions(d: pd.DataFrame, gpu: str) -> np.ndarray:
                       "mats": 3.0, "bytes_per_weight": np.where(fp8, 1.0, 2.0), "rate": np.where(fp8, "fp8", "bf16"),
                       "dtype": np.where(fp8, "fp8_block", "bfloat16"), "source": "aic"})
     f = moe_fit.with_layer_shape(f)
-    hw = get_hardware(gpu)
-    c = prior_profile(hw).params(hw)
-    own = {"moe_mem_efficiency": "expert_mem_efficiency", "moe_compute_efficiency": "expert_compute_efficiency"}
-    vals = {f"{gpu}.{k}": getattr(c, own.get(k, k)) for k in moe_fit.KINDS} | kind_values(gpu)
-    out[sel] = moe_fit.predict(f, vals)
+    out[sel] = moe_fit.predict(f, moe_fit.catalog_values(gpu))
     return out
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 
 from calibrate.gpu_priors.engine_fit import SAME_CHIP
-from calibrate.gpu_priors.moe_fit import (FIT_GPUS, KINDS, fit, fused, fused_units, kind_ratio_names, transfer_ratio,
-                                          transfer_value, units_of)
+from calibrate.gpu_priors.moe_fit import (FIT_GPUS, KINDS, fit, fitted_kind_ratios, fused, fused_units,
+                                          kind_ratio_names, transfer_ratio, transfer_value, units_of)
 
 
 def catalog_priors(fr, gpus: list[str]) -> dict[str, dict]:
@@ -66,7 +66,7 @@ def kind_ratios(fr, src: str) -> dict:
     from calibrate.gpu_priors.engine_report import prior_entry
 
     out: dict = {}
-    for kr in sorted({n.split("|", 1)[1] for n in fr.fitted if "|" in n}):
+    for kr in fitted_kind_ratios(fr):
         units = [u for u in FIT_GPUS if f"{u}|{kr}" in fr.fitted]
         kind, ratio = kr.rsplit(".", 1)
         out.setdefault(kind, {})[ratio] = prior_entry(transfer_ratio(fr, kr, FIT_GPUS), "transferred",

@@ -297,6 +297,15 @@ def predict(f, values: dict) -> np.ndarray:
     return fixed + gpu
 
 
+def catalog_values(gpu: str) -> dict:
+    """The MoE terms and kernel kinds the catalog gives ``gpu`` (its prior profile, the newest engine version), named as
+    :func:`predict` reads them."""
+    hw = get_hardware(gpu)
+    c = prior_profile(hw).params(hw)
+    own = {"moe_mem_efficiency": "expert_mem_efficiency", "moe_compute_efficiency": "expert_compute_efficiency"}
+    return {f"{gpu}.{k}": getattr(c, own.get(k, k)) for k in KINDS} | {f"{gpu}|{n}": v for n, v in c.moe_kind_ratios}
+
+
 def names_for(f: pd.DataFrame) -> tuple[str, ...]:
     names = [f"{lab}.routing_skew" for lab in sorted(set(routing_of(f)) - {"balanced", "one expert"})]
     aic = f[f["source"] == "aic"]
@@ -322,6 +331,11 @@ def prior_of(name: str) -> float:
 def kind_ratio_names(fr, unit: str) -> list[str]:
     """The ``<kind>.<ratio>`` names the fit ``fr`` fitted (not held at a bound) for ``unit``."""
     return sorted(n.split("|", 1)[1] for n in fr.fitted if n.startswith(f"{unit}|"))
+
+
+def fitted_kind_ratios(fr) -> list[str]:
+    """Every ``<kind>.<ratio>`` some parameter set of the fit ``fr`` fitted."""
+    return sorted({n.split("|", 1)[1] for n in fr.fitted if "|" in n})
 
 
 def transfer_ratio(fr, kind_ratio: str, units) -> float | None:
@@ -370,7 +384,7 @@ def transferred(fr, gpu: str, from_units: list[str]) -> dict:
         v = transfer_value(fr, k, from_units)
         if v is not None:
             out[f"{gpu}.{k}"] = v
-    for kr in sorted({n.split("|", 1)[1] for n in fr.fitted if "|" in n}):
+    for kr in fitted_kind_ratios(fr):
         if (v := transfer_ratio(fr, kr, from_units)) is not None:
             out[f"{gpu}|{kr}"] = v
     return out

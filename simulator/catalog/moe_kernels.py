@@ -100,13 +100,11 @@ def moe_kind_params(gpu: str, engine_name: str = "vllm", version: str | None = N
     :func:`moe_kernel_terms` picks (the newest for an engine other than vLLM or no version), a kind that table does not
     time left out (bf16's efficiencies); a GPU without tables of its own or its same chip's: the catalog's median
     over the GPUs' newest tables."""
-    tables, transferred = catalog_file()
-    chip = gpu if gpu in tables else same_chip().get(gpu)
-    if chip not in tables:
-        return {f"{k}.{r}": p.model_copy(update={"kind": "transferred"}) for k, rs in transferred.items()
+    chip, table = picked_table(gpu, engine_name, version)
+    if chip is None:
+        return {f"{k}.{r}": p.model_copy(update={"kind": "transferred"}) for k, rs in catalog_file()[1].items()
                 for r, p in rs.items()}
-    table = pick_table(tables[chip], version) if engine_name == "vllm" and version is not None else None
-    kinds = table.kinds if table is not None else tables[chip].kinds
+    kinds = table.kinds if table is not None else moe_kernel_tables()[chip].kinds
     if chip != gpu:  # the same chip's tables, as gpu_priors.yaml transfers its other MoE terms
         return {f"{k}.{r}": p.model_copy(update={"kind": "transferred", "source": f"same chip as {chip}: {p.source}"})
                 for k, rs in kinds.items() for r, p in rs.items()}
@@ -159,16 +157,21 @@ def pick_table(tables: GpuTables, version: str) -> KernelTable | None:
     return below[-1] if below else every[0][1]
 
 
-def moe_kernel_terms(gpu: str, engine_name: str, version: str | None) -> dict[str, PriorParam]:
-    """The MoE terms replacing ``gpu``'s newest-table ones for ``engine_name`` at ``version`` (None: the newest):
-    empty for the newest table, an engine other than vLLM, or a GPU (and same chip) without older tables."""
-    if engine_name != "vllm" or version is None:
-        return {}
+def picked_table(gpu: str, engine_name: str, version: str | None) -> tuple[str | None, KernelTable | None]:
+    """(the GPU whose tables ``gpu`` takes: itself or its same chip, None without either; the older table
+    ``engine_name`` at ``version`` runs, :func:`pick_table`, None for the newest): the one table choice of the MoE
+    terms and the kernel kinds. An engine other than vLLM, or no version, runs the newest."""
     tables = moe_kernel_tables()
     chip = gpu if gpu in tables else same_chip().get(gpu)
     if chip not in tables:
-        return {}
-    table = pick_table(tables[chip], version)
+        return None, None
+    return chip, (pick_table(tables[chip], version) if engine_name == "vllm" and version is not None else None)
+
+
+def moe_kernel_terms(gpu: str, engine_name: str, version: str | None) -> dict[str, PriorParam]:
+    """The MoE terms replacing ``gpu``'s newest-table ones for ``engine_name`` at ``version`` (None: the newest):
+    empty for the newest table, an engine other than vLLM, or a GPU (and same chip) without older tables."""
+    chip, table = picked_table(gpu, engine_name, version)
     if table is None:
         return {}
     via = f"{chip}'s " if chip != gpu else ""
