@@ -12,11 +12,9 @@ tokens (k+1 logit rows each) and the closed loop's prefills spread over the iter
 request extra tokens per pass). The model and the drafters are not published with the data, so stated assumptions
 stand in for them (``ARMS``): the target is the catalog's ``qwen3.8-27b`` (``engine_fit.B200_MODEL``: Qwen3.5-27B's
 hybrid shape, its fixed linear-attention state per sequence in fp32);
-MTP drafts k = 2 tokens, one pass of a one-layer module per token (vLLM's MTP; k not in the data, inferred: the
-measured AL 2.51-2.54 rules out k = 1, and Qwen3.5's own MTP curve, ``acceptance-length-vs-k/qwen3.5_mtp.yaml``,
-gives 2.70-2.73 at k = 2 and 3.33-3.39 at k = 3, :func:`nearest_k`; three draft passes of the module and its
-248k-row LM head would also need about the B200's whole datasheet bandwidth in the 1-stream iteration the sweep
-measured, 4.83 ms x 2.51 tokens against a 10.8 ms plain step; k = 3 was assumed until 2026-12-02); DSpark drafts its
+MTP drafts k = 2 tokens, one pass of a one-layer module per token (vLLM's MTP; k is not in the data: the k whose
+AL on Qwen3.5's own MTP curve, ``acceptance-length-vs-k/qwen3.5_mtp.yaml``, is nearest the arm's measured AL among the
+k it can have, :func:`nearest_k`; the evidence is in docs/results.md); DSpark drafts its
 k = 7 tokens in one pass of a one-layer drafter over k positions (a block drafter: the batch-1 ITL fits this and
 not k serial passes). DSpark at 128 streams queues (its median TTFT jumps from 64 streams: the engine ran fewer
 than 128 sequences at once) and is left out of the growth and speedup at 128.
